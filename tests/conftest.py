@@ -1,0 +1,39 @@
+"""Test-wide settings: DDS kept on loopback and isolated per run, one BLAS thread, shared test data lookup."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# Set before any test imports numpy/rclpy or starts a process, so children inherit them.
+# Loopback-only discovery and a per-run domain keep parallel runs (and other developers) apart;
+# ROS_LOCALHOST_ONLY is ignored by Kilted.
+os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+os.environ.setdefault("ROS_DOMAIN_ID", str(1 + os.getpid() % 100))
+os.environ.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
+for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    os.environ.setdefault(var, "1")
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def shared_data_dir() -> Path | None:
+    """``../shared/data`` beside the repository (or $RETARGET_SHARED_DATA), if present."""
+    env = os.environ.get("RETARGET_SHARED_DATA")
+    candidate = Path(env) if env else REPO.parent / "shared" / "data"
+    return candidate if candidate.is_dir() else None
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The external test data folder; tests using it skip cleanly when it is absent."""
+    path = shared_data_dir()
+    if path is None:
+        pytest.skip("external test data ../shared/data is absent (set RETARGET_SHARED_DATA to its path)")
+    return path
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _ros_log_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
+    os.environ.setdefault("ROS_LOG_DIR", str(tmp_path_factory.mktemp("ros_log")))
