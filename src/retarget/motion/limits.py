@@ -1,0 +1,154 @@
+"""Joint limits and the check of a motion against them.
+
+Limits come from the robot's URDF (``<limit lower upper velocity>``) or from a plain mapping
+``{joint: (lower [rad], upper [rad], max_velocity [rad/s])}``; ``None`` or an infinite bound means unlimited.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+__all__ = ["JointLimit", "LimitViolation", "RowLabel", "as_joint_limits", "find_limit_violations"]
+
+#: Maps a sample index to how the user sees that row (``"row 12"``, ``"line 14"``).
+RowLabel = Callable[[int], str]
+
+
+def default_row_label(index: int) -> str:
+    return f"row {index}"
+
+
+class JointLimit(NamedTuple):
+    """Limits of one joint.
+
+    Attributes:
+        lower: Lowest position [rad] (``-inf`` if unlimited).
+        upper: Highest position [rad] (``+inf`` if unlimited).
+        velocity: Highest absolute speed [rad/s] (``+inf`` if unlimited).
+    """
+
+    lower: float = -math.inf
+    upper: float = math.inf
+    velocity: float = math.inf
+
+
+def _bound(value: Any, default: float) -> float:
+    return default if value is None else float(value)
+
+
+def as_joint_limits(limits: Mapping[str, Any]) -> dict[str, JointLimit]:
+    """Normalize a limits mapping to :class:`JointLimit` values.
+
+    Args:
+        limits: ``{joint: limit}`` where a limit is a :class:`JointLimit`, a ``(lower, upper[, velocity])`` sequence
+            [rad, rad/s], or any object with ``lower``/``upper``/``velocity`` attributes (for example a parsed URDF
+            ``<limit>``). ``None`` entries mean unlimited.
+
+    Returns:
+        ``{joint: JointLimit}``.
+    """
+    out: dict[str, JointLimit] = {}
+    for name, lim in limits.items():
+        if isinstance(lim, JointLimit):
+            out[name] = lim
+        elif hasattr(lim, "lower") or hasattr(lim, "upper"):
+            out[name] = JointLimit(_bound(getattr(lim, "lower", None), -math.inf),
+                                   _bound(getattr(lim, "upper", None), math.inf),
+                                   _bound(getattr(lim, "velocity", None), math.inf))
+        else:
+            seq = list(lim) + [None] * (3 - len(lim))
+            out[name] = JointLimit(_bound(seq[0], -math.inf), _bound(seq[1], math.inf), _bound(seq[2], math.inf))
+    return out
+
+
+@dataclass(frozen=True)
+class LimitViolation:
+    """One contiguous run of samples where one joint leaves one of its limits.
+
+    Attributes:
+        joint: Joint name.
+        kind: ``"lower"``, ``"upper"`` (position [rad]) or ``"velocity"`` (speed [rad/s]).
+        row: Sample index of the worst value in the run (for velocity: the sample reached too fast).
+        time: Time of that sample [s].
+        value: Worst position [rad] or absolute speed [rad/s] in the run.
+        limit: The limit exceeded [rad] or [rad/s].
+        start_time: Time the run starts [s].
+        end_time: Time the run ends [s].
+    """
+
+    joint: str
+    kind: str
+    row: int
+    time: float
+    value: float
+    limit: float
+    start_time: float
+    end_time: float
+
+    def describe(self, row_label: RowLabel | None = None) -> str:
+        """One-line human description naming joint, row, time, value and limit (radians and degrees)."""
+        label = (row_label or default_row_label)(self.row)
+        if self.kind == "velocity":
+            what = (f"speed {abs(self.value):.4g} rad/s ({math.degrees(abs(self.value)):.4g} deg/s) > "
+                    f"limit {self.limit:.4g} rad/s")
+        else:
+            rel = "<" if self.kind == "lower" else ">"
+            what = (f"angle {self.value:.4g} rad ({math.degrees(self.value):.4g} deg) {rel} {self.kind} limit "
+                    f"{self.limit:.4g} rad ({math.degrees(self.limit):.4g} deg)")
+        span = (f", violated from t = {self.start_time:.4g} s to {self.end_time:.4g} s"
+                if self.end_time > self.start_time else "")
+        return f"joint '{self.joint}' at {label} (t = {self.time:.4g} s): {what}{span}"
+
+
+def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """Inclusive ``(first, last)`` index pairs of the True runs of a boolean vector."""
+    padded = np.concatenate(([False], mask, [False]))
+    edges = np.flatnonzero(np.diff(padded.astype(np.int8)))
+    return [(int(a), int(b) - 1) for a, b in zip(edges[::2], edges[1::2])]
+
+
+def find_limit_violations(time: np.ndarray, joint_names: tuple[str, ...], positions: np.ndarray,
+                          limits: Mapping[str, Any], *, position_tolerance: float = 1e-9,
+                          velocity_tolerance: float = 1e-9) -> list[LimitViolation]:
+    """All limit violations of sampled joint positions.
+
+    Speeds are the slopes between consecutive samples, i.e. the exact speeds of the piecewise-linear motion a
+    servo plays when the samples are streamed as setpoints. Joints without an entry in ``limits`` are not checked.
+
+    Args:
+        time: Sample times [s], shape ``(n,)``, strictly increasing.
+        joint_names: Joint names, length ``m``.
+        positions: Joint positions [rad], shape ``(n, m)``.
+        limits: See :func:`as_joint_limits`.
+        position_tolerance: Allowed excess over a position limit [rad].
+        velocity_tolerance: Allowed relative excess over a velocity limit.
+
+    Returns:
+        Violations ordered by joint (motion order), then kind, then time.
+    """
+    norm = as_joint_limits(limits)
+    out: list[LimitViolation] = []
+    slopes = np.diff(positions, axis=0) / np.diff(time)[:, None] if len(time) > 1 else np.zeros((0, len(joint_names)))
+    for j, name in enumerate(joint_names):
+        if name not in norm:
+            continue
+        lim = norm[name]
+        q = positions[:, j]
+        for kind, bound, mask in (("lower", lim.lower, q < lim.lower - position_tolerance),
+                                  ("upper", lim.upper, q > lim.upper + position_tolerance)):
+            for a, b in _runs(mask):
+                seg = q[a:b + 1]
+                worst = a + int(np.argmin(seg) if kind == "lower" else np.argmax(seg))
+                out.append(LimitViolation(name, kind, worst, float(time[worst]), float(q[worst]), float(bound),
+                                          float(time[a]), float(time[b])))
+        if math.isfinite(lim.velocity) and len(slopes):
+            speed = np.abs(slopes[:, j])
+            for a, b in _runs(speed > lim.velocity * (1.0 + velocity_tolerance)):
+                worst = a + int(np.argmax(speed[a:b + 1]))
+                out.append(LimitViolation(name, "velocity", worst + 1, float(time[worst + 1]), float(speed[worst]),
+                                          float(lim.velocity), float(time[a]), float(time[b + 1])))
+    return out

@@ -1,0 +1,44 @@
+"""Adapters between :class:`~retarget.motion.Motion` and real rclpy ``trajectory_msgs`` messages.
+
+``trajectory_msgs`` is imported inside the functions only, so importing :mod:`retarget.motion` never needs ROS.
+Reading works on any object with the message's attributes
+(see :func:`retarget.motion.trajectory.motion_from_trajectory`).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from retarget.motion.motion import Motion
+from retarget.motion.trajectory import motion_from_trajectory, motion_to_trajectory_dict
+
+__all__ = ["from_joint_trajectory_msg", "to_joint_trajectory_msg"]
+
+
+def to_joint_trajectory_msg(motion: Motion, *, velocities: bool = False, frame_id: str = "") -> Any:
+    """A ``trajectory_msgs.msg.JointTrajectory`` of the motion (header stamp zero: "start now").
+
+    Args:
+        motion: Motion to convert.
+        velocities: Also fill ``points[].velocities`` [rad/s].
+        frame_id: ``header.frame_id``.
+    """
+    from builtin_interfaces.msg import Duration
+    from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+    data = motion_to_trajectory_dict(motion, velocities=velocities, frame_id=frame_id)
+    msg = JointTrajectory()
+    msg.header.frame_id = frame_id
+    msg.joint_names = data["joint_names"]
+    for point in data["points"]:
+        p = JointTrajectoryPoint()
+        p.positions = point["positions"]
+        p.velocities = point["velocities"]
+        p.time_from_start = Duration(sec=point["time_from_start"]["sec"],
+                                     nanosec=point["time_from_start"]["nanosec"])
+        msg.points.append(p)
+    return msg
+
+
+def from_joint_trajectory_msg(msg: Any) -> Motion:
+    """The motion of a ``trajectory_msgs.msg.JointTrajectory`` (or any object with its attributes)."""
+    return motion_from_trajectory(msg, source="JointTrajectory message")[0]

@@ -1,0 +1,30 @@
+"""Tests of retarget.motion.ros_convert against real trajectory_msgs messages (skipped without them)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from retarget.motion import Motion
+from retarget.motion.ros_convert import from_joint_trajectory_msg, to_joint_trajectory_msg
+
+
+def test_round_trip_through_a_real_message(motion: Motion) -> None:
+    pytest.importorskip("trajectory_msgs.msg", reason="trajectory_msgs (ros-trajectory-msgs wheel) not installed")
+    msg = to_joint_trajectory_msg(motion, velocities=True, frame_id="base")
+    assert type(msg).__module__.startswith("trajectory_msgs")
+    assert msg.header.frame_id == "base" and len(msg.points) == motion.num_samples
+    assert len(msg.points[0].velocities) == motion.num_joints
+    back = from_joint_trajectory_msg(msg)
+    np.testing.assert_array_equal(back.positions, motion.positions)
+    np.testing.assert_allclose(back.time, motion.time, rtol=0, atol=1e-9)
+
+
+def test_the_core_imports_no_ros() -> None:
+    code = ("import sys, retarget.motion, retarget.motion.io, retarget.motion.bvh, retarget.motion.ros_convert; "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('rclpy', 'trajectory_msgs', 'sensor_msgs')]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
