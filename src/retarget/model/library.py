@@ -1,0 +1,239 @@
+"""Named lookup of the shipped robots and motions.
+
+A robot is ``config/<name>.yaml`` (ROS params + the simulator's ``retarget:`` section) plus the URDF/xacro it
+names under ``urdf/``; a motion is ``src/retarget/motions/<robot>/<motion>.(yaml|csv|json)``, named
+``<robot>/<motion>``.
+See ``docs/robot-description.md`` for the file contracts and ``docs/robots.md`` for the robots themselves.
+
+Where the files live:
+
+- in a source or editable checkout, ``config/`` and ``urdf/`` are at the repository root;
+- in a ROS 2 install, in ``share/retarget`` found through ``ament_index_python``;
+- in a plain ``pip install``, in ``<sys.prefix>/share/retarget`` (setup.py's ``data_files``).
+
+Motions ship inside the Python package (``package_data``), so they are found next to this code in every case.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from retarget.errors import InputError
+
+__all__ = [
+    "MOTION_SUFFIXES",
+    "UnknownNameError",
+    "list_motions",
+    "list_robots",
+    "motions_dir",
+    "resolve_motion",
+    "resolve_robot",
+    "resolve_urdf",
+    "robot_config",
+    "share_dir",
+    "urdf_xml",
+]
+
+#: File suffixes recognised as motions, in lookup order.
+MOTION_SUFFIXES: tuple[str, ...] = (".yaml", ".yml", ".csv", ".json")
+
+_PACKAGE = "retarget"
+
+
+class UnknownNameError(InputError):
+    """A robot or motion name that is neither a known name nor an existing file.
+
+    Attributes:
+        kind: ``"robot"`` or ``"motion"``.
+        name: The name asked for.
+        known: The names that exist.
+    """
+
+    def __init__(self, kind: str, name: str, known: list[str]) -> None:
+        self.kind = kind
+        self.name = name
+        self.known = known
+        listing = ", ".join(known) if known else "none"
+        super().__init__(f"unknown {kind} {name!r} (not a file either); known {kind}s: {listing}")
+
+
+def _source_root() -> Path | None:
+    """The repository root when running from a source or editable checkout, else None."""
+    root = Path(__file__).resolve().parents[3]
+    if (root / "config").is_dir() and (root / "urdf").is_dir() and (root / "package.xml").is_file():
+        return root
+    return None
+
+
+def share_dir() -> Path:
+    """The folder holding ``config/`` and ``urdf/``.
+
+    Returns:
+        The repository root in a source/editable checkout; else ``share/retarget`` from the ament index when
+        ``ament_index_python`` is importable and knows the package; else ``<sys.prefix>/share/retarget``.
+    """
+    root = _source_root()
+    if root is not None:
+        return root
+    try:
+        from ament_index_python.packages import get_package_share_directory
+
+        return Path(get_package_share_directory(_PACKAGE))
+    except (ImportError, LookupError, OSError, ValueError):
+        # Not on a ROS 2 install (no module, AMENT_PREFIX_PATH unset, or package not indexed).
+        return Path(sys.prefix) / "share" / _PACKAGE
+
+
+def motions_dir() -> Path:
+    """The folder of shipped motions, ``<package>/motions`` (one subfolder per robot)."""
+    return Path(__file__).resolve().parents[1] / "motions"
+
+
+def _is_robot_file(path: Path) -> bool:
+    """Whether a config YAML describes a robot (has ``retarget.urdf``), as opposed to e.g. materials.yaml."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return False
+    return isinstance(data, dict) and isinstance(data.get("retarget"), dict) and "urdf" in data["retarget"]
+
+
+def list_robots() -> list[str]:
+    """Names of the shipped robots (``config/<name>.yaml`` files with a ``retarget.urdf`` entry), sorted."""
+    config = share_dir() / "config"
+    if not config.is_dir():
+        return []
+    return sorted(p.stem for p in config.glob("*.yaml") if _is_robot_file(p))
+
+
+def resolve_robot(name_or_path: str | Path) -> Path:
+    """The params YAML of a robot.
+
+    Args:
+        name_or_path: A robot name (``"drummer"``) or a path to an existing params YAML.
+
+    Returns:
+        The YAML path (an existing path is returned as given).
+
+    Raises:
+        UnknownNameError: Neither an existing file nor a known robot name.
+    """
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    candidate = share_dir() / "config" / f"{name_or_path}.yaml"
+    if "/" not in str(name_or_path) and candidate.is_file() and _is_robot_file(candidate):
+        return candidate
+    raise UnknownNameError("robot", str(name_or_path), list_robots())
+
+
+def robot_config(robot: str | Path) -> dict[str, Any]:
+    """The whole parsed params YAML of a robot (``/**`` ROS parameters and the ``retarget:`` section).
+
+    Raises:
+        UnknownNameError: Unknown robot.
+        InputError: The file is not a mapping with a ``retarget:`` section.
+    """
+    import yaml
+
+    path = resolve_robot(robot)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise InputError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("retarget"), dict):
+        raise InputError(f"{path}: no 'retarget:' mapping (see docs/robot-description.md)")
+    return data
+
+
+def resolve_urdf(robot: str | Path) -> Path:
+    """The URDF or xacro file a robot's params YAML names (``retarget.urdf``).
+
+    A relative ``urdf`` entry is looked up in the ``urdf/`` folder beside the YAML's folder first (so a robot
+    copied with its folders works), then in ``share_dir()/urdf``.
+
+    Raises:
+        UnknownNameError: Unknown robot.
+        InputError: The YAML has no ``retarget.urdf`` or the file does not exist.
+    """
+    path = resolve_robot(robot)
+    entry = robot_config(path)["retarget"].get("urdf")
+    if not entry:
+        raise InputError(f"{path}: retarget.urdf is missing")
+    urdf = Path(entry)
+    if urdf.is_absolute():
+        candidates = [urdf]
+    else:
+        candidates = [path.resolve().parent.parent / "urdf" / urdf, share_dir() / "urdf" / urdf]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    raise InputError(f"{path}: retarget.urdf {entry!r} not found (looked in {[str(c) for c in candidates]})")
+
+
+def urdf_xml(robot: str | Path) -> str:
+    """The robot's URDF as XML text, running xacro with the YAML's ``retarget.xacro_args`` when needed.
+
+    Raises:
+        UnknownNameError: Unknown robot.
+        InputError: Missing file, or xacro failed (the message carries xacro's).
+    """
+    path = resolve_urdf(robot)
+    if not path.name.endswith(".xacro"):
+        return path.read_text()
+    import xacro
+
+    args = robot_config(robot)["retarget"].get("xacro_args") or {}
+    try:
+        doc = xacro.process_file(str(path), mappings={str(k): str(v) for k, v in args.items()})
+    except xacro.XacroException as exc:
+        raise InputError(f"{path}: xacro failed: {exc}") from exc
+    return doc.toprettyxml(indent="  ")
+
+
+def _motion_files() -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    root = motions_dir()
+    if not root.is_dir():
+        return out
+    for robot_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        for suffix in MOTION_SUFFIXES:
+            for file in sorted(robot_dir.glob(f"*{suffix}")):
+                out.setdefault(f"{robot_dir.name}/{file.stem}", file)
+    return out
+
+
+def list_motions(robot: str | None = None) -> list[str]:
+    """Names ``<robot>/<motion>`` of the shipped motions, sorted.
+
+    Args:
+        robot: Only this robot's motions; all robots when None.
+    """
+    names = sorted(_motion_files())
+    if robot is None:
+        return names
+    return [n for n in names if n.split("/", 1)[0] == robot]
+
+
+def resolve_motion(name_or_path: str | Path) -> Path:
+    """The file of a motion.
+
+    Args:
+        name_or_path: ``"<robot>/<motion>"`` (``"single_rod/step_30"``) or a path to an existing file.
+
+    Returns:
+        The motion file (an existing path is returned as given).
+
+    Raises:
+        UnknownNameError: Neither an existing file nor a shipped motion.
+    """
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    files = _motion_files()
+    if str(name_or_path) in files:
+        return files[str(name_or_path)]
+    raise UnknownNameError("motion", str(name_or_path), sorted(files))

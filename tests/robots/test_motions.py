@@ -1,0 +1,105 @@
+"""The shipped motions: durations, joint sets, position limits and honest statements about the speed limit."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from retarget.model.library import list_motions, resolve_motion, robot_config
+from retarget.motion import read_keyframes
+from retarget.report.robot_render import load_urdf
+
+#: Durations [s] from the paper (Table 1 and §7); step_45_fast mirrors step_30.
+DURATIONS = {"single_rod/step_30": 4.0, "single_rod/step_45_fast": 4.0, "two_rods/swing_90": 3.5,
+             "dancer/wave": 8.5, "bartender/serve": 8.5, "rapper/rap": 10.0, "drummer/drumming": 10.0,
+             "boxer/boxing": 9.75}
+XM430_MAX_VELOCITY = 8.06  # [rad/s], 77 rpm no-load at 12 V
+
+
+@pytest.fixture(scope="module", params=sorted(DURATIONS))
+def shipped(request: pytest.FixtureRequest) -> tuple[str, object, object]:
+    name = request.param
+    keys = read_keyframes(resolve_motion(name))
+    return name, keys, keys.to_motion()
+
+
+def test_every_shipped_motion_is_listed() -> None:
+    assert sorted(list_motions()) == sorted(DURATIONS)
+
+
+def test_duration_robot_and_joints(shipped: tuple) -> None:
+    name, keys, motion = shipped
+    robot = name.split("/")[0]
+    assert keys.robot == robot
+    assert motion.time[-1] - motion.time[0] == pytest.approx(DURATIONS[name], abs=1e-9)
+    assert keys.interpolation == "pchip"
+    motors = robot_config(robot)["retarget"]["motors"]
+    assert list(motion.joint_names) == motors  # every motor animated, in Dynamixel order
+
+
+def test_within_urdf_position_limits(shipped: tuple) -> None:
+    name, _, motion = shipped
+    urdf = load_urdf(name.split("/")[0])
+    for j, joint in enumerate(motion.joint_names):
+        limit = urdf.joint_map[joint].limit
+        q = motion.positions[:, j]
+        assert q.min() >= limit.lower - 1e-9, (joint, np.degrees(q.min()))
+        assert q.max() <= limit.upper + 1e-9, (joint, np.degrees(q.max()))
+
+
+def test_speed_statement_matches_the_motion(shipped: tuple) -> None:
+    """A motion faster than the XM430 says so in its description, naming each offending joint; others say they
+    are within the limit."""
+    name, keys, motion = shipped
+    velocity = np.gradient(motion.positions, motion.time, axis=0)
+    peak = np.abs(velocity).max(axis=0)
+    over = [j for j, p in zip(motion.joint_names, peak) if p > XM430_MAX_VELOCITY]
+    text = keys.description
+    stated = re.search(r"Peak motor speed ([0-9.]+) rad/s", text)
+    assert stated is not None, name
+    assert float(stated.group(1)) == pytest.approx(peak.max(), rel=0.03)
+    if over:
+        assert "exceeds the XM430-W210 speed limit" in text
+        for joint in over:
+            assert joint in text.split("exceeds", 1)[1], joint
+    else:
+        assert "within the XM430-W210 speed limit" in text
+
+
+def test_single_rod_steps_have_the_paper_amplitude_and_hold() -> None:
+    for name, amplitude in (("single_rod/step_30", 30.0), ("single_rod/step_45_fast", 45.0)):
+        motion = read_keyframes(resolve_motion(name)).to_motion()
+        q = np.degrees(motion.positions[:, 0])
+        assert q.max() == pytest.approx(amplitude, abs=1e-9)
+        held = motion.time[np.isclose(q, amplitude, atol=1e-6)]
+        assert held[-1] - held[0] == pytest.approx(1.5, abs=0.01)  # hold 1.5 s (paper §7)
+        assert q[0] == 0.0 and q[-1] == 0.0
+
+
+def test_two_rods_swing_reaches_horizontal() -> None:
+    motion = read_keyframes(resolve_motion("two_rods/swing_90")).to_motion()
+    assert np.degrees(motion.positions[-1, 0]) == pytest.approx(90.0)
+
+
+def test_bartender_glass_stays_upright() -> None:
+    """Glass pitch = shoulder + elbow + wrist pitch (parallel axes): zero at keys, < 2 degrees in between."""
+    keys = read_keyframes(resolve_motion("bartender/serve"))
+    assert np.abs(keys.values[:, 1:].sum(axis=1)).max() < 1e-9
+    motion = keys.to_motion()
+    tilt = np.degrees(np.abs(motion.positions[:, 1:].sum(axis=1)))
+    assert tilt.max() < 2.0
+
+
+def test_boxer_punches_stop_abruptly() -> None:
+    """Fast punches with abrupt stops: an elbow goes from above 6 rad/s to rest within 0.12 s, 4+ times."""
+    motion = read_keyframes(resolve_motion("boxer/boxing")).to_motion()
+    dt = motion.time[1] - motion.time[0]
+    stops = 0
+    for joint in ("left_elbow", "right_elbow"):
+        v = np.abs(np.gradient(motion.positions[:, motion.joint_names.index(joint)], dt))
+        fast = np.flatnonzero(v > 6.0)
+        # ends of fast segments followed by near-rest within 0.12 s
+        ends = fast[np.append(np.diff(fast) > 1, True)]
+        stops += sum(1 for e in ends if (v[e:e + int(0.12 / dt)] < 0.05).any())
+    assert stops >= 4
