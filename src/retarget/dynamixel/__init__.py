@@ -1,0 +1,54 @@
+"""Dynamixel Protocol 2.0, the XM430-W210 control table, an emulated servo bus and the driver core (no ROS).
+
+- :mod:`~retarget.dynamixel.protocol`: CRC, byte stuffing, packet codecs (pure functions);
+- :mod:`~retarget.dynamixel.control_table`: items, unit conversions, Hardware Error Status bits;
+- :mod:`~retarget.dynamixel.errors`: device-reported vs host-detected errors;
+- :mod:`~retarget.dynamixel.dynamics`: how emulated servos move (pluggable, for the digital twin);
+- :mod:`~retarget.dynamixel.emulator`: emulated XM430-W210s on a pseudo-terminal, fault injection;
+- :mod:`~retarget.dynamixel.bus`: the driver core over ``dynamixel_sdk`` (imported lazily: it needs pyserial).
+"""
+from retarget.dynamixel.control_table import (
+    ControlTable,
+    ControlTableItem,
+    HardwareErrorStatus,
+    OperatingMode,
+    load_control_table,
+)
+from retarget.dynamixel.dynamics import CallbackDynamics, FirstOrderServo, ServoCommand, ServoDynamics, ServoFeedback
+from retarget.dynamixel.errors import (
+    CommunicationError,
+    CrcError,
+    DeviceError,
+    DynamixelError,
+    GoalOutOfRangeError,
+    HostError,
+    MalformedPacketError,
+    MalformedReplyError,
+    NoReplyError,
+    PortGoneError,
+    WrongModelError,
+)
+
+__all__ = [
+    "CallbackDynamics",
+    "CommunicationError",
+    "ControlTable",
+    "ControlTableItem",
+    "CrcError",
+    "DeviceError",
+    "DynamixelError",
+    "FirstOrderServo",
+    "GoalOutOfRangeError",
+    "HardwareErrorStatus",
+    "HostError",
+    "MalformedPacketError",
+    "MalformedReplyError",
+    "NoReplyError",
+    "OperatingMode",
+    "PortGoneError",
+    "ServoCommand",
+    "ServoDynamics",
+    "ServoFeedback",
+    "WrongModelError",
+    "load_control_table",
+]

@@ -1,0 +1,176 @@
+"""How emulated servos move: the pluggable servo-dynamics interface and a rigid first-order model.
+
+The emulated bus owns the wire protocol; a :class:`ServoDynamics` owns the physics. Each control period the bus
+hands it a :class:`ServoCommand` (goal positions of all servos in SI units, torque flags, profile limits) and
+receives a :class:`ServoFeedback` (present positions, velocities, currents). The digital twin plugs the robot
+simulation in through :class:`CallbackDynamics`: a function ``(command, dt) -> feedback``.
+
+All angles are servo-shaft angles [rad] with tick 2048 = 0 rad (see :mod:`retarget.dynamixel.control_table`).
+"""
+from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = [
+    "XM430_NO_LOAD_SPEED_RAD_S",
+    "CallbackDynamics",
+    "FirstOrderServo",
+    "ServoCommand",
+    "ServoDynamics",
+    "ServoFeedback",
+]
+
+#: No-load speed of the XM430-W210 at 12 V: 77 rev/min [rad/s].
+XM430_NO_LOAD_SPEED_RAD_S = 77.0 * 2.0 * math.pi / 60.0
+#: Stall torque at 12 V [N m] and the matching current [A] (e-manual: 3.0 N m at 2.3 A).
+_XM430_STALL_TORQUE_NM = 3.0
+_XM430_STALL_CURRENT_A = 2.3
+
+
+@dataclass(frozen=True)
+class ServoCommand:
+    """What the servos' controllers are asked to do over the next period. Arrays have shape ``(n,)``.
+
+    Attributes:
+        goal_position: Goal Position of each servo [rad].
+        torque_enabled: Torque Enable of each servo (a servo in shutdown has it False).
+        profile_velocity: Profile Velocity [rad/s]; ``inf`` when 0 (unlimited) on the servo.
+        profile_acceleration: Profile Acceleration [rad/s²]; ``inf`` when 0 (unlimited) on the servo.
+        velocity_limit: Velocity Limit [rad/s].
+    """
+
+    goal_position: np.ndarray
+    torque_enabled: np.ndarray
+    profile_velocity: np.ndarray
+    profile_acceleration: np.ndarray
+    velocity_limit: np.ndarray
+
+
+@dataclass
+class ServoFeedback:
+    """What the servos measure. Arrays have shape ``(n,)``.
+
+    Attributes:
+        position: Present Position [rad].
+        velocity: Present Velocity [rad/s].
+        current: Present Current [A].
+    """
+
+    position: np.ndarray
+    velocity: np.ndarray
+    current: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+
+class ServoDynamics(abc.ABC):
+    """Steps the present state of ``n`` servos from their commands.
+
+    Implementations keep their own state; the bus calls :meth:`reset` once (power-on positions) and then
+    :meth:`step` with a fixed period ``dt`` [s].
+    """
+
+    @abc.abstractmethod
+    def reset(self, position: np.ndarray) -> ServoFeedback:
+        """Start at rest at ``position`` [rad], shape ``(n,)``; return the feedback there."""
+
+    @abc.abstractmethod
+    def step(self, command: ServoCommand, dt: float) -> ServoFeedback:
+        """Advance by ``dt`` [s] under ``command``; return the new feedback."""
+
+
+class FirstOrderServo(ServoDynamics):
+    """A rigid servo: a first-order position loop, saturated in velocity and acceleration.
+
+    Commanded velocity ``v* = clip((goal - x) / time_constant, ±v_max)`` with ``v_max`` the smallest of the
+    no-load speed, the Velocity Limit and the Profile Velocity (when set); the actual velocity moves toward
+    ``v*`` no faster than the Profile Acceleration (when set); ``x += v dt``. With torque off the shaft stays
+    where it is (the load is not modelled). Current is the torque needed to accelerate ``load_inertia``
+    through the gear, plus a no-load share proportional to speed, scaled by the stall torque/current ratio
+    and clipped to the stall current: a crude indicator, not a motor model.
+
+    Args:
+        n: number of servos.
+        time_constant: position-loop time constant [s].
+        no_load_speed: top speed [rad/s] (77 rev/min at 12 V).
+        load_inertia: inertia seen at the output shaft [kg m²], for the current estimate.
+    """
+
+    def __init__(
+        self,
+        n: int,
+        time_constant: float = 0.02,
+        no_load_speed: float = XM430_NO_LOAD_SPEED_RAD_S,
+        load_inertia: float = 1e-3,
+    ) -> None:
+        if time_constant <= 0 or no_load_speed <= 0:
+            raise ValueError("time_constant and no_load_speed must be positive")
+        self.n = n
+        self.time_constant = time_constant
+        self.no_load_speed = no_load_speed
+        self.load_inertia = load_inertia
+        self._position = np.zeros(n)
+        self._velocity = np.zeros(n)
+
+    def reset(self, position: np.ndarray) -> ServoFeedback:
+        self._position = np.array(position, dtype=float).reshape(self.n)
+        self._velocity = np.zeros(self.n)
+        return self._feedback(np.zeros(self.n))
+
+    def step(self, command: ServoCommand, dt: float) -> ServoFeedback:
+        on = np.asarray(command.torque_enabled, dtype=bool)
+        v_max = np.minimum.reduce(
+            [
+                np.full(self.n, self.no_load_speed),
+                np.where(command.velocity_limit > 0, command.velocity_limit, np.inf),
+                command.profile_velocity,
+            ]
+        )
+        v_star = np.clip((command.goal_position - self._position) / self.time_constant, -v_max, v_max)
+        # A first-order loop cannot overshoot within one step: never ask for more than the remaining distance.
+        v_star = np.clip(v_star, -np.abs(command.goal_position - self._position) / dt,
+                         np.abs(command.goal_position - self._position) / dt)
+        dv = np.clip(v_star - self._velocity, -command.profile_acceleration * dt, command.profile_acceleration * dt)
+        velocity = np.where(on, self._velocity + dv, 0.0)
+        acceleration = (velocity - self._velocity) / dt
+        self._position = self._position + velocity * dt
+        self._velocity = velocity
+        return self._feedback(np.where(on, acceleration, 0.0))
+
+    def _feedback(self, acceleration: np.ndarray) -> ServoFeedback:
+        torque = self.load_inertia * acceleration
+        per_nm = _XM430_STALL_CURRENT_A / _XM430_STALL_TORQUE_NM
+        current = torque * per_nm + 0.1 * _XM430_STALL_CURRENT_A * self._velocity / self.no_load_speed
+        current = np.clip(current, -_XM430_STALL_CURRENT_A, _XM430_STALL_CURRENT_A)
+        return ServoFeedback(self._position.copy(), self._velocity.copy(), current)
+
+
+class CallbackDynamics(ServoDynamics):
+    """Adapter for the digital twin: delegate stepping to a function.
+
+    Args:
+        step_fn: ``(command, dt) -> ServoFeedback``, e.g. a wrapper that sets the simulation's motor angles to
+            ``command.goal_position`` (shaped by its own servo model), advances the simulation by ``dt`` and
+            returns the motor joints' angles, rates and a current estimate.
+        reset_fn: ``(position) -> ServoFeedback``, called once with the power-on positions; None to echo them.
+    """
+
+    def __init__(
+        self,
+        step_fn: Callable[[ServoCommand, float], ServoFeedback],
+        reset_fn: Callable[[np.ndarray], ServoFeedback] | None = None,
+    ) -> None:
+        self._step_fn = step_fn
+        self._reset_fn = reset_fn
+
+    def reset(self, position: np.ndarray) -> ServoFeedback:
+        if self._reset_fn is not None:
+            return self._reset_fn(np.asarray(position, dtype=float))
+        p = np.array(position, dtype=float)
+        return ServoFeedback(p, np.zeros_like(p), np.zeros_like(p))
+
+    def step(self, command: ServoCommand, dt: float) -> ServoFeedback:
+        return self._step_fn(command, dt)

@@ -1,0 +1,689 @@
+"""The emulated servo bus: XM430-W210s answering Protocol 2.0 on a pseudo-terminal, moving a servo model.
+
+Three layers:
+
+- :class:`EmulatedBus` — pure protocol: ``handle(frame) -> [Reply]`` for every instruction the driver uses
+  (ping, read, write, reg write/action, factory reset, reboot, clear, sync read/write, bulk read/write), with the
+  servos' access rules, the dynamics stepped on a clock, and fault injection;
+- :class:`PtyEmulator` — owns a pseudo-terminal (``os.openpty``), optionally a symlink to its slave side that
+  ``dynamixel_sdk.PortHandler`` opens, a reader thread, and a Unix-socket control channel so another process can
+  inject faults (:func:`send_control`);
+- :func:`main` — ``python -m retarget.dynamixel.emulator --ids 1,2,3 --link /tmp/ttyDXL``.
+
+Bad CRC on an incoming unicast packet is answered with a status packet carrying error 0x03 (the e-manual's
+"CRC Error: CRC of the sent packet does not match"); a broadcast with a bad CRC gets no answer. Status Return
+Level (68) is honoured (0: ping only, 1: ping and reads, 2: all). Each reply waits the servo's Return Delay Time.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+import tty
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from retarget.dynamixel.control_table import ControlTable, HardwareErrorStatus, load_control_table
+from retarget.dynamixel.dynamics import FirstOrderServo, ServoCommand, ServoDynamics
+from retarget.dynamixel.emulated_servo import EmulatedServo
+from retarget.dynamixel.errors import CrcError, MalformedPacketError
+from retarget.dynamixel.protocol import (
+    ALERT_BIT,
+    BROADCAST_ID,
+    ErrorNumber,
+    Instruction,
+    PacketStream,
+    StatusPacket,
+    decode_instruction,
+    encode_status,
+    parse_bulk_read,
+    parse_bulk_write,
+    parse_sync_read,
+    parse_sync_write,
+)
+from retarget.errors import InputError
+
+__all__ = [
+    "EmulatedBus",
+    "PtyEmulator",
+    "Reply",
+    "add_arguments",
+    "main",
+    "parse_ids",
+    "run",
+    "send_control",
+]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One status packet to send.
+
+    Attributes:
+        servo_id: sender.
+        data: the framed bytes.
+        delay_s: Return Delay Time to wait before sending [s].
+    """
+
+    servo_id: int
+    data: bytes
+    delay_s: float
+
+
+class EmulatedBus:
+    """Several emulated servos on one bus, their dynamics and their faults.
+
+    Args:
+        ids: servo IDs, in the order of the dynamics' arrays.
+        dynamics: the servo model; default :class:`FirstOrderServo`.
+        table: the control table (default: packaged XM430-W210).
+        initial_positions: power-on shaft angles [rad], shape ``(n,)``; default 0.
+        period: dynamics step [s].
+        clock: monotonic time source [s]; tests pass a fake one.
+        boot_time: how long a servo stays silent after Reboot / Factory Reset [s].
+        return_delay_us: Return Delay Time to set at power-on [µs] (the factory value is 500 µs), None to keep it.
+    """
+
+    def __init__(
+        self,
+        ids: Sequence[int],
+        dynamics: ServoDynamics | None = None,
+        table: ControlTable | None = None,
+        initial_positions: Sequence[float] | None = None,
+        period: float = 0.002,
+        clock: Callable[[], float] = time.monotonic,
+        boot_time: float = 0.05,
+        return_delay_us: float | None = None,
+    ) -> None:
+        if len(set(ids)) != len(ids) or not ids:
+            raise InputError(f"emulated bus needs distinct servo IDs, got {list(ids)}")
+        self.table = table or load_control_table()
+        self.ids = [int(i) for i in ids]
+        n = len(self.ids)
+        start = np.zeros(n) if initial_positions is None else np.asarray(initial_positions, dtype=float)
+        self.servos = {i: EmulatedServo(i, self.table, float(p)) for i, p in zip(self.ids, start)}
+        if return_delay_us is not None:
+            for servo in self.servos.values():
+                servo._set("Return Delay Time", int(round(return_delay_us / 2.0)))
+        self.dynamics = dynamics or FirstOrderServo(n)
+        self.period = period
+        self.clock = clock
+        self.boot_time = boot_time
+        self.lock = threading.RLock()
+        self._t0 = clock()
+        self._t = self._t0
+        self._booting_until = {i: -np.inf for i in self.ids}
+        feedback = self.dynamics.reset(start)
+        self._store(feedback)
+        self.received_frames = 0
+        self.crc_errors_seen = 0
+
+    # --- time ------------------------------------------------------------------------------------------------
+
+    def advance(self, now: float | None = None) -> None:
+        """Step the dynamics in ``period`` increments up to ``now`` (a long gap is covered in ≤ 500 steps)."""
+        with self.lock:
+            now = self.clock() if now is None else now
+            gap = now - self._t
+            steps = int(gap / self.period)
+            if steps <= 0:
+                return
+            dt = self.period
+            if steps > 500:
+                dt, steps = gap / 500, 500
+            # No packet is processed during a catch-up, so the command is constant over it and only the last
+            # feedback can ever be observed: build the one, store the other.
+            command = self._command()
+            for _ in range(steps):
+                feedback = self.dynamics.step(command, dt)
+                self._t += dt
+            self._store(feedback)
+
+    def _command(self) -> ServoCommand:
+        rows = [self.servos[i].command_si() for i in self.ids]
+        goal, on, pv, pa, vl = (np.array(col) for col in zip(*rows))
+        return ServoCommand(goal, on.astype(bool), pv, pa, vl)
+
+    def _store(self, feedback) -> None:
+        tick_ms = int((self._t - self._t0) * 1000)
+        current = feedback.current if len(feedback.current) else np.zeros(len(self.ids))
+        for k, i in enumerate(self.ids):
+            self.servos[i].set_present(feedback.position[k], feedback.velocity[k], current[k], tick_ms)
+
+    # --- faults ----------------------------------------------------------------------------------------------
+
+    def set_fault(
+        self,
+        servo_id: int,
+        *,
+        drop_replies: bool | None = None,
+        corrupt_crc: bool | None = None,
+        disconnected: bool | None = None,
+    ) -> None:
+        """Switch communication faults of one servo on or off (None leaves a flag unchanged)."""
+        with self.lock:
+            faults = self._servo(servo_id).faults
+            if drop_replies is not None:
+                faults.drop_replies = drop_replies
+            if corrupt_crc is not None:
+                faults.corrupt_crc = corrupt_crc
+            if disconnected is not None:
+                faults.disconnected = disconnected
+
+    def raise_hardware_error(self, servo_id: int, bits: int | Iterable[str], persistent: bool = False) -> None:
+        """Latch Hardware Error Status bits (e.g. ``["overload"]``) on one servo; ``persistent`` ones survive
+        reboots until :meth:`clear_faults`."""
+        if not isinstance(bits, int):
+            bits = int(HardwareErrorStatus.from_names(list(bits)))
+        with self.lock:
+            servo = self._servo(servo_id)
+            servo.raise_hardware_error(bits)
+            if persistent:
+                servo.faults.persistent_hardware_error |= bits
+
+    def clear_faults(self, servo_id: int | None = None) -> None:
+        """Remove every injected fault (latched hardware errors stay until a reboot, as on a real servo)."""
+        with self.lock:
+            for i in [servo_id] if servo_id is not None else self.ids:
+                servo = self._servo(i)
+                servo.faults.drop_replies = servo.faults.corrupt_crc = servo.faults.disconnected = False
+                servo.faults.persistent_hardware_error = 0
+
+    def _servo(self, servo_id: int) -> EmulatedServo:
+        try:
+            return self.servos[servo_id]
+        except KeyError as exc:
+            raise InputError(f"no emulated servo with ID {servo_id}; IDs: {self.ids}") from exc
+
+    def snapshot(self) -> dict:
+        """Goal and present state of every servo, in SI, for tests and the control channel."""
+        with self.lock:
+            self.advance()
+            out: dict = {"ids": self.ids, "time": self._t - self._t0}
+            rows = {i: (self.servos[i].command_si(), self.servos[i].present_si()) for i in self.ids}
+            out["goal_position"] = [rows[i][0][0] for i in self.ids]
+            out["torque_enabled"] = [rows[i][0][1] for i in self.ids]
+            out["present_position"] = [rows[i][1][0] for i in self.ids]
+            out["present_velocity"] = [rows[i][1][1] for i in self.ids]
+            out["present_current"] = [rows[i][1][2] for i in self.ids]
+            out["hardware_error"] = [self.servos[i].hardware_error for i in self.ids]
+            return out
+
+    # --- protocol --------------------------------------------------------------------------------------------
+
+    def handle(self, frame: bytes) -> list[Reply]:
+        """Process one received frame (header through CRC) and return the status packets to send, in order."""
+        with self.lock:
+            now = self.clock()
+            self.advance(now)
+            self.received_frames += 1
+            try:
+                packet = decode_instruction(frame)
+            except CrcError as exc:
+                self.crc_errors_seen += 1
+                servo = self._live(exc.servo_id, now)
+                if servo is None or servo.get("Status Return Level") == 0:
+                    return []
+                return self._reply(servo, ErrorNumber.CRC)
+            except MalformedPacketError:
+                return []
+            return self._dispatch(packet.servo_id, packet.instruction, packet.params, now)
+
+    def _live(self, servo_id: int | None, now: float) -> EmulatedServo | None:
+        servo = self.servos.get(servo_id) if servo_id is not None else None
+        if servo is None or servo.faults.disconnected or now < self._booting_until[servo_id]:
+            return None
+        return servo
+
+    def _reply(
+        self, servo: EmulatedServo, error: int, params: bytes = b"", alert: bool | None = None
+    ) -> list[Reply]:
+        if servo.faults.drop_replies:
+            return []
+        alert = servo.alert if alert is None else alert
+        err = int(error) | (ALERT_BIT if alert else 0)
+        data = encode_status(StatusPacket(servo.servo_id, err, params))
+        if servo.faults.corrupt_crc:
+            data = data[:-2] + bytes((data[-2] ^ 0x5A, data[-1]))
+        return [Reply(servo.servo_id, data, servo.return_delay_s)]
+
+    @staticmethod
+    def _answers(level: int, kind: str) -> bool:
+        """Whether Status Return Level ``level`` answers an instruction of ``kind`` (ping/read/write/reset)."""
+        return kind == "ping" or (kind == "read" and level >= 1) or level >= 2
+
+    def _dispatch(self, target: int, instruction: int, params: bytes, now: float) -> list[Reply]:
+        broadcast = target == BROADCAST_ID
+        if instruction == Instruction.SYNC_READ:
+            return self._sync_read(params, now) if broadcast else []
+        if instruction == Instruction.SYNC_WRITE:
+            return self._sync_write(params, now) if broadcast else []
+        if instruction == Instruction.BULK_READ:
+            return self._bulk_read(params, now) if broadcast else []
+        if instruction == Instruction.BULK_WRITE:
+            return self._bulk_write(params, now) if broadcast else []
+        targets = self.ids if broadcast else [target]
+        replies: list[Reply] = []
+        for servo_id in targets:
+            servo = self._live(servo_id, now)
+            if servo is None:
+                continue
+            # Reboot and factory reset answer first and reset afterwards: the reply shows the state before.
+            alert_before, level_before = servo.alert, servo.get("Status Return Level")
+            error, data, kind = self._unicast(servo, instruction, params, now)
+            # Broadcast: only Ping answers (Read/Write never do, e-manual Protocol 2.0).
+            if broadcast and instruction != Instruction.PING:
+                continue
+            if self._answers(level_before, kind):
+                replies += self._reply(servo, error, data, alert_before if kind == "reset" else None)
+            if instruction in (Instruction.REBOOT, Instruction.FACTORY_RESET) and error == ErrorNumber.NONE:
+                self._booting_until[servo_id] = now + self.boot_time
+        return replies
+
+    def _unicast(self, servo: EmulatedServo, instruction: int, params: bytes, now: float) -> tuple[int, bytes, str]:
+        """Execute one instruction on one servo; return (error number, reply params, reply kind)."""
+        if instruction == Instruction.PING:
+            info = struct.pack("<HB", servo.get("Model Number"), servo.get("Firmware Version"))
+            return ErrorNumber.NONE, info, "ping"
+        if instruction == Instruction.READ:
+            if len(params) != 4:
+                return ErrorNumber.DATA_LENGTH, b"", "read"
+            address, length = struct.unpack("<HH", params)
+            error, data = servo.read(address, length)
+            return error, data, "read"
+        if instruction in (Instruction.WRITE, Instruction.REG_WRITE):
+            if len(params) < 3:
+                return ErrorNumber.DATA_LENGTH, b"", "write"
+            (address,) = struct.unpack_from("<H", params)
+            apply = servo.write if instruction == Instruction.WRITE else servo.reg_write
+            return apply(address, params[2:]), b"", "write"
+        if instruction == Instruction.ACTION:
+            return servo.action(), b"", "write"
+        if instruction == Instruction.REBOOT:
+            servo.reboot()
+            return ErrorNumber.NONE, b"", "reset"
+        if instruction == Instruction.FACTORY_RESET:
+            if len(params) != 1 or params[0] not in (0x01, 0x02, 0xFF):
+                return ErrorNumber.DATA_RANGE, b"", "write"
+            servo.factory_reset(params[0])
+            return ErrorNumber.NONE, b"", "reset"
+        if instruction == Instruction.CLEAR:
+            if params != b"\x01\x44\x58\x4c\x22":
+                return ErrorNumber.DATA_RANGE, b"", "write"
+            moving = servo.get("Moving") == 1
+            return (ErrorNumber.RESULT_FAIL if moving else ErrorNumber.NONE), b"", "write"
+        return ErrorNumber.INSTRUCTION, b"", "write"
+
+    def _sync_read(self, params: bytes, now: float) -> list[Reply]:
+        try:
+            address, length, ids = parse_sync_read(params)
+        except MalformedPacketError:
+            return []
+        replies: list[Reply] = []
+        for servo_id in ids:
+            servo = self._live(servo_id, now)
+            if servo is None or not self._answers(servo.get("Status Return Level"), "read"):
+                continue
+            error, data = servo.read(address, length)
+            replies += self._reply(servo, error, data)
+        return replies
+
+    def _sync_write(self, params: bytes, now: float) -> list[Reply]:
+        try:
+            address, _length, blocks = parse_sync_write(params)
+        except MalformedPacketError:
+            return []
+        for servo_id, data in blocks.items():
+            servo = self._live(servo_id, now)
+            if servo is not None:
+                servo.write(address, data)
+        return []
+
+    def _bulk_read(self, params: bytes, now: float) -> list[Reply]:
+        try:
+            requests = parse_bulk_read(params)
+        except MalformedPacketError:
+            return []
+        replies: list[Reply] = []
+        for servo_id, address, length in requests:
+            servo = self._live(servo_id, now)
+            if servo is None or not self._answers(servo.get("Status Return Level"), "read"):
+                continue
+            error, data = servo.read(address, length)
+            replies += self._reply(servo, error, data)
+        return replies
+
+    def _bulk_write(self, params: bytes, now: float) -> list[Reply]:
+        try:
+            writes = parse_bulk_write(params)
+        except MalformedPacketError:
+            return []
+        for servo_id, address, data in writes:
+            servo = self._live(servo_id, now)
+            if servo is not None:
+                servo.write(address, data)
+        return []
+
+
+# --- the pseudo-terminal ---------------------------------------------------------------------------------------
+
+
+class PtyEmulator:
+    """Serve an :class:`EmulatedBus` on a pseudo-terminal, for the real SDK to open.
+
+    Args:
+        bus: the emulated servos.
+        link: optional symlink to create to the slave side (e.g. ``/tmp/ttyDXL``); replaced if it exists.
+        control_path: optional Unix socket path for :func:`send_control`.
+        honour_return_delay: sleep each servo's Return Delay Time before its reply.
+        idle_period: how often the dynamics are advanced while no packet arrives [s] (they are always brought
+            up to date before a packet is answered; this keeps a digital twin moving between commands).
+    """
+
+    def __init__(
+        self,
+        bus: EmulatedBus,
+        link: str | Path | None = None,
+        control_path: str | Path | None = None,
+        honour_return_delay: bool = True,
+        idle_period: float = 0.02,
+    ) -> None:
+        self.bus = bus
+        self.idle_period = idle_period
+        self.link = Path(link) if link else None
+        self.control_path = Path(control_path) if control_path else None
+        self.honour_return_delay = honour_return_delay
+        self._master: int | None = None
+        self._slave: int | None = None
+        self.slave_name = ""
+        self._stop = threading.Event()
+        self._wake_r, self._wake_w = os.pipe()
+        self._threads: list[threading.Thread] = []
+        self._server: socket.socket | None = None
+        self._io_lock = threading.Lock()
+
+    @property
+    def port(self) -> str:
+        """The path a client opens: the symlink if any, else the slave device."""
+        return str(self.link) if self.link else self.slave_name
+
+    def start(self) -> PtyEmulator:
+        """Create the pseudo-terminal (and link, control socket) and start serving."""
+        self._open_pty()
+        reader = threading.Thread(target=self._serve, name="dxl-emulator", daemon=True)
+        reader.start()
+        self._threads.append(reader)
+        if self.control_path:
+            self._start_control()
+        return self
+
+    def _open_pty(self) -> None:
+        master, slave = os.openpty()
+        tty.setraw(master)
+        tty.setraw(slave)  # no echo, no line discipline: the client's bytes reach us verbatim
+        with self._io_lock:
+            self._master, self._slave = master, slave
+            self.slave_name = os.ttyname(slave)
+        if self.link:
+            tmp = self.link.with_name(self.link.name + ".tmp")
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+            tmp.symlink_to(self.slave_name)
+            os.replace(tmp, self.link)  # atomic: a client never sees a missing link during restore
+        self._wake()
+
+    def _close_pty(self) -> None:
+        with self._io_lock:
+            for fd in (self._master, self._slave):
+                if fd is not None:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            self._master = self._slave = None
+        self._wake()
+
+    def vanish_port(self) -> None:
+        """Close the pseudo-terminal and remove the link: the client's next I/O fails as for an unplugged adapter."""
+        self._close_pty()
+        if self.link:
+            with contextlib.suppress(FileNotFoundError):
+                self.link.unlink()
+
+    def restore_port(self) -> None:
+        """Create a new pseudo-terminal (and re-point the link) after :meth:`vanish_port`."""
+        if self._master is None:
+            self._open_pty()
+
+    def stop(self) -> None:
+        """Stop serving, close everything, remove the link and the control socket."""
+        self._stop.set()
+        self._wake()
+        if self._server is not None:
+            with contextlib.suppress(OSError):
+                self._server.shutdown(socket.SHUT_RDWR)
+            self._server.close()
+        for thread in self._threads:
+            thread.join(timeout=2.0)
+        self._close_pty()
+        for path in (self.link, self.control_path):
+            if path is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    if path.is_symlink() or path.exists():
+                        path.unlink()
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def __enter__(self) -> PtyEmulator:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"x")
+
+    def _serve(self) -> None:
+        stream = PacketStream()
+        while not self._stop.is_set():
+            master = self._master
+            fds = [self._wake_r] + ([master] if master is not None else [])
+            try:
+                ready, _, _ = select.select(fds, [], [], self.idle_period)
+            except (OSError, ValueError):
+                continue
+            if self._wake_r in ready:
+                with contextlib.suppress(OSError):
+                    os.read(self._wake_r, 1024)
+                stream.clear()
+            if master is None or master not in ready:
+                self.bus.advance()
+                continue
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                # EIO: the pty was closed under us (vanish) or no slave is open; wait for the next wake-up.
+                time.sleep(self.bus.period)
+                continue
+            for frame in stream.feed(chunk):
+                for reply in self.bus.handle(frame):
+                    if self.honour_return_delay and reply.delay_s > 0:
+                        time.sleep(reply.delay_s)
+                    with contextlib.suppress(OSError):
+                        os.write(master, reply.data)
+
+    # --- control channel -------------------------------------------------------------------------------------
+
+    def _start_control(self) -> None:
+        assert self.control_path is not None
+        with contextlib.suppress(FileNotFoundError):
+            self.control_path.unlink()
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(str(self.control_path))
+        server.listen(4)
+        self._server = server
+        thread = threading.Thread(target=self._control_loop, name="dxl-emulator-control", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _control_loop(self) -> None:
+        assert self._server is not None
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(2.0)
+                try:
+                    line = conn.makefile("r").readline()
+                    answer = self.control(json.loads(line))
+                except Exception as exc:  # the channel must survive any bad request; the client sees the error
+                    answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+                with contextlib.suppress(OSError):
+                    conn.sendall((json.dumps(answer) + "\n").encode())
+
+    def control(self, request: dict) -> dict:
+        """Execute one control request (the same dicts :func:`send_control` sends).
+
+        Commands: ``status``; ``fault`` (id, drop_replies, corrupt_crc, disconnected);
+        ``hardware_error`` (id, errors: names, persistent); ``clear_faults`` (id optional);
+        ``vanish``; ``restore``.
+
+        Raises:
+            InputError: unknown command or bad arguments.
+        """
+        cmd = request.get("cmd")
+        if cmd == "status":
+            return {"ok": True, "port": self.port, **self.bus.snapshot()}
+        if cmd == "fault":
+            self.bus.set_fault(
+                int(request["id"]),
+                drop_replies=request.get("drop_replies"),
+                corrupt_crc=request.get("corrupt_crc"),
+                disconnected=request.get("disconnected"),
+            )
+        elif cmd == "hardware_error":
+            self.bus.raise_hardware_error(
+                int(request["id"]), list(request.get("errors", [])), bool(request.get("persistent", False))
+            )
+        elif cmd == "clear_faults":
+            self.bus.clear_faults(request.get("id"))
+        elif cmd == "vanish":
+            self.vanish_port()
+        elif cmd == "restore":
+            self.restore_port()
+        else:
+            raise InputError(f"unknown emulator control command {cmd!r}")
+        return {"ok": True}
+
+
+def send_control(path: str | Path, request: dict, timeout: float = 2.0) -> dict:
+    """Send one control request to a running emulator's Unix socket and return its JSON answer.
+
+    Example: ``send_control("/tmp/ttyDXL.ctl", {"cmd": "hardware_error", "id": 3, "errors": ["overload"]})``.
+
+    Raises:
+        InputError: the emulator answered with an error.
+        OSError: no emulator listens there.
+    """
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(str(path))
+        sock.sendall((json.dumps(request) + "\n").encode())
+        answer = json.loads(sock.makefile("r").readline())
+    if not answer.get("ok"):
+        raise InputError(f"emulator refused {request}: {answer.get('error')}")
+    return answer
+
+
+# --- command line ------------------------------------------------------------------------------------------------
+
+
+def parse_ids(text: str) -> list[int]:
+    """``"1,2,5-7"`` → ``[1, 2, 5, 6, 7]``.
+
+    Raises:
+        InputError: malformed list or an ID outside 0-252.
+    """
+    ids: list[int] = []
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-"))
+                ids.extend(range(lo, hi + 1))
+            elif part:
+                ids.append(int(part))
+    except ValueError as exc:
+        raise InputError(f"bad servo ID list {text!r}: use e.g. 1,2,5-7") from exc
+    if not ids or any(not 0 <= i <= 252 for i in ids) or len(set(ids)) != len(ids):
+        raise InputError(f"bad servo ID list {text!r}: distinct IDs in 0-252 needed")
+    return ids
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The emulator's options, shared by ``python -m`` and ``retarget emulate-bus``."""
+    parser.add_argument("--ids", required=True, help="servo IDs, e.g. 1,2,3 or 1-13")
+    parser.add_argument("--link", help="symlink to create to the pseudo-terminal (e.g. /tmp/ttyDXL)")
+    parser.add_argument("--control", help="Unix socket for fault injection (default: LINK.ctl when --link is set)")
+    parser.add_argument("--return-delay-us", type=float, default=None,
+                        help="Return Delay Time at power-on [µs] (factory value 500)")
+    parser.add_argument("--period", type=float, default=0.002, help="servo model step [s]")
+    parser.add_argument("--json", action="store_true", help="print the ready line as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Start the emulator from parsed arguments and serve until SIGINT/SIGTERM."""
+    ids = parse_ids(args.ids)
+    control = args.control or (f"{args.link}.ctl" if args.link else None)
+    bus = EmulatedBus(ids, period=args.period, return_delay_us=args.return_delay_us)
+    emulator = PtyEmulator(bus, link=args.link, control_path=control)
+    stop = threading.Event()
+
+    def _on_signal(signum: int, _frame: object) -> None:
+        stop.set()
+
+    previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    emulator.start()
+    try:
+        ready = {"port": emulator.port, "device": emulator.slave_name, "control": control, "ids": ids}
+        print(json.dumps(ready) if args.json else f"emulating XM430-W210 {ids} on {emulator.port}"
+              f" (device {emulator.slave_name}, control {control}); Ctrl-C to stop", flush=True)
+        while not stop.wait(0.2):
+            pass
+    finally:
+        emulator.stop()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m retarget.dynamixel.emulator``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m retarget.dynamixel.emulator",
+        description="Emulated XM430-W210 servos answering Dynamixel Protocol 2.0 on a pseudo-terminal.",
+    )
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except InputError as exc:
+        print(f"emulator: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

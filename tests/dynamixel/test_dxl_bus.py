@@ -1,0 +1,169 @@
+"""The driver core over the real dynamixel_sdk: against the in-process emulator (LoopbackPort) for every fault,
+and over a real pseudo-terminal for the end-to-end path."""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+
+from retarget.dynamixel.bus import DynamixelBus
+from retarget.dynamixel.control_table import HardwareErrorStatus, OperatingMode
+from retarget.dynamixel.emulator import EmulatedBus, PtyEmulator, send_control
+from retarget.dynamixel.errors import (
+    CrcError,
+    DeviceError,
+    GoalOutOfRangeError,
+    NoReplyError,
+    PortGoneError,
+    WrongModelError,
+)
+from retarget.dynamixel.loopback import LoopbackPort
+from retarget.errors import InputError
+
+
+@pytest.fixture
+def driver(emulated: EmulatedBus) -> DynamixelBus:
+    bus = DynamixelBus(LoopbackPort(emulated), [1, 2, 3], offsets=[0.0, 0.5, 0.0], directions=[1, 1, -1])
+    return bus.open()
+
+
+def test_configure_torque_goals_and_state_in_joint_space(driver: DynamixelBus, emulated: EmulatedBus, clock) -> None:
+    assert driver.check_models() == {1: 38, 2: 38, 3: 38}
+    driver.configure(OperatingMode.POSITION, return_delay_us=0, profile_velocity=2.0, profile_acceleration=0)
+    assert emulated.servos[2].get("Profile Velocity") == round(2.0 / (0.229 * 2 * math.pi / 60))
+    driver.set_torque(True)
+    goal = np.array([0.3, -0.2, 0.4])
+    driver.write_goal_positions(goal)
+    snap = emulated.snapshot()
+    # servo = direction * joint + offset
+    assert snap["goal_position"] == pytest.approx([0.3, 0.3, -0.4], abs=1e-3)
+    clock.tick(2.0)
+    state = driver.read_state()
+    assert state.position == pytest.approx(goal, abs=2e-3)
+    assert state.velocity == pytest.approx(np.zeros(3), abs=0.03)
+    assert not state.alert.any()
+
+
+def test_goals_are_validated_before_anything_is_sent(driver: DynamixelBus, emulated: EmulatedBus) -> None:
+    port = driver._port
+    sent_before = len(port.sent)
+    for bad in ([0.0, 0.0, math.nan], [0.0, 0.0, 4.0], [0.0, math.inf, 0.0]):
+        with pytest.raises(GoalOutOfRangeError) as info:
+            driver.write_goal_positions(np.array(bad))
+        assert "servo" in str(info.value)
+    with pytest.raises(InputError):
+        driver.write_goal_positions(np.zeros(2))
+    assert len(port.sent) == sent_before
+
+
+def test_no_reply_names_the_silent_servo(driver: DynamixelBus, emulated: EmulatedBus) -> None:
+    emulated.set_fault(2, drop_replies=True)
+    with pytest.raises(NoReplyError) as info:
+        driver.read_state()
+    assert info.value.servo_id == 2 and "servo 2" in str(info.value)
+    with pytest.raises(NoReplyError, match="servo 2"):
+        driver.ping(2)
+    emulated.clear_faults()
+    assert driver.read_state().position.shape == (3,)  # recovered, no stale bytes in the way
+
+
+def test_corrupt_reply_is_a_crc_error(driver: DynamixelBus, emulated: EmulatedBus) -> None:
+    emulated.set_fault(3, corrupt_crc=True)
+    with pytest.raises(CrcError) as info:
+        driver.read_state()
+    assert info.value.servo_id == 3
+    emulated.clear_faults()
+    driver.read_state()
+
+
+def test_overload_shutdown_torque_off_and_reboot_recovery(driver: DynamixelBus, emulated: EmulatedBus) -> None:
+    driver.set_torque(True)
+    emulated.raise_hardware_error(1, ["overload"])
+    with pytest.raises(DeviceError) as info:
+        driver.read_state()
+    exc = info.value
+    assert exc.servo_id == 1 and exc.alert and exc.hardware_errors == ["overload"]
+    assert "servo 1" in str(exc) and "overload" in str(exc)
+    state = driver.read_state(raise_on_alert=False)
+    assert state.alert.tolist() == [True, False, False]
+    assert driver.read_hardware_errors()[1] == HardwareErrorStatus.OVERLOAD
+    assert driver.safe_torque_off() == {}  # alert-only acknowledgements are not failures
+    with pytest.raises(DeviceError, match="result fail"):
+        driver.set_torque(True, ids=[1])
+    driver.reboot(1)
+    driver.set_torque(True)
+    assert not driver.read_state().alert.any()
+
+
+def test_persistent_fault_survives_reboot_until_cleared(driver: DynamixelBus, emulated: EmulatedBus) -> None:
+    emulated.raise_hardware_error(2, ["overheating"], persistent=True)
+    driver.reboot(2)
+    assert driver.read_hardware_errors()[2] == HardwareErrorStatus.OVERHEATING
+    emulated.clear_faults(2)
+    driver.reboot(2)
+    assert driver.read_hardware_errors()[2] == 0
+
+
+def test_eeprom_write_with_torque_on_is_a_device_error(driver: DynamixelBus) -> None:
+    driver.set_torque(True)
+    with pytest.raises(DeviceError, match="access error") as info:
+        driver.write(2, "Operating Mode", 4)
+    assert info.value.servo_id == 2 and info.value.error_number == 7
+    driver.configure()  # turns torque off first, so the EEPROM write is allowed
+
+
+def test_port_gone_and_reopen(driver: DynamixelBus) -> None:
+    driver._port.vanish()
+    with pytest.raises(PortGoneError, match="loopback"):
+        driver.read_state()
+    assert driver.safe_torque_off()[1].__class__ is PortGoneError
+    driver._port.gone = False
+    driver.reopen()
+    driver.read_state()
+
+
+def test_wrong_model_and_bad_arguments(emulated: EmulatedBus) -> None:
+    emulated.servos[3].image[0:2] = (1020).to_bytes(2, "little")
+    bus = DynamixelBus(LoopbackPort(emulated), [1, 2, 3]).open()
+    with pytest.raises(WrongModelError, match="servo 3"):
+        bus.check_models()
+    for kwargs in ({"ids": []}, {"ids": [1, 1]}, {"ids": [1], "directions": [2]}, {"ids": [1], "offsets": [0, 1]}):
+        with pytest.raises(InputError):
+            DynamixelBus(LoopbackPort(emulated), **kwargs)
+    with pytest.raises(InputError, match="baud"):
+        DynamixelBus(LoopbackPort(emulated), [1], baudrate=123).open()
+    with pytest.raises(PortGoneError):
+        DynamixelBus("/nonexistent/ttyDXL", [1]).open()
+
+
+def test_end_to_end_over_pty_with_faults_from_another_channel(pty_emulator: PtyEmulator, tmp_path) -> None:
+    ctl = tmp_path / "ttyDXL.ctl"
+    with DynamixelBus(pty_emulator.port, [1, 2, 3], baudrate=3_000_000, latency_timer_ms=100) as bus:
+        assert bus.scan() == {1: 1030, 2: 1030, 3: 1030}
+        bus.configure(return_delay_us=0)
+        bus.set_torque(True)
+        goal = np.array([0.2, -0.3, 0.1])
+        bus.write_goal_positions(goal)
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            state = bus.read_state()
+            if np.allclose(state.position, goal, atol=3e-3):
+                break
+            time.sleep(0.02)
+        assert state.position == pytest.approx(goal, abs=3e-3)
+        send_control(ctl, {"cmd": "fault", "id": 3, "drop_replies": True})
+        with pytest.raises(NoReplyError, match="servo 3"):
+            bus.read_state()
+        send_control(ctl, {"cmd": "clear_faults"})
+        send_control(ctl, {"cmd": "hardware_error", "id": 2, "errors": ["overload"]})
+        with pytest.raises(DeviceError, match="servo 2.*overload"):
+            bus.read_state()
+        bus.reboot(2)
+        send_control(ctl, {"cmd": "vanish"})
+        with pytest.raises(PortGoneError):
+            bus.read_state()
+        send_control(ctl, {"cmd": "restore"})
+        bus.reopen()
+        assert bus.read_state().position.shape == (3,)

@@ -1,0 +1,112 @@
+"""Control table loading, item codecs, unit conversions and Hardware Error Status decoding."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from retarget.dynamixel import control_table as ct
+from retarget.errors import InputError
+
+
+def test_packaged_table_has_the_items_the_driver_uses() -> None:
+    table = ct.load_control_table()
+    assert table.model_number == 1030
+    expected = {
+        "Operating Mode": (11, 1), "Return Delay Time": (9, 1), "Current Limit": (38, 2),
+        "Velocity Limit": (44, 4), "Max Position Limit": (48, 4), "Min Position Limit": (52, 4),
+        "Torque Enable": (64, 1), "Hardware Error Status": (70, 1), "Profile Acceleration": (108, 4),
+        "Profile Velocity": (112, 4), "Goal Position": (116, 4), "Present Current": (126, 2),
+        "Present Velocity": (128, 4), "Present Position": (132, 4),
+    }
+    for name, (address, size) in expected.items():
+        assert (table[name].address, table[name].size) == (address, size), name
+    assert table["Torque Enable"].area == "RAM" and table["Operating Mode"].area == "EEPROM"
+    assert table["Present Position"].access == "R"
+
+
+def test_packaged_table_matches_the_model_file(shared_data: Path) -> None:
+    """Every address/size/name of the ROBOTIS .model file (aliases aside) is in the packaged copy."""
+    lines = (shared_data / "dynamixel" / "xm430_w210.model").read_text().splitlines()
+    start = lines.index("[control table]") + 2
+    table = ct.load_control_table()
+    checked = 0
+    for line in lines[start:]:
+        address, size, name = line.split("\t")
+        if name in table:
+            assert (table[name].address, table[name].size) == (int(address), int(size)), name
+            checked += 1
+        else:
+            assert name.startswith("Indirect"), f"{name} missing from the packaged table"
+    assert checked >= 50
+
+
+def test_item_codec_round_trip_signed_and_unsigned() -> None:
+    table = ct.load_control_table()
+    rng = np.random.default_rng(0)
+    for item in table.items:
+        bits = 8 * item.size
+        lo, hi = (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if item.signed else (0, 2**bits - 1)
+        for value in [lo, hi, 0, *rng.integers(lo, hi, size=5, endpoint=True).tolist()]:
+            assert item.decode(item.encode(value)) == value
+    with pytest.raises(InputError):
+        table["Torque Enable"].encode(256)
+    with pytest.raises(InputError):
+        table["No Such Item"]
+
+
+def test_initial_image_and_overlap() -> None:
+    table = ct.load_control_table()
+    image = table.initial_image()
+    assert len(image) == table.size
+    assert table["Model Number"].decode(image[0:2]) == 1030
+    assert table["Return Delay Time"].decode(image[9:10]) == 250
+    names = [it.name for it in table.overlapping(126, 10)]
+    assert names == ["Present Current", "Present Velocity", "Present Position"]
+
+
+def test_position_convention_and_round_trip() -> None:
+    assert ct.position_to_radians(2048) == 0.0
+    assert ct.position_to_radians(0) == pytest.approx(-math.pi)
+    assert ct.position_to_radians(3072) == pytest.approx(math.pi / 2)
+    ticks = np.arange(-5000, 9000, 7)
+    assert np.array_equal(ct.radians_to_position(ct.position_to_radians(ticks)), ticks)
+    angles = np.random.default_rng(1).uniform(-math.pi, math.pi, 1000)
+    err = ct.position_to_radians(ct.radians_to_position(angles)) - angles
+    assert np.max(np.abs(err)) <= 0.5 * ct.POSITION_RAD_PER_TICK + 1e-12
+
+
+def test_velocity_current_acceleration_units() -> None:
+    assert ct.velocity_to_rad_s(1) == pytest.approx(0.229 * 2 * math.pi / 60)
+    # 77 rev/min no-load speed is 336 units of 0.229 rev/min.
+    assert ct.rad_s_to_velocity(77 * 2 * math.pi / 60) == 336
+    assert ct.current_to_amperes(1000) == pytest.approx(2.69)
+    assert ct.amperes_to_current(-2.69) == -1000
+    assert ct.profile_acceleration_to_rad_s2(1) == pytest.approx(214.577 * 2 * math.pi / 3600)
+    raw = np.arange(-300, 300)
+    assert np.array_equal(ct.rad_s_to_velocity(ct.velocity_to_rad_s(raw)), raw)
+    assert np.array_equal(ct.amperes_to_current(ct.current_to_amperes(raw)), raw)
+    assert np.array_equal(ct.rad_s2_to_profile_acceleration(ct.profile_acceleration_to_rad_s2(raw)), raw)
+
+
+def test_hardware_error_bits() -> None:
+    status = ct.HardwareErrorStatus(0x20 | 0x04)
+    assert status.names() == ["overheating", "overload"]
+    assert ct.HardwareErrorStatus(0x01).names() == ["input voltage"]
+    assert ct.HardwareErrorStatus(0x08).names() == ["motor encoder"]
+    assert ct.HardwareErrorStatus(0x10).names() == ["electrical shock"]
+    assert ct.HardwareErrorStatus(0x42).names() == ["bit 1", "bit 6"]
+    assert ct.HardwareErrorStatus.from_names(["overload", "OVERHEATING"]) == status
+    with pytest.raises(InputError, match="unknown hardware error"):
+        ct.HardwareErrorStatus.from_names(["melted"])
+
+
+def test_bad_table_file(tmp_path: Path) -> None:
+    bad = tmp_path / "t.yaml"
+    bad.write_text("model: x\n")
+    with pytest.raises(InputError, match="malformed"):
+        ct.load_control_table(bad)
+    with pytest.raises(InputError, match="cannot read"):
+        ct.load_control_table(tmp_path / "missing.yaml")
