@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import sys
 from collections.abc import Sequence
 
@@ -21,18 +20,22 @@ PREFERRED_ORDER: tuple[str, ...] = ("model", "motion", "sim", "optimize", "fit",
 
 
 def command_modules() -> list[str]:
-    """``retarget.info`` plus every ``retarget.<subpackage>.commands`` module that exists."""
-    import pkgutil
+    """``retarget.info`` plus every ``commands`` module one or two package levels down
+    (``retarget.<pkg>.commands``, ``retarget.<pkg>.<sub>.commands``), found on disk without importing."""
+    from pathlib import Path
 
     import retarget
 
-    found = [m.name for m in pkgutil.iter_modules(retarget.__path__) if m.ispkg]
-    ordered = [p for p in PREFERRED_ORDER if p in found] + sorted(set(found) - set(PREFERRED_ORDER))
-    names = ["retarget.info"]
-    for pkg in ordered:
-        if importlib.util.find_spec(f"retarget.{pkg}.commands") is not None:
-            names.append(f"retarget.{pkg}.commands")
-    return names
+    root = Path(retarget.__file__).parent
+    found = sorted(p.relative_to(root).with_suffix("") for p in (*root.glob("*/commands.py"),
+                                                                 *root.glob("*/*/commands.py")))
+
+    def rank(rel: Path) -> tuple[int, str]:
+        top = rel.parts[0]
+        order = PREFERRED_ORDER.index(top) if top in PREFERRED_ORDER else len(PREFERRED_ORDER)
+        return order, str(rel)
+
+    return ["retarget.info"] + ["retarget." + ".".join(rel.parts) for rel in sorted(found, key=rank)]
 
 
 def build_parser() -> argparse.ArgumentParser:
