@@ -50,6 +50,7 @@ setup(
             "trajectory_server = retarget.ros.trajectory_server:main",
             "dynamixel_driver = retarget.ros.dynamixel_driver:main",
             "mocap = retarget.ros.mocap_node:main",
+            "servo_twin = retarget.ros.servo_twin:main",
         ],
     },
 )

@@ -1,0 +1,118 @@
+"""One trajectory goal being executed: desired state, error and outcome per control tick (no ROS, no clock).
+
+This is joint_trajectory_controller's ``update()`` for one goal as a plain object: the node calls
+:meth:`TrajectoryExecution.update` at its control rate with the measured state and forwards the desired
+positions as setpoints. Path tolerances are checked before the last point's time (and on the first sample),
+goal tolerances from then on; the goal succeeds as soon as every joint is within the goal tolerance, and is
+aborted with ``GOAL_TOLERANCE_VIOLATED`` if that has not happened ``goal_time`` seconds after the last point.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+
+from retarget.control.errors import ErrorCode
+from retarget.control.interpolation import TrajectorySample, TrajectorySampler
+from retarget.control.tolerances import Tolerances, check_tolerance
+from retarget.control.trajectory import Trajectory
+
+__all__ = ["ExecutionState", "ExecutionStatus", "ExecutionStep", "TrajectoryExecution"]
+
+
+class ExecutionStatus(Enum):
+    """Where a goal stands after a tick."""
+
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    ABORTED = "aborted"
+
+
+@dataclass(frozen=True, eq=False)
+class ExecutionState:
+    """Measured joint state in controller order.
+
+    Attributes:
+        positions: [rad] ``(m,)``.
+        velocities: [rad/s] ``(m,)`` or ``None`` if not measured.
+    """
+
+    positions: np.ndarray
+    velocities: np.ndarray | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class ExecutionStep:
+    """The outcome of one tick.
+
+    Attributes:
+        desired: The sampled desired state.
+        position_error: Desired minus actual [rad] ``(m,)``.
+        velocity_error: Desired minus actual [rad/s] ``(m,)`` or ``None``.
+        status: Running, succeeded or aborted.
+        code: Result code for a finished goal (``SUCCESSFUL`` while running).
+        message: Human-readable reason when aborted, empty otherwise.
+    """
+
+    desired: TrajectorySample
+    position_error: np.ndarray
+    velocity_error: np.ndarray | None
+    status: ExecutionStatus
+    code: ErrorCode = ErrorCode.SUCCESSFUL
+    message: str = ""
+
+
+class TrajectoryExecution:
+    """Executes one validated trajectory against measured states.
+
+    Args:
+        trajectory: The validated trajectory (its ``start_time`` is on the same clock as ``now`` below).
+        tolerances: Resolved tolerances for this goal.
+        start: The state the trajectory starts from (measured, or the last command in open loop).
+    """
+
+    def __init__(self, trajectory: Trajectory, tolerances: Tolerances, start: ExecutionState) -> None:
+        self.trajectory = trajectory
+        self.tolerances = tolerances
+        self.sampler = TrajectorySampler(trajectory, start.positions, start.velocities)
+        self._first = True
+        self.finished: ExecutionStep | None = None
+
+    def update(self, now: float, actual: ExecutionState) -> ExecutionStep:
+        """Advance to ``now`` [s] and judge the measured state.
+
+        Args:
+            now: Current time [s], same clock as ``trajectory.start_time``.
+            actual: Measured state.
+
+        Returns:
+            The step; once finished, every later call returns the same finished step.
+        """
+        if self.finished is not None:
+            return self.finished
+        t = now - self.trajectory.start_time
+        desired = self.sampler.sample(t)
+        pos_err = desired.positions - actual.positions
+        vel_err = None if actual.velocities is None else desired.velocities - actual.velocities
+        names = self.trajectory.joint_names
+        status, code, message = ExecutionStatus.RUNNING, ErrorCode.SUCCESSFUL, ""
+        if not desired.after_end or self._first:
+            bad = check_tolerance(names, self.tolerances.path, pos_err, vel_err)
+            if bad:
+                status, code = ExecutionStatus.ABORTED, ErrorCode.PATH_TOLERANCE_VIOLATED
+                message = f"path tolerance violated at t = {t:.3f} s: " + "; ".join(map(str, bad))
+        if status is ExecutionStatus.RUNNING and desired.after_end:
+            bad = check_tolerance(names, self.tolerances.goal, pos_err, vel_err)
+            late = t - self.trajectory.duration
+            if not bad:
+                status = ExecutionStatus.SUCCEEDED
+            elif self.tolerances.goal_time > 0.0 and late > self.tolerances.goal_time:
+                status, code = ExecutionStatus.ABORTED, ErrorCode.GOAL_TOLERANCE_VIOLATED
+                message = (f"goal tolerance not reached {late:.3f} s after the last point (goal_time_tolerance "
+                           f"{self.tolerances.goal_time:.3f} s): " + "; ".join(map(str, bad)))
+        self._first = False
+        step = ExecutionStep(desired, pos_err, vel_err, status, code, message)
+        if status is not ExecutionStatus.RUNNING:
+            self.finished = step
+        return step

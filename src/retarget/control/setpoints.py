@@ -1,0 +1,81 @@
+"""Turning ``joint_commands`` messages into servo goal positions over time (shared by the driver and the twin).
+
+A one-point command is a setpoint, applied at once. A multi-point command is a trajectory started when it is
+received, sampled at the control rate from the current goal (linear / cubic / quintic as in
+:mod:`retarget.control.interpolation`). Joints a command does not name keep their current goal, as
+joint_trajectory_controller fills partial goals.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from retarget.control.errors import ErrorCode, TrajectoryRejected
+from retarget.control.interpolation import TrajectorySampler
+from retarget.control.trajectory import GoalPoint, validate_trajectory
+from retarget.motion.limits import JointLimit
+
+__all__ = ["CommandFollower"]
+
+
+class CommandFollower:
+    """Goal positions of a set of joints driven by joint commands.
+
+    Args:
+        joint_names: Joints in wire order ``(m,)``.
+        initial_goal: Goal positions [rad] ``(m,)`` before any command.
+        limits: ``{joint: JointLimit}``; commands outside them are rejected.
+        max_velocity: Servo speed limit [rad/s] for multi-point commands.
+    """
+
+    def __init__(self, joint_names: Sequence[str], initial_goal: np.ndarray,
+                 limits: dict[str, JointLimit] | None = None, max_velocity: float = np.inf) -> None:
+        self.joint_names = tuple(joint_names)
+        self._goal = np.asarray(initial_goal, dtype=float).copy()
+        self._limits = limits or {}
+        self._max_velocity = max_velocity
+        self._sampler: TrajectorySampler | None = None
+        self._start = 0.0
+
+    def command(self, names: Sequence[str], points: Sequence[GoalPoint], now: float) -> None:
+        """Take a new command, replacing any trajectory in progress.
+
+        Args:
+            names: Joints named by the command (a subset of ``joint_names``, any order).
+            points: Its points; one point = setpoint.
+            now: Receipt time [s].
+
+        Raises:
+            TrajectoryRejected: Unknown or duplicate joints, malformed points, limits exceeded. The goal is unchanged.
+        """
+        current = self.goal_at(now)
+        unknown = [n for n in names if n not in self.joint_names]
+        if unknown:
+            raise TrajectoryRejected(ErrorCode.INVALID_JOINTS, f"command names unknown joint {unknown[0]!r}",
+                                     joint=unknown[0])
+        missing = [j for j, n in enumerate(self.joint_names) if n not in names]
+        full_names = list(names) + [self.joint_names[j] for j in missing]
+        filled = [GoalPoint(p.time_from_start, list(p.positions) + [current[j] for j in missing],
+                            list(p.velocities) + [0.0] * len(missing) * bool(len(p.velocities)),
+                            list(p.accelerations) + [0.0] * len(missing) * bool(len(p.accelerations)), p.effort)
+                  for p in points]
+        if len(filled) == 1:
+            filled = [GoalPoint(0.0, filled[0].positions)]  # a setpoint: its time and derivatives do not matter
+        traj = validate_trajectory(full_names, filled, controller_joints=self.joint_names, limits=self._limits,
+                                   max_velocity=self._max_velocity, now=now)
+        if len(traj.time) == 1:
+            self._goal = traj.positions[0].copy()
+            self._sampler = None
+        else:
+            self._sampler = TrajectorySampler(traj, current)
+            self._start = now
+
+    def goal_at(self, now: float) -> np.ndarray:
+        """Goal positions [rad] ``(m,)`` at time ``now`` [s]."""
+        if self._sampler is not None:
+            sample = self._sampler.sample(now - self._start)
+            self._goal = sample.positions
+            if sample.after_end:
+                self._sampler = None
+        return self._goal.copy()

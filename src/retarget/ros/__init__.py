@@ -1,0 +1,1 @@
+"""retarget.ros"""

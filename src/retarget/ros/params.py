@@ -1,0 +1,50 @@
+"""Typed, documented parameter declaration shared by the nodes."""
+from __future__ import annotations
+
+from typing import Any
+
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rclpy.exceptions import ParameterUninitializedException
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+
+from retarget.errors import InputError
+
+__all__ = ["declare"]
+
+
+def declare(node: Node, name: str, kind: Parameter.Type, default: Any, description: str, *,
+            low: float | None = None, high: float | None = None, read_only: bool = True) -> Any:
+    """Declare a parameter with a :class:`ParameterDescriptor` and return its value.
+
+    Args:
+        node: The node.
+        name: Parameter name.
+        kind: Its type; arrays may default to ``[]``.
+        default: Value when not set by ``--ros-args``/params file (``None`` with an array type: empty).
+        description: Shown by ``ros2 param describe``; say the unit.
+        low, high: Inclusive range for numbers (checked by rclpy on set).
+        read_only: Nodes read their parameters once at start.
+
+    Raises:
+        InputError: A value of the wrong type was given.
+    """
+    descriptor = ParameterDescriptor(description=description, read_only=read_only)
+    if low is not None and high is not None:
+        if kind == Parameter.Type.INTEGER:
+            descriptor.integer_range = [IntegerRange(from_value=int(low), to_value=int(high), step=0)]
+        elif kind == Parameter.Type.DOUBLE:
+            descriptor.floating_point_range = [FloatingPointRange(from_value=float(low), to_value=float(high),
+                                                                  step=0.0)]
+    empty_array = isinstance(default, list) and not default
+    try:
+        if empty_array:
+            node.declare_parameter(name, kind, descriptor)
+        else:
+            node.declare_parameter(name, default, descriptor)
+        value = node.get_parameter(name).value
+    except ParameterUninitializedException:
+        return []
+    except Exception as exc:  # rclpy raises several unrelated types for bad overrides
+        raise InputError(f"parameter {name!r}: {exc}") from exc
+    return list(value) if isinstance(value, (list, tuple)) or hasattr(value, "tolist") else value

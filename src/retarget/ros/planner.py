@@ -1,0 +1,182 @@
+"""The planner node: the ``retarget_interfaces/action/Retarget`` action over the optimizer.
+
+Action ``~/retarget``: the goal's animation is validated against the robot's joints; the optimizer
+(``retarget.optimize.plan``, imported lazily) runs with per-iteration feedback; the result carries the optimized
+JointTrajectory and metrics, which is also published latched (transient local) on ``~/optimized_trajectory``.
+Until the optimizer exists the result is ``NOT_AVAILABLE`` with a clear reason — never a fake success. With
+``execute: true`` an optimized trajectory is forwarded to the trajectory server.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import time
+from typing import Any
+
+import rclpy
+from control_msgs.action import FollowJointTrajectory
+from rclpy.action import ActionClient, ActionServer, CancelResponse, GoalResponse
+from rclpy.action.server import ServerGoalHandle
+from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from retarget_interfaces.action import Retarget
+from trajectory_msgs.msg import JointTrajectory
+
+from retarget.control import TrajectoryRejected, validate_trajectory
+from retarget.errors import InputError, NotAvailableError, RetargetError
+from retarget.ros.conversions import goal_points
+from retarget.ros.params import declare
+
+__all__ = ["Planner", "main"]
+
+Result = Retarget.Result
+
+#: The optimizer entry point the planner calls: ``plan(request: dict, progress: Callable[[dict], None]) -> dict``.
+OPTIMIZER_ENTRY = ("retarget.optimize", "plan")
+
+
+def load_optimizer() -> Any:
+    """The optimizer's ``plan`` function.
+
+    Raises:
+        NotAvailableError: ``retarget.optimize`` does not provide it yet.
+    """
+    module_name, attr = OPTIMIZER_ENTRY
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise NotAvailableError(f"the optimizer ({module_name}) cannot be imported: {exc}") from exc
+    plan = getattr(module, attr, None)
+    if plan is None:
+        raise NotAvailableError(f"the optimizer is not available yet: {module_name}.{attr} does not exist, so no "
+                                "optimized trajectory can be produced (play the input animation instead)")
+    return plan
+
+
+class Planner(Node):
+    """Serves Retarget goals; forwards optimized trajectories to the trajectory server on request."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__("planner", **kwargs)
+        T = Parameter.Type
+        self.robot_name = declare(self, "robot_name", T.STRING, "", "robot served by default")
+        self.joint_names = tuple(declare(self, "joint_names", T.STRING_ARRAY, [], "the robot's motors, wire order"))
+        self.server_action = declare(self, "trajectory_server_action", T.STRING,
+                                     "/trajectory_server/follow_joint_trajectory",
+                                     "FollowJointTrajectory action used when a goal asks to execute")
+        group = ReentrantCallbackGroup()
+        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
+                             reliability=ReliabilityPolicy.RELIABLE)
+        self._optimized = self.create_publisher(JointTrajectory, "~/optimized_trajectory", latched)
+        self._follow = ActionClient(self, FollowJointTrajectory, self.server_action, callback_group=group)
+        self._server = ActionServer(self, Retarget, "~/retarget", execute_callback=self._execute,
+                                    goal_callback=lambda _goal: GoalResponse.ACCEPT,
+                                    cancel_callback=lambda _handle: CancelResponse.ACCEPT, callback_group=group)
+        self.get_logger().info(f"ready: robot {self.robot_name or '(unset)'}, {len(self.joint_names)} joints")
+
+    def _feedback(self, handle: ServerGoalHandle, started: float, stage: str, iteration: int = 0,
+                  objective: float = 0.0, gradient_norm: float = 0.0) -> None:
+        handle.publish_feedback(Retarget.Feedback(stage=stage, iteration=iteration, objective=float(objective),
+                                                  gradient_norm=float(gradient_norm),
+                                                  elapsed_time=time.monotonic() - started))
+
+    def _validate(self, goal: Retarget.Goal) -> None:
+        if goal.robot and goal.robot != self.robot_name:
+            raise InputError(f"this planner serves robot {self.robot_name!r}, the goal asks for {goal.robot!r}")
+        if not self.joint_names:
+            raise InputError("the planner has no joint_names parameter: start it with the robot's params file")
+        validate_trajectory(goal.animation.joint_names, goal_points(goal.animation),
+                            controller_joints=self.joint_names)
+        if goal.position_weights and len(goal.position_weights) != len(goal.tracked_bodies):
+            raise InputError(f"{len(goal.position_weights)} position_weights for {len(goal.tracked_bodies)} "
+                             "tracked_bodies")
+
+    async def _execute(self, handle: ServerGoalHandle) -> Result:
+        started = time.monotonic()
+        goal: Retarget.Goal = handle.request
+        self._feedback(handle, started, "validating")
+        try:
+            self._validate(goal)
+        except (TrajectoryRejected, InputError) as exc:
+            handle.abort()
+            return Result(error_code=Result.INVALID_GOAL, error_string=str(exc), wall_time=time.monotonic() - started)
+        try:
+            plan = load_optimizer()
+            self._feedback(handle, started, "optimizing")
+            outcome = plan(self._request(goal), lambda it: self._feedback(handle, started, "optimizing", **it))
+        except NotAvailableError as exc:
+            self.get_logger().warning(str(exc))
+            handle.abort()
+            return Result(error_code=Result.NOT_AVAILABLE, error_string=str(exc),
+                          wall_time=time.monotonic() - started)
+        except RetargetError as exc:
+            handle.abort()
+            return Result(error_code=Result.FAILED, error_string=str(exc), wall_time=time.monotonic() - started)
+        result = self._result(outcome, started)
+        self._optimized.publish(result.optimized)
+        if goal.execute:
+            self._feedback(handle, started, "executing")
+            error = await self._forward(result.optimized)
+            if error:
+                handle.abort()
+                result.error_code, result.error_string = Result.FAILED, error
+                return result
+        handle.succeed()
+        return result
+
+    def _request(self, goal: Retarget.Goal) -> dict[str, Any]:
+        """The optimizer's input as plain data (no messages cross into the core)."""
+        points = goal_points(goal.animation)
+        return {"robot": goal.robot or self.robot_name, "joint_names": list(goal.animation.joint_names),
+                "time": [p.time_from_start for p in points], "positions": [list(p.positions) for p in points],
+                "tracked_bodies": list(goal.tracked_bodies), "position_weights": list(goal.position_weights),
+                "deviation_weight": goal.deviation_weight, "acceleration_weight": goal.acceleration_weight,
+                "knot_spacing": goal.knot_spacing, "max_iterations": goal.max_iterations,
+                "relative_tolerance": goal.relative_tolerance}
+
+    def _result(self, outcome: dict[str, Any], started: float) -> Result:
+        from retarget.ros.conversions import point_msg
+
+        traj = JointTrajectory(joint_names=list(outcome["joint_names"]))
+        traj.points = [point_msg(q, time_from_start=t) for t, q in zip(outcome["time"], outcome["positions"])]
+        metrics = outcome.get("metrics", {})
+        return Result(error_code=Result.SUCCESSFUL, optimized=traj,
+                      objective_initial=float(metrics.get("objective_initial", 0.0)),
+                      objective_final=float(metrics.get("objective_final", 0.0)),
+                      iterations=int(metrics.get("iterations", 0)),
+                      naive_peak_deviation=float(metrics.get("naive_peak_deviation", 0.0)),
+                      optimized_peak_deviation=float(metrics.get("optimized_peak_deviation", 0.0)),
+                      naive_rms_deviation=float(metrics.get("naive_rms_deviation", 0.0)),
+                      optimized_rms_deviation=float(metrics.get("optimized_rms_deviation", 0.0)),
+                      wall_time=time.monotonic() - started, metrics_json=json.dumps(metrics))
+
+    async def _forward(self, trajectory: JointTrajectory) -> str:
+        """Execute on the trajectory server; returns an error text, empty on success."""
+        if not self._follow.wait_for_server(timeout_sec=5.0):
+            return f"trajectory server {self.server_action} is not available"
+        handle = await self._follow.send_goal_async(FollowJointTrajectory.Goal(trajectory=trajectory))
+        if not handle.accepted:
+            return "the trajectory server rejected the optimized trajectory"
+        response = await handle.get_result_async()
+        if response.result.error_code != 0:
+            return f"execution failed ({response.result.error_code}): {response.result.error_string}"
+        return ""
+
+
+def main(args: list[str] | None = None) -> None:
+    """Run the planner until Ctrl-C or external shutdown."""
+    try:
+        with rclpy.init(args=args):
+            node = Planner()
+            executor = MultiThreadedExecutor()
+            executor.add_node(node)
+            executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,253 @@
+"""The trajectory server node: FollowJointTrajectory with joint_trajectory_controller semantics.
+
+Action ``~/follow_joint_trajectory`` (control_msgs/action/FollowJointTrajectory). A goal is validated by
+:func:`retarget.control.validate_trajectory`; an invalid goal is accepted and immediately aborted with its error
+code and error_string (so a client learns *why*, where joint_trajectory_controller only rejects it) and nothing
+is commanded. A valid goal replaces (aborts) the active one and is executed from the measured state: a timer at
+``control_rate`` samples the trajectory, streams one-point setpoints on ``joint_commands`` and judges the
+``joint_states`` against path/goal tolerances. Cancel → hold the current position.
+"""
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+import rclpy
+from control_msgs.action import FollowJointTrajectory
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.action.server import ServerGoalHandle
+from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.task import Future
+from sensor_msgs.msg import JointState
+from trajectory_msgs.msg import JointTrajectory
+
+from retarget.control import (ErrorCode, ExecutionState, ExecutionStatus, ExecutionStep, TrajectoryExecution,
+                              TrajectoryRejected, limits_from_urdf, resolve_tolerances, validate_trajectory)
+from retarget.errors import InputError
+from retarget.motion.limits import JointLimit
+from retarget.ros.conversions import goal_points, goal_tolerances, point_msg, setpoint_msg, time_to_seconds
+from retarget.ros.params import declare
+
+__all__ = ["TrajectoryServer", "main"]
+
+Result = FollowJointTrajectory.Result
+
+
+@dataclass
+class _ActiveGoal:
+    handle: ServerGoalHandle
+    execution: TrajectoryExecution
+    done: Future
+    ticks: int = 0
+
+
+class TrajectoryServer(Node):
+    """Executes FollowJointTrajectory goals by streaming setpoints to the driver."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("trajectory_server", **kwargs)
+        T = Parameter.Type
+        self.joint_names: tuple[str, ...] = tuple(declare(
+            self, "joint_names", T.STRING_ARRAY, [], "controlled joints, in wire order"))
+        if not self.joint_names:
+            raise InputError("parameter joint_names is empty: give the robot's params file "
+                             "(--ros-args --params-file config/<robot>.yaml)")
+        self.control_rate = declare(self, "control_rate", T.DOUBLE, 100.0,
+                                    "setpoint streaming and tolerance check rate [Hz]", low=1.0, high=1000.0)
+        self.feedback_rate = declare(self, "action_monitor_rate", T.DOUBLE, 20.0,
+                                     "action feedback rate [Hz]", low=0.1, high=1000.0)
+        self.default_path = declare(self, "default_path_tolerance", T.DOUBLE, 0.0,
+                                    "position tolerance while moving [rad]; 0 = not checked", low=0.0, high=10.0)
+        self.default_goal = declare(self, "default_goal_tolerance", T.DOUBLE, 0.02,
+                                    "position tolerance at the end [rad]; 0 = not checked", low=0.0, high=10.0)
+        self.default_goal_time = declare(self, "goal_time_tolerance", T.DOUBLE, 1.0,
+                                         "time allowed after the last point to reach the goal tolerance [s]; "
+                                         "0 = no limit", low=0.0, high=1e3)
+        self.max_velocity = declare(self, "servo_max_velocity", T.DOUBLE, 0.0,
+                                    "servo speed limit for every joint [rad/s]; 0 = none", low=0.0,
+                                    high=1e3) or math.inf
+        self.open_loop = declare(self, "open_loop", T.BOOL, False,
+                                 "start trajectories from the last command instead of the measured state")
+        self.state_timeout = declare(self, "state_timeout", T.DOUBLE, 0.5,
+                                     "joint_states older than this abort the goal [s]", low=0.01, high=60.0)
+        self.limits = self._limits(declare(self, "robot_description", T.STRING, "", "URDF XML (joint limits)"),
+                                   declare(self, "position_lower_limits", T.DOUBLE_ARRAY, [],
+                                           "per joint [rad]; overrides the URDF"),
+                                   declare(self, "position_upper_limits", T.DOUBLE_ARRAY, [],
+                                           "per joint [rad]; overrides the URDF"),
+                                   declare(self, "velocity_limits", T.DOUBLE_ARRAY, [],
+                                           "per joint [rad/s]; overrides the URDF"))
+        self._lock = threading.Lock()
+        self._active: _ActiveGoal | None = None
+        self._state: tuple[np.ndarray, np.ndarray | None, float] | None = None
+        self._last_command: np.ndarray | None = None
+        group = ReentrantCallbackGroup()
+        self._commands = self.create_publisher(JointTrajectory, "joint_commands", 10)
+        self.create_subscription(JointState, "joint_states", self._on_joint_state, 10, callback_group=group)
+        self._server = ActionServer(self, FollowJointTrajectory, "~/follow_joint_trajectory",
+                                    execute_callback=self._execute, goal_callback=self._on_goal,
+                                    cancel_callback=self._on_cancel, callback_group=group)
+        self.create_timer(1.0 / self.control_rate, self._tick, callback_group=group)
+        self.get_logger().info(f"ready: {len(self.joint_names)} joints at {self.control_rate:g} Hz")
+
+    def _limits(self, urdf: str, lower: list[float], upper: list[float],
+                velocity: list[float]) -> dict[str, JointLimit]:
+        limits = limits_from_urdf(urdf) if urdf else {}
+        out = {n: limits.get(n, JointLimit()) for n in self.joint_names}
+        for values, field in ((lower, "lower"), (upper, "upper"), (velocity, "velocity")):
+            if values and len(values) != len(self.joint_names):
+                raise InputError(f"{len(values)} {field} limits given for {len(self.joint_names)} joints")
+            for name, value in zip(self.joint_names, values):
+                out[name] = out[name]._replace(**{field: float(value)})
+        return out
+
+    def _now(self) -> float:
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        index = {n: i for i, n in enumerate(msg.name)}
+        if not all(n in index for n in self.joint_names) or len(msg.position) != len(msg.name):
+            return
+        order = [index[n] for n in self.joint_names]
+        positions = np.asarray(msg.position, dtype=float)[order]
+        velocities = (np.asarray(msg.velocity, dtype=float)[order] if len(msg.velocity) == len(msg.name) else None)
+        self._state = (positions, velocities, self._now())
+
+    def _measured(self) -> ExecutionState | None:
+        state = self._state
+        if state is None or self._now() - state[2] > self.state_timeout:
+            return None
+        return ExecutionState(state[0], state[1])
+
+    def _on_goal(self, goal_request: FollowJointTrajectory.Goal) -> GoalResponse:
+        # Validation happens in _execute so that an invalid goal gets a result with its error code.
+        return GoalResponse.ACCEPT
+
+    def _on_cancel(self, goal_handle: ServerGoalHandle) -> CancelResponse:
+        return CancelResponse.ACCEPT
+
+    def _start_state(self) -> ExecutionState:
+        measured = self._measured()
+        if self.open_loop and self._last_command is not None:
+            return ExecutionState(self._last_command.copy())
+        if measured is None:
+            raise TrajectoryRejected(ErrorCode.INVALID_GOAL, f"no joint_states for {list(self.joint_names)} within "
+                                     f"the last {self.state_timeout:g} s: the driver is not running or not ready")
+        return measured
+
+    async def _execute(self, goal_handle: ServerGoalHandle) -> Result:
+        goal: FollowJointTrajectory.Goal = goal_handle.request
+        try:
+            if goal.multi_dof_trajectory.joint_names or goal.multi_dof_trajectory.points:
+                raise TrajectoryRejected(ErrorCode.INVALID_JOINTS, "multi-DOF trajectories are not supported")
+            start = self._start_state()
+            trajectory = validate_trajectory(
+                goal.trajectory.joint_names, goal_points(goal.trajectory), controller_joints=self.joint_names,
+                limits=self.limits, max_velocity=self.max_velocity,
+                stamp=time_to_seconds(goal.trajectory.header.stamp),
+                now=self._now(), start_positions=start.positions)
+            tolerances = resolve_tolerances(
+                self.joint_names, default_path=self.default_path, default_goal=self.default_goal,
+                default_goal_time=self.default_goal_time, path=goal_tolerances(goal.path_tolerance),
+                goal=goal_tolerances(goal.goal_tolerance),
+                goal_time=goal.goal_time_tolerance.sec + 1e-9 * goal.goal_time_tolerance.nanosec)
+        except TrajectoryRejected as exc:
+            self.get_logger().error(f"goal rejected ({exc.code.name}): {exc}")
+            goal_handle.abort()
+            return Result(error_code=int(exc.code), error_string=str(exc))
+        done = Future()
+        with self._lock:
+            if self._active is not None:
+                self._active.done.set_result((ExecutionStatus.ABORTED, ErrorCode.INVALID_GOAL,
+                                              "replaced by a new goal"))
+                self.get_logger().info("active goal replaced by a new goal")
+            self._active = _ActiveGoal(goal_handle, TrajectoryExecution(trajectory, tolerances, start), done)
+        self.get_logger().info(f"executing a {len(trajectory.time)}-point trajectory of "
+                               f"{trajectory.duration:.3f} s")
+        status, code, message = await done
+        if status is ExecutionStatus.SUCCEEDED:
+            goal_handle.succeed()
+        elif status is ExecutionStatus.ABORTED:
+            goal_handle.abort()
+            self.get_logger().warning(f"goal aborted ({ErrorCode(code).name}): {message}")
+        else:
+            goal_handle.canceled()
+            self.get_logger().info("goal canceled: holding position")
+        return Result(error_code=int(code), error_string=message)
+
+    def _hold(self, positions: np.ndarray) -> None:
+        self._last_command = positions.copy()
+        self._commands.publish(setpoint_msg(self.joint_names, positions, np.zeros_like(positions),
+                                            self.get_clock().now().to_msg()))
+
+    def _tick(self) -> None:
+        with self._lock:
+            active = self._active
+            if active is None:
+                return
+            measured = self._measured()
+            if active.handle.is_cancel_requested:
+                self._hold(measured.positions if measured is not None else self._last_command_or_start(active))
+                self._finish(active, None, ErrorCode.SUCCESSFUL, "canceled")
+                return
+            if measured is None:
+                self._hold(self._last_command_or_start(active))
+                self._finish(active, ExecutionStatus.ABORTED, ErrorCode.PATH_TOLERANCE_VIOLATED,
+                             f"joint_states stopped: none within the last {self.state_timeout:g} s")
+                return
+            step = active.execution.update(self._now(), measured)
+            if step.status is ExecutionStatus.ABORTED:
+                self._hold(measured.positions)
+            else:
+                self._last_command = step.desired.positions.copy()
+                self._commands.publish(setpoint_msg(self.joint_names, step.desired.positions,
+                                                    step.desired.velocities, self.get_clock().now().to_msg()))
+            every = max(1, round(self.control_rate / self.feedback_rate))
+            if active.ticks % every == 0 or step.status is not ExecutionStatus.RUNNING:
+                self._feedback(active, step, measured)
+            active.ticks += 1
+            if step.status is not ExecutionStatus.RUNNING:
+                self._finish(active, step.status, step.code, step.message)
+
+    def _last_command_or_start(self, active: _ActiveGoal) -> np.ndarray:
+        if self._last_command is not None:
+            return self._last_command
+        return active.execution.sampler.start_positions
+
+    def _finish(self, active: _ActiveGoal, status: ExecutionStatus | None, code: ErrorCode, message: str) -> None:
+        """Resolve the goal's future (``status=None`` = canceled) and clear it; caller holds the lock."""
+        self._active = None
+        if not active.done.done():
+            active.done.set_result((status, code, message))
+
+    def _feedback(self, active: _ActiveGoal, step: ExecutionStep, measured: ExecutionState) -> None:
+        fb = FollowJointTrajectory.Feedback()
+        fb.header.stamp = self.get_clock().now().to_msg()
+        fb.joint_names = list(self.joint_names)
+        fb.desired = point_msg(step.desired.positions, step.desired.velocities, step.desired.accelerations,
+                               max(0.0, self._now() - active.execution.trajectory.start_time))
+        fb.actual = point_msg(measured.positions, measured.velocities)
+        fb.error = point_msg(step.position_error, step.velocity_error)
+        fb.index = int(step.desired.index)
+        active.handle.publish_feedback(fb)
+
+
+def main(args: list[str] | None = None) -> None:
+    """Run the trajectory server until Ctrl-C or external shutdown."""
+    try:
+        with rclpy.init(args=args):
+            node = TrajectoryServer()
+            executor = MultiThreadedExecutor()
+            executor.add_node(node)
+            executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""Goal validation: every rejection case of the acceptance list, with its error code; reordering; start time."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from retarget.control import ErrorCode, GoalPoint, TrajectoryRejected, validate_trajectory
+from retarget.motion.limits import JointLimit
+
+JOINTS = ("a", "b", "c")
+LIMITS = {"a": JointLimit(-1.0, 1.0, 5.0), "b": JointLimit(-2.0, 2.0, 5.0), "c": JointLimit(-3.0, 3.0, 5.0)}
+
+
+def pts(*rows: tuple) -> list[GoalPoint]:
+    return [GoalPoint(t, list(p), *[list(x) for x in rest]) for t, p, *rest in rows]
+
+
+def validate(names=JOINTS, points=None, **kw):
+    if points is None:
+        points = pts((0.5, (0.1, 0.2, 0.3)), (1.0, (0.2, 0.3, 0.4)))
+    kw.setdefault("limits", LIMITS)
+    return validate_trajectory(names, points, controller_joints=JOINTS, **kw)
+
+
+def test_valid_goal_is_reordered_to_controller_joints() -> None:
+    traj = validate(("c", "a", "b"), pts((0.5, (3.0, 1.0, 2.0), (0.3, 0.1, 0.2)), (1.0, (2.9, 0.9, 1.9), (0, 0, 0))),
+                    max_velocity=10.0, now=7.0)
+    assert traj.joint_names == JOINTS
+    np.testing.assert_array_equal(traj.positions, [[1.0, 2.0, 3.0], [0.9, 1.9, 2.9]])
+    np.testing.assert_array_equal(traj.velocities, [[0.1, 0.2, 0.3], [0, 0, 0]])
+    assert traj.accelerations is None
+    assert traj.start_time == 7.0  # zero stamp: start now
+    assert traj.duration == 1.0
+
+
+def test_future_stamp_sets_start_time() -> None:
+    assert validate(stamp=12.5, now=10.0).start_time == 12.5
+
+
+NAN, INF = math.nan, math.inf
+REJECTIONS = {
+    "wrong joint": (dict(names=("a", "b", "x")), ErrorCode.INVALID_JOINTS, "'x'"),
+    "missing joint": (dict(names=("a", "b"), points=pts((1.0, (0, 0)))), ErrorCode.INVALID_JOINTS, "missing"),
+    "duplicate joint": (dict(names=("a", "b", "b")), ErrorCode.INVALID_JOINTS, "more than once"),
+    "no joint names": (dict(names=()), ErrorCode.INVALID_JOINTS, "empty joint_names"),
+    "empty trajectory": (dict(points=[]), ErrorCode.INVALID_GOAL, "empty trajectory"),
+    "NaN position": (dict(points=pts((1.0, (0, NAN, 0)))), ErrorCode.INVALID_GOAL, "finite"),
+    "inf position": (dict(points=pts((1.0, (0, 0, INF)))), ErrorCode.INVALID_GOAL, "finite"),
+    "NaN velocity": (dict(points=pts((1.0, (0, 0, 0), (0, NAN, 0)))), ErrorCode.INVALID_GOAL, "finite"),
+    "NaN time": (dict(points=pts((NAN, (0, 0, 0)))), ErrorCode.INVALID_GOAL, "finite"),
+    "negative time": (dict(points=pts((-0.5, (0, 0, 0)), (1.0, (0, 0, 0)))), ErrorCode.INVALID_GOAL, ">= 0"),
+    "decreasing times": (dict(points=pts((1.0, (0, 0, 0)), (0.5, (0, 0, 0)))), ErrorCode.INVALID_GOAL,
+                         "strictly increasing"),
+    "repeated time": (dict(points=pts((1.0, (0, 0, 0)), (1.0, (0, 0, 0)))), ErrorCode.INVALID_GOAL,
+                      "strictly increasing"),
+    "short positions": (dict(points=pts((1.0, (0, 0)))), ErrorCode.INVALID_GOAL, "positions (2)"),
+    "short velocities": (dict(points=pts((1.0, (0, 0, 0), (0, 0)))), ErrorCode.INVALID_GOAL, "velocities (2)"),
+    "velocities on some points": (dict(points=pts((0.5, (0, 0, 0), (0, 0, 0)), (1.0, (0, 0, 0)))),
+                                  ErrorCode.INVALID_GOAL, "point #1"),
+    "effort": (dict(points=pts((1.0, (0, 0, 0), (), (), (1, 1, 1)))), ErrorCode.INVALID_GOAL, "effort"),
+    "above upper limit": (dict(points=pts((1.0, (1.5, 0, 0)))), ErrorCode.INVALID_GOAL, "upper limit"),
+    "below lower limit": (dict(points=pts((1.0, (0, 0, -3.5)))), ErrorCode.INVALID_GOAL, "lower limit"),
+    "velocity above URDF limit": (dict(points=pts((1.0, (0, 0, 0), (0, 6.0, 0)))), ErrorCode.INVALID_GOAL,
+                                  "above its limit 5"),
+    "velocity above servo limit": (dict(points=pts((1.0, (0, 0, 0), (0, 4.0, 0))), max_velocity=3.0),
+                                   ErrorCode.INVALID_GOAL, "above its limit 3"),
+    "segment too fast": (dict(points=pts((1.0, (0, 0, 0)), (1.1, (0, 1.0, 0))), max_velocity=8.0),
+                         ErrorCode.INVALID_GOAL, "average to reach point #1"),
+    "first point too fast from current": (dict(points=pts((0.1, (0, 1.0, 0))), start_positions=(0, 0, 0)),
+                                          ErrorCode.INVALID_GOAL, "from its current position"),
+    "ends in the past": (dict(stamp=100.0, now=200.0), ErrorCode.OLD_HEADER_TIMESTAMP, "before now"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REJECTIONS))
+def test_rejections(case: str) -> None:
+    kwargs, code, text = REJECTIONS[case]
+    with pytest.raises(TrajectoryRejected) as info:
+        validate(**kwargs)
+    assert info.value.code == code
+    assert text in str(info.value)
+
+
+def test_rejection_names_joint_and_point() -> None:
+    with pytest.raises(TrajectoryRejected) as info:
+        validate(points=pts((0.5, (0, 0, 0)), (1.0, (0, 0, 2.9)), (2.0, (0, 0, 3.1))))
+    assert (info.value.joint, info.value.point) == ("c", 2)
+
+
+def test_first_point_at_time_zero_skips_start_speed_check() -> None:
+    # JTC semantics: a first point at t = 0 is taken at once (a jump), not reached by a segment.
+    validate(points=pts((0.0, (0, 1.0, 0))), start_positions=(0, 0, 0))
+
+
+def test_limit_at_bound_is_accepted() -> None:
+    validate(points=pts((1.0, (1.0, -2.0, 3.0), (0, 5.0, -5.0))), start_positions=(0.5, 0, 0))

@@ -1,0 +1,165 @@
+"""The whole loop on the emulated bus: emulator process (pseudo-terminal) + driver + trajectory server + client.
+
+A 13-joint drummer goal succeeds and the emulated servos follow; injected faults (no reply, CRC, overload bit,
+port vanishing) put the driver in a safe state with an error naming the servo, the node stays alive, and the
+reboot service recovers once the fault is cleared.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+from ros_helpers import wait_for
+
+pytestmark = pytest.mark.integration
+
+NS = "/test_driver_loop"
+CONFIG = Path(__file__).resolve().parents[2] / "config" / "drummer.yaml"
+
+
+def _drummer() -> tuple[list[str], list[int]]:
+    if not CONFIG.is_file():
+        pytest.skip(f"{CONFIG} is absent")
+    params = yaml.safe_load(CONFIG.read_text())["/**"]["ros__parameters"]
+    return list(params["joint_names"]), list(params["dynamixel_ids"])
+
+
+def _is_error(array: Any) -> bool:
+    """DiagnosticStatus.level is a ``byte`` field: rclpy gives ``bytes``."""
+    level = array.status[0].level if array.status else b"\x00"
+    return (level[0] if isinstance(level, bytes) else int(level)) == 2
+
+
+class Monitor:
+    def __init__(self, context: Any, executor: Any) -> None:
+        from control_msgs.action import FollowJointTrajectory
+        from diagnostic_msgs.msg import DiagnosticArray
+        from rclpy.action import ActionClient
+        from rclpy.node import Node
+        from sensor_msgs.msg import JointState
+        from std_srvs.srv import Trigger
+
+        self.node = Node("driver_test", namespace=NS, context=context)
+        self.executor = executor
+        executor.add_node(self.node)
+        self.states: list[np.ndarray] = []
+        self.diagnostics: list[Any] = []
+        self.node.create_subscription(JointState, "joint_states", lambda m: self.states.append(np.array(m.position)),
+                                      100)
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self.diagnostics.append, 100)
+        self.action = ActionClient(self.node, FollowJointTrajectory,
+                                   f"{NS}/trajectory_server/follow_joint_trajectory")
+        self.reboot = self.node.create_client(Trigger, f"{NS}/dynamixel_driver/reboot")
+
+    def close(self) -> None:
+        self.executor.remove_node(self.node)
+        self.action.destroy()
+        self.node.destroy_node()
+
+    def follow(self, joints: list[str], points: list[tuple[float, np.ndarray]], timeout: float = 20.0) -> Any:
+        from control_msgs.action import FollowJointTrajectory
+        from trajectory_msgs.msg import JointTrajectoryPoint
+
+        goal = FollowJointTrajectory.Goal()
+        goal.trajectory.joint_names = joints
+        for t, q in points:
+            p = JointTrajectoryPoint(positions=[float(x) for x in q])
+            p.time_from_start.sec, p.time_from_start.nanosec = int(t), int(round((t % 1) * 1e9))
+            goal.trajectory.points.append(p)
+        sent = self.action.send_goal_async(goal)
+        wait_for(sent.done, 5.0, "goal response")
+        got = sent.result().get_result_async()
+        wait_for(got.done, timeout, "result")
+        return got.result().result
+
+    def call_reboot(self) -> Any:
+        from std_srvs.srv import Trigger
+
+        assert self.reboot.wait_for_service(timeout_sec=5.0)
+        future = self.reboot.call_async(Trigger.Request())
+        wait_for(future.done, 15.0, "reboot response")
+        return future.result()
+
+    def last_error(self) -> str:
+        errors = [d.status[0].message for d in self.diagnostics if _is_error(d)]
+        return errors[-1] if errors else ""
+
+
+@pytest.fixture(scope="module")
+def loop(start_module_node, ros_context, tmp_path_factory) -> Any:
+    from retarget.dynamixel.emulator import send_control
+
+    joints, ids = _drummer()
+    link = tmp_path_factory.mktemp("dxl") / "ttyDXL"
+    emulator = start_module_node("retarget.dynamixel.emulator", None, "emulator",
+                                 argv=["--ids", ",".join(map(str, ids)), "--link", str(link),
+                                       "--return-delay-us", "0"])
+    wait_for(lambda: Path(f"{link}.ctl").exists(), 10.0, f"emulator control socket ({emulator.log()})")
+    # Lost replies are tolerated for 10 ticks (0.2 s): the pty emulator misses some on a loaded 2-core host.
+    driver = start_module_node("retarget.ros.dynamixel_driver", {
+        "joint_names": joints, "dynamixel_ids": ids, "port": str(link), "rate": 50.0, "return_delay_us": 0.0,
+        "max_consecutive_comm_errors": 10}, namespace=NS)
+    server = start_module_node("retarget.ros.trajectory_server", {
+        "joint_names": joints, "control_rate": 50.0, "default_goal_tolerance": 0.02, "goal_time_tolerance": 2.0,
+        "servo_max_velocity": 8.06, "state_timeout": 2.0}, namespace=NS)
+    monitor = Monitor(*ros_context)
+    try:
+        assert monitor.action.wait_for_server(timeout_sec=15.0), server.log()
+        wait_for(lambda: len(monitor.states) > 3, 10.0, f"joint_states from the driver: {driver.log()}")
+        yield monitor, joints, ids, (lambda req: send_control(f"{link}.ctl", req)), driver
+    finally:
+        monitor.close()
+
+
+def test_drummer_goal_succeeds_and_servos_follow(loop) -> None:
+    monitor, joints, ids, control, driver = loop
+    rng = np.random.default_rng(3)
+    home = np.zeros(len(joints))
+    res = monitor.follow(joints, [(1.0, home)])
+    assert res.error_code == 0, (res.error_string, driver.log())
+    pose = rng.uniform(-0.5, 0.5, len(joints))
+    res = monitor.follow(joints, [(0.5, pose / 2), (1.0, pose)])
+    assert res.error_code == 0, res.error_string
+    np.testing.assert_allclose(monitor.states[-1], pose, atol=0.02)
+    status = control({"cmd": "status"})
+    servo_goals = [s.get("goal_position_rad", None) for s in status.get("servos", [])] if "servos" in status else []
+    if servo_goals and all(g is not None for g in servo_goals):
+        np.testing.assert_allclose(servo_goals, pose, atol=0.01)
+
+
+@pytest.mark.parametrize("fault", ["no reply", "crc", "overload", "port vanishes"])
+def test_fault_safe_state_and_recovery(loop, fault: str) -> None:
+    monitor, joints, ids, control, driver = loop
+    sid = ids[4]
+    request = {"no reply": {"cmd": "fault", "id": sid, "drop_replies": True},
+               "crc": {"cmd": "fault", "id": sid, "corrupt_crc": True},
+               "overload": {"cmd": "hardware_error", "id": sid, "errors": ["overload"]},
+               "port vanishes": {"cmd": "vanish"}}[fault]
+    before = len(monitor.diagnostics)
+    control(request)
+    wait_for(lambda: any(_is_error(d) for d in monitor.diagnostics[before:]), 5.0, "fault diagnostics")
+    message = monitor.last_error()
+    if fault != "port vanishes":
+        assert f"servo {sid}" in message, message
+    else:
+        assert "port" in message.lower() or "gone" in message.lower(), message
+    assert driver.proc.poll() is None, "the driver must stay alive"
+    if fault != "port vanishes":
+        status = control({"cmd": "status"})
+        torque = {s["id"]: s.get("torque_enabled") for s in status.get("servos", []) if "id" in s}
+        others = [i for i in ids if i != sid]
+        if torque:
+            assert not any(torque.get(i) for i in others), f"torque must be off: {torque}"
+    n_states = len(monitor.states)
+    time.sleep(0.3)
+    assert len(monitor.states) == n_states, "no joint_states while faulted"
+    control({"cmd": "restore"} if fault == "port vanishes" else {"cmd": "clear_faults"})
+    response = monitor.call_reboot()
+    assert response.success, (response.message, driver.log()[-2000:])
+    wait_for(lambda: len(monitor.states) > n_states + 3, 5.0, "joint_states after recovery")
+    res = monitor.follow(joints, [(1.0, np.full(len(joints), 0.1))])
+    assert res.error_code == 0, res.error_string

@@ -1,0 +1,62 @@
+"""The planner as a process: invalid goals are INVALID_GOAL, valid ones NOT_AVAILABLE until the optimizer lands."""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+from ros_helpers import wait_for
+
+pytestmark = pytest.mark.integration
+
+JOINTS = ["j1", "j2"]
+
+
+def _goal(joints: list[str], points: list[tuple[float, list[float]]]):
+    from retarget_interfaces.action import Retarget
+    from trajectory_msgs.msg import JointTrajectoryPoint
+
+    goal = Retarget.Goal()
+    goal.animation.joint_names = joints
+    for t, q in points:
+        p = JointTrajectoryPoint(positions=q)
+        p.time_from_start.sec, p.time_from_start.nanosec = int(t), int(round((t % 1) * 1e9))
+        goal.animation.points.append(p)
+    goal.execute = True
+    return goal
+
+
+def test_planner_results(start_node, ros_context) -> None:
+    from rclpy.action import ActionClient
+    from rclpy.node import Node
+    from retarget_interfaces.action import Retarget
+
+    from retarget.ros.planner import OPTIMIZER_ENTRY
+
+    if hasattr(importlib.import_module(OPTIMIZER_ENTRY[0]), OPTIMIZER_ENTRY[1]):
+        pytest.skip("the optimizer exists: this test covers the NOT_AVAILABLE phase")
+    proc = start_node("retarget.ros.planner", {"robot_name": "toy", "joint_names": JOINTS},
+                      namespace="/test_planner")
+    context, executor = ros_context
+    node = Node("planner_client", context=context)
+    executor.add_node(node)
+    client = ActionClient(node, Retarget, "/test_planner/planner/retarget")
+    try:
+        assert client.wait_for_server(timeout_sec=15.0), proc.log()
+        valid = _goal(JOINTS, [(0.5, [0.1, 0.2]), (1.0, [0.0, 0.0])])
+        cases = [(valid, Retarget.Result.NOT_AVAILABLE, "not available"),
+                 (_goal(["j1"], [(1.0, [0.1])]), Retarget.Result.INVALID_GOAL, "missing"),
+                 (_goal(JOINTS, []), Retarget.Result.INVALID_GOAL, "empty")]
+        for goal, code, text in cases:
+            feedback = []
+            sent = client.send_goal_async(goal, feedback_callback=feedback.append)
+            wait_for(sent.done, 5.0, "goal response")
+            got = sent.result().get_result_async()
+            wait_for(got.done, 10.0, "result")
+            result = got.result().result
+            assert result.error_code == code, result.error_string
+            assert text in result.error_string
+            assert feedback and feedback[0].feedback.stage == "validating"
+    finally:
+        executor.remove_node(node)
+        client.destroy()
+        node.destroy_node()

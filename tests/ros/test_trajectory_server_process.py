@@ -1,0 +1,168 @@
+"""Cross-process FollowJointTrajectory: the trajectory server and the servo twin as real processes over DDS.
+
+The test process is the client: it sends goals, watches ``joint_commands`` and ``joint_states``.
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ros_helpers import wait_for
+
+pytestmark = pytest.mark.integration
+
+JOINTS = ["j1", "j2", "j3"]
+NS = "/test_trajectory_server"
+PARAMS = {"joint_names": JOINTS, "control_rate": 100.0, "default_goal_tolerance": 0.02,
+          "goal_time_tolerance": 1.0, "servo_max_velocity": 8.06, "state_timeout": 2.0,
+          "position_lower_limits": [-2.0, -2.0, -2.0], "position_upper_limits": [2.0, 2.0, 2.0]}
+
+
+class Client:
+    """Action client + topic monitors living in the test process."""
+
+    def __init__(self, context: Any, executor: Any) -> None:
+        from control_msgs.action import FollowJointTrajectory
+        from rclpy.action import ActionClient
+        from rclpy.node import Node
+        from sensor_msgs.msg import JointState
+        from trajectory_msgs.msg import JointTrajectory
+
+        self.node = Node("test_client", namespace=NS, context=context)
+        executor.add_node(self.node)
+        self.action = ActionClient(self.node, FollowJointTrajectory,
+                                   f"{NS}/trajectory_server/follow_joint_trajectory")
+        self.commands: list[Any] = []
+        self.states: list[tuple[float, np.ndarray]] = []
+        self.node.create_subscription(JointTrajectory, "joint_commands", self.commands.append, 100)
+        self.node.create_subscription(JointState, "joint_states",
+                                      lambda m: self.states.append((time.monotonic(), np.array(m.position))), 100)
+        self.executor = executor
+        self.feedback: list[Any] = []
+
+    def close(self) -> None:
+        self.executor.remove_node(self.node)
+        self.action.destroy()
+        self.node.destroy_node()
+
+    def goal(self, points: list[tuple[float, list[float]]], joints: list[str] = JOINTS, **fields: Any) -> Any:
+        from control_msgs.action import FollowJointTrajectory
+        from trajectory_msgs.msg import JointTrajectoryPoint
+
+        goal = FollowJointTrajectory.Goal()
+        goal.trajectory.joint_names = joints
+        for t, q in points:
+            p = JointTrajectoryPoint(positions=[float(x) for x in q])
+            p.time_from_start.sec, p.time_from_start.nanosec = int(math.floor(t)), int(round((t % 1) * 1e9))
+            goal.trajectory.points.append(p)
+        for key, value in fields.items():
+            setattr(goal, key, value)
+        return goal
+
+    def send(self, goal: Any, timeout: float = 5.0) -> Any:
+        """Send a goal; returns the accepted goal handle."""
+        future = self.action.send_goal_async(goal, feedback_callback=lambda fb: self.feedback.append(fb.feedback))
+        wait_for(future.done, timeout, "goal response")
+        handle = future.result()
+        assert handle.accepted
+        return handle
+
+    def result(self, handle: Any, timeout: float = 15.0) -> Any:
+        future = handle.get_result_async()
+        wait_for(future.done, timeout, "result")
+        return future.result()
+
+
+def settled(client: Client, target: list[float]) -> None:
+    """The states this process sees reach ``target`` (they may lag the server's view by a few messages)."""
+    wait_for(lambda: np.allclose(client.states[-1][1], target, atol=0.02), 2.0,
+             f"joint_states at {target} (last {client.states[-1][1]})")
+
+
+@pytest.fixture(scope="module")
+def system(start_module_node, ros_context) -> Any:
+    start_node = start_module_node
+    twin = start_node("retarget.ros.servo_twin", {"joint_names": JOINTS, "rate": 100.0,
+                                                   "servo_time_constant": 0.02}, namespace=NS)
+    server = start_node("retarget.ros.trajectory_server", PARAMS, namespace=NS)
+    client = Client(*ros_context)
+    try:
+        assert client.action.wait_for_server(timeout_sec=15.0), server.log()
+        wait_for(lambda: len(client.states) > 5, 10.0, "joint_states from the twin")
+        yield client, server, twin
+    finally:
+        client.close()
+
+
+def test_goal_succeeds_and_states_follow(system) -> None:
+    from control_msgs.action import FollowJointTrajectory
+
+    client, server, _ = system
+    target = [0.5, -0.3, 0.2]
+    handle = client.send(client.goal([(0.5, [0.25, -0.15, 0.1]), (1.0, target)]))
+    res = client.result(handle)
+    assert res.result.error_code == FollowJointTrajectory.Result.SUCCESSFUL, (res.result.error_string, server.log())
+    settled(client, target)
+    assert client.commands and len(client.feedback) > 5
+    fb = client.feedback[-1]
+    assert list(fb.joint_names) == JOINTS and fb.index in (0, 1)
+
+
+def test_reordered_goal(system) -> None:
+    client, server, _ = system
+    res = client.result(client.send(client.goal([(0.6, [0.3, 0.1, -0.2])], joints=["j3", "j1", "j2"])))
+    assert res.result.error_code == 0, res.result.error_string
+    settled(client, [0.1, -0.2, 0.3])
+
+
+@pytest.mark.parametrize("case", ["unknown joint", "duplicate joint", "missing joint", "NaN", "non-monotonic",
+                                  "negative time", "out of limits", "too fast", "empty"])
+def test_rejected_goals_command_nothing(system, case: str) -> None:
+    from control_msgs.action import FollowJointTrajectory
+
+    R = FollowJointTrajectory.Result
+    client, server, _ = system
+    goals = {
+        "unknown joint": (client.goal([(1.0, [0, 0, 0])], joints=["j1", "j2", "jx"]), R.INVALID_JOINTS),
+        "duplicate joint": (client.goal([(1.0, [0, 0, 0])], joints=["j1", "j2", "j2"]), R.INVALID_JOINTS),
+        "missing joint": (client.goal([(1.0, [0, 0])], joints=["j1", "j2"]), R.INVALID_JOINTS),
+        "NaN": (client.goal([(1.0, [0, math.nan, 0])]), R.INVALID_GOAL),
+        "non-monotonic": (client.goal([(1.0, [0, 0, 0]), (0.5, [0, 0, 0])]), R.INVALID_GOAL),
+        "negative time": (client.goal([(-1.0, [0, 0, 0])]), R.INVALID_GOAL),
+        "out of limits": (client.goal([(1.0, [0, 2.5, 0])]), R.INVALID_GOAL),
+        "too fast": (client.goal([(0.1, [0, 1.5, 0])]), R.INVALID_GOAL),
+        "empty": (client.goal([]), R.INVALID_GOAL),
+    }
+    goal, code = goals[case]
+    time.sleep(0.1)  # let any hold setpoint of an earlier test arrive first
+    commanded = len(client.commands)
+    res = client.result(client.send(goal))
+    assert res.result.error_code == code, res.result.error_string
+    assert res.result.error_string
+    time.sleep(0.2)
+    assert len(client.commands) == commanded, "a rejected goal must command nothing"
+
+
+def test_cancel_holds_and_replacement_aborts_previous(system) -> None:
+    from action_msgs.msg import GoalStatus
+
+    client, server, _ = system
+    first = client.send(client.goal([(3.0, [1.5, 1.5, 1.5])]))
+    time.sleep(0.8)
+    second = client.send(client.goal([(3.0, [-1.0, -1.0, -1.0])]))
+    res1 = client.result(first)
+    assert res1.status == GoalStatus.STATUS_ABORTED and "replaced" in res1.result.error_string
+    time.sleep(0.5)
+    cancel = second.cancel_goal_async()
+    wait_for(cancel.done, 5.0, "cancel response")
+    res2 = client.result(second)
+    assert res2.status == GoalStatus.STATUS_CANCELED
+    time.sleep(0.3)  # let joint_states in flight (and the servo lag) settle before sampling the hold
+    held = client.states[-1][1].copy()
+    time.sleep(0.5)
+    np.testing.assert_allclose(client.states[-1][1], held, atol=0.02)  # holds where it was
+    assert not np.allclose(held, -1.0, atol=0.1)  # it did not run on to the cancelled goal
