@@ -1,0 +1,46 @@
+"""Errors of the optimizer's building blocks."""
+from __future__ import annotations
+
+from retarget.errors import InputError, RetargetError
+
+__all__ = ["OptimizeError", "ProfileError", "ShapingError", "WeightSyntaxError"]
+
+
+class OptimizeError(RetargetError):
+    """Root of the optimizer's errors."""
+
+
+class ProfileError(OptimizeError, InputError):
+    """Motor profiles cannot be built as asked (bad knot spacing, time span, shapes, limits that exclude the pose).
+
+    Attributes:
+        details: The offending values, by name, for debugging.
+    """
+
+    def __init__(self, message: str, **details: object) -> None:
+        super().__init__(message)
+        self.details = details
+
+
+class WeightSyntaxError(OptimizeError, InputError):
+    """A weight (a number or a schedule) in the robot YAML or on the command line is malformed.
+
+    Attributes:
+        text: The offending text or YAML value.
+    """
+
+    def __init__(self, message: str, text: object = None) -> None:
+        super().__init__(message if text is None else f"{message} (in {text!r})")
+        self.text = text
+
+
+class ShapingError(OptimizeError, InputError):
+    """An input shaper or a vibration identification cannot be computed from the given data.
+
+    Attributes:
+        details: The offending values, by name.
+    """
+
+    def __init__(self, message: str, **details: object) -> None:
+        super().__init__(message)
+        self.details = details

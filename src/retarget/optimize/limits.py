@@ -1,0 +1,325 @@
+"""Servo limits on motor profiles: joint position bounds, the servo speed limit, and stall torque.
+
+Positions. A uniform cubic B-spline is, on every segment, a convex combination of four consecutive control points
+(the basis weights are non-negative and sum to one). So ``lower ≤ p_j ≤ upper`` for every control point is a
+*sufficient* condition for ``lower ≤ θ(t) ≤ upper`` at all times. It is slightly conservative (θ can only reach a
+bound when four consecutive control points sit on it) and it is a box constraint on the parameters, which is what
+L-BFGS-B accepts: :func:`parameter_bounds`.
+
+Speed. ``θ̇`` is a quadratic B-spline with control points ``(p_{j+1} − p_j)/h``, so ``max |θ̇| ≤ max_j |p_{j+1} −
+p_j| / h`` (:func:`velocity_hull_bound`) — but that is a bound on differences, not a box. The optimizer therefore
+uses a smooth penalty on the sampled speeds (:class:`VelocityPenalty`)::
+
+    V(P) = weight · Δt Σ_n Σ_m ½ max(0, |θ̇_m(t_n)| − v̄_m)²,   v̄_m = (1 − margin) v_max,m,   θ̇ = B1 P,
+
+which is C¹ with ``∂V/∂P = weight · Δt · B1ᵀ [sign(θ̇) max(0, |θ̇| − v̄)]``, and the result is verified afterwards with
+:func:`check_profile_limits` (exact spline speeds on a dense grid).
+
+Torque. The XM430-W210 stalls at 3.0 N·m at 12 V (no-load speed 77 rpm = 8.06 rad/s); :func:`torque_report` compares
+the simulated motor torques against the stall torque and produces the warnings to show.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from numpy.typing import ArrayLike, NDArray
+
+from retarget.errors import InputError
+from retarget.motion.limits import LimitViolation, as_joint_limits
+from retarget.optimize.bspline import MotorProfiles, ProfileParametrization
+from retarget.optimize.errors import ProfileError
+
+__all__ = [
+    "XM430_W210",
+    "MotorLimits",
+    "ServoSpec",
+    "TorqueReport",
+    "VelocityPenalty",
+    "check_profile_limits",
+    "parameter_bounds",
+    "torque_report",
+    "velocity_hull_bound",
+]
+
+RPM = 2.0 * math.pi / 60.0  # [rad/s] per rpm
+
+
+@dataclass(frozen=True)
+class ServoSpec:
+    """A servo's limits at its supply voltage.
+
+    Attributes:
+        model: Model name.
+        max_velocity: No-load speed [rad/s].
+        stall_torque: Stall torque [N·m].
+    """
+
+    model: str
+    max_velocity: float
+    stall_torque: float
+
+    def __post_init__(self) -> None:
+        for name in ("max_velocity", "stall_torque"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
+                raise InputError(f"servo {name} must be a positive number, got {value!r}")
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None, default: ServoSpec | None = None) -> ServoSpec:
+        """From the robot YAML's ``servo`` mapping (``model``, ``max_velocity`` [rad/s], ``stall_torque`` [N·m]);
+        missing keys come from ``default`` (the XM430-W210)."""
+        base = default or XM430_W210
+        data = dict(data or {})
+        unknown = set(data) - {"model", "max_velocity", "stall_torque"}
+        if unknown:
+            raise InputError(f"servo has unknown keys {sorted(unknown)}; expected model, max_velocity, stall_torque")
+        try:
+            return cls(str(data.get("model", base.model)), float(data.get("max_velocity", base.max_velocity)),
+                       float(data.get("stall_torque", base.stall_torque)))
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"servo limits are not numbers: {data}") from exc
+
+
+#: Dynamixel XM430-W210 at 12 V: 77 rpm no load, 3.0 N·m stall.
+XM430_W210 = ServoSpec("XM430-W210", 77.0 * RPM, 3.0)
+
+
+@dataclass(frozen=True, eq=False)
+class MotorLimits:
+    """Per-motor limits in motor order.
+
+    Attributes:
+        joint_names: Motor names ``(n_motors,)``.
+        lower: Lowest angle [rad] ``(n_motors,)`` (``-inf``: none).
+        upper: Highest angle [rad] ``(n_motors,)`` (``+inf``: none).
+        max_velocity: Highest speed [rad/s] ``(n_motors,)``: the smaller of the URDF's and the servo's.
+        stall_torque: [N·m] ``(n_motors,)``.
+    """
+
+    joint_names: tuple[str, ...]
+    lower: NDArray[np.float64]
+    upper: NDArray[np.float64]
+    max_velocity: NDArray[np.float64]
+    stall_torque: NDArray[np.float64]
+
+    @classmethod
+    def build(cls, joint_names: Sequence[str], joint_limits: Mapping[str, Any] | None = None,
+              servos: ServoSpec | Mapping[str, ServoSpec] | None = None) -> MotorLimits:
+        """Combine URDF joint limits and servo specs.
+
+        Args:
+            joint_names: Motors, in order.
+            joint_limits: ``{joint: (lower [rad], upper [rad], max_velocity [rad/s])}`` or anything
+                :func:`retarget.motion.as_joint_limits` accepts; missing joints are unlimited.
+            servos: One spec for all motors, or ``{joint: spec}`` (missing joints get the XM430-W210).
+
+        Raises:
+            InputError: On an empty position range.
+        """
+        names = tuple(joint_names)
+        lims = as_joint_limits(joint_limits or {})
+        lower, upper, vel, tau = [], [], [], []
+        for name in names:
+            spec = servos.get(name, XM430_W210) if isinstance(servos, Mapping) else (servos or XM430_W210)
+            lim = lims.get(name)
+            lo = -math.inf if lim is None else lim.lower
+            hi = math.inf if lim is None else lim.upper
+            if not lo < hi:
+                raise InputError(f"joint '{name}' has an empty position range [{lo}, {hi}] rad")
+            lower.append(lo)
+            upper.append(hi)
+            urdf_v = math.inf if lim is None or lim.velocity <= 0 else lim.velocity
+            vel.append(min(urdf_v, spec.max_velocity))
+            tau.append(spec.stall_torque)
+        return cls(names, np.array(lower), np.array(upper), np.array(vel), np.array(tau))
+
+    def as_mapping(self) -> dict[str, tuple[float, float, float]]:
+        """``{joint: (lower, upper, max_velocity)}`` as :meth:`retarget.motion.Motion.check_limits` takes it."""
+        return {n: (float(lo), float(hi), float(v))
+                for n, lo, hi, v in zip(self.joint_names, self.lower, self.upper, self.max_velocity)}
+
+
+def parameter_bounds(parametrization: ProfileParametrization, limits: MotorLimits
+                     ) -> list[tuple[float | None, float | None]]:
+    """L-BFGS-B bounds on the parameters that keep θ within the position limits (convex-hull condition).
+
+    Returns:
+        One ``(lower, upper)`` per entry of ``x`` [rad], ``None`` for an unlimited side.
+
+    Raises:
+        ProfileError: If the fixed start pose is outside the limits (no parameters could fix that).
+    """
+    if len(limits.joint_names) != parametrization.n_motors:
+        raise ProfileError(f"{len(limits.joint_names)} motor limits for {parametrization.n_motors} motors")
+    if parametrization.start_pose is not None:
+        pose = parametrization.start_pose
+        bad = np.flatnonzero((pose < limits.lower) | (pose > limits.upper))
+        if bad.size:
+            m = int(bad[0])
+            raise ProfileError(f"motor '{limits.joint_names[m]}' starts at {pose[m]:.6g} rad, outside its limits "
+                               f"[{limits.lower[m]:.6g}, {limits.upper[m]:.6g}] rad",
+                               joint=limits.joint_names[m], start=float(pose[m]))
+    motor = parametrization.motor_of_parameter()
+    return [(None if math.isinf(limits.lower[m]) else float(limits.lower[m]),
+             None if math.isinf(limits.upper[m]) else float(limits.upper[m])) for m in motor]
+
+
+def velocity_hull_bound(profiles: MotorProfiles) -> NDArray[np.float64]:
+    """Guaranteed upper bound of ``max_t |θ̇_m(t)|`` per motor [rad/s] ``(n_motors,)``: ``max_j |Δp_j| / h``."""
+    diffs = np.abs(np.diff(profiles.control_points, axis=0))
+    return diffs.max(axis=0) / profiles.knot_spacing
+
+
+@dataclass(frozen=True, eq=False)
+class VelocityPenalty:
+    """Smooth penalty on motor speeds above ``(1 − margin) · max_velocity`` (see module docstring).
+
+    Attributes:
+        b1: θ̇ basis at the sample times ``(n_t, n_ctrl)``.
+        dt: Sample spacing [s] (the penalty approximates a time integral).
+        threshold: ``v̄`` [rad/s] ``(n_motors,)``.
+        weight: Penalty weight [s/rad²·objective units].
+    """
+
+    b1: sp.csr_matrix
+    dt: float
+    threshold: NDArray[np.float64]
+    weight: float
+
+    @classmethod
+    def build(cls, profiles: MotorProfiles, times: ArrayLike, limits: MotorLimits, weight: float,
+              margin: float = 0.02) -> VelocityPenalty:
+        """Sample θ̇'s basis on a uniform grid (e.g. the simulation grid).
+
+        Args:
+            profiles: The spline space.
+            times: Uniform grid [s] ``(n_t,)``.
+            limits: Motor limits (only ``max_velocity`` is used).
+            weight: Penalty weight, ``≥ 0``.
+            margin: Fraction of the limit kept free, in ``[0, 1)``, so the penalized optimum stays below the limit.
+        """
+        t = np.asarray(times, dtype=np.float64)
+        if not (0.0 <= margin < 1.0) or not weight >= 0:
+            raise InputError(f"velocity penalty needs weight ≥ 0 and 0 ≤ margin < 1, got {weight}, {margin}")
+        dt = float(t[1] - t[0]) if t.size > 1 else 1.0
+        return cls(profiles.basis_matrix(t, 1), dt, (1.0 - margin) * limits.max_velocity, float(weight))
+
+    def evaluate(self, control_points: ArrayLike) -> tuple[float, NDArray[np.float64]]:
+        """``(V, ∂V/∂P)`` at control points ``P`` [rad] ``(n_ctrl, n_motors)``."""
+        p = np.asarray(control_points, dtype=np.float64)
+        speed = np.asarray(self.b1 @ p)
+        excess = np.maximum(np.abs(speed) - self.threshold, 0.0)
+        scale = self.weight * self.dt
+        value = 0.5 * scale * float(np.sum(excess ** 2))
+        grad = scale * np.asarray(self.b1.T @ (np.sign(speed) * excess))
+        return value, grad
+
+    def evaluate_parameters(self, x: ArrayLike, parametrization: ProfileParametrization
+                            ) -> tuple[float, NDArray[np.float64]]:
+        """``(V, ∂V/∂x)`` at parameters ``x`` ``(n_parameters,)``."""
+        value, grad = self.evaluate(parametrization.control_points(x))
+        return value, parametrization.pullback(grad)
+
+
+def _runs(mask: NDArray[np.bool_]) -> list[tuple[int, int]]:
+    """Inclusive ``(first, last)`` indices of the True runs of a boolean vector."""
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], mask.astype(np.int8), [0]))))
+    return [(int(a), int(b) - 1) for a, b in zip(edges[::2], edges[1::2])]
+
+
+def check_profile_limits(profiles: MotorProfiles, limits: MotorLimits, *, rate: float = 1000.0,
+                         position_tolerance: float = 1e-9, velocity_tolerance: float = 1e-9
+                         ) -> list[LimitViolation]:
+    """Every place where the profiles leave their limits, from exact spline values and speeds on a dense grid.
+
+    Args:
+        profiles: Motor profiles, motors in the order of ``limits.joint_names``.
+        limits: Motor limits.
+        rate: Sampling rate of the check [Hz].
+        position_tolerance: Allowed excess over position limits [rad].
+        velocity_tolerance: Allowed relative excess over speed limits.
+
+    Returns:
+        One :class:`retarget.motion.LimitViolation` per joint, kind and contiguous run (``row`` is the index on
+        the check grid ``t0 + row / rate``); empty if within limits.
+    """
+    count = int(math.ceil((profiles.t_end - profiles.t0) * rate - 1e-9)) + 1
+    t = profiles.t0 + np.arange(count) / rate
+    theta = profiles.evaluate(t, 0)
+    speed = np.abs(profiles.evaluate(t, 1))
+    out: list[LimitViolation] = []
+    for m, name in enumerate(limits.joint_names):
+        checks = (("lower", theta[:, m] < limits.lower[m] - position_tolerance, theta[:, m], limits.lower[m], -1),
+                  ("upper", theta[:, m] > limits.upper[m] + position_tolerance, theta[:, m], limits.upper[m], 1),
+                  ("velocity", speed[:, m] > limits.max_velocity[m] * (1 + velocity_tolerance), speed[:, m],
+                   limits.max_velocity[m], 1))
+        for kind, mask, values, limit, sign in checks:
+            for a, b in _runs(mask):
+                worst = a + int(np.argmax(sign * values[a:b + 1]))
+                out.append(LimitViolation(name, kind, worst, float(t[worst]), float(values[worst]), float(limit),
+                                          float(t[a]), float(t[b])))
+    return out
+
+
+@dataclass(frozen=True)
+class TorqueReport:
+    """Peak motor torques against the servos' stall torque.
+
+    Attributes:
+        joint_names: Motors.
+        peak_torque: max |τ| per motor [N·m].
+        peak_time: When it happens [s].
+        stall_torque: [N·m] per motor.
+    """
+
+    joint_names: tuple[str, ...]
+    peak_torque: tuple[float, ...]
+    peak_time: tuple[float, ...]
+    stall_torque: tuple[float, ...]
+
+    @property
+    def ratio(self) -> tuple[float, ...]:
+        """Peak over stall torque per motor."""
+        return tuple(p / s for p, s in zip(self.peak_torque, self.stall_torque))
+
+    @property
+    def exceeded(self) -> tuple[str, ...]:
+        """Motors whose peak torque exceeds the stall torque."""
+        return tuple(n for n, r in zip(self.joint_names, self.ratio) if r > 1.0)
+
+    def warnings(self) -> list[str]:
+        """One human-readable warning per motor over its stall torque."""
+        return [f"motor '{n}' needs {p:.3g} N·m at t = {t:.3g} s, above its stall torque {s:.3g} N·m "
+                f"({100 * p / s:.0f}%): the servo cannot follow this trajectory"
+                for n, p, t, s in zip(self.joint_names, self.peak_torque, self.peak_time, self.stall_torque)
+                if p > s]
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-friendly form."""
+        return {"peak_torque_nm": dict(zip(self.joint_names, self.peak_torque)),
+                "stall_torque_nm": dict(zip(self.joint_names, self.stall_torque)),
+                "torque_exceeded": list(self.exceeded)}
+
+
+def torque_report(time: ArrayLike, torques: ArrayLike, limits: MotorLimits) -> TorqueReport:
+    """Peak |τ| per motor from a simulated torque history.
+
+    Args:
+        time: Sample times [s] ``(n_t,)``.
+        torques: Motor torques [N·m] ``(n_t, n_motors)`` (e.g. the motor constraints' multipliers).
+        limits: Motor limits with the stall torques.
+    """
+    t = np.asarray(time, dtype=np.float64)
+    tau = np.abs(np.asarray(torques, dtype=np.float64))
+    if tau.ndim == 1:
+        tau = tau[:, None]
+    if tau.shape != (t.size, len(limits.joint_names)):
+        raise InputError(f"torques have shape {tau.shape}, expected {(t.size, len(limits.joint_names))}")
+    idx = np.argmax(tau, axis=0)
+    return TorqueReport(limits.joint_names, tuple(float(tau[i, m]) for m, i in enumerate(idx)),
+                        tuple(float(t[i]) for i in idx), tuple(float(s) for s in limits.stall_torque))
