@@ -83,6 +83,9 @@ fi
 if [ -f "$STAMPS/iface-control_msgs" ] || ! "$PY" -c 'import control_msgs.action' >/dev/null 2>&1; then
   build_interface control_msgs
 fi
+if [ -f "$STAMPS/iface-tf2_msgs" ] || ! "$PY" -c 'import tf2_msgs.msg' >/dev/null 2>&1; then
+  build_interface tf2_msgs
+fi
 build_interface retarget_interfaces
 
 # 4. retarget itself, editable.

@@ -49,6 +49,9 @@ UPSTREAM_HASHES = {
     "control_msgs/msg/JointComponentTolerance":
         "RIHS01_739ea7566931944d33830fa10f1bf5e7a7fbdc3172bce7a7eaac642bd6e3ffa4",
 }
+# TFMessage as published by real distros (ros2 topic info --verbose prints it); it depends on geometry_msgs too,
+# so equality also shows the wheels' geometry_msgs/std_msgs/builtin_interfaces match the distro's.
+TF_MESSAGE_HASH = "RIHS01_e369d0f05a23ae52508854b66f6aa0437f3449d652e8cbf22d5abe85d020f087"
 
 
 def fields(msg_type) -> list[tuple[str, str]]:
@@ -85,6 +88,17 @@ def test_message_type_hashes_match_upstream():
             pytest.skip(f"no type description file {desc} (control_msgs from a distro install)")
         hashes = {h["type_name"]: h["hash_string"] for h in json.loads(desc.read_text())["type_hashes"]}
         assert hashes[type_name] == expected
+
+
+def test_tf_message_type_hash_matches_distro():
+    import tf2_msgs
+
+    prefix = Path(tf2_msgs.__file__).resolve().parents[4]
+    desc = prefix / "share" / "tf2_msgs" / "msg" / "TFMessage.json"
+    if not desc.exists():
+        pytest.skip(f"no type description file {desc} (tf2_msgs from a distro install)")
+    hashes = {h["type_name"]: h["hash_string"] for h in json.loads(desc.read_text())["type_hashes"]}
+    assert hashes["tf2_msgs/msg/TFMessage"] == TF_MESSAGE_HASH
 
 
 def _trajectory(names, n=5):
