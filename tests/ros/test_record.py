@@ -26,7 +26,7 @@ from retarget.mocap.errors import BagError
 
 pytest.importorskip("rclpy", reason="rclpy is not installed (ROS 2 Kilted wheels: make setup)")
 
-from retarget.ros.record import RawBagWriter, message_class, record, register_record  # noqa: E402
+from retarget.ros.record import RawBagWriter, message_class, record, recording_writer, register_record  # noqa: E402
 
 
 def _no_partials(folder: Path) -> bool:
@@ -68,7 +68,7 @@ def test_writer_is_atomic_and_checks_its_path(tmp_path: Path) -> None:
 
 def test_types_outside_the_typestore_come_from_installed_msg_files(tmp_path: Path) -> None:
     pytest.importorskip("control_msgs.msg", reason="the project's control_msgs interface package is not built")
-    with RawBagWriter(tmp_path / "bag") as writer:
+    with recording_writer(tmp_path / "bag") as writer:
         writer.add_topic("/tolerance", "control_msgs/msg/JointTolerance")
         with pytest.raises(BagError, match="no message definition for nosuch_msgs/msg/Thing"):
             writer.add_topic("/thing", "nosuch_msgs/msg/Thing")

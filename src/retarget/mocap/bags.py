@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import shutil
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 from numpy.typing import NDArray
@@ -27,6 +27,7 @@ __all__ = [
     "TopicInfo",
     "BagInfo",
     "PoseBagWriter",
+    "RawBagWriter",
     "typestore",
     "write_pose_bag",
     "read_pose_series",
@@ -136,18 +137,28 @@ def _stamp(time_s: float) -> tuple[int, int]:
     return total_ns // 1_000_000_000, total_ns % 1_000_000_000
 
 
-class PoseBagWriter:
-    """Streaming writer of PoseStamped topics, for recorders that get poses one at a time.
+class RawBagWriter:
+    """Writes already-serialized (CDR) messages to a new rosbag2 bag, atomically.
 
-    The bag appears at ``path`` only when :meth:`close` succeeds (or the ``with`` block exits normally); on an
-    exception the partial bag is deleted.
+    The bag is written to a hidden sibling folder and appears at ``path`` only when :meth:`close` succeeds (or the
+    ``with`` block exits normally); :meth:`abort`, or an exception in the ``with`` block, deletes it.
 
     Args:
-        path: bag folder to create; must not exist.
+        path: bag folder to create; must not exist, its parent must.
         storage: "mcap" (default) or "sqlite3".
+        resolve_type: called with the typestore and a message type name before a topic of a type the Kilted
+            typestore lacks is added (for example to register it from an installed ``.msg`` file).
+
+    Raises:
+        BagError: bad storage, existing path, missing parent folder.
     """
 
-    def __init__(self, path: Path | str, storage: str = "mcap") -> None:
+    def __init__(
+        self,
+        path: Path | str,
+        storage: str = "mcap",
+        resolve_type: Callable[[Any, str], None] | None = None,
+    ) -> None:
         from rosbags.rosbag2 import StoragePlugin, Writer
 
         self.path = Path(path)
@@ -157,19 +168,97 @@ class PoseBagWriter:
             raise BagError(self.path, "already exists; choose a new bag path")
         if not self.path.parent.is_dir():
             raise BagError(self.path, f"parent folder {self.path.parent} does not exist")
+        self.storage = storage
+        self._resolve_type = resolve_type
         self._tmp = self.path.parent / f".{self.path.name}.partial-{uuid.uuid4().hex[:8]}"
-        self._store = typestore()
-        self._pose_type = self._store.types[POSE_STAMPED]
-        self._header_type = self._store.types["std_msgs/msg/Header"]
-        self._time_type = self._store.types["builtin_interfaces/msg/Time"]
-        self._point_type = self._store.types["geometry_msgs/msg/Point"]
-        self._quat_type = self._store.types["geometry_msgs/msg/Quaternion"]
-        self._pose_inner = self._store.types["geometry_msgs/msg/Pose"]
+        self.store = typestore()
         plugin = StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3
         self._writer = Writer(self._tmp, version=_BAG_VERSION, storage_plugin=plugin)
         self._writer.open()
         self._connections: dict[str, Any] = {}
-        self.message_count = 0
+        self.types: dict[str, str] = {}
+        self.counts: dict[str, int] = {}
+        self.first_ns: int | None = None
+        self.last_ns: int | None = None
+
+    def add_topic(self, topic: str, msgtype: str) -> None:
+        """Declare a topic before writing to it (idempotent for the same type).
+
+        Raises:
+            BagError: the topic was declared with another type, or the type has no known definition.
+        """
+        if topic in self.types:
+            if self.types[topic] != msgtype:
+                raise BagError(self.path, f"topic {topic} is {self.types[topic]}, cannot also record {msgtype}")
+            return
+        if msgtype not in self.store.types and self._resolve_type is not None:
+            self._resolve_type(self.store, msgtype)
+        if msgtype not in self.store.types:
+            raise BagError(self.path, f"no message definition for {msgtype} in the rosbags Kilted typestore")
+        self._connections[topic] = self._writer.add_connection(topic, msgtype, typestore=self.store)
+        self.types[topic] = msgtype
+        self.counts[topic] = 0
+
+    def write(self, topic: str, time_ns: int, data: bytes) -> None:
+        """Append one serialized message received at ``time_ns`` [ns since the epoch]."""
+        self._writer.write(self._connections[topic], int(time_ns), data)
+        self.counts[topic] += 1
+        self.first_ns = time_ns if self.first_ns is None else min(self.first_ns, time_ns)
+        self.last_ns = time_ns if self.last_ns is None else max(self.last_ns, time_ns)
+
+    @property
+    def message_count(self) -> int:
+        """Messages written so far."""
+        return sum(self.counts.values())
+
+    def close(self) -> Path:
+        """Finish the bag and move it into place; return its path."""
+        try:
+            self._writer.close()
+            self._tmp.rename(self.path)
+        except Exception as exc:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            raise BagError(self.path, f"could not finish the bag: {exc}") from exc
+        return self.path
+
+    def abort(self) -> None:
+        """Drop the partial bag."""
+        try:
+            self._writer.close()
+        except Exception:  # noqa: BLE001 - the bag is being discarded; its close error is irrelevant
+            pass
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+class PoseBagWriter(RawBagWriter):
+    """Streaming writer of PoseStamped topics, for recorders that get poses one at a time (atomic, as
+    :class:`RawBagWriter`).
+
+    Args:
+        path: bag folder to create; must not exist.
+        storage: "mcap" (default) or "sqlite3".
+    """
+
+    def __init__(self, path: Path | str, storage: str = "mcap") -> None:
+        super().__init__(path, storage)
+        types = self.store.types
+        self._pose_type = types[POSE_STAMPED]
+        self._header_type = types["std_msgs/msg/Header"]
+        self._time_type = types["builtin_interfaces/msg/Time"]
+        self._point_type = types["geometry_msgs/msg/Point"]
+        self._quat_type = types["geometry_msgs/msg/Quaternion"]
+        self._pose_inner = types["geometry_msgs/msg/Pose"]
 
     def write_pose(
         self,
@@ -190,8 +279,7 @@ class PoseBagWriter:
             frame_id: header frame.
             record_time_s: bag (receive) time [s]; defaults to the header stamp.
         """
-        if topic not in self._connections:
-            self._connections[topic] = self._writer.add_connection(topic, POSE_STAMPED, typestore=self._store)
+        self.add_topic(topic, POSE_STAMPED)
         x, y, z = (float(v) for v in position_m)
         qx, qy, qz, qw = (float(v) for v in orientation_xyzw)
         sec, nanosec = _stamp(time_s)
@@ -202,38 +290,7 @@ class PoseBagWriter:
             ),
         )
         record_ns = int(round((time_s if record_time_s is None else record_time_s) * 1e9))
-        data = self._store.serialize_cdr(msg, POSE_STAMPED)
-        self._writer.write(self._connections[topic], record_ns, data)
-        self.message_count += 1
-
-    def close(self) -> Path:
-        """Finish the bag and move it into place; return its path."""
-        try:
-            self._writer.close()
-            self._tmp.rename(self.path)
-        except Exception as exc:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            raise BagError(self.path, f"could not finish the bag: {exc}") from exc
-        return self.path
-
-    def abort(self) -> None:
-        """Drop the partial bag."""
-        try:
-            self._writer.close()
-        except Exception:  # noqa: BLE001 - the bag is being discarded; its close error is irrelevant
-            pass
-        shutil.rmtree(self._tmp, ignore_errors=True)
-
-    def __enter__(self) -> PoseBagWriter:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
+        self.write(topic, record_ns, self.store.serialize_cdr(msg, POSE_STAMPED))
 
 
 def write_pose_bag(path: Path | str, streams: Mapping[str, PoseSeries], storage: str = "mcap") -> BagInfo:

@@ -18,7 +18,6 @@ import argparse
 import importlib
 import json
 import re
-import shutil
 import signal
 import sys
 import threading
@@ -30,11 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from retarget.errors import RetargetError
+from retarget.mocap.bags import STORAGES, RawBagWriter
 from retarget.mocap.errors import BagError
 
 __all__ = [
     "NoTopicError",
     "RawBagWriter",
+    "recording_writer",
     "RecordSummary",
     "TopicRecorder",
     "message_class",
@@ -43,8 +44,6 @@ __all__ = [
     "main",
 ]
 
-_BAG_VERSION = 9
-_STORAGES = ("mcap", "sqlite3")
 #: Field types of ``.msg`` files that are not messages (no definition to look up).
 _BUILTIN_TYPES = {
     "bool", "byte", "char", "float32", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32",
@@ -137,97 +136,9 @@ def _register_definition(store: Any, msgtype: str, seen: set[str] | None = None)
     store.register(get_types_from_msg(text, msgtype))
 
 
-class RawBagWriter:
-    """Writes already-serialized (CDR) messages to a new rosbag2 bag, atomically.
-
-    The bag appears at ``path`` only when :meth:`close` succeeds; :meth:`abort` (or an exception in a ``with``
-    block) deletes the partial bag.
-
-    Args:
-        path: bag folder to create; must not exist, its parent must.
-        storage: "mcap" (default) or "sqlite3".
-
-    Raises:
-        BagError: bad storage, existing path, missing parent folder.
-    """
-
-    def __init__(self, path: Path | str, storage: str = "mcap") -> None:
-        from rosbags.rosbag2 import StoragePlugin, Writer
-
-        from retarget.mocap.bags import typestore
-
-        self.path = Path(path)
-        if storage not in _STORAGES:
-            raise BagError(self.path, f"storage {storage!r} not supported (one of {', '.join(_STORAGES)})")
-        if self.path.exists():
-            raise BagError(self.path, "already exists; choose a new bag path")
-        if not self.path.parent.is_dir():
-            raise BagError(self.path, f"parent folder {self.path.parent} does not exist")
-        self.storage = storage
-        self._tmp = self.path.parent / f".{self.path.name}.partial-{uuid.uuid4().hex[:8]}"
-        self._store = typestore()
-        plugin = StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3
-        self._writer = Writer(self._tmp, version=_BAG_VERSION, storage_plugin=plugin)
-        self._writer.open()
-        self._connections: dict[str, Any] = {}
-        self.types: dict[str, str] = {}
-        self.counts: dict[str, int] = {}
-        self.first_ns: int | None = None
-        self.last_ns: int | None = None
-
-    def add_topic(self, topic: str, msgtype: str) -> None:
-        """Declare a topic before writing to it (idempotent for the same type).
-
-        Raises:
-            BagError: the topic was declared with another type, or the type has no known definition.
-        """
-        if topic in self.types:
-            if self.types[topic] != msgtype:
-                raise BagError(self.path, f"topic {topic} is {self.types[topic]}, cannot also record {msgtype}")
-            return
-        _register_definition(self._store, msgtype)
-        self._connections[topic] = self._writer.add_connection(topic, msgtype, typestore=self._store)
-        self.types[topic] = msgtype
-        self.counts[topic] = 0
-
-    def write(self, topic: str, time_ns: int, data: bytes) -> None:
-        """Append one serialized message received at ``time_ns`` [ns since the epoch]."""
-        self._writer.write(self._connections[topic], int(time_ns), data)
-        self.counts[topic] += 1
-        self.first_ns = time_ns if self.first_ns is None else min(self.first_ns, time_ns)
-        self.last_ns = time_ns if self.last_ns is None else max(self.last_ns, time_ns)
-
-    @property
-    def message_count(self) -> int:
-        """Messages written so far."""
-        return sum(self.counts.values())
-
-    def close(self) -> Path:
-        """Finish the bag and move it into place; return its path."""
-        try:
-            self._writer.close()
-            self._tmp.rename(self.path)
-        except Exception as exc:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            raise BagError(self.path, f"could not finish the bag: {exc}") from exc
-        return self.path
-
-    def abort(self) -> None:
-        """Drop the partial bag."""
-        try:
-            self._writer.close()
-        except Exception:  # noqa: BLE001 - the bag is being discarded; its close error is irrelevant
-            pass
-        shutil.rmtree(self._tmp, ignore_errors=True)
-
-    def __enter__(self) -> RawBagWriter:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
+def recording_writer(path: Path | str, storage: str = "mcap") -> RawBagWriter:
+    """An atomic :class:`RawBagWriter` that also knows every message type installed as a ``.msg`` file."""
+    return RawBagWriter(path, storage, resolve_type=_register_definition)
 
 
 @dataclass
@@ -397,7 +308,7 @@ def record(
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM):
             previous[signum] = signal.signal(signum, on_signal)
-    writer = RawBagWriter(out, storage)
+    writer = recording_writer(out, storage)
     context = rclpy.Context()
     started = time.monotonic()
     try:
@@ -479,7 +390,7 @@ def register_record(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--topics", nargs="+", required=True, metavar="TOPIC", help="topics to record")
     p.add_argument("--out", type=Path, required=True, help="bag folder to create (must not exist)")
-    p.add_argument("--storage", choices=_STORAGES, default="mcap", help="bag storage (default mcap)")
+    p.add_argument("--storage", choices=STORAGES, default="mcap", help="bag storage (default mcap)")
     p.add_argument("--duration", type=float, default=None, metavar="S",
                    help="stop S seconds after the first topic appeared (default: until Ctrl-C)")
     p.add_argument("--wait", type=float, default=10.0, metavar="S",
