@@ -1,0 +1,264 @@
+"""Load a robot from ``config/<robot>.yaml`` (the ``retarget:`` section) and its URDF/xacro into a
+:class:`RobotModel` (schema: docs/robot-description.md).
+
+The URDF is expanded with xacro (if it ends in ``.xacro``), parsed with yourdfpy, and its kinematic tree is
+evaluated at zero joint values to place every link, joint and flexible part in the world. Massless links
+(frames without an inertial) attached by fixed joints are merged into their parent. Flexible parts replace their
+URDF link (joints touching that link are dropped: the interfaces weld the part instead). ``loop_joints`` add joints
+that close kinematic loops (and universal/ball joints, which URDF lacks).
+"""
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from numpy.typing import NDArray
+
+from retarget.model.robot import ModelError, RobotBuilder, RobotModel
+
+__all__ = ["load_robot", "parse_origin", "read_robot_yaml", "resolve_urdf"]
+
+_URDF_KINDS = {"revolute": "hinge", "continuous": "hinge", "prismatic": "prismatic", "fixed": "fixed"}
+
+
+def _repo_share() -> Path:
+    """The package share root in a source checkout (the repo root holding urdf/, config/)."""
+    return Path(__file__).resolve().parents[3]
+
+
+def parse_origin(origin: Mapping[str, Any] | None) -> NDArray[np.float64]:
+    """A 4×4 transform from ``{xyz: [..], rpy: [..]}`` (URDF convention: R = Rz(y) Ry(p) Rx(r))."""
+    origin = origin or {}
+    xyz = np.asarray(origin.get("xyz", [0, 0, 0]), dtype=float)
+    r, p, y = (float(v) for v in origin.get("rpy", [0, 0, 0]))
+    cr, sr, cp, sp_, cy, sy = math.cos(r), math.sin(r), math.cos(p), math.sin(p), math.cos(y), math.sin(y)
+    rot = np.array(
+        [
+            [cy * cp, cy * sp_ * sr - sy * cr, cy * sp_ * cr + sy * sr],
+            [sy * cp, sy * sp_ * sr + cy * cr, sy * sp_ * cr - cy * sr],
+            [-sp_, cp * sr, cp * cr],
+        ]
+    )
+    t = np.eye(4)
+    t[:3, :3] = rot
+    t[:3, 3] = xyz
+    return t
+
+
+def read_robot_yaml(path: str | Path) -> dict[str, Any]:
+    """The ``retarget:`` section of a robot params file."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ModelError(f"cannot read robot file {path}: {exc}") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("retarget"), dict):
+        raise ModelError(f"{path}: no 'retarget:' section (see docs/robot-description.md)")
+    return data["retarget"]
+
+
+def resolve_urdf(name: str, yaml_path: Path) -> Path:
+    """Find the URDF/xacro: absolute, next to the YAML, in ``../urdf`` of the YAML, or in the repo's urdf/."""
+    if name.startswith("package://"):
+        name = name.split("/", 3)[3] if name.count("/") >= 3 else name
+        candidates = [_repo_share() / name]
+    else:
+        p = Path(name)
+        candidates = [p] if p.is_absolute() else [yaml_path.parent / p, yaml_path.parent.parent / "urdf" / p, _repo_share() / "urdf" / p]
+    for c in candidates:
+        if c.is_file():
+            return c
+    raise ModelError(f"URDF {name!r} not found (tried {', '.join(str(c) for c in candidates)})")
+
+
+def _urdf_xml(path: Path, args: Mapping[str, Any]) -> str:
+    if path.suffix != ".xacro":
+        return path.read_text()
+    import xacro
+
+    try:
+        doc = xacro.process_file(str(path), mappings={str(k): str(v) for k, v in args.items()})
+    except Exception as exc:  # xacro raises its own XacroException and plain errors
+        raise ModelError(f"xacro failed on {path}: {exc}") from exc
+    return doc.toxml()
+
+
+def _parse_urdf(xml: str, base: Path) -> Any:
+    import yourdfpy
+
+    def handler(fname: str) -> str:
+        if fname.startswith("package://"):
+            rest = fname[len("package://") :].split("/", 1)
+            return str(_repo_share() / (rest[1] if len(rest) > 1 else ""))
+        return str(base / fname)
+
+    try:
+        return yourdfpy.URDF.load(io.StringIO(xml), load_meshes=False, build_scene_graph=False, filename_handler=handler)
+    except Exception as exc:
+        raise ModelError(f"cannot parse URDF: {exc}") from exc
+
+
+def _link_poses(robot: Any, root: str) -> dict[str, NDArray[np.float64]]:
+    """World transform (4, 4) of every link at zero joint values."""
+    poses = {root: np.eye(4)}
+    children: dict[str, list[Any]] = {}
+    for j in robot.joints:
+        children.setdefault(j.parent, []).append(j)
+    stack = [root]
+    while stack:
+        parent = stack.pop()
+        for j in children.get(parent, []):
+            origin = j.origin if j.origin is not None else np.eye(4)
+            poses[j.child] = poses[parent] @ origin
+            stack.append(j.child)
+    return poses
+
+
+def _flexible_mesh(spec: Mapping[str, Any], part: str, yaml_path: Path) -> tuple[Any, float]:
+    from retarget.fem.mesh import bar_mesh, plate_mesh, read_mesh, rod_mesh
+
+    mesh_spec = spec.get("mesh") or {}
+    if "file" in mesh_spec:
+        f = Path(mesh_spec["file"])
+        if not f.is_absolute():
+            f = next((c for c in (yaml_path.parent / f, _repo_share() / f) if c.is_file()), f)
+        mesh = read_mesh(f)
+        return mesh, float(mesh.nodes[:, 2].max())
+    gen = mesh_spec.get("generator")
+    res = mesh_spec.get("resolution") or {}
+    try:
+        length = float(mesh_spec["length"])
+        if gen == "rod":
+            return rod_mesh(length, float(mesh_spec["diameter"]), res.get("axial"), res.get("around")), length
+        if gen == "bar":
+            return bar_mesh(length, float(mesh_spec["width"]), float(mesh_spec["thickness"])), length
+        if gen == "plate":
+            return plate_mesh(length, float(mesh_spec["width"]), float(mesh_spec["thickness"])), length
+    except KeyError as exc:
+        raise ModelError(f"flexible part {part!r}: mesh needs {exc}") from exc
+    raise ModelError(f"flexible part {part!r}: mesh needs 'file' or generator rod|bar|plate, got {mesh_spec!r}")
+
+
+def _interface_nodes(mesh: Any, length: float, region: Mapping[str, Any], part: str) -> NDArray[np.int64]:
+    if "end" in region:
+        if region["end"] not in ("start", "end"):
+            raise ModelError(f"flexible part {part!r}: region end must be start|end")
+        return mesh.nodes_on_plane(2, 0.0 if region["end"] == "start" else length)
+    if "box" in region:
+        lo, hi = region["box"]
+        return mesh.nodes_in_box(lo, hi)
+    raise ModelError(f"flexible part {part!r}: interface region must be {{end: start|end}} or {{box: [lo, hi]}}")
+
+
+def load_robot(path: str | Path, name: str | None = None) -> RobotModel:
+    """Load ``config/<robot>.yaml`` + URDF/xacro into a :class:`RobotModel` (world frame at zero joint values).
+
+    Raises:
+        ModelError: unreadable files, unknown links/joints, bad flexible parts or loop joints.
+    """
+    from retarget.fem.material import get_material
+    from retarget.fem.mesh import TetMesh
+
+    yaml_path = Path(path)
+    cfg = read_robot_yaml(yaml_path)
+    if "urdf" not in cfg:
+        raise ModelError(f"{yaml_path}: retarget.urdf is required")
+    urdf_path = resolve_urdf(str(cfg["urdf"]), yaml_path)
+    robot = _parse_urdf(_urdf_xml(urdf_path, cfg.get("xacro_args") or {}), urdf_path.parent).robot
+    link_names = {link.name for link in robot.links}
+    root = str(cfg.get("root_link", "world"))
+    if root not in link_names:
+        raise ModelError(f"root_link {root!r} is not a URDF link")
+    poses = _link_poses(robot, root)
+    flex_specs = list(cfg.get("flexible_parts") or [])
+    replaced = {str(f.get("link", "")) for f in flex_specs}
+    b = RobotBuilder(name or robot.name or yaml_path.stem, gravity=cfg.get("gravity", [0.0, 0.0, -9.81]))
+    # Massless links welded by fixed joints merge into their parent (alias map link -> body name or None=world).
+    alias: dict[str, str | None] = {root: None}
+    parent_joint = {j.child: j for j in robot.joints}
+    massive = {}
+    for link in robot.links:
+        if link.name == root or link.name in replaced:
+            continue
+        if link.inertial is not None and link.inertial.mass and link.inertial.mass > 0:
+            massive[link.name] = link
+    order = [lk.name for lk in robot.links]
+
+    def resolve(n: str) -> str | None:
+        seen = set()
+        while n not in alias:
+            if n in massive:
+                alias[n] = n
+                break
+            j = parent_joint.get(n)
+            if j is None or j.type != "fixed" or n in seen:
+                raise ModelError(f"link {n!r} has no mass and is not welded to a parent: give it an inertial")
+            seen.add(n)
+            n = j.parent
+        return alias[n]
+
+    for n in order:
+        if n in massive:
+            link = massive[n]
+            t = poses[n]
+            inr = link.inertial
+            t_in = t @ (inr.origin if inr.origin is not None else np.eye(4))
+            rot = t_in[:3, :3]
+            b.add_link(n, float(inr.mass), t_in[:3, 3], rot @ np.asarray(inr.inertia, dtype=float) @ rot.T, t[:3, 3], t[:3, :3])
+    motors = [str(m) for m in cfg.get("motors") or []]
+    for j in robot.joints:
+        if j.parent in replaced or j.child in replaced:
+            continue
+        if j.type == "floating":
+            continue
+        if j.type not in _URDF_KINDS:
+            raise ModelError(f"joint {j.name!r}: URDF type {j.type!r} is not supported")
+        pa, ch = resolve(j.parent), resolve(j.child)
+        if j.type == "fixed" and (j.child not in massive):
+            continue  # merged
+        if pa == ch:
+            continue
+        t = poses[j.child]
+        axis = t[:3, :3] @ (np.asarray(j.axis, dtype=float) if j.axis is not None else np.array([1.0, 0, 0]))
+        lim = j.limit
+        lower = float(lim.lower) if lim is not None and lim.lower is not None else -np.inf
+        upper = float(lim.upper) if lim is not None and lim.upper is not None else np.inf
+        b.add_joint(j.name, _URDF_KINDS[j.type], pa, ch, t[:3, 3], axis, motor=False, lower=lower, upper=upper)
+    for lj in cfg.get("loop_joints") or []:
+        try:
+            jname, kind, parent, child = str(lj["name"]), str(lj["type"]), lj["parent"], lj["child"]
+        except KeyError as exc:
+            raise ModelError(f"loop joint {lj!r} needs {exc}") from exc
+        kind = {"revolute": "hinge", "spherical": "ball"}.get(kind, kind)
+        frame_link = parent if parent is not None else child
+        if frame_link not in poses:
+            raise ModelError(f"loop joint {jname!r}: unknown link {frame_link!r}")
+        t = poses[frame_link] @ parse_origin(lj.get("origin"))
+        axis = t[:3, :3] @ np.asarray(lj.get("axis", [0, 0, 1]), dtype=float)
+        axis2 = t[:3, :3] @ np.asarray(lj["axis2"], dtype=float) if "axis2" in lj else None
+        pa = resolve(parent) if parent is not None and parent != root else None
+        ch = resolve(child) if child is not None and child != root else None
+        b.add_joint(jname, kind, pa, ch, t[:3, 3], axis, axis2=axis2)
+    for f in flex_specs:
+        part = str(f.get("name", ""))
+        link = str(f.get("link", ""))
+        if link not in poses:
+            raise ModelError(f"flexible part {part!r}: link {link!r} is not a URDF link")
+        mesh, length = _flexible_mesh(f, part, yaml_path)
+        t = poses[link] @ parse_origin(f.get("origin"))
+        world = TetMesh(mesh.nodes @ t[:3, :3].T + t[:3, 3], mesh.tets)
+        ifaces = []
+        for itf in f.get("interfaces") or []:
+            il = itf.get("link")
+            nodes = _interface_nodes(mesh, length, itf.get("region") or {}, part)
+            ifaces.append((resolve(il) if il is not None and il != root else None, nodes))
+        b.add_flexible_part(part, world, get_material(f.get("material", "spring_steel")), ifaces, replaces=link)
+    b.set_motors(motors)
+    for tb in cfg.get("tracked_bodies") or []:
+        b.track(str(tb["link"]), float(tb.get("position_weight", 1.0)), float(tb.get("orientation_weight", 0.0)))
+    return b.build()

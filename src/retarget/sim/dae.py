@@ -1,0 +1,381 @@
+"""The BDF residual ``R(S_n; Ū, V̄, h, θ, θ̇)`` of the index-2 DAE and its exact Jacobian.
+
+With ``h = γ Δt`` (BDF1: γ = 1, ``Ū = U_{n−1}``; BDF2: γ = 2/3, ``Ū = 4/3 U_{n−1} − 1/3 U_{n−2}``, same for V)::
+
+    R_U = U − Ū − h T(U) V                                  [m], [-] (quaternions)
+    R_V = M (V − V̄) / h − F(U, V) − C_Vᵀ λ                  [N], [N m]
+    R_λ = C_θ θ̇ + C_V V + a C                               [m/s] (or [1/s] for angular rows)
+
+``C_V = C_U T`` is the velocity Jacobian, ``λ`` are the constraint forces [N] / torques [N m] (force-scaled: the
+momentum form of DESIGN.md divided by ``h``), ``a`` the Baumgarte rate [1/s]. ``F`` holds gravity, ``−f_int(u)``,
+Rayleigh damping ``−(αM + βK(u)) u̇`` and, for rigid bodies, ``−ω × I ω``. The Jacobian is exact: the curvature of
+the constraints (``∂(C_Vᵀλ)/∂U``, ``∂(C_V V)/∂U``) comes from complex steps of the analytic ``∂C/∂y`` (exact to
+rounding, no subtractive cancellation); the only approximate term is the derivative of the stiffness-proportional
+damping ``β ∂(K(u) u̇)/∂u``, a central difference of ``K`` along ``u̇`` (relative error ~1e-8), used only when β > 0.
+
+The residual depends on earlier steps only through ``Ū, V̄`` (linear: ``∂R/∂S_{n−k}`` is ``−a_k`` times the
+identity on U rows and ``−a_k M/h`` on V rows) and on the controls only through ``θ, θ̇``: both are exposed for the
+discrete adjoint (:func:`history_jacobian`, :class:`Linearization` ``r_theta``, ``r_theta_dot``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from numpy.typing import NDArray
+
+from retarget.sim.constraints import RigidSlot, theta_derivative
+from retarget.sim.rotation import QUATERNION_BASIS_Q, omega_matrix, quat_rate_matrix
+from retarget.sim.system import System
+
+__all__ = [
+    "COMPLEX_STEP",
+    "ConstraintTerms",
+    "Linearization",
+    "constraint_terms",
+    "history_jacobian",
+    "residual_and_jacobian",
+]
+
+#: Imaginary step for complex-step derivatives (any tiny value works: no cancellation).
+COMPLEX_STEP: float = 1e-30
+
+
+class _Coo:
+    """Triplet accumulator for a sparse matrix."""
+
+    def __init__(self, shape: tuple[int, int]) -> None:
+        self.shape = shape
+        self.rows: list[NDArray] = []
+        self.cols: list[NDArray] = []
+        self.vals: list[NDArray] = []
+
+    def add(self, rows: NDArray, cols: NDArray, block: NDArray) -> None:
+        self.rows.append(np.repeat(rows, len(cols)))
+        self.cols.append(np.tile(cols, len(rows)))
+        self.vals.append(np.asarray(block, dtype=float).ravel())
+
+    def csr(self) -> sp.csr_matrix:
+        if not self.rows:
+            return sp.csr_matrix(self.shape)
+        return sp.csr_matrix(
+            (np.concatenate(self.vals), (np.concatenate(self.rows), np.concatenate(self.cols))), shape=self.shape
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class ConstraintTerms:
+    """All constraint quantities at one ``(U, V, λ, θ, θ̇)`` (m = number of scalar constraints).
+
+    Attributes:
+        c: ``C`` (m,).
+        c_u: ``∂C/∂U`` csr (m, nU).
+        c_v: ``C_V = C_U T`` csr (m, nV).
+        c_theta: ``∂C/∂θ`` (m, n_motors).
+        r3: ``C_θ θ̇ + C_V V + a C`` (m,).
+        r3_u: ``∂r3/∂U`` csr (m, nU).
+        r3_theta: ``∂r3/∂θ`` (m, n_motors).
+        force: generalized constraint force ``C_Vᵀ λ`` (nV,).
+        force_u: ``∂(C_Vᵀ λ)/∂U`` csr (nV, nU).
+        force_theta: ``∂(C_Vᵀ λ)/∂θ`` (nV, n_motors).
+    """
+
+    c: NDArray[np.float64]
+    c_u: sp.csr_matrix
+    c_v: sp.csr_matrix
+    c_theta: NDArray[np.float64]
+    r3: NDArray[np.float64]
+    r3_u: sp.csr_matrix
+    r3_theta: NDArray[np.float64]
+    force: NDArray[np.float64]
+    force_u: sp.csr_matrix
+    force_theta: NDArray[np.float64]
+
+
+def _slot_data(system: System, slot: object, ui: NDArray, vi: NDArray, u: NDArray, v: NDArray) -> tuple:
+    """(y_s, ẏ_s, T_s (ny_s, nv_s), Y_s (ny_s, nu_s) or None for identity)."""
+    if isinstance(slot, RigidSlot):
+        ys = u[ui]
+        vs = v[vi]
+        qr = 0.5 * quat_rate_matrix(ys[3:7])
+        t = np.zeros((7, 6))
+        t[:3, :3] = np.eye(3)
+        t[3:, 3:] = qr
+        return ys, np.concatenate([vs[:3], qr @ vs[3:]]), t, None
+    body = system.deformable[slot.body]  # type: ignore[attr-defined]
+    x = body.rest_positions[slot.nodes].ravel() + u[ui]  # type: ignore[attr-defined]
+    w = slot.map  # type: ignore[attr-defined]
+    return w @ x, w @ v[vi], w, w
+
+
+def constraint_terms(
+    system: System,
+    u: NDArray[np.float64],
+    v: NDArray[np.float64],
+    lam: NDArray[np.float64],
+    theta: NDArray[np.float64],
+    theta_dot: NDArray[np.float64],
+    baumgarte: float,
+    second_order: bool = True,
+) -> ConstraintTerms:
+    """Evaluate every constraint block and assemble the global sparse terms (see :class:`ConstraintTerms`).
+
+    Args:
+        system: the system.
+        u, v, lam: ``U`` (nU,), ``V`` (nV,), ``λ`` (m,).
+        theta, theta_dot: motor values (n_motors,) [rad] or [m] and their rates.
+        baumgarte: ``a`` [1/s].
+        second_order: compute the Jacobians; False gives only ``c``, ``c_theta``, ``r3`` and ``force`` (the
+            matrix fields are None): what a residual needs.
+    """
+    nu, nv, m = system.n_u, system.n_v, system.n_lambda
+    nm = len(system.motors)
+    h = COMPLEX_STEP
+    c = np.zeros(m)
+    r3 = np.zeros(m)
+    force = np.zeros(nv)
+    c_theta = np.zeros((m, nm))
+    r3_theta = np.zeros((m, nm))
+    force_theta = np.zeros((nv, nm))
+    cu, cv, r3u, fu = _Coo((m, nu)), _Coo((m, nv)), _Coo((m, nu)), _Coo((nv, nu))
+    for blk, sus, svs, l0 in zip(system.constraints, system.slot_u, system.slot_v, system.lambda_offsets):
+        rows = np.arange(l0, l0 + blk.size)
+        data = [_slot_data(system, s, ui, vi, u, v) for s, ui, vi in zip(blk.slots, sus, svs)]
+        y = np.concatenate([d[0] for d in data])
+        ydot = np.concatenate([d[1] for d in data])
+        th = theta[blk.motor] if blk.motor >= 0 else 0.0
+        thd = theta_dot[blk.motor] if blk.motor >= 0 else 0.0
+        lb = lam[rows]
+        ny = len(y)
+        if second_order:
+            # One batched complex evaluation: the value, the direction ẏ, every unit direction, and θ.
+            nbatch = ny + 2 + (blk.motor >= 0)
+            yb = np.tile(y.astype(complex), (nbatch, 1))
+            yb[1] += 1j * h * ydot
+            yb[2 : 2 + ny] += 1j * h * np.eye(ny)
+            thb = np.full(nbatch, th, dtype=complex)
+            if blk.motor >= 0:
+                thb[-1] += 1j * h
+            cc, cyc = blk.evaluate(yb, thb)
+            cb, cy = cc[0].real, cyc[0].real
+            a3 = cyc[1].imag / h + baumgarte * cy
+            hess = np.einsum("jmk,m->kj", cyc[2 : 2 + ny].imag, lb) / h
+            g = cy.T @ lb
+        else:
+            cb, cy = blk.evaluate(y, th)
+        c[rows] = cb
+        r3[rows] = cy @ ydot + baumgarte * cb
+        cols = np.cumsum([0] + [s.size for s in blk.slots])
+        d_theta = None
+        if blk.motor >= 0:
+            cth = theta_derivative(blk, y, th).real
+            c_theta[rows, blk.motor] = cth
+            r3[rows] += cth * thd
+            if second_order:
+                d_theta = cyc[-1].imag / h
+                cthth = theta_derivative(blk, y, th + 1j * h).imag / h
+                r3_theta[rows, blk.motor] = cthth * thd + d_theta @ ydot + baumgarte * cth
+                a3 = a3 + thd * d_theta
+        for k, (s, ui, vi, (_, _, ts, ys)) in enumerate(zip(blk.slots, sus, svs, data)):
+            sl = slice(cols[k], cols[k + 1])
+            cyk = cy[:, sl]
+            force[vi] += ts.T @ (cyk.T @ lb)
+            if not second_order:
+                continue
+            cu.add(rows, ui, cyk if ys is None else cyk @ ys)
+            cv.add(rows, vi, cyk @ ts)
+            blk3 = a3[:, sl] if ys is None else a3[:, sl] @ ys
+            if isinstance(s, RigidSlot):
+                blk3 = blk3.copy()
+                blk3[:, 3:7] += cyk[:, 3:7] @ (0.5 * omega_matrix(v[vi][3:]))
+            r3u.add(rows, ui, blk3)
+            if d_theta is not None:
+                force_theta[vi, blk.motor] += ts.T @ (d_theta[:, sl].T @ lb)
+            for k2, (ui2, (_, _, _, ys2)) in enumerate(zip(sus, data)):
+                sl2 = slice(cols[k2], cols[k2 + 1])
+                hb = ts.T @ hess[sl, sl2]
+                if ys2 is not None:
+                    hb = hb @ ys2
+                if k2 == k and isinstance(s, RigidSlot):
+                    # ∂(T_sᵀ g)/∂q at fixed g: the ω rows hold ½ Q(q)ᵀ g_q, linear in q.
+                    hb = hb.copy()
+                    gamma = np.einsum("kij,i->jk", QUATERNION_BASIS_Q, g[sl][3:7])
+                    hb[3:6, 3:7] += 0.5 * gamma
+                fu.add(vi, ui2, hb)
+    if not second_order:
+        return ConstraintTerms(c, None, None, c_theta, r3, None, r3_theta, force, None, force_theta)  # type: ignore[arg-type]
+    return ConstraintTerms(c, cu.csr(), cv.csr(), c_theta, r3, r3u.csr(), r3_theta, force, fu.csr(), force_theta)
+
+
+@dataclass(frozen=True, eq=False)
+class Linearization:
+    """The residual and its Jacobian blocks at one Newton iterate.
+
+    Attributes:
+        r_u, r_v, r_lambda: residual parts (nU,), (nV,), (m,).
+        j_uu, j_uv: csr blocks of the U rows (``∂R_U/∂U``, ``∂R_U/∂V``).
+        j_vu, j_vv, j_vl: csr blocks of the V rows.
+        j_lu, j_lv: csr blocks of the λ rows (``∂R_λ/∂λ = 0``).
+        r_theta: ``∂R/∂θ`` (nS, n_motors).
+        r_theta_dot: ``∂R/∂θ̇`` (nS, n_motors).
+        terms: the constraint terms.
+        fem_forces: per deformable body, ``f_int(u)`` (3N,) (diagnostics).
+    """
+
+    r_u: NDArray[np.float64]
+    r_v: NDArray[np.float64]
+    r_lambda: NDArray[np.float64]
+    j_uu: sp.csr_matrix
+    j_uv: sp.csr_matrix
+    j_vu: sp.csr_matrix
+    j_vv: sp.csr_matrix
+    j_vl: sp.csr_matrix
+    j_lu: sp.csr_matrix
+    j_lv: sp.csr_matrix
+    r_theta: NDArray[np.float64]
+    r_theta_dot: NDArray[np.float64]
+    terms: ConstraintTerms
+
+    @property
+    def residual(self) -> NDArray[np.float64]:
+        """``R`` (nS,)."""
+        return np.concatenate([self.r_u, self.r_v, self.r_lambda])
+
+    def matrix(self) -> sp.csr_matrix:
+        """The full Jacobian ``∂R/∂S_n`` csr (nS, nS)."""
+        return sp.bmat(
+            [[self.j_uu, self.j_uv, None], [self.j_vu, self.j_vv, self.j_vl], [self.j_lu, self.j_lv, None]],
+            format="csr",
+        )
+
+    def residual_norms(self) -> dict[str, float]:
+        """Max-norms of the three residual parts."""
+        return {
+            "kinematic": float(np.max(np.abs(self.r_u), initial=0.0)),
+            "dynamic": float(np.max(np.abs(self.r_v), initial=0.0)),
+            "constraint": float(np.max(np.abs(self.r_lambda), initial=0.0)),
+        }
+
+
+def _damping_stiffness_derivative(elastic: object, u: NDArray, v: NDArray) -> sp.csr_matrix:
+    """``∂(K(u) v)/∂u = dK(u)[v]`` by a central difference of K along v."""
+    vn = float(np.linalg.norm(v, np.inf))
+    if vn == 0.0:
+        return sp.csr_matrix((len(u), len(u)))
+    eps = 1e-6 * max(float(np.linalg.norm(u, np.inf)), 1e-4) / vn
+    kp = elastic.tangent_stiffness(u + eps * v)  # type: ignore[attr-defined]
+    km = elastic.tangent_stiffness(u - eps * v)  # type: ignore[attr-defined]
+    return ((kp - km) / (2 * eps)).tocsr()
+
+
+def residual_and_jacobian(
+    system: System,
+    s: NDArray[np.float64],
+    u_bar: NDArray[np.float64],
+    v_bar: NDArray[np.float64],
+    h: float,
+    theta: NDArray[np.float64],
+    theta_dot: NDArray[np.float64],
+    baumgarte: float,
+    jacobian: bool = True,
+) -> Linearization:
+    """The BDF residual at ``S = s`` and its exact Jacobian (module docstring).
+
+    Args:
+        system: the system.
+        s: ``S_n`` (nS,).
+        u_bar, v_bar: BDF history combinations ``Ū`` (nU,), ``V̄`` (nV,).
+        h: ``γ Δt`` [s].
+        theta, theta_dot: motor values and rates at ``t_n`` (n_motors,).
+        baumgarte: ``a`` [1/s].
+        jacobian: False skips the Jacobian (the matrix fields are then None): a residual-only evaluation for
+            chord iterations.
+    """
+    u, v, lam = system.split_s(s)
+    nu, nv = system.n_u, system.n_v
+    nb = len(system.rigid)
+    terms = constraint_terms(system, u, v, lam, theta, theta_dot, baumgarte, second_order=jacobian)
+    r_u = u - u_bar
+    r_v = -terms.force.copy()
+    juu, juv, jvv = _Coo((nu, nu)), _Coo((nu, nv)), _Coo((nv, nv))
+    fem_vu: list[sp.csr_matrix] = []
+    fem_vv: list[sp.csr_matrix] = []
+    g = system.gravity
+    for i, body in enumerate(system.rigid):
+        cs, qs = slice(7 * i, 7 * i + 3), slice(7 * i + 3, 7 * i + 7)
+        vs, ws = slice(6 * i, 6 * i + 3), slice(6 * i + 3, 6 * i + 6)
+        q, w = u[qs], v[ws]
+        qr = 0.5 * quat_rate_matrix(q)
+        r_u[cs] -= h * v[vs]
+        r_u[qs] -= h * (qr @ w)
+        iw = body.inertia @ w
+        r_v[vs] += body.mass * (v[vs] - v_bar[vs]) / h - body.mass * g
+        r_v[ws] += body.inertia @ (w - v_bar[ws]) / h + np.cross(w, iw)
+        idx_c = np.arange(7 * i, 7 * i + 3)
+        idx_q = np.arange(7 * i + 3, 7 * i + 7)
+        juu.add(idx_c, idx_c, np.eye(3))
+        juu.add(idx_q, idx_q, np.eye(4) - 0.5 * h * omega_matrix(w))
+        juv.add(idx_c, np.arange(6 * i, 6 * i + 3), -h * np.eye(3))
+        juv.add(idx_q, np.arange(6 * i + 3, 6 * i + 6), -h * qr)
+        jvv.add(np.arange(6 * i, 6 * i + 3), np.arange(6 * i, 6 * i + 3), body.mass / h * np.eye(3))
+        wx = np.array([[0, -w[2], w[1]], [w[2], 0, -w[0]], [-w[1], w[0], 0]])
+        iwx = np.array([[0, -iw[2], iw[1]], [iw[2], 0, -iw[0]], [-iw[1], iw[0], 0]])
+        jvv.add(np.arange(6 * i + 3, 6 * i + 6), np.arange(6 * i + 3, 6 * i + 6), body.inertia / h + wx @ body.inertia - iwx)
+    for d, body in enumerate(system.deformable):
+        ou, ov = system.u_offsets[d], system.v_offsets[d]
+        n = body.n_dofs
+        ud, vd = u[ou : ou + n], v[ov : ov + n]
+        r_u[ou : ou + n] -= h * vd
+        if jacobian or body.beta != 0.0:
+            f_int, k = body.elastic.internal_forces_and_stiffness(ud)
+            kv = k @ vd
+        else:
+            f_int, k, kv = body.elastic.internal_forces(ud), None, 0.0
+        mv = body.mass_matrix @ vd
+        r_v[ov : ov + n] += (
+            body.mass_matrix @ (vd - v_bar[ov : ov + n]) / h
+            + f_int
+            + body.alpha * mv
+            + body.beta * kv
+            - body.gravity_force
+        )
+        if not jacobian:
+            continue
+        jvu_d = k
+        if body.beta != 0.0:
+            jvu_d = k + body.beta * _damping_stiffness_derivative(body.elastic, ud, vd)
+        fem_vu.append(jvu_d)
+        fem_vv.append(body.mass_matrix * (1.0 / h + body.alpha) + body.beta * k)
+    nm = len(system.motors)
+    if not jacobian:
+        return Linearization(r_u, r_v, terms.r3, None, None, None, None, None, None, None, None, None, terms)
+    eye_fem = sp.identity(system.n_deformable_dofs, format="csr")
+    j_uu = juu.csr() + sp.block_diag([sp.csr_matrix((7 * nb, 7 * nb)), eye_fem], format="csr")
+    j_uv = juv.csr() + sp.block_diag([sp.csr_matrix((7 * nb, 6 * nb)), -h * eye_fem], format="csr")
+    zeros_r = sp.csr_matrix((6 * nb, 7 * nb))
+    j_vu = sp.block_diag([zeros_r, *fem_vu], format="csr") - terms.force_u
+    j_vv = jvv.csr() + sp.block_diag([sp.csr_matrix((6 * nb, 6 * nb)), *fem_vv], format="csr")
+    j_vl = -terms.c_v.T.tocsr()
+    r_theta = np.concatenate([np.zeros((nu, nm)), -terms.force_theta, terms.r3_theta])
+    r_theta_dot = np.concatenate([np.zeros((nu + nv, nm)), terms.c_theta])
+    return Linearization(
+        r_u, r_v, terms.r3, j_uu, j_uv, j_vu.tocsr(), j_vv, j_vl, terms.r3_u, terms.c_v, r_theta, r_theta_dot, terms
+    )
+
+
+def history_jacobian(system: System, h: float, coefficient: float) -> sp.csr_matrix:
+    """``∂R/∂S_{n−k}`` for a history state entering ``Ū, V̄`` with weight ``coefficient`` (BDF2: 4/3, −1/3).
+
+    ``R_U`` depends on it as ``−coefficient·I``, ``R_V`` as ``−coefficient·M/h``; ``R_λ`` not at all.
+    """
+    rigid_m = []
+    for body in system.rigid:
+        rigid_m.append(sp.csr_matrix(np.diag([body.mass] * 3)))
+        rigid_m.append(sp.csr_matrix(body.inertia))
+    m_blocks = rigid_m + [d.mass_matrix for d in system.deformable]
+    mass = sp.block_diag(m_blocks, format="csr")
+    return sp.block_diag(
+        [-coefficient * sp.identity(system.n_u), -coefficient / h * mass, sp.csr_matrix((system.n_lambda, system.n_lambda))],
+        format="csr",
+    )

@@ -1,0 +1,330 @@
+"""BDF1/BDF2 time stepping of the index-2 DAE: Newton on ``S = [U, V, λ]`` with the exact Jacobian.
+
+The step is a short chain of pure functions: :func:`bdf_history` (Ū, V̄, h) → :func:`solve_newton` (iterate
+:func:`retarget.sim.dae.residual_and_jacobian` + :func:`solve_linearized`) → a new :class:`State`. Each Newton
+system is solved by eliminating the U rows exactly (their Jacobian is the identity except 4×4 quaternion blocks)
+and factorizing the remaining ``[V, λ]`` saddle-point system with SuperLU; this is algebraically the full-space
+Newton step on ``S``.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+from numpy.typing import NDArray
+
+from retarget.sim.dae import Linearization, residual_and_jacobian
+from retarget.sim.errors import NewtonFailed, SimulationDiverged
+from retarget.sim.motors import MotorTrajectory
+from retarget.sim.system import System
+
+__all__ = [
+    "BDF1",
+    "BDF2",
+    "State",
+    "StepOptions",
+    "FactorizationCache",
+    "Factorization",
+    "bdf_history",
+    "factorize",
+    "linearize",
+    "initial_state",
+    "simulate_states",
+    "solve_linearized",
+    "solve_newton",
+    "step",
+]
+
+#: (a1, a2, γ): Ū = a1 U_{n−1} + a2 U_{n−2}, h = γ Δt.
+BDF1: tuple[float, float, float] = (1.0, 0.0, 1.0)
+BDF2: tuple[float, float, float] = (4.0 / 3.0, -1.0 / 3.0, 2.0 / 3.0)
+
+
+@dataclass(frozen=True, eq=False)
+class State:
+    """The DAE state at time ``t``: ``U`` (nU,), ``V`` (nV,), ``λ`` (m,) (layout: :class:`System`)."""
+
+    t: float
+    u: NDArray[np.float64]
+    v: NDArray[np.float64]
+    lam: NDArray[np.float64]
+
+    def replace(self, **changes: object) -> State:
+        """A copy with some fields changed."""
+        return replace(self, **changes)
+
+    @property
+    def s(self) -> NDArray[np.float64]:
+        """``S = [U, V, λ]`` (nS,)."""
+        return np.concatenate([self.u, self.v, self.lam])
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    """Newton and stabilization settings.
+
+    Attributes:
+        baumgarte: ``a`` [1/s] in ``Ċ + a C = 0``; None = ``1 / h`` (critically damps constraint drift per step).
+        max_iterations: Newton iteration limit.
+        tolerance: convergence when the update's max-norm on U ≤ ``tolerance`` [m] and on V·Δt ≤ ``tolerance``.
+        reuse_factorization: keep the factorized Jacobian across iterations and steps (chord iterations) while
+            it contracts by ``chord_contraction`` per iteration; the converged state is the same DAE solution.
+        chord_contraction: see above.
+    """
+
+    baumgarte: float | None = None
+    max_iterations: int = 25
+    tolerance: float = 1e-10
+    reuse_factorization: bool = True
+    chord_contraction: float = 0.3
+
+
+def initial_state(system: System, u: NDArray[np.float64] | None = None, t: float = 0.0) -> State:
+    """A state at rest: ``U`` = reference (or ``u``), ``V = 0``, ``λ = 0``."""
+    u0 = system.reference_u() if u is None else np.asarray(u, dtype=float).copy()
+    return State(t, u0, np.zeros(system.n_v), np.zeros(system.n_lambda))
+
+
+def bdf_history(
+    prev: State, prev2: State | None, coefficients: tuple[float, float, float], dt: float
+) -> tuple[NDArray[np.float64], NDArray[np.float64], float]:
+    """``(Ū, V̄, h)`` from the last one or two states."""
+    a1, a2, gamma = coefficients
+    u_bar = a1 * prev.u
+    v_bar = a1 * prev.v
+    if a2 != 0.0:
+        assert prev2 is not None
+        u_bar = u_bar + a2 * prev2.u
+        v_bar = v_bar + a2 * prev2.v
+    return u_bar, v_bar, gamma * dt
+
+
+def _quaternion_block_inverse(system: System, lin: Linearization) -> sp.csr_matrix:
+    """``(∂R_U/∂U)⁻¹``: identity except the rigid bodies' 4×4 quaternion blocks."""
+    juu = lin.j_uu
+    nu = system.n_u
+    nb = len(system.rigid)
+    if nb == 0:
+        return sp.identity(nu, format="csr")
+    rows, cols, vals = [], [], []
+    dense = juu[: 7 * nb, : 7 * nb].toarray()
+    for i in range(nb):
+        blk = dense[7 * i + 3 : 7 * i + 7, 7 * i + 3 : 7 * i + 7]
+        inv = np.linalg.inv(blk)
+        idx = np.arange(7 * i + 3, 7 * i + 7)
+        rows.append(np.repeat(idx, 4))
+        cols.append(np.tile(idx, 4))
+        vals.append(inv.ravel())
+        idc = np.arange(7 * i, 7 * i + 3)
+        rows.append(idc)
+        cols.append(idc)
+        vals.append(1.0 / np.diag(dense)[idc])
+    rest = np.arange(7 * nb, nu)
+    rows.append(rest)
+    cols.append(rest)
+    vals.append(np.ones(len(rest)))
+    return sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(nu, nu))
+
+
+@dataclass(frozen=True, eq=False)
+class Factorization:
+    """A factorized Newton matrix (U rows eliminated), reusable for chord iterations."""
+
+    lu: spla.SuperLU
+    p: sp.csr_matrix
+    pj: sp.csr_matrix
+    j_vu: sp.csr_matrix
+    j_lu: sp.csr_matrix
+    n_v: int
+
+    def solve(self, lin: Linearization) -> NDArray[np.float64]:
+        """``δS`` for the residual in ``lin`` (with this factorization's Jacobian)."""
+        pr = self.p @ lin.r_u
+        rhs = np.concatenate([-lin.r_v + self.j_vu @ pr, -lin.r_lambda + self.j_lu @ pr])
+        sol = self.lu.solve(rhs)
+        du = -pr - self.pj @ sol[: self.n_v]
+        return np.concatenate([du, sol])
+
+
+def factorize(system: System, lin: Linearization) -> Factorization:
+    """Factorize ``∂R/∂S`` after exact elimination of the U rows.
+
+    ``δU = P(−R_U − J_UV δV)`` with ``P = J_UU⁻¹``; the ``[δV, δλ]`` system has the blocks
+    ``J_VV − J_VU P J_UV``, ``J_Vλ``, ``J_λV − J_λU P J_UV`` and ``0``; SuperLU with COLAMD ordering.
+    """
+    p = _quaternion_block_inverse(system, lin)
+    pj = (p @ lin.j_uv).tocsr()
+    a_vv = lin.j_vv - lin.j_vu @ pj
+    if system.n_lambda:
+        a_lv = lin.j_lv - lin.j_lu @ pj
+        mat = sp.bmat([[a_vv, lin.j_vl], [a_lv, None]], format="csc")
+    else:
+        mat = a_vv.tocsc()
+    lu = spla.splu(mat, permc_spec="COLAMD")
+    return Factorization(lu, p, pj, lin.j_vu, lin.j_lu, system.n_v)
+
+
+def solve_linearized(system: System, lin: Linearization) -> NDArray[np.float64]:
+    """The full Newton update ``δS = −(∂R/∂S)⁻¹ R`` at ``lin``."""
+    return factorize(system, lin).solve(lin)
+
+
+@dataclass
+class FactorizationCache:
+    """Carries the last factorization from step to step (a performance cache: results agree within the Newton
+    tolerance with or without it). Reused while ``h`` is unchanged and chord iterations contract fast."""
+
+    factorization: Factorization | None = None
+    h: float = 0.0
+    factorizations: int = 0
+
+
+def solve_newton(
+    system: System,
+    guess: NDArray[np.float64],
+    residual_fn: Callable[[NDArray[np.float64], bool], Linearization],
+    dt: float,
+    options: StepOptions,
+    step_index: int,
+    t: float,
+    cache: FactorizationCache | None = None,
+    h: float = 0.0,
+) -> tuple[NDArray[np.float64], Linearization, int]:
+    """Newton's method from ``guess`` until the update is below tolerance.
+
+    With a ``cache``, the Jacobian is refactorized only when needed (first use, new ``h``, or when the chord
+    iteration contracts by less than ``options.chord_contraction`` per iteration); otherwise every iteration
+    uses the exact Jacobian at the current iterate.
+
+    Returns:
+        ``S`` (nS,), the last linearization (residual-only during chord iterations), and the iteration count.
+
+    Raises:
+        SimulationDiverged: non-finite iterate or residual, inverted element.
+        NewtonFailed: no convergence within ``options.max_iterations``.
+    """
+    s = guess.copy()
+    norms: list[dict[str, float]] = []
+    nu, nv = system.n_u, system.n_v
+    factor = cache.factorization if (cache is not None and cache.h == h) else None
+    fresh = False
+    previous = np.inf
+    for it in range(options.max_iterations):
+        need = factor is None
+        try:
+            lin = residual_fn(s, need)
+        except Exception as exc:  # an element inverted, or the geometry became singular
+            if isinstance(exc, (ArithmeticError, np.linalg.LinAlgError)) or type(exc).__name__.endswith("Error"):
+                raise SimulationDiverged(step_index, t, norms, reason=f"{type(exc).__name__}: {exc}") from exc
+            raise
+        rn = lin.residual_norms()
+        norms.append(rn)
+        if not all(np.isfinite(x) for x in rn.values()):
+            raise SimulationDiverged(step_index, t, norms, reason="non-finite residual")
+        if need:
+            factor = factorize(system, lin)
+            fresh = True
+            if cache is not None:
+                cache.factorization, cache.h = factor, h
+                cache.factorizations += 1
+        assert factor is not None
+        delta = factor.solve(lin)
+        if not np.all(np.isfinite(delta)):
+            raise SimulationDiverged(step_index, t, norms, reason="singular Newton system")
+        s += delta
+        size = max(float(np.max(np.abs(delta[:nu]), initial=0.0)), dt * float(np.max(np.abs(delta[nu : nu + nv]), initial=0.0)))
+        if size <= options.tolerance:
+            return s, lin, it + 1
+        if not fresh and size > options.chord_contraction * previous:
+            factor = None
+        previous = size
+        fresh = False if not need else fresh
+    raise NewtonFailed(step_index, t, norms)
+
+
+def step(
+    system: System,
+    prev: State,
+    prev2: State | None,
+    dt: float,
+    motors: MotorTrajectory,
+    options: StepOptions = StepOptions(),
+    step_index: int = 1,
+    cache: FactorizationCache | None = None,
+) -> tuple[State, Linearization, int]:
+    """One BDF step: BDF1 if ``prev2`` is None, else BDF2 (constant ``dt`` [s]).
+
+    Returns:
+        The new state, the last linearization (see :func:`solve_newton`; use :func:`linearize` for the exact
+        Jacobian at the new state), and the Newton iteration count.
+    """
+    coeffs = BDF1 if prev2 is None else BDF2
+    u_bar, v_bar, h = bdf_history(prev, prev2, coeffs, dt)
+    t = prev.t + dt
+    theta = motors.value(t)
+    theta_dot = motors.derivative(t)
+    a = 1.0 / h if options.baumgarte is None else options.baumgarte
+    # Predictor: constant-velocity extrapolation of U (V and λ unchanged).
+    guess = np.concatenate([prev.u + dt * _u_rate(system, prev), prev.v, prev.lam])
+
+    def residual_fn(s: NDArray[np.float64], jacobian: bool) -> Linearization:
+        return residual_and_jacobian(system, s, u_bar, v_bar, h, theta, theta_dot, a, jacobian)
+
+    s, lin, iters = solve_newton(system, guess, residual_fn, dt, options, step_index, t, cache, h)
+    u, v, lam = system.split_s(s)
+    return State(t, u.copy(), v.copy(), lam.copy()), lin, iters
+
+
+def linearize(
+    system: System,
+    new: State,
+    prev: State,
+    prev2: State | None,
+    dt: float,
+    motors: MotorTrajectory,
+    options: StepOptions = StepOptions(),
+) -> Linearization:
+    """The exact residual Jacobian of the step that produced ``new`` from ``prev`` (and ``prev2``): what the
+    discrete adjoint needs (with :func:`retarget.sim.dae.history_jacobian` for ``∂R/∂S_{n−1}``, ``∂R/∂S_{n−2}``)."""
+    coeffs = BDF1 if prev2 is None else BDF2
+    u_bar, v_bar, h = bdf_history(prev, prev2, coeffs, dt)
+    a = 1.0 / h if options.baumgarte is None else options.baumgarte
+    return residual_and_jacobian(system, new.s, u_bar, v_bar, h, motors.value(new.t), motors.derivative(new.t), a)
+
+
+def _u_rate(system: System, state: State) -> NDArray[np.float64]:
+    """``U̇ = T(U) V``."""
+    from retarget.sim.rotation import quat_rate_matrix
+
+    rate = np.zeros(system.n_u)
+    for i in range(len(system.rigid)):
+        rate[7 * i : 7 * i + 3] = state.v[6 * i : 6 * i + 3]
+        rate[7 * i + 3 : 7 * i + 7] = 0.5 * quat_rate_matrix(state.u[7 * i + 3 : 7 * i + 7]) @ state.v[6 * i + 3 : 6 * i + 6]
+    nb = len(system.rigid)
+    rate[7 * nb :] = state.v[6 * nb :]
+    return rate
+
+
+def simulate_states(
+    system: System,
+    state0: State,
+    motors: MotorTrajectory,
+    dt: float,
+    n_steps: int,
+    options: StepOptions = StepOptions(),
+    callback: Callable[[int, State, int], None] | None = None,
+) -> State:
+    """Run ``n_steps`` steps (BDF1 first, then BDF2) from ``state0`` (at rest), calling
+    ``callback(step_index, state, newton_iterations)`` after each. Returns the last state."""
+    prev2: State | None = None
+    prev = state0
+    cache = FactorizationCache() if options.reuse_factorization else None
+    for k in range(1, n_steps + 1):
+        new, _, iters = step(system, prev, prev2, dt, motors, options, k, cache)
+        prev2, prev = prev, new
+        if callback is not None:
+            callback(k, new, iters)
+    return prev

@@ -1,0 +1,30 @@
+"""From a motion file to motor trajectories (the adapter between :mod:`retarget.motion` and the simulator)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from retarget.errors import InputError
+from retarget.sim.motors import SplineMotors
+
+__all__ = ["motors_from_motion"]
+
+
+def motors_from_motion(path: str | Path, motor_names: Sequence[str]) -> tuple[SplineMotors, float]:
+    """Load a motion (any format :func:`retarget.motion.load_motion` reads) and return a C² spline through the
+    motors' columns plus the motion's end time [s]. Motors absent from the motion are held at 0."""
+    from retarget.motion import load_motion
+
+    motion = load_motion(path)
+    names = list(motion.joint_names)
+    time = np.asarray(motion.time, dtype=float)
+    pos = np.asarray(motion.positions, dtype=float)
+    missing = [m for m in motor_names if m not in names]
+    if len(missing) == len(motor_names) and motor_names:
+        raise InputError(f"motion {path} has none of the robot's motors {list(motor_names)} (it has {names})")
+    cols = [pos[:, names.index(m)] if m in names else np.zeros(len(time)) for m in motor_names]
+    if not cols:
+        cols = [np.zeros(len(time))]
+    return SplineMotors.from_columns(time - time[0], cols), float(time[-1] - time[0])

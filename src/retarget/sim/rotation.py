@@ -1,0 +1,216 @@
+"""Quaternions, rotation matrices and the polar decomposition, with their exact derivatives.
+
+Conventions: a quaternion is ``q = (w, x, y, z)`` (scalar first). Rotations use the *homogeneous* formula
+``R(q) = N(q) / (q·q)``, with ``N`` the usual quadratic numerator, so ``R(q)`` is a proper rotation for every
+non-zero ``q``: the small norm drift of a BDF step then changes no physics. Angular velocities are in the body
+frame: ``q̇ = ½ Q(q) ω`` with ``Q(q) ω = q ⊗ (0, ω)``.
+
+Every function here is *holomorphic* (no ``abs``, norms or conjugates): called with complex arguments it returns
+the analytic continuation, which the simulator uses for complex-step second derivatives (exact to rounding).
+The polar decomposition of a complex matrix ``A = A0 + i A1`` is continued to first order in ``A1`` through its
+analytic derivative, which is all a complex step with a tiny imaginary part needs.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = [
+    "QUATERNION_BASIS_Q",
+    "axial",
+    "cross",
+    "omega_matrix",
+    "polar_decomposition",
+    "polar_rotation_derivative",
+    "quat_from_matrix",
+    "quat_multiply",
+    "quat_rate_matrix",
+    "rotate",
+    "rotate_jacobian",
+    "rotate_transpose",
+    "rotate_transpose_jacobian",
+    "rotation_matrix",
+    "skew",
+]
+
+_CONJ = np.array([1.0, -1.0, -1.0, -1.0])
+
+
+def _stack(rows: list[list[NDArray]]) -> NDArray:
+    """Stack a nested list of (...,) arrays (or scalars) into (..., r, c)."""
+    first = next(x for row in rows for x in row if np.ndim(x) > 0) if any(np.ndim(x) > 0 for row in rows for x in row) else rows[0][0]
+    shape = np.shape(first)
+    dtype = np.result_type(*[x for row in rows for x in row])
+    out = np.empty(shape + (len(rows), len(rows[0])), dtype=dtype)
+    for i, row in enumerate(rows):
+        for j, x in enumerate(row):
+            out[..., i, j] = x
+    return out
+
+
+def cross(a: NDArray, b: NDArray) -> NDArray:
+    """``a × b`` over the last axis (broadcasting; faster than ``np.cross`` for small arrays)."""
+    return np.stack(
+        [
+            a[..., 1] * b[..., 2] - a[..., 2] * b[..., 1],
+            a[..., 2] * b[..., 0] - a[..., 0] * b[..., 2],
+            a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0],
+        ],
+        axis=-1,
+    )
+
+
+def skew(v: NDArray) -> NDArray:
+    """Cross-product matrix ``[v]×`` with ``[v]× r = v × r``; ``v``: (..., 3) → (..., 3, 3)."""
+    z = np.zeros_like(v[..., 0])
+    return _stack([[z, -v[..., 2], v[..., 1]], [v[..., 2], z, -v[..., 0]], [-v[..., 1], v[..., 0], z]])
+
+
+def axial(m: NDArray) -> NDArray:
+    """Axial vector of the skew part: ``axial([v]×) = v``; ``m``: (..., 3, 3) → (..., 3)."""
+    return 0.5 * np.stack(
+        [m[..., 2, 1] - m[..., 1, 2], m[..., 0, 2] - m[..., 2, 0], m[..., 1, 0] - m[..., 0, 1]], axis=-1
+    )
+
+
+def rotation_matrix(q: NDArray) -> NDArray:
+    """Rotation matrix ``R(q) = N(q) / (q·q)`` of a (not necessarily unit) quaternion: (..., 4) → (..., 3, 3)."""
+    w, x, y, z = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
+    s = (w * w + x * x + y * y + z * z)[..., None, None]
+    return (
+        _stack(
+            [
+                [w * w + x * x - y * y - z * z, 2 * (x * y - w * z), 2 * (x * z + w * y)],
+                [2 * (x * y + w * z), w * w - x * x + y * y - z * z, 2 * (y * z - w * x)],
+                [2 * (x * z - w * y), 2 * (y * z + w * x), w * w - x * x - y * y + z * z],
+            ]
+        )
+        / s
+    )
+
+
+def rotate(q: NDArray, r: NDArray) -> NDArray:
+    """``R(q) r``; ``q``: (..., 4), ``r``: (..., 3) → (..., 3)."""
+    return np.einsum("...ij,...j->...i", rotation_matrix(q), r)
+
+
+def rotate_transpose(q: NDArray, r: NDArray) -> NDArray:
+    """``R(q)ᵀ r``; ``q``: (..., 4), ``r``: (..., 3) → (..., 3)."""
+    return rotate(q * _CONJ, r)
+
+
+def rotate_jacobian(q: NDArray, r: NDArray) -> NDArray:
+    """``∂(R(q) r)/∂q`` for a constant vector ``r``: (..., 3, 4) (broadcasting over leading axes).
+
+    With ``N r = (w² − v·v) r + 2 v (v·r) + 2 w v × r`` (``v = (x, y, z)``) and ``R = N / s``, ``s = q·q``:
+    ``∂(R r)/∂q = ∂(N r)/∂q / s − 2 (R r) qᵀ / s``.
+    """
+    w = q[..., 0]
+    v = q[..., 1:]
+    s = np.sum(q * q, axis=-1)[..., None, None]
+    r = np.broadcast_to(r, np.broadcast_shapes(r.shape, v.shape))
+    vr = np.sum(v * r, axis=-1)[..., None, None]
+    dn_dw = 2 * w[..., None] * r + 2 * cross(v, r)
+    eye = np.eye(3)
+    dn_dv = (
+        -2 * r[..., :, None] * v[..., None, :]
+        + 2 * vr * eye
+        + 2 * v[..., :, None] * r[..., None, :]
+        - 2 * w[..., None, None] * skew(r)
+    )
+    dn = np.concatenate([dn_dw[..., None], dn_dv], axis=-1)
+    rr = rotate(q, r)
+    return dn / s - 2.0 * rr[..., :, None] * q[..., None, :] / s
+
+
+def rotate_transpose_jacobian(q: NDArray, r: NDArray) -> NDArray:
+    """``∂(R(q)ᵀ r)/∂q`` for a constant vector ``r``: (..., 3, 4). Uses ``R(q)ᵀ = R(q*)``."""
+    return rotate_jacobian(q * _CONJ, r) * _CONJ
+
+
+def quat_rate_matrix(q: NDArray) -> NDArray:
+    """``Q(q)`` (..., 4, 3) with ``q̇ = ½ Q(q) ω`` for the body-frame angular velocity ``ω`` [rad/s]."""
+    w, x, y, z = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
+    return _stack([[-x, -y, -z], [w, -z, y], [z, w, -x], [-y, x, w]])
+
+
+def omega_matrix(omega: NDArray) -> NDArray:
+    """``Ω(ω)`` (..., 4, 4) with ``Q(q) ω = Ω(ω) q`` (so ``∂(Q(q) ω)/∂q = Ω(ω)``)."""
+    a, b, c = omega[..., 0], omega[..., 1], omega[..., 2]
+    z = np.zeros_like(a)
+    return _stack([[z, -a, -b, -c], [a, z, c, -b], [b, -c, z, a], [c, b, -a, z]])
+
+
+#: ``Q(e_k)`` for the four unit quaternions, (4, 4, 3): ``Q(q) = Σ_k q_k Q(e_k)`` since ``Q`` is linear.
+QUATERNION_BASIS_Q: NDArray[np.float64] = quat_rate_matrix(np.eye(4))
+
+
+def quat_multiply(a: NDArray, b: NDArray) -> NDArray:
+    """Hamilton product ``a ⊗ b``; (4,), (4,) → (4,)."""
+    w1, v1 = a[0], a[1:]
+    w2, v2 = b[0], b[1:]
+    return np.concatenate([[w1 * w2 - v1 @ v2], w1 * v2 + w2 * v1 + np.cross(v1, v2)])
+
+
+def quat_from_matrix(m: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Unit quaternion (w ≥ 0) of a rotation matrix (3, 3) → (4,) (Shepperd's method, robust for all angles)."""
+    tr = np.trace(m)
+    diag = np.array([tr, m[0, 0], m[1, 1], m[2, 2]])
+    k = int(np.argmax(diag))
+    if k == 0:
+        w = 0.5 * np.sqrt(1.0 + tr)
+        q = np.array([w, (m[2, 1] - m[1, 2]) / (4 * w), (m[0, 2] - m[2, 0]) / (4 * w), (m[1, 0] - m[0, 1]) / (4 * w)])
+    elif k == 1:
+        x = 0.5 * np.sqrt(1.0 + 2 * m[0, 0] - tr)
+        q = np.array([(m[2, 1] - m[1, 2]) / (4 * x), x, (m[0, 1] + m[1, 0]) / (4 * x), (m[0, 2] + m[2, 0]) / (4 * x)])
+    elif k == 2:
+        y = 0.5 * np.sqrt(1.0 + 2 * m[1, 1] - tr)
+        q = np.array([(m[0, 2] - m[2, 0]) / (4 * y), (m[0, 1] + m[1, 0]) / (4 * y), y, (m[1, 2] + m[2, 1]) / (4 * y)])
+    else:
+        z = 0.5 * np.sqrt(1.0 + 2 * m[2, 2] - tr)
+        q = np.array([(m[1, 0] - m[0, 1]) / (4 * z), (m[0, 2] + m[2, 0]) / (4 * z), (m[1, 2] + m[2, 1]) / (4 * z), z])
+    q = q / np.linalg.norm(q)
+    return q if q[0] >= 0 else -q
+
+
+def _polar_real(a: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    u, _, vt = np.linalg.svd(a)
+    det = np.linalg.det(u @ vt)
+    u = u.copy()
+    u[..., :, 2] *= np.sign(det)[..., None]
+    r = u @ vt
+    s = np.swapaxes(r, -1, -2) @ a
+    return r, 0.5 * (s + np.swapaxes(s, -1, -2))
+
+
+def polar_rotation_derivative(r: NDArray, s: NDArray, da: NDArray) -> NDArray:
+    """Directional derivative of the polar rotation: ``dR = R [ω]×`` for ``A = R S`` perturbed by ``dA``.
+
+    From ``Rᵀ dA − dAᵀ R = Ω S + S Ω = [(tr(S) I − S) ω]×`` (``Ω = [ω]×``, ``S`` symmetric):
+    ``ω = (tr(S) I − S)⁻¹ · 2 axial(Rᵀ dA)``. ``tr(S) I − S`` is invertible whenever the two smallest singular
+    values of ``A`` have a positive sum, i.e. away from inversion (and for planar, rank-2 fits).
+
+    Args:
+        r: the polar rotation ``R`` (..., 3, 3).
+        s: the symmetric stretch ``S = Rᵀ A`` (..., 3, 3).
+        da: the perturbation ``dA`` (..., 3, 3).
+
+    Returns:
+        ``dR`` (..., 3, 3).
+    """
+    m = np.trace(s, axis1=-2, axis2=-1)[..., None, None] * np.eye(3) - s
+    omega = np.linalg.solve(m, 2.0 * axial(np.swapaxes(r, -1, -2) @ da)[..., None])[..., 0]
+    return r @ skew(omega)
+
+
+def polar_decomposition(a: NDArray) -> tuple[NDArray, NDArray]:
+    """Polar decomposition ``A = R S`` (R proper rotation, S symmetric): (..., 3, 3) → (R, S).
+
+    For complex ``A = A0 + i A1`` (complex step) it returns the first-order analytic continuation
+    ``R(A0) + i dR(A0)[A1]``, ``S = Rᵀ A``.
+    """
+    if not np.iscomplexobj(a):
+        return _polar_real(a)
+    r0, s0 = _polar_real(a.real)
+    r = r0 + 1j * polar_rotation_derivative(r0, s0, a.imag)
+    return r, np.swapaxes(r, -1, -2) @ a

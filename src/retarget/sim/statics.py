@@ -1,0 +1,103 @@
+"""Quasi-static solve: equilibrium under gravity (and optional external loads) at given motor values.
+
+Unknowns ``U`` and ``λ`` with ``V = 0``; equations ``−F(U, 0) − C_Vᵀ λ − f_ext = 0`` and ``C(U, θ) = 0``.
+Newton works in tangent coordinates ``δW`` (V-space: a rigid body's rotation increment is a body-frame
+rotation vector) with Jacobian ``[[∂G/∂U T, −C_Vᵀ], [C_V, 0]]``, ``T = ∂U/∂W``; quaternions are renormalized
+after each update.
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+from numpy.typing import ArrayLike, NDArray
+
+from retarget.sim.dae import constraint_terms
+from retarget.sim.errors import NewtonFailed, SimulationDiverged
+from retarget.sim.integrator import State
+from retarget.sim.rotation import quat_rate_matrix
+from retarget.sim.system import System
+
+__all__ = ["solve_static", "tangent_map"]
+
+
+def tangent_map(system: System, u: NDArray[np.float64]) -> sp.csr_matrix:
+    """``T(U)`` (nU, nV): ``U̇ = T V`` (identity except ``½ Q(q)`` blocks)."""
+    nb = len(system.rigid)
+    blocks = []
+    for i in range(nb):
+        t = np.zeros((7, 6))
+        t[:3, :3] = np.eye(3)
+        t[3:, 3:] = 0.5 * quat_rate_matrix(u[7 * i + 3 : 7 * i + 7])
+        blocks.append(sp.csr_matrix(t))
+    if system.n_deformable_dofs:
+        blocks.append(sp.identity(system.n_deformable_dofs, format="csr"))
+    return sp.block_diag(blocks, format="csr")
+
+
+def solve_static(
+    system: System,
+    theta: ArrayLike,
+    u0: NDArray[np.float64] | None = None,
+    external_force: NDArray[np.float64] | None = None,
+    tolerance: float = 1e-11,
+    max_iterations: int = 30,
+    t: float = 0.0,
+) -> State:
+    """Gravity equilibrium at motor values ``theta``.
+
+    Args:
+        system: the system.
+        theta: motor values (n_motors,) [rad] / [m].
+        u0: starting ``U`` (default: the reference).
+        external_force: extra generalized force (nV,) (world force [N] on a rigid body's linear rows,
+            body-frame torque [N m] on its angular rows, nodal forces [N] on a deformable body).
+        tolerance: on the max-norm of the tangent update [m].
+        max_iterations: Newton limit.
+        t: time stamp of the returned state [s].
+
+    Returns:
+        A :class:`State` with ``V = 0`` and the equilibrium constraint forces ``λ``.
+
+    Raises:
+        NewtonFailed: no convergence (the error carries residual norms; step index 0).
+    """
+    th = np.atleast_1d(np.asarray(theta, dtype=float))
+    u = system.reference_u() if u0 is None else np.asarray(u0, dtype=float).copy()
+    lam = np.zeros(system.n_lambda)
+    zero_v = np.zeros(system.n_v)
+    f_ext = np.zeros(system.n_v) if external_force is None else np.asarray(external_force, dtype=float)
+    nb = len(system.rigid)
+    norms: list[dict[str, float]] = []
+    for it in range(max_iterations):
+        terms = constraint_terms(system, u, zero_v, lam, th, np.zeros_like(th), 0.0)
+        g = -terms.force - f_ext
+        k_blocks = [sp.csr_matrix((6 * nb, 7 * nb))]
+        for i, body in enumerate(system.rigid):
+            g[6 * i : 6 * i + 3] -= body.mass * system.gravity
+        for d, body in enumerate(system.deformable):
+            ou, ov = system.u_offsets[d], system.v_offsets[d]
+            n = body.n_dofs
+            try:
+                f_int, k = body.elastic.internal_forces_and_stiffness(u[ou : ou + n])
+            except Exception as exc:
+                raise SimulationDiverged(0, t, norms, reason=f"{type(exc).__name__}: {exc}") from exc
+            g[ov : ov + n] += f_int - body.gravity_force
+            k_blocks.append(k)
+        norms.append({"force": float(np.max(np.abs(g), initial=0.0)), "constraint": float(np.max(np.abs(terms.c), initial=0.0))})
+        tmap = tangent_map(system, u)
+        jg = (sp.block_diag(k_blocks, format="csr") - terms.force_u) @ tmap
+        mat = sp.bmat([[jg, -terms.c_v.T], [terms.c_v, None]], format="csc")
+        rhs = -np.concatenate([g, terms.c])
+        sol = spla.splu(mat, permc_spec="COLAMD").solve(rhs)
+        if not np.all(np.isfinite(sol)):
+            raise SimulationDiverged(0, t, norms, reason="singular static system")
+        dw, dl = sol[: system.n_v], sol[system.n_v :]
+        u = u + tmap @ dw
+        for i in range(nb):
+            q = u[7 * i + 3 : 7 * i + 7]
+            u[7 * i + 3 : 7 * i + 7] = q / np.linalg.norm(q)
+        lam = lam + dl
+        if np.max(np.abs(dw), initial=0.0) <= tolerance:
+            return State(t, u, zero_v.copy(), lam)
+    raise NewtonFailed(0, t, norms, reason="quasi-static solve")

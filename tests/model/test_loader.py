@@ -1,0 +1,67 @@
+"""Loading a robot from its params YAML + xacro URDF (fixture: a servo turning a short rod with a tip mass)."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from retarget.model.loader import load_robot, parse_origin
+from retarget.model.robot import ModelError
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def test_mini_rod_loads_with_world_geometry():
+    model = load_robot(FIXTURES / "mini_rod.yaml")
+    names = [link.name for link in model.links]
+    assert names == ["servo", "horn", "tip_mass"]  # rod replaced by FEM, massless horn_frame merged
+    horn = model.link("horn")
+    assert np.allclose(horn.com, [0, 0, 0.045])
+    yaw = model.joint("base_yaw")
+    assert yaw.kind == "hinge" and yaw.parent == "servo" and yaw.child == "horn"
+    assert np.allclose(yaw.anchor, [0, 0, 0.04]) and np.allclose(yaw.axis, [0, 0, 1])
+    assert model.motors == ("base_yaw",)
+    (part,) = model.flexible_parts
+    z = part.mesh.nodes[:, 2]
+    assert z.min() == pytest.approx(0.05) and z.max() == pytest.approx(0.17)
+    assert [i.link for i in part.interfaces] == ["horn", "tip_mass"]
+    assert part.material.name == "spring_steel"
+    assert model.tracked_bodies[0].link == "tip_mass"
+    assert np.allclose(model.gravity, [0, 0, -9.81])
+
+
+def test_parse_origin_matches_urdf_rpy_convention():
+    t = parse_origin({"xyz": [1, 2, 3], "rpy": [0, 0, np.pi / 2]})
+    assert np.allclose(t[:3, :3] @ [1, 0, 0], [0, 1, 0]) and np.allclose(t[:3, 3], [1, 2, 3])
+
+
+def test_missing_section_is_an_input_error(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("/**:\n  ros__parameters: {}\n")
+    with pytest.raises(ModelError, match="retarget"):
+        load_robot(p)
+
+
+def test_loop_joints_section(tmp_path):
+    text = (FIXTURES / "mini_rod.yaml").read_text().replace(
+        "  motors: [base_yaw]",
+        "  motors: [base_yaw]\n  loop_joints:\n    - {name: extra, type: spherical, parent: servo, child: tip_mass,"
+        " origin: {xyz: [0, 0, 0.17]}}",
+    )
+    (tmp_path / "mini_rod.urdf.xacro").write_text((FIXTURES / "mini_rod.urdf.xacro").read_text())
+    p = tmp_path / "robot.yaml"
+    p.write_text(text)
+    model = load_robot(p)
+    extra = model.joint("extra")
+    assert extra.kind == "ball" and np.allclose(extra.anchor, [0, 0, 0.17])
+
+
+def test_simulate_loaded_robot_briefly():
+    from retarget.sim.motors import ConstantMotors
+    from retarget.sim.simulate import simulate
+    from retarget.sim.system import build_system
+
+    system = build_system(load_robot(FIXTURES / "mini_rod.yaml"))
+    result = simulate(system, ConstantMotors(np.zeros(1)), 0.005, 1e-3)
+    tip = result.body_position("tip_mass")
+    # Starts at the gravity equilibrium: nothing moves.
+    assert np.max(np.abs(tip - tip[0])) < 1e-8
