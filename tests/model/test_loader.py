@@ -55,6 +55,35 @@ def test_loop_joints_section(tmp_path):
     assert extra.kind == "ball" and np.allclose(extra.anchor, [0, 0, 0.17])
 
 
+def _mini_rod_with_loop(tmp_path, loop_joint: str) -> Path:
+    text = (FIXTURES / "mini_rod.yaml").read_text().replace(
+        "  motors: [base_yaw]", "  motors: [base_yaw]\n  loop_joints:\n    - " + loop_joint)
+    (tmp_path / "mini_rod.urdf.xacro").write_text((FIXTURES / "mini_rod.urdf.xacro").read_text())
+    p = tmp_path / "robot.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_loop_joint_parent_origin_alias_and_closure_check(tmp_path):
+    base = "{name: extra, type: spherical, parent: servo, child: tip_mass, parent_origin: {xyz: [0, 0, 0.17]}"
+    model = load_robot(_mini_rod_with_loop(tmp_path, base + "}"))
+    assert np.allclose(model.joint("extra").anchor, [0, 0, 0.17])
+    with pytest.raises(ModelError, match="does not close"):
+        load_robot(_mini_rod_with_loop(tmp_path, base + ", child_origin: {xyz: [0.5, 0, 0]}}"))
+    with pytest.raises(ModelError, match="unknown keys"):
+        load_robot(_mini_rod_with_loop(tmp_path, base + ", orgin: {xyz: [0, 0, 0]}}"))
+    with pytest.raises(ModelError, match="not both"):
+        load_robot(_mini_rod_with_loop(tmp_path, base + ", origin: {xyz: [0, 0, 0]}}"))
+
+
+def test_rapper_loop_closes_where_its_yaml_says():
+    from retarget.model.library import resolve_robot
+
+    model = load_robot(resolve_robot("rapper"))
+    ball = model.joint("push_rod_ball")
+    assert ball.kind == "ball" and ball.parent == "push_rod"
+
+
 def test_simulate_loaded_robot_briefly():
     from retarget.sim.motors import ConstantMotors
     from retarget.sim.simulate import simulate

@@ -23,6 +23,8 @@ from retarget.model.robot import ModelError, RobotBuilder, RobotModel
 
 __all__ = ["load_robot", "parse_origin", "read_robot_yaml", "resolve_urdf"]
 
+_LOOP_JOINT_KEYS = {"name", "type", "parent", "child", "origin", "parent_origin", "child_origin", "axis", "axis2"}
+
 _URDF_KINDS = {"revolute": "hinge", "continuous": "hinge", "prismatic": "prismatic", "fixed": "fixed"}
 
 
@@ -234,11 +236,24 @@ def load_robot(path: str | Path, name: str | None = None) -> RobotModel:
             jname, kind, parent, child = str(lj["name"]), str(lj["type"]), lj["parent"], lj["child"]
         except KeyError as exc:
             raise ModelError(f"loop joint {lj!r} needs {exc}") from exc
+        unknown = set(lj) - _LOOP_JOINT_KEYS
+        if unknown:
+            raise ModelError(f"loop joint {jname!r}: unknown keys {sorted(unknown)} (known: {sorted(_LOOP_JOINT_KEYS)})")
+        if "origin" in lj and "parent_origin" in lj:
+            raise ModelError(f"loop joint {jname!r}: give 'origin' or its alias 'parent_origin', not both")
         kind = {"revolute": "hinge", "spherical": "ball"}.get(kind, kind)
         frame_link = parent if parent is not None else child
-        if frame_link not in poses:
-            raise ModelError(f"loop joint {jname!r}: unknown link {frame_link!r}")
-        t = poses[frame_link] @ parse_origin(lj.get("origin"))
+        for link_name in (parent, child):
+            if link_name is not None and link_name not in poses:
+                raise ModelError(f"loop joint {jname!r}: unknown link {link_name!r}")
+        t = poses[frame_link] @ parse_origin(lj.get("origin", lj.get("parent_origin")))
+        if "child_origin" in lj and parent is not None and child is not None:
+            # The same joint point given in the child frame must coincide at the reference configuration.
+            tc = poses[child] @ parse_origin(lj["child_origin"])
+            gap = float(np.linalg.norm(tc[:3, 3] - t[:3, 3]))
+            if gap > 1e-6:
+                raise ModelError(f"loop joint {jname!r} does not close at zero joint values: its parent and child "
+                                 f"points are {gap * 1e3:.3f} mm apart")
         axis = t[:3, :3] @ np.asarray(lj.get("axis", [0, 0, 1]), dtype=float)
         axis2 = t[:3, :3] @ np.asarray(lj["axis2"], dtype=float) if "axis2" in lj else None
         pa = resolve(parent) if parent is not None and parent != root else None
