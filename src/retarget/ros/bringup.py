@@ -1,0 +1,604 @@
+"""Bring-up: one description of a robot's node set, used by the launch files and by ``retarget up``.
+
+:func:`describe` computes, from the robot's params YAML (``config/<robot>.yaml``) and a few options, which
+processes run and with which parameters: the emulated servo bus (unless a hardware port is given), the
+Dynamixel driver, the trajectory server, the planner and the mocap node. ``launch/robot.launch.py`` turns that
+description into ``launch_ros`` actions; :class:`Supervisor` (``retarget up``, ``make demo``) starts it as
+child processes, waits until it is ready, forwards the logs and stops everything cleanly. Both read the same
+:class:`Bringup`, so the two ways of starting a robot cannot drift apart.
+
+This module imports no ROS at import time (the launch files import it inside ``ros2 launch``); only
+:meth:`Supervisor.wait_ready` uses rclpy.
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from retarget.errors import InputError, RetargetError
+
+__all__ = [
+    "BRINGUP_OVERRIDES",
+    "Bringup",
+    "BringupError",
+    "EMULATED_BUS_OVERRIDES",
+    "MOCAP_SOURCES",
+    "NodeSpec",
+    "ProcessSpec",
+    "Supervisor",
+    "TWIN_DYNAMICS",
+    "describe",
+    "fastdds_shm_files",
+]
+
+#: Values of the ``mocap`` option: the node's ``source`` parameter, or ``none`` for no mocap node.
+MOCAP_SOURCES: tuple[str, ...] = ("twin", "natnet", "none")
+
+#: Servo dynamics the emulated bus can run. ``first_order`` is the emulator's rigid first-order servo; the
+#: reduced simulation (digital twin) will be added here and passed to the emulator when it can drive the
+#: servos.
+TWIN_DYNAMICS: tuple[str, ...] = ("first_order",)
+
+#: Driver parameters on the emulated bus. The pty emulator is a Python process sharing two cores with the
+#: nodes: it answers within microseconds (no Return Delay Time needed) but misses a reply now and then under
+#: load, so a short run of lost replies is tolerated instead of faulting the bus.
+EMULATED_BUS_OVERRIDES: Mapping[str, Any] = {"return_delay_us": 0.0, "max_consecutive_comm_errors": 10}
+
+#: Parameters every bring-up sets on top of the params YAML, per node.
+BRINGUP_OVERRIDES: Mapping[str, Mapping[str, Any]] = {
+    # A 13-servo Sync Read takes a while on a busy host; 2 s without joint_states still means a dead driver.
+    "trajectory_server": {"state_timeout": 2.0},
+}
+
+_NAMESPACE = re.compile(r"^(/[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+class BringupError(RetargetError):
+    """A bring-up failed: a process did not start, never became ready, or died.
+
+    Attributes:
+        process: Name of the process concerned (``"dynamixel_driver"``), or None for the whole set.
+        log_tail: Its last output lines, for debugging.
+    """
+
+    def __init__(self, message: str, process: str | None = None, log_tail: str = "") -> None:
+        self.process = process
+        self.log_tail = log_tail
+        super().__init__(message + (f"\n--- last output of {process} ---\n{log_tail}" if log_tail else ""))
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """A ROS 2 node of the set.
+
+    Attributes:
+        name: Node name (``trajectory_server``).
+        module: Python module run with ``python -m`` (``retarget.ros.trajectory_server``).
+        executable: Console script of the ``retarget`` package (``ros2 launch`` uses it).
+        parameters: Every parameter the node gets: the robot's ``/**: ros__parameters`` with the bring-up's
+            values (port, robot_description, ...) on top. The robot YAML itself cannot be handed to rcl as a
+            params file: its ``retarget:`` section is not a node, and rcl rejects the whole file.
+        namespace: ROS namespace (``""`` or ``/name``).
+        remappings: ``(from, to)`` topic/action remappings.
+    """
+
+    name: str
+    module: str
+    executable: str
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+    namespace: str = ""
+    remappings: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def fully_qualified_name(self) -> str:
+        """``/namespace/name``."""
+        return f"{self.namespace}/{self.name}"
+
+    def argv(self, python: str, params_file: Path) -> list[str]:
+        """The command line starting this node with ``python -m``.
+
+        Args:
+            python: The interpreter.
+            params_file: A file holding :attr:`parameters` (written from :meth:`params_yaml`).
+        """
+        args = [python, "-m", self.module, "--ros-args", "-r", f"__node:={self.name}"]
+        if self.namespace:
+            args += ["-r", f"__ns:={self.namespace}"]
+        args += ["--params-file", str(params_file)]
+        for source, target in self.remappings:
+            args += ["-r", f"{source}:={target}"]
+        return args
+
+    def params_yaml(self) -> str:
+        """:attr:`parameters` as a ROS params file keyed to this node."""
+        import yaml
+
+        return yaml.safe_dump({self.fully_qualified_name: {"ros__parameters": dict(self.parameters)}},
+                              sort_keys=True, width=1 << 20)
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """A plain (non-ROS) process of the set, started before the nodes.
+
+    Attributes:
+        name: Label in logs (``dynamixel_emulator``).
+        module: Python module run with ``python -m``.
+        args: Its command-line arguments.
+        ready_path: A file the process creates once it serves (waited for before the nodes start).
+    """
+
+    name: str
+    module: str
+    args: tuple[str, ...]
+    ready_path: Path | None = None
+
+    def argv(self, python: str) -> list[str]:
+        """The command line starting this process."""
+        return [python, "-m", self.module, *self.args]
+
+
+@dataclass(frozen=True)
+class Bringup:
+    """A robot's node set, as computed by :func:`describe`.
+
+    Attributes:
+        robot: Robot name (``robot_name`` of the params YAML).
+        params_file: The robot's params YAML (its ``/**: ros__parameters`` are in every node's parameters).
+        joint_names: The robot's motors in wire order, ``(m,)``.
+        dynamixel_ids: Servo ID per joint, ``(m,)``.
+        port: Serial device the driver opens: the hardware port, or the emulated bus's pty link.
+        emulated: Whether the servos are the emulated bus.
+        control_socket: The emulator's fault-injection socket (emulated bus only).
+        run_dir: Folder for this run's files (pty link, override params files).
+        namespace: ROS namespace of every node.
+        processes: Non-ROS processes, started first, stopped last.
+        nodes: ROS nodes.
+        temporary_run_dir: :attr:`run_dir` was made for this run (removed by :meth:`Supervisor.stop`).
+    """
+
+    robot: str
+    params_file: Path
+    joint_names: tuple[str, ...]
+    dynamixel_ids: tuple[int, ...]
+    port: str
+    emulated: bool
+    control_socket: Path | None
+    run_dir: Path
+    namespace: str
+    processes: tuple[ProcessSpec, ...]
+    nodes: tuple[NodeSpec, ...]
+    temporary_run_dir: bool = False
+
+    def node(self, name: str) -> NodeSpec:
+        """The node called ``name``.
+
+        Raises:
+            KeyError: No such node in the set.
+        """
+        for spec in self.nodes:
+            if spec.name == name:
+                return spec
+        raise KeyError(f"no node {name!r} in the {self.robot} bring-up ({[n.name for n in self.nodes]})")
+
+    def has_node(self, name: str) -> bool:
+        """Whether the set has a node called ``name``."""
+        return any(spec.name == name for spec in self.nodes)
+
+    @property
+    def follow_joint_trajectory_action(self) -> str:
+        """Fully qualified FollowJointTrajectory action of the trajectory server."""
+        return f"{self.namespace}/trajectory_server/follow_joint_trajectory"
+
+    @property
+    def retarget_action(self) -> str | None:
+        """Fully qualified Retarget action of the planner, or None without a planner."""
+        return f"{self.namespace}/planner/retarget" if self.has_node("planner") else None
+
+    @property
+    def joint_states_topic(self) -> str:
+        """Fully qualified joint_states topic."""
+        return f"{self.namespace}/joint_states"
+
+    def summary(self) -> list[str]:
+        """One line per process: what runs and with which key settings."""
+        lines = [f"{p.name}: python -m {p.module} {' '.join(p.args)}" for p in self.processes]
+        robot = _ros_params(self.params_file)
+        for spec in self.nodes:
+            keys = {k: v for k, v in spec.parameters.items() if k != "robot_description" and k not in robot}
+            if "robot_description" in spec.parameters:
+                keys["robot_description"] = f"<URDF, {len(spec.parameters['robot_description'])} chars>"
+            lines.append(f"{spec.fully_qualified_name}: {spec.executable}, {self.params_file.name} + {keys}")
+        return lines
+
+
+def _ros_params(path: Path) -> dict[str, Any]:
+    """The ``/**: ros__parameters`` mapping of a robot's params YAML."""
+    import yaml
+
+    data = yaml.safe_load(path.read_text())
+    params = data.get("/**", {}).get("ros__parameters") if isinstance(data, dict) else None
+    if not isinstance(params, dict):
+        raise InputError(f"{path}: no '/**: ros__parameters:' section (see docs/robot-description.md)")
+    return params
+
+
+def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = True, mocap: str = "twin",
+             namespace: str = "", run_dir: Path | None = None, twin: str = "first_order",
+             python: str | None = None) -> Bringup:
+    """Compute a robot's node set.
+
+    Args:
+        robot: Robot name (``"drummer"``) or path to its params YAML.
+        hardware: Serial port of the real servos (``/dev/ttyUSB0``); None or ``""``: the emulated bus.
+        planner: Start the planner node.
+        mocap: ``twin`` (simulated mocap), ``natnet`` (OptiTrack Motive; set its address in the params file)
+            or ``none``.
+        namespace: ROS namespace for every node (``""`` or ``/name``).
+        run_dir: Folder for the run's files; a new temporary folder when None (emulated bus: holds the pty
+            link).
+        twin: Dynamics of the emulated servos, one of :data:`TWIN_DYNAMICS`.
+        python: Interpreter for the processes (default: this one); only used in the emulator's command.
+
+    Returns:
+        The node set.
+
+    Raises:
+        UnknownNameError: Unknown robot.
+        InputError: Bad option, or the params YAML lacks joint_names/dynamixel_ids of equal length.
+    """
+    from retarget.model.library import resolve_robot, urdf_xml
+
+    if mocap not in MOCAP_SOURCES:
+        raise InputError(f"mocap {mocap!r}: expected one of {', '.join(MOCAP_SOURCES)}")
+    if twin not in TWIN_DYNAMICS:
+        raise InputError(f"twin dynamics {twin!r} not available; available: {', '.join(TWIN_DYNAMICS)} (the "
+                         "reduced simulation will drive the emulated servos once it exists)")
+    if namespace and not _NAMESPACE.match(namespace):
+        raise InputError(f"namespace {namespace!r}: expected '' or /name[/name...]")
+    params_file = resolve_robot(robot).resolve()
+    params = _ros_params(params_file)
+    joints = tuple(str(j) for j in params.get("joint_names") or [])
+    ids = tuple(int(i) for i in params.get("dynamixel_ids") or [])
+    if not joints or len(ids) != len(joints):
+        raise InputError(f"{params_file}: need joint_names and one dynamixel_ids entry per joint "
+                         f"({len(joints)} joints, {len(ids)} ids)")
+    name = str(params.get("robot_name") or params_file.stem)
+    temporary = run_dir is None
+    run_dir = Path(tempfile.mkdtemp(prefix=f"retarget-{name}-")) if run_dir is None else Path(run_dir)
+    emulated = not hardware
+    processes: list[ProcessSpec] = []
+    driver: dict[str, Any] = {}
+    control = None
+    if emulated:
+        link = run_dir / "ttyDXL"
+        control = run_dir / "ttyDXL.ctl"
+        processes.append(ProcessSpec(
+            "dynamixel_emulator", "retarget.dynamixel.emulator",
+            ("--ids", ",".join(map(str, ids)), "--link", str(link), "--control", str(control),
+             "--return-delay-us", "0", "--json"),
+            ready_path=control))
+        port = str(link)
+        driver.update(EMULATED_BUS_OVERRIDES)
+    else:
+        port = str(hardware)
+    driver["port"] = port
+
+    def node(node_name: str, module: str, executable: str, overrides: Mapping[str, Any]) -> NodeSpec:
+        merged = {**params, **BRINGUP_OVERRIDES.get(node_name, {}), **overrides}
+        return NodeSpec(node_name, module, executable, merged, namespace)
+
+    nodes = [node("dynamixel_driver", "retarget.ros.dynamixel_driver", "dynamixel_driver", driver),
+             node("trajectory_server", "retarget.ros.trajectory_server", "trajectory_server",
+                  {"robot_description": urdf_xml(params_file)})]
+    if planner:
+        nodes.append(node("planner", "retarget.ros.planner", "planner",
+                          {"robot_name": name, "trajectory_server_action": f"{namespace}/trajectory_server/"
+                                                                           "follow_joint_trajectory"}))
+    if mocap != "none":
+        nodes.append(node("mocap", "retarget.ros.mocap_node", "mocap", {"source": mocap}))
+    return Bringup(robot=name, params_file=params_file, joint_names=joints, dynamixel_ids=ids, port=port,
+                   emulated=emulated, control_socket=control, run_dir=run_dir, namespace=namespace,
+                   processes=tuple(processes), nodes=tuple(nodes), temporary_run_dir=temporary)
+
+
+def fastdds_shm_files(pids: set[int], shm: Path = Path("/dev/shm")) -> set[Path]:
+    """Fast DDS shared-memory files owned by ``pids``.
+
+    Fast DDS holds an ``flock`` on ``<segment>_el`` for as long as its process uses ``<segment>`` (that is how
+    its own clean-up tells live segments from dead ones); ``/proc/locks`` names the holder. A process killed
+    with SIGKILL leaves the segment, the ``_el`` file and (for ports) ``sem.<segment>_mutex`` behind.
+
+    Args:
+        pids: Process IDs, still alive (their locks are read now).
+        shm: The shared-memory folder.
+
+    Returns:
+        The segment files, their ``_el`` lock files and port mutexes that those processes hold.
+    """
+    inodes: set[int] = set()
+    try:
+        for line in Path("/proc/locks").read_text().splitlines():
+            parts = line.split()
+            # "1: FLOCK  ADVISORY  WRITE 29672 00:1b:8932 0 EOF"
+            if len(parts) >= 6 and parts[1] == "FLOCK" and parts[4].isdigit() and int(parts[4]) in pids:
+                inodes.add(int(parts[5].rsplit(":", 1)[-1]))
+    except OSError:
+        return set()
+    found: set[Path] = set()
+    for lock in shm.glob("fastdds_*_el"):
+        try:
+            if lock.stat().st_ino not in inodes:
+                continue
+        except OSError:
+            continue
+        segment = lock.with_name(lock.name[: -len("_el")])
+        found.update({lock, segment, shm / f"sem.{segment.name}_mutex"})
+    return found
+
+
+_LIBC_PRCTL: Callable[..., int] | None = None
+try:
+    import ctypes
+
+    _LIBC_PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):
+    _LIBC_PRCTL = None
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGINT (as from stop()) if the supervisor dies (e.g. SIGKILL)."""
+    if _LIBC_PRCTL is not None:
+        _LIBC_PRCTL(_PR_SET_PDEATHSIG, signal.SIGINT)
+
+
+class _Child:
+    """One started process: its Popen, a thread forwarding its output with a prefix, and its last lines."""
+
+    def __init__(self, name: str, argv: list[str], env: Mapping[str, str], sink: Callable[[str], None],
+                 log_file: IO[str] | None) -> None:
+        self.name = name
+        self.tail: list[str] = []
+        self.expected_exit = False
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, env=dict(env), start_new_session=True,
+                                     preexec_fn=_die_with_parent if _LIBC_PRCTL is not None else None)
+        self._sink = sink
+        self._log_file = log_file
+        self._reader = threading.Thread(target=self._forward, name=f"log-{name}", daemon=True)
+        self._reader.start()
+
+    def _forward(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            line = raw.decode(errors="replace").rstrip("\n")
+            self.tail = (self.tail + [line])[-40:]
+            text = f"[{self.name}] {line}"
+            self._sink(text)
+            if self._log_file is not None:
+                with contextlib.suppress(ValueError, OSError):
+                    self._log_file.write(text + "\n")
+                    self._log_file.flush()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def signal(self, signum: int) -> None:
+        """Signal the child's process group (it leads its own session), so helpers it started get it too."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signum)
+
+    def join_output(self, timeout: float) -> None:
+        self._reader.join(timeout)
+
+    def tail_text(self) -> str:
+        return "\n".join(self.tail[-20:])
+
+
+class Supervisor:
+    """Runs a :class:`Bringup` as child processes (``retarget up``, ``make demo``).
+
+    Children start in their own sessions (a terminal's Ctrl-C reaches only the supervisor, which then stops
+    them in order: nodes first, so the driver turns the torque off while the bus still answers, then the
+    emulator) and get SIGINT if the supervisor dies. Their output is forwarded line by line with a
+    ``[name]`` prefix.
+
+    Use as a context manager: ``with Supervisor(plan) as sup: sup.start(); sup.wait_ready(); ...``; leaving
+    the block stops everything.
+    """
+
+    def __init__(self, plan: Bringup, *, python: str | None = None, env: Mapping[str, str] | None = None,
+                 sink: Callable[[str], None] | None = None, log_path: Path | None = None) -> None:
+        """Args:
+            plan: The node set.
+            python: Interpreter for the children (default: this one).
+            env: Their environment (default: this process's).
+            sink: Receives each prefixed output line (default: print to stdout).
+            log_path: Also append every prefixed line to this file.
+        """
+        self.plan = plan
+        self.python = python or sys.executable
+        self.env = dict(os.environ if env is None else env)
+        # Children print straight away rather than in blocks when their output is a pipe.
+        self.env.setdefault("PYTHONUNBUFFERED", "1")
+        self.env.setdefault("RCUTILS_LOGGING_BUFFERED_STREAM", "0")
+        self._sink = sink or (lambda line: print(line, flush=True))
+        self._log_file = log_path.open("a") if log_path is not None else None
+        self.children: list[_Child] = []
+        self.left_behind: list[str] = []
+        self.removed_shm: set[Path] = set()
+
+    def __enter__(self) -> Supervisor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self, timeout: float = 15.0) -> None:
+        """Start the processes, then the nodes; waits until each process's ``ready_path`` exists.
+
+        Raises:
+            BringupError: A process died or did not get ready within ``timeout`` [s].
+        """
+        self.plan.run_dir.mkdir(parents=True, exist_ok=True)
+        for spec in self.plan.processes:
+            child = self._spawn(spec.name, spec.argv(self.python))
+            if spec.ready_path is not None:
+                deadline = time.monotonic() + timeout
+                while not spec.ready_path.exists():
+                    if not child.alive():
+                        raise BringupError(f"{spec.name} exited with code {child.proc.returncode} while "
+                                           "starting", spec.name, child.tail_text())
+                    if time.monotonic() > deadline:
+                        raise BringupError(f"{spec.name} not ready after {timeout} s ({spec.ready_path} "
+                                           "missing)", spec.name, child.tail_text())
+                    time.sleep(0.05)
+        for node in self.plan.nodes:
+            params_file = self.plan.run_dir / f"{node.name}.params.yaml"
+            params_file.write_text(node.params_yaml())
+            self._spawn(node.name, node.argv(self.python, params_file))
+
+    def _spawn(self, name: str, argv: list[str]) -> _Child:
+        child = _Child(name, argv, self.env, self._sink, self._log_file)
+        self.children.append(child)
+        return child
+
+    def dead(self) -> list[tuple[str, int]]:
+        """Children that exited although nobody stopped them: ``(name, exit code)``."""
+        return [(c.name, c.proc.returncode) for c in self.children
+                if not c.expected_exit and c.proc.poll() is not None]
+
+    def check_alive(self) -> None:
+        """Raise if any child died.
+
+        Raises:
+            BringupError: Naming the first dead child, with its exit code and last output.
+        """
+        for name, code in self.dead():
+            child = next(c for c in self.children if c.name == name)
+            raise BringupError(f"{name} exited unexpectedly with code {code}", name, child.tail_text())
+
+    def wait_ready(self, timeout: float = 30.0) -> float:
+        """Wait until the action servers answer and the driver publishes joint_states.
+
+        Args:
+            timeout: Longest wait [s].
+
+        Returns:
+            Seconds waited.
+
+        Raises:
+            BringupError: A child died, or the set was not ready in time (naming what was missing).
+        """
+        import rclpy
+        from control_msgs.action import FollowJointTrajectory
+        from rclpy.action import ActionClient
+        from rclpy.node import Node
+        from sensor_msgs.msg import JointState
+
+        from rclpy.executors import SingleThreadedExecutor
+
+        started = time.monotonic()
+        context = rclpy.Context()
+        rclpy.init(context=context)
+        node = Node("retarget_up_probe", context=context)
+        executor = SingleThreadedExecutor(context=context)
+        clients: list[Any] = []
+        try:
+            states: list[int] = []
+            node.create_subscription(JointState, self.plan.joint_states_topic,
+                                     lambda _msg: states.append(1), 10)
+            waits: dict[str, Callable[[], bool]] = {}
+            follow = self.plan.follow_joint_trajectory_action
+            clients.append(ActionClient(node, FollowJointTrajectory, follow))
+            waits[f"action {self.plan.follow_joint_trajectory_action}"] = clients[-1].server_is_ready
+            if self.plan.retarget_action:
+                from retarget_interfaces.action import Retarget
+
+                clients.append(ActionClient(node, Retarget, self.plan.retarget_action))
+                waits[f"action {self.plan.retarget_action}"] = clients[-1].server_is_ready
+            waits[f"topic {self.plan.joint_states_topic} (none means the driver is not reading the servos: "
+                  "see its log and /diagnostics)"] = lambda: bool(states)
+            executor.add_node(node)
+            pending = dict(waits)
+            while pending:
+                self.check_alive()
+                if time.monotonic() - started > timeout:
+                    raise BringupError(f"not ready after {timeout} s: waiting for {', '.join(pending)}")
+                executor.spin_once(timeout_sec=0.1)
+                pending = {k: f for k, f in pending.items() if not f()}
+        finally:
+            executor.shutdown()
+            for client in clients:
+                client.destroy()
+            node.destroy_node()
+            rclpy.shutdown(context=context)
+            context.destroy()
+            # The DDS participant (and its /dev/shm files) lives until nothing refers to it any more; the
+            # supervisor runs on without it, and a SIGKILL later must not leave those files behind.
+            del clients, node, executor, context
+            gc.collect()
+        return time.monotonic() - started
+
+    def stop(self, timeout: float = 8.0) -> list[str]:
+        """Stop every child: SIGINT to the nodes, wait, SIGKILL leftovers; then the same for the processes.
+
+        Fast DDS shared-memory files of killed children are removed. Idempotent.
+
+        Args:
+            timeout: Wait per stage before killing [s].
+
+        Returns:
+            Names of children that had to be killed (also in :attr:`left_behind`).
+        """
+        node_names = {n.name for n in self.plan.nodes}
+        stages = [[c for c in self.children if c.name in node_names],
+                  [c for c in self.children if c.name not in node_names]]
+        for stage in stages:
+            for child in stage:
+                child.expected_exit = child.expected_exit or child.alive()
+                if child.alive():
+                    child.signal(signal.SIGINT)
+            deadline = time.monotonic() + timeout
+            for child in stage:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    child.proc.wait(max(0.0, deadline - time.monotonic()))
+            stuck = [c for c in stage if c.alive()]
+            if stuck:
+                shm = fastdds_shm_files({c.proc.pid for c in stuck})
+                for child in stuck:
+                    child.signal(signal.SIGKILL)
+                    child.proc.wait(5)
+                    self.left_behind.append(child.name)
+                for path in shm:
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
+                        self.removed_shm.add(path)
+            for child in stage:
+                child.join_output(2.0)
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        if self.plan.temporary_run_dir and all(not c.alive() for c in self.children):
+            shutil.rmtree(self.plan.run_dir, ignore_errors=True)
+        return list(self.left_behind)
+
+    @property
+    def pids(self) -> dict[str, int]:
+        """Process ID per child."""
+        return {c.name: c.proc.pid for c in self.children}

@@ -1,0 +1,113 @@
+"""``retarget up ROBOT``: start a robot's node set without ``ros2 launch``.
+
+The set is the one ``launch/<robot>.launch.py`` starts: both come from :func:`retarget.ros.bringup.describe`.
+"""
+from __future__ import annotations
+
+import argparse
+
+
+def _up(args: argparse.Namespace) -> int:
+    import json
+    import os
+    import signal
+    import sys
+    import time
+
+    from retarget.ros.bringup import BringupError, Supervisor, describe
+
+    plan = describe(args.robot, hardware=args.hardware, planner=not args.no_planner, mocap=args.mocap,
+                    namespace=args.namespace)
+    # The emulated bus and its nodes all live on this machine: keep discovery on loopback unless the user
+    # chose otherwise.
+    if "ROS_AUTOMATIC_DISCOVERY_RANGE" not in os.environ and plan.emulated:
+        os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+    stop_requested: list[int] = []
+
+    def _on_signal(signum: int, _frame: object) -> None:
+        stop_requested.append(signum)
+
+    previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    # Log lines go to stderr so that stdout carries only the summary (and the JSON line with --json).
+    sink = (lambda line: print(line, file=sys.stderr, flush=True)) if not args.quiet else (lambda line: None)
+    supervisor = Supervisor(plan, sink=sink, log_path=args.log)
+    status: dict[str, object] = {"robot": plan.robot, "namespace": plan.namespace, "emulated": plan.emulated,
+                                 "port": plan.port, "run_dir": str(plan.run_dir),
+                                 "domain_id": os.environ.get("ROS_DOMAIN_ID", "0")}
+    code = 0
+    try:
+        supervisor.start()
+        waited = supervisor.wait_ready(args.ready_timeout)
+        print(f"retarget up: {plan.robot} ready in {waited:.1f} s "
+              f"({'emulated bus' if plan.emulated else 'servos on ' + plan.port}); Ctrl-C stops everything",
+              flush=True)
+        for line in plan.summary():
+            print(f"  {line}", flush=True)
+        print(f"  pids: {supervisor.pids}", flush=True)
+        status.update(ready_s=round(waited, 3), pids=supervisor.pids,
+                      follow_joint_trajectory=plan.follow_joint_trajectory_action,
+                      retarget=plan.retarget_action, control_socket=str(plan.control_socket or ""))
+        if args.json:
+            print(json.dumps({**status, "state": "ready"}), flush=True)
+        deadline = time.monotonic() + args.duration if args.duration > 0 else None
+        while not stop_requested and (deadline is None or time.monotonic() < deadline):
+            supervisor.check_alive()
+            time.sleep(0.1)
+    except BringupError as exc:
+        print(f"retarget up: error: {exc}", file=sys.stderr, flush=True)
+        status["error"] = str(exc).splitlines()[0]
+        status["failed"] = exc.process
+        code = 1
+    finally:
+        # A second Ctrl-C while stopping must not leave children behind: finish stopping first.
+        for s in previous:
+            signal.signal(s, _on_signal)
+        killed = supervisor.stop()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    reason = f"signal {signal.Signals(stop_requested[0]).name}" if stop_requested else (
+        "duration elapsed" if code == 0 else "failure")
+    print(f"retarget up: stopped ({reason}); "
+          + (f"killed after timeout: {', '.join(killed)}" if killed else "all processes exited cleanly"),
+          flush=True)
+    if args.json:
+        print(json.dumps({**status, "state": "stopped", "killed": killed, "reason": reason}), flush=True)
+    return code
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``retarget up``."""
+    from retarget.ros.bringup import MOCAP_SOURCES
+
+    parser = sub.add_parser(
+        "up",
+        help="start a robot's ROS 2 nodes (driver on real servos or the emulated bus, trajectory server, "
+        "planner, mocap) until Ctrl-C",
+        description="Start the same node set as `ros2 launch retarget ROBOT.launch.py`, as child processes "
+        "of this command: the emulated Dynamixel bus (unless --hardware), dynamixel_driver, "
+        "trajectory_server, planner, mocap. Waits until the action servers answer and joint_states flow, "
+        "prints what runs, forwards the logs (prefixed, to stderr) and stops everything on Ctrl-C/SIGTERM. "
+        "Exits 1 if a node dies, naming it.",
+    )
+    parser.add_argument("robot", help="robot name (retarget robots) or path to its params YAML")
+    parser.add_argument("--hardware", metavar="PORT", default="",
+                        help="serial port of the real servos, e.g. /dev/ttyUSB0 (default: the emulated bus)")
+    parser.add_argument("--no-planner", action="store_true", help="do not start the planner node")
+    parser.add_argument("--mocap", choices=MOCAP_SOURCES, default="twin",
+                        help="mocap node source: twin (simulated), natnet (OptiTrack Motive) or none")
+    parser.add_argument("--namespace", default="", help="ROS namespace of every node (e.g. /drummer)")
+    parser.add_argument("--duration", type=float, default=0.0,
+                        help="stop after this many seconds once ready [s] (default: run until Ctrl-C)")
+    parser.add_argument("--ready-timeout", type=float, default=60.0, help="longest wait for readiness [s]")
+    parser.add_argument("--log", type=_path, default=None,
+                        help="also append every node's output to this file")
+    parser.add_argument("--quiet", action="store_true", help="do not forward the nodes' output")
+    parser.add_argument("--json", action="store_true",
+                        help="print a JSON line when ready and one when stopped (the last line)")
+    parser.set_defaults(func=_up)
+
+
+def _path(text: str) -> object:
+    from pathlib import Path
+
+    return Path(text)

@@ -1,0 +1,391 @@
+"""Bring-up: the node-set description, the launch files built on it, and ``retarget up`` as a real process.
+
+The description tests are fast and need no ROS. The launch files cannot run here (no ``launch``/``launch_ros``
+wheels): they are compiled, and ``robot.launch.py`` is executed against minimal stand-ins of the launch API
+that record what it builds, to check that it turns the description into nodes faithfully. ``retarget up
+drummer`` runs as a subprocess: a 13-joint FollowJointTrajectory goal succeeds, and SIGINT leaves no process
+behind.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import py_compile
+import signal
+import subprocess
+import sys
+import threading
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from retarget.errors import InputError
+from retarget.model.library import list_robots, resolve_robot
+from retarget.ros.bringup import (
+    EMULATED_BUS_OVERRIDES,
+    Supervisor,
+    describe,
+    fastdds_shm_files,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+LAUNCH = REPO / "launch"
+ROBOTS = list_robots()
+
+
+def _ros_params(robot: str) -> dict[str, Any]:
+    return yaml.safe_load(resolve_robot(robot).read_text())["/**"]["ros__parameters"]
+
+
+def test_all_seven_robots_are_shipped() -> None:
+    assert ROBOTS == ["bartender", "boxer", "dancer", "drummer", "rapper", "single_rod", "two_rods"]
+
+
+@pytest.mark.parametrize("robot", ROBOTS)
+def test_node_set_is_complete(robot: str, tmp_path: Path) -> None:
+    plan = describe(robot, run_dir=tmp_path)
+    params = _ros_params(robot)
+    assert plan.robot == params["robot_name"] == robot
+    assert [n.name for n in plan.nodes] == ["dynamixel_driver", "trajectory_server", "planner", "mocap"]
+    assert [p.name for p in plan.processes] == ["dynamixel_emulator"]
+    emulator = plan.processes[0]
+    ids = ",".join(map(str, params["dynamixel_ids"]))
+    assert emulator.args[emulator.args.index("--ids") + 1] == ids
+    assert emulator.args[emulator.args.index("--link") + 1] == plan.port == str(tmp_path / "ttyDXL")
+    assert emulator.args[emulator.args.index("--return-delay-us") + 1] == "0"
+    assert emulator.ready_path == plan.control_socket
+    for node in plan.nodes:
+        # Every node gets the robot's parameters, including the keys the trajectory server and servos need.
+        for key in ("joint_names", "dynamixel_ids", "servo_max_velocity", "default_goal_tolerance",
+                    "goal_time_tolerance"):
+            assert node.parameters[key] == params[key], (node.name, key)
+    driver = plan.node("dynamixel_driver").parameters
+    assert driver["port"] == plan.port
+    for key, value in EMULATED_BUS_OVERRIDES.items():
+        assert driver[key] == value
+    description = plan.node("trajectory_server").parameters["robot_description"]
+    assert description.lstrip().startswith("<?xml")
+    assert all(f'name="{j}"' in description for j in params["joint_names"])
+    assert plan.node("planner").parameters["trajectory_server_action"] == plan.follow_joint_trajectory_action
+    assert plan.node("mocap").parameters["source"] == "twin"
+
+
+def test_hardware_and_options(tmp_path: Path) -> None:
+    plan = describe("drummer", hardware="/dev/ttyUSB0", planner=False, mocap="none", namespace="/robot",
+                    run_dir=tmp_path)
+    assert not plan.emulated and plan.processes == () and plan.control_socket is None
+    assert [n.name for n in plan.nodes] == ["dynamixel_driver", "trajectory_server"]
+    driver = plan.node("dynamixel_driver").parameters
+    assert driver["port"] == "/dev/ttyUSB0" and "return_delay_us" not in driver
+    assert plan.retarget_action is None
+    assert plan.follow_joint_trajectory_action == "/robot/trajectory_server/follow_joint_trajectory"
+    natnet = describe("drummer", mocap="natnet", run_dir=tmp_path)
+    assert natnet.node("mocap").parameters["source"] == "natnet"
+
+
+@pytest.mark.parametrize("kwargs, text", [({"mocap": "vicon"}, "mocap"), ({"twin": "reduced"}, "twin"),
+                                          ({"namespace": "no_slash"}, "namespace")])
+def test_bad_options_are_input_errors(kwargs: dict[str, str], text: str, tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=text):
+        describe("drummer", run_dir=tmp_path, **kwargs)
+
+
+def test_unknown_robot_names_the_known_ones() -> None:
+    with pytest.raises(InputError, match="drummer"):
+        describe("no_such_robot")
+
+
+def test_node_command_line_and_params_file(tmp_path: Path) -> None:
+    plan = describe("dancer", namespace="/ns", run_dir=tmp_path)
+    spec = plan.node("trajectory_server")
+    params_file = tmp_path / "p.yaml"
+    params_file.write_text(spec.params_yaml())
+    argv = spec.argv("/usr/bin/python3", params_file)
+    assert argv[:3] == ["/usr/bin/python3", "-m", "retarget.ros.trajectory_server"]
+    assert argv[argv.index("--ros-args"):] == ["--ros-args", "-r", "__node:=trajectory_server",
+                                               "-r", "__ns:=/ns", "--params-file", str(params_file)]
+    # rcl needs a file whose only top-level keys are nodes: the robot YAML's retarget: section would break it.
+    data = yaml.safe_load(params_file.read_text())
+    assert list(data) == ["/ns/trajectory_server"]
+    assert data["/ns/trajectory_server"]["ros__parameters"] == dict(spec.parameters)
+
+
+def test_fastdds_shm_files_follow_flock_holders(tmp_path: Path) -> None:
+    import fcntl
+
+    held = tmp_path / "fastdds_port7411_el"
+    free = tmp_path / "fastdds_0123456789abcdef_el"
+    for path in (held, free, tmp_path / "fastdds_port7411", tmp_path / "fastdds_0123456789abcdef"):
+        path.touch()
+    with held.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        found = fastdds_shm_files({os.getpid()}, shm=tmp_path)
+    assert found == {held, tmp_path / "fastdds_port7411", tmp_path / "sem.fastdds_port7411_mutex"}
+    assert fastdds_shm_files({os.getpid()}, shm=tmp_path) == set()
+
+
+# ---- launch files ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", sorted(LAUNCH.glob("*.launch.py")), ids=lambda p: p.name)
+def test_launch_files_compile(path: Path, tmp_path: Path) -> None:
+    py_compile.compile(str(path), cfile=str(tmp_path / "out.pyc"), doraise=True)
+
+
+def test_one_launch_file_per_robot() -> None:
+    per_robot = sorted(p.name.removesuffix(".launch.py") for p in LAUNCH.glob("*.launch.py")
+                       if p.name != "robot.launch.py")
+    assert per_robot == ROBOTS
+    for robot in ROBOTS:
+        text = (LAUNCH / f"{robot}.launch.py").read_text()
+        assert f'ROBOT = "{robot}"' in text and "robot.launch.py" in text
+
+
+class _Recorded:
+    """Stand-in for a launch action or substitution: keeps its constructor arguments."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.args, self.kwargs = args, kwargs
+
+
+def _launch_api_stand_ins(share: Path, configuration: dict[str, str]) -> dict[str, types.ModuleType]:
+    """Stand-ins for the parts of ament_index_python, launch, launch_ros the launch files use."""
+    def module(name: str, **attrs: Any) -> types.ModuleType:
+        mod = types.ModuleType(name)
+        mod.__dict__.update(attrs)
+        return mod
+
+    class LaunchConfiguration(_Recorded):
+        def perform(self, context: Any) -> str:
+            return configuration[self.args[0]]
+
+    class LaunchDescription(_Recorded):
+        pass
+
+    recorded = {name: type(name, (_Recorded,), {}) for name in (
+        "DeclareLaunchArgument", "EmitEvent", "ExecuteProcess", "OpaqueFunction", "RegisterEventHandler",
+        "OnProcessExit", "OnProcessIO", "Shutdown", "Node", "ParameterValue", "IncludeLaunchDescription",
+        "PythonLaunchDescriptionSource")}
+    return {
+        "ament_index_python": module("ament_index_python"),
+        "ament_index_python.packages": module("ament_index_python.packages",
+                                              get_package_share_directory=lambda _pkg: str(share)),
+        "launch": module("launch", LaunchDescription=LaunchDescription),
+        "launch.actions": module("launch.actions", **{k: recorded[k] for k in (
+            "DeclareLaunchArgument", "EmitEvent", "ExecuteProcess", "OpaqueFunction", "RegisterEventHandler",
+            "IncludeLaunchDescription")}),
+        "launch.event_handlers": module("launch.event_handlers", OnProcessExit=recorded["OnProcessExit"],
+                                        OnProcessIO=recorded["OnProcessIO"]),
+        "launch.events": module("launch.events", Shutdown=recorded["Shutdown"]),
+        "launch.substitutions": module("launch.substitutions", LaunchConfiguration=LaunchConfiguration),
+        "launch.launch_description_sources": module("launch.launch_description_sources",
+                                                    PythonLaunchDescriptionSource=recorded[
+                                                        "PythonLaunchDescriptionSource"]),
+        "launch_ros": module("launch_ros"),
+        "launch_ros.actions": module("launch_ros.actions", Node=recorded["Node"]),
+        "launch_ros.parameter_descriptions": module("launch_ros.parameter_descriptions",
+                                                    ParameterValue=recorded["ParameterValue"]),
+    }
+
+
+def _run_launch_file(path: Path, monkeypatch: pytest.MonkeyPatch, configuration: dict[str, str]) -> Any:
+    for name, mod in _launch_api_stand_ins(REPO, configuration).items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    namespace: dict[str, Any] = {"__file__": str(path), "__name__": "launch_file"}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    return namespace
+
+
+@pytest.mark.parametrize("hardware", ["", "/dev/ttyUSB0"])
+def test_robot_launch_builds_the_described_nodes(hardware: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    configuration = {"robot": "drummer", "hardware": hardware, "planner": "true", "mocap": "twin",
+                     "namespace": ""}
+    launch_file = _run_launch_file(LAUNCH / "robot.launch.py", monkeypatch, configuration)
+    description = launch_file["generate_launch_description"]()
+    declared = [a.kwargs.get("name", a.args[0] if a.args else None) for a in description.args[0][:-1]]
+    assert declared == ["robot", "hardware", "planner", "mocap", "namespace"]
+    actions = launch_file["launch_setup"](context=None)
+    plan = describe("drummer", hardware=hardware or None, run_dir=Path("/unused"))
+    if hardware:
+        nodes = actions
+    else:
+        emulator, on_exit, on_ready = actions
+        cmd = emulator.kwargs["cmd"]
+        assert cmd[1:3] == ["-m", "retarget.dynamixel.emulator"]
+        assert cmd[cmd.index("--ids") + 1] == "1,2,3,4,5,6,7,8,9,10,11,12,13"
+        handler = on_ready.args[0]
+        assert handler.kwargs["target_action"] is emulator
+        start = handler.kwargs["on_stdout"]
+        assert start(types.SimpleNamespace(text=b"starting\n")) is None
+        nodes = start(types.SimpleNamespace(text=json.dumps({"port": "x", "control": "y"}).encode()))
+        assert start(types.SimpleNamespace(text=b'{"control": "again"}')) is None, "nodes must start once"
+        assert on_exit.args[0].kwargs["target_action"] is emulator
+    assert [n.kwargs["executable"] for n in nodes] == [s.executable for s in plan.nodes]
+    for node, spec in zip(nodes, plan.nodes):
+        assert node.kwargs["package"] == "retarget" and node.kwargs["name"] == spec.name
+        (params,) = node.kwargs["parameters"]
+        unwrapped = {k: v.args[0] if hasattr(v, "args") else v for k, v in params.items()}
+        expected = dict(spec.parameters)
+        if not hardware and spec.name == "dynamixel_driver":
+            assert unwrapped.pop("port") != "" and expected.pop("port")  # a fresh pty link per run
+        assert unwrapped == expected
+
+
+def test_per_robot_launch_includes_the_shared_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    launch_file = _run_launch_file(LAUNCH / "drummer.launch.py", monkeypatch, {})
+    (include,) = launch_file["generate_launch_description"]().args[0]
+    assert include.args[0].args[0] == str(LAUNCH / "robot.launch.py")
+    assert dict(include.kwargs["launch_arguments"]) == {"robot": "drummer"}
+
+
+# ---- retarget up as a process ----------------------------------------------------------------------------
+
+def _pids_in_groups(groups: set[int]) -> list[int]:
+    """Live processes whose process group is one of ``groups`` (each child leads its own group)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # fields: state, ppid, pgrp, ...; a zombie (Z) has exited already.
+        if fields[0] != "Z" and int(fields[2]) in groups:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.integration
+def test_retarget_up_drummer_goal_then_sigint(ros_context: Any) -> None:
+    pytest.importorskip("control_msgs", reason="control_msgs is not built (make setup)")
+    from control_msgs.action import FollowJointTrajectory
+    from rclpy.action import ActionClient
+    from rclpy.node import Node
+    from trajectory_msgs.msg import JointTrajectoryPoint
+    from ros_helpers import wait_for
+
+    namespace = "/test_bringup"
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "retarget.cli", "up", "drummer", "--namespace", namespace,
+                             "--mocap", "none", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=os.environ.copy(), start_new_session=True)
+    lines: list[str] = []
+    errors: list[str] = []
+    readers = [threading.Thread(target=lambda s=s, out=out: out.extend(s), daemon=True)
+               for s, out in ((proc.stdout, lines), (proc.stderr, errors))]
+    for reader in readers:
+        reader.start()
+    context, executor = ros_context
+    node = Node("bringup_test", context=context)
+    executor.add_node(node)
+    client = ActionClient(node, FollowJointTrajectory,
+                          f"{namespace}/trajectory_server/follow_joint_trajectory")
+    try:
+        try:
+            wait_for(lambda: any('"state": "ready"' in line for line in lines) or proc.poll() is not None, 45.0,
+                     "retarget up to be ready")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{''.join(errors[-40:])}") from None
+        assert proc.poll() is None, "".join(errors[-40:])
+        ready = json.loads(next(line for line in lines if '"state": "ready"' in line))
+        pids = ready["pids"]
+        assert set(pids) == {"dynamixel_emulator", "dynamixel_driver", "trajectory_server", "planner"}
+        assert client.wait_for_server(timeout_sec=10.0), "".join(errors[-40:])
+
+        joints = _ros_params("drummer")["joint_names"]
+        goal = FollowJointTrajectory.Goal()
+        goal.trajectory.joint_names = joints
+        for t, scale in ((0.5, 0.1), (1.0, 0.2)):
+            point = JointTrajectoryPoint(positions=[scale * (-1) ** i for i in range(len(joints))])
+            point.time_from_start.sec, point.time_from_start.nanosec = int(t), int(round((t % 1) * 1e9))
+            goal.trajectory.points.append(point)
+        sent = client.send_goal_async(goal)
+        wait_for(sent.done, 10.0, "goal response")
+        got = sent.result().get_result_async()
+        wait_for(got.done, 15.0, "goal result")
+        result = got.result().result
+        assert result.error_code == FollowJointTrajectory.Result.SUCCESSFUL, (result.error_string,
+                                                                               "".join(errors[-40:]))
+
+        os.killpg(proc.pid, signal.SIGINT)  # as Ctrl-C in a terminal: the whole foreground group
+        assert proc.wait(20.0) == 0, "".join(errors[-40:])
+        for reader in readers:
+            reader.join(5.0)
+        stopped = json.loads(lines[-1])
+        assert stopped["state"] == "stopped" and stopped["killed"] == []
+        assert stopped["reason"] == "signal SIGINT"
+        assert _pids_in_groups(set(pids.values())) == [], "processes left behind"
+        assert not Path(ready["run_dir"]).exists(), "the run's temporary folder must be removed"
+        assert time.monotonic() - started < 60.0
+    finally:
+        executor.remove_node(node)
+        client.destroy()
+        node.destroy_node()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+
+@pytest.mark.integration
+def test_supervisor_names_a_node_that_dies(tmp_path: Path) -> None:
+    """A driver whose port does not exist faults but stays up; a node that cannot start is named."""
+    from retarget.ros.bringup import BringupError
+
+    plan = describe("single_rod", hardware=str(tmp_path / "no_such_port"), planner=False, mocap="none",
+                    namespace="/test_bringup_dies", run_dir=tmp_path)
+    broken = plan.node("trajectory_server")
+    # An out-of-range control rate makes the trajectory server exit at start-up.
+    bad = dataclasses.replace(broken, parameters={**broken.parameters, "control_rate": -5.0})
+    plan = dataclasses.replace(plan, nodes=(plan.nodes[0], bad))
+    lines: list[str] = []
+    with Supervisor(plan, sink=lines.append) as supervisor:
+        supervisor.start()
+        with pytest.raises(BringupError) as info:
+            supervisor.wait_ready(20.0)
+        assert info.value.process == "trajectory_server"
+        assert "trajectory_server exited unexpectedly" in str(info.value)
+    assert supervisor.left_behind == []
+    assert _pids_in_groups(set(supervisor.pids.values())) == []
+
+
+STUBBORN = '''
+import fcntl, os, signal, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+name = sys.argv[1]
+segment = open(name, "w")
+lock = open(name + "_el", "w")
+fcntl.flock(lock, fcntl.LOCK_EX)
+print("holding", name, flush=True)
+while True:
+    time.sleep(1)
+'''
+
+
+@pytest.mark.integration
+def test_supervisor_kills_a_stubborn_child_and_removes_its_shm(tmp_path: Path) -> None:
+    """A child that ignores SIGINT is killed after the timeout; the Fast DDS-style files it held go too."""
+    from retarget.ros.bringup import ProcessSpec
+
+    (tmp_path / "stubborn_child.py").write_text(STUBBORN)
+    segment = Path("/dev/shm") / f"fastdds_retargettest{os.getpid()}"
+    plan = describe("single_rod", hardware="/dev/null", planner=False, mocap="none", run_dir=tmp_path)
+    plan = dataclasses.replace(plan, nodes=(), processes=(
+        ProcessSpec("stubborn", "stubborn_child", (str(segment),)),))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    lines: list[str] = []
+    try:
+        with Supervisor(plan, env=env, sink=lines.append) as supervisor:
+            supervisor.start()
+            from ros_helpers import wait_for
+
+            wait_for(lambda: any("holding" in line for line in lines), 15.0, "the child to hold its files")
+            assert supervisor.stop(timeout=1.0) == ["stubborn"]
+        assert not segment.exists() and not Path(f"{segment}_el").exists()
+        assert Path(f"{segment}_el") in supervisor.removed_shm
+        assert _pids_in_groups(set(supervisor.pids.values())) == []
+    finally:
+        for path in (segment, Path(f"{segment}_el")):
+            path.unlink(missing_ok=True)
