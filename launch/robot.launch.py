@@ -5,7 +5,8 @@
 
 The per-robot files (``drummer.launch.py`` ...) include this one with ``robot`` set. The node set and every
 parameter come from ``retarget.ros.bringup.describe`` — the same description ``retarget up`` starts without
-``ros2 launch`` — built from ``config/<robot>.yaml`` in the package's share folder. With ``hardware`` empty
+``ros2 launch`` — built from ``config/<robot>.yaml`` (description) and ``config/<robot>.params.yaml`` (ROS 2
+parameters) in the package's share folder. With ``hardware`` empty
 the emulated XM430-W210 bus runs first (``python -m retarget.dynamixel.emulator``); the nodes start once it
 prints its ready line, and the whole launch shuts down if it exits.
 """
@@ -56,8 +57,8 @@ def launch_setup(context, *args, **kwargs):
     def arg(name):
         return LaunchConfiguration(name).perform(context)
 
-    params_file = Path(get_package_share_directory(PACKAGE)) / "config" / f"{arg('robot')}.yaml"
-    plan = describe(params_file, hardware=arg("hardware") or None, planner=_truthy(arg("planner")),
+    description = Path(get_package_share_directory(PACKAGE)) / "config" / f"{arg('robot')}.yaml"
+    plan = describe(description, hardware=arg("hardware") or None, planner=_truthy(arg("planner")),
                     mocap=arg("mocap"), namespace=arg("namespace"))
     nodes = [_node(spec) for spec in plan.nodes]
     if not plan.processes:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from retarget.fem.material import MATERIALS
-from retarget.model.library import list_robots, robot_config
+from retarget.model.library import list_robots, robot_config, ros_parameters
 from retarget.report.robot_render import load_urdf, robot_polygons
 
 ROBOTS = ["bartender", "boxer", "dancer", "drummer", "rapper", "single_rod", "two_rods"]
@@ -26,7 +26,7 @@ def test_library_has_exactly_these_robots() -> None:
 
 def test_joint_names_ids_and_motors_agree(robot: tuple) -> None:
     name, config, urdf = robot
-    ros = config["/**"]["ros__parameters"]
+    ros = ros_parameters(name)
     section = config["retarget"]
     assert ros["robot_name"] == name
     assert ros["joint_names"] == section["motors"]

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from retarget.errors import InputError
-from retarget.model.library import list_robots, resolve_robot
+from retarget.model.library import list_robots, resolve_robot, ros_parameters
 from retarget.ros.bringup import (
     EMULATED_BUS_OVERRIDES,
     Supervisor,
@@ -39,7 +39,7 @@ ROBOTS = list_robots()
 
 
 def _ros_params(robot: str) -> dict[str, Any]:
-    return yaml.safe_load(resolve_robot(robot).read_text())["/**"]["ros__parameters"]
+    return ros_parameters(robot)
 
 
 def test_all_seven_robots_are_shipped() -> None:

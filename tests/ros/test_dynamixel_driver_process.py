@@ -18,7 +18,7 @@ from ros_helpers import wait_for
 pytestmark = pytest.mark.integration
 
 NS = "/test_driver_loop"
-CONFIG = Path(__file__).resolve().parents[2] / "config" / "drummer.yaml"
+CONFIG = Path(__file__).resolve().parents[2] / "config" / "drummer.params.yaml"
 
 
 def _drummer() -> tuple[list[str], list[int]]:

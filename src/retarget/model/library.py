@@ -28,9 +28,12 @@ __all__ = [
     "list_robots",
     "motions_dir",
     "resolve_motion",
+    "resolve_params",
     "resolve_robot",
     "resolve_urdf",
+    "read_ros_parameters",
     "robot_config",
+    "ros_parameters",
     "share_dir",
     "urdf_xml",
 ]
@@ -130,8 +133,51 @@ def resolve_robot(name_or_path: str | Path) -> Path:
     raise UnknownNameError("robot", str(name_or_path), list_robots())
 
 
+def resolve_params(robot: str | Path) -> Path:
+    """The ROS 2 params file of a robot: ``<name>.params.yaml`` beside its description ``<name>.yaml``.
+
+    Raises:
+        UnknownNameError: Unknown robot.
+        InputError: The robot has no params file.
+    """
+    description = resolve_robot(robot)
+    path = description.with_name(description.name.removesuffix(".yaml") + ".params.yaml")
+    if not path.is_file():
+        raise InputError(f"{description}: no ROS 2 params file {path.name} beside it (docs/robot-description.md)")
+    return path
+
+
+def ros_parameters(robot: str | Path) -> dict[str, Any]:
+    """The ``/**: ros__parameters`` mapping of a robot's params file (see :func:`resolve_params`).
+
+    Raises:
+        UnknownNameError: Unknown robot.
+        InputError: No params file, or it has no ``/**: ros__parameters`` mapping.
+    """
+    return read_ros_parameters(resolve_params(robot))
+
+
+def read_ros_parameters(path: Path) -> dict[str, Any]:
+    """The ``/**: ros__parameters`` mapping of a ROS 2 params file.
+
+    Raises:
+        InputError: Unreadable, not YAML, or no ``/**: ros__parameters`` mapping.
+    """
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError(f"{path}: cannot read the params file: {exc}") from exc
+    params = data.get("/**", {}).get("ros__parameters") if isinstance(data, dict) else None
+    if not isinstance(params, dict):
+        raise InputError(f"{path}: no '/**: ros__parameters:' mapping (docs/robot-description.md)")
+    return params
+
+
 def robot_config(robot: str | Path) -> dict[str, Any]:
-    """The whole parsed params YAML of a robot (``/**`` ROS parameters and the ``retarget:`` section).
+    """The parsed description YAML of a robot (its ``retarget:`` section; the ROS parameters are in
+    :func:`ros_parameters`).
 
     Raises:
         UnknownNameError: Unknown robot.

@@ -1,6 +1,7 @@
 """Bring-up: one description of a robot's node set, used by the launch files and by ``retarget up``.
 
-:func:`describe` computes, from the robot's params YAML (``config/<robot>.yaml``) and a few options, which
+:func:`describe` computes, from the robot's description (``config/<robot>.yaml``) and ROS 2 params file
+(``config/<robot>.params.yaml``) and a few options, which
 processes run and with which parameters: the emulated servo bus (unless a hardware port is given), the
 Dynamixel driver, the trajectory server, the planner and the mocap node. ``launch/robot.launch.py`` turns that
 description into ``launch_ros`` actions; :class:`Supervisor` (``retarget up``, ``make demo``) starts it as
@@ -157,7 +158,7 @@ class Bringup:
 
     Attributes:
         robot: Robot name (``robot_name`` of the params YAML).
-        params_file: The robot's params YAML (its ``/**: ros__parameters`` are in every node's parameters).
+        params_file: The robot's ROS 2 params file (its ``/**: ros__parameters`` are in every node's parameters).
         joint_names: The robot's motors in wire order, ``(m,)``.
         dynamixel_ids: Servo ID per joint, ``(m,)``.
         port: Serial device the driver opens: the hardware port, or the emulated bus's pty link.
@@ -216,24 +217,15 @@ class Bringup:
     def summary(self) -> list[str]:
         """One line per process: what runs and with which key settings."""
         lines = [f"{p.name}: python -m {p.module} {' '.join(p.args)}" for p in self.processes]
-        robot = _ros_params(self.params_file)
+        from retarget.model.library import read_ros_parameters
+
+        robot = read_ros_parameters(self.params_file)
         for spec in self.nodes:
             keys = {k: v for k, v in spec.parameters.items() if k != "robot_description" and k not in robot}
             if "robot_description" in spec.parameters:
                 keys["robot_description"] = f"<URDF, {len(spec.parameters['robot_description'])} chars>"
             lines.append(f"{spec.fully_qualified_name}: {spec.executable}, {self.params_file.name} + {keys}")
         return lines
-
-
-def _ros_params(path: Path) -> dict[str, Any]:
-    """The ``/**: ros__parameters`` mapping of a robot's params YAML."""
-    import yaml
-
-    data = yaml.safe_load(path.read_text())
-    params = data.get("/**", {}).get("ros__parameters") if isinstance(data, dict) else None
-    if not isinstance(params, dict):
-        raise InputError(f"{path}: no '/**: ros__parameters:' section (see docs/robot-description.md)")
-    return params
 
 
 def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = True, mocap: str = "twin",
@@ -260,7 +252,7 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
         UnknownNameError: Unknown robot.
         InputError: Bad option, or the params YAML lacks joint_names/dynamixel_ids of equal length.
     """
-    from retarget.model.library import resolve_robot, urdf_xml
+    from retarget.model.library import read_ros_parameters, resolve_params, resolve_robot, urdf_xml
 
     if mocap not in MOCAP_SOURCES:
         raise InputError(f"mocap {mocap!r}: expected one of {', '.join(MOCAP_SOURCES)}")
@@ -269,14 +261,15 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
                          "reduced simulation will drive the emulated servos once it exists)")
     if namespace and not _NAMESPACE.match(namespace):
         raise InputError(f"namespace {namespace!r}: expected '' or /name[/name...]")
-    params_file = resolve_robot(robot).resolve()
-    params = _ros_params(params_file)
+    description = resolve_robot(robot).resolve()
+    params_file = resolve_params(description).resolve()
+    params = read_ros_parameters(params_file)
     joints = tuple(str(j) for j in params.get("joint_names") or [])
     ids = tuple(int(i) for i in params.get("dynamixel_ids") or [])
     if not joints or len(ids) != len(joints):
         raise InputError(f"{params_file}: need joint_names and one dynamixel_ids entry per joint "
                          f"({len(joints)} joints, {len(ids)} ids)")
-    name = str(params.get("robot_name") or params_file.stem)
+    name = str(params.get("robot_name") or description.stem)
     temporary = run_dir is None
     run_dir = Path(tempfile.mkdtemp(prefix=f"retarget-{name}-")) if run_dir is None else Path(run_dir)
     emulated = not hardware
@@ -303,7 +296,7 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
 
     nodes = [node("dynamixel_driver", "retarget.ros.dynamixel_driver", "dynamixel_driver", driver),
              node("trajectory_server", "retarget.ros.trajectory_server", "trajectory_server",
-                  {"robot_description": urdf_xml(params_file)})]
+                  {"robot_description": urdf_xml(description)})]
     if planner:
         nodes.append(node("planner", "retarget.ros.planner", "planner",
                           {"robot_name": name, "trajectory_server_action": f"{namespace}/trajectory_server/"

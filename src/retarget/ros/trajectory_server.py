@@ -56,7 +56,7 @@ class TrajectoryServer(Node):
             self, "joint_names", T.STRING_ARRAY, [], "controlled joints, in wire order"))
         if not self.joint_names:
             raise InputError("parameter joint_names is empty: give the robot's params file "
-                             "(--ros-args --params-file config/<robot>.yaml)")
+                             "(--ros-args --params-file config/<robot>.params.yaml)")
         self.control_rate = declare(self, "control_rate", T.DOUBLE, 100.0,
                                     "setpoint streaming and tolerance check rate [Hz]", low=1.0, high=1000.0)
         self.feedback_rate = declare(self, "action_monitor_rate", T.DOUBLE, 20.0,
