@@ -76,8 +76,11 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``retarget up``."""
+    """Add ``retarget up`` and ``retarget record``."""
     from retarget.ros.bringup import MOCAP_SOURCES
+    from retarget.ros.record import register_record
+
+    register_record(sub)
 
     parser = sub.add_parser(
         "up",
