@@ -1,0 +1,221 @@
+"""Generalized inertial and gravity forces of a deformable body in relative coordinates, with exact Jacobians.
+
+For a body in the frame of reference rigid body ``(c, q)`` with world linear velocity ``v`` and body-frame ``ω``,
+reduced coordinates ``z`` and rates ``ż``, and the BDF accelerations ``a_v = (v − v̄)/h``, ``a_ω``, ``a_z``
+(docs/reduced.md §2–3; ``e = Rᵀ(a_v − g)``, ``s = s₀ + S₁z``, ``B_l = P₁_l + Σ_k z_k P₂_lk``, ``Q = Σ_l ż_l B_l``,
+``C_l = C₀_l + Σ_k z_k C₁_kl``)::
+
+    f_v   = m_f (a_v − g) + R [a_ω × s + ω × (ω × s) + 2 ω × S₁ż + S₁ a_z]
+    f_ω   = s × e + J a_ω + ω × (J ω) + 2 (tr Q I − Q) ω + Σ_l a_z,l C_l
+    f_z,l = S₁_lᵀ e + a_ω·C_l + ωᵀ B_l ω − |ω|² tr B_l + 2 ω·Σ_k ż_k C₁_kl + (M_zz a_z)_l
+
+These are the virtual power of ``Σ_ab m_ab δx_a·(ẍ_b − g)``. :func:`body_forces` returns them with their partial
+derivatives with respect to ``q``, ``z``, the accelerations (the generalized mass — the paper's M1…M6) and the
+explicit ``ω``, ``ż`` (centrifugal and Coriolis terms). Compiled with numba (no Python objects), so the engine's
+time loop can call it; also callable from Python (tests).
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = ["body_forces", "rotation_and_derivative"]
+
+
+@numba.njit(cache=True)
+def rotation_and_derivative(q: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """``R(q) = N(q)/(q·q)`` (3, 3) and ``∂R/∂q_k`` (4, 3, 3) (homogeneous form of :mod:`retarget.sim.rotation`)."""
+    w, x, y, z = q[0], q[1], q[2], q[3]
+    s = w * w + x * x + y * y + z * z
+    n = np.empty((3, 3))
+    n[0, 0] = w * w + x * x - y * y - z * z
+    n[0, 1] = 2.0 * (x * y - w * z)
+    n[0, 2] = 2.0 * (x * z + w * y)
+    n[1, 0] = 2.0 * (x * y + w * z)
+    n[1, 1] = w * w - x * x + y * y - z * z
+    n[1, 2] = 2.0 * (y * z - w * x)
+    n[2, 0] = 2.0 * (x * z - w * y)
+    n[2, 1] = 2.0 * (y * z + w * x)
+    n[2, 2] = w * w - x * x - y * y + z * z
+    r = n / s
+    dn = np.empty((4, 3, 3))
+    dn[0] = np.array([[w, -z, y], [z, w, -x], [-y, x, w]])
+    dn[1] = np.array([[x, y, z], [y, -x, -w], [z, w, -x]])
+    dn[2] = np.array([[-y, x, w], [x, y, z], [-w, z, -y]])
+    dn[3] = np.array([[-z, -w, x], [w, -z, y], [x, y, z]])
+    dr = np.empty((4, 3, 3))
+    for k in range(4):
+        dr[k] = 2.0 * dn[k] / s - 2.0 * q[k] * r / s
+    return r, dr
+
+
+@numba.njit(cache=True, inline="always")
+def _cross(a: NDArray[np.float64], b: NDArray[np.float64]) -> NDArray[np.float64]:
+    out = np.empty(3)
+    out[0] = a[1] * b[2] - a[2] * b[1]
+    out[1] = a[2] * b[0] - a[0] * b[2]
+    out[2] = a[0] * b[1] - a[1] * b[0]
+    return out
+
+
+@numba.njit(cache=True, inline="always")
+def _skew(a: NDArray[np.float64]) -> NDArray[np.float64]:
+    out = np.zeros((3, 3))
+    out[0, 1] = -a[2]
+    out[0, 2] = a[1]
+    out[1, 0] = a[2]
+    out[1, 2] = -a[0]
+    out[2, 0] = -a[1]
+    out[2, 1] = a[0]
+    return out
+
+
+@numba.njit(cache=True)
+def body_forces(
+    q: NDArray[np.float64],
+    z: NDArray[np.float64],
+    zdot: NDArray[np.float64],
+    omega: NDArray[np.float64],
+    acc_v: NDArray[np.float64],
+    acc_w: NDArray[np.float64],
+    acc_z: NDArray[np.float64],
+    gravity: NDArray[np.float64],
+    mass: float,
+    s0: NDArray[np.float64],
+    s1: NDArray[np.float64],
+    p0: NDArray[np.float64],
+    p1: NDArray[np.float64],
+    p2: NDArray[np.float64],
+    c0: NDArray[np.float64],
+    c1: NDArray[np.float64],
+    m_zz: NDArray[np.float64],
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """Generalized inertial-minus-gravity force ``f = [f_v, f_ω, f_z]`` (6 + r,) and its partial derivatives.
+
+    Args:
+        q: reference body quaternion (4,). z, zdot: (r,). omega: body-frame ω (3,) [rad/s].
+        acc_v: world ``a_v`` (3,) [m/s²]. acc_w: ``a_ω`` (3,) [rad/s²]. acc_z: (r,).
+        gravity: world g (3,) [m/s²].
+        mass, s0, s1, p0, p1, p2, c0, c1, m_zz: :class:`~retarget.sim.reduced.tensors.InertiaTensors` fields.
+
+    Returns:
+        ``f`` (6+r,) [N, N m, N·m/unit z]; ``f_q`` (6+r, 4); ``f_z`` (6+r, r); ``f_acc`` (6+r, 6+r) the
+        generalized mass (columns a_v, a_ω, a_z; symmetric); ``f_w`` (6+r, 3) and ``f_zd`` (6+r, r): the
+        derivatives with respect to the explicit ω and ż.
+    """
+    nr = z.shape[0]
+    nf = 6 + nr
+    rot, drot = rotation_and_derivative(q)
+    rel = acc_v - gravity
+    e = rot.T @ rel
+    s = s0 + s1 @ z
+    sdot = s1 @ zdot
+    cm = c0.copy()
+    bm = p1.copy()
+    for k in range(nr):
+        if z[k] != 0.0:
+            for l in range(nr):
+                for i in range(3):
+                    cm[l, i] += z[k] * c1[k, l, i]
+                    for j in range(3):
+                        bm[l, i, j] += z[k] * p2[l, k, i, j]
+    pm = p0.copy()
+    qm = np.zeros((3, 3))
+    tr_b = np.zeros(nr)
+    for k in range(nr):
+        for i in range(3):
+            tr_b[k] += bm[k, i, i]
+            for j in range(3):
+                pm[i, j] += z[k] * (p1[k, i, j] + bm[k, j, i])
+                qm[i, j] += zdot[k] * bm[k, i, j]
+    tr_p = pm[0, 0] + pm[1, 1] + pm[2, 2]
+    jm = -pm.copy()
+    tr_q = qm[0, 0] + qm[1, 1] + qm[2, 2]
+    gq = -2.0 * qm
+    for i in range(3):
+        jm[i, i] += tr_p
+        gq[i, i] += 2.0 * tr_q
+    ws = _cross(omega, s)
+    psi = _cross(acc_w, s) + _cross(omega, ws) + 2.0 * _cross(omega, sdot) + s1 @ acc_z
+    jw = jm @ omega
+    w2 = omega @ omega
+    # c1 contracted with ż over its first index: ck[l] = Σ_k ż_k C₁_kl (3,)
+    ck = np.zeros((nr, 3))
+    for k in range(nr):
+        if zdot[k] != 0.0:
+            for l in range(nr):
+                for i in range(3):
+                    ck[l, i] += zdot[k] * c1[k, l, i]
+
+    f = np.zeros(nf)
+    f[0:3] = mass * rel + rot @ psi
+    f[3:6] = _cross(s, e) + jm @ acc_w + _cross(omega, jw) + gq @ omega + cm.T @ acc_z
+    for l in range(nr):
+        val = s1[:, l] @ e + acc_w @ cm[l] + omega @ (bm[l] @ omega) - w2 * tr_b[l] + 2.0 * (omega @ ck[l])
+        f[6 + l] = val
+    f[6:] += m_zz @ acc_z
+
+    # Generalized mass (accelerations a_v, a_ω, a_z).
+    f_acc = np.zeros((nf, nf))
+    sk_s = _skew(s)
+    for i in range(3):
+        f_acc[i, i] = mass
+    f_acc[0:3, 3:6] = -rot @ sk_s
+    f_acc[0:3, 6:] = rot @ s1
+    f_acc[3:6, 0:3] = sk_s @ rot.T
+    f_acc[3:6, 3:6] = jm
+    f_acc[3:6, 6:] = cm.T
+    f_acc[6:, 0:3] = s1.T @ rot.T
+    f_acc[6:, 3:6] = cm
+    f_acc[6:, 6:] = m_zz
+
+    # Explicit ω.
+    f_w = np.zeros((nf, 3))
+    sk_w = _skew(omega)
+    f_w[0:3, :] = rot @ (-_skew(ws) - sk_w @ sk_s - 2.0 * _skew(sdot))
+    f_w[3:6, :] = sk_w @ jm - _skew(jw) + gq
+    for l in range(nr):
+        bsym = bm[l] + bm[l].T
+        f_w[6 + l, :] = bsym @ omega - 2.0 * tr_b[l] * omega + 2.0 * ck[l]
+
+    # Explicit ż.
+    f_zd = np.zeros((nf, nr))
+    for k in range(nr):
+        f_zd[0:3, k] = rot @ (2.0 * _cross(omega, s1[:, k]))
+        f_zd[3:6, k] = 2.0 * (tr_b[k] * omega - bm[k] @ omega)
+        for l in range(nr):
+            f_zd[6 + l, k] = 2.0 * (omega @ c1[k, l])
+
+    # z.
+    f_z = np.zeros((nf, nr))
+    for k in range(nr):
+        ds = s1[:, k].copy()
+        f_z[0:3, k] = rot @ (_cross(acc_w, ds) + _cross(omega, _cross(omega, ds)))
+        dj = -(bm[k] + bm[k].T)
+        dq = np.zeros((3, 3))
+        for m in range(nr):
+            if zdot[m] != 0.0:
+                dq += zdot[m] * p2[m, k]
+        tr_dq = dq[0, 0] + dq[1, 1] + dq[2, 2]
+        gdq = -2.0 * dq
+        for i in range(3):
+            dj[i, i] += 2.0 * tr_b[k]
+            gdq[i, i] += 2.0 * tr_dq
+        col = _cross(ds, e) + dj @ acc_w + _cross(omega, dj @ omega) + gdq @ omega
+        for l in range(nr):
+            col += acc_z[l] * c1[k, l]
+        f_z[3:6, k] = col
+        for l in range(nr):
+            pk = p2[l, k]
+            f_z[6 + l, k] = acc_w @ c1[k, l] + omega @ (pk @ omega) - w2 * (pk[0, 0] + pk[1, 1] + pk[2, 2])
+
+    # q (through R in f_v and Rᵀ in e).
+    f_q = np.zeros((nf, 4))
+    for j in range(4):
+        de = drot[j].T @ rel
+        f_q[0:3, j] = drot[j] @ psi
+        f_q[3:6, j] = _cross(s, de)
+        f_q[6:, j] = s1.T @ de
+    return f, f_q, f_z, f_acc, f_w, f_zd
+

@@ -1,0 +1,450 @@
+"""BDF1/BDF2 steps of the reduced DAE with the exact Newton Jacobian (dense reference implementation).
+
+Same DAE, BDF coefficients, Baumgarte stabilization and constraint blocks as the absolute engine
+(:mod:`retarget.sim.dae`); what differs is the deformable bodies' coordinates (``z`` in their reference body's
+frame) and therefore their inertial terms (:func:`retarget.sim.reduced.dynamics.body_forces`)::
+
+    R_U = U − Ū − h T(U) V
+    R_V = [rigid Newton–Euler] + [relative inertial − gravity] + f_cub(z) + (α M_zz + β K₀) ż − C_Vᵀ λ
+    R_λ = C_θ θ̇ + C_V V + a C
+
+Constraint blocks are the absolute engine's own (``evaluate`` of :mod:`retarget.sim.constraints`); a coupling's
+slot ``[x̄, vec A]`` is composed from ``(c_ref, q_ref, z)`` by the reduced interface map, and the curvature terms
+(``∂(C_Vᵀλ)/∂U``, ``∂(C_V V)/∂U``) come from complex steps of the analytic first derivatives, as in the
+absolute engine. Matrices are dense: the reduced system has a few hundred unknowns.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.linalg as sla
+from numpy.typing import NDArray
+
+from retarget.sim.constraints import CouplingConstraint, RigidSlot
+from retarget.sim.errors import NewtonFailed, SimulationDiverged
+from retarget.sim.reduced.dynamics import body_forces
+from retarget.sim.reduced.system import ReducedSystem
+from retarget.sim.rotation import QUATERNION_BASIS_Q, omega_matrix, quat_rate_matrix, rotate, rotate_jacobian, rotation_matrix
+
+__all__ = [
+    "BDF1",
+    "BDF2",
+    "ReducedLinearization",
+    "ReducedState",
+    "history_jacobian",
+    "linearize",
+    "residual_and_jacobian",
+    "solve_static",
+    "step",
+]
+
+BDF1: tuple[float, float, float] = (1.0, 0.0, 1.0)
+BDF2: tuple[float, float, float] = (4.0 / 3.0, -1.0 / 3.0, 2.0 / 3.0)
+_H = 1e-30
+
+
+@dataclass(frozen=True, eq=False)
+class ReducedState:
+    """``U`` (nU,), ``V`` (nV,), ``λ`` (m,) at time ``t`` [s] (layout: :class:`ReducedSystem`)."""
+
+    t: float
+    u: NDArray[np.float64]
+    v: NDArray[np.float64]
+    lam: NDArray[np.float64]
+
+    @property
+    def s(self) -> NDArray[np.float64]:
+        """``S = [U, V, λ]``."""
+        return np.concatenate([self.u, self.v, self.lam])
+
+
+@dataclass(eq=False)
+class ReducedLinearization:
+    """Residual ``R`` (nS,) and dense Jacobian ``∂R/∂S`` (nS, nS) (None for residual-only), ``∂R/∂θ̇`` (nS, n_m).
+
+    ``mass`` (nV, nV) is the generalized mass at ``S_n`` (rigid blocks plus each body's ``∂f/∂a``): ``R`` depends on
+    ``V̄`` as ``−mass/h`` (see :func:`history_jacobian`).
+    """
+
+    residual: NDArray[np.float64]
+    jacobian: NDArray[np.float64] | None
+    r_theta_dot: NDArray[np.float64]
+    norms: dict[str, float] = field(default_factory=dict)
+    mass: NDArray[np.float64] | None = None
+
+
+def _block_layout(rs: ReducedSystem, b: int) -> tuple[list[tuple[str, int]], NDArray[np.int64], NDArray[np.int64]]:
+    """Segments ``[("rigid", i) | ("z", d)]`` of block b's local vector, with global U and V indices."""
+    blk = rs.constraints[b]
+    segs: list[tuple[str, int]] = []
+    if isinstance(blk, CouplingConstraint):
+        d = blk.slots[-1].body
+        ref = rs.bodies[d].reference
+        if blk.rigid_present and blk.slots[0].body != ref:
+            segs.append(("rigid", blk.slots[0].body))
+        segs.append(("rigid", ref))
+        segs.append(("z", d))
+    else:
+        segs = [("rigid", s.body) for s in blk.slots]
+    ui, vi = [], []
+    for kind, i in segs:
+        if kind == "rigid":
+            ui.append(7 * i + np.arange(7))
+            vi.append(6 * i + np.arange(6))
+        else:
+            zu, zv = rs.z_slice_u(i), rs.z_slice_v(i)
+            ui.append(np.arange(zu.start, zu.stop))
+            vi.append(np.arange(zv.start, zv.stop))
+    return segs, np.concatenate(ui), np.concatenate(vi)
+
+
+def _coupling_eval(rs: ReducedSystem, b: int, segs: list[tuple[str, int]], ul: NDArray) -> tuple[NDArray, NDArray]:
+    """``C`` (B, 6) and ``∂C/∂ul`` (B, 6, n) of a coupling block from the local vector ``ul`` (B, n) (holomorphic)."""
+    blk = rs.constraints[b]
+    itf = rs.interfaces[b]
+    batch = ul.shape[0]
+    n = ul.shape[1]
+    sep = len(segs) == 3
+    o = 7 if sep else 0
+    cr, qr, z = ul[:, o : o + 3], ul[:, o + 3 : o + 7], ul[:, o + 7 :]
+    nz = z.shape[1]
+    yh = itf.y0 + z @ itf.y.T  # (B, 12)
+    rot = rotation_matrix(qr)
+    ahat = yh[:, 3:].reshape(batch, 3, 3)
+    xbar = cr + rotate(qr, yh[:, :3])
+    amat = rot @ ahat
+    dy_xbar = np.zeros((batch, 3, n), dtype=ul.dtype)
+    dy_xbar[:, :, o : o + 3] = np.eye(3)
+    dy_xbar[:, :, o + 3 : o + 7] = rotate_jacobian(qr, yh[:, :3])
+    dy_xbar[:, :, o + 7 :] = rot @ itf.y[:3]
+    dy_a = np.zeros((batch, 3, 3, n), dtype=ul.dtype)  # [i, j] of A
+    for j in range(3):
+        dy_a[:, :, j, o + 3 : o + 7] = rotate_jacobian(qr, ahat[:, :, j])
+    ymodes = itf.y[3:].reshape(3, 3, nz)
+    dy_a[:, :, :, o + 7 :] = np.einsum("bim,mjl->bijl", rot, ymodes)
+    if blk.rigid_present:
+        rigid_part = ul[:, 0:7] if sep else ul[:, o : o + 7]
+        drigid = np.zeros((batch, 7, n), dtype=ul.dtype)
+        drigid[:, :, (0 if sep else o) : (0 if sep else o) + 7] = np.eye(7)
+        y = np.concatenate([rigid_part, xbar, amat.reshape(batch, 9)], axis=1)
+        dy = np.concatenate([drigid, dy_xbar, dy_a.reshape(batch, 9, n)], axis=1)
+    else:
+        y = np.concatenate([xbar, amat.reshape(batch, 9)], axis=1)
+        dy = np.concatenate([dy_xbar, dy_a.reshape(batch, 9, n)], axis=1)
+    c, cy = blk.evaluate(y)
+    return c, cy @ dy
+
+
+def _eval_block(rs: ReducedSystem, b: int, segs: list, ul: NDArray, th: NDArray) -> tuple[NDArray, NDArray]:
+    blk = rs.constraints[b]
+    if isinstance(blk, CouplingConstraint):
+        return _coupling_eval(rs, b, segs, ul)
+    return blk.evaluate(ul, th)
+
+
+def _local_t(segs: list, ul: NDArray[np.float64], nu: int, nv: int) -> NDArray[np.float64]:
+    """``T`` (nu, nv) of the local vector: ``[[I, 0], [0, ½Q(q)]]`` per rigid segment, identity for z."""
+    t = np.zeros((nu, nv))
+    ou = ov = 0
+    for kind, _ in segs:
+        if kind == "rigid":
+            t[ou : ou + 3, ov : ov + 3] = np.eye(3)
+            t[ou + 3 : ou + 7, ov + 3 : ov + 6] = 0.5 * quat_rate_matrix(ul[ou + 3 : ou + 7])
+            ou, ov = ou + 7, ov + 6
+        else:
+            k = nu - ou
+            t[ou:, ov:] = np.eye(k)
+            break
+    return t
+
+
+def residual_and_jacobian(
+    rs: ReducedSystem,
+    s: NDArray[np.float64],
+    u_bar: NDArray[np.float64],
+    v_bar: NDArray[np.float64],
+    h: float,
+    theta: NDArray[np.float64],
+    theta_dot: NDArray[np.float64],
+    baumgarte: float,
+    jacobian: bool = True,
+) -> ReducedLinearization:
+    """The BDF residual of the reduced DAE at ``S = s`` and (optionally) its exact dense Jacobian.
+
+    Args:
+        rs: the reduced system.
+        s: ``S_n`` (nS,). u_bar, v_bar: ``Ū`` (nU,), ``V̄`` (nV,). h: ``γ Δt`` [s].
+        theta, theta_dot: motor values and rates (n_m,). baumgarte: ``a`` [1/s].
+        jacobian: also form ``∂R/∂S``.
+    """
+    nu, nv, m = rs.n_u, rs.n_v, rs.n_lambda
+    ns = nu + nv + m
+    u, v, lam = s[:nu], s[nu : nu + nv], s[nu + nv :]
+    nb = rs.n_rigid
+    r = np.zeros(ns)
+    jac = np.zeros((ns, ns)) if jacobian else None
+    r_theta_dot = np.zeros((ns, len(rs.motors)))
+    mass = np.zeros((nv, nv)) if jacobian else None
+    iv, il = nu, nu + nv  # row/column offsets of V and λ
+    # Kinematics R_U = U − Ū − h T V.
+    r[:nu] = u - u_bar
+    for i, body in enumerate(rs.rigid):
+        q, w = u[7 * i + 3 : 7 * i + 7], v[6 * i + 3 : 6 * i + 6]
+        qr = 0.5 * quat_rate_matrix(q)
+        r[7 * i : 7 * i + 3] -= h * v[6 * i : 6 * i + 3]
+        r[7 * i + 3 : 7 * i + 7] -= h * (qr @ w)
+        iw = body.inertia @ w
+        rv = iv + 6 * i
+        r[rv : rv + 3] += body.mass * ((v[6 * i : 6 * i + 3] - v_bar[6 * i : 6 * i + 3]) / h - rs.gravity)
+        r[rv + 3 : rv + 6] += body.inertia @ (w - v_bar[6 * i + 3 : 6 * i + 6]) / h + np.cross(w, iw)
+        if jac is not None:
+            jac[7 * i : 7 * i + 3, 7 * i : 7 * i + 3] = np.eye(3)
+            jac[7 * i + 3 : 7 * i + 7, 7 * i + 3 : 7 * i + 7] = np.eye(4) - 0.5 * h * omega_matrix(w)
+            jac[7 * i : 7 * i + 3, iv + 6 * i : iv + 6 * i + 3] = -h * np.eye(3)
+            jac[7 * i + 3 : 7 * i + 7, iv + 6 * i + 3 : iv + 6 * i + 6] = -h * qr
+            jac[rv : rv + 3, iv + 6 * i : iv + 6 * i + 3] += body.mass / h * np.eye(3)
+            mass[6 * i : 6 * i + 3, 6 * i : 6 * i + 3] += body.mass * np.eye(3)
+            mass[6 * i + 3 : 6 * i + 6, 6 * i + 3 : 6 * i + 6] += body.inertia
+            wx = np.array([[0, -w[2], w[1]], [w[2], 0, -w[0]], [-w[1], w[0], 0]])
+            iwx = np.array([[0, -iw[2], iw[1]], [iw[2], 0, -iw[0]], [-iw[1], iw[0], 0]])
+            jac[rv + 3 : rv + 6, iv + 6 * i + 3 : iv + 6 * i + 6] += body.inertia / h + wx @ body.inertia - iwx
+    min_det = np.inf
+    for d, rb in enumerate(rs.bodies):
+        zu, zv = rs.z_slice_u(d), rs.z_slice_v(d)
+        z, zd = u[zu], v[zv]
+        r[zu] -= h * zd
+        ref = rb.reference
+        vr = slice(6 * ref, 6 * ref + 3)
+        wr = slice(6 * ref + 3, 6 * ref + 6)
+        t = rb.tensors
+        f, f_q, f_z, f_acc, f_w, f_zd = body_forces(
+            u[7 * ref + 3 : 7 * ref + 7], z, zd, v[wr],
+            (v[vr] - v_bar[vr]) / h, (v[wr] - v_bar[wr]) / h, (zd - v_bar[zv]) / h, rs.gravity,
+            t.mass, t.s0, t.s1, t.p0, t.p1, t.p2, t.c0, t.c1, t.m_zz,
+        )
+        f_el, k_el, md = rb.cubature.evaluate(z)
+        min_det = min(min_det, md)
+        damp = rb.alpha * t.m_zz + rb.beta * rb.stiffness0
+        rows = np.concatenate([iv + 6 * ref + np.arange(6), iv + np.arange(zv.start, zv.stop)])
+        r[rows] += f
+        r[iv + zv.start : iv + zv.stop] += f_el + damp @ zd
+        if jac is not None:
+            jac[zu, zu] = np.eye(rb.size)
+            jac[zu, iv + zv.start : iv + zv.stop] = -h * np.eye(rb.size)
+            vcols = rows  # same V indices as the rows (v_ref, ω_ref, ż)
+            jac[np.ix_(rows, np.arange(7 * ref + 3, 7 * ref + 7))] += f_q
+            jac[np.ix_(rows, np.arange(zu.start, zu.stop))] += f_z
+            jac[np.ix_(rows, vcols)] += f_acc / h
+            mass[np.ix_(vcols - iv, vcols - iv)] += f_acc
+            jac[np.ix_(rows, iv + 6 * ref + 3 + np.arange(3))] += f_w
+            jac[np.ix_(rows, iv + np.arange(zv.start, zv.stop))] += f_zd
+            jac[iv + zv.start : iv + zv.stop, zu] += k_el
+            jac[iv + zv.start : iv + zv.stop, iv + zv.start : iv + zv.stop] += damp
+    if not min_det > 0.0:
+        raise SimulationDiverged(0, 0.0, [], reason=f"inverted element in the cubature (min det F = {min_det:.3e})")
+    # Constraints.
+    for b, blk in enumerate(rs.constraints):
+        segs, ui, vi = _block_layout(rs, b)
+        l0, l1 = rs.lambda_offsets[b], rs.lambda_offsets[b + 1]
+        ul, vl, lb = u[ui], v[vi], lam[l0:l1]
+        tl = _local_t(segs, ul, len(ui), len(vi))
+        ydot = tl @ vl
+        th = theta[blk.motor] if blk.motor >= 0 else 0.0
+        thd = theta_dot[blk.motor] if blk.motor >= 0 else 0.0
+        n = len(ui)
+        has_motor = blk.motor >= 0
+        nbatch = (n + 1 + has_motor) if jacobian else (1 + has_motor)
+        ub = np.tile(ul.astype(complex), (nbatch, 1))
+        thb = np.full(nbatch, th, dtype=complex)
+        if jacobian:
+            ub[1 : 1 + n] += 1j * _H * np.eye(n)
+        if has_motor:
+            thb[-1] += 1j * _H
+        cc, cuc = _eval_block(rs, b, segs, ub, thb)
+        c, cu = cc[0].real, cuc[0].real
+        c_theta = cc[-1].imag / _H if has_motor else np.zeros(len(c))
+        cv = cu @ tl
+        r[il + l0 : il + l1] = cu @ ydot + baumgarte * c + c_theta * thd
+        g = cu.T @ lb
+        r[iv + vi] -= tl.T @ g
+        if has_motor:
+            r_theta_dot[il + l0 : il + l1, blk.motor] = c_theta
+        if jac is None:
+            continue
+        dcu = cuc[1 : 1 + n].imag / _H  # (n_j, m, n): ∂C_ul/∂ul_j
+        # ∂(C_V V + a C + C_θ θ̇)/∂ul
+        a3 = np.einsum("jmk,k->mj", dcu, ydot) + baumgarte * cu
+        if has_motor:
+            a3 += thd * (cuc[-1].imag / _H)
+        # ∂(T_localᵀ C_ulᵀ λ)/∂ul
+        hess = tl.T @ np.einsum("jmk,m->kj", dcu, lb)
+        ou = ov = 0
+        for kind, _ in segs:
+            if kind != "rigid":
+                break
+            wq = vl[ov + 3 : ov + 6]
+            a3[:, ou + 3 : ou + 7] += cu[:, ou + 3 : ou + 7] @ (0.5 * omega_matrix(wq))
+            gamma = np.einsum("kij,i->jk", QUATERNION_BASIS_Q, g[ou + 3 : ou + 7])
+            hess[ov + 3 : ov + 6, ou + 3 : ou + 7] += 0.5 * gamma
+            ou, ov = ou + 7, ov + 6
+        jac[np.ix_(il + np.arange(l0, l1), ui)] += a3
+        jac[np.ix_(il + np.arange(l0, l1), iv + vi)] += cv
+        jac[np.ix_(iv + vi, ui)] -= hess
+        jac[np.ix_(iv + vi, il + np.arange(l0, l1))] -= cv.T
+    norms = {
+        "kinematic": float(np.max(np.abs(r[:nu]), initial=0.0)),
+        "dynamic": float(np.max(np.abs(r[nu : nu + nv]), initial=0.0)),
+        "constraint": float(np.max(np.abs(r[nu + nv :]), initial=0.0)),
+    }
+    return ReducedLinearization(r, jac, r_theta_dot, norms, mass)
+
+
+def history_jacobian(rs: ReducedSystem, lin: ReducedLinearization, h: float, coefficient: float) -> NDArray[np.float64]:
+    """``∂R/∂S_{n−k}`` (nS, nS) of a history state entering Ū, V̄ with weight ``coefficient`` (BDF2: 4/3, −1/3).
+
+    Args:
+        rs: the system. lin: the linearization at ``S_n`` (with its ``mass``). h: ``γ Δt`` [s].
+        coefficient: the state's weight in Ū and V̄.
+    """
+    assert lin.mass is not None
+    nu, nv = rs.n_u, rs.n_v
+    ns = nu + nv + rs.n_lambda
+    out = np.zeros((ns, ns))
+    out[:nu, :nu] = -coefficient * np.eye(nu)
+    out[nu : nu + nv, nu : nu + nv] = -coefficient / h * lin.mass
+    return out
+
+
+def _newton(
+    rs: ReducedSystem,
+    guess: NDArray[np.float64],
+    fn: Callable[[NDArray[np.float64], bool], ReducedLinearization],
+    dt: float,
+    tol: float,
+    max_iter: int,
+    step_index: int,
+    t: float,
+    cache: dict,
+) -> tuple[NDArray[np.float64], int]:
+    s = guess.copy()
+    norms: list[dict[str, float]] = []
+    nu, nv = rs.n_u, rs.n_v
+    previous = np.inf
+    fresh = False
+    for it in range(max_iter):
+        need = cache.get("lu") is None
+        try:
+            lin = fn(s, need)
+        except SimulationDiverged as exc:
+            raise SimulationDiverged(step_index, t, norms, reason=str(exc)) from exc
+        norms.append(lin.norms)
+        if not np.all(np.isfinite(lin.residual)):
+            raise SimulationDiverged(step_index, t, norms, reason="non-finite residual")
+        if need:
+            cache["lu"] = sla.lu_factor(lin.jacobian, check_finite=False)
+            cache["factorizations"] = cache.get("factorizations", 0) + 1
+            fresh = True
+        delta = -sla.lu_solve(cache["lu"], lin.residual, check_finite=False)
+        if not np.all(np.isfinite(delta)):
+            raise SimulationDiverged(step_index, t, norms, reason="singular Newton system")
+        s += delta
+        size = max(float(np.max(np.abs(delta[:nu]))), dt * float(np.max(np.abs(delta[nu : nu + nv]))))
+        if size <= tol:
+            return s, it + 1
+        if not fresh and size > 0.3 * previous:
+            cache["lu"] = None
+        previous = size
+        fresh = False
+    raise NewtonFailed(step_index, t, norms)
+
+
+def step(
+    rs: ReducedSystem,
+    prev: ReducedState,
+    prev2: ReducedState | None,
+    dt: float,
+    motors: object,
+    cache: dict,
+    step_index: int = 1,
+    tol: float = 1e-10,
+    max_iter: int = 25,
+) -> tuple[ReducedState, int]:
+    """One BDF step (BDF1 without ``prev2``), Baumgarte ``a = 1/h``; chord Newton with the cached LU.
+
+    Returns the new state and the Newton iteration count.
+    """
+    a1, a2, gamma = BDF1 if prev2 is None else BDF2
+    u_bar, v_bar = a1 * prev.u, a1 * prev.v
+    if prev2 is not None:
+        u_bar, v_bar = u_bar + a2 * prev2.u, v_bar + a2 * prev2.v
+    h = gamma * dt
+    if cache.get("h") != h:
+        cache["lu"], cache["h"] = None, h
+    t = prev.t + dt
+    theta, theta_dot = motors.value(t), motors.derivative(t)  # type: ignore[attr-defined]
+    nb = rs.n_rigid
+    rate = np.zeros(rs.n_u)
+    for i in range(nb):
+        rate[7 * i : 7 * i + 3] = prev.v[6 * i : 6 * i + 3]
+        rate[7 * i + 3 : 7 * i + 7] = 0.5 * quat_rate_matrix(prev.u[7 * i + 3 : 7 * i + 7]) @ prev.v[6 * i + 3 : 6 * i + 6]
+    rate[7 * nb :] = prev.v[6 * nb :]
+    guess = np.concatenate([prev.u + dt * rate, prev.v, prev.lam])
+
+    def fn(s: NDArray[np.float64], jacobian: bool) -> ReducedLinearization:
+        return residual_and_jacobian(rs, s, u_bar, v_bar, h, theta, theta_dot, 1.0 / h, jacobian)
+
+    s, iters = _newton(rs, guess, fn, dt, tol, max_iter, step_index, t, cache)
+    nu, nv = rs.n_u, rs.n_v
+    return ReducedState(t, s[:nu].copy(), s[nu : nu + nv].copy(), s[nu + nv :].copy()), iters
+
+
+def linearize(
+    rs: ReducedSystem, new: ReducedState, prev: ReducedState, prev2: ReducedState | None, dt: float, motors: object
+) -> ReducedLinearization:
+    """The exact residual Jacobian ``∂R/∂S_n`` of the step that produced ``new`` (for the discrete adjoint)."""
+    a1, a2, gamma = BDF1 if prev2 is None else BDF2
+    u_bar, v_bar = a1 * prev.u, a1 * prev.v
+    if prev2 is not None:
+        u_bar, v_bar = u_bar + a2 * prev2.u, v_bar + a2 * prev2.v
+    h = gamma * dt
+    return residual_and_jacobian(
+        rs, new.s, u_bar, v_bar, h, motors.value(new.t), motors.derivative(new.t), 1.0 / h  # type: ignore[attr-defined]
+    )
+
+
+def solve_static(
+    rs: ReducedSystem, theta: NDArray[np.float64], u0: NDArray[np.float64] | None = None, tol: float = 1e-11, max_iter: int = 40
+) -> ReducedState:
+    """Gravity equilibrium at motor values ``theta`` (V = 0): Newton in tangent coordinates, quaternions renormalized."""
+    th = np.atleast_1d(np.asarray(theta, dtype=float))
+    nu, nv, m = rs.n_u, rs.n_v, rs.n_lambda
+    u = rs.reference_u() if u0 is None else np.asarray(u0, dtype=float).copy()
+    lam = np.zeros(m)
+    zv = np.zeros(nv)
+    nb = rs.n_rigid
+    norms: list[dict[str, float]] = []
+    for _ in range(max_iter):
+        s = np.concatenate([u, zv, lam])
+        lin = residual_and_jacobian(rs, s, u, zv, 1.0, th, np.zeros_like(th), 1.0)
+        assert lin.jacobian is not None
+        norms.append(lin.norms)
+        tmap = np.zeros((nu, nv))
+        for i in range(nb):
+            tmap[7 * i : 7 * i + 3, 6 * i : 6 * i + 3] = np.eye(3)
+            tmap[7 * i + 3 : 7 * i + 7, 6 * i + 3 : 6 * i + 6] = 0.5 * quat_rate_matrix(u[7 * i + 3 : 7 * i + 7])
+        tmap[7 * nb :, 6 * nb :] = np.eye(nu - 7 * nb)
+        j = lin.jacobian
+        # V = 0 and V̄ = 0: the V rows are the static balance; the λ rows are C (a = 1).
+        mat = np.block([[j[nu : nu + nv, :nu] @ tmap, j[nu : nu + nv, nu + nv :]], [j[nu + nv :, :nu] @ tmap, np.zeros((m, m))]])
+        rhs = -np.concatenate([lin.residual[nu : nu + nv], lin.residual[nu + nv :]])
+        sol = np.linalg.solve(mat, rhs)
+        dw = sol[:nv]
+        u = u + tmap @ dw
+        for i in range(nb):
+            u[7 * i + 3 : 7 * i + 7] /= np.linalg.norm(u[7 * i + 3 : 7 * i + 7])
+        lam = lam + sol[nv:]
+        if np.max(np.abs(dw)) <= tol:
+            return ReducedState(0.0, u, zv.copy(), lam)
+    raise NewtonFailed(0, 0.0, norms, reason="reduced quasi-static solve")

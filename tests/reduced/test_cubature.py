@@ -1,0 +1,73 @@
+"""Tests of retarget.sim.reduced.cubature: exactness with all elements, FD tangent, training accuracy."""
+from __future__ import annotations
+
+import numpy as np
+
+from retarget.sim.reduced.basis import mass_pca_basis
+from retarget.sim.reduced.cubature import Cubature, _element_rows, train_cubature
+
+
+def _basis_and_samples(body, seed, n=16):
+    """A basis from linear static shapes and samples with large (nonlinear) tip deflections up to 3 cm."""
+    import scipy.sparse.linalg as spla
+
+    rng = np.random.default_rng(seed)
+    x0 = body.mesh.nodes
+    k = body.tangent_stiffness(np.zeros(body.n_dofs)) + 1e2 * body.mass_matrix()
+    lu = spla.splu(k.tocsc())
+    snaps = []
+    for _ in range(n):
+        f = np.zeros((len(x0), 3))
+        for zc in (0.15, 0.3):
+            f[body.mesh.nodes_on_plane(2, zc)] = rng.normal(size=3) * [1, 1, 0.05]
+        u = lu.solve(f.ravel())
+        snaps.append(u / np.max(np.abs(u)) * rng.uniform(0.005, 0.03))
+    snaps = np.array(snaps)
+    basis = mass_pca_basis(snaps, x0, body.mass_matrix(), n_modes=6).modes
+    zs = snaps @ (body.mass_matrix() @ basis)
+    return basis, zs
+
+
+def _all_elements(body, basis) -> Cubature:
+    e = np.arange(body.mesh.n_tets)
+    g = body.geometry
+    return Cubature(e, np.ones(len(e)), _element_rows(body.mesh.tets, basis), g.grad, g.weights, body.mu, body.lam, 0.0)
+
+
+def test_all_elements_reproduce_projected_forces_and_stiffness(small_rod):
+    basis, zs = _basis_and_samples(small_rod, 0, 8)
+    cub = _all_elements(small_rod, basis)
+    z = zs[1]
+    f, kz, min_det = cub.evaluate(z)
+    f_ref, k_ref = small_rod.internal_forces_and_stiffness(basis @ z)
+    assert min_det > 0
+    assert np.allclose(f, basis.T @ f_ref, rtol=1e-9, atol=1e-9 * np.abs(f).max())
+    assert np.allclose(kz, basis.T @ (k_ref @ basis), rtol=1e-9, atol=1e-9 * np.abs(kz).max())
+
+
+def test_cubature_tangent_against_finite_differences(small_rod):
+    basis, zs = _basis_and_samples(small_rod, 1, 20)
+    cub = train_cubature(small_rod, basis, zs, tolerance=1e-3)
+    z = zs[3]
+    _, kz, _ = cub.evaluate(z)
+    h = 1e-7 * np.abs(z).max()
+    fd = np.zeros_like(kz)
+    for j in range(len(z)):
+        dz = np.zeros(len(z))
+        dz[j] = h
+        fd[:, j] = (cub.evaluate(z + dz)[0] - cub.evaluate(z - dz)[0]) / (2 * h)
+    assert np.max(np.abs(fd - kz)) <= 1e-6 * np.abs(kz).max()
+
+
+def test_training_reaches_tolerance_with_few_elements_and_generalizes(small_rod):
+    basis, zs = _basis_and_samples(small_rod, 2, 24)
+    train, test = zs[:16], zs[16:]
+    cub = train_cubature(small_rod, basis, train, tolerance=1e-3)
+    assert cub.relative_error <= 1e-3
+    assert len(cub.elements) < small_rod.mesh.n_tets / 2
+    assert np.all(cub.weights > 0)
+    errs = []
+    for z in test:
+        exact = basis.T @ small_rod.internal_forces(basis @ z)
+        errs.append(np.linalg.norm(cub.evaluate(z)[0] - exact) / np.linalg.norm(exact))
+    assert max(errs) < 1e-2
