@@ -4,7 +4,16 @@ Prints one JSON object per mesh (coarse and ~30 000 DOF): steps/s of BDF2 steps 
 turns, Newton iterations, factorizations and peak RSS. Thread settings are printed with the results; run with
 ``OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1`` on a shared machine.
 
-Usage: ``python bench/bench_sim.py [--steps N] [--only coarse|fine]``
+Suites (``--suite``):
+
+- ``rod`` (default): the speed benchmark above;
+- ``fourbar``: the 10 s four-bar check (wall time and constraint violation);
+- ``cantilever``: the acceptance grid of ``retarget check cantilever`` (lengths 0.2/0.8 m, diameters 3/6 mm, tips
+  0/0.3 kg and the centre 0.5 m, 4.5 mm, 0.1 kg): f₁ at zero gravity and the static sag of the horizontal rod
+  under gravity, against Euler–Bernoulli;
+- ``robots``: every library robot simulates 1 s of its shipped motion in full form; the rapper's loop closure.
+
+Usage: ``python bench/bench_sim.py [--suite rod|fourbar|cantilever|robots] [--steps N] [--only coarse|fine]``
 """
 from __future__ import annotations
 
@@ -93,11 +102,91 @@ def run(label: str, n_axial: int, n_around: int, steps: int, dt: float) -> dict:
     }
 
 
+def _threads() -> dict:
+    return {k: os.environ.get(k, "unset") for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "NUMBA_NUM_THREADS")}
+
+
+def fourbar_suite() -> None:
+    from retarget.sim.validation import run_fourbar
+
+    run_fourbar(duration=0.02)  # compile / load the kernels first
+    out = run_fourbar()
+    out.update(bench="sim_fourbar_10s", ms_per_step=1e3 * out["wall_s"] / out["steps"], threads=_threads())
+    print(json.dumps(out), flush=True)
+
+
+def cantilever_suite() -> None:
+    from retarget.sim.scenarios import CantileverSpec
+    from retarget.sim.validation import cantilever_layers, run_cantilever
+
+    cases = [(length, d, tip) for length in (0.2, 0.8) for d in (0.003, 0.006) for tip in (0.0, 0.3)]
+    cases.append((0.5, 0.0045, 0.1))
+    for length, d, tip in cases:
+        na = cantilever_layers(length, d)
+        for gravity in (0.0, 9.81):
+            spec = CantileverSpec(length, d, tip, gravity=gravity, n_axial=na, n_around=8)
+            res = run_cantilever(spec, dynamics=gravity == 0.0)
+            res.pop("spec")
+            res.update(bench="check_cantilever", length=length, diameter=d, tip_mass=tip, gravity=gravity, threads=_threads())
+            if "static_tip_deflection_m" in res:
+                res["static_deflection_over_length"] = res["static_tip_deflection_m"] / length
+            print(json.dumps(res), flush=True)
+
+
+def robots_suite(duration: float, dt: float) -> None:
+    from retarget.model.library import list_robots, resolve_robot
+    from retarget.model.loader import load_robot
+    from retarget.motion import load_motion
+    from retarget.sim.motion_input import motors_from_motion
+    from retarget.sim.newton import constraint_values
+    from retarget.sim.simulate import simulate
+    from retarget.sim.system import build_system
+    from retarget.sim.validation import _position_rows
+
+    motions = {"bartender": "serve", "boxer": "boxing", "dancer": "wave", "drummer": "drumming", "rapper": "rap",
+               "single_rod": "step_30", "two_rods": "swing_90"}
+    for robot in list_robots():
+        t0 = time.perf_counter()
+        model = load_robot(resolve_robot(robot))
+        system = build_system(model)
+        motion_name = f"{robot}/{motions.get(robot, '')}"
+        load_motion(motion_name)  # the motion must load
+        motors, _ = motors_from_motion(motion_name, model.motors)
+        build_s = time.perf_counter() - t0
+        out = {"bench": "robot_full_1s", "robot": robot, "motion": motion_name, "dofs": system.n_deformable_dofs,
+               "rigid_bodies": len(system.rigid), "constraints": system.n_lambda, "dt": dt, "duration": duration}
+        try:
+            t1 = time.perf_counter()
+            result = simulate(system, motors, duration, dt, store_every=max(1, int(round(0.01 / dt))), compact=True)
+            out["sim_s"] = time.perf_counter() - t1
+            rows = _position_rows(system)
+            worst = 0.0
+            for k in range(len(result.time)):
+                u = np.concatenate([result.rigid_poses[k].ravel(), result.displacements[k].astype(float)])
+                c = constraint_values(system, u, result.motor_values[k])
+                worst = max(worst, float(np.max(np.abs(c[rows]), initial=0.0)))
+            out.update(ok=True, max_position_violation_m=worst,
+                       newton_iterations_mean=float(np.mean(result.newton_iterations[1:])))
+        except Exception as exc:  # report and go on with the next robot
+            out.update(ok=False, error=f"{type(exc).__name__}: {exc}")
+        out.update(build_s=build_s, wall_s=time.perf_counter() - t0, threads=_threads())
+        print(json.dumps(out), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--suite", choices=("rod", "fourbar", "cantilever", "robots"), default="rod")
     parser.add_argument("--steps", type=int, default=40, help="BDF2 steps per mesh (default 40)")
     parser.add_argument("--only", choices=("coarse", "fine"), default=None)
+    parser.add_argument("--duration", type=float, default=1.0, help="robots: simulated time [s] (default 1)")
+    parser.add_argument("--dt", type=float, default=5e-4, help="robots: time step [s] (default 0.0005)")
     args = parser.parse_args()
+    if args.suite == "fourbar":
+        return fourbar_suite()
+    if args.suite == "cantilever":
+        return cantilever_suite()
+    if args.suite == "robots":
+        return robots_suite(args.duration, args.dt)
     # coarse: one element layer per 4 diameters (5 325 DOFs); fine: 30 075 DOFs (paper: 30 390), one layer per
     # 0.7 diameters.
     meshes = {"coarse": (35, 8), "fine": (200, 8)}

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from typing import Any
 
@@ -143,14 +142,14 @@ def register_check(subparsers: argparse._SubParsersAction) -> None:
 def _check_cantilever(args: argparse.Namespace) -> int:
     from retarget.errors import InputError
     from retarget.sim.scenarios import CantileverSpec
-    from retarget.sim.validation import run_cantilever
+    from retarget.sim.validation import cantilever_layers, run_cantilever
 
     for name in ("length", "diameter", "youngs_modulus", "density"):
         if not getattr(args, name) > 0:
             raise InputError(f"--{name.replace('_', '-')} must be positive")
     if args.tip_mass < 0 or args.gravity < 0:
         raise InputError("--tip-mass and --gravity must be non-negative")
-    n_axial = max(4, math.ceil(args.length / args.diameter * args.elements_per_diameter))
+    n_axial = cantilever_layers(args.length, args.diameter, args.elements_per_diameter)
     spec = CantileverSpec(
         args.length, args.diameter, args.tip_mass, args.youngs_modulus, args.density, args.poisson,
         args.orientation, args.gravity, n_axial, args.n_around,

@@ -25,7 +25,8 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
-from retarget.sim.constraints import RigidSlot, theta_derivative
+from retarget.sim.assembly import JointPack, joint_pack, joint_terms
+from retarget.sim.constraints import JointConstraint, RigidSlot, theta_derivative
 from retarget.sim.rotation import QUATERNION_BASIS_Q, omega_matrix, quat_rate_matrix
 from retarget.sim.system import System
 
@@ -55,6 +56,12 @@ class _Coo:
         self.rows.append(np.repeat(rows, len(cols)))
         self.cols.append(np.tile(cols, len(rows)))
         self.vals.append(np.asarray(block, dtype=float).ravel())
+
+    def add_triplets(self, rows: NDArray, cols: NDArray, vals: NDArray) -> None:
+        keep = (rows >= 0) & (cols >= 0)
+        self.rows.append(rows[keep])
+        self.cols.append(cols[keep])
+        self.vals.append(np.asarray(vals, dtype=float)[keep])
 
     def csr(self) -> sp.csr_matrix:
         if not self.rows:
@@ -139,7 +146,15 @@ def constraint_terms(
     r3_theta = np.zeros((m, nm))
     force_theta = np.zeros((nv, nm))
     cu, cv, r3u, fu = _Coo((m, nu)), _Coo((m, nv)), _Coo((m, nu)), _Coo((nv, nu))
+    pack = joint_pack(system)
+    if pack.n:
+        _add_joint_terms(
+            pack, u, v, lam, theta, theta_dot, baumgarte, second_order,
+            c, r3, force, c_theta, r3_theta, force_theta, cu, cv, r3u, fu,
+        )
     for blk, sus, svs, l0 in zip(system.constraints, system.slot_u, system.slot_v, system.lambda_offsets):
+        if isinstance(blk, JointConstraint):
+            continue
         rows = np.arange(l0, l0 + blk.size)
         data = [_slot_data(system, s, ui, vi, u, v) for s, ui, vi in zip(blk.slots, sus, svs)]
         y = np.concatenate([d[0] for d in data])
@@ -206,6 +221,45 @@ def constraint_terms(
     if not second_order:
         return ConstraintTerms(c, None, None, c_theta, r3, None, r3_theta, force, None, force_theta)  # type: ignore[arg-type]
     return ConstraintTerms(c, cu.csr(), cv.csr(), c_theta, r3, r3u.csr(), r3_theta, force, fu.csr(), force_theta)
+
+
+def _add_joint_terms(
+    pack: JointPack,
+    u: NDArray, v: NDArray, lam: NDArray, theta: NDArray, theta_dot: NDArray, baumgarte: float, second_order: bool,
+    c: NDArray, r3: NDArray, force: NDArray, c_theta: NDArray, r3_theta: NDArray, force_theta: NDArray,
+    cu: _Coo, cv: _Coo, r3u: _Coo, fu: _Coo,
+) -> None:
+    """Scatter the compiled joint-block terms (:func:`retarget.sim.assembly.joint_terms`) into the global ones."""
+    jt = joint_terms(pack, u, v, lam, theta, theta_dot, baumgarte, second_order)
+    valid = pack.rows >= 0
+    c[pack.rows[valid]] = jt.c[valid]
+    r3[pack.rows[valid]] = jt.r3[valid]
+    vmask = pack.v_index >= 0
+    np.add.at(force, pack.v_index[vmask], jt.force[vmask])
+    motorized = pack.motors >= 0
+    if np.any(motorized):
+        mrows = pack.rows[motorized]
+        mot = np.broadcast_to(pack.motors[motorized, None], mrows.shape)
+        ok = mrows >= 0
+        c_theta[mrows[ok], mot[ok]] = jt.c_theta[motorized][ok]
+    if not second_order:
+        return
+    if np.any(motorized):
+        r3_theta[mrows[ok], mot[ok]] = jt.r3_theta[motorized][ok]
+        vi = pack.v_index[motorized]
+        mv = np.broadcast_to(pack.motors[motorized, None, None], vi.shape)
+        okv = vi >= 0
+        np.add.at(force_theta, (vi[okv], mv[okv]), jt.force_theta[motorized][okv])
+    rows4 = np.broadcast_to(pack.rows[:, :, None, None], jt.c_u.shape)
+    ucols = np.broadcast_to(pack.u_index[:, None, :, :], jt.c_u.shape)
+    cu.add_triplets(rows4.ravel(), ucols.ravel(), jt.c_u.ravel())
+    r3u.add_triplets(rows4.ravel(), ucols.ravel(), jt.r3_u.ravel())
+    rows_v = np.broadcast_to(pack.rows[:, :, None, None], jt.c_v.shape)
+    vcols = np.broadcast_to(pack.v_index[:, None, :, :], jt.c_v.shape)
+    cv.add_triplets(rows_v.ravel(), vcols.ravel(), jt.c_v.ravel())
+    frows = np.broadcast_to(pack.v_index[:, :, :, None, None], jt.force_u.shape)
+    fcols = np.broadcast_to(pack.u_index[:, None, None, :, :], jt.force_u.shape)
+    fu.add_triplets(frows.ravel(), fcols.ravel(), jt.force_u.ravel())
 
 
 @dataclass(frozen=True, eq=False)

@@ -19,6 +19,8 @@ from numpy.typing import NDArray
 from retarget.sim.dae import Linearization, residual_and_jacobian
 from retarget.sim.errors import NewtonFailed, SimulationDiverged
 from retarget.sim.motors import MotorTrajectory
+from retarget.sim.newton import FastFactorization, NewtonPlan, Residual, factorize_fast, newton_plan, quat_rate_half
+from retarget.sim.newton import residual as fast_residual
 from retarget.sim.system import System
 
 __all__ = [
@@ -177,7 +179,7 @@ class FactorizationCache:
     """Carries the last factorization from step to step (a performance cache: results agree within the Newton
     tolerance with or without it). Reused while ``h`` is unchanged and chord iterations contract fast."""
 
-    factorization: Factorization | None = None
+    factorization: Factorization | FastFactorization | None = None
     h: float = 0.0
     factorizations: int = 0
 
@@ -269,13 +271,78 @@ def step(
     a = 1.0 / h if options.baumgarte is None else options.baumgarte
     # Predictor: constant-velocity extrapolation of U (V and λ unchanged).
     guess = np.concatenate([prev.u + dt * _u_rate(system, prev), prev.v, prev.lam])
+    plan = newton_plan(system)
 
-    def residual_fn(s: NDArray[np.float64], jacobian: bool) -> Linearization:
-        return residual_and_jacobian(system, s, u_bar, v_bar, h, theta, theta_dot, a, jacobian)
+    def residual_fn(s: NDArray[np.float64], jacobian: bool) -> Residual:
+        return fast_residual(plan, s, u_bar, v_bar, h, theta, theta_dot, a, jacobian)
 
-    s, lin, iters = solve_newton(system, guess, residual_fn, dt, options, step_index, t, cache, h)
+    s, res, iters = _solve_newton_fast(plan, guess, residual_fn, dt, options, step_index, t, cache, h)
     u, v, lam = system.split_s(s)
+    lin = Linearization(res.r_u, res.r_v, res.r_lambda, *([None] * 10))  # type: ignore[arg-type]
     return State(t, u.copy(), v.copy(), lam.copy()), lin, iters
+
+
+def _solve_newton_fast(
+    plan: NewtonPlan,
+    guess: NDArray[np.float64],
+    residual_fn: Callable[[NDArray[np.float64], bool], Residual],
+    dt: float,
+    options: StepOptions,
+    step_index: int,
+    t: float,
+    cache: FactorizationCache | None,
+    h: float,
+) -> tuple[NDArray[np.float64], Residual, int]:
+    """:func:`solve_newton` on the fast path (:mod:`retarget.sim.newton`).
+
+    Small (dense) systems refactorize every iteration (exact Newton: the Jacobian costs about as much as the
+    residual there); large ones reuse the factorization while chord iterations contract fast enough.
+    """
+    system = plan.system
+    s = guess.copy()
+    norms: list[dict[str, float]] = []
+    nu, nv = system.n_u, system.n_v
+    reuse = cache is not None and not plan.dense
+    factor = cache.factorization if (reuse and cache is not None and cache.h == h) else None
+    if not isinstance(factor, FastFactorization) or factor.plan is not plan:
+        factor = None
+    fresh = False
+    previous = np.inf
+    for it in range(options.max_iterations):
+        need = factor is None
+        try:
+            res = residual_fn(s, need)
+        except Exception as exc:  # an element inverted, or the geometry became singular
+            if isinstance(exc, (ArithmeticError, np.linalg.LinAlgError)) or type(exc).__name__.endswith("Error"):
+                raise SimulationDiverged(step_index, t, norms, reason=f"{type(exc).__name__}: {exc}") from exc
+            raise
+        rn = res.residual_norms()
+        norms.append(rn)
+        if not all(np.isfinite(x) for x in rn.values()):
+            raise SimulationDiverged(step_index, t, norms, reason="non-finite residual")
+        if need:
+            try:
+                factor = factorize_fast(plan, res)
+            except (np.linalg.LinAlgError, RuntimeError, ValueError) as exc:
+                raise SimulationDiverged(step_index, t, norms, reason=f"singular Newton system: {exc}") from exc
+            fresh = True
+            if cache is not None:
+                cache.factorizations += 1
+                if reuse:
+                    cache.factorization, cache.h = factor, h  # type: ignore[assignment]
+        assert factor is not None
+        delta = factor.solve(res)
+        if not np.all(np.isfinite(delta)):
+            raise SimulationDiverged(step_index, t, norms, reason="singular Newton system")
+        s += delta
+        size = max(float(np.max(np.abs(delta[:nu]), initial=0.0)), dt * float(np.max(np.abs(delta[nu : nu + nv]), initial=0.0)))
+        if size <= options.tolerance:
+            return s, res, it + 1
+        if not reuse or (not fresh and size > options.chord_contraction * previous):
+            factor = None
+        previous = size
+        fresh = False
+    raise NewtonFailed(step_index, t, norms)
 
 
 def linearize(
@@ -297,13 +364,13 @@ def linearize(
 
 def _u_rate(system: System, state: State) -> NDArray[np.float64]:
     """``U̇ = T(U) V``."""
-    from retarget.sim.rotation import quat_rate_matrix
-
-    rate = np.zeros(system.n_u)
-    for i in range(len(system.rigid)):
-        rate[7 * i : 7 * i + 3] = state.v[6 * i : 6 * i + 3]
-        rate[7 * i + 3 : 7 * i + 7] = 0.5 * quat_rate_matrix(state.u[7 * i + 3 : 7 * i + 7]) @ state.v[6 * i + 3 : 6 * i + 6]
     nb = len(system.rigid)
+    rate = np.zeros(system.n_u)
+    if nb:
+        r = rate[: 7 * nb].reshape(nb, 7)
+        vv = state.v[: 6 * nb].reshape(nb, 6)
+        r[:, :3] = vv[:, :3]
+        r[:, 3:] = np.einsum("bij,bj->bi", quat_rate_half(state.u[: 7 * nb].reshape(nb, 7)[:, 3:]), vv[:, 3:])
     rate[7 * nb :] = state.v[6 * nb :]
     return rate
 

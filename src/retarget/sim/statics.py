@@ -59,10 +59,40 @@ def solve_static(
     Returns:
         A :class:`State` with ``V = 0`` and the equilibrium constraint forces ``λ``.
 
+    Far from the reference (Newton from the reference fails and ``u0`` is None), the motors are moved to
+    ``theta`` by continuation in increments of at most 0.1 rad.
+
     Raises:
         NewtonFailed: no convergence (the error carries residual norms; step index 0).
     """
     th = np.atleast_1d(np.asarray(theta, dtype=float))
+    try:
+        return _newton_static(system, th, u0, external_force, tolerance, max_iterations, t)
+    except NewtonFailed:
+        if u0 is not None or not np.any(th):
+            raise
+    # Far from the reference (large motor angles): continuation, moving the motors there in small increments
+    # from the reference equilibrium, each solve starting from the previous one.
+    n = max(2, int(np.ceil(np.max(np.abs(th)) / _CONTINUATION_STEP)))
+    state = _newton_static(system, 0.0 * th, None, external_force, tolerance, max_iterations, t)
+    for k in range(1, n + 1):
+        state = _newton_static(system, th * (k / n), state.u, external_force, tolerance, max_iterations, t)
+    return state
+
+
+#: Largest motor increment [rad] (or [m]) per continuation stage of :func:`solve_static`.
+_CONTINUATION_STEP: float = 0.1
+
+
+def _newton_static(
+    system: System,
+    th: NDArray[np.float64],
+    u0: NDArray[np.float64] | None,
+    external_force: NDArray[np.float64] | None,
+    tolerance: float,
+    max_iterations: int,
+    t: float,
+) -> State:
     u = system.reference_u() if u0 is None else np.asarray(u0, dtype=float).copy()
     lam = np.zeros(system.n_lambda)
     zero_v = np.zeros(system.n_v)
@@ -89,7 +119,8 @@ def solve_static(
         jg = (sp.block_diag(k_blocks, format="csr") - terms.force_u) @ tmap
         mat = sp.bmat([[jg, -terms.c_v.T], [terms.c_v, None]], format="csc")
         rhs = -np.concatenate([g, terms.c])
-        sol = spla.splu(mat, permc_spec="COLAMD").solve(rhs)
+        # Symmetric minimum-degree ordering: the stiffness block dominates and is structurally symmetric.
+        sol = spla.splu(mat, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.1, options={"SymmetricMode": True}).solve(rhs)
         if not np.all(np.isfinite(sol)):
             raise SimulationDiverged(0, t, norms, reason="singular static system")
         dw, dl = sol[: system.n_v], sol[system.n_v :]

@@ -26,7 +26,15 @@ from retarget.sim.scenarios import CantileverSpec, build_cantilever, build_fourb
 from retarget.sim.statics import solve_static
 from retarget.sim.system import System, build_system
 
-__all__ = ["fit_frequency", "run_cantilever", "run_fourbar", "tip_position"]
+__all__ = ["cantilever_layers", "fit_frequency", "run_cantilever", "run_fourbar", "tip_position"]
+
+#: Default axial element layers per rod diameter of the cantilever check (one layer per 1.5 diameters).
+LAYERS_PER_DIAMETER: float = 1.0 / 1.5
+
+
+def cantilever_layers(length: float, diameter: float, layers_per_diameter: float = LAYERS_PER_DIAMETER) -> int:
+    """Axial element layers of the cantilever check's rod mesh (at least 4)."""
+    return max(4, math.ceil(length / diameter * layers_per_diameter))
 
 
 def tip_position(system: System, u: NDArray[np.float64], tip_nodes: NDArray[np.int64] | None) -> NDArray[np.float64]:
@@ -74,6 +82,7 @@ def run_cantilever(
     steps_per_period: int = 100,
     perturbation: float = 1e-3,
     progress: Callable[[int, int], None] | None = None,
+    dynamics: bool = True,
 ) -> dict[str, Any]:
     """Static deflection and free-vibration f₁ of a cantilever, with the beam-theory references.
 
@@ -84,6 +93,7 @@ def run_cantilever(
         steps_per_period: see ``dt``.
         perturbation: initial lateral tip displacement as a fraction of the length.
         progress: ``progress(step, n_steps)`` after each step.
+        dynamics: False stops after the static solve (no f₁).
 
     Returns:
         A JSON-able dict (see ``retarget check cantilever``).
@@ -119,6 +129,15 @@ def run_cantilever(
             static_tip_deflection_theory_m=theory,
             static_relative_error=(static - theory) / theory,
         )
+    if not dynamics:
+        out.update(
+            dofs=system.n_deformable_dofs,
+            elements=int(len(mesh.tets)),
+            n_axial=spec.n_axial,
+            n_around=spec.n_around,
+            wall_s=time.perf_counter() - wall0,
+        )
+        return out
     # A lateral tip load giving about `perturbation`·L of extra deflection (Euler–Bernoulli stiffness 3EI/L³).
     load = 3.0 * ei / spec.length**3 * perturbation * spec.length
     f_ext = np.zeros(system.n_v)
@@ -173,12 +192,9 @@ def run_cantilever(
 
 
 def _constraint_values(system: System, state: State) -> NDArray[np.float64]:
-    from retarget.sim.dae import constraint_terms
+    from retarget.sim.newton import constraint_values
 
-    nm = len(system.motors)
-    return constraint_terms(
-        system, state.u, state.v, state.lam, np.zeros(nm), np.zeros(nm), 0.0, second_order=False
-    ).c
+    return constraint_values(system, state.u, np.zeros(len(system.motors)))
 
 
 def run_fourbar(
@@ -194,7 +210,7 @@ def run_fourbar(
         A JSON-able dict with ``max_constraint_violation`` [m] (position rows) and
         ``max_orientation_violation`` [-] (dot-product rows), ``steps``, ``wall_s``.
     """
-    from retarget.sim.dae import constraint_terms
+    from retarget.sim.newton import constraint_values
 
     wall0 = time.perf_counter()
     system = build_system(build_fourbar())
@@ -205,7 +221,7 @@ def run_fourbar(
     worst = {"pos": 0.0, "ori": 0.0}
 
     def record(k: int, state: State, iters: int) -> None:
-        c = constraint_terms(system, state.u, state.v, state.lam, motors.value(state.t), motors.derivative(state.t), 0.0, second_order=False).c
+        c = constraint_values(system, state.u, motors.value(state.t))
         worst["pos"] = max(worst["pos"], float(np.max(np.abs(c[position_rows]))))
         worst["ori"] = max(worst["ori"], float(np.max(np.abs(np.delete(c, position_rows)))))
         if progress is not None:

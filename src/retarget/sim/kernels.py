@@ -1,0 +1,592 @@
+"""Compiled (numba) kernels of the simulator's per-iteration work: rigid joint blocks and the FEM product ``K(u) v``.
+
+:func:`joint_block_terms` evaluates every joint block (joints and motors between rigid bodies or the world) of a
+system in one compiled pass and returns, per block, everything the BDF residual and its Newton matrix need, in
+the rigid slots' own coordinates (7 U entries ``[c, q]`` and 6 V entries ``[v, ω]`` per side). It is the same
+mathematics as :meth:`retarget.sim.constraints.JointConstraint.evaluate` (the reference implementation, which the
+tests compare against) and as :func:`retarget.sim.dae.constraint_terms`: curvature terms by complex steps of the
+analytic ``∂C/∂y`` (exact to rounding).
+
+:func:`forces_and_stiffness_product` gives ``f_int(u)`` and ``K(u) v`` of a Neo-Hookean tet10 body without
+assembling ``K`` (the expressions of :mod:`retarget.fem.neo_hookean`): a residual of a body with stiffness-
+proportional damping then costs about twice a force evaluation instead of a stiffness assembly.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = ["JOINT_KIND_CODES", "MAX_JOINT_ROWS", "forces_and_stiffness_product", "joint_block_terms"]
+
+#: Integer codes of the joint kinds inside the kernels.
+JOINT_KIND_CODES: dict[str, int] = {"fixed": 0, "hinge": 1, "universal": 2, "ball": 3, "prismatic": 4}
+#: Largest joint block (fixed: 6; motorized hinge or prismatic: 6).
+MAX_JOINT_ROWS: int = 6
+
+_H = 1e-30  # complex step (no subtractive cancellation: any tiny value is exact to rounding)
+
+
+@numba.njit(cache=True)
+def _rot(q: NDArray, out: NDArray) -> None:
+    w, x, y, z = q[0], q[1], q[2], q[3]
+    s = w * w + x * x + y * y + z * z
+    out[0, 0] = (w * w + x * x - y * y - z * z) / s
+    out[0, 1] = 2 * (x * y - w * z) / s
+    out[0, 2] = 2 * (x * z + w * y) / s
+    out[1, 0] = 2 * (x * y + w * z) / s
+    out[1, 1] = (w * w - x * x + y * y - z * z) / s
+    out[1, 2] = 2 * (y * z - w * x) / s
+    out[2, 0] = 2 * (x * z - w * y) / s
+    out[2, 1] = 2 * (y * z + w * x) / s
+    out[2, 2] = (w * w - x * x - y * y + z * z) / s
+
+
+@numba.njit(cache=True)
+def _rot_apply(q: NDArray, rmat: NDArray, r: NDArray, rr: NDArray, jac: NDArray) -> None:
+    """``rr = R r`` (3,) and ``jac = ∂(R(q) r)/∂q`` (3, 4) (see rotation.rotate_jacobian)."""
+    w = q[0]
+    s = q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]
+    vr = q[1] * r[0] + q[2] * r[1] + q[3] * r[2]
+    vxr0 = q[2] * r[2] - q[3] * r[1]
+    vxr1 = q[3] * r[0] - q[1] * r[2]
+    vxr2 = q[1] * r[1] - q[2] * r[0]
+    for i in range(3):
+        rr[i] = rmat[i, 0] * r[0] + rmat[i, 1] * r[1] + rmat[i, 2] * r[2]
+    jac[0, 0] = 2 * w * r[0] + 2 * vxr0
+    jac[1, 0] = 2 * w * r[1] + 2 * vxr1
+    jac[2, 0] = 2 * w * r[2] + 2 * vxr2
+    for i in range(3):
+        for j in range(3):
+            val = -2 * r[i] * q[1 + j] + 2 * q[1 + i] * r[j]
+            if i == j:
+                val += 2 * vr
+            jac[i, 1 + j] = val
+    # −2 w [r]×
+    jac[0, 2] += 2 * w * r[2]
+    jac[0, 3] -= 2 * w * r[1]
+    jac[1, 1] -= 2 * w * r[2]
+    jac[1, 3] += 2 * w * r[0]
+    jac[2, 1] += 2 * w * r[1]
+    jac[2, 2] -= 2 * w * r[0]
+    for i in range(3):
+        for k in range(4):
+            jac[i, k] = jac[i, k] / s - 2.0 * rr[i] * q[k] / s
+
+
+@numba.njit(cache=True)
+def _joint_eval(
+    kind: int,
+    motorized: bool,
+    anchor_a: NDArray,
+    anchor_b: NDArray,
+    axes_a: NDArray,
+    axes_b: NDArray,
+    y: NDArray,
+    theta: complex,
+    c: NDArray,
+    jac: NDArray,
+) -> int:
+    """``C`` and ``∂C/∂y`` over the full 14-vector ``[c_a, q_a, c_b, q_b]`` (world sides hold the identity pose).
+
+    Row order as :meth:`JointConstraint.evaluate`. Returns the number of rows.
+    """
+    ra = np.empty((3, 3), dtype=np.complex128)
+    rb = np.empty((3, 3), dtype=np.complex128)
+    _rot(y[3:7], ra)
+    _rot(y[10:14], rb)
+    pa = np.empty(3, dtype=np.complex128)
+    pb = np.empty(3, dtype=np.complex128)
+    jra = np.empty((3, 4), dtype=np.complex128)
+    jrb = np.empty((3, 4), dtype=np.complex128)
+    _rot_apply(y[3:7], ra, anchor_a.astype(np.complex128), pa, jra)
+    _rot_apply(y[10:14], rb, anchor_b.astype(np.complex128), pb, jrb)
+    for i in range(3):
+        pa[i] += y[i]
+        pb[i] += y[7 + i]
+    da = np.empty((3, 3), dtype=np.complex128)
+    db = np.empty((3, 3), dtype=np.complex128)
+    jda = np.empty((3, 3, 4), dtype=np.complex128)
+    jdb = np.empty((3, 3, 4), dtype=np.complex128)
+    for k in range(3):
+        _rot_apply(y[3:7], ra, axes_a[k].astype(np.complex128), da[k], jda[k])
+        _rot_apply(y[10:14], rb, axes_b[k].astype(np.complex128), db[k], jdb[k])
+    for i in range(jac.shape[0]):
+        for j in range(14):
+            jac[i, j] = 0.0
+    row = 0
+    # The row sequence below mirrors JointConstraint.evaluate exactly.
+    n_steps = 0
+    seq = np.empty((8, 3), dtype=np.int64)  # (op, i, j): op 0 point, 1 dot, 2 along
+    if kind == 0 or kind == 4:
+        seq[0, 0], seq[0, 1], seq[0, 2] = 1, 0, 1
+        seq[1, 0], seq[1, 1], seq[1, 2] = 1, 1, 2
+        seq[2, 0], seq[2, 1], seq[2, 2] = 1, 2, 0
+        n_steps = 3
+    if kind == 0 or kind == 1 or kind == 2 or kind == 3:
+        seq[n_steps, 0] = 0
+        n_steps += 1
+    if kind == 1:
+        seq[n_steps, 0], seq[n_steps, 1], seq[n_steps, 2] = 1, 0, 2
+        seq[n_steps + 1, 0], seq[n_steps + 1, 1], seq[n_steps + 1, 2] = 1, 1, 2
+        n_steps += 2
+    elif kind == 2:
+        seq[n_steps, 0], seq[n_steps, 1], seq[n_steps, 2] = 1, 0, 1
+        n_steps += 1
+    elif kind == 4:
+        seq[n_steps, 0], seq[n_steps, 1] = 2, 0
+        seq[n_steps + 1, 0], seq[n_steps + 1, 1] = 2, 1
+        n_steps += 2
+    for st in range(n_steps):
+        op, i, j = seq[st, 0], seq[st, 1], seq[st, 2]
+        if op == 0:
+            for k in range(3):
+                c[row + k] = pb[k] - pa[k]
+                jac[row + k, k] = -1.0
+                jac[row + k, 7 + k] = 1.0
+                for m in range(4):
+                    jac[row + k, 3 + m] = -jra[k, m]
+                    jac[row + k, 10 + m] = jrb[k, m]
+            row += 3
+        elif op == 1:
+            c[row] = da[i, 0] * db[j, 0] + da[i, 1] * db[j, 1] + da[i, 2] * db[j, 2]
+            for m in range(4):
+                jac[row, 3 + m] = db[j, 0] * jda[i, 0, m] + db[j, 1] * jda[i, 1, m] + db[j, 2] * jda[i, 2, m]
+                jac[row, 10 + m] = da[i, 0] * jdb[j, 0, m] + da[i, 1] * jdb[j, 1, m] + da[i, 2] * jdb[j, 2, m]
+            row += 1
+        else:
+            _along(i, 0.0, pa, pb, da, jra, jrb, jda, c, jac, row)
+            row += 1
+    if motorized:
+        if kind == 1:
+            s = np.sin(theta)
+            co = np.cos(theta)
+            c[row] = s * (da[0, 0] * db[0, 0] + da[0, 1] * db[0, 1] + da[0, 2] * db[0, 2]) - co * (
+                da[1, 0] * db[0, 0] + da[1, 1] * db[0, 1] + da[1, 2] * db[0, 2]
+            )
+            for m in range(4):
+                ga = 0.0j
+                gb = 0.0j
+                for k in range(3):
+                    ga += db[0, k] * (s * jda[0, k, m] - co * jda[1, k, m])
+                    gb += (s * da[0, k] - co * da[1, k]) * jdb[0, k, m]
+                jac[row, 3 + m] = ga
+                jac[row, 10 + m] = gb
+            row += 1
+        else:
+            _along(2, theta, pa, pb, da, jra, jrb, jda, c, jac, row)
+            row += 1
+    return row
+
+
+@numba.njit(cache=True)
+def _along(i, offset, pa, pb, da, jra, jrb, jda, c, jac, row) -> None:  # type: ignore[no-untyped-def]
+    gap = pb - pa
+    c[row] = gap[0] * da[i, 0] + gap[1] * da[i, 1] + gap[2] * da[i, 2] - offset
+    for k in range(3):
+        jac[row, k] = -da[i, k]
+        jac[row, 7 + k] = da[i, k]
+    for m in range(4):
+        sa = 0.0j
+        sb = 0.0j
+        for k in range(3):
+            sa += -da[i, k] * jra[k, m] + gap[k] * jda[i, k, m]
+            sb += da[i, k] * jrb[k, m]
+        jac[row, 3 + m] = sa
+        jac[row, 10 + m] = sb
+
+
+@numba.njit(cache=True)
+def _theta_derivative(kind: int, axes_a: NDArray, axes_b: NDArray, y: NDArray, theta: complex) -> complex:
+    """``∂C_motor/∂θ`` (see constraints.theta_derivative)."""
+    if kind == 4:
+        return -1.0 + 0.0j
+    ra = np.empty((3, 3), dtype=np.complex128)
+    rb = np.empty((3, 3), dtype=np.complex128)
+    _rot(y[3:7], ra)
+    _rot(y[10:14], rb)
+    a1b1 = 0.0j
+    a2b1 = 0.0j
+    for i in range(3):
+        b1 = rb[i, 0] * axes_b[0, 0] + rb[i, 1] * axes_b[0, 1] + rb[i, 2] * axes_b[0, 2]
+        a1 = ra[i, 0] * axes_a[0, 0] + ra[i, 1] * axes_a[0, 1] + ra[i, 2] * axes_a[0, 2]
+        a2 = ra[i, 0] * axes_a[1, 0] + ra[i, 1] * axes_a[1, 1] + ra[i, 2] * axes_a[1, 2]
+        a1b1 += a1 * b1
+        a2b1 += a2 * b1
+    return np.cos(theta) * a1b1 + np.sin(theta) * a2b1
+
+
+@numba.njit(cache=True)
+def _quat_rate(q: NDArray, out: NDArray) -> None:
+    """``½ Q(q)`` (4, 3)."""
+    w, x, y, z = q[0], q[1], q[2], q[3]
+    out[0, 0], out[0, 1], out[0, 2] = -0.5 * x, -0.5 * y, -0.5 * z
+    out[1, 0], out[1, 1], out[1, 2] = 0.5 * w, -0.5 * z, 0.5 * y
+    out[2, 0], out[2, 1], out[2, 2] = 0.5 * z, 0.5 * w, -0.5 * x
+    out[3, 0], out[3, 1], out[3, 2] = -0.5 * y, 0.5 * x, 0.5 * w
+
+
+@numba.njit(cache=True)
+def _omega_half(w: NDArray, out: NDArray) -> None:
+    """``½ Ω(ω)`` (4, 4)."""
+    a, b, c = 0.5 * w[0], 0.5 * w[1], 0.5 * w[2]
+    out[0, 0], out[0, 1], out[0, 2], out[0, 3] = 0.0, -a, -b, -c
+    out[1, 0], out[1, 1], out[1, 2], out[1, 3] = a, 0.0, c, -b
+    out[2, 0], out[2, 1], out[2, 2], out[2, 3] = b, -c, 0.0, a
+    out[3, 0], out[3, 1], out[3, 2], out[3, 3] = c, b, -a, 0.0
+
+
+@numba.njit(cache=True)
+def joint_block_terms(
+    kinds: NDArray[np.int64],
+    sizes: NDArray[np.int64],
+    motors: NDArray[np.int64],
+    bodies: NDArray[np.int64],
+    anchors: NDArray[np.float64],
+    axes: NDArray[np.float64],
+    lam_offsets: NDArray[np.int64],
+    u: NDArray[np.float64],
+    v: NDArray[np.float64],
+    lam: NDArray[np.float64],
+    theta: NDArray[np.float64],
+    theta_dot: NDArray[np.float64],
+    baumgarte: float,
+    second_order: bool,
+) -> tuple:
+    """Residual and Jacobian pieces of every joint block, per side (0 = parent, 1 = child).
+
+    Args:
+        kinds: (nj,) kind codes (:data:`JOINT_KIND_CODES`).
+        sizes: (nj,) rows per block.
+        motors: (nj,) motor index or -1.
+        bodies: (nj, 2) rigid body index per side, -1 = world.
+        anchors: (nj, 2, 3) local anchors [m]; axes: (nj, 2, 3, 3) local joint frames (rows).
+        lam_offsets: (nj,) first λ row of each block.
+        u, v, lam: the system's ``U``, ``V``, ``λ``.
+        theta, theta_dot: motor values and rates (n_motors,).
+        baumgarte: ``a`` [1/s].
+        second_order: also compute the Jacobian pieces (else they stay zero).
+
+    Returns:
+        ``c`` (nj, 6), ``r3 = C_θ θ̇ + C_V V + a C`` (nj, 6), ``force = T_sᵀ C_sᵀ λ`` (nj, 2, 6),
+        ``c_u`` (nj, 6, 2, 7), ``c_v`` (nj, 6, 2, 6), ``r3_u`` (nj, 6, 2, 7), ``force_u`` (nj, 2, 6, 2, 7)
+        (``∂(C_Vᵀλ)/∂U``: V rows of side k, U columns of side k2), ``c_theta`` (nj, 6), ``r3_theta`` (nj, 6),
+        ``force_theta`` (nj, 2, 6). Rows beyond a block's size and world sides are zero.
+    """
+    nj = kinds.shape[0]
+    c_out = np.zeros((nj, 6))
+    r3_out = np.zeros((nj, 6))
+    f_out = np.zeros((nj, 2, 6))
+    cu_out = np.zeros((nj, 6, 2, 7))
+    cv_out = np.zeros((nj, 6, 2, 6))
+    r3u_out = np.zeros((nj, 6, 2, 7))
+    fu_out = np.zeros((nj, 2, 6, 2, 7))
+    cth_out = np.zeros((nj, 6))
+    r3th_out = np.zeros((nj, 6))
+    fth_out = np.zeros((nj, 2, 6))
+    y = np.zeros(14, dtype=np.complex128)
+    ydot = np.zeros(14)
+    cc = np.zeros(6, dtype=np.complex128)
+    jc = np.zeros((6, 14), dtype=np.complex128)
+    j0 = np.zeros((6, 14))
+    a3 = np.zeros((6, 14))
+    dth = np.zeros((6, 14))
+    hess = np.zeros((14, 14))
+    g = np.zeros(14)
+    tq = np.zeros((2, 4, 3))
+    om = np.zeros((2, 4, 4))
+    for b in range(nj):
+        kind = kinds[b]
+        size = sizes[b]
+        mot = motors[b]
+        motorized = mot >= 0
+        th = theta[mot] if motorized else 0.0
+        thd = theta_dot[mot] if motorized else 0.0
+        l0 = lam_offsets[b]
+        for side in range(2):
+            body = bodies[b, side]
+            if body >= 0:
+                for k in range(7):
+                    y[7 * side + k] = u[7 * body + k]
+                _quat_rate(u[7 * body + 3 : 7 * body + 7], tq[side])
+                _omega_half(v[6 * body + 3 : 6 * body + 6], om[side])
+                for k in range(3):
+                    ydot[7 * side + k] = v[6 * body + k]
+                for k in range(4):
+                    ydot[7 * side + 3 + k] = (
+                        tq[side, k, 0] * v[6 * body + 3] + tq[side, k, 1] * v[6 * body + 4] + tq[side, k, 2] * v[6 * body + 5]
+                    )
+            else:
+                for k in range(7):
+                    y[7 * side + k] = 0.0
+                    ydot[7 * side + k] = 0.0
+                y[7 * side + 3] = 1.0
+                tq[side, :, :] = 0.0
+                om[side, :, :] = 0.0
+        aa, ab = anchors[b, 0], anchors[b, 1]
+        xa, xb = axes[b, 0], axes[b, 1]
+        _joint_eval(kind, motorized, aa, ab, xa, xb, y, th + 0.0j, cc, jc)
+        for i in range(size):
+            c_out[b, i] = cc[i].real
+            for j in range(14):
+                j0[i, j] = jc[i, j].real
+        cth = 0.0
+        if motorized:
+            cth = _theta_derivative(kind, xa, xb, y, th + 0.0j).real
+            cth_out[b, size - 1] = cth
+        for i in range(size):
+            s = baumgarte * c_out[b, i]
+            for j in range(14):
+                s += j0[i, j] * ydot[j]
+            r3_out[b, i] = s
+        if motorized:
+            r3_out[b, size - 1] += cth * thd
+        for j in range(14):
+            s = 0.0
+            for i in range(size):
+                s += j0[i, j] * lam[l0 + i]
+            g[j] = s
+        for side in range(2):
+            if bodies[b, side] < 0:
+                continue
+            o = 7 * side
+            for k in range(3):
+                f_out[b, side, k] = g[o + k]
+            for k in range(3):
+                s = 0.0
+                for m in range(4):
+                    s += tq[side, m, k] * g[o + 3 + m]
+                f_out[b, side, 3 + k] = s
+        if not second_order:
+            continue
+        # Complex steps of ∂C/∂y: along ẏ, along each present unit direction, and along θ.
+        for j in range(14):
+            y[j] += 1j * _H * ydot[j]
+        _joint_eval(kind, motorized, aa, ab, xa, xb, y, th + 0.0j, cc, jc)
+        for j in range(14):
+            y[j] = y[j].real + 0.0j
+        for i in range(size):
+            for j in range(14):
+                a3[i, j] = jc[i, j].imag / _H + baumgarte * j0[i, j]
+        hess[:, :] = 0.0
+        for side in range(2):
+            if bodies[b, side] < 0:
+                continue
+            for jj in range(7):
+                j = 7 * side + jj
+                y[j] += 1j * _H
+                _joint_eval(kind, motorized, aa, ab, xa, xb, y, th + 0.0j, cc, jc)
+                y[j] = y[j].real + 0.0j
+                for k in range(14):
+                    s = 0.0
+                    for i in range(size):
+                        s += jc[i, k].imag * lam[l0 + i]
+                    hess[k, j] = s / _H
+        if motorized:
+            _joint_eval(kind, motorized, aa, ab, xa, xb, y, th + 1j * _H, cc, jc)
+            for i in range(size):
+                for j in range(14):
+                    dth[i, j] = jc[i, j].imag / _H
+            cthth = _theta_derivative(kind, xa, xb, y, th + 1j * _H).imag / _H
+            s = baumgarte * cth + cthth * thd
+            for j in range(14):
+                s += dth[size - 1, j] * ydot[j]
+            # Only the motor row depends on θ.
+            for i in range(size - 1):
+                t = 0.0
+                for j in range(14):
+                    t += dth[i, j] * ydot[j]
+                r3th_out[b, i] = t
+            r3th_out[b, size - 1] = s
+            for i in range(size):
+                for j in range(14):
+                    a3[i, j] += thd * dth[i, j]
+        for side in range(2):
+            if bodies[b, side] < 0:
+                continue
+            o = 7 * side
+            for i in range(size):
+                for k in range(7):
+                    cu_out[b, i, side, k] = j0[i, o + k]
+                    r3u_out[b, i, side, k] = a3[i, o + k]
+                for k in range(3):
+                    cv_out[b, i, side, k] = j0[i, o + k]
+                    s = 0.0
+                    for m in range(4):
+                        s += j0[i, o + 3 + m] * tq[side, m, k]
+                    cv_out[b, i, side, 3 + k] = s
+                # ∂(C_q Q(q)ω/2)/∂q at fixed ω: C_q ½Ω(ω).
+                for m in range(4):
+                    s = 0.0
+                    for k in range(4):
+                        s += j0[i, o + 3 + k] * om[side, k, m]
+                    r3u_out[b, i, side, 3 + m] += s
+            if motorized:
+                for k in range(3):
+                    fth_out[b, side, k] = 0.0
+                    for i in range(size):
+                        fth_out[b, side, k] += dth[i, o + k] * lam[l0 + i]
+                for k in range(3):
+                    s = 0.0
+                    for m in range(4):
+                        t = 0.0
+                        for i in range(size):
+                            t += dth[i, o + 3 + m] * lam[l0 + i]
+                        s += tq[side, m, k] * t
+                    fth_out[b, side, 3 + k] = s
+            for side2 in range(2):
+                if bodies[b, side2] < 0:
+                    continue
+                o2 = 7 * side2
+                for k2 in range(7):
+                    for k in range(3):
+                        fu_out[b, side, k, side2, k2] = hess[o + k, o2 + k2]
+                    for k in range(3):
+                        s = 0.0
+                        for m in range(4):
+                            s += tq[side, m, k] * hess[o + 3 + m, o2 + k2]
+                        fu_out[b, side, 3 + k, side2, k2] = s
+            # ∂(½Q(q)ᵀ g_q)/∂q at fixed g (½Q is linear in q): ω rows, q columns.
+            gq0, gq1, gq2, gq3 = g[o + 3], g[o + 4], g[o + 5], g[o + 6]
+            fu_out[b, side, 3, side, 3] += 0.5 * gq1
+            fu_out[b, side, 3, side, 4] += -0.5 * gq0
+            fu_out[b, side, 3, side, 5] += -0.5 * gq3
+            fu_out[b, side, 3, side, 6] += 0.5 * gq2
+            fu_out[b, side, 4, side, 3] += 0.5 * gq2
+            fu_out[b, side, 4, side, 4] += 0.5 * gq3
+            fu_out[b, side, 4, side, 5] += -0.5 * gq0
+            fu_out[b, side, 4, side, 6] += -0.5 * gq1
+            fu_out[b, side, 5, side, 3] += 0.5 * gq3
+            fu_out[b, side, 5, side, 4] += -0.5 * gq2
+            fu_out[b, side, 5, side, 5] += 0.5 * gq1
+            fu_out[b, side, 5, side, 6] += -0.5 * gq0
+        for i in range(size):
+            for j in range(14):
+                a3[i, j] = 0.0
+                dth[i, j] = 0.0
+    return c_out, r3_out, f_out, cu_out, cv_out, r3u_out, fu_out, cth_out, r3th_out, fth_out
+
+
+@numba.njit(cache=True, nogil=True)
+def forces_and_stiffness_product(
+    u: NDArray[np.float64],
+    v: NDArray[np.float64],
+    tets: NDArray[np.int64],
+    grad: NDArray[np.float64],
+    weights: NDArray[np.float64],
+    mu: float,
+    lam: float,
+) -> tuple[NDArray[np.float64], NDArray[np.float64], float]:
+    """``f_int(u)`` and ``K(u) v`` of a compressible Neo-Hookean tet10 body, matrix-free.
+
+    With ``h_a = F⁻ᵀ g_a``, ``c = μ − λ ln J`` and ``K_ab = Σ_q w (μ (g_a·g_b) I + c h_b h_aᵀ + λ h_a h_bᵀ)``:
+    ``(K v)_a = Σ_q w (μ G g_a + c B h_a + λ tr(B) h_a)`` with ``G = Σ_b v_b g_bᵀ`` and ``B_ik = Σ_b h_(b,i) v_(b,k)``
+    (so ``(B h_a)_i`` is read as ``Σ_k h_(a,k) B_ik``).
+
+    Args:
+        u, v: displacements [m] and the vector to multiply (3N,).
+        tets: (E, 10); grad: rest shape gradients (E, Q, 10, 3); weights: (E, Q) (quadrature weight × det J).
+        mu, lam: Lamé parameters [Pa].
+
+    Returns:
+        ``f_int`` (3N,) [N], ``K v`` (3N,), and the minimum ``det F`` (≤ 0: an inverted element).
+    """
+    n_el, n_q = weights.shape
+    forces = np.zeros(u.shape[0])
+    prod = np.zeros(u.shape[0])
+    min_det = np.inf
+    fm = np.empty((3, 3))
+    fi = np.empty((3, 3))
+    hm = np.empty((3, 3))
+    s2 = np.empty((3, 3))
+    sg = np.empty(3)
+    h = np.empty((10, 3))
+    ue = np.empty((10, 3))
+    ve = np.empty((10, 3))
+    fe = np.empty((10, 3))
+    pe = np.empty((10, 3))
+    gv = np.empty((3, 3))
+    bm = np.empty((3, 3))
+    for el in range(n_el):
+        for a in range(10):
+            for i in range(3):
+                ue[a, i] = u[3 * tets[el, a] + i]
+                ve[a, i] = v[3 * tets[el, a] + i]
+        fe[:] = 0.0
+        pe[:] = 0.0
+        for qp in range(n_q):
+            g = grad[el, qp]
+            w = weights[el, qp]
+            for i in range(3):
+                for j in range(3):
+                    s = 0.0
+                    t = 0.0
+                    for a in range(10):
+                        s += ue[a, i] * g[a, j]
+                        t += ve[a, i] * g[a, j]
+                    hm[i, j] = s
+                    gv[i, j] = t
+                    fm[i, j] = s + (1.0 if i == j else 0.0)
+            det = (
+                fm[0, 0] * (fm[1, 1] * fm[2, 2] - fm[1, 2] * fm[2, 1])
+                - fm[0, 1] * (fm[1, 0] * fm[2, 2] - fm[1, 2] * fm[2, 0])
+                + fm[0, 2] * (fm[1, 0] * fm[2, 1] - fm[1, 1] * fm[2, 0])
+            )
+            if det < min_det:
+                min_det = det
+            if det <= 0.0:
+                continue
+            inv_det = 1.0 / det
+            fi[0, 0] = (fm[1, 1] * fm[2, 2] - fm[1, 2] * fm[2, 1]) * inv_det
+            fi[0, 1] = (fm[0, 2] * fm[2, 1] - fm[0, 1] * fm[2, 2]) * inv_det
+            fi[0, 2] = (fm[0, 1] * fm[1, 2] - fm[0, 2] * fm[1, 1]) * inv_det
+            fi[1, 0] = (fm[1, 2] * fm[2, 0] - fm[1, 0] * fm[2, 2]) * inv_det
+            fi[1, 1] = (fm[0, 0] * fm[2, 2] - fm[0, 2] * fm[2, 0]) * inv_det
+            fi[1, 2] = (fm[0, 2] * fm[1, 0] - fm[0, 0] * fm[1, 2]) * inv_det
+            fi[2, 0] = (fm[1, 0] * fm[2, 1] - fm[1, 1] * fm[2, 0]) * inv_det
+            fi[2, 1] = (fm[0, 1] * fm[2, 0] - fm[0, 0] * fm[2, 1]) * inv_det
+            fi[2, 2] = (fm[0, 0] * fm[1, 1] - fm[0, 1] * fm[1, 0]) * inv_det
+            # Small-strain-accurate ln J and 2 E_green from H, as the FEM layer's kernel.
+            tr = hm[0, 0] + hm[1, 1] + hm[2, 2]
+            i2 = 0.5 * tr * tr
+            for i in range(3):
+                for j in range(3):
+                    i2 -= 0.5 * hm[i, j] * hm[j, i]
+            det_h = (
+                hm[0, 0] * (hm[1, 1] * hm[2, 2] - hm[1, 2] * hm[2, 1])
+                - hm[0, 1] * (hm[1, 0] * hm[2, 2] - hm[1, 2] * hm[2, 0])
+                + hm[0, 2] * (hm[1, 0] * hm[2, 1] - hm[1, 1] * hm[2, 0])
+            )
+            log_j = np.log1p(tr + i2 + det_h)
+            c = mu - lam * log_j
+            for i in range(3):
+                for j in range(3):
+                    s = hm[i, j] + hm[j, i]
+                    for k in range(3):
+                        s += hm[k, i] * hm[k, j]
+                    s2[i, j] = s
+            for a in range(10):
+                for k in range(3):
+                    h[a, k] = g[a, 0] * fi[0, k] + g[a, 1] * fi[1, k] + g[a, 2] * fi[2, k]
+            for i in range(3):
+                for k in range(3):
+                    s = 0.0
+                    for b in range(10):
+                        s += h[b, i] * ve[b, k]
+                    bm[i, k] = s
+            tr_b = bm[0, 0] + bm[1, 1] + bm[2, 2]
+            for a in range(10):
+                for k in range(3):
+                    sg[k] = s2[k, 0] * g[a, 0] + s2[k, 1] * g[a, 1] + s2[k, 2] * g[a, 2]
+                for i in range(3):
+                    ft = fi[0, i] * sg[0] + fi[1, i] * sg[1] + fi[2, i] * sg[2]
+                    fe[a, i] += w * (mu * ft + lam * log_j * h[a, i])
+                    pv = mu * (gv[i, 0] * g[a, 0] + gv[i, 1] * g[a, 1] + gv[i, 2] * g[a, 2])
+                    pv += c * (h[a, 0] * bm[i, 0] + h[a, 1] * bm[i, 1] + h[a, 2] * bm[i, 2])
+                    pv += lam * tr_b * h[a, i]
+                    pe[a, i] += w * pv
+        for a in range(10):
+            for i in range(3):
+                forces[3 * tets[el, a] + i] += fe[a, i]
+                prod[3 * tets[el, a] + i] += pe[a, i]
+    return forces, prod, min_det
