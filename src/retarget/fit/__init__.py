@@ -1,0 +1,71 @@
+"""Material fitting: Young's modulus and Rayleigh damping of a rig's flexible part from recorded step tests.
+
+Load a rig (:func:`load_rig`), pick an engine (:func:`make_simulator`), read recordings (:func:`read_recording`),
+then :func:`fit_materials` (or :func:`build_problem` + :func:`solve` to inspect the aligned problem first).
+:func:`record_twin_step_test` makes twin recordings with known parameters. Imports no ROS. See docs/fit.md.
+"""
+from retarget.fit.align import Alignment, RestPose, align, detect_onset, kabsch, rest_pose
+from retarget.fit.errors import AlignmentError, FitError, RecordingError, RigError
+from retarget.fit.fitter import (
+    PARAMETERS,
+    FitCase,
+    FitOptions,
+    FitProblem,
+    FitResult,
+    build_problem,
+    fit_materials,
+    parse_params,
+    solve,
+)
+from retarget.fit.materials_file import default_materials_path, update_materials_file
+from retarget.fit.recording import TipRecording, read_recording
+from retarget.fit.rig import StepTestRig, load_rig
+from retarget.fit.simulators import (
+    ENGINES,
+    BeamEngine,
+    FullEngine,
+    MotorProfile,
+    StepTestSimulator,
+    TipTrajectory,
+    make_simulator,
+    motor_profile,
+)
+from retarget.fit.twin import TwinRecording, record_twin_step_test
+
+__all__ = [
+    "ENGINES",
+    "PARAMETERS",
+    "Alignment",
+    "AlignmentError",
+    "BeamEngine",
+    "FitCase",
+    "FitError",
+    "FitOptions",
+    "FitProblem",
+    "FitResult",
+    "FullEngine",
+    "MotorProfile",
+    "RecordingError",
+    "RestPose",
+    "RigError",
+    "StepTestRig",
+    "StepTestSimulator",
+    "TipRecording",
+    "TipTrajectory",
+    "TwinRecording",
+    "align",
+    "build_problem",
+    "default_materials_path",
+    "detect_onset",
+    "fit_materials",
+    "kabsch",
+    "load_rig",
+    "make_simulator",
+    "motor_profile",
+    "parse_params",
+    "read_recording",
+    "record_twin_step_test",
+    "rest_pose",
+    "solve",
+    "update_materials_file",
+]

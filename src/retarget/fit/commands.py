@@ -1,0 +1,305 @@
+"""CLI: ``retarget fit``, ``retarget twin-test`` and ``retarget check fit``."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+__all__ = ["register", "register_check"]
+
+#: The acceptance sets of ``retarget check fit``: (E [Pa], α [1/s], β [s]).
+CHECK_SETS: tuple[tuple[float, float, float], ...] = ((200e9, 0.5, 4e-5), (185e9, 1.0, 1e-4), (215e9, 0.3, 2e-4))
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``fit`` and ``twin-test`` to the top-level parser."""
+    p = subparsers.add_parser(
+        "fit",
+        help="fit Young's modulus and Rayleigh damping of a rig's flexible part to recorded step tests",
+        description="Align recorded tip motion (rosbag2 PoseStamped or Motive CSV) with a simulated step test of "
+        "the rig and fit E, alpha, beta by bounded least squares; prints the values with uncertainties.",
+    )
+    p.add_argument("--robot", required=True, metavar="RIG", help="rig params YAML or robot name (one motor, one "
+                   "flexible part, a tip body), e.g. single_rod")
+    p.add_argument("--recording", required=True, action="append", metavar="BAG_OR_CSV",
+                   help="recording (bag folder or Motive CSV); repeat to fit several recordings jointly")
+    p.add_argument("--body", required=True,
+                   help="tracked tip body (Motive asset name; bag topic /mocap/<body>/pose)")
+    p.add_argument("--topic", default=None, help="PoseStamped topic in the bag (default /mocap/<body>/pose)")
+    p.add_argument("--motion", action="append", default=None, metavar="MOTION",
+                   help="motion played per recording (file or <robot>/<motion>; one for all or one per "
+                   "--recording; default <robot>/step_30)")
+    p.add_argument("--params", default="youngs_modulus,alpha,beta", help="parameters to fit, comma-separated "
+                   "(default youngs_modulus,alpha,beta)")
+    p.add_argument("--engine", default="auto", help="simulator: auto|beam|reduced|full (default auto)")
+    p.add_argument("--dt", type=float, default=None, metavar="S", help="engine time step [s] (default: the "
+                   "engine's, 0.001 for beam)")
+    p.add_argument("--plot", default=None, metavar="FILE.png", help="write measured vs simulated tip motion")
+    p.add_argument("--write", action="store_true", help="write the fitted material to the materials file")
+    p.add_argument("--materials", default=None, metavar="FILE", help="materials file for --write (default "
+                   "materials.yaml next to the rig file, i.e. config/materials.yaml)")
+    p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
+    p.set_defaults(func=_fit)
+
+    q = subparsers.add_parser(
+        "twin-test",
+        help="record a simulated step test with known E, alpha, beta (plus mocap noise) to a bag",
+        description="Rehearse material fitting without hardware: simulate the rig's step test with known "
+        "parameters and write what OptiTrack would record (noise, occlusion, a Y-up mocap frame, a clock offset).",
+    )
+    q.add_argument("--robot", default="single_rod", metavar="RIG", help="rig params YAML or robot name")
+    q.add_argument("--motion", default=None, help="motion (default <robot>/step_30)")
+    q.add_argument("--youngs-modulus", type=float, default=None, help="true E [Pa] (default: the rig's material)")
+    q.add_argument("--alpha", type=float, default=None, help="true Rayleigh alpha [1/s] (default: the rig's)")
+    q.add_argument("--beta", type=float, default=None, help="true Rayleigh beta [s] (default: the rig's)")
+    q.add_argument("--noise", type=float, default=0.001, help="position noise std per axis [m] (default 0.001)")
+    q.add_argument("--occlusion", type=float, default=0.0, help="probability a frame is untracked (default 0)")
+    q.add_argument("--rate", type=float, default=120.0, help="capture rate [Hz] (default 120)")
+    q.add_argument("--body", default="tip", help="mocap body name (default tip)")
+    q.add_argument("--mocap-frame", default="yup", help="yup (Motive default) or identity")
+    q.add_argument("--seed", type=int, default=0, help="noise seed (default 0)")
+    q.add_argument("--engine", default="auto", help="simulator: auto|beam|reduced|full (default auto)")
+    q.add_argument("--dt", type=float, default=None, metavar="S", help="engine time step [s]")
+    q.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap", help="bag storage (default mcap)")
+    q.add_argument("--out", required=True, metavar="BAG", help="bag folder to create (must not exist)")
+    q.add_argument("--json", action="store_true", help="print a JSON object as the last line")
+    q.set_defaults(func=_twin_test)
+
+
+def register_check(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``retarget check fit``."""
+    p = subparsers.add_parser(
+        "fit",
+        help="twin round trip: recover known E, alpha, beta from noisy twin recordings",
+        description="For each parameter set, record the 30 and 45 degree step tests with the twin (1 mm position "
+        "noise, 0.005 rad orientation noise), fit them jointly and compare with the truth (acceptance: E within "
+        "2 percent, alpha and beta within 10 percent). Takes about 100-150 s per set.",
+    )
+    p.add_argument("--robot", default="single_rod", metavar="RIG", help="rig (default single_rod)")
+    p.add_argument("--noise", type=float, default=0.001, help="position noise std [m] (default 0.001)")
+    p.add_argument("--sets", type=int, default=len(CHECK_SETS), help=f"how many of the {len(CHECK_SETS)} "
+                   "built-in parameter sets to run")
+    p.add_argument("--rate", type=float, default=120.0, help="capture rate [Hz] (default 120)")
+    p.add_argument("--rotation-noise", type=float, default=0.005,
+                   help="orientation noise std [rad] (default 0.005)")
+    p.add_argument("--repeats", type=int, default=1, help="recordings of each step test per set (default 1)")
+    p.add_argument("--engine", default="auto", help="simulator (default auto)")
+    p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
+    p.set_defaults(func=_check_fit)
+    register_surrogate_check(subparsers)
+
+
+def _bar(desc: str) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(desc=desc, unit="sim", file=sys.stderr, leave=False)
+
+
+def _motion(name: str | None, robot_name: str) -> Any:
+    from retarget.model.library import resolve_motion
+    from retarget.motion import load_motion
+
+    return load_motion(resolve_motion(name or f"{robot_name}/step_30"))
+
+
+def _fmt(value: float, std: float | None, unit: str, scale: float = 1.0) -> str:
+    text = f"{value / scale:.6g}"
+    if std is not None:
+        text += f" ± {std / scale:.2g}"
+    return f"{text} {unit}"
+
+
+def _fit(args: argparse.Namespace) -> int:
+    from retarget.errors import InputError
+    from retarget.fit.fitter import FitCase, FitOptions, fit_materials, parse_params
+    from retarget.fit.materials_file import default_materials_path, update_materials_file
+    from retarget.fit.recording import read_recording
+    from retarget.fit.rig import load_rig
+    from retarget.fit.simulators import make_simulator
+
+    params = parse_params(args.params)
+    rig = load_rig(args.robot)
+    motions = args.motion or [None]
+    if len(motions) not in (1, len(args.recording)):
+        raise InputError(f"give one --motion for all recordings or one per recording ({len(args.recording)}), "
+                         f"got {len(motions)}")
+    if len(motions) == 1:
+        motions = motions * len(args.recording)
+    simulator = make_simulator(args.engine, rig, args.dt)
+    cases = [FitCase(read_recording(path, args.body, args.topic), _motion(m, rig.name), str(path))
+             for path, m in zip(args.recording, motions)]
+    bar = _bar("fit")
+    try:
+        result = fit_materials(simulator, cases, FitOptions(params=params), progress=lambda: bar.update(1))
+    finally:
+        bar.close()
+    v, s = result.values, result.std
+    print(f"rig {rig.name}: material {rig.material_name!r} of part {rig.part!r}, engine "
+          f"{getattr(simulator, 'name', args.engine)}, {len(cases)} recording(s)")
+    print(f"  youngs_modulus = {_fmt(v['youngs_modulus'], s.get('youngs_modulus'), 'GPa', 1e9)}")
+    print(f"  alpha          = {_fmt(v['alpha'], s.get('alpha'), '1/s')}")
+    print(f"  beta           = {_fmt(v['beta'], s.get('beta'), 's')}")
+    print(f"  fitted {', '.join(result.fitted)}; residual RMS {1e3 * result.residual_rms_m:.3f} mm "
+          f"(noise at rest {1e3 * result.noise_std_m:.3f} mm); {result.iterations} iterations, "
+          f"{result.evaluations} simulations, {result.wall_s:.1f} s")
+    if len(result.fitted) > 1:
+        c = result.correlation
+        worst = max(((abs(c[i, j]), result.fitted[i], result.fitted[j]) for i in range(len(c))
+                     for j in range(i + 1, len(c))), default=(0.0, "", ""))
+        if worst[0] > 0.95:
+            print(f"  warning: {worst[1]} and {worst[2]} are correlated ({worst[0]:.3f}): the recordings constrain "
+                  "mainly a combination of them (see docs/fit.md)")
+    summary = {"robot": rig.name, "material": rig.material_name, **result.to_dict()}
+    if args.plot:
+        from retarget.fit.plot import plot_fit
+
+        summary["plot"] = str(plot_fit(result, args.plot))
+        print(f"  plot: {args.plot}")
+    if args.write:
+        target = args.materials or default_materials_path(rig.path)
+        written = update_materials_file(
+            target, rig.material_name, {p: v[p] for p in result.fitted},
+            comment=f"fitted by retarget fit from {', '.join(args.recording)}")
+        summary["materials_file"] = str(written)
+        print(f"  wrote {rig.material_name} to {written}")
+    if args.json:
+        print(json.dumps(summary, default=float))
+    return 0
+
+
+def _twin_test(args: argparse.Namespace) -> int:
+    from retarget.errors import InputError
+    from retarget.fit.rig import load_rig
+    from retarget.fit.simulators import make_simulator
+    from retarget.fit.twin import record_twin_step_test
+
+    rig = load_rig(args.robot)
+    mat = rig.material
+    e = mat.youngs_modulus if args.youngs_modulus is None else args.youngs_modulus
+    a = mat.rayleigh_alpha if args.alpha is None else args.alpha
+    b = mat.rayleigh_beta if args.beta is None else args.beta
+    if not (e > 0 and a >= 0 and b >= 0 and args.noise >= 0 and args.rate > 0):
+        raise InputError("need E > 0, alpha >= 0, beta >= 0, noise >= 0 and rate > 0")
+    simulator = make_simulator(args.engine, rig, args.dt)
+    info = record_twin_step_test(simulator, _motion(args.motion, rig.name), args.out, e, a, b, body=args.body,
+                                 noise_m=args.noise, occlusion=args.occlusion, rate_hz=args.rate,
+                                 mocap_frame=args.mocap_frame, seed=args.seed, storage=args.storage)
+    print(f"twin step test of {rig.name}: E = {e:.6g} Pa, alpha = {a:.6g} 1/s, beta = {b:.6g} s; "
+          f"{info.frames - info.occluded} of {info.frames} frames on {info.topic} -> {info.path}")
+    if args.json:
+        print(json.dumps({"path": str(info.path), "topic": info.topic, "frames": info.frames,
+                          "occluded": info.occluded, "youngs_modulus": e, "alpha": a, "beta": b,
+                          "noise_m": args.noise, "lead_s": info.lead_s}))
+    return 0
+
+
+def _check_fit(args: argparse.Namespace) -> int:
+    import os
+    import tempfile
+    import time
+
+    from retarget.fit.fitter import FitCase, fit_materials
+    from retarget.fit.recording import read_recording
+    from retarget.fit.rig import load_rig
+    from retarget.fit.simulators import make_simulator
+    from retarget.fit.twin import record_twin_step_test
+
+    rig = load_rig(args.robot)
+    simulator = make_simulator(args.engine, rig)
+    motions = [f"{rig.name}/step_30", f"{rig.name}/step_45_fast"]
+    rows = []
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        for k, (e, a, b) in enumerate(CHECK_SETS[: args.sets]):
+            cases = []
+            for j, name in enumerate(motions * max(1, args.repeats)):
+                motion = _motion(name, rig.name)
+                out = os.path.join(tmp, f"set{k}_{j}")
+                record_twin_step_test(simulator, motion, out, e, a, b, noise_m=args.noise,
+                                      rotation_noise_rad=args.rotation_noise, rate_hz=args.rate, seed=100 * k + j)
+                cases.append(FitCase(read_recording(out, "tip"), motion, name))
+            bar = _bar(f"set {k + 1}")
+            try:
+                res = fit_materials(simulator, cases, progress=lambda: bar.update(1))
+            finally:
+                bar.close()
+            truth = {"youngs_modulus": e, "alpha": a, "beta": b}
+            err = {p: res.values[p] / truth[p] - 1.0 for p in truth}
+            ok = abs(err["youngs_modulus"]) <= 0.02 and abs(err["alpha"]) <= 0.10 and abs(err["beta"]) <= 0.10
+            rows.append({"truth": truth, "fitted": {p: res.values[p] for p in truth},
+                         "std": res.std, "relative_error": err, "residual_rms_m": res.residual_rms_m,
+                         "correlation_alpha_beta": float(res.correlation[1, 2]), "simulations": res.evaluations,
+                         "wall_s": res.wall_s, "pass": ok})
+            print(f"set {k + 1}: E {100 * err['youngs_modulus']:+.3f} %, alpha {100 * err['alpha']:+.2f} %, "
+                  f"beta {100 * err['beta']:+.2f} % (±{100 * res.std['alpha'] / a:.1f} %, "
+                  f"±{100 * res.std['beta'] / b:.1f} %), residual {1e3 * res.residual_rms_m:.3f} mm, "
+                  f"{res.wall_s:.0f} s -> {'PASS' if ok else 'FAIL'}")
+    summary = {"robot": rig.name, "engine": getattr(simulator, "name", args.engine), "noise_m": args.noise,
+               "rotation_noise_rad": args.rotation_noise, "rate_hz": args.rate, "repeats": args.repeats,
+               "motions": motions, "sets": rows, "all_pass": all(r["pass"] for r in rows),
+               "wall_s": time.perf_counter() - t0,
+               "threads": {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}}
+    if args.json:
+        print(json.dumps(summary, default=float))
+    return 0 if summary["all_pass"] else 1
+
+
+def register_surrogate_check(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``retarget check fit-surrogate`` (the beam surrogate against the full engine)."""
+    p = subparsers.add_parser(
+        "fit-surrogate",
+        help="compare the fitter's beam surrogate with the full FEM engine on a step test",
+        description="Simulate the start of a step test with the beam surrogate and with the full engine (coarse "
+        "mesh) and report the tip difference and both first frequencies. Slow: minutes per simulated second.",
+    )
+    p.add_argument("--robot", default="single_rod", metavar="RIG", help="rig (default single_rod)")
+    p.add_argument("--motion", default=None, help="motion (default <robot>/step_30)")
+    p.add_argument("--duration", type=float, default=1.2, help="simulated time [s] (default 1.2)")
+    p.add_argument("--axial", type=int, default=40, help="full engine: element layers along the rod (default 40)")
+    p.add_argument("--around", type=int, default=6, help="full engine: nodes around the rod (default 6)")
+    p.add_argument("--dt", type=float, default=1e-3, help="full engine step [s] (default 0.001)")
+    p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
+    p.set_defaults(func=_check_surrogate)
+
+
+def _check_surrogate(args: argparse.Namespace) -> int:
+    import os
+    import time
+
+    import numpy as np
+
+    from retarget.fit.rig import load_rig
+    from retarget.fit.simulators import BeamEngine, FullEngine
+
+    rig = load_rig(args.robot)
+    motion = _motion(args.motion, rig.name)
+    mat = rig.material
+    values = (mat.youngs_modulus, mat.rayleigh_alpha, mat.rayleigh_beta)
+    t0 = time.perf_counter()
+    beam = BeamEngine(rig).simulate(*values, motion)
+    t_beam = time.perf_counter() - t0
+    print(f"beam surrogate: {t_beam:.2f} s; full engine ({args.axial} x {args.around} mesh, dt {args.dt} s) "
+          f"for {args.duration} s ...", file=sys.stderr)
+    t0 = time.perf_counter()
+    full = FullEngine(rig, dt=args.dt, store_every=1, resolution=(args.axial, args.around),
+                      duration=args.duration).simulate(*values, motion)
+    t_full = time.perf_counter() - t0
+    diff = np.linalg.norm(beam.at(full.time_s) - full.position_m, axis=1)
+    swing = np.linalg.norm(full.position_m - full.position_m[0], axis=1)
+    freqs = BeamEngine(rig).model.natural_frequencies(mat.youngs_modulus)[:2]
+    summary = {"robot": rig.name, "duration_s": args.duration, "mesh": [args.axial, args.around], "dt": args.dt,
+               "beam_wall_s": t_beam, "full_wall_s": t_full,
+               "tip_difference_rms_m": float(np.sqrt(np.mean(diff**2))),
+               "tip_difference_max_m": float(diff.max()), "tip_excursion_max_m": float(swing.max()),
+               "beam_frequencies_hz": [float(f) for f in freqs],
+               "samples": {f"{t:.2f}": {"beam": beam.at(np.array([t]))[0].tolist(),
+                                        "full": [float(np.interp(t, full.time_s, full.position_m[:, k]))
+                                                 for k in range(3)]}
+                           for t in np.linspace(0.0, args.duration, 7)},
+               "threads": {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}}
+    print(f"tip difference beam vs full: RMS {1e3 * summary['tip_difference_rms_m']:.2f} mm, max "
+          f"{1e3 * summary['tip_difference_max_m']:.2f} mm (tip excursion up to {1e3 * swing.max():.0f} mm)")
+    if args.json:
+        print(json.dumps(summary))
+    return 0

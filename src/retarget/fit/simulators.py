@@ -1,0 +1,243 @@
+"""The fitter's view of a simulator: the tip trajectory of a step test for given E, α, β, and one adapter per engine.
+
+:class:`StepTestSimulator` is the whole interface the fitter uses. Adapters:
+
+- :class:`BeamEngine`: the turning-beam surrogate (:mod:`retarget.fit.beam`), ~0.4 s for a 4 s step test;
+- :class:`FullEngine`: the full-space FEM + rigid-body engine (:mod:`retarget.sim`); exact physics but minutes per
+  simulated second on this machine, so it is for checking the surrogate, not for fitting;
+- ``reduced``: the reduced engine (:mod:`retarget.sim.reduced`) once it exposes a simulate entry point (its cubature
+  forces scale linearly with E at fixed ν, so E, α, β can vary without retraining); until then
+  :func:`make_simulator` says it is not available.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from retarget.errors import InputError, NotAvailableError
+from retarget.fit.rig import StepTestRig
+
+__all__ = [
+    "ENGINES",
+    "BeamEngine",
+    "FullEngine",
+    "MotorProfile",
+    "StepTestSimulator",
+    "TipTrajectory",
+    "make_simulator",
+    "motor_profile",
+]
+
+#: Engine names accepted by :func:`make_simulator` (``auto`` = the fastest available).
+ENGINES: tuple[str, ...] = ("auto", "beam", "reduced", "full")
+
+
+@dataclass(frozen=True, eq=False)
+class TipTrajectory:
+    """The simulated tip on a uniform time grid.
+
+    Attributes:
+        time_s: (n,) [s] from the start of the motion.
+        position_m: Tip centre of mass in the robot's world frame (n, 3) [m].
+        motor_rad: Motor angle (n,) [rad].
+        angle_rad: Rotation of the tip body about the motor axis since the reference configuration (n,) [rad]
+            (motor angle plus the part's end slope), or ``None`` if the engine does not provide it.
+    """
+
+    time_s: NDArray[np.float64]
+    position_m: NDArray[np.float64]
+    motor_rad: NDArray[np.float64]
+    angle_rad: NDArray[np.float64] | None = None
+
+    def at(self, times: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Positions linearly interpolated at ``times`` (m,) [s] → (m, 3) [m]; ends are held."""
+        t = np.asarray(times, dtype=float)
+        return np.stack([np.interp(t, self.time_s, self.position_m[:, k]) for k in range(3)], axis=1)
+
+    def angle_at(self, times: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Tip rotation about the motor axis relative to t = 0, interpolated at ``times`` (m,) [rad].
+
+        Raises:
+            ValueError: The engine gave no tip angle.
+        """
+        if self.angle_rad is None:
+            raise ValueError("this simulation has no tip angle")
+        return np.interp(np.asarray(times, dtype=float), self.time_s, self.angle_rad - self.angle_rad[0])
+
+
+@dataclass(frozen=True, eq=False)
+class MotorProfile:
+    """A motor angle sampled with its derivatives on a uniform grid (C² cubic spline through the motion).
+
+    Attributes:
+        time_s: (n,) [s], starting at 0.
+        angle: θ (n,) [rad].
+        rate: θ̇ (n,) [rad/s].
+        acceleration: θ̈ (n,) [rad/s²].
+    """
+
+    time_s: NDArray[np.float64]
+    angle: NDArray[np.float64]
+    rate: NDArray[np.float64]
+    acceleration: NDArray[np.float64]
+
+    @property
+    def moving_interval(self) -> tuple[float, float]:
+        """First and last time the motor moves faster than 1e-3 rad/s [s]."""
+        moving = np.nonzero(np.abs(self.rate) > 1e-3)[0]
+        if moving.size == 0:
+            return 0.0, 0.0
+        return float(self.time_s[moving[0]]), float(self.time_s[moving[-1]])
+
+
+def motor_profile(motion: object, motor: str, dt: float) -> MotorProfile:
+    """Sample ``motor``'s column of a :class:`retarget.motion.Motion` on a grid of step ``dt`` [s].
+
+    Raises:
+        InputError: The motion has no column for ``motor`` or fewer than two samples.
+    """
+    from scipy.interpolate import CubicSpline
+
+    names = list(getattr(motion, "joint_names"))
+    if motor not in names:
+        raise InputError(f"the motion has no joint {motor!r} (it has {names})")
+    t = np.asarray(getattr(motion, "time"), dtype=float)
+    if t.size < 2:
+        raise InputError("a step-test motion needs at least two samples")
+    t = t - t[0]
+    spline = CubicSpline(t, np.asarray(getattr(motion, "positions"), dtype=float)[:, names.index(motor)],
+                         bc_type="natural")
+    grid = np.arange(0.0, t[-1] + 0.5 * dt, dt)
+    return MotorProfile(grid, spline(grid), spline(grid, 1), spline(grid, 2))
+
+
+class StepTestSimulator(Protocol):
+    """What the fitter needs from an engine."""
+
+    rig: StepTestRig
+
+    def simulate(self, youngs_modulus: float, alpha: float, beta: float, motion: object) -> TipTrajectory:
+        """The tip trajectory for material parameters E [Pa], α [1/s], β [s] and a step-test motion."""
+        ...
+
+
+class BeamEngine:
+    """The turning-beam surrogate (:mod:`retarget.fit.beam`).
+
+    Args:
+        rig: The rig.
+        dt: Time step [s] of the trapezoidal rule (1 ms keeps the 2nd mode's period error below 0.2 %).
+        n_elements: Beam elements.
+    """
+
+    name = "beam"
+
+    def __init__(self, rig: StepTestRig, dt: float = 1e-3, n_elements: int = 12) -> None:
+        from retarget.fit.beam import build_beam_model
+
+        if not dt > 0:
+            raise InputError(f"time step must be positive, got {dt}")
+        self.rig = rig
+        self.dt = float(dt)
+        self.model = build_beam_model(rig, n_elements)
+        self._profiles: dict[int, MotorProfile] = {}
+
+    def profile(self, motion: object) -> MotorProfile:
+        """The motor profile of ``motion`` (cached per motion object)."""
+        key = id(motion)
+        if key not in self._profiles:
+            self._profiles[key] = motor_profile(motion, self.rig.motor, self.dt)
+        return self._profiles[key]
+
+    def simulate(self, youngs_modulus: float, alpha: float, beta: float, motion: object) -> TipTrajectory:
+        """See :class:`StepTestSimulator`."""
+        p = self.profile(motion)
+        q, tip = self.model.simulate(youngs_modulus, alpha, beta, p.time_s, p.angle, p.rate, p.acceleration)
+        return TipTrajectory(p.time_s, tip, p.angle, p.angle + q[:, -1])
+
+
+class FullEngine:
+    """The full-space engine (:func:`retarget.sim.simulate`) on the rig's own mesh.
+
+    Args:
+        rig: The rig.
+        dt: BDF2 step [s].
+        store_every: Keep every k-th step.
+        resolution: ``(axial, around)`` mesh resolution of a ``rod`` generator part, overriding the rig file's
+            (a coarser mesh for checks; the rig file itself is not changed).
+        duration: Simulate only the first ``duration`` [s] of the motion (default: all of it).
+    """
+
+    name = "full"
+
+    def __init__(self, rig: StepTestRig, dt: float = 5e-4, store_every: int = 2,
+                 resolution: tuple[int, int] | None = None, duration: float | None = None) -> None:
+        from retarget.model.loader import load_robot
+
+        self.rig = rig
+        self.dt = float(dt)
+        self.store_every = int(store_every)
+        self.duration = duration
+        self.model = load_robot(rig.path) if resolution is None else _load_with_resolution(rig, resolution)
+
+    def simulate(self, youngs_modulus: float, alpha: float, beta: float, motion: object) -> TipTrajectory:
+        """See :class:`StepTestSimulator`."""
+        from retarget.sim import SplineMotors, build_system, simulate
+
+        parts = tuple(
+            replace(p, material=replace(p.material, youngs_modulus=youngs_modulus, rayleigh_alpha=alpha,
+                                        rayleigh_beta=beta))
+            for p in self.model.flexible_parts
+        )
+        system = build_system(replace(self.model, flexible_parts=parts))
+        p = motor_profile(motion, self.rig.motor, self.dt)
+        motors = SplineMotors(p.time_s, p.angle[:, None])
+        end = float(p.time_s[-1]) if self.duration is None else min(self.duration, float(p.time_s[-1]))
+        result = simulate(system, motors, end, self.dt, store_every=self.store_every)
+        from scipy.spatial.transform import Rotation
+
+        angle = np.interp(result.time, p.time_s, p.angle)
+        wxyz = result.rigid_poses[:, result.system.rigid_index(self.rig.tip_link), 3:]
+        tip_angle = Rotation.from_quat(wxyz[:, [1, 2, 3, 0]]).as_rotvec() @ self.rig.axis
+        return TipTrajectory(np.asarray(result.time), result.body_position(self.rig.tip_link), angle, tip_angle)
+
+
+def _load_with_resolution(rig: StepTestRig, resolution: tuple[int, int]) -> object:
+    """Load the rig's robot with its part's mesh resolution replaced (through a temporary copy of the YAML)."""
+    import tempfile
+    from pathlib import Path
+
+    import yaml
+
+    from retarget.model.loader import load_robot, resolve_urdf
+
+    data = yaml.safe_load(rig.path.read_text())
+    cfg = data["retarget"]
+    cfg["urdf"] = str(resolve_urdf(str(cfg["urdf"]), rig.path))
+    for part in cfg.get("flexible_parts") or []:
+        part.setdefault("mesh", {})["resolution"] = {"axial": int(resolution[0]), "around": int(resolution[1])}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / rig.path.name
+        path.write_text(yaml.safe_dump(data))
+        return load_robot(path)
+
+
+def make_simulator(engine: str, rig: StepTestRig, dt: float | None = None) -> StepTestSimulator:
+    """The adapter for ``engine`` (one of :data:`ENGINES`); ``auto`` is the beam surrogate until the reduced
+    engine has an adapter.
+
+    Raises:
+        InputError: Unknown engine name.
+        NotAvailableError: The reduced engine was asked for but has not landed.
+    """
+    if engine not in ENGINES:
+        raise InputError(f"unknown engine {engine!r}; choose one of {list(ENGINES)}")
+    if engine == "reduced":
+        raise NotAvailableError("the reduced engine has no step-test adapter yet (retarget.sim.reduced exposes no "
+                                "simulate entry point); use --engine beam")
+    if engine == "full":
+        return FullEngine(rig, dt=dt or 5e-4)
+    return BeamEngine(rig, dt=dt or 1e-3)

@@ -1,0 +1,39 @@
+"""Tests of retarget.fit.commands through the real CLI entry point (twin-test, then fit)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from retarget.cli import main
+
+
+def test_twin_test_then_fit_json_plot_write(tmp_path, capsys) -> None:
+    bag = tmp_path / "twin"
+    assert main(["twin-test", "--robot", "single_rod", "--youngs-modulus", "1.9e11", "--noise", "0.001",
+                 "--seed", "4", "--dt", "0.002", "--out", str(bag), "--json"]) == 0
+    twin = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert twin["youngs_modulus"] == 1.9e11 and twin["topic"] == "/mocap/tip/pose"
+    materials = tmp_path / "materials.yaml"
+    plot = tmp_path / "fit.png"
+    assert main(["fit", "--robot", "single_rod", "--recording", str(bag), "--body", "tip", "--params",
+                 "youngs_modulus", "--dt", "0.002", "--plot", str(plot), "--write", "--materials", str(materials),
+                 "--json"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    summary = json.loads(out[-1])
+    for key in ("youngs_modulus", "alpha", "beta", "residual_rms_m", "youngs_modulus_std"):
+        assert key in summary
+    assert summary["youngs_modulus"] == pytest.approx(1.9e11, rel=0.02)
+    assert summary["residual_rms_m"] == pytest.approx(0.001, rel=0.15)
+    assert plot.stat().st_size > 10_000
+    written = yaml.safe_load(materials.read_text())["materials"]["spring_steel"]
+    assert written == {"youngs_modulus": summary["youngs_modulus"]}
+
+
+def test_user_errors_exit_2(tmp_path, capsys) -> None:
+    assert main(["fit", "--robot", "single_rod", "--recording", str(tmp_path / "none"), "--body", "tip"]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert main(["fit", "--robot", "two_rods", "--recording", str(tmp_path), "--body", "tip"]) == 2
+    assert main(["fit", "--robot", "single_rod", "--recording", str(tmp_path), "--body", "tip",
+                 "--params", "gamma"]) == 2

@@ -1,0 +1,34 @@
+"""Tests of retarget.fit.rig: rig geometry extracted from robot files."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from retarget.fit.errors import RigError
+from retarget.fit.rig import load_rig
+
+
+def test_single_rod_geometry() -> None:
+    rig = load_rig("single_rod")
+    assert rig.motor == "base_pitch"
+    np.testing.assert_allclose(rig.axis, [0.0, 1.0, 0.0], atol=1e-12)
+    np.testing.assert_allclose(rig.rod_direction, [0.0, 0.0, 1.0], atol=1e-12)
+    assert rig.length == pytest.approx(0.70, rel=1e-12)
+    assert rig.area == pytest.approx(math.pi * 0.005**2 / 4)
+    assert rig.second_moment == pytest.approx(math.pi * 0.005**4 / 64)
+    assert rig.tip_link == "tip_mass" and rig.tip_mass == pytest.approx(0.1)
+    assert rig.material_name == "spring_steel"
+    # The lateral direction completes a right-handed (axis, lateral) pair: +θ about y moves the tip to +x.
+    np.testing.assert_allclose(rig.lateral_direction, [1.0, 0.0, 0.0], atol=1e-12)
+
+
+def test_robot_with_two_parts_is_rejected() -> None:
+    with pytest.raises(RigError, match="one flexible part|one motor"):
+        load_rig("two_rods")
+
+
+def test_with_material_replaces_values() -> None:
+    rig = load_rig("single_rod").with_material(youngs_modulus=1.5e11, rayleigh_alpha=0.3)
+    assert rig.material.youngs_modulus == 1.5e11 and rig.material.rayleigh_alpha == 0.3
