@@ -94,3 +94,15 @@ def test_simulate_loaded_robot_briefly():
     tip = result.body_position("tip_mass")
     # Starts at the gravity equilibrium: nothing moves.
     assert np.max(np.abs(tip - tip[0])) < 1e-8
+
+
+def test_fitted_materials_file_overrides_the_library(tmp_path):
+    text = (FIXTURES / "mini_rod.yaml").read_text()
+    (tmp_path / "mini_rod.urdf.xacro").write_text((FIXTURES / "mini_rod.urdf.xacro").read_text())
+    (tmp_path / "robot.yaml").write_text(text)
+    before = load_robot(tmp_path / "robot.yaml").flexible_parts[0].material
+    (tmp_path / "materials.yaml").write_text(
+        f"materials:\n  {before.name}: {{youngs_modulus: 1.5e11, rayleigh_alpha: 0.25}}\n")
+    after = load_robot(tmp_path / "robot.yaml").flexible_parts[0].material
+    assert after.youngs_modulus == 1.5e11 and after.rayleigh_alpha == 0.25
+    assert after.density == before.density and after.youngs_modulus != before.youngs_modulus

@@ -168,6 +168,8 @@ def load_robot(path: str | Path, name: str | None = None) -> RobotModel:
 
     yaml_path = Path(path)
     cfg = read_robot_yaml(yaml_path)
+    # Fitted materials (`retarget fit --write`) live beside the robot files and override the library.
+    materials_path = yaml_path.resolve().parent / "materials.yaml"
     if "urdf" not in cfg:
         raise ModelError(f"{yaml_path}: retarget.urdf is required")
     urdf_path = resolve_urdf(str(cfg["urdf"]), yaml_path)
@@ -272,7 +274,8 @@ def load_robot(path: str | Path, name: str | None = None) -> RobotModel:
             il = itf.get("link")
             nodes = _interface_nodes(mesh, length, itf.get("region") or {}, part)
             ifaces.append((resolve(il) if il is not None and il != root else None, nodes))
-        b.add_flexible_part(part, world, get_material(f.get("material", "spring_steel")), ifaces, replaces=link)
+        material = get_material(f.get("material", "spring_steel"), overrides_path=materials_path)
+        b.add_flexible_part(part, world, material, ifaces, replaces=link)
     b.set_motors(motors)
     for tb in cfg.get("tracked_bodies") or []:
         b.track(str(tb["link"]), float(tb.get("position_weight", 1.0)), float(tb.get("orientation_weight", 0.0)))
