@@ -20,7 +20,7 @@ import numba
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["body_forces", "rotation_and_derivative"]
+__all__ = ["body_force", "body_forces", "rotation_and_derivative"]
 
 
 @numba.njit(cache=True)
@@ -72,38 +72,8 @@ def _skew(a: NDArray[np.float64]) -> NDArray[np.float64]:
 
 
 @numba.njit(cache=True)
-def body_forces(
-    q: NDArray[np.float64],
-    z: NDArray[np.float64],
-    zdot: NDArray[np.float64],
-    omega: NDArray[np.float64],
-    acc_v: NDArray[np.float64],
-    acc_w: NDArray[np.float64],
-    acc_z: NDArray[np.float64],
-    gravity: NDArray[np.float64],
-    mass: float,
-    s0: NDArray[np.float64],
-    s1: NDArray[np.float64],
-    p0: NDArray[np.float64],
-    p1: NDArray[np.float64],
-    p2: NDArray[np.float64],
-    c0: NDArray[np.float64],
-    c1: NDArray[np.float64],
-    m_zz: NDArray[np.float64],
-) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
-    """Generalized inertial-minus-gravity force ``f = [f_v, f_ω, f_z]`` (6 + r,) and its partial derivatives.
-
-    Args:
-        q: reference body quaternion (4,). z, zdot: (r,). omega: body-frame ω (3,) [rad/s].
-        acc_v: world ``a_v`` (3,) [m/s²]. acc_w: ``a_ω`` (3,) [rad/s²]. acc_z: (r,).
-        gravity: world g (3,) [m/s²].
-        mass, s0, s1, p0, p1, p2, c0, c1, m_zz: :class:`~retarget.sim.reduced.tensors.InertiaTensors` fields.
-
-    Returns:
-        ``f`` (6+r,) [N, N m, N·m/unit z]; ``f_q`` (6+r, 4); ``f_z`` (6+r, r); ``f_acc`` (6+r, 6+r) the
-        generalized mass (columns a_v, a_ω, a_z; symmetric); ``f_w`` (6+r, 3) and ``f_zd`` (6+r, r): the
-        derivatives with respect to the explicit ω and ż.
-    """
+def _force_terms(q, z, zdot, omega, acc_v, acc_w, acc_z, gravity, mass, s0, s1, p0, p1, p2, c0, c1, m_zz):  # type: ignore[no-untyped-def]
+    """``f`` and the intermediate terms :func:`body_forces` differentiates (see the module docstring)."""
     nr = z.shape[0]
     nf = 6 + nr
     rot, drot = rotation_and_derivative(q)
@@ -155,6 +125,72 @@ def body_forces(
         val = s1[:, l] @ e + acc_w @ cm[l] + omega @ (bm[l] @ omega) - w2 * tr_b[l] + 2.0 * (omega @ ck[l])
         f[6 + l] = val
     f[6:] += m_zz @ acc_z
+
+    return f, rot, drot, rel, e, s, sdot, cm, bm, tr_b, jm, gq, ws, psi, jw, w2, ck
+
+
+@numba.njit(cache=True)
+def body_force(
+    q: NDArray[np.float64],
+    z: NDArray[np.float64],
+    zdot: NDArray[np.float64],
+    omega: NDArray[np.float64],
+    acc_v: NDArray[np.float64],
+    acc_w: NDArray[np.float64],
+    acc_z: NDArray[np.float64],
+    gravity: NDArray[np.float64],
+    mass: float,
+    s0: NDArray[np.float64],
+    s1: NDArray[np.float64],
+    p0: NDArray[np.float64],
+    p1: NDArray[np.float64],
+    p2: NDArray[np.float64],
+    c0: NDArray[np.float64],
+    c1: NDArray[np.float64],
+    m_zz: NDArray[np.float64],
+) -> NDArray[np.float64]:
+    """The force ``f`` (6+r,) of :func:`body_forces` alone (residual-only Newton iterations)."""
+    return _force_terms(q, z, zdot, omega, acc_v, acc_w, acc_z, gravity, mass, s0, s1, p0, p1, p2, c0, c1, m_zz)[0]
+
+
+@numba.njit(cache=True)
+def body_forces(
+    q: NDArray[np.float64],
+    z: NDArray[np.float64],
+    zdot: NDArray[np.float64],
+    omega: NDArray[np.float64],
+    acc_v: NDArray[np.float64],
+    acc_w: NDArray[np.float64],
+    acc_z: NDArray[np.float64],
+    gravity: NDArray[np.float64],
+    mass: float,
+    s0: NDArray[np.float64],
+    s1: NDArray[np.float64],
+    p0: NDArray[np.float64],
+    p1: NDArray[np.float64],
+    p2: NDArray[np.float64],
+    c0: NDArray[np.float64],
+    c1: NDArray[np.float64],
+    m_zz: NDArray[np.float64],
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """Generalized inertial-minus-gravity force ``f = [f_v, f_ω, f_z]`` (6 + r,) and its partial derivatives.
+
+    Args:
+        q: reference body quaternion (4,). z, zdot: (r,). omega: body-frame ω (3,) [rad/s].
+        acc_v: world ``a_v`` (3,) [m/s²]. acc_w: ``a_ω`` (3,) [rad/s²]. acc_z: (r,).
+        gravity: world g (3,) [m/s²].
+        mass, s0, s1, p0, p1, p2, c0, c1, m_zz: :class:`~retarget.sim.reduced.tensors.InertiaTensors` fields.
+
+    Returns:
+        ``f`` (6+r,) [N, N m, N·m/unit z]; ``f_q`` (6+r, 4); ``f_z`` (6+r, r); ``f_acc`` (6+r, 6+r) the
+        generalized mass (columns a_v, a_ω, a_z; symmetric); ``f_w`` (6+r, 3) and ``f_zd`` (6+r, r): the
+        derivatives with respect to the explicit ω and ż.
+    """
+    nr = z.shape[0]
+    nf = 6 + nr
+    f, rot, drot, rel, e, s, sdot, cm, bm, tr_b, jm, gq, ws, psi, jw, w2, ck = _force_terms(
+        q, z, zdot, omega, acc_v, acc_w, acc_z, gravity, mass, s0, s1, p0, p1, p2, c0, c1, m_zz
+    )
 
     # Generalized mass (accelerations a_v, a_ω, a_z).
     f_acc = np.zeros((nf, nf))

@@ -1,0 +1,148 @@
+"""Reduced-engine benchmark: compiled reduced steps/s, wall time for the shipped motions, accuracy vs dt, peak RSS.
+
+Prints one JSON object per robot (the last line of each block), with the thread settings. Run on a shared
+machine as ``OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 python bench/bench_reduced.py``.
+
+Bases: ``--basis modal`` (default) builds each deformable body's basis from its 6 rigid modes and the lowest
+``--modes`` free vibration modes (M-orthonormal), with a cubature trained on random modal states — no full
+simulation needed, so the *speed* of the reduced engine can be measured on every robot while the full engine is
+too slow to produce training runs; ``--basis artifact --artifact FILE`` uses a trained model
+(``retarget reduce``). The per-step cost depends on the mode and cubature-element counts, not on which modes.
+
+Accuracy vs dt: the tracked bodies' positions at dt = 1 ms and 2 ms against dt = 0.5 ms of the same engine
+(the compiled engine equals the dense reference stepper to Newton tolerance, tests/reduced/test_compiled.py),
+RMS and max over the common samples, relative to the peak deviation of the 0.5 ms run from the quasi-static
+start.
+
+Usage: ``python bench/bench_reduced.py [--robot single_rod --motion single_rod/step_30] [--modes 15]
+[--duration S] [--dts 0.0005,0.001,0.002]``
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import time
+
+import numpy as np
+
+
+def modal_reduced(system, n_modes: int, seed: int = 0):
+    """Reduced system with rigid + lowest vibration modes per body and a trained cubature."""
+    import scipy.sparse.linalg as spla
+
+    from retarget.sim.reduced.basis import ReducedBasis, _m_orthonormalize, rigid_modes
+    from retarget.sim.reduced.cubature import train_cubature
+    from retarget.sim.reduced.system import build_reduced_system, reference_bodies
+
+    refs = reference_bodies(system)
+    rng = np.random.default_rng(seed)
+    bases, cubs = [], []
+    for d, body in enumerate(system.deformable):
+        local = body.rest_positions - system.rigid[refs[d]].reference_com
+        k0 = body.elastic.tangent_stiffness(np.zeros(body.n_dofs)).tocsc()
+        m = body.mass_matrix.tocsc()
+        # Shift-invert about a small negative shift: K₀ of a free body is singular (6 rigid modes).
+        vals, vecs = spla.eigsh(k0, k=6 + n_modes, M=m, sigma=-1.0, which="LM")
+        order = np.argsort(vals)
+        elastic = vecs[:, order[6:]]
+        rig = rigid_modes(local, body.mass_matrix)
+        modes = _m_orthonormalize(np.hstack([rig, elastic]), body.mass_matrix)
+        basis = ReducedBasis(modes, 6, 1.0, np.sqrt(np.abs(vals[order[6:]])) / (2 * np.pi))
+        # Samples: random elastic states with peak displacement ~1 % of the body size.
+        size = float(np.ptp(body.rest_positions, axis=0).max())
+        amp = np.abs(modes[:, 6:]).max(axis=0)
+        zs = np.zeros((40, modes.shape[1]))
+        zs[:, 6:] = rng.normal(size=(40, n_modes)) * (0.01 * size / amp) / np.sqrt(n_modes)
+        cubs.append(train_cubature(body.elastic, modes, zs, tolerance=1e-3))
+        bases.append(basis)
+    return build_reduced_system(system, bases, cubs)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--robot", action="append", default=None, help="robot name (repeatable)")
+    ap.add_argument("--motion", action="append", default=None, help="motion per robot (same order)")
+    ap.add_argument("--modes", type=int, default=15, help="deformation modes per body (modal basis)")
+    ap.add_argument("--basis", choices=("modal", "artifact"), default="modal")
+    ap.add_argument("--artifact", default=None, help="reduced-model file (with --basis artifact)")
+    ap.add_argument("--duration", type=float, default=None, help="cap on the simulated time [s]")
+    ap.add_argument("--dts", default="0.0005,0.001,0.002", help="time steps [s] (the first is the reference)")
+    args = ap.parse_args()
+    robots = args.robot or ["single_rod", "two_rods", "drummer"]
+    motions = args.motion or {"single_rod": ["single_rod/step_30"], "two_rods": ["two_rods/swing_90"],
+                              "drummer": ["drummer/drumming"]}.get(robots[0], []) if args.robot else [
+        "single_rod/step_30", "two_rods/swing_90", "drummer/drumming"]
+    threads = {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "NUMBA_NUM_THREADS")}
+    from retarget.model import library
+    from retarget.model.loader import load_robot
+    from retarget.sim.motion_input import motors_from_motion
+    from retarget.sim.reduced.engine import pack_system, simulate_compiled
+    from retarget.sim.reduced.stepper import solve_static
+    from retarget.sim.system import build_system
+
+    dts = [float(x) for x in args.dts.split(",")]
+    for robot, motion in zip(robots, motions):
+        t0 = time.perf_counter()
+        model = load_robot(library.resolve_robot(robot))
+        system = build_system(model)
+        if args.basis == "artifact":
+            from retarget.sim.reduced.artifact import load_reduced
+
+            rs = load_reduced(args.artifact, system, library.resolve_robot(robot))
+        else:
+            rs = modal_reduced(system, args.modes)
+        build_s = time.perf_counter() - t0
+        motors, t_end = motors_from_motion(library.resolve_motion(motion), model.motors)
+        if args.duration is not None:
+            t_end = min(t_end, args.duration)
+        packed = pack_system(rs)
+        start = solve_static(rs, motors.value(0.0))
+        simulate_compiled(rs, motors, 0.01, dts[0], start=start, packed=packed)  # compile / warm caches
+        tracked = [tb.link for tb in model.tracked_bodies] or [system.rigid[-1].name]
+        runs = {}
+        for dt in dts:
+            run = simulate_compiled(rs, motors, t_end, dt, start=start, packed=packed)
+            runs[dt] = run
+        ref = runs[dts[0]]
+        idx = [rs.rigid_index(n) for n in tracked]
+        xr = np.stack([ref.states[:, 7 * i : 7 * i + 3] for i in idx], axis=1)
+        peak = float(np.max(np.linalg.norm(xr - xr[:1], axis=2)))
+        per_dt = []
+        for dt in dts:
+            run = runs[dt]
+            stride = int(round(dt / dts[0]))
+            x = np.stack([run.states[:, 7 * i : 7 * i + 3] for i in idx], axis=1)
+            xs = xr[::stride][: len(x)]
+            err = np.linalg.norm(x[: len(xs)] - xs, axis=2)
+            per_dt.append({
+                "dt": dt,
+                "steps": len(run.time) - 1,
+                "wall_s": run.wall_s,
+                "steps_per_s": (len(run.time) - 1) / run.wall_s,
+                "newton_iterations_mean": float(np.mean(run.newton_iterations[1:])),
+                "factorizations": run.factorizations,
+                "tracked_rms_error_vs_finest_rel": float(np.sqrt(np.mean(err**2)) / peak) if peak > 0 else 0.0,
+                "tracked_max_error_vs_finest_m": float(np.max(err)),
+            })
+        out = {
+            "robot": robot,
+            "motion": motion,
+            "basis": args.basis,
+            "modes": [b.size - b.basis.n_rigid for b in rs.bodies],
+            "cubature_elements": [int(len(b.cubature.elements)) for b in rs.bodies],
+            "n_state": rs.n_u + rs.n_v + rs.n_lambda,
+            "condensed_size": rs.n_v + rs.n_lambda,
+            "sim_seconds": t_end,
+            "peak_tracked_motion_m": peak,
+            "build_s": build_s,
+            "runs": per_dt,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+            "threads": threads,
+        }
+        print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""The reduced-model artifact: a versioned ``.npz`` with bases, cubatures and the hashes of what they came from.
+
+Stored per deformable body: the basis ``U`` (3N, r), its rigid-mode count, captured variance and spectrum, the
+cubature elements, weights and training error. The inertia tensors, reduced interfaces and stiffness are
+recomputed on load from the (verified) robot, so the file cannot disagree with the model it is used with.
+
+Provenance (``meta`` JSON): format version, robot name, and SHA-256 digests of the robot description YAML, the
+expanded URDF, each body's material values (Lamé parameters, density via the mass, Rayleigh α, β) and each
+body's mesh (rest nodes, tets). :func:`load_reduced` recomputes them from the robot it is given and raises
+:class:`~retarget.sim.reduced.errors.StaleReducedModelError` naming every input that changed — never a silently
+wrong model.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from retarget.sim.reduced.basis import ReducedBasis
+from retarget.sim.reduced.cubature import Cubature, _element_rows
+from retarget.sim.reduced.errors import StaleReducedModelError
+from retarget.sim.reduced.system import ReducedSystem, build_reduced_system
+
+__all__ = ["FORMAT_VERSION", "load_reduced", "provenance", "save_reduced"]
+
+#: Version of the artifact layout; a different version is rejected.
+FORMAT_VERSION: int = 1
+
+
+def _sha(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p)
+    return h.hexdigest()
+
+
+def provenance(system: Any, robot_yaml: str | Path | None = None) -> dict[str, str]:
+    """SHA-256 digests of every input a reduced model depends on (keys name the input).
+
+    Args:
+        system: the absolute :class:`retarget.sim.System` built from the robot.
+        robot_yaml: the robot description file it was loaded from (hashes the YAML and the expanded URDF).
+    """
+    out: dict[str, str] = {}
+    src = robot_yaml
+    if src is not None and Path(src).is_file():
+        from retarget.model.loader import _urdf_xml, read_robot_yaml, resolve_urdf
+
+        ypath = Path(src)
+        out["robot_yaml"] = _sha(ypath.read_bytes())
+        cfg = read_robot_yaml(ypath)
+        upath = resolve_urdf(str(cfg["urdf"]), ypath)
+        out["urdf"] = _sha(_urdf_xml(upath, cfg.get("xacro_args") or {}).encode())
+    rigid = np.array([[b.mass, *np.ravel(b.inertia), *b.reference_com] for b in system.rigid], dtype=float)
+    out["rigid_bodies"] = _sha(np.round(rigid, 12).tobytes())
+    for body in system.deformable:
+        el = body.elastic
+        mat = np.array([el.mu, el.lam, body.mass_matrix.sum(), body.alpha, body.beta], dtype=float)
+        out[f"material:{body.name}"] = _sha(np.round(mat, 12).tobytes())
+        out[f"mesh:{body.name}"] = _sha(
+            np.round(np.asarray(body.rest_positions, dtype=float), 12).tobytes(),
+            np.asarray(el.mesh.tets, dtype=np.int64).tobytes(),
+        )
+    return out
+
+
+def save_reduced(
+    path: str | Path, system: Any, bases: list[ReducedBasis], cubatures: list[Cubature],
+    robot_yaml: str | Path | None = None, robot_name: str = "", extra: dict[str, Any] | None = None,
+) -> Path:
+    """Write the artifact (``.npz``); ``extra`` (JSON-able) is stored in the metadata (training settings)."""
+    path = Path(path)
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "robot": robot_name,
+        "bodies": [b.name for b in system.deformable],
+        "hashes": provenance(system, robot_yaml),
+        "extra": extra or {},
+    }
+    arrays: dict[str, Any] = {"meta": np.array(json.dumps(meta))}
+    for d, (b, c) in enumerate(zip(bases, cubatures)):
+        arrays[f"b{d}_modes"] = b.modes
+        arrays[f"b{d}_info"] = np.array([b.n_rigid, b.captured_variance], dtype=float)
+        arrays[f"b{d}_spectrum"] = b.spectrum
+        arrays[f"b{d}_elements"] = c.elements
+        arrays[f"b{d}_weights"] = c.weights
+        arrays[f"b{d}_cub_error"] = np.array([c.relative_error])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as fh:
+        np.savez_compressed(fh, **arrays)
+    return path
+
+
+def load_reduced(path: str | Path, system: Any, robot_yaml: str | Path | None = None) -> ReducedSystem:
+    """Load an artifact for ``system`` (built from ``robot_yaml``) after checking its provenance.
+
+    Raises:
+        StaleReducedModelError: unknown format version, unreadable file, or inputs that changed (named).
+    """
+    path = Path(path)
+    try:
+        data = np.load(path, allow_pickle=False)
+        meta = json.loads(str(data["meta"]))
+    except (OSError, ValueError, KeyError) as exc:
+        raise StaleReducedModelError(str(path), ["file"], f"unreadable reduced model: {exc}") from exc
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise StaleReducedModelError(
+            str(path), ["format_version"], f"format {meta.get('format_version')!r}, this version reads {FORMAT_VERSION}"
+        )
+    now = provenance(system, robot_yaml)
+    stored = meta.get("hashes", {})
+    changed = sorted(k for k in set(now) | set(stored) if now.get(k) != stored.get(k))
+    if changed:
+        raise StaleReducedModelError(str(path), changed)
+    bases, cubs = [], []
+    for d, body in enumerate(system.deformable):
+        modes = np.asarray(data[f"b{d}_modes"], dtype=float)
+        info = data[f"b{d}_info"]
+        bases.append(ReducedBasis(modes, int(info[0]), float(info[1]), np.asarray(data[f"b{d}_spectrum"])))
+        el = body.elastic
+        elements = np.asarray(data[f"b{d}_elements"], dtype=np.int64)
+        geo = el.geometry
+        cubs.append(
+            Cubature(
+                elements, np.asarray(data[f"b{d}_weights"], dtype=float), _element_rows(el.mesh.tets[elements], modes),
+                np.ascontiguousarray(geo.grad[elements]), np.ascontiguousarray(geo.weights[elements]), float(el.mu),
+                float(el.lam), float(data[f"b{d}_cub_error"][0]),
+            )
+        )
+    return build_reduced_system(system, bases, cubs)

@@ -1,0 +1,403 @@
+"""The compiled reduced engine from Python: packing, runs, exact linearizations and the optimizer's adapter.
+
+:func:`pack_system` turns a :class:`~retarget.sim.reduced.system.ReducedSystem` into the arrays of
+:mod:`retarget.sim.reduced.compiled`; :func:`simulate_compiled` runs the time loop in compiled chunks (a progress
+callback between chunks, no Python per step) and keeps every converged state; :func:`linearize_compiled` gives
+the exact ``∂R/∂S``, ``∂R/∂θ``, ``∂R/∂θ̇`` of a step; :class:`CompiledReducedEngine` implements the optimizer's
+:class:`retarget.optimize.engines.Engine` protocol (transposed solves through the condensed factorization).
+"""
+from __future__ import annotations
+
+import time as _time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numba.typed import List
+from numpy.typing import NDArray
+
+from retarget.sim.constraints import CouplingConstraint, JointConstraint
+from retarget.sim.errors import NewtonFailed, SimulationDiverged
+from retarget.sim.reduced import compiled as ck
+from retarget.sim.reduced.kernels import COUPLING_CODE, JOINT_CODES
+from retarget.sim.reduced.stepper import BDF1, BDF2, ReducedState, _block_layout, solve_static
+from retarget.sim.reduced.system import ReducedSystem
+
+__all__ = [
+    "CompiledLinearization",
+    "CompiledReducedEngine",
+    "CompiledRun",
+    "DEFAULT_DT",
+    "linearize_compiled",
+    "pack_system",
+    "residual_compiled",
+    "simulate_compiled",
+]
+
+#: Default time step of the reduced engine [s] (docs/reduced.md §5: accuracy vs dt).
+DEFAULT_DT: float = 1e-3
+
+
+def _typed(arrays: list[NDArray]) -> List:
+    out = List()
+    for a in arrays:
+        out.append(np.ascontiguousarray(a, dtype=np.float64))
+    return out
+
+
+def pack_system(rs: ReducedSystem) -> ck.Packed:
+    """The compiled engine's arrays for ``rs`` (cost: milliseconds; the system itself is not copied)."""
+    bodies = rs.bodies
+    nd = len(bodies)
+    bzu = np.array([rs.z_slice_u(d).start for d in range(nd)], dtype=np.int64)
+    bzv = np.array([rs.z_slice_v(d).start for d in range(nd)], dtype=np.int64)
+    n_blocks = len(rs.constraints)
+    kind = np.zeros(n_blocks, dtype=np.int64)
+    motor = np.full(n_blocks, -1, dtype=np.int64)
+    present_a = np.ones(n_blocks, dtype=np.int64)
+    present_b = np.ones(n_blocks, dtype=np.int64)
+    separate = np.zeros(n_blocks, dtype=np.int64)
+    n_rigid_seg = np.zeros(n_blocks, dtype=np.int64)
+    fvec = np.zeros((n_blocks, 6))
+    fmat = np.zeros((n_blocks, 6, 3))
+    y0s: list[NDArray] = []
+    ymaps: list[NDArray] = []
+    uis, vis = [], []
+    for b, blk in enumerate(rs.constraints):
+        segs, ui, vi = _block_layout(rs, b)
+        uis.append(ui)
+        vis.append(vi)
+        n_rigid_seg[b] = sum(1 for s in segs if s[0] == "rigid")
+        if isinstance(blk, CouplingConstraint):
+            kind[b] = COUPLING_CODE
+            present_a[b] = int(blk.rigid_present)
+            separate[b] = int(len(segs) == 3)
+            fvec[b, :3] = blk.slots[-1].centroid - blk.rigid_reference
+            itf = rs.interfaces[b]
+            y0s.append(itf.y0)
+            ymaps.append(itf.y)
+        else:
+            assert isinstance(blk, JointConstraint)
+            kind[b] = JOINT_CODES[blk.kind]
+            motor[b] = blk.motor
+            present_a[b], present_b[b] = int(blk.present[0]), int(blk.present[1])
+            fvec[b] = np.concatenate([blk.anchor_a, blk.anchor_b])
+            fmat[b] = np.vstack([blk.axes_a, blk.axes_b])
+            y0s.append(np.zeros(12))
+            ymaps.append(np.zeros((12, 0)))
+    off_u = np.concatenate([[0], np.cumsum([len(x) for x in uis])]).astype(np.int64)
+    off_v = np.concatenate([[0], np.cumsum([len(x) for x in vis])]).astype(np.int64)
+    t = [b.tensors for b in bodies]
+    return ck.Packed(
+        rmass=np.array([b.mass for b in rs.rigid], dtype=float),
+        rinertia=np.ascontiguousarray(np.array([b.inertia for b in rs.rigid], dtype=float).reshape(-1, 3, 3)),
+        bref=np.array([b.reference for b in bodies], dtype=np.int64),
+        bzu=bzu,
+        bzv=bzv,
+        bsize=np.array([b.size for b in bodies], dtype=np.int64),
+        bmass=np.array([x.mass for x in t], dtype=float),
+        s0=_typed([x.s0 for x in t]),
+        s1=_typed([x.s1 for x in t]),
+        p0=_typed([x.p0 for x in t]),
+        p1=_typed([x.p1 for x in t]),
+        p2=_typed([x.p2 for x in t]),
+        c0=_typed([x.c0 for x in t]),
+        c1=_typed([x.c1 for x in t]),
+        mzz=_typed([x.m_zz for x in t]),
+        damp=_typed([b.alpha * b.tensors.m_zz + b.beta * b.stiffness0 for b in bodies]),
+        cub_rows=_typed([b.cubature.basis_rows for b in bodies]),
+        cub_grad=_typed([b.cubature.grad for b in bodies]),
+        cub_qw=_typed([b.cubature.qweights for b in bodies]),
+        cub_w=_typed([b.cubature.weights for b in bodies]),
+        bmu=np.array([b.cubature.mu for b in bodies], dtype=float),
+        blam=np.array([b.cubature.lam for b in bodies], dtype=float),
+        kind=kind,
+        motor=motor,
+        present_a=present_a,
+        present_b=present_b,
+        separate=separate,
+        n_rigid_seg=n_rigid_seg,
+        lam_off=np.asarray(rs.lambda_offsets, dtype=np.int64),
+        fvec=fvec,
+        fmat=fmat,
+        y0=_typed(y0s),
+        ymap=_typed(ymaps),
+        ui=np.concatenate(uis).astype(np.int64),
+        ui_off=off_u,
+        vi=np.concatenate(vis).astype(np.int64),
+        vi_off=off_v,
+        gravity=np.asarray(rs.gravity, dtype=float),
+        sizes=np.array([rs.n_u, rs.n_v, rs.n_lambda, len(rs.motors)], dtype=np.int64),
+    )
+
+
+@dataclass(eq=False)
+class CompiledLinearization:
+    """Residual and exact Jacobian blocks of one BDF step of the compiled engine.
+
+    Attributes:
+        residual: ``R`` (n_S,). jacobian: ``∂R/∂S_n`` (n_S, n_S) (None for residual-only).
+        r_theta: ``∂R/∂θ`` (n_S, n_m). r_theta_dot: ``∂R/∂θ̇`` (n_S, n_m).
+        mass: generalized mass (n_V, n_V): ``R`` depends on ``V̄`` as ``−mass/h``.
+        min_det: smallest det F of the cubature elements.
+    """
+
+    residual: NDArray[np.float64]
+    jacobian: NDArray[np.float64] | None
+    r_theta: NDArray[np.float64]
+    r_theta_dot: NDArray[np.float64]
+    mass: NDArray[np.float64] | None
+    min_det: float
+
+
+def residual_compiled(
+    packed: ck.Packed,
+    s: NDArray[np.float64],
+    u_bar: NDArray[np.float64],
+    v_bar: NDArray[np.float64],
+    h: float,
+    theta: NDArray[np.float64],
+    theta_dot: NDArray[np.float64],
+    baumgarte: float,
+    jacobian: bool = True,
+) -> CompiledLinearization:
+    """The compiled residual (and exact Jacobian); same arguments as ``stepper.residual_and_jacobian``."""
+    r, jac, rthd, rth, mass, md = ck.residual_jacobian(
+        packed, np.ascontiguousarray(s, dtype=float), np.ascontiguousarray(u_bar, dtype=float),
+        np.ascontiguousarray(v_bar, dtype=float), float(h), np.atleast_1d(np.asarray(theta, dtype=float)),
+        np.atleast_1d(np.asarray(theta_dot, dtype=float)), float(baumgarte), bool(jacobian),
+    )
+    return CompiledLinearization(r, jac if jacobian else None, rth, rthd, mass if jacobian else None, float(md))
+
+
+def _bars(prev: NDArray, prev2: NDArray | None, nu: int, nv: int) -> tuple[NDArray, NDArray, float, float, float]:
+    a1, a2, gamma = BDF1 if prev2 is None else BDF2
+    u_bar, v_bar = a1 * prev[:nu], a1 * prev[nu : nu + nv]
+    if prev2 is not None:
+        u_bar = u_bar + a2 * prev2[:nu]
+        v_bar = v_bar + a2 * prev2[nu : nu + nv]
+    return u_bar, v_bar, a1, a2, gamma
+
+
+def linearize_compiled(
+    packed: ck.Packed, new: NDArray, prev: NDArray, prev2: NDArray | None, t_new: float, dt: float, motors: Any
+) -> CompiledLinearization:
+    """The exact ``∂R/∂S_n``, ``∂R/∂θ``, ``∂R/∂θ̇`` of the step ``(prev2, prev) → new`` (states (n_S,))."""
+    nu, nv = int(packed.sizes[0]), int(packed.sizes[1])
+    u_bar, v_bar, _, _, gamma = _bars(prev, prev2, nu, nv)
+    h = gamma * dt
+    return residual_compiled(packed, new, u_bar, v_bar, h, motors.value(t_new), motors.derivative(t_new), 1.0 / h)
+
+
+@dataclass(frozen=True, eq=False)
+class CompiledRun:
+    """Every converged state of a compiled reduced run.
+
+    Attributes:
+        system: the reduced system. time: (n+1,) [s]. states: ``S_k`` (n+1, n_S).
+        newton_iterations: (n+1,). factorizations: condensed LU factorizations in the run. wall_s: loop time [s].
+    """
+
+    system: ReducedSystem
+    time: NDArray[np.float64]
+    states: NDArray[np.float64]
+    newton_iterations: NDArray[np.int64]
+    factorizations: int
+    wall_s: float
+
+    @property
+    def rigid_poses(self) -> NDArray[np.float64]:
+        """(n+1, b, 7) COM [m] and unit quaternion per rigid body."""
+        nb = self.system.n_rigid
+        poses = self.states[:, : 7 * nb].reshape(len(self.time), nb, 7).copy()
+        poses[:, :, 3:] /= np.linalg.norm(poses[:, :, 3:], axis=2, keepdims=True)
+        return poses
+
+    @property
+    def coordinates(self) -> NDArray[np.float64]:
+        """Reduced coordinates z (n+1, Σr)."""
+        return self.states[:, 7 * self.system.n_rigid : self.system.n_u].copy()
+
+    def body_position(self, name: str) -> NDArray[np.float64]:
+        """Centre of mass of rigid body ``name`` over time (n+1, 3) [m]."""
+        i = self.system.rigid_index(name)
+        return self.states[:, 7 * i : 7 * i + 3].copy()
+
+    def state(self, k: int) -> ReducedState:
+        """Stored state k as a :class:`ReducedState`."""
+        rs = self.system
+        s = self.states[k]
+        return ReducedState(float(self.time[k]), s[: rs.n_u].copy(), s[rs.n_u : rs.n_u + rs.n_v].copy(), s[rs.n_u + rs.n_v :].copy())
+
+
+def _raise(status: int, step: int, t: float) -> None:
+    if status == ck.STATUS_NEWTON_FAILED:
+        raise NewtonFailed(step, t, [], reason="compiled reduced engine: no convergence within the iteration cap")
+    if status == ck.STATUS_INVERTED:
+        raise SimulationDiverged(step, t, [], reason="inverted element in the cubature")
+    raise SimulationDiverged(step, t, [], reason="non-finite residual or singular Newton matrix")
+
+
+def simulate_compiled(
+    rs: ReducedSystem,
+    motors: Any,
+    duration: float,
+    dt: float = DEFAULT_DT,
+    start: ReducedState | None = None,
+    tol: float = 1e-10,
+    max_iter: int = 25,
+    packed: ck.Packed | None = None,
+    chunk: int = 500,
+    progress: Callable[[int, int], None] | None = None,
+) -> CompiledRun:
+    """BDF1 then BDF2 from the quasi-static state at ``θ(0)`` (or ``start``) for ``duration`` [s].
+
+    Args:
+        rs: the reduced system. motors: ``value(t)``, ``derivative(t)`` (sampled once per step up front).
+        duration: simulated time [s]. dt: step [s]. start: initial state (default: quasi-static at θ(0)).
+        tol, max_iter: Newton tolerance (as the reference stepper) and iteration cap.
+        packed: a cached :func:`pack_system` of ``rs``. chunk: steps per compiled call.
+        progress: ``(k, n)`` after each chunk.
+
+    Raises:
+        NewtonFailed, SimulationDiverged: with the failing step and time.
+    """
+    p = packed if packed is not None else pack_system(rs)
+    n_steps = int(round(duration / dt))
+    st = start if start is not None else solve_static(rs, motors.value(0.0))
+    t0 = float(st.t)
+    times = t0 + dt * np.arange(n_steps + 1)
+    thetas = np.array([np.atleast_1d(motors.value(t)) for t in times], dtype=float).reshape(n_steps + 1, -1)
+    theta_dots = np.array([np.atleast_1d(motors.derivative(t)) for t in times], dtype=float).reshape(n_steps + 1, -1)
+    states = np.zeros((n_steps + 1, rs.n_u + rs.n_v + rs.n_lambda))
+    states[0] = st.s
+    iters = np.zeros(n_steps + 1, dtype=np.int64)
+    ws = ck.make_workspace(p)
+    wall = _time.perf_counter()
+    k = 0
+    while k < n_steps:
+        k1 = min(n_steps, k + chunk)
+        status, at = ck.run_chunk(p, states, iters, k, k1, float(dt), thetas, theta_dots, float(tol), int(max_iter), ws)
+        if status != ck.STATUS_OK:
+            _raise(status, at, float(times[at]))
+        k = k1
+        if progress is not None:
+            progress(k, n_steps)
+    wall = _time.perf_counter() - wall
+    return CompiledRun(rs, times, states, iters, int(ws.scalars[1]), wall)
+
+
+class CompiledReducedEngine:
+    """The compiled reduced engine behind the optimizer's ``Engine`` protocol (:mod:`retarget.optimize.engines`).
+
+    Drop-in for ``optimize.engines.ReducedEngine``: same state layout ``S = [U, V, λ]``, quasi-static start from
+    the reference solve, one compiled step per :meth:`step` (chord Newton with the cached condensed LU kept in
+    ``cache``), and :meth:`sensitivity` with the exact Jacobian factorized by the condensed LU (transposed solves
+    reuse its structure). :meth:`simulate` runs a whole rollout in compiled chunks.
+
+    Args:
+        system: a :class:`ReducedSystem`. tolerance: Newton tolerance on the update (max-norm of δU [m] and Δt·δV).
+    """
+
+    def __init__(self, system: ReducedSystem, tolerance: float = 1e-12) -> None:
+        from retarget.optimize.engines import motor_rows
+
+        self.system = system
+        self.tolerance = float(tolerance)
+        self.packed = pack_system(system)
+        self._motor_rows = motor_rows(system.constraints, system.lambda_offsets, len(system.motors))
+
+    @property
+    def n_state(self) -> int:
+        return self.system.n_u + self.system.n_v + self.system.n_lambda
+
+    @property
+    def motor_names(self) -> tuple[str, ...]:
+        return tuple(self.system.motors)
+
+    def rigid_index(self, link: str) -> int:
+        from retarget.optimize.errors import OptimizeError
+
+        try:
+            return self.system.rigid_index(link)
+        except KeyError as exc:
+            raise OptimizeError(f"tracked link {link!r} is not a rigid body of the model; rigid bodies: "
+                                f"{[b.name for b in self.system.rigid]}") from exc
+
+    def frame_rotation(self, index: int) -> NDArray[np.float64]:
+        return np.asarray(self.system.rigid[index].frame_rotation, dtype=float)
+
+    def _wrap(self, st: ReducedState) -> Any:
+        from retarget.optimize.engines import EngineState
+
+        return EngineState(float(st.t), st.s, st)
+
+    def solve_static(self, theta: NDArray[np.float64], warm: Any = None) -> Any:
+        u0 = None if warm is None else warm.native.u
+        return self._wrap(solve_static(self.system, np.atleast_1d(theta), u0=u0))
+
+    def reference_state(self) -> Any:
+        rs = self.system
+        return self._wrap(ReducedState(0.0, rs.reference_u(), np.zeros(rs.n_v), np.zeros(rs.n_lambda)))
+
+    def _state(self, t: float, s: NDArray) -> ReducedState:
+        rs = self.system
+        return ReducedState(t, s[: rs.n_u].copy(), s[rs.n_u : rs.n_u + rs.n_v].copy(), s[rs.n_u + rs.n_v :].copy())
+
+    def step(self, prev: Any, prev2: Any, dt: float, motors: Any, index: int, cache: dict) -> Any:
+        ws = cache.get("compiled_workspace")
+        if ws is None:
+            ws = cache["compiled_workspace"] = ck.make_workspace(self.packed)
+        t = prev.t + dt
+        nm = len(self.system.motors)
+        if prev2 is None:
+            states = np.stack([prev.s, np.zeros_like(prev.s)])
+            k0 = 0
+        else:
+            states = np.stack([prev2.s, prev.s, np.zeros_like(prev.s)])
+            k0 = 1
+        thetas = np.zeros((len(states), nm))
+        theta_dots = np.zeros((len(states), nm))
+        thetas[-1] = motors.value(t)
+        theta_dots[-1] = motors.derivative(t)
+        iters = np.zeros(len(states), dtype=np.int64)
+        status, _ = ck.run_chunk(self.packed, states, iters, k0, k0 + 1, float(dt), thetas, theta_dots,
+                                 self.tolerance, 40, ws)
+        if status != ck.STATUS_OK:
+            _raise(status, index, t)
+        return self._wrap(self._state(t, states[-1]))
+
+    def simulate(self, start: Any, motors: Any, dt: float, n_steps: int) -> CompiledRun:
+        """All states of an ``n_steps`` rollout from ``start`` (an ``EngineState``) in compiled chunks."""
+        return simulate_compiled(self.system, motors, n_steps * dt, dt, start=start.native, tol=self.tolerance,
+                                 max_iter=40, packed=self.packed)
+
+    def sensitivity(self, new: Any, prev: Any, prev2: Any, dt: float, motors: Any) -> Any:
+        from retarget.optimize.engines import StepSensitivity
+
+        lin = linearize_compiled(self.packed, new.s, prev.s, None if prev2 is None else prev2.s, new.t, dt, motors)
+        a1, a2, gamma = BDF1 if prev2 is None else BDF2
+        h = gamma * dt
+        ws = ck.make_workspace(self.packed)
+        ck.factorize_exact(self.packed, lin.jacobian, h, ws)
+        nu, nv = self.system.n_u, self.system.n_v
+        mass = lin.mass
+        packed = self.packed
+
+        def solve_t(rhs: NDArray[np.float64]) -> NDArray[np.float64]:
+            return ck.condensed_solve_transposed(packed, ws, np.ascontiguousarray(rhs, dtype=float))
+
+        def history_t(k: int, mu: NDArray[np.float64]) -> NDArray[np.float64]:
+            coef = a1 if k == 1 else a2
+            out = np.zeros_like(mu)
+            if coef != 0.0:
+                out[:nu] = -coef * mu[:nu]
+                out[nu : nu + nv] = -coef / h * (mass.T @ mu[nu : nu + nv])
+            return out
+
+        return StepSensitivity(solve_t, history_t, lin.r_theta, lin.r_theta_dot)
+
+    def motor_torques(self, s: NDArray[np.float64]) -> NDArray[np.float64]:
+        rs = self.system
+        return np.asarray(s[rs.n_u + rs.n_v + self._motor_rows])

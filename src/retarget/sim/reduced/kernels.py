@@ -1,0 +1,382 @@
+"""Compiled (numba) constraint rows of the reduced engine: joints, motors and reduced couplings.
+
+Same mathematics and row order as :class:`retarget.sim.constraints.JointConstraint` and
+:class:`~retarget.sim.constraints.CouplingConstraint` (the reference implementations the tests compare against),
+written for ``complex128`` so that they stay holomorphic: the engine obtains the curvature terms of the Newton
+Jacobian (``∂(C_yᵀλ)/∂y``, ``∂(C_y ẏ)/∂y``) by complex steps of the analytic ``∂C/∂y``, exactly like the
+reference stepper. A block acts on its *local vector* ``ul``:
+
+- joint: ``[c_a, q_a, c_b, q_b]`` of the bodies present (a world side is the identity pose and has no entries);
+- coupling: ``[c_o, q_o]`` of the coupled body when it is not the reference body, then ``[c_r, q_r]`` of the
+  reference body, then ``z`` of the deformable body. The coupling slot ``[x̄, vec A]`` is
+  ``[c_r + R_r ŷ_x̄, vec(R_r Â)]`` with ``ŷ = y₀ + Y z`` (:func:`retarget.sim.reduced.tensors.reduce_interface`).
+
+The motor row's ``θ`` derivatives are analytic (``C_θ`` and ``∂C_y/∂θ``), so θ needs no complex step.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = ["COUPLING_CODE", "JOINT_CODES", "block_eval", "polar_complex"]
+
+#: Integer codes of the joint kinds (same names as :data:`retarget.sim.constraints.JOINT_KINDS`).
+JOINT_CODES: dict[str, int] = {"fixed": 0, "hinge": 1, "universal": 2, "ball": 3, "prismatic": 4}
+#: Code of a reduced coupling block.
+COUPLING_CODE: int = 5
+
+
+@numba.njit(cache=True, inline="always")
+def _rot(q: NDArray) -> NDArray:
+    """Homogeneous ``R(q) = N(q)/(q·q)`` (3, 3) (complex)."""
+    w, x, y, z = q[0], q[1], q[2], q[3]
+    s = w * w + x * x + y * y + z * z
+    r = np.empty((3, 3), dtype=np.complex128)
+    r[0, 0] = (w * w + x * x - y * y - z * z) / s
+    r[0, 1] = 2.0 * (x * y - w * z) / s
+    r[0, 2] = 2.0 * (x * z + w * y) / s
+    r[1, 0] = 2.0 * (x * y + w * z) / s
+    r[1, 1] = (w * w - x * x + y * y - z * z) / s
+    r[1, 2] = 2.0 * (y * z - w * x) / s
+    r[2, 0] = 2.0 * (x * z - w * y) / s
+    r[2, 1] = 2.0 * (y * z + w * x) / s
+    r[2, 2] = (w * w - x * x - y * y + z * z) / s
+    return r
+
+
+@numba.njit(cache=True)
+def _rot_jac(q: NDArray, rmat: NDArray, r: NDArray) -> tuple[NDArray, NDArray]:
+    """``R r`` (3,) and ``∂(R(q) r)/∂q`` (3, 4) for a constant ``r`` (see ``rotation.rotate_jacobian``)."""
+    w = q[0]
+    s = q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]
+    v0, v1, v2 = q[1], q[2], q[3]
+    vr = v0 * r[0] + v1 * r[1] + v2 * r[2]
+    rr = rmat @ r
+    jac = np.empty((3, 4), dtype=np.complex128)
+    jac[0, 0] = 2.0 * w * r[0] + 2.0 * (v1 * r[2] - v2 * r[1])
+    jac[1, 0] = 2.0 * w * r[1] + 2.0 * (v2 * r[0] - v0 * r[2])
+    jac[2, 0] = 2.0 * w * r[2] + 2.0 * (v0 * r[1] - v1 * r[0])
+    for i in range(3):
+        for j in range(3):
+            val = -2.0 * r[i] * q[1 + j] + 2.0 * q[1 + i] * r[j]
+            if i == j:
+                val += 2.0 * vr
+            jac[i, 1 + j] = val
+    # − 2 w [r]×
+    jac[0, 2] += 2.0 * w * r[2]
+    jac[0, 3] -= 2.0 * w * r[1]
+    jac[1, 1] -= 2.0 * w * r[2]
+    jac[1, 3] += 2.0 * w * r[0]
+    jac[2, 1] += 2.0 * w * r[1]
+    jac[2, 2] -= 2.0 * w * r[0]
+    for i in range(3):
+        for k in range(4):
+            jac[i, k] = jac[i, k] / s - 2.0 * rr[i] * q[k] / s
+    return rr, jac
+
+
+@numba.njit(cache=True)
+def _joint_rows(
+    kind: int,
+    motorized: bool,
+    anchor_a: NDArray,
+    anchor_b: NDArray,
+    axes_a: NDArray,
+    axes_b: NDArray,
+    y: NDArray,
+    theta: float,
+) -> tuple[NDArray, NDArray, NDArray, NDArray]:
+    """``C`` (k,), ``∂C/∂y`` (k, 14), ``C_θ`` (k,), ``∂C_y/∂θ`` (k, 14) over ``y = [c_a, q_a, c_b, q_b]``."""
+    ra = _rot(y[3:7])
+    rb = _rot(y[10:14])
+    pa, jra = _rot_jac(y[3:7], ra, anchor_a.astype(np.complex128))
+    pb, jrb = _rot_jac(y[10:14], rb, anchor_b.astype(np.complex128))
+    for i in range(3):
+        pa[i] += y[i]
+        pb[i] += y[7 + i]
+    da = np.empty((3, 3), dtype=np.complex128)
+    db = np.empty((3, 3), dtype=np.complex128)
+    jda = np.empty((3, 3, 4), dtype=np.complex128)
+    jdb = np.empty((3, 3, 4), dtype=np.complex128)
+    for k in range(3):
+        d, j = _rot_jac(y[3:7], ra, axes_a[k].astype(np.complex128))
+        da[k] = d
+        jda[k] = j
+        d, j = _rot_jac(y[10:14], rb, axes_b[k].astype(np.complex128))
+        db[k] = d
+        jdb[k] = j
+    c = np.zeros(7, dtype=np.complex128)
+    jac = np.zeros((7, 14), dtype=np.complex128)
+    c_th = np.zeros(7, dtype=np.complex128)
+    jac_th = np.zeros((7, 14), dtype=np.complex128)
+    gap = pb - pa
+    # Operation list mirroring JointConstraint.evaluate: (op, i, j), op 0 point, 1 dot, 2 along.
+    ops = np.zeros((6, 3), dtype=np.int64)
+    n_ops = 0
+    if kind == 0 or kind == 4:
+        ops[0] = (1, 0, 1)
+        ops[1] = (1, 1, 2)
+        ops[2] = (1, 2, 0)
+        n_ops = 3
+    if kind <= 3:
+        ops[n_ops] = (0, 0, 0)
+        n_ops += 1
+    if kind == 1:
+        ops[n_ops] = (1, 0, 2)
+        ops[n_ops + 1] = (1, 1, 2)
+        n_ops += 2
+    elif kind == 2:
+        ops[n_ops] = (1, 0, 1)
+        n_ops += 1
+    elif kind == 4:
+        ops[n_ops] = (2, 0, 0)
+        ops[n_ops + 1] = (2, 1, 0)
+        n_ops += 2
+    row = 0
+    for o in range(n_ops):
+        op, i, j = ops[o, 0], ops[o, 1], ops[o, 2]
+        if op == 0:
+            for k in range(3):
+                c[row + k] = gap[k]
+                jac[row + k, k] = -1.0
+                jac[row + k, 7 + k] = 1.0
+                for m in range(4):
+                    jac[row + k, 3 + m] = -jra[k, m]
+                    jac[row + k, 10 + m] = jrb[k, m]
+            row += 3
+        elif op == 1:
+            c[row] = da[i, 0] * db[j, 0] + da[i, 1] * db[j, 1] + da[i, 2] * db[j, 2]
+            for m in range(4):
+                jac[row, 3 + m] = db[j, 0] * jda[i, 0, m] + db[j, 1] * jda[i, 1, m] + db[j, 2] * jda[i, 2, m]
+                jac[row, 10 + m] = da[i, 0] * jdb[j, 0, m] + da[i, 1] * jdb[j, 1, m] + da[i, 2] * jdb[j, 2, m]
+            row += 1
+        else:
+            c[row] = gap[0] * da[i, 0] + gap[1] * da[i, 1] + gap[2] * da[i, 2]
+            for k in range(3):
+                jac[row, k] = -da[i, k]
+                jac[row, 7 + k] = da[i, k]
+            for m in range(4):
+                acc_a = 0.0j
+                acc_b = 0.0j
+                for k in range(3):
+                    acc_a += -da[i, k] * jra[k, m] + gap[k] * jda[i, k, m]
+                    acc_b += da[i, k] * jrb[k, m]
+                jac[row, 3 + m] = acc_a
+                jac[row, 10 + m] = acc_b
+            row += 1
+    if motorized:
+        if kind == 1:
+            s, co = np.sin(theta), np.cos(theta)
+            a1b1 = da[0, 0] * db[0, 0] + da[0, 1] * db[0, 1] + da[0, 2] * db[0, 2]
+            a2b1 = da[1, 0] * db[0, 0] + da[1, 1] * db[0, 1] + da[1, 2] * db[0, 2]
+            c[row] = s * a1b1 - co * a2b1
+            c_th[row] = co * a1b1 + s * a2b1
+            for m in range(4):
+                g0 = db[0, 0] * jda[0, 0, m] + db[0, 1] * jda[0, 1, m] + db[0, 2] * jda[0, 2, m]
+                g1 = db[0, 0] * jda[1, 0, m] + db[0, 1] * jda[1, 1, m] + db[0, 2] * jda[1, 2, m]
+                h0 = da[0, 0] * jdb[0, 0, m] + da[0, 1] * jdb[0, 1, m] + da[0, 2] * jdb[0, 2, m]
+                h1 = da[1, 0] * jdb[0, 0, m] + da[1, 1] * jdb[0, 1, m] + da[1, 2] * jdb[0, 2, m]
+                jac[row, 3 + m] = s * g0 - co * g1
+                jac[row, 10 + m] = s * h0 - co * h1
+                jac_th[row, 3 + m] = co * g0 + s * g1
+                jac_th[row, 10 + m] = co * h0 + s * h1
+        else:
+            i = 2
+            c[row] = gap[0] * da[i, 0] + gap[1] * da[i, 1] + gap[2] * da[i, 2] - theta
+            c_th[row] = -1.0
+            for k in range(3):
+                jac[row, k] = -da[i, k]
+                jac[row, 7 + k] = da[i, k]
+            for m in range(4):
+                acc_a = 0.0j
+                acc_b = 0.0j
+                for k in range(3):
+                    acc_a += -da[i, k] * jra[k, m] + gap[k] * jda[i, k, m]
+                    acc_b += da[i, k] * jrb[k, m]
+                jac[row, 3 + m] = acc_a
+                jac[row, 10 + m] = acc_b
+        row += 1
+    return c[:row], jac[:row], c_th[:row], jac_th[:row]
+
+
+@numba.njit(cache=True)
+def _svd_polar(a: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Real polar decomposition ``A = R S`` (proper R), as ``rotation._polar_real``."""
+    u, _, vt = np.linalg.svd(a)
+    if np.linalg.det(u @ vt) < 0.0:
+        u = u.copy()
+        u[:, 2] = -u[:, 2]
+    r = u @ vt
+    s = r.T @ a
+    return r, 0.5 * (s + s.T)
+
+
+@numba.njit(cache=True)
+def polar_complex(a: NDArray[np.complex128]) -> tuple[NDArray[np.complex128], NDArray[np.complex128]]:
+    """Polar decomposition continued to first order in ``Im A`` (``rotation.polar_decomposition``): ``(R, Rᵀ A)``."""
+    r0, s0 = _svd_polar(np.ascontiguousarray(a.real))
+    a1 = np.ascontiguousarray(a.imag)
+    m = np.trace(s0) * np.eye(3) - s0
+    g = r0.T @ a1
+    ax = np.empty(3)
+    ax[0] = g[2, 1] - g[1, 2]
+    ax[1] = g[0, 2] - g[2, 0]
+    ax[2] = g[1, 0] - g[0, 1]
+    om = np.linalg.solve(m, ax)
+    sk = np.zeros((3, 3))
+    sk[0, 1], sk[0, 2], sk[1, 0], sk[1, 2], sk[2, 0], sk[2, 1] = -om[2], om[1], om[2], -om[0], -om[1], om[0]
+    r = r0 + 1j * (r0 @ sk)
+    return r, r.T @ a
+
+
+@numba.njit(cache=True)
+def _coupling_rows(ref: NDArray, rigid_present: bool, y: NDArray) -> tuple[NDArray, NDArray]:
+    """``C`` (6,) and ``∂C/∂y`` (6, 19) over ``y = [c, q, x̄, vec A]`` (world: ``c = 0``, ``q = 1``).
+
+    Args:
+        ref: ``X̄ − c₀`` (3,) [m] (reference centroid minus the coupled body's reference COM).
+    """
+    c = np.empty(6, dtype=np.complex128)
+    jac = np.zeros((6, 19), dtype=np.complex128)
+    q = y[3:7]
+    rot = _rot(q)
+    gap = y[7:10] - y[0:3]
+    qc = q.copy()
+    qc[1:] = -qc[1:]
+    rott = rot.T.copy()
+    rtg, jt = _rot_jac(qc, rott, gap)  # R(q*) gap = Rᵀ gap
+    for k in range(3):
+        c[k] = ref[k] - rtg[k]
+        for m in range(3):
+            jac[k, m] = rott[k, m]
+            jac[k, 7 + m] = -rott[k, m]
+        jac[k, 3] = -jt[k, 0]
+        for m in range(1, 4):
+            jac[k, 3 + m] = jt[k, m]  # −(∂/∂q*)·(−1)
+    amat = np.empty((3, 3), dtype=np.complex128)
+    for i in range(3):
+        for j in range(3):
+            amat[i, j] = y[10 + 3 * i + j]
+    rp, s = polar_complex(amat)
+    minv = np.linalg.inv(np.trace(s) * np.eye(3) - s)
+    for k in range(3):
+        i0 = k
+        j0 = (k + 1) % 3
+        ej = np.zeros(3, dtype=np.complex128)
+        ej[j0] = 1.0
+        fj, jf = _rot_jac(q, rot, ej)
+        rpi = rp[:, i0].copy()
+        c[3 + k] = rpi[0] * fj[0] + rpi[1] * fj[1] + rpi[2] * fj[2]
+        for m in range(4):
+            jac[3 + k, 3 + m] = rpi[0] * jf[0, m] + rpi[1] * jf[1, m] + rpi[2] * jf[2, m]
+        rtf = rp.T @ fj
+        # e_i × R_pᵀ f_j
+        ex = np.zeros(3, dtype=np.complex128)
+        ex[(i0 + 1) % 3] = -rtf[(i0 + 2) % 3]
+        ex[(i0 + 2) % 3] = rtf[(i0 + 1) % 3]
+        zz = minv @ ex
+        sk = np.zeros((3, 3), dtype=np.complex128)
+        sk[0, 1], sk[0, 2], sk[1, 0], sk[1, 2], sk[2, 0], sk[2, 1] = -zz[2], zz[1], zz[2], -zz[0], -zz[1], zz[0]
+        dca = rp @ sk
+        for i in range(3):
+            for j in range(3):
+                jac[3 + k, 10 + 3 * i + j] = dca[i, j]
+    if not rigid_present:
+        for k in range(6):
+            for m in range(7):
+                jac[k, m] = 0.0
+    return c, jac
+
+
+@numba.njit(cache=True)
+def block_eval(
+    kind: int,
+    motorized: bool,
+    present_a: bool,
+    present_b: bool,
+    fvec: NDArray[np.float64],
+    fmat: NDArray[np.float64],
+    separate: bool,
+    y0: NDArray[np.float64],
+    ymap: NDArray[np.float64],
+    ul: NDArray[np.complex128],
+    theta: float,
+) -> tuple[NDArray, NDArray, NDArray, NDArray]:
+    """``C`` (k,), ``∂C/∂ul`` (k, n), ``C_θ`` (k,) and ``∂²C/∂ul∂θ`` (k, n) of one block at its local vector.
+
+    Args:
+        kind: :data:`JOINT_CODES` value or :data:`COUPLING_CODE`.
+        motorized: the block carries a motor row (joints).
+        present_a, present_b: joint sides that are bodies; for a coupling ``present_a`` = coupled to a rigid body.
+        fvec: joints: ``[anchor_a, anchor_b]`` (6,) [m]; couplings: ``[X̄ − c₀]`` (3,) [m].
+        fmat: joints: ``[axes_a; axes_b]`` (6, 3); couplings: unused.
+        separate: coupling to a rigid body other than the reference body (its pose leads ``ul``).
+        y0, ymap: the reduced interface ``ŷ = y₀ + Y z`` (12,), (12, r) (couplings).
+        ul: local vector (n,), complex for complex steps.
+        theta: motor value [rad] or [m].
+    """
+    n = ul.shape[0]
+    if kind != COUPLING_CODE:
+        y = np.zeros(14, dtype=np.complex128)
+        y[3] = 1.0
+        y[10] = 1.0
+        cols = np.empty(14, dtype=np.int64)
+        nc = 0
+        if present_a:
+            for k in range(7):
+                y[k] = ul[k]
+                cols[nc] = k
+                nc += 1
+        if present_b:
+            off = 7 if present_a else 0
+            for k in range(7):
+                y[7 + k] = ul[off + k]
+                cols[nc] = 7 + k
+                nc += 1
+        c, jac, c_th, jac_th = _joint_rows(kind, motorized, fvec[0:3], fvec[3:6], fmat[0:3], fmat[3:6], y, theta)
+        rows = c.shape[0]
+        cu = np.empty((rows, n), dtype=np.complex128)
+        cu_th = np.empty((rows, n), dtype=np.complex128)
+        for k in range(nc):
+            cu[:, k] = jac[:, cols[k]]
+            cu_th[:, k] = jac_th[:, cols[k]]
+        return c, cu, c_th, cu_th
+    o = 7 if separate else 0
+    nz = n - o - 7
+    qr = ul[o + 3 : o + 7]
+    rot = _rot(qr)
+    yh = y0.astype(np.complex128) + ymap.astype(np.complex128) @ ul[o + 7 :]
+    y = np.zeros(19, dtype=np.complex128)
+    dy = np.zeros((19, n), dtype=np.complex128)
+    if present_a:
+        src = 0 if separate else o
+        for k in range(7):
+            y[k] = ul[src + k]
+            dy[k, src + k] = 1.0
+    else:
+        y[3] = 1.0
+    xr, jx = _rot_jac(qr, rot, yh[0:3])
+    for i in range(3):
+        y[7 + i] = ul[o + i] + xr[i]
+        dy[7 + i, o + i] = 1.0
+        for m in range(4):
+            dy[7 + i, o + 3 + m] = jx[i, m]
+        for l in range(nz):
+            dy[7 + i, o + 7 + l] = rot[i, 0] * ymap[0, l] + rot[i, 1] * ymap[1, l] + rot[i, 2] * ymap[2, l]
+    for j in range(3):
+        col = np.empty(3, dtype=np.complex128)
+        for m in range(3):
+            col[m] = yh[3 + 3 * m + j]
+        ac, ja = _rot_jac(qr, rot, col)
+        for i in range(3):
+            y[10 + 3 * i + j] = ac[i]
+            for m in range(4):
+                dy[10 + 3 * i + j, o + 3 + m] = ja[i, m]
+            for l in range(nz):
+                dy[10 + 3 * i + j, o + 7 + l] = (
+                    rot[i, 0] * ymap[3 + j, l] + rot[i, 1] * ymap[6 + j, l] + rot[i, 2] * ymap[9 + j, l]
+                )
+    c, jac = _coupling_rows(fvec[0:3].astype(np.complex128), present_a, y)
+    cu = jac @ dy
+    return c, cu, np.zeros(6, dtype=np.complex128), np.zeros((6, n), dtype=np.complex128)

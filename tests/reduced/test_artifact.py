@@ -1,0 +1,86 @@
+"""Tests of the reduced-model artifact (retarget.sim.reduced.artifact): round trip and stale detection.
+
+A copy of the single_rod description (coarse mesh) is edited after saving: a changed material, a changed mesh
+and a changed YAML must each be reported by name; an unchanged robot loads the same reduced system.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from retarget.sim.reduced.artifact import load_reduced, provenance, save_reduced
+from retarget.sim.reduced.basis import ReducedBasis, rigid_modes
+from retarget.sim.reduced.cubature import train_cubature
+from retarget.sim.reduced.errors import StaleReducedModelError
+from retarget.sim.reduced.system import reference_bodies
+
+
+def _robot_copy(tmp: Path, axial: int = 8, material: str | None = None) -> Path:
+    from retarget.model import library
+
+    data = yaml.safe_load(library.resolve_robot("single_rod").read_text())
+    for fp in data["retarget"]["flexible_parts"]:
+        fp["mesh"]["resolution"] = {"axial": axial, "around": 6}
+        if material:
+            fp["material"] = material
+    out = tmp / "single_rod.yaml"
+    out.write_text(yaml.safe_dump(data))
+    return out
+
+
+def _system(path: Path):
+    from retarget.model.loader import load_robot
+    from retarget.sim.system import build_system
+
+    return build_system(load_robot(path))
+
+
+def _model(system):
+    body = system.deformable[0]
+    local = body.rest_positions - system.rigid[reference_bodies(system)[0]].reference_com
+    rig = rigid_modes(local, body.mass_matrix)
+    extra = np.random.default_rng(0).normal(size=(body.n_dofs, 2))
+    extra -= rig @ (rig.T @ (body.mass_matrix @ extra))
+    extra /= np.sqrt(np.einsum("ij,ij->j", extra, body.mass_matrix @ extra))
+    modes = np.hstack([rig, extra])
+    zs = np.zeros((5, 8))
+    zs[:, 6:] = np.random.default_rng(1).normal(size=(5, 2)) * 1e-8
+    return ReducedBasis(modes, 6, 0.99, np.array([2.0, 1.0])), train_cubature(body.elastic, modes, zs, tolerance=1e-2)
+
+
+def test_round_trip_and_stale_inputs(tmp_path: Path) -> None:
+    yml = _robot_copy(tmp_path)
+    system = _system(yml)
+    basis, cub = _model(system)
+    art = save_reduced(tmp_path / "rod.npz", system, [basis], [cub], yml, "single_rod", {"modes": 2})
+    rs = load_reduced(art, system, yml)
+    assert np.array_equal(rs.bodies[0].basis.modes, basis.modes)
+    assert np.array_equal(rs.bodies[0].cubature.elements, cub.elements)
+    assert np.allclose(rs.bodies[0].cubature.evaluate(np.full(8, 1e-9))[0], cub.evaluate(np.full(8, 1e-9))[0])
+    # A different material: the YAML and the material digest change.
+    other = tmp_path / "other"
+    other.mkdir()
+    yml2 = _robot_copy(other, material="digital_abs")
+    with pytest.raises(StaleReducedModelError) as err:
+        load_reduced(art, _system(yml2), yml2)
+    assert "material:rod" in err.value.changed and "robot_yaml" in err.value.changed
+    # A different mesh.
+    yml3 = _robot_copy(other, axial=9)
+    with pytest.raises(StaleReducedModelError) as err:
+        load_reduced(art, _system(yml3), yml3)
+    assert "mesh:rod" in err.value.changed
+    assert "rebuild it with `retarget reduce`" in str(err.value)
+
+
+def test_format_version_and_unreadable(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"not a zip")
+    yml = _robot_copy(tmp_path)
+    system = _system(yml)
+    with pytest.raises(StaleReducedModelError) as err:
+        load_reduced(bad, system, yml)
+    assert err.value.changed == ["file"]
+    assert set(provenance(system, yml)) >= {"robot_yaml", "urdf", "material:rod", "mesh:rod", "rigid_bodies"}
