@@ -5,8 +5,9 @@ Steps, each reported on one line and none faked:
 1. bring up the drummer's node set (:mod:`retarget.ros.bringup`, the same set as ``retarget up drummer``):
    emulated XM430-W210 bus, Dynamixel driver, trajectory server, planner, mocap twin;
 2. load the motion ``drummer/drumming`` and ask the planner (Retarget action) for an optimized trajectory;
-   until ``retarget.optimize.plan`` exists it answers NOT_AVAILABLE and the demo says, in one line, that it
-   plays the input animation instead;
+   while no reduced model of the drummer is cached (planning trains one from full simulations, which takes
+   hours for the drummer; the planner node does not train in-process by default) it answers NOT_AVAILABLE with
+   the reason, and the demo says so in one line and plays the input animation instead;
 3. move to the trajectory's first pose, then execute the trajectory (optimized or input) with
    FollowJointTrajectory, recording ``joint_states``;
 4. print the tracking figures (per-joint RMS and peak error between the executed reference and the measured
@@ -340,8 +341,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                      f"{result.naive_peak_deviation * 100:.1f} cm naive -> "
                      f"{result.optimized_peak_deviation * 100:.1f} cm optimized")
             elif code == Retarget.Result.NOT_AVAILABLE:
-                _say("planner answered NOT_AVAILABLE (the optimizer is not built yet): executing the INPUT "
-                     "animation, not an optimized trajectory")
+                _say(f"planner answered NOT_AVAILABLE ({text}): executing the INPUT animation, not an "
+                     "optimized trajectory")
             else:
                 report["error"] = f"planner failed ({code}): {text}"
                 _say(f"planner failed ({code}): {text}")

@@ -1,14 +1,13 @@
-"""The planner as a process: invalid goals are INVALID_GOAL, valid ones NOT_AVAILABLE until the optimizer lands."""
+"""The planner as a process: invalid goals are INVALID_GOAL; a valid goal for a robot without a cached reduced
+model is NOT_AVAILABLE (with the command that builds one) unless the node may train in-process."""
 from __future__ import annotations
-
-import importlib
 
 import pytest
 from ros_helpers import wait_for
 
 pytestmark = pytest.mark.integration
 
-JOINTS = ["j1", "j2"]
+JOINTS = ["base_pitch"]
 
 
 def _goal(joints: list[str], points: list[tuple[float, list[float]]]):
@@ -25,16 +24,13 @@ def _goal(joints: list[str], points: list[tuple[float, list[float]]]):
     return goal
 
 
-def test_planner_results(start_node, ros_context) -> None:
+def test_planner_results(start_node, ros_context, tmp_path, monkeypatch) -> None:
     from rclpy.action import ActionClient
     from rclpy.node import Node
     from retarget_interfaces.action import Retarget
 
-    from retarget.ros.planner import OPTIMIZER_ENTRY
-
-    if hasattr(importlib.import_module(OPTIMIZER_ENTRY[0]), OPTIMIZER_ENTRY[1]):
-        pytest.skip("the optimizer exists: this test covers the NOT_AVAILABLE phase")
-    proc = start_node("retarget.ros.planner", {"robot_name": "toy", "joint_names": JOINTS},
+    monkeypatch.setenv("RETARGET_CACHE", str(tmp_path / "empty-cache"))  # no reduced model cached
+    proc = start_node("retarget.ros.planner", {"robot_name": "single_rod", "joint_names": JOINTS},
                       namespace="/test_planner")
     context, executor = ros_context
     node = Node("planner_client", context=context)
@@ -42,9 +38,9 @@ def test_planner_results(start_node, ros_context) -> None:
     client = ActionClient(node, Retarget, "/test_planner/planner/retarget")
     try:
         assert client.wait_for_server(timeout_sec=15.0), proc.log()
-        valid = _goal(JOINTS, [(0.5, [0.1, 0.2]), (1.0, [0.0, 0.0])])
-        cases = [(valid, Retarget.Result.NOT_AVAILABLE, "not available"),
-                 (_goal(["j1"], [(1.0, [0.1])]), Retarget.Result.INVALID_GOAL, "missing"),
+        valid = _goal(JOINTS, [(0.5, [0.1]), (1.0, [0.0])])
+        cases = [(valid, Retarget.Result.NOT_AVAILABLE, "retarget plan single_rod"),
+                 (_goal(["j1"], [(1.0, [0.1])]), Retarget.Result.INVALID_GOAL, "j1"),
                  (_goal(JOINTS, []), Retarget.Result.INVALID_GOAL, "empty")]
         for goal, code, text in cases:
             feedback = []

@@ -7,9 +7,13 @@ line), :mod:`~retarget.optimize.objective` (tracking term and its partial deriva
 :mod:`~retarget.optimize.limits` (position bounds, speed penalty, limit and torque checks) and
 :mod:`~retarget.optimize.shaping` (ZV/ZVD shapers, vibration identification).
 
-The adjoint gradient of the BDF2 simulation and the L-BFGS driver (``plan``) come with the simulator; the ROS planner
-node looks for ``retarget.optimize.plan`` and reports "not available" until it exists.
+With the simulator: :mod:`~retarget.optimize.engines` (the ``Engine`` protocol, adapters for the reduced and the
+absolute engines), :mod:`~retarget.optimize.adjoint` (forward rollout, exact discrete-adjoint gradient),
+:mod:`~retarget.optimize.targets` (quasi-static targets), :mod:`~retarget.optimize.planner` (L-BFGS-B driver,
+baselines, :func:`plan` for the ROS planner node), :mod:`~retarget.optimize.planning_model` (the reduced model
+the planner runs on: loaded, cached or trained in-process).
 """
+from retarget.optimize.adjoint import AdjointProblem, Evaluation, Rollout, TrackedPoses, evaluate, rollout
 from retarget.optimize.bspline import MotorProfiles, ProfileFit, ProfileParametrization, fit_profiles, num_segments
 from retarget.optimize.errors import OptimizeError, ProfileError, ShapingError, WeightSyntaxError
 from retarget.optimize.limits import (
@@ -30,6 +34,20 @@ from retarget.optimize.objective import (
     TrackingValue,
     deviation_metrics,
 )
+from retarget.optimize.engines import AbsoluteEngine, Engine, EngineState, ReducedEngine, StepSensitivity
+from retarget.optimize.planner import (
+    OptimizationResult,
+    PlanOptions,
+    PlanProblem,
+    PlanResult,
+    Variant,
+    build_plan_problem,
+    limits_for,
+    optimize,
+    plan,
+    run_plan,
+    simulate_variant,
+)
 from retarget.optimize.quadrature import integrate, simpson_weights, uniform_grid
 from retarget.optimize.shaping import (
     Shaper,
@@ -40,6 +58,7 @@ from retarget.optimize.shaping import (
     zv_shaper,
     zvd_shaper,
 )
+from retarget.optimize.targets import Targets, quasi_static_targets
 from retarget.optimize.weights import (
     TrackedBodyWeights,
     WeightSchedule,
@@ -49,39 +68,63 @@ from retarget.optimize.weights import (
 )
 
 __all__ = [
-    "XM430_W210",
+    "AbsoluteEngine",
+    "AdjointProblem",
+    "Engine",
+    "EngineState",
+    "Evaluation",
     "MotorLimits",
     "MotorProfiles",
     "MotorRegularizer",
+    "OptimizationResult",
     "OptimizeError",
+    "PlanOptions",
+    "PlanProblem",
+    "PlanResult",
     "ProfileError",
     "ProfileFit",
     "ProfileParametrization",
+    "ReducedEngine",
     "RegularizerValue",
+    "Rollout",
     "ServoSpec",
     "Shaper",
     "ShapingError",
+    "StepSensitivity",
+    "Targets",
     "TorqueReport",
     "TrackedBodyWeights",
+    "TrackedPoses",
     "TrackingObjective",
     "TrackingValue",
+    "Variant",
     "VelocityPenalty",
     "VibrationEstimate",
     "WeightSchedule",
     "WeightSyntaxError",
+    "XM430_W210",
+    "build_plan_problem",
     "check_profile_limits",
     "deviation_metrics",
+    "evaluate",
     "fit_profiles",
     "identify_from_trajectory",
     "identify_vibration",
     "integrate",
+    "limits_for",
     "merge_tracked_weights",
     "num_segments",
+    "optimize",
     "parameter_bounds",
     "parse_tracked_bodies",
     "parse_weight_option",
+    "plan",
+    "quasi_static_targets",
+    "rollout",
+    "run_plan",
     "shape_motion",
     "simpson_weights",
+    "simulate_variant",
     "torque_report",
     "uniform_grid",
     "velocity_hull_bound",

@@ -1,13 +1,12 @@
-"""``retarget check profile-fit`` and ``retarget check shaper``: the optimizer's simulator-free building blocks.
-
-(``retarget plan`` and ``retarget check gradient`` come with the adjoint and the L-BFGS driver.)
-"""
+"""CLI: ``retarget plan``, ``retarget check gradient``, ``retarget check profile-fit``, ``retarget check shaper``."""
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import sys
 import time
+from typing import Any
 
 
 def _profile_fit(args: argparse.Namespace) -> int:
@@ -72,3 +71,228 @@ def register_check(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--damping", type=float, default=0.0, help="damping ratio (default 0)")
     q.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     q.set_defaults(func=_shaper)
+
+    g = sub.add_parser("gradient", help="adjoint gradient vs central finite differences on random directions",
+                       description="Simulates a segment of the motion with the reduced model and compares the "
+                       "discrete-adjoint gradient with central differences (step chosen by a sweep).")
+    g.add_argument("--robot", required=True, help="robot name or params YAML")
+    g.add_argument("--motion", required=True, help="motion name (robot/motion) or file")
+    g.add_argument("--start", type=float, default=0.0, help="segment start after the motion's start [s]")
+    g.add_argument("--duration", type=float, default=0.8, help="segment length [s] (default 0.8)")
+    g.add_argument("--knot-spacing", type=float, default=0.05, help="knot spacing [s] (default 0.05)")
+    g.add_argument("--directions", type=int, default=10, help="random directions (default 10)")
+    g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    g.add_argument("--json", action="store_true", help="print a JSON object as the last line")
+    _model_args(g)
+    g.set_defaults(func=_check_gradient)
+
+
+def _bar(desc: str) -> Any:
+    """A tqdm progress callback ``(done, total)`` on stderr."""
+    from tqdm import tqdm
+
+    state: dict[str, Any] = {}
+
+    def update(k: int, n: int) -> None:
+        bar = state.get("bar")
+        if bar is None or bar.total != n:
+            if bar is not None:
+                bar.close()
+            bar = state["bar"] = tqdm(total=n, desc=desc, unit="step", file=sys.stderr, leave=False)
+        bar.n = k
+        bar.refresh() if k == n or k % 50 == 0 else None
+        if k == n:
+            bar.close()
+            state.pop("bar")
+
+    return update
+
+
+def _model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--modes", type=int, default=3, help="deformation modes per flexible part (default 3)")
+    p.add_argument("--dt", type=float, default=0.004, help="simulation step of the planner [s] (default 0.004)")
+    p.add_argument("--mesh-axial", type=int, default=20, help="rod mesh layers of the training mesh (default 20)")
+    p.add_argument("--mesh-around", type=int, default=6, help="rod mesh corner nodes around (default 6)")
+    p.add_argument("--dt-train", type=float, default=1e-3, help="step of the full training simulation [s]")
+    p.add_argument("--reduced", default=None, metavar="FILE", help="a pickled reduced model to use")
+    p.add_argument("--no-cache", action="store_true", help="neither read nor write the reduced-model cache")
+
+
+def _load(args: argparse.Namespace) -> tuple[Any, Any]:
+    from pathlib import Path
+
+    from retarget.errors import InputError
+    from retarget.model import library
+    from retarget.motion import load_motion
+    from retarget.optimize.planning_model import planning_model
+
+    if not args.dt > 0:
+        raise InputError(f"--dt must be positive, got {args.dt}")
+    robot = args.robot
+    motion_path = Path(args.motion) if Path(args.motion).is_file() else library.resolve_motion(args.motion)
+    motion = load_motion(motion_path)
+    print(f"model: {robot}, {args.modes} modes, training mesh {args.mesh_axial}x{args.mesh_around}, "
+          f"training dt {args.dt_train} s (cached by content hash)", file=sys.stderr)
+    pm = planning_model(robot, motion, n_modes=args.modes, dt_train=args.dt_train, mesh_axial=args.mesh_axial,
+                        mesh_around=args.mesh_around, reduced_file=args.reduced, use_cache=not args.no_cache,
+                        progress=_bar("full training simulation"))
+    return pm, motion
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import numpy as np
+
+    from retarget.errors import InputError
+    from retarget.motion import save_motion
+    from retarget.optimize.engines import ReducedEngine
+    from retarget.optimize.planner import PlanOptions, limits_for, run_plan
+    from retarget.optimize.weights import merge_tracked_weights, parse_tracked_bodies
+
+    started = time.perf_counter()
+    pm, motion = _load(args)
+    bodies = merge_tracked_weights(parse_tracked_bodies(pm.config.get("tracked_bodies")), args.weight or [])
+    options = PlanOptions(knot_spacing=args.knot_spacing, dt=args.dt, max_iterations=args.max_iterations,
+                          relative_tolerance=args.relative_tolerance, deviation_weight=args.deviation_weight,
+                          acceleration_weight=args.acceleration_weight, duration=args.duration)
+    engine = ReducedEngine(pm.reduced, tolerance=1e-10)
+    from tqdm import tqdm
+
+    bar = tqdm(total=args.max_iterations, desc="L-BFGS", unit="it", file=sys.stderr)
+    stage_bars: dict[str, Any] = {}
+
+    def progress(stage: str, k: int, n: int) -> None:
+        if stage not in stage_bars:
+            stage_bars[stage] = _bar(stage)
+        stage_bars[stage](k, n)
+
+    def callback(it: dict) -> None:
+        bar.update(1)
+        bar.set_postfix(J=f"{it['objective']:.4e}", grad=f"{it['gradient_norm']:.2e}")
+
+    result = run_plan(engine, motion, bodies, limits_for(pm.model, pm.config), options, progress, callback)
+    bar.close()
+    metrics = result.metrics()
+    metrics["wall_s"] = time.perf_counter() - started
+    metrics["model"] = pm.info
+    opt = result.profiles
+    rate = 1.0 / float(np.median(np.diff(motion.time))) if motion.num_samples > 1 else 100.0
+    t_stop = float(result.pp.targets.times[-1])
+    out_motion = opt.to_motion(result.pp.motion.joint_names, rate, t_stop=t_stop).shifted(float(motion.time[0]))
+    written = []
+    if args.out:
+        path = Path(args.out)
+        if path.suffix.lower() not in (".csv", ".json", ".yaml", ".yml"):
+            raise InputError(f"--out must end in .csv, .json or .yaml, got {path}")
+        written.append(save_motion(path, out_motion))
+        if path.suffix.lower() not in (".yaml", ".yml"):
+            written.append(save_motion(path.with_suffix(".yaml"), out_motion))
+    if args.report:
+        from retarget.report.plots import write_plan_report
+
+        written.extend(write_plan_report(result, args.report))
+    metrics["files"] = [str(w) for w in written]
+    print(f"{pm.model.name}: J {metrics['objective_initial']:.4e} -> {metrics['objective_final']:.4e} in "
+          f"{metrics['iterations']} iterations ({metrics['wall_s']:.0f} s)")
+    for name in ("naive", "zv", "zvd", "optimized"):
+        if name in metrics:
+            m = metrics[name]
+            lag = f", lag {m['lag_s']:.3f} s" if "lag_s" in m else ""
+            print(f"  {name:9s} peak {1e3 * m['peak_deviation_m']:7.2f} mm  RMS {1e3 * m['rms_deviation_m']:7.2f} mm{lag}")
+    for w in result.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(metrics, default=float))
+    return 0
+
+
+def _check_gradient(args: argparse.Namespace) -> int:
+    import numpy as np
+    from tqdm import tqdm
+
+    from retarget.optimize.adjoint import evaluate
+    from retarget.optimize.engines import ReducedEngine
+    from retarget.optimize.planner import PlanOptions, build_plan_problem, limits_for
+    from retarget.optimize.weights import parse_tracked_bodies
+
+    started = time.perf_counter()
+    pm, motion = _load(args)
+    start = motion.time[0] + args.start
+    keep = (motion.time >= start - 1e-12) & (motion.time <= start + args.duration + 1e-12)
+    from retarget.motion.motion import Motion
+
+    segment = Motion(motion.time[keep], motion.joint_names, motion.positions[keep])
+    engine = ReducedEngine(pm.reduced, tolerance=1e-12)
+    options = PlanOptions(knot_spacing=args.knot_spacing, dt=args.dt, deviation_weight=1e-3,
+                          acceleration_weight=1e-8)
+    pp = build_plan_problem(engine, segment, parse_tracked_bodies(pm.config.get("tracked_bodies")),
+                            limits_for(pm.model, pm.config), options)
+    print(f"segment [{args.start}, {args.start + args.duration}] s of {args.motion}, dt {args.dt} s, "
+          f"{pp.problem.n_steps} steps, {pp.fit.parametrization.n_parameters} parameters, "
+          f"reduced unknowns {engine.n_state}, Newton tolerance 1e-12", file=sys.stderr)
+    rng = np.random.default_rng(args.seed)
+    # Evaluate at a perturbed point so that no term is stationary by construction.
+    x = pp.fit.parameters + 0.02 * rng.normal(size=pp.fit.parametrization.n_parameters)
+    t0 = time.perf_counter()
+    ev = evaluate(pp.problem, x)
+    wall_adjoint = time.perf_counter() - t0
+    assert ev.gradient is not None
+    directions = [rng.normal(size=x.size) for _ in range(args.directions)]
+    steps = [1e-2, 1e-3, 1e-4, 1e-5, 1e-6]
+    n_evals = 2 * len(steps) + 2 * (args.directions - 1)
+    bar = tqdm(total=n_evals, desc="finite differences", unit="sim", file=sys.stderr)
+
+    def central(d: Any, eps: float) -> float:
+        fp = evaluate(pp.problem, x + eps * d, gradient=False).value
+        fm = evaluate(pp.problem, x - eps * d, gradient=False).value
+        bar.update(2)
+        return (fp - fm) / (2 * eps)
+
+    # Step sweep on the first direction: the step where successive estimates agree best (no use of the adjoint).
+    sweep = [central(directions[0], e) for e in steps]
+    changes = [abs(sweep[i] - sweep[i + 1]) for i in range(len(steps) - 1)]
+    best = int(np.argmin(changes))
+    eps = steps[best + 1]
+    rows = []
+    for i, d in enumerate(directions):
+        fd = sweep[best + 1] if i == 0 else central(d, eps)
+        ad = float(ev.gradient @ d)
+        rows.append({"adjoint": ad, "finite_difference": fd, "rel_error": abs(fd - ad) / max(abs(fd), abs(ad), 1e-300)})
+    bar.close()
+    out = {"robot": args.robot, "motion": str(args.motion), "segment_s": [args.start, args.start + args.duration],
+           "dt": args.dt, "steps": pp.problem.n_steps, "parameters": int(x.size), "modes": args.modes,
+           "reduced_unknowns": int(engine.n_state), "fd_step": eps,
+           "fd_sweep": {str(e): v for e, v in zip(steps, sweep)},
+           "max_rel_error": max(r["rel_error"] for r in rows), "directions": rows, "objective": ev.value,
+           "gradient_norm": float(np.linalg.norm(ev.gradient)), "wall_s_adjoint_gradient": wall_adjoint,
+           "wall_s": time.perf_counter() - started, "model": pm.info}
+    print(f"{args.robot}: adjoint vs central differences (step {eps:g}) on {args.directions} random directions: "
+          f"max relative error {out['max_rel_error']:.3e}")
+    if args.json:
+        print(json.dumps(out, default=float))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``retarget plan``."""
+    p = sub.add_parser("plan", help="optimize a motion so the robot follows it without vibrating",
+                       description="Fits B-spline motor profiles to the motion, builds (or loads) the reduced "
+                       "model, minimizes the tracking objective with L-BFGS-B and adjoint gradients, and compares "
+                       "with naive playback and ZV/ZVD input shaping. Ctrl-C returns the best result so far.")
+    p.add_argument("robot", help="robot name (e.g. single_rod) or params YAML")
+    p.add_argument("--motion", required=True, help="motion name (robot/motion) or file")
+    p.add_argument("--out", default=None, help="optimized motion (.csv, .json or .yaml JointTrajectory); "
+                   "a JointTrajectory YAML is written beside a csv/json")
+    p.add_argument("--report", default=None, metavar="DIR", help="write PNG plots and trajectories.npz here")
+    p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
+    p.add_argument("--knot-spacing", type=float, default=0.05, help="B-spline knot spacing [s] (default 0.05)")
+    p.add_argument("--max-iterations", type=int, default=30, help="L-BFGS-B iterations (default 30)")
+    p.add_argument("--relative-tolerance", type=float, default=1e-6, help="relative objective decrease to stop")
+    p.add_argument("--weight", action="append", metavar="LINK:pos=W[,ori=W]", help="tracked body weights "
+                   "(repeatable; schedules like step(0:1, 2:10) allowed)")
+    p.add_argument("--deviation-weight", default=1e-3, help="w_dev [1/(rad^2 s)] (default 1e-3)")
+    p.add_argument("--acceleration-weight", default=1e-8, help="w_acc [s^3/rad^2] (default 1e-8)")
+    p.add_argument("--duration", type=float, default=None, help="simulate only this much of the motion [s]")
+    _model_args(p)
+    p.set_defaults(func=_plan)

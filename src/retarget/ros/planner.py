@@ -67,6 +67,9 @@ class Planner(Node):
         self.server_action = declare(self, "trajectory_server_action", T.STRING,
                                      "/trajectory_server/follow_joint_trajectory",
                                      "FollowJointTrajectory action used when a goal asks to execute")
+        self.allow_training = declare(self, "allow_training", T.BOOL, False,
+                                      "train a reduced model in-process when none is cached (minutes to hours); "
+                                      "false: such goals end NOT_AVAILABLE with the command to build one")
         group = ReentrantCallbackGroup()
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
                              reliability=ReliabilityPolicy.RELIABLE)
@@ -135,7 +138,7 @@ class Planner(Node):
                 "tracked_bodies": list(goal.tracked_bodies), "position_weights": list(goal.position_weights),
                 "deviation_weight": goal.deviation_weight, "acceleration_weight": goal.acceleration_weight,
                 "knot_spacing": goal.knot_spacing, "max_iterations": goal.max_iterations,
-                "relative_tolerance": goal.relative_tolerance}
+                "relative_tolerance": goal.relative_tolerance, "allow_training": self.allow_training}
 
     def _result(self, outcome: dict[str, Any], started: float) -> Result:
         from retarget.ros.conversions import point_msg

@@ -1,0 +1,488 @@
+"""The planner: L-BFGS-B on the B-spline parameters with adjoint gradients, plus the naive and ZV/ZVD baselines.
+
+:func:`build_plan_problem` fits the profiles to the input, solves the quasi-static targets and assembles the
+:class:`~retarget.optimize.adjoint.AdjointProblem`; :func:`optimize` minimizes it (scipy L-BFGS-B, position-limit
+bounds, speed penalty, Ctrl-C returns the best point so far); :func:`run_plan` does both and simulates the
+baselines side by side (:class:`PlanResult`). :func:`plan` is the ROS planner node's entry point.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from retarget.motion.motion import Motion
+from retarget.optimize.adjoint import AdjointProblem, Evaluation, TrackedPoses, evaluate, rollout
+from retarget.optimize.bspline import ProfileFit, fit_profiles
+from retarget.optimize.engines import Engine
+from retarget.optimize.errors import OptimizeError
+from retarget.optimize.limits import MotorLimits, TorqueReport, VelocityPenalty, parameter_bounds, torque_report
+from retarget.optimize.objective import MotorRegularizer, TrackingObjective, deviation_metrics
+from retarget.optimize.targets import Targets, quasi_static_targets
+from retarget.optimize.weights import TrackedBodyWeights, WeightSchedule
+
+__all__ = [
+    "OptimizationResult",
+    "PlanOptions",
+    "PlanProblem",
+    "PlanResult",
+    "Variant",
+    "build_plan_problem",
+    "limits_for",
+    "optimize",
+    "plan",
+    "run_plan",
+    "simulate_variant",
+]
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """Planner settings.
+
+    Attributes:
+        knot_spacing: B-spline knot spacing [s].
+        dt: simulation step [s].
+        max_iterations: L-BFGS-B iteration limit.
+        relative_tolerance: stop when an iteration lowers ``J`` by less than this fraction of ``J(x₀)``.
+        deviation_weight: ``w_dev`` [1/(rad² s)] (number or schedule text/mapping).
+        acceleration_weight: ``w_acc`` [s³/rad²].
+        velocity_weight: speed-limit penalty weight (see :class:`VelocityPenalty`).
+        duration: simulated time [s]; None: the motion's duration.
+        baselines: also simulate the naive and ZV/ZVD baselines.
+    """
+
+    knot_spacing: float = 0.05
+    dt: float = 0.002
+    max_iterations: int = 50
+    relative_tolerance: float = 1e-6
+    deviation_weight: Any = 1e-3
+    acceleration_weight: Any = 1e-8
+    velocity_weight: float = 10.0
+    duration: float | None = None
+    baselines: bool = True
+
+
+@dataclass(frozen=True, eq=False)
+class PlanProblem:
+    """A built planning problem.
+
+    Attributes:
+        problem: the adjoint problem.
+        fit: the least-squares fit of the input (the naive profiles, ``x₀``).
+        targets: the quasi-static targets.
+        motion: the input motion, starting at 0.
+        bounds: L-BFGS-B bounds per parameter.
+        limits: motor limits.
+    """
+
+    problem: AdjointProblem
+    fit: ProfileFit
+    targets: Targets
+    motion: Motion
+    bounds: list[tuple[float | None, float | None]]
+    limits: MotorLimits
+
+
+def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights], limits: MotorLimits,
+                       options: PlanOptions, progress: Callable[[str, int, int], None] | None = None
+                       ) -> PlanProblem:
+    """Fit the profiles, solve the targets and assemble the adjoint problem.
+
+    Args:
+        engine: the simulator.
+        motion: the input animation; its columns must include every motor of the engine.
+        bodies: tracked bodies and weights.
+        limits: motor limits in the engine's motor order.
+        options: settings.
+        progress: ``progress(stage, done, total)``.
+
+    Raises:
+        OptimizeError: motors missing from the motion, no tracked body, a too short motion.
+    """
+    if not bodies:
+        raise OptimizeError("no tracked body: give tracked_bodies in the robot YAML or --weight LINK:pos=1")
+    names = list(engine.motor_names)
+    missing = [m for m in names if m not in motion.joint_names]
+    if missing:
+        raise OptimizeError(f"the motion has no column for motors {missing} (it has {list(motion.joint_names)})")
+    m0 = motion.shifted(-float(motion.time[0]))
+    m0 = Motion(m0.time, tuple(names), np.stack([m0.positions[:, m0.joint_index(n)] for n in names], axis=1))
+    duration = m0.duration if options.duration is None else min(float(options.duration), m0.duration)
+    if not duration > 2 * options.dt:
+        raise OptimizeError(f"the motion is too short to simulate ({duration} s with dt {options.dt} s)")
+    n_steps = int(round(duration / options.dt))
+    times = np.arange(n_steps + 1) * options.dt
+    fit = fit_profiles(m0, options.knot_spacing)
+    angles = m0.sample(times)
+    poses = TrackedPoses.build(engine, [b.link for b in bodies])
+    cb = None if progress is None else (lambda k, n: progress("targets", k, n))
+    targets = quasi_static_targets(engine, poses, times, angles, cb)
+    tracking = TrackingObjective.build(times, bodies, targets.positions, targets.orientations)
+    reg = MotorRegularizer.build(fit.profiles, times, angles, WeightSchedule.parse(options.deviation_weight),
+                                 WeightSchedule.parse(options.acceleration_weight))
+    vel = VelocityPenalty.build(fit.profiles, times, limits, options.velocity_weight) if options.velocity_weight > 0 \
+        else None
+    start = engine.solve_static(fit.profiles.value(0.0))
+    problem = AdjointProblem(engine, start, options.dt, n_steps, fit.profiles, fit.parametrization, tracking, poses,
+                             reg, vel)
+    bounds = parameter_bounds(fit.parametrization, limits)
+    return PlanProblem(problem, fit, targets, m0, bounds, limits)
+
+
+@dataclass(frozen=True, eq=False)
+class OptimizationResult:
+    """The outcome of :func:`optimize`.
+
+    Attributes:
+        x: best parameters found.
+        objective_initial, objective_final: ``J(x₀)``, ``J(x)``.
+        iterations: L-BFGS-B iterations completed.
+        evaluations: simulations with gradient run.
+        history: objective after each iteration.
+        interrupted: stopped by Ctrl-C (KeyboardInterrupt); ``x`` is the best point evaluated.
+        message: the optimizer's stop reason.
+        best: the :class:`Evaluation` at ``x``.
+    """
+
+    x: NDArray[np.float64]
+    objective_initial: float
+    objective_final: float
+    iterations: int
+    evaluations: int
+    history: list[float]
+    interrupted: bool
+    message: str
+    best: Evaluation
+
+
+def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | None = None,
+             callback: Callable[[dict[str, float]], None] | None = None,
+             step_progress: Callable[[int, int], None] | None = None) -> OptimizationResult:
+    """Minimize ``J`` with L-BFGS-B from ``x₀`` (default: the fit of the input).
+
+    The objective is scaled by ``1/J(x₀)`` inside the solver so that ``relative_tolerance`` is relative to the
+    starting value (L-BFGS-B's own ``ftol`` test is absolute below 1).
+
+    Args:
+        pp: the planning problem.
+        options: ``max_iterations``, ``relative_tolerance``.
+        x0: starting parameters.
+        callback: called after each iteration with ``{iteration, objective, gradient_norm}``; a KeyboardInterrupt
+            raised there (or anywhere during the run) stops the optimization and returns the best point so far.
+        step_progress: per-simulation ``(done, total)`` steps (forward + backward).
+    """
+    from scipy.optimize import minimize
+
+    from retarget.sim.errors import SimulationError
+
+    x_start = pp.fit.parameters.copy() if x0 is None else np.asarray(x0, dtype=float).copy()
+    first = evaluate(pp.problem, x_start, progress=step_progress)
+    scale = 1.0 / first.value if first.value > 0 else 1.0
+    state: dict[str, Any] = {"best": first, "best_x": x_start, "last": first, "last_x": x_start, "evals": 1}
+    history: list[float] = [first.value]
+    iterations = 0
+
+    def fun(x: NDArray[np.float64]) -> tuple[float, NDArray[np.float64]]:
+        if np.array_equal(x, state["last_x"]):
+            ev = state["last"]
+        else:
+            try:
+                ev = evaluate(pp.problem, x, progress=step_progress)
+            except SimulationError:
+                # A trial point too violent to simulate: a large value makes the line search back off.
+                state["failed"] = state.get("failed", 0) + 1
+                return 10.0 * max(1.0, state["best"].value * scale), state["last"].gradient * scale
+            state["evals"] += 1
+        state["last"], state["last_x"] = ev, x.copy()
+        if ev.value < state["best"].value:
+            state["best"], state["best_x"] = ev, x.copy()
+        assert ev.gradient is not None
+        return ev.value * scale, ev.gradient * scale
+
+    def on_iteration(xk: NDArray[np.float64]) -> None:
+        nonlocal iterations
+        iterations += 1
+        ev = state["last"] if np.array_equal(xk, state["last_x"]) else state["best"]
+        history.append(ev.value)
+        if callback is not None:
+            callback({"iteration": iterations, "objective": float(ev.value),
+                      "gradient_norm": float(np.linalg.norm(ev.gradient))})
+
+    interrupted = False
+    message = ""
+    try:
+        res = minimize(fun, x_start, jac=True, method="L-BFGS-B", bounds=pp.bounds, callback=on_iteration,
+                       options={"maxiter": int(options.max_iterations), "ftol": float(options.relative_tolerance),
+                                "gtol": 1e-12, "maxcor": 20})
+        message = str(res.message)
+    except KeyboardInterrupt:
+        interrupted = True
+        message = "interrupted (Ctrl-C): returning the best parameters evaluated so far"
+    best = state["best"]
+    return OptimizationResult(state["best_x"], first.value, best.value, iterations, state["evals"], history,
+                              interrupted, message, best)
+
+
+@dataclass(frozen=True, eq=False)
+class Variant:
+    """One simulated motor trajectory and its deviation from the targets.
+
+    Attributes:
+        name: ``naive``, ``zv``, ``zvd`` or ``optimized``.
+        angles: the commanded motor angles on the grid [rad] (n_t, n_motors).
+        positions: tracked COM positions [m] (n_t, k, 3).
+        torques: motor torques [N m] (n_t, n_motors).
+        metrics: ``peak_deviation_m``, ``rms_deviation_m`` (+ ``lag_s``, ``frequency_hz``, ``damping_ratio`` for
+            shapers).
+    """
+
+    name: str
+    angles: NDArray[np.float64]
+    positions: NDArray[np.float64]
+    torques: NDArray[np.float64]
+    metrics: dict[str, float]
+
+
+def simulate_variant(pp: PlanProblem, name: str, motors: Any, extra: dict[str, float] | None = None,
+                     progress: Callable[[int, int], None] | None = None) -> Variant:
+    """Simulate motor trajectory ``motors`` (``value``/``derivative``) on the problem's grid and measure it."""
+    prob = pp.problem
+    run = rollout(prob.engine, prob.start, motors, prob.dt, prob.n_steps, progress)
+    pos = prob.poses.positions(run.matrix)
+    tau = np.array([prob.engine.motor_torques(s) for s in run.matrix])
+    angles = np.array([np.atleast_1d(motors.value(t)) for t in pp.targets.times])
+    metrics = deviation_metrics(pos, pp.targets.positions)
+    metrics.update(extra or {})
+    return Variant(name, angles, pos, tau, metrics)
+
+
+@dataclass(frozen=True, eq=False)
+class PlanResult:
+    """Everything a plan produced.
+
+    Attributes:
+        pp: the problem. optimization: the L-BFGS-B outcome.
+        profiles: the optimized motor profiles.
+        variants: by name (``naive``, ``zv``, ``zvd``, ``optimized``).
+        torque: peak torque vs stall torque of the optimized trajectory.
+        warnings: human-readable warnings (torque, limits, identification).
+        timings: wall time per stage [s].
+    """
+
+    pp: PlanProblem
+    optimization: OptimizationResult
+    profiles: Any
+    variants: dict[str, Variant]
+    torque: TorqueReport
+    warnings: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def metrics(self) -> dict[str, Any]:
+        """The JSON report (``retarget plan --json``)."""
+        opt = self.optimization
+        out: dict[str, Any] = {
+            "objective_initial": opt.objective_initial,
+            "objective_final": opt.objective_final,
+            "iterations": opt.iterations,
+            "evaluations": opt.evaluations,
+            "interrupted": opt.interrupted,
+            "message": opt.message,
+            "wall_s": sum(self.timings.values()),
+            "timings_s": dict(self.timings),
+            "parameters": int(self.pp.fit.parametrization.n_parameters),
+            "knot_spacing_s": self.pp.fit.profiles.knot_spacing,
+            "fit_max_error_deg": float(np.degrees(self.pp.fit.max_error.max())),
+            "fit_rms_error_deg": float(np.degrees(np.sqrt(np.mean(self.pp.fit.rms_error ** 2)))),
+            "dt_s": self.pp.problem.dt,
+            "steps": self.pp.problem.n_steps,
+            "target_solves": self.pp.targets.solves,
+            "tracked_bodies": list(self.pp.problem.tracking.links),
+            **self.torque.summary(),
+            "warnings": list(self.warnings),
+        }
+        for name, v in self.variants.items():
+            out[name] = dict(v.metrics)
+        # The Retarget action's result fields (docs/ros.md).
+        for name in ("naive", "optimized"):
+            if name in self.variants:
+                out[f"{name}_peak_deviation"] = self.variants[name].metrics["peak_deviation_m"]
+                out[f"{name}_rms_deviation"] = self.variants[name].metrics["rms_deviation_m"]
+        return out
+
+
+def _motion_stop_time(motion: Motion, tolerance: float = 1e-6) -> float:
+    """Last time the input moves [s] (start of the free ring-out)."""
+    moving = np.flatnonzero(np.any(np.abs(np.diff(motion.positions, axis=0)) > tolerance, axis=1))
+    return float(motion.time[moving[-1] + 1]) if moving.size else float(motion.time[0])
+
+
+def _shaped_baselines(pp: PlanProblem, naive: Variant, progress: Callable[[str, int, int], None] | None,
+                      warnings: list[str]) -> dict[str, Variant]:
+    """ZV and ZVD shaping of the input at the first mode identified from the naive ring-out."""
+    from retarget.optimize.errors import ShapingError
+    from retarget.optimize.shaping import identify_from_trajectory, shape_motion, zv_shaper, zvd_shaper
+    from retarget.sim.motors import SplineMotors
+
+    stop = _motion_stop_time(pp.motion)
+    times = pp.targets.times
+    if times[-1] - stop < 0.5:
+        warnings.append(f"no ZV/ZVD baseline: only {times[-1] - stop:.2f} s of ring-out after the motion stops")
+        return {}
+    # The body that rings most after the motion stops identifies the mode.
+    ring = times >= stop
+    amp = [np.ptp(naive.positions[ring, j], axis=0).max() for j in range(naive.positions.shape[1])]
+    j = int(np.argmax(amp))
+    try:
+        mode = identify_from_trajectory(times, naive.positions[:, j], start_time=stop + 0.05)
+    except ShapingError as exc:
+        warnings.append(f"no ZV/ZVD baseline: vibration identification failed ({exc})")
+        return {}
+    out = {}
+    for shaper in (zv_shaper(mode.frequency_hz, mode.damping_ratio), zvd_shaper(mode.frequency_hz, mode.damping_ratio)):
+        shaped = shape_motion(pp.motion, shaper, rate=1.0 / pp.problem.dt)
+        motors = SplineMotors(shaped.time, shaped.positions)
+        name = shaper.name.lower()
+        cb = None if progress is None else (lambda k, n, s=name: progress(s, k, n))
+        out[name] = simulate_variant(pp, name, motors, {"lag_s": shaper.lag_s, "frequency_hz": mode.frequency_hz,
+                                                         "damping_ratio": mode.damping_ratio}, cb)
+    return out
+
+
+def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights], limits: MotorLimits,
+             options: PlanOptions, progress: Callable[[str, int, int], None] | None = None,
+             callback: Callable[[dict[str, float]], None] | None = None) -> PlanResult:
+    """Build, optimize, and simulate the baselines and the result.
+
+    Args:
+        engine: the simulator (the reduced model in production).
+        motion: the input animation.
+        bodies: tracked bodies with weights.
+        limits: motor limits (engine motor order).
+        options: settings.
+        progress: ``progress(stage, done, total)`` for long stages (targets, simulations).
+        callback: per-iteration ``{iteration, objective, gradient_norm}`` (see :func:`optimize`).
+    """
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    pp = build_plan_problem(engine, motion, bodies, limits, options, progress)
+    timings["targets"] = time.perf_counter() - t0
+    warnings: list[str] = []
+    variants: dict[str, Variant] = {}
+    t0 = time.perf_counter()
+    if options.baselines:
+        cb = None if progress is None else (lambda k, n: progress("naive", k, n))
+        variants["naive"] = simulate_variant(pp, "naive", pp.fit.profiles, None, cb)
+        variants.update(_shaped_baselines(pp, variants["naive"], progress, warnings))
+    timings["baselines"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    step_cb = None if progress is None else (lambda k, n: progress("simulation", k, n))
+    opt = optimize(pp, options, callback=callback, step_progress=step_cb)
+    timings["optimization"] = time.perf_counter() - t0
+    if opt.interrupted:
+        warnings.append(opt.message)
+    profiles = pp.problem.profiles(opt.x)
+    best = opt.best
+    tau = np.array([engine.motor_torques(s) for s in best.rollout.matrix])
+    angles = np.asarray(profiles.evaluate(pp.targets.times))
+    variants["optimized"] = Variant("optimized", angles, best.positions, tau,
+                                    deviation_metrics(best.positions, pp.targets.positions))
+    report = torque_report(pp.targets.times, tau, limits)
+    warnings.extend(report.warnings())
+    from retarget.optimize.limits import check_profile_limits
+
+    for v in check_profile_limits(profiles, limits):
+        warnings.append(f"optimized profile leaves a limit: {v}")
+    return PlanResult(pp, opt, profiles, variants, report, warnings, timings)
+
+
+def _none_if_default(value: Any, default: Any, positive: bool = True) -> Any:
+    """ROS goals use 0 / negative for "default"."""
+    if value is None:
+        return default
+    if isinstance(value, (int, float)) and (value <= 0 if positive else value < 0):
+        return default
+    return value
+
+
+def limits_for(model: Any, config: dict[str, Any] | None) -> MotorLimits:
+    """Motor limits from the model's joints (URDF position limits) and the YAML's ``servo:`` mapping."""
+    from retarget.optimize.limits import ServoSpec
+
+    joints = {j.name: j for j in model.joints}
+    lims = {}
+    for m in model.motors:
+        j = joints.get(m)
+        if j is not None and (math.isfinite(j.lower) or math.isfinite(j.upper)):
+            lims[m] = (j.lower, j.upper, 0.0)
+    servo = ServoSpec.from_mapping((config or {}).get("servo"))
+    return MotorLimits.build(model.motors, lims, servo)
+
+
+def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """The ROS planner node's entry point (docs/ros.md): plain data in, plain data out.
+
+    Args:
+        request: ``robot``, ``joint_names``, ``time`` [s], ``positions`` [rad] (n, n_joints), ``tracked_bodies``,
+            ``position_weights``, ``deviation_weight``, ``acceleration_weight``, ``knot_spacing``,
+            ``max_iterations``, ``relative_tolerance`` (zero/negative/empty: defaults); optional ``dt``,
+            ``modes``, ``mesh_axial``, ``mesh_around``, ``reduced_file``, ``allow_training`` (default False: a robot
+            without a cached or given reduced model raises NotAvailableError rather than training for minutes to
+            hours inside a request).
+        progress: called per L-BFGS iteration with ``{iteration, objective, gradient_norm}``.
+
+    Returns:
+        ``joint_names``, ``time``, ``positions`` (the optimized trajectory sampled at the simulation step) and
+        ``metrics`` (:meth:`PlanResult.metrics`, including the Retarget action's result fields).
+
+    Raises:
+        InputError: malformed request. NotAvailableError: no reduced model and training not allowed.
+        RetargetError: planning failed.
+    """
+    from retarget.errors import InputError
+    from retarget.optimize.engines import ReducedEngine
+    from retarget.optimize.planning_model import planning_model
+    from retarget.optimize.weights import parse_tracked_bodies
+
+    try:
+        names = tuple(str(n) for n in request["joint_names"])
+        motion = Motion(np.asarray(request["time"], dtype=float), names, np.asarray(request["positions"], dtype=float))
+        robot = str(request["robot"])
+    except (KeyError, ValueError, TypeError) as exc:
+        raise InputError(f"malformed plan request: {exc}") from exc
+    defaults = PlanOptions()
+    options = PlanOptions(
+        knot_spacing=float(_none_if_default(request.get("knot_spacing"), defaults.knot_spacing)),
+        dt=float(_none_if_default(request.get("dt"), defaults.dt)),
+        max_iterations=int(_none_if_default(request.get("max_iterations"), defaults.max_iterations)),
+        relative_tolerance=float(_none_if_default(request.get("relative_tolerance"), defaults.relative_tolerance)),
+        deviation_weight=_none_if_default(request.get("deviation_weight"), defaults.deviation_weight, positive=False),
+        acceleration_weight=_none_if_default(request.get("acceleration_weight"), defaults.acceleration_weight,
+                                             positive=False),
+    )
+    pm = planning_model(robot, motion, n_modes=request.get("modes"), mesh_axial=request.get("mesh_axial"),
+                        mesh_around=request.get("mesh_around"), reduced_file=request.get("reduced_file"),
+                        allow_training=bool(request.get("allow_training", False)))
+    bodies = parse_tracked_bodies(pm.config.get("tracked_bodies"))
+    links = list(request.get("tracked_bodies") or [])
+    weights = list(request.get("position_weights") or [])
+    if weights and len(weights) != len(links):
+        raise InputError(f"{len(weights)} position weights for {len(links)} tracked bodies")
+    if links:
+        from dataclasses import replace
+
+        yaml_bodies = {b.link: b for b in bodies}
+        bodies = [yaml_bodies.get(link, TrackedBodyWeights(link, WeightSchedule.constant(1.0),
+                                                           WeightSchedule.constant(0.0))) for link in links]
+        if weights:
+            bodies = [replace(b, position=WeightSchedule.constant(float(w))) for b, w in zip(bodies, weights)]
+    result = run_plan(ReducedEngine(pm.reduced), motion, bodies, limits_for(pm.model, pm.config), options,
+                      callback=progress)
+    t = result.pp.targets.times
+    return {"joint_names": list(result.pp.motion.joint_names), "time": (t + float(motion.time[0])).tolist(),
+            "positions": np.asarray(result.profiles.evaluate(t)).tolist(), "metrics": result.metrics()}
