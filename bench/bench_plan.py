@@ -33,7 +33,7 @@ def main() -> int:
 
     from retarget.model import library
     from retarget.motion import load_motion
-    from retarget.optimize.engines import ReducedEngine
+    from retarget.optimize.engines import reduced_engine
     from retarget.optimize.planner import PlanOptions, limits_for, run_plan
     from retarget.optimize.planning_model import planning_model
     from retarget.optimize.weights import parse_tracked_bodies
@@ -46,7 +46,7 @@ def main() -> int:
     pm = planning_model(args.robot, motion, n_modes=args.modes, dt_train=args.dt_train, mesh_axial=args.mesh_axial,
                         mesh_around=args.mesh_around)
     wall_model = time.perf_counter() - started
-    engine = ReducedEngine(pm.reduced, tolerance=1e-10)
+    engine = reduced_engine(pm.reduced, tolerance=1e-10)
     options = PlanOptions(knot_spacing=args.knot_spacing, dt=args.dt, max_iterations=args.max_iterations)
 
     def callback(it: dict) -> None:

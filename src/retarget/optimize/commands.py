@@ -146,7 +146,7 @@ def _plan(args: argparse.Namespace) -> int:
 
     from retarget.errors import InputError
     from retarget.motion import save_motion
-    from retarget.optimize.engines import ReducedEngine
+    from retarget.optimize.engines import reduced_engine
     from retarget.optimize.planner import PlanOptions, limits_for, run_plan
     from retarget.optimize.weights import merge_tracked_weights, parse_tracked_bodies
 
@@ -156,7 +156,7 @@ def _plan(args: argparse.Namespace) -> int:
     options = PlanOptions(knot_spacing=args.knot_spacing, dt=args.dt, max_iterations=args.max_iterations,
                           relative_tolerance=args.relative_tolerance, deviation_weight=args.deviation_weight,
                           acceleration_weight=args.acceleration_weight, duration=args.duration)
-    engine = ReducedEngine(pm.reduced, tolerance=1e-10)
+    engine = reduced_engine(pm.reduced, tolerance=1e-10)
     from tqdm import tqdm
 
     bar = tqdm(total=args.max_iterations, desc="L-BFGS", unit="it", file=sys.stderr)
@@ -212,7 +212,7 @@ def _check_gradient(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from retarget.optimize.adjoint import evaluate
-    from retarget.optimize.engines import ReducedEngine
+    from retarget.optimize.engines import reduced_engine
     from retarget.optimize.planner import PlanOptions, build_plan_problem, limits_for
     from retarget.optimize.weights import parse_tracked_bodies
 
@@ -223,7 +223,7 @@ def _check_gradient(args: argparse.Namespace) -> int:
     from retarget.motion.motion import Motion
 
     segment = Motion(motion.time[keep], motion.joint_names, motion.positions[keep])
-    engine = ReducedEngine(pm.reduced, tolerance=1e-12)
+    engine = reduced_engine(pm.reduced, tolerance=1e-12)
     options = PlanOptions(knot_spacing=args.knot_spacing, dt=args.dt, deviation_weight=1e-3,
                           acceleration_weight=1e-8)
     pp = build_plan_problem(engine, segment, parse_tracked_bodies(pm.config.get("tracked_bodies")),

@@ -445,7 +445,7 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
         RetargetError: planning failed.
     """
     from retarget.errors import InputError
-    from retarget.optimize.engines import ReducedEngine
+    from retarget.optimize.engines import reduced_engine
     from retarget.optimize.planning_model import planning_model
     from retarget.optimize.weights import parse_tracked_bodies
 
@@ -481,7 +481,7 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
                                                            WeightSchedule.constant(0.0))) for link in links]
         if weights:
             bodies = [replace(b, position=WeightSchedule.constant(float(w))) for b, w in zip(bodies, weights)]
-    result = run_plan(ReducedEngine(pm.reduced), motion, bodies, limits_for(pm.model, pm.config), options,
+    result = run_plan(reduced_engine(pm.reduced), motion, bodies, limits_for(pm.model, pm.config), options,
                       callback=progress)
     t = result.pp.targets.times
     return {"joint_names": list(result.pp.motion.joint_names), "time": (t + float(motion.time[0])).tolist(),
