@@ -7,13 +7,16 @@ turns, Newton iterations, factorizations and peak RSS. Thread settings are print
 Suites (``--suite``):
 
 - ``rod`` (default): the speed benchmark above;
+- ``moving``: the shipped single rod mid-way through ``step_30``'s rise (``--mesh-scale 1.43``: 30 075 DOFs),
+  first-order predictor vs the default options;
 - ``fourbar``: the 10 s four-bar check (wall time and constraint violation);
 - ``cantilever``: the acceptance grid of ``retarget check cantilever`` (lengths 0.2/0.8 m, diameters 3/6 mm, tips
   0/0.3 kg and the centre 0.5 m, 4.5 mm, 0.1 kg): f₁ at zero gravity and the static sag of the horizontal rod
   under gravity, against Euler–Bernoulli;
 - ``robots``: every library robot simulates 1 s of its shipped motion in full form; the rapper's loop closure.
 
-Usage: ``python bench/bench_sim.py [--suite rod|fourbar|cantilever|robots] [--steps N] [--only coarse|fine]``
+Usage: ``python bench/bench_sim.py [--suite rod|fourbar|cantilever|robots] [--steps N] [--only coarse|fine]
+[--mesh-scale S] [--robots NAME ...]`` (``--mesh-scale``: robots and moving)
 """
 from __future__ import annotations
 
@@ -102,6 +105,41 @@ def run(label: str, n_axial: int, n_around: int, steps: int, dt: float) -> dict:
     }
 
 
+def moving_suite(steps: int, mesh_scale: float) -> None:
+    """The shipped single rod following ``single_rod/step_30`` from t = 0.55 s (mid-rise, the servo at full
+    speed): steps/s of the full engine with the first-order predictor (before) and the default options (after),
+    one JSON object each."""
+    from retarget.model.library import resolve_robot
+    from retarget.model.loader import load_robot
+    from retarget.sim.integrator import FactorizationCache, StepOptions, initial_state, step
+    from retarget.sim.motion_input import motors_from_motion
+    from retarget.sim.motors import FunctionMotors
+    from retarget.sim.statics import solve_static
+    from retarget.sim.system import build_system
+
+    model = load_robot(resolve_robot("single_rod"), mesh_scale=mesh_scale)
+    system = build_system(model)
+    spline, _ = motors_from_motion("single_rod/step_30", model.motors)
+    start = 0.55
+    motors = FunctionMotors(lambda t: spline.value(t + start), lambda t: spline.derivative(t + start))
+    rest = solve_static(system, motors.value(0.0))
+    for label, options in (("first-order predictor", StepOptions(predictor="constant_velocity")),
+                           ("default", StepOptions()),
+                           ("default + error estimate", StepOptions(estimate_error=True))):
+        state, prev2, cache, iters = initial_state(system, rest.u).replace(lam=rest.lam), None, FactorizationCache(), []
+        t0 = time.perf_counter()
+        for k in range(1, steps + 1):
+            new, _, it = step(system, state, prev2, 5e-4, motors, options, k, cache)
+            prev2, state = state, new
+            iters.append(it)
+        wall = time.perf_counter() - t0
+        print(json.dumps({"bench": "sim_full_single_rod_moving", "options": label, "mesh_scale": mesh_scale,
+                          "deformable_dofs": system.n_deformable_dofs, "steps": steps, "steps_per_s": steps / wall,
+                          "newton_iterations_mean": float(np.mean(iters)), "factorizations": cache.factorizations,
+                          "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+                          "load_average": os.getloadavg()[0], "threads": _threads()}), flush=True)
+
+
 def _threads() -> dict:
     return {k: os.environ.get(k, "unset") for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "NUMBA_NUM_THREADS")}
 
@@ -133,7 +171,7 @@ def cantilever_suite() -> None:
             print(json.dumps(res), flush=True)
 
 
-def robots_suite(duration: float, dt: float) -> None:
+def robots_suite(duration: float, dt: float, mesh_scale: float = 1.0, only: list[str] | None = None) -> None:
     from retarget.model.library import list_robots, resolve_robot
     from retarget.model.loader import load_robot
     from retarget.motion import load_motion
@@ -146,19 +184,24 @@ def robots_suite(duration: float, dt: float) -> None:
     motions = {"bartender": "serve", "boxer": "boxing", "dancer": "wave", "drummer": "drumming", "rapper": "rap",
                "single_rod": "step_30", "two_rods": "swing_90"}
     for robot in list_robots():
+        if only and robot not in only:
+            continue
         t0 = time.perf_counter()
-        model = load_robot(resolve_robot(robot))
+        model = load_robot(resolve_robot(robot), mesh_scale=mesh_scale)
         system = build_system(model)
         motion_name = f"{robot}/{motions.get(robot, '')}"
         load_motion(motion_name)  # the motion must load
         motors, _ = motors_from_motion(motion_name, model.motors)
         build_s = time.perf_counter() - t0
         out = {"bench": "robot_full_1s", "robot": robot, "motion": motion_name, "dofs": system.n_deformable_dofs,
-               "rigid_bodies": len(system.rigid), "constraints": system.n_lambda, "dt": dt, "duration": duration}
+               "rigid_bodies": len(system.rigid), "constraints": system.n_lambda, "dt": dt, "duration": duration,
+               "mesh_scale": mesh_scale}
         try:
             t1 = time.perf_counter()
             result = simulate(system, motors, duration, dt, store_every=max(1, int(round(0.01 / dt))), compact=True)
             out["sim_s"] = time.perf_counter() - t1
+            out["steps"] = int(round(duration / dt))
+            out["steps_per_s"] = out["steps"] / out["sim_s"]
             rows = _position_rows(system)
             worst = 0.0
             for k in range(len(result.time)):
@@ -175,18 +218,23 @@ def robots_suite(duration: float, dt: float) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--suite", choices=("rod", "fourbar", "cantilever", "robots"), default="rod")
+    parser.add_argument("--suite", choices=("rod", "moving", "fourbar", "cantilever", "robots"), default="rod")
     parser.add_argument("--steps", type=int, default=40, help="BDF2 steps per mesh (default 40)")
     parser.add_argument("--only", choices=("coarse", "fine"), default=None)
     parser.add_argument("--duration", type=float, default=1.0, help="robots: simulated time [s] (default 1)")
     parser.add_argument("--dt", type=float, default=5e-4, help="robots: time step [s] (default 0.0005)")
+    parser.add_argument("--mesh-scale", type=float, default=1.0,
+                        help="robots: multiply every flexible part's axial layer count (default 1)")
+    parser.add_argument("--robots", nargs="*", default=None, help="robots: only these robots")
     args = parser.parse_args()
     if args.suite == "fourbar":
         return fourbar_suite()
     if args.suite == "cantilever":
         return cantilever_suite()
+    if args.suite == "moving":
+        return moving_suite(args.steps, args.mesh_scale)
     if args.suite == "robots":
-        return robots_suite(args.duration, args.dt)
+        return robots_suite(args.duration, args.dt, args.mesh_scale, args.robots)
     # coarse: one element layer per 4 diameters (5 325 DOFs); fine: 30 075 DOFs (paper: 30 390), one layer per
     # 0.7 diameters.
     meshes = {"coarse": (35, 8), "fine": (200, 8)}

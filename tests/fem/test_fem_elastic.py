@@ -176,3 +176,24 @@ def test_inverted_deformation_is_reported(rod: TetMesh) -> None:
         body.internal_forces(np.zeros(5))
     with pytest.raises(InputError, match="backend"):
         ElasticBody(rod, STEEL, backend="cuda")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("strain", [1e-5, 0.05])
+def test_stiffness_product_matches_the_assembled_stiffness(rod: TetMesh, backend: str, strain: float) -> None:
+    body = ElasticBody(rod, STEEL, backend=backend)
+    u = _random_deformation(rod, strain, seed=11)
+    v = np.random.default_rng(12).standard_normal(body.n_dofs)
+    f_ref, k = body.internal_forces_and_stiffness(u)
+    f, kv = body.forces_and_stiffness_product(u, v)
+    kv_ref = k @ v
+    assert np.allclose(f, f_ref, rtol=0, atol=1e-12 * np.abs(f_ref).max())
+    assert np.allclose(kv, kv_ref, rtol=0, atol=1e-11 * np.abs(kv_ref).max())
+    assert np.allclose(body.stiffness_product(u, v), kv_ref, rtol=0, atol=1e-11 * np.abs(kv_ref).max())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stiffness_product_reports_inversion(rod: TetMesh, backend: str) -> None:
+    body = ElasticBody(rod, STEEL, backend=backend)
+    with pytest.raises(InvertedElementError):
+        body.stiffness_product(-2.0 * body.rest_positions, body.rest_positions)

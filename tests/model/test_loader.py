@@ -106,3 +106,41 @@ def test_fitted_materials_file_overrides_the_library(tmp_path):
     after = load_robot(tmp_path / "robot.yaml").flexible_parts[0].material
     assert after.youngs_modulus == 1.5e11 and after.rayleigh_alpha == 0.25
     assert after.density == before.density and after.youngs_modulus != before.youngs_modulus
+
+
+def test_mesh_scale_and_resolution_override_the_flexible_mesh():
+    def layers(model):
+        z = np.unique(np.round(model.flexible_parts[0].mesh.nodes[:, 2], 9))
+        return (len(z) - 1) // 2  # quadratic tets: a mid-layer of nodes between two corner layers
+
+    assert layers(load_robot(FIXTURES / "mini_rod.yaml")) == 8
+    assert layers(load_robot(FIXTURES / "mini_rod.yaml", mesh_scale=0.5)) == 4
+    assert layers(load_robot(FIXTURES / "mini_rod.yaml", mesh_scale=2.0)) == 16
+    assert layers(load_robot(FIXTURES / "mini_rod.yaml", mesh_scale=0.01)) == 2  # never below two layers
+    over = load_robot(FIXTURES / "mini_rod.yaml", resolution={"rod": {"axial": 5, "around": 8}})
+    assert layers(over) == 5
+    coarse = load_robot(FIXTURES / "mini_rod.yaml", resolution={"rod": {"axial": 5}}, mesh_scale=0.4)
+    assert layers(coarse) == 2
+    # Interfaces follow the new mesh: still the end faces.
+    part = coarse.flexible_parts[0]
+    z = part.mesh.nodes[:, 2]
+    assert np.allclose(z[part.interfaces[1].nodes], z.max())
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"mesh_scale": 0.0}, {"mesh_scale": -1.0}, {"mesh_scale": float("nan")}, {"resolution": {"arm": {"axial": 3}}},
+     {"resolution": {"rod": {"axail": 3}}}],
+)
+def test_bad_mesh_overrides_are_model_errors(kwargs):
+    with pytest.raises(ModelError):
+        load_robot(FIXTURES / "mini_rod.yaml", **kwargs)
+
+
+def test_mesh_scale_on_a_library_bar_part():
+    from retarget.model.library import resolve_robot
+
+    full = load_robot(resolve_robot("rapper"))
+    half = load_robot(resolve_robot("rapper"), mesh_scale=0.5)
+    for a, b in zip(full.flexible_parts, half.flexible_parts):
+        assert 0.4 < b.mesh.n_dofs / a.mesh.n_dofs < 0.6

@@ -24,3 +24,14 @@ def test_simulate_writes_result(tmp_path, capsys):
 
 def test_bad_arguments_exit_2(capsys):
     assert main(["check", "cantilever", "--length", "-1", "--diameter", "0.004", "--tip-mass", "0"]) == 2
+
+
+def test_simulate_mesh_scale_coarsens_the_mesh(capsys):
+    args = ["simulate", str(FIXTURES / "mini_rod.yaml"), "--motion", str(FIXTURES / "mini_rod_motion.csv"),
+            "--duration", "0.005", "--dt", "0.001", "--json"]
+    assert main(args) == 0
+    full = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert main(args + ["--mesh-scale", "0.5"]) == 0
+    half = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert half["mesh_scale"] == 0.5 and 0.4 < half["dofs"] / full["dofs"] < 0.6
+    assert main(args + ["--mesh-scale", "0"]) == 2

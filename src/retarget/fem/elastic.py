@@ -19,7 +19,12 @@ from retarget.fem.assembly import SparsityPattern
 from retarget.fem.element import element_geometry, tri6_gradients
 from retarget.fem.material import Material
 from retarget.fem.mesh import TetMesh
-from retarget.fem.neo_hookean import NUMBA_AVAILABLE, forces_stiffness_numba, forces_stiffness_numpy
+from retarget.fem.neo_hookean import (
+    NUMBA_AVAILABLE,
+    forces_stiffness_numba,
+    forces_stiffness_numpy,
+    forces_stiffness_product_numba,
+)
 from retarget.fem.quadrature import tet_rule, triangle_rule
 
 __all__ = ["Backend", "ElasticBody", "InvertedElementError"]
@@ -160,6 +165,38 @@ class ElasticBody:
             raise InvertedElementError(min_det)
         assert data is not None
         return f, self.pattern.matrix(data)
+
+    def forces_and_stiffness_product(
+        self, u: ArrayLike, v: ArrayLike
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """f_int(u) [N] ``(3n,)`` and K(u) v ``(3n,)`` without assembling K (numba backend: one pass, about 6×
+        cheaper than :meth:`internal_forces_and_stiffness`; numpy backend: through the assembled K).
+
+        Args:
+            u: Displacements [m], ``(3n,)``.
+            v: Any vector in displacement layout (e.g. a velocity [m/s]), ``(3n,)``.
+
+        Raises:
+            InvertedElementError: det F <= 0 at some quadrature point.
+        """
+        u = self._check_u(u)
+        v = self._check_u(v)
+        if self.backend == "numba":
+            g = self.geometry
+            f, kv, min_det = forces_stiffness_product_numba(u, v, self.mesh.tets, g.grad, g.weights, self.mu, self.lam)
+            if min_det <= 0.0:
+                raise InvertedElementError(min_det)
+            return f, kv
+        f, k = self.internal_forces_and_stiffness(u)
+        return f, k @ v
+
+    def stiffness_product(self, u: ArrayLike, v: ArrayLike) -> NDArray[np.float64]:
+        """K(u) v ``(3n,)`` matrix-free (see :meth:`forces_and_stiffness_product`).
+
+        Raises:
+            InvertedElementError: det F <= 0 at some quadrature point.
+        """
+        return self.forces_and_stiffness_product(u, v)[1]
 
     def tangent_stiffness(self, u: ArrayLike) -> sp.csr_matrix:
         """K(u) = d f_int/du [N/m], exact and symmetric, ``(3n, 3n)`` CSR with the body's pattern."""

@@ -30,6 +30,7 @@ __all__ = [
     "NUMBA_AVAILABLE",
     "energy_density",
     "forces_stiffness_numba",
+    "forces_stiffness_product_numba",
     "forces_stiffness_numpy",
     "deformation_gradients",
     "pk1_stress",
@@ -295,4 +296,166 @@ def forces_stiffness_numba(
         raise RuntimeError("numba is not installed; use the numpy backend")
     return _forces_stiffness_numba(
         u, tets, grad, weights, float(mu), float(lam), scatter, int(nnz), with_stiffness
+    )
+
+
+if NUMBA_AVAILABLE:
+
+    @numba.njit(cache=True, fastmath=False, nogil=True)
+    def _forces_stiffness_product_numba(
+        u: NDArray[np.float64],
+        v: NDArray[np.float64],
+        tets: NDArray[np.int64],
+        grad: NDArray[np.float64],
+        weights: NDArray[np.float64],
+        mu: float,
+        lam: float,
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64], float]:
+        """``f_int(u)`` and ``K(u) v`` of a compressible Neo-Hookean tet10 body, matrix-free.
+
+        With ``h_a = F⁻ᵀ g_a``, ``c = μ − λ ln J`` and ``K_ab = Σ_q w (μ (g_a·g_b) I + c h_b h_aᵀ + λ h_a h_bᵀ)``:
+        ``(K v)_a = Σ_q w (μ G g_a + c B h_a + λ tr(B) h_a)`` with ``G = Σ_b v_b g_bᵀ`` and ``B_ik = Σ_b h_(b,i) v_(b,k)``
+        (so ``(B h_a)_i`` is read as ``Σ_k h_(a,k) B_ik``).
+
+        Args:
+            u, v: displacements [m] and the vector to multiply (3N,).
+            tets: (E, 10); grad: rest shape gradients (E, Q, 10, 3); weights: (E, Q) (quadrature weight × det J).
+            mu, lam: Lamé parameters [Pa].
+
+        Returns:
+            ``f_int`` (3N,) [N], ``K v`` (3N,), and the minimum ``det F`` (≤ 0: an inverted element).
+        """
+        n_el, n_q = weights.shape
+        forces = np.zeros(u.shape[0])
+        prod = np.zeros(u.shape[0])
+        min_det = np.inf
+        fm = np.empty((3, 3))
+        fi = np.empty((3, 3))
+        hm = np.empty((3, 3))
+        s2 = np.empty((3, 3))
+        sg = np.empty(3)
+        h = np.empty((10, 3))
+        ue = np.empty((10, 3))
+        ve = np.empty((10, 3))
+        fe = np.empty((10, 3))
+        pe = np.empty((10, 3))
+        gv = np.empty((3, 3))
+        bm = np.empty((3, 3))
+        for el in range(n_el):
+            for a in range(10):
+                for i in range(3):
+                    ue[a, i] = u[3 * tets[el, a] + i]
+                    ve[a, i] = v[3 * tets[el, a] + i]
+            fe[:] = 0.0
+            pe[:] = 0.0
+            for qp in range(n_q):
+                g = grad[el, qp]
+                w = weights[el, qp]
+                for i in range(3):
+                    for j in range(3):
+                        s = 0.0
+                        t = 0.0
+                        for a in range(10):
+                            s += ue[a, i] * g[a, j]
+                            t += ve[a, i] * g[a, j]
+                        hm[i, j] = s
+                        gv[i, j] = t
+                        fm[i, j] = s + (1.0 if i == j else 0.0)
+                det = (
+                    fm[0, 0] * (fm[1, 1] * fm[2, 2] - fm[1, 2] * fm[2, 1])
+                    - fm[0, 1] * (fm[1, 0] * fm[2, 2] - fm[1, 2] * fm[2, 0])
+                    + fm[0, 2] * (fm[1, 0] * fm[2, 1] - fm[1, 1] * fm[2, 0])
+                )
+                if det < min_det:
+                    min_det = det
+                if det <= 0.0:
+                    continue
+                inv_det = 1.0 / det
+                fi[0, 0] = (fm[1, 1] * fm[2, 2] - fm[1, 2] * fm[2, 1]) * inv_det
+                fi[0, 1] = (fm[0, 2] * fm[2, 1] - fm[0, 1] * fm[2, 2]) * inv_det
+                fi[0, 2] = (fm[0, 1] * fm[1, 2] - fm[0, 2] * fm[1, 1]) * inv_det
+                fi[1, 0] = (fm[1, 2] * fm[2, 0] - fm[1, 0] * fm[2, 2]) * inv_det
+                fi[1, 1] = (fm[0, 0] * fm[2, 2] - fm[0, 2] * fm[2, 0]) * inv_det
+                fi[1, 2] = (fm[0, 2] * fm[1, 0] - fm[0, 0] * fm[1, 2]) * inv_det
+                fi[2, 0] = (fm[1, 0] * fm[2, 1] - fm[1, 1] * fm[2, 0]) * inv_det
+                fi[2, 1] = (fm[0, 1] * fm[2, 0] - fm[0, 0] * fm[2, 1]) * inv_det
+                fi[2, 2] = (fm[0, 0] * fm[1, 1] - fm[0, 1] * fm[1, 0]) * inv_det
+                # Small-strain-accurate ln J and 2 E_green from H, as the FEM layer's kernel.
+                tr = hm[0, 0] + hm[1, 1] + hm[2, 2]
+                i2 = 0.5 * tr * tr
+                for i in range(3):
+                    for j in range(3):
+                        i2 -= 0.5 * hm[i, j] * hm[j, i]
+                det_h = (
+                    hm[0, 0] * (hm[1, 1] * hm[2, 2] - hm[1, 2] * hm[2, 1])
+                    - hm[0, 1] * (hm[1, 0] * hm[2, 2] - hm[1, 2] * hm[2, 0])
+                    + hm[0, 2] * (hm[1, 0] * hm[2, 1] - hm[1, 1] * hm[2, 0])
+                )
+                log_j = np.log1p(tr + i2 + det_h)
+                c = mu - lam * log_j
+                for i in range(3):
+                    for j in range(3):
+                        s = hm[i, j] + hm[j, i]
+                        for k in range(3):
+                            s += hm[k, i] * hm[k, j]
+                        s2[i, j] = s
+                for a in range(10):
+                    for k in range(3):
+                        h[a, k] = g[a, 0] * fi[0, k] + g[a, 1] * fi[1, k] + g[a, 2] * fi[2, k]
+                for i in range(3):
+                    for k in range(3):
+                        s = 0.0
+                        for b in range(10):
+                            s += h[b, i] * ve[b, k]
+                        bm[i, k] = s
+                tr_b = bm[0, 0] + bm[1, 1] + bm[2, 2]
+                for a in range(10):
+                    for k in range(3):
+                        sg[k] = s2[k, 0] * g[a, 0] + s2[k, 1] * g[a, 1] + s2[k, 2] * g[a, 2]
+                    for i in range(3):
+                        ft = fi[0, i] * sg[0] + fi[1, i] * sg[1] + fi[2, i] * sg[2]
+                        fe[a, i] += w * (mu * ft + lam * log_j * h[a, i])
+                        pv = mu * (gv[i, 0] * g[a, 0] + gv[i, 1] * g[a, 1] + gv[i, 2] * g[a, 2])
+                        pv += c * (h[a, 0] * bm[i, 0] + h[a, 1] * bm[i, 1] + h[a, 2] * bm[i, 2])
+                        pv += lam * tr_b * h[a, i]
+                        pe[a, i] += w * pv
+            for a in range(10):
+                for i in range(3):
+                    forces[3 * tets[el, a] + i] += fe[a, i]
+                    prod[3 * tets[el, a] + i] += pe[a, i]
+        return forces, prod, min_det
+
+
+def forces_stiffness_product_numba(
+    u: NDArray[np.float64],
+    v: NDArray[np.float64],
+    tets: NDArray[np.int64],
+    grad: NDArray[np.float64],
+    weights: NDArray[np.float64],
+    mu: float,
+    lam: float,
+) -> tuple[NDArray[np.float64], NDArray[np.float64], float]:
+    """``f_int(u)`` and ``K(u) v`` in one compiled pass, without assembling ``K`` (about 6× cheaper).
+
+    With ``h_a = F⁻ᵀ g_a`` and ``c = μ − λ ln J`` (the ``K_ab`` of the module docstring):
+    ``(K v)_a = Σ_q w (μ G g_a + c B h_a + λ tr(B) h_a)`` with ``G = Σ_b v_b g_bᵀ`` and ``B_ik = Σ_b h_(b,i) v_(b,k)``
+    (``(B h_a)_i`` read as ``Σ_k h_(a,k) B_ik``); forces as :func:`forces_stiffness_numba`.
+
+    Args:
+        u: Global displacements [m], ``(3n,)``.
+        v: The vector to multiply, ``(3n,)``.
+        tets: Connectivity, ``(e, 10)``.
+        grad: Rest gradients [1/m], ``(e, q, 10, 3)``.
+        weights: Quadrature weight × det J [m^3], ``(e, q)``.
+        mu: Lamé μ [Pa].
+        lam: Lamé λ [Pa].
+
+    Returns:
+        ``(forces (3n,) [N], K v (3n,), min det F)``; elements with det F <= 0 contribute nothing.
+    """
+    if not NUMBA_AVAILABLE:
+        raise RuntimeError("numba is not installed; use the numpy backend")
+    return _forces_stiffness_product_numba(
+        np.ascontiguousarray(u, dtype=np.float64), np.ascontiguousarray(v, dtype=np.float64), tets, grad, weights,
+        float(mu), float(lam),
     )

@@ -121,26 +121,63 @@ def _link_poses(robot: Any, root: str) -> dict[str, NDArray[np.float64]]:
     return poses
 
 
-def _flexible_mesh(spec: Mapping[str, Any], part: str, yaml_path: Path) -> tuple[Any, float]:
-    from retarget.fem.mesh import bar_mesh, plate_mesh, read_mesh, rod_mesh
+def _scaled(count: int | None, default: int, scale: float) -> int:
+    """An element count scaled by ``scale`` (at least 2 layers)."""
+    base = default if count is None else int(count)
+    return max(2, round(scale * base))
+
+
+def _flexible_mesh(
+    spec: Mapping[str, Any],
+    part: str,
+    yaml_path: Path,
+    mesh_scale: float = 1.0,
+    resolution: Mapping[str, Any] | None = None,
+) -> tuple[Any, float]:
+    """The part's rest mesh in its own frame and its length along +z [m].
+
+    ``resolution`` (keys ``axial``, ``around`` for rods; ``axial``, ``width``, ``thickness`` for bars and plates)
+    overrides the YAML's; ``mesh_scale`` then multiplies the axial layer count (plates: also the width count).
+    """
+    from retarget.fem.mesh import DEFAULT_ROD_AROUND, bar_mesh, default_rod_axial, plate_mesh, read_mesh, rod_mesh
 
     mesh_spec = spec.get("mesh") or {}
     if "file" in mesh_spec:
+        if mesh_scale != 1.0 or resolution:
+            raise ModelError(f"flexible part {part!r}: a mesh file cannot be rescaled (mesh_scale/resolution)")
         f = Path(mesh_spec["file"])
         if not f.is_absolute():
             f = next((c for c in (yaml_path.parent / f, _repo_share() / f) if c.is_file()), f)
         mesh = read_mesh(f)
         return mesh, float(mesh.nodes[:, 2].max())
     gen = mesh_spec.get("generator")
-    res = mesh_spec.get("resolution") or {}
+    res = dict(mesh_spec.get("resolution") or {})
+    res.update(resolution or {})
+    unknown = set(res) - {"axial", "around", "width", "thickness"}
+    if unknown:
+        raise ModelError(f"flexible part {part!r}: unknown resolution keys {sorted(unknown)}")
     try:
         length = float(mesh_spec["length"])
         if gen == "rod":
-            return rod_mesh(length, float(mesh_spec["diameter"]), res.get("axial"), res.get("around")), length
-        if gen == "bar":
-            return bar_mesh(length, float(mesh_spec["width"]), float(mesh_spec["thickness"])), length
-        if gen == "plate":
-            return plate_mesh(length, float(mesh_spec["width"]), float(mesh_spec["thickness"])), length
+            diameter = float(mesh_spec["diameter"])
+            axial = res.get("axial")
+            if mesh_scale != 1.0:
+                axial = _scaled(axial, default_rod_axial(length, diameter), mesh_scale)
+            return rod_mesh(length, diameter, axial, res.get("around", DEFAULT_ROD_AROUND)), length
+        if gen in ("bar", "plate"):
+            width, thickness = float(mesh_spec["width"]), float(mesh_spec["thickness"])
+            maker = bar_mesh if gen == "bar" else plate_mesh
+            axial, n_width = res.get("axial"), res.get("width")
+            if mesh_scale != 1.0:
+                # The generators' own defaults (retarget.fem.mesh.bar_mesh / plate_mesh), scaled.
+                if gen == "bar":
+                    axial = _scaled(axial, max(2, math.ceil(length / min(width, thickness))), mesh_scale)
+                else:
+                    cell = max(min(length, width) / 6.0, 2.0 * thickness)
+                    axial = _scaled(axial, max(2, math.ceil(length / cell)), mesh_scale)
+                    n_width = _scaled(n_width, max(2, math.ceil(width / cell)), mesh_scale)
+            extra = [res["thickness"]] if "thickness" in res else []
+            return maker(length, width, thickness, axial, n_width, *extra), length
     except KeyError as exc:
         raise ModelError(f"flexible part {part!r}: mesh needs {exc}") from exc
     raise ModelError(f"flexible part {part!r}: mesh needs 'file' or generator rod|bar|plate, got {mesh_spec!r}")
@@ -157,12 +194,30 @@ def _interface_nodes(mesh: Any, length: float, region: Mapping[str, Any], part: 
     raise ModelError(f"flexible part {part!r}: interface region must be {{end: start|end}} or {{box: [lo, hi]}}")
 
 
-def load_robot(path: str | Path, name: str | None = None) -> RobotModel:
+def load_robot(
+    path: str | Path,
+    name: str | None = None,
+    mesh_scale: float = 1.0,
+    resolution: Mapping[str, Mapping[str, int]] | None = None,
+) -> RobotModel:
     """Load ``config/<robot>.yaml`` + URDF/xacro into a :class:`RobotModel` (world frame at zero joint values).
 
+    Args:
+        path: the robot YAML.
+        name: model name (default: the URDF's).
+        mesh_scale: multiplies every generated flexible part's axial element layer count (0.5: half as many
+            layers, about half the DOFs; cross-sections keep their resolution, which bending accuracy needs).
+            The accuracy cost is in docs/physics.md (f₁ error of a cantilever against the scale).
+        resolution: per flexible part name, element counts overriding the YAML's ``mesh.resolution``
+            (``axial``, ``around`` for rods; ``axial``, ``width``, ``thickness`` for bars and plates); applied
+            before ``mesh_scale``.
+
     Raises:
-        ModelError: unreadable files, unknown links/joints, bad flexible parts or loop joints.
+        ModelError: unreadable files, unknown links/joints, bad flexible parts or loop joints, a non-positive
+            ``mesh_scale``, a ``resolution`` for an unknown part, or rescaling a mesh read from a file.
     """
+    if not (isinstance(mesh_scale, (int, float)) and math.isfinite(mesh_scale) and mesh_scale > 0):
+        raise ModelError(f"mesh_scale must be a positive number, got {mesh_scale!r}")
     from retarget.fem.material import get_material
     from retarget.fem.mesh import TetMesh
 
@@ -180,6 +235,9 @@ def load_robot(path: str | Path, name: str | None = None) -> RobotModel:
         raise ModelError(f"root_link {root!r} is not a URDF link")
     poses = _link_poses(robot, root)
     flex_specs = list(cfg.get("flexible_parts") or [])
+    unknown_parts = set(resolution or {}) - {str(f.get("name", "")) for f in flex_specs}
+    if unknown_parts:
+        raise ModelError(f"resolution given for unknown flexible parts {sorted(unknown_parts)}")
     replaced = {str(f.get("link", "")) for f in flex_specs}
     b = RobotBuilder(name or robot.name or yaml_path.stem, gravity=cfg.get("gravity", [0.0, 0.0, -9.81]))
     # Massless links welded by fixed joints merge into their parent (alias map link -> body name or None=world).
@@ -266,7 +324,7 @@ def load_robot(path: str | Path, name: str | None = None) -> RobotModel:
         link = str(f.get("link", ""))
         if link not in poses:
             raise ModelError(f"flexible part {part!r}: link {link!r} is not a URDF link")
-        mesh, length = _flexible_mesh(f, part, yaml_path)
+        mesh, length = _flexible_mesh(f, part, yaml_path, float(mesh_scale), (resolution or {}).get(part))
         t = poses[link] @ parse_origin(f.get("origin"))
         world = TetMesh(mesh.nodes @ t[:3, :3].T + t[:3, 3], mesh.tets)
         ifaces = []

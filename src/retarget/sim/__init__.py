@@ -6,25 +6,94 @@ quasi-static equilibrium (:func:`solve_static`). The BDF residual and its exact 
 (:func:`residual_and_jacobian`, :func:`history_jacobian`, :func:`linearize`) are public for the adjoint.
 See docs/physics.md.
 """
-from retarget.sim.dae import ConstraintTerms, Linearization, constraint_terms, history_jacobian, residual_and_jacobian
-from retarget.sim.errors import NewtonFailed, SimulationDiverged, SimulationError
-from retarget.sim.integrator import (
-    BDF1,
-    BDF2,
-    FactorizationCache,
-    State,
-    StepOptions,
-    initial_state,
-    linearize,
-    simulate_states,
-    solve_newton,
-    step,
-)
-from retarget.sim.motors import ConstantMotors, FunctionMotors, MotorTrajectory, SplineMotors
-from retarget.sim.result import SimulationResult
-from retarget.sim.simulate import simulate
-from retarget.sim.statics import solve_static
-from retarget.sim.system import DeformableBody, RigidBody, System, build_system
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+# Public names → defining module. Imported on first access (PEP 562) so that `import retarget.sim.commands`
+# (every `retarget` CLI start) does not pull numba and scipy.
+_EXPORTS: dict[str, str] = {
+    "ConstraintTerms": "dae",
+    "Linearization": "dae",
+    "constraint_terms": "dae",
+    "history_jacobian": "dae",
+    "residual_and_jacobian": "dae",
+    "NewtonFailed": "errors",
+    "SimulationDiverged": "errors",
+    "SimulationError": "errors",
+    "BDF1": "integrator",
+    "BDF2": "integrator",
+    "FactorizationCache": "integrator",
+    "State": "integrator",
+    "StepOptions": "integrator",
+    "initial_state": "integrator",
+    "linearize": "integrator",
+    "simulate_states": "integrator",
+    "solve_newton": "integrator",
+    "step": "integrator",
+    "ConstantMotors": "motors",
+    "FunctionMotors": "motors",
+    "MotorTrajectory": "motors",
+    "SplineMotors": "motors",
+    "SimulationResult": "result",
+    "simulate": "simulate",
+    "solve_static": "statics",
+    "DeformableBody": "system",
+    "RigidBody": "system",
+    "System": "system",
+    "build_system": "system",
+}
+
+if TYPE_CHECKING:
+    from retarget.sim.dae import ConstraintTerms, Linearization, constraint_terms, history_jacobian, residual_and_jacobian
+    from retarget.sim.errors import NewtonFailed, SimulationDiverged, SimulationError
+    from retarget.sim.integrator import (
+        BDF1,
+        BDF2,
+        FactorizationCache,
+        State,
+        StepOptions,
+        initial_state,
+        linearize,
+        simulate_states,
+        solve_newton,
+        step,
+    )
+    from retarget.sim.motors import ConstantMotors, FunctionMotors, MotorTrajectory, SplineMotors
+    from retarget.sim.result import SimulationResult
+    from retarget.sim.simulate import simulate
+    from retarget.sim.statics import solve_static
+    from retarget.sim.system import DeformableBody, RigidBody, System, build_system
+
+
+class _Package(types.ModuleType):
+    """This package's module type: the submodule ``simulate`` shares its name with the function it defines;
+    importing the submodule must not replace the package attribute ``simulate`` (the function, as before)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "simulate" and isinstance(value, types.ModuleType):
+            value = value.simulate
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'retarget.sim' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"retarget.sim.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
 
 __all__ = [
     "BDF1",

@@ -43,6 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dt", type=float, default=5e-4, metavar="S", help="time step [s] (default 0.0005)")
     p.add_argument("--out", default=None, metavar="FILE", help="write the result (.npz)")
     p.add_argument("--store-every", type=int, default=1, metavar="K", help="keep every K-th step")
+    p.add_argument("--mesh-scale", type=float, default=1.0, metavar="S",
+                   help="multiply every flexible part's axial element layer count (0.5: about half the DOFs, "
+                   "faster, f1 slightly stiffer; see docs/physics.md) (default 1)")
     p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     p.set_defaults(func=_simulate)
 
@@ -75,8 +78,10 @@ def _simulate(args: argparse.Namespace) -> int:
 
     if args.dt <= 0:
         raise InputError(f"--dt must be positive, got {args.dt}")
+    if not args.mesh_scale > 0:
+        raise InputError(f"--mesh-scale must be positive, got {args.mesh_scale}")
     t0 = time.perf_counter()
-    model = load_robot(_resolve_robot(args.robot))
+    model = load_robot(_resolve_robot(args.robot), mesh_scale=args.mesh_scale)
     system = build_system(model)
     motors, motion_end = motors_from_motion(args.motion, model.motors)
     duration = motion_end if args.duration is None else args.duration
@@ -90,6 +95,7 @@ def _simulate(args: argparse.Namespace) -> int:
         "steps": int(round(duration / args.dt)),
         "dt": args.dt,
         "dofs": system.n_deformable_dofs,
+        "mesh_scale": args.mesh_scale,
         "rigid_dofs": 6 * len(system.rigid),
         "constraints": system.n_lambda,
         "newton_iterations_mean": float(np.mean(result.newton_iterations[1:])) if len(result.time) > 1 else 0.0,

@@ -1,4 +1,4 @@
-"""Compiled (numba) kernels of the simulator's per-iteration work: rigid joint blocks and the FEM product ``K(u) v``.
+"""Compiled (numba) kernels of the simulator's per-iteration work: the rigid joint blocks.
 
 :func:`joint_block_terms` evaluates every joint block (joints and motors between rigid bodies or the world) of a
 system in one compiled pass and returns, per block, everything the BDF residual and its Newton matrix need, in
@@ -7,15 +7,17 @@ mathematics as :meth:`retarget.sim.constraints.JointConstraint.evaluate` (the re
 tests compare against) and as :func:`retarget.sim.dae.constraint_terms`: curvature terms by complex steps of the
 analytic ``∂C/∂y`` (exact to rounding).
 
-:func:`forces_and_stiffness_product` gives ``f_int(u)`` and ``K(u) v`` of a Neo-Hookean tet10 body without
-assembling ``K`` (the expressions of :mod:`retarget.fem.neo_hookean`): a residual of a body with stiffness-
-proportional damping then costs about twice a force evaluation instead of a stiffness assembly.
+:func:`forces_and_stiffness_product` (``f_int(u)`` and ``K(u) v`` without assembling ``K``) now lives with the
+Neo-Hookean expressions in :mod:`retarget.fem.neo_hookean` (:meth:`retarget.fem.ElasticBody.stiffness_product`);
+the name stays importable from here.
 """
 from __future__ import annotations
 
 import numba
 import numpy as np
 from numpy.typing import NDArray
+
+from retarget.fem.neo_hookean import forces_stiffness_product_numba as forces_and_stiffness_product
 
 __all__ = ["JOINT_KIND_CODES", "MAX_JOINT_ROWS", "forces_and_stiffness_product", "joint_block_terms"]
 
@@ -465,128 +467,3 @@ def joint_block_terms(
                 a3[i, j] = 0.0
                 dth[i, j] = 0.0
     return c_out, r3_out, f_out, cu_out, cv_out, r3u_out, fu_out, cth_out, r3th_out, fth_out
-
-
-@numba.njit(cache=True, nogil=True)
-def forces_and_stiffness_product(
-    u: NDArray[np.float64],
-    v: NDArray[np.float64],
-    tets: NDArray[np.int64],
-    grad: NDArray[np.float64],
-    weights: NDArray[np.float64],
-    mu: float,
-    lam: float,
-) -> tuple[NDArray[np.float64], NDArray[np.float64], float]:
-    """``f_int(u)`` and ``K(u) v`` of a compressible Neo-Hookean tet10 body, matrix-free.
-
-    With ``h_a = F⁻ᵀ g_a``, ``c = μ − λ ln J`` and ``K_ab = Σ_q w (μ (g_a·g_b) I + c h_b h_aᵀ + λ h_a h_bᵀ)``:
-    ``(K v)_a = Σ_q w (μ G g_a + c B h_a + λ tr(B) h_a)`` with ``G = Σ_b v_b g_bᵀ`` and ``B_ik = Σ_b h_(b,i) v_(b,k)``
-    (so ``(B h_a)_i`` is read as ``Σ_k h_(a,k) B_ik``).
-
-    Args:
-        u, v: displacements [m] and the vector to multiply (3N,).
-        tets: (E, 10); grad: rest shape gradients (E, Q, 10, 3); weights: (E, Q) (quadrature weight × det J).
-        mu, lam: Lamé parameters [Pa].
-
-    Returns:
-        ``f_int`` (3N,) [N], ``K v`` (3N,), and the minimum ``det F`` (≤ 0: an inverted element).
-    """
-    n_el, n_q = weights.shape
-    forces = np.zeros(u.shape[0])
-    prod = np.zeros(u.shape[0])
-    min_det = np.inf
-    fm = np.empty((3, 3))
-    fi = np.empty((3, 3))
-    hm = np.empty((3, 3))
-    s2 = np.empty((3, 3))
-    sg = np.empty(3)
-    h = np.empty((10, 3))
-    ue = np.empty((10, 3))
-    ve = np.empty((10, 3))
-    fe = np.empty((10, 3))
-    pe = np.empty((10, 3))
-    gv = np.empty((3, 3))
-    bm = np.empty((3, 3))
-    for el in range(n_el):
-        for a in range(10):
-            for i in range(3):
-                ue[a, i] = u[3 * tets[el, a] + i]
-                ve[a, i] = v[3 * tets[el, a] + i]
-        fe[:] = 0.0
-        pe[:] = 0.0
-        for qp in range(n_q):
-            g = grad[el, qp]
-            w = weights[el, qp]
-            for i in range(3):
-                for j in range(3):
-                    s = 0.0
-                    t = 0.0
-                    for a in range(10):
-                        s += ue[a, i] * g[a, j]
-                        t += ve[a, i] * g[a, j]
-                    hm[i, j] = s
-                    gv[i, j] = t
-                    fm[i, j] = s + (1.0 if i == j else 0.0)
-            det = (
-                fm[0, 0] * (fm[1, 1] * fm[2, 2] - fm[1, 2] * fm[2, 1])
-                - fm[0, 1] * (fm[1, 0] * fm[2, 2] - fm[1, 2] * fm[2, 0])
-                + fm[0, 2] * (fm[1, 0] * fm[2, 1] - fm[1, 1] * fm[2, 0])
-            )
-            if det < min_det:
-                min_det = det
-            if det <= 0.0:
-                continue
-            inv_det = 1.0 / det
-            fi[0, 0] = (fm[1, 1] * fm[2, 2] - fm[1, 2] * fm[2, 1]) * inv_det
-            fi[0, 1] = (fm[0, 2] * fm[2, 1] - fm[0, 1] * fm[2, 2]) * inv_det
-            fi[0, 2] = (fm[0, 1] * fm[1, 2] - fm[0, 2] * fm[1, 1]) * inv_det
-            fi[1, 0] = (fm[1, 2] * fm[2, 0] - fm[1, 0] * fm[2, 2]) * inv_det
-            fi[1, 1] = (fm[0, 0] * fm[2, 2] - fm[0, 2] * fm[2, 0]) * inv_det
-            fi[1, 2] = (fm[0, 2] * fm[1, 0] - fm[0, 0] * fm[1, 2]) * inv_det
-            fi[2, 0] = (fm[1, 0] * fm[2, 1] - fm[1, 1] * fm[2, 0]) * inv_det
-            fi[2, 1] = (fm[0, 1] * fm[2, 0] - fm[0, 0] * fm[2, 1]) * inv_det
-            fi[2, 2] = (fm[0, 0] * fm[1, 1] - fm[0, 1] * fm[1, 0]) * inv_det
-            # Small-strain-accurate ln J and 2 E_green from H, as the FEM layer's kernel.
-            tr = hm[0, 0] + hm[1, 1] + hm[2, 2]
-            i2 = 0.5 * tr * tr
-            for i in range(3):
-                for j in range(3):
-                    i2 -= 0.5 * hm[i, j] * hm[j, i]
-            det_h = (
-                hm[0, 0] * (hm[1, 1] * hm[2, 2] - hm[1, 2] * hm[2, 1])
-                - hm[0, 1] * (hm[1, 0] * hm[2, 2] - hm[1, 2] * hm[2, 0])
-                + hm[0, 2] * (hm[1, 0] * hm[2, 1] - hm[1, 1] * hm[2, 0])
-            )
-            log_j = np.log1p(tr + i2 + det_h)
-            c = mu - lam * log_j
-            for i in range(3):
-                for j in range(3):
-                    s = hm[i, j] + hm[j, i]
-                    for k in range(3):
-                        s += hm[k, i] * hm[k, j]
-                    s2[i, j] = s
-            for a in range(10):
-                for k in range(3):
-                    h[a, k] = g[a, 0] * fi[0, k] + g[a, 1] * fi[1, k] + g[a, 2] * fi[2, k]
-            for i in range(3):
-                for k in range(3):
-                    s = 0.0
-                    for b in range(10):
-                        s += h[b, i] * ve[b, k]
-                    bm[i, k] = s
-            tr_b = bm[0, 0] + bm[1, 1] + bm[2, 2]
-            for a in range(10):
-                for k in range(3):
-                    sg[k] = s2[k, 0] * g[a, 0] + s2[k, 1] * g[a, 1] + s2[k, 2] * g[a, 2]
-                for i in range(3):
-                    ft = fi[0, i] * sg[0] + fi[1, i] * sg[1] + fi[2, i] * sg[2]
-                    fe[a, i] += w * (mu * ft + lam * log_j * h[a, i])
-                    pv = mu * (gv[i, 0] * g[a, 0] + gv[i, 1] * g[a, 1] + gv[i, 2] * g[a, 2])
-                    pv += c * (h[a, 0] * bm[i, 0] + h[a, 1] * bm[i, 1] + h[a, 2] * bm[i, 2])
-                    pv += lam * tr_b * h[a, i]
-                    pe[a, i] += w * pv
-        for a in range(10):
-            for i in range(3):
-                forces[3 * tets[el, a] + i] += fe[a, i]
-                prod[3 * tets[el, a] + i] += pe[a, i]
-    return forces, prod, min_det
