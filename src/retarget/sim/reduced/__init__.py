@@ -7,78 +7,74 @@ dense Newton Jacobian, quasi-static solve: the reference), :mod:`.kernels` + :mo
 constraint rows, residual and exact Jacobian, condensed chord Newton, time loop), :mod:`.engine` (its Python
 face and the optimizer adapter), :mod:`.artifact` (the versioned reduced-model file), :mod:`.training` (from full
 simulations to a reduced system, runs, comparison).
+
+Names load on first use (PEP 562), so that the CLI finding ``retarget.sim.reduced.commands`` does not
+import numba kernels and the artifact machinery.
 """
+from __future__ import annotations
 
-from retarget.sim.reduced.artifact import FORMAT_VERSION, load_reduced, provenance, save_reduced
-from retarget.sim.reduced.basis import DEFAULT_VARIANCE, ReducedBasis, mass_pca_basis, rigid_modes
-from retarget.sim.reduced.cubature import Cubature, cubature_forces, train_cubature
-from retarget.sim.reduced.dynamics import body_force, body_forces
-from retarget.sim.reduced.engine import (
-    DEFAULT_DT,
-    CompiledLinearization,
-    CompiledReducedEngine,
-    CompiledRun,
-    linearize_compiled,
-    pack_system,
-    residual_compiled,
-    simulate_compiled,
-)
-from retarget.sim.reduced.errors import ReducedModelError, StaleReducedModelError, TrainingDataError
-from retarget.sim.reduced.stepper import (
-    ReducedLinearization,
-    ReducedState,
-    history_jacobian,
-    linearize,
-    residual_and_jacobian,
-    solve_static,
-    step,
-)
-from retarget.sim.reduced.system import ReducedBody, ReducedSystem, build_reduced_system, reference_bodies
-from retarget.sim.reduced.tensors import InertiaTensors, ReducedInterface, inertia_tensors, reduce_interface
-from retarget.sim.reduced.training import ReducedResult, build_from_result, compare_tracked, simulate_reduced
+import importlib
+from typing import Any
 
-__all__ = [
-    "DEFAULT_DT",
-    "DEFAULT_VARIANCE",
-    "FORMAT_VERSION",
-    "CompiledLinearization",
-    "CompiledReducedEngine",
-    "CompiledRun",
-    "body_force",
-    "linearize_compiled",
-    "load_reduced",
-    "pack_system",
-    "provenance",
-    "residual_compiled",
-    "save_reduced",
-    "simulate_compiled",
-    "Cubature",
-    "InertiaTensors",
-    "ReducedBasis",
-    "ReducedBody",
-    "ReducedInterface",
-    "ReducedLinearization",
-    "ReducedModelError",
-    "ReducedResult",
-    "ReducedState",
-    "ReducedSystem",
-    "StaleReducedModelError",
-    "TrainingDataError",
-    "body_forces",
-    "build_from_result",
-    "build_reduced_system",
-    "compare_tracked",
-    "cubature_forces",
-    "history_jacobian",
-    "inertia_tensors",
-    "linearize",
-    "mass_pca_basis",
-    "reduce_interface",
-    "reference_bodies",
-    "residual_and_jacobian",
-    "rigid_modes",
-    "simulate_reduced",
-    "solve_static",
-    "step",
-    "train_cubature",
-]
+# Public names -> defining submodule.
+_EXPORTS: dict[str, str] = {
+    "DEFAULT_DT": "engine",
+    "DEFAULT_VARIANCE": "basis",
+    "FORMAT_VERSION": "artifact",
+    "CompiledLinearization": "engine",
+    "CompiledReducedEngine": "engine",
+    "CompiledRun": "engine",
+    "body_force": "dynamics",
+    "linearize_compiled": "engine",
+    "load_reduced": "artifact",
+    "pack_system": "engine",
+    "provenance": "artifact",
+    "residual_compiled": "engine",
+    "save_reduced": "artifact",
+    "simulate_compiled": "engine",
+    "Cubature": "cubature",
+    "InertiaTensors": "tensors",
+    "ReducedBasis": "basis",
+    "ReducedBody": "system",
+    "ReducedInterface": "tensors",
+    "ReducedLinearization": "stepper",
+    "ReducedModelError": "errors",
+    "ReducedResult": "training",
+    "ReducedState": "stepper",
+    "ReducedSystem": "system",
+    "StaleReducedModelError": "errors",
+    "TrainingDataError": "errors",
+    "body_forces": "dynamics",
+    "build_from_result": "training",
+    "build_reduced_system": "system",
+    "compare_tracked": "training",
+    "cubature_forces": "cubature",
+    "history_jacobian": "stepper",
+    "inertia_tensors": "tensors",
+    "linearize": "stepper",
+    "mass_pca_basis": "basis",
+    "reduce_interface": "tensors",
+    "reference_bodies": "system",
+    "residual_and_jacobian": "stepper",
+    "rigid_modes": "basis",
+    "simulate_reduced": "training",
+    "solve_static": "stepper",
+    "step": "stepper",
+    "train_cubature": "cubature",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
