@@ -27,7 +27,8 @@ from numpy.typing import NDArray
 from retarget.optimize.errors import OptimizeError
 
 __all__ = [
-    "AbsoluteEngine", "Engine", "EngineState", "ReducedEngine", "StepSensitivity", "motor_rows", "reduced_engine",
+    "AbsoluteEngine", "Engine", "EngineState", "ReducedEngine", "StepSensitivity", "SystemEngine", "motor_rows",
+    "reduced_engine",
 ]
 
 
@@ -115,20 +116,17 @@ def motor_rows(constraints: tuple, lambda_offsets: tuple[int, ...], n_motors: in
 _COMPLEX_STEP = 1e-30
 
 
-class ReducedEngine:
-    """The reduced model (relative coordinates) through the dense reference stepper.
+class SystemEngine:
+    """What every engine adapter reads off its simulated system (absolute or reduced; both share the state layout
+    and constraint bookkeeping): state size, motor names, where tracked rigid bodies sit, the motor rows of λ.
 
     Args:
-        system: a :class:`retarget.sim.reduced.ReducedSystem`.
-        tolerance: Newton tolerance on the update (max-norm of δU [m] and Δt·δV); tight so that the discrete
-            solution, hence the adjoint gradient, is exact to round-off.
+        system: a :class:`retarget.sim.System` or :class:`retarget.sim.reduced.ReducedSystem`.
     """
 
-    def __init__(self, system: Any, tolerance: float = 1e-12) -> None:
+    def __init__(self, system: Any) -> None:
         self.system = system
-        self.tolerance = float(tolerance)
         self._motor_rows = motor_rows(system.constraints, system.lambda_offsets, len(system.motors))
-        self._motor_blocks = [b for b, blk in enumerate(system.constraints) if getattr(blk, "motor", -1) >= 0]
 
     @property
     def n_state(self) -> int:
@@ -147,6 +145,21 @@ class ReducedEngine:
 
     def frame_rotation(self, index: int) -> NDArray[np.float64]:
         return np.asarray(self.system.rigid[index].frame_rotation, dtype=float)
+
+
+class ReducedEngine(SystemEngine):
+    """The reduced model (relative coordinates) through the dense reference stepper.
+
+    Args:
+        system: a :class:`retarget.sim.reduced.ReducedSystem`.
+        tolerance: Newton tolerance on the update (max-norm of δU [m] and Δt·δV); tight so that the discrete
+            solution, hence the adjoint gradient, is exact to round-off.
+    """
+
+    def __init__(self, system: Any, tolerance: float = 1e-12) -> None:
+        super().__init__(system)
+        self.tolerance = float(tolerance)
+        self._motor_blocks = [b for b, blk in enumerate(system.constraints) if getattr(blk, "motor", -1) >= 0]
 
     def _wrap(self, st: Any) -> EngineState:
         return EngineState(float(st.t), st.s, st)
@@ -240,7 +253,7 @@ class ReducedEngine:
         return np.asarray(s[rs.n_u + rs.n_v + self._motor_rows])
 
 
-class AbsoluteEngine:
+class AbsoluteEngine(SystemEngine):
     """The full absolute-coordinate engine (:mod:`retarget.sim`): slow, the reference for tiny test systems.
 
     Args:
@@ -251,28 +264,9 @@ class AbsoluteEngine:
     def __init__(self, system: Any, tolerance: float = 1e-12) -> None:
         from retarget.sim.integrator import StepOptions
 
-        self.system = system
+        super().__init__(system)
         self.options = StepOptions(tolerance=float(tolerance), max_iterations=40)
-        self._motor_rows = motor_rows(system.constraints, system.lambda_offsets, len(system.motors))
         self._history: dict[tuple[float, float], Any] = {}
-
-    @property
-    def n_state(self) -> int:
-        return self.system.n_u + self.system.n_v + self.system.n_lambda
-
-    @property
-    def motor_names(self) -> tuple[str, ...]:
-        return tuple(self.system.motors)
-
-    def rigid_index(self, link: str) -> int:
-        try:
-            return self.system.rigid_index(link)
-        except KeyError as exc:
-            raise OptimizeError(f"tracked link {link!r} is not a rigid body of the model; rigid bodies: "
-                                f"{[b.name for b in self.system.rigid]}") from exc
-
-    def frame_rotation(self, index: int) -> NDArray[np.float64]:
-        return np.asarray(self.system.rigid[index].frame_rotation, dtype=float)
 
     def solve_static(self, theta: NDArray[np.float64], warm: EngineState | None = None) -> EngineState:
         from retarget.sim.integrator import initial_state

@@ -17,6 +17,8 @@ import numpy as np
 from numba.typed import List
 from numpy.typing import NDArray
 
+# The optimizer adapter protocol lives with the adjoint; retarget.optimize imports nothing from retarget.sim at load.
+from retarget.optimize.engines import EngineState, SystemEngine
 from retarget.sim.constraints import CouplingConstraint, JointConstraint
 from retarget.sim.errors import NewtonFailed, SimulationDiverged
 from retarget.sim.reduced import compiled as ck
@@ -288,7 +290,7 @@ def simulate_compiled(
     return CompiledRun(rs, times, states, iters, int(ws.scalars[1]), wall)
 
 
-class CompiledReducedEngine:
+class CompiledReducedEngine(SystemEngine):
     """The compiled reduced engine behind the optimizer's ``Engine`` protocol (:mod:`retarget.optimize.engines`).
 
     Drop-in for ``optimize.engines.ReducedEngine``: same state layout ``S = [U, V, λ]``, quasi-static start from
@@ -301,36 +303,11 @@ class CompiledReducedEngine:
     """
 
     def __init__(self, system: ReducedSystem, tolerance: float = 1e-12) -> None:
-        from retarget.optimize.engines import motor_rows
-
-        self.system = system
+        super().__init__(system)
         self.tolerance = float(tolerance)
         self.packed = pack_system(system)
-        self._motor_rows = motor_rows(system.constraints, system.lambda_offsets, len(system.motors))
-
-    @property
-    def n_state(self) -> int:
-        return self.system.n_u + self.system.n_v + self.system.n_lambda
-
-    @property
-    def motor_names(self) -> tuple[str, ...]:
-        return tuple(self.system.motors)
-
-    def rigid_index(self, link: str) -> int:
-        from retarget.optimize.errors import OptimizeError
-
-        try:
-            return self.system.rigid_index(link)
-        except KeyError as exc:
-            raise OptimizeError(f"tracked link {link!r} is not a rigid body of the model; rigid bodies: "
-                                f"{[b.name for b in self.system.rigid]}") from exc
-
-    def frame_rotation(self, index: int) -> NDArray[np.float64]:
-        return np.asarray(self.system.rigid[index].frame_rotation, dtype=float)
 
     def _wrap(self, st: ReducedState) -> Any:
-        from retarget.optimize.engines import EngineState
-
         return EngineState(float(st.t), st.s, st)
 
     def solve_static(self, theta: NDArray[np.float64], warm: Any = None) -> Any:
