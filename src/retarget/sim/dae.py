@@ -32,6 +32,7 @@ from retarget.sim.system import System
 
 __all__ = [
     "COMPLEX_STEP",
+    "block_second_order",
     "ConstraintTerms",
     "Linearization",
     "constraint_terms",
@@ -116,6 +117,39 @@ def _slot_data(system: System, slot: object, ui: NDArray, vi: NDArray, u: NDArra
     return w @ x, w @ v[vi], w, w
 
 
+def block_second_order(
+    blk: object, y: NDArray, ydot: NDArray, th: float, lam: NDArray, baumgarte: float
+) -> tuple[NDArray, NDArray, NDArray, NDArray, NDArray | None]:
+    """A constraint block's value and first and second derivatives from one batched complex-step evaluation.
+
+    The batch holds the value, the direction ``ẏ``, every unit direction of ``y`` and (motor blocks) ``θ``.
+
+    Args:
+        blk: the constraint block (``evaluate(y, θ)`` accepting complex batches).
+        y: slot data (ny,). ydot: its rate (ny,). th: motor angle [rad] (0 without a motor).
+        lam: the block's multipliers (rows,). baumgarte: stabilization rate [1/s].
+
+    Returns:
+        ``c`` (rows,), ``C_y`` (rows, ny), ``∂(C_y ẏ + a C)/∂y`` without the motor-rate term (rows, ny),
+        ``Σ_r λ_r ∂²C_r/∂y²`` (ny, ny), and ``∂C_y/∂θ`` (rows, ny) or None without a motor.
+    """
+    h = COMPLEX_STEP
+    ny = len(y)
+    motor = blk.motor >= 0  # type: ignore[attr-defined]
+    nbatch = ny + 2 + motor
+    yb = np.tile(y.astype(complex), (nbatch, 1))
+    yb[1] += 1j * h * ydot
+    yb[2 : 2 + ny] += 1j * h * np.eye(ny)
+    thb = np.full(nbatch, th, dtype=complex)
+    if motor:
+        thb[-1] += 1j * h
+    cc, cyc = blk.evaluate(yb, thb)  # type: ignore[attr-defined]
+    cy = cyc[0].real
+    a3 = cyc[1].imag / h + baumgarte * cy
+    hess = np.einsum("jmk,m->kj", cyc[2 : 2 + ny].imag, lam) / h
+    return cc[0].real, cy, a3, hess, (cyc[-1].imag / h if motor else None)
+
+
 def constraint_terms(
     system: System,
     u: NDArray[np.float64],
@@ -162,20 +196,8 @@ def constraint_terms(
         th = theta[blk.motor] if blk.motor >= 0 else 0.0
         thd = theta_dot[blk.motor] if blk.motor >= 0 else 0.0
         lb = lam[rows]
-        ny = len(y)
         if second_order:
-            # One batched complex evaluation: the value, the direction ẏ, every unit direction, and θ.
-            nbatch = ny + 2 + (blk.motor >= 0)
-            yb = np.tile(y.astype(complex), (nbatch, 1))
-            yb[1] += 1j * h * ydot
-            yb[2 : 2 + ny] += 1j * h * np.eye(ny)
-            thb = np.full(nbatch, th, dtype=complex)
-            if blk.motor >= 0:
-                thb[-1] += 1j * h
-            cc, cyc = blk.evaluate(yb, thb)
-            cb, cy = cc[0].real, cyc[0].real
-            a3 = cyc[1].imag / h + baumgarte * cy
-            hess = np.einsum("jmk,m->kj", cyc[2 : 2 + ny].imag, lb) / h
+            cb, cy, a3, hess, d_theta_y = block_second_order(blk, y, ydot, th, lb, baumgarte)
             g = cy.T @ lb
         else:
             cb, cy = blk.evaluate(y, th)
@@ -188,7 +210,7 @@ def constraint_terms(
             c_theta[rows, blk.motor] = cth
             r3[rows] += cth * thd
             if second_order:
-                d_theta = cyc[-1].imag / h
+                d_theta = d_theta_y
                 cthth = theta_derivative(blk, y, th + 1j * h).imag / h
                 r3_theta[rows, blk.motor] = cthth * thd + d_theta @ ydot + baumgarte * cth
                 a3 = a3 + thd * d_theta

@@ -29,6 +29,7 @@ from numpy.typing import NDArray
 
 from retarget.sim.assembly import JointPack, Pattern, joint_pack, joint_terms
 from retarget.sim.constraints import JointConstraint, RigidSlot, theta_derivative
+from retarget.sim.dae import block_second_order
 from retarget.sim.rotation import QUATERNION_BASIS_Q, cross, omega_matrix, quat_rate_matrix
 from retarget.sim.system import System
 
@@ -49,7 +50,6 @@ __all__ = [
 
 #: Largest order of the eliminated Newton matrix solved densely.
 DENSE_LIMIT: int = 400
-_CS = 1e-30  # complex step
 
 
 @dataclass(frozen=True, eq=False)
@@ -239,19 +239,8 @@ def _generic_block(
     ydot = np.concatenate([d[1] for d in data])
     th = theta[blk.motor] if blk.motor >= 0 else 0.0
     thd = theta_dot[blk.motor] if blk.motor >= 0 else 0.0
-    ny = len(y)
     if second_order:
-        nbatch = ny + 2 + (blk.motor >= 0)
-        yb = np.tile(y.astype(complex), (nbatch, 1))
-        yb[1] += 1j * _CS * ydot
-        yb[2 : 2 + ny] += 1j * _CS * np.eye(ny)
-        thb = np.full(nbatch, th, dtype=complex)
-        if blk.motor >= 0:
-            thb[-1] += 1j * _CS
-        cc, cyc = blk.evaluate(yb, thb)
-        c, cy = cc[0].real, cyc[0].real
-        a3 = cyc[1].imag / _CS + baumgarte * cy
-        hess = np.einsum("jmk,m->kj", cyc[2 : 2 + ny].imag, lb) / _CS
+        c, cy, a3, hess, d_theta = block_second_order(blk, y, ydot, th, lb, baumgarte)
     else:
         c, cy = blk.evaluate(y, th)
     r3 = cy @ ydot + baumgarte * c
@@ -259,7 +248,7 @@ def _generic_block(
         cth = theta_derivative(blk, y, th).real
         r3 = r3 + cth * thd
         if second_order:
-            a3 = a3 + thd * cyc[-1].imag / _CS
+            a3 = a3 + thd * d_theta
     cols = np.cumsum([0] + [s.size for s in blk.slots])
     forces = [d[2].T @ (cy[:, cols[k] : cols[k + 1]].T @ lb) for k, d in enumerate(data)]
     if not second_order:
