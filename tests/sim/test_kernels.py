@@ -3,9 +3,10 @@ the Newton Jacobian vs finite differences, ``K(u) v`` vs the assembled stiffness
 import numpy as np
 import pytest
 
+from sim_checks import assert_newton_jacobian_matches_fd
+
 from retarget.model.robot import RobotBuilder
 from retarget.sim.assembly import joint_pack, joint_terms
-from retarget.sim.dae import residual_and_jacobian
 from retarget.sim.kernels import forces_and_stiffness_product
 from retarget.sim.system import build_system
 
@@ -62,28 +63,7 @@ def test_newton_jacobian_of_every_joint_kind_matches_finite_differences():
     s = np.concatenate([u, v, lam])
     ub = u + 1e-4 * rng.normal(size=system.n_u)
     vb = v + 1e-2 * rng.normal(size=system.n_v)
-    h, a = 1e-3, 30.0
-
-    def res(x, th=th, thd=thd):
-        return residual_and_jacobian(system, x, ub, vb, h, th, thd, a, jacobian=False).residual
-
-    lin = residual_and_jacobian(system, s, ub, vb, h, th, thd, a)
-    jac = lin.matrix().toarray()
-    fd = np.zeros_like(jac)
-    for k in range(len(s)):
-        e = 1e-7 * max(1.0, abs(s[k]))
-        d = np.zeros_like(s)
-        d[k] = e
-        fd[:, k] = (res(s + d) - res(s - d)) / (2 * e)
-    scale = np.abs(fd).max(axis=1, keepdims=True) + 1e-6
-    assert np.max(np.abs(jac - fd) / scale) < 1e-6
-    for m in range(len(th)):
-        e = np.zeros_like(th)
-        e[m] = 1e-7
-        fd_t = (res(s, th + e) - res(s, th - e)) / 2e-7
-        fd_td = (res(s, th, thd + e) - res(s, th, thd - e)) / 2e-7
-        assert np.allclose(lin.r_theta[:, m], fd_t, atol=1e-6 * (1 + np.abs(fd_t).max()))
-        assert np.allclose(lin.r_theta_dot[:, m], fd_td, atol=1e-6 * (1 + np.abs(fd_td).max()))
+    assert_newton_jacobian_matches_fd(system, s, ub, vb, 1e-3, 30.0, th, thd)
 
 
 def test_matrix_free_product_is_reexported_from_fem():

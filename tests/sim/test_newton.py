@@ -3,6 +3,8 @@
 import numpy as np
 import pytest
 
+from sim_checks import random_point
+
 from retarget.sim.dae import residual_and_jacobian
 from retarget.sim.integrator import solve_linearized
 from retarget.sim.newton import build_newton_plan, constraint_values, factorize_fast, newton_plan, residual
@@ -15,22 +17,10 @@ SYSTEMS = {
 }
 
 
-def _point(system, seed):
-    rng = np.random.default_rng(seed)
-    u = system.reference_u() + 1e-5 * rng.normal(size=system.n_u)
-    v = 0.1 * rng.normal(size=system.n_v)
-    lam = rng.normal(size=system.n_lambda)
-    s = np.concatenate([u, v, lam])
-    ub = u + 1e-4 * rng.normal(size=system.n_u)
-    vb = v + 0.01 * rng.normal(size=system.n_v)
-    nm = len(system.motors)
-    return s, ub, vb, 0.1 * rng.normal(size=nm), rng.normal(size=nm)
-
-
 @pytest.mark.parametrize("name", sorted(SYSTEMS))
 def test_fast_residual_equals_reference(name):
     system = SYSTEMS[name]
-    s, ub, vb, th, thd = _point(system, 0)
+    s, ub, vb, th, thd = random_point(system, 0)
     ref = residual_and_jacobian(system, s, ub, vb, 1e-3, th, thd, 50.0, jacobian=False)
     for jac in (False, True):
         ours = residual(newton_plan(system), s, ub, vb, 1e-3, th, thd, 50.0, jac)
@@ -43,7 +33,7 @@ def test_fast_residual_equals_reference(name):
 def test_fast_newton_step_equals_exact_full_space_step(name, dense):
     """With the β dK term kept (``exact``), the eliminated, pattern-assembled step is the exact Newton step."""
     system = SYSTEMS[name]
-    s, ub, vb, th, thd = _point(system, 3)
+    s, ub, vb, th, thd = random_point(system, 3)
     lin = residual_and_jacobian(system, s, ub, vb, 1e-3, th, thd, 50.0)
     ref = solve_linearized(system, lin)
     plan = build_newton_plan(system, dense=dense)
@@ -55,7 +45,7 @@ def test_fast_newton_step_equals_exact_full_space_step(name, dense):
 def test_dropping_the_damping_derivative_changes_the_step_only_slightly():
     system = SYSTEMS["rod_loop"]
     assert system.deformable[0].beta > 0
-    s, ub, vb, th, thd = _point(system, 4)
+    s, ub, vb, th, thd = random_point(system, 4)
     plan = newton_plan(system)
     exact = residual(plan, s, ub, vb, 1e-3, th, thd, 50.0, True, exact=True)
     approx = residual(plan, s, ub, vb, 1e-3, th, thd, 50.0, True)
@@ -69,7 +59,7 @@ def test_constraint_values_match_reference():
     from retarget.sim.dae import constraint_terms
 
     for system in SYSTEMS.values():
-        s, _, _, th, _ = _point(system, 5)
+        s, _, _, th, _ = random_point(system, 5)
         u = s[: system.n_u]
         nm = len(system.motors)
         ref = constraint_terms(system, u, np.zeros(system.n_v), np.zeros(system.n_lambda), th, np.zeros(nm), 0.0,
