@@ -545,7 +545,7 @@ class PtyEmulator:
             except OSError:
                 return
             with conn:
-                conn.settimeout(2.0)
+                conn.settimeout(10.0)  # generous: a loaded machine may pause the sender
                 try:
                     line = conn.makefile("r").readline()
                     answer = self.control(json.loads(line))
@@ -589,7 +589,7 @@ class PtyEmulator:
         return {"ok": True}
 
 
-def send_control(path: str | Path, request: dict, timeout: float = 2.0) -> dict:
+def send_control(path: str | Path, request: dict, timeout: float = 10.0) -> dict:
     """Send one control request to a running emulator's Unix socket and return its JSON answer.
 
     Example: ``send_control("/tmp/ttyDXL.ctl", {"cmd": "hardware_error", "id": 3, "errors": ["overload"]})``.
