@@ -31,6 +31,9 @@ ARGUMENTS = (
     ("planner", "true", "start the planner node (true|false)"),
     ("mocap", "twin", "mocap node source: twin (simulated), natnet (OptiTrack Motive) or none"),
     ("namespace", "", "ROS namespace of every node (empty or /name)"),
+    ("twin", "first_order", "emulated servo dynamics: first_order, or reduced (the servos drive the reduced "
+                            "simulation, whose poses feed the mocap twin; docs/twin.md)"),
+    ("reduced", "", "reduced model file for twin:=reduced (empty: the planner's cache)"),
 )
 
 
@@ -59,7 +62,8 @@ def launch_setup(context, *args, **kwargs):
 
     description = Path(get_package_share_directory(PACKAGE)) / "config" / f"{arg('robot')}.yaml"
     plan = describe(description, hardware=arg("hardware") or None, planner=_truthy(arg("planner")),
-                    mocap=arg("mocap"), namespace=arg("namespace"))
+                    mocap=arg("mocap"), namespace=arg("namespace"), twin=arg("twin"),
+                    reduced=arg("reduced") or None)
     nodes = [_node(spec) for spec in plan.nodes]
     if not plan.processes:
         return nodes

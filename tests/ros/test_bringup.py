@@ -88,11 +88,26 @@ def test_hardware_and_options(tmp_path: Path) -> None:
     assert natnet.node("mocap").parameters["source"] == "natnet"
 
 
-@pytest.mark.parametrize("kwargs, text", [({"mocap": "vicon"}, "mocap"), ({"twin": "reduced"}, "twin"),
+@pytest.mark.parametrize("kwargs, text", [({"mocap": "vicon"}, "mocap"), ({"twin": "rigid"}, "twin"),
                                           ({"namespace": "no_slash"}, "namespace")])
 def test_bad_options_are_input_errors(kwargs: dict[str, str], text: str, tmp_path: Path) -> None:
     with pytest.raises(InputError, match=text):
         describe("drummer", run_dir=tmp_path, **kwargs)
+
+
+def test_reduced_twin_uses_the_model_or_falls_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RETARGET_CACHE", str(tmp_path / "empty_cache"))
+    plan = describe("single_rod", twin="reduced", run_dir=tmp_path)
+    assert plan.twin == "first_order" and "--twin" not in plan.processes[0].args
+    assert "no reduced simulation" in plan.notes[0] and plan.notes[0] in plan.summary()
+    assert "twin_motion" not in plan.node("mocap").parameters
+    model = tmp_path / "rod.npz"
+    model.write_bytes(b"x")
+    plan = describe("single_rod", twin="reduced", reduced=model, run_dir=tmp_path)
+    args = plan.processes[0].args
+    assert plan.twin == "reduced" and args[args.index("--twin") + 1] == "reduced"
+    assert args[args.index("--reduced") + 1] == str(model.resolve())
+    assert plan.node("mocap").parameters["twin_motion"] == f"live:{plan.twin_channel}"
 
 
 def test_unknown_robot_names_the_known_ones() -> None:
@@ -203,11 +218,11 @@ def _run_launch_file(path: Path, monkeypatch: pytest.MonkeyPatch, configuration:
 @pytest.mark.parametrize("hardware", ["", "/dev/ttyUSB0"])
 def test_robot_launch_builds_the_described_nodes(hardware: str, monkeypatch: pytest.MonkeyPatch) -> None:
     configuration = {"robot": "drummer", "hardware": hardware, "planner": "true", "mocap": "twin",
-                     "namespace": ""}
+                     "namespace": "", "twin": "first_order", "reduced": ""}
     launch_file = _run_launch_file(LAUNCH / "robot.launch.py", monkeypatch, configuration)
     description = launch_file["generate_launch_description"]()
     declared = [a.kwargs.get("name", a.args[0] if a.args else None) for a in description.args[0][:-1]]
-    assert declared == ["robot", "hardware", "planner", "mocap", "namespace"]
+    assert declared == ["robot", "hardware", "planner", "mocap", "namespace", "twin", "reduced"]
     actions = launch_file["launch_setup"](context=None)
     plan = describe("drummer", hardware=hardware or None, run_dir=Path("/unused"))
     if hardware:

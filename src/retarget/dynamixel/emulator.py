@@ -58,6 +58,7 @@ __all__ = [
     "EmulatedBus",
     "PtyEmulator",
     "Reply",
+    "TWIN_CHOICES",
     "add_arguments",
     "main",
     "parse_ids",
@@ -642,13 +643,75 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Return Delay Time at power-on [µs] (factory value 500)")
     parser.add_argument("--period", type=float, default=0.002, help="servo model step [s]")
     parser.add_argument("--json", action="store_true", help="print the ready line as JSON")
+    twin = parser.add_argument_group("digital twin (docs/twin.md)")
+    twin.add_argument("--twin", choices=TWIN_CHOICES, default="first_order",
+                      help="first_order: rigid servos only; reduced: the servos also drive the robot's reduced "
+                           "simulation, whose body poses go to --twin-channel (falls back to first_order, with "
+                           "one log line, when there is no reduced model)")
+    twin.add_argument("--robot", help="robot name or description YAML (--twin reduced); the servos' joints, "
+                                      "offsets and directions come from its params file, in --ids order")
+    twin.add_argument("--reduced", default=None, help="reduced model file (.npz from `retarget reduce`, or a "
+                                                      "pickle); default: the planner's cache")
+    twin.add_argument("--twin-channel", default=None, help="pose channel file the simulation writes "
+                                                           "(default: LINK.poses)")
+    twin.add_argument("--twin-dt", type=float, default=None, help="reduced engine step [s] (default 0.001)")
+    twin.add_argument("--twin-max-lag", type=float, default=5.0,
+                      help="simulation lag behind the servos that drops the backlog and restarts it at rest [s]")
+
+
+#: Values of ``--twin``.
+TWIN_CHOICES: tuple[str, ...] = ("first_order", "reduced")
+
+
+def _twin_dynamics(args: argparse.Namespace, ids: list[int]) -> tuple[ServoDynamics | None, Callable[[], None]]:
+    """The servo dynamics for ``--twin`` and a function that stops what it started.
+
+    ``reduced``: :class:`retarget.twin.servo.SimulationDrivenServos` feeding a twin worker process; without a
+    reduced model (or with a bad option) one line on stderr says why and the first-order servos run alone.
+    """
+    if args.twin != "reduced":
+        return None, lambda: None
+    from retarget.errors import RetargetError
+    from retarget.model.library import read_ros_parameters, resolve_params
+    from retarget.twin.model import find_reduced_model, robot_name
+    from retarget.twin.servo import SimulationDrivenServos, joint_mapping, start_worker, stop_worker
+
+    try:
+        if not args.robot:
+            raise InputError("--twin reduced needs --robot")
+        params = read_ros_parameters(resolve_params(args.robot))
+        joints = [str(j) for j in params.get("joint_names") or []]
+        robot_ids = [int(i) for i in params.get("dynamixel_ids") or []]
+        if sorted(robot_ids) != sorted(ids):
+            raise InputError(f"--ids {ids} are not the robot's dynamixel_ids {robot_ids}")
+        # The bus's arrays follow --ids; name each servo by the joint the robot gives that ID.
+        servo_joints = [joints[robot_ids.index(i)] for i in ids]
+        # The driver maps servo = direction * joint + offset; unset means 0 and +1 (docs/ros.md).
+        offsets = [float((params.get("offsets") or [0.0] * len(joints))[robot_ids.index(i)]) for i in ids]
+        directions = [float((params.get("directions") or [1.0] * len(joints))[robot_ids.index(i)]) for i in ids]
+        source = find_reduced_model(args.robot, args.reduced)
+    except RetargetError as exc:
+        print(f"twin: first_order servos only, no reduced simulation: {exc}", file=sys.stderr, flush=True)
+        return None, lambda: None
+    from retarget.model import library
+    from retarget.model.loader import read_robot_yaml
+
+    description = Path(args.robot) if Path(args.robot).is_file() else library.resolve_robot(args.robot)
+    motors = [str(m) for m in read_robot_yaml(description).get("motors") or []]
+    index, offset, direction = joint_mapping(servo_joints, motors, offsets, directions)
+    channel = args.twin_channel or (f"{args.link}.poses" if args.link else f"/tmp/{robot_name(args.robot)}.poses")
+    proc, sink = start_worker(args.robot, channel, source.path, dt=args.twin_dt, max_lag=args.twin_max_lag)
+    print(f"twin: reduced simulation of {robot_name(args.robot)} ({source.describe()}) in worker pid {proc.pid}, "
+          f"poses on {channel}", file=sys.stderr, flush=True)
+    return SimulationDrivenServos(len(ids), sink, index, offset, direction), lambda: stop_worker(proc)
 
 
 def run(args: argparse.Namespace) -> int:
     """Start the emulator from parsed arguments and serve until SIGINT/SIGTERM."""
     ids = parse_ids(args.ids)
     control = args.control or (f"{args.link}.ctl" if args.link else None)
-    bus = EmulatedBus(ids, period=args.period, return_delay_us=args.return_delay_us)
+    dynamics, stop_twin = _twin_dynamics(args, ids)
+    bus = EmulatedBus(ids, dynamics=dynamics, period=args.period, return_delay_us=args.return_delay_us)
     emulator = PtyEmulator(bus, link=args.link, control_path=control)
     stop = threading.Event()
 
@@ -665,6 +728,7 @@ def run(args: argparse.Namespace) -> int:
             pass
     finally:
         emulator.stop()
+        stop_twin()
         for s, handler in previous.items():
             signal.signal(s, handler)
     return 0

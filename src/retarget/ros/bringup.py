@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import os
 import re
 import shutil
@@ -48,10 +49,10 @@ __all__ = [
 #: Values of the ``mocap`` option: the node's ``source`` parameter, or ``none`` for no mocap node.
 MOCAP_SOURCES: tuple[str, ...] = ("twin", "natnet", "none")
 
-#: Servo dynamics the emulated bus can run. ``first_order`` is the emulator's rigid first-order servo; the
-#: reduced simulation (digital twin) will be added here and passed to the emulator when it can drive the
-#: servos.
-TWIN_DYNAMICS: tuple[str, ...] = ("first_order",)
+#: Servo dynamics the emulated bus can run. ``first_order``: the emulator's rigid first-order servos alone;
+#: ``reduced``: the same servos also drive the robot's reduced simulation, whose body poses feed the mocap twin
+#: (docs/twin.md). Without a reduced model ``reduced`` falls back to ``first_order`` (see :attr:`Bringup.notes`).
+TWIN_DYNAMICS: tuple[str, ...] = ("first_order", "reduced")
 
 #: Driver parameters on the emulated bus. The pty emulator is a Python process sharing two cores with the
 #: nodes: it answers within microseconds (no Return Delay Time needed) but misses a reply now and then under
@@ -169,6 +170,9 @@ class Bringup:
         processes: Non-ROS processes, started first, stopped last.
         nodes: ROS nodes.
         temporary_run_dir: :attr:`run_dir` was made for this run (removed by :meth:`Supervisor.stop`).
+        twin: The servo dynamics that will run (``reduced`` may have fallen back to ``first_order``).
+        twin_channel: The pose channel the reduced simulation writes and the mocap node reads, or None.
+        notes: Lines to show the user (e.g. why the twin fell back to ``first_order``).
     """
 
     robot: str
@@ -183,6 +187,9 @@ class Bringup:
     processes: tuple[ProcessSpec, ...]
     nodes: tuple[NodeSpec, ...]
     temporary_run_dir: bool = False
+    twin: str = "first_order"
+    twin_channel: Path | None = None
+    notes: tuple[str, ...] = ()
 
     def node(self, name: str) -> NodeSpec:
         """The node called ``name``.
@@ -217,6 +224,7 @@ class Bringup:
     def summary(self) -> list[str]:
         """One line per process: what runs and with which key settings."""
         lines = [f"{p.name}: python -m {p.module} {' '.join(p.args)}" for p in self.processes]
+        lines += list(self.notes)
         from retarget.model.library import read_ros_parameters
 
         robot = read_ros_parameters(self.params_file)
@@ -230,7 +238,7 @@ class Bringup:
 
 def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = True, mocap: str = "twin",
              namespace: str = "", run_dir: Path | None = None, twin: str = "first_order",
-             python: str | None = None) -> Bringup:
+             reduced: str | Path | None = None, python: str | None = None) -> Bringup:
     """Compute a robot's node set.
 
     Args:
@@ -242,7 +250,10 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
         namespace: ROS namespace for every node (``""`` or ``/name``).
         run_dir: Folder for the run's files; a new temporary folder when None (emulated bus: holds the pty
             link).
-        twin: Dynamics of the emulated servos, one of :data:`TWIN_DYNAMICS`.
+        twin: Dynamics of the emulated servos, one of :data:`TWIN_DYNAMICS`. ``reduced`` needs a reduced model
+            (``reduced``, else the planner's cache; :func:`retarget.twin.find_reduced_model`, file checks only);
+            without one it falls back to ``first_order`` and says why in :attr:`Bringup.notes` (and the log).
+        reduced: Reduced model file for ``twin="reduced"`` (``.npz`` from ``retarget reduce`` or a pickle).
         python: Interpreter for the processes (default: this one); only used in the emulator's command.
 
     Returns:
@@ -257,8 +268,7 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
     if mocap not in MOCAP_SOURCES:
         raise InputError(f"mocap {mocap!r}: expected one of {', '.join(MOCAP_SOURCES)}")
     if twin not in TWIN_DYNAMICS:
-        raise InputError(f"twin dynamics {twin!r} not available; available: {', '.join(TWIN_DYNAMICS)} (the "
-                         "reduced simulation will drive the emulated servos once it exists)")
+        raise InputError(f"twin dynamics {twin!r} not available; available: {', '.join(TWIN_DYNAMICS)}")
     if namespace and not _NAMESPACE.match(namespace):
         raise InputError(f"namespace {namespace!r}: expected '' or /name[/name...]")
     description = resolve_robot(robot).resolve()
@@ -276,13 +286,33 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
     processes: list[ProcessSpec] = []
     driver: dict[str, Any] = {}
     control = None
+    notes: list[str] = []
+    channel: Path | None = None
+    twin_args: tuple[str, ...] = ()
+    if emulated and twin == "reduced":
+        from retarget.twin.errors import TwinModelUnavailable
+        from retarget.twin.model import find_reduced_model
+
+        try:
+            source = find_reduced_model(description, reduced)
+        except TwinModelUnavailable as exc:
+            twin = "first_order"
+            notes.append(f"twin: first_order servos, no reduced simulation ({exc.reason})")
+            logging.getLogger(__name__).warning(notes[-1])
+        else:
+            channel = run_dir / "twin.poses"
+            twin_args = ("--twin", "reduced", "--robot", str(description), "--reduced", str(source.path),
+                         "--twin-channel", str(channel))
+            notes.append(f"twin: reduced simulation, model {source.describe()}, poses on {channel}")
+    elif not emulated:
+        twin = "first_order"
     if emulated:
         link = run_dir / "ttyDXL"
         control = run_dir / "ttyDXL.ctl"
         processes.append(ProcessSpec(
             "dynamixel_emulator", "retarget.dynamixel.emulator",
             ("--ids", ",".join(map(str, ids)), "--link", str(link), "--control", str(control),
-             "--return-delay-us", "0", "--json"),
+             "--return-delay-us", "0", "--json", *twin_args),
             ready_path=control))
         port = str(link)
         driver.update(EMULATED_BUS_OVERRIDES)
@@ -302,10 +332,14 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
                           {"robot_name": name, "trajectory_server_action": f"{namespace}/trajectory_server/"
                                                                            "follow_joint_trajectory"}))
     if mocap != "none":
-        nodes.append(node("mocap", "retarget.ros.mocap_node", "mocap", {"source": mocap}))
+        mocap_params: dict[str, Any] = {"source": mocap}
+        if mocap == "twin" and channel is not None:
+            mocap_params["twin_motion"] = f"live:{channel}"
+        nodes.append(node("mocap", "retarget.ros.mocap_node", "mocap", mocap_params))
     return Bringup(robot=name, params_file=params_file, joint_names=joints, dynamixel_ids=ids, port=port,
                    emulated=emulated, control_socket=control, run_dir=run_dir, namespace=namespace,
-                   processes=tuple(processes), nodes=tuple(nodes), temporary_run_dir=temporary)
+                   processes=tuple(processes), nodes=tuple(nodes), temporary_run_dir=temporary, twin=twin,
+                   twin_channel=channel, notes=tuple(notes))
 
 
 def fastdds_shm_files(pids: set[int], shm: Path = Path("/dev/shm")) -> set[Path]:

@@ -17,7 +17,7 @@ def _up(args: argparse.Namespace) -> int:
     from retarget.ros.bringup import BringupError, Supervisor, describe
 
     plan = describe(args.robot, hardware=args.hardware, planner=not args.no_planner, mocap=args.mocap,
-                    namespace=args.namespace)
+                    namespace=args.namespace, twin=args.twin, reduced=args.reduced)
     # The emulated bus and its nodes all live on this machine: keep discovery on loopback unless the user
     # chose otherwise.
     if "ROS_AUTOMATIC_DISCOVERY_RANGE" not in os.environ and plan.emulated:
@@ -77,7 +77,7 @@ def _up(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``retarget up`` and ``retarget record``."""
-    from retarget.ros.bringup import MOCAP_SOURCES
+    from retarget.ros.bringup import MOCAP_SOURCES, TWIN_DYNAMICS
     from retarget.ros.record import register_record
 
     register_record(sub)
@@ -96,6 +96,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--hardware", metavar="PORT", default="",
                         help="serial port of the real servos, e.g. /dev/ttyUSB0 (default: the emulated bus)")
     parser.add_argument("--no-planner", action="store_true", help="do not start the planner node")
+    parser.add_argument("--twin", choices=TWIN_DYNAMICS, default="first_order",
+                        help="emulated servo dynamics: first_order (rigid servos), or reduced (the servos drive the "
+                        "reduced simulation and the mocap twin shows the flexible parts; docs/twin.md)")
+    parser.add_argument("--reduced", default=None, metavar="FILE",
+                        help="reduced model for --twin reduced (default: the newest in the planner's cache)")
     parser.add_argument("--mocap", choices=MOCAP_SOURCES, default="twin",
                         help="mocap node source: twin (simulated), natnet (OptiTrack Motive) or none")
     parser.add_argument("--namespace", default="", help="ROS namespace of every node (e.g. /drummer)")

@@ -10,7 +10,8 @@ by the client and skipped; receive errors are counted and retried. Both, with ra
 ``/diagnostics`` once a second. Nothing a sender does can crash the node.
 
 Run: ``python -m retarget.ros.mocap_node --ros-args -p source:=natnet -p server_address:=10.0.0.2 ...``.
-The digital twin can also hand its own source to :class:`MocapNode` (``MocapNode(source=TwinSource(...))``).
+The digital twin can also hand its own source to :class:`MocapNode` (``MocapNode(source=TwinSource(...))``);
+``twin_motion: live:<channel>`` reads the running reduced simulation (:class:`~retarget.mocap.twin.LiveTwinSource`).
 """
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ from retarget.mocap import (
     interpolated_poses,
 )
 from retarget.mocap.bags import pose_topic
-from retarget.mocap.twin import PoseFunction
+from retarget.mocap.twin import LiveTwinSource, PoseFunction
 from retarget.ros.params import declare
 
 __all__ = ["MocapNode", "NodeStats", "load_twin_motion", "builtin_step_motion", "looped", "tf_frame_name", "main"]
@@ -213,7 +214,8 @@ class MocapNode(Node):
         self.stats = NodeStats()
         self.source: MocapSource = source if source is not None else self._build_source()
         if source is not None:  # what was injected, not the parameter, names the source in logs and diagnostics
-            self.source_kind = {NatNetClient: "natnet", TwinSource: "twin"}.get(type(source), type(source).__name__)
+            self.source_kind = {NatNetClient: "natnet", TwinSource: "twin", LiveTwinSource: "twin"}.get(
+                type(source), type(source).__name__)
         self._natnet = self.source if isinstance(self.source, NatNetClient) else None
         self._tf_publisher, self._transform_type = self._make_tf_publisher()
         self._pose_publishers: dict[str, Publisher] = {}
@@ -251,7 +253,8 @@ class MocapNode(Node):
         p["reconnect_interval_s"] = declare(self, "reconnect_interval_s", T.DOUBLE, 2.0,
                                             "retry period while Motive does not answer [s]", low=0.1, high=60.0)
         p["twin_motion"] = declare(self, "twin_motion", T.STRING, "builtin:step",
-                                   "twin body poses: builtin:step or a .npz/.csv file (see load_twin_motion)")
+                                   "twin body poses: builtin:step, a .npz/.csv file (see load_twin_motion), or "
+                                   "live:<channel file> (the running reduced simulation, docs/twin.md)")
         p["twin_loop"] = declare(self, "twin_loop", T.BOOL, True, "repeat the twin motion when it ends")
         p["twin_rate"] = declare(self, "twin_rate", T.DOUBLE, 120.0, "twin capture rate [Hz]", low=1.0,
                                  high=2000.0)
@@ -288,14 +291,18 @@ class MocapNode(Node):
             return client
         if self.source_kind == "twin":
             motion = p["twin_motion"]
+            noise = TwinNoise(p["twin_position_noise_m"], p["twin_rotation_noise_rad"], p["twin_occlusion"],
+                              p["twin_latency_s"])
+            if motion.startswith("live:"):
+                # The running reduced simulation (docs/twin.md): poses from its channel file.
+                return LiveTwinSource(motion[len("live:"):], p["twin_rate"], noise, seed=p["twin_seed"],
+                                      log=lambda line: self.get_logger().info(line))
             if motion == "builtin:step":
                 pose_at, period = builtin_step_motion()
             elif motion.startswith("builtin:"):
                 raise InputError(f"twin_motion {motion!r}: the only built-in motion is builtin:step")
             else:
                 pose_at, period = load_twin_motion(motion)
-            noise = TwinNoise(p["twin_position_noise_m"], p["twin_rotation_noise_rad"], p["twin_occlusion"],
-                              p["twin_latency_s"])
             return TwinSource(looped(pose_at, period) if p["twin_loop"] else pose_at, p["twin_rate"], noise,
                               seed=p["twin_seed"], realtime=True)
         raise InputError(f"parameter 'source' is {self.source_kind!r}; use natnet or twin")

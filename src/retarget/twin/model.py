@@ -1,0 +1,152 @@
+"""Where the twin's reduced model comes from: a ``retarget reduce`` artifact, a pickle, or the planner's cache.
+
+Lookup order (:func:`find_reduced_model`): the file the user gave (``--reduced`` / the ``reduced`` option), else the
+newest model of this robot in the planner's cache (:func:`retarget.optimize.planning_model.cache_dir`, files
+``<robot>-<digest>.pkl`` written by ``retarget plan``). The cache key includes the planned motion, which the twin
+does not know, so any cached model of the robot is taken (newest first): a pickled reduced system is
+self-contained (its own mesh, basis, cubature), but it carries no provenance, so a robot edited since that plan
+is not detected — delete the cache or pass ``--reduced`` after editing a robot. A ``.npz`` artifact is checked
+against the robot (:func:`retarget.sim.reduced.load_reduced` raises ``StaleReducedModelError``).
+
+The lookup is cheap (file checks only); :func:`load_twin_model` does the heavy part (robot and FEM build for an
+artifact, numba kernels on first use).
+"""
+from __future__ import annotations
+
+import json
+import pickle
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from retarget.errors import InputError
+from retarget.twin.errors import TwinModelUnavailable
+
+__all__ = ["ReducedModelSource", "TwinModel", "find_reduced_model", "load_twin_model", "robot_name"]
+
+
+@dataclass(frozen=True)
+class ReducedModelSource:
+    """A reduced model file and how it was found.
+
+    Attributes:
+        path: the file (``.npz`` artifact or pickled :class:`~retarget.sim.reduced.ReducedSystem`).
+        origin: ``"file"`` (given by the user) or ``"planner_cache"``.
+    """
+
+    path: Path
+    origin: str
+
+    def describe(self) -> str:
+        """One line for logs."""
+        return f"{self.path} ({'given' if self.origin == 'file' else 'planner cache'})"
+
+
+@dataclass(frozen=True, eq=False)
+class TwinModel:
+    """A reduced system ready to drive.
+
+    Attributes:
+        robot: robot name. reduced: the :class:`~retarget.sim.reduced.ReducedSystem`.
+        motors: motor names in the reduced system's order, ``(m,)``.
+        bodies: rigid bodies whose poses the twin publishes (the robot's tracked bodies; all rigid bodies if it
+            tracks none), ``(b,)``.
+        source: where it came from. info: modes, cubature elements, mesh scale (for logs).
+    """
+
+    robot: str
+    reduced: Any
+    motors: tuple[str, ...]
+    bodies: tuple[str, ...]
+    source: ReducedModelSource
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def robot_name(robot: str | Path) -> str:
+    """The robot's name (``single_rod``) from a name or a description/params YAML path."""
+    from retarget.model import library
+
+    path = Path(robot) if Path(robot).is_file() else library.resolve_robot(str(robot))
+    return path.name.split(".")[0]
+
+
+def find_reduced_model(robot: str | Path, reduced_file: str | Path | None = None) -> ReducedModelSource:
+    """The reduced model the twin of ``robot`` should run (file checks only).
+
+    Args:
+        robot: robot name or YAML path.
+        reduced_file: a ``.npz`` artifact (``retarget reduce``) or a pickled reduced system; None: the planner's
+            cache.
+
+    Raises:
+        InputError: ``reduced_file`` does not exist.
+        TwinModelUnavailable: nothing given and nothing cached for this robot (the message says where it looked).
+    """
+    if reduced_file:
+        path = Path(reduced_file)
+        if not path.is_file():
+            raise InputError(f"reduced model {path} does not exist (build one with `retarget reduce`)")
+        return ReducedModelSource(path.resolve(), "file")
+    from retarget.optimize.planning_model import cache_dir
+
+    name = robot_name(robot)
+    folder = cache_dir()
+    cached = sorted(folder.glob(f"{name}-*.pkl"), key=lambda p: p.stat().st_mtime, reverse=True)
+    if not cached:
+        raise TwinModelUnavailable(name, f"no --reduced file given and no {name}-*.pkl in the planner cache "
+                                         f"{folder} (build one with `retarget reduce {name} ...` or `retarget plan`)")
+    return ReducedModelSource(cached[0].resolve(), "planner_cache")
+
+
+def _artifact_meta(path: Path) -> dict[str, Any]:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return json.loads(str(data["meta"]))
+    except (OSError, ValueError, KeyError) as exc:
+        raise InputError(f"{path} is not a reduced-model artifact: {exc}") from exc
+
+
+def load_twin_model(robot: str | Path, source: ReducedModelSource, mesh_scale: float | None = None) -> TwinModel:
+    """Load the reduced system of ``source`` for ``robot``.
+
+    An artifact is checked against the robot; it is rebuilt on the mesh it was trained on (its stored
+    ``mesh_scale``, as ``retarget reduce --mesh-scale`` writes it, unless ``mesh_scale`` is given).
+
+    Raises:
+        StaleReducedModelError: the artifact does not match the robot (names every changed input).
+        TwinModelUnavailable: a pickle whose motors differ from the robot's.
+        InputError: unreadable file.
+    """
+    from retarget.model.loader import load_robot
+
+    name = robot_name(robot)
+    path = source.path
+    info: dict[str, Any] = {}
+    if path.suffix == ".npz":
+        from retarget.sim.reduced.artifact import load_reduced
+        # The artifact's mesh variant is rebuilt exactly as `retarget reduce` built it (same YAML rewrite).
+        from retarget.sim.reduced.commands import _load
+
+        meta = _artifact_meta(path)
+        scale = mesh_scale if mesh_scale is not None else (meta.get("extra") or {}).get("mesh_scale")
+        yaml_path, model, system = _load(str(robot), scale)
+        rs = load_reduced(path, system, yaml_path)
+        info["mesh_scale"] = scale
+    else:
+        try:
+            with open(path, "rb") as fh:
+                rs = pickle.load(fh)
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError) as exc:
+            raise InputError(f"cannot read the pickled reduced model {path}: {exc}") from exc
+        from retarget.model import library
+
+        model = load_robot(Path(robot) if Path(robot).is_file() else library.resolve_robot(str(robot)), name)
+    if tuple(rs.motors) != tuple(model.motors):
+        raise TwinModelUnavailable(name, f"{path} has motors {list(rs.motors)}, the robot has {list(model.motors)}")
+    rigid = [b.name for b in rs.rigid]
+    tracked = [tb.link for tb in model.tracked_bodies if tb.link in rigid]
+    info.update(modes=[int(b.size - b.basis.n_rigid) for b in rs.bodies],
+                cubature_elements=[int(len(b.cubature.elements)) for b in rs.bodies])
+    return TwinModel(name, rs, tuple(rs.motors), tuple(tracked or rigid), source, info)
