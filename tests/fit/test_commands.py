@@ -37,3 +37,33 @@ def test_user_errors_exit_2(tmp_path, capsys) -> None:
     assert main(["fit", "--robot", "two_rods", "--recording", str(tmp_path), "--body", "tip"]) == 2
     assert main(["fit", "--robot", "single_rod", "--recording", str(tmp_path), "--body", "tip",
                  "--params", "gamma"]) == 2
+
+
+def test_fit_motion_writes_the_identification_motion(tmp_path, capsys) -> None:
+    out = tmp_path / "ident.yaml"
+    assert main(["fit-motion", "--robot", "single_rod", "--cycles", "3", "--bursts", "2", "--out", str(out),
+                 "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["frequencies_hz"][1] == pytest.approx(32.5, rel=0.01)
+    assert summary["peak_rate_rad_s"] <= summary["max_velocity"] == pytest.approx(8.06)
+    assert summary["peak_load_torque_nm"]["identification"] > 0.0
+    assert yaml.safe_load(out.read_text())["joints"] == ["base_pitch"]
+    assert main(["fit-motion", "--robot", "single_rod", "--step-deg", "120"]) == 2
+
+
+def test_check_sets_builtin_explicit_and_random() -> None:
+    from retarget.errors import InputError
+    from retarget.fit.commands import CHECK_SETS, RANDOM_RANGES, check_sets
+
+    assert check_sets(None, 2, 0, 0) == list(CHECK_SETS[:2])
+    assert check_sets(["1.7e11,0.4,5e-5"], 3, 0, 0) == [(1.7e11, 0.4, 5e-5)]
+    drawn = check_sets(None, 0, 20, 3)
+    assert drawn == check_sets(None, 0, 20, 3) and len(drawn) == 20
+    for e, a, b in drawn:
+        assert RANDOM_RANGES["youngs_modulus"][0] <= e <= RANDOM_RANGES["youngs_modulus"][1]
+        assert RANDOM_RANGES["alpha"][0] <= a <= RANDOM_RANGES["alpha"][1]
+        assert RANDOM_RANGES["beta"][0] <= b <= RANDOM_RANGES["beta"][1]
+    with pytest.raises(InputError, match="three numbers"):
+        check_sets(["1e11,0.5"], 3, 0, 0)
+    with pytest.raises(InputError, match="no parameter sets"):
+        check_sets(None, 0, 0, 0)

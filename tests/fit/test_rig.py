@@ -32,3 +32,10 @@ def test_robot_with_two_parts_is_rejected() -> None:
 def test_with_material_replaces_values() -> None:
     rig = load_rig("single_rod").with_material(youngs_modulus=1.5e11, rayleigh_alpha=0.3)
     assert rig.material.youngs_modulus == 1.5e11 and rig.material.rayleigh_alpha == 0.3
+
+
+def test_servo_and_joint_limits_come_from_the_robot_files() -> None:
+    rig = load_rig("single_rod")
+    assert rig.motor_limits == pytest.approx((-math.pi / 2, math.pi / 2))
+    assert rig.max_velocity == pytest.approx(8.06)
+    assert rig.stall_torque == pytest.approx(3.0)

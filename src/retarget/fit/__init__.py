@@ -2,9 +2,19 @@
 
 Load a rig (:func:`load_rig`), pick an engine (:func:`make_simulator`), read recordings (:func:`read_recording`),
 then :func:`fit_materials` (or :func:`build_problem` + :func:`solve` to inspect the aligned problem first).
-:func:`record_twin_step_test` makes twin recordings with known parameters. Imports no ROS. See docs/fit.md.
+:func:`record_twin_step_test` makes twin recordings with known parameters. :func:`design_identification_motion`
+builds the motion that separates α from β (second bending mode) and :func:`predict_uncertainty` the 1σ a fit will
+reach before anything is recorded. Imports no ROS. See docs/fit.md.
 """
 from retarget.fit.align import Alignment, RestPose, align, detect_onset, kabsch, rest_pose
+from retarget.fit.design import (
+    IdentificationDesign,
+    UncertaintyPrediction,
+    design_identification_motion,
+    load_torque,
+    predict_uncertainty,
+    write_identification_motion,
+)
 from retarget.fit.errors import AlignmentError, FitError, RecordingError, RigError
 from retarget.fit.fitter import (
     PARAMETERS,
@@ -44,6 +54,7 @@ __all__ = [
     "FitProblem",
     "FitResult",
     "FullEngine",
+    "IdentificationDesign",
     "MotorProfile",
     "RecordingError",
     "RestPose",
@@ -53,19 +64,24 @@ __all__ = [
     "TipRecording",
     "TipTrajectory",
     "TwinRecording",
+    "UncertaintyPrediction",
     "align",
     "build_problem",
     "default_materials_path",
+    "design_identification_motion",
     "detect_onset",
     "fit_materials",
     "kabsch",
     "load_rig",
+    "load_torque",
     "make_simulator",
     "motor_profile",
     "parse_params",
+    "predict_uncertainty",
     "read_recording",
     "record_twin_step_test",
     "rest_pose",
     "solve",
     "update_materials_file",
+    "write_identification_motion",
 ]

@@ -1,4 +1,4 @@
-"""CLI: ``retarget fit``, ``retarget twin-test`` and ``retarget check fit``."""
+"""CLI: ``retarget fit``, ``retarget twin-test``, ``retarget fit-motion`` and ``retarget check fit``."""
 from __future__ import annotations
 
 import argparse
@@ -10,6 +10,13 @@ __all__ = ["register", "register_check"]
 
 #: The acceptance sets of ``retarget check fit``: (E [Pa], α [1/s], β [s]).
 CHECK_SETS: tuple[tuple[float, float, float], ...] = ((200e9, 0.5, 4e-5), (185e9, 1.0, 1e-4), (215e9, 0.3, 2e-4))
+
+#: Ranges of ``retarget check fit --random``: E [Pa] uniform, α [1/s] and β [s] log-uniform.
+RANDOM_RANGES: dict[str, tuple[float, float]] = {"youngs_modulus": (150e9, 220e9), "alpha": (0.1, 2.0),
+                                                 "beta": (1e-5, 3e-4)}
+
+#: Motions of the acceptance run, per robot (``<robot>/<name>``): the step test and the identification motion.
+CHECK_MOTIONS = "step_30,ident_mode2"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,7 +39,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "--recording; default <robot>/step_30)")
     p.add_argument("--params", default="youngs_modulus,alpha,beta", help="parameters to fit, comma-separated "
                    "(default youngs_modulus,alpha,beta)")
-    p.add_argument("--engine", default="auto", help="simulator: auto|beam|reduced|full (default auto)")
+    p.add_argument("--engine", default="auto", help="simulator: auto|beam|reduced|full (default auto: reduced "
+                   "with --reduced, else beam)")
+    p.add_argument("--reduced", default=None, metavar="FILE.npz",
+                   help="reduced model of the rig (retarget reduce) for the reduced engine")
     p.add_argument("--dt", type=float, default=None, metavar="S", help="engine time step [s] (default: the "
                    "engine's, 0.001 for beam)")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="write measured vs simulated tip motion")
@@ -60,11 +70,38 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     q.add_argument("--mocap-frame", default="yup", help="yup (Motive default) or identity")
     q.add_argument("--seed", type=int, default=0, help="noise seed (default 0)")
     q.add_argument("--engine", default="auto", help="simulator: auto|beam|reduced|full (default auto)")
+    q.add_argument("--reduced", default=None, metavar="FILE.npz", help="reduced model (retarget reduce)")
     q.add_argument("--dt", type=float, default=None, metavar="S", help="engine time step [s]")
     q.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap", help="bag storage (default mcap)")
     q.add_argument("--out", required=True, metavar="BAG", help="bag folder to create (must not exist)")
     q.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     q.set_defaults(func=_twin_test)
+
+    m = subparsers.add_parser(
+        "fit-motion",
+        help="design the identification motion of a step-test rig (excites the second bending mode)",
+        description="Write a keyframes motion that separates Rayleigh alpha from beta: a step, then short bursts of "
+        "motor oscillations at the rig's second bending frequency (from its beam model) within the servo's speed "
+        "limit, with ring-outs between (docs/fit.md). Optionally predict the 1-sigma of a fit with it.",
+    )
+    m.add_argument("--robot", default="single_rod", metavar="RIG", help="rig params YAML or robot name")
+    m.add_argument("--youngs-modulus", type=float, default=None,
+                   help="E [Pa] for the mode frequencies (default: the rig's material; better: a value fitted "
+                   "from a step test)")
+    m.add_argument("--step-deg", type=float, default=30.0, help="step the bursts ride on [deg] (default 30)")
+    m.add_argument("--cycles", type=int, default=4, help="oscillation cycles per burst (default 4)")
+    m.add_argument("--bursts", type=int, default=3, help="bursts (default 3)")
+    m.add_argument("--gap", type=float, default=0.9, metavar="S", help="ring-out after each burst [s] (default 0.9)")
+    m.add_argument("--speed-fraction", type=float, default=0.9,
+                   help="fraction of the servo speed limit to use (default 0.9)")
+    m.add_argument("--max-velocity", type=float, default=None, metavar="RAD_S",
+                   help="servo speed limit [rad/s] (default: the rig file's servo.max_velocity)")
+    m.add_argument("--out", default=None, metavar="FILE.yaml", help="keyframes file to write")
+    m.add_argument("--predict", action="store_true",
+                   help="also predict the fit's 1-sigma (Cramer-Rao) with step_30 + this motion at the rig's "
+                   "material, 120 Hz, 1 mm and 0.005 rad noise")
+    m.add_argument("--json", action="store_true", help="print a JSON object as the last line")
+    m.set_defaults(func=_fit_motion)
 
 
 def register_check(subparsers: argparse._SubParsersAction) -> None:
@@ -72,9 +109,9 @@ def register_check(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "fit",
         help="twin round trip: recover known E, alpha, beta from noisy twin recordings",
-        description="For each parameter set, record the 30 and 45 degree step tests with the twin (1 mm position "
-        "noise, 0.005 rad orientation noise), fit them jointly and compare with the truth (acceptance: E within "
-        "2 percent, alpha and beta within 10 percent). Takes about 100-150 s per set.",
+        description="For each parameter set, record the step test and the identification motion with the twin "
+        "(1 mm position noise, 0.005 rad orientation noise, 120 Hz), fit them jointly and compare with the truth "
+        "(acceptance: E within 2 percent, alpha and beta within 10 percent). Minutes per set.",
     )
     p.add_argument("--robot", default="single_rod", metavar="RIG", help="rig (default single_rod)")
     p.add_argument("--noise", type=float, default=0.001, help="position noise std [m] (default 0.001)")
@@ -84,6 +121,14 @@ def register_check(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--rotation-noise", type=float, default=0.005,
                    help="orientation noise std [rad] (default 0.005)")
     p.add_argument("--repeats", type=int, default=1, help="recordings of each step test per set (default 1)")
+    p.add_argument("--motions", default=CHECK_MOTIONS, metavar="M1,M2",
+                   help=f"motions recorded per set, <robot>/<name> or files (default {CHECK_MOTIONS})")
+    p.add_argument("--set", action="append", default=None, metavar="E,ALPHA,BETA", dest="true_sets",
+                   help="a true parameter set [Pa, 1/s, s] instead of the built-in ones; repeatable")
+    p.add_argument("--random", type=int, default=0, metavar="N",
+                   help="add N sets drawn at random (E 150-220 GPa, alpha 0.1-2 1/s, beta 1e-5-3e-4 s, the "
+                   "damping log-uniform)")
+    p.add_argument("--random-seed", type=int, default=0, help="seed of --random (default 0)")
     p.add_argument("--engine", default="auto", help="simulator (default auto)")
     p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     p.set_defaults(func=_check_fit)
@@ -126,7 +171,7 @@ def _fit(args: argparse.Namespace) -> int:
                          f"got {len(motions)}")
     if len(motions) == 1:
         motions = motions * len(args.recording)
-    simulator = make_simulator(args.engine, rig, args.dt)
+    simulator = make_simulator(args.engine, rig, args.dt, reduced=args.reduced)
     cases = [FitCase(read_recording(path, args.body, args.topic), _motion(m, rig.name), str(path))
              for path, m in zip(args.recording, motions)]
     bar = _bar("fit")
@@ -181,7 +226,7 @@ def _twin_test(args: argparse.Namespace) -> int:
     b = mat.rayleigh_beta if args.beta is None else args.beta
     if not (e > 0 and a >= 0 and b >= 0 and args.noise >= 0 and args.rate > 0):
         raise InputError("need E > 0, alpha >= 0, beta >= 0, noise >= 0 and rate > 0")
-    simulator = make_simulator(args.engine, rig, args.dt)
+    simulator = make_simulator(args.engine, rig, args.dt, reduced=args.reduced)
     info = record_twin_step_test(simulator, _motion(args.motion, rig.name), args.out, e, a, b, body=args.body,
                                  noise_m=args.noise, occlusion=args.occlusion, rate_hz=args.rate,
                                  mocap_frame=args.mocap_frame, seed=args.seed, storage=args.storage)
@@ -192,6 +237,45 @@ def _twin_test(args: argparse.Namespace) -> int:
                           "occluded": info.occluded, "youngs_modulus": e, "alpha": a, "beta": b,
                           "noise_m": args.noise, "lead_s": info.lead_s}))
     return 0
+
+
+def check_sets(explicit: list[str] | None, n_builtin: int, n_random: int, seed: int
+               ) -> list[tuple[float, float, float]]:
+    """The true (E [Pa], α [1/s], β [s]) sets of ``retarget check fit``.
+
+    Args:
+        explicit: ``"E,ALPHA,BETA"`` strings (``--set``); when given, they replace the built-in sets.
+        n_builtin: How many of :data:`CHECK_SETS` to use otherwise.
+        n_random: Sets drawn from :data:`RANDOM_RANGES` and appended.
+        seed: Seed of the random draw.
+
+    Raises:
+        InputError: A malformed or non-positive ``--set``.
+    """
+    import numpy as np
+
+    from retarget.errors import InputError
+
+    sets: list[tuple[float, float, float]] = []
+    for text in explicit or []:
+        try:
+            e, a, b = (float(v) for v in text.split(","))
+        except ValueError:
+            raise InputError(f"--set {text!r}: expected three numbers E,ALPHA,BETA") from None
+        if not (e > 0 and a > 0 and b > 0):
+            raise InputError(f"--set {text!r}: E, alpha and beta must be positive")
+        sets.append((e, a, b))
+    if not explicit:
+        sets.extend(CHECK_SETS[: max(0, n_builtin)])
+    rng = np.random.default_rng(seed)
+    for _ in range(max(0, n_random)):
+        e = rng.uniform(*RANDOM_RANGES["youngs_modulus"])
+        a = float(np.exp(rng.uniform(*np.log(RANDOM_RANGES["alpha"]))))
+        b = float(np.exp(rng.uniform(*np.log(RANDOM_RANGES["beta"]))))
+        sets.append((float(f"{e:.4g}"), float(f"{a:.3g}"), float(f"{b:.3g}")))
+    if not sets:
+        raise InputError("no parameter sets to check (--sets 0 and no --set or --random)")
+    return sets
 
 
 def _check_fit(args: argparse.Namespace) -> int:
@@ -207,14 +291,17 @@ def _check_fit(args: argparse.Namespace) -> int:
 
     rig = load_rig(args.robot)
     simulator = make_simulator(args.engine, rig)
-    motions = [f"{rig.name}/step_30", f"{rig.name}/step_45_fast"]
+    names = [m.strip() for m in args.motions.split(",") if m.strip()]
+    motions = [m if ("/" in m or m.endswith((".yaml", ".csv", ".json"))) else f"{rig.name}/{m}" for m in names]
+    loaded = {m: _motion(m, rig.name) for m in motions}
+    sets = check_sets(args.true_sets, args.sets, args.random, args.random_seed)
     rows = []
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        for k, (e, a, b) in enumerate(CHECK_SETS[: args.sets]):
+        for k, (e, a, b) in enumerate(sets):
             cases = []
             for j, name in enumerate(motions * max(1, args.repeats)):
-                motion = _motion(name, rig.name)
+                motion = loaded[name]
                 out = os.path.join(tmp, f"set{k}_{j}")
                 record_twin_step_test(simulator, motion, out, e, a, b, noise_m=args.noise,
                                       rotation_noise_rad=args.rotation_noise, rate_hz=args.rate, seed=100 * k + j)
@@ -226,23 +313,87 @@ def _check_fit(args: argparse.Namespace) -> int:
                 bar.close()
             truth = {"youngs_modulus": e, "alpha": a, "beta": b}
             err = {p: res.values[p] / truth[p] - 1.0 for p in truth}
+            rel_std = {p: res.std[p] / res.values[p] for p in res.std}
             ok = abs(err["youngs_modulus"]) <= 0.02 and abs(err["alpha"]) <= 0.10 and abs(err["beta"]) <= 0.10
             rows.append({"truth": truth, "fitted": {p: res.values[p] for p in truth},
-                         "std": res.std, "relative_error": err, "residual_rms_m": res.residual_rms_m,
+                         "std": res.std, "relative_std": rel_std, "relative_error": err,
+                         "residual_rms_m": res.residual_rms_m,
                          "correlation_alpha_beta": float(res.correlation[1, 2]), "simulations": res.evaluations,
                          "wall_s": res.wall_s, "pass": ok})
-            print(f"set {k + 1}: E {100 * err['youngs_modulus']:+.3f} %, alpha {100 * err['alpha']:+.2f} %, "
-                  f"beta {100 * err['beta']:+.2f} % (±{100 * res.std['alpha'] / a:.1f} %, "
-                  f"±{100 * res.std['beta'] / b:.1f} %), residual {1e3 * res.residual_rms_m:.3f} mm, "
-                  f"{res.wall_s:.0f} s -> {'PASS' if ok else 'FAIL'}")
+            print(f"set {k + 1} (E {e / 1e9:.1f} GPa, alpha {a:.3g} 1/s, beta {b:.3g} s): "
+                  f"E {100 * err['youngs_modulus']:+.3f} %, alpha {100 * err['alpha']:+.2f} % "
+                  f"(±{100 * rel_std['alpha']:.1f} %), beta {100 * err['beta']:+.2f} % "
+                  f"(±{100 * rel_std['beta']:.1f} %), residual {1e3 * res.residual_rms_m:.3f} mm, "
+                  f"{res.wall_s:.0f} s -> {'PASS' if ok else 'FAIL'}", flush=True)
+    last = rows[-1]
     summary = {"robot": rig.name, "engine": getattr(simulator, "name", args.engine), "noise_m": args.noise,
                "rotation_noise_rad": args.rotation_noise, "rate_hz": args.rate, "repeats": args.repeats,
                "motions": motions, "sets": rows, "all_pass": all(r["pass"] for r in rows),
+               "worst_relative_error": {p: max(abs(r["relative_error"][p]) for r in rows)
+                                        for p in ("youngs_modulus", "alpha", "beta")},
+               "youngs_modulus": last["fitted"]["youngs_modulus"], "alpha": last["fitted"]["alpha"],
+               "beta": last["fitted"]["beta"], "residual_rms_m": last["residual_rms_m"],
                "wall_s": time.perf_counter() - t0,
                "threads": {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}}
     if args.json:
         print(json.dumps(summary, default=float))
     return 0 if summary["all_pass"] else 1
+
+
+def _fit_motion(args: argparse.Namespace) -> int:
+    import math
+    from pathlib import Path
+
+    from retarget.fit.design import design_identification_motion
+    from retarget.fit.rig import load_rig
+
+    rig = load_rig(args.robot)
+    design = design_identification_motion(rig, args.youngs_modulus, step_deg=args.step_deg, cycles=args.cycles,
+                                          bursts=args.bursts, gap_s=args.gap, speed_fraction=args.speed_fraction,
+                                          max_velocity=args.max_velocity)
+    f1, f2 = design.frequencies_hz
+    print(f"identification motion for {rig.name}: f1 = {f1:.3f} Hz, f2 = {f2:.2f} Hz at E = "
+          f"{design.youngs_modulus / 1e9:.1f} GPa; {design.bursts} x {design.cycles} cycles of "
+          f"±{math.degrees(design.amplitude_rad):.2f} deg about {math.degrees(design.step_rad):.0f} deg; peak "
+          f"{design.peak_rate_rad_s:.2f} rad/s (limit {design.max_velocity:.2f}); {design.duration_s:.2f} s")
+    summary: dict[str, Any] = {"robot": rig.name, "youngs_modulus": design.youngs_modulus,
+                               "frequencies_hz": list(design.frequencies_hz), "amplitude_rad": design.amplitude_rad,
+                               "step_rad": design.step_rad, "cycles": design.cycles, "bursts": design.bursts,
+                               "peak_rate_rad_s": design.peak_rate_rad_s, "max_velocity": design.max_velocity,
+                               "duration_s": design.duration_s}
+    from retarget.fit.design import load_torque
+    from retarget.fit.simulators import BeamEngine
+
+    mat = rig.material
+    values = (mat.youngs_modulus, mat.rayleigh_alpha, mat.rayleigh_beta)
+    engine = BeamEngine(rig)
+    torques = {"step_30": float(abs(load_torque(engine, *values, _motion(None, rig.name))[1]).max()),
+               "identification": float(abs(load_torque(engine, *values, design.motion())[1]).max())}
+    stall = "unknown" if rig.stall_torque is None else f"{rig.stall_torque:.2f} N m"
+    print(f"  peak load torque (beam model, rod and tip only, rotor excluded): step_30 {torques['step_30']:.1f} N m, "
+          f"this motion {torques['identification']:.1f} N m; servo stall torque {stall} (the twin drives the motor "
+          "angle exactly, see docs/fit.md)")
+    summary["peak_load_torque_nm"] = torques
+    summary["stall_torque_nm"] = rig.stall_torque
+    if args.out:
+        from retarget.fit.design import write_identification_motion
+
+        path = write_identification_motion(design, Path(args.out))
+        summary["path"] = str(path)
+        print(f"  wrote {path}")
+    if args.predict:
+        from retarget.fit.design import predict_uncertainty
+
+        both = predict_uncertainty(engine, [_motion(None, rig.name), design.motion()], *values)
+        step = predict_uncertainty(engine, [_motion(None, rig.name)], *values)
+        for label, pred in (("step_30 alone", step), ("step_30 + this motion", both)):
+            r = pred.relative_std
+            print(f"  predicted 1-sigma, {label}: E {100 * r['youngs_modulus']:.4f} %, alpha "
+                  f"{100 * r['alpha']:.2f} %, beta {100 * r['beta']:.2f} % (corr {pred.correlation[1, 2]:+.3f})")
+        summary["predicted"] = {"step_30": step.to_dict(), "step_30+motion": both.to_dict()}
+    if args.json:
+        print(json.dumps(summary, default=float))
+    return 0
 
 
 def register_surrogate_check(subparsers: argparse._SubParsersAction) -> None:

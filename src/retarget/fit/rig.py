@@ -44,6 +44,9 @@ class StepTestRig:
         tip_com: Tip centre of mass (3,) [m], world.
         tip_inertia_axis: Tip inertia about its centre of mass around ``axis`` [kg m²].
         gravity: (3,) [m/s²].
+        motor_limits: Lower and upper position limit of the motor joint [rad] (±inf if the URDF has none).
+        max_velocity: The servo's speed limit [rad/s] (``servo.max_velocity`` of the robot file), or ``None``.
+        stall_torque: The servo's stall torque [N m] (``servo.stall_torque``), or ``None``.
     """
 
     name: str
@@ -64,6 +67,9 @@ class StepTestRig:
     tip_com: NDArray[np.float64]
     tip_inertia_axis: float
     gravity: NDArray[np.float64]
+    motor_limits: tuple[float, float] = (-math.inf, math.inf)
+    max_velocity: float | None = None
+    stall_torque: float | None = None
 
     @property
     def lateral_direction(self) -> NDArray[np.float64]:
@@ -175,4 +181,21 @@ def load_rig(robot: str | Path) -> StepTestRig:
         tip_com=np.asarray(tip.com, dtype=float),
         tip_inertia_axis=float(axis @ np.asarray(tip.inertia, dtype=float) @ axis),
         gravity=np.asarray(model.gravity, dtype=float),
+        motor_limits=(_limit(joint.lower, -math.inf), _limit(joint.upper, math.inf)),
+        max_velocity=_servo_value(raw.get("servo"), "max_velocity", label),
+        stall_torque=_servo_value(raw.get("servo"), "stall_torque", label),
     )
+
+
+def _limit(value: float | None, default: float) -> float:
+    return default if value is None else float(value)
+
+
+def _servo_value(servo: Any, key: str, robot: str) -> float | None:
+    """``servo.<key>`` of the robot file (SI), or None when the file does not give it."""
+    if not isinstance(servo, dict) or servo.get(key) is None:
+        return None
+    value = float(servo[key])
+    if not value > 0:
+        raise RigError(robot, f"servo.{key} must be positive, got {value}")
+    return value

@@ -5,9 +5,10 @@
 - :class:`BeamEngine`: the turning-beam surrogate (:mod:`retarget.fit.beam`), ~0.4 s for a 4 s step test;
 - :class:`FullEngine`: the full-space FEM + rigid-body engine (:mod:`retarget.sim`); exact physics but minutes per
   simulated second on this machine, so it is for checking the surrogate, not for fitting;
-- ``reduced``: the reduced engine (:mod:`retarget.sim.reduced`) once it exposes a simulate entry point (its cubature
-  forces scale linearly with E at fixed ν, so E, α, β can vary without retraining); until then
-  :func:`make_simulator` says it is not available.
+- :class:`ReducedEngine`: the compiled reduced engine (:func:`retarget.sim.reduced.simulate_compiled`) on a trained
+  reduced model (``retarget reduce``): geometrically exact, ~1 s per simulated second. E varies without
+  retraining: the Neo-Hookean energy is linear in (μ, λ), so at fixed ν the cubature forces and the rest stiffness
+  ``K₀`` (used by β) scale with E/E₀; α and β are replaced.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ __all__ = [
     "BeamEngine",
     "FullEngine",
     "MotorProfile",
+    "ReducedEngine",
     "StepTestSimulator",
     "TipTrajectory",
     "make_simulator",
@@ -225,19 +227,108 @@ def _load_with_resolution(rig: StepTestRig, resolution: tuple[int, int]) -> obje
         return load_robot(path)
 
 
-def make_simulator(engine: str, rig: StepTestRig, dt: float | None = None) -> StepTestSimulator:
-    """The adapter for ``engine`` (one of :data:`ENGINES`); ``auto`` is the beam surrogate until the reduced
-    engine has an adapter.
+def youngs_modulus_of(mu: float, lam: float) -> float:
+    """E [Pa] from the Lamé parameters μ, λ [Pa]: ``E = μ(3λ + 2μ)/(λ + μ)``."""
+    return mu * (3.0 * lam + 2.0 * mu) / (lam + mu)
+
+
+class ReducedEngine:
+    """The compiled reduced engine on a reduced model of the rig, with the part's material varied in place.
+
+    ``E`` scales the cubature weights and the rest stiffness ``stiffness0`` of the rig's part by ``E / E₀`` (E₀ from
+    the cubature's Lamé parameters: the model's training material); α, β replace the part's damping. Nothing is
+    retrained; the frozen model is copied with :func:`dataclasses.replace`. Note that the reduced engine damps the
+    relative velocity ``ż`` in the reference body's frame (docs/reduced.md §3), as the beam surrogate damps the
+    deflection rate in the turning frame, so fitted α, β mean the same in both.
+
+    Args:
+        rig: The rig.
+        reduced: A :class:`retarget.sim.reduced.ReducedSystem` of the rig's robot (e.g. :func:`load_reduced_model`).
+        dt: Time step [s] (the reduced engine's default, 1 ms).
+    """
+
+    name = "reduced"
+
+    def __init__(self, rig: StepTestRig, reduced: object, dt: float = 1e-3) -> None:
+        if not dt > 0:
+            raise InputError(f"time step must be positive, got {dt}")
+        bodies = getattr(reduced, "bodies")
+        names = [b.name for b in bodies]
+        if rig.part not in names:
+            raise InputError(f"the reduced model has no body {rig.part!r} (it has {names})")
+        self.rig = rig
+        self.dt = float(dt)
+        self.reduced = reduced
+        self.part_index = names.index(rig.part)
+        cub = bodies[self.part_index].cubature
+        self.youngs_modulus_trained = youngs_modulus_of(float(cub.mu), float(cub.lam))
+
+    def system_at(self, youngs_modulus: float, alpha: float, beta: float) -> object:
+        """The reduced system with the part's E [Pa], α [1/s], β [s] (a copy; the model is not changed)."""
+        scale = float(youngs_modulus) / self.youngs_modulus_trained
+        bodies = list(getattr(self.reduced, "bodies"))
+        body = bodies[self.part_index]
+        bodies[self.part_index] = replace(
+            body, cubature=replace(body.cubature, weights=body.cubature.weights * scale),
+            stiffness0=body.stiffness0 * scale, alpha=float(alpha), beta=float(beta))
+        return replace(self.reduced, bodies=tuple(bodies))  # type: ignore[type-var]
+
+    def simulate(self, youngs_modulus: float, alpha: float, beta: float, motion: object) -> TipTrajectory:
+        """See :class:`StepTestSimulator`."""
+        from scipy.spatial.transform import Rotation
+
+        from retarget.sim import SplineMotors
+        from retarget.sim.reduced import simulate_compiled
+
+        p = motor_profile(motion, self.rig.motor, self.dt)
+        motors = SplineMotors(p.time_s, p.angle[:, None])
+        run = simulate_compiled(self.system_at(youngs_modulus, alpha, beta), motors, float(p.time_s[-1]), self.dt)
+        time = np.asarray(run.time)
+        wxyz = run.rigid_poses[:, run.system.rigid_index(self.rig.tip_link), 3:]
+        tip_angle = Rotation.from_quat(wxyz[:, [1, 2, 3, 0]]).as_rotvec() @ self.rig.axis
+        return TipTrajectory(time, run.body_position(self.rig.tip_link), np.interp(time, p.time_s, p.angle),
+                             tip_angle)
+
+
+def load_reduced_model(rig: StepTestRig, path: str | object) -> object:
+    """The reduced model of the rig's robot from an artifact written by ``retarget reduce``.
+
+    Raises:
+        StaleReducedModelError: The artifact does not match the robot files (named inputs changed).
+    """
+    from retarget.model.loader import load_robot
+    from retarget.sim import build_system
+    from retarget.sim.reduced import load_reduced
+
+    return load_reduced(path, build_system(load_robot(rig.path)), rig.path)
+
+
+def make_simulator(engine: str, rig: StepTestRig, dt: float | None = None,
+                   reduced: str | object | None = None) -> StepTestSimulator:
+    """The adapter for ``engine`` (one of :data:`ENGINES`).
+
+    Args:
+        engine: ``auto`` (reduced when a reduced model is given, else the beam surrogate), ``beam``, ``reduced``,
+            ``full``.
+        rig: The rig.
+        dt: Time step [s] (default: the engine's).
+        reduced: A reduced-model artifact path (``retarget reduce``) or a loaded ``ReducedSystem``.
 
     Raises:
         InputError: Unknown engine name.
-        NotAvailableError: The reduced engine was asked for but has not landed.
+        NotAvailableError: The reduced engine was asked for without a reduced model.
     """
     if engine not in ENGINES:
         raise InputError(f"unknown engine {engine!r}; choose one of {list(ENGINES)}")
-    if engine == "reduced":
-        raise NotAvailableError("the reduced engine has no step-test adapter yet (retarget.sim.reduced exposes no "
-                                "simulate entry point); use --engine beam")
+    if engine == "reduced" and reduced is None:
+        raise NotAvailableError("the reduced engine needs a trained reduced model of the rig: make one with "
+                                "`retarget reduce ROBOT --train-motion ROBOT/step_30 --out FILE.npz` and pass "
+                                "--reduced FILE.npz (or use --engine beam)")
     if engine == "full":
         return FullEngine(rig, dt=dt or 5e-4)
+    if reduced is not None and engine in ("auto", "reduced"):
+        from pathlib import Path
+
+        model = load_reduced_model(rig, reduced) if isinstance(reduced, (str, Path)) else reduced
+        return ReducedEngine(rig, model, dt=dt or 1e-3)
     return BeamEngine(rig, dt=dt or 1e-3)
