@@ -14,8 +14,14 @@ Accuracy vs dt: the tracked bodies' positions at dt = 1 ms and 2 ms against dt =
 RMS and max over the common samples, relative to the peak deviation of the 0.5 ms run from the quasi-static
 start.
 
+Speed: per dt, wall time and CPU time of the compiled loop (``cpu_s``, process time: less sensitive to other load on
+a shared machine than wall time), Newton iterations per step, factorizations, and the wall time projected to
+``--project`` seconds of motion (default 10 s). ``--profile`` adds a single-thread micro-profile measured inside
+numba (thread CPU time, best of 5 batches): µs per residual-only evaluation (and its parts: cubature, constraint
+blocks, inertial forces), per residual + exact Jacobian, per condensed LU and per condensed solve.
+
 Usage: ``python bench/bench_reduced.py [--robot single_rod --motion single_rod/step_30] [--modes 15]
-[--duration S] [--dts 0.0005,0.001,0.002]``
+[--duration S] [--dts 0.0005,0.001,0.002] [--profile] [--project 10]``
 """
 from __future__ import annotations
 
@@ -26,6 +32,88 @@ import resource
 import time
 
 import numpy as np
+
+
+def micro_profile(packed, state: np.ndarray, prev: np.ndarray, prev2: np.ndarray, dt: float, theta, theta_dot) -> dict:
+    """µs per compiled kernel call at a BDF2 step ``(prev2, prev) → state``, timed inside numba (thread CPU time)."""
+    import numba
+
+    from retarget.sim.reduced import compiled as ck
+    from retarget.sim.reduced.cubature import cubature_force_value
+    from retarget.sim.reduced.dynamics import body_force
+    from retarget.sim.reduced.kernels import block_eval
+
+    @numba.njit
+    def residual_loop(p, s, ub, vb, h, th, thd, n, jac):  # type: ignore[no-untyped-def]
+        for _ in range(n):
+            ck.residual_jacobian(p, s, ub, vb, h, th, thd, 1.0 / h, jac)
+
+    @numba.njit
+    def cubature_loop(p, s, n):  # type: ignore[no-untyped-def]
+        for _ in range(n):
+            for d in range(p.bref.shape[0]):
+                z = s[p.bzu[d] : p.bzu[d] + p.bsize[d]]
+                cubature_force_value(z, p.cub_d[d], p.cub_qw[d], p.cub_w[d], p.bmu[d], p.blam[d])
+
+    @numba.njit
+    def blocks_loop(p, s, th, n):  # type: ignore[no-untyped-def]
+        u = s[: p.sizes[0]]
+        for _ in range(n):
+            for bk in range(p.kind.shape[0]):
+                ui = p.ui[p.ui_off[bk] : p.ui_off[bk + 1]]
+                ul = np.empty(ui.shape[0])
+                for k in range(ui.shape[0]):
+                    ul[k] = u[ui[k]]
+                mot = p.motor[bk]
+                block_eval(p.kind[bk], mot >= 0, p.present_a[bk] != 0, p.present_b[bk] != 0, p.fvec[bk], p.fmat[bk],
+                           p.separate[bk] != 0, p.y0[bk], p.ymap[bk], ul, th[mot] if mot >= 0 else 0.0)
+
+    @numba.njit
+    def inertial_loop(p, s, n):  # type: ignore[no-untyped-def]
+        nu = p.sizes[0]
+        g = p.gravity
+        for _ in range(n):
+            for d in range(p.bref.shape[0]):
+                ref, rr = p.bref[d], p.bsize[d]
+                zd = s[nu + p.bzv[d] : nu + p.bzv[d] + rr]
+                body_force(s[7 * ref + 3 : 7 * ref + 7], s[p.bzu[d] : p.bzu[d] + rr], zd, s[nu + 6 * ref + 3 : nu + 6 * ref + 6],
+                           g, g, zd, g, p.bmass[d], p.s0[d], p.s1[d], p.p0[d], p.p1[d], p.p2[d], p.c0[d], p.c1[d], p.mzz[d])
+
+    @numba.njit
+    def lu_loop(p, jac, ws, n):  # type: ignore[no-untyped-def]
+        for _ in range(n):
+            ck._factorize(p, jac, ws)
+
+    @numba.njit
+    def solve_loop(p, ws, res, n):  # type: ignore[no-untyped-def]
+        for _ in range(n):
+            ck.condensed_solve(p, ws, res)
+
+    def best_us(fn, n: int) -> float:
+        fn(1)
+        best = np.inf
+        for _ in range(5):
+            t = time.thread_time()
+            fn(n)
+            best = min(best, (time.thread_time() - t) / n)
+        return best * 1e6
+
+    nu, nv = int(packed.sizes[0]), int(packed.sizes[1])
+    ub = (4.0 / 3.0) * prev[:nu] - (1.0 / 3.0) * prev2[:nu]
+    vb = (4.0 / 3.0) * prev[nu : nu + nv] - (1.0 / 3.0) * prev2[nu : nu + nv]
+    h = 2.0 * dt / 3.0
+    th, thd = np.atleast_1d(np.asarray(theta, dtype=float)), np.atleast_1d(np.asarray(theta_dot, dtype=float))
+    res, jac, *_ = ck.residual_jacobian(packed, state, ub, vb, h, th, thd, 1.0 / h, True)
+    ws = ck.make_workspace(packed)
+    return {
+        "residual_us": best_us(lambda n: residual_loop(packed, state, ub, vb, h, th, thd, n, False), 50),
+        "residual_cubature_us": best_us(lambda n: cubature_loop(packed, state, n), 50),
+        "residual_constraint_blocks_us": best_us(lambda n: blocks_loop(packed, state, th, n), 50),
+        "residual_inertial_us": best_us(lambda n: inertial_loop(packed, state, n), 50),
+        "residual_and_jacobian_us": best_us(lambda n: residual_loop(packed, state, ub, vb, h, th, thd, n, True), 3),
+        "condensed_lu_us": best_us(lambda n: lu_loop(packed, jac, ws, n), 3),
+        "condensed_solve_us": best_us(lambda n: solve_loop(packed, ws, res, n), 50),
+    }
 
 
 def modal_reduced(system, n_modes: int, seed: int = 0):
@@ -69,6 +157,8 @@ def main() -> None:
     ap.add_argument("--artifact", default=None, help="reduced-model file (with --basis artifact)")
     ap.add_argument("--duration", type=float, default=None, help="cap on the simulated time [s]")
     ap.add_argument("--dts", default="0.0005,0.001,0.002", help="time steps [s] (the first is the reference)")
+    ap.add_argument("--profile", action="store_true", help="add the single-thread micro-profile")
+    ap.add_argument("--project", type=float, default=10.0, help="motion length for the projected wall time [s]")
     args = ap.parse_args()
     robots = args.robot or ["single_rod", "two_rods", "drummer"]
     motions = args.motion or {"single_rod": ["single_rod/step_30"], "two_rods": ["two_rods/swing_90"],
@@ -102,8 +192,11 @@ def main() -> None:
         simulate_compiled(rs, motors, 0.01, dts[0], start=start, packed=packed)  # compile / warm caches
         tracked = [tb.link for tb in model.tracked_bodies] or [system.rigid[-1].name]
         runs = {}
+        cpu = {}
         for dt in dts:
+            c0 = time.process_time()
             run = simulate_compiled(rs, motors, t_end, dt, start=start, packed=packed)
+            cpu[dt] = time.process_time() - c0
             runs[dt] = run
         ref = runs[dts[0]]
         idx = [rs.rigid_index(n) for n in tracked]
@@ -121,6 +214,10 @@ def main() -> None:
                 "steps": len(run.time) - 1,
                 "wall_s": run.wall_s,
                 "steps_per_s": (len(run.time) - 1) / run.wall_s,
+                "cpu_s": cpu[dt],
+                "steps_per_cpu_s": (len(run.time) - 1) / cpu[dt],
+                "projected_wall_s": args.project / t_end * run.wall_s,
+                "projected_cpu_s": args.project / t_end * cpu[dt],
                 "newton_iterations_mean": float(np.mean(run.newton_iterations[1:])),
                 "factorizations": run.factorizations,
                 "tracked_rms_error_vs_finest_rel": float(np.sqrt(np.mean(err**2)) / peak) if peak > 0 else 0.0,
@@ -138,9 +235,16 @@ def main() -> None:
             "peak_tracked_motion_m": peak,
             "build_s": build_s,
             "runs": per_dt,
+            "projected_motion_s": args.project,
+            "load_average": os.getloadavg(),
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
             "threads": threads,
         }
+        if args.profile:
+            fine = runs[dts[0]]
+            k = len(fine.time) - 1
+            out["micro_profile"] = micro_profile(packed, fine.states[k], fine.states[k - 1], fine.states[k - 2], dts[0],
+                                                 motors.value(fine.time[k]), motors.derivative(fine.time[k]))
         print(json.dumps(out), flush=True)
 
 

@@ -15,7 +15,7 @@ from retarget.sim.motors import FunctionMotors
 from retarget.sim.reduced import compiled as ck
 from retarget.sim.reduced.basis import ReducedBasis, rigid_modes
 from retarget.sim.reduced.cubature import Cubature, _element_rows
-from retarget.sim.reduced.engine import pack_system, residual_compiled, simulate_compiled
+from retarget.sim.reduced.engine import CompiledReducedEngine, pack_system, residual_compiled, simulate_compiled
 from retarget.sim.reduced.stepper import residual_and_jacobian, solve_static, step
 from retarget.sim.reduced.system import build_reduced_system, reference_bodies
 from retarget.sim.scenarios import build_two_motor_rod
@@ -84,8 +84,10 @@ def test_residual_and_jacobian_equal_reference(random_reduced):
         assert np.max(np.abs(got.jacobian - ref.jacobian)) <= 1e-12 * np.max(np.abs(ref.jacobian))
         assert np.max(np.abs(got.r_theta_dot - ref.r_theta_dot)) <= 1e-13
         assert np.max(np.abs(got.mass - ref.mass)) <= 1e-14 * np.max(np.abs(ref.mass))
+        # Residual-only path: real-arithmetic constraint rows and the reduced-form cubature value kernel.
         only = residual_compiled(packed, s, *args, jacobian=False)
-        assert np.array_equal(only.residual, got.residual)
+        assert np.max(np.abs(only.residual - got.residual)) <= 1e-13 * np.max(np.abs(got.residual))
+        assert only.min_det == pytest.approx(got.min_det, rel=1e-13)
 
 
 def test_r_theta_against_finite_differences(random_reduced):
@@ -126,11 +128,11 @@ def test_time_loop_equals_reference_stepper(pca_reduced):
     motors = FunctionMotors(lambda t: [0.3 * (1 - np.cos(20 * t)), -0.1 * t], lambda t: [6 * np.sin(20 * t), -0.1])
     dt, n = 1e-3, 60
     st = solve_static(rs, motors.value(0.0))
-    prev2, prev, cache = None, st, {}
+    prev3, prev2, prev, cache = None, None, st, {}
     ref = [st.s]
     for k in range(1, n + 1):
-        new, _ = step(rs, prev, prev2, dt, motors, cache, k)
-        prev2, prev = prev, new
+        new, _ = step(rs, prev, prev2, dt, motors, cache, k, prev3=prev3, estimate=True)
+        prev3, prev2, prev = prev2, prev, new
         ref.append(new.s)
     ref = np.array(ref)
     run = simulate_compiled(rs, motors, n * dt, dt, start=st, chunk=25)
@@ -141,6 +143,64 @@ def test_time_loop_equals_reference_stepper(pca_reduced):
     assert np.max(np.abs(run.states[:, nu : nu + nv] - ref[:, nu : nu + nv])) < 1e-6
     assert np.max(np.abs(run.states[:, nu + nv :] - ref[:, nu + nv :])) < 1e-6 * np.max(np.abs(ref[:, nu + nv :]))
     assert run.factorizations == cache["factorizations"]
+
+
+def test_engine_steps_equal_compiled_run(pca_reduced):
+    """The optimizer's one-step path (quadratic predictor from its cache) converges to the chunked run's states."""
+    rs = pca_reduced
+    motors = FunctionMotors(lambda t: [0.3 * (1 - np.cos(20 * t)), -0.1 * t], lambda t: [6 * np.sin(20 * t), -0.1])
+    engine = CompiledReducedEngine(rs, tolerance=1e-12)
+    start = engine.solve_static(motors.value(0.0))
+    dt, n = 1e-3, 30
+    prev2, prev, cache, steps = None, start, {}, [start.s]
+    for k in range(1, n + 1):
+        new = engine.step(prev, prev2, dt, motors, k, cache)
+        prev2, prev = prev, new
+        steps.append(new.s)
+    run = engine.simulate(start, motors, dt, n)
+    nu = rs.n_u
+    assert np.max(np.abs(np.array(steps)[:, :nu] - run.states[:, :nu])) < 1e-10
+    assert np.max(np.abs(run.states[:, : 7 * rs.n_rigid] - run.states[0, : 7 * rs.n_rigid])) > 1e-4
+
+
+def test_predictor_satisfies_kinematic_rows(pca_reduced):
+    """BDF2 start: V, λ extrapolated linearly; c and z rows of ``R_U`` vanish, q rows to O(h·|Δq|)."""
+    rs = pca_reduced
+    packed = pack_system(rs)
+    rng = np.random.default_rng(8)
+    nu, nv, nb = rs.n_u, rs.n_v, rs.n_rigid
+    base, _ = _random_point(rs, 9)
+    states = np.stack([base, base + rng.normal(size=len(base)) * 1e-4, np.zeros_like(base)])
+    dt = 1e-3
+    h = 2 * dt / 3
+    u_bar = (4 * states[1, :nu] - states[0, :nu]) / 3
+    v_bar = (4 * states[1, nu : nu + nv] - states[0, nu : nu + nv]) / 3
+    guess = ck._predict(packed, states, 1, u_bar, h, dt)
+    assert np.allclose(guess[nu:], 2 * states[1, nu:] - states[0, nu:], rtol=0, atol=1e-15)
+    res = residual_compiled(packed, guess, u_bar, v_bar, h, np.zeros(2), np.zeros(2), 1 / h, jacobian=False).residual
+    c_rows = np.concatenate([np.arange(7 * i, 7 * i + 3) for i in range(nb)])
+    assert np.max(np.abs(res[c_rows])) <= 1e-15
+    assert np.max(np.abs(res[7 * nb : nu])) <= 1e-15
+    q_rows = np.concatenate([np.arange(7 * i + 3, 7 * i + 7) for i in range(nb)])
+    assert np.max(np.abs(res[q_rows])) <= 1e-6
+
+
+def test_stopping_test_bounds_the_remaining_error():
+    """Linear convergence ``e_k = e_0 ρᵏ``: stopping on ``size ρ/(1−ρ) ≤ tol`` leaves an error ≤ tol."""
+    for rho in (0.01, 0.1, 0.3, 0.45):
+        err = 1e-4
+        previous = np.inf
+        for _ in range(200):
+            size = err * (1 - rho)  # the update removes (1 − ρ) of the current error
+            err *= rho
+            if ck.converged(size, previous, 1e-10):
+                break
+            previous = size
+        assert err <= 1e-10 * (1 + 1e-12)
+        assert err > 1e-10 * rho**2  # not more iterations than needed
+    assert not ck.converged(1e-9, np.inf, 1e-10)  # no estimate from a single update
+    assert not ck.converged(1e-9, 1.5e-9, 1e-10)  # ρ ≥ 0.5: only the update size counts
+    assert ck.converged(1e-10, 1.5e-10, 1e-10)
 
 
 def test_condensed_solves_are_exact(pca_reduced):

@@ -1,10 +1,18 @@
-"""Tests of retarget.sim.reduced.cubature: exactness with all elements, FD tangent, training accuracy."""
+"""Tests of retarget.sim.reduced.cubature: exactness with all elements, FD tangent, training accuracy, value kernel."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from retarget.sim.reduced.basis import mass_pca_basis
-from retarget.sim.reduced.cubature import Cubature, _element_rows, train_cubature
+from retarget.sim.reduced.cubature import (
+    Cubature,
+    _element_rows,
+    cubature_force_value,
+    cubature_forces,
+    reduced_gradients,
+    train_cubature,
+)
 
 
 def _basis_and_samples(body, seed, n=16):
@@ -71,3 +79,23 @@ def test_training_reaches_tolerance_with_few_elements_and_generalizes(small_rod)
         exact = basis.T @ small_rod.internal_forces(basis @ z)
         errs.append(np.linalg.norm(cub.evaluate(z)[0] - exact) / np.linalg.norm(exact))
     assert max(errs) < 1e-2
+
+
+def test_value_kernel_equals_force_and_tangent_kernel(small_rod):
+    """The reduced-form value kernel (residual-only Newton iterations) = the FEM kernel's projected force."""
+    basis, zs = _basis_and_samples(small_rod, 2, 8)
+    cub = train_cubature(small_rod, basis, zs, tolerance=1e-3)
+    dmat = reduced_gradients(cub.basis_rows, cub.grad)
+    assert dmat.shape == (len(cub.weights), cub.grad.shape[1], 9, basis.shape[1])
+    for z in (zs[0], 3.0 * zs[5], np.zeros_like(zs[0])):
+        f_ref, _, det_ref = cubature_forces(z, cub.basis_rows, cub.grad, cub.qweights, cub.weights, cub.mu, cub.lam)
+        f, det = cubature_force_value(z, dmat, cub.qweights, cub.weights, cub.mu, cub.lam)
+        assert det == pytest.approx(det_ref, rel=1e-13)
+        assert np.max(np.abs(f - f_ref)) <= 1e-12 * max(np.abs(f_ref).max(), 1.0)
+    # An inverting state: the same quadrature points are skipped and the same (negative) min det F reported.
+    z = np.random.default_rng(3).normal(size=len(zs[1])) * 50.0 * np.abs(zs).max()
+    f_ref, _, det_ref = cubature_forces(z, cub.basis_rows, cub.grad, cub.qweights, cub.weights, cub.mu, cub.lam)
+    f, det = cubature_force_value(z, dmat, cub.qweights, cub.weights, cub.mu, cub.lam)
+    assert det_ref < 0.0
+    assert det == pytest.approx(det_ref, rel=1e-12)
+    assert np.max(np.abs(f - f_ref)) <= 1e-12 * np.abs(f_ref).max()

@@ -19,7 +19,14 @@ from scipy.optimize import nnls
 from retarget.fem.neo_hookean import _forces_stiffness_numba
 from retarget.sim.reduced.errors import TrainingDataError
 
-__all__ = ["Cubature", "cubature_forces", "element_reduced_forces", "train_cubature"]
+__all__ = [
+    "Cubature",
+    "cubature_force_value",
+    "cubature_forces",
+    "element_reduced_forces",
+    "reduced_gradients",
+    "train_cubature",
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -89,6 +96,106 @@ def cubature_forces(
         f += weights[e] * (ue.T @ fe[30 * e : 30 * e + 30])
         kz += weights[e] * (ue.T @ (ke[900 * e : 900 * e + 900].reshape(30, 30) @ ue))
     return f, kz, min_det
+
+
+def reduced_gradients(basis_rows: NDArray[np.float64], grad: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Displacement-gradient maps ``D`` (k, q, 9, r): ``H = ∂u/∂X = Σ_l z_l D_l`` at each quadrature point.
+
+    ``D[e, q, 3i+j, l] = Σ_a U_e[(a, i), l] ∂N_a/∂X_j`` — the same matrix projects the first Piola stress back
+    onto the reduced coordinates (``f_l = Σ w P : D_l``), so a value-only cubature evaluation never forms element
+    displacements or element force vectors.
+
+    Args:
+        basis_rows: ``U_e`` stacked (k*30, r). grad: rest shape gradients (k, q, 10, 3) [1/m].
+    """
+    k, r = grad.shape[0], basis_rows.shape[1]
+    ue = basis_rows.reshape(k, 10, 3, r)
+    d = np.einsum("kail,kqaj->kqijl", ue, grad)
+    return np.ascontiguousarray(d.reshape(k, grad.shape[1], 9, r))
+
+
+# Reassociation lets the compiler vectorize the length-r dot products (H = Σ z_l D_l); no other fast-math flag, so
+# non-finite values still propagate to the engine's checks.
+@numba.njit(cache=True, fastmath={"reassoc", "contract"})
+def cubature_force_value(
+    z: NDArray[np.float64],
+    dmat: NDArray[np.float64],
+    qweights: NDArray[np.float64],
+    weights: NDArray[np.float64],
+    mu: float,
+    lam: float,
+) -> tuple[NDArray[np.float64], float]:
+    """``Σ_e w_e U_eᵀ f_e(U_e z)`` (r,) [N] and min det F, without the tangent (residual-only Newton iterations).
+
+    The FEM layer's Neo-Hookean force (:mod:`retarget.fem.neo_hookean`, same small-strain-accurate
+    ``ln J = log1p(tr H + I₂(H) + det H)`` and ``2E = H + Hᵀ + HᵀH``), written per quadrature point in reduced
+    form: ``H = Σ_l z_l D_l``, ``P = F⁻ᵀ (μ 2E + λ ln J I)``, ``f_l += w_e w_q P : D_l``. Quadrature points with
+    ``det F ≤ 0`` contribute nothing (as in the FEM kernel); the caller checks min det F.
+
+    Args:
+        z: (r,). dmat: :func:`reduced_gradients` (k, q, 9, r). qweights: (k, q) [m³]. weights: (k,).
+        mu, lam: Lamé parameters [Pa].
+    """
+    k, nq, _, r = dmat.shape
+    f = np.zeros(r)
+    hm = np.empty((3, 3))
+    fi = np.empty((3, 3))
+    tm = np.empty((3, 3))
+    pm = np.empty(9)
+    min_det = np.inf
+    for e in range(k):
+        for q in range(nq):
+            d = dmat[e, q]
+            for ij in range(9):
+                acc = 0.0
+                for l in range(r):
+                    acc += d[ij, l] * z[l]
+                hm[ij // 3, ij % 3] = acc
+            f00, f01, f02 = hm[0, 0] + 1.0, hm[0, 1], hm[0, 2]
+            f10, f11, f12 = hm[1, 0], hm[1, 1] + 1.0, hm[1, 2]
+            f20, f21, f22 = hm[2, 0], hm[2, 1], hm[2, 2] + 1.0
+            det = f00 * (f11 * f22 - f12 * f21) - f01 * (f10 * f22 - f12 * f20) + f02 * (f10 * f21 - f11 * f20)
+            if det < min_det:
+                min_det = det
+            if det <= 0.0:
+                continue
+            inv_det = 1.0 / det
+            fi[0, 0] = (f11 * f22 - f12 * f21) * inv_det
+            fi[0, 1] = (f02 * f21 - f01 * f22) * inv_det
+            fi[0, 2] = (f01 * f12 - f02 * f11) * inv_det
+            fi[1, 0] = (f12 * f20 - f10 * f22) * inv_det
+            fi[1, 1] = (f00 * f22 - f02 * f20) * inv_det
+            fi[1, 2] = (f02 * f10 - f00 * f12) * inv_det
+            fi[2, 0] = (f10 * f21 - f11 * f20) * inv_det
+            fi[2, 1] = (f01 * f20 - f00 * f21) * inv_det
+            fi[2, 2] = (f00 * f11 - f01 * f10) * inv_det
+            tr = hm[0, 0] + hm[1, 1] + hm[2, 2]
+            i2 = 0.5 * tr * tr
+            for i in range(3):
+                for j in range(3):
+                    i2 -= 0.5 * hm[i, j] * hm[j, i]
+            det_h = (
+                hm[0, 0] * (hm[1, 1] * hm[2, 2] - hm[1, 2] * hm[2, 1])
+                - hm[0, 1] * (hm[1, 0] * hm[2, 2] - hm[1, 2] * hm[2, 0])
+                + hm[0, 2] * (hm[1, 0] * hm[2, 1] - hm[1, 1] * hm[2, 0])
+            )
+            lam_log_j = lam * np.log1p(tr + i2 + det_h)
+            for i in range(3):
+                for j in range(3):
+                    val = hm[i, j] + hm[j, i]
+                    for m in range(3):
+                        val += hm[m, i] * hm[m, j]
+                    tm[i, j] = mu * val
+                tm[i, i] += lam_log_j
+            wq = weights[e] * qweights[e, q]
+            for i in range(3):
+                for j in range(3):
+                    pm[3 * i + j] = wq * (fi[0, i] * tm[0, j] + fi[1, i] * tm[1, j] + fi[2, i] * tm[2, j])
+            for ij in range(9):
+                pij = pm[ij]
+                for l in range(r):
+                    f[l] += pij * d[ij, l]
+    return f, min_det
 
 
 def element_reduced_forces(body: object, basis: NDArray[np.float64], z: NDArray[np.float64]) -> NDArray[np.float64]:

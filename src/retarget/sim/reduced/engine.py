@@ -22,6 +22,7 @@ from retarget.optimize.engines import EngineState, SystemEngine
 from retarget.sim.constraints import CouplingConstraint, JointConstraint
 from retarget.sim.errors import NewtonFailed, SimulationDiverged
 from retarget.sim.reduced import compiled as ck
+from retarget.sim.reduced.cubature import reduced_gradients
 from retarget.sim.reduced.kernels import COUPLING_CODE, JOINT_CODES
 from retarget.sim.reduced.stepper import BDF1, BDF2, ReducedState, _block_layout, solve_static
 from retarget.sim.reduced.system import ReducedSystem
@@ -112,6 +113,7 @@ def pack_system(rs: ReducedSystem) -> ck.Packed:
         cub_grad=_typed([b.cubature.grad for b in bodies]),
         cub_qw=_typed([b.cubature.qweights for b in bodies]),
         cub_w=_typed([b.cubature.weights for b in bodies]),
+        cub_d=_typed([reduced_gradients(b.cubature.basis_rows, b.cubature.grad) for b in bodies]),
         bmu=np.array([b.cubature.mu for b in bodies], dtype=float),
         blam=np.array([b.cubature.lam for b in bodies], dtype=float),
         kind=kind,
@@ -252,6 +254,7 @@ def simulate_compiled(
     packed: ck.Packed | None = None,
     chunk: int = 500,
     progress: Callable[[int, int], None] | None = None,
+    estimate: bool = True,
 ) -> CompiledRun:
     """BDF1 then BDF2 from the quasi-static state at ``θ(0)`` (or ``start``) for ``duration`` [s].
 
@@ -261,6 +264,8 @@ def simulate_compiled(
         tol, max_iter: Newton tolerance (as the reference stepper) and iteration cap.
         packed: a cached :func:`pack_system` of ``rs``. chunk: steps per compiled call.
         progress: ``(k, n)`` after each chunk.
+        estimate: also stop Newton on the estimated remaining error (``compiled.converged``); ``False`` for the
+            stricter update-size test (the optimizer's engine).
 
     Raises:
         NewtonFailed, SimulationDiverged: with the failing step and time.
@@ -280,7 +285,8 @@ def simulate_compiled(
     k = 0
     while k < n_steps:
         k1 = min(n_steps, k + chunk)
-        status, at = ck.run_chunk(p, states, iters, k, k1, float(dt), thetas, theta_dots, float(tol), int(max_iter), ws)
+        status, at = ck.run_chunk(p, states, iters, k, k1, float(dt), thetas, theta_dots, float(tol), int(max_iter), ws,
+                                  bool(estimate))
         if status != ck.STATUS_OK:
             _raise(status, at, float(times[at]))
         k = k1
@@ -328,19 +334,27 @@ class CompiledReducedEngine(SystemEngine):
             ws = cache["compiled_workspace"] = ck.make_workspace(self.packed)
         t = prev.t + dt
         nm = len(self.system.motors)
+        # The state before prev2, remembered from the previous call of a sequential rollout, only feeds the
+        # quadratic predictor (the Newton start), never the converged step.
+        last = cache.get("compiled_last")
+        prev3 = last[0] if last is not None and prev2 is not None and last[1] is prev2 else None
+        cache["compiled_last"] = (prev2, prev)
         if prev2 is None:
             states = np.stack([prev.s, np.zeros_like(prev.s)])
             k0 = 0
-        else:
+        elif prev3 is None:
             states = np.stack([prev2.s, prev.s, np.zeros_like(prev.s)])
             k0 = 1
+        else:
+            states = np.stack([prev3.s, prev2.s, prev.s, np.zeros_like(prev.s)])
+            k0 = 2
         thetas = np.zeros((len(states), nm))
         theta_dots = np.zeros((len(states), nm))
         thetas[-1] = motors.value(t)
         theta_dots[-1] = motors.derivative(t)
         iters = np.zeros(len(states), dtype=np.int64)
         status, _ = ck.run_chunk(self.packed, states, iters, k0, k0 + 1, float(dt), thetas, theta_dots,
-                                 self.tolerance, 40, ws)
+                                 self.tolerance, 40, ws, False)
         if status != ck.STATUS_OK:
             _raise(status, index, t)
         return self._wrap(self._state(t, states[-1]))
@@ -348,7 +362,7 @@ class CompiledReducedEngine(SystemEngine):
     def simulate(self, start: Any, motors: Any, dt: float, n_steps: int) -> CompiledRun:
         """All states of an ``n_steps`` rollout from ``start`` (an ``EngineState``) in compiled chunks."""
         return simulate_compiled(self.system, motors, n_steps * dt, dt, start=start.native, tol=self.tolerance,
-                                 max_iter=40, packed=self.packed)
+                                 max_iter=40, packed=self.packed, estimate=False)
 
     def sensitivity(self, new: Any, prev: Any, prev2: Any, dt: float, motors: Any) -> Any:
         from retarget.optimize.engines import StepSensitivity

@@ -24,6 +24,7 @@ from numpy.typing import NDArray
 
 from retarget.sim.constraints import CouplingConstraint, RigidSlot
 from retarget.sim.errors import NewtonFailed, SimulationDiverged
+from retarget.sim.reduced.compiled import converged
 from retarget.sim.reduced.dynamics import body_forces
 from retarget.sim.reduced.system import ReducedSystem
 from retarget.sim.rotation import QUATERNION_BASIS_Q, omega_matrix, quat_rate_matrix, rotate, rotate_jacobian, rotation_matrix
@@ -327,6 +328,7 @@ def _newton(
     step_index: int,
     t: float,
     cache: dict,
+    estimate: bool = False,
 ) -> tuple[NDArray[np.float64], int]:
     s = guess.copy()
     norms: list[dict[str, float]] = []
@@ -351,7 +353,7 @@ def _newton(
             raise SimulationDiverged(step_index, t, norms, reason="singular Newton system")
         s += delta
         size = max(float(np.max(np.abs(delta[:nu]))), dt * float(np.max(np.abs(delta[nu : nu + nv]))))
-        if size <= tol:
+        if converged(size, previous, tol, estimate):
             return s, it + 1
         if not fresh and size > 0.3 * previous:
             cache["lu"] = None
@@ -370,9 +372,15 @@ def step(
     step_index: int = 1,
     tol: float = 1e-10,
     max_iter: int = 25,
+    prev3: ReducedState | None = None,
+    estimate: bool = False,
 ) -> tuple[ReducedState, int]:
     """One BDF step (BDF1 without ``prev2``), Baumgarte ``a = 1/h``; chord Newton with the cached LU.
 
+    The Newton start extrapolates V and λ (quadratically with ``prev3``, linearly without) and takes U from the
+    kinematic rows, as the compiled engine's ``_predict``; the stopping test is ``compiled.converged``: the
+    update size alone by default (the optimizer's ``ReducedEngine`` needs that strictness for its adjoint), with
+    the remaining-error estimate when ``estimate`` (as ``simulate_compiled``'s default).
     Returns the new state and the Newton iteration count.
     """
     a1, a2, gamma = BDF1 if prev2 is None else BDF2
@@ -386,16 +394,26 @@ def step(
     theta, theta_dot = motors.value(t), motors.derivative(t)  # type: ignore[attr-defined]
     nb = rs.n_rigid
     rate = np.zeros(rs.n_u)
+    if prev2 is None:
+        # First step: explicit Euler on U, V and λ held.
+        u0, v0, lam0, base, hh = prev.u, prev.v, prev.lam, prev.u, dt
+    else:
+        # V, λ extrapolated; U from the kinematic rows at that V (T at the extrapolated quaternion).
+        ext = np.concatenate([2 * prev.u - prev2.u, 2 * prev.v - prev2.v, 2 * prev.lam - prev2.lam])
+        if prev3 is not None:
+            ext = 3 * prev.s - 3 * prev2.s + prev3.s
+        nu_, nv_ = rs.n_u, rs.n_v
+        u0, v0, lam0, base, hh = ext[:nu_], ext[nu_ : nu_ + nv_], ext[nu_ + nv_ :], u_bar, h
     for i in range(nb):
-        rate[7 * i : 7 * i + 3] = prev.v[6 * i : 6 * i + 3]
-        rate[7 * i + 3 : 7 * i + 7] = 0.5 * quat_rate_matrix(prev.u[7 * i + 3 : 7 * i + 7]) @ prev.v[6 * i + 3 : 6 * i + 6]
-    rate[7 * nb :] = prev.v[6 * nb :]
-    guess = np.concatenate([prev.u + dt * rate, prev.v, prev.lam])
+        rate[7 * i : 7 * i + 3] = v0[6 * i : 6 * i + 3]
+        rate[7 * i + 3 : 7 * i + 7] = 0.5 * quat_rate_matrix(u0[7 * i + 3 : 7 * i + 7]) @ v0[6 * i + 3 : 6 * i + 6]
+    rate[7 * nb :] = v0[6 * nb :]
+    guess = np.concatenate([base + hh * rate, v0, lam0])
 
     def fn(s: NDArray[np.float64], jacobian: bool) -> ReducedLinearization:
         return residual_and_jacobian(rs, s, u_bar, v_bar, h, theta, theta_dot, 1.0 / h, jacobian)
 
-    s, iters = _newton(rs, guess, fn, dt, tol, max_iter, step_index, t, cache)
+    s, iters = _newton(rs, guess, fn, dt, tol, max_iter, step_index, t, cache, estimate)
     nu, nv = rs.n_u, rs.n_v
     return ReducedState(t, s[:nu].copy(), s[nu : nu + nv].copy(), s[nu + nv :].copy()), iters
 
