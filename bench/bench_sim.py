@@ -14,9 +14,12 @@ Suites (``--suite``):
   0/0.3 kg and the centre 0.5 m, 4.5 mm, 0.1 kg): f₁ at zero gravity and the static sag of the horizontal rod
   under gravity, against Euler–Bernoulli;
 - ``robots``: every library robot simulates 1 s of its shipped motion in full form; the rapper's loop closure.
+  With ``--reduced`` each robot also trains a reduced model on that full run (mass-PCA + cubature, as
+  ``retarget reduce``), simulates the same 1 s with the compiled reduced engine and reports its steps/s, its
+  position-row constraint violation and the tracked bodies' difference from the full run (issue #6).
 
 Usage: ``python bench/bench_sim.py [--suite rod|fourbar|cantilever|robots] [--steps N] [--only coarse|fine]
-[--mesh-scale S] [--robots NAME ...]`` (``--mesh-scale``: robots and moving)
+[--mesh-scale S] [--robots NAME ...] [--reduced [--modes N]]`` (``--mesh-scale``: robots and moving)
 """
 from __future__ import annotations
 
@@ -171,8 +174,75 @@ def cantilever_suite() -> None:
             print(json.dumps(res), flush=True)
 
 
-def robots_suite(duration: float, dt: float, mesh_scale: float = 1.0, only: list[str] | None = None) -> None:
-    from retarget.model.library import list_robots, resolve_robot
+def _generic_motion(n_motors: int):
+    """A small motion for a robot without one: every motor 10° in 0.3 s (C² ramp from rest), then hold."""
+    from retarget.sim.motors import FunctionMotors
+
+    amp, ramp = math.radians(10.0), 0.3
+
+    def theta(t: float) -> list[float]:
+        s = min(max(t / ramp, 0.0), 1.0)
+        return [amp * s**3 * (10 - 15 * s + 6 * s * s)] * n_motors
+
+    def theta_dot(t: float) -> list[float]:
+        s = min(max(t / ramp, 0.0), 1.0)
+        return [amp * 30 * s * s * (1 - s) ** 2 / ramp] * n_motors
+
+    return FunctionMotors(theta, theta_dot)
+
+
+def _reduced_form(system, model, result, motors, duration: float, dt: float, store_every: int,
+                  modes: int | None) -> dict:
+    """Train on the full run ``result`` (as ``retarget reduce``), simulate the same motion reduced, compare."""
+    from retarget.sim.reduced.commands import _max_position_violation
+    from retarget.sim.reduced.engine import CompiledRun, simulate_compiled
+    from retarget.sim.reduced.training import build_from_result
+
+    t0 = time.perf_counter()
+    rs, bases, cubs = build_from_result(system, result, n_modes=modes)
+    build_s = time.perf_counter() - t0
+    simulate_compiled(rs, motors, 2 * dt, dt)  # compile / load numba's cache outside the timed run
+    run = simulate_compiled(rs, motors, duration, dt)
+    steps = len(run.time) - 1
+    # The full run keeps every store_every-th step: compare on those samples.
+    n = len(result.time)
+    pick = np.arange(n) * store_every
+    tracked = [tb.link for tb in model.tracked_bodies] or [system.rigid[-1].name]
+    per_body = {}
+    worst, sq, count = 0.0, 0.0, 0
+    for name in tracked:
+        xf = result.body_position(name)
+        xr = run.body_position(name)[pick]
+        diff = np.linalg.norm(xr - xf, axis=1)
+        travel = float(np.max(np.linalg.norm(xf - xf[0], axis=1)))
+        per_body[name] = {"max_diff_m": float(np.max(diff)), "rms_diff_m": float(np.sqrt(np.mean(diff**2))),
+                          "full_travel_m": travel}
+        worst = max(worst, float(np.max(diff)))
+        sq += float(np.sum(diff**2))
+        count += len(diff)
+
+    # The reduced run on the full run's stored samples, for the constraint check.
+    sampled = CompiledRun(run.system, run.time[pick], run.states[pick], run.newton_iterations[pick], 0, run.wall_s)
+    names = [b.name for b in system.deformable]
+    return {
+        "reduced_ok": True,
+        "modes": {nm: b.size - b.n_rigid for nm, b in zip(names, bases)},
+        "cubature_elements": {nm: int(len(c.elements)) for nm, c in zip(names, cubs)},
+        "reduced_dofs": int(sum(b.size for b in bases)),
+        "reduced_build_s": build_s,
+        "reduced_sim_s": run.wall_s,
+        "reduced_steps_per_s": steps / run.wall_s,
+        "reduced_newton_iterations_mean": float(np.mean(run.newton_iterations[1:])),
+        "reduced_max_position_violation_m": _max_position_violation(sampled, motors),
+        "tracked_max_diff_m": worst,
+        "tracked_rms_diff_m": math.sqrt(sq / max(count, 1)),
+        "tracked": per_body,
+    }
+
+
+def robots_suite(duration: float, dt: float, mesh_scale: float = 1.0, only: list[str] | None = None,
+                 reduced: bool = False, modes: int | None = None) -> None:
+    from retarget.model.library import list_motions, list_robots, resolve_robot
     from retarget.model.loader import load_robot
     from retarget.motion import load_motion
     from retarget.sim.motion_input import motors_from_motion
@@ -189,16 +259,22 @@ def robots_suite(duration: float, dt: float, mesh_scale: float = 1.0, only: list
         t0 = time.perf_counter()
         model = load_robot(resolve_robot(robot), mesh_scale=mesh_scale)
         system = build_system(model)
-        motion_name = f"{robot}/{motions.get(robot, '')}"
-        load_motion(motion_name)  # the motion must load
-        motors, _ = motors_from_motion(motion_name, model.motors)
+        shipped = list_motions(robot)
+        motion_name = f"{robot}/{motions[robot]}" if robot in motions else (shipped[0] if shipped else None)
+        if motion_name is not None:
+            load_motion(motion_name)  # the motion must load
+            motors, _ = motors_from_motion(motion_name, model.motors)
+        else:
+            motion_name, motors = "generic: every motor 10 deg in 0.3 s", _generic_motion(len(model.motors))
         build_s = time.perf_counter() - t0
-        out = {"bench": "robot_full_1s", "robot": robot, "motion": motion_name, "dofs": system.n_deformable_dofs,
-               "rigid_bodies": len(system.rigid), "constraints": system.n_lambda, "dt": dt, "duration": duration,
-               "mesh_scale": mesh_scale}
+        out = {"bench": "robot_full_1s" + ("_and_reduced" if reduced else ""), "robot": robot, "motion": motion_name,
+               "dofs": system.n_deformable_dofs, "rigid_bodies": len(system.rigid), "constraints": system.n_lambda,
+               "dt": dt, "duration": duration, "mesh_scale": mesh_scale}
+        store_every = max(1, int(round(0.01 / dt)))
         try:
             t1 = time.perf_counter()
-            result = simulate(system, motors, duration, dt, store_every=max(1, int(round(0.01 / dt))), compact=True)
+            # Training needs the displacements at full precision; the full-form check alone stores float32.
+            result = simulate(system, motors, duration, dt, store_every=store_every, compact=not reduced)
             out["sim_s"] = time.perf_counter() - t1
             out["steps"] = int(round(duration / dt))
             out["steps_per_s"] = out["steps"] / out["sim_s"]
@@ -212,7 +288,13 @@ def robots_suite(duration: float, dt: float, mesh_scale: float = 1.0, only: list
                        newton_iterations_mean=float(np.mean(result.newton_iterations[1:])))
         except Exception as exc:  # report and go on with the next robot
             out.update(ok=False, error=f"{type(exc).__name__}: {exc}")
-        out.update(build_s=build_s, wall_s=time.perf_counter() - t0, threads=_threads())
+        if reduced and out.get("ok"):
+            try:
+                out.update(_reduced_form(system, model, result, motors, duration, dt, store_every, modes))
+            except Exception as exc:  # report and go on with the next robot
+                out.update(reduced_ok=False, reduced_error=f"{type(exc).__name__}: {exc}")
+        out.update(build_s=build_s, wall_s=time.perf_counter() - t0, threads=_threads(),
+                   load_average=os.getloadavg()[0])
         print(json.dumps(out), flush=True)
 
 
@@ -226,6 +308,10 @@ def main() -> None:
     parser.add_argument("--mesh-scale", type=float, default=1.0,
                         help="robots: multiply every flexible part's axial layer count (default 1)")
     parser.add_argument("--robots", nargs="*", default=None, help="robots: only these robots")
+    parser.add_argument("--reduced", action="store_true",
+                        help="robots: also train a reduced model on each 1 s full run and simulate it (issue #6)")
+    parser.add_argument("--modes", type=int, default=None,
+                        help="robots --reduced: deformation modes per component (default: 99.99 %% variance)")
     args = parser.parse_args()
     if args.suite == "fourbar":
         return fourbar_suite()
@@ -234,7 +320,7 @@ def main() -> None:
     if args.suite == "moving":
         return moving_suite(args.steps, args.mesh_scale)
     if args.suite == "robots":
-        return robots_suite(args.duration, args.dt, args.mesh_scale, args.robots)
+        return robots_suite(args.duration, args.dt, args.mesh_scale, args.robots, args.reduced, args.modes)
     # coarse: one element layer per 4 diameters (5 325 DOFs); fine: 30 075 DOFs (paper: 30 390), one layer per
     # 0.7 diameters.
     meshes = {"coarse": (35, 8), "fine": (200, 8)}

@@ -18,7 +18,8 @@ def _progress(label: str) -> Any:
     def update(k: int, n: int) -> None:
         if "bar" not in bar:
             bar["bar"] = tqdm(total=n, desc=label, unit="step", file=sys.stderr, leave=False)
-        bar["bar"].update(1)
+        # Absolute position: the compiled engine reports once per chunk, the full engine once per step.
+        bar["bar"].update(k - bar["bar"].n)
         if k == n:
             bar["bar"].close()
 
@@ -30,15 +31,25 @@ def register_check(subparsers: argparse._SubParsersAction) -> None:
         "reduced",
         help="train a reduced model on one motion, simulate another full and reduced, compare tracked bodies",
         description="Builds the reduced model (mass-PCA + cubature) from a full simulation of --train-motion, "
-        "simulates --test-motion with both engines and prints the tracked-body errors and speeds.",
+        "simulates --test-motion with both engines and prints the tracked-body errors and speeds. "
+        "JSON keys: tracked_rms_error_rel (RMS of |x_reduced - x_full| over time and tracked bodies, divided by the "
+        "full run's peak deviation from the quasi-static targets), tracked_max_error_m, modes (per component), "
+        "full_steps_per_s, reduced_steps_per_s, speedup, sim_seconds, wall_s_reduced, and more.",
     )
     p.add_argument("--robot", required=True, help="robot name (e.g. single_rod) or config YAML path")
-    p.add_argument("--train-motion", required=True, metavar="M1", help="motion name (robot/motion) or file")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--train-motion", metavar="M1", help="motion name (robot/motion) or file")
+    src.add_argument("--model", metavar="FILE.npz", default=None,
+                     help="use this reduced model (from `retarget reduce` or --save-model) instead of training one")
     p.add_argument("--test-motion", required=True, metavar="M2", help="motion name (robot/motion) or file")
     p.add_argument("--modes", type=int, default=None, help="deformation modes per component (default: 99.99 %% variance)")
     p.add_argument("--dt", type=float, default=1e-3, help="time step [s] of both engines (default 0.001)")
     p.add_argument("--duration", type=float, default=None, help="cap on each motion's simulated time [s]")
+    p.add_argument("--mesh-scale", type=float, default=None,
+                   help="scale the flexible parts' axial element layers (as `retarget reduce`; 0.5: f1 +0.31 %%)")
     p.add_argument("--targets", type=int, default=80, help="quasi-static target samples over the test motion")
+    p.add_argument("--save-model", default=None, metavar="FILE.npz",
+                   help="also write the trained reduced model (as `retarget reduce --out`)")
     p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     p.set_defaults(func=_check_reduced)
 
@@ -53,118 +64,230 @@ def _resolve(kind: str, name: str) -> Any:
     return library.resolve_robot(name) if kind == "robot" else library.resolve_motion(name)
 
 
+def _validate(dt: float, modes: int | None = None, duration: float | None = None) -> None:
+    from retarget.errors import InputError
+
+    if not dt > 0:
+        raise InputError(f"--dt must be positive, got {dt}")
+    if modes is not None and modes < 0:
+        raise InputError(f"--modes must be non-negative, got {modes}")
+    if duration is not None and not duration > 0:
+        raise InputError(f"--duration must be positive, got {duration}")
+
+
+def _max_position_violation(run: Any, motors: Any) -> float:
+    """Largest |C| [m] over a compiled reduced run's samples, on the rows measured in metres.
+
+    Joint points, coupling centroids and prismatic offsets (the rows of ``retarget.sim.validation``'s full-form
+    check, so both forms are judged alike). ``C`` is the λ block of the compiled residual at zero velocities,
+    zero θ̇ and Baumgarte factor 1, where it reduces to ``C(U, θ)`` exactly.
+    """
+    import numpy as np
+
+    from retarget.sim.reduced.engine import pack_system, residual_compiled
+    from retarget.sim.validation import _position_rows
+
+    rs = run.system
+    packed = pack_system(rs)
+    rows = _position_rows(rs)  # the reduced system keeps the absolute system's blocks and λ layout
+    if len(rows) == 0:
+        return 0.0
+    nu, nv = rs.n_u, rs.n_v
+    zero_u, zero_v, zero_th = np.zeros(nu), np.zeros(nv), np.zeros(len(rs.motors))
+    worst = 0.0
+    for k, t in enumerate(run.time):
+        s = run.states[k].copy()
+        s[nu : nu + nv] = 0.0
+        lin = residual_compiled(packed, s, zero_u, zero_v, 1.0, np.atleast_1d(motors.value(float(t))), zero_th, 1.0,
+                                jacobian=False)
+        worst = max(worst, float(np.max(np.abs(lin.residual[nu + nv :][rows]))))
+    return worst
+
+
 def _check_reduced(args: argparse.Namespace) -> int:
     import numpy as np
 
     from retarget.errors import InputError
-    from retarget.model.loader import load_robot
     from retarget.sim.motion_input import motors_from_motion
+    from retarget.sim.reduced.artifact import load_reduced
     from retarget.sim.reduced.engine import simulate_compiled
     from retarget.sim.reduced.training import build_from_result, compare_tracked
     from retarget.sim.simulate import simulate
-    from retarget.sim.statics import solve_static
-    from retarget.sim.system import build_system
 
-    if not args.dt > 0:
-        raise InputError(f"--dt must be positive, got {args.dt}")
-    if args.modes is not None and args.modes < 0:
-        raise InputError(f"--modes must be non-negative, got {args.modes}")
-    model = load_robot(_resolve("robot", args.robot))
-    system = build_system(model)
-    train, t_train = motors_from_motion(_resolve("motion", args.train_motion), model.motors)
+    _validate(args.dt, args.modes, args.duration)
+    if args.model and (args.save_model or args.modes is not None):
+        raise InputError("--model uses a trained reduced model: --save-model and --modes apply to training only")
+    path, model, system = _load(args.robot, args.mesh_scale)
     test, t_test = motors_from_motion(_resolve("motion", args.test_motion), model.motors)
     if args.duration is not None:
-        t_train, t_test = min(t_train, args.duration), min(t_test, args.duration)
+        t_test = min(t_test, args.duration)
+    tracked = [tb.link for tb in model.tracked_bodies] or [system.rigid[-1].name]
+    t_train, wall_train = None, 0.0
     t0 = time.perf_counter()
-    full_train = simulate(system, train, t_train, args.dt, progress=_progress("full (train)"))
-    wall_train = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    rs, bases, cubs = build_from_result(system, full_train, n_modes=args.modes)
+    if args.model:
+        rs = load_reduced(args.model, system, path)
+        bases, cubs = [b.basis for b in rs.bodies], [b.cubature for b in rs.bodies]
+    else:
+        train, t_train = motors_from_motion(_resolve("motion", args.train_motion), model.motors)
+        if args.duration is not None:
+            t_train = min(t_train, args.duration)
+        full_train = simulate(system, train, t_train, args.dt, progress=_progress("full (train)"))
+        wall_train = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        rs, bases, cubs = build_from_result(system, full_train, n_modes=args.modes)
+        del full_train  # the snapshots are in the bases now; the test run needs the memory
     wall_build = time.perf_counter() - t0
+    saved = None
+    if args.save_model:
+        saved = _save_model(args.save_model, system, bases, cubs, path, model.name, args.train_motion, args.dt, t_train,
+                            args.mesh_scale)
     t0 = time.perf_counter()
-    full_test = simulate(system, test, t_test, args.dt, progress=_progress("full (test)"))
+    # Only the rigid poses of the test run are compared: float32 displacements halve the memory.
+    full_test = simulate(system, test, t_test, args.dt, compact=True, progress=_progress("full (test)"))
     wall_full = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    # Two steps first: the timed run must not include numba's compilation (or loading its cache).
+    simulate_compiled(rs, test, 2 * args.dt, args.dt)
     red_test = simulate_compiled(rs, test, t_test, args.dt, progress=_progress("reduced (test)"))
     wall_red = red_test.wall_s
-    tracked = [tb.link for tb in model.tracked_bodies] or [system.rigid[-1].name]
-    # Quasi-static targets at sampled times (warm-started), interpolated to every stored sample.
+    # Quasi-static targets at sampled times, interpolated to every stored sample.
     ts = np.linspace(0.0, t_test, max(2, args.targets))
-    u = None
-    samples: dict[str, list] = {n: [] for n in tracked}
-    for t in ts:
-        st = solve_static(system, test.value(t), u0=u)
-        u = st.u
-        for n in tracked:
-            i = system.rigid_index(n)
-            samples[n].append(u[7 * i : 7 * i + 3])
-    targets = {
-        n: np.stack([np.interp(full_test.time, ts, np.asarray(samples[n])[:, k]) for k in range(3)], axis=1)
-        for n in tracked
-    }
+    t0 = time.perf_counter()
+    target_samples, dropped = _quasi_static_targets(system, test, full_test, ts, tracked)
+    wall_targets = time.perf_counter() - t0
+    targets = {n: np.stack([np.interp(full_test.time, ts, target_samples[n][:, k]) for k in range(3)], axis=1)
+               for n in tracked}
     metrics = compare_tracked(full_test, red_test, tracked, targets)
+    per_body = {}
+    for n in tracked:
+        diff = np.linalg.norm(red_test.body_position(n) - full_test.body_position(n), axis=1)
+        per_body[n] = {"rms_error_m": float(np.sqrt(np.mean(diff**2))), "max_error_m": float(np.max(diff)),
+                       "peak_deviation_m": float(np.max(np.linalg.norm(full_test.body_position(n) - targets[n], axis=1)))}
     n_steps = int(round(t_test / args.dt))
+    names = [b.name for b in system.deformable]
     out = {
         "robot": model.name,
+        "train_motion": args.train_motion,
+        "model": args.model,
+        "test_motion": args.test_motion,
         **metrics,
-        "modes": [b.size - b.n_rigid for b in bases],
-        "modes_total": [b.size for b in bases],
-        "captured_variance": [b.captured_variance for b in bases],
-        "cubature_elements": [int(len(c.elements)) for c in cubs],
-        "cubature_error": [c.relative_error for c in cubs],
+        "tracked": per_body,
+        "components": names,
+        "modes": {n: b.size - b.n_rigid for n, b in zip(names, bases)},
+        "modes_total": {n: b.size for n, b in zip(names, bases)},
+        "captured_variance": {n: b.captured_variance for n, b in zip(names, bases)},
+        "cubature_elements": {n: int(len(c.elements)) for n, c in zip(names, cubs)},
+        "cubature_error": {n: c.relative_error for n, c in zip(names, cubs)},
         "full_dofs": system.n_deformable_dofs,
+        "reduced_dofs": int(sum(b.size for b in bases)),
+        "mesh_scale": args.mesh_scale,
         "full_steps_per_s": n_steps / wall_full,
         "reduced_steps_per_s": n_steps / wall_red,
         "speedup": wall_full / wall_red,
         "sim_seconds": t_test,
+        "train_seconds": t_train,
         "dt": args.dt,
         "wall_s_reduced": wall_red,
         "wall_s_full": wall_full,
         "wall_s_train": wall_train,
         "wall_s_build": wall_build,
+        "wall_s_targets": wall_targets,
+        "targets": len(ts),
+        "targets_dropped": dropped,
         "reduced_newton_iterations_mean": float(np.mean(red_test.newton_iterations[1:])),
         "reduced_factorizations": red_test.factorizations,
+        "reduced_max_position_violation_m": _max_position_violation(red_test, test),
+        "model_file": saved,
         "engine": "compiled reduced engine (numba time loop, condensed chord Newton)",
     }
     print(
         f"{model.name}: modes {out['modes']}, tracked RMS error {100 * metrics['tracked_rms_error_rel']:.2f} % of the "
         f"peak deviation ({metrics['peak_deviation_m'] * 1e3:.2f} mm), max {metrics['tracked_max_error_m'] * 1e3:.3f} mm; "
         f"full {out['full_steps_per_s']:.1f} steps/s, reduced {out['reduced_steps_per_s']:.1f} steps/s "
-        f"(x{out['speedup']:.1f})"
+        f"(x{out['speedup']:.1f})" + (f"; model written to {saved}" if saved else "")
     )
     if args.json:
         print(json.dumps(out, default=float))
     return 0
 
 
+def _quasi_static_targets(system: Any, motors: Any, full: Any, ts: Any, tracked: list[str]) -> tuple[dict[str, Any], int]:
+    """Centres of mass of the ``tracked`` bodies at the gravity equilibria along the motion, (len(ts), 3) [m] each.
+
+    Each solve starts from the full dynamic run's state at the nearest stored sample (a few cm from the
+    equilibrium), then from the previous equilibrium. A sample where both fail is dropped and filled by linear
+    interpolation between its neighbours (the count is returned); the targets only scale the error metric.
+
+    Returns:
+        (targets per body (len(ts), 3) [m], number of dropped samples).
+
+    Raises:
+        NewtonFailed: every sample failed.
+    """
+    import numpy as np
+
+    from retarget.sim.errors import NewtonFailed
+    from retarget.sim.statics import solve_static
+
+    good: list[int] = []
+    rows: dict[str, list] = {n: [] for n in tracked}
+    bar = _progress("quasi-static targets")
+    u_prev, last_error = None, None
+    for j, t in enumerate(ts):
+        k = int(np.argmin(np.abs(full.time - t)))
+        dynamic = np.concatenate([full.rigid_poses[k].ravel(), np.asarray(full.displacements[k], dtype=float)])
+        u = None
+        for start in (dynamic, u_prev):
+            if start is None:
+                continue
+            try:
+                u = solve_static(system, motors.value(float(t)), u0=start).u
+                break
+            except NewtonFailed as exc:
+                last_error = exc
+        if u is not None:
+            u_prev = u
+            good.append(j)
+            for n in tracked:
+                i = system.rigid_index(n)
+                rows[n].append(u[7 * i : 7 * i + 3])
+        bar(j + 1, len(ts))
+    if not good:
+        assert last_error is not None
+        raise last_error
+    ts_good = np.asarray(ts)[good]
+    out = {n: np.stack([np.interp(ts, ts_good, np.asarray(v)[:, c]) for c in range(3)], axis=1) for n, v in rows.items()}
+    return out, len(ts) - len(good)
+
+
+def _save_model(
+    out: str, system: Any, bases: list, cubs: list, robot_yaml: Any, robot_name: str, train_motion: str, dt: float,
+    duration: float, mesh_scale: float | None,
+) -> str:
+    """Write the artifact with the training settings `retarget reduce` records; returns the path written."""
+    from retarget.sim.reduced.artifact import save_reduced
+
+    return str(save_reduced(out, system, bases, cubs, robot_yaml, robot_name, {
+        "train_motion": train_motion, "dt": dt, "duration": duration, "mesh_scale": mesh_scale,
+    }))
+
+
 def _load(robot: str, mesh_scale: float | None) -> tuple[Any, Any, Any]:
-    """(yaml path, model, absolute system); ``mesh_scale`` scales every rod's axial layer count."""
+    """(yaml path, model, absolute system); ``mesh_scale`` scales the flexible parts' axial layer counts.
+
+    The scaling is the loader's (``load_robot(..., mesh_scale=)``, as `retarget simulate --mesh-scale`): the
+    robot YAML itself is used unchanged, so fitted ``materials.yaml`` beside it still apply and the artifact
+    records the real file's digest; the scaled meshes are recorded by their own digests (``mesh:<part>``).
+    """
     from pathlib import Path
 
+    from retarget.errors import InputError
     from retarget.model.loader import load_robot
     from retarget.sim.system import build_system
 
+    if mesh_scale is not None and not mesh_scale > 0:
+        raise InputError(f"--mesh-scale must be positive, got {mesh_scale}")
     path = Path(_resolve("robot", robot))
-    if mesh_scale is not None:
-        import tempfile
-
-        import yaml
-
-        from retarget.errors import InputError
-        from retarget.fem.mesh import DEFAULT_ROD_AROUND, default_rod_axial
-
-        if not mesh_scale > 0:
-            raise InputError(f"--mesh-scale must be positive, got {mesh_scale}")
-        data = yaml.safe_load(path.read_text())
-        for fp in data["retarget"].get("flexible_parts") or []:
-            mesh = fp.get("mesh") or {}
-            if mesh.get("generator") == "rod":
-                axial = default_rod_axial(float(mesh["length"]), float(mesh["diameter"]))
-                mesh["resolution"] = {"axial": max(2, round(mesh_scale * axial)), "around": DEFAULT_ROD_AROUND}
-        # Next to nothing else: relative URDF names resolve through the repository's urdf/ folder.
-        path = Path(tempfile.mkdtemp(prefix="retarget_")) / path.name
-        path.write_text(yaml.safe_dump(data))
-    model = load_robot(path)
+    model = load_robot(path, mesh_scale=1.0 if mesh_scale is None else float(mesh_scale))
     return path, model, build_system(model)
 
 
@@ -195,14 +318,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _reduce(args: argparse.Namespace) -> int:
-    from retarget.errors import InputError
     from retarget.sim.motion_input import motors_from_motion
-    from retarget.sim.reduced.artifact import save_reduced
     from retarget.sim.reduced.training import build_from_result
     from retarget.sim.simulate import simulate
 
-    if not args.dt > 0:
-        raise InputError(f"--dt must be positive, got {args.dt}")
+    _validate(args.dt, args.modes, args.duration)
     path, model, system = _load(args.robot, args.mesh_scale)
     motors, t_end = motors_from_motion(_resolve("motion", args.train_motion), model.motors)
     if args.duration is not None:
@@ -211,9 +331,8 @@ def _reduce(args: argparse.Namespace) -> int:
     full = simulate(system, motors, t_end, args.dt, progress=_progress("full (train)"))
     wall_full = time.perf_counter() - t0
     _, bases, cubs = build_from_result(system, full, n_modes=args.modes)
-    out = save_reduced(args.out, system, bases, cubs, path, model.name, {
-        "train_motion": args.train_motion, "dt": args.dt, "duration": t_end, "mesh_scale": args.mesh_scale,
-    })
+    out = _save_model(args.out, system, bases, cubs, path, model.name, args.train_motion, args.dt, t_end,
+                      args.mesh_scale)
     res = {
         "robot": model.name, "out": str(out), "modes": [b.size - b.n_rigid for b in bases],
         "captured_variance": [b.captured_variance for b in bases],
@@ -229,13 +348,11 @@ def _reduce(args: argparse.Namespace) -> int:
 def _simulate_reduced(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from retarget.errors import InputError
     from retarget.sim.motion_input import motors_from_motion
     from retarget.sim.reduced.artifact import load_reduced
     from retarget.sim.reduced.engine import simulate_compiled
 
-    if not args.dt > 0:
-        raise InputError(f"--dt must be positive, got {args.dt}")
+    _validate(args.dt, None, args.duration)
     path, model, system = _load(args.robot, args.mesh_scale)
     rs = load_reduced(args.reduced, system, path)
     motors, t_end = motors_from_motion(_resolve("motion", args.motion), model.motors)
