@@ -7,7 +7,8 @@ import pytest
 
 from retarget.errors import InputError
 from retarget.motion.motion import Motion
-from retarget.optimize.engines import ReducedEngine
+from retarget.optimize.adjoint import evaluate
+from retarget.optimize.engines import reduced_engine
 from retarget.optimize.limits import MotorLimits
 from retarget.optimize.planner import PlanOptions, build_plan_problem, optimize, plan, run_plan
 from retarget.optimize.weights import TrackedBodyWeights, WeightSchedule
@@ -27,7 +28,7 @@ def _bodies():
 def test_plan_lowers_the_objective_and_respects_position_limits(rod_systems):
     _, rs = rod_systems
     limits = MotorLimits.build(("m",), {"m": (-0.2, 0.3, 0.0)})
-    result = run_plan(ReducedEngine(rs, 1e-10), _motion(), _bodies(), limits, OPTIONS)
+    result = run_plan(reduced_engine(rs, 1e-10), _motion(), _bodies(), limits, OPTIONS)
     opt = result.optimization
     assert opt.iterations >= 1
     assert opt.objective_final < 0.9 * opt.objective_initial
@@ -41,7 +42,7 @@ def test_plan_lowers_the_objective_and_respects_position_limits(rod_systems):
 def test_keyboard_interrupt_returns_the_best_point(rod_systems):
     _, rs = rod_systems
     limits = MotorLimits.build(("m",), {"m": (-0.2, 0.3, 0.0)})
-    pp = build_plan_problem(ReducedEngine(rs, 1e-10), _motion(), _bodies(), limits, OPTIONS)
+    pp = build_plan_problem(reduced_engine(rs, 1e-10), _motion(), _bodies(), limits, OPTIONS)
     seen = []
 
     def callback(it: dict) -> None:
@@ -58,3 +59,78 @@ def test_keyboard_interrupt_returns_the_best_point(rod_systems):
 def test_plan_request_is_validated():
     with pytest.raises(InputError):
         plan({"robot": "single_rod", "time": [0.0, 1.0]}, None)
+
+
+def test_time_budget_returns_the_best_iterate_flagged(rod_systems):
+    import time
+    from dataclasses import replace
+
+    _, rs = rod_systems
+    limits = MotorLimits.build(("m",), {"m": (-0.2, 0.3, 0.0)})
+    options = replace(OPTIONS, max_iterations=100, relative_tolerance=0.0)
+    pp = build_plan_problem(reduced_engine(rs, 1e-10), _motion(), _bodies(), limits, options)
+    evaluate(pp.problem, pp.fit.parameters)  # compiles the engine
+    started = time.perf_counter()
+    evaluate(pp.problem, pp.fit.parameters)
+    # Room for a few evaluations, whatever the machine's load.
+    options = replace(options, time_budget=10.0 * (time.perf_counter() - started) + 0.5)
+    seen, returned = [], []
+
+    def slow_callback(it: dict) -> None:
+        # The first iteration "takes" the whole budget, so the optimizer must stop right after it.
+        seen.append(it)
+        time.sleep(options.time_budget)
+        returned.append(time.perf_counter())
+
+    res = optimize(pp, options, callback=slow_callback)
+    after_deadline = time.perf_counter() - returned[0]
+    assert res.budget_limited and not res.interrupted and "time budget" in res.message
+    assert len(seen) == res.iterations == 1
+    assert res.objective_final <= res.objective_initial and res.best.value == res.objective_final
+    # The deadline is honoured: no evaluation starts once it has passed.
+    assert after_deadline < 0.5 * res.evaluation_s
+    assert res.initial.value == res.objective_initial
+
+
+def test_time_budget_too_small_for_anything_is_a_clear_error(rod_systems):
+    from dataclasses import replace
+
+    from retarget.optimize.errors import TimeBudgetError
+
+    _, rs = rod_systems
+    limits = MotorLimits.build(("m",), {"m": (-0.2, 0.3, 0.0)})
+    engine = reduced_engine(rs, 1e-10)
+    pp = build_plan_problem(engine, _motion(), _bodies(), limits, OPTIONS)
+    with pytest.raises(TimeBudgetError, match="first simulation") as info:
+        optimize(pp, replace(OPTIONS, time_budget=1e-9))
+    assert info.value.stage == "optimization"
+    with pytest.raises(TimeBudgetError, match="targets"):
+        run_plan(engine, _motion(), _bodies(), limits, replace(OPTIONS, time_budget=1e-9))
+
+
+def test_naive_variant_is_the_first_evaluation(rod_systems):
+    from retarget.optimize.planner import simulate_variant
+
+    _, rs = rod_systems
+    limits = MotorLimits.build(("m",), {"m": (-0.2, 0.3, 0.0)})
+    result = run_plan(reduced_engine(rs, 1e-10), _motion(), _bodies(), limits, OPTIONS)
+    again = simulate_variant(result.pp, "naive", result.pp.fit.profiles)
+    naive = result.variants["naive"]
+    np.testing.assert_allclose(naive.positions, again.positions, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(naive.torques, again.torques, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(naive.angles, again.angles, rtol=0, atol=1e-12)
+    assert naive.metrics == again.metrics
+
+
+def test_plan_request_budget_counts_the_model_loading(tiny_artifact, monkeypatch, tmp_path):
+    from retarget.optimize.errors import TimeBudgetError
+
+    monkeypatch.setenv("RETARGET_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("RETARGET_MODELS", str(tmp_path / "models"))
+    folder, npz = tiny_artifact
+    t = np.linspace(0.0, 0.2, 41)
+    request = {"robot": str(folder / "tiny_rod.yaml"), "joint_names": ["m"], "time": t.tolist(),
+               "positions": (0.2 * np.clip(t / 0.1, 0, 1))[:, None].tolist(), "reduced_file": str(npz),
+               "dt": 0.005, "knot_spacing": 0.04, "max_iterations": 1, "time_budget": 1e-6}
+    with pytest.raises(TimeBudgetError, match="targets"):
+        plan(request, None)

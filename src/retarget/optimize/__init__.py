@@ -15,7 +15,13 @@ the planner runs on: loaded, cached or trained in-process).
 """
 from retarget.optimize.adjoint import AdjointProblem, Evaluation, Rollout, TrackedPoses, evaluate, rollout
 from retarget.optimize.bspline import MotorProfiles, ProfileFit, ProfileParametrization, fit_profiles, num_segments
-from retarget.optimize.errors import OptimizeError, ProfileError, ShapingError, WeightSyntaxError
+from retarget.optimize.errors import (
+    OptimizeError,
+    ProfileError,
+    ShapingError,
+    TimeBudgetError,
+    WeightSyntaxError,
+)
 from retarget.optimize.limits import (
     XM430_W210,
     MotorLimits,
@@ -92,6 +98,7 @@ __all__ = [
     "ShapingError",
     "StepSensitivity",
     "Targets",
+    "TimeBudgetError",
     "TorqueReport",
     "TrackedBodyWeights",
     "TrackedPoses",

@@ -114,8 +114,10 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mesh-axial", type=int, default=20, help="rod mesh layers of the training mesh (default 20)")
     p.add_argument("--mesh-around", type=int, default=6, help="rod mesh corner nodes around (default 6)")
     p.add_argument("--dt-train", type=float, default=1e-3, help="step of the full training simulation [s]")
-    p.add_argument("--reduced", default=None, metavar="FILE", help="a pickled reduced model to use")
-    p.add_argument("--no-cache", action="store_true", help="neither read nor write the reduced-model cache")
+    p.add_argument("--reduced", default=None, metavar="FILE", help="reduced model to use: a `retarget reduce` "
+                   "artifact (.npz; its own mesh, the --mesh-* options are ignored) or a cached pickle (.pkl)")
+    p.add_argument("--no-cache", action="store_true", help="neither read nor write the reduced-model cache, nor "
+                   "search the model folders ($RETARGET_MODELS, $RETARGET_CACHE/models, .cache-models/)")
 
 
 def _load(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -128,11 +130,16 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
 
     if not args.dt > 0:
         raise InputError(f"--dt must be positive, got {args.dt}")
+    if getattr(args, "time_budget", None) is not None and not args.time_budget > 0:
+        raise InputError(f"--time-budget must be positive, got {args.time_budget}")
     robot = args.robot
     motion_path = Path(args.motion) if Path(args.motion).is_file() else library.resolve_motion(args.motion)
     motion = load_motion(motion_path)
-    print(f"model: {robot}, {args.modes} modes, training mesh {args.mesh_axial}x{args.mesh_around}, "
-          f"training dt {args.dt_train} s (cached by content hash)", file=sys.stderr)
+    if args.reduced:
+        print(f"model: {robot}, reduced model {args.reduced}", file=sys.stderr)
+    else:
+        print(f"model: {robot}, {args.modes} modes, training mesh {args.mesh_axial}x{args.mesh_around}, "
+              f"training dt {args.dt_train} s (cached by content hash)", file=sys.stderr)
     pm = planning_model(robot, motion, n_modes=args.modes, dt_train=args.dt_train, mesh_axial=args.mesh_axial,
                         mesh_around=args.mesh_around, reduced_file=args.reduced, use_cache=not args.no_cache,
                         progress=_bar("full training simulation"))
@@ -155,7 +162,8 @@ def _plan(args: argparse.Namespace) -> int:
     bodies = merge_tracked_weights(parse_tracked_bodies(pm.config.get("tracked_bodies")), args.weight or [])
     options = PlanOptions(knot_spacing=args.knot_spacing, dt=args.dt, max_iterations=args.max_iterations,
                           relative_tolerance=args.relative_tolerance, deviation_weight=args.deviation_weight,
-                          acceleration_weight=args.acceleration_weight, duration=args.duration)
+                          acceleration_weight=args.acceleration_weight, duration=args.duration,
+                          time_budget=args.time_budget, target_stride=args.target_stride)
     engine = reduced_engine(pm.reduced, tolerance=1e-10)
     from tqdm import tqdm
 
@@ -294,5 +302,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--deviation-weight", default=1e-3, help="w_dev [1/(rad^2 s)] (default 1e-3)")
     p.add_argument("--acceleration-weight", default=1e-8, help="w_acc [s^3/rad^2] (default 1e-8)")
     p.add_argument("--duration", type=float, default=None, help="simulate only this much of the motion [s]")
+    p.add_argument("--target-stride", type=int, default=1, metavar="N", help="solve the quasi-static targets every "
+                   "N steps and interpolate between (default 1: every step; for long, always-moving motions)")
+    p.add_argument("--time-budget", type=float, default=None, metavar="S", help="wall-time budget of the planning "
+                   "[s] (targets, optimization, baselines; not the model): the best iterate when it runs out")
     _model_args(p)
     p.set_defaults(func=_plan)

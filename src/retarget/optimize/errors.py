@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from retarget.errors import InputError, RetargetError
 
-__all__ = ["OptimizeError", "ProfileError", "ShapingError", "WeightSyntaxError"]
+__all__ = ["OptimizeError", "ProfileError", "ShapingError", "TimeBudgetError", "WeightSyntaxError"]
 
 
 class OptimizeError(RetargetError):
@@ -44,3 +44,17 @@ class ShapingError(OptimizeError, InputError):
     def __init__(self, message: str, **details: object) -> None:
         super().__init__(message)
         self.details = details
+
+
+class TimeBudgetError(OptimizeError):
+    """A plan's time budget ran out before there was any result to return (targets or the first simulation).
+
+    Attributes:
+        stage: where the budget ran out (``targets`` or ``optimization``).
+        elapsed_s: wall time spent in that stage [s].
+    """
+
+    def __init__(self, message: str, stage: str = "", elapsed_s: float = 0.0) -> None:
+        super().__init__(f"{message} (stage {stage}, {elapsed_s:.1f} s)" if stage else message)
+        self.stage = stage
+        self.elapsed_s = elapsed_s

@@ -2,8 +2,9 @@
 
 :func:`build_plan_problem` fits the profiles to the input, solves the quasi-static targets and assembles the
 :class:`~retarget.optimize.adjoint.AdjointProblem`; :func:`optimize` minimizes it (scipy L-BFGS-B, position-limit
-bounds, speed penalty, Ctrl-C returns the best point so far); :func:`run_plan` does both and simulates the
-baselines side by side (:class:`PlanResult`). :func:`plan` is the ROS planner node's entry point.
+bounds, speed penalty, Ctrl-C or an exhausted time budget returns the best point so far); :func:`run_plan` does
+both and simulates the baselines side by side (:class:`PlanResult`). :func:`plan` is the ROS planner node's entry
+point.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from retarget.motion.motion import Motion
 from retarget.optimize.adjoint import AdjointProblem, Evaluation, TrackedPoses, evaluate, rollout
 from retarget.optimize.bspline import ProfileFit, fit_profiles
 from retarget.optimize.engines import Engine
-from retarget.optimize.errors import OptimizeError
+from retarget.optimize.errors import OptimizeError, TimeBudgetError
 from retarget.optimize.limits import MotorLimits, TorqueReport, VelocityPenalty, parameter_bounds, torque_report
 from retarget.optimize.objective import MotorRegularizer, TrackingObjective, deviation_metrics
 from retarget.optimize.targets import Targets, quasi_static_targets
@@ -54,7 +55,15 @@ class PlanOptions:
         acceleration_weight: ``w_acc`` [s³/rad²].
         velocity_weight: speed-limit penalty weight (see :class:`VelocityPenalty`).
         duration: simulated time [s]; None: the motion's duration.
-        baselines: also simulate the naive and ZV/ZVD baselines.
+        baselines: also simulate the ZV/ZVD baselines (the naive one is the optimizer's first evaluation).
+        target_stride: solve the quasi-static targets at every ``target_stride``-th step only and interpolate
+            (cubic) in between (1: every step; see :func:`~retarget.optimize.targets.quasi_static_targets`).
+        lbfgs_memory: L-BFGS-B correction pairs (``maxcor``). The Gauss-Newton Hessian of two_rods has ~30
+            eigenvalues spread over three decades (docs/optimize.md): fewer pairs than that forget curvature the
+            solver has already paid simulations for.
+        time_budget: wall-time budget of :func:`run_plan` [s] (targets, optimization, baselines); None: no limit.
+            The optimizer stops before an evaluation that would not fit (or aborts one that overruns) and returns
+            the best point evaluated so far, flagged ``budget_limited``.
     """
 
     knot_spacing: float = 0.05
@@ -66,6 +75,9 @@ class PlanOptions:
     velocity_weight: float = 10.0
     duration: float | None = None
     baselines: bool = True
+    target_stride: int = 1
+    lbfgs_memory: int = 50
+    time_budget: float | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -90,8 +102,8 @@ class PlanProblem:
 
 
 def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights], limits: MotorLimits,
-                       options: PlanOptions, progress: Callable[[str, int, int], None] | None = None
-                       ) -> PlanProblem:
+                       options: PlanOptions, progress: Callable[[str, int, int], None] | None = None,
+                       deadline: float | None = None) -> PlanProblem:
     """Fit the profiles, solve the targets and assemble the adjoint problem.
 
     Args:
@@ -101,9 +113,11 @@ def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedB
         limits: motor limits in the engine's motor order.
         options: settings.
         progress: ``progress(stage, done, total)``.
+        deadline: ``time.perf_counter()`` value by which the targets must be solved; None: no limit.
 
     Raises:
         OptimizeError: motors missing from the motion, no tracked body, a too short motion.
+        TimeBudgetError: the targets were not solved by ``deadline``.
     """
     if not bodies:
         raise OptimizeError("no tracked body: give tracked_bodies in the robot YAML or --weight LINK:pos=1")
@@ -121,8 +135,16 @@ def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedB
     fit = fit_profiles(m0, options.knot_spacing)
     angles = m0.sample(times)
     poses = TrackedPoses.build(engine, [b.link for b in bodies])
-    cb = None if progress is None else (lambda k, n: progress("targets", k, n))
-    targets = quasi_static_targets(engine, poses, times, angles, cb)
+    started = time.perf_counter()
+
+    def cb(k: int, n: int) -> None:
+        if deadline is not None and time.perf_counter() > deadline:
+            raise TimeBudgetError(f"the time budget ran out while solving the quasi-static targets ({k} of {n} "
+                                  "solves)", stage="targets", elapsed_s=time.perf_counter() - started)
+        if progress is not None:
+            progress("targets", k, n)
+
+    targets = quasi_static_targets(engine, poses, times, angles, cb, options.target_stride)
     tracking = TrackingObjective.build(times, bodies, targets.positions, targets.orientations)
     reg = MotorRegularizer.build(fit.profiles, times, angles, WeightSchedule.parse(options.deviation_weight),
                                  WeightSchedule.parse(options.acceleration_weight))
@@ -148,6 +170,11 @@ class OptimizationResult:
         interrupted: stopped by Ctrl-C (KeyboardInterrupt); ``x`` is the best point evaluated.
         message: the optimizer's stop reason.
         best: the :class:`Evaluation` at ``x``.
+        initial: the :class:`Evaluation` at ``x₀`` (with ``x₀`` the fit, this is the naive playback).
+        budget_limited: stopped because the time budget ran out; ``x`` is the best point evaluated.
+        evaluation_s: wall time of the latest complete evaluation (forward + adjoint) [s].
+        failed_simulations: trial points the model could not simulate (the line search backed off).
+        restarts: L-BFGS-B restarts after a stalled line search.
     """
 
     x: NDArray[np.float64]
@@ -159,32 +186,70 @@ class OptimizationResult:
     interrupted: bool
     message: str
     best: Evaluation
+    initial: Evaluation
+    budget_limited: bool = False
+    evaluation_s: float = 0.0
+    failed_simulations: int = 0
+    restarts: int = 0
+
+
+class _BudgetExhausted(Exception):
+    """Internal: the optimizer's deadline passed (or the next evaluation would pass it)."""
 
 
 def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | None = None,
              callback: Callable[[dict[str, float]], None] | None = None,
-             step_progress: Callable[[int, int], None] | None = None) -> OptimizationResult:
+             step_progress: Callable[[int, int], None] | None = None, deadline: float | None = None,
+             reserve_evaluations: float = 0.0) -> OptimizationResult:
     """Minimize ``J`` with L-BFGS-B from ``x₀`` (default: the fit of the input).
 
     The objective is scaled by ``1/J(x₀)`` inside the solver so that ``relative_tolerance`` is relative to the
     starting value (L-BFGS-B's own ``ftol`` test is absolute below 1).
 
+    Time budget: an evaluation is not started when one more, plus ``reserve_evaluations`` of them (time kept
+    for the caller's baselines), at the duration of the latest complete evaluation (the first one, which may
+    include compiling the engine, counts only until a second completes), would end after ``deadline``; one still
+    running at the deadline is abandoned. Either way the best point evaluated so far is returned with
+    ``budget_limited``.
+
     Args:
         pp: the planning problem.
-        options: ``max_iterations``, ``relative_tolerance``.
+        options: ``max_iterations``, ``relative_tolerance``; ``time_budget`` [s] when ``deadline`` is None.
         x0: starting parameters.
         callback: called after each iteration with ``{iteration, objective, gradient_norm}``; a KeyboardInterrupt
             raised there (or anywhere during the run) stops the optimization and returns the best point so far.
         step_progress: per-simulation ``(done, total)`` steps (forward + backward).
+        deadline: ``time.perf_counter()`` value to stop by; None: ``options.time_budget`` from now (or no limit).
+        reserve_evaluations: evaluations' worth of time to leave before the deadline.
+
+    Raises:
+        TimeBudgetError: the deadline passed before the first evaluation (at ``x₀``) completed.
     """
     from scipy.optimize import minimize
 
     from retarget.sim.errors import SimulationError
 
+    if deadline is None and options.time_budget is not None:
+        deadline = time.perf_counter() + float(options.time_budget)
+
+    def guarded(k: int, n: int) -> None:
+        if deadline is not None and time.perf_counter() > deadline:
+            raise _BudgetExhausted
+        if step_progress is not None:
+            step_progress(k, n)
+
+    progress = guarded if deadline is not None else step_progress
     x_start = pp.fit.parameters.copy() if x0 is None else np.asarray(x0, dtype=float).copy()
-    first = evaluate(pp.problem, x_start, progress=step_progress)
+    started = time.perf_counter()
+    try:
+        first = evaluate(pp.problem, x_start, progress=progress)
+    except _BudgetExhausted:
+        raise TimeBudgetError("the time budget ran out during the first simulation (at the input's fit): "
+                              "nothing to return; give a larger budget, a coarser dt or a shorter motion",
+                              stage="optimization", elapsed_s=time.perf_counter() - started) from None
     scale = 1.0 / first.value if first.value > 0 else 1.0
-    state: dict[str, Any] = {"best": first, "best_x": x_start, "last": first, "last_x": x_start, "evals": 1}
+    state: dict[str, Any] = {"best": first, "best_x": x_start, "last": first, "last_x": x_start, "evals": 1,
+                             "duration": time.perf_counter() - started}
     history: list[float] = [first.value]
     iterations = 0
 
@@ -192,13 +257,18 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
         if np.array_equal(x, state["last_x"]):
             ev = state["last"]
         else:
+            if deadline is not None and \
+                    time.perf_counter() + state["duration"] * (1.0 + reserve_evaluations) > deadline:
+                raise _BudgetExhausted
+            t0 = time.perf_counter()
             try:
-                ev = evaluate(pp.problem, x, progress=step_progress)
+                ev = evaluate(pp.problem, x, progress=progress)
             except SimulationError:
                 # A trial point too violent to simulate: a large value makes the line search back off.
                 state["failed"] = state.get("failed", 0) + 1
                 return 10.0 * max(1.0, state["best"].value * scale), state["last"].gradient * scale
             state["evals"] += 1
+            state["duration"] = time.perf_counter() - t0
         state["last"], state["last_x"] = ev, x.copy()
         if ev.value < state["best"].value:
             state["best"], state["best_x"] = ev, x.copy()
@@ -214,19 +284,45 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
             callback({"iteration": iterations, "objective": float(ev.value),
                       "gradient_norm": float(np.linalg.norm(ev.gradient))})
 
-    interrupted = False
+    lower = np.array([-np.inf if b[0] is None else b[0] for b in pp.bounds])
+    upper = np.array([np.inf if b[1] is None else b[1] for b in pp.bounds])
+
+    def projected_gradient_norm(x: NDArray[np.float64], g: NDArray[np.float64]) -> float:
+        return float(np.linalg.norm(x - np.clip(x - g, lower, upper)))
+
+    g_first = projected_gradient_norm(x_start, first.gradient)
+    interrupted = budget_limited = False
     message = ""
+    restarts = 0
     try:
-        res = minimize(fun, x_start, jac=True, method="L-BFGS-B", bounds=pp.bounds, callback=on_iteration,
-                       options={"maxiter": int(options.max_iterations), "ftol": float(options.relative_tolerance),
-                                "gtol": 1e-12, "maxcor": 20})
-        message = str(res.message)
+        while True:
+            res = minimize(fun, state["best_x"], jac=True, method="L-BFGS-B", bounds=pp.bounds,
+                           callback=on_iteration,
+                           options={"maxiter": int(options.max_iterations) - iterations,
+                                    "ftol": float(options.relative_tolerance), "gtol": 1e-12,
+                                    "maxcor": int(options.lbfgs_memory)})
+            message = str(res.message)
+            # A line search that only finds tiny steps (a trial point the model cannot simulate, or curvature
+            # pairs that no longer fit) ends L-BFGS-B through its f-reduction test or abnormally, while the
+            # gradient is still far from zero: restart from the best point with fresh memory, at most twice.
+            stalled = res.status == 2 or "REDUCTION OF F" in message.upper().replace("_", " ")
+            g_best = projected_gradient_norm(state["best_x"], state["best"].gradient)
+            if not stalled or restarts >= 2 or iterations >= options.max_iterations or g_best < 1e-2 * g_first:
+                break
+            restarts += 1
     except KeyboardInterrupt:
         interrupted = True
         message = "interrupted (Ctrl-C): returning the best parameters evaluated so far"
+    except _BudgetExhausted:
+        budget_limited = True
+        message = (f"time budget reached after {iterations} iterations ({state['evals']} evaluations, the latest "
+                   f"{state['duration']:.1f} s): returning the best parameters evaluated so far")
     best = state["best"]
+    if restarts:
+        message += f" (after {restarts} restart{'s' if restarts > 1 else ''} of a stalled line search)"
     return OptimizationResult(state["best_x"], first.value, best.value, iterations, state["evals"], history,
-                              interrupted, message, best)
+                              interrupted, message, best, first, budget_limited, state["duration"],
+                              state.get("failed", 0), restarts)
 
 
 @dataclass(frozen=True, eq=False)
@@ -292,7 +388,11 @@ class PlanResult:
             "iterations": opt.iterations,
             "evaluations": opt.evaluations,
             "interrupted": opt.interrupted,
+            "budget_limited": opt.budget_limited,
             "message": opt.message,
+            "evaluation_s": opt.evaluation_s,
+            "failed_simulations": opt.failed_simulations,
+            "restarts": opt.restarts,
             "wall_s": sum(self.timings.values()),
             "timings_s": dict(self.timings),
             "parameters": int(self.pp.fit.parametrization.n_parameters),
@@ -323,8 +423,12 @@ def _motion_stop_time(motion: Motion, tolerance: float = 1e-6) -> float:
 
 
 def _shaped_baselines(pp: PlanProblem, naive: Variant, progress: Callable[[str, int, int], None] | None,
-                      warnings: list[str]) -> dict[str, Variant]:
-    """ZV and ZVD shaping of the input at the first mode identified from the naive ring-out."""
+                      warnings: list[str], deadline: float | None = None) -> dict[str, Variant]:
+    """ZV and ZVD shaping of the input at the first mode identified from the naive ring-out.
+
+    A baseline still simulating at ``deadline`` (``time.perf_counter()``) or when Ctrl-C is pressed is dropped
+    with a warning: the optimized result matters more.
+    """
     from retarget.optimize.errors import ShapingError
     from retarget.optimize.shaping import identify_from_trajectory, shape_motion, zv_shaper, zvd_shaper
     from retarget.sim.motors import SplineMotors
@@ -348,10 +452,29 @@ def _shaped_baselines(pp: PlanProblem, naive: Variant, progress: Callable[[str, 
         shaped = shape_motion(pp.motion, shaper, rate=1.0 / pp.problem.dt)
         motors = SplineMotors(shaped.time, shaped.positions)
         name = shaper.name.lower()
-        cb = None if progress is None else (lambda k, n, s=name: progress(s, k, n))
-        out[name] = simulate_variant(pp, name, motors, {"lag_s": shaper.lag_s, "frequency_hz": mode.frequency_hz,
-                                                         "damping_ratio": mode.damping_ratio}, cb)
+
+        def cb(k: int, n: int, s: str = name) -> None:
+            if deadline is not None and time.perf_counter() > deadline:
+                raise _BudgetExhausted
+            if progress is not None:
+                progress(s, k, n)
+
+        try:
+            out[name] = simulate_variant(pp, name, motors, {"lag_s": shaper.lag_s, "frequency_hz": mode.frequency_hz,
+                                                             "damping_ratio": mode.damping_ratio}, cb)
+        except (_BudgetExhausted, KeyboardInterrupt) as exc:
+            why = "the time budget ran out" if isinstance(exc, _BudgetExhausted) else "interrupted"
+            warnings.append(f"ZV/ZVD baselines incomplete: {why} while simulating {name}")
+            break
     return out
+
+
+def _evaluation_variant(pp: PlanProblem, name: str, x: NDArray[np.float64], ev: Evaluation) -> Variant:
+    """The variant an evaluation simulated (no new simulation)."""
+    engine = pp.problem.engine
+    tau = np.array([engine.motor_torques(s) for s in ev.rollout.matrix])
+    angles = np.asarray(pp.problem.profiles(x).evaluate(pp.targets.times))
+    return Variant(name, angles, ev.positions, tau, deviation_metrics(ev.positions, pp.targets.positions))
 
 
 def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights], limits: MotorLimits,
@@ -364,34 +487,39 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
         motion: the input animation.
         bodies: tracked bodies with weights.
         limits: motor limits (engine motor order).
-        options: settings.
+        options: settings (``time_budget`` bounds the whole run; see :class:`PlanOptions`).
         progress: ``progress(stage, done, total)`` for long stages (targets, simulations).
         callback: per-iteration ``{iteration, objective, gradient_norm}`` (see :func:`optimize`).
+
+    The naive variant is the optimizer's first evaluation (the fit ``x₀``), so it costs no extra simulation; the
+    ZV/ZVD baselines run after the optimization, with two simulations' worth of the budget kept for them.
+
+    Raises:
+        TimeBudgetError: the budget ran out before the targets and the first simulation were done.
     """
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    pp = build_plan_problem(engine, motion, bodies, limits, options, progress)
+    deadline = None if options.time_budget is None else t0 + float(options.time_budget)
+    pp = build_plan_problem(engine, motion, bodies, limits, options, progress, deadline)
     timings["targets"] = time.perf_counter() - t0
     warnings: list[str] = []
     variants: dict[str, Variant] = {}
     t0 = time.perf_counter()
-    if options.baselines:
-        cb = None if progress is None else (lambda k, n: progress("naive", k, n))
-        variants["naive"] = simulate_variant(pp, "naive", pp.fit.profiles, None, cb)
-        variants.update(_shaped_baselines(pp, variants["naive"], progress, warnings))
-    timings["baselines"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
     step_cb = None if progress is None else (lambda k, n: progress("simulation", k, n))
-    opt = optimize(pp, options, callback=callback, step_progress=step_cb)
+    # Two forward simulations (ZV, ZVD) cost about 1.6 forward + adjoint evaluations.
+    opt = optimize(pp, options, callback=callback, step_progress=step_cb, deadline=deadline,
+                   reserve_evaluations=1.6 if options.baselines else 0.0)
     timings["optimization"] = time.perf_counter() - t0
-    if opt.interrupted:
+    if opt.interrupted or opt.budget_limited:
         warnings.append(opt.message)
+    variants["naive"] = _evaluation_variant(pp, "naive", pp.fit.parameters, opt.initial)
+    t0 = time.perf_counter()
+    if options.baselines:
+        variants.update(_shaped_baselines(pp, variants["naive"], progress, warnings, deadline))
+    timings["baselines"] = time.perf_counter() - t0
     profiles = pp.problem.profiles(opt.x)
-    best = opt.best
-    tau = np.array([engine.motor_torques(s) for s in best.rollout.matrix])
-    angles = np.asarray(profiles.evaluate(pp.targets.times))
-    variants["optimized"] = Variant("optimized", angles, best.positions, tau,
-                                    deviation_metrics(best.positions, pp.targets.positions))
+    variants["optimized"] = _evaluation_variant(pp, "optimized", opt.x, opt.best)
+    tau = variants["optimized"].torques
     report = torque_report(pp.targets.times, tau, limits)
     warnings.extend(report.warnings())
     from retarget.optimize.limits import check_profile_limits
@@ -431,9 +559,11 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
         request: ``robot``, ``joint_names``, ``time`` [s], ``positions`` [rad] (n, n_joints), ``tracked_bodies``,
             ``position_weights``, ``deviation_weight``, ``acceleration_weight``, ``knot_spacing``,
             ``max_iterations``, ``relative_tolerance`` (zero/negative/empty: defaults); optional ``dt``,
-            ``modes``, ``mesh_axial``, ``mesh_around``, ``reduced_file``, ``allow_training`` (default False: a robot
-            without a cached or given reduced model raises NotAvailableError rather than training for minutes to
-            hours inside a request).
+            ``modes``, ``mesh_axial``, ``mesh_around``, ``reduced_file`` (a ``retarget reduce`` ``.npz`` or a cached
+            ``.pkl``), ``time_budget`` [s] (zero/negative/absent: none; the best iterate when it runs out, flagged
+            ``budget_limited`` in the metrics), ``allow_training`` (default False: a robot without a given, cached
+            or found reduced model raises NotAvailableError rather than training for minutes to hours inside a
+            request).
         progress: called per L-BFGS iteration with ``{iteration, objective, gradient_norm}``.
 
     Returns:
@@ -441,7 +571,9 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
         ``metrics`` (:meth:`PlanResult.metrics`, including the Retarget action's result fields).
 
     Raises:
-        InputError: malformed request. NotAvailableError: no reduced model and training not allowed.
+        InputError: malformed request (StaleReducedModelError: the reduced model does not match the robot).
+        NotAvailableError: no reduced model and training not allowed.
+        TimeBudgetError: the budget ran out before the first simulation finished.
         RetargetError: planning failed.
     """
     from retarget.errors import InputError
@@ -449,6 +581,7 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
     from retarget.optimize.planning_model import planning_model
     from retarget.optimize.weights import parse_tracked_bodies
 
+    started = time.perf_counter()
     try:
         names = tuple(str(n) for n in request["joint_names"])
         motion = Motion(np.asarray(request["time"], dtype=float), names, np.asarray(request["positions"], dtype=float))
@@ -464,6 +597,8 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
         deviation_weight=_none_if_default(request.get("deviation_weight"), defaults.deviation_weight, positive=False),
         acceleration_weight=_none_if_default(request.get("acceleration_weight"), defaults.acceleration_weight,
                                              positive=False),
+        time_budget=_none_if_default(request.get("time_budget"), None),
+        target_stride=int(_none_if_default(request.get("target_stride"), defaults.target_stride)),
     )
     pm = planning_model(robot, motion, n_modes=request.get("modes"), mesh_axial=request.get("mesh_axial"),
                         mesh_around=request.get("mesh_around"), reduced_file=request.get("reduced_file"),
@@ -481,8 +616,14 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
                                                            WeightSchedule.constant(0.0))) for link in links]
         if weights:
             bodies = [replace(b, position=WeightSchedule.constant(float(w))) for b, w in zip(bodies, weights)]
-    result = run_plan(reduced_engine(pm.reduced), motion, bodies, limits_for(pm.model, pm.config), options,
-                      callback=progress)
+    engine = reduced_engine(pm.reduced, tolerance=1e-10)
+    if options.time_budget is not None:
+        # The budget covers the whole request: loading the model counts.
+        from dataclasses import replace
+
+        spent = time.perf_counter() - started
+        options = replace(options, time_budget=max(float(options.time_budget) - spent, 0.0))
+    result = run_plan(engine, motion, bodies, limits_for(pm.model, pm.config), options, callback=progress)
     t = result.pp.targets.times
     return {"joint_names": list(result.pp.motion.joint_names), "time": (t + float(motion.time[0])).tolist(),
             "positions": np.asarray(result.profiles.evaluate(t)).tolist(), "metrics": result.metrics()}

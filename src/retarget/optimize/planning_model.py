@@ -1,9 +1,18 @@
 """The simulation model the planner optimizes on: a reduced model, loaded, cached or trained in-process.
 
-Until the reduced-model artifact (``retarget reduce``) exists, the planner trains one itself: a full simulation
-of the input motion (optionally on a coarser mesh), mass-PCA + cubature (:func:`retarget.sim.reduced.
-build_from_result`), and pickles the resulting :class:`~retarget.sim.reduced.ReducedSystem` in a cache keyed by
-the SHA-256 of everything it depends on (robot YAML, URDF text, motion samples, mesh and training options).
+Sources, in order (:func:`planning_model`):
+
+1. a file given explicitly (``--reduced FILE``): the versioned ``.npz`` artifact of ``retarget reduce --out`` /
+   ``retarget check reduced --save-model`` (:func:`retarget.sim.reduced.artifact.load_reduced`: a model whose robot,
+   materials or mesh changed raises :class:`~retarget.sim.reduced.errors.StaleReducedModelError`, an
+   :class:`~retarget.errors.InputError` naming what changed), or a pickle of this module's cache;
+2. the in-process cache: a model trained on exactly this motion, pickled under the SHA-256 of everything it
+   depends on (robot YAML, URDF text, motion samples, mesh and training options);
+3. an artifact of the robot in the model folders (:func:`artifact_dirs`: ``$RETARGET_MODELS``, else
+   ``$RETARGET_CACHE/models`` and the checkout's ``.cache-models/``), newest first; stale ones are skipped and
+   listed in ``info["skipped"]``;
+4. training in-process: a full simulation of the input motion (optionally on a coarser mesh), mass-PCA + cubature
+   (:func:`retarget.sim.reduced.build_from_result`), pickled into the cache of 2.
 """
 from __future__ import annotations
 
@@ -22,7 +31,8 @@ import numpy as np
 from retarget.errors import InputError, NotAvailableError
 from retarget.motion.motion import Motion
 
-__all__ = ["PlanningModel", "cache_dir", "load_model", "planning_model"]
+__all__ = ["PlanningModel", "artifact_dirs", "cache_dir", "find_artifact", "load_artifact", "load_model",
+           "planning_model"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,6 +56,82 @@ def cache_dir() -> Path:
     """``$RETARGET_CACHE`` or ``~/.cache/retarget``, with a ``reduced/`` subfolder."""
     root = Path(os.environ.get("RETARGET_CACHE", Path.home() / ".cache" / "retarget"))
     return root / "reduced"
+
+
+def artifact_dirs() -> list[Path]:
+    """Folders searched for reduced-model artifacts (``<robot>.npz`` or ``<robot>-*.npz``).
+
+    ``$RETARGET_MODELS`` (``os.pathsep``-separated) when set; else ``$RETARGET_CACHE/models`` alone when
+    ``$RETARGET_CACHE`` is set (an isolated cache sees no other models); else ``~/.cache/retarget/models`` and
+    ``.cache-models/`` of the source checkout (the shared local model folder).
+    """
+    env = os.environ.get("RETARGET_MODELS")
+    if env:
+        return [Path(p) for p in env.split(os.pathsep) if p]
+    if os.environ.get("RETARGET_CACHE"):
+        return [cache_dir().parent / "models"]
+    from retarget.model import library
+
+    return [cache_dir().parent / "models", library.share_dir() / ".cache-models"]
+
+
+def _artifact_meta(path: Path) -> dict[str, Any]:
+    """The artifact's ``meta`` JSON (format version, robot, hashes, training settings)."""
+    from retarget.sim.reduced.errors import StaleReducedModelError
+
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return dict(json.loads(str(data["meta"])))
+    except (OSError, ValueError, KeyError) as exc:
+        raise StaleReducedModelError(str(path), ["file"], f"unreadable reduced model: {exc}") from exc
+
+
+def load_artifact(robot: str | Path, path: str | Path) -> PlanningModel:
+    """Load a ``retarget reduce`` artifact for ``robot``, on the mesh it was built with.
+
+    The artifact records the ``--mesh-scale`` it was trained with; the robot is loaded the same way
+    (``retarget reduce``'s own loader) so that the provenance hashes compare like with like.
+
+    Raises:
+        StaleReducedModelError: unreadable file, other format version, or a robot/material/mesh that changed
+            since (an :class:`~retarget.errors.InputError`; the message names the changed inputs).
+        InputError: the artifact's motors differ from the robot's.
+    """
+    from retarget.model.loader import read_robot_yaml
+    from retarget.sim.reduced.artifact import load_reduced
+    from retarget.sim.reduced.commands import _load as load_reduce_robot
+
+    path = Path(path)
+    meta = _artifact_meta(path)
+    extra = dict(meta.get("extra") or {})
+    yaml_path, model, system = load_reduce_robot(str(robot), extra.get("mesh_scale"))
+    rs = load_reduced(path, system, yaml_path)
+    if tuple(rs.motors) != tuple(model.motors):
+        raise InputError(f"reduced model {path} has motors {rs.motors}, the robot has {model.motors}")
+    info = {"source": "artifact", "file": str(path), "robot": meta.get("robot"), "training": extra,
+            "format_version": meta.get("format_version")}
+    return PlanningModel(model, read_robot_yaml(yaml_path), rs, info)
+
+
+def find_artifact(robot: str | Path, name: str) -> tuple[PlanningModel | None, list[str]]:
+    """The newest fresh artifact of robot ``name`` in :func:`artifact_dirs`.
+
+    Returns:
+        The model (None when there is none) and one line per artifact skipped (stale, foreign or unreadable).
+    """
+    from retarget.sim.reduced.errors import ReducedModelError
+
+    found: list[Path] = []
+    for folder in artifact_dirs():
+        if folder.is_dir():
+            found += [p for p in folder.glob("*.npz") if p.stem == name or p.stem.startswith(f"{name}-")]
+    skipped: list[str] = []
+    for path in sorted(set(found), key=lambda p: p.stat().st_mtime, reverse=True):
+        try:
+            return load_artifact(robot, path), skipped
+        except (ReducedModelError, InputError) as exc:
+            skipped.append(f"{path}: {exc}")
+    return None, skipped
 
 
 def load_model(robot: str | Path, mesh_axial: int | None = None, mesh_around: int | None = None
@@ -100,24 +186,35 @@ def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = N
         n_modes: deformation modes per flexible part (None: 99.99 % of the variance).
         dt_train: step of the full training simulation [s].
         mesh_axial, mesh_around: rod mesh resolution override for the training mesh.
-        reduced_file: a pickled reduced system to use instead (``--reduced``).
-        use_cache: read/write the cache.
+        reduced_file: a reduced model to use instead (``--reduced``): a ``retarget reduce`` artifact (``.npz``)
+            or a pickle of the in-process cache (``.pkl``).
+        use_cache: read/write the in-process cache and search the model folders (:func:`artifact_dirs`).
         progress: ``(step, n_steps)`` of the training simulation.
         allow_training: when no model is given or cached, train one from a full simulation of ``motion``
             (minutes to hours, by robot). False raises :class:`NotAvailableError` instead.
 
     Raises:
-        NotAvailableError: no model given or cached and ``allow_training`` is False.
+        NotAvailableError: no model given, cached or found and ``allow_training`` is False.
+        StaleReducedModelError: the given artifact does not match the robot (an InputError).
+        InputError: an unknown reduced-model file type, or motors that differ from the robot's.
     """
     from retarget.sim.reduced.training import build_from_result
     from retarget.sim.simulate import simulate
     from retarget.sim.motors import SplineMotors
     from retarget.sim.system import build_system
 
+    if reduced_file is not None and Path(reduced_file).suffix.lower() == ".npz":
+        return load_artifact(robot, reduced_file)
+    if reduced_file is not None and Path(reduced_file).suffix.lower() != ".pkl":
+        raise InputError(f"reduced model {reduced_file}: expected a `retarget reduce` artifact (.npz) or a cached "
+                         "pickle (.pkl)")
     model, cfg, fingerprint = load_model(robot, mesh_axial, mesh_around)
     if reduced_file is not None:
-        with open(reduced_file, "rb") as fh:
-            rs = pickle.load(fh)
+        try:
+            with open(reduced_file, "rb") as fh:
+                rs = pickle.load(fh)
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
+            raise InputError(f"cannot read reduced model {reduced_file}: {exc}") from exc
         if tuple(rs.motors) != tuple(model.motors):
             raise InputError(f"reduced model {reduced_file} has motors {rs.motors}, the robot has {model.motors}")
         return PlanningModel(model, cfg, rs, {"source": str(reduced_file)})
@@ -138,11 +235,19 @@ def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = N
         with open(path, "rb") as fh:
             rs = pickle.load(fh)
         return PlanningModel(model, cfg, rs, {"source": "cache", "cache_file": str(path)})
+    skipped: list[str] = []
+    if use_cache:
+        found, skipped = find_artifact(robot, model.name)
+        if found is not None:
+            return PlanningModel(found.model, found.config, found.reduced, {**found.info, "skipped": skipped})
     if not allow_training:
+        folders = ", ".join(str(d) for d in artifact_dirs())
+        stale = ("; skipped: " + "; ".join(skipped)) if skipped else ""
         raise NotAvailableError(
-            f"no reduced model of {model.name} for this motion is cached in {cache_dir()}; training one needs a "
-            f"full simulation of the whole motion (minutes to hours): run `retarget plan {model.name} --motion ...` "
-            "once (it trains and caches the model), or pass a reduced model file")
+            f"no reduced model of {model.name}: none cached for this motion in {cache_dir()} and no fresh "
+            f"artifact {model.name}[-*].npz in {folders}{stale}. Build one with `retarget reduce {model.name} "
+            f"--train-motion ... --out <folder>/{model.name}-<motion>.npz` or run `retarget plan {model.name} "
+            "--motion ...` once (it trains and caches a model; minutes to hours)")
     import time
 
     system = build_system(model)
@@ -153,7 +258,8 @@ def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = N
     rs, bases, cubs = build_from_result(system, full, n_modes=n_modes)
     info = {"source": "trained", "cache_file": str(path), "full_dofs": int(system.n_deformable_dofs),
             "modes": [int(b.size - b.n_rigid) for b in bases], "cubature_elements": [int(len(c.elements)) for c in cubs],
-            "wall_s_train_full": wall_train, "wall_s_build": time.perf_counter() - started, "dt_train": dt_train}
+            "wall_s_train_full": wall_train, "wall_s_build": time.perf_counter() - started, "dt_train": dt_train,
+            "skipped": skipped}
     if use_cache:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
