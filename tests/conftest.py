@@ -1,7 +1,10 @@
 """Test-wide settings: DDS kept on loopback and isolated per run, one BLAS thread, shared test data lookup."""
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,11 @@ os.environ.setdefault("ROS_DOMAIN_ID", str(1 + os.getpid() % 100))
 os.environ.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
 for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
     os.environ.setdefault(var, "1")
+# Hermetic: no test (nor a process it starts) may pick up reduced models the developer has trained or cached
+# (~/.cache/retarget, the checkout's .cache-models/): the planner would then optimize for real, for minutes.
+os.environ["RETARGET_CACHE"] = _CACHE = tempfile.mkdtemp(prefix="retarget-test-cache-")
+atexit.register(shutil.rmtree, _CACHE, True)
+os.environ.pop("RETARGET_MODELS", None)
 
 REPO = Path(__file__).resolve().parents[1]
 

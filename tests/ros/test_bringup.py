@@ -309,6 +309,13 @@ def test_retarget_up_drummer_goal_then_sigint(ros_context: Any) -> None:
         pids = ready["pids"]
         assert set(pids) == {"dynamixel_emulator", "dynamixel_driver", "trajectory_server", "planner"}
         assert client.wait_for_server(timeout_sec=10.0), "".join(errors[-40:])
+        # The server rejects goals while its joint_states are stale (state_timeout): on a loaded machine, wait
+        # until this process sees them flow too.
+        from sensor_msgs.msg import JointState
+
+        seen: list[float] = []
+        node.create_subscription(JointState, f"{namespace}/joint_states", lambda _m: seen.append(time.monotonic()), 10)
+        wait_for(lambda: len(seen) > 10 and time.monotonic() - seen[-1] < 0.2, 30.0, "joint_states flowing")
 
         joints = _ros_params("drummer")["joint_names"]
         goal = FollowJointTrajectory.Goal()

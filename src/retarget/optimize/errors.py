@@ -1,7 +1,7 @@
 """Errors of the optimizer's building blocks."""
 from __future__ import annotations
 
-from retarget.errors import InputError, RetargetError
+from retarget.errors import InputError, NotAvailableError, RetargetError
 
 __all__ = ["OptimizeError", "ProfileError", "ShapingError", "TimeBudgetError", "WeightSyntaxError"]
 
@@ -46,8 +46,11 @@ class ShapingError(OptimizeError, InputError):
         self.details = details
 
 
-class TimeBudgetError(OptimizeError):
+class TimeBudgetError(OptimizeError, NotAvailableError):
     """A plan's time budget ran out before there was any result to return (targets or the first simulation).
+
+    It is a :class:`~retarget.errors.NotAvailableError`: no result is available within the budget (the planner
+    node answers NOT_AVAILABLE, the CLI exits 2).
 
     Attributes:
         stage: where the budget ran out (``targets`` or ``optimization``).

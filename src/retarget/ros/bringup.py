@@ -238,7 +238,8 @@ class Bringup:
 
 def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = True, mocap: str = "twin",
              namespace: str = "", run_dir: Path | None = None, twin: str = "first_order",
-             reduced: str | Path | None = None, python: str | None = None) -> Bringup:
+             reduced: str | Path | None = None, python: str | None = None,
+             plan_time_budget: float = 0.0) -> Bringup:
     """Compute a robot's node set.
 
     Args:
@@ -255,6 +256,7 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
             without one it falls back to ``first_order`` and says why in :attr:`Bringup.notes` (and the log).
         reduced: Reduced model file for ``twin="reduced"`` (``.npz`` from ``retarget reduce`` or a pickle).
         python: Interpreter for the processes (default: this one); only used in the emulator's command.
+        plan_time_budget: The planner node's ``time_budget`` [s] (0: none).
 
     Returns:
         The node set.
@@ -330,7 +332,8 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
     if planner:
         nodes.append(node("planner", "retarget.ros.planner", "planner",
                           {"robot_name": name, "trajectory_server_action": f"{namespace}/trajectory_server/"
-                                                                           "follow_joint_trajectory"}))
+                                                                           "follow_joint_trajectory",
+                           "time_budget": float(plan_time_budget)}))
     if mocap != "none":
         mocap_params: dict[str, Any] = {"source": mocap}
         if mocap == "twin" and channel is not None:

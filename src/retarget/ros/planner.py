@@ -70,6 +70,12 @@ class Planner(Node):
         self.allow_training = declare(self, "allow_training", T.BOOL, False,
                                       "train a reduced model in-process when none is cached (minutes to hours); "
                                       "false: such goals end NOT_AVAILABLE with the command to build one")
+        self.time_budget = declare(self, "time_budget", T.DOUBLE, 0.0,
+                                   "wall-time budget of one plan [s] (model, targets, optimization); when it runs "
+                                   "out the best iterate is returned (metrics budget_limited), or NOT_AVAILABLE "
+                                   "if there is none yet; 0: no limit", low=0.0)
+        self.dt = declare(self, "dt", T.DOUBLE, 0.0, "simulation time step of the plan [s]; 0: the optimizer's "
+                          "default", low=0.0)
         group = ReentrantCallbackGroup()
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
                              reliability=ReliabilityPolicy.RELIABLE)
@@ -110,7 +116,7 @@ class Planner(Node):
             plan = load_optimizer()
             self._feedback(handle, started, "optimizing")
             outcome = plan(self._request(goal), lambda it: self._feedback(handle, started, "optimizing", **it))
-        except NotAvailableError as exc:
+        except NotAvailableError as exc:  # includes a time budget that ran out before any result
             self.get_logger().warning(str(exc))
             handle.abort()
             return Result(error_code=Result.NOT_AVAILABLE, error_string=str(exc),
@@ -138,7 +144,8 @@ class Planner(Node):
                 "tracked_bodies": list(goal.tracked_bodies), "position_weights": list(goal.position_weights),
                 "deviation_weight": goal.deviation_weight, "acceleration_weight": goal.acceleration_weight,
                 "knot_spacing": goal.knot_spacing, "max_iterations": goal.max_iterations,
-                "relative_tolerance": goal.relative_tolerance, "allow_training": self.allow_training}
+                "relative_tolerance": goal.relative_tolerance, "allow_training": self.allow_training,
+                "time_budget": self.time_budget or None, "dt": self.dt or None}
 
     def _result(self, outcome: dict[str, Any], started: float) -> Result:
         from retarget.ros.conversions import point_msg
