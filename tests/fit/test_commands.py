@@ -47,8 +47,16 @@ def test_fit_motion_writes_the_identification_motion(tmp_path, capsys) -> None:
     assert summary["frequencies_hz"][1] == pytest.approx(32.5, rel=0.01)
     assert summary["peak_rate_rad_s"] <= summary["max_velocity"] == pytest.approx(8.06)
     assert summary["peak_load_torque_nm"]["identification"] > 0.0
+    assert summary["torque_limit_nm"] == pytest.approx(0.8 * summary["stall_torque_nm"])
+    assert summary["burst_torque_nm"] <= summary["torque_limit_nm"]
     assert yaml.safe_load(out.read_text())["joints"] == ["base_pitch"]
+    assert main(["fit-motion", "--robot", "single_rod", "--cycles", "3", "--bursts", "2", "--torque-fraction", "0",
+                 "--json"]) == 0
+    speed_only = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert speed_only["torque_limit_nm"] is None
+    assert speed_only["amplitude_rad"] > 5 * summary["amplitude_rad"]
     assert main(["fit-motion", "--robot", "single_rod", "--step-deg", "120"]) == 2
+    assert main(["fit-motion", "--robot", "single_rod", "--choose", "--candidates", "2,x"]) == 2
 
 
 def test_check_sets_builtin_explicit_and_random() -> None:
@@ -67,3 +75,10 @@ def test_check_sets_builtin_explicit_and_random() -> None:
         check_sets(["1e11,0.5"], 3, 0, 0)
     with pytest.raises(InputError, match="no parameter sets"):
         check_sets(None, 0, 0, 0)
+
+
+def test_random_ranges_are_the_design_ranges() -> None:
+    from retarget.fit.commands import RANDOM_RANGES
+    from retarget.fit.design import MATERIAL_RANGES
+
+    assert RANDOM_RANGES == MATERIAL_RANGES

@@ -66,7 +66,7 @@ def test_speed_statement_matches_the_motion(shipped: tuple) -> None:
         for joint in over:
             assert joint in text.split("exceeds", 1)[1], joint
     else:
-        assert "within the XM430-W210 speed limit" in text
+        assert re.search(r"within the (XM430-W210|servo) speed limit", text), name
 
 
 def test_single_rod_steps_have_the_paper_amplitude_and_hold() -> None:

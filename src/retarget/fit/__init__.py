@@ -3,13 +3,18 @@
 Load a rig (:func:`load_rig`), pick an engine (:func:`make_simulator`), read recordings (:func:`read_recording`),
 then :func:`fit_materials` (or :func:`build_problem` + :func:`solve` to inspect the aligned problem first).
 :func:`record_twin_step_test` makes twin recordings with known parameters. :func:`design_identification_motion`
-builds the motion that separates α from β (second bending mode) and :func:`predict_uncertainty` the 1σ a fit will
-reach before anything is recorded. Imports no ROS. See docs/fit.md.
+builds the motion that separates α from β (second bending mode, within the servo's stall torque),
+:func:`predict_uncertainty` the 1σ a fit will reach before anything is recorded and :func:`choose_burst_count` the
+number of bursts from it. Imports no ROS. See docs/fit.md.
 """
 from retarget.fit.align import Alignment, RestPose, align, detect_onset, kabsch, rest_pose
 from retarget.fit.design import (
+    MATERIAL_RANGES,
+    BurstChoice,
     IdentificationDesign,
     UncertaintyPrediction,
+    burst_torque_bound,
+    choose_burst_count,
     design_identification_motion,
     load_torque,
     predict_uncertainty,
@@ -68,6 +73,10 @@ __all__ = [
     "align",
     "build_problem",
     "default_materials_path",
+    "MATERIAL_RANGES",
+    "BurstChoice",
+    "burst_torque_bound",
+    "choose_burst_count",
     "design_identification_motion",
     "detect_onset",
     "fit_materials",

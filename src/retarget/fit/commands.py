@@ -20,7 +20,7 @@ CHECK_MOTIONS = "step_30,ident_mode2"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``fit`` and ``twin-test`` to the top-level parser."""
+    """Add ``fit``, ``twin-test`` and ``fit-motion`` to the top-level parser."""
     p = subparsers.add_parser(
         "fit",
         help="fit Young's modulus and Rayleigh damping of a rig's flexible part to recorded step tests",
@@ -90,12 +90,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "from a step test)")
     m.add_argument("--step-deg", type=float, default=30.0, help="step the bursts ride on [deg] (default 30)")
     m.add_argument("--cycles", type=int, default=4, help="oscillation cycles per burst (default 4)")
-    m.add_argument("--bursts", type=int, default=3, help="bursts (default 3)")
-    m.add_argument("--gap", type=float, default=0.9, metavar="S", help="ring-out after each burst [s] (default 0.9)")
+    m.add_argument("--bursts", type=int, default=None, help="bursts (default: the shipped design's, 8)")
+    m.add_argument("--gap", type=float, default=None, metavar="S",
+                   help="ring-out after each burst [s] (default: the shipped design's, 2.0)")
+    m.add_argument("--hold", type=float, default=None, metavar="S",
+                   help="hold at the step angle after the bursts (first-mode ring-out) [s] (default 3)")
+    m.add_argument("--torque-fraction", type=float, default=None,
+                   help="fraction of the stall torque the bursts' predicted peak load torque may reach (default "
+                   "0.8); 0: set the amplitude by the speed limit alone")
+    m.add_argument("--stall-torque", type=float, default=None, metavar="NM",
+                   help="servo stall torque [N m] (default: the rig file's servo.stall_torque)")
     m.add_argument("--speed-fraction", type=float, default=0.9,
                    help="fraction of the servo speed limit to use (default 0.9)")
     m.add_argument("--max-velocity", type=float, default=None, metavar="RAD_S",
                    help="servo speed limit [rad/s] (default: the rig file's servo.max_velocity)")
+    m.add_argument("--choose", action="store_true",
+                   help="choose the number of bursts (and the ring-out among --gaps) from the predicted 1-sigma at "
+                   "the 8 corners of E 150-220 GPa, alpha 0.1-2 1/s, beta 1e-5-3e-4 s (minutes)")
+    m.add_argument("--target-std", type=float, default=0.03,
+                   help="--choose: relative 1-sigma aimed at for alpha and beta (default 0.03)")
+    m.add_argument("--max-duration", type=float, default=30.0, metavar="S",
+                   help="--choose: longest motion allowed [s] (default 30)")
+    m.add_argument("--candidates", default="2,4,8,16,24", metavar="N1,N2",
+                   help="--choose: burst counts to try (default 2,4,8,16,24)")
+    m.add_argument("--gaps", default=None, metavar="S1,S2", help="--choose: ring-outs to try [s] (default: --gap)")
     m.add_argument("--out", default=None, metavar="FILE.yaml", help="keyframes file to write")
     m.add_argument("--predict", action="store_true",
                    help="also predict the fit's 1-sigma (Cramer-Rao) with step_30 + this motion at the rig's "
@@ -348,19 +366,69 @@ def _fit_motion(args: argparse.Namespace) -> int:
     from retarget.fit.rig import load_rig
 
     rig = load_rig(args.robot)
-    design = design_identification_motion(rig, args.youngs_modulus, step_deg=args.step_deg, cycles=args.cycles,
-                                          bursts=args.bursts, gap_s=args.gap, speed_fraction=args.speed_fraction,
-                                          max_velocity=args.max_velocity)
+    from retarget.fit.design import DEFAULT_BURSTS, DEFAULT_GAP_S, DEFAULT_HOLD_S, TORQUE_FRACTION
+
+    fraction = TORQUE_FRACTION if args.torque_fraction is None else args.torque_fraction
+    gap = DEFAULT_GAP_S if args.gap is None else args.gap
+    kwargs: dict[str, Any] = dict(
+        youngs_modulus=args.youngs_modulus, step_deg=args.step_deg, cycles=args.cycles,
+        speed_fraction=args.speed_fraction, max_velocity=args.max_velocity,
+        torque_fraction=fraction if fraction > 0 else None, stall_torque=args.stall_torque,
+        hold_s=DEFAULT_HOLD_S if args.hold is None else args.hold)
+    choice = None
+    if args.choose:
+        from retarget.fit.design import choose_burst_count, material_corners
+
+        candidates = _numbers(args.candidates, int, "--candidates")
+        gaps = _numbers(args.gaps, float, "--gaps") if args.gaps else [gap]
+        bar = _bar("predict")
+        bar.unit = "prediction"
+        try:
+            choice = choose_burst_count(rig, [_motion(None, rig.name)], target_std=args.target_std,
+                                        max_duration_s=args.max_duration, candidates=candidates, gaps_s=gaps,
+                                        progress=lambda: bar.update(1), **kwargs)
+        finally:
+            bar.close()
+        design = choice.design
+        print(f"choosing bursts: worst predicted 1-sigma over the {len(material_corners())} corners of the "
+              f"material ranges (step_30 + the motion, 120 Hz, 1 mm, 0.005 rad), target {100 * args.target_std:g} %")
+        for row in choice.rows:
+            w = row["worst"]
+            print(f"  {row['bursts']:3d} bursts, gap {row['gap_s']:.2f} s, {row['duration_s']:5.1f} s, "
+                  f"±{math.degrees(row['amplitude_rad']):.3f} deg: worst alpha {100 * w['alpha']:.2f} %, beta "
+                  f"{100 * w['beta']:.2f} % (hardest corner {_corner(row['worst_corner'])})"
+                  f"{'  <- chosen' if row.get('chosen') else ''}")
+        if not choice.met:
+            print(f"  target {100 * args.target_std:g} % not reached within {args.max_duration:g} s; chose the "
+                  "smallest worst case")
+    else:
+        design = design_identification_motion(rig, bursts=DEFAULT_BURSTS if args.bursts is None else args.bursts,
+                                              gap_s=gap, **kwargs)
     f1, f2 = design.frequencies_hz
+    then = f", then a {math.degrees(design.step_rad):.0f} deg step" if design.step_rad else ""
     print(f"identification motion for {rig.name}: f1 = {f1:.3f} Hz, f2 = {f2:.2f} Hz at E = "
           f"{design.youngs_modulus / 1e9:.1f} GPa; {design.bursts} x {design.cycles} cycles of "
-          f"±{math.degrees(design.amplitude_rad):.2f} deg about {math.degrees(design.step_rad):.0f} deg; peak "
+          f"±{math.degrees(design.amplitude_rad):.3f} deg about the rest angle{then}; peak "
           f"{design.peak_rate_rad_s:.2f} rad/s (limit {design.max_velocity:.2f}); {design.duration_s:.2f} s")
+    from retarget.dynamixel.control_table import POSITION_RAD_PER_TICK
+
+    ticks = design.amplitude_rad / POSITION_RAD_PER_TICK
+    if design.torque_limit_nm is not None:
+        print(f"  bursts' load torque bound {design.burst_torque_nm:.2f} N m (limit {design.torque_limit_nm:.2f} N m "
+              f"= {design.torque_limit_nm / rig.stall_torque:.0%} of stall; any E in 150-220 GPa at alpha "
+              f"{design.torque_damping[0]:g} 1/s, beta {design.torque_damping[1]:g} s)")
+    if ticks < 2.0:
+        print(f"  warning: the burst amplitude is {ticks:.2f} position ticks of a Dynamixel (4096 per turn): a servo "
+              "in position mode cannot render it faithfully (docs/fit.md)")
     summary: dict[str, Any] = {"robot": rig.name, "youngs_modulus": design.youngs_modulus,
                                "frequencies_hz": list(design.frequencies_hz), "amplitude_rad": design.amplitude_rad,
                                "step_rad": design.step_rad, "cycles": design.cycles, "bursts": design.bursts,
                                "peak_rate_rad_s": design.peak_rate_rad_s, "max_velocity": design.max_velocity,
-                               "duration_s": design.duration_s}
+                               "duration_s": design.duration_s, "burst_torque_nm": design.burst_torque_nm,
+                               "torque_limit_nm": design.torque_limit_nm,
+                               "torque_damping": list(design.torque_damping), "amplitude_ticks": ticks}
+    if choice is not None:
+        summary["choice"] = {"target_std": choice.target_std, "met": choice.met, "rows": choice.rows}
     from retarget.fit.design import load_torque
     from retarget.fit.simulators import BeamEngine
 
@@ -394,6 +462,23 @@ def _fit_motion(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, default=float))
     return 0
+
+
+def _numbers(text: str, kind: type, flag: str) -> list[Any]:
+    from retarget.errors import InputError
+
+    try:
+        values = [kind(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise InputError(f"{flag} {text!r}: expected comma-separated numbers") from None
+    if not values or min(values) <= 0:
+        raise InputError(f"{flag} {text!r}: expected positive numbers")
+    return values
+
+
+def _corner(truth: Any) -> str:
+    e, a, b = truth
+    return f"E {e / 1e9:.0f} GPa, alpha {a:g}, beta {b:g}"
 
 
 def register_surrogate_check(subparsers: argparse._SubParsersAction) -> None:

@@ -5,12 +5,20 @@ Rayleigh α and β (docs/fit.md, "Identifiability"). The second bending mode has
 its decay rate ``λ₂ = ζ₂ω₂ ≈ α c₂/2 + β ω₂²/2`` weighs β ~100 times more than ``λ₁`` does; recording it ringing
 out separates α from β. :func:`design_identification_motion` builds such a motion for a rig:
 
-1. rest, then a step like ``step_30`` (it gives a large planar swing for the alignment and E, and ``ζ₁``);
-2. while holding the step angle, ``bursts`` trains of ``cycles`` motor oscillations whose keyframes alternate
-   ``±a`` every half period of the second mode (``f₂`` from the rig's beam model at the given E, not hard-coded);
-   the amplitude ``a`` is the largest the servo's speed limit allows (pchip between alternating extremes peaks
-   at ``3a/h`` for a half period ``h``); between bursts the tip rings out;
-3. return to the rest angle and ring out.
+1. rest, then ``bursts`` trains of ``cycles`` motor oscillations about the rest angle whose keyframes alternate
+   ``±a`` every half period of the second mode (``f₂`` from the rig's beam model at the given E, not hard-coded),
+   each followed by a ring-out;
+2. then a step like ``step_30`` held for the first mode's ring-out (a large planar swing for the alignment, E and
+   ``ζ₁``), return and ring-out. The step comes last because its first-mode swing loads the horn far above any
+   servo's stall torque for as long as it rings; it is not torque-feasible itself (docs/fit.md).
+
+The amplitude ``a`` is the largest that keeps the bursts within a fraction of the servo's stall torque:
+:func:`burst_torque_bound` bounds their load torque (:func:`load_torque`) for any true E in the design range at
+the least damping of :data:`MATERIAL_RANGES` (resonance loads the horn most when the part is least damped, and
+the ringing left by earlier bursts adds up in phase at some E), and ``a`` is scaled so that bound is within the
+limit. It is also capped by the servo's speed limit (pchip between alternating extremes peaks at ``3a/h`` for a
+half period ``h``). :func:`choose_burst_count` then picks the number of bursts (and the ring-out) from the
+predicted uncertainty over the corners of the material ranges.
 
 Short bursts (4 cycles) keep the excitation broad-band enough that a modulus ±25 % off the design value still
 drives mode 2 (the phase slip over a burst stays below a cycle).
@@ -38,16 +46,36 @@ from retarget.fit.rig import StepTestRig
 from retarget.fit.simulators import StepTestSimulator, TipTrajectory
 
 __all__ = [
+    "DEFAULT_BURSTS",
+    "DEFAULT_GAP_S",
+    "DEFAULT_HOLD_S",
+    "MATERIAL_RANGES",
+    "TORQUE_FRACTION",
+    "BurstChoice",
     "IdentificationDesign",
     "UncertaintyPrediction",
+    "burst_peak_torque",
+    "burst_torque_bound",
+    "choose_burst_count",
     "design_identification_motion",
     "load_torque",
+    "material_corners",
     "predict_uncertainty",
     "write_identification_motion",
 ]
 
 #: The sampling rate written into identification motions [Hz]: ~30 samples per period of a 32 Hz mode.
 IDENT_RATE_HZ = 1000.0
+
+
+#: The material ranges the shipped identification motion is designed for and ``retarget check fit --random`` draws
+#: from: E [Pa] (uniform), Rayleigh α [1/s] and β [s] (log-uniform).
+MATERIAL_RANGES: dict[str, tuple[float, float]] = {"youngs_modulus": (150e9, 220e9), "alpha": (0.1, 2.0),
+                                                   "beta": (1e-5, 3e-4)}
+
+#: Fraction of the servo's stall torque the bursts may load the horn with (margin for the rotor and horn inertia,
+#: friction and the model's error).
+TORQUE_FRACTION = 0.8
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,15 +86,22 @@ class IdentificationDesign:
         robot: Rig name.
         motor: Motor joint name.
         youngs_modulus: E the mode frequencies were computed at [Pa].
-        frequencies_hz: First and second bending frequency of the rig held at the step angle [Hz].
-        step_rad: Step angle the bursts are centred on [rad].
-        amplitude_rad: Burst amplitude a about the step angle [rad].
+        frequencies_hz: First and second bending frequency of the rig at the rest angle [Hz].
+        step_rad: Angle of the step that follows the bursts [rad].
+        amplitude_rad: Burst amplitude a about the rest angle [rad].
         cycles: Oscillation cycles per burst.
         bursts: Number of bursts.
         peak_rate_rad_s: Largest motor speed of the sampled motion [rad/s].
         max_velocity: The servo speed limit it was designed against [rad/s].
         times_s: Keyframe times (k,) [s].
         angles_rad: Keyframe motor angles (k,) [rad].
+        burst_end_s: End of the bursts and their ring-outs, where the step starts [s].
+        torque_limit_nm: The torque the bursts were held to (fraction of the stall torque) [N m], or ``None`` when
+            the amplitude was set by the speed limit alone.
+        burst_torque_nm: Bound on the bursts' peak load torque (beam model, up to ``burst_end_s``, whatever the
+            true E in the torque moduli; :func:`burst_torque_bound`) [N m]; NaN without a torque limit.
+        torque_damping: Rayleigh (α [1/s], β [s]) the burst torque was predicted with (the least damping
+            expected: resonance loads the horn most when the part is least damped).
     """
 
     robot: str
@@ -81,6 +116,10 @@ class IdentificationDesign:
     max_velocity: float
     times_s: NDArray[np.float64]
     angles_rad: NDArray[np.float64]
+    burst_end_s: float = 0.0
+    torque_limit_nm: float | None = None
+    burst_torque_nm: float = float("nan")
+    torque_damping: tuple[float, float] = (0.0, 0.0)
 
     @property
     def duration_s(self) -> float:
@@ -91,14 +130,22 @@ class IdentificationDesign:
     def description(self) -> str:
         """The motion file's description: what it is and what it was designed from."""
         f1, f2 = self.frequencies_hz
+        if self.torque_limit_nm is None:
+            limit = "amplitude set by the speed limit"
+        else:
+            limit = (f"amplitude set so the bursts' load torque stays below {self.burst_torque_nm:.2f} N m <= "
+                     f"{self.torque_limit_nm:.2f} N m (bound over E in the design range at the least damping)")
+        step = (f"then a {math.degrees(self.step_rad):.0f} degree step (above the servo's stall torque, like "
+                "step_30) held for the first mode's ring-out, return and ring-out" if self.step_rad != 0.0
+                else "then ring-out")
         return (
-            f"Material-fitting identification motion (generated by `retarget fit-motion`, docs/fit.md): a "
-            f"{math.degrees(self.step_rad):.0f} degree step, then {self.bursts} bursts of {self.cycles} motor "
-            f"oscillations of +-{math.degrees(self.amplitude_rad):.2f} degrees at the second bending mode "
-            f"(f2 = {f2:.2f} Hz, f1 = {f1:.3f} Hz at E = {self.youngs_modulus / 1e9:.0f} GPa, keyframes every half "
-            f"period) with ring-outs between, return and ring-out ({self.duration_s:.2f} s). Peak motor speed "
-            f"{self.peak_rate_rad_s:.2f} rad/s (servo limit {self.max_velocity:.2f} rad/s). Record it with the "
-            "tip's orientation; fit it together with step_30."
+            f"Material-fitting identification motion (generated by `retarget fit-motion`, docs/fit.md): "
+            f"{self.bursts} bursts of {self.cycles} motor oscillations of +-{math.degrees(self.amplitude_rad):.3f} "
+            f"degrees about the rest angle at the second bending mode (f2 = {f2:.2f} Hz, f1 = {f1:.3f} Hz at "
+            f"E = {self.youngs_modulus / 1e9:.0f} GPa, keyframes every half period) with ring-outs between; "
+            f"{limit}; {step} ({self.duration_s:.2f} s). Peak motor speed {self.peak_rate_rad_s:.2f} rad/s, within "
+            f"the servo speed limit ({self.max_velocity:.2f} rad/s). Record it with the tip's orientation; fit it together with "
+            "step_30."
         )
 
     def keyframes(self) -> object:
@@ -113,14 +160,130 @@ class IdentificationDesign:
         return self.keyframes().to_motion()  # type: ignore[attr-defined]
 
     def to_yaml(self) -> str:
-        """A keyframes YAML file like the hand-written motions (degrees, 5 decimals in time and 4 in angle)."""
+        """A keyframes YAML file like the hand-written motions (degrees, 5 decimals in time and in angle)."""
         import textwrap
 
         text = textwrap.fill(self.description, width=112, initial_indent="  ", subsequent_indent="  ")
-        rows = [f"  - [{t:.5f}, {math.degrees(q):.4f}]" for t, q in zip(self.times_s, self.angles_rad)]
+        rows = [f"  - [{t:.5f}, {math.degrees(q):.5f}]" for t, q in zip(self.times_s, self.angles_rad)]
         return (f"robot: {self.robot}\ndescription: >-\n{text}\nunit: deg\ninterpolation: pchip\n"
                 f"rate: {int(IDENT_RATE_HZ)}\njoints: [{self.motor}]\n"
                 f"keyframes:                     # [time [s], {self.motor}] [deg]\n" + "\n".join(rows) + "\n")
+
+
+#: Defaults of the shipped design (single_rod), chosen by :func:`choose_burst_count` (``retarget fit-motion
+#: --choose --candidates 1,2,4,8,16 --gaps 0.9,2.0``): the smallest worst-case α, β 1σ over the corners of
+#: :data:`MATERIAL_RANGES` within 30 s. The 3 % target is out of reach within the XM430's stall torque (docs/fit.md).
+DEFAULT_BURSTS = 8
+DEFAULT_GAP_S = 2.0
+DEFAULT_HOLD_S = 3.0
+
+
+def _keyframes(lead_s: float, half: float, amp: float, cycles: int, bursts: int, gap_s: float, step: float,
+               ramp: float, hold_s: float, tail_s: float) -> tuple[list[float], list[float], float]:
+    """Keyframes of rest, the bursts about 0 with their ring-outs, then step, hold, return, tail.
+
+    Returns:
+        ``(times [s], angles [rad], end of the bursts' section [s])``.
+    """
+    times, angles = [0.0], [0.0]
+    t = lead_s
+    for _ in range(bursts):
+        times.append(t)
+        angles.append(0.0)
+        t += 0.5 * half
+        times.append(t)
+        angles.append(amp)
+        for k in range(2 * cycles - 1):
+            t += half
+            times.append(t)
+            angles.append(-amp if k % 2 == 0 else amp)
+        t += 0.5 * half
+        times.append(t)
+        angles.append(0.0)
+        t += gap_s
+    times.append(t)
+    angles.append(0.0)
+    burst_end = t
+    if step != 0.0:
+        t += ramp
+        times.append(t)
+        angles.append(step)
+        t += hold_s
+        times.append(t)
+        angles.append(step)
+        t += ramp
+        times.append(t)
+        angles.append(0.0)
+    t += tail_s
+    times.append(t)
+    angles.append(0.0)
+    return times, angles, burst_end
+
+
+def _motion_of(motor: str, times: Sequence[float], angles: Sequence[float], robot: str) -> object:
+    from retarget.motion.keyframes import Keyframes
+
+    return Keyframes((motor,), np.asarray(times, dtype=float), np.asarray(angles, dtype=float)[:, None], "pchip",
+                     IDENT_RATE_HZ, robot, "").to_motion()
+
+
+def burst_peak_torque(engine: object, youngs_modulus: float, alpha: float, beta: float, motion: object,
+                      until_s: float) -> float:
+    """Peak load torque of a motion up to a time (the bursts' section of an identification motion) [N m].
+
+    Args:
+        engine: A :class:`retarget.fit.simulators.BeamEngine`.
+        youngs_modulus, alpha, beta: Material [Pa], [1/s], [s].
+        motion: The motion.
+        until_s: End of the window [s].
+    """
+    t, tau = load_torque(engine, youngs_modulus, alpha, beta, motion)
+    return float(np.abs(tau[t <= until_s]).max())
+
+
+def burst_torque_bound(rig: StepTestRig, moduli: Sequence[float], damping: tuple[float, float], lead_s: float,
+                       half: float, amp: float, cycles: int, bursts: int, gap_s: float) -> float:
+    """An upper bound of the bursts' peak load torque that holds whatever the phase of the earlier bursts' ringing.
+
+    The load torque is linear in the motion (up to small centrifugal and gravity terms), so during burst ``j`` it is
+    the sum of the responses to bursts ``0..j``, each the response ``τ₁`` to a single burst shifted by a multiple
+    of the burst period ``T``. Hence ``|τ| ≤ Σ_m max_{[mT, (m+1)T)} |τ₁|``, for any true E: whether the ringing
+    left by the earlier bursts adds up in phase depends on E to within ~1 % (the phase slip over the gaps), so
+    the exact peak at one E says nothing about a nearby one, while this bound does not depend on that phase. It
+    assumes the part rests at the rest angle without load torque (an upright part, as single_rod). The
+    single-burst response is simulated over all the bursts' time at every E of ``moduli`` (it is broad-band in E,
+    so a coarse set suffices) and the largest bound is returned.
+
+    Args:
+        rig: The rig.
+        moduli: E values [Pa].
+        damping: Rayleigh (α [1/s], β [s]).
+        lead_s: Rest before the first burst [s].
+        half: Half period of the drive [s].
+        amp: Burst amplitude [rad].
+        cycles: Cycles per burst.
+        bursts: Number of bursts.
+        gap_s: Ring-out after each burst [s].
+
+    Returns:
+        The bound [N m].
+    """
+    from retarget.fit.simulators import BeamEngine
+
+    engine = BeamEngine(rig)
+    period = 2 * cycles * half + gap_s
+    times, angles, _ = _keyframes(lead_s, half, amp, cycles, 1, bursts * period, 0.0, 0.0, 1.0, 1e-3)
+    single = _motion_of(rig.motor, times[:-1], angles[:-1], rig.name)
+    worst = 0.0
+    for e in moduli:
+        t, tau = load_torque(engine, float(e), *damping, single)
+        rel = t - lead_s
+        # The first window takes in the lead: the part rests there (no load torque at the rest angle for an
+        # upright part), and the difference quotient of the first burst's onset reaches back one sample into it.
+        windows = [np.abs(tau[(rel >= (m * period if m else -np.inf)) & (rel < (m + 1) * period)])
+                   for m in range(bursts)]
+        worst = max(worst, sum(float(w.max(initial=0.0)) for w in windows))
+    return worst
 
 
 def design_identification_motion(
@@ -128,12 +291,16 @@ def design_identification_motion(
     youngs_modulus: float | None = None,
     step_deg: float = 30.0,
     cycles: int = 4,
-    bursts: int = 3,
-    gap_s: float = 0.9,
+    bursts: int = DEFAULT_BURSTS,
+    gap_s: float = DEFAULT_GAP_S,
     speed_fraction: float = 0.9,
     max_velocity: float | None = None,
+    torque_fraction: float | None = TORQUE_FRACTION,
+    stall_torque: float | None = None,
+    torque_damping: tuple[float, float] | None = None,
+    torque_moduli: Sequence[float] | None = None,
     lead_s: float = 0.5,
-    settle_s: float = 0.4,
+    hold_s: float = DEFAULT_HOLD_S,
     tail_s: float = 1.0,
 ) -> IdentificationDesign:
     """Design the identification motion of a rig (module docstring).
@@ -142,18 +309,26 @@ def design_identification_motion(
         rig: The step-test rig.
         youngs_modulus: E [Pa] for the mode frequencies (default: the rig's material; a value fitted from a first
             step test is better when the material is uncertain by more than ~25 %).
-        step_deg: Step angle the bursts ride on [deg] (0: bursts about the rest pose, no step).
+        step_deg: Step after the bursts [deg] (0: no step).
         cycles: Oscillation cycles per burst.
         bursts: Number of bursts.
         gap_s: Ring-out after each burst [s].
         speed_fraction: Fraction of the servo speed limit the bursts and the step may use.
         max_velocity: Servo speed limit [rad/s] (default: the rig file's ``servo.max_velocity``).
-        lead_s: Rest before the step [s] (the fitter takes the rest pose and noise from the first 0.3 s).
-        settle_s: Hold between the step and the first burst [s].
+        torque_fraction: Fraction of the stall torque the bursts' predicted peak load torque may reach, or
+            ``None`` to set the amplitude by the speed limit alone.
+        stall_torque: Servo stall torque [N m] (default: the rig file's ``servo.stall_torque``).
+        torque_damping: Rayleigh (α [1/s], β [s]) for the torque prediction (default: the least damping of
+            :data:`MATERIAL_RANGES`, where the resonant bursts load the horn most).
+        torque_moduli: E values [Pa] the torque bound is taken over (default: ``youngs_modulus`` and 5 values
+            spanning :data:`MATERIAL_RANGES`).
+        lead_s: Rest before the bursts [s] (the fitter takes the rest pose and noise from the first 0.3 s).
+        hold_s: Hold at the step angle (the first mode's ring-out) [s].
         tail_s: Ring-out after the return [s].
 
     Raises:
-        InputError: Bad arguments, no speed limit known, or a motion outside the joint's position limits.
+        InputError: Bad arguments, no speed limit or stall torque known, or a motion outside the joint's position
+            limits.
     """
     from retarget.fit.beam import build_beam_model
 
@@ -164,62 +339,58 @@ def design_identification_motion(
         raise InputError(f"need at least one cycle and one burst, got cycles={cycles}, bursts={bursts}")
     if not 0.0 < speed_fraction <= 1.0:
         raise InputError(f"speed_fraction must be in (0, 1], got {speed_fraction}")
-    if min(gap_s, settle_s, tail_s) <= 0.0 or lead_s < 0.3:
-        raise InputError("gap, settle and tail must be positive and the lead at least 0.3 s (the rest pose)")
+    if min(gap_s, hold_s, tail_s) <= 0.0 or lead_s < 0.3:
+        raise InputError("gap, hold and tail must be positive and the lead at least 0.3 s (the rest pose)")
+    limit = None
+    if torque_fraction is not None:
+        stall = rig.stall_torque if stall_torque is None else float(stall_torque)
+        if stall is None or not stall > 0:
+            raise InputError(f"rig {rig.name!r} gives no servo.stall_torque; pass stall_torque [N m] or "
+                             "torque_fraction=None")
+        if not 0.0 < torque_fraction <= 1.0:
+            raise InputError(f"torque_fraction must be in (0, 1], got {torque_fraction}")
+        limit = torque_fraction * stall
     e = float(rig.material.youngs_modulus if youngs_modulus is None else youngs_modulus)
+    damping = ((MATERIAL_RANGES["alpha"][0], MATERIAL_RANGES["beta"][0]) if torque_damping is None
+               else (float(torque_damping[0]), float(torque_damping[1])))
     step = math.radians(step_deg)
+    lo, hi = rig.motor_limits
+    if not (lo <= min(step, 0.0) and max(step, 0.0) <= hi):
+        raise InputError(f"a {step_deg:.1f} deg step is outside the joint limits [{math.degrees(lo):.1f}, "
+                         f"{math.degrees(hi):.1f}] deg; lower step_deg")
     model = build_beam_model(rig)
-    f1, f2 = (float(f) for f in model.natural_frequencies(e, theta=step)[:2])
+    # The bursts ride on the rest angle: the step's first-mode swing would keep loading the horn far above stall
+    # (~20 N m on single_rod) for the whole ring-out, so the step comes after them.
+    f1, f2 = (float(f) for f in model.natural_frequencies(e, theta=0.0)[:2])
     v = speed_fraction * vmax
     half = 0.5 / f2
     # pchip through alternating extremes ±a spaced h has zero slope at the keyframes and peaks at 3a/h (a cubic
     # Hermite segment from −a to a peaks at 1.5 · 2a / h); the first and last quarter-swing share it.
     amp = v * half / 3.0
     ramp = max(0.2, 1.5 * abs(step) / v) if step != 0.0 else 0.0
-    times, angles = [0.0, lead_s], [0.0, 0.0]
-    t = lead_s
-    if step != 0.0:
-        t += ramp
-        times.append(t)
-        angles.append(step)
-    t += settle_s
-    for b in range(bursts):
-        times.append(t)
-        angles.append(step)
-        t += 0.5 * half
-        times.append(t)
-        angles.append(step + amp)
-        for k in range(2 * cycles - 1):
-            t += half
-            times.append(t)
-            angles.append(step - amp if k % 2 == 0 else step + amp)
-        t += 0.5 * half
-        times.append(t)
-        angles.append(step)
-        t += gap_s
-    times.append(t)
-    angles.append(step)
-    if step != 0.0:
-        t += ramp
-        times.append(t)
-        angles.append(0.0)
-    t += tail_s
-    times.append(t)
-    angles.append(0.0)
-    lo, hi = rig.motor_limits
+    moduli = sorted({e, *(float(x) for x in np.linspace(*MATERIAL_RANGES["youngs_modulus"], 5))}
+                    if torque_moduli is None else {float(x) for x in torque_moduli})
+    torque = float("nan")
+    if limit is not None:
+        torque = burst_torque_bound(rig, moduli, damping, lead_s, half, amp, int(cycles), int(bursts), gap_s)
+    if limit is not None and torque > limit:
+        # The bound is linear in the amplitude (the load torque is, up to centrifugal and gravity terms that are
+        # ~1e-3 of it at these amplitudes); aim 0.5 % below the limit.
+        scale = 0.995 * limit / torque
+        amp *= scale
+        torque *= scale
+    times, angles, end = _keyframes(lead_s, half, amp, int(cycles), int(bursts), gap_s, step, ramp, hold_s, tail_s)
     if min(angles) < lo or max(angles) > hi:
         raise InputError(f"identification motion spans [{math.degrees(min(angles)):.1f}, "
                          f"{math.degrees(max(angles)):.1f}] deg, outside the joint limits "
                          f"[{math.degrees(lo):.1f}, {math.degrees(hi):.1f}] deg; lower step_deg")
-    design = IdentificationDesign(rig.name, rig.motor, e, (f1, f2), step, amp, int(cycles), int(bursts), 0.0, vmax,
-                                  np.asarray(times), np.asarray(angles))
-    motion = design.motion()
-    rate = np.abs(np.diff(np.asarray(motion.positions)[:, 0]) / np.diff(np.asarray(motion.time)))
+    motion = _motion_of(rig.motor, times, angles, rig.name)
+    rate = np.abs(np.diff(np.asarray(motion.positions)[:, 0]) / np.diff(np.asarray(motion.time)))  # type: ignore
     peak = float(rate.max())
     if peak > vmax:
         raise InputError(f"identification motion peaks at {peak:.2f} rad/s, above the servo limit {vmax:.2f} rad/s")
     return IdentificationDesign(rig.name, rig.motor, e, (f1, f2), step, amp, int(cycles), int(bursts), peak, vmax,
-                                np.asarray(times), np.asarray(angles))
+                                np.asarray(times), np.asarray(angles), end, limit, torque, damping)
 
 
 def write_identification_motion(design: IdentificationDesign, path: str | Path) -> Path:
@@ -237,6 +408,10 @@ def write_identification_motion(design: IdentificationDesign, path: str | Path) 
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(design.to_yaml())
+        # mkstemp makes the file private (0600); a motion file is ordinary data, readable like any other.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -383,3 +558,111 @@ def load_torque(engine: object, youngs_modulus: float, alpha: float, beta: float
     momentum += rig.tip_inertia_axis * (theta_dot + qd[:, -1])
     gravity += m_tip * (tip[:, 0] * g_loc[:, 1] - tip[:, 1] * g_loc[:, 0])
     return t, np.gradient(momentum, t) - gravity
+
+
+def material_corners(ranges: dict[str, tuple[float, float]] | None = None) -> list[tuple[float, float, float]]:
+    """The 8 corners (E [Pa], α [1/s], β [s]) of a box of material parameters (default :data:`MATERIAL_RANGES`)."""
+    r = MATERIAL_RANGES if ranges is None else ranges
+    return [(e, a, b) for e in r["youngs_modulus"] for a in r["alpha"] for b in r["beta"]]
+
+
+@dataclass(frozen=True, eq=False)
+class BurstChoice:
+    """The outcome of :func:`choose_burst_count`.
+
+    Attributes:
+        design: The chosen design.
+        target_std: The relative 1σ aimed at for α and β.
+        met: Whether the chosen design reaches it at every corner.
+        rows: One entry per candidate tried: ``bursts``, ``gap_s``, ``duration_s``, ``amplitude_rad``,
+            ``burst_torque_nm``, ``worst`` (largest α and β 1σ over the corners), ``worst_corner`` and
+            ``corners`` (per corner: truth and the predicted α, β 1σ).
+    """
+
+    design: IdentificationDesign
+    target_std: float
+    met: bool
+    rows: list[dict[str, object]]
+
+    @property
+    def chosen(self) -> dict[str, object]:
+        """The row of the chosen design."""
+        return next(r for r in self.rows if r.get("chosen"))
+
+
+def choose_burst_count(
+    rig: StepTestRig,
+    reference_motions: Sequence[object],
+    target_std: float = 0.03,
+    max_duration_s: float = 30.0,
+    candidates: Sequence[int] = (2, 4, 8, 16, 24),
+    gaps_s: Sequence[float] = (DEFAULT_GAP_S,),
+    corners: Sequence[tuple[float, float, float]] | None = None,
+    simulator: StepTestSimulator | None = None,
+    progress: object = None,
+    **design_kwargs: object,
+) -> BurstChoice:
+    """Choose the number of bursts (and the ring-out) from the predicted uncertainty over a material box.
+
+    For each ring-out ``gap`` and each burst count (ascending) whose motion fits in ``max_duration_s``, the
+    Cramér–Rao 1σ of α and β (:func:`predict_uncertainty`, 120 Hz, 1 mm and 0.005 rad noise, the reference motions
+    recorded too) is computed at every corner; the worst case over the corners is the design's score. The first
+    (shortest) design whose worst α and β 1σ are both within ``target_std`` is chosen; if none is, the one with the
+    smallest worst case (the target is then reported as missed, not silently relaxed).
+
+    Args:
+        rig: The step-test rig.
+        reference_motions: Motions recorded besides the identification motion (``step_30``).
+        target_std: Relative 1σ aimed at for α and β (0.03: a 10 % tolerance is more than 3σ).
+        max_duration_s: Longest identification motion allowed [s].
+        candidates: Burst counts to try.
+        gaps_s: Ring-outs after each burst to try [s].
+        corners: Material sets (E [Pa], α [1/s], β [s]) (default: :func:`material_corners`).
+        simulator: Engine for the prediction (default: the rig's :class:`~retarget.fit.simulators.BeamEngine`).
+        progress: Called with no argument after each prediction (a progress bar).
+        **design_kwargs: Passed to :func:`design_identification_motion`.
+
+    Raises:
+        InputError: No candidate fits in ``max_duration_s``.
+    """
+    from retarget.fit.simulators import BeamEngine
+
+    sim = BeamEngine(rig) if simulator is None else simulator
+    sets = material_corners() if corners is None else [tuple(map(float, c)) for c in corners]
+    rows: list[dict[str, object]] = []
+    designs: list[IdentificationDesign] = []
+    chosen: int | None = None
+    for gap in gaps_s:
+        for n in sorted(set(int(c) for c in candidates)):
+            design = design_identification_motion(rig, bursts=n, gap_s=float(gap), **design_kwargs)  # type: ignore
+            if design.duration_s > max_duration_s:
+                break
+            motion = design.motion()
+            per = []
+            for e, a, b in sets:
+                pred = predict_uncertainty(sim, [*reference_motions, motion], e, a, b)
+                per.append({"truth": [e, a, b], "alpha": pred.relative_std["alpha"],
+                            "beta": pred.relative_std["beta"],
+                            "youngs_modulus": pred.relative_std["youngs_modulus"],
+                            "correlation_alpha_beta": float(pred.correlation[1, 2])})
+                if callable(progress):
+                    progress()
+            worst = {p: max(float(c[p]) for c in per) for p in ("alpha", "beta")}  # type: ignore[arg-type]
+            hardest = max(per, key=lambda c: max(float(c["alpha"]), float(c["beta"])))  # type: ignore[arg-type]
+            rows.append({"bursts": n, "gap_s": float(gap), "duration_s": design.duration_s,
+                         "amplitude_rad": design.amplitude_rad, "burst_torque_nm": design.burst_torque_nm,
+                         "worst": worst, "worst_corner": hardest["truth"], "corners": per})
+            designs.append(design)
+            if max(worst.values()) <= target_std:
+                chosen = len(rows) - 1
+                break
+        if chosen is not None:
+            break
+    if not rows:
+        raise InputError(f"no identification motion with {min(candidates)}+ bursts fits in {max_duration_s:.1f} s")
+    met = chosen is not None
+    if chosen is None:
+        chosen = min(range(len(rows)), key=lambda k: (max(rows[k]["worst"].values()),  # type: ignore[union-attr]
+                                                      rows[k]["duration_s"]))
+    rows[chosen]["chosen"] = True
+    return BurstChoice(designs[chosen], float(target_std), met, rows)
