@@ -88,8 +88,11 @@ def test_newton_jacobian_against_finite_differences(absolute):
         fd[:, j] = (-res(s + 2 * e) + 8 * res(s + e) - 8 * res(s - e) + res(s - 2 * e)) / (12 * e[j])
     rel = np.abs(fd - jac) / (np.abs(fd).max(axis=1, keepdims=True) + 1e-8)
     # The floor is FD round-off in the stiff elastic rows (entries up to 1e13 N/m per unit z); the agreement of
-    # single entries improves to ~1e-12 as the step is refined, which a fixed-step table cannot show.
-    assert np.max(rel) < 2e-5, np.unravel_index(np.argmax(rel), rel.shape)
+    # single entries improves to ~1e-12 as the step is refined, which a fixed-step table cannot show. The damping
+    # β K(z) ż raises that floor in the rigid-mode rows (K's rigid rows are differences of large element terms):
+    # worst entry 3.3e-5 of its row, where the β part alone agrees with converging differences to 1e-7
+    # (test_cubature.test_tangent_derivative_against_finite_differences checks it directly).
+    assert np.max(rel) < 5e-5, np.unravel_index(np.argmax(rel), rel.shape)
     # History: R depends on V̄ through −mass/h.
     lin = residual_and_jacobian(rs, s, *args)
     hj = history_jacobian(rs, lin, 1e-3, 1.0)

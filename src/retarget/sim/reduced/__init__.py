@@ -48,6 +48,8 @@ _EXPORTS: dict[str, str] = {
     "build_from_result": "training",
     "build_reduced_system": "system",
     "compare_tracked": "training",
+    "cubature_damping_derivative": "cubature",
+    "cubature_force_directional": "cubature",
     "cubature_force_value": "cubature",
     "cubature_forces": "cubature",
     "reduced_gradients": "cubature",

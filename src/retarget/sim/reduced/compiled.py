@@ -30,7 +30,7 @@ from numba.np.linalg import _LAPACK, ensure_lapack
 from numpy.typing import NDArray
 
 from retarget.fem.neo_hookean import _forces_stiffness_numba
-from retarget.sim.reduced.cubature import cubature_force_value
+from retarget.sim.reduced.cubature import cubature_damping_derivative, cubature_force_directional, cubature_force_value
 from retarget.sim.reduced.dynamics import body_force, body_forces
 from retarget.sim.reduced.kernels import block_eval
 
@@ -67,7 +67,8 @@ class Packed(NamedTuple):
 
     Rigid bodies (b): ``rmass`` (b,) [kg], ``rinertia`` (b, 3, 3) [kg m²]. Deformable bodies (d): ``bref``,
     ``bzu``, ``bzv``, ``bsize`` (d,) reference body, z start in U and in V, r; per body in typed lists the
-    :class:`~retarget.sim.reduced.tensors.InertiaTensors` fields, ``damp`` (α M_zz + β K₀, (r, r)) and the
+    :class:`~retarget.sim.reduced.tensors.InertiaTensors` fields, ``damp`` (α M_zz, (r, r); the stiffness part
+    ``β K(z)`` uses the cubature tangent at the current z, ``bbeta`` (d,) [s]) and the
     cubature (``cub_rows`` (30k, r), ``cub_grad`` (k, q, 10, 3), ``cub_qw`` (k, q), ``cub_w`` (k,), and ``cub_d``
     (k, q, 9, r) the reduced displacement-gradient maps of :func:`~retarget.sim.reduced.cubature.reduced_gradients`
     for value-only evaluations); ``bmass``,
@@ -100,6 +101,7 @@ class Packed(NamedTuple):
     cub_d: object
     bmu: NDArray
     blam: NDArray
+    bbeta: NDArray
     kind: NDArray
     motor: NDArray
     present_a: NDArray
@@ -339,15 +341,23 @@ def residual_jacobian(
                 qr, z, zd, wr, acc_v, acc_w, acc_z, g,
                 p.bmass[d], p.s0[d], p.s1[d], p.p0[d], p.p1[d], p.p2[d], p.c0[d], p.c1[d], p.mzz[d],
             )
+        beta = p.bbeta[d]
         if want_jac:
             f_el, k_el, md = _cubature(z, p.cub_rows[d], p.cub_grad[d], p.cub_qw[d], p.cub_w[d], p.bmu[d], p.blam[d], True)
+            kzd = k_el @ zd
+        elif beta != 0.0:
+            # K(z) ż without forming the tangent: the value kernel's exact directional derivative.
+            f_el, kzd, md = cubature_force_directional(z, zd, p.cub_d[d], p.cub_qw[d], p.cub_w[d], p.bmu[d], p.blam[d])
+            k_el = np.zeros((0, 0))
         else:
             f_el, md = cubature_force_value(z, p.cub_d[d], p.cub_qw[d], p.cub_w[d], p.bmu[d], p.blam[d])
             k_el = np.zeros((0, 0))
+            kzd = np.zeros(rr)
         if md < min_det:
             min_det = md
         damp = p.damp[d]
-        fd = f_el + damp @ zd
+        # Stiffness-proportional damping with the current tangent, β K(z) ż (docs/reduced.md §3).
+        fd = f_el + damp @ zd + beta * kzd
         # rows/cols of body d's generalized force: (v_ref, ω_ref) then ż, in V numbering
         nf = 6 + rr
         vrow = np.empty(nf, dtype=np.int64)
@@ -378,7 +388,13 @@ def residual_jacobian(
             for a in range(rr):
                 for b in range(rr):
                     jac[iv + zv0 + a, zu0 + b] += k_el[a, b]
-                    jac[iv + zv0 + a, iv + zv0 + b] += damp[a, b]
+                    jac[iv + zv0 + a, iv + zv0 + b] += damp[a, b] + beta * k_el[a, b]
+            if beta != 0.0:
+                # ∂(β K(z) ż)/∂z = β dK(z)[ż], exact (second derivative of the cubature force along ż).
+                dk = cubature_damping_derivative(z, zd, p.cub_d[d], p.cub_qw[d], p.cub_w[d], p.bmu[d], p.blam[d])
+                for a in range(rr):
+                    for b in range(rr):
+                        jac[iv + zv0 + a, zu0 + b] += beta * dk[a, b]
     # Constraint blocks.
     n_blocks = p.kind.shape[0]
     for bk in range(n_blocks):

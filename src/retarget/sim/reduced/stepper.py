@@ -5,13 +5,15 @@ Same DAE, BDF coefficients, Baumgarte stabilization and constraint blocks as the
 frame) and therefore their inertial terms (:func:`retarget.sim.reduced.dynamics.body_forces`)::
 
     R_U = U − Ū − h T(U) V
-    R_V = [rigid Newton–Euler] + [relative inertial − gravity] + f_cub(z) + (α M_zz + β K₀) ż − C_Vᵀ λ
+    R_V = [rigid Newton–Euler] + [relative inertial − gravity] + f_cub(z) + (α M_zz + β K(z)) ż − C_Vᵀ λ
     R_λ = C_θ θ̇ + C_V V + a C
 
 Constraint blocks are the absolute engine's own (``evaluate`` of :mod:`retarget.sim.constraints`); a coupling's
 slot ``[x̄, vec A]`` is composed from ``(c_ref, q_ref, z)`` by the reduced interface map, and the curvature terms
 (``∂(C_Vᵀλ)/∂U``, ``∂(C_V V)/∂U``) come from complex steps of the analytic first derivatives, as in the
-absolute engine. Matrices are dense: the reduced system has a few hundred unknowns.
+absolute engine. ``K(z)`` is the cubature's reduced tangent; the Jacobian's ``∂(β K(z) ż)/∂z = β dK(z)[ż]`` is the
+exact second derivative of the cubature force along ż (:meth:`~retarget.sim.reduced.cubature.Cubature.tangent_derivative`;
+the absolute engine differences its tangent along u̇ instead). Matrices are dense: the reduced system has a few hundred unknowns.
 """
 from __future__ import annotations
 
@@ -227,7 +229,9 @@ def residual_and_jacobian(
         )
         f_el, k_el, md = rb.cubature.evaluate(z)
         min_det = min(min_det, md)
-        damp = rb.alpha * t.m_zz + rb.beta * rb.stiffness0
+        # Rayleigh damping on ż with the current reduced tangent: β K(z) ż vanishes for rigid rotation rates of
+        # the current shape (the rest stiffness K₀ does not, docs/reduced.md §3b).
+        damp = rb.alpha * t.m_zz + rb.beta * k_el
         rows = np.concatenate([iv + 6 * ref + np.arange(6), iv + np.arange(zv.start, zv.stop)])
         r[rows] += f
         r[iv + zv.start : iv + zv.stop] += f_el + damp @ zd
@@ -242,6 +246,8 @@ def residual_and_jacobian(
             jac[np.ix_(rows, iv + 6 * ref + 3 + np.arange(3))] += f_w
             jac[np.ix_(rows, iv + np.arange(zv.start, zv.stop))] += f_zd
             jac[iv + zv.start : iv + zv.stop, zu] += k_el
+            if rb.beta != 0.0:
+                jac[iv + zv.start : iv + zv.stop, zu] += rb.beta * rb.cubature.tangent_derivative(z, zd)
             jac[iv + zv.start : iv + zv.stop, iv + zv.start : iv + zv.stop] += damp
     if not min_det > 0.0:
         raise SimulationDiverged(0, 0.0, [], reason=f"inverted element in the cubature (min det F = {min_det:.3e})")

@@ -36,8 +36,10 @@ class ReducedBody:
         basis: the :class:`ReducedBasis`.
         tensors: the :class:`InertiaTensors`.
         cubature: reduced internal forces.
-        stiffness0: ``UᵀK(0)U`` (r, r) [N/m] for stiffness-proportional damping.
-        alpha, beta: Rayleigh damping [1/s], [s] (on ż, in the local frame).
+        stiffness0: ``UᵀK(0)U`` (r, r) [N/m], the rest stiffness (documentation, initial guesses, modal
+            frequencies). It no longer drives the damping: the engines damp with ``β K(z) ż``, the cubature tangent at
+            the current z (docs/reduced.md §3).
+        alpha, beta: Rayleigh damping [1/s], [s] (on ż, in the local frame: ``(α M_zz + β K(z)) ż``).
     """
 
     name: str
