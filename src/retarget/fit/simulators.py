@@ -145,14 +145,16 @@ class BeamEngine:
         self.rig = rig
         self.dt = float(dt)
         self.model = build_beam_model(rig, n_elements)
-        self._profiles: dict[int, MotorProfile] = {}
+        # id → (motion, profile): holding the motion keeps its id from being reused by a later object.
+        self._profiles: dict[int, tuple[object, MotorProfile]] = {}
 
     def profile(self, motion: object) -> MotorProfile:
         """The motor profile of ``motion`` (cached per motion object)."""
-        key = id(motion)
-        if key not in self._profiles:
-            self._profiles[key] = motor_profile(motion, self.rig.motor, self.dt)
-        return self._profiles[key]
+        entry = self._profiles.get(id(motion))
+        if entry is None or entry[0] is not motion:
+            entry = (motion, motor_profile(motion, self.rig.motor, self.dt))
+            self._profiles[id(motion)] = entry
+        return entry[1]
 
     def simulate(self, youngs_modulus: float, alpha: float, beta: float, motion: object) -> TipTrajectory:
         """See :class:`StepTestSimulator`."""
