@@ -206,12 +206,12 @@ class _Client:
         import rclpy
 
         self.executor.shutdown()
+        self._thread.join(5)  # before destroying what the spinning thread may be waiting on
         self.follow.destroy()
         if self.retarget is not None:
             self.retarget.destroy()
         self.node.destroy_node()
         rclpy.shutdown(context=self.context)
-        self._thread.join(5)
 
     def now(self) -> float:
         return self.node.get_clock().now().nanoseconds * 1e-9

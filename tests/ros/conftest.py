@@ -91,9 +91,27 @@ def ros_context() -> Iterator[Any]:
     context = rclpy.Context()
     rclpy.init(context=context)
     executor = MultiThreadedExecutor(context=context)
-    thread = threading.Thread(target=executor.spin, daemon=True)
+
+    stop = threading.Event()
+
+    def spin() -> None:
+        # Tests close their nodes while this thread may be waiting on them; rclpy then raises InvalidHandle from
+        # the wait set. executor.spin() would die of it and every later test in the module would hear nothing.
+        from rclpy.exceptions import InvalidHandle
+        from rclpy.executors import ExternalShutdownException, ShutdownException
+
+        while not stop.is_set():
+            try:
+                executor.spin_once(timeout_sec=0.1)
+            except InvalidHandle:
+                continue
+            except (ExternalShutdownException, ShutdownException):
+                return
+
+    thread = threading.Thread(target=spin, daemon=True)
     thread.start()
     yield context, executor
+    stop.set()
+    thread.join(5)
     executor.shutdown()
     rclpy.shutdown(context=context)
-    thread.join(5)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str, step: float = 0.02) -> None:
@@ -12,3 +13,14 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str, step: flo
             return
         time.sleep(step)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def retry_stale_states(attempt: Callable[[], Any], timeout: float = 20.0) -> Any:
+    """Run ``attempt()`` (send a goal, return its FollowJointTrajectory result) again while the server rejects it
+    for stale joint_states: on a loaded host the server's DDS discovery of the driver may finish after the test's."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = attempt()
+        if "no joint_states" not in result.error_string or time.monotonic() > deadline:
+            return result
+        time.sleep(0.5)

@@ -280,7 +280,7 @@ def test_retarget_up_drummer_goal_then_sigint(ros_context: Any) -> None:
     from rclpy.action import ActionClient
     from rclpy.node import Node
     from trajectory_msgs.msg import JointTrajectoryPoint
-    from ros_helpers import wait_for
+    from ros_helpers import retry_stale_states, wait_for
 
     namespace = "/test_bringup"
     started = time.monotonic()
@@ -324,16 +324,14 @@ def test_retarget_up_drummer_goal_then_sigint(ros_context: Any) -> None:
             point = JointTrajectoryPoint(positions=[scale * (-1) ** i for i in range(len(joints))])
             point.time_from_start.sec, point.time_from_start.nanosec = int(t), int(round((t % 1) * 1e9))
             goal.trajectory.points.append(point)
-        deadline = time.monotonic() + 10.0
-        while True:  # retry only the server's stale-state rejection (its discovery may lag ours under load)
+        def attempt() -> Any:
             sent = client.send_goal_async(goal)
             wait_for(sent.done, 10.0, "goal response")
             got = sent.result().get_result_async()
             wait_for(got.done, 15.0, "goal result")
-            result = got.result().result
-            if "no joint_states" not in result.error_string or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
+            return got.result().result
+
+        result = retry_stale_states(attempt)
         assert result.error_code == FollowJointTrajectory.Result.SUCCESSFUL, (result.error_string,
                                                                                "".join(errors[-40:]))
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
-from ros_helpers import wait_for
+from ros_helpers import retry_stale_states, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -70,18 +70,14 @@ class Monitor:
             p = JointTrajectoryPoint(positions=[float(x) for x in q])
             p.time_from_start.sec, p.time_from_start.nanosec = int(t), int(round((t % 1) * 1e9))
             goal.trajectory.points.append(p)
-        deadline = time.monotonic() + 10.0
-        while True:
+        def attempt() -> Any:
             sent = self.action.send_goal_async(goal)
             wait_for(sent.done, 5.0, "goal response")
             got = sent.result().get_result_async()
             wait_for(got.done, timeout, "result")
-            result = got.result().result
-            # The server rightly rejects goals while its own joint_states are stale; on a loaded host its DDS
-            # discovery of the driver may finish after ours: retry that case only, briefly.
-            if "no joint_states" not in result.error_string or time.monotonic() > deadline:
-                return result
-            time.sleep(0.5)
+            return got.result().result
+
+        return retry_stale_states(attempt)
 
     def call_reboot(self) -> Any:
         from std_srvs.srv import Trigger

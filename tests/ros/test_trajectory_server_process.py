@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ros_helpers import wait_for
+from ros_helpers import retry_stale_states, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -104,6 +104,10 @@ def system(start_module_node, ros_context) -> Any:
     try:
         assert client.action.wait_for_server(timeout_sec=15.0), server.log()
         wait_for(lambda: len(client.states) > 5, 10.0, "joint_states from the twin")
+        # Warm up: a goal to where the twin is, retried while the server has not yet seen joint_states itself.
+        here = [float(x) for x in client.states[-1][1]]
+        warm = retry_stale_states(lambda: client.result(client.send(client.goal([(0.2, here)]))).result)
+        assert warm.error_code == 0, (warm.error_string, server.log())
         yield client, server, twin
     finally:
         client.close()

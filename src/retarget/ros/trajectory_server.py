@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,7 +75,8 @@ class TrajectoryServer(Node):
         self.open_loop = declare(self, "open_loop", T.BOOL, False,
                                  "start trajectories from the last command instead of the measured state")
         self.state_timeout = declare(self, "state_timeout", T.DOUBLE, 0.5,
-                                     "joint_states older than this abort the goal [s]", low=0.01, high=60.0)
+                                     "joint_states older than this abort the goal; a goal that arrives "
+                                     "without fresh joint_states waits this long for them [s]", low=0.01, high=60.0)
         self.limits = self._limits(declare(self, "robot_description", T.STRING, "", "URDF XML (joint limits)"),
                                    declare(self, "position_lower_limits", T.DOUBLE_ARRAY, [],
                                            "per joint [rad]; overrides the URDF"),
@@ -86,7 +88,7 @@ class TrajectoryServer(Node):
         self._active: _ActiveGoal | None = None
         self._state: tuple[np.ndarray, np.ndarray | None, float] | None = None
         self._last_command: np.ndarray | None = None
-        group = ReentrantCallbackGroup()
+        group = self._group = ReentrantCallbackGroup()
         self._commands = self.create_publisher(JointTrajectory, "joint_commands", 10)
         self.create_subscription(JointState, "joint_states", self._on_joint_state, 10, callback_group=group)
         self._server = ActionServer(self, FollowJointTrajectory, "~/follow_joint_trajectory",
@@ -140,11 +142,28 @@ class TrajectoryServer(Node):
                                      f"the last {self.state_timeout:g} s: the driver is not running or not ready")
         return measured
 
+    async def _fresh_state(self, timeout: float) -> None:
+        """Wait (without holding an executor thread) until joint_states are fresh, or ``timeout`` seconds."""
+        arrived = Future()
+        deadline = time.monotonic() + timeout
+
+        def poll() -> None:
+            if not arrived.done() and (self._measured() is not None or time.monotonic() > deadline):
+                arrived.set_result(None)
+
+        timer = self.create_timer(0.02, poll, callback_group=self._group)
+        try:
+            await arrived
+        finally:
+            self.destroy_timer(timer)
+
     async def _execute(self, goal_handle: ServerGoalHandle) -> Result:
         goal: FollowJointTrajectory.Goal = goal_handle.request
         try:
             if goal.multi_dof_trajectory.joint_names or goal.multi_dof_trajectory.points:
                 raise TrajectoryRejected(ErrorCode.INVALID_JOINTS, "multi-DOF trajectories are not supported")
+            if self._measured() is None and not (self.open_loop and self._last_command is not None):
+                await self._fresh_state(self.state_timeout)  # a goal sent just as the driver comes up
             start = self._start_state()
             trajectory = validate_trajectory(
                 goal.trajectory.joint_names, goal_points(goal.trajectory), controller_joints=self.joint_names,
