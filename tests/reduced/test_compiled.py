@@ -241,3 +241,29 @@ def test_damping_uses_current_tangent_not_rest_stiffness(random_reduced):
     expected = np.zeros_like(diff)
     expected[rs.n_u + zv.start : rs.n_u + zv.stop] = body.beta * kz @ s[rs.n_u + zv.start : rs.n_u + zv.stop]
     assert np.max(np.abs(diff - expected)) <= 1e-12 * np.max(np.abs(expected))
+
+
+def test_a_bad_newton_start_falls_back_to_a_safer_one(pca_reduced):
+    """Step k's quadratic start uses S_{k−2}, which its solution does not depend on: spoil S_{k−2} so that start
+    inverts elements, and the step still converges (from the linear or held start) to the same state."""
+    rs = pca_reduced
+    motors = FunctionMotors(lambda t: [0.3 * (1 - np.cos(20 * t)), -0.1 * t], lambda t: [6 * np.sin(20 * t), -0.1])
+    dt, n, k = 1e-3, 30, 20
+    run = simulate_compiled(rs, motors, n * dt, dt, tol=1e-12)
+    packed = pack_system(rs)
+    times = np.arange(n + 1) * dt
+    thetas = np.array([motors.value(t) for t in times], dtype=float)
+    theta_dots = np.array([motors.derivative(t) for t in times], dtype=float)
+    states = run.states.copy()
+    # The start's elastic coordinates are z̄ + h ż*, ż* = 3ż_k − 3ż_{k−1} + ż_{k−2}: far beyond inversion.
+    states[k - 2, rs.n_u + 6 * rs.n_rigid + 6 : rs.n_u + rs.n_v] += 5e4
+    iters = np.zeros(n + 1, dtype=np.int64)
+    spoiled = ck._predict(packed, states, k, (4 * states[k, : rs.n_u] - states[k - 1, : rs.n_u]) / 3, 2 * dt / 3, dt)
+    res = residual_compiled(packed, spoiled, (4 * states[k, : rs.n_u] - states[k - 1, : rs.n_u]) / 3,
+                            (4 * states[k, rs.n_u : rs.n_u + rs.n_v] - states[k - 1, rs.n_u : rs.n_u + rs.n_v]) / 3,
+                            2 * dt / 3, thetas[k + 1], theta_dots[k + 1], 1.5 / dt, jacobian=False)
+    assert not res.min_det > 0, "the spoiled start must be one the engine refuses"
+    status, at = ck.run_chunk(packed, states, iters, k, k + 1, dt, thetas, theta_dots, 1e-12, 30, ck.make_workspace(packed))
+    assert (status, at) == (0, k + 1)
+    nu = rs.n_u
+    assert np.max(np.abs(states[k + 1, :nu] - run.states[k + 1, :nu])) < 1e-10

@@ -643,17 +643,20 @@ def converged(size: float, previous: float, tol: float, estimate: bool = True) -
 
 
 @numba.njit(cache=True)
-def _predict(p: Packed, states: NDArray, k: int, u_bar: NDArray, h: float, dt: float) -> NDArray:
+def _predict(p: Packed, states: NDArray, k: int, u_bar: NDArray, h: float, dt: float, order: int = 2) -> NDArray:
     """Newton start of step ``k → k+1``.
 
-    BDF2 steps: V and λ extrapolated quadratically from three stored states (``3S_k − 3S_{k−1} + S_{k−2}``; linearly,
-    ``2S_k − S_{k−1}``, when ``states`` holds only two), and U from the kinematic rows at that V (exact for c and
-    z, ``U* = Ū + h V*``; for q with ``T`` at the extrapolated quaternion), so the first residual's kinematic rows
-    nearly vanish. First step (BDF1): explicit Euler on U, V and λ held.
+    BDF2 steps: V and λ extrapolated from the stored states — quadratically (``order`` 2, ``3S_k − 3S_{k−1} +
+    S_{k−2}``; linearly when ``states`` holds only two), linearly (``order`` 1, ``2S_k − S_{k−1}``) or held
+    (``order`` 0, ``S_k``) — and U from the kinematic rows at that V (exact for c and z, ``U* = Ū + h V*``; for q
+    with ``T`` at the extrapolated quaternion), so the first residual's kinematic rows nearly vanish. First step
+    (BDF1): explicit Euler on U, V and λ held (``order`` 0: the previous state itself).
     """
     nu, nv = p.sizes[0], p.sizes[1]
     nb = p.rmass.shape[0]
     prev = states[k]
+    if k == 0 and order == 0:
+        return prev.copy()
     if k == 0:
         s = prev.copy()
         for i in range(nb):
@@ -665,10 +668,12 @@ def _predict(p: Packed, states: NDArray, k: int, u_bar: NDArray, h: float, dt: f
         for kk in range(7 * nb, nu):
             s[kk] += dt * prev[nu + 6 * nb + kk - 7 * nb]
         return s
-    if k >= 2:
+    if k >= 2 and order >= 2:
         s = 3.0 * prev - 3.0 * states[k - 1] + states[k - 2]
-    else:
+    elif order >= 1:
         s = 2.0 * prev - states[k - 1]
+    else:
+        s = prev.copy()
     for i in range(nb):
         qd = _quat_rate_half(s[7 * i + 3 : 7 * i + 7]) @ s[nu + 6 * i + 3 : nu + 6 * i + 6]
         for a in range(3):
@@ -678,6 +683,49 @@ def _predict(p: Packed, states: NDArray, k: int, u_bar: NDArray, h: float, dt: f
     for kk in range(7 * nb, nu):
         s[kk] = u_bar[kk] + h * s[nu + 6 * nb + kk - 7 * nb]
     return s
+
+
+@numba.njit(cache=True)
+def _newton(p: Packed, s: NDArray, u_bar: NDArray, v_bar: NDArray, h: float, dt: float, th: NDArray, thd: NDArray,
+            tol: float, max_iter: int, ws: Workspace, estimate: bool, iterations: NDArray, k: int) -> int:
+    """Chord Newton on step ``k → k+1`` from ``s`` (updated in place); returns 0 converged, 1 not converged within
+    ``max_iter``, 2 non-finite or singular, 3 an inverted cubature element."""
+    nu, nv = p.sizes[0], p.sizes[1]
+    ns = s.shape[0]
+    previous = np.inf
+    fresh = False
+    for it in range(max_iter):
+        need = ws.scalars[0] == 0.0
+        res, jac, _, _, _, min_det = residual_jacobian(p, s, u_bar, v_bar, h, th, thd, 1.0 / h, need)
+        if not min_det > 0.0:
+            return 3
+        for a in range(ns):
+            if not np.isfinite(res[a]):
+                return 2
+        if need:
+            info = _factorize(p, jac, ws)
+            if info != 0:
+                return 2
+            ws.scalars[0] = h
+            fresh = True
+        delta = condensed_solve(p, ws, res)
+        size = 0.0
+        for a in range(ns):
+            if not np.isfinite(delta[a]):
+                return 2
+            s[a] += delta[a]
+            if a < nu:
+                size = max(size, abs(delta[a]))
+            elif a < nu + nv:
+                size = max(size, dt * abs(delta[a]))
+        if converged(size, previous, tol, estimate):
+            iterations[k + 1] = it + 1
+            return 0
+        if (not fresh) and size > REFACTOR_RATIO * previous:
+            ws.scalars[0] = 0.0
+        previous = size
+        fresh = False
+    return 1
 
 
 @numba.njit(cache=True)
@@ -708,7 +756,6 @@ def run_chunk(
         estimate: stop on the estimated remaining error too (:func:`converged`).
     """
     nu, nv = p.sizes[0], p.sizes[1]
-    ns = states.shape[1]
     for k in range(k0, k1):
         prev = states[k]
         if k == 0:
@@ -724,44 +771,19 @@ def run_chunk(
             ws.scalars[0] = 0.0  # invalidate: the factorization belongs to another h
         th = thetas[k + 1]
         thd = theta_dots[k + 1]
-        s = _predict(p, states, k, u_bar, h, dt)
-        previous = np.inf
-        fresh = False
-        done = False
-        for it in range(max_iter):
-            need = ws.scalars[0] == 0.0
-            res, jac, _, _, _, min_det = residual_jacobian(p, s, u_bar, v_bar, h, th, thd, 1.0 / h, need)
-            if not min_det > 0.0:
-                return 3, k + 1
-            for a in range(ns):
-                if not np.isfinite(res[a]):
-                    return 2, k + 1
-            if need:
-                info = _factorize(p, jac, ws)
-                if info != 0:
-                    return 2, k + 1
-                ws.scalars[0] = h
-                fresh = True
-            delta = condensed_solve(p, ws, res)
-            size = 0.0
-            for a in range(ns):
-                if not np.isfinite(delta[a]):
-                    return 2, k + 1
-                s[a] += delta[a]
-                if a < nu:
-                    size = max(size, abs(delta[a]))
-                elif a < nu + nv:
-                    size = max(size, dt * abs(delta[a]))
-            if converged(size, previous, tol, estimate):
-                iterations[k + 1] = it + 1
-                done = True
+        status = 1
+        # Newton starts, most to least extrapolated: a fast step can carry the extrapolation into a state the
+        # reduced model cannot represent (an inverted cubature element) or out of the chord iteration's reach,
+        # while the step's solution itself is fine. The converged state does not depend on the start (to the Newton
+        # tolerance).
+        for order in range(2, -1, -1):
+            s = _predict(p, states, k, u_bar, h, dt, order)
+            status = _newton(p, s, u_bar, v_bar, h, dt, th, thd, tol, max_iter, ws, estimate, iterations, k)
+            if status == 0:
                 break
-            if (not fresh) and size > REFACTOR_RATIO * previous:
-                ws.scalars[0] = 0.0
-            previous = size
-            fresh = False
-        if not done:
-            return 1, k + 1
+            ws.scalars[0] = 0.0  # the next start gets a fresh factorization
+        if status != 0:
+            return status, k + 1
         states[k + 1] = s
     return 0, k1
 
