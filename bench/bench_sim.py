@@ -194,7 +194,7 @@ def _generic_motion(n_motors: int):
 def _reduced_form(system, model, result, motors, duration: float, dt: float, store_every: int,
                   modes: int | None) -> dict:
     """Train on the full run ``result`` (as ``retarget reduce``), simulate the same motion reduced, compare."""
-    from retarget.sim.reduced.commands import _max_position_violation
+    from retarget.sim.reduced.commands import max_position_violation
     from retarget.sim.reduced.engine import CompiledRun, simulate_compiled
     from retarget.sim.reduced.training import build_from_result
 
@@ -233,7 +233,7 @@ def _reduced_form(system, model, result, motors, duration: float, dt: float, sto
         "reduced_sim_s": run.wall_s,
         "reduced_steps_per_s": steps / run.wall_s,
         "reduced_newton_iterations_mean": float(np.mean(run.newton_iterations[1:])),
-        "reduced_max_position_violation_m": _max_position_violation(sampled, motors),
+        "reduced_max_position_violation_m": max_position_violation(sampled, motors),
         "tracked_max_diff_m": worst,
         "tracked_rms_diff_m": math.sqrt(sq / max(count, 1)),
         "tracked": per_body,
@@ -249,7 +249,7 @@ def robots_suite(duration: float, dt: float, mesh_scale: float = 1.0, only: list
     from retarget.sim.newton import constraint_values
     from retarget.sim.simulate import simulate
     from retarget.sim.system import build_system
-    from retarget.sim.validation import _position_rows
+    from retarget.sim.validation import position_rows
 
     motions = {"bartender": "serve", "boxer": "boxing", "dancer": "wave", "drummer": "drumming", "rapper": "rap",
                "single_rod": "step_30", "two_rods": "swing_90"}
@@ -278,7 +278,7 @@ def robots_suite(duration: float, dt: float, mesh_scale: float = 1.0, only: list
             out["sim_s"] = time.perf_counter() - t1
             out["steps"] = int(round(duration / dt))
             out["steps_per_s"] = out["steps"] / out["sim_s"]
-            rows = _position_rows(system)
+            rows = position_rows(system)
             worst = 0.0
             for k in range(len(result.time)):
                 u = np.concatenate([result.rigid_poses[k].ravel(), result.displacements[k].astype(float)])

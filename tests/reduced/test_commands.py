@@ -102,18 +102,18 @@ def test_bad_arguments_exit_2(bad: list[str], capsys: pytest.CaptureFixture[str]
 
 
 def test_position_violation_is_the_constraint_value() -> None:
-    """``_max_position_violation`` reads C from the compiled residual (V = 0, θ̇ = 0, a = 1): it must equal the
+    """``max_position_violation`` reads C from the compiled residual (V = 0, θ̇ = 0, a = 1): it must equal the
     reference stepper's constraint rows, evaluated independently, at a perturbed (violating) state."""
     from retarget.model.loader import load_robot
     from retarget.sim.motion_input import motors_from_motion
     from retarget.sim.reduced.basis import ReducedBasis, rigid_modes
-    from retarget.sim.reduced.commands import _max_position_violation
+    from retarget.sim.reduced.commands import max_position_violation
     from retarget.sim.reduced.cubature import train_cubature
     from retarget.sim.reduced.engine import CompiledRun
     from retarget.sim.reduced.stepper import residual_and_jacobian, solve_static
     from retarget.sim.reduced.system import build_reduced_system, reference_bodies
     from retarget.sim.system import build_system
-    from retarget.sim.validation import _position_rows
+    from retarget.sim.validation import position_rows
 
     system = build_system(load_robot(ROBOT, mesh_scale=0.5))
     body = system.deformable[0]
@@ -130,9 +130,9 @@ def test_position_violation_is_the_constraint_value() -> None:
     ref = residual_and_jacobian(rs, np.concatenate([s[: rs.n_u], np.zeros(rs.n_v), s[rs.n_u + rs.n_v :]]),
                                 np.zeros(rs.n_u), np.zeros(rs.n_v), 1.0, np.atleast_1d(motors.value(0.05)),
                                 np.zeros(1), 1.0, jacobian=False)
-    c = ref.residual[rs.n_u + rs.n_v :][_position_rows(rs)]
+    c = ref.residual[rs.n_u + rs.n_v :][position_rows(rs)]
     assert np.max(np.abs(c)) > 1e-6  # the perturbation is visible
-    assert _max_position_violation(run, motors) == pytest.approx(float(np.max(np.abs(c))), rel=1e-10, abs=1e-15)
+    assert max_position_violation(run, motors) == pytest.approx(float(np.max(np.abs(c))), rel=1e-10, abs=1e-15)
 
 
 def test_check_with_a_saved_model_reproduces_the_training_run(

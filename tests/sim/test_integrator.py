@@ -12,7 +12,7 @@ from retarget.sim.rotation import rotation_matrix
 from retarget.sim.scenarios import build_fourbar
 from retarget.sim.simulate import simulate
 from retarget.sim.system import build_system
-from retarget.sim.validation import _position_rows
+from retarget.sim.validation import position_rows
 
 
 def _pendulum(length=0.5):
@@ -70,7 +70,7 @@ def test_fourbar_constraint_violation_stays_tiny():
     system = build_system(build_fourbar())
     w = 2 * math.pi
     motors = FunctionMotors(lambda t: [0.8 * (1 - math.cos(w * t))], lambda t: [0.8 * w * math.sin(w * t)])
-    rows = _position_rows(system)
+    rows = position_rows(system)
     worst = []
 
     def check(k, st, it):
@@ -104,7 +104,7 @@ def test_rod_between_two_motors_stays_consistent():
     from retarget.sim.dae import constraint_terms
 
     assert result.time[-1] == pytest.approx(0.05)
-    rows = _position_rows(system)
+    rows = position_rows(system)
     for k in range(len(result.time)):
         u = np.concatenate([result.rigid_poses[k].ravel(), result.displacements[k]])
         th = motors.value(result.time[k])

@@ -99,7 +99,7 @@ def load_artifact(robot: str | Path, path: str | Path) -> PlanningModel:
     """
     from retarget.model.loader import read_robot_yaml
     from retarget.sim.reduced.artifact import load_reduced
-    from retarget.sim.reduced.commands import _load as load_reduce_robot
+    from retarget.sim.reduced.commands import load_robot_system as load_reduce_robot
 
     path = Path(path)
     meta = _artifact_meta(path)

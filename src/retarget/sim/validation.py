@@ -217,13 +217,13 @@ def run_fourbar(
     w = 2 * math.pi * frequency
     motors = FunctionMotors(lambda t: [amplitude * (1 - math.cos(w * t))], lambda t: [amplitude * w * math.sin(w * t)])
     n_steps = int(round(duration / dt))
-    position_rows = _position_rows(system)
+    rows = position_rows(system)
     worst = {"pos": 0.0, "ori": 0.0}
 
     def record(k: int, state: State, iters: int) -> None:
         c = constraint_values(system, state.u, motors.value(state.t))
-        worst["pos"] = max(worst["pos"], float(np.max(np.abs(c[position_rows]))))
-        worst["ori"] = max(worst["ori"], float(np.max(np.abs(np.delete(c, position_rows)))))
+        worst["pos"] = max(worst["pos"], float(np.max(np.abs(c[rows]))))
+        worst["ori"] = max(worst["ori"], float(np.max(np.abs(np.delete(c, rows)))))
         if progress is not None:
             progress(k, n_steps)
 
@@ -240,7 +240,7 @@ def run_fourbar(
     }
 
 
-def _position_rows(system: System) -> NDArray[np.int64]:
+def position_rows(system: System) -> NDArray[np.int64]:
     """Indices of constraint rows measured in metres (joint points, coupling centroids, prismatic offsets)."""
     from retarget.sim.constraints import CouplingConstraint, JointConstraint
 

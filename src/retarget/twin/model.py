@@ -127,11 +127,11 @@ def load_twin_model(robot: str | Path, source: ReducedModelSource, mesh_scale: f
     if path.suffix == ".npz":
         from retarget.sim.reduced.artifact import load_reduced
         # The artifact's mesh variant is rebuilt exactly as `retarget reduce` built it (same YAML rewrite).
-        from retarget.sim.reduced.commands import _load
+        from retarget.sim.reduced.commands import load_robot_system
 
         meta = _artifact_meta(path)
         scale = mesh_scale if mesh_scale is not None else (meta.get("extra") or {}).get("mesh_scale")
-        yaml_path, model, system = _load(str(robot), scale)
+        yaml_path, model, system = load_robot_system(str(robot), scale)
         rs = load_reduced(path, system, yaml_path)
         info["mesh_scale"] = scale
     else:

@@ -75,7 +75,7 @@ def _validate(dt: float, modes: int | None = None, duration: float | None = None
         raise InputError(f"--duration must be positive, got {duration}")
 
 
-def _max_position_violation(run: Any, motors: Any) -> float:
+def max_position_violation(run: Any, motors: Any) -> float:
     """Largest |C| [m] over a compiled reduced run's samples, on the rows measured in metres.
 
     Joint points, coupling centroids and prismatic offsets (the rows of ``retarget.sim.validation``'s full-form
@@ -85,11 +85,11 @@ def _max_position_violation(run: Any, motors: Any) -> float:
     import numpy as np
 
     from retarget.sim.reduced.engine import pack_system, residual_compiled
-    from retarget.sim.validation import _position_rows
+    from retarget.sim.validation import position_rows
 
     rs = run.system
     packed = pack_system(rs)
-    rows = _position_rows(rs)  # the reduced system keeps the absolute system's blocks and λ layout
+    rows = position_rows(rs)  # the reduced system keeps the absolute system's blocks and λ layout
     if len(rows) == 0:
         return 0.0
     nu, nv = rs.n_u, rs.n_v
@@ -117,7 +117,7 @@ def _check_reduced(args: argparse.Namespace) -> int:
     _validate(args.dt, args.modes, args.duration)
     if args.model and (args.save_model or args.modes is not None):
         raise InputError("--model uses a trained reduced model: --save-model and --modes apply to training only")
-    path, model, system = _load(args.robot, args.mesh_scale)
+    path, model, system = load_robot_system(args.robot, args.mesh_scale)
     test, t_test = motors_from_motion(_resolve("motion", args.test_motion), model.motors)
     if args.duration is not None:
         t_test = min(t_test, args.duration)
@@ -195,7 +195,7 @@ def _check_reduced(args: argparse.Namespace) -> int:
         "targets_dropped": dropped,
         "reduced_newton_iterations_mean": float(np.mean(red_test.newton_iterations[1:])),
         "reduced_factorizations": red_test.factorizations,
-        "reduced_max_position_violation_m": _max_position_violation(red_test, test),
+        "reduced_max_position_violation_m": max_position_violation(red_test, test),
         "model_file": saved,
         "engine": "compiled reduced engine (numba time loop, condensed chord Newton)",
     }
@@ -271,7 +271,7 @@ def _save_model(
     }))
 
 
-def _load(robot: str, mesh_scale: float | None) -> tuple[Any, Any, Any]:
+def load_robot_system(robot: str, mesh_scale: float | None) -> tuple[Any, Any, Any]:
     """(yaml path, model, absolute system); ``mesh_scale`` scales the flexible parts' axial layer counts.
 
     The scaling is the loader's (``load_robot(..., mesh_scale=)``, as `retarget simulate --mesh-scale`): the
@@ -323,7 +323,7 @@ def _reduce(args: argparse.Namespace) -> int:
     from retarget.sim.simulate import simulate
 
     _validate(args.dt, args.modes, args.duration)
-    path, model, system = _load(args.robot, args.mesh_scale)
+    path, model, system = load_robot_system(args.robot, args.mesh_scale)
     motors, t_end = motors_from_motion(_resolve("motion", args.train_motion), model.motors)
     if args.duration is not None:
         t_end = min(t_end, args.duration)
@@ -353,7 +353,7 @@ def _simulate_reduced(args: argparse.Namespace) -> int:
     from retarget.sim.reduced.engine import simulate_compiled
 
     _validate(args.dt, None, args.duration)
-    path, model, system = _load(args.robot, args.mesh_scale)
+    path, model, system = load_robot_system(args.robot, args.mesh_scale)
     rs = load_reduced(args.reduced, system, path)
     motors, t_end = motors_from_motion(_resolve("motion", args.motion), model.motors)
     if args.duration is not None:
