@@ -131,6 +131,20 @@ def test_full_space_statics_equal_absolute(absolute):
     assert np.allclose(st_abs.lam, st_red.lam, rtol=1e-6, atol=1e-8 * np.abs(st_abs.lam).max())
 
 
+def test_far_motor_angles_are_reached_by_continuation(absolute):
+    """Newton from the reference diverges at ±1.5 rad; the solve then walks the motors there, as the full one."""
+    from retarget.sim.errors import NewtonFailed
+    from retarget.sim.reduced.stepper import _newton_static
+
+    rs = _reduced(absolute, full=True)
+    theta = np.array([1.5, -1.5])
+    with pytest.raises(NewtonFailed):
+        _newton_static(rs, theta, None, 1e-11, 40)
+    st_red = solve_static(rs, theta)
+    st_abs = absolute_static(absolute, theta)
+    assert np.max(np.abs(_tip_positions_absolute(absolute, st_abs.u) - _tip_positions_reduced(rs, st_red.u))) < 1e-9
+
+
 def _run_both(absolute, rs, dt, n):
     motors = _motors()
     st_abs = absolute_static(absolute, motors.value(0.0))

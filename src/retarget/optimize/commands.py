@@ -110,8 +110,8 @@ def _bar(desc: str) -> Any:
 
 def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--modes", type=int, default=3, help="deformation modes per flexible part (default 3)")
-    p.add_argument("--dt", type=float, default=0.002, help="simulation step of the planner [s] (default 0.002, as "
-                   "the planner node; 4–5 ms can step the reduced model into inverted cubature elements)")
+    p.add_argument("--dt", type=float, default=0.005, help="simulation step of the planner [s] (default 0.005, as "
+                   "the planner node; bench/bench_plan.py --verify-dt re-simulates a plan at a finer step)")
     p.add_argument("--mesh-axial", type=int, default=20, help="rod mesh layers of the training mesh (default 20)")
     p.add_argument("--mesh-around", type=int, default=6, help="rod mesh corner nodes around (default 6)")
     p.add_argument("--dt-train", type=float, default=1e-3, help="step of the full training simulation [s]")
@@ -296,7 +296,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--report", default=None, metavar="DIR", help="write PNG plots and trajectories.npz here")
     p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     p.add_argument("--knot-spacing", type=float, default=0.05, help="B-spline knot spacing [s] (default 0.05)")
-    p.add_argument("--max-iterations", type=int, default=30, help="L-BFGS-B iterations (default 30)")
+    p.add_argument("--max-iterations", type=int, default=50, help="L-BFGS-B iterations (default 50)")
     p.add_argument("--relative-tolerance", type=float, default=1e-6, help="relative objective decrease to stop")
     p.add_argument("--weight", action="append", metavar="LINK:pos=W[,ori=W]", help="tracked body weights "
                    "(repeatable; schedules like step(0:1, 2:10) allowed)")

@@ -67,7 +67,7 @@ class PlanOptions:
     """
 
     knot_spacing: float = 0.05
-    dt: float = 0.002
+    dt: float = 0.005
     max_iterations: int = 50
     relative_tolerance: float = 1e-6
     deviation_weight: Any = 1e-3

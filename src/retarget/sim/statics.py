@@ -73,7 +73,7 @@ def solve_static(
             raise
     # Far from the reference (large motor angles): continuation, moving the motors there in small increments
     # from the reference equilibrium, each solve starting from the previous one.
-    n = max(2, int(np.ceil(np.max(np.abs(th)) / _CONTINUATION_STEP)))
+    n = max(2, int(np.ceil(np.max(np.abs(th)) / CONTINUATION_STEP)))
     state = _newton_static(system, 0.0 * th, None, external_force, tolerance, max_iterations, t)
     for k in range(1, n + 1):
         state = _newton_static(system, th * (k / n), state.u, external_force, tolerance, max_iterations, t)
@@ -81,7 +81,7 @@ def solve_static(
 
 
 #: Largest motor increment [rad] (or [m]) per continuation stage of :func:`solve_static`.
-_CONTINUATION_STEP: float = 0.1
+CONTINUATION_STEP: float = 0.1
 
 
 def _newton_static(

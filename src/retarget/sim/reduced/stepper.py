@@ -26,6 +26,7 @@ from numpy.typing import NDArray
 
 from retarget.sim.constraints import CouplingConstraint, RigidSlot
 from retarget.sim.errors import NewtonFailed, SimulationDiverged
+from retarget.sim.statics import CONTINUATION_STEP
 from retarget.sim.reduced.compiled import converged
 from retarget.sim.reduced.dynamics import body_forces
 from retarget.sim.reduced.system import ReducedSystem
@@ -441,8 +442,30 @@ def linearize(
 def solve_static(
     rs: ReducedSystem, theta: NDArray[np.float64], u0: NDArray[np.float64] | None = None, tol: float = 1e-11, max_iter: int = 40
 ) -> ReducedState:
-    """Gravity equilibrium at motor values ``theta`` (V = 0): Newton in tangent coordinates, quaternions renormalized."""
+    """Gravity equilibrium at motor values ``theta`` (V = 0): Newton in tangent coordinates, quaternions renormalized.
+
+    As the full-space solve (:func:`retarget.sim.statics.solve_static`): when Newton from the reference fails and
+    no ``u0`` is given, the motors are moved to ``theta`` by continuation in increments of at most 0.1 rad, each
+    solve starting from the previous equilibrium (the boxer's first pose is beyond plain Newton's reach).
+
+    Raises:
+        NewtonFailed: no convergence.
+    """
     th = np.atleast_1d(np.asarray(theta, dtype=float))
+    try:
+        return _newton_static(rs, th, u0, tol, max_iter)
+    except NewtonFailed:
+        if u0 is not None or not np.any(th):
+            raise
+    n = max(2, int(np.ceil(np.max(np.abs(th)) / CONTINUATION_STEP)))
+    state = _newton_static(rs, 0.0 * th, None, tol, max_iter)
+    for k in range(1, n + 1):
+        state = _newton_static(rs, th * (k / n), state.u, tol, max_iter)
+    return state
+
+
+def _newton_static(rs: ReducedSystem, th: NDArray[np.float64], u0: NDArray[np.float64] | None, tol: float,
+                   max_iter: int) -> ReducedState:
     nu, nv, m = rs.n_u, rs.n_v, rs.n_lambda
     u = rs.reference_u() if u0 is None else np.asarray(u0, dtype=float).copy()
     lam = np.zeros(m)
