@@ -144,6 +144,56 @@ def forces_stiffness_numpy(
 
 if NUMBA_AVAILABLE:
 
+    @numba.njit(inline="always")
+    def det_and_inverse(fm: NDArray[np.float64], fi: NDArray[np.float64]) -> float:
+        """det F of a 3×3 ``fm``; writes ``F⁻¹`` into ``fi`` when det F > 0 (``fi`` untouched otherwise).
+
+        Shared by the compiled kernels here and the reduced cubature kernels (inlined: each caller keeps its own
+        fastmath flags).
+        """
+        det = (
+            fm[0, 0] * (fm[1, 1] * fm[2, 2] - fm[1, 2] * fm[2, 1])
+            - fm[0, 1] * (fm[1, 0] * fm[2, 2] - fm[1, 2] * fm[2, 0])
+            + fm[0, 2] * (fm[1, 0] * fm[2, 1] - fm[1, 1] * fm[2, 0])
+        )
+        if det > 0.0:
+            inv_det = 1.0 / det
+            fi[0, 0] = (fm[1, 1] * fm[2, 2] - fm[1, 2] * fm[2, 1]) * inv_det
+            fi[0, 1] = (fm[0, 2] * fm[2, 1] - fm[0, 1] * fm[2, 2]) * inv_det
+            fi[0, 2] = (fm[0, 1] * fm[1, 2] - fm[0, 2] * fm[1, 1]) * inv_det
+            fi[1, 0] = (fm[1, 2] * fm[2, 0] - fm[1, 0] * fm[2, 2]) * inv_det
+            fi[1, 1] = (fm[0, 0] * fm[2, 2] - fm[0, 2] * fm[2, 0]) * inv_det
+            fi[1, 2] = (fm[0, 2] * fm[1, 0] - fm[0, 0] * fm[1, 2]) * inv_det
+            fi[2, 0] = (fm[1, 0] * fm[2, 1] - fm[1, 1] * fm[2, 0]) * inv_det
+            fi[2, 1] = (fm[0, 1] * fm[2, 0] - fm[0, 0] * fm[2, 1]) * inv_det
+            fi[2, 2] = (fm[0, 0] * fm[1, 1] - fm[0, 1] * fm[1, 0]) * inv_det
+        return det
+
+    @numba.njit(inline="always")
+    def log_det_small_strain(hm: NDArray[np.float64]) -> float:
+        """``ln det(I + H) = log1p(tr H + I₂(H) + det H)``, accurate for small ``H`` (see forces_stiffness_numpy)."""
+        tr = hm[0, 0] + hm[1, 1] + hm[2, 2]
+        i2 = 0.5 * tr * tr
+        for i in range(3):
+            for j in range(3):
+                i2 -= 0.5 * hm[i, j] * hm[j, i]
+        det_h = (
+            hm[0, 0] * (hm[1, 1] * hm[2, 2] - hm[1, 2] * hm[2, 1])
+            - hm[0, 1] * (hm[1, 0] * hm[2, 2] - hm[1, 2] * hm[2, 0])
+            + hm[0, 2] * (hm[1, 0] * hm[2, 1] - hm[1, 1] * hm[2, 0])
+        )
+        return np.log1p(tr + i2 + det_h)
+
+    @numba.njit(inline="always")
+    def green_strain_twice(hm: NDArray[np.float64], out: NDArray[np.float64]) -> None:
+        """``out = 2 E_green = H + Hᵀ + HᵀH``."""
+        for i in range(3):
+            for j in range(3):
+                s = hm[i, j] + hm[j, i]
+                for k in range(3):
+                    s += hm[k, i] * hm[k, j]
+                out[i, j] = s
+
     @numba.njit(cache=True, fastmath=False, nogil=True)
     def _forces_stiffness_numba(
         u: NDArray[np.float64],
@@ -187,44 +237,15 @@ if NUMBA_AVAILABLE:
                             s += ue[a, i] * g[a, j]
                         hm[i, j] = s
                         fm[i, j] = s + (1.0 if i == j else 0.0)
-                det = (
-                    fm[0, 0] * (fm[1, 1] * fm[2, 2] - fm[1, 2] * fm[2, 1])
-                    - fm[0, 1] * (fm[1, 0] * fm[2, 2] - fm[1, 2] * fm[2, 0])
-                    + fm[0, 2] * (fm[1, 0] * fm[2, 1] - fm[1, 1] * fm[2, 0])
-                )
+                det = det_and_inverse(fm, fi)
                 if det < min_det:
                     min_det = det
                 if det <= 0.0:
                     continue
-                inv_det = 1.0 / det
-                fi[0, 0] = (fm[1, 1] * fm[2, 2] - fm[1, 2] * fm[2, 1]) * inv_det
-                fi[0, 1] = (fm[0, 2] * fm[2, 1] - fm[0, 1] * fm[2, 2]) * inv_det
-                fi[0, 2] = (fm[0, 1] * fm[1, 2] - fm[0, 2] * fm[1, 1]) * inv_det
-                fi[1, 0] = (fm[1, 2] * fm[2, 0] - fm[1, 0] * fm[2, 2]) * inv_det
-                fi[1, 1] = (fm[0, 0] * fm[2, 2] - fm[0, 2] * fm[2, 0]) * inv_det
-                fi[1, 2] = (fm[0, 2] * fm[1, 0] - fm[0, 0] * fm[1, 2]) * inv_det
-                fi[2, 0] = (fm[1, 0] * fm[2, 1] - fm[1, 1] * fm[2, 0]) * inv_det
-                fi[2, 1] = (fm[0, 1] * fm[2, 0] - fm[0, 0] * fm[2, 1]) * inv_det
-                fi[2, 2] = (fm[0, 0] * fm[1, 1] - fm[0, 1] * fm[1, 0]) * inv_det
                 # Small-strain-accurate ln J and 2 E_green = H + Hᵀ + HᵀH (see forces_stiffness_numpy).
-                tr = hm[0, 0] + hm[1, 1] + hm[2, 2]
-                i2 = 0.5 * tr * tr
-                for i in range(3):
-                    for j in range(3):
-                        i2 -= 0.5 * hm[i, j] * hm[j, i]
-                det_h = (
-                    hm[0, 0] * (hm[1, 1] * hm[2, 2] - hm[1, 2] * hm[2, 1])
-                    - hm[0, 1] * (hm[1, 0] * hm[2, 2] - hm[1, 2] * hm[2, 0])
-                    + hm[0, 2] * (hm[1, 0] * hm[2, 1] - hm[1, 1] * hm[2, 0])
-                )
-                log_j = np.log1p(tr + i2 + det_h)
+                log_j = log_det_small_strain(hm)
                 c = mu - lam * log_j
-                for i in range(3):
-                    for j in range(3):
-                        s = hm[i, j] + hm[j, i]
-                        for k in range(3):
-                            s += hm[k, i] * hm[k, j]
-                        s2[i, j] = s
+                green_strain_twice(hm, s2)
                 energy += w * (
                     0.5 * mu * (s2[0, 0] + s2[1, 1] + s2[2, 2]) - mu * log_j + 0.5 * lam * log_j * log_j
                 )
@@ -361,44 +382,15 @@ if NUMBA_AVAILABLE:
                         hm[i, j] = s
                         gv[i, j] = t
                         fm[i, j] = s + (1.0 if i == j else 0.0)
-                det = (
-                    fm[0, 0] * (fm[1, 1] * fm[2, 2] - fm[1, 2] * fm[2, 1])
-                    - fm[0, 1] * (fm[1, 0] * fm[2, 2] - fm[1, 2] * fm[2, 0])
-                    + fm[0, 2] * (fm[1, 0] * fm[2, 1] - fm[1, 1] * fm[2, 0])
-                )
+                det = det_and_inverse(fm, fi)
                 if det < min_det:
                     min_det = det
                 if det <= 0.0:
                     continue
-                inv_det = 1.0 / det
-                fi[0, 0] = (fm[1, 1] * fm[2, 2] - fm[1, 2] * fm[2, 1]) * inv_det
-                fi[0, 1] = (fm[0, 2] * fm[2, 1] - fm[0, 1] * fm[2, 2]) * inv_det
-                fi[0, 2] = (fm[0, 1] * fm[1, 2] - fm[0, 2] * fm[1, 1]) * inv_det
-                fi[1, 0] = (fm[1, 2] * fm[2, 0] - fm[1, 0] * fm[2, 2]) * inv_det
-                fi[1, 1] = (fm[0, 0] * fm[2, 2] - fm[0, 2] * fm[2, 0]) * inv_det
-                fi[1, 2] = (fm[0, 2] * fm[1, 0] - fm[0, 0] * fm[1, 2]) * inv_det
-                fi[2, 0] = (fm[1, 0] * fm[2, 1] - fm[1, 1] * fm[2, 0]) * inv_det
-                fi[2, 1] = (fm[0, 1] * fm[2, 0] - fm[0, 0] * fm[2, 1]) * inv_det
-                fi[2, 2] = (fm[0, 0] * fm[1, 1] - fm[0, 1] * fm[1, 0]) * inv_det
                 # Small-strain-accurate ln J and 2 E_green from H, as the FEM layer's kernel.
-                tr = hm[0, 0] + hm[1, 1] + hm[2, 2]
-                i2 = 0.5 * tr * tr
-                for i in range(3):
-                    for j in range(3):
-                        i2 -= 0.5 * hm[i, j] * hm[j, i]
-                det_h = (
-                    hm[0, 0] * (hm[1, 1] * hm[2, 2] - hm[1, 2] * hm[2, 1])
-                    - hm[0, 1] * (hm[1, 0] * hm[2, 2] - hm[1, 2] * hm[2, 0])
-                    + hm[0, 2] * (hm[1, 0] * hm[2, 1] - hm[1, 1] * hm[2, 0])
-                )
-                log_j = np.log1p(tr + i2 + det_h)
+                log_j = log_det_small_strain(hm)
                 c = mu - lam * log_j
-                for i in range(3):
-                    for j in range(3):
-                        s = hm[i, j] + hm[j, i]
-                        for k in range(3):
-                            s += hm[k, i] * hm[k, j]
-                        s2[i, j] = s
+                green_strain_twice(hm, s2)
                 for a in range(10):
                     for k in range(3):
                         h[a, k] = g[a, 0] * fi[0, k] + g[a, 1] * fi[1, k] + g[a, 2] * fi[2, k]

@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import nnls
 
-from retarget.fem.neo_hookean import _forces_stiffness_numba
+from retarget.fem.neo_hookean import _forces_stiffness_numba, det_and_inverse, green_strain_twice, log_det_small_strain
 from retarget.sim.reduced.errors import TrainingDataError
 
 __all__ = [
@@ -132,6 +132,30 @@ def reduced_gradients(basis_rows: NDArray[np.float64], grad: NDArray[np.float64]
 
 # Reassociation lets the compiler vectorize the length-r dot products (H = Σ z_l D_l); no other fast-math flag, so
 # non-finite values still propagate to the engine's checks.
+@numba.njit(inline="always")
+def _first_piola(hm: NDArray[np.float64], mu: float, lam: float, fm: NDArray[np.float64], fi: NDArray[np.float64],
+                 tm: NDArray[np.float64], pu: NDArray[np.float64]) -> float:
+    """At one quadrature point with displacement gradient ``H`` (``hm``): ``F = I + H`` into ``fm`` and, when
+    det F > 0, ``F⁻¹`` into ``fi``, ``T = μ 2E + λ ln J I`` into ``tm`` and ``P = F⁻ᵀ T`` into ``pu`` (the FEM
+    layer's small-strain-accurate ``ln J`` and ``2E``); returns det F (the buffers are stale when it is ≤ 0)."""
+    for i in range(3):
+        for j in range(3):
+            fm[i, j] = hm[i, j] + (1.0 if i == j else 0.0)
+    det = det_and_inverse(fm, fi)
+    if det <= 0.0:
+        return det
+    lam_log_j = lam * log_det_small_strain(hm)
+    green_strain_twice(hm, tm)
+    for i in range(3):
+        for j in range(3):
+            tm[i, j] *= mu
+        tm[i, i] += lam_log_j
+    for i in range(3):
+        for j in range(3):
+            pu[i, j] = fi[0, i] * tm[0, j] + fi[1, i] * tm[1, j] + fi[2, i] * tm[2, j]
+    return det
+
+
 @numba.njit(cache=True, fastmath={"reassoc", "contract"})
 def cubature_force_value(
     z: NDArray[np.float64],
@@ -155,8 +179,10 @@ def cubature_force_value(
     k, nq, _, r = dmat.shape
     f = np.zeros(r)
     hm = np.empty((3, 3))
+    fm = np.empty((3, 3))
     fi = np.empty((3, 3))
     tm = np.empty((3, 3))
+    pu = np.empty((3, 3))
     pm = np.empty(9)
     min_det = np.inf
     for e in range(k):
@@ -167,46 +193,15 @@ def cubature_force_value(
                 for l in range(r):
                     acc += d[ij, l] * z[l]
                 hm[ij // 3, ij % 3] = acc
-            f00, f01, f02 = hm[0, 0] + 1.0, hm[0, 1], hm[0, 2]
-            f10, f11, f12 = hm[1, 0], hm[1, 1] + 1.0, hm[1, 2]
-            f20, f21, f22 = hm[2, 0], hm[2, 1], hm[2, 2] + 1.0
-            det = f00 * (f11 * f22 - f12 * f21) - f01 * (f10 * f22 - f12 * f20) + f02 * (f10 * f21 - f11 * f20)
+            det = _first_piola(hm, mu, lam, fm, fi, tm, pu)
             if det < min_det:
                 min_det = det
             if det <= 0.0:
                 continue
-            inv_det = 1.0 / det
-            fi[0, 0] = (f11 * f22 - f12 * f21) * inv_det
-            fi[0, 1] = (f02 * f21 - f01 * f22) * inv_det
-            fi[0, 2] = (f01 * f12 - f02 * f11) * inv_det
-            fi[1, 0] = (f12 * f20 - f10 * f22) * inv_det
-            fi[1, 1] = (f00 * f22 - f02 * f20) * inv_det
-            fi[1, 2] = (f02 * f10 - f00 * f12) * inv_det
-            fi[2, 0] = (f10 * f21 - f11 * f20) * inv_det
-            fi[2, 1] = (f01 * f20 - f00 * f21) * inv_det
-            fi[2, 2] = (f00 * f11 - f01 * f10) * inv_det
-            tr = hm[0, 0] + hm[1, 1] + hm[2, 2]
-            i2 = 0.5 * tr * tr
-            for i in range(3):
-                for j in range(3):
-                    i2 -= 0.5 * hm[i, j] * hm[j, i]
-            det_h = (
-                hm[0, 0] * (hm[1, 1] * hm[2, 2] - hm[1, 2] * hm[2, 1])
-                - hm[0, 1] * (hm[1, 0] * hm[2, 2] - hm[1, 2] * hm[2, 0])
-                + hm[0, 2] * (hm[1, 0] * hm[2, 1] - hm[1, 1] * hm[2, 0])
-            )
-            lam_log_j = lam * np.log1p(tr + i2 + det_h)
-            for i in range(3):
-                for j in range(3):
-                    val = hm[i, j] + hm[j, i]
-                    for m in range(3):
-                        val += hm[m, i] * hm[m, j]
-                    tm[i, j] = mu * val
-                tm[i, i] += lam_log_j
             wq = weights[e] * qweights[e, q]
             for i in range(3):
                 for j in range(3):
-                    pm[3 * i + j] = wq * (fi[0, i] * tm[0, j] + fi[1, i] * tm[1, j] + fi[2, i] * tm[2, j])
+                    pm[3 * i + j] = wq * pu[i, j]
             for ij in range(9):
                 pij = pm[ij]
                 for l in range(r):
@@ -262,50 +257,11 @@ def cubature_force_directional(
                     dacc += d[ij, l] * direction[l]
                 hm[ij // 3, ij % 3] = acc
                 dh[ij // 3, ij % 3] = dacc
-            for i in range(3):
-                for j in range(3):
-                    fm[i, j] = hm[i, j] + (1.0 if i == j else 0.0)
-            det = (
-                fm[0, 0] * (fm[1, 1] * fm[2, 2] - fm[1, 2] * fm[2, 1])
-                - fm[0, 1] * (fm[1, 0] * fm[2, 2] - fm[1, 2] * fm[2, 0])
-                + fm[0, 2] * (fm[1, 0] * fm[2, 1] - fm[1, 1] * fm[2, 0])
-            )
+            det = _first_piola(hm, mu, lam, fm, fi, tm, pu)
             if det < min_det:
                 min_det = det
             if det <= 0.0:
                 continue
-            inv_det = 1.0 / det
-            fi[0, 0] = (fm[1, 1] * fm[2, 2] - fm[1, 2] * fm[2, 1]) * inv_det
-            fi[0, 1] = (fm[0, 2] * fm[2, 1] - fm[0, 1] * fm[2, 2]) * inv_det
-            fi[0, 2] = (fm[0, 1] * fm[1, 2] - fm[0, 2] * fm[1, 1]) * inv_det
-            fi[1, 0] = (fm[1, 2] * fm[2, 0] - fm[1, 0] * fm[2, 2]) * inv_det
-            fi[1, 1] = (fm[0, 0] * fm[2, 2] - fm[0, 2] * fm[2, 0]) * inv_det
-            fi[1, 2] = (fm[0, 2] * fm[1, 0] - fm[0, 0] * fm[1, 2]) * inv_det
-            fi[2, 0] = (fm[1, 0] * fm[2, 1] - fm[1, 1] * fm[2, 0]) * inv_det
-            fi[2, 1] = (fm[0, 1] * fm[2, 0] - fm[0, 0] * fm[2, 1]) * inv_det
-            fi[2, 2] = (fm[0, 0] * fm[1, 1] - fm[0, 1] * fm[1, 0]) * inv_det
-            # The value kernel's small-strain-accurate ln J and 2E (same force to round-off).
-            tr = hm[0, 0] + hm[1, 1] + hm[2, 2]
-            i2 = 0.5 * tr * tr
-            for i in range(3):
-                for j in range(3):
-                    i2 -= 0.5 * hm[i, j] * hm[j, i]
-            det_h = (
-                hm[0, 0] * (hm[1, 1] * hm[2, 2] - hm[1, 2] * hm[2, 1])
-                - hm[0, 1] * (hm[1, 0] * hm[2, 2] - hm[1, 2] * hm[2, 0])
-                + hm[0, 2] * (hm[1, 0] * hm[2, 1] - hm[1, 1] * hm[2, 0])
-            )
-            lam_log_j = lam * np.log1p(tr + i2 + det_h)
-            for i in range(3):
-                for j in range(3):
-                    val = hm[i, j] + hm[j, i]
-                    for m in range(3):
-                        val += hm[m, i] * hm[m, j]
-                    tm[i, j] = mu * val
-                tm[i, i] += lam_log_j
-            for i in range(3):
-                for j in range(3):
-                    pu[i, j] = fi[0, i] * tm[0, j] + fi[1, i] * tm[1, j] + fi[2, i] * tm[2, j]
             # tr(F⁻¹ dF)
             tr_a = 0.0
             for i in range(3):
@@ -385,47 +341,9 @@ def cubature_damping_derivative(
                     dacc += d[ij, l] * direction[l]
                 hm[ij // 3, ij % 3] = acc
                 dh[ij // 3, ij % 3] = dacc
-            for i in range(3):
-                for j in range(3):
-                    fm[i, j] = hm[i, j] + (1.0 if i == j else 0.0)
-            det = (
-                fm[0, 0] * (fm[1, 1] * fm[2, 2] - fm[1, 2] * fm[2, 1])
-                - fm[0, 1] * (fm[1, 0] * fm[2, 2] - fm[1, 2] * fm[2, 0])
-                + fm[0, 2] * (fm[1, 0] * fm[2, 1] - fm[1, 1] * fm[2, 0])
-            )
+            det = _first_piola(hm, mu, lam, fm, fi, tm, pu)
             if det <= 0.0:
                 continue
-            inv_det = 1.0 / det
-            fi[0, 0] = (fm[1, 1] * fm[2, 2] - fm[1, 2] * fm[2, 1]) * inv_det
-            fi[0, 1] = (fm[0, 2] * fm[2, 1] - fm[0, 1] * fm[2, 2]) * inv_det
-            fi[0, 2] = (fm[0, 1] * fm[1, 2] - fm[0, 2] * fm[1, 1]) * inv_det
-            fi[1, 0] = (fm[1, 2] * fm[2, 0] - fm[1, 0] * fm[2, 2]) * inv_det
-            fi[1, 1] = (fm[0, 0] * fm[2, 2] - fm[0, 2] * fm[2, 0]) * inv_det
-            fi[1, 2] = (fm[0, 2] * fm[1, 0] - fm[0, 0] * fm[1, 2]) * inv_det
-            fi[2, 0] = (fm[1, 0] * fm[2, 1] - fm[1, 1] * fm[2, 0]) * inv_det
-            fi[2, 1] = (fm[0, 1] * fm[2, 0] - fm[0, 0] * fm[2, 1]) * inv_det
-            fi[2, 2] = (fm[0, 0] * fm[1, 1] - fm[0, 1] * fm[1, 0]) * inv_det
-            tr = hm[0, 0] + hm[1, 1] + hm[2, 2]
-            i2 = 0.5 * tr * tr
-            for i in range(3):
-                for j in range(3):
-                    i2 -= 0.5 * hm[i, j] * hm[j, i]
-            det_h = (
-                hm[0, 0] * (hm[1, 1] * hm[2, 2] - hm[1, 2] * hm[2, 1])
-                - hm[0, 1] * (hm[1, 0] * hm[2, 2] - hm[1, 2] * hm[2, 0])
-                + hm[0, 2] * (hm[1, 0] * hm[2, 1] - hm[1, 1] * hm[2, 0])
-            )
-            lam_log_j = lam * np.log1p(tr + i2 + det_h)
-            for i in range(3):
-                for j in range(3):
-                    val = hm[i, j] + hm[j, i]
-                    for m in range(3):
-                        val += hm[m, i] * hm[m, j]
-                    tm[i, j] = mu * val
-                tm[i, i] += lam_log_j
-            for i in range(3):
-                for j in range(3):
-                    pu[i, j] = fi[0, i] * tm[0, j] + fi[1, i] * tm[1, j] + fi[2, i] * tm[2, j]
             # B = F⁻¹ dF; dP = F⁻ᵀ (dT − dFᵀ P)
             for i in range(3):
                 for j in range(3):
