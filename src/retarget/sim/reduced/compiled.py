@@ -219,6 +219,23 @@ def _block_rate(ul: NDArray, vl: NDArray, nrs: int) -> NDArray:
 
 
 @numba.njit(cache=True)
+def _block_rate_matrix(ul: NDArray, nrs: int, nvl: int) -> NDArray:
+    """``T(ul)`` (n, nvl) of a block's local vector, as a matrix (for the Jacobian; :func:`_block_rate` applies it)."""
+    n = ul.shape[0]
+    tl = np.zeros((n, nvl))
+    for sg in range(nrs):
+        for a in range(3):
+            tl[7 * sg + a, 6 * sg + a] = 1.0
+        qh = _quat_rate_half(ul[7 * sg + 3 : 7 * sg + 7])
+        for a in range(4):
+            for b in range(3):
+                tl[7 * sg + 3 + a, 6 * sg + 3 + b] = qh[a, b]
+    for k in range(n - 7 * nrs):
+        tl[7 * nrs + k, 6 * nrs + k] = 1.0
+    return tl
+
+
+@numba.njit(cache=True)
 def _block_rate_transposed(ul: NDArray, g: NDArray, nrs: int, nvl: int) -> NDArray:
     """``T(ul)ᵀ g`` (nvl,): the generalized force of a block's constraint force ``g`` (n,) on its V entries."""
     n = ul.shape[0]
@@ -439,16 +456,7 @@ def residual_jacobian(
                 rthd[il + l0 + a, mot] = cth[a]
         if not want_jac:
             continue
-        tl = np.zeros((n, nvl))
-        for sg in range(nrs):
-            for a in range(3):
-                tl[7 * sg + a, 6 * sg + a] = 1.0
-            qh = _quat_rate_half(ul[7 * sg + 3 : 7 * sg + 7])
-            for a in range(4):
-                for b in range(3):
-                    tl[7 * sg + 3 + a, 6 * sg + 3 + b] = qh[a, b]
-        for k in range(n - 7 * nrs):
-            tl[7 * nrs + k, 6 * nrs + k] = 1.0
+        tl = _block_rate_matrix(ul, nrs, nvl)
         if mot >= 0:
             # ∂/∂θ: λ rows ∂C_y/∂θ ẏ + a C_θ + C_θθ θ̇ (hinge: C_θθ = −C on the motor row; slider: 0), V rows.
             rt = cuth @ ydot + baumgarte * cth

@@ -406,9 +406,7 @@ def step(
         u0, v0, lam0, base, hh = prev.u, prev.v, prev.lam, prev.u, dt
     else:
         # V, λ extrapolated; U from the kinematic rows at that V (T at the extrapolated quaternion).
-        ext = np.concatenate([2 * prev.u - prev2.u, 2 * prev.v - prev2.v, 2 * prev.lam - prev2.lam])
-        if prev3 is not None:
-            ext = 3 * prev.s - 3 * prev2.s + prev3.s
+        ext = 2 * prev.s - prev2.s if prev3 is None else 3 * prev.s - 3 * prev2.s + prev3.s
         nu_, nv_ = rs.n_u, rs.n_v
         u0, v0, lam0, base, hh = ext[:nu_], ext[nu_ : nu_ + nv_], ext[nu_ + nv_ :], u_bar, h
     for i in range(nb):
