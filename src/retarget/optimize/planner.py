@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -350,12 +350,17 @@ def simulate_variant(pp: PlanProblem, name: str, motors: Any, extra: dict[str, f
     """Simulate motor trajectory ``motors`` (``value``/``derivative``) on the problem's grid and measure it."""
     prob = pp.problem
     run = rollout(prob.engine, prob.start, motors, prob.dt, prob.n_steps, progress)
-    pos = prob.poses.positions(run.matrix)
-    tau = np.array([prob.engine.motor_torques(s) for s in run.matrix])
     angles = np.array([np.atleast_1d(motors.value(t)) for t in pp.targets.times])
-    metrics = deviation_metrics(pos, pp.targets.positions)
+    return _variant(pp, name, angles, prob.poses.positions(run.matrix), run.matrix, extra)
+
+
+def _variant(pp: PlanProblem, name: str, angles: NDArray[np.float64], positions: NDArray[np.float64],
+             states: Any, extra: dict[str, float] | None = None) -> Variant:
+    """A simulated variant measured against the targets (motor torques from the stored ``states``)."""
+    tau = np.array([pp.problem.engine.motor_torques(s) for s in states])
+    metrics = deviation_metrics(positions, pp.targets.positions)
     metrics.update(extra or {})
-    return Variant(name, angles, pos, tau, metrics)
+    return Variant(name, angles, positions, tau, metrics)
 
 
 @dataclass(frozen=True, eq=False)
@@ -471,10 +476,8 @@ def _shaped_baselines(pp: PlanProblem, naive: Variant, progress: Callable[[str, 
 
 def _evaluation_variant(pp: PlanProblem, name: str, x: NDArray[np.float64], ev: Evaluation) -> Variant:
     """The variant an evaluation simulated (no new simulation)."""
-    engine = pp.problem.engine
-    tau = np.array([engine.motor_torques(s) for s in ev.rollout.matrix])
     angles = np.asarray(pp.problem.profiles(x).evaluate(pp.targets.times))
-    return Variant(name, angles, ev.positions, tau, deviation_metrics(ev.positions, pp.targets.positions))
+    return _variant(pp, name, angles, ev.positions, ev.rollout.matrix)
 
 
 def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights], limits: MotorLimits,
@@ -609,8 +612,6 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
     if weights and len(weights) != len(links):
         raise InputError(f"{len(weights)} position weights for {len(links)} tracked bodies")
     if links:
-        from dataclasses import replace
-
         yaml_bodies = {b.link: b for b in bodies}
         bodies = [yaml_bodies.get(link, TrackedBodyWeights(link, WeightSchedule.constant(1.0),
                                                            WeightSchedule.constant(0.0))) for link in links]
@@ -619,8 +620,6 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
     engine = reduced_engine(pm.reduced, tolerance=1e-10)
     if options.time_budget is not None:
         # The budget covers the whole request: loading the model counts.
-        from dataclasses import replace
-
         spent = time.perf_counter() - started
         options = replace(options, time_budget=max(float(options.time_budget) - spent, 0.0))
     result = run_plan(engine, motion, bodies, limits_for(pm.model, pm.config), options, callback=progress)
