@@ -86,11 +86,12 @@ def _artifact_meta(path: Path) -> dict[str, Any]:
         raise StaleReducedModelError(str(path), ["file"], f"unreadable reduced model: {exc}") from exc
 
 
-def load_artifact(robot: str | Path, path: str | Path) -> PlanningModel:
+def load_artifact(robot: str | Path, path: str | Path, mesh_scale: float | None = None) -> PlanningModel:
     """Load a ``retarget reduce`` artifact for ``robot``, on the mesh it was built with.
 
     The artifact records the ``--mesh-scale`` it was trained with; the robot is loaded the same way
-    (``retarget reduce``'s own loader) so that the provenance hashes compare like with like.
+    (``retarget reduce``'s own loader) so that the provenance hashes compare like with like. ``mesh_scale``
+    overrides the recorded one (the twin's ``--mesh-scale``); ``info["mesh_scale"]`` is the one used.
 
     Raises:
         StaleReducedModelError: unreadable file, other format version, or a robot/material/mesh that changed
@@ -104,12 +105,13 @@ def load_artifact(robot: str | Path, path: str | Path) -> PlanningModel:
     path = Path(path)
     meta = _artifact_meta(path)
     extra = dict(meta.get("extra") or {})
-    yaml_path, model, system = load_reduce_robot(str(robot), extra.get("mesh_scale"))
+    scale = extra.get("mesh_scale") if mesh_scale is None else mesh_scale
+    yaml_path, model, system = load_reduce_robot(str(robot), scale)
     rs = load_reduced(path, system, yaml_path)
     if tuple(rs.motors) != tuple(model.motors):
         raise InputError(f"reduced model {path} has motors {rs.motors}, the robot has {model.motors}")
     info = {"source": "artifact", "file": str(path), "robot": meta.get("robot"), "training": extra,
-            "format_version": meta.get("format_version")}
+            "format_version": meta.get("format_version"), "mesh_scale": scale}
     return PlanningModel(model, read_robot_yaml(yaml_path), rs, info)
 
 

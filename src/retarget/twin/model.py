@@ -13,13 +13,10 @@ artifact, numba kernels on first use).
 """
 from __future__ import annotations
 
-import json
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from retarget.errors import InputError
 from retarget.twin.errors import TwinModelUnavailable
@@ -100,14 +97,6 @@ def find_reduced_model(robot: str | Path, reduced_file: str | Path | None = None
     return ReducedModelSource(cached[0].resolve(), "planner_cache")
 
 
-def _artifact_meta(path: Path) -> dict[str, Any]:
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return json.loads(str(data["meta"]))
-    except (OSError, ValueError, KeyError) as exc:
-        raise InputError(f"{path} is not a reduced-model artifact: {exc}") from exc
-
-
 def load_twin_model(robot: str | Path, source: ReducedModelSource, mesh_scale: float | None = None) -> TwinModel:
     """Load the reduced system of ``source`` for ``robot``.
 
@@ -115,9 +104,9 @@ def load_twin_model(robot: str | Path, source: ReducedModelSource, mesh_scale: f
     ``mesh_scale``, as ``retarget reduce --mesh-scale`` writes it, unless ``mesh_scale`` is given).
 
     Raises:
-        StaleReducedModelError: the artifact does not match the robot (names every changed input).
+        StaleReducedModelError: the artifact does not match the robot (names every changed input) or is unreadable.
         TwinModelUnavailable: a pickle whose motors differ from the robot's.
-        InputError: unreadable file.
+        InputError: an unreadable pickle, an artifact whose motors differ from the robot's.
     """
     from retarget.model.loader import load_robot
 
@@ -125,15 +114,12 @@ def load_twin_model(robot: str | Path, source: ReducedModelSource, mesh_scale: f
     path = source.path
     info: dict[str, Any] = {}
     if path.suffix == ".npz":
-        from retarget.sim.reduced.artifact import load_reduced
-        # The artifact's mesh variant is rebuilt exactly as `retarget reduce` built it (same YAML rewrite).
-        from retarget.sim.reduced.commands import load_robot_system
+        # The planner's loader: the artifact's mesh variant rebuilt exactly as `retarget reduce` built it.
+        from retarget.optimize.planning_model import load_artifact
 
-        meta = _artifact_meta(path)
-        scale = mesh_scale if mesh_scale is not None else (meta.get("extra") or {}).get("mesh_scale")
-        yaml_path, model, system = load_robot_system(str(robot), scale)
-        rs = load_reduced(path, system, yaml_path)
-        info["mesh_scale"] = scale
+        pm = load_artifact(robot, path, mesh_scale)
+        rs, model = pm.reduced, pm.model
+        info["mesh_scale"] = pm.info["mesh_scale"]
     else:
         try:
             with open(path, "rb") as fh:
