@@ -200,6 +200,7 @@ def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = N
         StaleReducedModelError: the given artifact does not match the robot (an InputError).
         InputError: an unknown reduced-model file type, or motors that differ from the robot's.
     """
+    from retarget.sim.reduced.artifact import FORMAT_VERSION
     from retarget.sim.reduced.training import build_from_result
     from retarget.sim.simulate import simulate
     from retarget.sim.motors import SplineMotors
@@ -230,7 +231,7 @@ def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = N
     key.update(fingerprint.encode())
     key.update(np.ascontiguousarray(m0.time).tobytes())
     key.update(np.ascontiguousarray(cols).tobytes())
-    key.update(json.dumps([n_modes, dt_train, 1]).encode())
+    key.update(json.dumps([n_modes, dt_train, FORMAT_VERSION]).encode())  # the basis method's version
     digest = key.hexdigest()[:24]
     path = cache_dir() / f"{model.name}-{digest}.pkl"
     if use_cache and path.is_file():

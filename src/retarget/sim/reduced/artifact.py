@@ -27,7 +27,7 @@ from retarget.sim.reduced.system import ReducedSystem, build_reduced_system
 __all__ = ["FORMAT_VERSION", "load_reduced", "provenance", "save_reduced"]
 
 #: Version of the artifact layout; a different version is rejected.
-FORMAT_VERSION: int = 1
+FORMAT_VERSION: int = 2  # 2: interface modes on loop couplings (basis info has n_interface)
 
 
 def _sha(*parts: bytes) -> str:
@@ -83,7 +83,7 @@ def save_reduced(
     arrays: dict[str, Any] = {"meta": np.array(json.dumps(meta))}
     for d, (b, c) in enumerate(zip(bases, cubatures)):
         arrays[f"b{d}_modes"] = b.modes
-        arrays[f"b{d}_info"] = np.array([b.n_rigid, b.captured_variance], dtype=float)
+        arrays[f"b{d}_info"] = np.array([b.n_rigid, b.captured_variance, b.n_interface], dtype=float)
         arrays[f"b{d}_spectrum"] = b.spectrum
         arrays[f"b{d}_elements"] = c.elements
         arrays[f"b{d}_weights"] = c.weights
@@ -119,7 +119,7 @@ def load_reduced(path: str | Path, system: Any, robot_yaml: str | Path | None = 
     for d, body in enumerate(system.deformable):
         modes = np.asarray(data[f"b{d}_modes"], dtype=float)
         info = data[f"b{d}_info"]
-        bases.append(ReducedBasis(modes, int(info[0]), float(info[1]), np.asarray(data[f"b{d}_spectrum"])))
+        bases.append(ReducedBasis(modes, int(info[0]), float(info[1]), np.asarray(data[f"b{d}_spectrum"]), int(info[2])))
         el = body.elastic
         elements = np.asarray(data[f"b{d}_elements"], dtype=np.int64)
         geo = el.geometry

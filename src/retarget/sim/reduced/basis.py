@@ -4,6 +4,12 @@ All bases are orthonormal in the mass inner product ``⟨a, b⟩_M = aᵀ M b`` 
 the reduced mass block ``UᵀMU`` is the identity. Mass-PCA (Barbič & James 2005) by the method of snapshots: with
 the snapshots ``D`` (3N, s) M-projected off the rigid modes, the Gram matrix ``G = DᵀMD = VΛVᵀ`` gives the modes
 ``D V Λ^{-1/2}``; the eigenvalues are the mass-weighted variance each mode captures.
+
+A body on a closed loop of the mechanism (the drummer's two legs between the base and the pelvis) also gets
+*interface modes* (:func:`interface_modes`, Craig–Bampton's static constraint modes): the static deformation
+when one coupled interface moves rigidly by a unit translation or rotation with the reference interface held.
+Without them the loop's couplings over-constrain the few PCA modes (two legs must both reach the pelvis's pose:
+12 rows for 6 pelvis DOFs and a handful of modes), which locks the loop or leaves no static equilibrium.
 """
 from __future__ import annotations
 
@@ -11,11 +17,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
+import scipy.sparse.linalg as spla
 from numpy.typing import NDArray
 
 from retarget.sim.reduced.errors import TrainingDataError
 
-__all__ = ["DEFAULT_VARIANCE", "ReducedBasis", "mass_pca_basis", "rigid_modes"]
+__all__ = ["DEFAULT_VARIANCE", "ReducedBasis", "interface_modes", "interface_rows", "mass_pca_basis", "rigid_modes"]
 
 #: Default fraction of the mass-weighted snapshot variance the deformation modes must capture.
 DEFAULT_VARIANCE: float = 0.9999
@@ -26,16 +33,19 @@ class ReducedBasis:
     """A mass-orthonormal basis ``U`` (3N, r) of local displacements: 6 rigid modes, then deformation modes.
 
     Attributes:
-        modes: ``U`` (3N, r) [m per unit z] node-major.
+        modes: ``U`` (3N, r) [m per unit z] node-major: rigid, then interface, then PCA modes.
         n_rigid: number of leading rigid modes (6).
-        captured_variance: fraction of the snapshot variance the deformation modes capture (1 for a full basis).
-        spectrum: mass-weighted variance per deformation mode [kg m²] (descending), for reports.
+        captured_variance: fraction of the snapshot variance (beyond the rigid and interface modes) the PCA modes
+            capture (1 for a full basis).
+        spectrum: mass-weighted variance per PCA mode [kg m²] (descending), for reports.
+        n_interface: number of interface modes after the rigid ones (6 per loop coupling, see the module doc).
     """
 
     modes: NDArray[np.float64]
     n_rigid: int
     captured_variance: float
     spectrum: NDArray[np.float64]
+    n_interface: int = 0
 
     @property
     def size(self) -> int:
@@ -73,6 +83,57 @@ def rigid_modes(rest_local: NDArray[np.float64], mass: sp.spmatrix) -> NDArray[n
     return _m_orthonormalize(raw.reshape(3 * n, 6), mass)
 
 
+def interface_rows(wmat: NDArray[np.float64], nodes: NDArray[np.int64], rest: NDArray[np.float64]) -> NDArray[np.float64]:
+    """The 6 linearized interface coordinates (centroid displacement, small rotation) as rows (6, 3N).
+
+    ``wmat`` (12, 3k) maps the interface nodes to ``[x̄, vec A]`` (row-major A,
+    :func:`retarget.sim.constraints.interface_map`); the coupling uses the polar rotation of A. At rest A is
+    symmetric, ``A₀ = I`` (a solid interface) or the in-plane projector (an end face), and a change dA turns the
+    polar rotation by ``ω = (tr(A₀) I − A₀)⁻¹ vee(dA − dAᵀ)`` (``vee`` of a skew matrix: its axial vector).
+
+    Args:
+        wmat: ``W`` (12, 3k). nodes: interface node ids (k,). rest: all rest node positions (N, 3) [m].
+    """
+    dofs = (3 * np.asarray(nodes)[:, None] + np.arange(3)).ravel()
+    a0 = (wmat[3:] @ np.asarray(rest, dtype=float)[nodes].ravel()).reshape(3, 3)
+    a = wmat[3:].reshape(3, 3, -1)
+    skew = np.vstack([a[2, 1] - a[1, 2], a[0, 2] - a[2, 0], a[1, 0] - a[0, 1]])
+    rot = np.linalg.solve(np.trace(a0) * np.eye(3) - 0.5 * (a0 + a0.T), skew)
+    rows = np.zeros((6, 3 * len(rest)))
+    rows[:, dofs] = np.vstack([wmat[:3], rot])
+    return rows
+
+
+def interface_modes(
+    stiffness: sp.spmatrix, held: NDArray[np.float64], moved: list[NDArray[np.float64]]
+) -> NDArray[np.float64]:
+    """Static constraint modes (3N, 6·len(moved)): ``min ½uᵀKu`` with ``held u = 0`` and ``moved_j u = e_i``.
+
+    Args:
+        stiffness: rest tangent stiffness K (3N, 3N) [N/m] (singular along the rigid motions).
+        held: interface rows of the reference coupling (6, 3N) (:func:`interface_rows`); they fix the rigid motion.
+        moved: interface rows of each other coupling whose unit motions make modes.
+
+    Raises:
+        TrainingDataError: the interfaces do not fix the body (singular saddle-point system).
+    """
+    if not moved:
+        return np.zeros((stiffness.shape[0], 0))
+    g = np.vstack([held, *moved])
+    n, m = stiffness.shape[0], g.shape[0]
+    kkt = sp.bmat([[sp.csc_matrix(stiffness), sp.csc_matrix(g.T)], [sp.csc_matrix(g), None]], format="csc")
+    rhs = np.zeros((n + m, 6 * len(moved)))
+    rhs[n + 6 :, :] = np.eye(6 * len(moved))
+    try:
+        sol = spla.splu(kkt).solve(rhs)
+    except RuntimeError as exc:  # exactly singular
+        raise TrainingDataError(f"interface modes: the couplings do not hold the body ({exc})") from exc
+    modes = sol[:n]
+    if not np.all(np.isfinite(modes)) or np.max(np.abs(g @ modes - rhs[n:])) > 1e-6:
+        raise TrainingDataError("interface modes: the couplings do not hold the body (singular system)")
+    return modes
+
+
 def mass_pca_basis(
     snapshots: NDArray[np.float64],
     rest_local: NDArray[np.float64],
@@ -80,20 +141,23 @@ def mass_pca_basis(
     n_modes: int | None = None,
     variance: float = DEFAULT_VARIANCE,
     max_modes: int = 60,
+    extra_modes: NDArray[np.float64] | None = None,
 ) -> ReducedBasis:
-    """Rigid modes plus mass-PCA modes of local displacement snapshots.
+    """Rigid modes, optional interface modes, then mass-PCA modes of local displacement snapshots.
 
     Args:
         snapshots: local displacements ``u`` (s, 3N) [m] (the body's nodes in its reference body's frame minus
             ``X̂⁰``).
         rest_local: ``X̂⁰`` (N, 3) [m].
         mass: consistent mass (3N, 3N) [kg].
-        n_modes: number of deformation modes (overrides ``variance``).
+        n_modes: number of PCA deformation modes (overrides ``variance``).
         variance: smallest captured fraction of the mass-weighted variance, in (0, 1].
         max_modes: cap on the deformation modes chosen by variance.
+        extra_modes: interface modes (3N, e) (:func:`interface_modes`), kept in full; the PCA sees the snapshots
+            M-projected off them and the rigid modes.
 
     Returns:
-        The basis, ``r = 6 + n_modes``.
+        The basis, ``r = 6 + e + n_modes``.
 
     Raises:
         TrainingDataError: wrong shapes, no deformation in the snapshots, or more modes asked than available.
@@ -104,16 +168,27 @@ def mass_pca_basis(
         raise TrainingDataError(f"snapshots must have shape (s, {n3}), got {d.shape}")
     if not 0.0 < variance <= 1.0:
         raise TrainingDataError(f"variance must be in (0, 1], got {variance}")
-    rigid = rigid_modes(rest_local, mass)
-    # Remove the rigid part (M-projection) so the PCA sees deformation only.
+    extra = np.zeros((n3, 0)) if extra_modes is None else np.asarray(extra_modes, dtype=float)
+    if extra.shape[0] != n3:
+        raise TrainingDataError(f"extra modes must have {n3} rows, got {extra.shape}")
+    fixed = _m_orthonormalize(np.hstack([rigid_modes(rest_local, mass), extra]), mass)
+    # Remove the rigid (and interface) part by M-projection so the PCA sees the remaining deformation only.
+    rigid = fixed[:, :6]
     d = d.T - rigid @ (rigid.T @ (mass @ d.T))
+    raw = float(np.sum(d * (mass @ d)))  # the deformation's mass-weighted variance, for scale
+    d = d - fixed @ (fixed.T @ (mass @ d))
     gram = d.T @ (mass @ d)
     lam, vec = np.linalg.eigh(0.5 * (gram + gram.T))
     lam, vec = lam[::-1], vec[:, ::-1]
     total = float(lam.clip(min=0.0).sum())
-    if total <= 0.0:
-        raise TrainingDataError("snapshots contain no deformation beyond rigid motion")
-    usable = int(np.sum(lam > 1e-12 * lam[0]))
+    floor = 1e-12 * raw  # below: round-off of the projections
+    if total <= floor:
+        if extra.shape[1] and not n_modes:
+            return ReducedBasis(fixed, 6, 1.0, np.zeros(0), extra.shape[1])
+        what = "rigid motion and the interface modes" if extra.shape[1] else "rigid motion"
+        raise TrainingDataError(f"asked for {n_modes} deformation modes; the snapshots support 0 beyond {what}"
+                                if n_modes else f"snapshots contain no deformation beyond {what}")
+    usable = int(np.sum(lam > max(1e-12 * lam[0], floor)))
     if n_modes is None:
         frac = np.cumsum(lam[:usable]) / total
         k = int(np.searchsorted(frac, variance - 1e-15) + 1)
@@ -123,5 +198,5 @@ def mass_pca_basis(
             raise TrainingDataError(f"asked for {n_modes} deformation modes; the snapshots support {usable}")
         k = int(n_modes)
     modes = d @ (vec[:, :k] / np.sqrt(lam[:k]))
-    basis = _m_orthonormalize(np.hstack([rigid, modes]), mass)
-    return ReducedBasis(basis, 6, float(lam[:k].sum() / total), lam[:usable].copy())
+    basis = _m_orthonormalize(np.hstack([fixed, modes]), mass)
+    return ReducedBasis(basis, 6, float(lam[:k].sum() / total), lam[:usable].copy(), extra.shape[1])

@@ -21,7 +21,9 @@ from retarget.sim.reduced.cubature import Cubature
 from retarget.sim.reduced.tensors import InertiaTensors, ReducedInterface, inertia_tensors, reduce_interface
 from retarget.sim.system import RigidBody, System
 
-__all__ = ["ReducedBody", "ReducedSystem", "build_reduced_system", "reference_bodies", "to_local_displacements"]
+__all__ = ["ReducedBody", "ReducedSystem", "build_reduced_system", "loop_couplings", "reference_bodies",
+           "reference_couplings",
+           "to_local_displacements"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -169,6 +171,67 @@ def reference_bodies(system: System) -> list[int]:
             raise NotAvailableError(f"deformable body {body.name!r} is coupled to the world only: no reference frame")
         refs.append(min(linked, key=lambda i: (depth[i], i)))
     return refs
+
+
+def loop_couplings(system: System) -> list[list[int]]:
+    """Per deformable body, the constraint-block indices of its couplings that close a loop of the mechanism.
+
+    The mechanism is a multigraph: rigid bodies, deformable bodies and the world are vertices, joints and couplings
+    edges. A coupling of body d (other than the one to its reference body) lies on a loop when d stays connected
+    to the coupled rigid body (or the world) without it: the drummer's legs, both welded to the base and the pelvis.
+    Such couplings get interface modes (:func:`retarget.sim.reduced.basis.interface_modes`).
+    """
+    nb = len(system.rigid)
+    world = nb + len(system.deformable)
+    edges: list[tuple[int, int]] = []
+    for blk in system.constraints:
+        if isinstance(blk, CouplingConstraint):
+            other = blk.slots[0].body if blk.rigid_present else world
+            edges.append((nb + blk.slots[-1].body, other))
+        else:
+            idx = [s.body for s in blk.slots]
+            edges.append((idx[0], idx[1] if len(idx) > 1 else world))
+
+    def connected(a: int, b: int, skip: int) -> bool:
+        adj: list[list[int]] = [[] for _ in range(world + 1)]
+        for e, (x, y) in enumerate(edges):
+            if e != skip:
+                adj[x].append(y)
+                adj[y].append(x)
+        seen, queue = {a}, deque([a])
+        while queue:
+            i = queue.popleft()
+            if i == b:
+                return True
+            for j in adj[i]:
+                if j not in seen:
+                    seen.add(j)
+                    queue.append(j)
+        return False
+
+    refs = reference_bodies(system)
+    out: list[list[int]] = [[] for _ in system.deformable]
+    held = set()
+    for e, blk in enumerate(system.constraints):
+        if not isinstance(blk, CouplingConstraint):
+            continue
+        d = blk.slots[-1].body
+        if blk.rigid_present and blk.slots[0].body == refs[d] and d not in held:
+            held.add(d)  # the reference coupling: held fixed in the body's frame
+            continue
+        if connected(edges[e][0], edges[e][1], e):
+            out[d].append(e)
+    return out
+
+
+def reference_couplings(system: System) -> list[int]:
+    """Per deformable body, the constraint-block index of its coupling to its reference body."""
+    refs = reference_bodies(system)
+    out = []
+    for d in range(len(system.deformable)):
+        out.append(next(e for e, blk in enumerate(system.constraints) if isinstance(blk, CouplingConstraint)
+                        and blk.rigid_present and blk.slots[-1].body == d and blk.slots[0].body == refs[d]))
+    return out
 
 
 def to_local_displacements(

@@ -12,10 +12,17 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from retarget.sim.reduced.basis import DEFAULT_VARIANCE, ReducedBasis, mass_pca_basis
+from retarget.sim.reduced.basis import DEFAULT_VARIANCE, ReducedBasis, interface_modes, interface_rows, mass_pca_basis
 from retarget.sim.reduced.cubature import Cubature, train_cubature
 from retarget.sim.reduced.stepper import ReducedState, solve_static, step
-from retarget.sim.reduced.system import ReducedSystem, build_reduced_system, reference_bodies, to_local_displacements
+from retarget.sim.reduced.system import (
+    ReducedSystem,
+    build_reduced_system,
+    loop_couplings,
+    reference_bodies,
+    reference_couplings,
+    to_local_displacements,
+)
 from retarget.sim.system import System
 
 __all__ = ["ReducedResult", "build_from_result", "compare_tracked", "simulate_reduced"]
@@ -31,6 +38,9 @@ def build_from_result(
 ) -> tuple[ReducedSystem, list[ReducedBasis], list[Cubature]]:
     """Train bases and cubatures on a :class:`retarget.sim.result.SimulationResult` of ``system``.
 
+    A body whose couplings close a loop (:func:`~retarget.sim.reduced.system.loop_couplings`) gets 6 interface
+    modes per such coupling before its PCA modes (:func:`~retarget.sim.reduced.basis.interface_modes`).
+
     Args:
         system: the absolute system.
         result: its simulation (all stored samples are snapshots).
@@ -40,6 +50,7 @@ def build_from_result(
         cubature_samples: evenly spaced snapshots used to train the cubature.
     """
     refs = reference_bodies(system)
+    held, loops = reference_couplings(system), loop_couplings(system)
     poses = result.rigid_poses  # type: ignore[attr-defined]
     disp = np.asarray(result.displacements, dtype=float)  # type: ignore[attr-defined]
     off = 0
@@ -51,7 +62,13 @@ def build_from_result(
         )
         off += body.n_dofs
         rest_local = body.rest_positions - system.rigid[r].reference_com
-        basis = mass_pca_basis(local, rest_local, body.mass_matrix, n_modes=n_modes, variance=variance)
+        extra = None
+        if loops[d]:
+            slots = [system.constraints[e].slots[-1] for e in [held[d], *loops[d]]]
+            rows = [interface_rows(sl.map, sl.nodes, body.rest_positions) for sl in slots]
+            extra = interface_modes(body.elastic.tangent_stiffness(np.zeros(body.n_dofs)), rows[0], rows[1:])
+        basis = mass_pca_basis(local, rest_local, body.mass_matrix, n_modes=n_modes, variance=variance,
+                               extra_modes=extra)
         zs = local @ (body.mass_matrix @ basis.modes)
         pick = np.unique(np.linspace(0, len(zs) - 1, min(cubature_samples, len(zs))).round().astype(int))
         cubatures.append(train_cubature(body.elastic, basis.modes, zs[pick], tolerance=cubature_tolerance))
