@@ -1,4 +1,4 @@
-"""The L-BFGS-B driver (retarget.optimize.planner) on a reduced rod on a motor: the objective goes down, limits
+"""The optimizer drivers (retarget.optimize.planner: Levenberg–Marquardt and L-BFGS-B) on a reduced rod on a motor: the objective goes down, limits
 hold, Ctrl-C returns the best point so far, the ROS entry point validates its request."""
 from __future__ import annotations
 
@@ -25,12 +25,15 @@ def _bodies():
     return [TrackedBodyWeights("tip", WeightSchedule.constant(1.0), WeightSchedule.constant(0.0))]
 
 
-def test_plan_lowers_the_objective_and_respects_position_limits(rod_systems):
+@pytest.mark.parametrize("method", ["gauss-newton", "lbfgs"])
+def test_plan_lowers_the_objective_and_respects_position_limits(rod_systems, method):
+    from dataclasses import replace
+
     _, rs = rod_systems
     limits = MotorLimits.build(("m",), {"m": (-0.2, 0.3, 0.0)})
-    result = run_plan(reduced_engine(rs, 1e-10), _motion(), _bodies(), limits, OPTIONS)
+    result = run_plan(reduced_engine(rs, 1e-10), _motion(), _bodies(), limits, replace(OPTIONS, method=method))
     opt = result.optimization
-    assert opt.iterations >= 1
+    assert opt.iterations >= 1 and opt.method == method
     assert opt.objective_final < 0.9 * opt.objective_initial
     assert np.all(result.profiles.control_points <= 0.3 + 1e-12)
     m = result.metrics()
@@ -39,7 +42,10 @@ def test_plan_lowers_the_objective_and_respects_position_limits(rod_systems):
     assert m["optimized"]["peak_deviation_m"] > 0
 
 
-def test_keyboard_interrupt_returns_the_best_point(rod_systems):
+@pytest.mark.parametrize("method", ["gauss-newton", "lbfgs"])
+def test_keyboard_interrupt_returns_the_best_point(rod_systems, method):
+    from dataclasses import replace
+
     _, rs = rod_systems
     limits = MotorLimits.build(("m",), {"m": (-0.2, 0.3, 0.0)})
     pp = build_plan_problem(reduced_engine(rs, 1e-10), _motion(), _bodies(), limits, OPTIONS)
@@ -49,11 +55,24 @@ def test_keyboard_interrupt_returns_the_best_point(rod_systems):
         seen.append(it)
         raise KeyboardInterrupt
 
-    res = optimize(pp, OPTIONS, callback=callback)
+    res = optimize(pp, replace(OPTIONS, method=method), callback=callback)
     assert res.interrupted and "interrupted" in res.message
     assert len(seen) == 1 and set(seen[0]) == {"iteration", "objective", "gradient_norm"}
     assert res.objective_final <= res.objective_initial
     assert res.best.value == res.objective_final
+
+
+def test_auto_method_picks_gauss_newton_for_few_parameters_and_rejects_unknown_ones(rod_systems):
+    from dataclasses import replace
+
+    from retarget.optimize.errors import OptimizeError
+
+    _, rs = rod_systems
+    limits = MotorLimits.build(("m",), {"m": (-0.2, 0.3, 0.0)})
+    pp = build_plan_problem(reduced_engine(rs, 1e-10), _motion(), _bodies(), limits, OPTIONS)
+    assert optimize(pp, replace(OPTIONS, max_iterations=1)).method == "gauss-newton"
+    with pytest.raises(OptimizeError, match="unknown method"):
+        optimize(pp, replace(OPTIONS, method="newton"))
 
 
 def test_plan_request_is_validated():

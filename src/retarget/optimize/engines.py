@@ -27,7 +27,8 @@ from numpy.typing import NDArray
 from retarget.optimize.errors import OptimizeError
 
 __all__ = [
-    "AbsoluteEngine", "Engine", "EngineState", "ReducedEngine", "StepSensitivity", "SystemEngine", "motor_rows",
+    "AbsoluteEngine", "Engine", "EngineState", "ReducedEngine", "StepSensitivity", "SystemEngine", "bdf_history",
+    "motor_rows",
     "reduced_engine",
 ]
 
@@ -50,12 +51,27 @@ class StepSensitivity:
         history_transposed: ``(k, μ) ↦ (∂R_n/∂S_{n−k})ᵀ μ`` for k = 1, 2 (zero for a state not in the history).
         r_theta: ``∂R_n/∂θ`` (n_S, n_motors).
         r_theta_dot: ``∂R_n/∂θ̇`` (n_S, n_motors).
+        solve: ``rhs ↦ (∂R_n/∂S_n)⁻¹ rhs`` for (n_S,) or (n_S, p) (the tangent-linear pass of Gauss–Newton).
+        history: ``(k, δ) ↦ (∂R_n/∂S_{n−k}) δ`` for (n_S,) or (n_S, p).
     """
 
     solve_transposed: Callable[[NDArray[np.float64]], NDArray[np.float64]]
     history_transposed: Callable[[int, NDArray[np.float64]], NDArray[np.float64]]
     r_theta: NDArray[np.float64]
     r_theta_dot: NDArray[np.float64]
+    solve: Callable[[NDArray[np.float64]], NDArray[np.float64]] | None = None
+    history: Callable[[int, NDArray[np.float64]], NDArray[np.float64]] | None = None
+
+
+def bdf_history(nu: int, nv: int, coef: float, h: float, mass: NDArray[np.float64], delta: NDArray[np.float64],
+                transposed: bool) -> NDArray[np.float64]:
+    """``(∂R_n/∂S_{n−k}) δ`` (or its transpose) of the reduced engines' BDF residual for history coefficient
+    ``coef``: ``R_U`` holds ``−Ū``, ``R_V`` holds ``−mass V̄ / h`` (δ (n_S,) or (n_S, p))."""
+    out = np.zeros_like(delta)
+    if coef != 0.0:
+        out[:nu] = -coef * delta[:nu]
+        out[nu : nu + nv] = -coef / h * ((mass.T if transposed else mass) @ delta[nu : nu + nv])
+    return out
 
 
 class Engine(Protocol):
@@ -199,18 +215,19 @@ class ReducedEngine(SystemEngine):
         def solve_t(rhs: NDArray[np.float64]) -> NDArray[np.float64]:
             return sla.lu_solve(lu, rhs, trans=1, check_finite=False)
 
+        def solve(rhs: NDArray[np.float64]) -> NDArray[np.float64]:
+            return sla.lu_solve(lu, rhs, check_finite=False)
+
         def history_t(k: int, mu: NDArray[np.float64]) -> NDArray[np.float64]:
-            coef = a1 if k == 1 else a2
-            out = np.zeros_like(mu)
-            if coef != 0.0:
-                out[:nu] = -coef * mu[:nu]
-                out[nu : nu + nv] = -coef / h * (mass.T @ mu[nu : nu + nv])
-            return out
+            return bdf_history(nu, nv, a1 if k == 1 else a2, h, mass, mu, True)
+
+        def history(k: int, delta: NDArray[np.float64]) -> NDArray[np.float64]:
+            return bdf_history(nu, nv, a1 if k == 1 else a2, h, mass, delta, False)
 
         theta = np.atleast_1d(motors.value(new.t))
         theta_dot = np.atleast_1d(motors.derivative(new.t))
         r_theta = self._r_theta(new.native, theta, theta_dot, 1.0 / h)
-        return StepSensitivity(solve_t, history_t, r_theta, lin.r_theta_dot)
+        return StepSensitivity(solve_t, history_t, r_theta, lin.r_theta_dot, solve, history)
 
     def _r_theta(self, st: Any, theta: NDArray[np.float64], theta_dot: NDArray[np.float64],
                  baumgarte: float) -> NDArray[np.float64]:
@@ -308,14 +325,22 @@ class AbsoluteEngine(SystemEngine):
         for k, coef in ((1, a1), (2, a2)):
             key = (h, coef)
             if coef != 0.0 and key not in self._history:
-                self._history[key] = history_jacobian(self.system, h, coef).T.tocsr()
+                self._history[key] = history_jacobian(self.system, h, coef).tocsr()
             hist[k] = self._history.get(key) if coef != 0.0 else None
 
         def history_t(k: int, mu: NDArray[np.float64]) -> NDArray[np.float64]:
             mat = hist.get(k)
-            return np.zeros_like(mu) if mat is None else np.asarray(mat @ mu)
+            return np.zeros_like(mu) if mat is None else np.asarray(mat.T @ mu)
 
-        return StepSensitivity(lu.solve, history_t, np.asarray(lin.r_theta), np.asarray(lin.r_theta_dot))
+        def history(k: int, delta: NDArray[np.float64]) -> NDArray[np.float64]:
+            mat = hist.get(k)
+            return np.zeros_like(delta) if mat is None else np.asarray(mat @ delta)
+
+        def solve(rhs: NDArray[np.float64]) -> NDArray[np.float64]:
+            return lu.solve(np.asarray(rhs, dtype=float), trans="T")
+
+        return StepSensitivity(lu.solve, history_t, np.asarray(lin.r_theta), np.asarray(lin.r_theta_dot), solve,
+                               history)
 
     def motor_torques(self, s: NDArray[np.float64]) -> NDArray[np.float64]:
         sy = self.system

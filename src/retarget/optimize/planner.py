@@ -49,7 +49,7 @@ class PlanOptions:
     Attributes:
         knot_spacing: B-spline knot spacing [s].
         dt: simulation step [s].
-        max_iterations: L-BFGS-B iteration limit.
+        max_iterations: optimizer iteration limit (L-BFGS-B or Levenberg–Marquardt).
         relative_tolerance: stop when an iteration lowers ``J`` by less than this fraction of ``J(x₀)``.
         deviation_weight: ``w_dev`` [1/(rad² s)] (number or schedule text/mapping).
         acceleration_weight: ``w_acc`` [s³/rad²].
@@ -64,6 +64,9 @@ class PlanOptions:
         time_budget: wall-time budget of :func:`run_plan` [s] (targets, optimization, baselines); None: no limit.
             The optimizer stops before an evaluation that would not fit (or aborts one that overruns) and returns
             the best point evaluated so far, flagged ``budget_limited``.
+        method: ``"gauss-newton"`` (Levenberg–Marquardt with the exact tangent-linear Jacobian,
+            :mod:`retarget.optimize.gauss_newton`), ``"lbfgs"`` (L-BFGS-B with the adjoint gradient) or ``"auto"``:
+            Gauss–Newton up to :data:`~retarget.optimize.gauss_newton.MAX_PARAMETERS` parameters, else L-BFGS-B.
     """
 
     knot_spacing: float = 0.05
@@ -78,6 +81,7 @@ class PlanOptions:
     target_stride: int = 1
     lbfgs_memory: int = 50
     time_budget: float | None = None
+    method: str = "auto"
 
 
 @dataclass(frozen=True, eq=False)
@@ -172,7 +176,8 @@ class OptimizationResult:
         best: the :class:`Evaluation` at ``x``.
         initial: the :class:`Evaluation` at ``x₀`` (with ``x₀`` the fit, this is the naive playback).
         budget_limited: stopped because the time budget ran out; ``x`` is the best point evaluated.
-        evaluation_s: wall time of the latest complete evaluation (forward + adjoint) [s].
+        evaluation_s: wall time of the latest complete evaluation (forward + adjoint, or forward alone for
+            Gauss–Newton) [s].
         failed_simulations: trial points the model could not simulate (the line search backed off).
         restarts: L-BFGS-B restarts after a stalled line search.
     """
@@ -191,6 +196,7 @@ class OptimizationResult:
     evaluation_s: float = 0.0
     failed_simulations: int = 0
     restarts: int = 0
+    method: str = "lbfgs"
 
 
 class _BudgetExhausted(Exception):
@@ -201,7 +207,10 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
              callback: Callable[[dict[str, float]], None] | None = None,
              step_progress: Callable[[int, int], None] | None = None, deadline: float | None = None,
              reserve_evaluations: float = 0.0) -> OptimizationResult:
-    """Minimize ``J`` with L-BFGS-B from ``x₀`` (default: the fit of the input).
+    """Minimize ``J`` from ``x₀`` (default: the fit of the input) by Levenberg–Marquardt or L-BFGS-B.
+
+    ``options.method`` picks the method (:class:`PlanOptions`); both respect the position bounds, the time budget,
+    Ctrl-C and ``max_iterations`` alike.
 
     The objective is scaled by ``1/J(x₀)`` inside the solver so that ``relative_tolerance`` is relative to the
     starting value (L-BFGS-B's own ``ftol`` test is absolute below 1).
@@ -294,8 +303,13 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
     interrupted = budget_limited = False
     message = ""
     restarts = 0
+    method = _choose_method(pp, options)
     try:
-        while True:
+        if method == "gauss-newton":
+            iterations = 0
+            message = _levenberg_marquardt(pp, options, x_start, state, history, callback, progress, deadline,
+                                           reserve_evaluations, lower, upper)
+        while method == "lbfgs":
             res = minimize(fun, state["best_x"], jac=True, method="L-BFGS-B", bounds=pp.bounds,
                            callback=on_iteration,
                            options={"maxiter": int(options.max_iterations) - iterations,
@@ -315,14 +329,116 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
         message = "interrupted (Ctrl-C): returning the best parameters evaluated so far"
     except _BudgetExhausted:
         budget_limited = True
-        message = (f"time budget reached after {iterations} iterations ({state['evals']} evaluations, the latest "
+        done = state.get("gn_iterations", 0) if method == "gauss-newton" else iterations
+        message = (f"time budget reached after {done} iterations ({state['evals']} evaluations, the latest "
                    f"{state['duration']:.1f} s): returning the best parameters evaluated so far")
+    if method == "gauss-newton":
+        iterations = state.get("gn_iterations", 0)
     best = state["best"]
     if restarts:
         message += f" (after {restarts} restart{'s' if restarts > 1 else ''} of a stalled line search)"
     return OptimizationResult(state["best_x"], first.value, best.value, iterations, state["evals"], history,
                               interrupted, message, best, first, budget_limited, state["duration"],
-                              state.get("failed", 0), restarts)
+                              state.get("failed", 0), restarts, method)
+
+
+def _choose_method(pp: PlanProblem, options: PlanOptions) -> str:
+    """``"gauss-newton"`` or ``"lbfgs"`` from ``options.method`` (see :class:`PlanOptions`)."""
+    from retarget.optimize.gauss_newton import MAX_PARAMETERS, supports_tangent
+
+    if options.method not in ("auto", "lbfgs", "gauss-newton"):
+        raise OptimizeError(f"unknown method {options.method!r}: choose auto, lbfgs or gauss-newton")
+    if options.method == "lbfgs":
+        return "lbfgs"
+    tangent = supports_tangent(pp.problem)
+    if options.method == "gauss-newton":
+        if not tangent:
+            raise OptimizeError("the engine has no forward sensitivities: use --method lbfgs")
+        return "gauss-newton"
+    return "gauss-newton" if tangent and pp.problem.parametrization.n_parameters <= MAX_PARAMETERS else "lbfgs"
+
+
+def _levenberg_marquardt(pp: PlanProblem, options: PlanOptions, x_start: NDArray[np.float64],
+                         state: dict[str, Any], history: list[float],
+                         callback: Callable[[dict[str, float]], None] | None,
+                         progress: Callable[[int, int], None] | None, deadline: float | None,
+                         reserve_evaluations: float, lower: NDArray[np.float64], upper: NDArray[np.float64]) -> str:
+    """Levenberg–Marquardt iterations (Marquardt's diagonal scaling, Nielsen's damping update) from ``x_start``.
+
+    Each iteration: one tangent-linear pass at the current point (exact Gauss–Newton Hessian and gradient), then
+    damped steps projected onto the bounds until one lowers ``J`` (a trial point the model cannot simulate counts as
+    a rejected step). Updates ``state`` (best point, evaluations, ``gn_iterations``) and ``history`` in place;
+    returns the stop reason. Raises ``_BudgetExhausted`` / ``KeyboardInterrupt`` like the L-BFGS-B loop.
+    """
+    from retarget.optimize.gauss_newton import parameter_hessian, tangent_least_squares
+    from retarget.sim.errors import SimulationError
+
+    problem = pp.problem
+    n = problem.n_steps
+    x, ev = x_start.copy(), state["best"]
+    j0 = ev.value
+    mu, nu = 1e-3, 2.0
+    state["gn_iterations"] = 0
+    tangent_s = 2.0 * state["duration"]
+
+    def tangent_progress(k: int, total: int) -> None:
+        if progress is not None:
+            progress(n + k, 2 * n)
+
+    def affordable(seconds: float) -> None:
+        if deadline is not None and time.perf_counter() + seconds + state["duration"] * reserve_evaluations > deadline:
+            raise _BudgetExhausted
+
+    while state["gn_iterations"] < options.max_iterations:
+        affordable(tangent_s + state["duration"])
+        t0 = time.perf_counter()
+        ls = tangent_least_squares(problem, x, ev.rollout, tangent_progress)
+        tangent_s = time.perf_counter() - t0
+        _, g_reg, _ = problem.parameter_terms(x)
+        hess = ls.hessian + parameter_hessian(problem, x)
+        grad = ls.gradient + g_reg
+        state["best"] = ev = replace(ev, gradient=grad)
+        scale = np.maximum(np.diag(hess), 1e-12 * max(float(np.max(np.diag(hess))), 1e-300))
+        accepted = False
+        for _ in range(12):
+            affordable(state["duration"])
+            step = np.linalg.solve(hess + mu * np.diag(scale), -grad)
+            x_new = np.clip(x + step, lower, upper)
+            step = x_new - x
+            predicted = -float(grad @ step + 0.5 * step @ hess @ step)
+            if predicted <= 0.0 or not np.any(step):
+                mu, nu = mu * nu, 2.0 * nu
+                continue
+            t0 = time.perf_counter()
+            try:
+                trial = evaluate(problem, x_new, gradient=False, progress=progress)
+            except SimulationError:
+                state["failed"] = state.get("failed", 0) + 1
+                mu, nu = mu * nu, 2.0 * nu
+                continue
+            state["evals"] += 1
+            state["duration"] = time.perf_counter() - t0
+            rho = (ev.value - trial.value) / predicted
+            if trial.value < ev.value and rho > 1e-4:
+                mu *= max(1.0 / 3.0, 1.0 - (2.0 * rho - 1.0) ** 3)
+                nu = 2.0
+                accepted = True
+                break
+            mu, nu = mu * nu, 2.0 * nu
+        if not accepted:
+            return "no damped Gauss-Newton step lowers the objective (converged to the model's resolution)"
+        decrease = ev.value - trial.value
+        x, ev = x_new, trial
+        state["best"], state["best_x"] = ev, x.copy()
+        state["last"], state["last_x"] = ev, x.copy()
+        state["gn_iterations"] += 1
+        history.append(ev.value)
+        if callback is not None:
+            callback({"iteration": state["gn_iterations"], "objective": float(ev.value),
+                      "gradient_norm": float(np.linalg.norm(grad))})
+        if decrease <= options.relative_tolerance * j0:
+            return "converged: relative reduction of the objective below the tolerance"
+    return "iteration limit reached"
 
 
 @dataclass(frozen=True, eq=False)
@@ -398,6 +514,7 @@ class PlanResult:
             "evaluation_s": opt.evaluation_s,
             "failed_simulations": opt.failed_simulations,
             "restarts": opt.restarts,
+            "method": opt.method,
             "wall_s": sum(self.timings.values()),
             "timings_s": dict(self.timings),
             "parameters": int(self.pp.fit.parametrization.n_parameters),

@@ -366,7 +366,7 @@ class CompiledReducedEngine(SystemEngine):
                                  max_iter=40, packed=self.packed, estimate=False)
 
     def sensitivity(self, new: Any, prev: Any, prev2: Any, dt: float, motors: Any) -> Any:
-        from retarget.optimize.engines import StepSensitivity
+        from retarget.optimize.engines import StepSensitivity, bdf_history
 
         lin = linearize_compiled(self.packed, new.s, prev.s, None if prev2 is None else prev2.s, new.t, dt, motors)
         a1, a2, gamma = BDF1 if prev2 is None else BDF2
@@ -380,15 +380,21 @@ class CompiledReducedEngine(SystemEngine):
         def solve_t(rhs: NDArray[np.float64]) -> NDArray[np.float64]:
             return ck.condensed_solve_transposed(packed, ws, np.ascontiguousarray(rhs, dtype=float))
 
-        def history_t(k: int, mu: NDArray[np.float64]) -> NDArray[np.float64]:
-            coef = a1 if k == 1 else a2
-            out = np.zeros_like(mu)
-            if coef != 0.0:
-                out[:nu] = -coef * mu[:nu]
-                out[nu : nu + nv] = -coef / h * (mass.T @ mu[nu : nu + nv])
-            return out
+        def solve(rhs: NDArray[np.float64]) -> NDArray[np.float64]:
+            # condensed_solve gives the Newton update −J⁻¹ r, one column at a time.
+            b = np.asarray(rhs, dtype=float)
+            if b.ndim == 1:
+                return -ck.condensed_solve(packed, ws, np.ascontiguousarray(b))
+            return -np.stack([ck.condensed_solve(packed, ws, np.ascontiguousarray(b[:, j]))
+                              for j in range(b.shape[1])], axis=1)
 
-        return StepSensitivity(solve_t, history_t, lin.r_theta, lin.r_theta_dot)
+        def history_t(k: int, mu: NDArray[np.float64]) -> NDArray[np.float64]:
+            return bdf_history(nu, nv, a1 if k == 1 else a2, h, mass, mu, True)
+
+        def history(k: int, delta: NDArray[np.float64]) -> NDArray[np.float64]:
+            return bdf_history(nu, nv, a1 if k == 1 else a2, h, mass, delta, False)
+
+        return StepSensitivity(solve_t, history_t, lin.r_theta, lin.r_theta_dot, solve, history)
 
     def motor_torques(self, s: NDArray[np.float64]) -> NDArray[np.float64]:
         rs = self.system

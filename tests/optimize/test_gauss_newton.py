@@ -1,0 +1,82 @@
+"""The tangent-linear pass (retarget.optimize.gauss_newton): the residual Jacobian against central finite
+differences of the residual, and its gradient ``Jᵣᵀ r`` + regularizers against the adjoint gradient, on all engines."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from retarget.optimize.adjoint import evaluate
+from retarget.optimize.engines import AbsoluteEngine, ReducedEngine, reduced_engine
+from retarget.optimize.gauss_newton import parameter_hessian, supports_tangent, tangent_least_squares
+from tests.optimize.conftest import double_pendulum
+from tests.optimize.test_adjoint import _problem
+
+
+
+
+def _check(problem, x, rng, eps, tol):
+    ev = evaluate(problem, x)
+    ls = tangent_least_squares(problem, x, ev.rollout)
+    # ½|r|² is the tracking term.
+    assert 0.5 * float(ls.residual @ ls.residual) == pytest.approx(ev.tracking, rel=1e-12)
+    # Jᵣᵀ r + ∂Reg/∂x is the adjoint gradient (same discrete derivative, forward instead of reverse).
+    g = ls.gradient + problem.parameter_terms(x)[1]
+    np.testing.assert_allclose(g, ev.gradient, rtol=0, atol=tol * np.abs(ev.gradient).max())
+    # The Jacobian itself against central differences of the residual along random directions.
+    for _ in range(2):
+        d = rng.normal(size=x.size)
+        fd = (evaluate_residual(problem, x + eps * d) - evaluate_residual(problem, x - eps * d)) / (2 * eps)
+        jd = ls.jacobian @ d
+        assert np.max(np.abs(fd - jd)) <= tol * np.max(np.abs(jd)) + 1e-12
+
+
+def evaluate_residual(problem, x):
+    tr = problem.tracking
+    ev = evaluate(problem, x, gradient=False)
+    sq = np.sqrt(tr.quadrature[:, None] * tr.position_weights)
+    pos = sq[:, :, None] * (ev.positions - tr.target_positions)
+    if not tr.tracks_orientation:
+        return pos.ravel()
+    sq_o = np.sqrt(tr.quadrature[:, None] * tr.orientation_weights)
+    rot = problem.poses.orientations(ev.rollout.matrix)
+    ori = (sq_o[:, :, None, None] * (rot - tr.target_orientations)).reshape(*pos.shape[:2], 9)
+    return np.concatenate([pos, ori], axis=2).ravel()
+
+
+@pytest.mark.parametrize("engine_kind", ["reduced", "absolute"])
+def test_double_pendulum_tangent_matches_differences_and_adjoint(engine_kind):
+    from retarget.sim.reduced.system import build_reduced_system
+    from retarget.sim.system import build_system
+
+    system = build_system(double_pendulum())
+    engine = ReducedEngine(build_reduced_system(system, [], [])) if engine_kind == "reduced" else AbsoluteEngine(system)
+    problem = _problem(engine, "lower", 0.01, 20, 0.05, engine.reference_state())
+    assert supports_tangent(problem)
+    rng = np.random.default_rng(1)
+    x = 0.3 * rng.normal(size=problem.parametrization.n_parameters)
+    _check(problem, x, rng, 1e-5, 1e-7)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_reduced_rod_tangent_matches_differences_and_adjoint(rod_systems, compiled):
+    _, rs = rod_systems
+    engine = reduced_engine(rs, compiled=compiled)
+    start = engine.solve_static(np.array([0.0]))
+    problem = _problem(engine, "tip", 0.002, 25, 0.02, start)
+    rng = np.random.default_rng(3)
+    x = 0.1 * rng.normal(size=problem.parametrization.n_parameters)
+    _check(problem, x, rng, 1e-5, 1e-6)
+
+
+def test_parameter_hessian_is_the_regularizers_exact_hessian(rod_systems):
+    _, rs = rod_systems
+    engine = ReducedEngine(rs)
+    problem = _problem(engine, "tip", 0.002, 25, 0.02, engine.solve_static(np.array([0.0])))
+    rng = np.random.default_rng(7)
+    x = 0.1 * rng.normal(size=problem.parametrization.n_parameters)
+    h = parameter_hessian(problem, x)
+    d = rng.normal(size=x.size)
+    # Quadratic regularizers: the second-order expansion is exact.
+    v0, g0, _ = problem.parameter_terms(x)
+    v1 = problem.parameter_terms(x + d)[0]
+    assert v1 == pytest.approx(v0 + g0 @ d + 0.5 * d @ h @ d, rel=1e-9)
