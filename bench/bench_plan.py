@@ -62,8 +62,8 @@ def main() -> int:
     p.add_argument("--time-budget", type=float, default=None, metavar="S", help="wall-time budget of the plan [s]")
     p.add_argument("--no-baselines", action="store_true", help="skip the ZV/ZVD simulations")
     p.add_argument("--lbfgs-memory", type=int, default=50, help="L-BFGS-B correction pairs (default 50)")
-    p.add_argument("--method", choices=("auto", "gauss-newton", "lbfgs"), default="auto",
-                   help="optimizer (default auto: Gauss-Newton up to 200 parameters)")
+    p.add_argument("--method", choices=("lbfgs", "gauss-newton", "auto"), default="lbfgs",
+                   help="optimizer (default lbfgs; auto: Gauss-Newton up to 200 parameters)")
     p.add_argument("--target-stride", type=int, default=1, help="solve the targets every N steps, interpolate between")
     p.add_argument("--duration", type=float, default=None, help="plan only this much of the motion [s]")
     p.add_argument("--projected-iterations", type=int, default=30,

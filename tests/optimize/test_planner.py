@@ -62,7 +62,7 @@ def test_keyboard_interrupt_returns_the_best_point(rod_systems, method):
     assert res.best.value == res.objective_final
 
 
-def test_auto_method_picks_gauss_newton_for_few_parameters_and_rejects_unknown_ones(rod_systems):
+def test_method_default_auto_and_unknown(rod_systems):
     from dataclasses import replace
 
     from retarget.optimize.errors import OptimizeError
@@ -70,7 +70,8 @@ def test_auto_method_picks_gauss_newton_for_few_parameters_and_rejects_unknown_o
     _, rs = rod_systems
     limits = MotorLimits.build(("m",), {"m": (-0.2, 0.3, 0.0)})
     pp = build_plan_problem(reduced_engine(rs, 1e-10), _motion(), _bodies(), limits, OPTIONS)
-    assert optimize(pp, replace(OPTIONS, max_iterations=1)).method == "gauss-newton"
+    assert optimize(pp, replace(OPTIONS, max_iterations=1)).method == "lbfgs"  # the default
+    assert optimize(pp, replace(OPTIONS, max_iterations=1, method="auto")).method == "gauss-newton"
     with pytest.raises(OptimizeError, match="unknown method"):
         optimize(pp, replace(OPTIONS, method="newton"))
 

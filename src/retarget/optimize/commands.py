@@ -287,8 +287,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add ``retarget plan``."""
     p = sub.add_parser("plan", help="optimize a motion so the robot follows it without vibrating",
                        description="Fits B-spline motor profiles to the motion, builds (or loads) the reduced "
-                       "model, minimizes the tracking objective (Levenberg-Marquardt with exact forward sensitivities for up "
-                       "to 200 parameters, else L-BFGS-B with adjoint gradients), and compares "
+                       "model, minimizes the tracking objective with L-BFGS-B and adjoint gradients (or --method "
+                       "gauss-newton: Levenberg-Marquardt with exact forward sensitivities), and compares "
                        "with naive playback and ZV/ZVD input shaping. Ctrl-C returns the best result so far.")
     p.add_argument("robot", help="robot name (e.g. single_rod) or params YAML")
     p.add_argument("--motion", required=True, help="motion name (robot/motion) or file")
@@ -298,9 +298,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     p.add_argument("--knot-spacing", type=float, default=0.05, help="B-spline knot spacing [s] (default 0.05)")
     p.add_argument("--max-iterations", type=int, default=50, help="optimizer iterations (default 50)")
-    p.add_argument("--method", choices=("auto", "gauss-newton", "lbfgs"), default="auto",
-                   help="optimizer: gauss-newton (Levenberg-Marquardt, exact tangent-linear Jacobian), lbfgs "
-                   "(L-BFGS-B, adjoint gradient) or auto: gauss-newton up to 200 parameters (default auto)")
+    p.add_argument("--method", choices=("lbfgs", "gauss-newton", "auto"), default="lbfgs",
+                   help="optimizer: lbfgs (L-BFGS-B, adjoint gradient; default), gauss-newton (Levenberg-Marquardt, "
+                   "exact tangent-linear Jacobian) or auto (gauss-newton up to 200 parameters)")
     p.add_argument("--relative-tolerance", type=float, default=1e-6, help="relative objective decrease to stop")
     p.add_argument("--weight", action="append", metavar="LINK:pos=W[,ori=W]", help="tracked body weights "
                    "(repeatable; schedules like step(0:1, 2:10) allowed)")
