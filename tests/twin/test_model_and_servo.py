@@ -37,6 +37,30 @@ def test_lookup_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert find_reduced_model("single_rod", given).origin == "file"
 
 
+def test_lookup_falls_back_to_the_planner_model_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    import numpy as np
+
+    from retarget.sim.reduced.artifact import FORMAT_VERSION
+
+    models = tmp_path / "models"
+    models.mkdir()
+    monkeypatch.setenv("RETARGET_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("RETARGET_MODELS", str(models))
+    stale, current = models / "drummer-old.npz", models / "drummer-boxing.npz"
+    np.savez(stale, meta=np.array(json.dumps({"format_version": FORMAT_VERSION - 1})))
+    np.savez(current, meta=np.array(json.dumps({"format_version": FORMAT_VERSION})))
+    import os
+
+    os.utime(current, (1000, 1000))  # older than the stale one: the stale one is skipped, not preferred
+    found = find_reduced_model("drummer")
+    assert found.path == current.resolve() and found.origin == "artifact_dir"
+    current.unlink()
+    with pytest.raises(TwinModelUnavailable, match="no current drummer"):
+        find_reduced_model("drummer")
+
+
 def test_joint_mapping() -> None:
     index, offset, direction = joint_mapping(["a", "b", "c"], ["c", "a"], [0.1, 0.2, 0.3], [1, 1, -1])
     assert index.tolist() == [2, 0] and offset.tolist() == [0.3, 0.1] and direction.tolist() == [-1, 1]

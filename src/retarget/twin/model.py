@@ -2,7 +2,9 @@
 
 Lookup order (:func:`find_reduced_model`): the file the user gave (``--reduced`` / the ``reduced`` option), else the
 newest model of this robot in the planner's cache (:func:`retarget.optimize.planning_model.cache_dir`, files
-``<robot>-<digest>.pkl`` written by ``retarget plan``). The cache key includes the planned motion, which the twin
+``<robot>-<digest>.pkl`` written by ``retarget plan``), else the newest current-format artifact ``<robot>.npz`` /
+``<robot>-*.npz`` in the planner's model folders (:func:`retarget.optimize.planning_model.artifact_dirs`, e.g. the
+checkout's ``.cache-models/``). The cache key includes the planned motion, which the twin
 does not know, so any cached model of the robot is taken (newest first): a pickled reduced system is
 self-contained (its own mesh, basis, cubature), but it carries no provenance, so a robot edited since that plan
 is not detected — delete the cache or pass ``--reduced`` after editing a robot. A ``.npz`` artifact is checked
@@ -30,7 +32,7 @@ class ReducedModelSource:
 
     Attributes:
         path: the file (``.npz`` artifact or pickled :class:`~retarget.sim.reduced.ReducedSystem`).
-        origin: ``"file"`` (given by the user) or ``"planner_cache"``.
+        origin: ``"file"`` (given by the user), ``"planner_cache"`` or ``"artifact_dir"`` (a planner model folder).
     """
 
     path: Path
@@ -38,7 +40,8 @@ class ReducedModelSource:
 
     def describe(self) -> str:
         """One line for logs."""
-        return f"{self.path} ({'given' if self.origin == 'file' else 'planner cache'})"
+        how = {"file": "given", "planner_cache": "planner cache", "artifact_dir": "planner model folder"}
+        return f"{self.path} ({how.get(self.origin, self.origin)})"
 
 
 @dataclass(frozen=True, eq=False)
@@ -75,7 +78,7 @@ def find_reduced_model(robot: str | Path, reduced_file: str | Path | None = None
     Args:
         robot: robot name or YAML path.
         reduced_file: a ``.npz`` artifact (``retarget reduce``) or a pickled reduced system; None: the planner's
-            cache.
+            cache, then the planner's model folders (:func:`retarget.optimize.planning_model.artifact_dirs`).
 
     Raises:
         InputError: ``reduced_file`` does not exist.
@@ -86,15 +89,28 @@ def find_reduced_model(robot: str | Path, reduced_file: str | Path | None = None
         if not path.is_file():
             raise InputError(f"reduced model {path} does not exist (build one with `retarget reduce`)")
         return ReducedModelSource(path.resolve(), "file")
-    from retarget.optimize.planning_model import cache_dir
+    from retarget.optimize.planning_model import _artifact_meta, artifact_dirs, cache_dir
+    from retarget.sim.reduced.artifact import FORMAT_VERSION
+    from retarget.sim.reduced.errors import StaleReducedModelError
 
     name = robot_name(robot)
     folder = cache_dir()
     cached = sorted(folder.glob(f"{name}-*.pkl"), key=lambda p: p.stat().st_mtime, reverse=True)
-    if not cached:
-        raise TwinModelUnavailable(name, f"no --reduced file given and no {name}-*.pkl in the planner cache "
-                                         f"{folder} (build one with `retarget reduce {name} ...` or `retarget plan`)")
-    return ReducedModelSource(cached[0].resolve(), "planner_cache")
+    if cached:
+        return ReducedModelSource(cached[0].resolve(), "planner_cache")
+    # Then the planner's model folders (the same artifacts `retarget plan` finds), newest first, current format.
+    dirs = artifact_dirs()
+    found = [p for d in dirs if d.is_dir() for p in [*d.glob(f"{name}.npz"), *d.glob(f"{name}-*.npz")]]
+    for path in sorted(found, key=lambda p: p.stat().st_mtime, reverse=True):
+        try:
+            if _artifact_meta(path).get("format_version") == FORMAT_VERSION:
+                return ReducedModelSource(path.resolve(), "artifact_dir")
+        except StaleReducedModelError:
+            continue
+    where = ", ".join(str(d) for d in dirs)
+    raise TwinModelUnavailable(name, f"no --reduced file given, no {name}-*.pkl in the planner cache {folder} and "
+                                     f"no current {name}[-*].npz in {where} (build one with `retarget reduce "
+                                     f"{name} ...` or `retarget plan`)")
 
 
 def load_twin_model(robot: str | Path, source: ReducedModelSource, mesh_scale: float | None = None) -> TwinModel:
