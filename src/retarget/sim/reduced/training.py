@@ -35,6 +35,7 @@ def build_from_result(
     variance: float = DEFAULT_VARIANCE,
     cubature_tolerance: float = 1e-3,
     cubature_samples: int = 60,
+    max_snapshots: int = 2000,
 ) -> tuple[ReducedSystem, list[ReducedBasis], list[Cubature]]:
     """Train bases and cubatures on a :class:`retarget.sim.result.SimulationResult` of ``system``.
 
@@ -43,16 +44,20 @@ def build_from_result(
 
     Args:
         system: the absolute system.
-        result: its simulation (all stored samples are snapshots).
+        result: its simulation (stored samples are snapshots; at most ``max_snapshots`` evenly spaced ones are used).
         n_modes: deformation modes per body (None: by ``variance``).
         variance: captured mass-weighted variance when ``n_modes`` is None.
         cubature_tolerance: relative training error of the cubature.
         cubature_samples: evenly spaced snapshots used to train the cubature.
+        max_snapshots: cap on the PCA snapshots (the method of snapshots solves an s × s eigenproblem: 10 s of
+            the drummer stored every 1 ms would be four 10 000² problems).
     """
     refs = reference_bodies(system)
     held, loops = reference_couplings(system), loop_couplings(system)
-    poses = result.rigid_poses  # type: ignore[attr-defined]
-    disp = np.asarray(result.displacements, dtype=float)  # type: ignore[attr-defined]
+    n_stored = len(result.rigid_poses)  # type: ignore[attr-defined]
+    keep = np.unique(np.linspace(0, n_stored - 1, min(n_stored, max_snapshots)).round().astype(int))
+    poses = np.asarray(result.rigid_poses)[keep]  # type: ignore[attr-defined]
+    disp = np.asarray(np.asarray(result.displacements)[keep], dtype=float)  # type: ignore[attr-defined]
     off = 0
     bases, cubatures = [], []
     for d, body in enumerate(system.deformable):
