@@ -142,6 +142,7 @@ def mass_pca_basis(
     variance: float = DEFAULT_VARIANCE,
     max_modes: int = 60,
     extra_modes: NDArray[np.float64] | None = None,
+    cap: bool = False,
 ) -> ReducedBasis:
     """Rigid modes, optional interface modes, then mass-PCA modes of local displacement snapshots.
 
@@ -155,6 +156,7 @@ def mass_pca_basis(
         max_modes: cap on the deformation modes chosen by variance.
         extra_modes: interface modes (3N, e) (:func:`interface_modes`), kept in full; the PCA sees the snapshots
             M-projected off them and the rigid modes.
+        cap: treat ``n_modes`` as an upper bound (fewer when the snapshots support fewer) instead of an error.
 
     Returns:
         The basis, ``r = 6 + e + n_modes``.
@@ -183,7 +185,7 @@ def mass_pca_basis(
     total = float(lam.clip(min=0.0).sum())
     floor = 1e-12 * raw  # below: round-off of the projections
     if total <= floor:
-        if extra.shape[1] and not n_modes:
+        if extra.shape[1] and (not n_modes or cap):
             return ReducedBasis(fixed, 6, 1.0, np.zeros(0), extra.shape[1])
         what = "rigid motion and the interface modes" if extra.shape[1] else "rigid motion"
         raise TrainingDataError(f"asked for {n_modes} deformation modes; the snapshots support 0 beyond {what}"
@@ -194,9 +196,9 @@ def mass_pca_basis(
         k = int(np.searchsorted(frac, variance - 1e-15) + 1)
         k = min(k, usable, max_modes)
     else:
-        if n_modes < 0 or n_modes > usable:
+        if n_modes < 0 or (n_modes > usable and not cap):
             raise TrainingDataError(f"asked for {n_modes} deformation modes; the snapshots support {usable}")
-        k = int(n_modes)
+        k = min(int(n_modes), usable)
     modes = d @ (vec[:, :k] / np.sqrt(lam[:k]))
     basis = _m_orthonormalize(np.hstack([fixed, modes]), mass)
     return ReducedBasis(basis, 6, float(lam[:k].sum() / total), lam[:usable].copy(), extra.shape[1])

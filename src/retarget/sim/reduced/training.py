@@ -45,7 +45,8 @@ def build_from_result(
     Args:
         system: the absolute system.
         result: its simulation (stored samples are snapshots; at most ``max_snapshots`` evenly spaced ones are used).
-        n_modes: deformation modes per body (None: by ``variance``).
+        n_modes: at most this many PCA deformation modes per body (fewer when the snapshots support fewer; None:
+            by ``variance``), after the interface modes of a loop coupling.
         variance: captured mass-weighted variance when ``n_modes`` is None.
         cubature_tolerance: relative training error of the cubature.
         cubature_samples: evenly spaced snapshots used to train the cubature.
@@ -73,7 +74,7 @@ def build_from_result(
             rows = [interface_rows(sl.map, sl.nodes, body.rest_positions) for sl in slots]
             extra = interface_modes(body.elastic.tangent_stiffness(np.zeros(body.n_dofs)), rows[0], rows[1:])
         basis = mass_pca_basis(local, rest_local, body.mass_matrix, n_modes=n_modes, variance=variance,
-                               extra_modes=extra)
+                               extra_modes=extra, cap=True)
         zs = local @ (body.mass_matrix @ basis.modes)
         pick = np.unique(np.linspace(0, len(zs) - 1, min(cubature_samples, len(zs))).round().astype(int))
         cubatures.append(train_cubature(body.elastic, basis.modes, zs[pick], tolerance=cubature_tolerance))
