@@ -31,8 +31,8 @@ import numpy as np
 from retarget.errors import InputError, NotAvailableError
 from retarget.motion.motion import Motion
 
-__all__ = ["PlanningModel", "artifact_dirs", "cache_dir", "find_artifact", "load_artifact", "load_model",
-           "planning_model"]
+__all__ = ["PlanningModel", "artifact_candidates", "artifact_dirs", "artifact_meta", "cache_dir", "find_artifact",
+           "load_artifact", "load_model", "planning_model"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -75,7 +75,7 @@ def artifact_dirs() -> list[Path]:
     return [cache_dir().parent / "models", library.share_dir() / ".cache-models"]
 
 
-def _artifact_meta(path: Path) -> dict[str, Any]:
+def artifact_meta(path: Path) -> dict[str, Any]:
     """The artifact's ``meta`` JSON (format version, robot, hashes, training settings)."""
     from retarget.sim.reduced.errors import StaleReducedModelError
 
@@ -103,7 +103,7 @@ def load_artifact(robot: str | Path, path: str | Path, mesh_scale: float | None 
     from retarget.sim.reduced.commands import load_robot_system as load_reduce_robot
 
     path = Path(path)
-    meta = _artifact_meta(path)
+    meta = artifact_meta(path)
     extra = dict(meta.get("extra") or {})
     scale = extra.get("mesh_scale") if mesh_scale is None else mesh_scale
     yaml_path, model, system = load_reduce_robot(str(robot), scale)
@@ -115,6 +115,15 @@ def load_artifact(robot: str | Path, path: str | Path, mesh_scale: float | None 
     return PlanningModel(model, read_robot_yaml(yaml_path), rs, info)
 
 
+def artifact_candidates(name: str) -> list[Path]:
+    """Artifacts of robot ``name`` (``<name>.npz``, ``<name>-*.npz``) in :func:`artifact_dirs`, newest first."""
+    found: set[Path] = set()
+    for folder in artifact_dirs():
+        if folder.is_dir():
+            found |= {p for p in folder.glob("*.npz") if p.stem == name or p.stem.startswith(f"{name}-")}
+    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+
+
 def find_artifact(robot: str | Path, name: str) -> tuple[PlanningModel | None, list[str]]:
     """The newest fresh artifact of robot ``name`` in :func:`artifact_dirs`.
 
@@ -123,12 +132,8 @@ def find_artifact(robot: str | Path, name: str) -> tuple[PlanningModel | None, l
     """
     from retarget.sim.reduced.errors import ReducedModelError
 
-    found: list[Path] = []
-    for folder in artifact_dirs():
-        if folder.is_dir():
-            found += [p for p in folder.glob("*.npz") if p.stem == name or p.stem.startswith(f"{name}-")]
     skipped: list[str] = []
-    for path in sorted(set(found), key=lambda p: p.stat().st_mtime, reverse=True):
+    for path in artifact_candidates(name):
         try:
             return load_artifact(robot, path), skipped
         except (ReducedModelError, InputError) as exc:

@@ -89,7 +89,7 @@ def find_reduced_model(robot: str | Path, reduced_file: str | Path | None = None
         if not path.is_file():
             raise InputError(f"reduced model {path} does not exist (build one with `retarget reduce`)")
         return ReducedModelSource(path.resolve(), "file")
-    from retarget.optimize.planning_model import _artifact_meta, artifact_dirs, cache_dir
+    from retarget.optimize.planning_model import artifact_candidates, artifact_dirs, artifact_meta, cache_dir
     from retarget.sim.reduced.artifact import FORMAT_VERSION
     from retarget.sim.reduced.errors import StaleReducedModelError
 
@@ -99,15 +99,13 @@ def find_reduced_model(robot: str | Path, reduced_file: str | Path | None = None
     if cached:
         return ReducedModelSource(cached[0].resolve(), "planner_cache")
     # Then the planner's model folders (the same artifacts `retarget plan` finds), newest first, current format.
-    dirs = artifact_dirs()
-    found = [p for d in dirs if d.is_dir() for p in [*d.glob(f"{name}.npz"), *d.glob(f"{name}-*.npz")]]
-    for path in sorted(found, key=lambda p: p.stat().st_mtime, reverse=True):
+    for path in artifact_candidates(name):
         try:
-            if _artifact_meta(path).get("format_version") == FORMAT_VERSION:
+            if artifact_meta(path).get("format_version") == FORMAT_VERSION:
                 return ReducedModelSource(path.resolve(), "artifact_dir")
         except StaleReducedModelError:
             continue
-    where = ", ".join(str(d) for d in dirs)
+    where = ", ".join(str(d) for d in artifact_dirs())
     raise TwinModelUnavailable(name, f"no --reduced file given, no {name}-*.pkl in the planner cache {folder} and "
                                      f"no current {name}[-*].npz in {where} (build one with `retarget reduce "
                                      f"{name} ...` or `retarget plan`)")
