@@ -22,8 +22,7 @@ from retarget.sim.reduced.tensors import InertiaTensors, ReducedInterface, inert
 from retarget.sim.system import RigidBody, System
 
 __all__ = ["ReducedBody", "ReducedSystem", "build_reduced_system", "loop_couplings", "reference_bodies",
-           "reference_couplings",
-           "to_local_displacements"]
+           "reference_couplings", "to_local_displacements"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -186,52 +185,42 @@ def loop_couplings(system: System) -> list[list[int]]:
     edges: list[tuple[int, int]] = []
     for blk in system.constraints:
         if isinstance(blk, CouplingConstraint):
-            other = blk.slots[0].body if blk.rigid_present else world
-            edges.append((nb + blk.slots[-1].body, other))
+            edges.append((nb + blk.slots[-1].body, blk.slots[0].body if blk.rigid_present else world))
         else:
             idx = [s.body for s in blk.slots]
             edges.append((idx[0], idx[1] if len(idx) > 1 else world))
+    adj: list[list[tuple[int, int]]] = [[] for _ in range(world + 1)]
+    for e, (x, y) in enumerate(edges):
+        adj[x].append((y, e))
+        adj[y].append((x, e))
 
-    def connected(a: int, b: int, skip: int) -> bool:
-        adj: list[list[int]] = [[] for _ in range(world + 1)]
-        for e, (x, y) in enumerate(edges):
-            if e != skip:
-                adj[x].append(y)
-                adj[y].append(x)
+    def connected_without(skip: int) -> bool:
+        a, b = edges[skip]
         seen, queue = {a}, deque([a])
         while queue:
             i = queue.popleft()
             if i == b:
                 return True
-            for j in adj[i]:
-                if j not in seen:
+            for j, e in adj[i]:
+                if e != skip and j not in seen:
                     seen.add(j)
                     queue.append(j)
         return False
 
-    refs = reference_bodies(system)
+    held = set(reference_couplings(system))
     out: list[list[int]] = [[] for _ in system.deformable]
-    held = set()
     for e, blk in enumerate(system.constraints):
-        if not isinstance(blk, CouplingConstraint):
-            continue
-        d = blk.slots[-1].body
-        if blk.rigid_present and blk.slots[0].body == refs[d] and d not in held:
-            held.add(d)  # the reference coupling: held fixed in the body's frame
-            continue
-        if connected(edges[e][0], edges[e][1], e):
-            out[d].append(e)
+        if isinstance(blk, CouplingConstraint) and e not in held and connected_without(e):
+            out[blk.slots[-1].body].append(e)
     return out
 
 
 def reference_couplings(system: System) -> list[int]:
-    """Per deformable body, the constraint-block index of its coupling to its reference body."""
+    """Per deformable body, the constraint-block index of its (first) coupling to its reference body."""
     refs = reference_bodies(system)
-    out = []
-    for d in range(len(system.deformable)):
-        out.append(next(e for e, blk in enumerate(system.constraints) if isinstance(blk, CouplingConstraint)
-                        and blk.rigid_present and blk.slots[-1].body == d and blk.slots[0].body == refs[d]))
-    return out
+    return [next(e for e, blk in enumerate(system.constraints) if isinstance(blk, CouplingConstraint)
+                 and blk.rigid_present and blk.slots[-1].body == d and blk.slots[0].body == refs[d])
+            for d in range(len(system.deformable))]
 
 
 def to_local_displacements(
