@@ -26,6 +26,10 @@ def _progress(label: str) -> Any:
     return update
 
 
+_MODES_HELP = ("at most N PCA deformation modes per component, fewer when the training run supports fewer "
+               "(default: 99.99 %% variance)")
+
+
 def register_check(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "reduced",
@@ -42,8 +46,7 @@ def register_check(subparsers: argparse._SubParsersAction) -> None:
     src.add_argument("--model", metavar="FILE.npz", default=None,
                      help="use this reduced model (from `retarget reduce` or --save-model) instead of training one")
     p.add_argument("--test-motion", required=True, metavar="M2", help="motion name (robot/motion) or file")
-    p.add_argument("--modes", type=int, default=None, help="at most N PCA deformation modes per component, fewer when the training run supports "
-                   "fewer (default: 99.99 %% variance)")
+    p.add_argument("--modes", type=int, default=None, help=_MODES_HELP)
     p.add_argument("--dt", type=float, default=1e-3, help="time step [s] of both engines (default 0.001)")
     p.add_argument("--duration", type=float, default=None, help="cap on each motion's simulated time [s]")
     p.add_argument("--mesh-scale", type=float, default=None,
@@ -299,8 +302,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("robot", help="robot name (e.g. single_rod) or config YAML path")
     p.add_argument("--train-motion", required=True, help="motion name (robot/motion) or file")
-    p.add_argument("--modes", type=int, default=None, help="at most N PCA deformation modes per component, fewer when the training run supports "
-                   "fewer (default: 99.99 %% variance)")
+    p.add_argument("--modes", type=int, default=None, help=_MODES_HELP)
     p.add_argument("--dt", type=float, default=1e-3, help="full-simulation time step [s] (default 0.001)")
     p.add_argument("--duration", type=float, default=None, help="cap on the training motion [s]")
     p.add_argument("--mesh-scale", type=float, default=None, help="scale the rods' axial element layers (coarse meshes)")

@@ -28,6 +28,11 @@ from retarget.sim.system import System
 __all__ = ["ReducedResult", "build_from_result", "compare_tracked", "simulate_reduced"]
 
 
+def _evenly_spaced(n: int, most: int) -> NDArray[np.int64]:
+    """At most ``most`` evenly spaced indices of ``range(n)``, first and last included."""
+    return np.unique(np.linspace(0, n - 1, min(n, most)).round().astype(np.int64))
+
+
 def build_from_result(
     system: System,
     result: object,
@@ -55,8 +60,7 @@ def build_from_result(
     """
     refs = reference_bodies(system)
     held, loops = reference_couplings(system), loop_couplings(system)
-    n_stored = len(result.rigid_poses)  # type: ignore[attr-defined]
-    keep = np.unique(np.linspace(0, n_stored - 1, min(n_stored, max_snapshots)).round().astype(int))
+    keep = _evenly_spaced(len(result.rigid_poses), max_snapshots)  # type: ignore[attr-defined]
     poses = np.asarray(result.rigid_poses)[keep]  # type: ignore[attr-defined]
     disp = np.asarray(np.asarray(result.displacements)[keep], dtype=float)  # type: ignore[attr-defined]
     off = 0
@@ -76,7 +80,7 @@ def build_from_result(
         basis = mass_pca_basis(local, rest_local, body.mass_matrix, n_modes=n_modes, variance=variance,
                                extra_modes=extra, cap=True)
         zs = local @ (body.mass_matrix @ basis.modes)
-        pick = np.unique(np.linspace(0, len(zs) - 1, min(cubature_samples, len(zs))).round().astype(int))
+        pick = _evenly_spaced(len(zs), cubature_samples)
         cubatures.append(train_cubature(body.elastic, basis.modes, zs[pick], tolerance=cubature_tolerance))
         bases.append(basis)
     return build_reduced_system(system, bases, cubatures), bases, cubatures
