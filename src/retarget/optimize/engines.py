@@ -28,8 +28,7 @@ from retarget.optimize.errors import OptimizeError
 
 __all__ = [
     "AbsoluteEngine", "Engine", "EngineState", "ReducedEngine", "StepSensitivity", "SystemEngine", "bdf_history",
-    "motor_rows",
-    "reduced_engine",
+    "motor_rows", "reduced_engine",
 ]
 
 

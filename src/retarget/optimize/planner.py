@@ -267,15 +267,18 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
     state: dict[str, Any] = {"best": first, "best_x": x_start, "last": first, "last_x": x_start, "evals": 1,
                              "duration": time.perf_counter() - started}
     history: list[float] = [first.value]
-    iterations = 0
+    state["iterations"] = 0
+
+    def affordable(seconds: float) -> None:
+        """Stop (``_BudgetExhausted``) before work of ``seconds`` that, with the reserve, would end past the deadline."""
+        if deadline is not None and time.perf_counter() + seconds + state["duration"] * reserve_evaluations > deadline:
+            raise _BudgetExhausted
 
     def fun(x: NDArray[np.float64]) -> tuple[float, NDArray[np.float64]]:
         if np.array_equal(x, state["last_x"]):
             ev = state["last"]
         else:
-            if deadline is not None and \
-                    time.perf_counter() + state["duration"] * (1.0 + reserve_evaluations) > deadline:
-                raise _BudgetExhausted
+            affordable(state["duration"])
             t0 = time.perf_counter()
             try:
                 ev = evaluate(pp.problem, x, progress=progress)
@@ -292,12 +295,11 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
         return ev.value * scale, ev.gradient * scale
 
     def on_iteration(xk: NDArray[np.float64]) -> None:
-        nonlocal iterations
-        iterations += 1
+        state["iterations"] += 1
         ev = state["last"] if np.array_equal(xk, state["last_x"]) else state["best"]
         history.append(ev.value)
         if callback is not None:
-            callback({"iteration": iterations, "objective": float(ev.value),
+            callback({"iteration": state["iterations"], "objective": float(ev.value),
                       "gradient_norm": float(np.linalg.norm(ev.gradient))})
 
     lower = np.array([-np.inf if b[0] is None else b[0] for b in pp.bounds])
@@ -313,13 +315,12 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
     method = _choose_method(pp, options)
     try:
         if method == "gauss-newton":
-            iterations = 0
-            message = _levenberg_marquardt(pp, options, x_start, state, history, callback, progress, deadline,
-                                           reserve_evaluations, lower, upper)
+            message = _levenberg_marquardt(pp, options, x_start, state, history, callback, progress, affordable,
+                                           lower, upper)
         while method == "lbfgs":
             res = minimize(fun, state["best_x"], jac=True, method="L-BFGS-B", bounds=pp.bounds,
                            callback=on_iteration,
-                           options={"maxiter": int(options.max_iterations) - iterations,
+                           options={"maxiter": int(options.max_iterations) - state["iterations"],
                                     "ftol": float(options.relative_tolerance), "gtol": 1e-12,
                                     "maxcor": int(options.lbfgs_memory)})
             message = str(res.message)
@@ -328,7 +329,8 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
             # gradient is still far from zero: restart from the best point with fresh memory, at most twice.
             stalled = res.status == 2 or "REDUCTION OF F" in message.upper().replace("_", " ")
             g_best = projected_gradient_norm(state["best_x"], state["best"].gradient)
-            if not stalled or restarts >= 2 or iterations >= options.max_iterations or g_best < 1e-2 * g_first:
+            if not stalled or restarts >= 2 or state["iterations"] >= options.max_iterations \
+                    or g_best < 1e-2 * g_first:
                 break
             restarts += 1
     except KeyboardInterrupt:
@@ -336,15 +338,12 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
         message = "interrupted (Ctrl-C): returning the best parameters evaluated so far"
     except _BudgetExhausted:
         budget_limited = True
-        done = state.get("gn_iterations", 0) if method == "gauss-newton" else iterations
-        message = (f"time budget reached after {done} iterations ({state['evals']} evaluations, the latest "
+        message = (f"time budget reached after {state['iterations']} iterations ({state['evals']} evaluations, the latest "
                    f"{state['duration']:.1f} s): returning the best parameters evaluated so far")
-    if method == "gauss-newton":
-        iterations = state.get("gn_iterations", 0)
     best = state["best"]
     if restarts:
         message += f" (after {restarts} restart{'s' if restarts > 1 else ''} of a stalled line search)"
-    return OptimizationResult(state["best_x"], first.value, best.value, iterations, state["evals"], history,
+    return OptimizationResult(state["best_x"], first.value, best.value, state["iterations"], state["evals"], history,
                               interrupted, message, best, first, budget_limited, state["duration"],
                               state.get("failed", 0), restarts, method)
 
@@ -368,14 +367,15 @@ def _choose_method(pp: PlanProblem, options: PlanOptions) -> str:
 def _levenberg_marquardt(pp: PlanProblem, options: PlanOptions, x_start: NDArray[np.float64],
                          state: dict[str, Any], history: list[float],
                          callback: Callable[[dict[str, float]], None] | None,
-                         progress: Callable[[int, int], None] | None, deadline: float | None,
-                         reserve_evaluations: float, lower: NDArray[np.float64], upper: NDArray[np.float64]) -> str:
+                         progress: Callable[[int, int], None] | None, affordable: Callable[[float], None],
+                         lower: NDArray[np.float64], upper: NDArray[np.float64]) -> str:
     """Levenberg–Marquardt iterations (Marquardt's diagonal scaling, Nielsen's damping update) from ``x_start``.
 
     Each iteration: one tangent-linear pass at the current point (exact Gauss–Newton Hessian and gradient), then
     damped steps projected onto the bounds until one lowers ``J`` (a trial point the model cannot simulate counts as
-    a rejected step). Updates ``state`` (best point, evaluations, ``gn_iterations``) and ``history`` in place;
-    returns the stop reason. Raises ``_BudgetExhausted`` / ``KeyboardInterrupt`` like the L-BFGS-B loop.
+    a rejected step). Updates ``state`` (best point, evaluations, ``iterations``) and ``history`` in place;
+    returns the stop reason. ``affordable(seconds)`` raises ``_BudgetExhausted`` before work that would overrun
+    the budget; ``KeyboardInterrupt`` passes through, as in the L-BFGS-B loop.
     """
     from retarget.optimize.gauss_newton import parameter_hessian, tangent_least_squares
     from retarget.sim.errors import SimulationError
@@ -385,18 +385,13 @@ def _levenberg_marquardt(pp: PlanProblem, options: PlanOptions, x_start: NDArray
     x, ev = x_start.copy(), state["best"]
     j0 = ev.value
     mu, nu = 1e-3, 2.0
-    state["gn_iterations"] = 0
     tangent_s = 2.0 * state["duration"]
 
     def tangent_progress(k: int, total: int) -> None:
         if progress is not None:
             progress(n + k, 2 * n)
 
-    def affordable(seconds: float) -> None:
-        if deadline is not None and time.perf_counter() + seconds + state["duration"] * reserve_evaluations > deadline:
-            raise _BudgetExhausted
-
-    while state["gn_iterations"] < options.max_iterations:
+    while state["iterations"] < options.max_iterations:
         affordable(tangent_s + state["duration"])
         t0 = time.perf_counter()
         ls = tangent_least_squares(problem, x, ev.rollout, tangent_progress)
@@ -441,10 +436,10 @@ def _levenberg_marquardt(pp: PlanProblem, options: PlanOptions, x_start: NDArray
         x, ev = x_new, trial
         state["best"], state["best_x"] = ev, x.copy()
         state["last"], state["last_x"] = ev, x.copy()
-        state["gn_iterations"] += 1
+        state["iterations"] += 1
         history.append(ev.value)
         if callback is not None:
-            callback({"iteration": state["gn_iterations"], "objective": float(ev.value),
+            callback({"iteration": state["iterations"], "objective": float(ev.value),
                       "gradient_norm": float(np.linalg.norm(grad))})
         if decrease <= options.relative_tolerance * j0:
             return "converged: relative reduction of the objective below the tolerance"
