@@ -319,7 +319,13 @@ class CompiledReducedEngine(SystemEngine):
 
     def solve_static(self, theta: NDArray[np.float64], warm: Any = None) -> Any:
         u0 = None if warm is None else warm.native.u
-        return self._wrap(solve_static(self.system, np.atleast_1d(theta), u0=u0))
+
+        def linearize(s: NDArray, u_bar: NDArray, v_bar: NDArray, th: NDArray) -> tuple[NDArray, NDArray]:
+            lin = residual_compiled(self.packed, s, u_bar, v_bar, 1.0, th, np.zeros_like(th), 1.0)
+            assert lin.jacobian is not None
+            return lin.residual, lin.jacobian
+
+        return self._wrap(solve_static(self.system, np.atleast_1d(theta), u0=u0, linearize=linearize))
 
     def reference_state(self) -> Any:
         rs = self.system

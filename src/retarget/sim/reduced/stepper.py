@@ -301,12 +301,16 @@ def residual_and_jacobian(
         jac[np.ix_(il + np.arange(l0, l1), iv + vi)] += cv
         jac[np.ix_(iv + vi, ui)] -= hess
         jac[np.ix_(iv + vi, il + np.arange(l0, l1))] -= cv.T
-    norms = {
+    return ReducedLinearization(r, jac, r_theta_dot, residual_norms(r, nu, nv), mass)
+
+
+def residual_norms(r: NDArray[np.float64], nu: int, nv: int) -> dict[str, float]:
+    """Max-norms of the kinematic, dynamic and constraint rows of a residual (Newton failure reports)."""
+    return {
         "kinematic": float(np.max(np.abs(r[:nu]), initial=0.0)),
         "dynamic": float(np.max(np.abs(r[nu : nu + nv]), initial=0.0)),
         "constraint": float(np.max(np.abs(r[nu + nv :]), initial=0.0)),
     }
-    return ReducedLinearization(r, jac, r_theta_dot, norms, mass)
 
 
 def history_jacobian(rs: ReducedSystem, lin: ReducedLinearization, h: float, coefficient: float) -> NDArray[np.float64]:
@@ -437,8 +441,17 @@ def linearize(
     )
 
 
+#: ``linearize(S, Ū, V̄, θ) -> (R, ∂R/∂S)`` at ``h = 1``, ``θ̇ = 0``, ``a = 1`` (the static solve's view of the BDF
+#: residual); :func:`residual_and_jacobian` by default, the compiled kernel in the compiled engine.
+StaticLinearization = Callable[
+    [NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]],
+    tuple[NDArray[np.float64], NDArray[np.float64]],
+]
+
+
 def solve_static(
-    rs: ReducedSystem, theta: NDArray[np.float64], u0: NDArray[np.float64] | None = None, tol: float = 1e-11, max_iter: int = 40
+    rs: ReducedSystem, theta: NDArray[np.float64], u0: NDArray[np.float64] | None = None, tol: float = 1e-11,
+    max_iter: int = 40, linearize: StaticLinearization | None = None,
 ) -> ReducedState:
     """Gravity equilibrium at motor values ``theta`` (V = 0): Newton in tangent coordinates, quaternions renormalized.
 
@@ -446,24 +459,39 @@ def solve_static(
     no ``u0`` is given, the motors are moved to ``theta`` by continuation in increments of at most 0.1 rad, each
     solve starting from the previous equilibrium (the boxer's first pose is beyond plain Newton's reach).
 
+    ``linearize`` replaces the reference residual (same values to round-off; the compiled engine passes its
+    kernel, ≈ 100× faster on the drummer).
+
     Raises:
         NewtonFailed: no convergence.
     """
     th = np.atleast_1d(np.asarray(theta, dtype=float))
     try:
-        return _newton_static(rs, th, u0, tol, max_iter)
+        return _newton_static(rs, th, u0, tol, max_iter, linearize)
     except NewtonFailed:
         if u0 is not None or not np.any(th):
             raise
     n = max(2, int(np.ceil(np.max(np.abs(th)) / CONTINUATION_STEP)))
-    state = _newton_static(rs, 0.0 * th, None, tol, max_iter)
+    state = _newton_static(rs, 0.0 * th, None, tol, max_iter, linearize)
     for k in range(1, n + 1):
-        state = _newton_static(rs, th * (k / n), state.u, tol, max_iter)
+        state = _newton_static(rs, th * (k / n), state.u, tol, max_iter, linearize)
     return state
 
 
+def _reference_linearization(rs: ReducedSystem) -> StaticLinearization:
+    def linearize(s: NDArray[np.float64], u_bar: NDArray[np.float64], v_bar: NDArray[np.float64],
+                  th: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        lin = residual_and_jacobian(rs, s, u_bar, v_bar, 1.0, th, np.zeros_like(th), 1.0)
+        assert lin.jacobian is not None
+        return lin.residual, lin.jacobian
+
+    return linearize
+
+
 def _newton_static(rs: ReducedSystem, th: NDArray[np.float64], u0: NDArray[np.float64] | None, tol: float,
-                   max_iter: int) -> ReducedState:
+                   max_iter: int, linearize: StaticLinearization | None = None) -> ReducedState:
+    if linearize is None:
+        linearize = _reference_linearization(rs)
     nu, nv, m = rs.n_u, rs.n_v, rs.n_lambda
     u = rs.reference_u() if u0 is None else np.asarray(u0, dtype=float).copy()
     lam = np.zeros(m)
@@ -472,18 +500,16 @@ def _newton_static(rs: ReducedSystem, th: NDArray[np.float64], u0: NDArray[np.fl
     norms: list[dict[str, float]] = []
     for _ in range(max_iter):
         s = np.concatenate([u, zv, lam])
-        lin = residual_and_jacobian(rs, s, u, zv, 1.0, th, np.zeros_like(th), 1.0)
-        assert lin.jacobian is not None
-        norms.append(lin.norms)
+        res, j = linearize(s, u, zv, th)
+        norms.append(residual_norms(res, nu, nv))
         tmap = np.zeros((nu, nv))
         for i in range(nb):
             tmap[7 * i : 7 * i + 3, 6 * i : 6 * i + 3] = np.eye(3)
             tmap[7 * i + 3 : 7 * i + 7, 6 * i + 3 : 6 * i + 6] = 0.5 * quat_rate_matrix(u[7 * i + 3 : 7 * i + 7])
         tmap[7 * nb :, 6 * nb :] = np.eye(nu - 7 * nb)
-        j = lin.jacobian
         # V = 0 and V̄ = 0: the V rows are the static balance; the λ rows are C (a = 1).
         mat = np.block([[j[nu : nu + nv, :nu] @ tmap, j[nu : nu + nv, nu + nv :]], [j[nu + nv :, :nu] @ tmap, np.zeros((m, m))]])
-        rhs = -np.concatenate([lin.residual[nu : nu + nv], lin.residual[nu + nv :]])
+        rhs = -res[nu:]
         sol = np.linalg.solve(mat, rhs)
         dw = sol[:nv]
         u = u + tmap @ dw
