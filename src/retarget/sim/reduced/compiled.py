@@ -75,7 +75,9 @@ class Packed(NamedTuple):
     ``bmu``, ``blam`` (d,). Blocks (n_b): ``kind``, ``motor``, ``present_a``, ``present_b``, ``separate``,
     ``n_rigid_seg`` (n_b,), ``lam_off`` (n_b+1,), ``fvec`` (n_b, 6), ``fmat`` (n_b, 6, 3), ``y0`` / ``ymap`` (typed
     lists), local U/V indices ``ui``/``vi`` flattened with offsets ``ui_off``/``vi_off`` (n_b+1,). ``gravity`` (3,)
-    [m/s²]; ``sizes`` = (n_u, n_v, n_λ, n_motors).
+    [m/s²]; ``sizes`` = (n_u, n_v, n_λ, n_motors). ``curv`` (as ``ui``): 1 where the block's ``∂C/∂y`` depends on
+    that local coordinate (0: ``C`` is affine in it, e.g. a joint in a body's position; its curvature column is
+    zero and the exact Jacobian skips its complex-step evaluation).
     """
 
     rmass: NDArray
@@ -119,6 +121,7 @@ class Packed(NamedTuple):
     vi_off: NDArray
     gravity: NDArray
     sizes: NDArray
+    curv: NDArray
 
 
 class Workspace(NamedTuple):
@@ -470,7 +473,15 @@ def residual_jacobian(
         a3 = np.empty((nrow, n))
         hess = np.empty((nvl, n))
         ulc = ul.astype(np.complex128)
+        cflags = p.curv[p.ui_off[bk] : p.ui_off[bk + 1]]
         for j in range(n):
+            if cflags[j] == 0:
+                # ∂C_y/∂y_j = 0: no curvature in this direction.
+                for a in range(nrow):
+                    a3[a, j] = baumgarte * cu[a, j] + thd * cuth[a, j]
+                for k in range(nvl):
+                    hess[k, j] = 0.0
+                continue
             ulc[j] = ul[j] + 1j * _H
             _, cuj, _, _ = block_eval(
                 p.kind[bk], mot >= 0, p.present_a[bk] != 0, p.present_b[bk] != 0, p.fvec[bk], p.fmat[bk],

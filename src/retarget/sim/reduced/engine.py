@@ -23,7 +23,7 @@ from retarget.sim.constraints import CouplingConstraint, JointConstraint
 from retarget.sim.errors import NewtonFailed, SimulationDiverged
 from retarget.sim.reduced import compiled as ck
 from retarget.sim.reduced.cubature import reduced_gradients
-from retarget.sim.reduced.kernels import COUPLING_CODE, JOINT_CODES
+from retarget.sim.reduced.kernels import COUPLING_CODE, JOINT_CODES, block_eval
 from retarget.sim.reduced.stepper import BDF1, BDF2, ReducedState, _block_layout, solve_static
 from retarget.sim.reduced.system import ReducedSystem
 
@@ -92,6 +92,10 @@ def pack_system(rs: ReducedSystem) -> ck.Packed:
     off_u = np.concatenate([[0], np.cumsum([len(x) for x in uis])]).astype(np.int64)
     off_v = np.concatenate([[0], np.cumsum([len(x) for x in vis])]).astype(np.int64)
     t = [b.tensors for b in bodies]
+    curv = np.concatenate([
+        _curvature_columns(kind[b], motor[b] >= 0, present_a[b], present_b[b], fvec[b], fmat[b], separate[b],
+                           y0s[b], ymaps[b], len(uis[b]), n_rigid_seg[b]) for b in range(n_blocks)
+    ]).astype(np.int64) if n_blocks else np.zeros(0, dtype=np.int64)
     return ck.Packed(
         rmass=np.array([b.mass for b in rs.rigid], dtype=float),
         rinertia=np.ascontiguousarray(np.array([b.inertia for b in rs.rigid], dtype=float).reshape(-1, 3, 3)),
@@ -134,7 +138,34 @@ def pack_system(rs: ReducedSystem) -> ck.Packed:
         vi_off=off_v,
         gravity=np.asarray(rs.gravity, dtype=float),
         sizes=np.array([rs.n_u, rs.n_v, rs.n_lambda, len(rs.motors)], dtype=np.int64),
+        curv=curv,
     )
+
+
+def _curvature_columns(kind: int, motorized: bool, present_a: int, present_b: int, fvec: NDArray, fmat: NDArray,
+                       separate: int, y0: NDArray, ymap: NDArray, n: int, n_rigid: int) -> NDArray[np.int64]:
+    """1 for each local coordinate ``y_j`` that ``∂C/∂y`` of a block depends on, 0 where it does not.
+
+    Structural: a complex step in ``y_j`` leaves ``∂C/∂y`` exactly real when ``C`` is affine in ``y_j`` (a position
+    entering a joint or coupling linearly), so two random states (unit quaternions, random motor value) that both
+    give an exactly zero imaginary part mark the column as curvature-free; the exact Jacobian then skips it.
+    """
+    rng = np.random.default_rng(1234)
+    flags = np.zeros(n, dtype=np.int64)
+    for _ in range(2):
+        ul = rng.normal(size=n)
+        for sg in range(n_rigid):
+            ul[7 * sg + 3 : 7 * sg + 7] /= np.linalg.norm(ul[7 * sg + 3 : 7 * sg + 7])
+        ul[7 * n_rigid :] *= 1e-2
+        th = float(rng.normal())
+        for j in range(n):
+            ulc = ul.astype(np.complex128)
+            ulc[j] += 1j * 1e-20
+            _, cu, _, cuth = block_eval(kind, motorized, present_a != 0, present_b != 0, fvec, fmat, separate != 0,
+                                        y0, ymap, ulc, th)
+            if np.any(cu.imag != 0.0) or np.any(cuth.imag != 0.0):
+                flags[j] = 1
+    return flags
 
 
 @dataclass(eq=False)
