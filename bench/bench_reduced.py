@@ -175,13 +175,14 @@ def main() -> None:
     dts = [float(x) for x in args.dts.split(",")]
     for robot, motion in zip(robots, motions):
         t0 = time.perf_counter()
-        model = load_robot(library.resolve_robot(robot))
-        system = build_system(model)
         if args.basis == "artifact":
-            from retarget.sim.reduced.artifact import load_reduced
+            from retarget.optimize.planning_model import load_artifact
 
-            rs = load_reduced(args.artifact, system, library.resolve_robot(robot))
+            pm = load_artifact(robot, args.artifact)  # on the mesh it was trained on (its --mesh-scale)
+            model, rs = pm.model, pm.reduced
         else:
+            model = load_robot(library.resolve_robot(robot))
+            system = build_system(model)
             rs = modal_reduced(system, args.modes)
         build_s = time.perf_counter() - t0
         motors, t_end = motors_from_motion(library.resolve_motion(motion), model.motors)
@@ -190,7 +191,7 @@ def main() -> None:
         packed = pack_system(rs)
         start = solve_static(rs, motors.value(0.0))
         simulate_compiled(rs, motors, 0.01, dts[0], start=start, packed=packed)  # compile / warm caches
-        tracked = [tb.link for tb in model.tracked_bodies] or [system.rigid[-1].name]
+        tracked = [tb.link for tb in model.tracked_bodies] or [rs.rigid[-1].name]
         runs = {}
         cpu = {}
         for dt in dts:
