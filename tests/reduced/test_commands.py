@@ -80,7 +80,7 @@ def test_saved_model_equals_retarget_reduce_and_is_reusable(
     assert meta_a["hashes"] == meta_b["hashes"]
     # Same training settings recorded, except how the motion was named on each command line (identical here).
     assert meta_a["extra"] == meta_b["extra"] == {"train_motion": str(MOTION), "dt": 0.002, "duration": 0.1,
-                                                  "mesh_scale": 0.5}
+                                                  "mesh_scale": 0.5, "modes_cap": 2, "variance": None}
     for key in a.files:
         if key != "meta":
             np.testing.assert_array_equal(a[key], b[key], err_msg=key)
@@ -94,7 +94,7 @@ def test_saved_model_equals_retarget_reduce_and_is_reusable(
 
 
 @pytest.mark.parametrize("bad", [["--mesh-scale", "0"], ["--mesh-scale", "-1"], ["--duration", "0"], ["--dt", "0"],
-                                 ["--modes", "-1"]])
+                                 ["--modes", "-1"], ["--variance", "0"], ["--variance", "1.5"]])
 def test_bad_arguments_exit_2(bad: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     args = ["check", "reduced", "--robot", str(ROBOT), "--train-motion", str(MOTION), "--test-motion", str(MOTION)]
     assert main(args + bad) == 2

@@ -26,8 +26,16 @@ def _progress(label: str) -> Any:
     return update
 
 
-_MODES_HELP = ("at most N PCA deformation modes per component, fewer when the training run supports fewer "
-               "(default: 99.99 %% variance)")
+def _add_basis_options(p: argparse.ArgumentParser) -> None:
+    """--modes and --variance: how many PCA modes per component (shared by `reduce` and `check reduced`)."""
+    from retarget.sim.reduced.basis import DEFAULT_VARIANCE
+
+    p.add_argument("--modes", type=int, default=None,
+                   help="at most N PCA deformation modes per component, fewer when the training run supports fewer "
+                        "(default: by --variance)")
+    p.add_argument("--variance", type=float, default=DEFAULT_VARIANCE, metavar="F",
+                   help="smallest fraction of the mass-weighted snapshot variance the PCA modes capture, in (0, 1] "
+                        f"(default {DEFAULT_VARIANCE:g}; ignored with --modes)")
 
 
 def register_check(subparsers: argparse._SubParsersAction) -> None:
@@ -46,7 +54,7 @@ def register_check(subparsers: argparse._SubParsersAction) -> None:
     src.add_argument("--model", metavar="FILE.npz", default=None,
                      help="use this reduced model (from `retarget reduce` or --save-model) instead of training one")
     p.add_argument("--test-motion", required=True, metavar="M2", help="motion name (robot/motion) or file")
-    p.add_argument("--modes", type=int, default=None, help=_MODES_HELP)
+    _add_basis_options(p)
     p.add_argument("--dt", type=float, default=1e-3, help="time step [s] of both engines (default 0.001)")
     p.add_argument("--duration", type=float, default=None, help="cap on each motion's simulated time [s]")
     p.add_argument("--mesh-scale", type=float, default=None,
@@ -68,9 +76,12 @@ def _resolve(kind: str, name: str) -> Any:
     return library.resolve_robot(name) if kind == "robot" else library.resolve_motion(name)
 
 
-def _validate(dt: float, modes: int | None = None, duration: float | None = None) -> None:
+def _validate(dt: float, modes: int | None = None, duration: float | None = None,
+              variance: float | None = None) -> None:
     from retarget.errors import InputError
 
+    if variance is not None and not 0.0 < variance <= 1.0:
+        raise InputError(f"--variance must be in (0, 1], got {variance}")
     if not dt > 0:
         raise InputError(f"--dt must be positive, got {dt}")
     if modes is not None and modes < 0:
@@ -118,7 +129,7 @@ def _check_reduced(args: argparse.Namespace) -> int:
     from retarget.sim.reduced.training import build_from_result, compare_tracked
     from retarget.sim.simulate import simulate
 
-    _validate(args.dt, args.modes, args.duration)
+    _validate(args.dt, args.modes, args.duration, args.variance)
     if args.model and (args.save_model or args.modes is not None):
         raise InputError("--model uses a trained reduced model: --save-model and --modes apply to training only")
     path, model, system = load_robot_system(args.robot, args.mesh_scale)
@@ -138,13 +149,13 @@ def _check_reduced(args: argparse.Namespace) -> int:
         full_train = simulate(system, train, t_train, args.dt, progress=_progress("full (train)"))
         wall_train = time.perf_counter() - t0
         t0 = time.perf_counter()
-        rs, bases, cubs = build_from_result(system, full_train, n_modes=args.modes)
+        rs, bases, cubs = build_from_result(system, full_train, n_modes=args.modes, variance=args.variance)
         del full_train  # the snapshots are in the bases now; the test run needs the memory
     wall_build = time.perf_counter() - t0
     saved = None
     if args.save_model:
         saved = _save_model(args.save_model, system, bases, cubs, path, model.name, args.train_motion, args.dt, t_train,
-                            args.mesh_scale)
+                            args.mesh_scale, args.modes, args.variance)
     t0 = time.perf_counter()
     # Only the rigid poses of the test run are compared: float32 displacements halve the memory.
     full_test = simulate(system, test, t_test, args.dt, compact=True, progress=_progress("full (test)"))
@@ -265,13 +276,14 @@ def _quasi_static_targets(system: Any, motors: Any, full: Any, ts: Any, tracked:
 
 def _save_model(
     out: str, system: Any, bases: list, cubs: list, robot_yaml: Any, robot_name: str, train_motion: str, dt: float,
-    duration: float, mesh_scale: float | None,
+    duration: float, mesh_scale: float | None, modes: int | None, variance: float,
 ) -> str:
     """Write the artifact with the training settings `retarget reduce` records; returns the path written."""
     from retarget.sim.reduced.artifact import save_reduced
 
     return str(save_reduced(out, system, bases, cubs, robot_yaml, robot_name, {
         "train_motion": train_motion, "dt": dt, "duration": duration, "mesh_scale": mesh_scale,
+        "modes_cap": modes, "variance": None if modes is not None else variance,
     }))
 
 
@@ -302,7 +314,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("robot", help="robot name (e.g. single_rod) or config YAML path")
     p.add_argument("--train-motion", required=True, help="motion name (robot/motion) or file")
-    p.add_argument("--modes", type=int, default=None, help=_MODES_HELP)
+    _add_basis_options(p)
     p.add_argument("--dt", type=float, default=1e-3, help="full-simulation time step [s] (default 0.001)")
     p.add_argument("--duration", type=float, default=None, help="cap on the training motion [s]")
     p.add_argument("--mesh-scale", type=float, default=None, help="scale the rods' axial element layers (coarse meshes)")
@@ -326,7 +338,7 @@ def _reduce(args: argparse.Namespace) -> int:
     from retarget.sim.reduced.training import build_from_result
     from retarget.sim.simulate import simulate
 
-    _validate(args.dt, args.modes, args.duration)
+    _validate(args.dt, args.modes, args.duration, args.variance)
     path, model, system = load_robot_system(args.robot, args.mesh_scale)
     motors, t_end = motors_from_motion(_resolve("motion", args.train_motion), model.motors)
     if args.duration is not None:
@@ -334,9 +346,9 @@ def _reduce(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     full = simulate(system, motors, t_end, args.dt, progress=_progress("full (train)"))
     wall_full = time.perf_counter() - t0
-    _, bases, cubs = build_from_result(system, full, n_modes=args.modes)
+    _, bases, cubs = build_from_result(system, full, n_modes=args.modes, variance=args.variance)
     out = _save_model(args.out, system, bases, cubs, path, model.name, args.train_motion, args.dt, t_end,
-                      args.mesh_scale)
+                      args.mesh_scale, args.modes, args.variance)
     res = {
         "robot": model.name, "out": str(out), "modes": [b.size - b.n_rigid for b in bases],
         "captured_variance": [b.captured_variance for b in bases],
