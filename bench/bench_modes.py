@@ -1,7 +1,7 @@
 """Reduced-model accuracy against the number of PCA modes (issue #4: how many modes does a robot need?).
 
-One full training run and one full test run of the absolute engine, then, for each mode count, a reduced model
-trained on the same snapshots (``build_from_result(n_modes=k)``) simulates the test motion with the compiled
+One full training run and one full test run of the absolute engine, then, for each mode count (or each variance
+fraction, ``--variances``), a reduced model trained on the same snapshots (``build_from_result``) simulates the test motion with the compiled
 engine; the tracked bodies are compared with the full test run sample by sample. Also reported per count: the
 captured variance, the reduced DOFs and steps/s, so the variance criterion (``--variance``) can be read against
 the accuracy it buys.
@@ -31,9 +31,13 @@ def main() -> int:
     p.add_argument("train_motion")
     p.add_argument("test_motion")
     p.add_argument("--modes", default="1,2,3,4,6,8", help="comma-separated PCA mode counts (caps) to try")
+    p.add_argument("--variances", default=None,
+                   help="comma-separated variance fractions to try instead of --modes (e.g. 0.9999,0.999999)")
+    p.add_argument("--cubature-tolerance", type=float, default=1e-3, help="cubature training tolerance (default 1e-3)")
     p.add_argument("--mesh-scale", type=float, default=0.5)
     p.add_argument("--dt", type=float, default=1e-3)
     p.add_argument("--duration", type=float, default=None, help="cap both motions at this many seconds")
+    p.add_argument("--train-duration", type=float, default=None, help="cap the training motion only [s]")
     p.add_argument("--peak", type=float, default=None, metavar="M",
                    help="denominator of the relative error [m] (default: the tracked bodies' peak travel)")
     args = p.parse_args()
@@ -52,7 +56,8 @@ def main() -> int:
     runs = {}
     for role, name in (("train", args.train_motion), ("test", args.test_motion)):
         motors, t_end = motors_from_motion(library.resolve_motion(name), model.motors)
-        t_end = t_end if args.duration is None else min(t_end, args.duration)
+        for cap in (args.duration, args.train_duration if role == "train" else None):
+            t_end = t_end if cap is None else min(t_end, cap)
         t0 = time.perf_counter()
         runs[role] = (motors, t_end, simulate(system, motors, t_end, args.dt, compact=role == "test"),
                       time.perf_counter() - t0)
@@ -62,25 +67,29 @@ def main() -> int:
     travel = max(float(np.max(np.linalg.norm(x - x[0], axis=1))) for x in full_pos.values())
     peak = args.peak if args.peak else travel
     rows = []
-    for k in (int(v) for v in args.modes.split(",")):
+    settings = ([{"n_modes": int(v)} for v in args.modes.split(",")] if args.variances is None
+                else [{"variance": float(v)} for v in args.variances.split(",")])
+    for setting in settings:
         t0 = time.perf_counter()
-        rs, bases, _ = build_from_result(system, runs["train"][2], n_modes=k)
+        rs, bases, cubs = build_from_result(system, runs["train"][2], cubature_tolerance=args.cubature_tolerance,
+                                            **setting)
         wall_build = time.perf_counter() - t0
         simulate_compiled(rs, test_motors, 2 * args.dt, args.dt)  # compile / load the numba cache
         red = simulate_compiled(rs, test_motors, t_test, args.dt)
         diff = np.concatenate([np.linalg.norm(red.body_position(n)[: len(x)] - x[: len(red.time)], axis=1)
                                for n, x in full_pos.items()])
         rms = float(np.sqrt(np.mean(diff**2)))
-        row = {"modes_cap": k, "modes": {b.name: bs.size - bs.n_rigid for b, bs in zip(system.deformable, bases)},
+        row = {**setting, "modes": {b.name: bs.size - bs.n_rigid for b, bs in zip(system.deformable, bases)},
                "captured_variance": {b.name: bs.captured_variance for b, bs in zip(system.deformable, bases)},
+               "cubature_elements": {b.name: int(len(c.elements)) for b, c in zip(system.deformable, cubs)},
                "reduced_dofs": int(sum(bs.size for bs in bases)), "rms_error_m": rms,
                "max_error_m": float(np.max(diff)), "rms_error_rel": rms / peak,
                "reduced_steps_per_s": int(round(t_test / args.dt)) / red.wall_s, "wall_s_build": wall_build}
         rows.append(row)
-        print(f"cap {k}: modes {row['modes']}, RMS {rms * 1e3:.2f} mm ({100 * rms / peak:.2f} %), "
+        print(f"{setting}: modes {row['modes']}, RMS {rms * 1e3:.2f} mm ({100 * rms / peak:.2f} %), "
               f"max {row['max_error_m'] * 1e3:.2f} mm, {row['reduced_steps_per_s']:.0f} steps/s", flush=True)
     out = {"robot": args.robot, "train_motion": args.train_motion, "test_motion": args.test_motion,
-           "mesh_scale": args.mesh_scale, "dt": args.dt, "sim_seconds": t_test, "threads": threads,
+           "mesh_scale": args.mesh_scale, "cubature_tolerance": args.cubature_tolerance, "dt": args.dt, "sim_seconds": t_test, "train_seconds": runs["train"][1], "threads": threads,
            "denominator_m": peak, "denominator": "--peak" if args.peak else "tracked peak travel",
            "full_steps_per_s": int(round(t_test / args.dt)) / wall_full, "wall_s_full_train": runs["train"][3],
            "wall_s_full_test": wall_full, "rows": rows}

@@ -80,7 +80,8 @@ def test_saved_model_equals_retarget_reduce_and_is_reusable(
     assert meta_a["hashes"] == meta_b["hashes"]
     # Same training settings recorded, except how the motion was named on each command line (identical here).
     assert meta_a["extra"] == meta_b["extra"] == {"train_motion": str(MOTION), "dt": 0.002, "duration": 0.1,
-                                                  "mesh_scale": 0.5, "modes_cap": 2, "variance": None}
+                                                  "mesh_scale": 0.5, "modes_cap": 2, "variance": None,
+                                                  "replay_tolerance": None}
     for key in a.files:
         if key != "meta":
             np.testing.assert_array_equal(a[key], b[key], err_msg=key)
@@ -148,3 +149,20 @@ def test_check_with_a_saved_model_reproduces_the_training_run(
     assert again["tracked_max_error_m"] == pytest.approx(out["tracked_max_error_m"], rel=1e-9, abs=1e-15)
     assert main(args + ["--save-model", str(saved.with_name("x.npz"))]) == 2
     assert main(args + ["--modes", "3"]) == 2
+
+
+def test_reduce_by_variance_runs_the_replay_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --modes the modes come from --variance, checked by replaying the training motion (recorded)."""
+    out = tmp_path / "by_variance.npz"
+    assert main(["reduce", str(ROBOT), "--train-motion", str(MOTION), "--dt", "0.002", "--mesh-scale", "0.5",
+                 "--replay-tolerance", "0.01", "--out", str(out), "--json"]) == 0
+    captured = capsys.readouterr()
+    res = json.loads(captured.out.strip().splitlines()[-1])
+    trials = res["replay_checks"]
+    assert trials and set(trials[0]) == {"variance", "modes", "error_rel", "error_m", "message"}
+    assert "replay check: variance" in captured.err
+    extra = json.loads(str(np.load(out)["meta"]))["extra"]
+    assert extra["replay_tolerance"] == 0.01 and extra["modes_cap"] is None
+    # The variance recorded is the one whose model was kept.
+    kept = trials[-1] if trials[-1]["error_rel"] <= 0.01 else min(trials, key=lambda t: t["error_rel"])
+    assert extra["variance"] == kept["variance"]

@@ -29,6 +29,7 @@ def _progress(label: str) -> Any:
 def _add_basis_options(p: argparse.ArgumentParser) -> None:
     """--modes and --variance: how many PCA modes per component (shared by `reduce` and `check reduced`)."""
     from retarget.sim.reduced.basis import DEFAULT_VARIANCE
+    from retarget.sim.reduced.training import DEFAULT_REPLAY_TOLERANCE
 
     p.add_argument("--modes", type=int, default=None,
                    help="at most N PCA deformation modes per component, fewer when the training run supports fewer "
@@ -36,6 +37,10 @@ def _add_basis_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--variance", type=float, default=DEFAULT_VARIANCE, metavar="F",
                    help="smallest fraction of the mass-weighted snapshot variance the PCA modes capture, in (0, 1] "
                         f"(default {DEFAULT_VARIANCE:g}; ignored with --modes)")
+    p.add_argument("--replay-tolerance", type=float, default=DEFAULT_REPLAY_TOLERANCE, metavar="F",
+                   help="replay the training motion with the reduced model and tighten --variance tenfold until the "
+                        "tracked bodies' RMS error is within F x their peak travel (default "
+                        f"{DEFAULT_REPLAY_TOLERANCE:g}; 0: no replay check; ignored with --modes)")
 
 
 def register_check(subparsers: argparse._SubParsersAction) -> None:
@@ -77,11 +82,13 @@ def _resolve(kind: str, name: str) -> Any:
 
 
 def _validate(dt: float, modes: int | None = None, duration: float | None = None,
-              variance: float | None = None) -> None:
+              variance: float | None = None, replay_tolerance: float | None = None) -> None:
     from retarget.errors import InputError
 
     if variance is not None and not 0.0 < variance <= 1.0:
         raise InputError(f"--variance must be in (0, 1], got {variance}")
+    if replay_tolerance is not None and not replay_tolerance >= 0.0:
+        raise InputError(f"--replay-tolerance must be non-negative, got {replay_tolerance}")
     if not dt > 0:
         raise InputError(f"--dt must be positive, got {dt}")
     if modes is not None and modes < 0:
@@ -126,10 +133,10 @@ def _check_reduced(args: argparse.Namespace) -> int:
     from retarget.sim.motion_input import motors_from_motion
     from retarget.sim.reduced.artifact import load_reduced
     from retarget.sim.reduced.engine import simulate_compiled
-    from retarget.sim.reduced.training import build_from_result, compare_tracked
+    from retarget.sim.reduced.training import compare_tracked
     from retarget.sim.simulate import simulate
 
-    _validate(args.dt, args.modes, args.duration, args.variance)
+    _validate(args.dt, args.modes, args.duration, args.variance, args.replay_tolerance)
     if args.model and (args.save_model or args.modes is not None):
         raise InputError("--model uses a trained reduced model: --save-model and --modes apply to training only")
     path, model, system = load_robot_system(args.robot, args.mesh_scale)
@@ -139,6 +146,7 @@ def _check_reduced(args: argparse.Namespace) -> int:
     tracked = [tb.link for tb in model.tracked_bodies] or [system.rigid[-1].name]
     t_train, wall_train = None, 0.0
     t0 = time.perf_counter()
+    replay: list[dict] = []
     if args.model:
         rs = load_reduced(args.model, system, path)
         bases, cubs = [b.basis for b in rs.bodies], [b.cubature for b in rs.bodies]
@@ -149,13 +157,13 @@ def _check_reduced(args: argparse.Namespace) -> int:
         full_train = simulate(system, train, t_train, args.dt, progress=_progress("full (train)"))
         wall_train = time.perf_counter() - t0
         t0 = time.perf_counter()
-        rs, bases, cubs = build_from_result(system, full_train, n_modes=args.modes, variance=args.variance)
+        rs, bases, cubs, replay, variance = _train(system, full_train, train, tracked, args)
         del full_train  # the snapshots are in the bases now; the test run needs the memory
     wall_build = time.perf_counter() - t0
     saved = None
     if args.save_model:
         saved = _save_model(args.save_model, system, bases, cubs, path, model.name, args.train_motion, args.dt, t_train,
-                            args.mesh_scale, args.modes, args.variance)
+                            args.mesh_scale, args.modes, variance, args.replay_tolerance)
     t0 = time.perf_counter()
     # Only the rigid poses of the test run are compared: float32 displacements halve the memory.
     full_test = simulate(system, test, t_test, args.dt, compact=True, progress=_progress("full (test)"))
@@ -190,6 +198,7 @@ def _check_reduced(args: argparse.Namespace) -> int:
         "modes": {n: b.size - b.n_rigid for n, b in zip(names, bases)},
         "modes_total": {n: b.size for n, b in zip(names, bases)},
         "captured_variance": {n: b.captured_variance for n, b in zip(names, bases)},
+        "replay_checks": replay,
         "cubature_elements": {n: int(len(c.elements)) for n, c in zip(names, cubs)},
         "cubature_error": {n: c.relative_error for n, c in zip(names, cubs)},
         "full_dofs": system.n_deformable_dofs,
@@ -274,16 +283,35 @@ def _quasi_static_targets(system: Any, motors: Any, full: Any, ts: Any, tracked:
     return out, len(ts) - len(good)
 
 
+def _train(system: Any, full: Any, motors: Any, tracked: list[str], args: argparse.Namespace) -> tuple:
+    """(reduced system, bases, cubatures, replay trials as dicts, variance used) by --modes, or by --variance with
+    the replay check."""
+    from dataclasses import asdict
+
+    from retarget.sim.reduced.training import build_checked_by_replay, build_from_result
+
+    if args.modes is not None or args.replay_tolerance == 0:
+        return (*build_from_result(system, full, n_modes=args.modes, variance=args.variance), [], args.variance)
+    rs, bases, cubs, trials = build_checked_by_replay(system, full, motors, args.dt, tracked, variance=args.variance,
+                                                      tolerance=args.replay_tolerance,
+                                                      log=lambda m: print(m, file=sys.stderr, flush=True))
+    # The model returned is the first within tolerance (the last trial), else the most accurate trial.
+    chosen = trials[-1] if trials[-1].error_rel <= args.replay_tolerance else min(trials, key=lambda t: t.error_rel)
+    return rs, bases, cubs, [asdict(t) for t in trials], chosen.variance
+
+
 def _save_model(
     out: str, system: Any, bases: list, cubs: list, robot_yaml: Any, robot_name: str, train_motion: str, dt: float,
-    duration: float, mesh_scale: float | None, modes: int | None, variance: float,
+    duration: float, mesh_scale: float | None, modes: int | None, variance: float, replay_tolerance: float,
 ) -> str:
     """Write the artifact with the training settings `retarget reduce` records; returns the path written."""
     from retarget.sim.reduced.artifact import save_reduced
 
+    by_variance = modes is None
     return str(save_reduced(out, system, bases, cubs, robot_yaml, robot_name, {
         "train_motion": train_motion, "dt": dt, "duration": duration, "mesh_scale": mesh_scale,
-        "modes_cap": modes, "variance": None if modes is not None else variance,
+        "modes_cap": modes, "variance": variance if by_variance else None,
+        "replay_tolerance": replay_tolerance if by_variance else None,
     }))
 
 
@@ -335,10 +363,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _reduce(args: argparse.Namespace) -> int:
     from retarget.sim.motion_input import motors_from_motion
-    from retarget.sim.reduced.training import build_from_result
     from retarget.sim.simulate import simulate
 
-    _validate(args.dt, args.modes, args.duration, args.variance)
+    _validate(args.dt, args.modes, args.duration, args.variance, args.replay_tolerance)
     path, model, system = load_robot_system(args.robot, args.mesh_scale)
     motors, t_end = motors_from_motion(_resolve("motion", args.train_motion), model.motors)
     if args.duration is not None:
@@ -346,14 +373,15 @@ def _reduce(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     full = simulate(system, motors, t_end, args.dt, progress=_progress("full (train)"))
     wall_full = time.perf_counter() - t0
-    _, bases, cubs = build_from_result(system, full, n_modes=args.modes, variance=args.variance)
+    tracked = [tb.link for tb in model.tracked_bodies] or [system.rigid[-1].name]
+    _, bases, cubs, replay, variance = _train(system, full, motors, tracked, args)
     out = _save_model(args.out, system, bases, cubs, path, model.name, args.train_motion, args.dt, t_end,
-                      args.mesh_scale, args.modes, args.variance)
+                      args.mesh_scale, args.modes, variance, args.replay_tolerance)
     res = {
         "robot": model.name, "out": str(out), "modes": [b.size - b.n_rigid for b in bases],
         "captured_variance": [b.captured_variance for b in bases],
         "cubature_elements": [int(len(c.elements)) for c in cubs], "full_dofs": system.n_deformable_dofs,
-        "wall_s_full": wall_full,
+        "wall_s_full": wall_full, "replay_checks": replay,
     }
     print(f"{model.name}: wrote {out} (modes {res['modes']}, cubature elements {res['cubature_elements']})")
     if args.json:
