@@ -30,7 +30,7 @@ __all__ = ["ReducedResult", "ReplayCheck", "build_checked_by_replay", "build_fro
 
 #: Default tolerance of the training-replay check: RMS tracked-body error of the reduced replay of the training
 #: motion, relative to the tracked bodies' peak travel in the full training run.
-DEFAULT_REPLAY_TOLERANCE: float = 0.005
+DEFAULT_REPLAY_TOLERANCE: float = 0.001
 
 
 def _evenly_spaced(n: int, most: int) -> NDArray[np.int64]:
