@@ -52,7 +52,7 @@ def main() -> int:
     p.add_argument("robot")
     p.add_argument("motion")
     p.add_argument("--dt", type=float, default=0.004)
-    p.add_argument("--modes", type=int, default=3)
+    p.add_argument("--modes", type=int, default=None, help="deformation modes per part (default: the planner's)")
     p.add_argument("--knot-spacing", type=float, default=0.05)
     p.add_argument("--max-iterations", type=int, default=15)
     p.add_argument("--mesh-axial", type=int, default=20)
@@ -78,7 +78,7 @@ def main() -> int:
     from retarget.motion import load_motion
     from retarget.optimize.engines import reduced_engine
     from retarget.optimize.planner import PlanOptions, limits_for, run_plan
-    from retarget.optimize.planning_model import planning_model
+    from retarget.optimize.planning_model import DEFAULT_PLAN_MODES, planning_model
     from retarget.optimize.weights import parse_tracked_bodies
 
     threads = {k: os.environ.get(k, "unset") for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
@@ -86,7 +86,8 @@ def main() -> int:
     print(f"threads: {threads}; cpus: {os.cpu_count()}", file=sys.stderr)
     started = time.perf_counter()
     motion = load_motion(library.resolve_motion(args.motion))
-    pm = planning_model(args.robot, motion, n_modes=args.modes, dt_train=args.dt_train, mesh_axial=args.mesh_axial,
+    args.modes = modes = DEFAULT_PLAN_MODES if args.modes is None else args.modes  # recorded in "settings"
+    pm = planning_model(args.robot, motion, n_modes=modes, dt_train=args.dt_train, mesh_axial=args.mesh_axial,
                         mesh_around=args.mesh_around, reduced_file=args.reduced)
     wall_model = time.perf_counter() - started
     engine = reduced_engine(pm.reduced, tolerance=1e-10)

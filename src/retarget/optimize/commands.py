@@ -109,7 +109,11 @@ def _bar(desc: str) -> Any:
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--modes", type=int, default=3, help="deformation modes per flexible part (default 3)")
+    from retarget.optimize.planning_model import DEFAULT_PLAN_MODES
+
+    p.add_argument("--modes", type=int, default=DEFAULT_PLAN_MODES,
+                   help=f"at most N deformation modes per flexible part of a model trained here (default "
+                        f"{DEFAULT_PLAN_MODES})")
     p.add_argument("--dt", type=float, default=0.005, help="simulation step of the planner [s] (default 0.005, as "
                    "the planner node; bench/bench_plan.py --verify-dt re-simulates a plan at a finer step)")
     p.add_argument("--mesh-axial", type=int, default=20, help="rod mesh layers of the training mesh (default 20)")

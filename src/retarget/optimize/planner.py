@@ -703,7 +703,7 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
     """
     from retarget.errors import InputError
     from retarget.optimize.engines import reduced_engine
-    from retarget.optimize.planning_model import planning_model
+    from retarget.optimize.planning_model import DEFAULT_PLAN_MODES, planning_model
     from retarget.optimize.weights import parse_tracked_bodies
 
     started = time.perf_counter()
@@ -725,7 +725,8 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
         time_budget=_none_if_default(request.get("time_budget"), None),
         target_stride=int(_none_if_default(request.get("target_stride"), defaults.target_stride)),
     )
-    pm = planning_model(robot, motion, n_modes=request.get("modes"), mesh_axial=request.get("mesh_axial"),
+    pm = planning_model(robot, motion, n_modes=int(_none_if_default(request.get("modes"), DEFAULT_PLAN_MODES)),
+                        mesh_axial=request.get("mesh_axial"),
                         mesh_around=request.get("mesh_around"), reduced_file=request.get("reduced_file"),
                         allow_training=bool(request.get("allow_training", False)))
     bodies = parse_tracked_bodies(pm.config.get("tracked_bodies"))

@@ -52,6 +52,12 @@ class PlanningModel:
     info: dict[str, Any]
 
 
+#: Deformation modes per flexible part (a cap) of the planner's in-process training. 3 modes per rod trained on the
+#: naive motion could not represent the optimized two_rods swing (inverted cubature elements, 0.39 × naive); with 8
+#: the plan reaches 0.122 × (docs/optimize.md, session 5).
+DEFAULT_PLAN_MODES: int = 8
+
+
 def cache_dir() -> Path:
     """``$RETARGET_CACHE`` or ``~/.cache/retarget``, with a ``reduced/`` subfolder."""
     root = Path(os.environ.get("RETARGET_CACHE", Path.home() / ".cache" / "retarget"))
