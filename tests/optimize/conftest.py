@@ -23,19 +23,9 @@ def double_pendulum() -> RobotModel:
 
 def rod_on_motor(length: float = 0.2, diameter: float = 0.004) -> RobotModel:
     """A vertical spring-steel rod clamped on a motor horn (hinge about y) with a 50 g tip mass."""
-    from retarget.fem.material import MATERIALS
-    from retarget.fem.mesh import rod_mesh
-    from retarget.sim.scenarios import box_inertia, sphere_inertia
+    from retarget.sim.scenarios import build_rod_on_motor
 
-    mesh = rod_mesh(length, diameter, 4, 6)
-    b = RobotBuilder("rod_on_motor", gravity=(0.0, 0.0, -9.81))
-    b.add_link("horn", 0.02, (0.0, 0.0, -0.005), box_inertia(0.02, (0.01, 0.01, 0.01)))
-    b.add_joint("m", "hinge", None, "horn", (0.0, 0.0, -0.005), (0.0, 1.0, 0.0), motor=True, lower=-1.0, upper=1.0)
-    b.add_link("tip", 0.05, (0.0, 0.0, length), sphere_inertia(0.05, 0.01))
-    b.add_flexible_part("rod", mesh, MATERIALS["spring_steel"],
-                        [("horn", mesh.nodes_on_plane(2, 0.0)), ("tip", mesh.nodes_on_plane(2, length))])
-    b.track("tip")
-    return b.build()
+    return build_rod_on_motor(length, diameter)
 
 
 @pytest.fixture(scope="session")

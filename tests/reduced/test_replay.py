@@ -9,10 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from retarget.fem.material import MATERIALS
-from retarget.fem.mesh import rod_mesh
-from retarget.model.robot import RobotBuilder
-from retarget.sim.scenarios import box_inertia, sphere_inertia
+from retarget.sim.scenarios import build_rod_on_motor
 
 
 @pytest.fixture(scope="module")
@@ -21,16 +18,7 @@ def training():
     from retarget.sim.simulate import simulate
     from retarget.sim.system import build_system
 
-    length = 0.3
-    mesh = rod_mesh(length, 0.004, 4, 6)
-    b = RobotBuilder("rod_on_motor", gravity=(0.0, 0.0, -9.81))
-    b.add_link("horn", 0.02, (0.0, 0.0, -0.005), box_inertia(0.02, (0.01, 0.01, 0.01)))
-    b.add_joint("m", "hinge", None, "horn", (0.0, 0.0, -0.005), (0.0, 1.0, 0.0), motor=True, lower=-1.0, upper=1.0)
-    b.add_link("tip", 0.05, (0.0, 0.0, length), sphere_inertia(0.05, 0.01))
-    b.add_flexible_part("rod", mesh, MATERIALS["spring_steel"],
-                        [("horn", mesh.nodes_on_plane(2, 0.0)), ("tip", mesh.nodes_on_plane(2, length))])
-    b.track("tip")
-    system = build_system(b.build())
+    system = build_system(build_rod_on_motor(length=0.3))
     motors = FunctionMotors(lambda t: [0.4 * np.sin(15 * t) ** 2], lambda t: [6.0 * np.sin(30 * t)])
     dt = 2e-3
     return system, motors, dt, simulate(system, motors, 0.1, dt)

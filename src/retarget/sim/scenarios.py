@@ -1,5 +1,5 @@
 """Ready-made robots for validation and tests: a cantilever rod with a tip mass, a four-bar linkage, a rod
-between two motors (a kinematic loop through a deformable body)."""
+between two motors (a kinematic loop through a deformable body), a rod with a tip mass on one motor."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,6 +14,7 @@ __all__ = [
     "CantileverSpec",
     "build_cantilever",
     "build_fourbar",
+    "build_rod_on_motor",
     "box_inertia",
     "build_two_motor_rod",
     "rod_axis_rotation",
@@ -159,4 +160,21 @@ def build_two_motor_rod(
         MATERIALS["spring_steel"],
         [("arm1", mesh.nodes_on_plane(2, 0.0)), ("arm2", mesh.nodes_on_plane(2, length))],
     )
+    return b.build()
+
+
+def build_rod_on_motor(length: float = 0.2, diameter: float = 0.004, tip_mass: float = 0.05) -> RobotModel:
+    """A vertical spring-steel rod (4 layers × 6 around) clamped on a motor horn (hinge ``m`` about y) with a tip
+    mass ``tip_mass`` [kg] (tracked)."""
+    from retarget.fem.material import MATERIALS
+    from retarget.fem.mesh import rod_mesh
+
+    mesh = rod_mesh(length, diameter, 4, 6)
+    b = RobotBuilder("rod_on_motor", gravity=(0.0, 0.0, -9.81))
+    b.add_link("horn", 0.02, (0.0, 0.0, -0.005), box_inertia(0.02, (0.01, 0.01, 0.01)))
+    b.add_joint("m", "hinge", None, "horn", (0.0, 0.0, -0.005), (0.0, 1.0, 0.0), motor=True, lower=-1.0, upper=1.0)
+    b.add_link("tip", tip_mass, (0.0, 0.0, length), sphere_inertia(tip_mass, 0.01))
+    b.add_flexible_part("rod", mesh, MATERIALS["spring_steel"],
+                        [("horn", mesh.nodes_on_plane(2, 0.0)), ("tip", mesh.nodes_on_plane(2, length))])
+    b.track("tip")
     return b.build()
