@@ -460,7 +460,7 @@ def solve_static(
     solve starting from the previous equilibrium (the boxer's first pose is beyond plain Newton's reach).
 
     ``linearize`` replaces the reference residual (same values to round-off; the compiled engine passes its
-    kernel, ≈ 100× faster on the drummer).
+    kernel: a warm-started drummer solve 89 → 17 ms).
 
     Raises:
         NewtonFailed: no convergence.
