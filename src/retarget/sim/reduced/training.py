@@ -176,7 +176,7 @@ def build_checked_by_replay(
                 return (*built, trials)
         if v >= 1.0 or all(b.size - b.n_rigid - b.n_interface >= len(b.spectrum) for b in built[1]):
             break  # every component already has every mode its snapshots support
-        v = 1.0 - (1.0 - v) / 10.0
+        v = 1.0 - float(f"{(1.0 - v) / 10.0:.6g}")  # 0.9999 → 0.99999 …, without accumulating round-off
     assert best is not None
     return (*best[1], trials)
 
