@@ -95,7 +95,8 @@ def test_saved_model_equals_retarget_reduce_and_is_reusable(
 
 
 @pytest.mark.parametrize("bad", [["--mesh-scale", "0"], ["--mesh-scale", "-1"], ["--duration", "0"], ["--dt", "0"],
-                                 ["--modes", "-1"], ["--variance", "0"], ["--variance", "1.5"]])
+                                 ["--modes", "-1"], ["--variance", "0"], ["--variance", "1.5"],
+                                 ["--replay-tolerance", "-1"]])
 def test_bad_arguments_exit_2(bad: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     args = ["check", "reduced", "--robot", str(ROBOT), "--train-motion", str(MOTION), "--test-motion", str(MOTION)]
     assert main(args + bad) == 2
