@@ -46,13 +46,13 @@ def main() -> int:
 
     from retarget.model import library
     from retarget.sim.motion_input import motors_from_motion
-    from retarget.sim.reduced.commands import load_robot_system
+    from retarget.sim.reduced.commands import load_robot_system, tracked_links
     from retarget.sim.reduced.engine import simulate_compiled
-    from retarget.sim.reduced.training import build_from_result
+    from retarget.sim.reduced.training import build_from_result, tracked_distances
     from retarget.sim.simulate import simulate
 
     _, model, system = load_robot_system(args.robot, args.mesh_scale)
-    tracked = [tb.link for tb in model.tracked_bodies] or [system.rigid[-1].name]
+    tracked = tracked_links(model, system.rigid)
     runs = {}
     for role, name in (("train", args.train_motion), ("test", args.test_motion)):
         motors, t_end = motors_from_motion(library.resolve_motion(name), model.motors)
@@ -63,8 +63,8 @@ def main() -> int:
                       time.perf_counter() - t0)
         print(f"full {role} run ({name}, {t_end:g} s): {runs[role][3]:.0f} s", flush=True)
     test_motors, t_test, full_test, wall_full = runs["test"]
-    full_pos = {n: full_test.body_position(n) for n in tracked}
-    travel = max(float(np.max(np.linalg.norm(x - x[0], axis=1))) for x in full_pos.values())
+    travel = max(float(np.max(np.linalg.norm(x - x[0], axis=1)))
+                 for x in (full_test.body_position(n) for n in tracked))
     peak = args.peak if args.peak else travel
     rows = []
     settings = ([{"n_modes": int(v)} for v in args.modes.split(",")] if args.variances is None
@@ -76,8 +76,7 @@ def main() -> int:
         wall_build = time.perf_counter() - t0
         simulate_compiled(rs, test_motors, 2 * args.dt, args.dt)  # compile / load the numba cache
         red = simulate_compiled(rs, test_motors, t_test, args.dt)
-        diff = np.concatenate([np.linalg.norm(red.body_position(n)[: len(x)] - x[: len(red.time)], axis=1)
-                               for n, x in full_pos.items()])
+        diff = np.concatenate(list(tracked_distances(full_test, red, tracked).values()))
         rms = float(np.sqrt(np.mean(diff**2)))
         row = {**setting, "modes": {b.name: bs.size - bs.n_rigid for b, bs in zip(system.deformable, bases)},
                "captured_variance": {b.name: bs.captured_variance for b, bs in zip(system.deformable, bases)},

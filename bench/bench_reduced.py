@@ -168,6 +168,7 @@ def main() -> None:
     from retarget.model import library
     from retarget.model.loader import load_robot
     from retarget.sim.motion_input import motors_from_motion
+    from retarget.sim.reduced.commands import tracked_links
     from retarget.sim.reduced.engine import pack_system, simulate_compiled
     from retarget.sim.reduced.stepper import solve_static
     from retarget.sim.system import build_system
@@ -191,7 +192,7 @@ def main() -> None:
         packed = pack_system(rs)
         start = solve_static(rs, motors.value(0.0))
         simulate_compiled(rs, motors, 0.01, dts[0], start=start, packed=packed)  # compile / warm caches
-        tracked = [tb.link for tb in model.tracked_bodies] or [rs.rigid[-1].name]
+        tracked = tracked_links(model, rs.rigid)
         runs = {}
         cpu = {}
         for dt in dts:

@@ -194,7 +194,7 @@ def _generic_motion(n_motors: int):
 def _reduced_form(system, model, result, motors, duration: float, dt: float, store_every: int,
                   modes: int | None) -> dict:
     """Train on the full run ``result`` (as ``retarget reduce``), simulate the same motion reduced, compare."""
-    from retarget.sim.reduced.commands import max_position_violation
+    from retarget.sim.reduced.commands import max_position_violation, tracked_links
     from retarget.sim.reduced.engine import CompiledRun, simulate_compiled
     from retarget.sim.reduced.training import build_from_result
 
@@ -207,7 +207,7 @@ def _reduced_form(system, model, result, motors, duration: float, dt: float, sto
     # The full run keeps every store_every-th step: compare on those samples.
     n = len(result.time)
     pick = np.arange(n) * store_every
-    tracked = [tb.link for tb in model.tracked_bodies] or [system.rigid[-1].name]
+    tracked = tracked_links(model, system.rigid)
     per_body = {}
     worst, sq, count = 0.0, 0.0, 0
     for name in tracked:

@@ -53,6 +53,11 @@ def test_json_contract_and_modes_per_component(check_run: tuple[dict, Path]) -> 
     assert out["reduced_steps_per_s"] == pytest.approx(50 / out["wall_s_reduced"])
     for key in ("tracked_rms_error_rel", "tracked_max_error_m", "full_steps_per_s", "reduced_steps_per_s"):
         assert np.isfinite(out[key]) and out[key] >= 0
+    # Per tracked body: RMS / max error and peak deviation, consistent with the overall figures.
+    per_body = out["tracked"]
+    assert per_body and all(set(v) == {"rms_error_m", "max_error_m", "peak_deviation_m"} for v in per_body.values())
+    assert max(v["max_error_m"] for v in per_body.values()) == pytest.approx(out["tracked_max_error_m"], rel=1e-12)
+    assert max(v["peak_deviation_m"] for v in per_body.values()) == pytest.approx(out["peak_deviation_m"], rel=1e-12)
     # The reduced run keeps its couplings closed (position rows, metres).
     assert out["reduced_max_position_violation_m"] < 1e-8
 
@@ -160,10 +165,12 @@ def test_reduce_by_variance_runs_the_replay_check(tmp_path: Path, capsys: pytest
     captured = capsys.readouterr()
     res = json.loads(captured.out.strip().splitlines()[-1])
     trials = res["replay_checks"]
-    assert trials and set(trials[0]) == {"variance", "modes", "error_rel", "error_m", "message"}
+    assert trials and set(trials[0]) == {"variance", "modes", "error_rel", "error_m", "message", "kept"}
     assert "replay check: variance" in captured.err
     extra = json.loads(str(np.load(out)["meta"]))["extra"]
     assert extra["replay_tolerance"] == 0.01 and extra["modes_cap"] is None
-    # The variance recorded is the one whose model was kept.
-    kept = trials[-1] if trials[-1]["error_rel"] <= 0.01 else min(trials, key=lambda t: t["error_rel"])
-    assert extra["variance"] == kept["variance"]
+    # Exactly one trial is kept: the first within tolerance (the last trial), else the most accurate; its variance
+    # is the one recorded.
+    kept = [t for t in trials if t["kept"]]
+    expected = trials[-1] if trials[-1]["error_rel"] <= 0.01 else min(trials, key=lambda t: t["error_rel"])
+    assert kept == [expected] and extra["variance"] == expected["variance"]

@@ -46,6 +46,7 @@ def test_variance_is_tightened_until_the_replay_is_accurate(training) -> None:
     for a, b in zip(trials, trials[1:]):
         assert (1 - b.variance) < (1 - a.variance) and b.modes[0] > a.modes[0]
     assert trials[-1].error_rel <= 2e-3 < min(t.error_rel for t in trials[:-1])
+    assert [t.kept for t in trials] == [False] * (len(trials) - 1) + [True]
     assert bases[0].size - bases[0].n_rigid == trials[-1].modes[0]
     # The recorded error is the returned model's own replay error.
     assert _replay_error(rs, motors, dt, full) == pytest.approx(trials[-1].error_rel, rel=1e-9)
@@ -56,6 +57,18 @@ def test_a_first_model_within_tolerance_is_kept(training) -> None:
 
     system, motors, dt, full = training
     _, bases, _, trials = build_checked_by_replay(system, full, motors, dt, ["tip"], tolerance=1.0)
-    assert len(trials) == 1
+    assert len(trials) == 1 and trials[0].kept
     ref = build_from_result(system, full)[1]
     assert [b.size for b in bases] == [b.size for b in ref]
+
+
+def test_tracked_distances_need_the_same_time_grid(training) -> None:
+    from retarget.sim.reduced.engine import simulate_compiled
+    from retarget.sim.reduced.training import build_from_result, tracked_distances
+
+    system, motors, dt, full = training
+    rs = build_from_result(system, full, n_modes=2)[0]
+    same = tracked_distances(full, simulate_compiled(rs, motors, 0.1, dt), ["tip"])["tip"]
+    assert same.shape == (len(full.time),) and np.all(np.isfinite(same))
+    with pytest.raises(ValueError, match="time grids"):
+        tracked_distances(full, simulate_compiled(rs, motors, 0.1, 2 * dt), ["tip"])

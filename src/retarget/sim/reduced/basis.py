@@ -52,6 +52,11 @@ class ReducedBasis:
         """r."""
         return int(self.modes.shape[1])
 
+    @property
+    def n_pca(self) -> int:
+        """Number of PCA deformation modes (after the rigid and interface ones)."""
+        return self.size - self.n_rigid - self.n_interface
+
 
 def _m_orthonormalize(vectors: NDArray[np.float64], mass: sp.spmatrix) -> NDArray[np.float64]:
     """Modified Gram-Schmidt in the M inner product (twice, for round-off), columns in order."""

@@ -143,7 +143,7 @@ def _check_reduced(args: argparse.Namespace) -> int:
     test, t_test = motors_from_motion(_resolve("motion", args.test_motion), model.motors)
     if args.duration is not None:
         t_test = min(t_test, args.duration)
-    tracked = [tb.link for tb in model.tracked_bodies] or [system.rigid[-1].name]
+    tracked = tracked_links(model, system.rigid)
     t_train, wall_train = None, 0.0
     t0 = time.perf_counter()
     replay: list[dict] = []
@@ -179,12 +179,7 @@ def _check_reduced(args: argparse.Namespace) -> int:
     wall_targets = time.perf_counter() - t0
     targets = {n: np.stack([np.interp(full_test.time, ts, target_samples[n][:, k]) for k in range(3)], axis=1)
                for n in tracked}
-    metrics = compare_tracked(full_test, red_test, tracked, targets)
-    per_body = {}
-    for n in tracked:
-        diff = np.linalg.norm(red_test.body_position(n) - full_test.body_position(n), axis=1)
-        per_body[n] = {"rms_error_m": float(np.sqrt(np.mean(diff**2))), "max_error_m": float(np.max(diff)),
-                       "peak_deviation_m": float(np.max(np.linalg.norm(full_test.body_position(n) - targets[n], axis=1)))}
+    metrics = compare_tracked(full_test, red_test, tracked, targets)  # overall and per body ("tracked")
     n_steps = int(round(t_test / args.dt))
     names = [b.name for b in system.deformable]
     out = {
@@ -193,7 +188,6 @@ def _check_reduced(args: argparse.Namespace) -> int:
         "model": args.model,
         "test_motion": args.test_motion,
         **metrics,
-        "tracked": per_body,
         "components": names,
         "modes": {n: b.size - b.n_rigid for n, b in zip(names, bases)},
         "modes_total": {n: b.size for n, b in zip(names, bases)},
@@ -295,9 +289,7 @@ def _train(system: Any, full: Any, motors: Any, tracked: list[str], args: argpar
     rs, bases, cubs, trials = build_checked_by_replay(system, full, motors, args.dt, tracked, variance=args.variance,
                                                       tolerance=args.replay_tolerance,
                                                       log=lambda m: print(m, file=sys.stderr, flush=True))
-    # The model returned is the first within tolerance (the last trial), else the most accurate trial.
-    chosen = trials[-1] if trials[-1].error_rel <= args.replay_tolerance else min(trials, key=lambda t: t.error_rel)
-    return rs, bases, cubs, [asdict(t) for t in trials], chosen.variance
+    return rs, bases, cubs, [asdict(t) for t in trials], next(t.variance for t in trials if t.kept)
 
 
 def _save_model(
@@ -313,6 +305,11 @@ def _save_model(
         "modes_cap": modes, "variance": variance if by_variance else None,
         "replay_tolerance": replay_tolerance if by_variance else None,
     }))
+
+
+def tracked_links(model: Any, rigid: Any) -> list[str]:
+    """The robot's tracked links, or its last rigid body when it names none (the bodies the checks compare)."""
+    return [tb.link for tb in model.tracked_bodies] or [rigid[-1].name]
 
 
 def load_robot_system(robot: str, mesh_scale: float | None) -> tuple[Any, Any, Any]:
@@ -373,7 +370,7 @@ def _reduce(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     full = simulate(system, motors, t_end, args.dt, progress=_progress("full (train)"))
     wall_full = time.perf_counter() - t0
-    tracked = [tb.link for tb in model.tracked_bodies] or [system.rigid[-1].name]
+    tracked = tracked_links(model, system.rigid)
     _, bases, cubs, replay, variance = _train(system, full, motors, tracked, args)
     out = _save_model(args.out, system, bases, cubs, path, model.name, args.train_motion, args.dt, t_end,
                       args.mesh_scale, args.modes, variance, args.replay_tolerance)

@@ -7,7 +7,7 @@ it train the cubature.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import NDArray
@@ -26,7 +26,7 @@ from retarget.sim.reduced.system import (
 from retarget.sim.system import System
 
 __all__ = ["ReducedResult", "ReplayCheck", "build_checked_by_replay", "build_from_result", "compare_tracked",
-           "simulate_reduced"]
+           "simulate_reduced", "tracked_distances"]
 
 #: Default tolerance of the training-replay check: RMS tracked-body error of the reduced replay of the training
 #: motion, relative to the tracked bodies' peak travel in the full training run.
@@ -98,7 +98,7 @@ class ReplayCheck:
     Attributes:
         variance: the variance criterion tried. modes: PCA modes per component. error_rel: RMS tracked-body error
         of the replay relative to the peak travel (inf: the replay failed). error_m: that RMS [m]. message: why a
-        replay failed ("" when it ran).
+        replay failed ("" when it ran). kept: this trial's model is the one returned.
     """
 
     variance: float
@@ -106,6 +106,7 @@ class ReplayCheck:
     error_rel: float
     error_m: float
     message: str = ""
+    kept: bool = False
 
 
 def build_checked_by_replay(
@@ -138,29 +139,25 @@ def build_checked_by_replay(
         log: receives one line per trial.
 
     Returns:
-        The reduced system, bases, cubatures, and every trial.
+        The reduced system, bases, cubatures, and every trial (the returned model's marked ``kept``).
     """
     from retarget.sim.errors import SimulationError
     from retarget.sim.reduced.engine import simulate_compiled
 
     t_full = np.asarray(result.time, dtype=float)  # type: ignore[attr-defined]
-    x_full = {n: result.body_position(n) for n in tracked}  # type: ignore[attr-defined]
-    travel = max(float(np.max(np.linalg.norm(x - x[0], axis=1))) for x in x_full.values())
+    travel = max(float(np.max(np.linalg.norm(x - x[0], axis=1)))
+                 for x in (result.body_position(n) for n in tracked))  # type: ignore[attr-defined]
     duration = float(t_full[-1] - t_full[0])
     trials: list[ReplayCheck] = []
-    best: tuple[float, tuple] | None = None
-    last_modes: tuple[int, ...] | None = None
+    best: tuple[int, tuple] | None = None  # (index in trials, model)
     v = float(variance)
     for _ in range(max_tightenings + 1):
         built = build_from_result(system, result, variance=v)
-        modes = tuple(b.size - b.n_rigid - b.n_interface for b in built[1])
-        if modes != last_modes:
-            last_modes = modes
+        modes = tuple(b.n_pca for b in built[1])
+        if not trials or modes != trials[-1].modes:
             try:
                 run = simulate_compiled(built[0], motors, duration, dt)
-                diff = np.concatenate([
-                    np.linalg.norm(np.stack([np.interp(t_full, run.time, run.body_position(n)[:, k]) for k in range(3)],
-                                            axis=1) - x, axis=1) for n, x in x_full.items()])
+                diff = np.concatenate(list(tracked_distances(result, run, tracked).values()))
                 rms = float(np.sqrt(np.mean(diff**2)))
                 trial = ReplayCheck(v, modes, rms / travel if travel > 0 else 0.0, rms)
             except SimulationError as exc:
@@ -170,14 +167,16 @@ def build_checked_by_replay(
                 log(f"replay check: variance {v:.12g}, PCA modes {list(modes)}: tracked RMS error "
                     f"{100 * trial.error_rel:.3g} % of the peak travel ({travel:.3g} m)"
                     + (f" ({trial.message})" if trial.message else ""))
-            if best is None or trial.error_rel < best[0]:
-                best = (trial.error_rel, built)
+            if best is None or trial.error_rel < trials[best[0]].error_rel:
+                best = (len(trials) - 1, built)
             if trial.error_rel <= tolerance:
-                return (*built, trials)
-        if v >= 1.0 or all(b.size - b.n_rigid - b.n_interface >= len(b.spectrum) for b in built[1]):
+                break
+        if v >= 1.0 or all(b.n_pca >= len(b.spectrum) for b in built[1]):
             break  # every component already has every mode its snapshots support
         v = 1.0 - float(f"{(1.0 - v) / 10.0:.6g}")  # 0.9999 → 0.99999 …, without accumulating round-off
     assert best is not None
+    # The first trial within tolerance is also the most accurate so far (every earlier one was above it).
+    trials[best[0]] = replace(trials[best[0]], kept=True)
     return (*best[1], trials)
 
 
@@ -250,27 +249,44 @@ def simulate_reduced(
     return ReducedResult(rs, time, poses, coords, lam, iters, int(cache.get("factorizations", 0)))
 
 
+def tracked_distances(full: object, reduced: object, names: list[str]) -> dict[str, NDArray[np.float64]]:
+    """``|x_reduced − x_full|`` [m] of each tracked rigid body on the samples both runs have.
+
+    Both runs must store every step from the same start at the same step (the reduced run's time grid a prefix of
+    the full one's or the other way round).
+
+    Raises:
+        ValueError: the time grids differ.
+    """
+    tf = np.asarray(full.time, dtype=float)  # type: ignore[attr-defined]
+    tr = np.asarray(reduced.time, dtype=float)  # type: ignore[attr-defined]
+    n = min(len(tf), len(tr))
+    if not np.allclose(tf[:n], tr[:n], rtol=0.0, atol=1e-9):
+        raise ValueError("the reduced and full runs have different time grids (other step or start)")
+    return {name: np.linalg.norm(reduced.body_position(name)[:n] - full.body_position(name)[:n], axis=1)  # type: ignore[attr-defined]
+            for name in names}
+
+
 def compare_tracked(
-    full: object, reduced: ReducedResult, tracked: list[str], targets: dict[str, NDArray[np.float64]]
-) -> dict[str, float]:
-    """Reduced-vs-full errors of tracked bodies on common samples.
+    full: object, reduced: object, tracked: list[str], targets: dict[str, NDArray[np.float64]]
+) -> dict[str, object]:
+    """Reduced-vs-full errors of tracked bodies on common samples (:func:`tracked_distances`).
 
     ``tracked_rms_error_rel`` = RMS over time and bodies of ``|x_red − x_full|``, divided by the peak over time and
-    bodies of the full simulation's deviation from the quasi-static targets ``targets[name]`` (n, 3).
+    bodies of the full simulation's deviation from the quasi-static targets ``targets[name]`` (n, 3); ``tracked``
+    has the RMS / max error and the peak deviation of each body.
     """
-    diffs, devs = [], []
-    for name in tracked:
-        xf = full.body_position(name)  # type: ignore[attr-defined]
-        xr = reduced.body_position(name)
-        n = min(len(xf), len(xr))
-        diffs.append(np.linalg.norm(xr[:n] - xf[:n], axis=1))
-        devs.append(np.linalg.norm(xf[:n] - targets[name][:n], axis=1))
-    diff = np.concatenate(diffs)
-    peak = float(np.max(np.concatenate(devs)))
+    dist = tracked_distances(full, reduced, tracked)
+    devs = {name: np.linalg.norm(full.body_position(name)[: len(d)] - targets[name][: len(d)], axis=1)  # type: ignore[attr-defined]
+            for name, d in dist.items()}
+    diff = np.concatenate(list(dist.values()))
+    peak = float(max(np.max(v) for v in devs.values()))
     rms = float(np.sqrt(np.mean(diff**2)))
     return {
         "tracked_rms_error_rel": rms / peak if peak > 0 else float("inf"),
         "tracked_rms_error_m": rms,
         "tracked_max_error_m": float(np.max(diff)),
         "peak_deviation_m": peak,
+        "tracked": {name: {"rms_error_m": float(np.sqrt(np.mean(d**2))), "max_error_m": float(np.max(d)),
+                           "peak_deviation_m": float(np.max(devs[name]))} for name, d in dist.items()},
     }
