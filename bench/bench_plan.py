@@ -64,6 +64,8 @@ def main() -> int:
     p.add_argument("--lbfgs-memory", type=int, default=50, help="L-BFGS-B correction pairs (default 50)")
     p.add_argument("--method", choices=("lbfgs", "gauss-newton", "auto"), default="lbfgs",
                    help="optimizer (default lbfgs; auto: Gauss-Newton up to 200 parameters)")
+    p.add_argument("--first-step", type=float, default=None, metavar="RAD",
+                   help="L-BFGS-B's first trial step [rad] (default: measured from the curvature)")
     p.add_argument("--target-stride", type=int, default=1, help="solve the targets every N steps, interpolate between")
     p.add_argument("--duration", type=float, default=None, help="plan only this much of the motion [s]")
     p.add_argument("--projected-iterations", type=int, default=30,
@@ -94,7 +96,7 @@ def main() -> int:
     options = PlanOptions(knot_spacing=args.knot_spacing, dt=args.dt, max_iterations=args.max_iterations,
                           baselines=not args.no_baselines, time_budget=args.time_budget, duration=args.duration,
                           lbfgs_memory=args.lbfgs_memory, target_stride=args.target_stride,
-                          method=args.method)
+                          method=args.method, first_step=args.first_step)
 
     def callback(it: dict) -> None:
         print(f"iteration {it['iteration']}: J = {it['objective']:.6e}, |g| = {it['gradient_norm']:.3e} "

@@ -124,3 +124,31 @@ def test_compiled_engine_gives_the_reference_gradient(rod_systems):
     assert grads[1].value == pytest.approx(grads[0].value, rel=1e-12)
     # Measured: 2e-12 relative (same discrete solution to the Newton tolerance).
     np.testing.assert_allclose(grads[1].gradient, grads[0].gradient, rtol=0, atol=1e-9 * np.abs(grads[0].gradient).max())
+
+
+def test_threaded_linearizations_give_the_same_gradient_and_tangents(rod_systems, monkeypatch):
+    """The compiled engine's backward pass on 2 threads (step_sensitivities) is bit-for-bit the sequential one."""
+    import retarget.optimize.engines as engines
+    from retarget.optimize.engines import reduced_engine, step_sensitivities
+    from retarget.optimize.gauss_newton import tangent_least_squares
+
+    _, rs = rod_systems
+    engine = reduced_engine(rs)
+    assert engine.concurrent_sensitivity
+    start = engine.solve_static(np.array([0.0]))
+    problem = _problem(engine, "tip", 0.002, 25, 0.02, start)
+    x = 0.1 * np.random.default_rng(4).normal(size=problem.parametrization.n_parameters)
+    out = {}
+    for workers in (1, 2):
+        monkeypatch.setattr(engines, "sensitivity_workers", lambda w=workers: w)
+        ev = evaluate(problem, x)
+        out[workers] = (ev, tangent_least_squares(problem, x, ev.rollout))
+    np.testing.assert_array_equal(out[2][0].gradient, out[1][0].gradient)
+    np.testing.assert_array_equal(out[2][1].hessian, out[1][1].hessian)
+    # In the given order, each the step's own linearization, also when the consumer stops early.
+    fwd = out[1][0].rollout
+    seq = step_sensitivities(engine, fwd.states, problem.dt, problem.profiles(x), [7, 3, 12], workers=2)
+    for k, sens in zip([7, 3, 12], seq):
+        ref = engine.sensitivity(fwd.states[k], fwd.states[k - 1], fwd.states[k - 2], problem.dt, problem.profiles(x))
+        np.testing.assert_array_equal(sens.r_theta, ref.r_theta)
+    seq.close()

@@ -154,3 +154,64 @@ def test_plan_request_budget_counts_the_model_loading(tiny_artifact, monkeypatch
                "dt": 0.005, "knot_spacing": 0.04, "max_iterations": 1, "time_budget": 1e-6}
     with pytest.raises(TimeBudgetError, match="targets"):
         plan(request, None)
+
+
+def test_first_step_is_measured_from_the_curvature_along_steepest_descent(rod_systems, monkeypatch):
+    """Default first step: the minimizer of the quadratic through J(x₀), its slope and a probe's gradient; J along
+    that line is lower there than a third of the way or three times as far, and the first trial point lies there."""
+    from dataclasses import replace
+
+    import retarget.optimize.planner as planner
+
+    _, rs = rod_systems
+    limits = MotorLimits.build(("m",), {"m": (-1.0, 1.0, 0.0)})
+    pp = build_plan_problem(reduced_engine(rs, 1e-10), _motion(), _bodies(), limits, OPTIONS)
+    seen = []
+    real = planner.evaluate
+
+    def recording(problem, x, *args, **kwargs):
+        seen.append(np.array(x, copy=True))
+        return real(problem, x, *args, **kwargs)
+
+    monkeypatch.setattr(planner, "evaluate", recording)
+    res = optimize(pp, replace(OPTIONS, max_iterations=1))
+    x0 = pp.fit.parameters
+    assert np.allclose(seen[0], x0) and np.isclose(np.linalg.norm(seen[1] - x0), planner.FIRST_STEP_PROBE)
+    sigma = res.first_step
+    assert 0.0 < sigma < 1.0 and res.evaluations >= 3  # x₀, the probe, at least one trial
+    first, probe = evaluate(pp.problem, x0), evaluate(pp.problem, seen[1])
+    u = -first.gradient / np.linalg.norm(first.gradient)
+    # L-BFGS-B starts from the better of x₀ and the probe (evaluated once) and first tries σ along its −gradient.
+    centre, at = (seen[1], probe) if probe.value < first.value else (x0, first)
+    assert len(seen) == res.evaluations
+    assert np.allclose(seen[2], centre - sigma * at.gradient / np.linalg.norm(at.gradient), atol=1e-12)
+
+    def j(alpha: float) -> float:
+        return evaluate(pp.problem, x0 + alpha * u, gradient=False).value
+
+    assert j(sigma) < min(j(sigma / 3), j(3 * sigma), j(0.0))
+
+
+def test_first_step_given_and_invalid(rod_systems, monkeypatch):
+    from dataclasses import replace
+
+    import retarget.optimize.planner as planner
+    from retarget.optimize.errors import OptimizeError
+
+    _, rs = rod_systems
+    limits = MotorLimits.build(("m",), {"m": (-1.0, 1.0, 0.0)})
+    pp = build_plan_problem(reduced_engine(rs, 1e-10), _motion(), _bodies(), limits, OPTIONS)
+    seen = []
+    real = planner.evaluate
+
+    def recording(problem, x, *args, **kwargs):
+        seen.append(np.array(x, copy=True))
+        return real(problem, x, *args, **kwargs)
+
+    monkeypatch.setattr(planner, "evaluate", recording)
+    res = optimize(pp, replace(OPTIONS, max_iterations=1, first_step=0.01))
+    assert res.first_step == 0.01
+    assert np.isclose(np.linalg.norm(seen[1] - pp.fit.parameters), 0.01)  # no probe: the first trial is 0.01 away
+    for bad in (0.0, -0.1, float("nan")):
+        with pytest.raises(OptimizeError, match="first step"):
+            optimize(pp, replace(OPTIONS, first_step=bad))

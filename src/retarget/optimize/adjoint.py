@@ -24,7 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from retarget.optimize.bspline import MotorProfiles, ProfileParametrization
-from retarget.optimize.engines import Engine, EngineState
+from retarget.optimize.engines import Engine, EngineState, step_sensitivities
 from retarget.optimize.limits import VelocityPenalty
 from retarget.optimize.objective import MotorRegularizer, TrackingObjective
 
@@ -212,9 +212,8 @@ def evaluate(problem: AdjointProblem, x: NDArray[np.float64], gradient: bool = T
     # Sliding window of the two later steps: (sensitivity, μ) of n + 1 and n + 2.
     later: list[tuple[object, NDArray[np.float64]]] = []
     states = fwd.states
-    for k in range(n, 0, -1):
-        sens = problem.engine.sensitivity(states[k], states[k - 1], states[k - 2] if k >= 2 else None,
-                                          problem.dt, motors)
+    for k, sens in zip(range(n, 0, -1), step_sensitivities(problem.engine, states, problem.dt, motors,
+                                                            range(n, 0, -1))):
         rhs = -problem.poses.pullback(fwd.matrix[k], tv.d_positions[k],
                                       None if tv.d_orientations is None else tv.d_orientations[k])
         for lag, (s_later, mu_later) in enumerate(later, start=1):

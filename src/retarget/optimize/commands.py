@@ -168,7 +168,8 @@ def _plan(args: argparse.Namespace) -> int:
     options = PlanOptions(knot_spacing=args.knot_spacing, dt=args.dt, max_iterations=args.max_iterations,
                           relative_tolerance=args.relative_tolerance, deviation_weight=args.deviation_weight,
                           acceleration_weight=args.acceleration_weight, duration=args.duration,
-                          time_budget=args.time_budget, target_stride=args.target_stride, method=args.method)
+                          time_budget=args.time_budget, target_stride=args.target_stride, method=args.method,
+                          first_step=args.first_step)
     engine = reduced_engine(pm.reduced, tolerance=1e-10)
     from tqdm import tqdm
 
@@ -306,6 +307,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="optimizer: lbfgs (L-BFGS-B, adjoint gradient; default), gauss-newton (Levenberg-Marquardt, "
                    "exact tangent-linear Jacobian) or auto (gauss-newton up to 200 parameters)")
     p.add_argument("--relative-tolerance", type=float, default=1e-6, help="relative objective decrease to stop")
+    p.add_argument("--first-step", type=float, default=None, metavar="RAD",
+                   help="length of L-BFGS-B's first trial step over all parameters [rad] (default: measured from "
+                   "the objective's curvature with one extra simulation)")
     p.add_argument("--weight", action="append", metavar="LINK:pos=W[,ori=W]", help="tracked body weights "
                    "(repeatable; schedules like step(0:1, 2:10) allowed)")
     p.add_argument("--deviation-weight", default=1e-3, help="w_dev [1/(rad^2 s)] (default 1e-3)")

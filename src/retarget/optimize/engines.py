@@ -16,7 +16,8 @@ quasi-static initial state.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -28,7 +29,7 @@ from retarget.optimize.errors import OptimizeError
 
 __all__ = [
     "AbsoluteEngine", "Engine", "EngineState", "ReducedEngine", "StepSensitivity", "SystemEngine", "bdf_history",
-    "motor_rows", "reduced_engine",
+    "motor_rows", "reduced_engine", "sensitivity_workers", "step_sensitivities",
 ]
 
 
@@ -39,6 +40,54 @@ class EngineState:
     t: float
     s: NDArray[np.float64]
     native: Any = field(repr=False)
+
+
+def sensitivity_workers() -> int:
+    """Threads for the per-step linearizations of the backward and tangent passes (:func:`step_sensitivities`).
+
+    ``NUMBA_NUM_THREADS`` (numba's default: the number of cores; the benchmarks set it to 1), at most the cores
+    this process may use.
+    """
+    import os
+
+    import numba
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(int(numba.config.NUMBA_NUM_THREADS), cores))
+
+
+def step_sensitivities(engine: Engine, states: Sequence[EngineState], dt: float, motors: Any,
+                       steps: Iterable[int], workers: int | None = None) -> Iterator[StepSensitivity]:
+    """``engine.sensitivity`` of each step in ``steps`` (in that order) at the stored ``states``.
+
+    The linearizations are independent given the states. An engine whose ``sensitivity`` releases the GIL and
+    shares no mutable state (``concurrent_sensitivity = True``: the compiled reduced engine) computes them ahead on
+    ``workers`` threads (default :func:`sensitivity_workers`) while the caller consumes them in order; otherwise,
+    or with one worker, one at a time. At most ``2 × workers`` are held ahead.
+    """
+    workers = sensitivity_workers() if workers is None else int(workers)
+
+    def one(k: int) -> StepSensitivity:
+        return engine.sensitivity(states[k], states[k - 1], states[k - 2] if k >= 2 else None, dt, motors)
+
+    if workers <= 1 or not getattr(engine, "concurrent_sensitivity", False):
+        for k in steps:
+            yield one(k)
+        return
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    todo = iter(steps)
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="retarget-linearize")
+    try:
+        ahead = deque(pool.submit(one, k) for k in itertools.islice(todo, 2 * workers))
+        while ahead:
+            sens = ahead.popleft().result()
+            for k in itertools.islice(todo, 1):
+                ahead.append(pool.submit(one, k))
+            yield sens
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 @dataclass(frozen=True, eq=False)

@@ -30,6 +30,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from retarget.optimize.adjoint import AdjointProblem, Rollout
+from retarget.optimize.engines import step_sensitivities
 
 __all__ = ["MAX_PARAMETERS", "LeastSquares", "parameter_hessian", "supports_tangent", "tangent_least_squares"]
 
@@ -118,9 +119,8 @@ def tangent_least_squares(problem: AdjointProblem, x: NDArray[np.float64], fwd: 
         res[:, :, 3:] = (sq_ori[:, :, None, None] * (rot - tr.target_orientations)).reshape(n + 1, k, 9)
     states = fwd.states
     window: list[NDArray[np.float64]] = [np.zeros((fwd.matrix.shape[1], p))]  # δS_{n−1}, δS_{n−2}
-    for step in range(1, n + 1):
-        sens = problem.engine.sensitivity(states[step], states[step - 1], states[step - 2] if step >= 2 else None,
-                                          problem.dt, motors)
+    for step, sens in zip(range(1, n + 1), step_sensitivities(problem.engine, states, problem.dt, motors,
+                                                              range(1, n + 1))):
         assert sens.solve is not None and sens.history is not None
         rhs = sens.r_theta @ d_theta[step] + sens.r_theta_dot @ d_theta_dot[step]
         for lag, ds in enumerate(window, start=1):

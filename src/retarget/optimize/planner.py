@@ -71,6 +71,13 @@ class PlanOptions:
             Measured on two_rods (docs/optimize.md): Gauss–Newton's large steps leave the region the 3-mode
             reduced model represents (inverted cubature elements) and it ends behind L-BFGS-B in the same budget,
             so L-BFGS-B stays the default.
+        first_step: length [rad, Euclidean norm over the parameters] of L-BFGS-B's first trial step (and of the
+            first one after a restart). None (default): measured — one extra evaluation at a
+            :data:`FIRST_STEP_PROBE` step along the projected steepest descent gives the objective's curvature
+            there (a gradient difference), and the first step goes to the minimizer of that quadratic, at most
+            1 rad. Left to itself, scipy's L-BFGS-B starts with the raw gradient step (every parameter bounded)
+            or a unit step, whatever the useful step is, and its line search then backs off one simulation at a
+            time.
     """
 
     knot_spacing: float = 0.05
@@ -86,6 +93,11 @@ class PlanOptions:
     lbfgs_memory: int = 50
     time_budget: float | None = None
     method: str = "lbfgs"
+    first_step: float | None = None
+
+
+#: Length [rad] of the probe step that measures the objective's curvature for the first L-BFGS-B step.
+FIRST_STEP_PROBE = 1e-3
 
 
 @dataclass(frozen=True, eq=False)
@@ -184,6 +196,8 @@ class OptimizationResult:
             Gauss–Newton) [s].
         failed_simulations: trial points the model could not simulate (the line search backed off).
         restarts: L-BFGS-B restarts after a stalled line search.
+        method: the method that ran.
+        first_step: length of L-BFGS-B's first trial step [rad] (see :attr:`PlanOptions.first_step`).
     """
 
     x: NDArray[np.float64]
@@ -201,6 +215,7 @@ class OptimizationResult:
     failed_simulations: int = 0
     restarts: int = 0
     method: str = "lbfgs"
+    first_step: float = 1.0
 
 
 _LOG = logging.getLogger(__name__)
@@ -245,6 +260,8 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
 
     from retarget.sim.errors import SimulationError
 
+    if options.first_step is not None and not options.first_step > 0.0:
+        raise OptimizeError(f"the first step must be a positive length [rad], not {options.first_step}")
     if deadline is None and options.time_budget is not None:
         deadline = time.perf_counter() + float(options.time_budget)
 
@@ -308,18 +325,66 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
     def projected_gradient_norm(x: NDArray[np.float64], g: NDArray[np.float64]) -> float:
         return float(np.linalg.norm(x - np.clip(x - g, lower, upper)))
 
+    def first_step() -> float:
+        """The first trial step's length [rad] (``options.first_step``; None: from a curvature probe)."""
+        if options.first_step is not None:
+            return float(options.first_step)
+        g0 = first.gradient
+        direction = np.clip(x_start - g0, lower, upper) - x_start
+        norm = float(np.linalg.norm(direction))
+        if norm == 0.0:
+            return 1.0
+        x_probe = np.clip(x_start + FIRST_STEP_PROBE / norm * direction, lower, upper)
+        step = x_probe - x_start
+        affordable(state["duration"])
+        t0 = time.perf_counter()
+        try:
+            probe = evaluate(pp.problem, x_probe, progress=progress)
+        except SimulationError:
+            state["failed"] = state.get("failed", 0) + 1
+            return FIRST_STEP_PROBE
+        state["evals"] += 1
+        state["duration"] = time.perf_counter() - t0
+        state["last"], state["last_x"] = probe, x_probe.copy()
+        if probe.value < state["best"].value:
+            state["best"], state["best_x"] = probe, x_probe.copy()
+        probe_length = float(np.linalg.norm(step))
+        slope = float(g0 @ step) / probe_length
+        curvature = float((probe.gradient - g0) @ step) / probe_length**2
+        if slope >= 0.0 or curvature <= 0.0:
+            return 1.0
+        return min(1.0, -slope / curvature)
+
     g_first = projected_gradient_norm(x_start, first.gradient)
     interrupted = budget_limited = False
     message = ""
     restarts = 0
+    length = 1.0
     method = _choose_method(pp, options)
     try:
         if method == "gauss-newton":
             message = _levenberg_marquardt(pp, options, x_start, state, history, callback, progress, affordable,
                                            lower, upper)
+        length = first_step() if method == "lbfgs" else 1.0
+        boxed = all(lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi)
+                    for lo, hi in pp.bounds)
         while method == "lbfgs":
-            res = minimize(fun, state["best_x"], jac=True, method="L-BFGS-B", bounds=pp.bounds,
-                           callback=on_iteration,
+            # L-BFGS-B on y with x = centre + σ y. Its first trial step (fresh memory, B = I) is the steepest-descent
+            # step −∇_y = −σ ∇_x when every parameter has both bounds ("boxed"), else a unit step in y: σ makes
+            # either one `length` long in x.
+            centre = state["best_x"].copy()
+            g_norm = float(np.linalg.norm(state["best"].gradient)) * scale
+            sigma = math.sqrt(length / g_norm) if boxed and g_norm > 0.0 else length
+
+            def fun_y(y: NDArray[np.float64], c: NDArray[np.float64] = centre,
+                      sg: float = sigma) -> tuple[float, NDArray[np.float64]]:
+                value, grad = fun(c + sg * y)
+                return value, sg * grad
+
+            bounds_y = [(None if lo is None else (lo - c) / sigma, None if hi is None else (hi - c) / sigma)
+                        for (lo, hi), c in zip(pp.bounds, centre)]
+            res = minimize(fun_y, np.zeros_like(centre), jac=True, method="L-BFGS-B", bounds=bounds_y,
+                           callback=lambda y, c=centre, sg=sigma: on_iteration(c + sg * y),
                            options={"maxiter": int(options.max_iterations) - state["iterations"],
                                     "ftol": float(options.relative_tolerance), "gtol": 1e-12,
                                     "maxcor": int(options.lbfgs_memory)})
@@ -345,7 +410,7 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
         message += f" (after {restarts} restart{'s' if restarts > 1 else ''} of a stalled line search)"
     return OptimizationResult(state["best_x"], first.value, best.value, state["iterations"], state["evals"], history,
                               interrupted, message, best, first, budget_limited, state["duration"],
-                              state.get("failed", 0), restarts, method)
+                              state.get("failed", 0), restarts, method, length)
 
 
 def _choose_method(pp: PlanProblem, options: PlanOptions) -> str:
@@ -520,6 +585,7 @@ class PlanResult:
             "failed_simulations": opt.failed_simulations,
             "restarts": opt.restarts,
             "method": opt.method,
+            "first_step_rad": opt.first_step,
             "wall_s": sum(self.timings.values()),
             "timings_s": dict(self.timings),
             "parameters": int(self.pp.fit.parametrization.n_parameters),

@@ -257,7 +257,7 @@ def _block_rate_transposed(ul: NDArray, g: NDArray, nrs: int, nvl: int) -> NDArr
     return out
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def residual_jacobian(
     p: Packed,
     s: NDArray,
@@ -522,7 +522,7 @@ def residual_jacobian(
     return r, jac, rthd, rth, mass, min_det
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _factorize(p: Packed, jac: NDArray, ws: Workspace) -> int:
     """Condense ``jac`` onto (V, λ) by eliminating the kinematic rows and LU-factorize it into ``ws``."""
     nu, nv, m = p.sizes[0], p.sizes[1], p.sizes[2]
@@ -842,7 +842,7 @@ def condensed_solve_transposed(p: Packed, ws: Workspace, b: NDArray) -> NDArray:
     return out
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def factorize_exact(p: Packed, jac: NDArray, h: float, ws: Workspace) -> int:
     """Condensed LU of an exact Jacobian ``jac`` (n_S, n_S) built with ``h`` into ``ws`` (LAPACK info)."""
     info = _factorize(p, jac, ws)

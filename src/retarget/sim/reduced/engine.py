@@ -340,6 +340,10 @@ class CompiledReducedEngine(SystemEngine):
         system: a :class:`ReducedSystem`. tolerance: Newton tolerance on the update (max-norm of δU [m] and Δt·δV).
     """
 
+    #: :meth:`sensitivity` runs in compiled code without the GIL and shares no mutable state: the adjoint computes
+    #: the per-step linearizations on several threads (``retarget.optimize.engines.step_sensitivities``).
+    concurrent_sensitivity = True
+
     def __init__(self, system: ReducedSystem, tolerance: float = 1e-12) -> None:
         super().__init__(system)
         self.tolerance = float(tolerance)
