@@ -84,3 +84,43 @@ def test_format_version_and_unreadable(tmp_path: Path) -> None:
         load_reduced(bad, system, yml)
     assert err.value.changed == ["file"]
     assert set(provenance(system, yml)) >= {"robot_yaml", "urdf", "material:rod", "mesh:rod", "rigid_bodies"}
+
+
+def test_urdf_digest_does_not_depend_on_the_checkout_folder(tmp_path: Path) -> None:
+    """xacro writes its input's absolute path into a comment: the same robot in two folders has one digest (the
+    raw expansions differ), and an artifact recorded with the raw digest still loads in its own folder."""
+    import shutil
+
+    from retarget.model import library
+    from retarget.sim.reduced.artifact import _urdf_digests
+
+    src = library.resolve_robot("drummer")
+    digests = []
+    for name in ("a", "b"):
+        root = tmp_path / name
+        shutil.copytree(src.parent.parent / "urdf", root / "urdf")
+        (root / "config").mkdir()
+        shutil.copy(src, root / "config" / src.name)
+        digests.append(_urdf_digests(root / "config" / src.name))
+    assert digests[0][0] == digests[1][0]
+    assert digests[0][1] != digests[1][1]  # the folder is in the raw text
+    # Legacy artifact (raw digest recorded) in its own folder: loads; a canonical one loads from either folder.
+    yml = _robot_copy(tmp_path)
+    system = _system(yml)
+    basis, cub = _model(system)
+    art = save_reduced(tmp_path / "rod.npz", system, [basis], [cub], yml, "single_rod")
+    import json
+
+    data = dict(np.load(art))
+    meta = json.loads(str(data["meta"]))
+    meta["hashes"]["urdf"] = _urdf_digests(yml)[1]
+    data["meta"] = np.array(json.dumps(meta))
+    legacy = tmp_path / "legacy.npz"
+    np.savez_compressed(legacy, **data)
+    load_reduced(legacy, system, yml)
+    meta["hashes"]["urdf"] = "0" * 64
+    data["meta"] = np.array(json.dumps(meta))
+    np.savez_compressed(legacy, **data)
+    with pytest.raises(StaleReducedModelError) as err:
+        load_reduced(legacy, system, yml)
+    assert err.value.changed == ["urdf"]

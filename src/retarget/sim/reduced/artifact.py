@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -37,23 +38,34 @@ def _sha(*parts: bytes) -> str:
     return h.hexdigest()
 
 
+def _urdf_digests(robot_yaml: Path) -> tuple[str, str]:
+    """(digest of the expanded URDF without its XML comments, digest of the raw expansion).
+
+    xacro writes the absolute path of its input into a header comment, so the raw digest changed with the folder
+    the checkout sits in (an artifact built in one clone was "stale" in another). The first is what artifacts
+    record; the second is accepted from artifacts written before.
+    """
+    from retarget.model.loader import _urdf_xml, read_robot_yaml, resolve_urdf
+
+    cfg = read_robot_yaml(robot_yaml)
+    xml = _urdf_xml(resolve_urdf(str(cfg["urdf"]), robot_yaml), cfg.get("xacro_args") or {})
+    return _sha(re.sub(r"<!--.*?-->", "", xml, flags=re.S).encode()), _sha(xml.encode())
+
+
 def provenance(system: Any, robot_yaml: str | Path | None = None) -> dict[str, str]:
     """SHA-256 digests of every input a reduced model depends on (keys name the input).
 
     Args:
         system: the absolute :class:`retarget.sim.System` built from the robot.
-        robot_yaml: the robot description file it was loaded from (hashes the YAML and the expanded URDF).
+        robot_yaml: the robot description file it was loaded from (hashes the YAML and the expanded URDF, the
+            latter without XML comments).
     """
     out: dict[str, str] = {}
     src = robot_yaml
     if src is not None and Path(src).is_file():
-        from retarget.model.loader import _urdf_xml, read_robot_yaml, resolve_urdf
-
         ypath = Path(src)
         out["robot_yaml"] = _sha(ypath.read_bytes())
-        cfg = read_robot_yaml(ypath)
-        upath = resolve_urdf(str(cfg["urdf"]), ypath)
-        out["urdf"] = _sha(_urdf_xml(upath, cfg.get("xacro_args") or {}).encode())
+        out["urdf"] = _urdf_digests(ypath)[0]
     rigid = np.array([[b.mass, *np.ravel(b.inertia), *b.reference_com] for b in system.rigid], dtype=float)
     out["rigid_bodies"] = _sha(np.round(rigid, 12).tobytes())
     for body in system.deformable:
@@ -113,6 +125,8 @@ def load_reduced(path: str | Path, system: Any, robot_yaml: str | Path | None = 
     now = provenance(system, robot_yaml)
     stored = meta.get("hashes", {})
     changed = sorted(k for k in set(now) | set(stored) if now.get(k) != stored.get(k))
+    if "urdf" in changed and robot_yaml is not None and stored.get("urdf") == _urdf_digests(Path(robot_yaml))[1]:
+        changed.remove("urdf")  # written before comments were dropped from the digest, in this same folder
     if changed:
         raise StaleReducedModelError(str(path), changed)
     bases, cubs = [], []
