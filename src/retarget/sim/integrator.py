@@ -8,6 +8,7 @@ Newton step on ``S``.
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -39,6 +40,8 @@ __all__ = [
     "solve_newton",
     "step",
 ]
+
+_LOG = logging.getLogger(__name__)
 
 #: (a1, a2, γ): Ū = a1 U_{n−1} + a2 U_{n−2}, h = γ Δt.
 BDF1: tuple[float, float, float] = (1.0, 0.0, 1.0)
@@ -85,6 +88,12 @@ class StepOptions:
             Newton step fails the natural monotonicity test once the iteration stopped contracting; 0 disables.
         predictor: Newton's starting guess: ``"extrapolate"`` (second order: V and λ extrapolated linearly from
             the last two states, U advanced with their mean velocity) or ``"constant_velocity"`` (first order).
+        max_halvings: :func:`simulate_states` only: a step whose Newton fails is redone as two half steps (BDF1
+            restart, then BDF2 at the half step), each halved again on failure, at most this many times (0:
+            fail at once). The stored states stay on the ``dt`` grid; the next full step is BDF2 from the grid
+            states again. Violent motions (a rod whipping at the end of a fast servo move) need a few of these
+            where a smaller ``dt`` throughout would cost the whole run. :func:`step` itself never subdivides (the
+            discrete adjoint differentiates it).
     """
 
     baumgarte: float | None = None
@@ -95,6 +104,7 @@ class StepOptions:
     estimate_error: bool = False
     max_backtracks: int = 6
     predictor: str = "extrapolate"
+    max_halvings: int = 3
 
 
 def initial_state(system: System, u: NDArray[np.float64] | None = None, t: float = 0.0) -> State:
@@ -489,9 +499,39 @@ def simulate_states(
     prev2: State | None = None
     prev = state0
     cache = FactorizationCache() if options.reuse_factorization else None
+    subdivided = 0
     for k in range(1, n_steps + 1):
-        new, _, iters = step(system, prev, prev2, dt, motors, options, k, cache)
+        try:
+            new, _, iters = step(system, prev, prev2, dt, motors, options, k, cache)
+        except NewtonFailed as exc:
+            if options.max_halvings <= 0:
+                raise
+            new, iters = _half_steps(system, prev, dt, motors, options, k, cache, options.max_halvings, exc)
+            subdivided += 1
+            _LOG.info("step %d (t = %.4f s) redone in sub-steps after: %s", k, new.t, exc)
         prev2, prev = prev, new
         if callback is not None:
             callback(k, new, iters)
+    if subdivided:
+        _LOG.warning("%d of %d steps of %.3g s needed sub-steps (Newton failed at the full step): the motion is "
+                     "violent for this dt", subdivided, n_steps, dt)
     return prev
+
+
+def _half_steps(system: System, prev: State, dt: float, motors: MotorTrajectory, options: StepOptions, k: int,
+                cache: FactorizationCache | None, depth: int, failure: NewtonFailed) -> tuple[State, int]:
+    """Cover ``(prev.t, prev.t + dt]`` with two steps of ``dt / 2`` (BDF1 from ``prev``, then BDF2), each
+    subdivided again on failure while ``depth`` allows; re-raises the last failure otherwise."""
+    half = 0.5 * dt
+    states, total = [prev], 0
+    for i in range(2):
+        try:
+            new, _, iters = step(system, states[-1], None if i == 0 else states[0], half, motors, options, k, cache)
+        except NewtonFailed as exc:
+            if depth <= 1:
+                exc.add_note(f"also failed with the step halved {options.max_halvings} times (dt = {half:.3g} s)")
+                raise exc from failure
+            new, iters = _half_steps(system, states[-1], half, motors, options, k, cache, depth - 1, exc)
+        states.append(new)
+        total += iters
+    return states[-1], total
