@@ -156,17 +156,14 @@ def test_plan_request_budget_counts_the_model_loading(tiny_artifact, monkeypatch
         plan(request, None)
 
 
-def test_first_step_is_measured_from_the_curvature_along_steepest_descent(rod_systems, monkeypatch):
-    """Default first step: the minimizer of the quadratic through J(x₀), its slope and a probe's gradient; J along
-    that line is lower there than a third of the way or three times as far, and the first trial point lies there."""
-    from dataclasses import replace
-
+def _recorded_problem(rod_systems, monkeypatch):
+    """The rod's plan problem (wide limits) and the list every point the optimizer evaluates is appended to."""
     import retarget.optimize.planner as planner
 
     _, rs = rod_systems
     limits = MotorLimits.build(("m",), {"m": (-1.0, 1.0, 0.0)})
     pp = build_plan_problem(reduced_engine(rs, 1e-10), _motion(), _bodies(), limits, OPTIONS)
-    seen = []
+    seen: list = []
     real = planner.evaluate
 
     def recording(problem, x, *args, **kwargs):
@@ -174,6 +171,17 @@ def test_first_step_is_measured_from_the_curvature_along_steepest_descent(rod_sy
         return real(problem, x, *args, **kwargs)
 
     monkeypatch.setattr(planner, "evaluate", recording)
+    return pp, seen
+
+
+def test_first_step_is_measured_from_the_curvature_along_steepest_descent(rod_systems, monkeypatch):
+    """Default first step: the minimizer of the quadratic through J(x₀), its slope and a probe's gradient; J along
+    that line is lower there than a third of the way or three times as far, and the first trial point lies there."""
+    from dataclasses import replace
+
+    import retarget.optimize.planner as planner
+
+    pp, seen = _recorded_problem(rod_systems, monkeypatch)
     res = optimize(pp, replace(OPTIONS, max_iterations=1))
     x0 = pp.fit.parameters
     assert np.allclose(seen[0], x0) and np.isclose(np.linalg.norm(seen[1] - x0), planner.FIRST_STEP_PROBE)
@@ -195,20 +203,9 @@ def test_first_step_is_measured_from_the_curvature_along_steepest_descent(rod_sy
 def test_first_step_given_and_invalid(rod_systems, monkeypatch):
     from dataclasses import replace
 
-    import retarget.optimize.planner as planner
     from retarget.optimize.errors import OptimizeError
 
-    _, rs = rod_systems
-    limits = MotorLimits.build(("m",), {"m": (-1.0, 1.0, 0.0)})
-    pp = build_plan_problem(reduced_engine(rs, 1e-10), _motion(), _bodies(), limits, OPTIONS)
-    seen = []
-    real = planner.evaluate
-
-    def recording(problem, x, *args, **kwargs):
-        seen.append(np.array(x, copy=True))
-        return real(problem, x, *args, **kwargs)
-
-    monkeypatch.setattr(planner, "evaluate", recording)
+    pp, seen = _recorded_problem(rod_systems, monkeypatch)
     res = optimize(pp, replace(OPTIONS, max_iterations=1, first_step=0.01))
     assert res.first_step == 0.01
     assert np.isclose(np.linalg.norm(seen[1] - pp.fit.parameters), 0.01)  # no probe: the first trial is 0.01 away

@@ -291,23 +291,30 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
         if deadline is not None and time.perf_counter() + seconds + state["duration"] * reserve_evaluations > deadline:
             raise _BudgetExhausted
 
-    def fun(x: NDArray[np.float64]) -> tuple[float, NDArray[np.float64]]:
+    def evaluated(x: NDArray[np.float64]) -> Evaluation | None:
+        """``J`` and its gradient at ``x`` (cached for the latest point), recorded as the latest and maybe the best
+        point; None (counted as failed) when the model cannot simulate ``x``."""
         if np.array_equal(x, state["last_x"]):
-            ev = state["last"]
-        else:
-            affordable(state["duration"])
-            t0 = time.perf_counter()
-            try:
-                ev = evaluate(pp.problem, x, progress=progress)
-            except SimulationError:
-                # A trial point too violent to simulate: a large value makes the line search back off.
-                state["failed"] = state.get("failed", 0) + 1
-                return 10.0 * max(1.0, state["best"].value * scale), state["last"].gradient * scale
-            state["evals"] += 1
-            state["duration"] = time.perf_counter() - t0
+            return state["last"]
+        affordable(state["duration"])
+        t0 = time.perf_counter()
+        try:
+            ev = evaluate(pp.problem, x, progress=progress)
+        except SimulationError:
+            state["failed"] = state.get("failed", 0) + 1
+            return None
+        state["evals"] += 1
+        state["duration"] = time.perf_counter() - t0
         state["last"], state["last_x"] = ev, x.copy()
         if ev.value < state["best"].value:
             state["best"], state["best_x"] = ev, x.copy()
+        return ev
+
+    def fun(x: NDArray[np.float64]) -> tuple[float, NDArray[np.float64]]:
+        ev = evaluated(x)
+        if ev is None:
+            # A trial point too violent to simulate: a large value makes the line search back off.
+            return 10.0 * max(1.0, state["best"].value * scale), state["last"].gradient * scale
         assert ev.gradient is not None
         return ev.value * scale, ev.gradient * scale
 
@@ -336,18 +343,9 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
             return 1.0
         x_probe = np.clip(x_start + FIRST_STEP_PROBE / norm * direction, lower, upper)
         step = x_probe - x_start
-        affordable(state["duration"])
-        t0 = time.perf_counter()
-        try:
-            probe = evaluate(pp.problem, x_probe, progress=progress)
-        except SimulationError:
-            state["failed"] = state.get("failed", 0) + 1
+        probe = evaluated(x_probe)
+        if probe is None:
             return FIRST_STEP_PROBE
-        state["evals"] += 1
-        state["duration"] = time.perf_counter() - t0
-        state["last"], state["last_x"] = probe, x_probe.copy()
-        if probe.value < state["best"].value:
-            state["best"], state["best_x"] = probe, x_probe.copy()
         probe_length = float(np.linalg.norm(step))
         slope = float(g0 @ step) / probe_length
         curvature = float((probe.gradient - g0) @ step) / probe_length**2
