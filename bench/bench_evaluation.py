@@ -1,0 +1,97 @@
+"""One planner evaluation (forward rollout + discrete adjoint) timed stage by stage, per linearization thread count.
+
+The backward pass linearizes every step at the stored forward states (exact Jacobian + condensed LU), independent
+of each other, so `retarget.optimize.engines.step_sensitivities` computes them ahead on several threads. This
+measures what that buys: for each ``--workers`` count, the forward rollout and the backward pass (best of
+``--repeats``), and checks that the gradients are identical.
+
+    NUMBA_NUM_THREADS=2 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 python bench/bench_evaluation.py drummer \\
+        drummer/drumming --reduced .cache-models/drummer-boxing-v2.npz --dt 0.005 --duration 4 --workers 1,2
+
+The targets are solved at every ``--target-stride``-th step only (default 20): they set the objective's values,
+not its cost. Prints the thread settings and, as the last line, one JSON object.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("robot")
+    p.add_argument("motion")
+    p.add_argument("--reduced", default=None, metavar="FILE", help="reduced model (.npz artifact or cached .pkl)")
+    p.add_argument("--mesh-axial", type=int, default=20, help="as bench_plan.py (its cached models are reused)")
+    p.add_argument("--mesh-around", type=int, default=6)
+    p.add_argument("--dt-train", type=float, default=1e-3)
+    p.add_argument("--dt", type=float, default=0.005)
+    p.add_argument("--duration", type=float, default=None, help="plan only this much of the motion [s]")
+    p.add_argument("--knot-spacing", type=float, default=0.05)
+    p.add_argument("--target-stride", type=int, default=20)
+    p.add_argument("--workers", default="1,2", help="comma-separated linearization thread counts")
+    p.add_argument("--repeats", type=int, default=2)
+    args = p.parse_args()
+    threads = {k: os.environ.get(k, "unset") for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                                                       "NUMBA_NUM_THREADS")}
+    print(f"threads: {threads}; cpus: {os.cpu_count()}", flush=True)
+
+    import numpy as np
+
+    import retarget.optimize.adjoint as adjoint
+    from retarget.model import library
+    from retarget.motion import load_motion
+    from retarget.optimize.engines import reduced_engine, step_sensitivities
+    from retarget.optimize.planner import PlanOptions, build_plan_problem, limits_for
+    from retarget.optimize.planning_model import DEFAULT_PLAN_MODES, planning_model
+    from retarget.optimize.weights import parse_tracked_bodies
+
+    motion = load_motion(library.resolve_motion(args.motion))
+    pm = planning_model(args.robot, motion, n_modes=DEFAULT_PLAN_MODES, dt_train=args.dt_train,
+                        mesh_axial=args.mesh_axial, mesh_around=args.mesh_around, reduced_file=args.reduced)
+    engine = reduced_engine(pm.reduced, tolerance=1e-10)
+    options = PlanOptions(knot_spacing=args.knot_spacing, dt=args.dt, duration=args.duration,
+                          target_stride=args.target_stride, baselines=False)
+    pp = build_plan_problem(engine, motion, parse_tracked_bodies(pm.config.get("tracked_bodies")),
+                            limits_for(pm.model, pm.config), options)
+    problem, x = pp.problem, pp.fit.parameters
+    adjoint.evaluate(problem, x)  # compile / warm caches
+    rows, gradients = [], {}
+    for workers in (int(w) for w in args.workers.split(",")):
+        def fixed(engine, states, dt, motors, steps, workers_=None, w=workers):  # type: ignore[no-untyped-def]
+            return step_sensitivities(engine, states, dt, motors, steps, workers=w)
+
+        adjoint.step_sensitivities = fixed  # the backward pass looks the function up in its module
+        best = {"forward_s": np.inf, "backward_s": np.inf, "total_s": np.inf}
+        for _ in range(args.repeats):
+            marks: dict[str, float] = {}
+            n = problem.n_steps
+
+            def progress(k: int, total: int, marks: dict = marks) -> None:
+                if k >= n and "forward" not in marks:
+                    marks["forward"] = time.perf_counter()
+
+            t0 = time.perf_counter()
+            ev = adjoint.evaluate(problem, x, progress=progress)
+            t1 = time.perf_counter()
+            best = {"forward_s": min(best["forward_s"], marks["forward"] - t0),
+                    "backward_s": min(best["backward_s"], t1 - marks["forward"]),
+                    "total_s": min(best["total_s"], t1 - t0)}
+        gradients[workers] = ev.gradient
+        rows.append({"workers": workers, **best})
+        print(f"workers {workers}: forward {best['forward_s']:.2f} s, backward {best['backward_s']:.2f} s, "
+              f"total {best['total_s']:.2f} s", flush=True)
+    adjoint.step_sensitivities = step_sensitivities
+    first = next(iter(gradients.values()))
+    out = {"robot": args.robot, "motion": args.motion, "dt": args.dt, "steps": problem.n_steps,
+           "parameters": int(x.size), "reduced_unknowns": int(engine.n_state), "rows": rows,
+           "gradients_identical": all(np.array_equal(g, first) for g in gradients.values()),
+           "load_average": os.getloadavg(), "threads": threads}
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
