@@ -268,8 +268,14 @@ def residual_jacobian(
     theta_dot: NDArray,
     baumgarte: float,
     want_jac: bool,
+    exact: bool = True,
 ) -> tuple[NDArray, NDArray, NDArray, NDArray, NDArray, float]:
     """The BDF residual ``R`` (n_S,) and, with ``want_jac``, its exact Jacobian and sensitivities.
+
+    ``exact=False`` leaves out the two costliest second-order terms of the Jacobian — the constraint blocks'
+    curvature (complex steps) and the derivative of the damping force ``β K(z) ż`` in ``z`` — for the chord
+    iterations of the forward solve, which need a good Newton matrix, not the exact one (the converged state is the
+    same to the tolerance). The adjoint and the static solve use the exact Jacobian.
 
     Returns:
         ``R`` (n_S,); ``∂R/∂S`` (n_S, n_S) (0×0 without ``want_jac``); ``∂R/∂θ̇`` (n_S, n_m); ``∂R/∂θ`` (n_S, n_m)
@@ -409,7 +415,7 @@ def residual_jacobian(
                 for b in range(rr):
                     jac[iv + zv0 + a, zu0 + b] += k_el[a, b]
                     jac[iv + zv0 + a, iv + zv0 + b] += damp[a, b] + beta * k_el[a, b]
-            if beta != 0.0:
+            if beta != 0.0 and exact:
                 # ∂(β K(z) ż)/∂z = β dK(z)[ż], exact (second derivative of the cubature force along ż).
                 dk = cubature_damping_derivative(z, zd, p.cub_d[d], p.cub_qw[d], p.cub_w[d], p.bmu[d], p.blam[d])
                 for a in range(rr):
@@ -475,8 +481,8 @@ def residual_jacobian(
         ulc = ul.astype(np.complex128)
         cflags = p.curv[p.ui_off[bk] : p.ui_off[bk + 1]]
         for j in range(n):
-            if cflags[j] == 0:
-                # ∂C_y/∂y_j = 0: no curvature in this direction.
+            if cflags[j] == 0 or not exact:
+                # ∂C_y/∂y_j = 0: no curvature in this direction (or left out of an inexact Jacobian).
                 for a in range(nrow):
                     a3[a, j] = baumgarte * cu[a, j] + thd * cuth[a, j]
                 for k in range(nvl):
@@ -706,16 +712,18 @@ def _predict(p: Packed, states: NDArray, k: int, u_bar: NDArray, h: float, dt: f
 
 @numba.njit(cache=True)
 def _newton(p: Packed, s: NDArray, u_bar: NDArray, v_bar: NDArray, h: float, dt: float, th: NDArray, thd: NDArray,
-            tol: float, max_iter: int, ws: Workspace, estimate: bool, iterations: NDArray, k: int) -> int:
+            tol: float, max_iter: int, ws: Workspace, estimate: bool, iterations: NDArray, k: int,
+            exact_chord: bool) -> int:
     """Chord Newton on step ``k → k+1`` from ``s`` (updated in place); returns 0 converged, 1 not converged within
-    ``max_iter``, 2 non-finite or singular, 3 an inverted cubature element."""
+    ``max_iter``, 2 non-finite or singular, 3 an inverted cubature element. The chord matrix is the exact
+    Jacobian with ``exact_chord``, else ``residual_jacobian(exact=False)``'s."""
     nu, nv = p.sizes[0], p.sizes[1]
     ns = s.shape[0]
     previous = np.inf
     fresh = False
     for it in range(max_iter):
         need = ws.scalars[0] == 0.0
-        res, jac, _, _, _, min_det = residual_jacobian(p, s, u_bar, v_bar, h, th, thd, 1.0 / h, need)
+        res, jac, _, _, _, min_det = residual_jacobian(p, s, u_bar, v_bar, h, th, thd, 1.0 / h, need, exact_chord)
         if not min_det > 0.0:
             return 3
         for a in range(ns):
@@ -761,6 +769,7 @@ def run_chunk(
     max_iter: int,
     ws: Workspace,
     estimate: bool = True,
+    exact_chord: bool = False,
 ) -> tuple[int, int]:
     """Advance steps ``k0 … k1−1`` → ``states[k0+1 … k1]`` (BDF1 for step 0, BDF2 after); returns (status, step).
 
@@ -773,6 +782,8 @@ def run_chunk(
         tol: Newton tolerance on ``max(|δU|∞, dt |δV|∞)``. max_iter: Newton iteration cap.
         ws: the chord factorization cache (in place).
         estimate: stop on the estimated remaining error too (:func:`converged`).
+        exact_chord: factorize the exact Jacobian for the chord iterations (default: without its curvature and
+            damping-derivative terms, :func:`residual_jacobian`; same converged states, cheaper refactorizations).
     """
     nu, nv = p.sizes[0], p.sizes[1]
     for k in range(k0, k1):
@@ -797,7 +808,8 @@ def run_chunk(
         # tolerance).
         for order in range(2, -1, -1):
             s = _predict(p, states, k, u_bar, h, dt, order)
-            status = _newton(p, s, u_bar, v_bar, h, dt, th, thd, tol, max_iter, ws, estimate, iterations, k)
+            status = _newton(p, s, u_bar, v_bar, h, dt, th, thd, tol, max_iter, ws, estimate, iterations, k,
+                             exact_chord)
             if status == 0:
                 break
             ws.scalars[0] = 0.0  # the next start gets a fresh factorization

@@ -287,6 +287,7 @@ def simulate_compiled(
     chunk: int = 500,
     progress: Callable[[int, int], None] | None = None,
     estimate: bool = True,
+    exact_chord: bool = False,
 ) -> CompiledRun:
     """BDF1 then BDF2 from the quasi-static state at ``θ(0)`` (or ``start``) for ``duration`` [s].
 
@@ -298,6 +299,8 @@ def simulate_compiled(
         progress: ``(k, n)`` after each chunk.
         estimate: also stop Newton on the estimated remaining error (``compiled.converged``); ``False`` for the
             stricter update-size test (the optimizer's engine).
+        exact_chord: chord iterations on the exact Jacobian (default: without its second-order constraint and
+            damping terms, ``compiled.run_chunk``; the converged states agree to the tolerance).
 
     Raises:
         NewtonFailed, SimulationDiverged: with the failing step and time.
@@ -318,7 +321,7 @@ def simulate_compiled(
     while k < n_steps:
         k1 = min(n_steps, k + chunk)
         status, at = ck.run_chunk(p, states, iters, k, k1, float(dt), thetas, theta_dots, float(tol), int(max_iter), ws,
-                                  bool(estimate))
+                                  bool(estimate), bool(exact_chord))
         if status != ck.STATUS_OK:
             _raise(status, at, float(times[at]))
         k = k1
