@@ -14,6 +14,7 @@ not its cost. Prints the thread settings and, as the last line, one JSON object.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import time
@@ -60,10 +61,8 @@ def main() -> int:
     adjoint.evaluate(problem, x)  # compile / warm caches
     rows, gradients = [], {}
     for workers in (int(w) for w in args.workers.split(",")):
-        def fixed(engine, states, dt, motors, steps, workers_=None, w=workers):  # type: ignore[no-untyped-def]
-            return step_sensitivities(engine, states, dt, motors, steps, workers=w)
-
-        adjoint.step_sensitivities = fixed  # the backward pass looks the function up in its module
+        # The backward pass looks the function up in its module: pin the worker count there.
+        adjoint.step_sensitivities = functools.partial(step_sensitivities, workers=workers)
         best = {"forward_s": np.inf, "backward_s": np.inf, "total_s": np.inf}
         for _ in range(args.repeats):
             marks: dict[str, float] = {}

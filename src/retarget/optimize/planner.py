@@ -363,7 +363,8 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
         if method == "gauss-newton":
             message = _levenberg_marquardt(pp, options, x_start, state, history, callback, progress, affordable,
                                            lower, upper)
-        length = first_step() if method == "lbfgs" else 1.0
+        if method == "lbfgs":
+            length = first_step()
         boxed = all(lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi)
                     for lo, hi in pp.bounds)
         while method == "lbfgs":
