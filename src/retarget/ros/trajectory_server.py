@@ -20,7 +20,7 @@ from control_msgs.action import FollowJointTrajectory
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.action.server import ServerGoalHandle
 from rclpy.callback_groups import ReentrantCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.task import Future
@@ -261,7 +261,10 @@ def main(args: list[str] | None = None) -> None:
     try:
         with rclpy.init(args=args):
             node = TrajectoryServer()
-            executor = MultiThreadedExecutor()
+            # One thread: goal execution is async (awaits, holds no thread). rclpy's MultiThreadedExecutor kept this
+            # node at ≈ 98 % of a core with its 100 Hz timer (busy re-waking on a timer whose callback was in flight),
+            # which on 2 cores starved joint_states for seconds (flaky cross-process tests); single-threaded: ≈ 16 %.
+            executor = SingleThreadedExecutor()
             executor.add_node(node)
             executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
