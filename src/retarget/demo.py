@@ -182,7 +182,7 @@ class _Client:
         import rclpy
         from control_msgs.action import FollowJointTrajectory
         from rclpy.action import ActionClient
-        from rclpy.executors import MultiThreadedExecutor
+        from rclpy.executors import SingleThreadedExecutor
         from rclpy.node import Node
         from sensor_msgs.msg import JointState
 
@@ -197,7 +197,7 @@ class _Client:
             from retarget_interfaces.action import Retarget
 
             self.retarget = ActionClient(self.node, Retarget, plan.retarget_action)
-        self.executor = MultiThreadedExecutor(context=self.context)
+        self.executor = SingleThreadedExecutor(context=self.context)  # callbacks are short; see trajectory_server
         self.executor.add_node(self.node)
         self._thread = threading.Thread(target=self.executor.spin, daemon=True)
         self._thread.start()

@@ -86,11 +86,13 @@ def start_module_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Call
 @pytest.fixture(scope="module")
 def ros_context() -> Iterator[Any]:
     """rclpy initialised in the test process, with a background executor."""
-    from rclpy.executors import MultiThreadedExecutor
+    from rclpy.executors import SingleThreadedExecutor
 
     context = rclpy.Context()
     rclpy.init(context=context)
-    executor = MultiThreadedExecutor(context=context)
+    # Single-threaded: the client callbacks are short, and rclpy's MultiThreadedExecutor can spin a core busy
+    # re-queueing tasks that have not started yet (ros2/rclpy#1452) - on 2 cores that starves the node processes.
+    executor = SingleThreadedExecutor(context=context)
 
     stop = threading.Event()
 
