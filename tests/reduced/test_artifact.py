@@ -48,7 +48,8 @@ def _model(system):
     modes = np.hstack([rig, extra])
     zs = np.zeros((5, 8))
     zs[:, 6:] = np.random.default_rng(1).normal(size=(5, 2)) * 1e-8
-    return ReducedBasis(modes, 6, 0.99, np.array([2.0, 1.0])), train_cubature(body.elastic, modes, zs, tolerance=1e-2)
+    return (ReducedBasis(modes, 6, 0.99, np.array([2.0, 1.0]), training_norm=3e-8),
+            train_cubature(body.elastic, modes, zs, tolerance=1e-2))
 
 
 def test_round_trip_and_stale_inputs(tmp_path: Path) -> None:
@@ -60,6 +61,13 @@ def test_round_trip_and_stale_inputs(tmp_path: Path) -> None:
     assert np.array_equal(rs.bodies[0].basis.modes, basis.modes)
     assert np.array_equal(rs.bodies[0].cubature.elements, cub.elements)
     assert np.allclose(rs.bodies[0].cubature.evaluate(np.full(8, 1e-9))[0], cub.evaluate(np.full(8, 1e-9))[0])
+    assert rs.bodies[0].basis.training_norm == 3e-8
+    # A file written before the training range was recorded loads with it unknown (0).
+    with np.load(art) as data:
+        arrays = {k: data[k] for k in data.files if k != "b0_training_norm"}
+    old = tmp_path / "old.npz"
+    np.savez_compressed(old, **arrays)
+    assert load_reduced(old, system, yml).bodies[0].basis.training_norm == 0.0
     # A different material: the YAML and the material digest change.
     other = tmp_path / "other"
     other.mkdir()

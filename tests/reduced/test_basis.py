@@ -48,6 +48,11 @@ def test_mass_pca_orthonormal_variance_and_reproduction(small_rod):
     proj = u @ (u.T @ (m @ snaps.T))
     err = np.linalg.norm(proj - snaps.T) / np.linalg.norm(snaps)
     assert err < 2e-3
+    # The training range: the largest deformation (non-rigid coordinates) among the snapshots; linear in them.
+    z = snaps @ (m @ u)
+    assert basis.training_norm == pytest.approx(np.max(np.linalg.norm(z[:, 6:], axis=1)), rel=1e-12)
+    assert mass_pca_basis(2.0 * snaps, small_rod.mesh.nodes, m, variance=0.999999).training_norm == pytest.approx(
+        2.0 * basis.training_norm, rel=1e-9)
     # Fixed mode count and spectrum ordering.
     b3 = mass_pca_basis(snaps, small_rod.mesh.nodes, m, n_modes=3)
     assert b3.size == 9 and np.all(np.diff(b3.spectrum) <= 0)

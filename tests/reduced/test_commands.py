@@ -60,6 +60,8 @@ def test_json_contract_and_modes_per_component(check_run: tuple[dict, Path]) -> 
     assert max(v["peak_deviation_m"] for v in per_body.values()) == pytest.approx(out["peak_deviation_m"], rel=1e-12)
     # The reduced run keeps its couplings closed (position rows, metres).
     assert out["reduced_max_position_violation_m"] < 1e-8
+    # Tested on its own training motion: it deforms the rod about as much as the training run did.
+    assert list(out["training_range_ratio"]) == ["rod"] and 0.5 < out["training_range_ratio"]["rod"] < 1.5
 
 
 def test_mesh_scale_coarsens_the_full_model(check_run: tuple[dict, Path]) -> None:
@@ -94,7 +96,8 @@ def test_saved_model_equals_retarget_reduce_and_is_reusable(
     # Reusable by simulate-reduced with the same mesh scale; stale (exit 2, named) on the default mesh.
     args = ["simulate-reduced", str(ROBOT), "--reduced", str(saved), "--motion", str(MOTION), "--dt", "0.002", "--json"]
     assert main(args + ["--mesh-scale", "0.5"]) == 0
-    assert _last_json(capsys)["steps"] == 50
+    res = _last_json(capsys)
+    assert res["steps"] == 50 and list(res["training_range_ratio"]) == ["rod"]
     assert main(args) == 2
     assert "mesh:rod" in capsys.readouterr().err
 

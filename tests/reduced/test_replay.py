@@ -72,3 +72,28 @@ def test_tracked_distances_need_the_same_time_grid(training) -> None:
     assert same.shape == (len(full.time),) and np.all(np.isfinite(same))
     with pytest.raises(ValueError, match="time grids"):
         tracked_distances(full, simulate_compiled(rs, motors, 0.1, 2 * dt), ["tip"])
+
+
+def test_training_range_flags_a_motion_beyond_the_training_one(training) -> None:
+    """The replay stays within the training range; a swing twice as large is reported, by part name."""
+    from retarget.sim.motors import FunctionMotors
+    from retarget.sim.reduced.engine import simulate_compiled
+    from retarget.sim.reduced.training import (TRAINING_RANGE_WARN, build_from_result, training_range,
+                                               training_range_warning)
+
+    system, motors, dt, full = training
+    rs = build_from_result(system, full, n_modes=3)[0]
+    name = rs.bodies[0].name
+    replay = training_range(rs, simulate_compiled(rs, motors, 0.1, dt).coordinates)
+    assert list(replay) == [name] and 0.9 < replay[name] < 1.1
+    assert training_range_warning(replay) is None
+    larger = FunctionMotors(lambda t: [0.8 * np.sin(15 * t) ** 2], lambda t: [12.0 * np.sin(30 * t)])
+    ratios = training_range(rs, simulate_compiled(rs, larger, 0.1, dt).coordinates)
+    assert ratios[name] > TRAINING_RANGE_WARN
+    warning = training_range_warning(ratios)
+    assert warning is not None and f"{name} {ratios[name]:.2f}x" in warning and "extrapolates" in warning
+    # Bases that do not record their range (older artifacts) are left out.
+    from dataclasses import replace
+
+    body = replace(rs.bodies[0], basis=replace(rs.bodies[0].basis, training_norm=0.0))
+    assert training_range(replace(rs, bodies=(body,)), np.zeros((2, body.size))) == {}

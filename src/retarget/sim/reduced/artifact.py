@@ -1,7 +1,8 @@
 """The reduced-model artifact: a versioned ``.npz`` with bases, cubatures and the hashes of what they came from.
 
-Stored per deformable body: the basis ``U`` (3N, r), its rigid-mode count, captured variance and spectrum, the
-cubature elements, weights and training error. The inertia tensors, reduced interfaces and stiffness are
+Stored per deformable body: the basis ``U`` (3N, r), its rigid-mode count, captured variance, spectrum and
+training range (largest training deformation; optional, older files lack it), the cubature elements, weights and
+training error. The inertia tensors, reduced interfaces and stiffness are
 recomputed on load from the (verified) robot, so the file cannot disagree with the model it is used with.
 
 Provenance (``meta`` JSON): format version, robot name, and SHA-256 digests of the robot description YAML, the
@@ -97,6 +98,7 @@ def save_reduced(
         arrays[f"b{d}_modes"] = b.modes
         arrays[f"b{d}_info"] = np.array([b.n_rigid, b.captured_variance, b.n_interface], dtype=float)
         arrays[f"b{d}_spectrum"] = b.spectrum
+        arrays[f"b{d}_training_norm"] = np.array([b.training_norm])
         arrays[f"b{d}_elements"] = c.elements
         arrays[f"b{d}_weights"] = c.weights
         arrays[f"b{d}_cub_error"] = np.array([c.relative_error])
@@ -133,7 +135,10 @@ def load_reduced(path: str | Path, system: Any, robot_yaml: str | Path | None = 
     for d, body in enumerate(system.deformable):
         modes = np.asarray(data[f"b{d}_modes"], dtype=float)
         info = data[f"b{d}_info"]
-        bases.append(ReducedBasis(modes, int(info[0]), float(info[1]), np.asarray(data[f"b{d}_spectrum"]), int(info[2])))
+        # training_norm: absent (0, unknown) in files written before it was recorded.
+        norm = float(data[f"b{d}_training_norm"][0]) if f"b{d}_training_norm" in data.files else 0.0
+        bases.append(ReducedBasis(modes, int(info[0]), float(info[1]), np.asarray(data[f"b{d}_spectrum"]), int(info[2]),
+                                  norm))
         el = body.elastic
         elements = np.asarray(data[f"b{d}_elements"], dtype=np.int64)
         geo = el.geometry

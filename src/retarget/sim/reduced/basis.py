@@ -39,6 +39,9 @@ class ReducedBasis:
             capture (1 for a full basis).
         spectrum: mass-weighted variance per PCA mode [kg m²] (descending), for reports.
         n_interface: number of interface modes after the rigid ones (6 per loop coupling, see the module doc).
+        training_norm: the largest deformation among the training snapshots, ``max ‖z_def‖`` over the non-rigid
+            coordinates (the M-norm of the deformation, [kg^½ m]); 0 when unknown. A simulation deforming the part
+            well beyond it extrapolates the basis (:func:`retarget.sim.reduced.training.training_range`).
     """
 
     modes: NDArray[np.float64]
@@ -46,6 +49,7 @@ class ReducedBasis:
     captured_variance: float
     spectrum: NDArray[np.float64]
     n_interface: int = 0
+    training_norm: float = 0.0
 
     @property
     def size(self) -> int:
@@ -191,7 +195,9 @@ def mass_pca_basis(
     floor = 1e-12 * raw  # below: round-off of the projections
     if total <= floor:
         if extra.shape[1] and (not n_modes or cap):
-            return ReducedBasis(fixed, 6, 1.0, np.zeros(0), extra.shape[1])
+            z_def = np.asarray(snapshots, dtype=float) @ (mass @ fixed[:, 6:])
+            return ReducedBasis(fixed, 6, 1.0, np.zeros(0), extra.shape[1],
+                                float(np.max(np.linalg.norm(z_def, axis=1))))
         what = "rigid motion and the interface modes" if extra.shape[1] else "rigid motion"
         raise TrainingDataError(f"asked for {n_modes} deformation modes; the snapshots support 0 beyond {what}"
                                 if n_modes else f"snapshots contain no deformation beyond {what}")
@@ -206,4 +212,6 @@ def mass_pca_basis(
         k = min(int(n_modes), usable)
     modes = d @ (vec[:, :k] / np.sqrt(lam[:k]))
     basis = _m_orthonormalize(np.hstack([fixed, modes]), mass)
-    return ReducedBasis(basis, 6, float(lam[:k].sum() / total), lam[:usable].copy(), extra.shape[1])
+    z_def = np.asarray(snapshots, dtype=float) @ (mass @ basis[:, 6:])
+    return ReducedBasis(basis, 6, float(lam[:k].sum() / total), lam[:usable].copy(), extra.shape[1],
+                        float(np.max(np.linalg.norm(z_def, axis=1))))

@@ -172,6 +172,7 @@ def _check_reduced(args: argparse.Namespace) -> int:
     simulate_compiled(rs, test, 2 * args.dt, args.dt)
     red_test = simulate_compiled(rs, test, t_test, args.dt, progress=_progress("reduced (test)"))
     wall_red = red_test.wall_s
+    ranges = _training_range(rs, red_test)
     # Quasi-static targets at sampled times, interpolated to every stored sample.
     ts = np.linspace(0.0, t_test, max(2, args.targets))
     t0 = time.perf_counter()
@@ -195,6 +196,7 @@ def _check_reduced(args: argparse.Namespace) -> int:
         "replay_checks": replay,
         "cubature_elements": {n: int(len(c.elements)) for n, c in zip(names, cubs)},
         "cubature_error": {n: c.relative_error for n, c in zip(names, cubs)},
+        "training_range_ratio": ranges,
         "full_dofs": system.n_deformable_dofs,
         "reduced_dofs": int(sum(b.size for b in bases)),
         "mesh_scale": args.mesh_scale,
@@ -290,6 +292,17 @@ def _train(system: Any, full: Any, motors: Any, tracked: list[str], args: argpar
                                                       tolerance=args.replay_tolerance,
                                                       log=lambda m: print(m, file=sys.stderr, flush=True))
     return rs, bases, cubs, [asdict(t) for t in trials], next(t.variance for t in trials if t.kept)
+
+
+def _training_range(rs: Any, run: Any) -> dict[str, float]:
+    """Each part's largest deformation in ``run`` over its largest training one; warns on stderr beyond the limit."""
+    from retarget.sim.reduced.training import training_range, training_range_warning
+
+    ratios = training_range(rs, run.coordinates)
+    warning = training_range_warning(ratios)
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
+    return ratios
 
 
 def _save_model(
@@ -401,12 +414,14 @@ def _simulate_reduced(args: argparse.Namespace) -> int:
         t_end = min(t_end, args.duration)
     run = simulate_compiled(rs, motors, t_end, args.dt, progress=_progress("reduced"))
     n = len(run.time) - 1
+    ranges = _training_range(rs, run)
     if args.out:
         np.savez_compressed(args.out, time=run.time, rigid_poses=run.rigid_poses, z=run.coordinates,
                             bodies=np.array([b.name for b in rs.rigid]))
     res = {"robot": model.name, "sim_seconds": t_end, "dt": args.dt, "steps": n, "wall_s": run.wall_s,
            "steps_per_s": n / run.wall_s, "factorizations": run.factorizations,
-           "newton_iterations_mean": float(np.mean(run.newton_iterations[1:])), "out": args.out}
+           "newton_iterations_mean": float(np.mean(run.newton_iterations[1:])), "training_range_ratio": ranges,
+           "out": args.out}
     print(f"{model.name}: {t_end:.3g} s in {run.wall_s:.2f} s wall ({res['steps_per_s']:.0f} steps/s)")
     if args.json:
         print(json.dumps(res, default=float))

@@ -25,12 +25,19 @@ from retarget.sim.reduced.system import (
 )
 from retarget.sim.system import System
 
-__all__ = ["ReducedResult", "ReplayCheck", "build_checked_by_replay", "build_from_result", "compare_tracked",
-           "simulate_reduced", "tracked_distances"]
+__all__ = ["TRAINING_RANGE_WARN", "ReducedResult", "ReplayCheck", "build_checked_by_replay", "build_from_result",
+           "compare_tracked", "simulate_reduced", "tracked_distances", "training_range", "training_range_warning"]
 
 #: Default tolerance of the training-replay check: RMS tracked-body error of the reduced replay of the training
 #: motion, relative to the tracked bodies' peak travel in the full training run.
 DEFAULT_REPLAY_TOLERANCE: float = 0.001
+
+
+#: A part deforming more than this multiple of its largest training deformation is reported as extrapolating.
+#: The single rod trained on step_30 followed step_45_fast within 6 mm while its deformation stayed ≤ 0.98 × the
+#: training's largest, and drifted to 0.3 m RMS once a return beyond the servo's speed whipped it to 2.3–2.7 ×
+#: (docs/reduced-acceptance.md, Run A, session 7).
+TRAINING_RANGE_WARN: float = 1.25
 
 
 def _evenly_spaced(n: int, most: int) -> NDArray[np.int64]:
@@ -290,3 +297,36 @@ def compare_tracked(
         "tracked": {name: {"rms_error_m": float(np.sqrt(np.mean(d**2))), "max_error_m": float(np.max(d)),
                            "peak_deviation_m": float(np.max(devs[name]))} for name, d in dist.items()},
     }
+
+
+def training_range(rs: ReducedSystem, coordinates: NDArray[np.float64]) -> dict[str, float]:
+    """Largest deformation of each part in a reduced run, as a multiple of its largest training deformation.
+
+    ``max_t ‖z_def(t)‖ / training_norm`` per part (the bases are mass-orthonormal, so this is the ratio of the
+    deformations' M-norms); parts whose basis does not record its training range (older artifacts, modal bases) are
+    left out. Above about :data:`TRAINING_RANGE_WARN` the run leaves the deformations the basis and cubature were
+    trained on, and the accuracy measured on the training motion no longer says anything about it.
+
+    Args:
+        rs: the reduced system. coordinates: ``z`` of every part over time (n, Σr), as ``CompiledRun.coordinates``.
+    """
+    z = np.asarray(coordinates, dtype=float)
+    out: dict[str, float] = {}
+    off = 0
+    for body in rs.bodies:
+        b = body.basis
+        if b.training_norm > 0.0:
+            norms = np.linalg.norm(z[:, off + b.n_rigid : off + b.size], axis=1)
+            out[body.name] = float(np.max(norms)) / b.training_norm if len(norms) else 0.0
+        off += b.size
+    return out
+
+
+def training_range_warning(ratios: dict[str, float], limit: float = TRAINING_RANGE_WARN) -> str | None:
+    """A one-line warning naming the parts beyond ``limit`` × their training range, or None."""
+    beyond = {name: r for name, r in ratios.items() if r > limit}
+    if not beyond:
+        return None
+    parts = ", ".join(f"{name} {r:.2f}x" for name, r in beyond.items())
+    return (f"the motion deforms {parts} its largest training deformation: the reduced model extrapolates there "
+            f"and its accuracy is unknown; train it on a motion that covers this one (retarget reduce --train-motion)")
