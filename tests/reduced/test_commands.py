@@ -88,7 +88,7 @@ def test_saved_model_equals_retarget_reduce_and_is_reusable(
     # Same training settings recorded, except how the motion was named on each command line (identical here).
     assert meta_a["extra"] == meta_b["extra"] == {"train_motion": str(MOTION), "dt": 0.002, "duration": 0.1,
                                                   "mesh_scale": 0.5, "modes_cap": 2, "variance": None,
-                                                  "replay_tolerance": None}
+                                                  "replay_tolerance": None, "cubature_tolerance": 1e-3}
     for key in a.files:
         if key != "meta":
             np.testing.assert_array_equal(a[key], b[key], err_msg=key)
@@ -104,7 +104,8 @@ def test_saved_model_equals_retarget_reduce_and_is_reusable(
 
 @pytest.mark.parametrize("bad", [["--mesh-scale", "0"], ["--mesh-scale", "-1"], ["--duration", "0"], ["--dt", "0"],
                                  ["--modes", "-1"], ["--variance", "0"], ["--variance", "1.5"],
-                                 ["--replay-tolerance", "-1"]])
+                                 ["--replay-tolerance", "-1"], ["--cubature-tolerance", "0"],
+                                 ["--cubature-tolerance", "1"]])
 def test_bad_arguments_exit_2(bad: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     args = ["check", "reduced", "--robot", str(ROBOT), "--train-motion", str(MOTION), "--test-motion", str(MOTION)]
     assert main(args + bad) == 2
@@ -168,7 +169,8 @@ def test_reduce_by_variance_runs_the_replay_check(tmp_path: Path, capsys: pytest
     captured = capsys.readouterr()
     res = json.loads(captured.out.strip().splitlines()[-1])
     trials = res["replay_checks"]
-    assert trials and set(trials[0]) == {"variance", "modes", "error_rel", "error_m", "message", "kept"}
+    assert trials and set(trials[0]) == {"variance", "modes", "error_rel", "error_m", "message", "kept",
+                                         "cubature_tolerance"}
     assert "replay check: variance" in captured.err
     extra = json.loads(str(np.load(out)["meta"]))["extra"]
     assert extra["replay_tolerance"] == 0.01 and extra["modes_cap"] is None
@@ -177,3 +179,4 @@ def test_reduce_by_variance_runs_the_replay_check(tmp_path: Path, capsys: pytest
     kept = [t for t in trials if t["kept"]]
     expected = trials[-1] if trials[-1]["error_rel"] <= 0.01 else min(trials, key=lambda t: t["error_rel"])
     assert kept == [expected] and extra["variance"] == expected["variance"]
+    assert extra["cubature_tolerance"] == expected["cubature_tolerance"]

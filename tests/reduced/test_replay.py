@@ -45,11 +45,29 @@ def test_variance_is_tightened_until_the_replay_is_accurate(training) -> None:
     # Tenfold tightening of the uncaptured variance, more modes each trial, the last within tolerance.
     for a, b in zip(trials, trials[1:]):
         assert (1 - b.variance) < (1 - a.variance) and b.modes[0] > a.modes[0]
+    assert {t.cubature_tolerance for t in trials} == {1e-3}  # the modes sufficed: the cubature is left alone
     assert trials[-1].error_rel <= 2e-3 < min(t.error_rel for t in trials[:-1])
     assert [t.kept for t in trials] == [False] * (len(trials) - 1) + [True]
     assert bases[0].size - bases[0].n_rigid == trials[-1].modes[0]
     # The recorded error is the returned model's own replay error.
     assert _replay_error(rs, motors, dt, full) == pytest.approx(trials[-1].error_rel, rel=1e-9)
+
+
+def test_the_cubature_is_tightened_once_the_variance_is_exhausted(training) -> None:
+    """An unreachable tolerance: the variance trials (here one tightening), then tenfold tighter cubatures with the
+    last basis down to 1e-6, then the most accurate model tried is kept."""
+    from retarget.sim.reduced.training import MIN_CUBATURE_TOLERANCE, build_checked_by_replay
+
+    system, motors, dt, full = training
+    rs, _, _, trials = build_checked_by_replay(system, full, motors, dt, ["tip"], variance=0.5, tolerance=1e-12,
+                                               max_tightenings=1)
+    tolerances = [t.cubature_tolerance for t in trials]
+    assert tolerances[-3:] == pytest.approx([1e-4, 1e-5, MIN_CUBATURE_TOLERANCE]) and set(tolerances[:-3]) == {1e-3}
+    # (A variance trial with the same modes and cubature as the one before is not replayed again.)
+    assert [t.variance for t in trials[-3:]] == pytest.approx([0.95] * 3)
+    best = min(range(len(trials)), key=lambda i: trials[i].error_rel)
+    assert [t.kept for t in trials] == [i == best for i in range(len(trials))]
+    assert _replay_error(rs, motors, dt, full) == pytest.approx(trials[best].error_rel, rel=1e-9)
 
 
 def test_a_first_model_within_tolerance_is_kept(training) -> None:

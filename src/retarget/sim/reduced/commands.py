@@ -27,9 +27,10 @@ def _progress(label: str) -> Any:
 
 
 def _add_basis_options(p: argparse.ArgumentParser) -> None:
-    """--modes and --variance: how many PCA modes per component (shared by `reduce` and `check reduced`)."""
+    """--modes, --variance, --replay-tolerance, --cubature-tolerance: how the basis and cubature are chosen (shared by
+    `reduce` and `check reduced`)."""
     from retarget.sim.reduced.basis import DEFAULT_VARIANCE
-    from retarget.sim.reduced.training import DEFAULT_REPLAY_TOLERANCE
+    from retarget.sim.reduced.training import DEFAULT_CUBATURE_TOLERANCE, DEFAULT_REPLAY_TOLERANCE
 
     p.add_argument("--modes", type=int, default=None,
                    help="at most N PCA deformation modes per component, fewer when the training run supports fewer "
@@ -41,6 +42,10 @@ def _add_basis_options(p: argparse.ArgumentParser) -> None:
                    help="replay the training motion with the reduced model and tighten --variance tenfold until the "
                         "tracked bodies' RMS error is within F x their peak travel (default "
                         f"{DEFAULT_REPLAY_TOLERANCE:g}; 0: no replay check; ignored with --modes)")
+    p.add_argument("--cubature-tolerance", type=float, default=DEFAULT_CUBATURE_TOLERANCE, metavar="F",
+                   help="relative training error of the cubature (default "
+                        f"{DEFAULT_CUBATURE_TOLERANCE:g}); the replay check tightens it tenfold per trial with "
+                        "--variance, to 1e-6 at most")
 
 
 def register_check(subparsers: argparse._SubParsersAction) -> None:
@@ -82,9 +87,12 @@ def _resolve(kind: str, name: str) -> Any:
 
 
 def _validate(dt: float, modes: int | None = None, duration: float | None = None,
-              variance: float | None = None, replay_tolerance: float | None = None) -> None:
+              variance: float | None = None, replay_tolerance: float | None = None,
+              cubature_tolerance: float | None = None) -> None:
     from retarget.errors import InputError
 
+    if cubature_tolerance is not None and not 0.0 < cubature_tolerance < 1.0:
+        raise InputError(f"--cubature-tolerance must be in (0, 1), got {cubature_tolerance}")
     if variance is not None and not 0.0 < variance <= 1.0:
         raise InputError(f"--variance must be in (0, 1], got {variance}")
     if replay_tolerance is not None and not replay_tolerance >= 0.0:
@@ -136,7 +144,7 @@ def _check_reduced(args: argparse.Namespace) -> int:
     from retarget.sim.reduced.training import compare_tracked
     from retarget.sim.simulate import simulate
 
-    _validate(args.dt, args.modes, args.duration, args.variance, args.replay_tolerance)
+    _validate(args.dt, args.modes, args.duration, args.variance, args.replay_tolerance, args.cubature_tolerance)
     if args.model and (args.save_model or args.modes is not None):
         raise InputError("--model uses a trained reduced model: --save-model and --modes apply to training only")
     path, model, system = load_robot_system(args.robot, args.mesh_scale)
@@ -157,13 +165,13 @@ def _check_reduced(args: argparse.Namespace) -> int:
         full_train = simulate(system, train, t_train, args.dt, progress=_progress("full (train)"))
         wall_train = time.perf_counter() - t0
         t0 = time.perf_counter()
-        rs, bases, cubs, replay, variance = _train(system, full_train, train, tracked, args)
+        rs, bases, cubs, replay, kept = _train(system, full_train, train, tracked, args)
         del full_train  # the snapshots are in the bases now; the test run needs the memory
     wall_build = time.perf_counter() - t0
     saved = None
     if args.save_model:
         saved = _save_model(args.save_model, system, bases, cubs, path, model.name, args.train_motion, args.dt, t_train,
-                            args.mesh_scale, args.modes, variance, args.replay_tolerance)
+                            args.mesh_scale, args.modes, kept, args.replay_tolerance)
     t0 = time.perf_counter()
     # Only the rigid poses of the test run are compared: float32 displacements halve the memory.
     full_test = simulate(system, test, t_test, args.dt, compact=True, progress=_progress("full (test)"))
@@ -280,18 +288,23 @@ def _quasi_static_targets(system: Any, motors: Any, full: Any, ts: Any, tracked:
 
 
 def _train(system: Any, full: Any, motors: Any, tracked: list[str], args: argparse.Namespace) -> tuple:
-    """(reduced system, bases, cubatures, replay trials as dicts, variance used) by --modes, or by --variance with
-    the replay check."""
+    """(reduced system, bases, cubatures, replay trials as dicts, the kept ``variance`` and ``cubature_tolerance``)
+    by --modes, or by --variance with the replay check."""
     from dataclasses import asdict
 
     from retarget.sim.reduced.training import build_checked_by_replay, build_from_result
 
     if args.modes is not None or args.replay_tolerance == 0:
-        return (*build_from_result(system, full, n_modes=args.modes, variance=args.variance), [], args.variance)
+        built = build_from_result(system, full, n_modes=args.modes, variance=args.variance,
+                                  cubature_tolerance=args.cubature_tolerance)
+        return (*built, [], {"variance": args.variance, "cubature_tolerance": args.cubature_tolerance})
     rs, bases, cubs, trials = build_checked_by_replay(system, full, motors, args.dt, tracked, variance=args.variance,
                                                       tolerance=args.replay_tolerance,
-                                                      log=lambda m: print(m, file=sys.stderr, flush=True))
-    return rs, bases, cubs, [asdict(t) for t in trials], next(t.variance for t in trials if t.kept)
+                                                      log=lambda m: print(m, file=sys.stderr, flush=True),
+                                                      cubature_tolerance=args.cubature_tolerance)
+    kept = next(t for t in trials if t.kept)
+    return rs, bases, cubs, [asdict(t) for t in trials], {"variance": kept.variance,
+                                                          "cubature_tolerance": kept.cubature_tolerance}
 
 
 def _training_range(rs: Any, run: Any) -> dict[str, float]:
@@ -307,16 +320,18 @@ def _training_range(rs: Any, run: Any) -> dict[str, float]:
 
 def _save_model(
     out: str, system: Any, bases: list, cubs: list, robot_yaml: Any, robot_name: str, train_motion: str, dt: float,
-    duration: float, mesh_scale: float | None, modes: int | None, variance: float, replay_tolerance: float,
+    duration: float, mesh_scale: float | None, modes: int | None, kept: dict[str, float], replay_tolerance: float,
 ) -> str:
-    """Write the artifact with the training settings `retarget reduce` records; returns the path written."""
+    """Write the artifact with the training settings `retarget reduce` records (``kept``: the variance and cubature
+    tolerance of the model written); returns the path written."""
     from retarget.sim.reduced.artifact import save_reduced
 
     by_variance = modes is None
     return str(save_reduced(out, system, bases, cubs, robot_yaml, robot_name, {
         "train_motion": train_motion, "dt": dt, "duration": duration, "mesh_scale": mesh_scale,
-        "modes_cap": modes, "variance": variance if by_variance else None,
+        "modes_cap": modes, "variance": kept["variance"] if by_variance else None,
         "replay_tolerance": replay_tolerance if by_variance else None,
+        "cubature_tolerance": kept["cubature_tolerance"],
     }))
 
 
@@ -375,7 +390,7 @@ def _reduce(args: argparse.Namespace) -> int:
     from retarget.sim.motion_input import motors_from_motion
     from retarget.sim.simulate import simulate
 
-    _validate(args.dt, args.modes, args.duration, args.variance, args.replay_tolerance)
+    _validate(args.dt, args.modes, args.duration, args.variance, args.replay_tolerance, args.cubature_tolerance)
     path, model, system = load_robot_system(args.robot, args.mesh_scale)
     motors, t_end = motors_from_motion(_resolve("motion", args.train_motion), model.motors)
     if args.duration is not None:
@@ -384,9 +399,9 @@ def _reduce(args: argparse.Namespace) -> int:
     full = simulate(system, motors, t_end, args.dt, progress=_progress("full (train)"))
     wall_full = time.perf_counter() - t0
     tracked = tracked_links(model, system.rigid)
-    _, bases, cubs, replay, variance = _train(system, full, motors, tracked, args)
+    _, bases, cubs, replay, kept = _train(system, full, motors, tracked, args)
     out = _save_model(args.out, system, bases, cubs, path, model.name, args.train_motion, args.dt, t_end,
-                      args.mesh_scale, args.modes, variance, args.replay_tolerance)
+                      args.mesh_scale, args.modes, kept, args.replay_tolerance)
     res = {
         "robot": model.name, "out": str(out), "modes": [b.size - b.n_rigid for b in bases],
         "captured_variance": [b.captured_variance for b in bases],

@@ -25,12 +25,18 @@ from retarget.sim.reduced.system import (
 )
 from retarget.sim.system import System
 
-__all__ = ["TRAINING_RANGE_WARN", "ReducedResult", "ReplayCheck", "build_checked_by_replay", "build_from_result",
-           "compare_tracked", "simulate_reduced", "tracked_distances", "training_range", "training_range_warning"]
+__all__ = ["DEFAULT_CUBATURE_TOLERANCE", "MIN_CUBATURE_TOLERANCE", "TRAINING_RANGE_WARN", "ReducedResult",
+           "ReplayCheck", "build_checked_by_replay", "build_from_result", "compare_tracked", "simulate_reduced",
+           "tracked_distances", "training_range", "training_range_warning"]
 
 #: Default tolerance of the training-replay check: RMS tracked-body error of the reduced replay of the training
 #: motion, relative to the tracked bodies' peak travel in the full training run.
 DEFAULT_REPLAY_TOLERANCE: float = 0.001
+
+#: Relative training error of the cubature (:func:`~retarget.sim.reduced.cubature.train_cubature`) by default, and
+#: the tightest the replay check goes to (tenfold per trial).
+DEFAULT_CUBATURE_TOLERANCE: float = 1e-3
+MIN_CUBATURE_TOLERANCE: float = 1e-6
 
 
 #: A part deforming more than this multiple of its largest training deformation is reported as extrapolating.
@@ -50,7 +56,7 @@ def build_from_result(
     result: object,
     n_modes: int | None = None,
     variance: float = DEFAULT_VARIANCE,
-    cubature_tolerance: float = 1e-3,
+    cubature_tolerance: float = DEFAULT_CUBATURE_TOLERANCE,
     cubature_samples: int = 60,
     max_snapshots: int = 2000,
 ) -> tuple[ReducedSystem, list[ReducedBasis], list[Cubature]]:
@@ -105,7 +111,8 @@ class ReplayCheck:
     Attributes:
         variance: the variance criterion tried. modes: PCA modes per component. error_rel: RMS tracked-body error
         of the replay relative to the peak travel (inf: the replay failed). error_m: that RMS [m]. message: why a
-        replay failed ("" when it ran). kept: this trial's model is the one returned.
+        replay failed ("" when it ran). kept: this trial's model is the one returned. cubature_tolerance: the
+        cubature's training tolerance in this trial.
     """
 
     variance: float
@@ -114,6 +121,7 @@ class ReplayCheck:
     error_m: float
     message: str = ""
     kept: bool = False
+    cubature_tolerance: float = DEFAULT_CUBATURE_TOLERANCE
 
 
 def build_checked_by_replay(
@@ -126,6 +134,7 @@ def build_checked_by_replay(
     tolerance: float = DEFAULT_REPLAY_TOLERANCE,
     max_tightenings: int = 8,
     log: Callable[[str], None] | None = None,
+    cubature_tolerance: float = DEFAULT_CUBATURE_TOLERANCE,
 ) -> tuple[ReducedSystem, list[ReducedBasis], list[Cubature], list[ReplayCheck]]:
     """Bases chosen by variance, tightened until the reduced model replays its own training motion.
 
@@ -133,17 +142,20 @@ def build_checked_by_replay(
     rod at 99.99 % keeps 2 modes and replays its own 30° step with a 22 % tip error; 4 modes: 0.26 %). So the
     training motion is simulated with the reduced model (compiled engine, same ``dt``) and the tracked bodies
     compared with the full run; while the RMS error exceeds ``tolerance`` × the tracked bodies' peak travel, the
-    uncaptured variance is divided by 10 (more modes where the snapshots support them) and the model rebuilt. The
-    first model within tolerance is returned, else the most accurate one tried. A replay says nothing about
-    motions larger than the training one (the rod's 4 modes fail a 45° step, docs/reduced.md §4).
+    uncaptured variance is divided by 10 (more modes where the snapshots support them) and the model rebuilt; once
+    every component has all the modes its snapshots support (or after ``max_tightenings``), the cubature's training
+    tolerance is divided by 10 instead (more elements), down to :data:`MIN_CUBATURE_TOLERANCE`. The first model
+    within tolerance is returned, else the most accurate one tried. A replay says nothing about motions larger than
+    the training one (the rod's 4 modes fail a 45° step, docs/reduced.md §4; :func:`training_range`).
 
     Args:
         system, result: the absolute system and its full training run (every step stored).
         motors: the training motors. dt: the training step [s].
         tracked: rigid bodies compared.
         variance: the starting variance criterion. tolerance: relative RMS error accepted.
-        max_tightenings: at most this many tenfold tightenings.
+        max_tightenings: at most this many tenfold tightenings of the variance.
         log: receives one line per trial.
+        cubature_tolerance: the cubature training tolerance while the variance is tightened.
 
     Returns:
         The reduced system, bases, cubatures, and every trial (the returned model's marked ``kept``).
@@ -158,29 +170,37 @@ def build_checked_by_replay(
     trials: list[ReplayCheck] = []
     best: tuple[int, tuple] | None = None  # (index in trials, model)
     v = float(variance)
-    for _ in range(max_tightenings + 1):
-        built = build_from_result(system, result, variance=v)
+    c = float(cubature_tolerance)
+    tightenings = 0
+    while True:
+        built = build_from_result(system, result, variance=v, cubature_tolerance=c)
         modes = tuple(b.n_pca for b in built[1])
-        if not trials or modes != trials[-1].modes:
+        if not trials or (modes, c) != (trials[-1].modes, trials[-1].cubature_tolerance):
             try:
                 run = simulate_compiled(built[0], motors, duration, dt)
                 diff = np.concatenate(list(tracked_distances(result, run, tracked).values()))
                 rms = float(np.sqrt(np.mean(diff**2)))
-                trial = ReplayCheck(v, modes, rms / travel if travel > 0 else 0.0, rms)
+                trial = ReplayCheck(v, modes, rms / travel if travel > 0 else 0.0, rms, cubature_tolerance=c)
             except SimulationError as exc:
-                trial = ReplayCheck(v, modes, float("inf"), float("inf"), str(exc))
+                trial = ReplayCheck(v, modes, float("inf"), float("inf"), str(exc), cubature_tolerance=c)
             trials.append(trial)
             if log is not None:
-                log(f"replay check: variance {v:.12g}, PCA modes {list(modes)}: tracked RMS error "
+                log(f"replay check: variance {v:.12g}, PCA modes {list(modes)}, cubature tolerance {c:.3g} "
+                    f"(elements {[len(cub.elements) for cub in built[2]]}): tracked RMS error "
                     f"{100 * trial.error_rel:.3g} % of the peak travel ({travel:.3g} m)"
                     + (f" ({trial.message})" if trial.message else ""))
             if best is None or trial.error_rel < trials[best[0]].error_rel:
                 best = (len(trials) - 1, built)
             if trial.error_rel <= tolerance:
                 break
-        if v >= 1.0 or all(b.n_pca >= len(b.spectrum) for b in built[1]):
-            break  # every component already has every mode its snapshots support
-        v = 1.0 - float(f"{(1.0 - v) / 10.0:.6g}")  # 0.9999 → 0.99999 …, without accumulating round-off
+        all_modes = v >= 1.0 or all(b.n_pca >= len(b.spectrum) for b in built[1])
+        if not all_modes and tightenings < max_tightenings:
+            v = 1.0 - float(f"{(1.0 - v) / 10.0:.6g}")  # 0.9999 → 0.99999 …, without accumulating round-off
+            tightenings += 1
+        elif c > MIN_CUBATURE_TOLERANCE:
+            c = max(MIN_CUBATURE_TOLERANCE, float(f"{c / 10.0:.6g}"))  # then the cubature, with the last basis
+        else:
+            break
     assert best is not None
     # The first trial within tolerance is also the most accurate so far (every earlier one was above it).
     trials[best[0]] = replace(trials[best[0]], kept=True)
