@@ -21,31 +21,6 @@ import os
 import sys
 import time
 
-import numpy as np
-
-
-def verify_at(result, dt: float) -> dict:
-    """Naive and optimized profiles re-simulated at step ``dt``, measured against the targets interpolated."""
-    import numpy as np
-    from scipy.interpolate import CubicSpline
-
-    from retarget.optimize.adjoint import rollout
-    from retarget.optimize.objective import deviation_metrics
-
-    pp = result.pp
-    prob = pp.problem
-    n = int(round(prob.n_steps * prob.dt / dt))
-    times = np.arange(n + 1) * dt
-    target = CubicSpline(pp.targets.times, pp.targets.positions, axis=0)(times)
-    out: dict = {"dt_s": dt, "steps": n}
-    started = time.perf_counter()
-    for name, profiles in (("naive", pp.fit.profiles), ("optimized", result.profiles)):
-        run = rollout(prob.engine, prob.start, profiles, dt, n)
-        out[name] = deviation_metrics(prob.poses.positions(run.matrix), target)
-    out["peak_ratio"] = out["optimized"]["peak_deviation_m"] / out["naive"]["peak_deviation_m"]
-    out["wall_s"] = time.perf_counter() - started
-    return out
-
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -121,7 +96,9 @@ def main() -> int:
         return 1
     metrics = result.metrics()
     if args.verify_dt:
-        metrics["verify"] = verify_at(result, args.verify_dt)
+        from retarget.optimize.planner import verify_plan
+
+        metrics["verify"] = verify_plan(result, args.verify_dt)
     out = {"robot": args.robot, "motion": args.motion, **metrics, "model": pm.info,
            "wall_s_model": wall_model, "wall_s_total": time.perf_counter() - started, "threads": threads,
            "load_average": os.getloadavg(), "engine": f"{type(engine).__module__}.{type(engine).__name__}",

@@ -27,6 +27,8 @@ def test_plan_cli_prints_the_contract_keys_and_writes_files(tiny_robot, capsys):
         assert {"peak_deviation_m", "rms_deviation_m"} <= set(report[variant])
     # 0.1 s of ring-out is too short to identify a mode: no shaped baselines, and the report says why.
     assert "zvd" not in report and any("ZV/ZVD" in w for w in report["warnings"])
+    # Verified at the default finer step, dt / 5.
+    assert report["verify"]["dt_s"] == pytest.approx(0.001) and isinstance(report["verify"]["holds"], bool)
     assert out_csv.is_file() and out_csv.with_suffix(".yaml").is_file()
     for name in ("tracked_bodies.png", "deviation.png", "motors.png", "trajectories.npz"):
         assert (tiny_robot / "report" / name).is_file()

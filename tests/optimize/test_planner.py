@@ -142,6 +142,28 @@ def test_naive_variant_is_the_first_evaluation(rod_systems):
     assert naive.metrics == again.metrics
 
 
+def test_verify_plan_at_the_planning_step_reproduces_the_plan_and_runs_finer(rod_systems):
+    """Re-simulated at the planning step the naive and optimized deviations are the plan's own; at a finer step
+    the same profiles give a verdict (``holds``) from the two peak ratios."""
+    from retarget.optimize.planner import verify_plan
+
+    _, rs = rod_systems
+    limits = MotorLimits.build(("m",), {"m": (-0.2, 0.3, 0.0)})
+    result = run_plan(reduced_engine(rs, 1e-10), _motion(), _bodies(), limits, OPTIONS)
+    same = verify_plan(result, OPTIONS.dt)
+    assert same["steps"] == result.pp.problem.n_steps
+    for name in ("naive", "optimized"):
+        for key, value in result.variants[name].metrics.items():
+            assert same[name][key] == pytest.approx(value, rel=1e-9, abs=1e-12), (name, key)
+    assert same["peak_ratio"] == pytest.approx(same["planning_peak_ratio"], rel=1e-9) and same["holds"]
+    fine = verify_plan(result, OPTIONS.dt / 5)
+    assert fine["steps"] == 5 * result.pp.problem.n_steps and fine["dt_s"] == OPTIONS.dt / 5
+    ratio, planned = fine["peak_ratio"], fine["planning_peak_ratio"]
+    assert fine["holds"] == (planned >= 1 or 1 - ratio >= 0.5 * (1 - planned))
+    with pytest.raises(ValueError, match="positive"):
+        verify_plan(result, 0.0)
+
+
 def test_plan_request_budget_counts_the_model_loading(tiny_artifact, monkeypatch, tmp_path):
     from retarget.optimize.errors import TimeBudgetError
 

@@ -115,7 +115,7 @@ def _model_args(p: argparse.ArgumentParser) -> None:
                    help=f"at most N deformation modes per flexible part of a model trained here (default "
                         f"{DEFAULT_PLAN_MODES})")
     p.add_argument("--dt", type=float, default=0.005, help="simulation step of the planner [s] (default 0.005, as "
-                   "the planner node; bench/bench_plan.py --verify-dt re-simulates a plan at a finer step)")
+                   "the planner node; `retarget plan` re-simulates the result at a finer step, --verify-dt)")
     p.add_argument("--mesh-axial", type=int, default=20, help="rod mesh layers of the training mesh (default 20)")
     p.add_argument("--mesh-around", type=int, default=6, help="rod mesh corner nodes around (default 6)")
     p.add_argument("--dt-train", type=float, default=1e-3, help="step of the full training simulation [s]")
@@ -159,9 +159,11 @@ def _plan(args: argparse.Namespace) -> int:
     from retarget.errors import InputError
     from retarget.motion import save_motion
     from retarget.optimize.engines import reduced_engine
-    from retarget.optimize.planner import PlanOptions, limits_for, run_plan
+    from retarget.optimize.planner import PlanOptions, limits_for, run_plan, verify_plan
     from retarget.optimize.weights import merge_tracked_weights, parse_tracked_bodies
 
+    if args.verify_dt is not None and args.verify_dt < 0:
+        raise InputError(f"--verify-dt must be positive (or 0: no verification), got {args.verify_dt}")
     started = time.perf_counter()
     pm, motion = _load(args)
     bodies = merge_tracked_weights(parse_tracked_bodies(pm.config.get("tracked_bodies")), args.weight or [])
@@ -188,6 +190,16 @@ def _plan(args: argparse.Namespace) -> int:
     result = run_plan(engine, motion, bodies, limits_for(pm.model, pm.config), options, progress, callback)
     bar.close()
     metrics = result.metrics()
+    verify_dt = args.dt / 5 if args.verify_dt is None else args.verify_dt
+    if verify_dt > 0 and "optimized" in result.variants and "naive" in result.variants:
+        print(f"verifying the plan at dt {verify_dt:g} s (naive and optimized re-simulated)", file=sys.stderr)
+        metrics["verify"] = check = verify_plan(result, verify_dt)
+        if not check["holds"]:
+            result.warnings.append(
+                f"the optimized profiles' improvement does not hold at dt {verify_dt:g} s: peak deviation "
+                f"{check['peak_ratio']:.2f}x naive there, {check['planning_peak_ratio']:.2f}x at the planning dt "
+                f"{args.dt:g} s - plan with a smaller --dt")
+            metrics["warnings"] = list(result.warnings)
     metrics["wall_s"] = time.perf_counter() - started
     metrics["model"] = pm.info
     opt = result.profiles
@@ -319,5 +331,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "N steps and interpolate between (default 1: every step; for long, always-moving motions)")
     p.add_argument("--time-budget", type=float, default=None, metavar="S", help="wall-time budget of the planning "
                    "[s] (targets, optimization, baselines; not the model): the best iterate when it runs out")
+    p.add_argument("--verify-dt", type=float, default=None, metavar="S", help="re-simulate the naive and optimized "
+                   "profiles at this finer step and warn when the improvement does not hold there (default: "
+                   "--dt / 5; 0: no verification)")
     _model_args(p)
     p.set_defaults(func=_plan)
