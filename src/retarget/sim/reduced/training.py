@@ -38,7 +38,6 @@ DEFAULT_REPLAY_TOLERANCE: float = 0.001
 DEFAULT_CUBATURE_TOLERANCE: float = 1e-3
 MIN_CUBATURE_TOLERANCE: float = 1e-6
 
-
 #: A part deforming more than this multiple of its largest training deformation is reported as extrapolating.
 #: The single rod trained on step_30 followed step_45_fast within 6 mm while its deformation stayed ≤ 0.98 × the
 #: training's largest, and drifted to 0.3 m RMS once a return beyond the servo's speed whipped it to 2.3–2.7 ×
