@@ -44,8 +44,8 @@ def _add_basis_options(p: argparse.ArgumentParser) -> None:
                         f"{DEFAULT_REPLAY_TOLERANCE:g}; 0: no replay check; ignored with --modes)")
     p.add_argument("--cubature-tolerance", type=float, default=DEFAULT_CUBATURE_TOLERANCE, metavar="F",
                    help="relative training error of the cubature (default "
-                        f"{DEFAULT_CUBATURE_TOLERANCE:g}); the replay check tightens it tenfold per trial with "
-                        "--variance, to 1e-6 at most")
+                        f"{DEFAULT_CUBATURE_TOLERANCE:g}); once --variance has all the modes the snapshots support "
+                        "and the replay is still off, the replay check tightens it tenfold per trial, to 1e-6")
 
 
 def register_check(subparsers: argparse._SubParsersAction) -> None:
