@@ -109,3 +109,37 @@ def test_falling_too_far_behind_restarts_at_rest(rod_twin_model) -> None:
     steps = sim.advance(60.0)
     assert sim.stats.resyncs == 1 and sim.stats.dropped_s == pytest.approx(0.3)
     assert steps == 0 and sim.time == pytest.approx(0.3) and "behind the servos" in lines[0]
+
+
+def test_training_range_is_tracked_and_warned_once(rod_twin_model, live_and_offline) -> None:
+    """With the training range recorded at half the largest deformation of the servo step, the live twin reports
+    2x for the rod and logs one warning (the test artifact's cantilever basis records none: not tracked)."""
+    from dataclasses import replace
+
+    from retarget.sim.reduced.engine import simulate_compiled
+
+    sim0 = live_and_offline[0]
+    assert sim0.stats.training_range == {}
+    rs = rod_twin_model.reduced
+    body = rs.bodies[0]
+    sl = rs.z_slice_u(0)
+    samples = _servo_run(0.4)
+    history = MotorHistory(1)
+    for s in samples:
+        history.append(*s)
+    start = sim0.engine.solve_static(history.value(0.0)).native
+    run = simulate_compiled(rs, history, 0.4, sim0.dt, start=start)
+    z_def = run.states[:, sl.start + body.basis.n_rigid : sl.stop]
+    largest = float(np.max(np.linalg.norm(z_def, axis=1)))
+    basis = replace(body.basis, training_norm=0.5 * largest)
+    model = replace(rod_twin_model, reduced=replace(rs, bodies=(replace(body, basis=basis),)))
+    lines: list[str] = []
+    sim = TwinSimulation(model, log=lines.append)
+    sim.push(*samples[0])
+    sim.start()
+    for s in samples[1:]:
+        sim.push(*s)
+    sim.advance(60.0)
+    assert sim.stats.training_range[body.name] == pytest.approx(2.0, rel=1e-6)
+    warned = [line for line in lines if "training deformation" in line]
+    assert len(warned) == 1 and body.name in warned[0] and "extrapolates" in warned[0]

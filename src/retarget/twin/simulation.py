@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
@@ -103,6 +103,9 @@ class SimulationStats:
         steps: engine steps taken. step_wall_s: wall time spent in them [s].
         resyncs: restarts after the lag exceeded ``max_lag_s``. dropped_s: simulated time skipped by them [s].
         failures: engine failures (Newton / divergence), each followed by a restart at rest.
+        training_range: per flexible part, its largest deformation so far as a multiple of the largest in the
+            model's training run (:func:`retarget.sim.reduced.training.training_range`; parts whose model does not
+            record it are absent).
     """
 
     steps: int = 0
@@ -110,6 +113,7 @@ class SimulationStats:
     resyncs: int = 0
     dropped_s: float = 0.0
     failures: int = 0
+    training_range: dict[str, float] = field(default_factory=dict)
 
     def real_time_factor(self, dt: float) -> float:
         """Simulated seconds per wall second while stepping (≥ 1: keeps up with the servos)."""
@@ -143,6 +147,11 @@ class TwinSimulation:
         self._prev2 = None
         self._index = 0
         self._body_index = [model.reduced.rigid_index(b) for b in model.bodies]
+        rs = model.reduced
+        # (part, slice of its deformation coordinates in S, largest training deformation) where recorded.
+        self._ranges = [(b.name, slice(rs.z_slice_u(d).start + b.basis.n_rigid, rs.z_slice_u(d).stop),
+                         b.basis.training_norm) for d, b in enumerate(rs.bodies) if b.basis.training_norm > 0.0]
+        self._range_warned: set[str] = set()
 
     @property
     def started(self) -> bool:
@@ -215,6 +224,7 @@ class TwinSimulation:
             self._prev2, self._prev = self._prev, new
             self._index += 1
             steps += 1
+            self._track_range(new.s)
             if on_step is not None:
                 on_step(self.time, self.poses())
             if time.perf_counter() - began > max_wall_s:
@@ -222,6 +232,21 @@ class TwinSimulation:
         # BDF2 needs the samples back to t_{n-1}; older ones are never read again.
         self.history.drop_before(self.time - 2 * self.dt)
         return steps
+
+    def _track_range(self, s: NDArray[np.float64]) -> None:
+        """Update :attr:`SimulationStats.training_range`; log once per part when it passes the warning limit."""
+        from retarget.sim.reduced.training import TRAINING_RANGE_WARN
+
+        seen = self.stats.training_range
+        for name, sl, norm in self._ranges:
+            ratio = float(np.linalg.norm(s[sl])) / norm
+            if ratio > seen.get(name, 0.0):
+                seen[name] = ratio
+                if ratio > TRAINING_RANGE_WARN and name not in self._range_warned:
+                    self._range_warned.add(name)
+                    self._log(f"twin: {name} deforms {ratio:.2f}x its largest training deformation at t = "
+                              f"{self.time:.3f} s: the reduced model extrapolates, its motion is not to be trusted "
+                              "(train it on a motion that covers this one)")
 
     def state(self) -> NDArray[np.float64]:
         """The current state ``S = [U, V, λ]`` (n_S,)."""

@@ -112,7 +112,9 @@ def run(args: argparse.Namespace) -> int:
                 rtf = report_steps * sim.dt / report_wall if report_wall > 0 else float("nan")
                 _log(f"twin: real-time factor {rtf:.2f} ({report_steps / report_wall:.0f} steps/s at dt "
                      f"{sim.dt * 1e3:g} ms), lag {sim.lag_s * 1e3:.0f} ms, restarts {sim.stats.resyncs}, "
-                     f"engine failures {sim.stats.failures}")
+                     f"engine failures {sim.stats.failures}"
+                     + "".join(f", {name} at {r:.2f}x its training range"
+                               for name, r in sim.stats.training_range.items()))
                 last_report, report_steps, report_wall = now, 0, 0.0
     finally:
         writer.close()
