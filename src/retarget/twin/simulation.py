@@ -134,6 +134,7 @@ class TwinSimulation:
     def __init__(self, model: TwinModel, dt: float | None = None, tolerance: float = 1e-10,
                  max_lag_s: float = 5.0, log: Callable[[str], None] | None = None) -> None:
         from retarget.sim.reduced.engine import DEFAULT_DT, CompiledReducedEngine
+        from retarget.sim.reduced.training import TRAINING_RANGE_WARN
 
         self.model = model
         self.dt = float(dt if dt is not None else DEFAULT_DT)
@@ -152,6 +153,7 @@ class TwinSimulation:
         self._ranges = [(b.name, slice(rs.z_slice_u(d).start + b.basis.n_rigid, rs.z_slice_u(d).stop),
                          b.basis.training_norm) for d, b in enumerate(rs.bodies) if b.basis.training_norm > 0.0]
         self._range_warned: set[str] = set()
+        self._range_limit = TRAINING_RANGE_WARN
 
     @property
     def started(self) -> bool:
@@ -235,14 +237,12 @@ class TwinSimulation:
 
     def _track_range(self, s: NDArray[np.float64]) -> None:
         """Update :attr:`SimulationStats.training_range`; log once per part when it passes the warning limit."""
-        from retarget.sim.reduced.training import TRAINING_RANGE_WARN
-
         seen = self.stats.training_range
         for name, sl, norm in self._ranges:
             ratio = float(np.linalg.norm(s[sl])) / norm
             if ratio > seen.get(name, 0.0):
                 seen[name] = ratio
-                if ratio > TRAINING_RANGE_WARN and name not in self._range_warned:
+                if ratio > self._range_limit and name not in self._range_warned:
                     self._range_warned.add(name)
                     self._log(f"twin: {name} deforms {ratio:.2f}x its largest training deformation at t = "
                               f"{self.time:.3f} s: the reduced model extrapolates, its motion is not to be trusted "

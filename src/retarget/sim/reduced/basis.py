@@ -143,6 +143,12 @@ def interface_modes(
     return modes
 
 
+def _largest_deformation(snapshots: NDArray[np.float64], mass: sp.spmatrix, basis: NDArray[np.float64]) -> float:
+    """``max ‖z_def‖`` of the snapshots over the basis' non-rigid coordinates (its ``training_norm``)."""
+    z_def = np.asarray(snapshots, dtype=float) @ (mass @ basis[:, 6:])
+    return float(np.max(np.linalg.norm(z_def, axis=1)))
+
+
 def mass_pca_basis(
     snapshots: NDArray[np.float64],
     rest_local: NDArray[np.float64],
@@ -195,9 +201,8 @@ def mass_pca_basis(
     floor = 1e-12 * raw  # below: round-off of the projections
     if total <= floor:
         if extra.shape[1] and (not n_modes or cap):
-            z_def = np.asarray(snapshots, dtype=float) @ (mass @ fixed[:, 6:])
             return ReducedBasis(fixed, 6, 1.0, np.zeros(0), extra.shape[1],
-                                float(np.max(np.linalg.norm(z_def, axis=1))))
+                                _largest_deformation(snapshots, mass, fixed))
         what = "rigid motion and the interface modes" if extra.shape[1] else "rigid motion"
         raise TrainingDataError(f"asked for {n_modes} deformation modes; the snapshots support 0 beyond {what}"
                                 if n_modes else f"snapshots contain no deformation beyond {what}")
@@ -212,6 +217,5 @@ def mass_pca_basis(
         k = min(int(n_modes), usable)
     modes = d @ (vec[:, :k] / np.sqrt(lam[:k]))
     basis = _m_orthonormalize(np.hstack([fixed, modes]), mass)
-    z_def = np.asarray(snapshots, dtype=float) @ (mass @ basis[:, 6:])
     return ReducedBasis(basis, 6, float(lam[:k].sum() / total), lam[:usable].copy(), extra.shape[1],
-                        float(np.max(np.linalg.norm(z_def, axis=1))))
+                        _largest_deformation(snapshots, mass, basis))
