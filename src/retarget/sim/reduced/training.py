@@ -96,9 +96,9 @@ def build_from_result(
             extra = interface_modes(body.elastic.tangent_stiffness(np.zeros(body.n_dofs)), rows[0], rows[1:])
         basis = mass_pca_basis(local, rest_local, body.mass_matrix, n_modes=n_modes, variance=variance,
                                extra_modes=extra, cap=True)
-        zs = local @ (body.mass_matrix @ basis.modes)
-        pick = _evenly_spaced(len(zs), cubature_samples)
-        cubatures.append(train_cubature(body.elastic, basis.modes, zs[pick], tolerance=cubature_tolerance))
+        # Only the cubature's samples are projected (mass_pca_basis projected all of them for its training range).
+        zs = local[_evenly_spaced(len(local), cubature_samples)] @ (body.mass_matrix @ basis.modes)
+        cubatures.append(train_cubature(body.elastic, basis.modes, zs, tolerance=cubature_tolerance))
         bases.append(basis)
     return build_reduced_system(system, bases, cubatures), bases, cubatures
 
