@@ -134,7 +134,6 @@ class TwinSimulation:
     def __init__(self, model: TwinModel, dt: float | None = None, tolerance: float = 1e-10,
                  max_lag_s: float = 5.0, log: Callable[[str], None] | None = None) -> None:
         from retarget.sim.reduced.engine import DEFAULT_DT, CompiledReducedEngine
-        from retarget.sim.reduced.training import TRAINING_RANGE_WARN
 
         self.model = model
         self.dt = float(dt if dt is not None else DEFAULT_DT)
@@ -149,11 +148,9 @@ class TwinSimulation:
         self._index = 0
         self._body_index = [model.reduced.rigid_index(b) for b in model.bodies]
         rs = model.reduced
-        # (part, slice of its deformation coordinates in S, largest training deformation) where recorded.
-        self._ranges = [(b.name, slice(rs.z_slice_u(d).start + b.basis.n_rigid, rs.z_slice_u(d).stop),
-                         b.basis.training_norm) for d, b in enumerate(rs.bodies) if b.basis.training_norm > 0.0]
+        # z of every part in S (as CompiledRun.coordinates), when some part records its training range.
+        self._z = slice(7 * rs.n_rigid, rs.n_u) if any(b.basis.training_norm > 0.0 for b in rs.bodies) else None
         self._range_warned: set[str] = set()
-        self._range_limit = TRAINING_RANGE_WARN
 
     @property
     def started(self) -> bool:
@@ -237,16 +234,18 @@ class TwinSimulation:
 
     def _track_range(self, s: NDArray[np.float64]) -> None:
         """Update :attr:`SimulationStats.training_range`; log once per part when it passes the warning limit."""
+        from retarget.sim.reduced.training import training_range, training_range_warning
+
+        if self._z is None:
+            return
         seen = self.stats.training_range
-        for name, sl, norm in self._ranges:
-            ratio = float(np.linalg.norm(s[sl])) / norm
+        for name, ratio in training_range(self.model.reduced, s[None, self._z]).items():
             if ratio > seen.get(name, 0.0):
                 seen[name] = ratio
-                if ratio > self._range_limit and name not in self._range_warned:
+                warning = None if name in self._range_warned else training_range_warning({name: ratio})
+                if warning:
                     self._range_warned.add(name)
-                    self._log(f"twin: {name} deforms {ratio:.2f}x its largest training deformation at t = "
-                              f"{self.time:.3f} s: the reduced model extrapolates, its motion is not to be trusted "
-                              "(train it on a motion that covers this one)")
+                    self._log(f"twin: at t = {self.time:.3f} s {warning}")
 
     def state(self) -> NDArray[np.float64]:
         """The current state ``S = [U, V, λ]`` (n_S,)."""
