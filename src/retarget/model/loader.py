@@ -199,6 +199,7 @@ def load_robot(
     name: str | None = None,
     mesh_scale: float = 1.0,
     resolution: Mapping[str, Mapping[str, int]] | None = None,
+    merge_fixed: bool = True,
 ) -> RobotModel:
     """Load ``config/<robot>.yaml`` + URDF/xacro into a :class:`RobotModel` (world frame at zero joint values).
 
@@ -211,6 +212,11 @@ def load_robot(
         resolution: per flexible part name, element counts overriding the YAML's ``mesh.resolution``
             (``axial``, ``around`` for rods; ``axial``, ``width``, ``thickness`` for bars and plates); applied
             before ``mesh_scale``.
+        merge_fixed: merge a link with mass welded by a fixed joint to a parent link into one rigid body (mass,
+            centre of mass and inertia combined; the parent's name and frame), so the simulation carries neither
+            its 6 coordinates nor the weld's 6 constraint rows. Links welded to the world, tracked links and
+            links welded to a tracked link stay separate (a tracked body's centre of mass is what is tracked).
+            ``RobotModel.merged_links`` maps each merged link to its body. False keeps every link with mass.
 
     Raises:
         ModelError: unreadable files, unknown links/joints, bad flexible parts or loop joints, a non-positive
@@ -240,7 +246,8 @@ def load_robot(
         raise ModelError(f"resolution given for unknown flexible parts {sorted(unknown_parts)}")
     replaced = {str(f.get("link", "")) for f in flex_specs}
     b = RobotBuilder(name or robot.name or yaml_path.stem, gravity=cfg.get("gravity", [0.0, 0.0, -9.81]))
-    # Massless links welded by fixed joints merge into their parent (alias map link -> body name or None=world).
+    # Massless links welded by fixed joints merge into their parent; so do links with mass (merge_fixed), except
+    # into the world or into/out of a tracked link. alias: link -> its body's name, or None = the world.
     alias: dict[str, str | None] = {root: None}
     parent_joint = {j.child: j for j in robot.joints}
     massive = {}
@@ -250,28 +257,49 @@ def load_robot(
         if link.inertial is not None and link.inertial.mass and link.inertial.mass > 0:
             massive[link.name] = link
     order = [lk.name for lk in robot.links]
+    tracked = {str(tb.get("link", "")) for tb in cfg.get("tracked_bodies") or [] if isinstance(tb, Mapping)}
 
     def resolve(n: str) -> str | None:
-        seen = set()
-        while n not in alias:
-            if n in massive:
-                alias[n] = n
+        chain: list[str] = []
+        cur = n
+        while cur not in alias:
+            if cur in chain:
+                raise ModelError(f"link {n!r}: fixed joints form a cycle")
+            chain.append(cur)
+            j = parent_joint.get(cur)
+            welded = j is not None and j.type == "fixed"
+            if cur in massive:
+                if not (merge_fixed and welded and cur not in tracked and j.parent not in replaced):
+                    alias[cur] = cur
+                    break
+                up = resolve(j.parent)
+                if up is None or up in tracked:
+                    alias[cur] = cur
+                    break
+                alias[cur] = up
                 break
-            j = parent_joint.get(n)
-            if j is None or j.type != "fixed" or n in seen:
-                raise ModelError(f"link {n!r} has no mass and is not welded to a parent: give it an inertial")
-            seen.add(n)
-            n = j.parent
+            if not welded:
+                raise ModelError(f"link {cur!r} has no mass and is not welded to a parent: give it an inertial")
+            cur = j.parent
+        for c in chain:
+            alias[c] = alias[cur]
         return alias[n]
 
+    groups: dict[str, list[str]] = {}
     for n in order:
         if n in massive:
-            link = massive[n]
-            t = poses[n]
-            inr = link.inertial
-            t_in = t @ (inr.origin if inr.origin is not None else np.eye(4))
+            groups.setdefault(str(resolve(n)), []).append(n)
+    for body, members in groups.items():
+        parts = []
+        for n in members:
+            inr = massive[n].inertial
+            t_in = poses[n] @ (inr.origin if inr.origin is not None else np.eye(4))
             rot = t_in[:3, :3]
-            b.add_link(n, float(inr.mass), t_in[:3, 3], rot @ np.asarray(inr.inertia, dtype=float) @ rot.T, t[:3, 3], t[:3, :3])
+            parts.append((float(inr.mass), t_in[:3, 3], rot @ np.asarray(inr.inertia, dtype=float) @ rot.T))
+        mass, com, inertia = _composite(parts)
+        t = poses[body]
+        b.add_link(body, mass, com, inertia, t[:3, 3], t[:3, :3])
+    merged = {n: str(alias[n]) for n in massive if alias[n] != n}
     motors = [str(m) for m in cfg.get("motors") or []]
     for j in robot.joints:
         if j.parent in replaced or j.child in replaced:
@@ -281,7 +309,7 @@ def load_robot(
         if j.type not in _URDF_KINDS:
             raise ModelError(f"joint {j.name!r}: URDF type {j.type!r} is not supported")
         pa, ch = resolve(j.parent), resolve(j.child)
-        if j.type == "fixed" and (j.child not in massive):
+        if j.type == "fixed" and alias[j.child] != j.child:
             continue  # merged
         if pa == ch:
             continue
@@ -337,4 +365,17 @@ def load_robot(
     b.set_motors(motors)
     for tb in cfg.get("tracked_bodies") or []:
         b.track(str(tb["link"]), float(tb.get("position_weight", 1.0)), float(tb.get("orientation_weight", 0.0)))
-    return b.build()
+    return b.build(merged_links=merged)
+
+
+def _composite(
+    parts: list[tuple[float, NDArray[np.float64], NDArray[np.float64]]],
+) -> tuple[float, NDArray[np.float64], NDArray[np.float64]]:
+    """Mass, centre of mass and inertia about it (world axes) of rigidly joined ``(mass, com, inertia)`` parts."""
+    mass = sum(m for m, _, _ in parts)
+    com = sum(m * c for m, c, _ in parts) / mass
+    inertia = np.zeros((3, 3))
+    for m, c, i in parts:
+        d = c - com
+        inertia += i + m * (float(d @ d) * np.eye(3) - np.outer(d, d))
+    return float(mass), np.asarray(com, dtype=float), inertia

@@ -8,7 +8,7 @@ point and axes; a flexible part is a tet mesh already placed in the world. The U
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,6 +142,8 @@ class RobotModel:
         motors: names of motorized joints (hinge or prismatic), in command order.
         gravity: (3,) [m/s²].
         tracked_bodies: for the optimizer.
+        merged_links: links with mass welded by fixed joints into another link's rigid body (link → body name);
+            they are not in ``links`` (their mass and inertia are in the body's).
     """
 
     name: str
@@ -151,12 +153,16 @@ class RobotModel:
     motors: tuple[str, ...] = ()
     gravity: NDArray[np.float64] = field(default_factory=lambda: np.array([0.0, 0.0, -9.81]))
     tracked_bodies: tuple[TrackedBody, ...] = ()
+    merged_links: Mapping[str, str] = field(default_factory=dict)
 
     def link(self, name: str) -> Link:
         """The link called ``name``."""
         for link in self.links:
             if link.name == name:
                 return link
+        if name in self.merged_links:
+            raise ModelError(f"link {name!r} of robot {self.name!r} is welded by a fixed joint into the rigid body "
+                             f"{self.merged_links[name]!r} (its mass and inertia are in that body's)")
         raise ModelError(f"no rigid link {name!r} in robot {self.name!r}; links: {[x.name for x in self.links]}")
 
     def joint(self, name: str) -> Joint:
@@ -289,8 +295,8 @@ class RobotBuilder:
         """Set the motor order (each must be a hinge or prismatic joint)."""
         self._motors = list(names)
 
-    def build(self) -> RobotModel:
-        """Validate references and return the model."""
+    def build(self, merged_links: Mapping[str, str] | None = None) -> RobotModel:
+        """Validate references and return the model (``merged_links``: see :class:`RobotModel`)."""
         names = set(self._links)
         for j in self._joints.values():
             for side in (j.parent, j.child):
@@ -314,4 +320,5 @@ class RobotBuilder:
             tuple(self._motors),
             self.gravity,
             tuple(self._tracked),
+            dict(merged_links or {}),
         )

@@ -243,6 +243,7 @@ def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = N
     key.update(np.ascontiguousarray(m0.time).tobytes())
     key.update(np.ascontiguousarray(cols).tobytes())
     key.update(json.dumps([n_modes, dt_train, FORMAT_VERSION]).encode())  # the basis method's version
+    key.update(json.dumps([link.name for link in model.links]).encode())  # the rigid layout (merged links)
     digest = key.hexdigest()[:24]
     path = cache_dir() / f"{model.name}-{digest}.pkl"
     if use_cache and path.is_file():
