@@ -170,7 +170,7 @@ def test_reduce_by_variance_runs_the_replay_check(tmp_path: Path, capsys: pytest
     res = json.loads(captured.out.strip().splitlines()[-1])
     trials = res["replay_checks"]
     assert trials and set(trials[0]) == {"variance", "modes", "error_rel", "error_m", "message", "kept",
-                                         "cubature_tolerance"}
+                                         "cubature_tolerance", "errors_rel"}
     assert "replay check: variance" in captured.err
     extra = json.loads(str(np.load(out)["meta"]))["extra"]
     assert extra["replay_tolerance"] == 0.01 and extra["modes_cap"] is None
@@ -180,3 +180,25 @@ def test_reduce_by_variance_runs_the_replay_check(tmp_path: Path, capsys: pytest
     expected = trials[-1] if trials[-1]["error_rel"] <= 0.01 else min(trials, key=lambda t: t["error_rel"])
     assert kept == [expected] and extra["variance"] == expected["variance"]
     assert extra["cubature_tolerance"] == expected["cubature_tolerance"]
+
+
+def test_reduce_trains_on_several_motions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--train-motion repeated: every motion is simulated, each replay is checked, both are recorded."""
+    larger = tmp_path / "larger.csv"
+    larger.write_text("time [s],base_yaw [deg]\n0.0,0.0\n0.02,0.0\n0.06,-15.0\n0.08,-15.0\n")
+    out = tmp_path / "two.npz"
+    assert main(["reduce", str(ROBOT), "--train-motion", str(MOTION), "--train-motion", str(larger), "--dt", "0.002",
+                 "--mesh-scale", "0.5", "--replay-tolerance", "0.01", "--out", str(out), "--json"]) == 0
+    captured = capsys.readouterr()
+    res = json.loads(captured.out.strip().splitlines()[-1])
+    assert all(len(t["errors_rel"]) == 2 and t["error_rel"] == max(t["errors_rel"]) for t in res["replay_checks"])
+    assert "full (train 2/2" in captured.err and "per motion" in captured.err
+    extra = json.loads(str(np.load(out)["meta"]))["extra"]
+    assert extra["train_motion"] == [str(MOTION), str(larger)] and extra["duration"] == pytest.approx([0.1, 0.08])
+    # The model covers the larger motion: simulate-reduced finds it within the training range (its reduced run
+    # can exceed the full training run's largest snapshot by a little).
+    assert main(["simulate-reduced", str(ROBOT), "--reduced", str(out), "--motion", str(larger), "--dt", "0.002",
+                 "--mesh-scale", "0.5", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out.strip().splitlines()[-1])["training_range_ratio"]["rod"] < 1.05
+    assert "warning" not in captured.err

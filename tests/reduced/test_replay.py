@@ -115,3 +115,30 @@ def test_training_range_flags_a_motion_beyond_the_training_one(training) -> None
 
     body = replace(rs.bodies[0], basis=replace(rs.bodies[0].basis, training_norm=0.0))
     assert training_range(replace(rs, bodies=(body,)), np.zeros((2, body.size))) == {}
+
+
+def test_several_training_motions_are_all_replayed_and_covered(training) -> None:
+    """Trained on the swing and one twice as large, the model covers both (training range ≤ 1), each replay is
+    checked (the worst counts), and it reproduces the large swing better than a model of the small one alone."""
+    from retarget.sim.motors import FunctionMotors
+    from retarget.sim.reduced.engine import simulate_compiled
+    from retarget.sim.reduced.training import build_checked_by_replay, training_range
+    from retarget.sim.simulate import simulate
+
+    system, motors, dt, full = training
+    larger = FunctionMotors(lambda t: [0.8 * np.sin(15 * t) ** 2], lambda t: [12.0 * np.sin(30 * t)])
+    full_large = simulate(system, larger, 0.1, dt)
+    lines: list[str] = []
+    rs, _, _, trials = build_checked_by_replay(system, [full, full_large], [motors, larger], dt, ["tip"],
+                                               variance=0.5, tolerance=2e-3, log=lines.append)
+    kept = next(t for t in trials if t.kept)
+    assert all(len(t.errors_rel) == 2 and t.error_rel == max(t.errors_rel) for t in trials)
+    assert kept.error_rel <= 2e-3 and "per motion" in lines[-1]
+    assert kept.errors_rel == pytest.approx([_replay_error(rs, motors, dt, full),
+                                             _replay_error(rs, larger, dt, full_large)], rel=1e-9)
+    name = rs.bodies[0].name
+    assert training_range(rs, simulate_compiled(rs, larger, 0.1, dt).coordinates)[name] <= 1.0 + 1e-9
+    small = build_checked_by_replay(system, full, motors, dt, ["tip"], variance=0.5, tolerance=2e-3)[0]
+    assert _replay_error(rs, larger, dt, full_large) < _replay_error(small, larger, dt, full_large)
+    with pytest.raises(ValueError, match="2 training runs but 1 motor"):
+        build_checked_by_replay(system, [full, full_large], motors, dt, ["tip"])

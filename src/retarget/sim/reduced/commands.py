@@ -60,7 +60,8 @@ def register_check(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--robot", required=True, help="robot name (e.g. single_rod) or config YAML path")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--train-motion", metavar="M1", help="motion name (robot/motion) or file")
+    src.add_argument("--train-motion", metavar="M1", action="append",
+                     help="motion name (robot/motion) or file; repeat to train on several motions")
     src.add_argument("--model", metavar="FILE.npz", default=None,
                      help="use this reduced model (from `retarget reduce` or --save-model) instead of training one")
     p.add_argument("--test-motion", required=True, metavar="M2", help="motion name (robot/motion) or file")
@@ -159,10 +160,7 @@ def _check_reduced(args: argparse.Namespace) -> int:
         rs = load_reduced(args.model, system, path)
         bases, cubs = [b.basis for b in rs.bodies], [b.cubature for b in rs.bodies]
     else:
-        train, t_train = motors_from_motion(_resolve("motion", args.train_motion), model.motors)
-        if args.duration is not None:
-            t_train = min(t_train, args.duration)
-        full_train = simulate(system, train, t_train, args.dt, progress=_progress("full (train)"))
+        full_train, train, t_train = _simulate_training(system, model, args)
         wall_train = time.perf_counter() - t0
         t0 = time.perf_counter()
         rs, bases, cubs, replay, kept = _train(system, full_train, train, tracked, args)
@@ -193,7 +191,7 @@ def _check_reduced(args: argparse.Namespace) -> int:
     names = [b.name for b in system.deformable]
     out = {
         "robot": model.name,
-        "train_motion": args.train_motion,
+        "train_motion": _motion_label(args.train_motion),
         "model": args.model,
         "test_motion": args.test_motion,
         **metrics,
@@ -287,6 +285,30 @@ def _quasi_static_targets(system: Any, motors: Any, full: Any, ts: Any, tracked:
     return out, len(ts) - len(good)
 
 
+def _motion_label(motions: list[str] | None) -> str | list[str] | None:
+    """The training motion(s) as recorded in JSON and artifacts: one name, or the list of several."""
+    if motions is None or len(motions) != 1:
+        return motions
+    return motions[0]
+
+
+def _simulate_training(system: Any, model: Any, args: argparse.Namespace) -> tuple[list, list, float | list[float]]:
+    """Full simulations of every ``--train-motion`` (each capped at ``--duration``): (results, motors, durations —
+    one number for one motion)."""
+    from retarget.sim.motion_input import motors_from_motion
+    from retarget.sim.simulate import simulate
+
+    drives = [motors_from_motion(_resolve("motion", name), model.motors) for name in args.train_motion]
+    results, durations = [], []
+    for k, (name, (motors, t_end)) in enumerate(zip(args.train_motion, drives)):
+        if args.duration is not None:
+            t_end = min(t_end, args.duration)
+        label = "full (train)" if len(drives) == 1 else f"full (train {k + 1}/{len(drives)}: {name})"
+        results.append(simulate(system, motors, t_end, args.dt, progress=_progress(label)))
+        durations.append(t_end)
+    return results, [m for m, _ in drives], durations[0] if len(durations) == 1 else durations
+
+
 def _train(system: Any, full: Any, motors: Any, tracked: list[str], args: argparse.Namespace) -> tuple:
     """(reduced system, bases, cubatures, replay trials as dicts, the kept ``variance`` and ``cubature_tolerance``)
     by --modes, or by --variance with the replay check."""
@@ -319,8 +341,9 @@ def _training_range(rs: Any, run: Any) -> dict[str, float]:
 
 
 def _save_model(
-    out: str, system: Any, bases: list, cubs: list, robot_yaml: Any, robot_name: str, train_motion: str, dt: float,
-    duration: float, mesh_scale: float | None, modes: int | None, kept: dict[str, float], replay_tolerance: float,
+    out: str, system: Any, bases: list, cubs: list, robot_yaml: Any, robot_name: str, train_motion: list[str],
+    dt: float, duration: float | list[float], mesh_scale: float | None, modes: int | None, kept: dict[str, float],
+    replay_tolerance: float,
 ) -> str:
     """Write the artifact with the training settings `retarget reduce` records (``kept``: the variance and cubature
     tolerance of the model written); returns the path written."""
@@ -328,7 +351,7 @@ def _save_model(
 
     by_variance = modes is None
     return str(save_reduced(out, system, bases, cubs, robot_yaml, robot_name, {
-        "train_motion": train_motion, "dt": dt, "duration": duration, "mesh_scale": mesh_scale,
+        "train_motion": _motion_label(train_motion), "dt": dt, "duration": duration, "mesh_scale": mesh_scale,
         "modes_cap": modes, "variance": kept["variance"] if by_variance else None,
         "replay_tolerance": replay_tolerance if by_variance else None,
         "cubature_tolerance": kept["cubature_tolerance"],
@@ -366,7 +389,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="build a reduced model (mass-PCA bases + cubature) from a full simulation of a training motion",
     )
     p.add_argument("robot", help="robot name (e.g. single_rod) or config YAML path")
-    p.add_argument("--train-motion", required=True, help="motion name (robot/motion) or file")
+    p.add_argument("--train-motion", required=True, action="append",
+                   help="motion name (robot/motion) or file; repeat to train on several motions (the bases and the "
+                        "cubature see all of them, the replay check replays each)")
     _add_basis_options(p)
     p.add_argument("--dt", type=float, default=1e-3, help="full-simulation time step [s] (default 0.001)")
     p.add_argument("--duration", type=float, default=None, help="cap on the training motion [s]")
@@ -387,16 +412,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _reduce(args: argparse.Namespace) -> int:
-    from retarget.sim.motion_input import motors_from_motion
-    from retarget.sim.simulate import simulate
-
     _validate(args.dt, args.modes, args.duration, args.variance, args.replay_tolerance, args.cubature_tolerance)
     path, model, system = load_robot_system(args.robot, args.mesh_scale)
-    motors, t_end = motors_from_motion(_resolve("motion", args.train_motion), model.motors)
-    if args.duration is not None:
-        t_end = min(t_end, args.duration)
     t0 = time.perf_counter()
-    full = simulate(system, motors, t_end, args.dt, progress=_progress("full (train)"))
+    full, motors, t_end = _simulate_training(system, model, args)
     wall_full = time.perf_counter() - t0
     tracked = tracked_links(model, system.rigid)
     _, bases, cubs, replay, kept = _train(system, full, motors, tracked, args)

@@ -50,6 +50,24 @@ def _evenly_spaced(n: int, most: int) -> NDArray[np.int64]:
     return np.unique(np.linspace(0, n - 1, min(n, most)).round().astype(np.int64))
 
 
+def _runs(result: object) -> list[object]:
+    """``result`` as a list of training runs (one result or a sequence of them)."""
+    return list(result) if isinstance(result, (list, tuple)) else [result]
+
+
+def _snapshots(results: list[object], most: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Rigid poses and displacements of at most ``most`` snapshots, evenly spaced within each run and shared among
+    the runs in proportion to their lengths, stacked."""
+    counts = [len(r.rigid_poses) for r in results]  # type: ignore[attr-defined]
+    total = sum(counts)
+    poses, disp = [], []
+    for r, n in zip(results, counts):
+        keep = _evenly_spaced(n, max(2, round(most * n / total)))
+        poses.append(np.asarray(r.rigid_poses)[keep])  # type: ignore[attr-defined]
+        disp.append(np.asarray(np.asarray(r.displacements)[keep], dtype=float))  # type: ignore[attr-defined]
+    return np.concatenate(poses), np.concatenate(disp)
+
+
 def build_from_result(
     system: System,
     result: object,
@@ -66,7 +84,9 @@ def build_from_result(
 
     Args:
         system: the absolute system.
-        result: its simulation (stored samples are snapshots; at most ``max_snapshots`` evenly spaced ones are used).
+        result: its simulation, or a list of simulations of several training motions (stored samples are
+            snapshots; at most ``max_snapshots`` evenly spaced ones are used, shared in proportion to the runs'
+            lengths).
         n_modes: at most this many PCA deformation modes per body (fewer when the snapshots support fewer; None:
             by ``variance``), after the interface modes of a loop coupling.
         variance: captured mass-weighted variance when ``n_modes`` is None.
@@ -77,9 +97,7 @@ def build_from_result(
     """
     refs = reference_bodies(system)
     held, loops = reference_couplings(system), loop_couplings(system)
-    keep = _evenly_spaced(len(result.rigid_poses), max_snapshots)  # type: ignore[attr-defined]
-    poses = np.asarray(result.rigid_poses)[keep]  # type: ignore[attr-defined]
-    disp = np.asarray(np.asarray(result.displacements)[keep], dtype=float)  # type: ignore[attr-defined]
+    poses, disp = _snapshots(_runs(result), max_snapshots)
     off = 0
     bases, cubatures = [], []
     for d, body in enumerate(system.deformable):
@@ -109,9 +127,10 @@ class ReplayCheck:
 
     Attributes:
         variance: the variance criterion tried. modes: PCA modes per component. error_rel: RMS tracked-body error
-        of the replay relative to the peak travel (inf: the replay failed). error_m: that RMS [m]. message: why a
-        replay failed ("" when it ran). kept: this trial's model is the one returned. cubature_tolerance: the
-        cubature's training tolerance in this trial.
+        of the replay relative to the peak travel (inf: the replay failed); with several training motions the
+        largest of theirs. error_m: that RMS [m]. message: why a replay failed ("" when it ran). kept: this
+        trial's model is the one returned. cubature_tolerance: the cubature's training tolerance in this trial.
+        errors_rel: each training motion's ``error_rel``, in order.
     """
 
     variance: float
@@ -121,6 +140,7 @@ class ReplayCheck:
     message: str = ""
     kept: bool = False
     cubature_tolerance: float = DEFAULT_CUBATURE_TOLERANCE
+    errors_rel: tuple[float, ...] = ()
 
 
 def build_checked_by_replay(
@@ -135,7 +155,7 @@ def build_checked_by_replay(
     log: Callable[[str], None] | None = None,
     cubature_tolerance: float = DEFAULT_CUBATURE_TOLERANCE,
 ) -> tuple[ReducedSystem, list[ReducedBasis], list[Cubature], list[ReplayCheck]]:
-    """Bases chosen by variance, tightened until the reduced model replays its own training motion.
+    """Bases chosen by variance, tightened until the reduced model replays its own training motion (each of them).
 
     Mass-weighted variance alone can miss modes that carry little motion but matter to the dynamics (the single
     rod at 99.99 % keeps 2 modes and replays its own 30° step with a 22 % tip error; 4 modes: 0.26 %). So the
@@ -148,8 +168,9 @@ def build_checked_by_replay(
     the training one (the rod's 4 modes fail a 45° step, docs/reduced.md §4; :func:`training_range`).
 
     Args:
-        system, result: the absolute system and its full training run (every step stored).
-        motors: the training motors. dt: the training step [s].
+        system, result: the absolute system and its full training run (every step stored), or a list of runs of
+            several training motions (the bases and cubature see all of them; each is replayed, the worst counts).
+        motors: the training motors (a list, one per run, with several runs). dt: the training step [s].
         tracked: rigid bodies compared.
         variance: the starting variance criterion. tolerance: relative RMS error accepted.
         max_tightenings: at most this many tenfold tightenings of the variance.
@@ -162,31 +183,43 @@ def build_checked_by_replay(
     from retarget.sim.errors import SimulationError
     from retarget.sim.reduced.engine import simulate_compiled
 
-    t_full = np.asarray(result.time, dtype=float)  # type: ignore[attr-defined]
-    travel = max(float(np.max(np.linalg.norm(x - x[0], axis=1)))
-                 for x in (result.body_position(n) for n in tracked))  # type: ignore[attr-defined]
-    duration = float(t_full[-1] - t_full[0])
+    runs = _runs(result)
+    drives = list(motors) if isinstance(motors, (list, tuple)) else [motors]
+    if len(drives) != len(runs):
+        raise ValueError(f"{len(runs)} training runs but {len(drives)} motor trajectories")
+    travels = [max(float(np.max(np.linalg.norm(x - x[0], axis=1)))
+                   for x in (run.body_position(n) for n in tracked)) for run in runs]  # type: ignore[attr-defined]
+    durations = [float(run.time[-1] - run.time[0]) for run in runs]  # type: ignore[attr-defined]
     trials: list[ReplayCheck] = []
     best: tuple[int, tuple] | None = None  # (index in trials, model)
     v = float(variance)
     c = float(cubature_tolerance)
     tightenings = 0
     while True:
-        built = build_from_result(system, result, variance=v, cubature_tolerance=c)
+        built = build_from_result(system, runs, variance=v, cubature_tolerance=c)
         modes = tuple(b.n_pca for b in built[1])
         if not trials or (modes, c) != (trials[-1].modes, trials[-1].cubature_tolerance):
-            try:
-                run = simulate_compiled(built[0], motors, duration, dt)
-                diff = np.concatenate(list(tracked_distances(result, run, tracked).values()))
-                rms = float(np.sqrt(np.mean(diff**2)))
-                trial = ReplayCheck(v, modes, rms / travel if travel > 0 else 0.0, rms, cubature_tolerance=c)
-            except SimulationError as exc:
-                trial = ReplayCheck(v, modes, float("inf"), float("inf"), str(exc), cubature_tolerance=c)
+            errors, rms_m, message = [], [], ""
+            for full, drive, duration, span in zip(runs, drives, durations, travels):
+                try:
+                    replay = simulate_compiled(built[0], drive, duration, dt)
+                    diff = np.concatenate(list(tracked_distances(full, replay, tracked).values()))
+                    rms = float(np.sqrt(np.mean(diff**2)))
+                    errors.append(rms / span if span > 0 else 0.0)
+                    rms_m.append(rms)
+                except SimulationError as exc:
+                    errors.append(float("inf"))
+                    rms_m.append(float("inf"))
+                    message = message or str(exc)
+            worst = int(np.argmax(errors))
+            trial = ReplayCheck(v, modes, errors[worst], rms_m[worst], message, cubature_tolerance=c,
+                                errors_rel=tuple(errors))
             trials.append(trial)
             if log is not None:
+                each = (" (per motion " + ", ".join(f"{100 * e:.3g} %" for e in errors) + ")") if len(runs) > 1 else ""
                 log(f"replay check: variance {v:.12g}, PCA modes {list(modes)}, cubature tolerance {c:.3g} "
                     f"(elements {[len(cub.elements) for cub in built[2]]}): tracked RMS error "
-                    f"{100 * trial.error_rel:.3g} % of the peak travel ({travel:.3g} m)"
+                    f"{100 * trial.error_rel:.3g} % of the peak travel ({travels[worst]:.3g} m){each}"
                     + (f" ({trial.message})" if trial.message else ""))
             if best is None or trial.error_rel < trials[best[0]].error_rel:
                 best = (len(trials) - 1, built)
