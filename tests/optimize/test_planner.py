@@ -40,6 +40,13 @@ def test_plan_lowers_the_objective_and_respects_position_limits(rod_systems, met
     for key in ("objective_initial", "objective_final", "iterations", "wall_s", "optimized", "peak_torque_nm"):
         assert key in m
     assert m["optimized"]["peak_deviation_m"] > 0
+    # Each variant reports how far it deforms the rod against the model's training run (0.08 s of a swing, up to
+    # 0.16 rad; this ramp goes to 0.25 rad: ≈ 2 ×), and the plan warns when the optimized one is beyond 1.25 ×.
+    part = rs.bodies[0].name
+    for name in ("naive", "optimized"):
+        assert list(m[name]["training_range_ratio"]) == [part] and m[name]["training_range_ratio"][part] > 0
+    beyond = m["optimized"]["training_range_ratio"][part] > 1.25
+    assert any(f"optimized trajectory: the motion deforms {part}" in w for w in result.warnings) == beyond
 
 
 @pytest.mark.parametrize("method", ["gauss-newton", "lbfgs"])
@@ -234,3 +241,18 @@ def test_first_step_given_and_invalid(rod_systems, monkeypatch):
     for bad in (0.0, -0.1, float("nan")):
         with pytest.raises(OptimizeError, match="first step"):
             optimize(pp, replace(OPTIONS, first_step=bad))
+
+
+def test_a_plan_beyond_the_training_range_is_reported(rod_systems):
+    """The same model asked for a swing well beyond its training: the variants report it and the plan warns."""
+    _, rs = rod_systems
+    t = np.linspace(0.0, 0.2, 41)
+    big = Motion(t, ("m",), (1.2 * np.clip(t / 0.05, 0.0, 1.0))[:, None])
+    limits = MotorLimits.build(("m",), {"m": (-2.0, 2.0, 0.0)})
+    from dataclasses import replace
+
+    result = run_plan(reduced_engine(rs, 1e-10), big, _bodies(), limits, replace(OPTIONS, max_iterations=1))
+    name = rs.bodies[0].name
+    assert result.variants["naive"].training_range[name] > 2.5
+    assert result.variants["optimized"].training_range[name] > 1.25
+    assert any(f"optimized trajectory: the motion deforms {name}" in w for w in result.warnings)

@@ -522,6 +522,9 @@ class Variant:
         torques: motor torques [N m] (n_t, n_motors).
         metrics: ``peak_deviation_m``, ``rms_deviation_m`` (+ ``lag_s``, ``frequency_hz``, ``damping_ratio`` for
             shapers).
+        training_range: per flexible part, its largest deformation in this simulation over the reduced model's
+            largest training one (:func:`retarget.sim.reduced.training.training_range`; empty for a full-space
+            engine or a model that does not record its training range).
     """
 
     name: str
@@ -529,6 +532,7 @@ class Variant:
     positions: NDArray[np.float64]
     torques: NDArray[np.float64]
     metrics: dict[str, float]
+    training_range: dict[str, float] = field(default_factory=dict)
 
 
 def simulate_variant(pp: PlanProblem, name: str, motors: Any, extra: dict[str, float] | None = None,
@@ -546,7 +550,19 @@ def _variant(pp: PlanProblem, name: str, angles: NDArray[np.float64], positions:
     tau = np.array([pp.problem.engine.motor_torques(s) for s in states])
     metrics = deviation_metrics(positions, pp.targets.positions)
     metrics.update(extra or {})
-    return Variant(name, angles, positions, tau, metrics)
+    return Variant(name, angles, positions, tau, metrics, _training_range(pp.problem.engine, states))
+
+
+def _training_range(engine: Any, states: Any) -> dict[str, float]:
+    """Per flexible part, the largest deformation in ``states`` over the reduced model's largest training one."""
+    from retarget.sim.reduced.system import ReducedSystem
+    from retarget.sim.reduced.training import training_range
+
+    system = getattr(engine, "system", None)
+    if not isinstance(system, ReducedSystem):
+        return {}
+    matrix = np.asarray(states)
+    return training_range(system, matrix[:, 7 * system.n_rigid : system.n_u])
 
 
 @dataclass(frozen=True, eq=False)
@@ -601,6 +617,8 @@ class PlanResult:
         }
         for name, v in self.variants.items():
             out[name] = dict(v.metrics)
+            if v.training_range:
+                out[name]["training_range_ratio"] = dict(v.training_range)
         # The Retarget action's result fields (docs/ros.md).
         for name in ("naive", "optimized"):
             if name in self.variants:
@@ -756,6 +774,11 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
 
     for v in check_profile_limits(profiles, limits):
         warnings.append(f"optimized profile leaves a limit: {v}")
+    from retarget.sim.reduced.training import training_range_warning
+
+    beyond = training_range_warning(variants["optimized"].training_range)
+    if beyond:
+        warnings.append(f"optimized trajectory: {beyond}")
     return PlanResult(pp, opt, profiles, variants, report, warnings, timings)
 
 

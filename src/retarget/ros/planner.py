@@ -153,6 +153,8 @@ class Planner(Node):
         traj = JointTrajectory(joint_names=list(outcome["joint_names"]))
         traj.points = [point_msg(q, time_from_start=t) for t, q in zip(outcome["time"], outcome["positions"])]
         metrics = outcome.get("metrics", {})
+        for warning in metrics.get("warnings", []):  # also in metrics_json; the log is where operators look
+            self.get_logger().warning(f"plan: {warning}")
         return Result(error_code=Result.SUCCESSFUL, optimized=traj,
                       objective_initial=float(metrics.get("objective_initial", 0.0)),
                       objective_final=float(metrics.get("objective_final", 0.0)),
