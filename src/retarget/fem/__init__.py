@@ -4,10 +4,45 @@ The simulator uses :class:`ElasticBody` (forces, tangent stiffness, consistent m
 interface area weights) on a :class:`TetMesh` made by :func:`rod_mesh`/:func:`bar_mesh`/:func:`plate_mesh`
 or read with :func:`read_mesh`, with a :class:`Material` from :func:`get_material`. See docs/fem.md.
 """
+from __future__ import annotations
 
-from retarget.fem.elastic import ElasticBody, InvertedElementError
-from retarget.fem.material import MATERIALS, Material, get_material
-from retarget.fem.mesh import TetMesh, bar_mesh, plate_mesh, read_mesh, rod_mesh, write_mesh
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Public names → defining module, imported on first access (PEP 562): `retarget --help` and the CLI's start
+# import this package without its heavy dependencies.
+_EXPORTS: dict[str, str] = {
+    "ElasticBody": "elastic",
+    "InvertedElementError": "elastic",
+    "MATERIALS": "material",
+    "Material": "material",
+    "get_material": "material",
+    "TetMesh": "mesh",
+    "bar_mesh": "mesh",
+    "plate_mesh": "mesh",
+    "read_mesh": "mesh",
+    "rod_mesh": "mesh",
+    "write_mesh": "mesh",
+}
+
+if TYPE_CHECKING:
+    from retarget.fem.elastic import ElasticBody, InvertedElementError
+    from retarget.fem.material import MATERIALS, Material, get_material
+    from retarget.fem.mesh import TetMesh, bar_mesh, plate_mesh, read_mesh, rod_mesh, write_mesh
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'retarget.fem' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"retarget.fem.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
 
 __all__ = [
     "MATERIALS",

@@ -2,18 +2,53 @@
 
 :func:`load_robot` reads ``config/<robot>.yaml`` + its URDF/xacro; :class:`RobotBuilder` builds robots in code.
 """
-from retarget.model.loader import load_robot
-from retarget.model.robot import (
-    FlexiblePart,
-    Interface,
-    Joint,
-    JOINT_KINDS,
-    Link,
-    ModelError,
-    RobotBuilder,
-    RobotModel,
-    TrackedBody,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Public names → defining module, imported on first access (PEP 562): `retarget --help` and the CLI's start
+# import this package without its heavy dependencies.
+_EXPORTS: dict[str, str] = {
+    "load_robot": "loader",
+    "FlexiblePart": "robot",
+    "Interface": "robot",
+    "Joint": "robot",
+    "JOINT_KINDS": "robot",
+    "Link": "robot",
+    "ModelError": "robot",
+    "RobotBuilder": "robot",
+    "RobotModel": "robot",
+    "TrackedBody": "robot",
+}
+
+if TYPE_CHECKING:
+    from retarget.model.loader import load_robot
+    from retarget.model.robot import (
+        FlexiblePart,
+        Interface,
+        Joint,
+        JOINT_KINDS,
+        Link,
+        ModelError,
+        RobotBuilder,
+        RobotModel,
+        TrackedBody,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'retarget.model' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"retarget.model.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
 
 __all__ = [
     "FlexiblePart",

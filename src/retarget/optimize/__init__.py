@@ -13,65 +13,153 @@ absolute engines), :mod:`~retarget.optimize.adjoint` (forward rollout, exact dis
 baselines, :func:`plan` for the ROS planner node), :mod:`~retarget.optimize.planning_model` (the reduced model
 the planner runs on: loaded, cached or trained in-process).
 """
-from retarget.optimize.adjoint import AdjointProblem, Evaluation, Rollout, TrackedPoses, evaluate, rollout
-from retarget.optimize.bspline import MotorProfiles, ProfileFit, ProfileParametrization, fit_profiles, num_segments
-from retarget.optimize.errors import (
-    OptimizeError,
-    ProfileError,
-    ShapingError,
-    TimeBudgetError,
-    WeightSyntaxError,
-)
-from retarget.optimize.limits import (
-    XM430_W210,
-    MotorLimits,
-    ServoSpec,
-    TorqueReport,
-    VelocityPenalty,
-    check_profile_limits,
-    parameter_bounds,
-    torque_report,
-    velocity_hull_bound,
-)
-from retarget.optimize.objective import (
-    MotorRegularizer,
-    RegularizerValue,
-    TrackingObjective,
-    TrackingValue,
-    deviation_metrics,
-)
-from retarget.optimize.engines import AbsoluteEngine, Engine, EngineState, ReducedEngine, StepSensitivity
-from retarget.optimize.planner import (
-    OptimizationResult,
-    PlanOptions,
-    PlanProblem,
-    PlanResult,
-    Variant,
-    build_plan_problem,
-    limits_for,
-    optimize,
-    plan,
-    run_plan,
-    simulate_variant,
-)
-from retarget.optimize.quadrature import integrate, simpson_weights, uniform_grid
-from retarget.optimize.shaping import (
-    Shaper,
-    VibrationEstimate,
-    identify_from_trajectory,
-    identify_vibration,
-    shape_motion,
-    zv_shaper,
-    zvd_shaper,
-)
-from retarget.optimize.targets import Targets, quasi_static_targets
-from retarget.optimize.weights import (
-    TrackedBodyWeights,
-    WeightSchedule,
-    merge_tracked_weights,
-    parse_tracked_bodies,
-    parse_weight_option,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Public names → defining module. Imported on first access (PEP 562) so that `import retarget.optimize.commands`
+# (every `retarget` CLI start, `retarget --help`) does not pull numba and scipy.
+_EXPORTS: dict[str, str] = {
+    "AdjointProblem": "adjoint",
+    "Evaluation": "adjoint",
+    "Rollout": "adjoint",
+    "TrackedPoses": "adjoint",
+    "evaluate": "adjoint",
+    "rollout": "adjoint",
+    "MotorProfiles": "bspline",
+    "ProfileFit": "bspline",
+    "ProfileParametrization": "bspline",
+    "fit_profiles": "bspline",
+    "num_segments": "bspline",
+    "OptimizeError": "errors",
+    "ProfileError": "errors",
+    "ShapingError": "errors",
+    "TimeBudgetError": "errors",
+    "WeightSyntaxError": "errors",
+    "XM430_W210": "limits",
+    "MotorLimits": "limits",
+    "ServoSpec": "limits",
+    "TorqueReport": "limits",
+    "VelocityPenalty": "limits",
+    "check_profile_limits": "limits",
+    "parameter_bounds": "limits",
+    "torque_report": "limits",
+    "velocity_hull_bound": "limits",
+    "MotorRegularizer": "objective",
+    "RegularizerValue": "objective",
+    "TrackingObjective": "objective",
+    "TrackingValue": "objective",
+    "deviation_metrics": "objective",
+    "AbsoluteEngine": "engines",
+    "Engine": "engines",
+    "EngineState": "engines",
+    "ReducedEngine": "engines",
+    "StepSensitivity": "engines",
+    "OptimizationResult": "planner",
+    "PlanOptions": "planner",
+    "PlanProblem": "planner",
+    "PlanResult": "planner",
+    "Variant": "planner",
+    "build_plan_problem": "planner",
+    "limits_for": "planner",
+    "optimize": "planner",
+    "plan": "planner",
+    "run_plan": "planner",
+    "simulate_variant": "planner",
+    "integrate": "quadrature",
+    "simpson_weights": "quadrature",
+    "uniform_grid": "quadrature",
+    "Shaper": "shaping",
+    "VibrationEstimate": "shaping",
+    "identify_from_trajectory": "shaping",
+    "identify_vibration": "shaping",
+    "shape_motion": "shaping",
+    "zv_shaper": "shaping",
+    "zvd_shaper": "shaping",
+    "Targets": "targets",
+    "quasi_static_targets": "targets",
+    "TrackedBodyWeights": "weights",
+    "WeightSchedule": "weights",
+    "merge_tracked_weights": "weights",
+    "parse_tracked_bodies": "weights",
+    "parse_weight_option": "weights",
+}
+
+if TYPE_CHECKING:
+    from retarget.optimize.adjoint import AdjointProblem, Evaluation, Rollout, TrackedPoses, evaluate, rollout
+    from retarget.optimize.bspline import MotorProfiles, ProfileFit, ProfileParametrization, fit_profiles, num_segments
+    from retarget.optimize.errors import (
+        OptimizeError,
+        ProfileError,
+        ShapingError,
+        TimeBudgetError,
+        WeightSyntaxError,
+    )
+    from retarget.optimize.limits import (
+        XM430_W210,
+        MotorLimits,
+        ServoSpec,
+        TorqueReport,
+        VelocityPenalty,
+        check_profile_limits,
+        parameter_bounds,
+        torque_report,
+        velocity_hull_bound,
+    )
+    from retarget.optimize.objective import (
+        MotorRegularizer,
+        RegularizerValue,
+        TrackingObjective,
+        TrackingValue,
+        deviation_metrics,
+    )
+    from retarget.optimize.engines import AbsoluteEngine, Engine, EngineState, ReducedEngine, StepSensitivity
+    from retarget.optimize.planner import (
+        OptimizationResult,
+        PlanOptions,
+        PlanProblem,
+        PlanResult,
+        Variant,
+        build_plan_problem,
+        limits_for,
+        optimize,
+        plan,
+        run_plan,
+        simulate_variant,
+    )
+    from retarget.optimize.quadrature import integrate, simpson_weights, uniform_grid
+    from retarget.optimize.shaping import (
+        Shaper,
+        VibrationEstimate,
+        identify_from_trajectory,
+        identify_vibration,
+        shape_motion,
+        zv_shaper,
+        zvd_shaper,
+    )
+    from retarget.optimize.targets import Targets, quasi_static_targets
+    from retarget.optimize.weights import (
+        TrackedBodyWeights,
+        WeightSchedule,
+        merge_tracked_weights,
+        parse_tracked_bodies,
+        parse_weight_option,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'retarget.optimize' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"retarget.optimize.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
 
 __all__ = [
     "AbsoluteEngine",

@@ -20,12 +20,10 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 from numpy.typing import NDArray
 
+from retarget.sim.reduced.defaults import DEFAULT_VARIANCE
 from retarget.sim.reduced.errors import TrainingDataError
 
 __all__ = ["DEFAULT_VARIANCE", "ReducedBasis", "interface_modes", "interface_rows", "mass_pca_basis", "rigid_modes"]
-
-#: Default fraction of the mass-weighted snapshot variance the deformation modes must capture.
-DEFAULT_VARIANCE: float = 0.9999
 
 
 @dataclass(frozen=True, eq=False)

@@ -29,8 +29,7 @@ def _progress(label: str) -> Any:
 def _add_basis_options(p: argparse.ArgumentParser) -> None:
     """--modes, --variance, --replay-tolerance, --cubature-tolerance: how the basis and cubature are chosen (shared by
     `reduce` and `check reduced`)."""
-    from retarget.sim.reduced.basis import DEFAULT_VARIANCE
-    from retarget.sim.reduced.training import DEFAULT_CUBATURE_TOLERANCE, DEFAULT_REPLAY_TOLERANCE
+    from retarget.sim.reduced.defaults import DEFAULT_CUBATURE_TOLERANCE, DEFAULT_REPLAY_TOLERANCE, DEFAULT_VARIANCE
 
     p.add_argument("--modes", type=int, default=None,
                    help="at most N PCA deformation modes per component, fewer when the training run supports fewer "

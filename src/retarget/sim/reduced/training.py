@@ -14,6 +14,7 @@ from numpy.typing import NDArray
 
 from retarget.sim.reduced.basis import DEFAULT_VARIANCE, ReducedBasis, interface_modes, interface_rows, mass_pca_basis
 from retarget.sim.reduced.cubature import Cubature, train_cubature
+from retarget.sim.reduced.defaults import DEFAULT_CUBATURE_TOLERANCE, DEFAULT_REPLAY_TOLERANCE, MIN_CUBATURE_TOLERANCE
 from retarget.sim.reduced.stepper import ReducedState, solve_static, step
 from retarget.sim.reduced.system import (
     ReducedSystem,
@@ -29,14 +30,6 @@ __all__ = ["DEFAULT_CUBATURE_TOLERANCE", "MIN_CUBATURE_TOLERANCE", "TRAINING_RAN
            "ReplayCheck", "build_checked_by_replay", "build_from_result", "compare_tracked", "simulate_reduced",
            "tracked_distances", "training_range", "training_range_warning"]
 
-#: Default tolerance of the training-replay check: RMS tracked-body error of the reduced replay of the training
-#: motion, relative to the tracked bodies' peak travel in the full training run.
-DEFAULT_REPLAY_TOLERANCE: float = 0.001
-
-#: Relative training error of the cubature (:func:`~retarget.sim.reduced.cubature.train_cubature`) by default, and
-#: the tightest the replay check goes to (tenfold per trial).
-DEFAULT_CUBATURE_TOLERANCE: float = 1e-3
-MIN_CUBATURE_TOLERANCE: float = 1e-6
 
 #: A part deforming more than this multiple of its largest training deformation is reported as extrapolating.
 #: The single rod trained on step_30 followed step_45_fast within 6 mm while its deformation stayed ≤ 0.98 × the
