@@ -6,8 +6,9 @@ or read with :func:`read_mesh`, with a :class:`Material` from :func:`get_materia
 """
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from retarget._lazy import lazy_exports
 
 # Public names → defining module, imported on first access (PEP 562): `retarget --help` and the CLI's start
 # import this package without its heavy dependencies.
@@ -31,17 +32,7 @@ if TYPE_CHECKING:
     from retarget.fem.mesh import TetMesh, bar_mesh, plate_mesh, read_mesh, rod_mesh, write_mesh
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'retarget.fem' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"retarget.fem.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
 __all__ = [

@@ -15,8 +15,9 @@ the planner runs on: loaded, cached or trained in-process).
 """
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from retarget._lazy import lazy_exports
 
 # Public names → defining module. Imported on first access (PEP 562) so that `import retarget.optimize.commands`
 # (every `retarget` CLI start, `retarget --help`) does not pull numba and scipy.
@@ -148,17 +149,7 @@ if TYPE_CHECKING:
     )
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'retarget.optimize' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"retarget.optimize.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
 __all__ = [

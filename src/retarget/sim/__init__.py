@@ -8,10 +8,11 @@ See docs/physics.md.
 """
 from __future__ import annotations
 
-import importlib
 import sys
 import types
 from typing import TYPE_CHECKING, Any
+
+from retarget._lazy import lazy_exports
 
 # Public names → defining module. Imported on first access (PEP 562) so that `import retarget.sim.commands`
 # (every `retarget` CLI start) does not pull numba and scipy.
@@ -82,17 +83,7 @@ class _Package(types.ModuleType):
 sys.modules[__name__].__class__ = _Package
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'retarget.sim' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"retarget.sim.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
 __all__ = [

@@ -13,8 +13,7 @@ import numba kernels and the artifact machinery.
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from retarget._lazy import lazy_exports
 
 # Public names -> defining submodule.
 _EXPORTS: dict[str, str] = {
@@ -71,14 +70,4 @@ __all__ = sorted(_EXPORTS)
 
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
