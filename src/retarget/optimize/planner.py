@@ -736,7 +736,8 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
         bodies: tracked bodies with weights.
         limits: motor limits (engine motor order).
         options: settings (``time_budget`` bounds the whole run; see :class:`PlanOptions`).
-        progress: ``progress(stage, done, total)`` for long stages (targets, simulations).
+        progress: ``progress(stage, done, total)`` for long stages (targets, evaluations: forward + adjoint steps,
+            baselines).
         callback: per-iteration ``{iteration, objective, gradient_norm}`` (see :func:`optimize`).
 
     The naive variant is the optimizer's first evaluation (the fit ``x₀``), so it costs no extra simulation; the
@@ -753,7 +754,8 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
     warnings: list[str] = []
     variants: dict[str, Variant] = {}
     t0 = time.perf_counter()
-    step_cb = None if progress is None else (lambda k, n: progress("simulation", k, n))
+    # One evaluation steps forward through the motion, then backward (the adjoint): its bar counts both.
+    step_cb = None if progress is None else (lambda k, n: progress("evaluation (forward + adjoint)", k, n))
     # Two forward simulations (ZV, ZVD) cost about 1.6 forward + adjoint evaluations.
     opt = optimize(pp, options, callback=callback, step_progress=step_cb, deadline=deadline,
                    reserve_evaluations=1.6 if options.baselines else 0.0)
