@@ -24,6 +24,7 @@ from numpy.typing import NDArray
 
 from retarget.errors import InputError
 from retarget.mocap.source import BodyPose, MocapFrame
+from retarget.sim.rotation import quat_multiply
 
 __all__ = ["LiveTwinSource", "TwinNoise", "TwinSource", "PoseFunction", "interpolated_poses"]
 
@@ -109,16 +110,8 @@ def _small_rotation_xyzw(rotvec: NDArray[np.float64]) -> NDArray[np.float64]:
 
 
 def _quat_multiply(a: NDArray[np.float64], b: NDArray[np.float64]) -> NDArray[np.float64]:
-    ax, ay, az, aw = a
-    bx, by, bz, bw = b
-    return np.array(
-        [
-            aw * bx + ax * bw + ay * bz - az * by,
-            aw * by - ax * bz + ay * bw + az * bx,
-            aw * bz + ax * by - ay * bx + az * bw,
-            aw * bw - ax * bx - ay * by - az * bz,
-        ]
-    )
+    """Hamilton product ``a ⊗ b`` of ROS-order (x, y, z, w) quaternions (the simulator's is (w, x, y, z))."""
+    return np.roll(quat_multiply(np.roll(a, 1), np.roll(b, 1)), -1)
 
 
 class _Measurement:
