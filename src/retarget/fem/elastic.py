@@ -202,6 +202,11 @@ class ElasticBody:
         """K(u) = d f_int/du [N/m], exact and symmetric, ``(3n, 3n)`` CSR with the body's pattern."""
         return self.internal_forces_and_stiffness(u)[1]
 
+    @cached_property
+    def rest_stiffness(self) -> sp.csr_matrix:
+        """K₀ = K(0) [N/m], the linear stiffness at the rest shape (computed once per body; do not modify it)."""
+        return self.tangent_stiffness(np.zeros(self.n_dofs))
+
     # ------------------------------------------------------------------------------------------------------
     @cached_property
     def _mass_data(self) -> NDArray[np.float64]:

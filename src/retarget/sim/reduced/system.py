@@ -254,7 +254,7 @@ def build_reduced_system(system: System, bases: list[ReducedBasis], cubatures: l
         r = refs[d]
         rest_local = body.rest_positions - system.rigid[r].reference_com
         modes = bases[d].modes
-        k0 = body.elastic.tangent_stiffness(np.zeros(body.n_dofs))
+        k0 = body.elastic.rest_stiffness
         bodies.append(
             ReducedBody(
                 body.name,

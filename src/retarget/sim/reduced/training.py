@@ -104,7 +104,7 @@ def build_from_result(
         if loops[d]:
             slots = [system.constraints[e].slots[-1] for e in [held[d], *loops[d]]]
             rows = [interface_rows(sl.map, sl.nodes, body.rest_positions) for sl in slots]
-            extra = interface_modes(body.elastic.tangent_stiffness(np.zeros(body.n_dofs)), rows[0], rows[1:])
+            extra = interface_modes(body.elastic.rest_stiffness, rows[0], rows[1:])
         basis = mass_pca_basis(local, rest_local, body.mass_matrix, n_modes=n_modes, variance=variance,
                                extra_modes=extra, cap=True)
         # Only the cubature's samples are projected (mass_pca_basis projected all of them for its training range).
