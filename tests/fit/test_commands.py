@@ -55,6 +55,15 @@ def test_fit_motion_writes_the_identification_motion(tmp_path, capsys) -> None:
     speed_only = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert speed_only["torque_limit_nm"] is None
     assert speed_only["amplitude_rad"] > 5 * summary["amplitude_rad"]
+    # Another servo (an XM540-W270: 10.6 N m, 30 rpm): the design and the report use its values, not the rig's.
+    assert main(["fit-motion", "--robot", "single_rod", "--cycles", "3", "--bursts", "2", "--stall-torque", "10.6",
+                 "--max-velocity", "3.14", "--json"]) == 0
+    captured = capsys.readouterr()
+    bigger = json.loads(captured.out.strip().splitlines()[-1])
+    assert bigger["stall_torque_nm"] == 10.6 and bigger["torque_limit_nm"] == pytest.approx(0.8 * 10.6)
+    assert "= 80% of stall" in captured.out and "servo stall torque 10.60 N m" in captured.out
+    assert bigger["peak_rate_rad_s"] <= bigger["max_velocity"] == pytest.approx(3.14)
+    assert bigger["amplitude_rad"] == pytest.approx(summary["amplitude_rad"] * 10.6 / 3.0, rel=0.02)
     assert main(["fit-motion", "--robot", "single_rod", "--step-deg", "120"]) == 2
     assert main(["fit-motion", "--robot", "single_rod", "--choose", "--candidates", "2,x"]) == 2
 

@@ -413,9 +413,11 @@ def _fit_motion(args: argparse.Namespace) -> int:
     from retarget.dynamixel.control_table import POSITION_RAD_PER_TICK
 
     ticks = design.amplitude_rad / POSITION_RAD_PER_TICK
+    # The servo the design is for: --stall-torque overrides the rig file's.
+    stall_nm = rig.stall_torque if args.stall_torque is None else float(args.stall_torque)
     if design.torque_limit_nm is not None:
         print(f"  bursts' load torque bound {design.burst_torque_nm:.2f} N m (limit {design.torque_limit_nm:.2f} N m "
-              f"= {design.torque_limit_nm / rig.stall_torque:.0%} of stall; any E in 150-220 GPa at alpha "
+              f"= {design.torque_limit_nm / stall_nm:.0%} of stall; any E in 150-220 GPa at alpha "
               f"{design.torque_damping[0]:g} 1/s, beta {design.torque_damping[1]:g} s)")
     if ticks < 2.0:
         print(f"  warning: the burst amplitude is {ticks:.2f} position ticks of a Dynamixel (4096 per turn): a servo "
@@ -437,12 +439,12 @@ def _fit_motion(args: argparse.Namespace) -> int:
     engine = BeamEngine(rig)
     torques = {"step_30": float(abs(load_torque(engine, *values, _motion(None, rig.name))[1]).max()),
                "identification": float(abs(load_torque(engine, *values, design.motion())[1]).max())}
-    stall = "unknown" if rig.stall_torque is None else f"{rig.stall_torque:.2f} N m"
+    stall = "unknown" if stall_nm is None else f"{stall_nm:.2f} N m"
     print(f"  peak load torque (beam model, rod and tip only, rotor excluded): step_30 {torques['step_30']:.1f} N m, "
           f"this motion {torques['identification']:.1f} N m; servo stall torque {stall} (the twin drives the motor "
           "angle exactly, see docs/fit.md)")
     summary["peak_load_torque_nm"] = torques
-    summary["stall_torque_nm"] = rig.stall_torque
+    summary["stall_torque_nm"] = stall_nm
     if args.out:
         from retarget.fit.design import write_identification_motion
 
