@@ -561,8 +561,7 @@ def _training_range(engine: Any, states: Any) -> dict[str, float]:
     system = getattr(engine, "system", None)
     if not isinstance(system, ReducedSystem):
         return {}
-    matrix = np.asarray(states)
-    return training_range(system, matrix[:, 7 * system.n_rigid : system.n_u])
+    return training_range(system, np.asarray(states)[:, system.z_slice])
 
 
 @dataclass(frozen=True, eq=False)

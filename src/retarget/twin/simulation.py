@@ -149,7 +149,7 @@ class TwinSimulation:
         self._body_index = [model.reduced.rigid_index(b) for b in model.bodies]
         rs = model.reduced
         # z of every part in S (as CompiledRun.coordinates), when some part records its training range.
-        self._z = slice(7 * rs.n_rigid, rs.n_u) if any(b.basis.training_norm > 0.0 for b in rs.bodies) else None
+        self._z = rs.z_slice if any(b.basis.training_norm > 0.0 for b in rs.bodies) else None
         self._range_warned: set[str] = set()
 
     @property

@@ -253,7 +253,7 @@ class CompiledRun:
     @property
     def coordinates(self) -> NDArray[np.float64]:
         """Reduced coordinates z (n+1, Σr)."""
-        return self.states[:, 7 * self.system.n_rigid : self.system.n_u].copy()
+        return self.states[:, self.system.z_slice].copy()
 
     def body_position(self, name: str) -> NDArray[np.float64]:
         """Centre of mass of rigid body ``name`` over time (n+1, 3) [m]."""

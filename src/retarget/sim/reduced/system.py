@@ -106,6 +106,11 @@ class ReducedSystem:
         """Number of scalar constraints."""
         return self.lambda_offsets[-1]
 
+    @property
+    def z_slice(self) -> slice:
+        """Slice of every part's z in U (and in S = [U, V, λ]), parts in order."""
+        return slice(7 * self.n_rigid, self.n_u)
+
     def z_slice_u(self, d: int) -> slice:
         """Slice of body d's z in U."""
         o = 7 * self.n_rigid + sum(b.size for b in self.bodies[:d])
