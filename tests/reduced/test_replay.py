@@ -142,3 +142,19 @@ def test_several_training_motions_are_all_replayed_and_covered(training) -> None
     assert _replay_error(rs, larger, dt, full_large) < _replay_error(small, larger, dt, full_large)
     with pytest.raises(ValueError, match="2 training runs but 1 motor"):
         build_checked_by_replay(system, [full, full_large], motors, dt, ["tip"])
+
+
+def test_given_bases_retrain_only_the_cubature(training) -> None:
+    """The replay check's cubature phase keeps its bases: the cubature trained on them equals a full rebuild's."""
+    from retarget.sim.reduced.training import build_from_result
+
+    system, _, _, full = training
+    fresh = build_from_result(system, full, variance=0.5, cubature_tolerance=1e-4)
+    first = build_from_result(system, full, variance=0.5)
+    kept = build_from_result(system, full, cubature_tolerance=1e-4, bases=first[1])
+    assert kept[1] == first[1]  # the very bases given
+    for a, b in zip(fresh[1], kept[1]):
+        np.testing.assert_array_equal(a.modes, b.modes)
+    for a, b in zip(fresh[2], kept[2]):
+        np.testing.assert_array_equal(a.elements, b.elements)
+        np.testing.assert_array_equal(a.weights, b.weights)

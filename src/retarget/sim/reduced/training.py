@@ -69,6 +69,7 @@ def build_from_result(
     cubature_tolerance: float = DEFAULT_CUBATURE_TOLERANCE,
     cubature_samples: int = 60,
     max_snapshots: int = 2000,
+    bases: list[ReducedBasis] | None = None,
 ) -> tuple[ReducedSystem, list[ReducedBasis], list[Cubature]]:
     """Train bases and cubatures on a :class:`retarget.sim.result.SimulationResult` of ``system``.
 
@@ -87,31 +88,42 @@ def build_from_result(
         cubature_samples: evenly spaced snapshots used to train the cubature.
         max_snapshots: cap on the PCA snapshots (the method of snapshots solves an s × s eigenproblem: 10 s of
             the drummer stored every 1 ms would be four 10 000² problems).
+        bases: bases built before from the same snapshots: kept, and only the cubatures trained (no PCA, no
+            interface modes; ``n_modes`` and ``variance`` are then unused).
     """
     refs = reference_bodies(system)
     held, loops = reference_couplings(system), loop_couplings(system)
     poses, disp = _snapshots(_runs(result), max_snapshots)
+    pick = _evenly_spaced(len(poses), cubature_samples)  # the cubature's samples among the snapshots
     off = 0
-    bases, cubatures = [], []
+    built, cubatures = [], []
     for d, body in enumerate(system.deformable):
         r = refs[d]
-        local = to_local_displacements(
-            body.rest_positions, system.rigid[r].reference_com, poses[:, r, :3], poses[:, r, 3:], disp[:, off : off + body.n_dofs]
-        )
+        dofs = slice(off, off + body.n_dofs)
         off += body.n_dofs
-        rest_local = body.rest_positions - system.rigid[r].reference_com
-        extra = None
-        if loops[d]:
-            slots = [system.constraints[e].slots[-1] for e in [held[d], *loops[d]]]
-            rows = [interface_rows(sl.map, sl.nodes, body.rest_positions) for sl in slots]
-            extra = interface_modes(body.elastic.rest_stiffness, rows[0], rows[1:])
-        basis = mass_pca_basis(local, rest_local, body.mass_matrix, n_modes=n_modes, variance=variance,
-                               extra_modes=extra, cap=True)
+
+        def local(rows: slice | NDArray[np.int64]) -> NDArray[np.float64]:
+            return to_local_displacements(body.rest_positions, system.rigid[r].reference_com, poses[rows, r, :3],
+                                          poses[rows, r, 3:], disp[rows, dofs])
+
+        if bases is not None:
+            basis = bases[d]
+            samples = local(pick)
+        else:
+            snapshots = local(slice(None))
+            extra = None
+            if loops[d]:
+                slots = [system.constraints[e].slots[-1] for e in [held[d], *loops[d]]]
+                rows = [interface_rows(sl.map, sl.nodes, body.rest_positions) for sl in slots]
+                extra = interface_modes(body.elastic.rest_stiffness, rows[0], rows[1:])
+            basis = mass_pca_basis(snapshots, body.rest_positions - system.rigid[r].reference_com, body.mass_matrix,
+                                   n_modes=n_modes, variance=variance, extra_modes=extra, cap=True)
+            samples = snapshots[pick]
         # Only the cubature's samples are projected (mass_pca_basis projected all of them for its training range).
-        zs = local[_evenly_spaced(len(local), cubature_samples)] @ (body.mass_matrix @ basis.modes)
+        zs = samples @ (body.mass_matrix @ basis.modes)
         cubatures.append(train_cubature(body.elastic, basis.modes, zs, tolerance=cubature_tolerance))
-        bases.append(basis)
-    return build_reduced_system(system, bases, cubatures), bases, cubatures
+        built.append(basis)
+    return build_reduced_system(system, built, cubatures), built, cubatures
 
 
 @dataclass(frozen=True)
@@ -188,8 +200,9 @@ def build_checked_by_replay(
     v = float(variance)
     c = float(cubature_tolerance)
     tightenings = 0
+    kept_bases = None  # the cubature phase keeps the last bases: only the cubature is retrained
     while True:
-        built = build_from_result(system, runs, variance=v, cubature_tolerance=c)
+        built = build_from_result(system, runs, variance=v, cubature_tolerance=c, bases=kept_bases)
         modes = tuple(b.n_pca for b in built[1])
         if not trials or (modes, c) != (trials[-1].modes, trials[-1].cubature_tolerance):
             errors, rms_m, message = [], [], ""
@@ -224,6 +237,7 @@ def build_checked_by_replay(
             tightenings += 1
         elif c > MIN_CUBATURE_TOLERANCE:
             c = max(MIN_CUBATURE_TOLERANCE, float(f"{c / 10.0:.6g}"))  # then the cubature, with the last basis
+            kept_bases = built[1]
         else:
             break
     assert best is not None
