@@ -3,7 +3,9 @@ and over a real pseudo-terminal for the end-to-end path."""
 from __future__ import annotations
 
 import math
+import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -167,3 +169,49 @@ def test_end_to_end_over_pty_with_faults_from_another_channel(pty_emulator: PtyE
         send_control(ctl, {"cmd": "restore"})
         bus.reopen()
         assert bus.read_state().position.shape == (3,)
+
+
+def test_port_changes_run_on_the_serving_thread(pty_emulator: PtyEmulator, monkeypatch) -> None:
+    # Closing the master from another thread would free its descriptor number while the serving thread still
+    # selects on it; the next socket (a control connection) would take the number and have its request read as
+    # serial bytes. So vanish/restore asked from elsewhere are executed by the serving thread itself.
+    threads = []
+    close, open_ = pty_emulator._close_pty, pty_emulator._open_pty
+    monkeypatch.setattr(pty_emulator, "_close_pty", lambda: (threads.append(threading.current_thread()), close()))
+    monkeypatch.setattr(pty_emulator, "_open_pty", lambda: (threads.append(threading.current_thread()), open_()))
+    pty_emulator.vanish_port()
+    assert pty_emulator._master is None and not Path(pty_emulator.port).exists()
+    pty_emulator.restore_port()
+    assert pty_emulator._master is not None and Path(pty_emulator.port).exists()
+    assert [t.name for t in threads] == ["dxl-emulator", "dxl-emulator"]
+
+
+def test_vanish_and_restore_cycles_while_the_client_talks(pty_emulator: PtyEmulator, tmp_path) -> None:
+    ctl = tmp_path / "ttyDXL.ctl"
+    stop = threading.Event()
+    answered = []
+
+    def client() -> None:
+        bus = DynamixelBus(pty_emulator.port, [1, 2, 3], baudrate=3_000_000, latency_timer_ms=100)
+        while not stop.is_set():
+            try:
+                if not bus.is_open:
+                    bus.open()
+                bus.read_state()
+                answered.append(True)
+            except (PortGoneError, NoReplyError, CrcError):
+                time.sleep(0.001)
+        bus.close()
+
+    talker = threading.Thread(target=client, daemon=True)
+    talker.start()
+    try:
+        for _ in range(25):
+            assert send_control(ctl, {"cmd": "vanish"}, timeout=5.0)["ok"]
+            time.sleep(0.005)
+            assert send_control(ctl, {"cmd": "restore"}, timeout=5.0)["ok"]
+            time.sleep(0.02)
+    finally:
+        stop.set()
+        talker.join(timeout=10.0)
+    assert not talker.is_alive() and answered

@@ -413,6 +413,10 @@ class PtyEmulator:
         self._threads: list[threading.Thread] = []
         self._server: socket.socket | None = None
         self._io_lock = threading.Lock()
+        # Port changes asked for while the serving thread runs: (action, done) pairs it executes itself, so a
+        # descriptor number it still holds is never closed under it and reused (e.g. by a control connection).
+        self._port_requests: list[tuple[Callable[[], None], threading.Event]] = []
+        self._reader: threading.Thread | None = None
 
     @property
     def port(self) -> str:
@@ -422,9 +426,9 @@ class PtyEmulator:
     def start(self) -> PtyEmulator:
         """Create the pseudo-terminal (and link, control socket) and start serving."""
         self._open_pty()
-        reader = threading.Thread(target=self._serve, name="dxl-emulator", daemon=True)
-        reader.start()
-        self._threads.append(reader)
+        self._reader = threading.Thread(target=self._serve, name="dxl-emulator", daemon=True)
+        self._reader.start()
+        self._threads.append(self._reader)
         if self.control_path:
             self._start_control()
         return self
@@ -455,15 +459,53 @@ class PtyEmulator:
 
     def vanish_port(self) -> None:
         """Close the pseudo-terminal and remove the link: the client's next I/O fails as for an unplugged adapter."""
+        self._on_serving_thread(self._vanish)
+
+    def restore_port(self) -> None:
+        """Create a new pseudo-terminal (and re-point the link) after :meth:`vanish_port`."""
+        self._on_serving_thread(self._restore)
+
+    def _vanish(self) -> None:
         self._close_pty()
         if self.link:
             with contextlib.suppress(FileNotFoundError):
                 self.link.unlink()
 
-    def restore_port(self) -> None:
-        """Create a new pseudo-terminal (and re-point the link) after :meth:`vanish_port`."""
+    def _restore(self) -> None:
         if self._master is None:
             self._open_pty()
+
+    def _on_serving_thread(self, action: Callable[[], None], timeout: float = 5.0) -> None:
+        """Run ``action`` (which opens or closes the pty) on the serving thread, or here if none is serving.
+
+        The serving thread selects on, reads and writes the master descriptor; closing it from another thread
+        would free its number for the next descriptor this process opens (a control connection, say), which the
+        serving thread would then read from. Only the serving thread changes the pty while it runs.
+
+        Raises:
+            TimeoutError: the serving thread did not take the request within ``timeout`` seconds.
+        """
+        reader = self._reader
+        if reader is None or not reader.is_alive() or threading.current_thread() is reader:
+            action()
+            return
+        done = threading.Event()
+        with self._io_lock:
+            self._port_requests.append((action, done))
+        self._wake()
+        if not done.wait(timeout):
+            raise TimeoutError(f"the emulator's serving thread did not change the port within {timeout} s")
+
+    def _run_port_requests(self) -> bool:
+        """Execute pending port changes (serving thread only); True if any ran (the master may have changed)."""
+        with self._io_lock:
+            requests, self._port_requests = self._port_requests, []
+        for action, done in requests:
+            try:
+                action()
+            finally:
+                done.set()
+        return bool(requests)
 
     def stop(self) -> None:
         """Stop serving, close everything, remove the link and the control socket."""
@@ -475,6 +517,7 @@ class PtyEmulator:
             self._server.close()
         for thread in self._threads:
             thread.join(timeout=2.0)
+        self._run_port_requests()  # any asked for while stopping: nobody serves any more, release the waiters
         self._close_pty()
         for path in (self.link, self.control_path):
             if path is not None:
@@ -508,13 +551,15 @@ class PtyEmulator:
                 with contextlib.suppress(OSError):
                     os.read(self._wake_r, 1024)
                 stream.clear()
+                if self._run_port_requests():
+                    continue  # the pty was closed or replaced: `master` is stale
             if master is None or master not in ready:
                 self.bus.advance()
                 continue
             try:
                 chunk = os.read(master, 4096)
             except OSError:
-                # EIO: the pty was closed under us (vanish) or no slave is open; wait for the next wake-up.
+                # EIO: no slave side is open (the client closed the port); wait for the next wake-up.
                 time.sleep(self.bus.period)
                 continue
             for frame in stream.feed(chunk):
