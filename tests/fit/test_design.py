@@ -16,6 +16,7 @@ from retarget.fit.design import (
     load_torque,
     material_corners,
     predict_uncertainty,
+    step_peak_torque,
     write_identification_motion,
 )
 from retarget.fit.rig import StepTestRig, load_rig
@@ -92,14 +93,44 @@ def test_torque_bound_of_one_burst_is_its_peak(rig: StepTestRig, engine: BeamEng
                                                                                                         rel=1e-9)
 
 
-def test_shipped_motion_is_the_design_for_the_rig(rig: StepTestRig) -> None:
-    shipped = load_motion(resolve_motion("single_rod/ident_mode2"))
+def test_step_ramps_are_lengthened_until_the_step_is_within_the_torque_limit() -> None:
+    """The step after the bursts rises in the shortest ramp (speed-limited ramp x 1.15^k) whose predicted peak
+    load torque is within the limit; the ramp before it is not. On the fitting rig (XM540-W270, 3.14 rad/s) the
+    speed-limited 0.28 s ramp loads the horn above its 8.5 N m limit."""
+    fit_rig = load_rig("fit_rig")
+    moduli = (1.5e11, 2.0e11, 2.2e11)
+    design = design_identification_motion(fit_rig, cycles=2, bursts=1, gap_s=0.5, torque_moduli=moduli)
+    limit = 0.8 * fit_rig.stall_torque
+    speed_ramp = 1.5 * math.radians(30.0) / (0.9 * fit_rig.max_velocity)
+    k = round(math.log(design.step_ramp_s / speed_ramp) / math.log(1.15))
+    assert k >= 1 and 0 <= design.step_ramp_s - speed_ramp * 1.15**k < 1e-3  # rounded up to 1 ms
+    assert design.step_ramp_s == round(design.step_ramp_s, 3)
+    damping, hold = design.torque_damping, design.times_s[-3] - design.times_s[-4]
+    args = (fit_rig, moduli, damping, design.step_rad)
+    assert design.step_torque_nm == pytest.approx(step_peak_torque(*args, design.step_ramp_s, hold, 1.0), rel=1e-12)
+    previous = math.ceil(speed_ramp * 1.15 ** (k - 1) * 1e3 - 1e-9) / 1e3
+    assert design.step_torque_nm <= limit < step_peak_torque(*args, previous, hold, 1.0)
+    # The ramps are the step's: rise and return both take step_ramp_s.
+    assert design.times_s[-4] - design.times_s[-5] == pytest.approx(design.step_ramp_s)
+    assert f"step in {design.step_ramp_s:.3f} s" in design.description
+    with pytest.raises(InputError, match="no step ramp"):
+        design_identification_motion(fit_rig, cycles=2, bursts=1, gap_s=0.5, torque_moduli=moduli,
+                                     stall_torque=0.05)
+
+
+@pytest.mark.parametrize("name", ["single_rod", "fit_rig"])
+def test_shipped_motion_is_the_design_for_the_rig(name: str) -> None:
+    rig = load_rig(name)
+    shipped = load_motion(resolve_motion(f"{name}/ident_mode2"))
     design = design_identification_motion(rig)
     fresh = design.motion()
     assert shipped.num_samples == fresh.num_samples
-    # The file rounds keyframe times to 1e-5 s and angles to 1e-5 deg.
-    np.testing.assert_allclose(shipped.positions, fresh.positions, atol=math.radians(2e-4))
+    # The file rounds keyframe times to 1e-5 s (an error of up to 5e-6 s times the motor speed) and angles to
+    # 1e-5 deg.
+    atol = math.radians(2e-4) + 5e-6 * design.peak_rate_rad_s
+    np.testing.assert_allclose(shipped.positions, fresh.positions, atol=atol)
     assert design.burst_torque_nm <= 0.8 * rig.stall_torque
+    assert design.step_torque_nm <= 0.8 * rig.stall_torque
 
 
 def test_written_file_reads_back(rig: StepTestRig, tmp_path) -> None:
@@ -215,3 +246,15 @@ def test_load_torque_of_a_stiff_rod_is_rigid_body_dynamics(rig: StepTestRig, eng
     gravity = 9.81 * np.sin(theta) * (rho_a * rig.length * (a0 + rig.length / 2) + rig.tip_mass * arm_tip)
     inner = (time > 0.1) & (time < 0.5)
     np.testing.assert_allclose(tau[inner], inertia * accel - gravity[inner], rtol=0.02, atol=5e-3)
+
+
+def test_fitting_rig_step_test_is_within_its_servo() -> None:
+    """fit_rig/step_30 is slowed (0.37 s ramps) so that its XM540-W270 can play it: within the speed limit and,
+    for any E in the design range at the least damping, within 80 % of the stall torque."""
+    fit_rig = load_rig("fit_rig")
+    step = load_motion(resolve_motion("fit_rig/step_30"))
+    rate = np.abs(np.diff(step.positions[:, 0]) / np.diff(step.time))
+    assert rate.max() <= 0.9 * fit_rig.max_velocity
+    engine = BeamEngine(fit_rig)
+    peaks = [np.abs(load_torque(engine, e, 0.1, 1e-5, step)[1]).max() for e in np.linspace(1.5e11, 2.2e11, 5)]
+    assert max(peaks) <= 0.8 * fit_rig.stall_torque

@@ -12,8 +12,9 @@ from retarget.model import library
 from retarget.model.library import UnknownNameError
 
 ROBOTS = ["bartender", "boxer", "dancer", "drummer", "rapper", "single_rod", "two_rods"]
-MOTIONS = ["bartender/serve", "boxer/boxing", "dancer/wave", "drummer/drumming", "rapper/rap",
-           "single_rod/ident_mode2", "single_rod/step_30", "single_rod/step_45_fast", "two_rods/swing_90"]
+RIGS = ["fit_rig"]
+MOTIONS = ["bartender/serve", "boxer/boxing", "dancer/wave", "drummer/drumming", "fit_rig/ident_mode2",
+           "fit_rig/step_30", "rapper/rap", "single_rod/ident_mode2", "single_rod/step_30", "single_rod/step_45_fast", "two_rods/swing_90"]
 
 
 def test_share_dir_is_the_checkout_with_config_and_urdf() -> None:
@@ -24,6 +25,17 @@ def test_share_dir_is_the_checkout_with_config_and_urdf() -> None:
 
 def test_list_robots_gives_the_seven_robots() -> None:
     assert library.list_robots() == ROBOTS
+
+
+def test_rigs_resolve_by_name_but_are_not_robots() -> None:
+    """The material-fitting rig is a robot file with ``kind: rig``: found by name, listed apart, no ROS params."""
+    assert library.list_rigs() == RIGS
+    path = library.resolve_robot("fit_rig")
+    assert path.name == "fit_rig.yaml"
+    assert library.robot_config("fit_rig")["retarget"]["servo"]["model"] == "XM540-W270"
+    assert 'name="fit_rig"' in library.urdf_xml("fit_rig")
+    with pytest.raises(InputError, match="params file"):
+        library.resolve_params("fit_rig")
 
 
 def test_resolve_robot_by_name_and_by_path(tmp_path: Path) -> None:
@@ -39,12 +51,12 @@ def test_unknown_robot_lists_the_known_ones() -> None:
     with pytest.raises(UnknownNameError) as info:
         library.resolve_robot("robocop")
     assert isinstance(info.value, InputError)
-    assert info.value.known == ROBOTS
+    assert info.value.known == ROBOTS + RIGS
     assert "robocop" in str(info.value) and "single_rod" in str(info.value)
 
 
 def test_resolve_urdf_finds_each_xacro() -> None:
-    for robot in ROBOTS:
+    for robot in ROBOTS + RIGS:
         path = library.resolve_urdf(robot)
         assert path.is_file() and path.name == f"{robot}.urdf.xacro"
 
@@ -72,9 +84,11 @@ def test_resolve_motion_by_name_and_path() -> None:
 
 def test_cli_robots_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["robots", "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["robots"]
+    listing = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    rows = listing["robots"]
     by_name = {r["name"]: r for r in rows}
     assert sorted(by_name) == ROBOTS
+    assert [r["name"] for r in listing["rigs"]] == RIGS and listing["rigs"][0]["dof"] == 1
     assert by_name["drummer"]["dof"] == 13 and by_name["single_rod"]["dof"] == 1
     assert by_name["rapper"]["flexible_parts"] == ["upper_arm", "forearm"]
     assert by_name["boxer"]["mass_kg"] > by_name["drummer"]["mass_kg"]

@@ -18,6 +18,10 @@ RANDOM_RANGES: dict[str, tuple[float, float]] = {"youngs_modulus": (150e9, 220e9
 #: Motions of the acceptance run, per robot (``<robot>/<name>``): the step test and the identification motion.
 CHECK_MOTIONS = "step_30,ident_mode2"
 
+#: The default rig of ``twin-test``, ``fit-motion`` and ``check fit``: single_rod's rod on an XM540-W270
+#: (docs/fit.md, "The fitting rig").
+DEFAULT_RIG = "fit_rig"
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``fit``, ``twin-test`` and ``fit-motion`` to the top-level parser."""
@@ -28,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "the rig and fit E, alpha, beta by bounded least squares; prints the values with uncertainties.",
     )
     p.add_argument("--robot", required=True, metavar="RIG", help="rig params YAML or robot name (one motor, one "
-                   "flexible part, a tip body), e.g. single_rod")
+                   "flexible part, a tip body), e.g. fit_rig or single_rod")
     p.add_argument("--recording", required=True, action="append", metavar="BAG_OR_CSV",
                    help="recording (bag folder or Motive CSV); repeat to fit several recordings jointly")
     p.add_argument("--body", required=True,
@@ -58,7 +62,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Rehearse material fitting without hardware: simulate the rig's step test with known "
         "parameters and write what OptiTrack would record (noise, occlusion, a Y-up mocap frame, a clock offset).",
     )
-    q.add_argument("--robot", default="single_rod", metavar="RIG", help="rig params YAML or robot name")
+    q.add_argument("--robot", default=DEFAULT_RIG, metavar="RIG",
+                   help=f"rig params YAML or robot name (default {DEFAULT_RIG})")
     q.add_argument("--motion", default=None, help="motion (default <robot>/step_30)")
     q.add_argument("--youngs-modulus", type=float, default=None, help="true E [Pa] (default: the rig's material)")
     q.add_argument("--alpha", type=float, default=None, help="true Rayleigh alpha [1/s] (default: the rig's)")
@@ -84,7 +89,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "motor oscillations at the rig's second bending frequency (from its beam model) within the servo's speed "
         "limit, with ring-outs between (docs/fit.md). Optionally predict the 1-sigma of a fit with it.",
     )
-    m.add_argument("--robot", default="single_rod", metavar="RIG", help="rig params YAML or robot name")
+    m.add_argument("--robot", default=DEFAULT_RIG, metavar="RIG",
+                   help=f"rig params YAML or robot name (default {DEFAULT_RIG})")
     m.add_argument("--youngs-modulus", type=float, default=None,
                    help="E [Pa] for the mode frequencies (default: the rig's material; better: a value fitted "
                    "from a step test)")
@@ -131,7 +137,7 @@ def register_check(subparsers: argparse._SubParsersAction) -> None:
         "(1 mm position noise, 0.005 rad orientation noise, 120 Hz), fit them jointly and compare with the truth "
         "(acceptance: E within 2 percent, alpha and beta within 10 percent). Minutes per set.",
     )
-    p.add_argument("--robot", default="single_rod", metavar="RIG", help="rig (default single_rod)")
+    p.add_argument("--robot", default=DEFAULT_RIG, metavar="RIG", help=f"rig (default {DEFAULT_RIG})")
     p.add_argument("--noise", type=float, default=0.001, help="position noise std [m] (default 0.001)")
     p.add_argument("--sets", type=int, default=len(CHECK_SETS), help=f"how many of the {len(CHECK_SETS)} "
                    "built-in parameter sets to run")
@@ -405,7 +411,8 @@ def _fit_motion(args: argparse.Namespace) -> int:
         design = design_identification_motion(rig, bursts=DEFAULT_BURSTS if args.bursts is None else args.bursts,
                                               gap_s=gap, **kwargs)
     f1, f2 = design.frequencies_hz
-    then = f", then a {math.degrees(design.step_rad):.0f} deg step" if design.step_rad else ""
+    then = (f", then a {math.degrees(design.step_rad):.0f} deg step in {design.step_ramp_s:.3f} s" if design.step_rad
+            else "")
     print(f"identification motion for {rig.name}: f1 = {f1:.3f} Hz, f2 = {f2:.2f} Hz at E = "
           f"{design.youngs_modulus / 1e9:.1f} GPa; {design.bursts} x {design.cycles} cycles of "
           f"±{math.degrees(design.amplitude_rad):.3f} deg about the rest angle{then}; peak "
@@ -413,12 +420,14 @@ def _fit_motion(args: argparse.Namespace) -> int:
     from retarget.dynamixel.control_table import POSITION_RAD_PER_TICK
 
     ticks = design.amplitude_rad / POSITION_RAD_PER_TICK
-    # The servo the design is for: --stall-torque overrides the rig file's.
-    stall_nm = rig.stall_torque if args.stall_torque is None else float(args.stall_torque)
+    stall_nm = design.stall_torque_nm  # the servo the design is for: --stall-torque overrides the rig file's
     if design.torque_limit_nm is not None:
         print(f"  bursts' load torque bound {design.burst_torque_nm:.2f} N m (limit {design.torque_limit_nm:.2f} N m "
               f"= {design.torque_limit_nm / stall_nm:.0%} of stall; any E in 150-220 GPa at alpha "
               f"{design.torque_damping[0]:g} 1/s, beta {design.torque_damping[1]:g} s)")
+        if design.step_rad:
+            print(f"  step's load torque {design.step_torque_nm:.2f} N m with {design.step_ramp_s:.3f} s ramps (same "
+                  "limit, E and damping)")
     if ticks < 2.0:
         print(f"  warning: the burst amplitude is {ticks:.2f} position ticks of a Dynamixel (4096 per turn): a servo "
               "in position mode cannot render it faithfully (docs/fit.md)")
@@ -428,7 +437,8 @@ def _fit_motion(args: argparse.Namespace) -> int:
                                "peak_rate_rad_s": design.peak_rate_rad_s, "max_velocity": design.max_velocity,
                                "duration_s": design.duration_s, "burst_torque_nm": design.burst_torque_nm,
                                "torque_limit_nm": design.torque_limit_nm,
-                               "torque_damping": list(design.torque_damping), "amplitude_ticks": ticks}
+                               "torque_damping": list(design.torque_damping), "amplitude_ticks": ticks,
+                               "step_ramp_s": design.step_ramp_s, "step_torque_nm": design.step_torque_nm}
     if choice is not None:
         summary["choice"] = {"target_std": choice.target_std, "met": choice.met, "rows": choice.rows}
     from retarget.fit.design import load_torque

@@ -53,25 +53,27 @@ def motion_summary(name: str) -> dict[str, Any]:
 
 
 def _robots(args: argparse.Namespace) -> int:
-    from retarget.model.library import list_robots
+    from retarget.model.library import list_rigs, list_robots
 
     rows = [robot_summary(name) for name in list_robots()]
+    rigs = [robot_summary(name) for name in list_rigs()]
     if args.json:
-        print(json.dumps({"robots": rows}))
+        print(json.dumps({"robots": rows, "rigs": rigs}))
         return 0
     print(f"{'robot':<12} {'DOF':>3} {'mass [kg]':>9}  flexible parts / motors")
-    for r in rows:
-        print(f"{r['name']:<12} {r['dof']:>3} {r['mass_kg']:>9.3f}  {', '.join(r['flexible_parts'])}")
-        print(f"{'':<27}  motors: {', '.join(r['motors'])}")
+    for kind, group in (("", rows), ("rig: ", rigs)):
+        for r in group:
+            print(f"{r['name']:<12} {r['dof']:>3} {r['mass_kg']:>9.3f}  {kind}{', '.join(r['flexible_parts'])}")
+            print(f"{'':<27}  motors: {', '.join(r['motors'])}")
     return 0
 
 
 def _motions(args: argparse.Namespace) -> int:
-    from retarget.model.library import list_motions, list_robots, resolve_robot
+    from retarget.model.library import list_motions, list_rigs, list_robots, resolve_robot
 
     if args.robot is not None:
         resolve_robot(args.robot)  # unknown names raise with the list of known robots
-    robots = [args.robot] if args.robot else list_robots()
+    robots = [args.robot] if args.robot else list_robots() + list_rigs()
     rows = [motion_summary(n) for robot in robots for n in list_motions(robot)]
     if args.json:
         print(json.dumps({"motions": rows}))
@@ -85,14 +87,16 @@ def _motions(args: argparse.Namespace) -> int:
 def register(subparsers: Any) -> None:
     """Add ``retarget robots`` and ``retarget motions`` to the top-level CLI."""
     robots = subparsers.add_parser(
-        "robots", help="list the shipped robots (DOF, motors, flexible parts, mass)",
-        description="List the shipped robots: DOF, motors, flexible parts and total mass from the URDF.")
+        "robots", help="list the shipped robots and test rigs (DOF, motors, flexible parts, mass)",
+        description="List the shipped robots, then the test rigs (the material-fitting rig fit_rig): DOF, motors, "
+        "flexible parts and total mass from the URDF.")
     robots.add_argument("--json", action="store_true", help="print one JSON object")
     robots.set_defaults(func=_robots)
 
     motions = subparsers.add_parser(
         "motions", help="list the shipped motions of a robot (name, duration, description)",
         description="List the shipped motions <robot>/<motion> with duration and description.")
-    motions.add_argument("robot", nargs="?", default=None, help="robot name (all robots when omitted)")
+    motions.add_argument("robot", nargs="?", default=None,
+                         help="robot or rig name (all robots and rigs when omitted)")
     motions.add_argument("--json", action="store_true", help="print one JSON object")
     motions.set_defaults(func=_motions)

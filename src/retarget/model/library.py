@@ -1,8 +1,9 @@
 """Named lookup of the shipped robots and motions.
 
 A robot is ``config/<name>.yaml`` (ROS params + the simulator's ``retarget:`` section) plus the URDF/xacro it
-names under ``urdf/``; a motion is ``src/retarget/motions/<robot>/<motion>.(yaml|csv|json)``, named
-``<robot>/<motion>``.
+names under ``urdf/``; a rig is the same with ``retarget.kind: rig`` (a test stand such as the material-fitting
+rig ``fit_rig``: resolved by name like a robot, but not listed among the robots, and without ROS bring-up); a
+motion is ``src/retarget/motions/<robot>/<motion>.(yaml|csv|json)``, named ``<robot>/<motion>``.
 See ``docs/robot-description.md`` for the file contracts and ``docs/robots.md`` for the robots themselves.
 
 Where the files live:
@@ -25,6 +26,7 @@ __all__ = [
     "MOTION_SUFFIXES",
     "UnknownNameError",
     "list_motions",
+    "list_rigs",
     "list_robots",
     "motions_dir",
     "resolve_motion",
@@ -93,30 +95,43 @@ def motions_dir() -> Path:
     return Path(__file__).resolve().parents[1] / "motions"
 
 
-def _is_robot_file(path: Path) -> bool:
-    """Whether a config YAML describes a robot (has ``retarget.urdf``), as opposed to e.g. materials.yaml."""
+def _description_kind(path: Path) -> str | None:
+    """``"robot"`` or ``"rig"`` for a config YAML describing one (has ``retarget.urdf``; ``retarget.kind``, default
+    robot), None for other files (e.g. materials.yaml)."""
     import yaml
 
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError):
-        return False
-    return isinstance(data, dict) and isinstance(data.get("retarget"), dict) and "urdf" in data["retarget"]
+        return None
+    if not (isinstance(data, dict) and isinstance(data.get("retarget"), dict) and "urdf" in data["retarget"]):
+        return None
+    kind = data["retarget"].get("kind", "robot")
+    return kind if kind in ("robot", "rig") else None
 
 
-def list_robots() -> list[str]:
-    """Names of the shipped robots (``config/<name>.yaml`` files with a ``retarget.urdf`` entry), sorted."""
+def _names_of_kind(kind: str) -> list[str]:
     config = share_dir() / "config"
     if not config.is_dir():
         return []
-    return sorted(p.stem for p in config.glob("*.yaml") if _is_robot_file(p))
+    return sorted(p.stem for p in config.glob("*.yaml") if _description_kind(p) == kind)
+
+
+def list_robots() -> list[str]:
+    """Names of the shipped robots (``config/<name>.yaml`` files with a ``retarget.urdf`` entry, not rigs), sorted."""
+    return _names_of_kind("robot")
+
+
+def list_rigs() -> list[str]:
+    """Names of the shipped test rigs (``config/<name>.yaml`` with ``retarget.kind: rig``), sorted."""
+    return _names_of_kind("rig")
 
 
 def resolve_robot(name_or_path: str | Path) -> Path:
     """The params YAML of a robot.
 
     Args:
-        name_or_path: A robot name (``"drummer"``) or a path to an existing params YAML.
+        name_or_path: A robot or rig name (``"drummer"``, ``"fit_rig"``) or a path to an existing params YAML.
 
     Returns:
         The YAML path (an existing path is returned as given).
@@ -128,9 +143,9 @@ def resolve_robot(name_or_path: str | Path) -> Path:
     if path.is_file():
         return path
     candidate = share_dir() / "config" / f"{name_or_path}.yaml"
-    if "/" not in str(name_or_path) and candidate.is_file() and _is_robot_file(candidate):
+    if "/" not in str(name_or_path) and candidate.is_file() and _description_kind(candidate) is not None:
         return candidate
-    raise UnknownNameError("robot", str(name_or_path), list_robots())
+    raise UnknownNameError("robot", str(name_or_path), list_robots() + list_rigs())
 
 
 def resolve_params(robot: str | Path) -> Path:
