@@ -42,6 +42,10 @@ def main() -> int:
     p.add_argument("--first-step", type=float, default=None, metavar="RAD",
                    help="L-BFGS-B's first trial step [rad] (default: measured from the curvature)")
     p.add_argument("--target-stride", type=int, default=1, help="solve the targets every N steps, interpolate between")
+    p.add_argument("--window", type=float, default=None, metavar="S", help="receding-horizon windows [s] (default: "
+                   "the whole motion at once)")
+    p.add_argument("--window-tail", type=float, default=0.5, metavar="S", help="a window's objective tail [s]")
+    p.add_argument("--window-overlap", type=float, default=0.0, metavar="S", help="windows' overlap [s]")
     p.add_argument("--duration", type=float, default=None, help="plan only this much of the motion [s]")
     p.add_argument("--projected-iterations", type=int, default=30,
                    help="iterations the projected full wall time assumes (default 30)")
@@ -71,10 +75,12 @@ def main() -> int:
     options = PlanOptions(knot_spacing=args.knot_spacing, dt=args.dt, max_iterations=args.max_iterations,
                           baselines=not args.no_baselines, time_budget=args.time_budget, duration=args.duration,
                           lbfgs_memory=args.lbfgs_memory, target_stride=args.target_stride,
-                          method=args.method, first_step=args.first_step)
+                          method=args.method, first_step=args.first_step, window=args.window,
+                          window_tail=args.window_tail, window_overlap=args.window_overlap)
 
     def callback(it: dict) -> None:
-        print(f"iteration {it['iteration']}: J = {it['objective']:.6e}, |g| = {it['gradient_norm']:.3e} "
+        where = f" (window {it['window']}/{it['windows']})" if "window" in it else ""
+        print(f"iteration {it['iteration']}{where}: J = {it['objective']:.6e}, |g| = {it['gradient_norm']:.3e} "
               f"({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
 
     from retarget.optimize.errors import TimeBudgetError

@@ -171,18 +171,31 @@ def test_verify_plan_at_the_planning_step_reproduces_the_plan_and_runs_finer(rod
         verify_plan(result, 0.0)
 
 
-def test_plan_request_budget_counts_the_model_loading(tiny_artifact, monkeypatch, tmp_path):
-    from retarget.optimize.errors import TimeBudgetError
-
+def _tiny_request(tiny_artifact, monkeypatch, tmp_path, **extra):
+    """A plan request for the tiny robot's ramp with its artifact (isolated cache and model folders)."""
     monkeypatch.setenv("RETARGET_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("RETARGET_MODELS", str(tmp_path / "models"))
     folder, npz = tiny_artifact
     t = np.linspace(0.0, 0.2, 41)
-    request = {"robot": str(folder / "tiny_rod.yaml"), "joint_names": ["m"], "time": t.tolist(),
-               "positions": (0.2 * np.clip(t / 0.1, 0, 1))[:, None].tolist(), "reduced_file": str(npz),
-               "dt": 0.005, "knot_spacing": 0.04, "max_iterations": 1, "time_budget": 1e-6}
+    return {"robot": str(folder / "tiny_rod.yaml"), "joint_names": ["m"], "time": t.tolist(),
+            "positions": (0.2 * np.clip(t / 0.1, 0, 1))[:, None].tolist(), "reduced_file": str(npz),
+            "dt": 0.005, "knot_spacing": 0.04, "max_iterations": 1, **extra}
+
+
+def test_plan_request_budget_counts_the_model_loading(tiny_artifact, monkeypatch, tmp_path):
+    from retarget.optimize.errors import TimeBudgetError
+
+    request = _tiny_request(tiny_artifact, monkeypatch, tmp_path, time_budget=1e-6)
     with pytest.raises(TimeBudgetError, match="targets"):
         plan(request, None)
+
+
+def test_plan_request_with_windows(tiny_artifact, monkeypatch, tmp_path):
+    """The ROS entry point passes ``window`` / ``window_tail`` on (the planner node's parameters)."""
+    request = _tiny_request(tiny_artifact, monkeypatch, tmp_path, window=0.1, window_tail=0.05)
+    metrics = plan(request, None)["metrics"]
+    assert metrics["method"] == "lbfgs-windows" and "2 windows of 0.1 s (+0.05 s tail)" in metrics["message"]
+    assert metrics["objective_final"] <= metrics["objective_initial"]
 
 
 def _recorded_problem(rod_systems, monkeypatch):
@@ -256,3 +269,91 @@ def test_a_plan_beyond_the_training_range_is_reported(rod_systems):
     assert result.variants["naive"].training_range[name] > 2.5
     assert result.variants["optimized"].training_range[name] > 1.25
     assert any(f"optimized trajectory: the motion deforms {name}" in w for w in result.warnings)
+
+
+def test_windows_lower_the_whole_objective_and_respect_limits(rod_systems):
+    """Receding-horizon windows: every window's parameters are optimized in turn; J over the whole motion falls,
+    bounds hold, the callback says which window, and the reported best is the whole-motion evaluation."""
+    from dataclasses import replace
+
+    from retarget.optimize.adjoint import window_parameters
+
+    _, rs = rod_systems
+    limits = MotorLimits.build(("m",), {"m": (-0.2, 0.3, 0.0)})
+    options = replace(OPTIONS, window=0.08, window_tail=0.04, max_iterations=3)
+    seen = []
+    result = run_plan(reduced_engine(rs, 1e-10), _motion(), _bodies(), limits, options,
+                      callback=lambda it: seen.append(it))
+    opt = result.optimization
+    assert opt.method == "lbfgs-windows" and "3 windows of 0.08 s" in opt.message
+    assert {1, 2} <= {it["window"] for it in seen} <= {1, 2, 3} and {it["windows"] for it in seen} == {3}
+    assert [it["iteration"] for it in seen] == list(range(1, len(seen) + 1)) and opt.iterations == len(seen)
+    assert opt.objective_final < 0.9 * opt.objective_initial
+    assert opt.best.value == opt.objective_final and opt.history == [opt.objective_initial, opt.objective_final]
+    assert np.all(result.profiles.control_points <= 0.3 + 1e-12)
+    assert result.variants["optimized"].positions.shape == result.variants["naive"].positions.shape
+    windows = result.metrics()["windows"]
+    assert [w["window"] for w in windows] == [1, 2, 3] and windows[0]["start_s"] == 0.0
+    assert sum(w.get("iterations", 0) for w in windows) == opt.iterations
+    assert all(w["objective_final"] <= w["objective_initial"] for w in windows if "objective_final" in w)
+    # The windows' parameters partition the parameters that act on the grid.
+    pp = result.pp
+    parts = [window_parameters(pp.problem, a, b) for a, b in ((0, 16), (16, 32), (32, 41))]
+    assert sum(p.size for p in parts) == len(np.unique(np.concatenate(parts)))
+
+
+def test_overlapping_windows_optimize_part_of_each_span_again(rod_systems):
+    from dataclasses import replace
+
+    _, rs = rod_systems
+    limits = MotorLimits.build(("m",), {"m": (-0.2, 0.3, 0.0)})
+    options = replace(OPTIONS, window=0.08, window_tail=0.04, window_overlap=0.04, max_iterations=2)
+    result = run_plan(reduced_engine(rs, 1e-10), _motion(), _bodies(), limits, options)
+    opt = result.optimization
+    # Windows start every 0.04 s (steps 0, 8, 16, 24, 32) and stop after the one that reaches the end.
+    assert [w["start_s"] for w in opt.windows] == pytest.approx([0.0, 0.04, 0.08, 0.12])
+    assert "4 windows of 0.08 s (+0.04 s tail, 0.04 s overlap)" in opt.message
+    assert opt.objective_final < opt.objective_initial
+
+
+def test_windows_interrupted_keep_the_fit_after_the_window(rod_systems):
+    from dataclasses import replace
+
+    from retarget.optimize.planner import optimize_windows
+
+    _, rs = rod_systems
+    limits = MotorLimits.build(("m",), {"m": (-0.2, 0.3, 0.0)})
+    options = replace(OPTIONS, window=0.08, window_tail=0.04, max_iterations=3)
+    pp = build_plan_problem(reduced_engine(rs, 1e-10), _motion(), _bodies(), limits, options)
+
+    def callback(it: dict) -> None:
+        raise KeyboardInterrupt
+
+    res = optimize_windows(pp, options, callback=callback)
+    assert res.interrupted and "window 1 of 3" in res.message
+    assert res.objective_final <= res.objective_initial
+    from retarget.optimize.adjoint import window_parameters
+
+    later = window_parameters(pp.problem, 16, pp.problem.n_steps + 1)
+    np.testing.assert_array_equal(res.x[later], pp.fit.parameters[later])
+
+
+def test_windows_need_a_positive_window(rod_systems):
+    from dataclasses import replace
+
+    from retarget.optimize.errors import OptimizeError
+    from retarget.optimize.planner import optimize_windows
+
+    _, rs = rod_systems
+    limits = MotorLimits.build(("m",), {"m": (-0.2, 0.3, 0.0)})
+    pp = build_plan_problem(reduced_engine(rs, 1e-10), _motion(), _bodies(), limits, OPTIONS)
+    with pytest.raises(OptimizeError, match="positive window"):
+        optimize_windows(pp, replace(OPTIONS, window=0.0))
+    with pytest.raises(OptimizeError, match="tail"):
+        optimize_windows(pp, replace(OPTIONS, window=0.1, window_tail=-1.0))
+    from retarget.optimize.errors import TimeBudgetError
+
+    with pytest.raises(OptimizeError, match="overlap"):
+        optimize_windows(pp, replace(OPTIONS, window=0.1, window_overlap=0.1))
+    with pytest.raises(TimeBudgetError, match="first simulation"):
+        optimize_windows(pp, replace(OPTIONS, window=0.1, time_budget=1e-9))

@@ -14,6 +14,12 @@ Backward (:func:`evaluate`), ``n = N … 1``, with the Jacobians recomputed at t
     dJ/dx = ∂Reg/∂x + Σ_n [ (∂R_n/∂θ_n)ᵀ μ_n ⊗ B0[n] + (∂R_n/∂θ̇_n)ᵀ μ_n ⊗ B1[n] ] T
 
 which is the exact derivative of the discrete ``J`` (to the Newton tolerance of the forward solve).
+
+A :class:`Window` restricts both to a time window ``a … e`` and to the parameters whose profiles change only after
+``t_a``: the forward run starts from the stored ``S_a`` (and ``S_{a−1}`` for the BDF2 history), the tracking sums
+over ``n = a … e`` with the whole grid's Simpson weights, the backward pass ends at ``n = a + 1``, and the gradient
+is that of this windowed ``J`` w.r.t. the window's parameters — exact for it, as above (the receding-horizon
+planner, :func:`retarget.optimize.planner.optimize_windows`, minimizes one window after another).
 """
 from __future__ import annotations
 
@@ -28,7 +34,8 @@ from retarget.optimize.engines import Engine, EngineState, step_sensitivities
 from retarget.optimize.limits import VelocityPenalty
 from retarget.optimize.objective import MotorRegularizer, TrackingObjective
 
-__all__ = ["AdjointProblem", "Evaluation", "Rollout", "TrackedPoses", "evaluate", "rollout"]
+__all__ = ["AdjointProblem", "Evaluation", "Rollout", "TrackedPoses", "Window", "evaluate", "first_influence",
+           "rollout", "window_parameters"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -98,15 +105,18 @@ class Rollout:
 
 
 def rollout(engine: Engine, start: EngineState, motors: object, dt: float, n_steps: int,
-            progress: Callable[[int, int], None] | None = None) -> Rollout:
-    """Simulate ``n_steps`` BDF steps (BDF1 first) from ``start``, storing every converged state.
+            progress: Callable[[int, int], None] | None = None, before: EngineState | None = None) -> Rollout:
+    """Simulate ``n_steps`` BDF steps from ``start``, storing every converged state.
+
+    The first step is BDF1 from a rest start (``before`` None) or BDF2 with ``before``, the state one step before
+    ``start``, when a run continues from stored states.
 
     Raises:
         the engine's NewtonFailed / SimulationDiverged.
     """
     states = [start]
     cache: dict = {}
-    prev2: EngineState | None = None
+    prev2: EngineState | None = before
     prev = start
     for k in range(1, n_steps + 1):
         new = engine.step(prev, prev2, dt, motors, k, cache)
@@ -115,6 +125,34 @@ def rollout(engine: Engine, start: EngineState, motors: object, dt: float, n_ste
         if progress is not None:
             progress(k, n_steps)
     return Rollout(states, np.stack([s.s for s in states]))
+
+
+@dataclass(frozen=True, eq=False)
+class Window:
+    """A time window of the problem and the parameters optimized in it (module docstring).
+
+    Attributes:
+        first: grid index ``a`` of the window's start state (fixed: no free parameter changes the profiles up to
+            ``t_a``).
+        last: grid index ``e`` of its last step (``a < e ≤ N``).
+        start: ``S_a``.
+        before: ``S_{a−1}`` (the BDF2 history), None for ``a = 0``.
+        free: indices of the window's parameters in the whole problem's ``x``.
+        base: the whole problem's ``x`` with the other parameters' values.
+    """
+
+    first: int
+    last: int
+    start: EngineState
+    before: EngineState | None
+    free: NDArray[np.int64]
+    base: NDArray[np.float64]
+
+    def full(self, x: NDArray[np.float64]) -> NDArray[np.float64]:
+        """The whole problem's parameters with the window's set to ``x``."""
+        out = self.base.copy()
+        out[self.free] = x
+        return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -131,6 +169,7 @@ class AdjointProblem:
         poses: tracked bodies in ``S``.
         regularizer: deviation/acceleration regularizers on the same grid (or None).
         velocity_penalty: speed-limit penalty (or None).
+        window: restrict :func:`evaluate` to a time window and its parameters (or None: the whole problem).
     """
 
     engine: Engine
@@ -143,6 +182,7 @@ class AdjointProblem:
     poses: TrackedPoses
     regularizer: MotorRegularizer | None = None
     velocity_penalty: VelocityPenalty | None = None
+    window: Window | None = None
 
     def profiles(self, x: NDArray[np.float64]) -> MotorProfiles:
         """The motor profiles of parameters ``x``."""
@@ -162,6 +202,27 @@ class AdjointProblem:
             grad += g
             parts["velocity_penalty"] = v
         return value, grad, parts
+
+
+def first_influence(problem: AdjointProblem) -> NDArray[np.int64]:
+    """Per parameter, the first grid index ``n`` (of ``t_n = n Δt``, n = 0 … N) at which it changes a motor's angle
+    or speed; ``N + 1`` for one that changes neither on the grid. Before it the motion, hence every state, is
+    independent of the parameter (a cubic B-spline starts with zero value and first and second derivative)."""
+    times = problem.start.t + np.arange(problem.n_steps + 1) * problem.dt  # the rollout's grid
+    par = problem.parametrization
+    out = np.full(par.n_free, problem.n_steps + 1, dtype=np.int64)
+    for derivative in (0, 1):
+        basis = par.parameter_basis(problem.template.basis_matrix(times, derivative)).tocoo()
+        nonzero = basis.data != 0.0
+        np.minimum.at(out, basis.col[nonzero], basis.row[nonzero])
+    return np.tile(out, par.n_motors)  # motor-major x: every motor shares the basis
+
+
+def window_parameters(problem: AdjointProblem, first: int, stop: int) -> NDArray[np.int64]:
+    """Indices of the parameters whose influence (:func:`first_influence`) begins in ``first < n ≤ stop``: those a
+    window starting from the stored state ``S_first`` may change."""
+    start = first_influence(problem)
+    return np.flatnonzero((start > first) & (start <= stop))
 
 
 @dataclass(frozen=True, eq=False)
@@ -188,20 +249,27 @@ def evaluate(problem: AdjointProblem, x: NDArray[np.float64], gradient: bool = T
     """Simulate at ``x``, evaluate ``J`` and (optionally) its exact gradient by the discrete adjoint.
 
     Args:
-        problem: the fixed problem data.
+        problem: the fixed problem data; with a :class:`Window`, ``x`` holds the window's parameters only, and the
+            rollout, the positions and ``J`` are the window's (module docstring).
         x: parameters (n_parameters,).
         gradient: also run the backward (adjoint) pass.
         progress: ``progress(done, total)`` over forward plus backward steps.
     """
+    window = problem.window
     x = np.asarray(x, dtype=float)
+    if window is None:
+        n, start, before, tracking = problem.n_steps, problem.start, None, problem.tracking
+    else:
+        x = window.full(x)
+        n, start, before = window.last - window.first, window.start, window.before
+        tracking = problem.tracking.window(window.first, window.last)
     motors = problem.profiles(x)
-    n = problem.n_steps
     total = 2 * n if gradient else n
-    fwd = rollout(problem.engine, problem.start, motors, problem.dt, n,
-                  None if progress is None else (lambda k, _n: progress(k, total)))
+    fwd = rollout(problem.engine, start, motors, problem.dt, n,
+                  None if progress is None else (lambda k, _n: progress(k, total)), before=before)
     pos = problem.poses.positions(fwd.matrix)
-    ori = problem.poses.orientations(fwd.matrix) if problem.tracking.tracks_orientation else None
-    tv = problem.tracking.evaluate(pos, ori)
+    ori = problem.poses.orientations(fwd.matrix) if tracking.tracks_orientation else None
+    tv = tracking.evaluate(pos, ori)
     p_value, p_grad, parts = problem.parameter_terms(x)
     value = tv.value + p_value
     if not gradient:
@@ -211,9 +279,11 @@ def evaluate(problem: AdjointProblem, x: NDArray[np.float64], gradient: bool = T
     grad_theta_dot = np.zeros((n + 1, nm))
     # Sliding window of the two later steps: (sensitivity, μ) of n + 1 and n + 2.
     later: list[tuple[object, NDArray[np.float64]]] = []
-    states = fwd.states
+    # Local step k sits at states[k + lead]: a window's run is preceded by its BDF2 history state.
+    lead = int(before is not None)
+    states = ([before] if before is not None else []) + fwd.states
     for k, sens in zip(range(n, 0, -1), step_sensitivities(problem.engine, states, problem.dt, motors,
-                                                            range(n, 0, -1))):
+                                                            range(n + lead, lead, -1))):
         rhs = -problem.poses.pullback(fwd.matrix[k], tv.d_positions[k],
                                       None if tv.d_orientations is None else tv.d_orientations[k])
         for lag, (s_later, mu_later) in enumerate(later, start=1):
@@ -229,4 +299,6 @@ def evaluate(problem: AdjointProblem, x: NDArray[np.float64], gradient: bool = T
     b1 = problem.template.basis_matrix(times, 1)
     grad_p = np.asarray(b0.T @ grad_theta) + np.asarray(b1.T @ grad_theta_dot)
     g = problem.parametrization.pullback(grad_p) + p_grad
+    if window is not None:
+        g = g[window.free]
     return Evaluation(value, tv.value, parts, g, fwd, pos)

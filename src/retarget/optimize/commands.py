@@ -171,11 +171,13 @@ def _plan(args: argparse.Namespace) -> int:
                           relative_tolerance=args.relative_tolerance, deviation_weight=args.deviation_weight,
                           acceleration_weight=args.acceleration_weight, duration=args.duration,
                           time_budget=args.time_budget, target_stride=args.target_stride, method=args.method,
-                          first_step=args.first_step)
+                          first_step=args.first_step, window=args.window, window_tail=args.window_tail,
+                          window_overlap=args.window_overlap)
     engine = reduced_engine(pm.reduced, tolerance=1e-10)
     from tqdm import tqdm
 
-    bar = tqdm(total=args.max_iterations, desc="optimize", unit="it", file=sys.stderr)
+    # With windows, max_iterations is per window and their number is known only once the problem is built.
+    bar = tqdm(total=None if args.window else args.max_iterations, desc="optimize", unit="it", file=sys.stderr)
     stage_bars: dict[str, Any] = {}
 
     def progress(stage: str, k: int, n: int) -> None:
@@ -185,7 +187,8 @@ def _plan(args: argparse.Namespace) -> int:
 
     def callback(it: dict) -> None:
         bar.update(1)
-        bar.set_postfix(J=f"{it['objective']:.4e}", grad=f"{it['gradient_norm']:.2e}")
+        where = {"window": f"{it['window']}/{it['windows']}"} if "window" in it else {}
+        bar.set_postfix(**where, J=f"{it['objective']:.4e}", grad=f"{it['gradient_norm']:.2e}")
 
     result = run_plan(engine, motion, bodies, limits_for(pm.model, pm.config), options, progress, callback)
     bar.close()
@@ -322,6 +325,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--first-step", type=float, default=None, metavar="RAD",
                    help="length of L-BFGS-B's first trial step over all parameters [rad] (default: measured from "
                    "the objective's curvature with one extra simulation)")
+    p.add_argument("--window", type=float, default=None, metavar="S", help="optimize in receding-horizon windows "
+                   "of S seconds, one after another (for long motions; --max-iterations per window; default: the "
+                   "whole motion at once)")
+    p.add_argument("--window-tail", type=float, default=0.5, metavar="S", help="how far past its span a window's "
+                   "objective reaches [s] (default 0.5)")
+    p.add_argument("--window-overlap", type=float, default=0.0, metavar="S", help="how much of each window the next "
+                   "one optimizes again [s] (default 0: windows side by side)")
     p.add_argument("--weight", action="append", metavar="LINK:pos=W[,ori=W]", help="tracked body weights "
                    "(repeatable; schedules like step(0:1, 2:10) allowed)")
     p.add_argument("--deviation-weight", default=1e-3, help="w_dev [1/(rad^2 s)] (default 1e-3)")

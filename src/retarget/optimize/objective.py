@@ -111,6 +111,14 @@ class TrackingObjective:
             raise InputError("orientation weights are set but no target orientations were given")
         return cls(t, simpson_weights(t.size, dt), tuple(b.link for b in bodies), w_pos, w_ori, c_bar, r_bar)
 
+    def window(self, first: int, last: int) -> TrackingObjective:
+        """The part of ``G`` on the grid points ``first … last`` (inclusive): the same Simpson weights of the whole
+        grid, so the windows' parts add up to ``G``."""
+        cut = slice(int(first), int(last) + 1)
+        return TrackingObjective(self.times[cut], self.quadrature[cut], self.links, self.position_weights[cut],
+                                 self.orientation_weights[cut], self.target_positions[cut],
+                                 None if self.target_orientations is None else self.target_orientations[cut])
+
     @property
     def tracks_orientation(self) -> bool:
         """Whether any orientation weight is non-zero."""

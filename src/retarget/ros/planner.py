@@ -76,6 +76,12 @@ class Planner(Node):
                                    "if there is none yet; 0: no limit", low=0.0)
         self.dt = declare(self, "dt", T.DOUBLE, 0.0, "simulation time step of the plan [s]; 0: the optimizer's "
                           "default", low=0.0)
+        self.window = declare(self, "window", T.DOUBLE, 0.0, "optimize in receding-horizon windows of this length "
+                              "[s], one after another (long motions); 0: the whole motion at once", low=0.0)
+        self.window_tail = declare(self, "window_tail", T.DOUBLE, 0.5, "how far past its span a window's "
+                                   "objective reaches [s]", low=0.0)
+        self.window_overlap = declare(self, "window_overlap", T.DOUBLE, 0.0, "how much of each window the next "
+                                      "one optimizes again [s]", low=0.0)
         group = ReentrantCallbackGroup()
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
                              reliability=ReliabilityPolicy.RELIABLE)
@@ -145,7 +151,8 @@ class Planner(Node):
                 "deviation_weight": goal.deviation_weight, "acceleration_weight": goal.acceleration_weight,
                 "knot_spacing": goal.knot_spacing, "max_iterations": goal.max_iterations,
                 "relative_tolerance": goal.relative_tolerance, "allow_training": self.allow_training,
-                "time_budget": self.time_budget or None, "dt": self.dt or None}
+                "time_budget": self.time_budget or None, "dt": self.dt or None, "window": self.window or None,
+                "window_tail": self.window_tail, "window_overlap": self.window_overlap}
 
     def _result(self, outcome: dict[str, Any], started: float) -> Result:
         from retarget.ros.conversions import point_msg
