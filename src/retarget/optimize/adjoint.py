@@ -218,10 +218,13 @@ def first_influence(problem: AdjointProblem) -> NDArray[np.int64]:
     return np.tile(out, par.n_motors)  # motor-major x: every motor shares the basis
 
 
-def window_parameters(problem: AdjointProblem, first: int, stop: int) -> NDArray[np.int64]:
+def window_parameters(
+    problem: AdjointProblem, first: int, stop: int, influence: NDArray[np.int64] | None = None
+) -> NDArray[np.int64]:
     """Indices of the parameters whose influence (:func:`first_influence`) begins in ``first < n ≤ stop``: those a
-    window starting from the stored state ``S_first`` may change."""
-    start = first_influence(problem)
+    window starting from the stored state ``S_first`` may change. ``influence``: :func:`first_influence` of
+    ``problem`` when the caller has it (it evaluates the spline bases over the whole grid)."""
+    start = first_influence(problem) if influence is None else influence
     return np.flatnonzero((start > first) & (start <= stop))
 
 

@@ -27,6 +27,7 @@ from retarget.optimize.adjoint import (
     TrackedPoses,
     Window,
     evaluate,
+    first_influence,
     rollout,
     window_parameters,
 )
@@ -519,8 +520,9 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
     evaluation_s, first_step = 0.0, 1.0
     messages: list[str] = []
     summaries: list[dict[str, Any]] = []
+    influence = first_influence(problem)
     for w, (a, b, last) in enumerate(spans):
-        free = window_parameters(problem, a, n + 1 if b == n else b)
+        free = window_parameters(problem, a, n + 1 if b == n else b, influence)
         summary: dict[str, Any] = {"window": w + 1, "start_s": a * dt, "end_s": b * dt, "parameters": int(free.size)}
         summaries.append(summary)
         if free.size == 0:
