@@ -46,6 +46,8 @@ def main() -> int:
                    "the whole motion at once)")
     p.add_argument("--window-tail", type=float, default=0.5, metavar="S", help="a window's objective tail [s]")
     p.add_argument("--window-overlap", type=float, default=0.0, metavar="S", help="windows' overlap [s]")
+    p.add_argument("--torque-weight", type=float, default=0.0, help="torque penalty weight (default 0: off)")
+    p.add_argument("--torque-margin", type=float, default=0.1, help="stall-torque fraction the penalty keeps free")
     p.add_argument("--duration", type=float, default=None, help="plan only this much of the motion [s]")
     p.add_argument("--projected-iterations", type=int, default=30,
                    help="iterations the projected full wall time assumes (default 30)")
@@ -76,7 +78,8 @@ def main() -> int:
                           baselines=not args.no_baselines, time_budget=args.time_budget, duration=args.duration,
                           lbfgs_memory=args.lbfgs_memory, target_stride=args.target_stride,
                           method=args.method, first_step=args.first_step, window=args.window,
-                          window_tail=args.window_tail, window_overlap=args.window_overlap)
+                          window_tail=args.window_tail, window_overlap=args.window_overlap,
+                          torque_weight=args.torque_weight, torque_margin=args.torque_margin)
 
     def callback(it: dict) -> None:
         where = f" (window {it['window']}/{it['windows']})" if "window" in it else ""

@@ -4,13 +4,14 @@ Forward (:func:`rollout`): ``S_0`` is the quasi-static state at the fixed start 
 then ``R_n(S_n, S_{n−1}, S_{n−2}, θ_n, θ̇_n) = 0`` for ``n = 1 … N`` (BDF1 for ``n = 1``), with
 ``θ_n = (B0 P)[n]``, ``θ̇_n = (B1 P)[n]``, ``P = T x + offset``; every converged ``S_n`` is stored.
 
-Objective: ``J(x) = Σ_n q_n g_n(S_n) + Reg(x)`` with the tracking term ``g`` of
+Objective: ``J(x) = Σ_n q_n g_n(S_n) + T(S) + Reg(x)`` with the tracking term ``g`` of
 :class:`~retarget.optimize.objective.TrackingObjective` (tracked rigid bodies' COM ``c = U[7i:7i+3]`` and
-orientation ``R(q) F``) and ``Reg`` the motor regularizers and the speed penalty (functions of ``x`` only).
+orientation ``R(q) F``), the torque penalty ``T`` of :class:`~retarget.optimize.limits.TorquePenalty` (on the motor
+rows of ``λ``; optional) and ``Reg`` the motor regularizers and the speed penalty (functions of ``x`` only).
 
 Backward (:func:`evaluate`), ``n = N … 1``, with the Jacobians recomputed at the stored states::
 
-    (∂R_n/∂S_n)ᵀ μ_n = −q_n ∂g_n/∂S_nᵀ − (∂R_{n+1}/∂S_n)ᵀ μ_{n+1} − (∂R_{n+2}/∂S_n)ᵀ μ_{n+2}
+    (∂R_n/∂S_n)ᵀ μ_n = −q_n ∂g_n/∂S_nᵀ − ∂T/∂S_nᵀ − (∂R_{n+1}/∂S_n)ᵀ μ_{n+1} − (∂R_{n+2}/∂S_n)ᵀ μ_{n+2}
     dJ/dx = ∂Reg/∂x + Σ_n [ (∂R_n/∂θ_n)ᵀ μ_n ⊗ B0[n] + (∂R_n/∂θ̇_n)ᵀ μ_n ⊗ B1[n] ] T
 
 which is the exact derivative of the discrete ``J`` (to the Newton tolerance of the forward solve).
@@ -31,7 +32,7 @@ from numpy.typing import NDArray
 
 from retarget.optimize.bspline import MotorProfiles, ProfileParametrization
 from retarget.optimize.engines import Engine, EngineState, step_sensitivities
-from retarget.optimize.limits import VelocityPenalty
+from retarget.optimize.limits import TorquePenalty, VelocityPenalty
 from retarget.optimize.objective import MotorRegularizer, TrackingObjective
 
 __all__ = ["AdjointProblem", "Evaluation", "Rollout", "TrackedPoses", "Window", "evaluate", "first_influence",
@@ -169,6 +170,7 @@ class AdjointProblem:
         poses: tracked bodies in ``S``.
         regularizer: deviation/acceleration regularizers on the same grid (or None).
         velocity_penalty: speed-limit penalty (or None).
+        torque_penalty: penalty on simulated motor torques above the servos' limit (or None).
         window: restrict :func:`evaluate` to a time window and its parameters (or None: the whole problem).
     """
 
@@ -183,6 +185,7 @@ class AdjointProblem:
     regularizer: MotorRegularizer | None = None
     velocity_penalty: VelocityPenalty | None = None
     window: Window | None = None
+    torque_penalty: TorquePenalty | None = None
 
     def profiles(self, x: NDArray[np.float64]) -> MotorProfiles:
         """The motor profiles of parameters ``x``."""
@@ -233,7 +236,7 @@ class Evaluation:
     """``J(x)``, its gradient and the forward run it came from.
 
     Attributes:
-        value: ``J``. tracking: the tracking part. parts: the parameter-only parts by name.
+        value: ``J``. tracking: the tracking part. parts: the other parts by name (regularizers, penalties).
         gradient: ``dJ/dx`` (n_parameters,) or None (value only).
         rollout: the forward simulation.
         positions: tracked COM positions (N + 1, k, 3) [m].
@@ -275,6 +278,11 @@ def evaluate(problem: AdjointProblem, x: NDArray[np.float64], gradient: bool = T
     tv = tracking.evaluate(pos, ori)
     p_value, p_grad, parts = problem.parameter_terms(x)
     value = tv.value + p_value
+    torque_grad = None
+    if problem.torque_penalty is not None:
+        torque_index = problem.engine.motor_torque_index
+        parts["torque_penalty"], torque_grad = problem.torque_penalty.evaluate(fwd.matrix[:, torque_index])
+        value += parts["torque_penalty"]
     if not gradient:
         return Evaluation(value, tv.value, parts, None, fwd, pos)
     nm = len(problem.engine.motor_names)
@@ -289,6 +297,8 @@ def evaluate(problem: AdjointProblem, x: NDArray[np.float64], gradient: bool = T
                                                             range(n + lead, lead, -1))):
         rhs = -problem.poses.pullback(fwd.matrix[k], tv.d_positions[k],
                                       None if tv.d_orientations is None else tv.d_orientations[k])
+        if torque_grad is not None:
+            rhs[torque_index] -= torque_grad[k]
         for lag, (s_later, mu_later) in enumerate(later, start=1):
             rhs -= s_later.history_transposed(lag, mu_later)  # type: ignore[attr-defined]
         mu = sens.solve_transposed(rhs)

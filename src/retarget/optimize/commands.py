@@ -172,7 +172,8 @@ def _plan(args: argparse.Namespace) -> int:
                           acceleration_weight=args.acceleration_weight, duration=args.duration,
                           time_budget=args.time_budget, target_stride=args.target_stride, method=args.method,
                           first_step=args.first_step, window=args.window, window_tail=args.window_tail,
-                          window_overlap=args.window_overlap)
+                          window_overlap=args.window_overlap, torque_weight=args.torque_weight,
+                          torque_margin=args.torque_margin)
     engine = reduced_engine(pm.reduced, tolerance=1e-10)
     from tqdm import tqdm
 
@@ -332,6 +333,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "objective reaches [s] (default 0.5)")
     p.add_argument("--window-overlap", type=float, default=0.0, metavar="S", help="how much of each window the next "
                    "one optimizes again [s] (default 0: windows side by side)")
+    p.add_argument("--torque-weight", type=float, default=0.0, metavar="W", help="penalty on simulated motor "
+                   "torques above (1 - torque margin) x the servos' stall torque [1/(N^2 m^2 s)], e.g. 10 (default "
+                   "0: torques are only reported, with a warning above stall)")
+    p.add_argument("--torque-margin", type=float, default=0.1, metavar="F", help="fraction of the stall torque "
+                   "the torque penalty keeps free (default 0.1)")
     p.add_argument("--weight", action="append", metavar="LINK:pos=W[,ori=W]", help="tracked body weights "
                    "(repeatable; schedules like step(0:1, 2:10) allowed)")
     p.add_argument("--deviation-weight", default=1e-3, help="w_dev [1/(rad^2 s)] (default 1e-3)")

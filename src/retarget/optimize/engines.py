@@ -165,6 +165,11 @@ class Engine(Protocol):
         """Motor constraint multipliers (torque [N m] for hinges, force [N] for sliders) (n_motors,) from ``S``."""
         ...
 
+    @property
+    def motor_torque_index(self) -> NDArray[np.int64]:
+        """Where the motor torques sit in ``S``: ``motor_torques(s) = s[motor_torque_index]`` (n_motors,)."""
+        ...
+
 
 def motor_rows(constraints: tuple, lambda_offsets: tuple[int, ...], n_motors: int) -> NDArray[np.int64]:
     """Index in ``λ`` of each motor's row (the last row of its motorized joint block) (n_motors,)."""
@@ -209,6 +214,13 @@ class SystemEngine:
 
     def frame_rotation(self, index: int) -> NDArray[np.float64]:
         return np.asarray(self.system.rigid[index].frame_rotation, dtype=float)
+
+    @property
+    def motor_torque_index(self) -> NDArray[np.int64]:
+        return self.system.n_u + self.system.n_v + self._motor_rows
+
+    def motor_torques(self, s: NDArray[np.float64]) -> NDArray[np.float64]:
+        return np.asarray(s[self.motor_torque_index])
 
 
 class ReducedEngine(SystemEngine):
@@ -313,10 +325,6 @@ class ReducedEngine(SystemEngine):
             out[nu + vi, m] -= tl.T @ (d_cy.T @ st.lam[l0:l1])
         return out
 
-    def motor_torques(self, s: NDArray[np.float64]) -> NDArray[np.float64]:
-        rs = self.system
-        return np.asarray(s[rs.n_u + rs.n_v + self._motor_rows])
-
 
 class AbsoluteEngine(SystemEngine):
     """The full absolute-coordinate engine (:mod:`retarget.sim`): slow, the reference for tiny test systems.
@@ -389,10 +397,6 @@ class AbsoluteEngine(SystemEngine):
 
         return StepSensitivity(lu.solve, history_t, np.asarray(lin.r_theta), np.asarray(lin.r_theta_dot), solve,
                                history)
-
-    def motor_torques(self, s: NDArray[np.float64]) -> NDArray[np.float64]:
-        sy = self.system
-        return np.asarray(s[sy.n_u + sy.n_v + self._motor_rows])
 
 
 def reduced_engine(system: Any, tolerance: float = 1e-12, compiled: bool = True) -> Engine:

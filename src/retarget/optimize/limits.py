@@ -16,7 +16,11 @@ which is C¹ with ``∂V/∂P = weight · Δt · B1ᵀ [sign(θ̇) max(0, |θ̇|
 :func:`check_profile_limits` (exact spline speeds on a dense grid).
 
 Torque. The XM430-W210 stalls at 3.0 N·m at 12 V (no-load speed 77 rpm = 8.06 rad/s); :func:`torque_report` compares
-the simulated motor torques against the stall torque and produces the warnings to show.
+the simulated motor torques against the stall torque and produces the warnings to show. The torques are simulated
+states (the motor constraints' multipliers), not functions of the profiles alone, so their penalty
+(:class:`TorquePenalty`) is a term of the objective on the states, differentiated by the adjoint like the tracking::
+
+    T(S) = weight · Δt Σ_n Σ_m ½ max(0, |τ_m(t_n)| − τ̄_m)²,   τ̄_m = (1 − margin) τ_stall,m,   τ = S[motor rows].
 """
 from __future__ import annotations
 
@@ -38,6 +42,7 @@ __all__ = [
     "XM430_W210",
     "MotorLimits",
     "ServoSpec",
+    "TorquePenalty",
     "TorqueReport",
     "VelocityPenalty",
     "check_profile_limits",
@@ -224,6 +229,45 @@ class VelocityPenalty:
         """``(V, ∂V/∂x)`` at parameters ``x`` ``(n_parameters,)``."""
         value, grad = self.evaluate(parametrization.control_points(x))
         return value, parametrization.pullback(grad)
+
+
+@dataclass(frozen=True)
+class TorquePenalty:
+    """Smooth penalty on simulated motor torques above ``(1 − margin) · stall_torque`` (module docstring).
+
+    Attributes:
+        dt: Step of the simulation grid [s] (the penalty approximates a time integral).
+        threshold: ``τ̄`` [N·m] ``(n_motors,)``.
+        weight: Penalty weight [1/(N²·m²·s)·objective units].
+    """
+
+    dt: float
+    threshold: NDArray[np.float64]
+    weight: float
+
+    @classmethod
+    def build(cls, dt: float, limits: MotorLimits, weight: float, margin: float = 0.1) -> TorquePenalty:
+        """The penalty for the motors of ``limits`` on a grid of step ``dt``.
+
+        Args:
+            dt: Simulation step [s].
+            limits: Motor limits (only ``stall_torque`` is used).
+            weight: Penalty weight, ``≥ 0``.
+            margin: Fraction of the stall torque kept free, in ``[0, 1)``.
+
+        Raises:
+            InputError: negative weight, margin outside ``[0, 1)`` or ``dt ≤ 0``.
+        """
+        if not (0.0 <= margin < 1.0) or not weight >= 0 or not dt > 0:
+            raise InputError(f"torque penalty needs weight ≥ 0, 0 ≤ margin < 1 and dt > 0, got {weight}, {margin}, {dt}")
+        return cls(float(dt), (1.0 - margin) * np.asarray(limits.stall_torque, dtype=np.float64), float(weight))
+
+    def evaluate(self, torques: ArrayLike) -> tuple[float, NDArray[np.float64]]:
+        """``(T, ∂T/∂τ)`` for simulated torques [N·m] ``(n_t, n_motors)``."""
+        tau = np.asarray(torques, dtype=np.float64)
+        excess = np.maximum(np.abs(tau) - self.threshold, 0.0)
+        scale = self.weight * self.dt
+        return 0.5 * scale * float(np.sum(excess**2)), scale * np.sign(tau) * excess
 
 
 def _runs(mask: NDArray[np.bool_]) -> list[tuple[int, int]]:

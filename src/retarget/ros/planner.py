@@ -82,6 +82,12 @@ class Planner(Node):
                                    "objective reaches [s]", low=0.0)
         self.window_overlap = declare(self, "window_overlap", T.DOUBLE, 0.0, "how much of each window the next "
                                       "one optimizes again [s]", low=0.0)
+        self.torque_weight = declare(self, "torque_weight", T.DOUBLE, 0.0, "penalty on simulated motor torques "
+                                     "above (1 - torque_margin) x stall [1/(N^2 m^2 s)], e.g. 10; 0: only report "
+                                     "and warn",
+                                     low=0.0)
+        self.torque_margin = declare(self, "torque_margin", T.DOUBLE, 0.1, "fraction of the stall torque the "
+                                     "torque penalty keeps free", low=0.0, high=0.99)
         group = ReentrantCallbackGroup()
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
                              reliability=ReliabilityPolicy.RELIABLE)
@@ -152,7 +158,8 @@ class Planner(Node):
                 "knot_spacing": goal.knot_spacing, "max_iterations": goal.max_iterations,
                 "relative_tolerance": goal.relative_tolerance, "allow_training": self.allow_training,
                 "time_budget": self.time_budget or None, "dt": self.dt or None, "window": self.window or None,
-                "window_tail": self.window_tail, "window_overlap": self.window_overlap}
+                "window_tail": self.window_tail, "window_overlap": self.window_overlap,
+                "torque_weight": self.torque_weight, "torque_margin": self.torque_margin}
 
     def _result(self, outcome: dict[str, Any], started: float) -> Result:
         from retarget.ros.conversions import point_msg

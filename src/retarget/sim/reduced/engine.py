@@ -439,7 +439,3 @@ class CompiledReducedEngine(SystemEngine):
             return bdf_history(nu, nv, a1 if k == 1 else a2, h, mass, delta, False)
 
         return StepSensitivity(solve_t, history_t, lin.r_theta, lin.r_theta_dot, solve, history)
-
-    def motor_torques(self, s: NDArray[np.float64]) -> NDArray[np.float64]:
-        rs = self.system
-        return np.asarray(s[rs.n_u + rs.n_v + self._motor_rows])
