@@ -379,3 +379,25 @@ def test_torque_penalty_keeps_the_plan_nearer_the_stall_torque(rod_systems):
     # Measured: naive 0.334 N m, stall 0.200, off 0.336, on 0.180 (= the threshold, 0.9 x stall).
     assert peak_off > stall and peak_on <= stall
     assert any("torque" in w for w in off.warnings) and not any("torque" in w for w in on.warnings)
+
+
+def test_plan_request_passes_the_torque_penalty_on(tiny_artifact, monkeypatch, tmp_path):
+    """The ROS entry point maps ``torque_weight`` / ``torque_margin`` (the planner node's parameters) to the
+    options; 0 keeps the penalty off (the default) rather than meaning "default"."""
+    import retarget.optimize.planner as planner_module
+
+    seen = []
+
+    class Captured(Exception):
+        pass
+
+    def capture(engine, motion, bodies, limits, options, *args, **kwargs):
+        seen.append(options)
+        raise Captured
+
+    monkeypatch.setattr(planner_module, "run_plan", capture)
+    for extra, expected in (({"torque_weight": 10.0, "torque_margin": 0.2}, (10.0, 0.2)),
+                            ({"torque_weight": 0.0}, (0.0, 0.1)), ({}, (0.0, 0.1))):
+        with pytest.raises(Captured):
+            plan(_tiny_request(tiny_artifact, monkeypatch, tmp_path, **extra), None)
+        assert (seen[-1].torque_weight, seen[-1].torque_margin) == expected
