@@ -84,8 +84,7 @@ class Planner(Node):
                                       "one optimizes again [s]", low=0.0)
         self.torque_weight = declare(self, "torque_weight", T.DOUBLE, 0.0, "penalty on simulated motor torques "
                                      "above (1 - torque_margin) x stall [1/(N^2 m^2 s)], e.g. 10; 0: only report "
-                                     "and warn",
-                                     low=0.0)
+                                     "and warn", low=0.0)
         self.torque_margin = declare(self, "torque_margin", T.DOUBLE, 0.1, "fraction of the stall torque the "
                                      "torque penalty keeps free", low=0.0, high=0.99)
         group = ReentrantCallbackGroup()
