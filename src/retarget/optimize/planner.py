@@ -746,8 +746,14 @@ def _variant(pp: PlanProblem, name: str, angles: NDArray[np.float64], positions:
     """A simulated variant measured against the targets (motor torques from the stored ``states``)."""
     tau = np.array([pp.problem.engine.motor_torques(s) for s in states])
     metrics = deviation_metrics(positions, pp.targets.positions)
+    metrics["peak_torque_ratio"] = _peak_torque_ratio(tau, pp.limits)
     metrics.update(extra or {})
     return Variant(name, angles, positions, tau, metrics, _training_range(pp.problem.engine, states))
+
+
+def _peak_torque_ratio(torques: NDArray[np.float64], limits: MotorLimits) -> float:
+    """The largest peak |τ| over stall torque among the motors: above 1 a real servo cannot play the variant."""
+    return float(np.max(np.abs(torques).max(axis=0) / limits.stall_torque))
 
 
 def _training_range(engine: Any, states: Any) -> dict[str, float]:
@@ -854,6 +860,7 @@ def verify_plan(result: PlanResult, dt: float) -> dict[str, Any]:
     for name, profiles in (("naive", pp.fit.profiles), ("optimized", result.profiles)):
         run = rollout(prob.engine, prob.start, profiles, dt, n)
         out[name] = deviation_metrics(prob.poses.positions(run.matrix), target)
+        out[name]["peak_torque_ratio"] = _peak_torque_ratio(run.matrix[:, prob.engine.motor_torque_index], pp.limits)
     out["peak_ratio"] = out["optimized"]["peak_deviation_m"] / out["naive"]["peak_deviation_m"]
     plan_ratio = (result.variants["optimized"].metrics["peak_deviation_m"]
                   / result.variants["naive"].metrics["peak_deviation_m"])
@@ -961,6 +968,8 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
     if opt.interrupted or opt.budget_limited:
         warnings.append(opt.message)
     variants["naive"] = _evaluation_variant(pp, "naive", pp.fit.parameters, opt.initial)
+    warnings.extend(f"input as authored (naive playback): {w}"
+                    for w in torque_report(pp.targets.times, variants["naive"].torques, limits).warnings())
     t0 = time.perf_counter()
     if options.baselines:
         variants.update(_shaped_baselines(pp, variants["naive"], progress, warnings, deadline))
