@@ -742,9 +742,9 @@ def simulate_variant(pp: PlanProblem, name: str, motors: Any, extra: dict[str, f
 
 
 def _variant(pp: PlanProblem, name: str, angles: NDArray[np.float64], positions: NDArray[np.float64],
-             states: Any, extra: dict[str, float] | None = None) -> Variant:
-    """A simulated variant measured against the targets (motor torques from the stored ``states``)."""
-    tau = np.array([pp.problem.engine.motor_torques(s) for s in states])
+             states: NDArray[np.float64], extra: dict[str, float] | None = None) -> Variant:
+    """A simulated variant measured against the targets (motor torques from the stored ``states`` (n_t, n_S))."""
+    tau = states[:, pp.problem.engine.motor_torque_index]
     metrics = deviation_metrics(positions, pp.targets.positions)
     metrics["peak_torque_ratio"] = _peak_torque_ratio(tau, pp.limits)
     metrics.update(extra or {})
