@@ -53,7 +53,10 @@ def test_planner_results(start_node, ros_context, tmp_path, monkeypatch) -> None
                 wait_for(got.done, 10.0, "result")
                 return got.result().result
 
-            result = retry_stale_states(attempt)  # a first response lost to discovery is sent again
+            try:
+                result = retry_stale_states(attempt)  # a first response lost to discovery is sent again
+            except AssertionError as exc:  # seen once in CI (no goal response for 20 s): keep the node's side
+                raise AssertionError(f"{exc} (case {text!r}); planner log:\n{proc.log()}") from exc
             assert result.error_code == code, result.error_string
             assert text in result.error_string
             assert feedback and feedback[0].feedback.stage == "validating"
