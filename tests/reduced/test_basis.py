@@ -71,3 +71,93 @@ def test_mass_pca_rejects_bad_input(small_rod):
         mass_pca_basis(snaps, small_rod.mesh.nodes, m, n_modes=4)
     # As a cap (training commands): as many as the snapshots support, no error after a long training run.
     assert mass_pca_basis(snaps, small_rod.mesh.nodes, m, n_modes=4, cap=True).size == 6 + 3
+
+
+# --- modal derivatives ----------------------------------------------------------------------------------------
+
+
+def _clamp_rows(body) -> np.ndarray:
+    """Selection rows holding every DOF of the nodes at z = 0 (a clamped end)."""
+    dofs = (3 * body.mesh.nodes_on_plane(2, 0.0)[:, None] + np.arange(3)).ravel()
+    rows = np.zeros((len(dofs), body.n_dofs))
+    rows[np.arange(len(dofs)), dofs] = 1.0
+    return rows
+
+
+def _clamped_modes(body, held, k):
+    import scipy.linalg as sla
+
+    ns = sla.null_space(held)
+    kr = ns.T @ (body.rest_stiffness @ ns)
+    mr = ns.T @ (body.mass_matrix() @ ns)
+    _, vec = sla.eigh(kr, mr, subset_by_index=[0, k - 1])
+    return ns, ns @ vec
+
+
+def test_force_hessian_is_the_second_difference_of_the_forces(small_rod) -> None:
+    from retarget.sim.reduced.basis import force_hessian
+
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(size=(2, small_rod.n_dofs)) * 1e-3
+    h = force_hessian(small_rod, a, b)
+    assert np.linalg.norm(h - force_hessian(small_rod, b, a)) < 1e-6 * np.linalg.norm(h)  # symmetric
+    f = small_rod.internal_forces
+
+    def second_difference(s):  # of f_int at rest along a and b; error O(s²)
+        return (f(s * (a + b)) - f(s * (a - b)) - f(s * (b - a)) + f(-s * (a + b))) / (4.0 * s * s)
+
+    errors = [np.linalg.norm(h - second_difference(s)) / np.linalg.norm(h) for s in (1e-2, 1e-3)]
+    assert errors[1] < 1e-4 and errors[1] < 0.03 * errors[0]
+
+
+def test_modal_derivatives_solve_the_held_static_problem(small_rod) -> None:
+    from retarget.sim.reduced.basis import force_hessian, modal_derivatives
+
+    held = _clamp_rows(small_rod)
+    ns, phi = _clamped_modes(small_rod, held, 2)
+    psi = modal_derivatives(small_rod, held, phi)
+    assert psi.shape == (small_rod.n_dofs, 3)
+    assert np.max(np.abs(held @ psi)) < 1e-14 * np.max(np.abs(psi))
+    # K₀ ψ₀₁ + H(φ₀, φ₁) is a reaction at the held DOFs only: zero on the free ones.
+    res = small_rod.rest_stiffness @ psi[:, 1] + force_hessian(small_rod, phi[:, 0], phi[:, 1])
+    assert np.linalg.norm(ns.T @ res) < 1e-8 * np.linalg.norm(force_hessian(small_rod, phi[:, 0], phi[:, 1]))
+
+
+def test_modal_derivative_makes_the_static_error_third_order(small_rod) -> None:
+    """Taylor: for a clamped eigenmode φ, f(aφ) = aλMφ + a²/2 H(φ, φ) + O(a³) on the free DOFs, so aφ leaves an
+    O(a²) out-of-mode force; aφ + a²/2 ψ (ψ its modal derivative) leaves O(a³)."""
+    from retarget.sim.reduced.basis import modal_derivatives
+
+    held = _clamp_rows(small_rod)
+    ns, phi = _clamped_modes(small_rod, held, 1)
+    phi = phi[:, 0] / np.max(np.abs(phi[:, 0]))  # tip amplitude 1 m per unit a
+    psi = modal_derivatives(small_rod, held, phi[:, None])[:, 0]
+    w = ns.T @ (small_rod.mass_matrix() @ phi)
+
+    def off_mode(u):
+        r = ns.T @ small_rod.internal_forces(u)
+        return np.linalg.norm(r - (r @ w) / (w @ w) * w)
+
+    a = np.array([4e-3, 2e-3, 1e-3])  # tip deflections [m] of the 0.3 m rod
+    linear = np.array([off_mode(x * phi) for x in a])
+    second = np.array([off_mode(x * phi + 0.5 * x * x * psi) for x in a])
+    assert np.allclose(linear[:-1] / linear[1:], 4.0, rtol=0.05)  # O(a²)
+    assert np.allclose(second[:-1] / second[1:], 8.0, rtol=0.1)  # O(a³)
+    assert np.all(second < 0.05 * linear)
+
+
+def test_with_modal_derivatives_appends_orthonormal_modes(small_rod) -> None:
+    from retarget.sim.reduced.basis import with_modal_derivatives
+
+    rng = np.random.default_rng(0)
+    m = small_rod.mass_matrix()
+    basis = mass_pca_basis(_snapshots(small_rod, rng), small_rod.mesh.nodes, m, n_modes=4)
+    held = _clamp_rows(small_rod)
+    out = with_modal_derivatives(basis, small_rod, held, 2, m)
+    assert out.n_derivatives == 3 and out.n_pca == 4 and out.size == basis.size + 3
+    assert np.allclose(out.modes.T @ (m @ out.modes), np.eye(out.size), atol=1e-10)
+    assert np.allclose(out.modes[:, : basis.size], basis.modes, atol=1e-10)  # the PCA basis is kept as it was
+    assert with_modal_derivatives(basis, small_rod, held, 0, m) is basis
+    # A derivative already in the span adds nothing: differentiating again appends no duplicate directions.
+    again = with_modal_derivatives(out, small_rod, held, 2, m)
+    assert again.size == out.size

@@ -88,7 +88,8 @@ def test_saved_model_equals_retarget_reduce_and_is_reusable(
     # Same training settings recorded, except how the motion was named on each command line (identical here).
     assert meta_a["extra"] == meta_b["extra"] == {"train_motion": str(MOTION), "dt": 0.002, "duration": 0.1,
                                                   "mesh_scale": 0.5, "modes_cap": 2, "variance": None,
-                                                  "replay_tolerance": None, "cubature_tolerance": 1e-3}
+                                                  "replay_tolerance": None, "cubature_tolerance": 1e-3,
+                                                  "modal_derivatives": 0}
     for key in a.files:
         if key != "meta":
             np.testing.assert_array_equal(a[key], b[key], err_msg=key)
@@ -105,7 +106,7 @@ def test_saved_model_equals_retarget_reduce_and_is_reusable(
 @pytest.mark.parametrize("bad", [["--mesh-scale", "0"], ["--mesh-scale", "-1"], ["--duration", "0"], ["--dt", "0"],
                                  ["--modes", "-1"], ["--variance", "0"], ["--variance", "1.5"],
                                  ["--replay-tolerance", "-1"], ["--cubature-tolerance", "0"],
-                                 ["--cubature-tolerance", "1"]])
+                                 ["--cubature-tolerance", "1"], ["--modal-derivatives", "-1"]])
 def test_bad_arguments_exit_2(bad: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     args = ["check", "reduced", "--robot", str(ROBOT), "--train-motion", str(MOTION), "--test-motion", str(MOTION)]
     assert main(args + bad) == 2
@@ -202,3 +203,25 @@ def test_reduce_trains_on_several_motions(tmp_path: Path, capsys: pytest.Capture
     captured = capsys.readouterr()
     assert json.loads(captured.out.strip().splitlines()[-1])["training_range_ratio"]["rod"] < 1.05
     assert "warning" not in captured.err
+
+
+def test_reduce_with_modal_derivatives_records_and_reloads_them(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """--modal-derivatives K appends K(K+1)/2 modes per part; the artifact keeps the count (and refuses none)."""
+    from retarget.sim.reduced.artifact import load_reduced
+    from retarget.sim.reduced.commands import load_robot_system
+
+    out = tmp_path / "md.npz"
+    assert main(["reduce", str(ROBOT), "--train-motion", str(MOTION), *COMMON, "--modal-derivatives", "2",
+                 "--out", str(out), "--json"]) == 0
+    res = _last_json(capsys)
+    assert res["modes"] == [2 + 3] and res["modal_derivatives"] == [3]
+    assert json.loads(str(np.load(out)["meta"]))["extra"]["modal_derivatives"] == 2
+    path, _, system = load_robot_system(str(ROBOT), 0.5)
+    basis = load_reduced(out, system, path).bodies[0].basis
+    assert basis.n_derivatives == 3 and basis.n_pca == 2 and basis.size == 6 + 5
+    # A trained model cannot be given derivatives afterwards.
+    args = ["check", "reduced", "--robot", str(ROBOT), "--model", str(out), "--test-motion", str(MOTION),
+            "--mesh-scale", "0.5", "--dt", "0.002", "--modal-derivatives", "1"]
+    assert main(args) == 2
+    assert "--modal-derivatives" in capsys.readouterr().err

@@ -96,7 +96,7 @@ def save_reduced(
     arrays: dict[str, Any] = {"meta": np.array(json.dumps(meta))}
     for d, (b, c) in enumerate(zip(bases, cubatures)):
         arrays[f"b{d}_modes"] = b.modes
-        arrays[f"b{d}_info"] = np.array([b.n_rigid, b.captured_variance, b.n_interface], dtype=float)
+        arrays[f"b{d}_info"] = np.array([b.n_rigid, b.captured_variance, b.n_interface, b.n_derivatives], dtype=float)
         arrays[f"b{d}_spectrum"] = b.spectrum
         arrays[f"b{d}_training_norm"] = np.array([b.training_norm])
         arrays[f"b{d}_elements"] = c.elements
@@ -137,8 +137,9 @@ def load_reduced(path: str | Path, system: Any, robot_yaml: str | Path | None = 
         info = data[f"b{d}_info"]
         # training_norm: absent (0, unknown) in files written before it was recorded.
         norm = float(data[f"b{d}_training_norm"][0]) if f"b{d}_training_norm" in data.files else 0.0
+        # n_derivatives (info[3]): absent (0) in files written before modal derivatives existed.
         bases.append(ReducedBasis(modes, int(info[0]), float(info[1]), np.asarray(data[f"b{d}_spectrum"]), int(info[2]),
-                                  norm))
+                                  norm, int(info[3]) if len(info) > 3 else 0))
         el = body.elastic
         elements = np.asarray(data[f"b{d}_elements"], dtype=np.int64)
         geo = el.geometry

@@ -10,10 +10,15 @@ A body on a closed loop of the mechanism (the drummer's two legs between the bas
 when one coupled interface moves rigidly by a unit translation or rotation with the reference interface held.
 Without them the loop's couplings over-constrain the few PCA modes (two legs must both reach the pelvis's pose:
 12 rows for 6 pelvis DOFs and a handful of modes), which locks the loop or leaves no static equilibrium.
+
+Optionally, *modal derivatives* of the leading PCA modes (:func:`modal_derivatives`, Barbič & James 2005) are
+appended: the second-order static response ``K₀ ψᵢⱼ = −H(φᵢ, φⱼ)`` with the body's interfaces held, ``H`` the
+second derivative of the internal forces at rest. They give a basis trained on one motion the stiff, small
+"relief" shapes that larger deflections of the same modes need (docs/reduced.md §2b).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import scipy.sparse as sp
@@ -23,7 +28,16 @@ from numpy.typing import NDArray
 from retarget.sim.reduced.defaults import DEFAULT_VARIANCE
 from retarget.sim.reduced.errors import TrainingDataError
 
-__all__ = ["DEFAULT_VARIANCE", "ReducedBasis", "interface_modes", "interface_rows", "mass_pca_basis", "rigid_modes"]
+__all__ = [
+    "DEFAULT_VARIANCE",
+    "ReducedBasis",
+    "interface_modes",
+    "interface_rows",
+    "mass_pca_basis",
+    "modal_derivatives",
+    "rigid_modes",
+    "with_modal_derivatives",
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -37,6 +51,7 @@ class ReducedBasis:
             capture (1 for a full basis).
         spectrum: mass-weighted variance per PCA mode [kg m²] (descending), for reports.
         n_interface: number of interface modes after the rigid ones (6 per loop coupling, see the module doc).
+        n_derivatives: number of modal-derivative modes, last (:func:`with_modal_derivatives`).
         training_norm: the largest deformation among the training snapshots, ``max ‖z_def‖`` over the non-rigid
             coordinates (the M-norm of the deformation, [kg^½ m]); 0 when unknown. A simulation deforming the part
             well beyond it extrapolates the basis (:func:`retarget.sim.reduced.training.training_range`).
@@ -48,6 +63,7 @@ class ReducedBasis:
     spectrum: NDArray[np.float64]
     n_interface: int = 0
     training_norm: float = 0.0
+    n_derivatives: int = 0
 
     @property
     def size(self) -> int:
@@ -56,8 +72,8 @@ class ReducedBasis:
 
     @property
     def n_pca(self) -> int:
-        """Number of PCA deformation modes (after the rigid and interface ones)."""
-        return self.size - self.n_rigid - self.n_interface
+        """Number of PCA deformation modes (after the rigid and interface ones, before the modal derivatives)."""
+        return self.size - self.n_rigid - self.n_interface - self.n_derivatives
 
 
 def _m_orthonormalize(vectors: NDArray[np.float64], mass: sp.spmatrix) -> NDArray[np.float64]:
@@ -217,3 +233,92 @@ def mass_pca_basis(
     basis = _m_orthonormalize(np.hstack([fixed, modes]), mass)
     return ReducedBasis(basis, 6, float(lam[:k].sum() / total), lam[:usable].copy(), extra.shape[1],
                         _largest_deformation(snapshots, mass, basis))
+
+
+def force_hessian(elastic: object, a: NDArray[np.float64], b: NDArray[np.float64], step: float = 1e-6) -> NDArray[np.float64]:
+    """``H(a, b) = ∂²f_int/∂u² [a, b]`` at rest (3N,) [N per unit a, b]: ``(K(εa) b − K(−εa) b) / 2ε``.
+
+    ``ε`` makes ``εa`` displace a node by at most ``step`` × the body's extent (central difference: relative error
+    ≈ ``step``²; the product is symmetric in ``a, b`` up to that error).
+
+    Args:
+        elastic: the :class:`retarget.fem.ElasticBody`. a, b: displacement directions (3N,).
+    """
+    nodes = elastic.mesh.nodes  # type: ignore[attr-defined]
+    extent = float(np.max(np.ptp(nodes, axis=0)))
+    eps = step * extent / float(np.max(np.abs(a)))
+    product = elastic.stiffness_product  # type: ignore[attr-defined]
+    return (product(eps * a, b) - product(-eps * a, b)) / (2.0 * eps)
+
+
+def modal_derivatives(
+    elastic: object, held: NDArray[np.float64], modes: NDArray[np.float64]
+) -> NDArray[np.float64]:
+    """Modal derivatives ``ψᵢⱼ`` (i ≤ j) of ``modes`` (3N, k): ``K₀ ψ = −H(φᵢ, φⱼ)`` with ``held ψ = 0``.
+
+    Args:
+        elastic: the :class:`retarget.fem.ElasticBody` (``rest_stiffness`` and :func:`force_hessian`).
+        held: interface rows (m, 3N) held fixed (:func:`interface_rows` of the reference coupling and of every loop
+            coupling); they must remove the rigid motions.
+        modes: the modes φ (3N, k).
+
+    Returns:
+        (3N, k(k+1)/2), in the order (0,0), (0,1), …, (0,k−1), (1,1), …
+
+    Raises:
+        TrainingDataError: the held rows do not fix the body.
+    """
+    phi = np.asarray(modes, dtype=float)
+    n, m = phi.shape[0], held.shape[0]
+    k0 = sp.csc_matrix(elastic.rest_stiffness)  # type: ignore[attr-defined]
+    g = float(np.mean(np.abs(k0.diagonal()))) * sp.csc_matrix(held)  # rows scaled like K₀: a well-pivoted KKT
+    kkt = sp.bmat([[k0, g.T], [g, None]], format="csc")
+    pairs = [(i, j) for i in range(phi.shape[1]) for j in range(i, phi.shape[1])]
+    rhs = np.zeros((n + m, len(pairs)))
+    for c, (i, j) in enumerate(pairs):
+        rhs[:n, c] = -force_hessian(elastic, phi[:, i], phi[:, j])
+    try:
+        sol = spla.splu(kkt).solve(rhs)
+    except RuntimeError as exc:
+        raise TrainingDataError(f"modal derivatives: the held interfaces do not fix the body ({exc})") from exc
+    if not np.all(np.isfinite(sol)):
+        raise TrainingDataError("modal derivatives: the held interfaces do not fix the body (singular system)")
+    return sol[:n]
+
+
+def with_modal_derivatives(
+    basis: ReducedBasis, elastic: object, held: NDArray[np.float64], count: int, mass: sp.spmatrix,
+    drop: float = 1e-8,
+) -> ReducedBasis:
+    """``basis`` with the modal derivatives of its first ``count`` PCA modes appended (M-orthonormal).
+
+    The derivatives, each scaled to unit K₀-norm (strain energy), are M-projected off the basis; their remaining
+    span is orthonormalized through its K₀ Gram matrix, dropping directions whose squared K₀-norm is below ``drop``
+    (a derivative the basis already holds adds nothing). Not the M-norm: the shapes these derivatives add are stiff
+    and small, below 1e-8 of their squared M-norm outside a PCA basis yet most of their strain energy.
+
+    Args:
+        basis: from :func:`mass_pca_basis`. elastic: the body's :class:`retarget.fem.ElasticBody`.
+        held: interface rows held fixed (see :func:`modal_derivatives`). count: leading PCA modes differentiated
+            (at most ``basis.n_pca``; 0 returns ``basis``). mass: consistent mass (3N, 3N).
+    """
+    k = min(int(count), basis.n_pca)
+    if k <= 0:
+        return basis
+    first = basis.n_rigid + basis.n_interface
+    psi = modal_derivatives(elastic, held, basis.modes[:, first : first + k])
+    k0 = elastic.rest_stiffness  # type: ignore[attr-defined]
+    norms = np.sqrt(np.einsum("ij,ij->j", psi, k0 @ psi))
+    psi = psi[:, norms > 0.0] / norms[norms > 0.0]  # unit K₀-norm each: they scale as the square of their modes
+    psi = psi - basis.modes @ (basis.modes.T @ (mass @ psi))
+    # What the basis lacks is judged by strain energy: the shapes that matter are stiff and tiny (M-norm ≈ 1e-4 of
+    # theirs outside a rod's PCA span, K₀-norm 0.3-6.6 of it; docs/reduced.md §4).
+    gram = psi.T @ (k0 @ psi)
+    lam, vec = np.linalg.eigh(0.5 * (gram + gram.T))
+    keep = lam > drop
+    if not np.any(keep):
+        return basis
+    extra = _m_orthonormalize(psi @ vec[:, keep], mass)
+    extra = extra - basis.modes @ (basis.modes.T @ (mass @ extra))  # round-off of the first projection
+    modes = _m_orthonormalize(np.hstack([basis.modes, extra]), mass)
+    return replace(basis, modes=modes, n_derivatives=basis.n_derivatives + extra.shape[1])

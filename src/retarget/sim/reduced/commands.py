@@ -45,6 +45,10 @@ def _add_basis_options(p: argparse.ArgumentParser) -> None:
                    help="relative training error of the cubature (default "
                         f"{DEFAULT_CUBATURE_TOLERANCE:g}); once --variance has all the modes the snapshots support "
                         "and the replay is still off, the replay check tightens it tenfold per trial, to 1e-6")
+    p.add_argument("--modal-derivatives", type=int, default=0, metavar="K",
+                   help="append the modal derivatives of each component's first K PCA modes (K(K+1)/2 more modes): "
+                        "better transfer to motions that deform the parts more than the training motion "
+                        "(docs/reduced.md §2b; default 0: none)")
 
 
 def register_check(subparsers: argparse._SubParsersAction) -> None:
@@ -88,9 +92,11 @@ def _resolve(kind: str, name: str) -> Any:
 
 def _validate(dt: float, modes: int | None = None, duration: float | None = None,
               variance: float | None = None, replay_tolerance: float | None = None,
-              cubature_tolerance: float | None = None) -> None:
+              cubature_tolerance: float | None = None, modal_derivatives: int = 0) -> None:
     from retarget.errors import InputError
 
+    if modal_derivatives < 0:
+        raise InputError(f"--modal-derivatives must be non-negative, got {modal_derivatives}")
     if cubature_tolerance is not None and not 0.0 < cubature_tolerance < 1.0:
         raise InputError(f"--cubature-tolerance must be in (0, 1), got {cubature_tolerance}")
     if variance is not None and not 0.0 < variance <= 1.0:
@@ -144,9 +150,11 @@ def _check_reduced(args: argparse.Namespace) -> int:
     from retarget.sim.reduced.training import compare_tracked
     from retarget.sim.simulate import simulate
 
-    _validate(args.dt, args.modes, args.duration, args.variance, args.replay_tolerance, args.cubature_tolerance)
-    if args.model and (args.save_model or args.modes is not None):
-        raise InputError("--model uses a trained reduced model: --save-model and --modes apply to training only")
+    _validate(args.dt, args.modes, args.duration, args.variance, args.replay_tolerance, args.cubature_tolerance,
+              args.modal_derivatives)
+    if args.model and (args.save_model or args.modes is not None or args.modal_derivatives):
+        raise InputError("--model uses a trained reduced model: --save-model, --modes and --modal-derivatives apply "
+                         "to training only")
     path, model, system = load_robot_system(args.robot, args.mesh_scale)
     test, t_test = motors_from_motion(_resolve("motion", args.test_motion), model.motors)
     if args.duration is not None:
@@ -168,7 +176,7 @@ def _check_reduced(args: argparse.Namespace) -> int:
     saved = None
     if args.save_model:
         saved = _save_model(args.save_model, system, bases, cubs, path, model.name, args.train_motion, args.dt, t_train,
-                            args.mesh_scale, args.modes, kept, args.replay_tolerance)
+                            args.mesh_scale, args.modes, kept, args.replay_tolerance, args.modal_derivatives)
     t0 = time.perf_counter()
     # Only the rigid poses of the test run are compared: float32 displacements halve the memory.
     full_test = simulate(system, test, t_test, args.dt, compact=True, progress=_progress("full (test)"))
@@ -197,6 +205,7 @@ def _check_reduced(args: argparse.Namespace) -> int:
         "components": names,
         "modes": {n: b.size - b.n_rigid for n, b in zip(names, bases)},
         "modes_total": {n: b.size for n, b in zip(names, bases)},
+        "modal_derivatives": {n: b.n_derivatives for n, b in zip(names, bases)},
         "captured_variance": {n: b.captured_variance for n, b in zip(names, bases)},
         "replay_checks": replay,
         "cubature_elements": {n: int(len(c.elements)) for n, c in zip(names, cubs)},
@@ -317,12 +326,13 @@ def _train(system: Any, full: Any, motors: Any, tracked: list[str], args: argpar
 
     if args.modes is not None or args.replay_tolerance == 0:
         built = build_from_result(system, full, n_modes=args.modes, variance=args.variance,
-                                  cubature_tolerance=args.cubature_tolerance)
+                                  cubature_tolerance=args.cubature_tolerance, modal_derivatives=args.modal_derivatives)
         return (*built, [], {"variance": args.variance, "cubature_tolerance": args.cubature_tolerance})
     rs, bases, cubs, trials = build_checked_by_replay(system, full, motors, args.dt, tracked, variance=args.variance,
                                                       tolerance=args.replay_tolerance,
                                                       log=lambda m: print(m, file=sys.stderr, flush=True),
-                                                      cubature_tolerance=args.cubature_tolerance)
+                                                      cubature_tolerance=args.cubature_tolerance,
+                                                      modal_derivatives=args.modal_derivatives)
     kept = next(t for t in trials if t.kept)
     return rs, bases, cubs, [asdict(t) for t in trials], {"variance": kept.variance,
                                                           "cubature_tolerance": kept.cubature_tolerance}
@@ -342,7 +352,7 @@ def _training_range(rs: Any, run: Any) -> dict[str, float]:
 def _save_model(
     out: str, system: Any, bases: list, cubs: list, robot_yaml: Any, robot_name: str, train_motion: list[str],
     dt: float, duration: float | list[float], mesh_scale: float | None, modes: int | None, kept: dict[str, float],
-    replay_tolerance: float,
+    replay_tolerance: float, modal_derivatives: int = 0,
 ) -> str:
     """Write the artifact with the training settings `retarget reduce` records (``kept``: the variance and cubature
     tolerance of the model written); returns the path written."""
@@ -353,7 +363,7 @@ def _save_model(
         "train_motion": _motion_label(train_motion), "dt": dt, "duration": duration, "mesh_scale": mesh_scale,
         "modes_cap": modes, "variance": kept["variance"] if by_variance else None,
         "replay_tolerance": replay_tolerance if by_variance else None,
-        "cubature_tolerance": kept["cubature_tolerance"],
+        "cubature_tolerance": kept["cubature_tolerance"], "modal_derivatives": modal_derivatives,
     }))
 
 
@@ -411,7 +421,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _reduce(args: argparse.Namespace) -> int:
-    _validate(args.dt, args.modes, args.duration, args.variance, args.replay_tolerance, args.cubature_tolerance)
+    _validate(args.dt, args.modes, args.duration, args.variance, args.replay_tolerance, args.cubature_tolerance,
+              args.modal_derivatives)
     path, model, system = load_robot_system(args.robot, args.mesh_scale)
     t0 = time.perf_counter()
     full, motors, t_end = _simulate_training(system, model, args)
@@ -419,9 +430,10 @@ def _reduce(args: argparse.Namespace) -> int:
     tracked = tracked_links(model, system.rigid)
     _, bases, cubs, replay, kept = _train(system, full, motors, tracked, args)
     out = _save_model(args.out, system, bases, cubs, path, model.name, args.train_motion, args.dt, t_end,
-                      args.mesh_scale, args.modes, kept, args.replay_tolerance)
+                      args.mesh_scale, args.modes, kept, args.replay_tolerance, args.modal_derivatives)
     res = {
         "robot": model.name, "out": str(out), "modes": [b.size - b.n_rigid for b in bases],
+        "modal_derivatives": [b.n_derivatives for b in bases],
         "captured_variance": [b.captured_variance for b in bases],
         "cubature_elements": [int(len(c.elements)) for c in cubs], "full_dofs": system.n_deformable_dofs,
         "wall_s_full": wall_full, "replay_checks": replay,

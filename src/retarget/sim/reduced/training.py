@@ -12,7 +12,15 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numpy.typing import NDArray
 
-from retarget.sim.reduced.basis import DEFAULT_VARIANCE, ReducedBasis, interface_modes, interface_rows, mass_pca_basis
+from retarget.sim.reduced.basis import (
+    DEFAULT_VARIANCE,
+    ReducedBasis,
+    _largest_deformation,
+    interface_modes,
+    interface_rows,
+    mass_pca_basis,
+    with_modal_derivatives,
+)
 from retarget.sim.reduced.cubature import Cubature, train_cubature
 from retarget.sim.reduced.defaults import DEFAULT_CUBATURE_TOLERANCE, DEFAULT_REPLAY_TOLERANCE, MIN_CUBATURE_TOLERANCE
 from retarget.sim.reduced.stepper import ReducedState, solve_static, step
@@ -70,6 +78,7 @@ def build_from_result(
     cubature_samples: int = 60,
     max_snapshots: int = 2000,
     bases: list[ReducedBasis] | None = None,
+    modal_derivatives: int = 0,
 ) -> tuple[ReducedSystem, list[ReducedBasis], list[Cubature]]:
     """Train bases and cubatures on a :class:`retarget.sim.result.SimulationResult` of ``system``.
 
@@ -89,7 +98,10 @@ def build_from_result(
         max_snapshots: cap on the PCA snapshots (the method of snapshots solves an s × s eigenproblem: 10 s of
             the drummer stored every 1 ms would be four 10 000² problems).
         bases: bases built before from the same snapshots: kept, and only the cubatures trained (no PCA, no
-            interface modes; ``n_modes`` and ``variance`` are then unused).
+            interface modes; ``n_modes``, ``variance`` and ``modal_derivatives`` are then unused).
+        modal_derivatives: append the modal derivatives of each body's first this many PCA modes (k(k+1)/2 more
+            modes; :func:`~retarget.sim.reduced.basis.with_modal_derivatives`), with the reference and loop
+            interfaces held. 0: none.
     """
     refs = reference_bodies(system)
     held, loops = reference_couplings(system), loop_couplings(system)
@@ -112,12 +124,16 @@ def build_from_result(
         else:
             snapshots = local(slice(None))
             extra = None
+            slots = [system.constraints[e].slots[-1] for e in [held[d], *loops[d]]]
+            rows = [interface_rows(sl.map, sl.nodes, body.rest_positions) for sl in slots]
             if loops[d]:
-                slots = [system.constraints[e].slots[-1] for e in [held[d], *loops[d]]]
-                rows = [interface_rows(sl.map, sl.nodes, body.rest_positions) for sl in slots]
                 extra = interface_modes(body.elastic.rest_stiffness, rows[0], rows[1:])
             basis = mass_pca_basis(snapshots, body.rest_positions - system.rigid[r].reference_com, body.mass_matrix,
                                    n_modes=n_modes, variance=variance, extra_modes=extra, cap=True)
+            if modal_derivatives > 0:
+                basis = with_modal_derivatives(basis, body.elastic, np.vstack(rows), modal_derivatives,
+                                               body.mass_matrix)
+                basis = replace(basis, training_norm=_largest_deformation(snapshots, body.mass_matrix, basis.modes))
             samples = snapshots[pick]
         # Only the cubature's samples are projected (mass_pca_basis projected all of them for its training range).
         zs = samples @ (body.mass_matrix @ basis.modes)
@@ -159,6 +175,7 @@ def build_checked_by_replay(
     max_tightenings: int = 8,
     log: Callable[[str], None] | None = None,
     cubature_tolerance: float = DEFAULT_CUBATURE_TOLERANCE,
+    modal_derivatives: int = 0,
 ) -> tuple[ReducedSystem, list[ReducedBasis], list[Cubature], list[ReplayCheck]]:
     """Bases chosen by variance, tightened until the reduced model replays its own training motion (each of them).
 
@@ -181,6 +198,7 @@ def build_checked_by_replay(
         max_tightenings: at most this many tenfold tightenings of the variance.
         log: receives one line per trial.
         cubature_tolerance: the cubature training tolerance while the variance is tightened.
+        modal_derivatives: as :func:`build_from_result` (every trial's bases get them).
 
     Returns:
         The reduced system, bases, cubatures, and every trial (the returned model's marked ``kept``).
@@ -202,7 +220,8 @@ def build_checked_by_replay(
     tightenings = 0
     kept_bases = None  # the cubature phase keeps the last bases: only the cubature is retrained
     while True:
-        built = build_from_result(system, runs, variance=v, cubature_tolerance=c, bases=kept_bases)
+        built = build_from_result(system, runs, variance=v, cubature_tolerance=c, bases=kept_bases,
+                                  modal_derivatives=modal_derivatives)
         modes = tuple(b.n_pca for b in built[1])
         if not trials or (modes, c) != (trials[-1].modes, trials[-1].cubature_tolerance):
             errors, rms_m, message = [], [], ""
