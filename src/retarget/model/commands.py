@@ -69,11 +69,11 @@ def _robots(args: argparse.Namespace) -> int:
 
 
 def _motions(args: argparse.Namespace) -> int:
-    from retarget.model.library import list_motions, list_rigs, list_robots, resolve_robot
+    from retarget.model.library import list_motions, resolve_robot, robots_then_rigs
 
     if args.robot is not None:
         resolve_robot(args.robot)  # unknown names raise with the list of known robots
-    robots = [args.robot] if args.robot else list_robots() + list_rigs()
+    robots = [args.robot] if args.robot else robots_then_rigs()
     rows = [motion_summary(n) for robot in robots for n in list_motions(robot)]
     if args.json:
         print(json.dumps({"motions": rows}))

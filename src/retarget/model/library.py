@@ -35,6 +35,7 @@ __all__ = [
     "resolve_urdf",
     "read_ros_parameters",
     "robot_config",
+    "robots_then_rigs",
     "ros_parameters",
     "share_dir",
     "urdf_xml",
@@ -110,21 +111,29 @@ def _description_kind(path: Path) -> str | None:
     return kind if kind in ("robot", "rig") else None
 
 
-def _names_of_kind(kind: str) -> list[str]:
+def _descriptions() -> dict[str, str]:
+    """Name → ``"robot"`` / ``"rig"`` of every shipped description (each config YAML read once), sorted by name."""
     config = share_dir() / "config"
     if not config.is_dir():
-        return []
-    return sorted(p.stem for p in config.glob("*.yaml") if _description_kind(p) == kind)
+        return {}
+    kinds = ((p.stem, _description_kind(p)) for p in sorted(config.glob("*.yaml")))
+    return {name: kind for name, kind in kinds if kind is not None}
 
 
 def list_robots() -> list[str]:
     """Names of the shipped robots (``config/<name>.yaml`` files with a ``retarget.urdf`` entry, not rigs), sorted."""
-    return _names_of_kind("robot")
+    return [name for name, kind in _descriptions().items() if kind == "robot"]
 
 
 def list_rigs() -> list[str]:
     """Names of the shipped test rigs (``config/<name>.yaml`` with ``retarget.kind: rig``), sorted."""
-    return _names_of_kind("rig")
+    return [name for name, kind in _descriptions().items() if kind == "rig"]
+
+
+def robots_then_rigs() -> list[str]:
+    """:func:`list_robots` + :func:`list_rigs` from one pass over the config folder."""
+    found = _descriptions()
+    return [n for n, k in found.items() if k == "robot"] + [n for n, k in found.items() if k == "rig"]
 
 
 def resolve_robot(name_or_path: str | Path) -> Path:
@@ -145,7 +154,7 @@ def resolve_robot(name_or_path: str | Path) -> Path:
     candidate = share_dir() / "config" / f"{name_or_path}.yaml"
     if "/" not in str(name_or_path) and candidate.is_file() and _description_kind(candidate) is not None:
         return candidate
-    raise UnknownNameError("robot", str(name_or_path), list_robots() + list_rigs())
+    raise UnknownNameError("robot", str(name_or_path), robots_then_rigs())
 
 
 def resolve_params(robot: str | Path) -> Path:
