@@ -4,7 +4,8 @@ One full training run and one full test run of the absolute engine, then, for ea
 fraction, ``--variances``), a reduced model trained on the same snapshots (``build_from_result``) simulates the test motion with the compiled
 engine; the tracked bodies are compared with the full test run sample by sample. Also reported per count: the
 captured variance, the reduced DOFs and steps/s, so the variance criterion (``--variance``) can be read against
-the accuracy it buys.
+the accuracy it buys. ``--modal-derivatives 0,3`` tries every setting without and with the modal derivatives of
+the first 3 PCA modes of each part (docs/reduced.md §4).
 
 The error is given in metres and relative to ``--peak`` when given (the full run's peak deviation from the
 quasi-static targets, e.g. from ``retarget check reduced --json``), otherwise relative to the tracked bodies'
@@ -34,6 +35,9 @@ def main() -> int:
     p.add_argument("--variances", default=None,
                    help="comma-separated variance fractions to try instead of --modes (e.g. 0.9999,0.999999)")
     p.add_argument("--cubature-tolerance", type=float, default=1e-3, help="cubature training tolerance (default 1e-3)")
+    p.add_argument("--modal-derivatives", default="0",
+                   help="comma-separated counts K of leading PCA modes whose modal derivatives are appended; every "
+                        "mode setting is tried with each (default 0: none)")
     p.add_argument("--mesh-scale", type=float, default=0.5)
     p.add_argument("--dt", type=float, default=1e-3)
     p.add_argument("--duration", type=float, default=None, help="cap both motions at this many seconds")
@@ -69,6 +73,7 @@ def main() -> int:
     rows = []
     settings = ([{"n_modes": int(v)} for v in args.modes.split(",")] if args.variances is None
                 else [{"variance": float(v)} for v in args.variances.split(",")])
+    settings = [{**s, "modal_derivatives": int(k)} for s in settings for k in args.modal_derivatives.split(",")]
     for setting in settings:
         t0 = time.perf_counter()
         rs, bases, cubs = build_from_result(system, runs["train"][2], cubature_tolerance=args.cubature_tolerance,
