@@ -222,8 +222,9 @@ class Variants:
             zs = self.train[_evenly_spaced(len(self.train), 60)] @ (self.mass @ modes)
             return train_cubature(el, modes, zs, tolerance=tolerance)
         e = np.arange(len(el.mesh.tets))
-        return Cubature(e, np.ones(len(e)), _element_rows(el.mesh.tets[e], modes), np.ascontiguousarray(el.geometry.grad),
-                        np.ascontiguousarray(el.geometry.weights), float(el.mu), float(el.lam), 0.0)
+        geo = el.geometry
+        return Cubature(e, np.ones(len(e)), _element_rows(el.mesh.tets[e], modes), np.ascontiguousarray(geo.grad),
+                        np.ascontiguousarray(geo.weights), float(el.mu), float(el.lam), 0.0)
 
 
 def _windows(full, red, dt: float, width: float = 0.25) -> dict:
@@ -245,7 +246,9 @@ def main() -> int:
     p.add_argument("robot")
     p.add_argument("train_motion")
     p.add_argument("test_motion")
-    p.add_argument("variants", nargs="+", help="pca:N, oracle:N, md:N:K, lmd:N:K, comp:N:K:S1,S2[:L], compk, rcomp, rcompk, aug:N:K:S1,S2 [:exact]")
+    p.add_argument("variants", nargs="+",
+                   help="pca:N, oracle:N, md:N:K, lmd:N:K, comp:N:K:S1,S2[:L], compk, rcomp, rcompk, aug:N:K:S1,S2 "
+                        "[:exact]")
     p.add_argument("--mesh-scale", type=float, default=0.05)
     p.add_argument("--dt", type=float, default=1e-3)
     p.add_argument("--cubature-tolerance", type=float, default=1e-4)

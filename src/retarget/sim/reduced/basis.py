@@ -14,7 +14,7 @@ Without them the loop's couplings over-constrain the few PCA modes (two legs mus
 Optionally, *modal derivatives* of the leading PCA modes (:func:`modal_derivatives`, Barbič & James 2005) are
 appended: the second-order static response ``K₀ ψᵢⱼ = −H(φᵢ, φⱼ)`` with the body's interfaces held, ``H`` the
 second derivative of the internal forces at rest. They give a basis trained on one motion the stiff, small
-"relief" shapes that larger deflections of the same modes need (docs/reduced.md §2b).
+"relief" shapes that larger deflections of the same modes need (docs/reduced.md §4).
 """
 from __future__ import annotations
 
@@ -235,7 +235,9 @@ def mass_pca_basis(
                         _largest_deformation(snapshots, mass, basis))
 
 
-def force_hessian(elastic: object, a: NDArray[np.float64], b: NDArray[np.float64], step: float = 1e-6) -> NDArray[np.float64]:
+def force_hessian(
+    elastic: object, a: NDArray[np.float64], b: NDArray[np.float64], step: float = 1e-6
+) -> NDArray[np.float64]:
     """``H(a, b) = ∂²f_int/∂u² [a, b]`` at rest (3N,) [N per unit a, b]: ``(K(εa) b − K(−εa) b) / 2ε``.
 
     ``ε`` makes ``εa`` displace a node by at most ``step`` × the body's extent (central difference: relative error

@@ -48,7 +48,7 @@ def _add_basis_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--modal-derivatives", type=int, default=0, metavar="K",
                    help="append the modal derivatives of each component's first K PCA modes (K(K+1)/2 more modes): "
                         "better transfer to motions that deform the parts more than the training motion "
-                        "(docs/reduced.md §2b; default 0: none)")
+                        "(docs/reduced.md §4; default 0: none)")
 
 
 def register_check(subparsers: argparse._SubParsersAction) -> None:
