@@ -14,7 +14,8 @@ Without them the loop's couplings over-constrain the few PCA modes (two legs mus
 Optionally, *modal derivatives* of the leading PCA modes (:func:`modal_derivatives`, Barbič & James 2005) are
 appended: the second-order static response ``K₀ ψᵢⱼ = −H(φᵢ, φⱼ)`` with the body's interfaces held, ``H`` the
 second derivative of the internal forces at rest. They give a basis trained on one motion the stiff, small
-"relief" shapes that larger deflections of the same modes need (docs/reduced.md §4).
+"relief" shapes that larger deflections of the same modes need; how much that helps depends on the mesh
+(docs/reduced.md §4).
 """
 from __future__ import annotations
 

@@ -47,7 +47,8 @@ def _add_basis_options(p: argparse.ArgumentParser) -> None:
                         "and the replay is still off, the replay check tightens it tenfold per trial, to 1e-6")
     p.add_argument("--modal-derivatives", type=int, default=0, metavar="K",
                    help="append the modal derivatives of each component's first K PCA modes (K(K+1)/2 more modes): "
-                        "better transfer to motions that deform the parts more than the training motion "
+                        "may transfer better to motions that deform the parts more than the training motion; "
+                        "measured both ways "
                         "(docs/reduced.md §4; default 0: none)")
 
 
