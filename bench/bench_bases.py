@@ -5,7 +5,9 @@ basis. This bench trains other bases on the same training run and simulates the 
 cause can be told apart from the basis size: mass-PCA (``pca:N``), an oracle PCA that also sees the test run's
 snapshots (``oracle:N``: what ``N`` modes can do when the subspace holds the test's shapes), ``N`` PCA modes plus the
 modal derivatives of the first ``K`` PCA modes (``md:N:K``) or of the first ``K`` clamped linear modes
-(``lmd:N:K``; Barbič and James 2005: ``K₀ ψᵢⱼ = −H(φᵢ, φⱼ)`` with the reference interface held), and ``N`` PCA modes
+(``lmd:N:K``; Barbič and James 2005: ``K₀ ψᵢⱼ = −H(φᵢ, φⱼ)`` with the reference interface held,
+``retarget.sim.reduced.basis.modal_derivatives``; appended whole, without the strain-energy drop of
+``--modal-derivatives``), and ``N`` PCA modes
 plus ``K`` directions of relaxed static shapes whose three leading PCA coordinates are scaled beyond the training
 (``comp:N:K:S1,S2[:L]``: elastic energy minimized with the ``L`` (default 3) leading coordinates and the held
 interface fixed, reached by continuation; only their part outside the PCA span is added, its leading directions
@@ -81,8 +83,6 @@ class Variants:
         self.n = self.k0.shape[0]
         self.train = self._local(_snapshots([train], 2000))
         self.test = self._local(_snapshots([test], 2000))
-        self._kkt = spla.splu(sp.bmat([[self.k0, sp.csc_matrix(self.held.T)], [sp.csc_matrix(self.held), None]],
-                                      format="csc"))
 
     def _local(self, poses_disp):
         from retarget.sim.reduced.system import to_local_displacements
@@ -96,20 +96,10 @@ class Variants:
 
         return mass_pca_basis(snapshots, self.rest_local, self.mass, n_modes=n_modes, cap=True)
 
-    def _hessian(self, a, b):
-        """``H(a, b) = ∂²f_int/∂u² [a, b]`` at rest, by central differences at 1 mm amplitudes."""
-        f = self.body.elastic.internal_forces
-        sa, sb = 1e-3 / np.max(np.abs(a)), 1e-3 / np.max(np.abs(b))
-        x, y = sa * a, sb * b
-        return (f(x + y) - f(x - y) - f(-x + y) + f(-x - y)) / (4.0 * sa * sb)
-
     def modal_derivatives(self, phis):
-        out = []
-        for i in range(len(phis)):
-            for j in range(i, len(phis)):
-                rhs = np.concatenate([-self._hessian(phis[i], phis[j]), np.zeros(6)])
-                out.append(self._kkt.solve(rhs)[: self.n])
-        return np.array(out).T
+        from retarget.sim.reduced.basis import modal_derivatives
+
+        return modal_derivatives(self.body.elastic, self.held, np.asarray(phis).T)
 
     def clamped_linear_modes(self, k: int):
         ns = sla.null_space(self.held)
