@@ -207,7 +207,8 @@ def test_reduce_trains_on_several_motions(tmp_path: Path, capsys: pytest.Capture
 
 def test_reduce_with_modal_derivatives_records_and_reloads_them(tmp_path: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    """--modal-derivatives K appends K(K+1)/2 modes per part; the artifact keeps the count (and refuses none)."""
+    """--modal-derivatives K appends up to K(K+1)/2 modes per part; the artifact keeps the count; a trained model
+    cannot be given derivatives afterwards."""
     from retarget.sim.reduced.artifact import load_reduced
     from retarget.sim.reduced.commands import load_robot_system
 
