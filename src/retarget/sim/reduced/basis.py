@@ -321,7 +321,6 @@ def with_modal_derivatives(
     keep = lam > drop
     if not np.any(keep):
         return basis
-    extra = _m_orthonormalize(psi @ vec[:, keep], mass)
-    extra = extra - basis.modes @ (basis.modes.T @ (mass @ extra))  # round-off of the first projection
-    modes = _m_orthonormalize(np.hstack([basis.modes, extra]), mass)
-    return replace(basis, modes=modes, n_derivatives=basis.n_derivatives + extra.shape[1])
+    # Gram–Schmidt after the basis' own (orthonormal) columns also removes the projection's round-off.
+    modes = _m_orthonormalize(np.hstack([basis.modes, psi @ vec[:, keep]]), mass)
+    return replace(basis, modes=modes, n_derivatives=basis.n_derivatives + int(np.count_nonzero(keep)))
