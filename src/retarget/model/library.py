@@ -120,20 +120,24 @@ def _descriptions() -> dict[str, str]:
     return {name: kind for name, kind in kinds if kind is not None}
 
 
+def _of_kind(found: dict[str, str], kind: str) -> list[str]:
+    return [name for name, k in found.items() if k == kind]
+
+
 def list_robots() -> list[str]:
     """Names of the shipped robots (``config/<name>.yaml`` files with a ``retarget.urdf`` entry, not rigs), sorted."""
-    return [name for name, kind in _descriptions().items() if kind == "robot"]
+    return _of_kind(_descriptions(), "robot")
 
 
 def list_rigs() -> list[str]:
     """Names of the shipped test rigs (``config/<name>.yaml`` with ``retarget.kind: rig``), sorted."""
-    return [name for name, kind in _descriptions().items() if kind == "rig"]
+    return _of_kind(_descriptions(), "rig")
 
 
 def robots_then_rigs() -> list[str]:
     """:func:`list_robots` + :func:`list_rigs` from one pass over the config folder."""
     found = _descriptions()
-    return [n for n, k in found.items() if k == "robot"] + [n for n, k in found.items() if k == "rig"]
+    return _of_kind(found, "robot") + _of_kind(found, "rig")
 
 
 def resolve_robot(name_or_path: str | Path) -> Path:
