@@ -1,5 +1,5 @@
 """Tests of retarget.sim.reduced.cubature: exactness with all elements, FD tangent, training accuracy, value and
-directional kernels, the damping tangent derivative, rotation invariance of the current-tangent damping."""
+directional kernels, the reduced-form tangent kernel, the damping tangent derivative, rotation invariance of the current-tangent damping."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,6 +12,7 @@ from retarget.sim.reduced.cubature import (
     cubature_force_directional,
     cubature_force_value,
     cubature_forces,
+    cubature_tangents,
     reduced_gradients,
     train_cubature,
 )
@@ -122,6 +123,29 @@ def test_directional_kernel_equals_tangent_times_direction(small_rod):
     f, kd, _ = cubature_force_directional(zs[1], np.zeros_like(zs[1]), dmat, cub.qweights, cub.weights, cub.mu, cub.lam)
     assert np.all(kd == 0.0)
     assert np.max(np.abs(f - f0)) <= 1e-13 * np.abs(f0).max()
+
+
+
+def test_reduced_form_tangents_equal_the_fem_kernel_path(small_rod):
+    """:func:`cubature_tangents` (per-point 9×9 material tangents, one matrix product) = the FEM kernel's element
+    forces and tangents projected (``Σ w_e U_eᵀ K_e U_e``), at small, large and zero deformation; its ``dK[d]``
+    is linear in ``d`` and absent without ``with_derivative``."""
+    basis, zs = _basis_and_samples(small_rod, 8, 8)
+    cub = train_cubature(small_rod, basis, zs, tolerance=1e-3)
+    dmat = reduced_gradients(cub.basis_rows, cub.grad)
+    rng = np.random.default_rng(9)
+    for z in (zs[0], 3.0 * zs[5], np.zeros_like(zs[0])):
+        d = rng.normal(size=len(z)) * 40.0
+        f_ref, k_ref, det_ref = cub.evaluate(z)
+        f, kz, dk, det = cubature_tangents(z, d, dmat, cub.qweights, cub.weights, cub.mu, cub.lam, True)
+        assert det == pytest.approx(det_ref, rel=1e-13)
+        assert np.max(np.abs(f - f_ref)) <= 1e-12 * max(np.abs(f_ref).max(), 1.0)
+        assert np.max(np.abs(kz - k_ref)) <= 1e-12 * np.abs(k_ref).max()
+        dk2 = cubature_tangents(z, 2.0 * d, dmat, cub.qweights, cub.weights, cub.mu, cub.lam, True)[2]
+        assert np.max(np.abs(dk2 - 2.0 * dk)) <= 1e-12 * np.abs(dk2).max()
+        _, kz1, dk0, _ = cubature_tangents(z, d, dmat, cub.qweights, cub.weights, cub.mu, cub.lam, False)
+        assert dk0.shape == (0, 0)
+        assert np.array_equal(kz1, kz)
 
 
 def test_tangent_derivative_against_finite_differences(small_rod):

@@ -4,8 +4,8 @@ Same DAE, unknowns, BDF coefficients, Baumgarte ``a = 1/h``, predictor and conve
 stepper (:mod:`retarget.sim.reduced.stepper`, the test oracle): only the implementation differs.
 
 - Residual and exact Jacobian: rigid Newton–Euler, each deformable body's relative inertial forces
-  (:func:`retarget.sim.reduced.dynamics.body_forces`), its cubature forces and tangent (the FEM Neo-Hookean kernel
-  on the selected elements), the constraint rows of :mod:`retarget.sim.reduced.kernels` with complex-step
+  (:func:`retarget.sim.reduced.dynamics.body_forces`), its cubature forces, tangent and damping derivative (the
+  Neo-Hookean kernel in reduced form, :func:`retarget.sim.reduced.cubature.cubature_tangents`), the constraint rows of :mod:`retarget.sim.reduced.kernels` with complex-step
   curvature terms. A residual-only call (every chord iteration that does not refactorize) forms no stiffness or
   Jacobian: inertial forces alone, the reduced-form cubature value kernel
   (:func:`retarget.sim.reduced.cubature.cubature_force_value`) and the constraint rows in real arithmetic.
@@ -29,8 +29,7 @@ from numba import types
 from numba.np.linalg import _LAPACK, ensure_lapack
 from numpy.typing import NDArray
 
-from retarget.fem.neo_hookean import _forces_stiffness_numba
-from retarget.sim.reduced.cubature import cubature_damping_derivative, cubature_force_directional, cubature_force_value
+from retarget.sim.reduced.cubature import cubature_force_directional, cubature_force_value, cubature_tangents
 from retarget.sim.reduced.dynamics import body_force, body_forces
 from retarget.sim.reduced.kernels import block_eval
 
@@ -69,9 +68,8 @@ class Packed(NamedTuple):
     ``bzu``, ``bzv``, ``bsize`` (d,) reference body, z start in U and in V, r; per body in typed lists the
     :class:`~retarget.sim.reduced.tensors.InertiaTensors` fields, ``damp`` (α M_zz, (r, r); the stiffness part
     ``β K(z)`` uses the cubature tangent at the current z, ``bbeta`` (d,) [s]) and the
-    cubature (``cub_rows`` (30k, r), ``cub_grad`` (k, q, 10, 3), ``cub_qw`` (k, q), ``cub_w`` (k,), and ``cub_d``
-    (k, q, 9, r) the reduced displacement-gradient maps of :func:`~retarget.sim.reduced.cubature.reduced_gradients`
-    for value-only evaluations); ``bmass``,
+    cubature (``cub_qw`` (k, q), ``cub_w`` (k,) and ``cub_d`` (k, q, 9, r), the reduced displacement-gradient maps
+    of :func:`~retarget.sim.reduced.cubature.reduced_gradients`, which every cubature kernel evaluates); ``bmass``,
     ``bmu``, ``blam`` (d,). Blocks (n_b): ``kind``, ``motor``, ``present_a``, ``present_b``, ``separate``,
     ``n_rigid_seg`` (n_b,), ``lam_off`` (n_b+1,), ``fvec`` (n_b, 6), ``fmat`` (n_b, 6, 3), ``y0`` / ``ymap`` (typed
     lists), local U/V indices ``ui``/``vi`` flattened with offsets ``ui_off``/``vi_off`` (n_b+1,). ``gravity`` (3,)
@@ -96,8 +94,6 @@ class Packed(NamedTuple):
     c1: object
     mzz: object
     damp: object
-    cub_rows: object
-    cub_grad: object
     cub_qw: object
     cub_w: object
     cub_d: object
@@ -173,36 +169,6 @@ def _omega_half(wv: NDArray) -> NDArray:
     out[2, 0], out[2, 1], out[2, 3] = b, -c, a
     out[3, 0], out[3, 1], out[3, 2] = c, b, -a
     return 0.5 * out
-
-
-@numba.njit(cache=True)
-def _cubature(
-    z: NDArray, rows: NDArray, grad: NDArray, qw: NDArray, w: NDArray, mu: float, lam: float, tangent: bool
-) -> tuple[NDArray, NDArray, float]:
-    """Reduced cubature force (r,), tangent (r, r) (0×0 unless ``tangent``) and min det F.
-
-    The force is one projection ``Σ_e w_e U_eᵀ f_e = rowsᵀ (w ⊙ f)``; the value-only call allocates no element
-    matrices (the FEM kernel skips them and gets an empty scatter map).
-    """
-    k = w.shape[0]
-    r = z.shape[0]
-    u = rows @ z
-    tets = np.arange(10 * k).reshape(k, 10)
-    if tangent:
-        scatter = np.arange(900 * k).reshape(k, 900)
-    else:
-        scatter = np.zeros((k, 0), dtype=np.int64)
-    fe, ke, _, min_det = _forces_stiffness_numba(u, tets, grad, qw, mu, lam, scatter, 900 * k if tangent else 0, tangent)
-    for e in range(k):
-        for a in range(30):
-            fe[30 * e + a] *= w[e]
-    f = rows.T @ fe
-    kz = np.zeros((r, r) if tangent else (0, 0))
-    if tangent:
-        for e in range(k):
-            ue = np.ascontiguousarray(rows[30 * e : 30 * e + 30])
-            kz += w[e] * (ue.T @ (np.ascontiguousarray(ke[900 * e : 900 * e + 900].reshape(30, 30)) @ ue))
-    return f, kz, min_det
 
 
 @numba.njit(cache=True)
@@ -369,7 +335,9 @@ def residual_jacobian(
             )
         beta = p.bbeta[d]
         if want_jac:
-            f_el, k_el, md = _cubature(z, p.cub_rows[d], p.cub_grad[d], p.cub_qw[d], p.cub_w[d], p.bmu[d], p.blam[d], True)
+            f_el, k_el, dk, md = cubature_tangents(
+                z, zd, p.cub_d[d], p.cub_qw[d], p.cub_w[d], p.bmu[d], p.blam[d], beta != 0.0 and exact
+            )
             kzd = k_el @ zd
         elif beta != 0.0:
             # K(z) ż without forming the tangent: the value kernel's exact directional derivative.
@@ -417,7 +385,6 @@ def residual_jacobian(
                     jac[iv + zv0 + a, iv + zv0 + b] += damp[a, b] + beta * k_el[a, b]
             if beta != 0.0 and exact:
                 # ∂(β K(z) ż)/∂z = β dK(z)[ż], exact (second derivative of the cubature force along ż).
-                dk = cubature_damping_derivative(z, zd, p.cub_d[d], p.cub_qw[d], p.cub_w[d], p.bmu[d], p.blam[d])
                 for a in range(rr):
                     for b in range(rr):
                         jac[iv + zv0 + a, zu0 + b] += beta * dk[a, b]

@@ -28,6 +28,7 @@ __all__ = [
     "cubature_force_value",
     "cubature_forces",
     "cubature_damping_derivative",
+    "cubature_tangents",
     "element_reduced_forces",
     "reduced_gradients",
     "train_cubature",
@@ -156,6 +157,29 @@ def _first_piola(hm: NDArray[np.float64], mu: float, lam: float, fm: NDArray[np.
     return det
 
 
+@numba.njit(inline="always")
+def _piola_derivative(fm: NDArray[np.float64], fi: NDArray[np.float64], pu: NDArray[np.float64], mu: float,
+                      lam: float, dfm: NDArray[np.float64], gm: NDArray[np.float64], out: NDArray[np.float64]) -> float:
+    """``dP = F⁻ᵀ (dT − dFᵀ P)`` along ``dF`` (``dfm``) into ``out``, with ``dT = μ (dFᵀF + FᵀdF) + λ tr(F⁻¹dF) I``
+    (from ``d(F⁻ᵀ) = −F⁻ᵀ dFᵀ F⁻ᵀ``) at the point :func:`_first_piola` evaluated; ``gm`` is scratch. Returns
+    ``tr(F⁻¹ dF)``."""
+    tr_a = 0.0
+    for i in range(3):
+        for m in range(3):
+            tr_a += fi[i, m] * dfm[m, i]
+    for i in range(3):
+        for j in range(3):
+            val = 0.0
+            for m in range(3):
+                val += mu * (dfm[m, i] * fm[m, j] + fm[m, i] * dfm[m, j]) - dfm[m, i] * pu[m, j]
+            gm[i, j] = val
+        gm[i, i] += lam * tr_a
+    for i in range(3):
+        for j in range(3):
+            out[i, j] = fi[0, i] * gm[0, j] + fi[1, i] * gm[1, j] + fi[2, i] * gm[2, j]
+    return tr_a
+
+
 @numba.njit(cache=True, fastmath={"reassoc", "contract"})
 def cubature_force_value(
     z: NDArray[np.float64],
@@ -243,6 +267,7 @@ def cubature_force_directional(
     tm = np.empty((3, 3))
     pu = np.empty((3, 3))
     gm = np.empty((3, 3))
+    dp = np.empty((3, 3))
     pm = np.empty(9)
     dpm = np.empty(9)
     min_det = np.inf
@@ -262,23 +287,12 @@ def cubature_force_directional(
                 min_det = det
             if det <= 0.0:
                 continue
-            # tr(F⁻¹ dF)
-            tr_a = 0.0
-            for i in range(3):
-                for m in range(3):
-                    tr_a += fi[i, m] * dh[m, i]
-            for i in range(3):
-                for j in range(3):
-                    val = 0.0
-                    for m in range(3):
-                        val += mu * (dh[m, i] * fm[m, j] + fm[m, i] * dh[m, j]) - dh[m, i] * pu[m, j]
-                    gm[i, j] = val
-                gm[i, i] += lam * tr_a
+            _piola_derivative(fm, fi, pu, mu, lam, dh, gm, dp)
             wq = weights[e] * qweights[e, q]
             for i in range(3):
                 for j in range(3):
                     pm[3 * i + j] = wq * pu[i, j]
-                    dpm[3 * i + j] = wq * (fi[0, i] * gm[0, j] + fi[1, i] * gm[1, j] + fi[2, i] * gm[2, j])
+                    dpm[3 * i + j] = wq * dp[i, j]
             for ij in range(9):
                 pij = pm[ij]
                 dpij = dpm[ij]
@@ -288,7 +302,135 @@ def cubature_force_directional(
     return f, df, min_det
 
 
+#: Quadrature points per matrix product in :func:`cubature_tangents` (its scratch block stays in the L2 cache).
+_TANGENT_CHUNK = 32
+
+
 @numba.njit(cache=True, fastmath={"reassoc", "contract"})
+def cubature_tangents(
+    z: NDArray[np.float64],
+    direction: NDArray[np.float64],
+    dmat: NDArray[np.float64],
+    qweights: NDArray[np.float64],
+    weights: NDArray[np.float64],
+    mu: float,
+    lam: float,
+    with_derivative: bool,
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], float]:
+    """Cubature force ``f`` (r,) [N], tangent ``K(z)`` (r, r) [N/m] and, with ``with_derivative``, the exact
+    ``dK(z)[d] = ∂(K(z) d)/∂z`` (r, r) (else 0×0), and min det F — the Newton Jacobian's cubature blocks.
+
+    With ``P = μ(F − F⁻ᵀ) + λ ln J F⁻ᵀ`` (:func:`_first_piola`'s value) and ``Y = μF − P``, the material tangent
+    ``A = ∂P/∂H`` (9×9) at a quadrature point and its derivative along ``dH = Σ d_l D_l`` are, in closed form::
+
+        A[ij,kl]     = F⁻¹[l,i] Y[k,j] + μ δ_ik δ_jl + λ F⁻¹[j,i] F⁻¹[l,k]
+        A'[dH][ij,kl] = dF⁻¹[l,i] Y[k,j] + F⁻¹[l,i] dY[k,j] + λ (dF⁻¹[j,i] F⁻¹[l,k] + F⁻¹[j,i] dF⁻¹[l,k])
+
+    (``dF⁻¹ = −F⁻¹ dH F⁻¹``, ``dY = μ dH − A:dH``); then ``K = Σ w_e w_q D_qᵀ A D_q``, ``dK[d] = Σ w_e w_q D_qᵀ A'
+    D_q`` and ``f = Σ w_e w_q D_qᵀ P`` come out of one matrix product per block of quadrature points (``D``
+    stacked (9kq, r)). Quadrature points with ``det F ≤ 0`` contribute nothing. Equals the FEM kernel's element
+    tangents projected, ``Σ w_e U_eᵀ K_e U_e`` (:func:`cubature_forces`), to round-off.
+
+    Args:
+        z, direction: (r,). dmat: :func:`reduced_gradients` (k, q, 9, r). qweights: (k, q) [m³]. weights: (k,).
+        mu, lam: Lamé parameters [Pa]. with_derivative: also form ``dK(z)[direction]``.
+    """
+    k, nq, _, r = dmat.shape
+    npts = k * nq
+    dall = dmat.reshape(9 * npts, r)
+    nc = 2 * r + 1 if with_derivative else r + 1  # columns: A D | A' D | w P
+    acc = np.zeros((r, nc))
+    g = np.empty((9 * _TANGENT_CHUNK, nc))
+    hm = np.empty((3, 3))
+    dh = np.empty((3, 3))
+    fm = np.empty((3, 3))
+    fi = np.empty((3, 3))
+    tm = np.empty((3, 3))
+    pu = np.empty((3, 3))
+    ym = np.empty((3, 3))
+    dfi = np.empty((3, 3))
+    tmp = np.empty((3, 3))
+    dym = np.empty((3, 3))
+    am = np.empty((9, 9))
+    ad = np.empty((9, 9))
+    min_det = np.inf
+    for c0 in range(0, npts, _TANGENT_CHUNK):
+        c1 = min(npts, c0 + _TANGENT_CHUNK)
+        for pt in range(c0, c1):
+            e = pt // nq
+            q = pt - e * nq
+            d = dmat[e, q]
+            row = 9 * (pt - c0)
+            for ij in range(9):
+                hacc = 0.0
+                dacc = 0.0
+                for l in range(r):
+                    hacc += d[ij, l] * z[l]
+                    dacc += d[ij, l] * direction[l]
+                hm[ij // 3, ij % 3] = hacc
+                dh[ij // 3, ij % 3] = dacc
+            det = _first_piola(hm, mu, lam, fm, fi, tm, pu)
+            if det < min_det:
+                min_det = det
+            if det <= 0.0:
+                for ij in range(9):
+                    for l in range(nc):
+                        g[row + ij, l] = 0.0
+                continue
+            wq = weights[e] * qweights[e, q]
+            for i in range(3):
+                for j in range(3):
+                    ym[i, j] = mu * fm[i, j] - pu[i, j]
+            for ij in range(9):
+                i, j = ij // 3, ij % 3
+                for kl in range(9):
+                    kk, ll = kl // 3, kl % 3
+                    val = fi[ll, i] * ym[kk, j] + lam * fi[j, i] * fi[ll, kk]
+                    if i == kk and j == ll:
+                        val += mu
+                    am[ij, kl] = val
+            if with_derivative:
+                # dF⁻¹ = −F⁻¹ dH F⁻¹; dY = μ dH − A:dH
+                for i in range(3):
+                    for j in range(3):
+                        tmp[i, j] = dh[i, 0] * fi[0, j] + dh[i, 1] * fi[1, j] + dh[i, 2] * fi[2, j]
+                for i in range(3):
+                    for j in range(3):
+                        dfi[i, j] = -(fi[i, 0] * tmp[0, j] + fi[i, 1] * tmp[1, j] + fi[i, 2] * tmp[2, j])
+                for ij in range(9):
+                    val = 0.0
+                    for kl in range(9):
+                        val += am[ij, kl] * dh[kl // 3, kl % 3]
+                    dym[ij // 3, ij % 3] = mu * dh[ij // 3, ij % 3] - val
+                for ij in range(9):
+                    i, j = ij // 3, ij % 3
+                    for kl in range(9):
+                        kk, ll = kl // 3, kl % 3
+                        ad[ij, kl] = wq * (dfi[ll, i] * ym[kk, j] + fi[ll, i] * dym[kk, j]
+                                           + lam * (dfi[j, i] * fi[ll, kk] + fi[j, i] * dfi[ll, kk]))
+            for ij in range(9):
+                gr = g[row + ij]
+                for l in range(nc - 1):
+                    gr[l] = 0.0
+                gr[nc - 1] = wq * pu[ij // 3, ij % 3]
+                for kl in range(9):
+                    dk = d[kl]
+                    ca = wq * am[ij, kl]
+                    for l in range(r):
+                        gr[l] += ca * dk[l]
+                    if with_derivative:
+                        cd = ad[ij, kl]
+                        for l in range(r):
+                            gr[r + l] += cd * dk[l]
+        m = 9 * (c1 - c0)
+        acc += dall[9 * c0 : 9 * c0 + m].T @ g[:m]
+    f = acc[:, nc - 1].copy()
+    kz = np.ascontiguousarray(acc[:, :r])
+    dkz = np.ascontiguousarray(acc[:, r : 2 * r]) if with_derivative else np.zeros((0, 0))
+    return f, kz, dkz, min_det
+
+
+@numba.njit(cache=True)
 def cubature_damping_derivative(
     z: NDArray[np.float64],
     direction: NDArray[np.float64],
@@ -300,108 +442,16 @@ def cubature_damping_derivative(
 ) -> NDArray[np.float64]:
     """``∂(K(z) d)/∂z`` (r, r) [N/m per unit z]: the exact second derivative of the cubature force along ``d``.
 
-    The Newton Jacobian block of the damping ``β K(z) ż`` (``d = ż``). With ``dF = Σ d_l D_l``, ``δF = D_m`` (column
-    m), ``P = F⁻ᵀT``, ``dP = F⁻ᵀ(dT − dFᵀP)`` (:func:`cubature_force_directional`) and the same for ``δP``::
-
-        δdT = μ (dFᵀδF + δFᵀdF) − λ tr(F⁻¹δF F⁻¹dF) I,    d²P = F⁻ᵀ (δdT − δFᵀ dP − dFᵀ δP)
-
-    projected like the force (column m: ``Σ w_e w_q d²P : D_l``). Exact instead of the absolute engine's central
-    difference of the tangent along ``d``: in the z coordinates the rigid-mode rows of ``K`` are small differences
-    of large element terms, and a difference quotient's round-off there reached 4e-3 of the row (measured on the
-    two-motor rod of the stepper tests). Quadrature points with ``det F ≤ 0`` contribute nothing.
+    The Newton Jacobian block of the damping ``β K(z) ż`` (``d = ż``), from :func:`cubature_tangents`. Exact
+    instead of the absolute engine's central difference of the tangent along ``d``: in the z coordinates the
+    rigid-mode rows of ``K`` are small differences of large element terms, and a difference quotient's round-off
+    there reached 4e-3 of the row (measured on the two-motor rod of the stepper tests).
 
     Args:
         z, direction: (r,). dmat: :func:`reduced_gradients` (k, q, 9, r). qweights: (k, q) [m³]. weights: (k,).
         mu, lam: Lamé parameters [Pa].
     """
-    k, nq, _, r = dmat.shape
-    out = np.zeros((r, r))
-    hm = np.empty((3, 3))
-    dh = np.empty((3, 3))
-    fm = np.empty((3, 3))
-    fi = np.empty((3, 3))
-    tm = np.empty((3, 3))
-    pu = np.empty((3, 3))
-    gm = np.empty((3, 3))
-    dp = np.empty((3, 3))
-    bm = np.empty((3, 3))
-    sf = np.empty((3, 3))
-    ct = np.empty((3, 3))
-    sp = np.empty((3, 3))
-    xm = np.empty((3, 3))
-    g2 = np.empty((9, r))
-    for e in range(k):
-        for q in range(nq):
-            d = dmat[e, q]
-            for ij in range(9):
-                acc = 0.0
-                dacc = 0.0
-                for l in range(r):
-                    acc += d[ij, l] * z[l]
-                    dacc += d[ij, l] * direction[l]
-                hm[ij // 3, ij % 3] = acc
-                dh[ij // 3, ij % 3] = dacc
-            det = _first_piola(hm, mu, lam, fm, fi, tm, pu)
-            if det <= 0.0:
-                continue
-            # B = F⁻¹ dF; dP = F⁻ᵀ (dT − dFᵀ P)
-            for i in range(3):
-                for j in range(3):
-                    bm[i, j] = fi[i, 0] * dh[0, j] + fi[i, 1] * dh[1, j] + fi[i, 2] * dh[2, j]
-            tr_b = bm[0, 0] + bm[1, 1] + bm[2, 2]
-            for i in range(3):
-                for j in range(3):
-                    val = 0.0
-                    for m in range(3):
-                        val += mu * (dh[m, i] * fm[m, j] + fm[m, i] * dh[m, j]) - dh[m, i] * pu[m, j]
-                    gm[i, j] = val
-                gm[i, i] += lam * tr_b
-            for i in range(3):
-                for j in range(3):
-                    dp[i, j] = fi[0, i] * gm[0, j] + fi[1, i] * gm[1, j] + fi[2, i] * gm[2, j]
-            wq = weights[e] * qweights[e, q]
-            for mm in range(r):
-                for ij in range(9):
-                    sf[ij // 3, ij % 3] = d[ij, mm]  # δF
-                # C = F⁻¹ δF: tr C and tr(C B)
-                for i in range(3):
-                    for j in range(3):
-                        ct[i, j] = fi[i, 0] * sf[0, j] + fi[i, 1] * sf[1, j] + fi[i, 2] * sf[2, j]
-                tr_c = ct[0, 0] + ct[1, 1] + ct[2, 2]
-                tr_cb = 0.0
-                for i in range(3):
-                    for j in range(3):
-                        tr_cb += ct[i, j] * bm[j, i]
-                # δP = F⁻ᵀ (δT − δFᵀ P)
-                for i in range(3):
-                    for j in range(3):
-                        val = 0.0
-                        for m in range(3):
-                            val += mu * (sf[m, i] * fm[m, j] + fm[m, i] * sf[m, j]) - sf[m, i] * pu[m, j]
-                        xm[i, j] = val
-                    xm[i, i] += lam * tr_c
-                for i in range(3):
-                    for j in range(3):
-                        sp[i, j] = fi[0, i] * xm[0, j] + fi[1, i] * xm[1, j] + fi[2, i] * xm[2, j]
-                # X = δdT − δFᵀ dP − dFᵀ δP
-                for i in range(3):
-                    for j in range(3):
-                        val = 0.0
-                        for m in range(3):
-                            val += mu * (dh[m, i] * sf[m, j] + sf[m, i] * dh[m, j])
-                            val -= sf[m, i] * dp[m, j] + dh[m, i] * sp[m, j]
-                        xm[i, j] = val
-                    xm[i, i] -= lam * tr_cb
-                for i in range(3):
-                    for j in range(3):
-                        g2[3 * i + j, mm] = wq * (fi[0, i] * xm[0, j] + fi[1, i] * xm[1, j] + fi[2, i] * xm[2, j])
-            for l in range(r):
-                for mm in range(r):
-                    acc = 0.0
-                    for ij in range(9):
-                        acc += d[ij, l] * g2[ij, mm]
-                    out[l, mm] += acc
-    return out
+    return cubature_tangents(z, direction, dmat, qweights, weights, mu, lam, True)[2]
 
 
 def element_reduced_forces(body: object, basis: NDArray[np.float64], z: NDArray[np.float64]) -> NDArray[np.float64]:
