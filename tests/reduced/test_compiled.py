@@ -111,6 +111,42 @@ def test_curvature_free_columns_are_skipped_exactly(random_reduced):
     assert np.array_equal(a.jacobian, b.jacobian) and np.array_equal(a.r_theta, b.r_theta)
 
 
+
+def test_coupling_curvature_by_chain_rule_equals_column_complex_steps(random_reduced):
+    """The couplings' curvature terms through the slot map (one step along ẏ, 13 slot-row steps, 4 quaternion steps
+    of the map) equal one complex step of the whole block per local coordinate, for couplings to the reference and
+    to a non-reference body."""
+    from retarget.sim.reduced.kernels import COUPLING_CODE, block_eval, coupling_curvature
+
+    p = pack_system(random_reduced)
+    rng = np.random.default_rng(11)
+    seen = set()
+    for bk in range(len(p.kind)):
+        if p.kind[bk] != COUPLING_CODE:
+            continue
+        seen.add(int(p.separate[bk]))
+        n, nrs = int(p.ui_off[bk + 1] - p.ui_off[bk]), int(p.n_rigid_seg[bk])
+        ul = rng.normal(size=n)
+        for sg in range(nrs):
+            ul[7 * sg + 3 : 7 * sg + 7] /= np.linalg.norm(ul[7 * sg + 3 : 7 * sg + 7])
+        ul[7 * nrs :] *= 1e-2
+        lam, ydot = rng.normal(size=6), rng.normal(size=n)
+        args = (p.kind[bk], False, p.present_a[bk] != 0, p.present_b[bk] != 0, p.fvec[bk], p.fmat[bk],
+                p.separate[bk] != 0, p.y0[bk], p.ymap[bk])
+        dot_ref, hess_ref = np.zeros((6, n)), np.zeros((n, n))
+        for j in range(n):
+            ulc = ul.astype(complex)
+            ulc[j] += 1e-30j
+            dcu = block_eval(*args, ulc, 0.0)[1].imag / 1e-30
+            dot_ref[:, j] = dcu @ ydot
+            hess_ref[:, j] = dcu.T @ lam
+        dot, hess = coupling_curvature(p.fvec[bk], p.present_a[bk] != 0, p.separate[bk] != 0, p.y0[bk], p.ymap[bk],
+                                       ul, lam, ydot, 1e-30)
+        assert np.max(np.abs(dot - dot_ref)) <= 1e-12 * np.max(np.abs(dot_ref))
+        assert np.max(np.abs(hess - hess_ref)) <= 1e-12 * np.max(np.abs(hess_ref))
+    assert seen == {0, 1}
+
+
 def test_r_theta_against_finite_differences(random_reduced):
     rs = random_reduced
     packed = pack_system(rs)

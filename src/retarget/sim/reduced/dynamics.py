@@ -215,24 +215,35 @@ def body_forces(
         bsym = bm[l] + bm[l].T
         f_w[6 + l, :] = bsym @ omega - 2.0 * tr_b[l] * omega + 2.0 * ck[l]
 
-    # Explicit ż.
+    # Explicit ż. (Scalar loops over the r × r pairs: no temporaries in the O(r²) parts.)
     f_zd = np.zeros((nf, nr))
+    w0, w1, w2_ = omega[0], omega[1], omega[2]
     for k in range(nr):
         f_zd[0:3, k] = rot @ (2.0 * _cross(omega, s1[:, k]))
         f_zd[3:6, k] = 2.0 * (tr_b[k] * omega - bm[k] @ omega)
         for l in range(nr):
-            f_zd[6 + l, k] = 2.0 * (omega @ c1[k, l])
+            ckl = c1[k, l]
+            f_zd[6 + l, k] = 2.0 * (w0 * ckl[0] + w1 * ckl[1] + w2_ * ckl[2])
 
     # z.
     f_z = np.zeros((nf, nr))
+    # ωᵀ P ω − |ω|² tr P = Σ_ij W_ij P_ij with W = ωωᵀ − |ω|² I
+    wm = np.outer(omega, omega)
+    for i in range(3):
+        wm[i, i] -= w2
+    dq = np.empty((3, 3))
     for k in range(nr):
         ds = s1[:, k].copy()
         f_z[0:3, k] = rot @ (_cross(acc_w, ds) + _cross(omega, _cross(omega, ds)))
         dj = -(bm[k] + bm[k].T)
-        dq = np.zeros((3, 3))
+        dq[:, :] = 0.0
         for m in range(nr):
-            if zdot[m] != 0.0:
-                dq += zdot[m] * p2[m, k]
+            zm = zdot[m]
+            if zm != 0.0:
+                pmk = p2[m, k]
+                for i in range(3):
+                    for j in range(3):
+                        dq[i, j] += zm * pmk[i, j]
         tr_dq = dq[0, 0] + dq[1, 1] + dq[2, 2]
         gdq = -2.0 * dq
         for i in range(3):
@@ -240,11 +251,19 @@ def body_forces(
             gdq[i, i] += 2.0 * tr_dq
         col = _cross(ds, e) + dj @ acc_w + _cross(omega, dj @ omega) + gdq @ omega
         for l in range(nr):
-            col += acc_z[l] * c1[k, l]
+            al = acc_z[l]
+            ckl = c1[k, l]
+            for i in range(3):
+                col[i] += al * ckl[i]
         f_z[3:6, k] = col
         for l in range(nr):
             pk = p2[l, k]
-            f_z[6 + l, k] = acc_w @ c1[k, l] + omega @ (pk @ omega) - w2 * (pk[0, 0] + pk[1, 1] + pk[2, 2])
+            ckl = c1[k, l]
+            val = acc_w[0] * ckl[0] + acc_w[1] * ckl[1] + acc_w[2] * ckl[2]
+            for i in range(3):
+                for j in range(3):
+                    val += wm[i, j] * pk[i, j]
+            f_z[6 + l, k] = val
 
     # q (through R in f_v and Rᵀ in e).
     f_q = np.zeros((nf, 4))

@@ -21,7 +21,7 @@ import numpy as np
 from numba.extending import overload
 from numpy.typing import NDArray
 
-__all__ = ["COUPLING_CODE", "JOINT_CODES", "block_eval", "polar_complex"]
+__all__ = ["COUPLING_CODE", "JOINT_CODES", "block_eval", "coupling_curvature", "polar_complex"]
 
 #: Integer codes of the joint kinds (same names as :data:`retarget.sim.constraints.JOINT_KINDS`).
 JOINT_CODES: dict[str, int] = {"fixed": 0, "hinge": 1, "universal": 2, "ball": 3, "prismatic": 4}
@@ -314,6 +314,56 @@ def _coupling_rows(ref: NDArray, rigid_present: bool, y: NDArray) -> tuple[NDArr
 
 
 @numba.njit(cache=True)
+def _coupling_map(present_a: bool, separate: bool, y0: NDArray[np.float64], ymap: NDArray[np.float64],
+                  ul: NDArray) -> tuple[NDArray, NDArray]:
+    """A coupling's slot ``y = [c, q, x̄, vec A]`` (19,) and ``∂y/∂ul`` (19, n) from its local vector (see
+    :func:`block_eval`): ``x̄ = c_r + R_r ŷ_x̄``, ``A = R_r Â``, ``ŷ = y₀ + Y z``. Affine in positions and ``z``;
+    its only second derivatives are in the reference quaternion (with itself and with ``z``)."""
+    n = ul.shape[0]
+    o = 7 if separate else 0
+    nz = n - o - 7
+    qr = ul[o + 3 : o + 7]
+    rot = _rot(qr)
+    yh = np.empty(12, dtype=ul.dtype)
+    for i in range(12):
+        acc = ul[0] * 0.0 + y0[i]
+        for l in range(nz):
+            acc += ymap[i, l] * ul[o + 7 + l]
+        yh[i] = acc
+    y = np.zeros(19, dtype=ul.dtype)
+    dy = np.zeros((19, n), dtype=ul.dtype)
+    if present_a:
+        src = 0 if separate else o
+        for k in range(7):
+            y[k] = ul[src + k]
+            dy[k, src + k] = 1.0
+    else:
+        y[3] = 1.0
+    xr, jx = _rot_jac(qr, rot, yh[0:3])
+    for i in range(3):
+        y[7 + i] = ul[o + i] + xr[i]
+        dy[7 + i, o + i] = 1.0
+        for m in range(4):
+            dy[7 + i, o + 3 + m] = jx[i, m]
+        for l in range(nz):
+            dy[7 + i, o + 7 + l] = rot[i, 0] * ymap[0, l] + rot[i, 1] * ymap[1, l] + rot[i, 2] * ymap[2, l]
+    for j in range(3):
+        col = np.empty(3, dtype=ul.dtype)
+        for m in range(3):
+            col[m] = yh[3 + 3 * m + j]
+        ac, ja = _rot_jac(qr, rot, col)
+        for i in range(3):
+            y[10 + 3 * i + j] = ac[i]
+            for m in range(4):
+                dy[10 + 3 * i + j, o + 3 + m] = ja[i, m]
+            for l in range(nz):
+                dy[10 + 3 * i + j, o + 7 + l] = (
+                    rot[i, 0] * ymap[3 + j, l] + rot[i, 1] * ymap[6 + j, l] + rot[i, 2] * ymap[9 + j, l]
+                )
+    return y, dy
+
+
+@numba.njit(cache=True)
 def block_eval(
     kind: int,
     motorized: bool,
@@ -366,46 +416,76 @@ def block_eval(
             cu[:, k] = jac[:, cols[k]]
             cu_th[:, k] = jac_th[:, cols[k]]
         return c, cu, c_th, cu_th
-    o = 7 if separate else 0
-    nz = n - o - 7
-    qr = ul[o + 3 : o + 7]
-    rot = _rot(qr)
-    yh = np.empty(12, dtype=ul.dtype)
-    for i in range(12):
-        acc = ul[0] * 0.0 + y0[i]
-        for l in range(nz):
-            acc += ymap[i, l] * ul[o + 7 + l]
-        yh[i] = acc
-    y = np.zeros(19, dtype=ul.dtype)
-    dy = np.zeros((19, n), dtype=ul.dtype)
-    if present_a:
-        src = 0 if separate else o
-        for k in range(7):
-            y[k] = ul[src + k]
-            dy[k, src + k] = 1.0
-    else:
-        y[3] = 1.0
-    xr, jx = _rot_jac(qr, rot, yh[0:3])
-    for i in range(3):
-        y[7 + i] = ul[o + i] + xr[i]
-        dy[7 + i, o + i] = 1.0
-        for m in range(4):
-            dy[7 + i, o + 3 + m] = jx[i, m]
-        for l in range(nz):
-            dy[7 + i, o + 7 + l] = rot[i, 0] * ymap[0, l] + rot[i, 1] * ymap[1, l] + rot[i, 2] * ymap[2, l]
-    for j in range(3):
-        col = np.empty(3, dtype=ul.dtype)
-        for m in range(3):
-            col[m] = yh[3 + 3 * m + j]
-        ac, ja = _rot_jac(qr, rot, col)
-        for i in range(3):
-            y[10 + 3 * i + j] = ac[i]
-            for m in range(4):
-                dy[10 + 3 * i + j, o + 3 + m] = ja[i, m]
-            for l in range(nz):
-                dy[10 + 3 * i + j, o + 7 + l] = (
-                    rot[i, 0] * ymap[3 + j, l] + rot[i, 1] * ymap[6 + j, l] + rot[i, 2] * ymap[9 + j, l]
-                )
+    y, dy = _coupling_map(present_a, separate, y0, ymap, ul)
     c, jac = _coupling_rows(fvec[0:3], present_a, y)
     cu = jac @ dy
     return c, cu, np.zeros(6, dtype=ul.dtype), np.zeros((6, n), dtype=ul.dtype)
+
+
+@numba.njit(cache=True)
+def coupling_curvature(
+    fvec: NDArray[np.float64],
+    present_a: bool,
+    separate: bool,
+    y0: NDArray[np.float64],
+    ymap: NDArray[np.float64],
+    ul: NDArray[np.float64],
+    lam: NDArray[np.float64],
+    ydot: NDArray[np.float64],
+    step: float,
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """A coupling block's curvature terms of the exact Jacobian, by the chain rule through its slot ``y(ul)``.
+
+    Returns ``∂(C_ul ẏ)/∂ul`` (6, n) and ``∂(C_ulᵀ λ)/∂ul`` (n, n), the quantities the engine otherwise gets from one
+    complex step of :func:`block_eval` per local coordinate (``n`` = 7–14 + r). Here, with ``C(ul) = C_y(y(ul))``:
+
+    - ``∂(C_ul ẏ)/∂ul`` column ``j`` is ``Σ_m ∂²C/∂ul_j∂ul_m ẏ_m`` (symmetric second derivatives): one complex
+      step of the whole block along ``ẏ``;
+    - ``∂(C_ulᵀ λ)/∂ul = Yᵀ H Y + Σ_k g_k ∇²y_k`` with ``Y = ∂y/∂ul``, ``H = ∂(C_yᵀλ)/∂y`` (13 complex steps of
+      the slot rows, independent of r), ``g = C_yᵀ λ``, and ``∇²y`` nonzero only in the reference quaternion's rows
+      and columns (four complex steps of the slot map, :func:`_coupling_map`).
+
+    Args:
+        fvec, present_a, separate, y0, ymap: the block's data (:func:`block_eval`). ul: local vector (n,).
+        lam: the block's multipliers (6,). ydot: ``ẏ`` (n,). step: the complex step.
+    """
+    n = ul.shape[0]
+    o = 7 if separate else 0
+    ref = fvec[0:3]
+    ulc = ul.astype(np.complex128)
+    for m in range(n):
+        ulc[m] = ul[m] + 1j * step * ydot[m]
+    yc, dyc = _coupling_map(present_a, separate, y0, ymap, ulc)
+    _, jc = _coupling_rows(ref, present_a, yc)
+    curv_dot = np.ascontiguousarray((jc @ dyc).imag) / step
+    y, dy = _coupling_map(present_a, separate, y0, ymap, ul)
+    _, jr = _coupling_rows(ref, present_a, y)
+    g = jr.T @ lam
+    # Slot rows: positions c and x̄ (slots 0–2, 7–9) enter only through R(q)ᵀ(x̄ − c), so they pair with q alone;
+    # their columns of H come from the q columns by symmetry (13 complex steps instead of 19).
+    hy = np.zeros((19, 19))
+    yk = y.astype(np.complex128)
+    for k in range(19):
+        if k < 3 or 7 <= k < 10:
+            continue
+        yk[k] = y[k] + 1j * step
+        _, jk = _coupling_rows(ref, present_a, yk)
+        yk[k] = y[k]
+        col = (np.ascontiguousarray(jk.imag) / step).T @ lam
+        for m in range(19):
+            hy[m, k] = col[m]
+    for k in (0, 1, 2, 7, 8, 9):
+        for m in range(3, 7):
+            hy[m, k] = hy[k, m]
+    hess = dy.T @ (hy @ dy)
+    for a in range(4):
+        m = o + 3 + a
+        ulc = ul.astype(np.complex128)
+        ulc[m] = ul[m] + 1j * step
+        _, dym = _coupling_map(present_a, separate, y0, ymap, ulc)
+        row = (np.ascontiguousarray(dym.imag) / step).T @ g  # Σ_k g_k ∂²y_k/∂ul ∂ul_m
+        for j in range(n):
+            hess[j, m] += row[j]
+            if j < o + 3 or j >= o + 7:  # the quaternion block itself comes in once, from its own column
+                hess[m, j] += row[j]
+    return curv_dot, hess
