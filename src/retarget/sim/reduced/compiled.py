@@ -5,8 +5,9 @@ stepper (:mod:`retarget.sim.reduced.stepper`, the test oracle): only the impleme
 
 - Residual and exact Jacobian: rigid Newton–Euler, each deformable body's relative inertial forces
   (:func:`retarget.sim.reduced.dynamics.body_forces`), its cubature forces, tangent and damping derivative (the
-  Neo-Hookean kernel in reduced form, :func:`retarget.sim.reduced.cubature.cubature_tangents`), the constraint rows of :mod:`retarget.sim.reduced.kernels` with complex-step
-  curvature terms. A residual-only call (every chord iteration that does not refactorize) forms no stiffness or
+  Neo-Hookean kernel in reduced form, :func:`retarget.sim.reduced.cubature.cubature_tangents`), the constraint rows
+  of :mod:`retarget.sim.reduced.kernels` with complex-step curvature terms (couplings through their slot map,
+  :func:`retarget.sim.reduced.kernels.coupling_curvature`). A residual-only call (every chord iteration that does not refactorize) forms no stiffness or
   Jacobian: inertial forces alone, the reduced-form cubature value kernel
   (:func:`retarget.sim.reduced.cubature.cubature_force_value`) and the constraint rows in real arithmetic.
 - Newton: the kinematic rows ``R_U = U − Ū − h T(U) V`` are eliminated exactly per body (``J_UU`` is
@@ -452,36 +453,35 @@ def residual_jacobian(
             for j in range(n):
                 chain = chain or cflags[j] != 0
         if chain:
-            # Chain rule through the coupling slot: 24 small complex steps instead of one per local coordinate.
+            # Chain rule through the coupling slot: 18 small complex steps instead of one per local coordinate.
             curv_dot, hl = coupling_curvature(p.fvec[bk], p.present_a[bk] != 0, p.separate[bk] != 0, p.y0[bk],
                                               p.ymap[bk], ul, lb, ydot, _H)
             for a in range(nrow):
                 for j in range(n):
                     a3[a, j] = curv_dot[a, j] + baumgarte * cu[a, j] + thd * cuth[a, j]
             hess[:, :] = tl.T @ hl
-        for j in range(n):
-            if chain:
-                break
-            if cflags[j] == 0 or not exact:
-                # ∂C_y/∂y_j = 0: no curvature in this direction (or left out of an inexact Jacobian).
+        else:
+            for j in range(n):
+                if cflags[j] == 0 or not exact:
+                    # ∂C_y/∂y_j = 0: no curvature in this direction (or left out of an inexact Jacobian).
+                    for a in range(nrow):
+                        a3[a, j] = baumgarte * cu[a, j] + thd * cuth[a, j]
+                    for k in range(nvl):
+                        hess[k, j] = 0.0
+                    continue
+                ulc[j] = ul[j] + 1j * _H
+                _, cuj, _, _ = block_eval(
+                    p.kind[bk], mot >= 0, p.present_a[bk] != 0, p.present_b[bk] != 0, p.fvec[bk], p.fmat[bk],
+                    p.separate[bk] != 0, p.y0[bk], p.ymap[bk], ulc, th,
+                )
+                ulc[j] = ul[j]
+                dcu = np.ascontiguousarray(cuj.imag) / _H
+                col = dcu @ ydot
                 for a in range(nrow):
-                    a3[a, j] = baumgarte * cu[a, j] + thd * cuth[a, j]
+                    a3[a, j] = col[a] + baumgarte * cu[a, j] + thd * cuth[a, j]
+                hcol = tl.T @ (dcu.T @ lb)
                 for k in range(nvl):
-                    hess[k, j] = 0.0
-                continue
-            ulc[j] = ul[j] + 1j * _H
-            _, cuj, _, _ = block_eval(
-                p.kind[bk], mot >= 0, p.present_a[bk] != 0, p.present_b[bk] != 0, p.fvec[bk], p.fmat[bk],
-                p.separate[bk] != 0, p.y0[bk], p.ymap[bk], ulc, th,
-            )
-            ulc[j] = ul[j]
-            dcu = np.ascontiguousarray(cuj.imag) / _H
-            col = dcu @ ydot
-            for a in range(nrow):
-                a3[a, j] = col[a] + baumgarte * cu[a, j] + thd * cuth[a, j]
-            hcol = tl.T @ (dcu.T @ lb)
-            for k in range(nvl):
-                hess[k, j] = hcol[k]
+                    hess[k, j] = hcol[k]
         for sg in range(nrs):
             om = _omega_half(vl[6 * sg + 3 : 6 * sg + 6])
             a3[:, 7 * sg + 3 : 7 * sg + 7] += np.ascontiguousarray(cu[:, 7 * sg + 3 : 7 * sg + 7]) @ om

@@ -217,13 +217,13 @@ def body_forces(
 
     # Explicit ż. (Scalar loops over the r × r pairs: no temporaries in the O(r²) parts.)
     f_zd = np.zeros((nf, nr))
-    w0, w1, w2_ = omega[0], omega[1], omega[2]
+    om0, om1, om2 = omega[0], omega[1], omega[2]
     for k in range(nr):
         f_zd[0:3, k] = rot @ (2.0 * _cross(omega, s1[:, k]))
         f_zd[3:6, k] = 2.0 * (tr_b[k] * omega - bm[k] @ omega)
         for l in range(nr):
             ckl = c1[k, l]
-            f_zd[6 + l, k] = 2.0 * (w0 * ckl[0] + w1 * ckl[1] + w2_ * ckl[2])
+            f_zd[6 + l, k] = 2.0 * (om0 * ckl[0] + om1 * ckl[1] + om2 * ckl[2])
 
     # z.
     f_z = np.zeros((nf, nr))
