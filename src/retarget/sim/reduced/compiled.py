@@ -446,7 +446,6 @@ def residual_jacobian(
                 rth[iv + vi[k], mot] -= tv[k]
         a3 = np.empty((nrow, n))
         hess = np.empty((nvl, n))
-        ulc = ul.astype(np.complex128)
         cflags = p.curv[p.ui_off[bk] : p.ui_off[bk + 1]]
         chain = False
         if exact and p.kind[bk] == COUPLING_CODE:
@@ -461,6 +460,7 @@ def residual_jacobian(
                     a3[a, j] = curv_dot[a, j] + baumgarte * cu[a, j] + thd * cuth[a, j]
             hess[:, :] = tl.T @ hl
         else:
+            ulc = ul.astype(np.complex128)
             for j in range(n):
                 if cflags[j] == 0 or not exact:
                     # ∂C_y/∂y_j = 0: no curvature in this direction (or left out of an inexact Jacobian).

@@ -157,29 +157,6 @@ def _first_piola(hm: NDArray[np.float64], mu: float, lam: float, fm: NDArray[np.
     return det
 
 
-@numba.njit(inline="always")
-def _piola_derivative(fm: NDArray[np.float64], fi: NDArray[np.float64], pu: NDArray[np.float64], mu: float,
-                      lam: float, dfm: NDArray[np.float64], gm: NDArray[np.float64], out: NDArray[np.float64]) -> float:
-    """``dP = F⁻ᵀ (dT − dFᵀ P)`` along ``dF`` (``dfm``) into ``out``, with ``dT = μ (dFᵀF + FᵀdF) + λ tr(F⁻¹dF) I``
-    (from ``d(F⁻ᵀ) = −F⁻ᵀ dFᵀ F⁻ᵀ``) at the point :func:`_first_piola` evaluated; ``gm`` is scratch. Returns
-    ``tr(F⁻¹ dF)``."""
-    tr_a = 0.0
-    for i in range(3):
-        for m in range(3):
-            tr_a += fi[i, m] * dfm[m, i]
-    for i in range(3):
-        for j in range(3):
-            val = 0.0
-            for m in range(3):
-                val += mu * (dfm[m, i] * fm[m, j] + fm[m, i] * dfm[m, j]) - dfm[m, i] * pu[m, j]
-            gm[i, j] = val
-        gm[i, i] += lam * tr_a
-    for i in range(3):
-        for j in range(3):
-            out[i, j] = fi[0, i] * gm[0, j] + fi[1, i] * gm[1, j] + fi[2, i] * gm[2, j]
-    return tr_a
-
-
 @numba.njit(cache=True, fastmath={"reassoc", "contract"})
 def cubature_force_value(
     z: NDArray[np.float64],
@@ -233,6 +210,20 @@ def cubature_force_value(
     return f, min_det
 
 
+@numba.njit(inline="always")
+def _gradient_and_derivative(d: NDArray[np.float64], z: NDArray[np.float64], direction: NDArray[np.float64],
+                             hm: NDArray[np.float64], dh: NDArray[np.float64]) -> None:
+    """``H = Σ_l z_l D_l`` into ``hm`` and ``dH = Σ_l d_l D_l`` into ``dh`` at one quadrature point (``d`` (9, r))."""
+    for ij in range(9):
+        acc = 0.0
+        dacc = 0.0
+        for l in range(d.shape[1]):
+            acc += d[ij, l] * z[l]
+            dacc += d[ij, l] * direction[l]
+        hm[ij // 3, ij % 3] = acc
+        dh[ij // 3, ij % 3] = dacc
+
+
 @numba.njit(cache=True, fastmath={"reassoc", "contract"})
 def cubature_force_directional(
     z: NDArray[np.float64],
@@ -267,32 +258,35 @@ def cubature_force_directional(
     tm = np.empty((3, 3))
     pu = np.empty((3, 3))
     gm = np.empty((3, 3))
-    dp = np.empty((3, 3))
     pm = np.empty(9)
     dpm = np.empty(9)
     min_det = np.inf
     for e in range(k):
         for q in range(nq):
             d = dmat[e, q]
-            for ij in range(9):
-                acc = 0.0
-                dacc = 0.0
-                for l in range(r):
-                    acc += d[ij, l] * z[l]
-                    dacc += d[ij, l] * direction[l]
-                hm[ij // 3, ij % 3] = acc
-                dh[ij // 3, ij % 3] = dacc
+            _gradient_and_derivative(d, z, direction, hm, dh)
             det = _first_piola(hm, mu, lam, fm, fi, tm, pu)
             if det < min_det:
                 min_det = det
             if det <= 0.0:
                 continue
-            _piola_derivative(fm, fi, pu, mu, lam, dh, gm, dp)
+            # tr(F⁻¹ dF)
+            tr_a = 0.0
+            for i in range(3):
+                for m in range(3):
+                    tr_a += fi[i, m] * dh[m, i]
+            for i in range(3):
+                for j in range(3):
+                    val = 0.0
+                    for m in range(3):
+                        val += mu * (dh[m, i] * fm[m, j] + fm[m, i] * dh[m, j]) - dh[m, i] * pu[m, j]
+                    gm[i, j] = val
+                gm[i, i] += lam * tr_a
             wq = weights[e] * qweights[e, q]
             for i in range(3):
                 for j in range(3):
                     pm[3 * i + j] = wq * pu[i, j]
-                    dpm[3 * i + j] = wq * dp[i, j]
+                    dpm[3 * i + j] = wq * (fi[0, i] * gm[0, j] + fi[1, i] * gm[1, j] + fi[2, i] * gm[2, j])
             for ij in range(9):
                 pij = pm[ij]
                 dpij = dpm[ij]
@@ -361,14 +355,7 @@ def cubature_tangents(
             q = pt - e * nq
             d = dmat[e, q]
             row = 9 * (pt - c0)
-            for ij in range(9):
-                hacc = 0.0
-                dacc = 0.0
-                for l in range(r):
-                    hacc += d[ij, l] * z[l]
-                    dacc += d[ij, l] * direction[l]
-                hm[ij // 3, ij % 3] = hacc
-                dh[ij // 3, ij % 3] = dacc
+            _gradient_and_derivative(d, z, direction, hm, dh)
             det = _first_piola(hm, mu, lam, fm, fi, tm, pu)
             if det < min_det:
                 min_det = det

@@ -364,6 +364,15 @@ def _coupling_map(present_a: bool, separate: bool, y0: NDArray[np.float64], ymap
 
 
 @numba.njit(cache=True)
+def _coupling_eval(ref: NDArray[np.float64], present_a: bool, separate: bool, y0: NDArray[np.float64],
+                   ymap: NDArray[np.float64], ul: NDArray) -> tuple[NDArray, NDArray]:
+    """A coupling's ``C`` (6,) and ``∂C/∂ul`` (6, n): the slot rows composed with the slot map."""
+    y, dy = _coupling_map(present_a, separate, y0, ymap, ul)
+    c, jac = _coupling_rows(ref, present_a, y)
+    return c, jac @ dy
+
+
+@numba.njit(cache=True)
 def block_eval(
     kind: int,
     motorized: bool,
@@ -416,9 +425,7 @@ def block_eval(
             cu[:, k] = jac[:, cols[k]]
             cu_th[:, k] = jac_th[:, cols[k]]
         return c, cu, c_th, cu_th
-    y, dy = _coupling_map(present_a, separate, y0, ymap, ul)
-    c, jac = _coupling_rows(fvec[0:3], present_a, y)
-    cu = jac @ dy
+    c, cu = _coupling_eval(fvec[0:3], present_a, separate, y0, ymap, ul)
     return c, cu, np.zeros(6, dtype=ul.dtype), np.zeros((6, n), dtype=ul.dtype)
 
 
@@ -455,9 +462,9 @@ def coupling_curvature(
     ulc = ul.astype(np.complex128)
     for m in range(n):
         ulc[m] = ul[m] + 1j * step * ydot[m]
-    yc, dyc = _coupling_map(present_a, separate, y0, ymap, ulc)
-    _, jc = _coupling_rows(ref, present_a, yc)
-    curv_dot = np.ascontiguousarray((jc @ dyc).imag) / step
+    curv_dot = np.ascontiguousarray(_coupling_eval(ref, present_a, separate, y0, ymap, ulc)[1].imag) / step
+    for m in range(n):
+        ulc[m] = ul[m]
     y, dy = _coupling_map(present_a, separate, y0, ymap, ul)
     _, jr = _coupling_rows(ref, present_a, y)
     g = jr.T @ lam
@@ -480,9 +487,9 @@ def coupling_curvature(
     hess = dy.T @ (hy @ dy)
     for a in range(4):
         m = o + 3 + a
-        ulc = ul.astype(np.complex128)
         ulc[m] = ul[m] + 1j * step
         _, dym = _coupling_map(present_a, separate, y0, ymap, ulc)
+        ulc[m] = ul[m]
         row = (np.ascontiguousarray(dym.imag) / step).T @ g  # Σ_k g_k ∂²y_k/∂ul ∂ul_m
         for j in range(n):
             hess[j, m] += row[j]
