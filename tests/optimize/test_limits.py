@@ -17,6 +17,7 @@ from retarget.optimize.limits import (
     VelocityPenalty,
     check_profile_limits,
     parameter_bounds,
+    speed_feasible_parameters,
     torque_report,
     velocity_hull_bound,
 )
@@ -116,6 +117,63 @@ def test_velocity_penalty_enforces_the_limit() -> None:
     out = prof.with_control_points(param.control_points(res.x))
     assert check_profile_limits(out, limits) == []
     assert np.abs(out.evaluate(np.linspace(0, T1, 4001), 1)).max() < 2.0
+
+
+def _projection_objective(prof: MotorProfiles, param: ProfileParametrization, x0: np.ndarray, vbar: np.ndarray,
+                          lam: float, rate: float = 1000.0):
+    """The projection's penalized least-squares objective (the function it minimizes), for checking its optimum."""
+    t = np.arange(int(round((prof.t_end - prof.t0) * rate)) + 1) / rate + prof.t0
+    theta0 = prof.with_control_points(param.control_points(x0)).evaluate(t)
+
+    def f(x: np.ndarray) -> float:
+        p = prof.with_control_points(param.control_points(x))
+        e = np.maximum(np.abs(p.evaluate(t, 1)) - vbar, 0.0)
+        return 0.5 * float(np.sum((p.evaluate(t) - theta0) ** 2)) + 0.5 * lam * float(np.sum(e ** 2))
+
+    return f
+
+
+def test_speed_projection_is_feasible_and_optimal() -> None:
+    prof, param, _, _ = _fast_case()
+    # Motor a (≈ 3.5 rad/s) is over its 2.6 rad/s, motor b (≈ 5 rad/s) within its 6 rad/s.
+    limits = MotorLimits.build(("a", "b"), servos={"a": ServoSpec("slow", 2.6, 1.0), "b": ServoSpec("fast", 6.0, 1.0)})
+    x0 = param.parameters(prof.control_points)
+    proj = speed_feasible_parameters(prof, param, x0, limits)
+    assert proj.changed and proj.projected == ("a",) and proj.remaining == ()
+    out = prof.with_control_points(param.control_points(proj.x))
+    assert check_profile_limits(out, limits) == []
+    assert np.abs(out.evaluate(np.linspace(0, T1, 4001), 1)[:, 0]).max() <= 0.98 * 2.6 + 1e-3
+    np.testing.assert_array_equal(proj.x[param.n_free:], x0[param.n_free:])  # b untouched
+    assert proj.max_change[1] == 0.0 and 0.0 < proj.max_change[0] < 0.5
+    assert "a by up to" in proj.describe() and "naive baseline plays the input as authored" in proj.describe()
+    # It is the minimizer of its objective: no random perturbation of motor a's parameters does better.
+    f = _projection_objective(prof, param, x0, np.array([0.98 * 2.6, 0.98 * 6.0]), 1e4)
+    best = f(proj.x)
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        d = np.zeros_like(x0)
+        d[:param.n_free] = rng.standard_normal(param.n_free)
+        for eps in (1e-3, 1e-5):
+            assert f(proj.x + eps * d) >= best - 1e-12 * max(1.0, best)
+
+
+def test_speed_projection_leaves_a_feasible_input_alone_and_keeps_position_bounds() -> None:
+    prof, param, _, _ = _fast_case()
+    x0 = param.parameters(prof.control_points)
+    fast = MotorLimits.build(("a", "b"), servos=ServoSpec("fast", 20.0, 1.0))
+    proj = speed_feasible_parameters(prof, param, x0, fast)
+    assert not proj.changed and proj.x is not x0
+    np.testing.assert_array_equal(proj.x, x0)
+    assert proj.describe() == "the input is within the servos' speed limits"
+    slow = MotorLimits.build(("a", "b"), {"a": (-1.0, 0.95, None), "b": (-1.45, 1.0, None)}, ServoSpec("slow", 2.0, 1.0))
+    bounds = parameter_bounds(param, slow)
+    proj = speed_feasible_parameters(prof, param, np.clip(x0, -1.45, 0.95), slow, bounds)
+    assert proj.projected == ("a", "b")
+    assert all(lo - 1e-12 <= v <= hi + 1e-12 for v, (lo, hi) in zip(proj.x, bounds))
+    with pytest.raises(InputError, match="margin"):
+        speed_feasible_parameters(prof, param, x0, slow, margin=1.0)
+    with pytest.raises(InputError, match="shape"):
+        speed_feasible_parameters(prof, param, x0[:-1], slow)
 
 
 def test_check_profile_limits_reports_runs() -> None:

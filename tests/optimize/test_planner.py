@@ -271,6 +271,44 @@ def test_a_plan_beyond_the_training_range_is_reported(rod_systems):
     assert any(f"optimized trajectory: the motion deforms {name}" in w for w in result.warnings)
 
 
+@pytest.mark.parametrize("window", [None, 0.08])
+def test_a_too_fast_input_starts_from_its_speed_feasible_projection(rod_systems, window, tmp_path):
+    """The ramp (2.5 rad/s) on a 2 rad/s servo: the optimizer starts from the speed-feasible projection (the
+    ``speed_limited`` variant), the naive baseline still plays the input as authored, and ``objective_initial`` is
+    the naive J; with ``start="input"`` the fit is the start."""
+    from dataclasses import replace
+
+    from retarget.optimize.errors import OptimizeError
+    from retarget.optimize.limits import ServoSpec, check_profile_limits
+
+    _, rs = rod_systems
+    engine = reduced_engine(rs, 1e-10)
+    limits = MotorLimits.build(("m",), {"m": (-0.2, 0.3, 0.0)}, ServoSpec("slow", 2.0, 3.0))
+    options = replace(OPTIONS, window=window, window_tail=0.04)
+    result = run_plan(engine, _motion(), _bodies(), limits, options)
+    m = result.metrics()
+    assert m["start"] == "speed-feasible" and list(result.variants)[:2] == ["naive", "speed_limited"]
+    assert any("exceeds the speed limit of m" in w for w in result.warnings)
+    pp = result.pp
+    np.testing.assert_allclose(result.variants["naive"].angles, pp.fit.profiles.evaluate(pp.targets.times))
+    start = result.variants["speed_limited"]
+    assert np.abs(np.gradient(start.angles[:, 0], pp.targets.times)).max() < 2.0
+    naive_j = evaluate(pp.problem, pp.fit.parameters, gradient=False).value
+    assert m["objective_initial"] == pytest.approx(naive_j, rel=1e-12)
+    assert m["objective_final"] <= m["objective_start"] < m["objective_initial"]
+    assert [v for v in check_profile_limits(result.profiles, limits) if v.kind == "velocity"] == []
+    assert "speed_limited" in m and m["speed_limited"]["peak_deviation_m"] > 0
+    from retarget.report.plots import write_plan_report
+
+    files = write_plan_report(result, tmp_path)
+    assert "speed_limited_angles" in np.load(files[-1]) and all(f.stat().st_size > 0 for f in files)
+    plain = run_plan(engine, _motion(), _bodies(), limits, replace(options, start="input", max_iterations=0))
+    assert "speed_limited" not in plain.variants and plain.metrics()["start"] == "input"
+    assert plain.metrics()["objective_initial"] == pytest.approx(naive_j, rel=1e-12)
+    with pytest.raises(OptimizeError, match="unknown start"):
+        run_plan(engine, _motion(), _bodies(), limits, replace(options, start="slow"))
+
+
 def test_windows_lower_the_whole_objective_and_respect_limits(rod_systems):
     """Receding-horizon windows: every window's parameters are optimized in turn; J over the whole motion falls,
     bounds hold, the callback says which window, and the reported best is the whole-motion evaluation."""

@@ -173,7 +173,7 @@ def _plan(args: argparse.Namespace) -> int:
                           time_budget=args.time_budget, target_stride=args.target_stride, method=args.method,
                           first_step=args.first_step, window=args.window, window_tail=args.window_tail,
                           window_overlap=args.window_overlap, torque_weight=args.torque_weight,
-                          torque_margin=args.torque_margin)
+                          torque_margin=args.torque_margin, start=args.start)
     engine = reduced_engine(pm.reduced, tolerance=1e-10)
     from tqdm import tqdm
 
@@ -225,11 +225,11 @@ def _plan(args: argparse.Namespace) -> int:
     metrics["files"] = [str(w) for w in written]
     print(f"{pm.model.name}: J {metrics['objective_initial']:.4e} -> {metrics['objective_final']:.4e} in "
           f"{metrics['iterations']} iterations ({metrics['wall_s']:.0f} s)")
-    for name in ("naive", "zv", "zvd", "optimized"):
+    for name in ("naive", "speed_limited", "zv", "zvd", "optimized"):
         if name in metrics:
             m = metrics[name]
             lag = f", lag {m['lag_s']:.3f} s" if "lag_s" in m else ""
-            print(f"  {name:9s} peak {1e3 * m['peak_deviation_m']:7.2f} mm  RMS {1e3 * m['rms_deviation_m']:7.2f} mm{lag}")
+            print(f"  {name:13s} peak {1e3 * m['peak_deviation_m']:7.2f} mm  RMS {1e3 * m['rms_deviation_m']:7.2f} mm{lag}")
     for w in result.warnings:
         print(f"warning: {w}", file=sys.stderr)
     if args.json:
@@ -338,6 +338,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "0: torques are only reported, with a warning above stall)")
     p.add_argument("--torque-margin", type=float, default=0.1, metavar="F", help="fraction of the stall torque "
                    "the torque penalty keeps free (default 0.1)")
+    p.add_argument("--start", choices=("feasible", "input"), default="feasible", help="where the optimizer starts: "
+                   "feasible (default) = the input, with motors faster than their speed limit replaced by their "
+                   "closest speed-feasible profiles (reported as the speed_limited variant; naive still plays the "
+                   "input as authored); input = the input's fit as it is")
     p.add_argument("--weight", action="append", metavar="LINK:pos=W[,ori=W]", help="tracked body weights "
                    "(repeatable; schedules like step(0:1, 2:10) allowed)")
     p.add_argument("--deviation-weight", default=1e-3, help="w_dev [1/(rad^2 s)] (default 1e-3)")

@@ -42,11 +42,13 @@ __all__ = [
     "XM430_W210",
     "MotorLimits",
     "ServoSpec",
+    "SpeedProjection",
     "TorquePenalty",
     "TorqueReport",
     "VelocityPenalty",
     "check_profile_limits",
     "parameter_bounds",
+    "speed_feasible_parameters",
     "torque_report",
     "velocity_hull_bound",
 ]
@@ -229,6 +231,153 @@ class VelocityPenalty:
         """``(V, ∂V/∂x)`` at parameters ``x`` ``(n_parameters,)``."""
         value, grad = self.evaluate(parametrization.control_points(x))
         return value, parametrization.pullback(grad)
+
+
+@dataclass(frozen=True, eq=False)
+class SpeedProjection:
+    """The outcome of :func:`speed_feasible_parameters`.
+
+    Attributes:
+        x: Parameters ``(n_parameters,)``: ``x0`` with the projected motors' entries replaced.
+        joint_names: All motors.
+        projected: Names of the motors that were over their speed limit and were projected.
+        max_change: Largest ``|θ(t) − θ_fit(t)|`` per motor [rad] ``(n_motors,)`` (0 for the others).
+        remaining: Speed violations left by the dense check (empty unless position bounds got in the way).
+    """
+
+    x: NDArray[np.float64]
+    joint_names: tuple[str, ...]
+    projected: tuple[str, ...]
+    max_change: NDArray[np.float64]
+    remaining: tuple[LimitViolation, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        """Whether any motor was projected."""
+        return bool(self.projected)
+
+    def describe(self) -> str:
+        """One sentence for the plan's warnings."""
+        if not self.projected:
+            return "the input is within the servos' speed limits"
+        worst = {n: math.degrees(float(c)) for n, c in zip(self.joint_names, self.max_change) if n in self.projected}
+        changes = ", ".join(f"{n} by up to {c:.1f}°" for n, c in worst.items())
+        text = (f"the input exceeds the speed limit of {', '.join(self.projected)}: the optimizer starts from the "
+                f"closest speed-feasible profiles ({changes}); the naive baseline plays the input as authored")
+        if self.remaining:
+            text += f"; {len(self.remaining)} speed violation(s) remain where position limits bind"
+        return text
+
+
+def speed_feasible_parameters(profiles: MotorProfiles, parametrization: ProfileParametrization, x0: ArrayLike,
+                              limits: MotorLimits, bounds: Sequence[tuple[float | None, float | None]] | None = None,
+                              *, rate: float = 1000.0, margin: float = 0.02, weight: float = 1e4,
+                              max_newton: int = 100) -> SpeedProjection:
+    """Project the motors that exceed their speed limit onto speed-feasible profiles (module docstring).
+
+    Args:
+        profiles: The spline space (e.g. the input's fit; its control points are not used).
+        parametrization: The spline parameters' map to control points.
+        x0: Starting parameters (the input's fit) ``(n_parameters,)``.
+        limits: Motor limits (speed; positions through ``bounds``).
+        bounds: Per-parameter ``(lower, upper)`` [rad] (:func:`parameter_bounds`); the projection is clipped to them.
+        rate: Sampling rate of the least-squares fit and of the speed samples [Hz].
+        margin: Fraction of the speed limit kept free.
+        weight: Initial penalty weight ``λ`` [s²]; raised a hundredfold (at most three times) while the dense
+            check still finds a violation.
+        max_newton: Newton iterations per motor and weight.
+
+    Raises:
+        InputError: ``margin`` outside ``[0, 1)``, a non-positive rate or weight, or a wrong-length ``x0``.
+    """
+    x0 = np.asarray(x0, dtype=np.float64)
+    if not (0.0 <= margin < 1.0) or not rate > 0 or not weight > 0:
+        raise InputError(f"speed projection needs 0 ≤ margin < 1, rate > 0 and weight > 0, got {margin}, {rate}, "
+                         f"{weight}")
+    if x0.shape != (parametrization.n_parameters,):
+        raise InputError(f"parameter vector has shape {x0.shape}, expected ({parametrization.n_parameters},)")
+    fit = profiles.with_control_points(parametrization.control_points(x0))
+    over = {v.joint for v in check_profile_limits(fit, limits, rate=rate) if v.kind == "velocity"}
+    names = limits.joint_names
+    x = x0.copy()
+    change = np.zeros(len(names))
+    if not over:
+        return SpeedProjection(x, names, (), change)
+    t = fit.t0 + np.arange(int(math.floor((fit.t_end - fit.t0) * rate + 1e-9)) + 1) / rate
+    b0, b1 = fit.basis_matrix(t, 0), fit.basis_matrix(t, 1)
+    a0, a1 = parametrization.parameter_basis(b0), parametrization.parameter_basis(b1)
+    off0, off1 = np.asarray(b0 @ parametrization.offset), np.asarray(b1 @ parametrization.offset)
+    theta = fit.evaluate(t)
+    g0 = (a0.T @ a0).tocsr()
+    nf = parametrization.n_free
+    lo = np.array([-np.inf if b is None else b for b, _ in (bounds or [(None, None)] * x.size)])
+    hi = np.array([np.inf if b is None else b for _, b in (bounds or [(None, None)] * x.size)])
+    projected = tuple(n for n in names if n in over)
+    remaining: list[LimitViolation] = []
+    lam = float(weight)
+    for _ in range(4):
+        for m, name in enumerate(names):
+            if name not in over:
+                continue
+            cols = slice(m * nf, (m + 1) * nf)
+            x[cols] = _project_motor(a0, a1, g0, theta[:, m] - off0[:, m], off1[:, m],
+                                     (1.0 - margin) * float(limits.max_velocity[m]), lam, x0[cols], max_newton)
+        np.clip(x, lo, hi, out=x)
+        result = fit.with_control_points(parametrization.control_points(x))
+        remaining = [v for v in check_profile_limits(result, limits, rate=rate) if v.kind == "velocity"]
+        if not remaining:
+            break
+        lam *= 100.0
+    change = np.abs(result.evaluate(t) - theta).max(axis=0)
+    return SpeedProjection(x, names, projected, change, tuple(remaining))
+
+
+def _project_motor(a0: sp.csr_matrix, a1: sp.csr_matrix, g0: sp.csr_matrix, b: NDArray[np.float64],
+                   c: NDArray[np.float64], vbar: float, lam: float, x: NDArray[np.float64], max_newton: int
+                   ) -> NDArray[np.float64]:
+    """One motor: ``min ½|A0 x − b|² + ½ λ |max(0, |A1 x + c| − v̄)|²`` by semismooth Newton with backtracking."""
+    def objective(y: NDArray[np.float64]) -> float:
+        r = a0 @ y - b
+        e = np.maximum(np.abs(a1 @ y + c) - vbar, 0.0)
+        return 0.5 * float(r @ r) + 0.5 * lam * float(e @ e)
+
+    rhs0 = a0.T @ b
+    value = objective(x)
+    for _ in range(max_newton):
+        # The Newton step of the quadratic that the penalty is on the current active set.
+        v = a1 @ x + c
+        active = np.abs(v) > vbar
+        a_s = a1[active]
+        step = _banded_solve((g0 + lam * (a_s.T @ a_s)).tocsr(),
+                             rhs0 + lam * (a_s.T @ (np.sign(v[active]) * vbar - c[active]))) - x
+        s = 1.0
+        while s > 1e-8:
+            trial = objective(x + s * step)
+            if trial <= value:
+                break
+            s *= 0.5
+        else:
+            return x
+        x = x + s * step
+        converged = trial >= value - 1e-15 * max(1.0, value)
+        value = trial
+        if converged:
+            break
+    return x
+
+
+def _banded_solve(matrix: sp.csr_matrix, rhs: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Solve a symmetric positive definite system whose entries lie within three diagonals of the main one
+    (cubic B-spline normal equations), dense if it is wider."""
+    import scipy.linalg
+
+    n = matrix.shape[0]
+    if sp.triu(matrix, 4).nnz:
+        return np.linalg.solve(matrix.toarray(), rhs)
+    band = np.zeros((4, n))
+    for k in range(4):
+        band[3 - k, k:] = matrix.diagonal(k)
+    return scipy.linalg.solveh_banded(band, rhs)
 
 
 @dataclass(frozen=True)

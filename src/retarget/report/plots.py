@@ -2,7 +2,8 @@
 
 :func:`write_plan_report` writes ``tracked_bodies.png`` (target vs naive vs ZVD vs optimized, per tracked body and
 axis that moves), ``deviation.png`` (distance to the target over time, max over tracked bodies),
-``motors.png`` (input vs optimized motor angles, ZVD-shaped for reference) and ``trajectories.npz``.
+``motors.png`` (input vs optimized motor angles, ZVD-shaped for reference) and ``trajectories.npz``. A plan that
+started from the speed-limited input shows it too (``speed_limited``).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ __all__ = ["write_plan_report"]
 _STYLE = {
     "target": {"color": "black", "lw": 2.0, "ls": "--", "label": "target (quasi-static)"},
     "naive": {"color": "tab:red", "lw": 1.2, "label": "naive playback"},
+    "speed_limited": {"color": "tab:blue", "lw": 1.0, "ls": "-.", "label": "speed-limited input (optimizer's start)"},
     "zv": {"color": "tab:orange", "lw": 1.0, "ls": ":", "label": "ZV shaped"},
     "zvd": {"color": "tab:purple", "lw": 1.2, "label": "ZVD shaped"},
     "optimized": {"color": "tab:green", "lw": 1.6, "label": "optimized"},
@@ -47,7 +49,7 @@ def write_plan_report(result: Any, folder: str | Path) -> list[Path]:
     target = pp.targets.positions
     links = list(pp.problem.tracking.links)
     variants = result.variants
-    order = [n for n in ("naive", "zv", "zvd", "optimized") if n in variants]
+    order = [n for n in ("naive", "speed_limited", "zv", "zvd", "optimized") if n in variants]
     files = []
 
     # Tracked bodies: every axis whose target or naive trajectory moves by more than 1 mm.
@@ -94,7 +96,7 @@ def write_plan_report(result: Any, folder: str | Path) -> list[Path]:
     fig, axes = _figure(len(names))
     for m, (ax, name) in enumerate(zip(axes, names)):
         ax.plot(t, np.degrees(pp.targets.angles[:, m]), **{**_STYLE["target"], "label": "input"})
-        for n in ("zvd", "optimized"):
+        for n in ("speed_limited", "zvd", "optimized"):
             if n in variants:
                 ax.plot(t, np.degrees(variants[n].angles[:, m]), **_STYLE[n])
         ax.set_ylabel(f"{name} [deg]")
