@@ -49,6 +49,8 @@ def main() -> int:
     p.add_argument("--torque-weight", type=float, default=0.0, help="torque penalty weight (default 0: off)")
     p.add_argument("--torque-margin", type=float, default=0.1, help="stall-torque fraction the penalty keeps free")
     p.add_argument("--duration", type=float, default=None, help="plan only this much of the motion [s]")
+    p.add_argument("--start", choices=("feasible", "input"), default="feasible",
+                   help="optimizer start: the speed-feasible projection of a too-fast input (default) or its fit")
     p.add_argument("--projected-iterations", type=int, default=30,
                    help="iterations the projected full wall time assumes (default 30)")
     p.add_argument("--report", default=None, help="folder for the plots and trajectories.npz")
@@ -79,7 +81,7 @@ def main() -> int:
                           lbfgs_memory=args.lbfgs_memory, target_stride=args.target_stride,
                           method=args.method, first_step=args.first_step, window=args.window,
                           window_tail=args.window_tail, window_overlap=args.window_overlap,
-                          torque_weight=args.torque_weight, torque_margin=args.torque_margin)
+                          torque_weight=args.torque_weight, torque_margin=args.torque_margin, start=args.start)
 
     def callback(it: dict) -> None:
         where = f" (window {it['window']}/{it['windows']})" if "window" in it else ""
