@@ -376,6 +376,42 @@ def test_windows_interrupted_keep_the_fit_after_the_window(rod_systems):
     np.testing.assert_array_equal(res.x[later], pp.fit.parameters[later])
 
 
+@pytest.mark.parametrize("window, tail, overlap, runs_after", [(0.08, 0.04, 0.04, True), (0.06, 0.0, 0.0, False)])
+def test_a_window_without_time_for_one_simulation_is_skipped(rod_systems, monkeypatch, window, tail, overlap,
+                                                             runs_after):
+    """Window 2's share does not cover its first simulation: it keeps the start and the later windows go on while
+    the stored states reach their starts (overlapping windows), else they stop there."""
+    from dataclasses import replace
+
+    import retarget.optimize.planner as planner_module
+    from retarget.optimize.errors import TimeBudgetError
+
+    _, rs = rod_systems
+    limits = MotorLimits.build(("m",), {"m": (-0.2, 0.3, 0.0)})
+    options = replace(OPTIONS, knot_spacing=0.02, window=window, window_tail=tail, window_overlap=overlap,
+                      max_iterations=2)
+    pp = build_plan_problem(reduced_engine(rs, 1e-10), _motion(), _bodies(), limits, options)
+    real, calls = planner_module.optimize, []
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise TimeBudgetError("no time", stage="optimization", elapsed_s=0.0)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(planner_module, "optimize", flaky)
+    res = planner_module.optimize_windows(pp, options)
+    stopped = [w.get("stopped") for w in res.windows]
+    assert stopped[1] == "skipped: no time for its first simulation" and res.budget_limited
+    assert "window 2 of" in res.message and "did not cover one simulation" in res.message
+    if runs_after:
+        assert len(calls) == sum(w["parameters"] > 0 for w in res.windows) >= 3
+        assert stopped[2] == "converged or iteration cap"
+    else:
+        assert len(calls) == 2 and stopped[2] == "skipped: no simulated start" and "left no start state" in res.message
+    assert res.objective_final <= res.objective_initial
+
+
 def test_windows_need_a_positive_window(rod_systems):
     from dataclasses import replace
 

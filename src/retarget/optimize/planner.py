@@ -306,7 +306,7 @@ def _first_evaluation(problem: AdjointProblem, x: NDArray[np.float64], gradient:
     try:
         return evaluate(problem, x, gradient=gradient, progress=progress)
     except _BudgetExhausted:
-        raise TimeBudgetError("the time budget ran out during the first simulation (at the input's fit): "
+        raise TimeBudgetError("the time budget ran out during the plan's first simulation: "
                               "nothing to return; give a larger budget, a coarser dt or a shorter motion",
                               stage="optimization", elapsed_s=time.perf_counter() - started) from None
 
@@ -546,6 +546,8 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
     evaluation_s, first_step = 0.0, 1.0
     messages: list[str] = []
     summaries: list[dict[str, Any]] = []
+    skipped: list[int] = []
+    fresh = n  # states[: fresh + 1] were simulated with the current x
     influence = first_influence(problem)
     for w, (a, b, last) in enumerate(spans):
         free = window_parameters(problem, a, n + 1 if b == n else b, influence)
@@ -554,6 +556,12 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
         if free.size == 0:
             summary["stopped"] = "no parameters"
             continue
+        if a > fresh:
+            # A skipped window left no states simulated with the earlier windows' changes this far.
+            summary["stopped"] = "skipped: no simulated start"
+            messages.append(f"window {w + 1} of {len(spans)} and the later ones keep the start: the window before "
+                            "was skipped and left no start state for them")
+            break
         window_deadline: float | None = None
         if deadline is not None:
             left = deadline - time.perf_counter() - forward_s * (1.0 + 3.0 * reserve_evaluations)
@@ -561,7 +569,7 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
                 budget_limited = True
                 summary["stopped"] = "skipped: no time left"
                 messages.append(f"time budget reached before window {w + 1} of {len(spans)}: it and the later "
-                                "ones keep the input's fit")
+                                "ones keep the start")
                 break
             window_deadline = time.perf_counter() + left / (len(spans) - w)
         window = Window(a, last, states[a], states[a - 1] if a > 0 else None, free, x.copy())
@@ -577,11 +585,12 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
             res = optimize(sub, replace(options, method="lbfgs"), x0=x[free], callback=on_iteration,
                            step_progress=step_progress, deadline=window_deadline)
         except TimeBudgetError:
+            # Its share did not cover one simulation (a hard stretch of the motion): its parameters stay, and its
+            # time passes on to the later windows (while the stored states still reach their starts).
             budget_limited = True
             summary["stopped"] = "skipped: no time for its first simulation"
-            messages.append(f"time budget reached in window {w + 1} of {len(spans)}: it and the later ones keep "
-                            "the input's fit")
-            break
+            skipped.append(w + 1)
+            continue
         x[free] = res.x
         iterations += res.iterations
         evaluations += res.evaluations
@@ -589,6 +598,7 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
         restarts += res.restarts
         evaluation_s, first_step = res.evaluation_s, res.first_step
         states[a : last + 1] = res.best.rollout.states
+        fresh = last
         summary.update(iterations=res.iterations, evaluations=res.evaluations, objective_initial=res.objective_initial,
                        objective_final=res.objective_final, wall_s=time.perf_counter() - window_started,
                        stopped="interrupted" if res.interrupted else "time share" if res.budget_limited
@@ -596,18 +606,21 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
         if res.interrupted:
             interrupted = True
             messages.append(f"interrupted (Ctrl-C) in window {w + 1} of {len(spans)}: the later windows keep "
-                            "the input's fit")
+                            "the start")
             break
     try:
         final = evaluate(problem, x, gradient=False, progress=step_progress)
     except KeyboardInterrupt:
         interrupted = True
-        messages.append("interrupted (Ctrl-C) in the final simulation: returning the input's fit")
+        messages.append("interrupted (Ctrl-C) in the final simulation: returning the start")
         x, final = x_start, initial
     if final.value > initial.value:
         messages.append(f"the windows raised J over the whole motion ({initial.value:.4g} → {final.value:.4g}): "
-                        "returning the input's fit")
+                        "returning the start")
         x, final = x_start, initial
+    if skipped:
+        messages.append(f"window{'s' if len(skipped) > 1 else ''} {', '.join(map(str, skipped))} of {len(spans)} "
+                        "kept the start: their share of the time budget did not cover one simulation")
     cut = sum(1 for sm in summaries if sm.get("stopped") == "time share")
     if cut:
         messages.append(f"{cut} of {len(spans)} windows stopped at their share of the time budget")
@@ -755,14 +768,9 @@ def _variant(pp: PlanProblem, name: str, angles: NDArray[np.float64], positions:
     """A simulated variant measured against the targets (motor torques from the stored ``states`` (n_t, n_S))."""
     tau = states[:, pp.problem.engine.motor_torque_index]
     metrics = deviation_metrics(positions, pp.targets.positions)
-    metrics["peak_torque_ratio"] = _peak_torque_ratio(tau, pp.limits)
+    metrics["peak_torque_ratio"] = max(torque_report(pp.targets.times, tau, pp.limits).ratio)
     metrics.update(extra or {})
     return Variant(name, angles, positions, tau, metrics, _training_range(pp.problem.engine, states))
-
-
-def _peak_torque_ratio(torques: NDArray[np.float64], limits: MotorLimits) -> float:
-    """The largest peak |τ| over stall torque among the motors: above 1 a real servo cannot play the variant."""
-    return float(np.max(np.abs(torques).max(axis=0) / limits.stall_torque))
 
 
 def _training_range(engine: Any, states: Any) -> dict[str, float]:
@@ -874,7 +882,8 @@ def verify_plan(result: PlanResult, dt: float) -> dict[str, Any]:
     for name, profiles in (("naive", pp.fit.profiles), ("optimized", result.profiles)):
         run = rollout(prob.engine, prob.start, profiles, dt, n)
         out[name] = deviation_metrics(prob.poses.positions(run.matrix), target)
-        out[name]["peak_torque_ratio"] = _peak_torque_ratio(run.matrix[:, prob.engine.motor_torque_index], pp.limits)
+        out[name]["peak_torque_ratio"] = max(torque_report(run.times, run.matrix[:, prob.engine.motor_torque_index],
+                                                           pp.limits).ratio)
     out["peak_ratio"] = out["optimized"]["peak_deviation_m"] / out["naive"]["peak_deviation_m"]
     plan_ratio = (result.variants["optimized"].metrics["peak_deviation_m"]
                   / result.variants["naive"].metrics["peak_deviation_m"])
@@ -890,6 +899,15 @@ def _motion_stop_time(motion: Motion, tolerance: float = 1e-6) -> float:
     return float(motion.time[moving[-1] + 1]) if moving.size else float(motion.time[0])
 
 
+#: Ring-out after the input stops [s] that the ZV/ZVD baselines need to identify the vibration.
+MIN_RING_OUT = 0.5
+
+
+def _ring_out(pp: PlanProblem) -> float:
+    """Simulated time after the input stops moving [s]."""
+    return float(pp.targets.times[-1]) - _motion_stop_time(pp.motion)
+
+
 def _shaped_baselines(pp: PlanProblem, naive: Variant, progress: Callable[[str, int, int], None] | None,
                       warnings: list[str], deadline: float | None = None) -> dict[str, Variant]:
     """ZV and ZVD shaping of the input at the first mode identified from the naive ring-out.
@@ -901,10 +919,11 @@ def _shaped_baselines(pp: PlanProblem, naive: Variant, progress: Callable[[str, 
     from retarget.optimize.shaping import identify_from_trajectory, shape_motion, zv_shaper, zvd_shaper
     from retarget.sim.motors import SplineMotors
 
-    stop = _motion_stop_time(pp.motion)
+    ring_out = _ring_out(pp)
     times = pp.targets.times
-    if times[-1] - stop < 0.5:
-        warnings.append(f"no ZV/ZVD baseline: only {times[-1] - stop:.2f} s of ring-out after the motion stops")
+    stop = times[-1] - ring_out
+    if ring_out < MIN_RING_OUT:
+        warnings.append(f"no ZV/ZVD baseline: only {ring_out:.2f} s of ring-out after the motion stops")
         return {}
     # The body that rings most after the motion stops identifies the mode.
     ring = times >= stop
@@ -988,10 +1007,12 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
             x_start = projection.x
             naive = _first_evaluation(pp.problem, pp.fit.parameters, False, _deadline_progress(
                 deadline, None if progress is None else (lambda k, n: progress("naive playback", k, n))))
-    # Two forward simulations (ZV, ZVD) cost about 1.6 forward + adjoint evaluations.
+    # Two forward simulations (ZV, ZVD) cost about 1.6 forward + adjoint evaluations; none are kept when the
+    # motion leaves too little ring-out for the baselines to run.
     minimize = optimize if options.window is None else optimize_windows
+    baselines = options.baselines and _ring_out(pp) >= MIN_RING_OUT
     opt = minimize(pp, options, x0=x_start, callback=callback, step_progress=step_cb, deadline=deadline,
-                   reserve_evaluations=1.6 if options.baselines else 0.0)
+                   reserve_evaluations=1.6 if baselines else 0.0)
     timings["optimization"] = time.perf_counter() - t0
     if opt.interrupted or opt.budget_limited:
         warnings.append(opt.message)
