@@ -480,3 +480,30 @@ def test_plan_request_passes_the_torque_penalty_on(tiny_artifact, monkeypatch, t
         with pytest.raises(Captured):
             plan(_tiny_request(tiny_artifact, monkeypatch, tmp_path, **extra), None)
         assert (seen[-1].torque_weight, seen[-1].torque_margin) == expected
+
+
+def test_a_known_curvature_replaces_the_probe_and_windows_hand_it_on(rod_systems):
+    """With ``curvature`` the first step is the minimizer of that quadratic along steepest descent, without the
+    probe simulation; the secant curvature of the first trial is returned, and windows after the first use the
+    previous one's."""
+    from dataclasses import replace
+
+    from retarget.optimize.planner import optimize_windows
+
+    _, rs = rod_systems
+    limits = MotorLimits.build(("m",), {"m": (-0.2, 0.3, 0.0)})
+    options = replace(OPTIONS, max_iterations=1)
+    pp = build_plan_problem(reduced_engine(rs, 1e-10), _motion(), _bodies(), limits, options)
+    probed = optimize(pp, options)
+    assert probed.curvature is not None and probed.curvature > 0
+    first = evaluate(pp.problem, pp.fit.parameters)
+    lower = np.array([b[0] for b in pp.bounds])
+    upper = np.array([b[1] for b in pp.bounds])
+    direction = np.clip(pp.fit.parameters - first.gradient, lower, upper) - pp.fit.parameters
+    slope = float(first.gradient @ direction) / np.linalg.norm(direction)
+    given = optimize(pp, options, curvature=2.0 * probed.curvature)
+    assert given.first_step == pytest.approx(min(1.0, -slope / (2.0 * probed.curvature)), rel=1e-12)
+    assert given.evaluations < probed.evaluations + 1 and given.curvature is not None and given.curvature > 0
+    res = optimize_windows(pp, replace(options, window=0.08, window_tail=0.04, max_iterations=2))
+    sources = [w["curvature_from"] for w in res.windows if "curvature_from" in w]
+    assert sources[0] == "probe" and set(sources[1:]) == {"previous window"} and len(sources) >= 2

@@ -249,8 +249,12 @@ class OptimizationResult:
         method: the method that ran.
         first_step: length of L-BFGS-B's first trial step [rad] (see :attr:`PlanOptions.first_step`).
         windows: with :func:`optimize_windows`, per window: ``window``, ``start_s``, ``end_s``, ``parameters``,
-            ``iterations``, ``evaluations``, its ``objective_initial`` / ``objective_final``, ``wall_s`` and why it
-            ``stopped``; None otherwise.
+            ``iterations``, ``evaluations``, its ``objective_initial`` / ``objective_final``, ``wall_s``, its
+            ``first_step_rad``, whether that step came from the previous window's curvature (``curvature_from``)
+            and why it ``stopped``; None otherwise.
+        curvature: ``J``'s curvature along the first trial step [1/rad²·J units], the secant
+            ``(∇J(x₁) − ∇J(x₀))·s / |s|²`` of the first point evaluated after ``x₀`` (the probe, or the first
+            trial point); None if there was none or it was not positive.
     """
 
     x: NDArray[np.float64]
@@ -270,6 +274,7 @@ class OptimizationResult:
     method: str = "lbfgs"
     first_step: float = 1.0
     windows: list[dict[str, Any]] | None = None
+    curvature: float | None = None
 
 
 _LOG = logging.getLogger(__name__)
@@ -314,7 +319,7 @@ def _first_evaluation(problem: AdjointProblem, x: NDArray[np.float64], gradient:
 def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | None = None,
              callback: Callable[[dict[str, float]], None] | None = None,
              step_progress: Callable[[int, int], None] | None = None, deadline: float | None = None,
-             reserve_evaluations: float = 0.0) -> OptimizationResult:
+             reserve_evaluations: float = 0.0, curvature: float | None = None) -> OptimizationResult:
     """Minimize ``J`` from ``x₀`` (default: the fit of the input) by Levenberg–Marquardt or L-BFGS-B.
 
     ``options.method`` picks the method (:class:`PlanOptions`); both respect the position bounds, the time budget,
@@ -338,6 +343,9 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
         step_progress: per-simulation ``(done, total)`` steps (forward + backward).
         deadline: ``time.perf_counter()`` value to stop by; None: ``options.time_budget`` from now (or no limit).
         reserve_evaluations: evaluations' worth of time to leave before the deadline.
+        curvature: a known curvature of ``J`` along steepest descent (e.g. the previous window's
+            :attr:`OptimizationResult.curvature`): with ``options.first_step`` None the first step is the minimizer
+            of that quadratic without the probe simulation.
 
     Raises:
         TimeBudgetError: the deadline passed before the first evaluation (at ``x₀``) completed.
@@ -379,6 +387,11 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
             return None
         state["evals"] += 1
         state["duration"] = time.perf_counter() - t0
+        if "secant" not in state and ev.gradient is not None and first.gradient is not None:
+            # The first point after x₀ (the probe or the first trial): J's curvature along that step.
+            s = x - x_start
+            c = float((ev.gradient - first.gradient) @ s) / float(s @ s)
+            state["secant"] = c if c > 0.0 and math.isfinite(c) else None
         state["last"], state["last_x"] = ev, x.copy()
         if ev.value < state["best"].value:
             state["best"], state["best_x"] = ev, x.copy()
@@ -407,7 +420,7 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
         return float(np.linalg.norm(x - np.clip(x - g, lower, upper)))
 
     def first_step() -> float:
-        """The first trial step's length [rad] (``options.first_step``; None: from a curvature probe)."""
+        """The first trial step's length [rad] (``options.first_step``; None: from ``curvature`` or a probe)."""
         if options.first_step is not None:
             return float(options.first_step)
         g0 = first.gradient
@@ -415,6 +428,9 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
         norm = float(np.linalg.norm(direction))
         if norm == 0.0:
             return 1.0
+        if curvature is not None and curvature > 0.0:
+            slope = float(g0 @ direction) / norm
+            return 1.0 if slope >= 0.0 else min(1.0, -slope / curvature)
         x_probe = np.clip(x_start + FIRST_STEP_PROBE / norm * direction, lower, upper)
         step = x_probe - x_start
         probe = evaluated(x_probe)
@@ -422,10 +438,10 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
             return FIRST_STEP_PROBE
         probe_length = float(np.linalg.norm(step))
         slope = float(g0 @ step) / probe_length
-        curvature = float((probe.gradient - g0) @ step) / probe_length**2
-        if slope >= 0.0 or curvature <= 0.0:
+        measured = float((probe.gradient - g0) @ step) / probe_length**2
+        if slope >= 0.0 or measured <= 0.0:
             return 1.0
-        return min(1.0, -slope / curvature)
+        return min(1.0, -slope / measured)
 
     g_first = projected_gradient_norm(x_start, first.gradient)
     interrupted = budget_limited = False
@@ -483,7 +499,7 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
         message += f" (after {restarts} restart{'s' if restarts > 1 else ''} of a stalled line search)"
     return OptimizationResult(state["best_x"], first.value, best.value, state["iterations"], state["evals"], history,
                               interrupted, message, best, first, budget_limited, state["duration"],
-                              state.get("failed", 0), restarts, method, length)
+                              state.get("failed", 0), restarts, method, length, curvature=state.get("secant"))
 
 
 def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | None = None,
@@ -500,6 +516,11 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
     well-conditioned problem (a few hundred parameters over ~1.5 s) where the whole motion's L-BFGS-B sees
     thousands of weakly coupled ones, and an evaluation costs the window's share of the motion. It is greedy: a
     window does not see the tracking beyond its tail.
+
+    First steps: the first window measures ``J``'s curvature along steepest descent with the probe of
+    :func:`optimize`; every later window starts from the latest curvature measured (the secant along the previous
+    window's first step, :attr:`OptimizationResult.curvature`) and saves that simulation — a window gets only a
+    few evaluations of its own within a 15-minute budget.
 
     The time budget (after keeping ``reserve_evaluations`` whole evaluations, about three forward runs each, and
     one forward run for the final measurement) is shared out equally among the windows still to do; time a window
@@ -547,6 +568,7 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
     messages: list[str] = []
     summaries: list[dict[str, Any]] = []
     skipped: list[int] = []
+    curvature: float | None = None  # J's curvature along steepest descent, handed from window to window
     fresh = n  # states[: fresh + 1] were simulated with the current x
     influence = first_influence(problem)
     for w, (a, b, last) in enumerate(spans):
@@ -583,7 +605,7 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
         window_started = time.perf_counter()
         try:
             res = optimize(sub, replace(options, method="lbfgs"), x0=x[free], callback=on_iteration,
-                           step_progress=step_progress, deadline=window_deadline)
+                           step_progress=step_progress, deadline=window_deadline, curvature=curvature)
         except TimeBudgetError:
             # Its share did not cover one simulation (a hard stretch of the motion): its parameters stay, and its
             # time passes on to the later windows (while the stored states still reach their starts).
@@ -601,8 +623,12 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
         fresh = last
         summary.update(iterations=res.iterations, evaluations=res.evaluations, objective_initial=res.objective_initial,
                        objective_final=res.objective_final, wall_s=time.perf_counter() - window_started,
+                       first_step_rad=res.first_step,
+                       curvature_from="--first-step" if options.first_step is not None
+                       else "previous window" if curvature is not None else "probe",
                        stopped="interrupted" if res.interrupted else "time share" if res.budget_limited
                        else "converged or iteration cap")
+        curvature = res.curvature or curvature
         if res.interrupted:
             interrupted = True
             messages.append(f"interrupted (Ctrl-C) in window {w + 1} of {len(spans)}: the later windows keep "
