@@ -198,6 +198,37 @@ def test_plan_request_with_windows(tiny_artifact, monkeypatch, tmp_path):
     assert metrics["objective_final"] <= metrics["objective_initial"]
 
 
+def test_plan_request_cancelled_returns_the_best_iterate_so_far(tiny_artifact, monkeypatch, tmp_path):
+    """The ROS action's cancel: the optimizer stops as on Ctrl-C, the request still answers with its best iterate."""
+    import retarget.optimize.planner as planner
+
+    monkeypatch.setattr(planner, "CANCEL_POLL_S", 0.0)
+    request = _tiny_request(tiny_artifact, monkeypatch, tmp_path, max_iterations=50, relative_tolerance=1e-15)
+    iterations: list = []
+    out = plan(request, iterations.append, cancelled=lambda: bool(iterations))
+    metrics = out["metrics"]
+    assert metrics["cancelled"] and metrics["interrupted"] and metrics["iterations"] == 1 == len(iterations)
+    assert "interrupted (cancel requested)" in metrics["message"]
+    assert metrics["objective_final"] <= metrics["objective_initial"]
+    assert len(out["time"]) == len(out["positions"]) > 10
+    never = plan(request | {"max_iterations": 1}, None, cancelled=lambda: False)["metrics"]
+    assert not never["cancelled"] and not never["interrupted"]
+
+
+def test_plan_request_cancelled_before_any_result_raises(tiny_artifact, monkeypatch, tmp_path):
+    from retarget.optimize.errors import PlanCancelled
+
+    polled: list = []
+
+    def cancelled() -> bool:
+        polled.append(True)
+        return True
+
+    with pytest.raises(PlanCancelled, match="cancelled during targets") as info:
+        plan(_tiny_request(tiny_artifact, monkeypatch, tmp_path), None, cancelled=cancelled)
+    assert info.value.stage == "targets" and len(polled) == 1
+
+
 def _recorded_problem(rod_systems, monkeypatch):
     """The rod's plan problem (wide limits) and the list every point the optimizer evaluates is appended to."""
     import retarget.optimize.planner as planner

@@ -1,5 +1,6 @@
 """The planner as a process: invalid goals are INVALID_GOAL; a valid goal for a robot without a cached reduced
-model is NOT_AVAILABLE (with the command that builds one) unless the node may train in-process."""
+model is NOT_AVAILABLE (with the command that builds one) unless the node may train in-process; with a model it
+plans (SUCCESSFUL, published) and a cancel answers CANCELED with the best trajectory so far."""
 from __future__ import annotations
 
 import pytest
@@ -60,6 +61,78 @@ def test_planner_results(start_node, ros_context, tmp_path, monkeypatch) -> None
             assert result.error_code == code, result.error_string
             assert text in result.error_string
             assert feedback and feedback[0].feedback.stage == "validating"
+    finally:
+        executor.remove_node(node)
+        client.destroy()
+        node.destroy_node()
+
+
+def test_planner_plans_and_cancel_answers_with_the_best_so_far(start_node, ros_context, tmp_path,
+                                                               monkeypatch) -> None:
+    """Real plans (the tiny rod and its artifact): one of 2 iterations SUCCESSFUL and published; one cancelled once
+    its first iteration is reported: CANCELED with the best trajectory evaluated so far, not published."""
+    import json
+
+    from rclpy.action import ActionClient
+    from rclpy.node import Node
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+    from retarget_interfaces.action import Retarget
+    from tiny_robot import reduce_tiny_robot, write_tiny_robot
+    from trajectory_msgs.msg import JointTrajectory
+
+    folder = write_tiny_robot(tmp_path / "robot")
+    reduce_tiny_robot(folder, tmp_path / "models" / "tiny_rod-ramp.npz")
+    monkeypatch.setenv("RETARGET_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("RETARGET_MODELS", str(tmp_path / "models"))
+    proc = start_node("retarget.ros.planner", {"robot_name": str(folder / "tiny_rod.yaml"), "joint_names": ["m"],
+                                               "dt": 0.005}, namespace="/test_planner_plans")
+    context, executor = ros_context
+    node = Node("planner_plans_client", context=context)
+    published: list = []
+    latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
+    node.create_subscription(JointTrajectory, "/test_planner_plans/planner/optimized_trajectory", published.append,
+                             latched)
+    executor.add_node(node)
+    client = ActionClient(node, Retarget, "/test_planner_plans/planner/retarget")
+
+    def send(max_iterations: int, feedback: list):
+        times = [0.005 * k for k in range(41)]
+        goal = _goal(["m"], [(t, [0.2 * min(t / 0.1, 1.0)]) for t in times])
+        goal.execute = False
+        goal.max_iterations, goal.relative_tolerance, goal.knot_spacing = max_iterations, 1e-15, 0.04
+        sent = client.send_goal_async(goal, feedback_callback=lambda f: feedback.append(f.feedback))
+        wait_for(sent.done, 20.0, "goal response")
+        assert sent.result().accepted
+        return sent.result()
+
+    def result_of(handle, timeout: float):
+        got = handle.get_result_async()
+        wait_for(got.done, timeout, "result")
+        return got.result().result
+
+    try:
+        assert client.wait_for_server(timeout_sec=15.0), proc.log()
+        # Generous: the node process loads (or compiles) the reduced engine's kernels first.
+        done = result_of(send(2, []), 300.0)
+        assert done.error_code == Retarget.Result.SUCCESSFUL, (done.error_string, proc.log())
+        assert 1 <= done.iterations <= 2 and len(done.optimized.points) > 10
+        assert done.objective_final <= done.objective_initial
+        assert done.optimized_peak_deviation > 0.0 and done.naive_peak_deviation > 0.0
+        wait_for(lambda: len(published) == 1, 10.0, "the optimized trajectory on ~/optimized_trajectory")
+
+        feedback: list = []
+        handle = send(100000, feedback)
+        wait_for(lambda: any(f.iteration >= 1 for f in feedback), 120.0, "a first optimizer iteration")
+        cancel = handle.cancel_goal_async()
+        wait_for(cancel.done, 10.0, "cancel response")
+        result = result_of(handle, 120.0)
+        assert result.error_code == Retarget.Result.CANCELED, (result.error_string, proc.log())
+        assert "cancelled after" in result.error_string and result.iterations >= 1
+        assert len(result.optimized.points) > 10 and list(result.optimized.joint_names) == ["m"]
+        assert result.objective_final <= result.objective_initial
+        metrics = json.loads(result.metrics_json)
+        assert metrics["cancelled"] and metrics["interrupted"] and metrics["iterations"] < 100000
+        assert len(published) == 1  # the cancelled plan is not published
     finally:
         executor.remove_node(node)
         client.destroy()

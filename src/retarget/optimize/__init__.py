@@ -34,6 +34,7 @@ _EXPORTS: dict[str, str] = {
     "fit_profiles": "bspline",
     "num_segments": "bspline",
     "OptimizeError": "errors",
+    "PlanCancelled": "errors",
     "ProfileError": "errors",
     "ShapingError": "errors",
     "TimeBudgetError": "errors",
@@ -92,6 +93,7 @@ if TYPE_CHECKING:
     from retarget.optimize.bspline import MotorProfiles, ProfileFit, ProfileParametrization, fit_profiles, num_segments
     from retarget.optimize.errors import (
         OptimizeError,
+        PlanCancelled,
         ProfileError,
         ShapingError,
         TimeBudgetError,
@@ -163,6 +165,7 @@ __all__ = [
     "MotorRegularizer",
     "OptimizationResult",
     "OptimizeError",
+    "PlanCancelled",
     "PlanOptions",
     "PlanProblem",
     "PlanResult",

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from retarget.errors import InputError, NotAvailableError, RetargetError
 
-__all__ = ["OptimizeError", "ProfileError", "ShapingError", "TimeBudgetError", "WeightSyntaxError"]
+__all__ = ["OptimizeError", "PlanCancelled", "ProfileError", "ShapingError", "TimeBudgetError", "WeightSyntaxError"]
 
 
 class OptimizeError(RetargetError):
@@ -61,3 +61,18 @@ class TimeBudgetError(OptimizeError, NotAvailableError):
         super().__init__(f"{message} (stage {stage}, {elapsed_s:.1f} s)" if stage else message)
         self.stage = stage
         self.elapsed_s = elapsed_s
+
+
+class PlanCancelled(KeyboardInterrupt):
+    """A request to stop planning that does not come from the terminal: the ROS action's cancel.
+
+    A :class:`KeyboardInterrupt` on purpose: the optimizer treats it as Ctrl-C and returns the best parameters
+    evaluated so far. Raised before there is any (while the targets are solved) it ends the request.
+
+    Attributes:
+        stage: what was running when the cancel was noticed (a progress stage such as ``targets``).
+    """
+
+    def __init__(self, stage: str = "") -> None:
+        super().__init__(f"cancelled during {stage}" if stage else "cancelled")
+        self.stage = stage

@@ -33,7 +33,7 @@ from retarget.optimize.adjoint import (
 )
 from retarget.optimize.bspline import ProfileFit, fit_profiles
 from retarget.optimize.engines import Engine
-from retarget.optimize.errors import OptimizeError, TimeBudgetError
+from retarget.optimize.errors import OptimizeError, PlanCancelled, TimeBudgetError
 from retarget.optimize.limits import (
     MotorLimits,
     TorquePenalty,
@@ -284,6 +284,42 @@ class _BudgetExhausted(Exception):
     """Internal: the optimizer's deadline passed (or the next evaluation would pass it)."""
 
 
+#: How often :func:`plan` polls its ``cancelled`` callback at most [s].
+CANCEL_POLL_S = 0.05
+
+
+def _interruption(exc: BaseException) -> str:
+    """What interrupted a run, for its message: the ROS action's cancel or Ctrl-C."""
+    return "cancel requested" if isinstance(exc, PlanCancelled) else "Ctrl-C"
+
+
+class _CancelCheck:
+    """A ``progress(stage, done, total)`` callback that raises :class:`PlanCancelled` once ``cancelled()`` is true.
+
+    It raises only once: the optimizer returns its best iterate on the first (as on Ctrl-C), and the baselines and
+    metrics after it then run to the end, so the cancelled request still answers with everything it has.
+    ``cancelled`` is polled at most every ``interval`` seconds (default :data:`CANCEL_POLL_S`; the progress comes
+    once per simulation step).
+    """
+
+    def __init__(self, cancelled: Callable[[], bool], interval: float | None = None) -> None:
+        self.cancelled = cancelled
+        self.interval = CANCEL_POLL_S if interval is None else interval
+        self.fired = False
+        self._next = 0.0
+
+    def __call__(self, stage: str, done: int = 0, total: int = 0) -> None:
+        if self.fired:
+            return
+        now = time.monotonic()
+        if now < self._next:
+            return
+        self._next = now + self.interval
+        if self.cancelled():
+            self.fired = True
+            raise PlanCancelled(stage)
+
+
 def _deadline_progress(deadline: float | None, step_progress: Callable[[int, int], None] | None
                        ) -> Callable[[int, int], None] | None:
     """A per-step progress callback that raises :class:`_BudgetExhausted` once ``deadline`` has passed (and reports
@@ -487,9 +523,9 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
                     or g_best < 1e-2 * g_first:
                 break
             restarts += 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         interrupted = True
-        message = "interrupted (Ctrl-C): returning the best parameters evaluated so far"
+        message = f"interrupted ({_interruption(exc)}): returning the best parameters evaluated so far"
     except _BudgetExhausted:
         budget_limited = True
         message = (f"time budget reached after {state['iterations']} iterations ({state['evals']} evaluations, the latest "
@@ -631,14 +667,14 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
         curvature = res.curvature or curvature
         if res.interrupted:
             interrupted = True
-            messages.append(f"interrupted (Ctrl-C) in window {w + 1} of {len(spans)}: the later windows keep "
-                            "the start")
+            messages.append(f"{res.message.split(':')[0]} in window {w + 1} of {len(spans)}: the later windows "
+                            "keep the start")
             break
     try:
         final = evaluate(problem, x, gradient=False, progress=step_progress)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         interrupted = True
-        messages.append("interrupted (Ctrl-C) in the final simulation: returning the start")
+        messages.append(f"interrupted ({_interruption(exc)}) in the final simulation: returning the start")
         x, final = x_start, initial
     if final.value > initial.value:
         messages.append(f"the windows raised J over the whole motion ({initial.value:.4g} → {final.value:.4g}): "
@@ -1090,7 +1126,8 @@ def limits_for(model: Any, config: dict[str, Any] | None) -> MotorLimits:
     return MotorLimits.build(model.motors, lims, servo)
 
 
-def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | None = None,
+         cancelled: Callable[[], bool] | None = None) -> dict[str, Any]:
     """The ROS planner node's entry point (docs/ros.md): plain data in, plain data out.
 
     Args:
@@ -1105,15 +1142,19 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
             (default False: a robot without a given, cached or found reduced model raises NotAvailableError rather
             than training for minutes to hours inside a request).
         progress: called per L-BFGS iteration with ``{iteration, objective, gradient_norm}``.
+        cancelled: polled during the run (per simulation step, at most every 50 ms, and per iteration); once it
+            returns true the optimizer stops as on Ctrl-C and the best parameters so far are returned, flagged
+            ``cancelled`` (and ``interrupted``) in the metrics.
 
     Returns:
         ``joint_names``, ``time``, ``positions`` (the optimized trajectory sampled at the simulation step) and
-        ``metrics`` (:meth:`PlanResult.metrics`, including the Retarget action's result fields).
+        ``metrics`` (:meth:`PlanResult.metrics`, including the Retarget action's result fields, and ``cancelled``).
 
     Raises:
         InputError: malformed request (StaleReducedModelError: the reduced model does not match the robot).
         NotAvailableError: no reduced model and training not allowed.
         TimeBudgetError: the budget ran out before the first simulation finished.
+        PlanCancelled: ``cancelled`` turned true before there was anything to return (the targets).
         RetargetError: planning failed.
     """
     from retarget.errors import InputError
@@ -1166,7 +1207,17 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
         # The budget covers the whole request: loading the model counts.
         spent = time.perf_counter() - started
         options = replace(options, time_budget=max(float(options.time_budget) - spent, 0.0))
-    result = run_plan(engine, motion, bodies, limits_for(pm.model, pm.config), options, callback=progress)
+    check = None if cancelled is None else _CancelCheck(cancelled)
+    callback = progress
+    if check is not None:
+        def callback(info: dict[str, Any]) -> None:
+            if progress is not None:
+                progress(info)
+            check("optimization")
+
+    result = run_plan(engine, motion, bodies, limits_for(pm.model, pm.config), options, progress=check,
+                      callback=callback)
     t = result.pp.targets.times
+    metrics = {**result.metrics(), "cancelled": check is not None and check.fired}
     return {"joint_names": list(result.pp.motion.joint_names), "time": (t + float(motion.time[0])).tolist(),
-            "positions": np.asarray(result.profiles.evaluate(t)).tolist(), "metrics": result.metrics()}
+            "positions": np.asarray(result.profiles.evaluate(t)).tolist(), "metrics": metrics}

@@ -4,7 +4,9 @@ Action ``~/retarget``: the goal's animation is validated against the robot's joi
 (``retarget.optimize.plan``, imported lazily) runs with per-iteration feedback; the result carries the optimized
 JointTrajectory and metrics, which is also published latched (transient local) on ``~/optimized_trajectory``.
 Until the optimizer exists the result is ``NOT_AVAILABLE`` with a clear reason — never a fake success. With
-``execute: true`` an optimized trajectory is forwarded to the trajectory server.
+``execute: true`` an optimized trajectory is forwarded to the trajectory server. A cancel stops the optimizer as
+Ctrl-C stops ``retarget plan``: the result is ``CANCELED`` and carries the best trajectory evaluated so far (with
+its metrics), which is neither published nor executed; cancelled while the targets are solved, it carries none.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from trajectory_msgs.msg import JointTrajectory
 
 from retarget.control import TrajectoryRejected, validate_trajectory
 from retarget.errors import InputError, NotAvailableError, RetargetError
+from retarget.optimize.errors import PlanCancelled
 from retarget.ros.conversions import goal_points
 from retarget.ros.params import declare
 
@@ -126,7 +129,12 @@ class Planner(Node):
         try:
             plan = load_optimizer()
             self._feedback(handle, started, "optimizing")
-            outcome = plan(self._request(goal), lambda it: self._feedback(handle, started, "optimizing", **it))
+            outcome = plan(self._request(goal), lambda it: self._feedback(handle, started, "optimizing", **it),
+                           cancelled=lambda: handle.is_cancel_requested)
+        except PlanCancelled as exc:
+            handle.canceled()
+            return Result(error_code=Result.CANCELED, error_string=f"{exc} (no optimized trajectory yet)",
+                          wall_time=time.monotonic() - started)
         except NotAvailableError as exc:  # includes a time budget that ran out before any result
             self.get_logger().warning(str(exc))
             handle.abort()
@@ -136,6 +144,14 @@ class Planner(Node):
             handle.abort()
             return Result(error_code=Result.FAILED, error_string=str(exc), wall_time=time.monotonic() - started)
         result = self._result(outcome, started)
+        if handle.is_cancel_requested:
+            # The best iterate when the cancel came (or the finished plan, if it came at the very end): returned,
+            # but neither published nor executed.
+            handle.canceled()
+            result.error_code = Result.CANCELED
+            result.error_string = (f"cancelled after {result.iterations} iterations: the optimized trajectory is "
+                                   "the best one evaluated so far")
+            return result
         self._optimized.publish(result.optimized)
         if goal.execute:
             self._feedback(handle, started, "executing")
