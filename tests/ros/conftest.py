@@ -85,7 +85,12 @@ def start_module_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Call
 
 @pytest.fixture(scope="module")
 def ros_context() -> Iterator[Any]:
-    """rclpy initialised in the test process, with a background executor."""
+    """rclpy initialised in the test process, with a background executor.
+
+    Add a node to the executor only after creating its action clients: rclpy's ``ActionClient`` registers itself
+    with the node before it has its lock, and a spinning executor that sees it in between dies of an AttributeError
+    (ros2/rclpy#1589; one CI failure: every later goal response of the module was lost).
+    """
     from rclpy.executors import SingleThreadedExecutor
 
     context = rclpy.Context()

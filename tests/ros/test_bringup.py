@@ -295,9 +295,9 @@ def test_retarget_up_drummer_goal_then_sigint(ros_context: Any) -> None:
         reader.start()
     context, executor = ros_context
     node = Node("bringup_test", context=context)
-    executor.add_node(node)
     client = ActionClient(node, FollowJointTrajectory,
                           f"{namespace}/trajectory_server/follow_joint_trajectory")
+    executor.add_node(node)  # after the ActionClient: rclpy#1589
     try:
         try:
             wait_for(lambda: any('"state": "ready"' in line for line in lines) or proc.poll() is not None, 45.0,

@@ -45,7 +45,6 @@ class Monitor:
 
         self.node = Node("driver_test", namespace=NS, context=context)
         self.executor = executor
-        executor.add_node(self.node)
         self.states: list[np.ndarray] = []
         self.diagnostics: list[Any] = []
         self.node.create_subscription(JointState, "joint_states", lambda m: self.states.append(np.array(m.position)),
@@ -54,6 +53,7 @@ class Monitor:
         self.action = ActionClient(self.node, FollowJointTrajectory,
                                    f"{NS}/trajectory_server/follow_joint_trajectory")
         self.reboot = self.node.create_client(Trigger, f"{NS}/dynamixel_driver/reboot")
+        executor.add_node(self.node)  # after the ActionClient: rclpy#1589
 
     def close(self) -> None:
         self.executor.remove_node(self.node)

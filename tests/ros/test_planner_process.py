@@ -35,8 +35,8 @@ def test_planner_results(start_node, ros_context, tmp_path, monkeypatch) -> None
                       namespace="/test_planner")
     context, executor = ros_context
     node = Node("planner_client", context=context)
-    executor.add_node(node)
     client = ActionClient(node, Retarget, "/test_planner/planner/retarget")
+    executor.add_node(node)  # after the ActionClient: rclpy#1589
     try:
         assert client.wait_for_server(timeout_sec=15.0), proc.log()
         valid = _goal(JOINTS, [(0.5, [0.1]), (1.0, [0.0])])
@@ -92,8 +92,8 @@ def test_planner_plans_and_cancel_answers_with_the_best_so_far(start_node, ros_c
     latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
     node.create_subscription(JointTrajectory, "/test_planner_plans/planner/optimized_trajectory", published.append,
                              latched)
-    executor.add_node(node)
     client = ActionClient(node, Retarget, "/test_planner_plans/planner/retarget")
+    executor.add_node(node)  # after the ActionClient: rclpy#1589
 
     def send(max_iterations: int, feedback: list):
         times = [0.005 * k for k in range(41)]

@@ -33,7 +33,6 @@ class Client:
         from trajectory_msgs.msg import JointTrajectory
 
         self.node = Node("test_client", namespace=NS, context=context)
-        executor.add_node(self.node)
         self.action = ActionClient(self.node, FollowJointTrajectory,
                                    f"{NS}/trajectory_server/follow_joint_trajectory")
         self.commands: list[Any] = []
@@ -43,6 +42,7 @@ class Client:
                                       lambda m: self.states.append((time.monotonic(), np.array(m.position))), 100)
         self.executor = executor
         self.feedback: list[Any] = []
+        executor.add_node(self.node)  # after the ActionClient: rclpy#1589
 
     def close(self) -> None:
         self.executor.remove_node(self.node)
