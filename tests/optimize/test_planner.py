@@ -407,6 +407,32 @@ def test_windows_interrupted_keep_the_fit_after_the_window(rod_systems):
     np.testing.assert_array_equal(res.x[later], pp.fit.parameters[later])
 
 
+def test_windows_interrupted_before_a_window_simulated_keep_the_earlier_windows(rod_systems, monkeypatch):
+    """Ctrl-C (or a cancel) during the second window's first simulation: the first window's result stands."""
+    from dataclasses import replace
+
+    import retarget.optimize.planner as planner
+
+    _, rs = rod_systems
+    limits = MotorLimits.build(("m",), {"m": (-0.2, 0.3, 0.0)})
+    options = replace(OPTIONS, window=0.08, window_tail=0.04, max_iterations=3)
+    pp = build_plan_problem(reduced_engine(rs, 1e-10), _motion(), _bodies(), limits, options)
+    real, calls = planner._first_evaluation, []
+
+    def first_evaluation(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:  # the whole motion, window 1, then window 2
+            raise planner.PlanCancelled("evaluation")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(planner, "_first_evaluation", first_evaluation)
+    res = planner.optimize_windows(pp, options)
+    assert res.interrupted and "interrupted (cancel requested) in window 2 of 3 before its first" in res.message
+    assert [w.get("stopped") for w in res.windows][1] == "interrupted before its first simulation"
+    assert res.objective_final < res.objective_initial  # window 1's improvement is kept
+    assert not np.array_equal(res.x, pp.fit.parameters)
+
+
 @pytest.mark.parametrize("window, tail, overlap, runs_after", [(0.08, 0.04, 0.04, True), (0.06, 0.0, 0.0, False)])
 def test_a_window_without_time_for_one_simulation_is_skipped(rod_systems, monkeypatch, window, tail, overlap,
                                                              runs_after):

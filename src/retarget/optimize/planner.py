@@ -649,6 +649,14 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
             summary["stopped"] = "skipped: no time for its first simulation"
             skipped.append(w + 1)
             continue
+        except KeyboardInterrupt as exc:
+            # Before the window's first simulation finished (the optimizer returns its best point after that):
+            # the earlier windows' results stand.
+            interrupted = True
+            summary["stopped"] = "interrupted before its first simulation"
+            messages.append(f"interrupted ({_interruption(exc)}) in window {w + 1} of {len(spans)} before its first "
+                            "simulation finished: it and the later windows keep the start")
+            break
         x[free] = res.x
         iterations += res.iterations
         evaluations += res.evaluations
