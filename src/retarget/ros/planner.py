@@ -106,6 +106,14 @@ class Planner(Node):
                                                   gradient_norm=float(gradient_norm),
                                                   elapsed_time=time.monotonic() - started))
 
+    def _iteration(self, handle: ServerGoalHandle, started: float, info: dict[str, Any]) -> None:
+        """Feedback per optimizer iteration; with windows the stage names the window."""
+        stage = "optimizing"
+        if "window" in info:
+            stage = f"optimizing window {info['window']} of {info['windows']}"
+        self._feedback(handle, started, stage, iteration=int(info.get("iteration", 0)),
+                       objective=float(info.get("objective", 0.0)), gradient_norm=float(info.get("gradient_norm", 0.0)))
+
     def _validate(self, goal: Retarget.Goal) -> None:
         if goal.robot and goal.robot != self.robot_name:
             raise InputError(f"this planner serves robot {self.robot_name!r}, the goal asks for {goal.robot!r}")
@@ -129,7 +137,7 @@ class Planner(Node):
         try:
             plan = load_optimizer()
             self._feedback(handle, started, "optimizing")
-            outcome = plan(self._request(goal), lambda it: self._feedback(handle, started, "optimizing", **it),
+            outcome = plan(self._request(goal), lambda info: self._iteration(handle, started, info),
                            cancelled=lambda: handle.is_cancel_requested)
         except PlanCancelled as exc:
             handle.canceled()
