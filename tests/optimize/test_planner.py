@@ -204,10 +204,18 @@ def test_plan_request_cancelled_returns_the_best_iterate_so_far(tiny_artifact, m
 
     monkeypatch.setattr(planner, "CANCEL_POLL_S", 0.0)
     request = _tiny_request(tiny_artifact, monkeypatch, tmp_path, max_iterations=50, relative_tolerance=1e-15)
+    reports: list = []
     iterations: list = []
-    out = plan(request, iterations.append, cancelled=lambda: bool(iterations))
+
+    def progress(info: dict) -> None:
+        reports.append(info)
+        if "iteration" in info:
+            iterations.append(info)
+
+    out = plan(request, progress, cancelled=lambda: bool(iterations))
     metrics = out["metrics"]
     assert metrics["cancelled"] and metrics["interrupted"] and metrics["iterations"] == 1 == len(iterations)
+    assert reports[0] == {"stage": "targets"} and {"stage": "optimizing"} in reports
     assert "interrupted (cancel requested)" in metrics["message"]
     assert metrics["objective_final"] <= metrics["objective_initial"]
     assert len(out["time"]) == len(out["positions"]) > 10

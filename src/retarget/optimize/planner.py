@@ -284,6 +284,10 @@ class _BudgetExhausted(Exception):
     """Internal: the optimizer's deadline passed (or the next evaluation would pass it)."""
 
 
+#: :func:`run_plan`'s progress stages as :func:`plan` reports them (the Retarget action's feedback ``stage``).
+FEEDBACK_STAGES = {"targets": "targets", "naive playback": "naive playback",
+                   "evaluation (forward + adjoint)": "optimizing", "zv": "baselines", "zvd": "baselines"}
+
 #: How often :func:`plan` polls its ``cancelled`` callback at most [s].
 CANCEL_POLL_S = 0.05
 
@@ -1149,7 +1153,9 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
             ``torque_margin`` (:attr:`PlanOptions.torque_weight`; absent: the defaults), ``allow_training``
             (default False: a robot without a given, cached or found reduced model raises NotAvailableError rather
             than training for minutes to hours inside a request).
-        progress: called per L-BFGS iteration with ``{iteration, objective, gradient_norm}``.
+        progress: called per L-BFGS iteration with ``{iteration, objective, gradient_norm}`` (with windows also
+            ``window``, ``windows``), and with ``{stage}`` when a stage begins (:data:`FEEDBACK_STAGES`: ``targets``,
+            ``naive playback``, ``optimizing``, ``baselines``).
         cancelled: polled during the run (per simulation step, at most every 50 ms, and per iteration); once it
             returns true the optimizer stops as on Ctrl-C and the best parameters so far are returned, flagged
             ``cancelled`` (and ``interrupted``) in the metrics.
@@ -1216,14 +1222,23 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
         spent = time.perf_counter() - started
         options = replace(options, time_budget=max(float(options.time_budget) - spent, 0.0))
     check = None if cancelled is None else _CancelCheck(cancelled)
-    callback = progress
-    if check is not None:
-        def callback(info: dict[str, Any]) -> None:
-            if progress is not None:
-                progress(info)
-            check("optimization")
+    stage_now: list[str] = []
 
-    result = run_plan(engine, motion, bodies, limits_for(pm.model, pm.config), options, progress=check,
+    def steps(stage: str, done: int = 0, total: int = 0) -> None:
+        stage = FEEDBACK_STAGES.get(stage, stage)
+        if progress is not None and stage_now != [stage]:
+            stage_now[:] = [stage]
+            progress({"stage": stage})
+        if check is not None:
+            check(stage, done, total)
+
+    def callback(info: dict[str, Any]) -> None:
+        if progress is not None:
+            progress(info)
+        if check is not None:
+            check("optimizing")
+
+    result = run_plan(engine, motion, bodies, limits_for(pm.model, pm.config), options, progress=steps,
                       callback=callback)
     t = result.pp.targets.times
     metrics = {**result.metrics(), "cancelled": check is not None and check.fired}

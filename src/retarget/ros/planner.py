@@ -106,8 +106,11 @@ class Planner(Node):
                                                   gradient_norm=float(gradient_norm),
                                                   elapsed_time=time.monotonic() - started))
 
-    def _iteration(self, handle: ServerGoalHandle, started: float, info: dict[str, Any]) -> None:
-        """Feedback per optimizer iteration; with windows the stage names the window."""
+    def _progress(self, handle: ServerGoalHandle, started: float, info: dict[str, Any]) -> None:
+        """Feedback when a stage begins and per optimizer iteration (with windows the stage names the window)."""
+        if "iteration" not in info:
+            self._feedback(handle, started, str(info.get("stage", "optimizing")))
+            return
         stage = "optimizing"
         if "window" in info:
             stage = f"optimizing window {info['window']} of {info['windows']}"
@@ -136,8 +139,8 @@ class Planner(Node):
             return Result(error_code=Result.INVALID_GOAL, error_string=str(exc), wall_time=time.monotonic() - started)
         try:
             plan = load_optimizer()
-            self._feedback(handle, started, "optimizing")
-            outcome = plan(self._request(goal), lambda info: self._iteration(handle, started, info),
+            self._feedback(handle, started, "loading")  # the reduced model; plan() reports the stages after it
+            outcome = plan(self._request(goal), lambda info: self._progress(handle, started, info),
                            cancelled=lambda: handle.is_cancel_requested)
         except PlanCancelled as exc:
             handle.canceled()
