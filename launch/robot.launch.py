@@ -33,7 +33,7 @@ ARGUMENTS = (
     ("namespace", "", "ROS namespace of every node (empty or /name)"),
     ("twin", "first_order", "emulated servo dynamics: first_order, or reduced (the servos drive the reduced "
                             "simulation, whose poses feed the mocap twin; docs/twin.md)"),
-    ("reduced", "", "reduced model file for twin:=reduced (empty: the planner's cache)"),
+    ("reduced", "", "reduced model file for twin:=reduced and the planner (empty: the newest fresh one found)"),
 )
 
 

@@ -101,6 +101,7 @@ def test_reduced_twin_uses_the_model_or_falls_back(tmp_path: Path, monkeypatch: 
     assert plan.twin == "first_order" and "--twin" not in plan.processes[0].args
     assert "no reduced simulation" in plan.notes[0] and plan.notes[0] in plan.summary()
     assert "twin_motion" not in plan.node("mocap").parameters
+    assert "reduced_file" not in plan.node("planner").parameters  # the planner looks for a model itself
     model = tmp_path / "rod.npz"
     model.write_bytes(b"x")
     plan = describe("single_rod", twin="reduced", reduced=model, run_dir=tmp_path)
@@ -108,6 +109,7 @@ def test_reduced_twin_uses_the_model_or_falls_back(tmp_path: Path, monkeypatch: 
     assert plan.twin == "reduced" and args[args.index("--twin") + 1] == "reduced"
     assert args[args.index("--reduced") + 1] == str(model.resolve())
     assert plan.node("mocap").parameters["twin_motion"] == f"live:{plan.twin_channel}"
+    assert plan.node("planner").parameters["reduced_file"] == str(model.resolve())  # one model for both
 
 
 def test_unknown_robot_names_the_known_ones() -> None:

@@ -254,7 +254,8 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
         twin: Dynamics of the emulated servos, one of :data:`TWIN_DYNAMICS`. ``reduced`` needs a reduced model
             (``reduced``, else the planner's cache; :func:`retarget.twin.find_reduced_model`, file checks only);
             without one it falls back to ``first_order`` and says why in :attr:`Bringup.notes` (and the log).
-        reduced: Reduced model file for ``twin="reduced"`` (``.npz`` from ``retarget reduce`` or a pickle).
+        reduced: Reduced model file (``.npz`` from ``retarget reduce`` or a pickle) for ``twin="reduced"`` and the
+            planner's ``reduced_file`` (None: each finds the newest fresh model itself).
         python: Interpreter for the processes (default: this one); only used in the emulator's command.
         plan_time_budget: The planner node's ``time_budget`` [s] (0: none).
 
@@ -330,10 +331,12 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
              node("trajectory_server", "retarget.ros.trajectory_server", "trajectory_server",
                   {"robot_description": urdf_xml(description)})]
     if planner:
-        nodes.append(node("planner", "retarget.ros.planner", "planner",
-                          {"robot_name": name, "trajectory_server_action": f"{namespace}/trajectory_server/"
-                                                                           "follow_joint_trajectory",
-                           "time_budget": float(plan_time_budget)}))
+        planner_params: dict[str, Any] = {"robot_name": name, "time_budget": float(plan_time_budget),
+                                          "trajectory_server_action": f"{namespace}/trajectory_server/"
+                                                                      "follow_joint_trajectory"}
+        if reduced:
+            planner_params["reduced_file"] = str(Path(reduced).expanduser().resolve())
+        nodes.append(node("planner", "retarget.ros.planner", "planner", planner_params))
     if mocap != "none":
         mocap_params: dict[str, Any] = {"source": mocap}
         if mocap == "twin" and channel is not None:

@@ -100,7 +100,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="emulated servo dynamics: first_order (rigid servos), or reduced (the servos drive the "
                         "reduced simulation and the mocap twin shows the flexible parts; docs/twin.md)")
     parser.add_argument("--reduced", default=None, metavar="FILE",
-                        help="reduced model for --twin reduced (default: the newest in the planner's cache)")
+                        help="reduced model for --twin reduced and the planner (default: each uses the newest fresh "
+                        "model of the robot it finds)")
     parser.add_argument("--mocap", choices=MOCAP_SOURCES, default="twin",
                         help="mocap node source: twin (simulated), natnet (OptiTrack Motive) or none")
     parser.add_argument("--namespace", default="", help="ROS namespace of every node (e.g. /drummer)")

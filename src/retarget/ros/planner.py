@@ -70,6 +70,9 @@ class Planner(Node):
         self.server_action = declare(self, "trajectory_server_action", T.STRING,
                                      "/trajectory_server/follow_joint_trajectory",
                                      "FollowJointTrajectory action used when a goal asks to execute")
+        self.reduced_file = declare(self, "reduced_file", T.STRING, "",
+                                    "reduced model to plan with (.npz from `retarget reduce`, or a cached .pkl); "
+                                    "empty: the newest fresh model of the robot in the model folders and cache")
         self.allow_training = declare(self, "allow_training", T.BOOL, False,
                                       "train a reduced model in-process when none is cached (minutes to hours); "
                                       "false: such goals end NOT_AVAILABLE with the command to build one")
@@ -183,6 +186,7 @@ class Planner(Node):
                 "deviation_weight": goal.deviation_weight, "acceleration_weight": goal.acceleration_weight,
                 "knot_spacing": goal.knot_spacing, "max_iterations": goal.max_iterations,
                 "relative_tolerance": goal.relative_tolerance, "allow_training": self.allow_training,
+                "reduced_file": self.reduced_file or None,
                 "time_budget": self.time_budget or None, "dt": self.dt or None, "window": self.window or None,
                 "window_tail": self.window_tail, "window_overlap": self.window_overlap,
                 "torque_weight": self.torque_weight, "torque_margin": self.torque_margin}
