@@ -223,6 +223,26 @@ def test_plan_request_cancelled_returns_the_best_iterate_so_far(tiny_artifact, m
     assert not never["cancelled"] and not never["interrupted"]
 
 
+def test_plan_request_verifies_at_a_finer_step_unless_asked_not_to(tiny_artifact, monkeypatch, tmp_path):
+    """As `retarget plan`: the ROS entry re-simulates at dt / 5 by default; a budget that runs out skips it."""
+    import retarget.optimize.planner as planner
+
+    request = _tiny_request(tiny_artifact, monkeypatch, tmp_path)
+    stages: list = []
+    metrics = plan(request, lambda info: stages.append(info.get("stage")))["metrics"]
+    assert metrics["verify"]["dt_s"] == pytest.approx(0.001) and metrics["verify"]["steps"] == 200
+    assert set(metrics["verify"]) >= {"naive", "optimized", "peak_ratio", "holds"} and stages[-1] == "verifying"
+    assert "verify" not in plan(request | {"verify": False}, None)["metrics"]
+    assert plan(request | {"verify_dt": 0.0025}, None)["metrics"]["verify"]["steps"] == 80
+
+    def out_of_time(result, dt, progress=None):
+        raise planner._BudgetExhausted
+
+    monkeypatch.setattr(planner, "verify_plan", out_of_time)
+    metrics = plan(request, None)["metrics"]
+    assert "verify" not in metrics and "not verified at dt 0.001 s: the time budget ran out" in metrics["warnings"]
+
+
 def test_plan_request_cancelled_before_any_result_raises(tiny_artifact, monkeypatch, tmp_path):
     from retarget.optimize.errors import PlanCancelled
 

@@ -61,6 +61,7 @@ __all__ = [
     "plan",
     "run_plan",
     "simulate_variant",
+    "verify_metrics",
     "verify_plan",
 ]
 
@@ -286,7 +287,8 @@ class _BudgetExhausted(Exception):
 
 #: :func:`run_plan`'s progress stages as :func:`plan` reports them (the Retarget action's feedback ``stage``).
 FEEDBACK_STAGES = {"targets": "targets", "naive playback": "naive playback",
-                   "evaluation (forward + adjoint)": "optimizing", "zv": "baselines", "zvd": "baselines"}
+                   "evaluation (forward + adjoint)": "optimizing", "zv": "baselines", "zvd": "baselines",
+                   "verifying": "verifying"}
 
 #: How often :func:`plan` polls its ``cancelled`` callback at most [s].
 CANCEL_POLL_S = 0.05
@@ -926,13 +928,13 @@ class PlanResult:
         return out
 
 
-def verify_plan(result: PlanResult, dt: float) -> dict[str, Any]:
+def verify_plan(result: PlanResult, dt: float, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Re-simulate the naive and optimized profiles at a finer step ``dt`` [s] and measure them against the targets.
 
     The optimizer sees the robot only at the planning step; profiles it tuned there may excite modes that BDF2 at
     that step damps or delays, and then the improvement is the discretization's, not the robot's (the drummer at
     5 ms: peak 0.65 × naive at 5 ms, 1.05 × at 1 ms; docs/optimize.md). The targets are interpolated (cubic) to
-    the finer grid.
+    the finer grid. ``progress(done, total)`` is called per step of each run (and may raise to stop them).
 
     Returns:
         ``dt_s``, ``steps``, ``naive`` and ``optimized`` deviation metrics at ``dt``, ``peak_ratio`` (optimized over
@@ -954,7 +956,7 @@ def verify_plan(result: PlanResult, dt: float) -> dict[str, Any]:
     target = CubicSpline(pp.targets.times, pp.targets.positions, axis=0)(np.arange(n + 1) * dt)
     out: dict[str, Any] = {"dt_s": float(dt), "steps": n}
     for name, profiles in (("naive", pp.fit.profiles), ("optimized", result.profiles)):
-        run = rollout(prob.engine, prob.start, profiles, dt, n)
+        run = rollout(prob.engine, prob.start, profiles, dt, n, progress)
         out[name] = deviation_metrics(prob.poses.positions(run.matrix), target)
         out[name]["peak_torque_ratio"] = max(torque_report(run.times, run.matrix[:, prob.engine.motor_torque_index],
                                                            pp.limits).ratio)
@@ -1138,6 +1140,30 @@ def limits_for(model: Any, config: dict[str, Any] | None) -> MotorLimits:
     return MotorLimits.build(model.motors, lims, servo)
 
 
+def verify_metrics(result: PlanResult, dt: float, deadline: float | None = None,
+                   progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+    """:func:`verify_plan` for the plan's metrics: ``verify``, and a warning appended to ``result.warnings`` (and
+    the returned ``warnings``) when the improvement does not hold, the ``deadline`` passed first, or a cancel
+    (:class:`PlanCancelled` from ``progress``) came first."""
+    warnings = result.warnings
+    planning_dt = result.pp.problem.dt
+    step_progress = _deadline_progress(deadline, None if progress is None
+                                       else (lambda k, n: progress("verifying", k, n)))
+    try:
+        check = verify_plan(result, dt, step_progress)
+    except _BudgetExhausted:
+        warnings.append(f"not verified at dt {dt:g} s: the time budget ran out")
+        return {"warnings": list(warnings)}
+    except PlanCancelled:
+        warnings.append(f"not verified at dt {dt:g} s: cancelled")
+        return {"warnings": list(warnings)}
+    if not check["holds"]:
+        warnings.append(f"the optimized profiles' improvement does not hold at dt {dt:g} s: peak deviation "
+                        f"{check['peak_ratio']:.2f}x naive there, {check['planning_peak_ratio']:.2f}x at the "
+                        f"planning dt {planning_dt:g} s - plan with a smaller dt")
+    return {"verify": check, "warnings": list(warnings)}
+
+
 def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | None = None,
          cancelled: Callable[[], bool] | None = None) -> dict[str, Any]:
     """The ROS planner node's entry point (docs/ros.md): plain data in, plain data out.
@@ -1150,12 +1176,15 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
             ``.pkl``), ``time_budget`` [s] (zero/negative/absent: none; the best iterate when it runs out, flagged
             ``budget_limited`` in the metrics), ``window`` / ``window_tail`` / ``window_overlap`` [s] (windows,
             :attr:`PlanOptions.window`; zero/negative/absent: the whole motion at once), ``torque_weight``,
-            ``torque_margin`` (:attr:`PlanOptions.torque_weight`; absent: the defaults), ``allow_training``
+            ``torque_margin`` (:attr:`PlanOptions.torque_weight`; absent: the defaults), ``verify`` (default true:
+            re-simulate the naive and optimized profiles at ``verify_dt``, default ``dt / 5``, as ``retarget plan``
+            does, :func:`verify_plan`; metrics ``verify``, and a warning when the improvement does not hold; skipped
+            with a warning when the time budget runs out first), ``allow_training``
             (default False: a robot without a given, cached or found reduced model raises NotAvailableError rather
             than training for minutes to hours inside a request).
         progress: called per L-BFGS iteration with ``{iteration, objective, gradient_norm}`` (with windows also
             ``window``, ``windows``), and with ``{stage}`` when a stage begins (:data:`FEEDBACK_STAGES`: ``targets``,
-            ``naive playback``, ``optimizing``, ``baselines``).
+            ``naive playback``, ``optimizing``, ``baselines``, ``verifying``).
         cancelled: polled during the run (per simulation step, at most every 50 ms, and per iteration); once it
             returns true the optimizer stops as on Ctrl-C and the best parameters so far are returned, flagged
             ``cancelled`` (and ``interrupted``) in the metrics.
@@ -1238,9 +1267,14 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
         if check is not None:
             check("optimizing")
 
+    deadline = None if options.time_budget is None else time.perf_counter() + float(options.time_budget)
     result = run_plan(engine, motion, bodies, limits_for(pm.model, pm.config), options, progress=steps,
                       callback=callback)
+    metrics = result.metrics()
+    if bool(request.get("verify", True)) and not (check is not None and check.fired):
+        fine = float(_none_if_default(request.get("verify_dt"), options.dt / 5.0))
+        metrics.update(verify_metrics(result, fine, deadline, steps))
+    metrics["cancelled"] = check is not None and check.fired
     t = result.pp.targets.times
-    metrics = {**result.metrics(), "cancelled": check is not None and check.fired}
     return {"joint_names": list(result.pp.motion.joint_names), "time": (t + float(motion.time[0])).tolist(),
             "positions": np.asarray(result.profiles.evaluate(t)).tolist(), "metrics": metrics}

@@ -93,6 +93,12 @@ class Planner(Node):
                                      "and warn", low=0.0)
         self.torque_margin = declare(self, "torque_margin", T.DOUBLE, 0.1, "fraction of the stall torque the "
                                      "torque penalty keeps free", low=0.0, high=0.99)
+        self.verify = declare(self, "verify", T.BOOL, True,
+                              "re-simulate the naive and optimized trajectories at verify_dt and warn when the "
+                              "improvement does not hold there (as `retarget plan`); skipped when time_budget runs "
+                              "out first")
+        self.verify_dt = declare(self, "verify_dt", T.DOUBLE, 0.0, "verification step [s]; 0: the planning dt / 5",
+                                 low=0.0)
         group = ReentrantCallbackGroup()
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
                              reliability=ReliabilityPolicy.RELIABLE)
@@ -186,7 +192,7 @@ class Planner(Node):
                 "deviation_weight": goal.deviation_weight, "acceleration_weight": goal.acceleration_weight,
                 "knot_spacing": goal.knot_spacing, "max_iterations": goal.max_iterations,
                 "relative_tolerance": goal.relative_tolerance, "allow_training": self.allow_training,
-                "reduced_file": self.reduced_file or None,
+                "reduced_file": self.reduced_file or None, "verify": self.verify, "verify_dt": self.verify_dt or None,
                 "time_budget": self.time_budget or None, "dt": self.dt or None, "window": self.window or None,
                 "window_tail": self.window_tail, "window_overlap": self.window_overlap,
                 "torque_weight": self.torque_weight, "torque_margin": self.torque_margin}
