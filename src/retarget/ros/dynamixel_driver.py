@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import rclpy
@@ -35,6 +37,7 @@ __all__ = ["DynamixelDriver", "Fault", "main"]
 
 #: Host-detected errors that a retry on the next tick may clear.
 TRANSIENT = (NoReplyError, CrcError, MalformedPacketError)
+R = TypeVar("R")
 
 
 
@@ -84,7 +87,8 @@ class DynamixelDriver(Node):
                                        "lost or corrupt replies in a row tolerated before a fault (1 = none)",
                                        low=1, high=100)
         self.startup_timeout = declare(self, "startup_timeout", T.DOUBLE, 5.0,
-                                       "how long lost replies are retried while configuring the servos [s]",
+                                       "how long lost replies are retried while starting (configure, first read, "
+                                       "torque on) [s]",
                                        low=0.0, high=60.0)
         self._comm_errors = 0
         if not self.joint_names or len(ids) != len(self.joint_names):
@@ -119,27 +123,33 @@ class DynamixelDriver(Node):
         try:
             if not self.bus.is_open:
                 self.bus.open()
-            # Torque is off until configure() succeeds, so retrying lost replies here is safe; a loaded host or a
-            # servo still booting often misses the first packets.
+            # A loaded host or a servo still booting often misses the first packets, so each start-up step retries
+            # lost or corrupt replies until startup_timeout. Each is safe to repeat: torque is off until configure()
+            # succeeds, a read changes nothing, and Torque Enable = 1 written twice is written once. (They retry one
+            # by one: configure() again after a torque-on whose reply was lost would meet a locked EEPROM.)
             deadline = time.monotonic() + self.startup_timeout
-            while True:
-                try:
-                    self.bus.configure(self.operating_mode, return_delay_us=self.return_delay_us)
-                    break
-                except TRANSIENT as exc:
-                    if time.monotonic() > deadline:
-                        raise
-                    self.get_logger().warning(f"configure failed, retrying: {exc}", throttle_duration_sec=1.0)
-            state = self.bus.read_state()
+            self._retry("configure", deadline, lambda: self.bus.configure(self.operating_mode,
+                                                                           return_delay_us=self.return_delay_us))
+            state = self._retry("first read", deadline, self.bus.read_state)
             self._follower = CommandFollower(self.joint_names, state.position)
             self._commanded = False
             if self.torque_on_start:
-                self.bus.set_torque(True)
+                self._retry("torque on", deadline, lambda: self.bus.set_torque(True))
             self.fault = None
             self.get_logger().info(f"bus {self.bus.port_name}: {len(self.bus.ids)} servos ready, torque "
                                    f"{'on' if self.torque_on_start else 'off'}")
         except DynamixelError as exc:
             self._enter_fault(exc)
+
+    def _retry(self, what: str, deadline: float, step: Callable[[], R]) -> R:
+        """``step()``, again after a lost or corrupt reply until ``deadline`` (monotonic [s]) has passed."""
+        while True:
+            try:
+                return step()
+            except TRANSIENT as exc:
+                if time.monotonic() > deadline:
+                    raise
+                self.get_logger().warning(f"{what} failed, retrying: {exc}", throttle_duration_sec=1.0)
 
     def _on_command(self, msg: JointTrajectory) -> None:
         with self._lock:

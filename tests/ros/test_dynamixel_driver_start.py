@@ -1,0 +1,90 @@
+"""The driver's start-up (in-process, a fake bus): lost replies are retried step by step until startup_timeout."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from rclpy.parameter import Parameter
+
+from retarget.dynamixel import NoReplyError
+
+
+class FlakyBus:
+    """Stands in for DynamixelBus: each start-up step loses its first ``lost[step]`` replies."""
+
+    def __init__(self, port: str, ids: list[int], **_: object) -> None:
+        self.port_name, self.ids, self.is_open = port, list(ids), False
+        self.lost = dict(FlakyBus.lost)
+        self.calls: list[str] = []
+
+    lost: dict[str, int] = {}
+
+    def _step(self, name: str) -> None:
+        self.calls.append(name)
+        if self.lost.get(name, 0) > 0:
+            self.lost[name] -= 1
+            raise NoReplyError(self.ids[-1], name)
+
+    def open(self) -> FlakyBus:
+        self.is_open = True
+        return self
+
+    def configure(self, *_: object, **__: object) -> None:
+        self._step("configure")
+
+    def read_state(self, raise_on_alert: bool = True) -> SimpleNamespace:
+        self._step("read")
+        n = len(self.ids)
+        return SimpleNamespace(position=np.zeros(n), velocity=np.zeros(n), current=np.zeros(n),
+                               alert=np.zeros(n, dtype=bool))
+
+    def set_torque(self, enabled: bool, ids: object = None) -> None:
+        self._step("torque on" if enabled else "torque off")
+
+    def safe_torque_off(self) -> dict:
+        self.calls.append("safe torque off")
+        return {}
+
+    def read(self, servo_id: int, name: str) -> int:
+        return 0  # Hardware Error Status: none
+
+    def close(self) -> None:
+        self.is_open = False
+
+
+@pytest.fixture
+def start_driver(ros_context, monkeypatch):
+    import retarget.dynamixel.bus as bus_module
+    from retarget.ros.dynamixel_driver import DynamixelDriver
+
+    monkeypatch.setattr(bus_module, "DynamixelBus", FlakyBus)
+    context, _ = ros_context
+    made = []
+
+    def start(lost: dict[str, int], timeout: float = 5.0) -> DynamixelDriver:
+        FlakyBus.lost = lost
+        params = [Parameter("joint_names", value=["a", "b"]), Parameter("dynamixel_ids", value=[1, 2]),
+                  Parameter("startup_timeout", value=timeout)]
+        made.append(DynamixelDriver(context=context, parameter_overrides=params))
+        return made[-1]
+
+    yield start
+    for node in made:
+        node.destroy_node()
+
+
+@pytest.mark.parametrize("step", ["configure", "read", "torque on"])
+def test_a_lost_reply_in_any_start_up_step_is_retried(start_driver, step: str) -> None:
+    driver = start_driver({step: 2})
+    assert driver.fault is None, driver.fault
+    assert driver.bus.calls.count(step) == 3  # two lost, the third answered
+    # Each step is retried on its own: nothing before it runs again (configure after a torque-on would fail).
+    order = ["configure", "read", "torque on"]
+    assert [c for c in driver.bus.calls if c != step] == [c for c in order if c != step]
+
+
+def test_replies_lost_beyond_the_start_up_timeout_are_a_fault_naming_the_servo(start_driver) -> None:
+    driver = start_driver({"torque on": 10**9}, timeout=0.2)
+    assert driver.fault is not None and driver.fault.kind == "host" and driver.fault.servo_id == 2
+    assert "torque on" in driver.fault.message and "safe torque off" in driver.bus.calls
