@@ -88,6 +88,16 @@ def test_hardware_and_options(tmp_path: Path) -> None:
     assert natnet.node("mocap").parameters["source"] == "natnet"
 
 
+def test_planner_settings_come_from_the_params_file_unless_a_budget_is_given(tmp_path: Path) -> None:
+    planner = describe("drummer", run_dir=tmp_path).node("planner").parameters
+    # The drummer's and boxer's measured plan settings (docs/optimize.md), not the node's whole-motion defaults.
+    assert (planner["time_budget"], planner["window"], planner["dt"], planner["target_stride"]) == (900.0, 1.0, 0.002,
+                                                                                                  5)
+    assert describe("drummer", run_dir=tmp_path, plan_time_budget=100.0).node("planner").parameters[
+        "time_budget"] == 100.0
+    assert "time_budget" not in describe("single_rod", run_dir=tmp_path).node("planner").parameters
+
+
 @pytest.mark.parametrize("kwargs, text", [({"mocap": "vicon"}, "mocap"), ({"twin": "rigid"}, "twin"),
                                           ({"namespace": "no_slash"}, "namespace")])
 def test_bad_options_are_input_errors(kwargs: dict[str, str], text: str, tmp_path: Path) -> None:

@@ -257,7 +257,7 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
         reduced: Reduced model file (``.npz`` from ``retarget reduce`` or a pickle) for ``twin="reduced"`` and the
             planner's ``reduced_file`` (None: each finds the newest fresh model itself).
         python: Interpreter for the processes (default: this one); only used in the emulator's command.
-        plan_time_budget: The planner node's ``time_budget`` [s] (0: none).
+        plan_time_budget: The planner node's ``time_budget`` [s] (0: the params file's, else none).
 
     Returns:
         The node set.
@@ -331,9 +331,11 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
              node("trajectory_server", "retarget.ros.trajectory_server", "trajectory_server",
                   {"robot_description": urdf_xml(description)})]
     if planner:
-        planner_params: dict[str, Any] = {"robot_name": name, "time_budget": float(plan_time_budget),
-                                          "trajectory_server_action": f"{namespace}/trajectory_server/"
-                                                                      "follow_joint_trajectory"}
+        planner_params: dict[str, Any] = {"robot_name": name, "trajectory_server_action": f"{namespace}/"
+                                                                                          "trajectory_server/"
+                                                                                          "follow_joint_trajectory"}
+        if plan_time_budget > 0:  # else the params file's (the drummer's and boxer's: 15 minutes)
+            planner_params["time_budget"] = float(plan_time_budget)
         if reduced:
             planner_params["reduced_file"] = str(Path(reduced).expanduser().resolve())
         nodes.append(node("planner", "retarget.ros.planner", "planner", planner_params))

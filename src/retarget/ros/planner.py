@@ -82,6 +82,8 @@ class Planner(Node):
                                    "if there is none yet; 0: no limit", low=0.0)
         self.dt = declare(self, "dt", T.DOUBLE, 0.0, "simulation time step of the plan [s]; 0: the optimizer's "
                           "default", low=0.0)
+        self.target_stride = declare(self, "target_stride", T.INTEGER, 1, "solve the quasi-static targets every N "
+                                     "steps and interpolate between (long motions: 5)", low=1, high=1000)
         self.window = declare(self, "window", T.DOUBLE, 0.0, "optimize in receding-horizon windows of this length "
                               "[s], one after another (long motions); 0: the whole motion at once", low=0.0)
         self.window_tail = declare(self, "window_tail", T.DOUBLE, 0.5, "how far past its span a window's "
@@ -194,6 +196,7 @@ class Planner(Node):
                 "relative_tolerance": goal.relative_tolerance, "allow_training": self.allow_training,
                 "reduced_file": self.reduced_file or None, "verify": self.verify, "verify_dt": self.verify_dt or None,
                 "time_budget": self.time_budget or None, "dt": self.dt or None, "window": self.window or None,
+                "target_stride": self.target_stride,
                 "window_tail": self.window_tail, "window_overlap": self.window_overlap,
                 "torque_weight": self.torque_weight, "torque_margin": self.torque_margin}
 
