@@ -40,7 +40,6 @@ TRANSIENT = (NoReplyError, CrcError, MalformedPacketError)
 R = TypeVar("R")
 
 
-
 @dataclass
 class Fault:
     """The fault that stopped the driver.
