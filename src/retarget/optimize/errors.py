@@ -67,7 +67,8 @@ class PlanCancelled(KeyboardInterrupt):
     """A request to stop planning that does not come from the terminal: the ROS action's cancel.
 
     A :class:`KeyboardInterrupt` on purpose: the optimizer treats it as Ctrl-C and returns the best parameters
-    evaluated so far. Raised before there is any (while the targets are solved) it ends the request.
+    evaluated so far. Raised before there is any (the targets, the optimizer's first simulation) it ends the
+    request.
 
     Attributes:
         stage: what was running when the cancel was noticed (a progress stage such as ``targets``).

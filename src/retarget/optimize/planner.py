@@ -1197,7 +1197,8 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
         InputError: malformed request (StaleReducedModelError: the reduced model does not match the robot).
         NotAvailableError: no reduced model and training not allowed.
         TimeBudgetError: the budget ran out before the first simulation finished.
-        PlanCancelled: ``cancelled`` turned true before there was anything to return (the targets).
+        PlanCancelled: ``cancelled`` turned true before there was anything to return (the targets, the naive
+            playback of a too-fast input, or the optimizer's first simulation).
         RetargetError: planning failed.
     """
     from retarget.errors import InputError

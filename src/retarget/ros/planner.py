@@ -6,7 +6,8 @@ JointTrajectory and metrics, which is also published latched (transient local) o
 Until the optimizer exists the result is ``NOT_AVAILABLE`` with a clear reason — never a fake success. With
 ``execute: true`` an optimized trajectory is forwarded to the trajectory server. A cancel stops the optimizer as
 Ctrl-C stops ``retarget plan``: the result is ``CANCELED`` and carries the best trajectory evaluated so far (with
-its metrics), which is neither published nor executed; cancelled while the targets are solved, it carries none.
+its metrics), which is neither published nor executed; cancelled before the optimizer's first simulation finished,
+it carries none.
 """
 from __future__ import annotations
 
