@@ -238,7 +238,9 @@ class OptimizationResult:
         iterations: L-BFGS-B iterations completed.
         evaluations: simulations with gradient run.
         history: objective after each iteration.
-        interrupted: stopped by Ctrl-C (KeyboardInterrupt); ``x`` is the best point evaluated.
+        interruption: what stopped the run early — ``"Ctrl-C"`` (a KeyboardInterrupt) or ``"cancel requested"``
+            (:class:`PlanCancelled`); ``""`` when nothing did. ``x`` is then the best point evaluated
+            (:attr:`interrupted`).
         message: the optimizer's stop reason.
         best: the :class:`Evaluation` at ``x``.
         initial: the :class:`Evaluation` at ``x₀`` (with ``x₀`` the fit, this is the naive playback).
@@ -264,7 +266,7 @@ class OptimizationResult:
     iterations: int
     evaluations: int
     history: list[float]
-    interrupted: bool
+    interruption: str
     message: str
     best: Evaluation
     initial: Evaluation
@@ -276,6 +278,11 @@ class OptimizationResult:
     first_step: float = 1.0
     windows: list[dict[str, Any]] | None = None
     curvature: float | None = None
+
+    @property
+    def interrupted(self) -> bool:
+        """Stopped by Ctrl-C or a cancel (:attr:`interruption`)."""
+        return bool(self.interruption)
 
 
 _LOG = logging.getLogger(__name__)
@@ -486,7 +493,7 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
         return min(1.0, -slope / measured)
 
     g_first = projected_gradient_norm(x_start, first.gradient)
-    interrupted = budget_limited = False
+    interruption, budget_limited = "", False
     message = ""
     restarts = 0
     length = 1.0
@@ -530,8 +537,8 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
                 break
             restarts += 1
     except KeyboardInterrupt as exc:
-        interrupted = True
-        message = f"interrupted ({_interruption(exc)}): returning the best parameters evaluated so far"
+        interruption = _interruption(exc)
+        message = f"interrupted ({interruption}): returning the best parameters evaluated so far"
     except _BudgetExhausted:
         budget_limited = True
         message = (f"time budget reached after {state['iterations']} iterations ({state['evals']} evaluations, the latest "
@@ -540,7 +547,7 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
     if restarts:
         message += f" (after {restarts} restart{'s' if restarts > 1 else ''} of a stalled line search)"
     return OptimizationResult(state["best_x"], first.value, best.value, state["iterations"], state["evals"], history,
-                              interrupted, message, best, first, budget_limited, state["duration"],
+                              interruption, message, best, first, budget_limited, state["duration"],
                               state.get("failed", 0), restarts, method, length, curvature=state.get("secant"))
 
 
@@ -605,7 +612,7 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
         a += stride
     states = list(initial.rollout.states)
     iterations = evaluations = failed = restarts = 0
-    interrupted = budget_limited = False
+    interruption, budget_limited = "", False
     evaluation_s, first_step = 0.0, 1.0
     messages: list[str] = []
     summaries: list[dict[str, Any]] = []
@@ -658,9 +665,9 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
         except KeyboardInterrupt as exc:
             # Before the window's first simulation finished (the optimizer returns its best point after that):
             # the earlier windows' results stand.
-            interrupted = True
+            interruption = _interruption(exc)
             summary["stopped"] = "interrupted before its first simulation"
-            messages.append(f"interrupted ({_interruption(exc)}) in window {w + 1} of {len(spans)} before its first "
+            messages.append(f"interrupted ({interruption}) in window {w + 1} of {len(spans)} before its first "
                             "simulation finished: it and the later windows keep the start")
             break
         x[free] = res.x
@@ -680,15 +687,15 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
                        else "converged or iteration cap")
         curvature = res.curvature or curvature
         if res.interrupted:
-            interrupted = True
-            messages.append(f"{res.message.split(':')[0]} in window {w + 1} of {len(spans)}: the later windows "
+            interruption = res.interruption
+            messages.append(f"interrupted ({interruption}) in window {w + 1} of {len(spans)}: the later windows "
                             "keep the start")
             break
     try:
         final = evaluate(problem, x, gradient=False, progress=step_progress)
     except KeyboardInterrupt as exc:
-        interrupted = True
-        messages.append(f"interrupted ({_interruption(exc)}) in the final simulation: returning the start")
+        interruption = _interruption(exc)
+        messages.append(f"interrupted ({interruption}) in the final simulation: returning the start")
         x, final = x_start, initial
     if final.value > initial.value:
         messages.append(f"the windows raised J over the whole motion ({initial.value:.4g} → {final.value:.4g}): "
@@ -704,7 +711,7 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
     message = "; ".join([f"{len(spans)} windows of {options.window:g} s (+{options.window_tail:g} s tail{overlap}), "
                          f"{iterations} iterations", *messages])
     return OptimizationResult(x, initial.value, final.value, iterations, evaluations, [initial.value, final.value],
-                              interrupted, message, final, initial, budget_limited or cut > 0, evaluation_s, failed,
+                              interruption, message, final, initial, budget_limited or cut > 0, evaluation_s, failed,
                               restarts, "lbfgs-windows", first_step, summaries)
 
 
@@ -1149,19 +1156,18 @@ def verify_metrics(result: PlanResult, dt: float, deadline: float | None = None,
     planning_dt = result.pp.problem.dt
     step_progress = _deadline_progress(deadline, None if progress is None
                                        else (lambda k, n: progress("verifying", k, n)))
+    out: dict[str, Any] = {}
     try:
-        check = verify_plan(result, dt, step_progress)
-    except _BudgetExhausted:
-        warnings.append(f"not verified at dt {dt:g} s: the time budget ran out")
-        return {"warnings": list(warnings)}
-    except PlanCancelled:
-        warnings.append(f"not verified at dt {dt:g} s: cancelled")
-        return {"warnings": list(warnings)}
-    if not check["holds"]:
-        warnings.append(f"the optimized profiles' improvement does not hold at dt {dt:g} s: peak deviation "
-                        f"{check['peak_ratio']:.2f}x naive there, {check['planning_peak_ratio']:.2f}x at the "
-                        f"planning dt {planning_dt:g} s - plan with a smaller dt")
-    return {"verify": check, "warnings": list(warnings)}
+        out["verify"] = check = verify_plan(result, dt, step_progress)
+    except (_BudgetExhausted, PlanCancelled) as exc:
+        why = "cancelled" if isinstance(exc, PlanCancelled) else "the time budget ran out"
+        warnings.append(f"not verified at dt {dt:g} s: {why}")
+    else:
+        if not check["holds"]:
+            warnings.append(f"the optimized profiles' improvement does not hold at dt {dt:g} s: peak deviation "
+                            f"{check['peak_ratio']:.2f}x naive there, {check['planning_peak_ratio']:.2f}x at the "
+                            f"planning dt {planning_dt:g} s - plan with a smaller dt")
+    return {**out, "warnings": list(warnings)}
 
 
 def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | None = None,
