@@ -20,6 +20,8 @@ import numba
 import numpy as np
 from numpy.typing import NDArray
 
+from retarget.sim.reduced.kernels import _rot
+
 __all__ = ["body_force", "body_forces", "rotation_and_derivative"]
 
 
@@ -72,61 +74,102 @@ def _skew(a: NDArray[np.float64]) -> NDArray[np.float64]:
 
 
 @numba.njit(cache=True)
-def _force_terms(q, z, zdot, omega, acc_v, acc_w, acc_z, gravity, mass, s0, s1, p0, p1, p2, c0, c1, m_zz):  # type: ignore[no-untyped-def]
-    """``f`` and the intermediate terms :func:`body_forces` differentiates (see the module docstring)."""
+def _force_terms(rot, z, zdot, omega, acc_v, acc_w, acc_z, gravity, mass, s0, s1, p0, p1, p2, c0, c1, m_zz):  # type: ignore[no-untyped-def]
+    """``f`` and the intermediate terms :func:`body_forces` differentiates (see the module docstring), at the
+    reference body's rotation ``rot``.
+
+    Scalar loops throughout: the operands are 3-vectors and r × 3 blocks, for which a BLAS call costs more than the
+    arithmetic, and the r² sums sweep ``P₂`` and ``C₁`` in memory order.
+    """
     nr = z.shape[0]
-    nf = 6 + nr
-    rot, drot = rotation_and_derivative(q)
     rel = acc_v - gravity
-    e = rot.T @ rel
-    s = s0 + s1 @ z
-    sdot = s1 @ zdot
-    cm = c0.copy()
+    e = np.empty(3)
+    s = np.empty(3)
+    sdot = np.empty(3)
+    sacc = np.empty(3)
+    for i in range(3):
+        e[i] = rot[0, i] * rel[0] + rot[1, i] * rel[1] + rot[2, i] * rel[2]
+        a = s0[i]
+        b = 0.0
+        c = 0.0
+        for k in range(nr):
+            a += s1[i, k] * z[k]
+            b += s1[i, k] * zdot[k]
+            c += s1[i, k] * acc_z[k]
+        s[i] = a
+        sdot[i] = b
+        sacc[i] = c
+    # B_l = P₁_l + Σ_k z_k P₂_lk
     bm = p1.copy()
-    for k in range(nr):
-        if z[k] != 0.0:
-            for l in range(nr):
+    for l in range(nr):
+        for k in range(nr):
+            zk = z[k]
+            if zk != 0.0:
                 for i in range(3):
-                    cm[l, i] += z[k] * c1[k, l, i]
                     for j in range(3):
-                        bm[l, i, j] += z[k] * p2[l, k, i, j]
+                        bm[l, i, j] += zk * p2[l, k, i, j]
+    # C_l = C₀_l + Σ_k z_k C₁_kl and ck_l = Σ_k ż_k C₁_kl (3,)
+    cm = c0.copy()
+    ck = np.zeros((nr, 3))
+    for k in range(nr):
+        zk = z[k]
+        zdk = zdot[k]
+        for l in range(nr):
+            for i in range(3):
+                v = c1[k, l, i]
+                cm[l, i] += zk * v
+                ck[l, i] += zdk * v
     pm = p0.copy()
     qm = np.zeros((3, 3))
-    tr_b = np.zeros(nr)
+    tr_b = np.empty(nr)
     for k in range(nr):
+        tr_b[k] = bm[k, 0, 0] + bm[k, 1, 1] + bm[k, 2, 2]
+        zk = z[k]
+        zdk = zdot[k]
         for i in range(3):
-            tr_b[k] += bm[k, i, i]
             for j in range(3):
-                pm[i, j] += z[k] * (p1[k, i, j] + bm[k, j, i])
-                qm[i, j] += zdot[k] * bm[k, i, j]
+                pm[i, j] += zk * (p1[k, i, j] + bm[k, j, i])
+                qm[i, j] += zdk * bm[k, i, j]
     tr_p = pm[0, 0] + pm[1, 1] + pm[2, 2]
-    jm = -pm.copy()
     tr_q = qm[0, 0] + qm[1, 1] + qm[2, 2]
-    gq = -2.0 * qm
+    jm = np.empty((3, 3))
+    gq = np.empty((3, 3))
     for i in range(3):
+        for j in range(3):
+            jm[i, j] = -pm[i, j]
+            gq[i, j] = -2.0 * qm[i, j]
         jm[i, i] += tr_p
         gq[i, i] += 2.0 * tr_q
     ws = _cross(omega, s)
-    psi = _cross(acc_w, s) + _cross(omega, ws) + 2.0 * _cross(omega, sdot) + s1 @ acc_z
-    jw = jm @ omega
-    w2 = omega @ omega
-    # c1 contracted with ż over its first index: ck[l] = Σ_k ż_k C₁_kl (3,)
-    ck = np.zeros((nr, 3))
-    for k in range(nr):
-        if zdot[k] != 0.0:
-            for l in range(nr):
-                for i in range(3):
-                    ck[l, i] += zdot[k] * c1[k, l, i]
+    psi = _cross(acc_w, s) + _cross(omega, ws) + 2.0 * _cross(omega, sdot) + sacc
+    jw = np.empty(3)
+    rest = np.empty(3)  # J a_ω + G ω + Σ_l a_z,l C_l
+    for i in range(3):
+        jw[i] = jm[i, 0] * omega[0] + jm[i, 1] * omega[1] + jm[i, 2] * omega[2]
+        val = 0.0
+        for a in range(3):
+            val += jm[i, a] * acc_w[a] + gq[i, a] * omega[a]
+        for l in range(nr):
+            val += cm[l, i] * acc_z[l]
+        rest[i] = val
+    w2 = omega[0] * omega[0] + omega[1] * omega[1] + omega[2] * omega[2]
 
-    f = np.zeros(nf)
-    f[0:3] = mass * rel + rot @ psi
-    f[3:6] = _cross(s, e) + jm @ acc_w + _cross(omega, jw) + gq @ omega + cm.T @ acc_z
+    f = np.empty(6 + nr)
+    se = _cross(s, e)
+    wjw = _cross(omega, jw)
+    for i in range(3):
+        f[i] = mass * rel[i] + rot[i, 0] * psi[0] + rot[i, 1] * psi[1] + rot[i, 2] * psi[2]
+        f[3 + i] = se[i] + wjw[i] + rest[i]
     for l in range(nr):
-        val = s1[:, l] @ e + acc_w @ cm[l] + omega @ (bm[l] @ omega) - w2 * tr_b[l] + 2.0 * (omega @ ck[l])
+        val = s1[0, l] * e[0] + s1[1, l] * e[1] + s1[2, l] * e[2] - w2 * tr_b[l]
+        for i in range(3):
+            bo = bm[l, i, 0] * omega[0] + bm[l, i, 1] * omega[1] + bm[l, i, 2] * omega[2]
+            val += acc_w[i] * cm[l, i] + omega[i] * (bo + 2.0 * ck[l, i])
+        for k in range(nr):
+            val += m_zz[l, k] * acc_z[k]
         f[6 + l] = val
-    f[6:] += m_zz @ acc_z
 
-    return f, rot, drot, rel, e, s, sdot, cm, bm, tr_b, jm, gq, ws, psi, jw, w2, ck
+    return f, rel, e, s, sdot, cm, bm, tr_b, jm, gq, ws, psi, jw, w2, ck
 
 
 @numba.njit(cache=True)
@@ -150,7 +193,8 @@ def body_force(
     m_zz: NDArray[np.float64],
 ) -> NDArray[np.float64]:
     """The force ``f`` (6+r,) of :func:`body_forces` alone (residual-only Newton iterations)."""
-    return _force_terms(q, z, zdot, omega, acc_v, acc_w, acc_z, gravity, mass, s0, s1, p0, p1, p2, c0, c1, m_zz)[0]
+    return _force_terms(_rot(q), z, zdot, omega, acc_v, acc_w, acc_z, gravity, mass, s0, s1, p0, p1, p2, c0, c1,
+                        m_zz)[0]
 
 
 @numba.njit(cache=True)
@@ -188,8 +232,9 @@ def body_forces(
     """
     nr = z.shape[0]
     nf = 6 + nr
-    f, rot, drot, rel, e, s, sdot, cm, bm, tr_b, jm, gq, ws, psi, jw, w2, ck = _force_terms(
-        q, z, zdot, omega, acc_v, acc_w, acc_z, gravity, mass, s0, s1, p0, p1, p2, c0, c1, m_zz
+    rot, drot = rotation_and_derivative(q)
+    f, rel, e, s, sdot, cm, bm, tr_b, jm, gq, ws, psi, jw, w2, ck = _force_terms(
+        rot, z, zdot, omega, acc_v, acc_w, acc_z, gravity, mass, s0, s1, p0, p1, p2, c0, c1, m_zz
     )
 
     # Generalized mass (accelerations a_v, a_ω, a_z).

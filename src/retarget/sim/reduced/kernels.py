@@ -31,7 +31,7 @@ COUPLING_CODE: int = 5
 
 @numba.njit(cache=True, inline="always")
 def _rot(q: NDArray) -> NDArray:
-    """Homogeneous ``R(q) = N(q)/(q·q)`` (3, 3) (complex)."""
+    """Homogeneous ``R(q) = N(q)/(q·q)`` (3, 3), in ``q``'s element type (real or complex)."""
     w, x, y, z = q[0], q[1], q[2], q[3]
     s = w * w + x * x + y * y + z * z
     r = np.empty((3, 3), dtype=q.dtype)

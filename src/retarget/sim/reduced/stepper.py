@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 from retarget.sim.constraints import CouplingConstraint, RigidSlot
 from retarget.sim.errors import NewtonFailed, SimulationDiverged
 from retarget.sim.statics import CONTINUATION_STEP
-from retarget.sim.reduced.compiled import converged
+from retarget.sim.reduced.compiled import REFACTOR_RATIO, converged
 from retarget.sim.reduced.dynamics import body_forces
 from retarget.sim.reduced.system import ReducedSystem
 from retarget.sim.rotation import QUATERNION_BASIS_Q, omega_matrix, quat_rate_matrix, rotate, rotate_jacobian, rotation_matrix
@@ -366,7 +366,7 @@ def _newton(
         size = max(float(np.max(np.abs(delta[:nu]))), dt * float(np.max(np.abs(delta[nu : nu + nv]))))
         if converged(size, previous, tol, estimate):
             return s, it + 1
-        if not fresh and size > 0.3 * previous:
+        if not fresh and size > REFACTOR_RATIO * previous:
             cache["lu"] = None
         previous = size
         fresh = False
