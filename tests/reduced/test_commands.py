@@ -89,7 +89,7 @@ def test_saved_model_equals_retarget_reduce_and_is_reusable(
     assert meta_a["extra"] == meta_b["extra"] == {"train_motion": str(MOTION), "dt": 0.002, "duration": 0.1,
                                                   "mesh_scale": 0.5, "modes_cap": 2, "variance": None,
                                                   "replay_tolerance": None, "cubature_tolerance": 1e-3,
-                                                  "modal_derivatives": 0}
+                                                  "modal_derivatives": 0, "cubature_points": False}
     for key in a.files:
         if key != "meta":
             np.testing.assert_array_equal(a[key], b[key], err_msg=key)
@@ -203,6 +203,34 @@ def test_reduce_trains_on_several_motions(tmp_path: Path, capsys: pytest.Capture
     captured = capsys.readouterr()
     assert json.loads(captured.out.strip().splitlines()[-1])["training_range_ratio"]["rod"] < 1.05
     assert "warning" not in captured.err
+
+
+def test_reduce_with_cubature_points_records_and_reloads_them(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """--cubature-points: the artifact keeps each unit's quadrature point and reloads the same cubature, which
+    simulate-reduced runs; a trained model cannot be switched to points afterwards."""
+    from retarget.sim.reduced.artifact import load_reduced
+    from retarget.sim.reduced.commands import load_robot_system
+
+    out = tmp_path / "points.npz"
+    assert main(["reduce", str(ROBOT), "--train-motion", str(MOTION), *COMMON, "--cubature-points",
+                 "--out", str(out), "--json"]) == 0
+    capsys.readouterr()
+    data = np.load(out)
+    assert json.loads(str(data["meta"]))["extra"]["cubature_points"] is True
+    assert data["b0_points"].shape == data["b0_elements"].shape and np.all(data["b0_points"] >= 0)
+    path, _, system = load_robot_system(str(ROBOT), 0.5)
+    cub = load_reduced(out, system, path).bodies[0].cubature
+    np.testing.assert_array_equal(cub.points, data["b0_points"])
+    geo = system.deformable[0].elastic.geometry
+    np.testing.assert_array_equal(cub.grad[:, 0], geo.grad[cub.elements, cub.points])
+    assert main(["simulate-reduced", str(ROBOT), "--reduced", str(out), "--motion", str(MOTION), "--dt", "0.002",
+                 "--mesh-scale", "0.5", "--json"]) == 0
+    capsys.readouterr()
+    args = ["check", "reduced", "--robot", str(ROBOT), "--model", str(out), "--test-motion", str(MOTION),
+            "--mesh-scale", "0.5", "--dt", "0.002", "--cubature-points"]
+    assert main(args) == 2
+    assert "--cubature-points" in capsys.readouterr().err
 
 
 def test_reduce_with_modal_derivatives_records_and_reloads_them(tmp_path: Path,

@@ -1,5 +1,6 @@
 """Tests of retarget.sim.reduced.cubature: exactness with all elements, FD tangent, training accuracy, value and
-directional kernels, the reduced-form tangent kernel, the damping tangent derivative, rotation invariance of the current-tangent damping."""
+directional kernels, the reduced-form tangent kernel, the damping tangent derivative, rotation invariance of the current-tangent damping,
+per-point cubatures."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,6 +14,7 @@ from retarget.sim.reduced.cubature import (
     cubature_force_value,
     cubature_forces,
     cubature_tangents,
+    element_reduced_forces,
     reduced_gradients,
     train_cubature,
 )
@@ -199,3 +201,45 @@ def test_current_tangent_annihilates_rigid_rotation_rates_of_a_rotated_shape(sma
     assert np.abs(f).max() <= 1e-9 * np.abs(kbend).max()
     assert np.abs(kzd).max() <= 1e-9 * np.abs(kbend).max()
     assert np.abs(k0zd).max() >= 1e-2 * np.abs(kbend).max()
+
+
+def test_per_point_forces_sum_to_the_element_forces(small_rod):
+    """The per-point training columns split each element's reduced force over its quadrature points."""
+    basis, zs = _basis_and_samples(small_rod, 10, 8)
+    whole = element_reduced_forces(small_rod, basis, zs[2])
+    points = element_reduced_forces(small_rod, basis, zs[2], per_point=True)
+    nq = small_rod.geometry.weights.shape[1]
+    assert points.shape == (small_rod.mesh.n_tets * nq, basis.shape[1])
+    summed = points.reshape(small_rod.mesh.n_tets, nq, -1).sum(axis=1)
+    assert np.max(np.abs(summed - whole)) <= 1e-12 * np.abs(whole).max()
+
+
+def test_per_point_cubature_trains_generalizes_and_its_kernels_agree(small_rod):
+    """A per-point cubature: one quadrature point per selected unit, within tolerance, held-out forces within 1e-2,
+    tangent = FD of its forces, and the compiled kernels (value, directional, tangents) = its FEM-kernel path."""
+    basis, zs = _basis_and_samples(small_rod, 11, 24)
+    train, test = zs[:16], zs[16:]
+    cub = train_cubature(small_rod, basis, train, tolerance=1e-3, per_point=True)
+    nq = small_rod.geometry.weights.shape[1]
+    assert cub.points is not None and cub.grad.shape[1] == 1 and cub.qweights.shape == (len(cub.elements), 1)
+    assert np.all((cub.points >= 0) & (cub.points < nq))
+    assert np.allclose(cub.qweights[:, 0], small_rod.geometry.weights[cub.elements, cub.points])
+    assert cub.relative_error <= 1e-3 and np.all(cub.weights > 0)
+    assert len(cub.elements) < small_rod.mesh.n_tets * nq / 2
+    for z in test:
+        exact = basis.T @ small_rod.internal_forces(basis @ z)
+        assert np.linalg.norm(cub.evaluate(z)[0] - exact) <= 1e-2 * np.linalg.norm(exact)
+    z = test[1]
+    f_ref, k_ref, det_ref = cub.evaluate(z)
+    h = 1e-7 * np.abs(z).max()
+    fd = np.stack([(cub.evaluate(z + h * e)[0] - cub.evaluate(z - h * e)[0]) / (2 * h) for e in np.eye(len(z))], 1)
+    assert np.max(np.abs(fd - k_ref)) <= 1e-6 * np.abs(k_ref).max()
+    dmat = reduced_gradients(cub.basis_rows, cub.grad)
+    d = np.random.default_rng(12).normal(size=len(z)) * np.abs(zs).max()
+    f, det = cubature_force_value(z, dmat, cub.qweights, cub.weights, cub.mu, cub.lam)
+    assert det == pytest.approx(det_ref, rel=1e-13)
+    assert np.max(np.abs(f - f_ref)) <= 1e-12 * np.abs(f_ref).max()
+    _, kd, _ = cubature_force_directional(z, d, dmat, cub.qweights, cub.weights, cub.mu, cub.lam)
+    assert np.max(np.abs(kd - k_ref @ d)) <= 1e-12 * np.abs(k_ref @ d).max()
+    _, kz, _, _ = cubature_tangents(z, d, dmat, cub.qweights, cub.weights, cub.mu, cub.lam, False)
+    assert np.max(np.abs(kz - k_ref)) <= 1e-12 * np.abs(k_ref).max()

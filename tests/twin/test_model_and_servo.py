@@ -49,7 +49,7 @@ def test_lookup_falls_back_to_the_planner_model_folders(tmp_path: Path, monkeypa
     monkeypatch.setenv("RETARGET_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("RETARGET_MODELS", str(models))
     stale, current = models / "drummer-old.npz", models / "drummer-boxing.npz"
-    np.savez(stale, meta=np.array(json.dumps({"format_version": FORMAT_VERSION - 1})))
+    np.savez(stale, meta=np.array(json.dumps({"format_version": 1})))  # a format no longer read
     np.savez(current, meta=np.array(json.dumps({"format_version": FORMAT_VERSION})))
     import os
 

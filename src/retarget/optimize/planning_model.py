@@ -56,6 +56,8 @@ class PlanningModel:
 #: naive motion could not represent the optimized two_rods swing (inverted cubature elements, 0.39 × naive); with 8
 #: the plan reaches 0.122 × (docs/optimize.md, session 5).
 DEFAULT_PLAN_MODES: int = 8
+#: Version of the in-process training (part of the planner cache's key): bump when the same inputs give another model.
+TRAINING_METHOD: int = 2
 
 
 def cache_dir() -> Path:
@@ -211,7 +213,6 @@ def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = N
         StaleReducedModelError: the given artifact does not match the robot (an InputError).
         InputError: an unknown reduced-model file type, or motors that differ from the robot's.
     """
-    from retarget.sim.reduced.artifact import FORMAT_VERSION
     from retarget.sim.reduced.training import build_from_result
     from retarget.sim.simulate import simulate
     from retarget.sim.motors import SplineMotors
@@ -242,7 +243,7 @@ def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = N
     key.update(fingerprint.encode())
     key.update(np.ascontiguousarray(m0.time).tobytes())
     key.update(np.ascontiguousarray(cols).tobytes())
-    key.update(json.dumps([n_modes, dt_train, FORMAT_VERSION]).encode())  # the basis method's version
+    key.update(json.dumps([n_modes, dt_train, TRAINING_METHOD]).encode())  # the training method's version
     key.update(json.dumps([link.name for link in model.links]).encode())  # the rigid layout (merged links)
     digest = key.hexdigest()[:24]
     path = cache_dir() / f"{model.name}-{digest}.pkl"

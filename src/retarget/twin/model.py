@@ -90,7 +90,7 @@ def find_reduced_model(robot: str | Path, reduced_file: str | Path | None = None
             raise InputError(f"reduced model {path} does not exist (build one with `retarget reduce`)")
         return ReducedModelSource(path.resolve(), "file")
     from retarget.optimize.planning_model import artifact_candidates, artifact_dirs, artifact_meta, cache_dir
-    from retarget.sim.reduced.artifact import FORMAT_VERSION
+    from retarget.sim.reduced.artifact import READS_FORMATS
     from retarget.sim.reduced.errors import StaleReducedModelError
 
     name = robot_name(robot)
@@ -101,7 +101,7 @@ def find_reduced_model(robot: str | Path, reduced_file: str | Path | None = None
     # Then the planner's model folders (the same artifacts `retarget plan` finds), newest first, current format.
     for path in artifact_candidates(name):
         try:
-            if artifact_meta(path).get("format_version") == FORMAT_VERSION:
+            if artifact_meta(path).get("format_version") in READS_FORMATS:
                 return ReducedModelSource(path.resolve(), "artifact_dir")
         except StaleReducedModelError:
             continue

@@ -22,14 +22,17 @@ from typing import Any
 import numpy as np
 
 from retarget.sim.reduced.basis import ReducedBasis
-from retarget.sim.reduced.cubature import Cubature, _element_rows
+from retarget.sim.reduced.cubature import Cubature, _element_rows, cubature_geometry
 from retarget.sim.reduced.errors import StaleReducedModelError
 from retarget.sim.reduced.system import ReducedSystem, build_reduced_system
 
-__all__ = ["FORMAT_VERSION", "load_reduced", "provenance", "save_reduced"]
+__all__ = ["FORMAT_VERSION", "READS_FORMATS", "load_reduced", "provenance", "save_reduced"]
 
-#: Version of the artifact layout; a different version is rejected.
-FORMAT_VERSION: int = 2  # 2: interface modes on loop couplings (basis info has n_interface)
+#: Version of the artifact layout written: 2 interface modes on loop couplings (basis info has n_interface); 3 the
+#: quadrature point of each cubature element (``b{d}_points``, per-point cubatures).
+FORMAT_VERSION: int = 3
+#: Versions read (2 has whole-element cubatures only); any other is rejected, and a reader of version 2 rejects 3.
+READS_FORMATS: tuple[int, ...] = (2, 3)
 
 
 def _sha(*parts: bytes) -> str:
@@ -102,6 +105,7 @@ def save_reduced(
         arrays[f"b{d}_elements"] = c.elements
         arrays[f"b{d}_weights"] = c.weights
         arrays[f"b{d}_cub_error"] = np.array([c.relative_error])
+        arrays[f"b{d}_points"] = np.full(len(c.elements), -1, dtype=np.int64) if c.points is None else c.points
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as fh:
         np.savez_compressed(fh, **arrays)
@@ -120,9 +124,10 @@ def load_reduced(path: str | Path, system: Any, robot_yaml: str | Path | None = 
         meta = json.loads(str(data["meta"]))
     except (OSError, ValueError, KeyError) as exc:
         raise StaleReducedModelError(str(path), ["file"], f"unreadable reduced model: {exc}") from exc
-    if meta.get("format_version") != FORMAT_VERSION:
+    if meta.get("format_version") not in READS_FORMATS:
         raise StaleReducedModelError(
-            str(path), ["format_version"], f"format {meta.get('format_version')!r}, this version reads {FORMAT_VERSION}"
+            str(path), ["format_version"],
+            f"format {meta.get('format_version')!r}, this version reads {' and '.join(map(str, READS_FORMATS))}",
         )
     now = provenance(system, robot_yaml)
     stored = meta.get("hashes", {})
@@ -142,12 +147,14 @@ def load_reduced(path: str | Path, system: Any, robot_yaml: str | Path | None = 
                                   norm, int(info[3]) if len(info) > 3 else 0))
         el = body.elastic
         elements = np.asarray(data[f"b{d}_elements"], dtype=np.int64)
-        geo = el.geometry
+        points = np.asarray(data[f"b{d}_points"], dtype=np.int64) if f"b{d}_points" in data else None
+        if points is not None and np.all(points < 0):
+            points = None  # whole elements
+        grad, qweights = cubature_geometry(el, elements, points)
         cubs.append(
             Cubature(
                 elements, np.asarray(data[f"b{d}_weights"], dtype=float), _element_rows(el.mesh.tets[elements], modes),
-                np.ascontiguousarray(geo.grad[elements]), np.ascontiguousarray(geo.weights[elements]), float(el.mu),
-                float(el.lam), float(data[f"b{d}_cub_error"][0]),
+                grad, qweights, float(el.mu), float(el.lam), float(data[f"b{d}_cub_error"][0]), points,
             )
         )
     return build_reduced_system(system, bases, cubs)

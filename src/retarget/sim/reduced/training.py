@@ -79,6 +79,7 @@ def build_from_result(
     max_snapshots: int = 2000,
     bases: list[ReducedBasis] | None = None,
     modal_derivatives: int = 0,
+    cubature_points: bool = False,
 ) -> tuple[ReducedSystem, list[ReducedBasis], list[Cubature]]:
     """Train bases and cubatures on a :class:`retarget.sim.result.SimulationResult` of ``system``.
 
@@ -102,6 +103,8 @@ def build_from_result(
         modal_derivatives: append the modal derivatives of each body's first this many PCA modes (k(k+1)/2 more
             modes; :func:`~retarget.sim.reduced.basis.with_modal_derivatives`), with the reference and loop
             interfaces held. 0: none.
+        cubature_points: train per-point cubatures (single quadrature points of elements, :func:`train_cubature`
+            ``per_point``) instead of whole elements.
     """
     refs = reference_bodies(system)
     held, loops = reference_couplings(system), loop_couplings(system)
@@ -137,7 +140,8 @@ def build_from_result(
             samples = snapshots[pick]
         # Only the cubature's samples are projected (mass_pca_basis projected all of them for its training range).
         zs = samples @ (body.mass_matrix @ basis.modes)
-        cubatures.append(train_cubature(body.elastic, basis.modes, zs, tolerance=cubature_tolerance))
+        cubatures.append(train_cubature(body.elastic, basis.modes, zs, tolerance=cubature_tolerance,
+                                        per_point=cubature_points))
         built.append(basis)
     return build_reduced_system(system, built, cubatures), built, cubatures
 
@@ -176,6 +180,7 @@ def build_checked_by_replay(
     log: Callable[[str], None] | None = None,
     cubature_tolerance: float = DEFAULT_CUBATURE_TOLERANCE,
     modal_derivatives: int = 0,
+    cubature_points: bool = False,
 ) -> tuple[ReducedSystem, list[ReducedBasis], list[Cubature], list[ReplayCheck]]:
     """Bases chosen by variance, tightened until the reduced model replays its own training motion (each of them).
 
@@ -199,6 +204,7 @@ def build_checked_by_replay(
         log: receives one line per trial.
         cubature_tolerance: the cubature training tolerance while the variance is tightened.
         modal_derivatives: as :func:`build_from_result` (every trial's bases get them).
+        cubature_points: as :func:`build_from_result`.
 
     Returns:
         The reduced system, bases, cubatures, and every trial (the returned model's marked ``kept``).
@@ -221,7 +227,7 @@ def build_checked_by_replay(
     kept_bases = None  # the cubature phase keeps the last bases: only the cubature is retrained
     while True:
         built = build_from_result(system, runs, variance=v, cubature_tolerance=c, bases=kept_bases,
-                                  modal_derivatives=modal_derivatives)
+                                  modal_derivatives=modal_derivatives, cubature_points=cubature_points)
         modes = tuple(b.n_pca for b in built[1])
         if not trials or (modes, c) != (trials[-1].modes, trials[-1].cubature_tolerance):
             errors, rms_m, message = [], [], ""
