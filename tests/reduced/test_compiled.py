@@ -185,11 +185,11 @@ def test_time_loop_equals_reference_stepper(pca_reduced):
     motors = FunctionMotors(lambda t: [0.3 * (1 - np.cos(20 * t)), -0.1 * t], lambda t: [6 * np.sin(20 * t), -0.1])
     dt, n = 1e-3, 60
     st = solve_static(rs, motors.value(0.0))
-    prev3, prev2, prev, cache = None, None, st, {}
+    prev4, prev3, prev2, prev, cache = None, None, None, st, {}
     ref = [st.s]
     for k in range(1, n + 1):
-        new, _ = step(rs, prev, prev2, dt, motors, cache, k, prev3=prev3, estimate=True)
-        prev3, prev2, prev = prev2, prev, new
+        new, _ = step(rs, prev, prev2, dt, motors, cache, k, prev3=prev3, estimate=True, prev4=prev4)
+        prev4, prev3, prev2, prev = prev3, prev2, prev, new
         ref.append(new.s)
     ref = np.array(ref)
     run = simulate_compiled(rs, motors, n * dt, dt, start=st, chunk=25)

@@ -655,9 +655,10 @@ def converged(size: float, previous: float, tol: float, estimate: bool = True) -
 def _predict(p: Packed, states: NDArray, k: int, u_bar: NDArray, h: float, dt: float, order: int = 2) -> NDArray:
     """Newton start of step ``k → k+1``.
 
-    BDF2 steps: V and λ extrapolated from the stored states — quadratically (``order`` 2, ``3S_k − 3S_{k−1} +
-    S_{k−2}``; linearly when ``states`` holds only two), linearly (``order`` 1, ``2S_k − S_{k−1}``) or held
-    (``order`` 0, ``S_k``) — and U from the kinematic rows at that V (exact for c and z, ``U* = Ū + h V*``; for q
+    BDF2 steps: V and λ extrapolated from the stored states — cubically (``order`` 3, ``4S_k − 6S_{k−1} +
+    4S_{k−2} − S_{k−3}``, once four exist: the drummer's 10 s took 2.33 instead of 2.58 Newton iterations per step,
+    docs/reduced-acceptance.md "Session 15"), quadratically (``order`` 2, ``3S_k − 3S_{k−1} + S_{k−2}``; linearly
+    when ``states`` holds only two), linearly (``order`` 1, ``2S_k − S_{k−1}``) or held (``order`` 0, ``S_k``) — and U from the kinematic rows at that V (exact for c and z, ``U* = Ū + h V*``; for q
     with ``T`` at the extrapolated quaternion), so the first residual's kinematic rows nearly vanish. First step
     (BDF1): explicit Euler on U, V and λ held (``order`` 0: the previous state itself).
     """
@@ -677,7 +678,9 @@ def _predict(p: Packed, states: NDArray, k: int, u_bar: NDArray, h: float, dt: f
         for kk in range(7 * nb, nu):
             s[kk] += dt * prev[nu + 6 * nb + kk - 7 * nb]
         return s
-    if k >= 2 and order >= 2:
+    if k >= 3 and order >= 3:
+        s = 4.0 * prev - 6.0 * states[k - 1] + 4.0 * states[k - 2] - states[k - 3]
+    elif k >= 2 and order >= 2:
         s = 3.0 * prev - 3.0 * states[k - 1] + states[k - 2]
     elif order >= 1:
         s = 2.0 * prev - states[k - 1]
@@ -790,7 +793,7 @@ def run_chunk(
         # reduced model cannot represent (an inverted cubature element) or out of the chord iteration's reach,
         # while the step's solution itself is fine. The converged state does not depend on the start (to the Newton
         # tolerance).
-        for order in range(2, -1, -1):
+        for order in range(3, -1, -1):
             s = _predict(p, states, k, u_bar, h, dt, order)
             status = _newton(p, s, u_bar, v_bar, h, dt, th, thd, tol, max_iter, ws, estimate, iterations, k,
                              exact_chord)

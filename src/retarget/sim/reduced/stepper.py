@@ -385,10 +385,12 @@ def step(
     max_iter: int = 25,
     prev3: ReducedState | None = None,
     estimate: bool = False,
+    prev4: ReducedState | None = None,
 ) -> tuple[ReducedState, int]:
     """One BDF step (BDF1 without ``prev2``), Baumgarte ``a = 1/h``; chord Newton with the cached LU.
 
-    The Newton start extrapolates V and λ (quadratically with ``prev3``, linearly without) and takes U from the
+    The Newton start extrapolates V and λ (cubically with ``prev3`` and ``prev4``, quadratically with ``prev3``,
+    linearly without) and takes U from the
     kinematic rows, as the compiled engine's ``_predict``; the stopping test is ``compiled.converged``: the
     update size alone by default (the optimizer's ``ReducedEngine`` needs that strictness for its adjoint), with
     the remaining-error estimate when ``estimate`` (as ``simulate_compiled``'s default).
@@ -410,7 +412,12 @@ def step(
         u0, v0, lam0, base, hh = prev.u, prev.v, prev.lam, prev.u, dt
     else:
         # V, λ extrapolated; U from the kinematic rows at that V (T at the extrapolated quaternion).
-        ext = 2 * prev.s - prev2.s if prev3 is None else 3 * prev.s - 3 * prev2.s + prev3.s
+        if prev3 is None:
+            ext = 2 * prev.s - prev2.s
+        elif prev4 is None:
+            ext = 3 * prev.s - 3 * prev2.s + prev3.s
+        else:
+            ext = 4 * prev.s - 6 * prev2.s + 4 * prev3.s - prev4.s
         nu_, nv_ = rs.n_u, rs.n_v
         u0, v0, lam0, base, hh = ext[:nu_], ext[nu_ : nu_ + nv_], ext[nu_ + nv_ :], u_bar, h
     for i in range(nb):
