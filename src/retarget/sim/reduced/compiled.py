@@ -658,8 +658,9 @@ def _predict(p: Packed, states: NDArray, k: int, u_bar: NDArray, h: float, dt: f
     BDF2 steps: V and λ extrapolated from the stored states — cubically (``order`` 3, ``4S_k − 6S_{k−1} +
     4S_{k−2} − S_{k−3}``, once four exist: the drummer's 10 s took 2.33 instead of 2.58 Newton iterations per step,
     docs/reduced-acceptance.md "Session 15"), quadratically (``order`` 2, ``3S_k − 3S_{k−1} + S_{k−2}``; linearly
-    when ``states`` holds only two), linearly (``order`` 1, ``2S_k − S_{k−1}``) or held (``order`` 0, ``S_k``) — and U from the kinematic rows at that V (exact for c and z, ``U* = Ū + h V*``; for q
-    with ``T`` at the extrapolated quaternion), so the first residual's kinematic rows nearly vanish. First step
+    when ``states`` holds only two), linearly (``order`` 1, ``2S_k − S_{k−1}``) or held (``order`` 0, ``S_k``) —
+    and U from the kinematic rows at that V (exact for c and z, ``U* = Ū + h V*``; for q with ``T`` at the
+    extrapolated quaternion), so the first residual's kinematic rows nearly vanish. First step
     (BDF1): explicit Euler on U, V and λ held (``order`` 0: the previous state itself).
     """
     nu, nv = p.sizes[0], p.sizes[1]

@@ -390,10 +390,10 @@ def step(
     """One BDF step (BDF1 without ``prev2``), Baumgarte ``a = 1/h``; chord Newton with the cached LU.
 
     The Newton start extrapolates V and λ (cubically with ``prev3`` and ``prev4``, quadratically with ``prev3``,
-    linearly without) and takes U from the
-    kinematic rows, as the compiled engine's ``_predict``; the stopping test is ``compiled.converged``: the
-    update size alone by default (the optimizer's ``ReducedEngine`` needs that strictness for its adjoint), with
-    the remaining-error estimate when ``estimate`` (as ``simulate_compiled``'s default).
+    linearly without) and takes U from the kinematic rows, as the compiled engine's ``_predict``; the stopping
+    test is ``compiled.converged``: the update size alone by default (the optimizer's ``ReducedEngine`` needs that
+    strictness for its adjoint), with the remaining-error estimate when ``estimate`` (as ``simulate_compiled``'s
+    default).
     Returns the new state and the Newton iteration count.
     """
     a1, a2, gamma = BDF1 if prev2 is None else BDF2
