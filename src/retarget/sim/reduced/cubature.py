@@ -551,8 +551,8 @@ def train_cubature(
         err = float(np.linalg.norm(res) / np.linalg.norm(b))
         if err <= tolerance:
             break
-    units = np.sort(np.asarray(selected, dtype=np.int64))
     order = np.argsort(selected)
+    units = np.asarray(selected, dtype=np.int64)[order]
     nq = body.geometry.weights.shape[1] if per_point else 1  # type: ignore[attr-defined]
     elements = units // nq
     points = units % nq if per_point else None
