@@ -3,7 +3,8 @@
 Action ``~/retarget``: the goal's animation is validated against the robot's joints; the optimizer
 (``retarget.optimize.plan``, imported lazily) runs with per-iteration feedback; the result carries the optimized
 JointTrajectory and metrics, which is also published latched (transient local) on ``~/optimized_trajectory``.
-Until the optimizer exists the result is ``NOT_AVAILABLE`` with a clear reason — never a fake success. With
+When no reduced model of the robot is available (and ``allow_training`` is false), or the ``time_budget`` runs out
+before the first evaluated trajectory, the result is ``NOT_AVAILABLE`` with the reason — never a fake success. With
 ``execute: true`` an optimized trajectory is forwarded to the trajectory server. A cancel stops the optimizer as
 Ctrl-C stops ``retarget plan``: the result is ``CANCELED`` and carries the best trajectory evaluated so far (with
 its metrics), which is neither published nor executed; cancelled before the optimizer's first simulation finished,
