@@ -257,6 +257,34 @@ def test_plan_request_cancelled_before_any_result_raises(tiny_artifact, monkeypa
     assert info.value.stage == "targets" and len(polled) == 1
 
 
+def _training_request(tiny_artifact, monkeypatch, tmp_path, **extra):
+    """:func:`_tiny_request` without a model: the plan trains one in-process (``allow_training``)."""
+    request = _tiny_request(tiny_artifact, monkeypatch, tmp_path, allow_training=True, **extra)
+    del request["reduced_file"]
+    return request
+
+
+def test_plan_request_cancelled_during_in_process_training(tiny_artifact, monkeypatch, tmp_path):
+    """Training takes minutes to hours on a real robot: the cancel is polled per training step, the feedback names
+    the stage, and no half-trained model is cached."""
+    from retarget.optimize.errors import PlanCancelled
+    from retarget.optimize.planner import TRAINING_STAGE
+
+    stages: list = []
+    with pytest.raises(PlanCancelled) as info:
+        plan(_training_request(tiny_artifact, monkeypatch, tmp_path), stages.append, cancelled=lambda: True)
+    assert info.value.stage == TRAINING_STAGE and stages == [{"stage": TRAINING_STAGE}]
+    assert not list((tmp_path / "cache").rglob("*.pkl"))
+
+
+def test_plan_request_budget_runs_out_during_in_process_training(tiny_artifact, monkeypatch, tmp_path):
+    from retarget.optimize.errors import TimeBudgetError
+
+    with pytest.raises(TimeBudgetError, match="while training the reduced model") as info:
+        plan(_training_request(tiny_artifact, monkeypatch, tmp_path, time_budget=1e-6), None)
+    assert info.value.stage == "training" and not list((tmp_path / "cache").rglob("*.pkl"))
+
+
 def _recorded_problem(rod_systems, monkeypatch):
     """The rod's plan problem (wide limits) and the list every point the optimizer evaluates is appended to."""
     import retarget.optimize.planner as planner

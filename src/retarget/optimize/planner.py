@@ -333,6 +333,32 @@ class _CancelCheck:
             raise PlanCancelled(stage)
 
 
+#: The feedback stage of an in-process training simulation (``plan`` with ``allow_training``).
+TRAINING_STAGE = "training reduced model"
+
+
+def _training_progress(progress: Callable[[dict[str, Any]], None] | None, check: _CancelCheck | None,
+                       started: float, budget: float | None) -> Callable[[int, int], None]:
+    """The per-step callback of an in-process training simulation: reports :data:`TRAINING_STAGE` once, polls the
+    cancel (:class:`PlanCancelled`) and raises :class:`TimeBudgetError` once ``budget`` seconds since ``started``
+    (``time.perf_counter``) have passed — a training run takes minutes to hours, so neither may wait for it."""
+    announced = [False]
+
+    def step(done: int, total: int) -> None:
+        if not announced[0]:
+            announced[0] = True
+            if progress is not None:
+                progress({"stage": TRAINING_STAGE})
+        if check is not None:
+            check(TRAINING_STAGE, done, total)
+        if budget is not None and time.perf_counter() - started > budget:
+            raise TimeBudgetError(f"the time budget ran out while training the reduced model (step {done} of "
+                                  f"{total}); build it once with `retarget reduce` or `retarget plan` and plan again",
+                                  stage="training", elapsed_s=time.perf_counter() - started)
+
+    return step
+
+
 def _deadline_progress(deadline: float | None, step_progress: Callable[[int, int], None] | None
                        ) -> Callable[[int, int], None] | None:
     """A per-step progress callback that raises :class:`_BudgetExhausted` once ``deadline`` has passed (and reports
@@ -1189,11 +1215,12 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
             (default False: a robot without a given, cached or found reduced model raises NotAvailableError rather
             than training for minutes to hours inside a request).
         progress: called per L-BFGS iteration with ``{iteration, objective, gradient_norm}`` (with windows also
-            ``window``, ``windows``), and with ``{stage}`` when a stage begins (:data:`FEEDBACK_STAGES`: ``targets``,
-            ``naive playback``, ``optimizing``, ``baselines``, ``verifying``).
-        cancelled: polled during the run (per simulation step, at most every 50 ms, and per iteration); once it
-            returns true the optimizer stops as on Ctrl-C and the best parameters so far are returned, flagged
-            ``cancelled`` (and ``interrupted``) in the metrics.
+            ``window``, ``windows``), and with ``{stage}`` when a stage begins (:data:`TRAINING_STAGE` when a
+            reduced model is trained in-process, then :data:`FEEDBACK_STAGES`: ``targets``, ``naive playback``,
+            ``optimizing``, ``baselines``, ``verifying``).
+        cancelled: polled during the run (per simulation step — an in-process training simulation's too — at
+            most every 50 ms, and per iteration); once it returns true the optimizer stops as on Ctrl-C and the
+            best parameters so far are returned, flagged ``cancelled`` (and ``interrupted``) in the metrics.
 
     Returns:
         ``joint_names``, ``time``, ``positions`` (the optimized trajectory sampled at the simulation step) and
@@ -1202,8 +1229,8 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
     Raises:
         InputError: malformed request (StaleReducedModelError: the reduced model does not match the robot).
         NotAvailableError: no reduced model and training not allowed.
-        TimeBudgetError: the budget ran out before the first simulation finished.
-        PlanCancelled: ``cancelled`` turned true before there was anything to return (the targets, the naive
+        TimeBudgetError: the budget ran out before the first simulation finished (or while training a model).
+        PlanCancelled: ``cancelled`` turned true before there was anything to return (training, the targets, the naive
             playback of a too-fast input, or the optimizer's first simulation).
         RetargetError: planning failed.
     """
@@ -1237,10 +1264,12 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
         torque_weight=float(_none_if_default(request.get("torque_weight"), defaults.torque_weight, positive=False)),
         torque_margin=float(_none_if_default(request.get("torque_margin"), defaults.torque_margin, positive=False)),
     )
+    check = None if cancelled is None else _CancelCheck(cancelled)
     pm = planning_model(robot, motion, n_modes=int(_none_if_default(request.get("modes"), DEFAULT_PLAN_MODES)),
                         mesh_axial=request.get("mesh_axial"),
                         mesh_around=request.get("mesh_around"), reduced_file=request.get("reduced_file"),
-                        allow_training=bool(request.get("allow_training", False)))
+                        allow_training=bool(request.get("allow_training", False)),
+                        progress=_training_progress(progress, check, started, options.time_budget))
     bodies = parse_tracked_bodies(pm.config.get("tracked_bodies"))
     links = list(request.get("tracked_bodies") or [])
     weights = list(request.get("position_weights") or [])
@@ -1257,7 +1286,6 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
         # The budget covers the whole request: loading the model counts.
         spent = time.perf_counter() - started
         options = replace(options, time_budget=max(float(options.time_budget) - spent, 0.0))
-    check = None if cancelled is None else _CancelCheck(cancelled)
     stage_now: list[str] = []
 
     def steps(stage: str, done: int = 0, total: int = 0) -> None:
