@@ -8,8 +8,10 @@ parameter come from ``retarget.ros.bringup.describe`` — the same description `
 ``ros2 launch`` — built from ``config/<robot>.yaml`` (description) and ``config/<robot>.params.yaml`` (ROS 2
 parameters) in the package's share folder. With ``hardware`` empty
 the emulated XM430-W210 bus runs first (``python -m retarget.dynamixel.emulator``); the nodes start once it
-prints its ready line, and the whole launch shuts down if it exits.
+prints its ready line, and the whole launch shuts down if it exits. The run's temporary folder (pty link,
+control socket) is removed at shutdown.
 """
+import shutil
 import sys
 from pathlib import Path
 
@@ -17,7 +19,7 @@ from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
 from launch.actions import (DeclareLaunchArgument, EmitEvent, ExecuteProcess, OpaqueFunction,
                             RegisterEventHandler)
-from launch.event_handlers import OnProcessExit, OnProcessIO
+from launch.event_handlers import OnProcessExit, OnProcessIO, OnShutdown
 from launch.events import Shutdown
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
@@ -65,8 +67,12 @@ def launch_setup(context, *args, **kwargs):
                     mocap=arg("mocap"), namespace=arg("namespace"), twin=arg("twin"),
                     reduced=arg("reduced") or None)
     nodes = [_node(spec) for spec in plan.nodes]
+    cleanup = []
+    if plan.temporary_run_dir:
+        cleanup.append(RegisterEventHandler(OnShutdown(
+            on_shutdown=lambda event, context: shutil.rmtree(plan.run_dir, ignore_errors=True))))
     if not plan.processes:
-        return nodes
+        return nodes + cleanup
     actions = []
     for spec in plan.processes:
         process = ExecuteProcess(cmd=spec.argv(sys.executable), name=spec.name, output="screen")
@@ -85,7 +91,7 @@ def launch_setup(context, *args, **kwargs):
 
     actions.append(RegisterEventHandler(OnProcessIO(target_action=actions[0],
                                                     on_stdout=start_nodes_when_ready)))
-    return actions
+    return actions + cleanup
 
 
 def generate_launch_description():

@@ -15,6 +15,7 @@ import py_compile
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import types
@@ -195,7 +196,7 @@ def _launch_api_stand_ins(share: Path, configuration: dict[str, str]) -> dict[st
 
     recorded = {name: type(name, (_Recorded,), {}) for name in (
         "DeclareLaunchArgument", "EmitEvent", "ExecuteProcess", "OpaqueFunction", "RegisterEventHandler",
-        "OnProcessExit", "OnProcessIO", "Shutdown", "Node", "ParameterValue", "IncludeLaunchDescription",
+        "OnProcessExit", "OnProcessIO", "OnShutdown", "Shutdown", "Node", "ParameterValue", "IncludeLaunchDescription",
         "PythonLaunchDescriptionSource")}
     return {
         "ament_index_python": module("ament_index_python"),
@@ -206,7 +207,7 @@ def _launch_api_stand_ins(share: Path, configuration: dict[str, str]) -> dict[st
             "DeclareLaunchArgument", "EmitEvent", "ExecuteProcess", "OpaqueFunction", "RegisterEventHandler",
             "IncludeLaunchDescription")}),
         "launch.event_handlers": module("launch.event_handlers", OnProcessExit=recorded["OnProcessExit"],
-                                        OnProcessIO=recorded["OnProcessIO"]),
+                                        OnProcessIO=recorded["OnProcessIO"], OnShutdown=recorded["OnShutdown"]),
         "launch.events": module("launch.events", Shutdown=recorded["Shutdown"]),
         "launch.substitutions": module("launch.substitutions", LaunchConfiguration=LaunchConfiguration),
         "launch.launch_description_sources": module("launch.launch_description_sources",
@@ -235,7 +236,15 @@ def test_robot_launch_builds_the_described_nodes(hardware: str, monkeypatch: pyt
     description = launch_file["generate_launch_description"]()
     declared = [a.kwargs.get("name", a.args[0] if a.args else None) for a in description.args[0][:-1]]
     assert declared == ["robot", "hardware", "planner", "mocap", "namespace", "twin", "reduced"]
+    made: list[Path] = []
+    real_mkdtemp = tempfile.mkdtemp
+    monkeypatch.setattr(tempfile, "mkdtemp", lambda **kw: made.append(Path(real_mkdtemp(**kw))) or str(made[-1]))
     actions = launch_file["launch_setup"](context=None)
+    # The run's temporary folder is removed at shutdown (no folder left behind per launch).
+    *actions, cleanup = actions
+    assert len(made) == 1 and made[0].is_dir()
+    cleanup.args[0].kwargs["on_shutdown"](None, None)
+    assert not made[0].exists()
     plan = describe("drummer", hardware=hardware or None, run_dir=Path("/unused"))
     if hardware:
         nodes = actions
