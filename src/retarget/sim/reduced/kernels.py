@@ -210,8 +210,10 @@ def _joint_rows(
 def _svd_polar(a: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Real polar decomposition ``A = R S`` (proper R), as ``rotation._polar_real``."""
     u, _, vt = np.linalg.svd(a)
+    # LAPACK's factors are Fortran-ordered: C copies keep one layout for u below (numba warned about ``@`` on
+    # mixed layouts).
+    u, vt = np.ascontiguousarray(u), np.ascontiguousarray(vt)
     if np.linalg.det(u @ vt) < 0.0:
-        u = u.copy()
         u[:, 2] = -u[:, 2]
     r = u @ vt
     s = r.T @ a
