@@ -337,28 +337,6 @@ class _CancelCheck:
 TRAINING_STAGE = "training reduced model"
 
 
-def _training_progress(progress: Callable[[dict[str, Any]], None] | None, check: _CancelCheck | None,
-                       started: float, budget: float | None) -> Callable[[int, int], None]:
-    """The per-step callback of an in-process training simulation: reports :data:`TRAINING_STAGE` once, polls the
-    cancel (:class:`PlanCancelled`) and raises :class:`TimeBudgetError` once ``budget`` seconds since ``started``
-    (``time.perf_counter``) have passed — a training run takes minutes to hours, so neither may wait for it."""
-    announced = [False]
-
-    def step(done: int, total: int) -> None:
-        if not announced[0]:
-            announced[0] = True
-            if progress is not None:
-                progress({"stage": TRAINING_STAGE})
-        if check is not None:
-            check(TRAINING_STAGE, done, total)
-        if budget is not None and time.perf_counter() - started > budget:
-            raise TimeBudgetError(f"the time budget ran out while training the reduced model (step {done} of "
-                                  f"{total}); build it once with `retarget reduce` or `retarget plan` and plan again",
-                                  stage="training", elapsed_s=time.perf_counter() - started)
-
-    return step
-
-
 def _deadline_progress(deadline: float | None, step_progress: Callable[[int, int], None] | None
                        ) -> Callable[[int, int], None] | None:
     """A per-step progress callback that raises :class:`_BudgetExhausted` once ``deadline`` has passed (and reports
@@ -1278,11 +1256,30 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
         torque_margin=float(_none_if_default(request.get("torque_margin"), defaults.torque_margin, positive=False)),
     )
     check = None if cancelled is None else _CancelCheck(cancelled)
-    pm = planning_model(robot, motion, n_modes=int(_none_if_default(request.get("modes"), DEFAULT_PLAN_MODES)),
-                        mesh_axial=request.get("mesh_axial"),
-                        mesh_around=request.get("mesh_around"), reduced_file=request.get("reduced_file"),
-                        allow_training=bool(request.get("allow_training", False)),
-                        progress=_training_progress(progress, check, started, options.time_budget))
+    stage_now: list[str] = []
+
+    def steps(stage: str, done: int = 0, total: int = 0) -> None:
+        stage = FEEDBACK_STAGES.get(stage, stage)
+        if progress is not None and stage_now != [stage]:
+            stage_now[:] = [stage]
+            progress({"stage": stage})
+        if check is not None:
+            check(stage, done, total)
+
+    # An in-process training run takes minutes to hours: it reports its stage and polls the cancel and the budget
+    # per step like the simulations after it.
+    budget_end = None if options.time_budget is None else started + float(options.time_budget)
+    training = _deadline_progress(budget_end, lambda done, total: steps(TRAINING_STAGE, done, total))
+    try:
+        pm = planning_model(robot, motion,
+                            n_modes=int(_none_if_default(request.get("modes"), DEFAULT_PLAN_MODES)),
+                            mesh_axial=request.get("mesh_axial"),
+                            mesh_around=request.get("mesh_around"), reduced_file=request.get("reduced_file"),
+                            allow_training=bool(request.get("allow_training", False)), progress=training)
+    except _BudgetExhausted:
+        raise TimeBudgetError("the time budget ran out while training the reduced model; build it once with "
+                              "`retarget reduce` or `retarget plan` and plan again", stage="training",
+                              elapsed_s=time.perf_counter() - started) from None
     bodies = parse_tracked_bodies(pm.config.get("tracked_bodies"))
     links = list(request.get("tracked_bodies") or [])
     weights = list(request.get("position_weights") or [])
@@ -1299,15 +1296,6 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
         # The budget covers the whole request: loading the model counts.
         spent = time.perf_counter() - started
         options = replace(options, time_budget=max(float(options.time_budget) - spent, 0.0))
-    stage_now: list[str] = []
-
-    def steps(stage: str, done: int = 0, total: int = 0) -> None:
-        stage = FEEDBACK_STAGES.get(stage, stage)
-        if progress is not None and stage_now != [stage]:
-            stage_now[:] = [stage]
-            progress({"stage": stage})
-        if check is not None:
-            check(stage, done, total)
 
     def callback(info: dict[str, Any]) -> None:
         if progress is not None:
