@@ -657,3 +657,21 @@ def test_a_known_curvature_replaces_the_probe_and_windows_hand_it_on(rod_systems
     res = optimize_windows(pp, replace(options, window=0.08, window_tail=0.04, max_iterations=2))
     sources = [w["curvature_from"] for w in res.windows if "curvature_from" in w]
     assert sources[0] == "probe" and set(sources[1:]) == {"previous window"} and len(sources) >= 2
+
+
+@pytest.mark.parametrize(("end", "expected"), [(3.0, "the simulation ends at 3.00 s, before the motion stops moving "
+                                                     "(9.00 s)"),
+                                               (9.2, "only 0.20 s of ring-out after the motion stops")])
+def test_no_shaped_baselines_without_ring_out_says_why(end: float, expected: str) -> None:
+    """A simulation cut before the motion stops (``--duration``) has no ring-out at all: said so, not as a
+    negative ring-out."""
+    from types import SimpleNamespace
+
+    from retarget.optimize.planner import _shaped_baselines
+
+    t = np.linspace(0.0, 10.0, 101)
+    motion = Motion(t, ("a",), np.minimum(t, 9.0)[:, None])
+    pp = SimpleNamespace(motion=motion, targets=SimpleNamespace(times=np.linspace(0.0, end, 51)))
+    warnings: list[str] = []
+    assert _shaped_baselines(pp, None, None, warnings) == {}  # type: ignore[arg-type]
+    assert len(warnings) == 1 and expected in warnings[0]

@@ -1022,6 +1022,10 @@ def _shaped_baselines(pp: PlanProblem, naive: Variant, progress: Callable[[str, 
     ring_out = _ring_out(pp)
     times = pp.targets.times
     stop = times[-1] - ring_out
+    if ring_out < 0:
+        warnings.append(f"no ZV/ZVD baseline: the simulation ends at {times[-1]:.2f} s, before the motion stops "
+                        f"moving ({stop:.2f} s), so there is no ring-out to identify the vibration from")
+        return {}
     if ring_out < MIN_RING_OUT:
         warnings.append(f"no ZV/ZVD baseline: only {ring_out:.2f} s of ring-out after the motion stops")
         return {}
