@@ -1,16 +1,22 @@
-"""``make demo``: the drummer on the emulated servo bus, driven through the whole ROS 2 loop.
+"""``make demo``: the drummer retargeted end to end — a reduced model, the planner, the emulated servo bus.
 
 Steps, each reported on one line and none faked:
 
-1. bring up the drummer's node set (:mod:`retarget.ros.bringup`, the same set as ``retarget up drummer``):
-   emulated XM430-W210 bus, Dynamixel driver, trajectory server, planner, mocap twin;
-2. load the motion ``drummer/drumming`` and ask the planner (Retarget action) for an optimized trajectory;
-   while no reduced model of the drummer is cached (planning trains one from full simulations, which takes
-   hours for the drummer; the planner node does not train in-process by default) it answers NOT_AVAILABLE with
-   the reason, and the demo says so in one line and plays the input animation instead;
-3. move to the trajectory's first pose, then execute the trajectory (optimized or input) with
+1. find the demo's reduced model of the robot (``--reduced FILE``, else the one an earlier demo trained, checked
+   against the robot's description: a stale one is retrained); without one, train it once
+   (``retarget reduce`` in a child process: a full simulation of :data:`DEMO_TRAIN_DURATION_S` s of the training
+   motion — the drummer's is ``boxer/boxing``, the paper's transfer experiment — on a coarse mesh, then mass-PCA
+   and cubature; about 6 minutes for the drummer on 2 cores) and keep it in ``<cache>/demo/`` for later demos;
+2. bring up the robot's node set (:mod:`retarget.ros.bringup`, the same set as ``retarget up drummer``):
+   emulated XM430-W210 bus, Dynamixel driver, trajectory server, planner (given the model file), mocap twin;
+3. take the first :data:`DEMO_DURATION_S` s of ``drummer/drumming`` (``--duration``; the whole 10 s needs the
+   planner's 15-minute budget, docs/optimize.md) and ask the planner (Retarget action) for an optimized
+   trajectory within the plan timeout; it reports the tracked bodies' peak deviation naive → optimized;
+   NOT_AVAILABLE (``--no-train`` and no model, or the budget ran out before a first result) makes the demo say so
+   in one line and play the input animation instead;
+4. move to the trajectory's first pose, then execute the trajectory (optimized or input) with
    FollowJointTrajectory, recording ``joint_states``;
-4. print the tracking figures (per-joint RMS and peak error between the executed reference and the measured
+5. print the tracking figures (per-joint RMS and peak error between the executed reference and the measured
    servo positions [deg], the goal's result) and stop every process.
 
 Exit 0 only if every step worked and every process stopped cleanly. DDS stays on loopback
@@ -22,6 +28,8 @@ import argparse
 import json
 import os
 import random
+import re
+import subprocess
 import sys
 import tempfile
 import threading
@@ -34,7 +42,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["JointTracking", "TrackingFigures", "main", "tracking_figures"]
+__all__ = ["DemoModel", "JointTracking", "TrackingFigures", "demo_model", "demo_model_path", "excerpt", "main",
+           "tracking_figures"]
 
 #: Lead time between sending a goal and its start [s]: the goal's header stamp, so the reference's time base
 #: is known exactly (the trajectory server starts a goal with a non-zero stamp at that time).
@@ -45,6 +54,22 @@ LAG_GRID_S: NDArray[np.float64] = np.arange(0.0, 0.2005, 0.002)
 
 #: Duration of the move from the current pose to the trajectory's first pose [s].
 MOVE_TO_START_S = 2.0
+
+#: How much of the motion the demo plans and executes by default [s]: the first 3 s of the drummer's drumming plan
+#: within the demo's 180 s budget (peak deviation 19.0 -> 5.4 mm measured, docs/ros.md "make demo").
+DEMO_DURATION_S = 3.0
+
+#: Default plan timeout [s]; the planner's time budget is 20 s less, so that it returns its best iterate in time.
+DEMO_PLAN_TIMEOUT_S = 200.0
+
+#: The demo model's training motion per robot (the paper's transfer experiment: the drummer learns from boxing);
+#: robots not listed train on the demo motion itself.
+DEMO_TRAINING_MOTION: dict[str, str] = {"drummer": "boxer/boxing", "boxer": "boxer/boxing"}
+
+#: Seconds of the training motion the demo model's full simulation covers, and its mesh scale (coarse: the
+#: full simulation dominates the training time; the reduced model's cost does not depend on the mesh).
+DEMO_TRAIN_DURATION_S = 2.0
+DEMO_TRAIN_MESH_SCALE = 0.25
 
 
 @dataclass(frozen=True)
@@ -227,13 +252,17 @@ class _Client:
             time.sleep(0.05)
         return future.result()
 
-    def plan_trajectory(self, robot: str, animation: Any, timeout: float) -> tuple[int | None, Any, str]:
-        """Ask the planner; returns (error_code or None on timeout, result or None, text)."""
+    def plan_trajectory(self, robot: str, animation: Any, timeout: float,
+                        feedback: Any = None) -> tuple[int | None, Any, str]:
+        """Ask the planner; returns (error_code or None on timeout, result or None, text). ``feedback`` gets each
+        feedback message (on the executor's thread)."""
         from retarget_interfaces.action import Retarget
 
         goal = Retarget.Goal(robot=robot, animation=animation, execute=False, deviation_weight=-1.0,
                              acceleration_weight=-1.0)
-        handle = self._wait(self.retarget.send_goal_async(goal), 10.0, "planner goal response")
+        callback = None if feedback is None else (lambda msg: feedback(msg.feedback))
+        handle = self._wait(self.retarget.send_goal_async(goal, feedback_callback=callback), 10.0,
+                            "planner goal response")
         if not handle.accepted:
             return Retarget.Result.FAILED, None, "the planner rejected the goal"
         try:
@@ -257,6 +286,31 @@ class _Client:
             raise RuntimeError("the trajectory server did not accept the goal")
         tick = (lambda: progress(self.now() - start)) if progress is not None else None
         return self._wait(handle.get_result_async(), timeout, "trajectory result", tick).result
+
+
+class _PlannerProgress:
+    """The planner's feedback as a progress bar over its time budget: stage, iteration, objective."""
+
+    def __init__(self, budget_s: float, disable: bool) -> None:
+        from tqdm import tqdm
+
+        # disable=None: no bar when stderr is not a terminal (CI logs).
+        self.bar = tqdm(total=round(max(budget_s, 1.0)), unit="s", file=sys.stderr, mininterval=0.5,
+                        disable=True if disable else None, desc="planner",
+                        bar_format="{desc}: {bar}| {n:.0f}/{total:.0f} s budget {postfix}")
+        self.lock = threading.Lock()
+
+    def __enter__(self) -> _PlannerProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.close()
+
+    def __call__(self, fb: Any) -> None:
+        with self.lock:
+            self.bar.update(min(float(fb.elapsed_time), self.bar.total) - self.bar.n)
+            text = fb.stage + (f", iteration {fb.iteration}, objective {fb.objective:.3g}" if fb.iteration else "")
+            self.bar.set_postfix_str(text, refresh=False)
 
 
 def _trajectory_arrays(trajectory: Any) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -283,6 +337,155 @@ def _isolate_dds() -> tuple[str, str]:
     return os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"], os.environ["ROS_DOMAIN_ID"]
 
 
+def excerpt(motion: Any, seconds: float | None) -> Any:
+    """The first ``seconds`` of ``motion`` (the end sample interpolated); the motion itself when ``seconds`` is
+    None, not positive, or not shorter than it."""
+    from retarget.motion.motion import Motion
+
+    if seconds is None or seconds <= 0 or seconds >= motion.duration:
+        return motion
+    end = float(motion.time[0]) + float(seconds)
+    keep = motion.time < end - 1e-9
+    times = np.append(motion.time[keep], end)
+    positions = np.vstack([motion.positions[keep], motion.sample(end)[None, :]])
+    return Motion(times, motion.joint_names, positions)
+
+
+@dataclass(frozen=True)
+class DemoModel:
+    """The reduced model the demo's planner uses.
+
+    Attributes:
+        path: The artifact (``.npz`` of ``retarget reduce``).
+        source: ``given`` (``--reduced``), ``cached`` (an earlier demo's) or ``trained`` (now).
+        train_s: Wall time of the training [s] (0 unless trained now).
+    """
+
+    path: Path
+    source: str
+    train_s: float = 0.0
+
+
+def demo_model_path(robot: str, train_motion: str, mesh_scale: float, duration: float) -> Path:
+    """Where the demo keeps its model: ``<cache>/demo/<robot>-<motion>-mesh<scale>-<duration>s.npz`` (``<cache>``:
+    ``$RETARGET_CACHE`` or ``~/.cache/retarget``; not a folder the planner searches by itself)."""
+    from retarget.optimize.planning_model import cache_dir
+
+    def safe(text: str) -> str:  # names or paths -> one file-name component
+        return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("._") or "_"
+
+    return cache_dir().parent / "demo" / f"{safe(robot)}-{safe(train_motion)}-mesh{mesh_scale:g}-{duration:g}s.npz"
+
+
+def demo_model(robot: str, train_motion: str, *, mesh_scale: float, duration: float, given: str | None = None,
+               train: bool = True, quiet: bool = False) -> DemoModel | None:
+    """The demo's reduced model: ``given``, else an earlier demo's (if it still matches the robot), else trained
+    now with ``retarget reduce`` in a child process (unless ``train`` is false: None).
+
+    The child writes a hidden file beside the final one, renamed into place only when it succeeded: an interrupted or
+    failed training leaves nothing behind.
+
+    Raises:
+        RetargetError: ``given`` is stale or unreadable, or the training failed (its last output in the message).
+    """
+    from retarget.errors import InputError
+    from retarget.optimize.planning_model import load_artifact
+    from retarget.sim.reduced.errors import ReducedModelError
+
+    if given:
+        load_artifact(robot, Path(given).expanduser())  # a stale or foreign model is the user's error: say so now
+        return DemoModel(Path(given).expanduser().resolve(), "given")
+    path = demo_model_path(robot, train_motion, mesh_scale, duration)
+    reason = "none yet"
+    if path.is_file():
+        try:
+            load_artifact(robot, path)
+            return DemoModel(path, "cached")
+        except (ReducedModelError, InputError) as exc:
+            reason = f"the one in {path} no longer matches the robot: {exc}"
+    if not train:
+        _say(f"no demo model of {robot} ({reason}) and --no-train: the planner will look for one itself")
+        return None
+    _say(f"no demo model of {robot} ({reason}): training it once — a full simulation of {duration:g} s of "
+         f"{train_motion} on a coarse mesh (scale {mesh_scale:g}), then mass-PCA and cubature checked by replay "
+         f"(the drummer: about 6 min on 2 cores); later demos reuse {path}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.parent / f".{path.stem}.{os.getpid()}.partial.npz"
+    command = [sys.executable, "-m", "retarget.cli", "reduce", robot, "--train-motion", train_motion,
+               "--mesh-scale", f"{mesh_scale:g}", "--duration", f"{duration:g}", "--out", str(partial)]
+    try:
+        elapsed = _run_child(command, f"training the demo model (command: {' '.join(command[1:])})", quiet)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+    _say(f"trained the demo model in {elapsed:.0f} s: {path}")
+    return DemoModel(path, "trained", elapsed)
+
+
+#: Seconds of the motion the kernel warm-up plans (one iteration): enough for every stage of a plan to run once.
+WARM_UP_S = 0.2
+
+#: The planner node's parameters a plan request carries (as ``retarget.ros.planner.Planner._request``).
+_PLAN_PARAMETERS = ("dt", "target_stride", "window", "window_tail", "window_overlap", "torque_weight",
+                    "torque_margin", "verify", "verify_dt")
+
+
+def warm_up(robot: str, motion: Any, model: Path) -> float:
+    """Plan :data:`WARM_UP_S` s of ``motion`` for one iteration with the planner node's settings (its params file) in
+    this process, so that numba compiles every kernel a plan uses into its on-disk cache; returns the wall time [s].
+
+    A first plan after an install or an update otherwise spends minutes of the planner's time budget compiling (a
+    drummer demo got 0 iterations in 180 s with an empty cache, 11 with a warm one: docs/ros.md "make demo").
+    """
+    from retarget.model.library import read_ros_parameters, resolve_params, resolve_robot
+    from retarget.optimize.planner import plan as run_plan
+
+    params = read_ros_parameters(resolve_params(resolve_robot(robot)))
+    short = excerpt(motion, min(WARM_UP_S, motion.duration) or None)
+    request = {"robot": robot, "joint_names": list(short.joint_names), "time": short.time.tolist(),
+               "positions": short.positions.tolist(), "reduced_file": str(model), "max_iterations": 1,
+               **{k: params[k] for k in _PLAN_PARAMETERS if k in params}}
+    started = time.perf_counter()
+    run_plan(request)
+    return time.perf_counter() - started
+
+
+def _warm_up_child(robot: str, motion_name: str, model: Path, quiet: bool) -> float:
+    """:func:`warm_up` in a child process (its memory is returned when it ends); returns the wall time [s].
+
+    Raises:
+        RetargetError: the warm-up failed (its last output in the message).
+    """
+    code = ("import sys; from pathlib import Path; from retarget.demo import warm_up; "
+            "from retarget.motion import load_motion; "
+            "warm_up(sys.argv[1], load_motion(sys.argv[2]), Path(sys.argv[3]))")
+    return _run_child([sys.executable, "-c", code, robot, motion_name, str(model)],
+                      "compiling the planner's kernels", quiet)
+
+
+def _run_child(command: list[str], what: str, quiet: bool) -> float:
+    """Run a child process (its stderr — progress bars — shown unless ``quiet``); returns its wall time [s].
+
+    BLAS and OpenMP stay single-threaded in it (numba's own threads do the parallel work; on 2 cores
+    oversubscription costs 10-40x).
+
+    Raises:
+        RetargetError: it failed; the message ends with its last output lines.
+    """
+    from retarget.errors import RetargetError
+
+    env = os.environ.copy()
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+        env.setdefault(name, "1")
+    started = time.monotonic()
+    proc = subprocess.run(command, env=env, text=True, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE if quiet else None)
+    if proc.returncode != 0:
+        tail = "\n".join(((proc.stdout or "") + (proc.stderr or "")).strip().splitlines()[-5:])
+        raise RetargetError(f"{what} failed (exit {proc.returncode}){': ' + tail if tail else ''}")
+    return time.monotonic() - started
+
+
 def _say(text: str) -> None:
     print(f"demo: {text}", flush=True)
 
@@ -303,13 +506,31 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     discovery, domain = _isolate_dds()
     report.update(discovery=discovery, domain_id=int(domain))
     motion = load_motion(args.motion)
+    whole = motion.duration
+    motion = excerpt(motion, args.duration)
+    model = None
+    if not args.no_plan:
+        train_motion = args.train_motion or DEMO_TRAINING_MOTION.get(args.robot, args.motion)
+        model = demo_model(args.robot, train_motion, mesh_scale=args.train_mesh_scale,
+                           duration=args.train_duration, given=args.reduced, train=not args.no_train,
+                           quiet=args.no_progress)
+        if model is not None:
+            report["model"] = {"file": str(model.path), "source": model.source, "train_s": round(model.train_s, 1)}
+            if model.source != "trained":
+                _say(f"reduced model ({model.source}): {model.path}")
+            _say("compiling the planner's kernels, or loading them from numba's cache (a first run after an install "
+                 "or update: about 3 min)")
+            report["warm_up_s"] = round(_warm_up_child(args.robot, args.motion, model.path, args.no_progress), 1)
+            _say(f"planner kernels ready in {report['warm_up_s']:.0f} s")
     # The planner stops by itself before the demo stops waiting, returning its best iterate so far.
-    plan = describe(args.robot, mocap="twin", planner=True, plan_time_budget=max(args.plan_timeout - 20.0, 10.0))
+    plan = describe(args.robot, mocap="twin", planner=True, plan_time_budget=max(args.plan_timeout - 20.0, 10.0),
+                    reduced=None if model is None else model.path)
     if list(motion.joint_names) != list(plan.joint_names):
         motion = motion.reorder(list(plan.joint_names))
     log_path = Path(tempfile.gettempdir()) / f"retarget-demo-{os.getpid()}.log"
     sink = (lambda line: print(line, file=sys.stderr, flush=True)) if args.verbose else (lambda line: None)
-    _say(f"{plan.robot}: {len(plan.joint_names)} joints; motion {args.motion} ({motion.duration:.2f} s, "
+    part = f"its first {motion.duration:.2f} s of {whole:.2f}" if motion.duration < whole else f"{whole:.2f} s"
+    _say(f"{plan.robot}: {len(plan.joint_names)} joints; motion {args.motion} ({part}, "
          f"{motion.num_samples} samples); DDS {discovery}, domain {domain}; node logs in {log_path}")
     supervisor = Supervisor(plan, sink=sink, log_path=log_path)
     client: _Client | None = None
@@ -328,7 +549,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if not client.retarget.wait_for_server(timeout_sec=10.0):
                 raise BringupError("the planner's action is not visible to the demo client")
             t0 = time.monotonic()
-            code, result, text = client.plan_trajectory(plan.robot, animation, args.plan_timeout)
+            _say(f"asking the planner for an optimized trajectory (time budget {args.plan_timeout - 20.0:.0f} s)")
+            with _PlannerProgress(args.plan_timeout - 20.0, disable=args.no_progress) as shown:
+                code, result, text = client.plan_trajectory(plan.robot, animation, args.plan_timeout, shown)
             report["planner"] = {"error_code": code, "error_string": text,
                                  "wall_time_s": time.monotonic() - t0}
             from retarget_interfaces.action import Retarget
@@ -338,13 +561,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 report["planner"].update(iterations=result.iterations,
                                          naive_peak_deviation_m=result.naive_peak_deviation,
                                          optimized_peak_deviation_m=result.optimized_peak_deviation)
-                limited = bool(json.loads(result.metrics_json or "{}").get("budget_limited", False))
-                report["planner"]["budget_limited"] = limited
+                metrics = json.loads(result.metrics_json or "{}")
+                limited = bool(metrics.get("budget_limited", False))
+                report["planner"].update(budget_limited=limited,
+                                         naive_rms_deviation_m=result.naive_rms_deviation,
+                                         optimized_rms_deviation_m=result.optimized_rms_deviation)
+                verify = metrics.get("verify") or {}
+                checked = ""
+                if "peak_ratio" in verify:
+                    report["planner"]["verify"] = {k: verify.get(k) for k in ("dt_s", "peak_ratio", "holds")}
+                    checked = (f"; re-simulated at {verify['dt_s'] * 1e3:g} ms: {verify['peak_ratio']:.2f} x naive"
+                               f"{'' if verify.get('holds') else ' (the improvement does NOT hold)'}")
                 _say(f"planner: optimized in {result.iterations} iterations"
                      f"{' (stopped by its time budget: best iterate so far)' if limited else ''}; "
-                     "tracked-body peak deviation "
+                     "tracked-body deviation, peak "
                      f"{result.naive_peak_deviation * 100:.1f} cm naive -> "
-                     f"{result.optimized_peak_deviation * 100:.1f} cm optimized")
+                     f"{result.optimized_peak_deviation * 100:.1f} cm optimized, RMS "
+                     f"{result.naive_rms_deviation * 100:.2f} -> {result.optimized_rms_deviation * 100:.2f} cm"
+                     f"{checked}")
             elif code == Retarget.Result.NOT_AVAILABLE:
                 _say(f"planner answered NOT_AVAILABLE ({text}): executing the INPUT animation, not an "
                      "optimized trajectory")
@@ -423,15 +657,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m retarget.demo``; exit 0 only if every step worked."""
     parser = argparse.ArgumentParser(prog="python -m retarget.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--robot", default="drummer", help="robot name (default: drummer)")
-    parser.add_argument("--motion", default="drummer/drumming", help="motion name or file")
+    parser.add_argument("--motion", default="drummer/drumming", help="motion name or file (default: drummer/drumming)")
+    parser.add_argument("--duration", type=float, default=DEMO_DURATION_S,
+                        help=f"plan and execute the motion's first S seconds; 0: all of it (default "
+                             f"{DEMO_DURATION_S:g}; the drummer's whole 10 s needs about 15 min of planning: "
+                             "--plan-timeout 920)")
     parser.add_argument("--no-plan", action="store_true", help="do not ask the planner; execute the input")
-    parser.add_argument("--plan-timeout", type=float, default=120.0, help="longest wait for the planner [s]")
+    parser.add_argument("--plan-timeout", type=float, default=DEMO_PLAN_TIMEOUT_S,
+                        help=f"longest wait for the planner [s]; its time budget is 20 s less (default "
+                             f"{DEMO_PLAN_TIMEOUT_S:g})")
+    parser.add_argument("--reduced", default=None, metavar="FILE",
+                        help="plan on this reduced model (`retarget reduce` .npz) instead of the demo's own")
+    parser.add_argument("--no-train", action="store_true",
+                        help="do not train the demo's model when there is none (the planner then answers "
+                             "NOT_AVAILABLE unless it finds a model itself, and the input is executed)")
+    parser.add_argument("--train-motion", default=None,
+                        help="training motion of the demo's model (default: boxer/boxing for the drummer and the "
+                             "boxer, else --motion)")
+    parser.add_argument("--train-duration", type=float, default=DEMO_TRAIN_DURATION_S,
+                        help=f"seconds of the training motion simulated in full (default {DEMO_TRAIN_DURATION_S:g})")
+    parser.add_argument("--train-mesh-scale", type=float, default=DEMO_TRAIN_MESH_SCALE,
+                        help=f"mesh scale of the training simulation (default {DEMO_TRAIN_MESH_SCALE:g})")
     parser.add_argument("--ready-timeout", type=float, default=60.0, help="longest wait for the bring-up [s]")
     parser.add_argument("--verbose", action="store_true", help="forward the nodes' output to stderr")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--json", action="store_true",
                         help="print the report as one JSON line (the last line)")
     args = parser.parse_args(argv)
+    for name in ("plan_timeout", "train_duration", "train_mesh_scale"):
+        if not getattr(args, name) > 0:
+            parser.error(f"--{name.replace('_', '-')} must be positive")
     from retarget.errors import RetargetError
 
     try:

@@ -10,8 +10,9 @@ import time
 import numpy as np
 import pytest
 
-from retarget.demo import LAG_GRID_S, tracking_figures
-from retarget.errors import InputError
+from retarget.demo import LAG_GRID_S, demo_model, demo_model_path, excerpt, tracking_figures
+from retarget.errors import InputError, RetargetError
+from retarget.motion.motion import Motion
 
 JOINTS = ("a", "b")
 
@@ -63,6 +64,39 @@ def test_lag_grid_covers_servo_latencies() -> None:
     assert LAG_GRID_S[0] == 0.0 and LAG_GRID_S[-1] == pytest.approx(0.2) and np.all(np.diff(LAG_GRID_S) > 0)
 
 
+def test_excerpt_interpolates_its_end_and_keeps_short_motions() -> None:
+    t = np.linspace(1.0, 3.0, 5)  # 0.5 s apart, starting at 1 s
+    motion = Motion(t, ("a", "b"), np.column_stack([t, -2.0 * t]))
+    part = excerpt(motion, 1.2)
+    np.testing.assert_allclose(part.time, [1.0, 1.5, 2.0, 2.2])
+    np.testing.assert_allclose(part.positions, np.column_stack([part.time, -2.0 * part.time]))
+    assert part.joint_names == motion.joint_names
+    on_a_sample = excerpt(motion, 1.0)
+    np.testing.assert_allclose(on_a_sample.time, [1.0, 1.5, 2.0])
+    for whole in (None, 0.0, -1.0, 2.0, 5.0):
+        assert excerpt(motion, whole) is motion
+
+
+def test_demo_model_without_training_and_a_failed_training_leave_nothing(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("RETARGET_CACHE", str(tmp_path))
+    path = demo_model_path("single_rod", "single_rod/step_30", 0.05, 1.0)
+    assert path.parent == tmp_path / "demo" and path.name == "single_rod-single_rod_step_30-mesh0.05-1s.npz"
+    by_path = demo_model_path("/robots/my robot.yaml", "/m/../take 2.csv", 0.25, 2.0)
+    assert by_path.parent == tmp_path / "demo" and by_path.name == "robots_my_robot.yaml-m_.._take_2.csv-mesh0.25-2s.npz"
+    assert demo_model("single_rod", "single_rod/step_30", mesh_scale=0.05, duration=1.0, train=False) is None
+    # The child process fails (unknown motion): a clear error with its output, no file and no partial file left.
+    with pytest.raises(RetargetError, match="training the demo model .* failed .*no_such_motion"):
+        demo_model("single_rod", "single_rod/no_such_motion", mesh_scale=0.05, duration=1.0, quiet=True)
+    assert not any((tmp_path / "demo").iterdir())
+
+
+def test_demo_model_given_must_match_the_robot(tmp_path) -> None:
+    bogus = tmp_path / "model.npz"
+    bogus.write_bytes(b"not a model")
+    with pytest.raises(InputError, match="unreadable reduced model"):
+        demo_model("single_rod", "single_rod/step_30", mesh_scale=0.05, duration=1.0, given=str(bogus))
+
+
 @pytest.mark.integration
 def test_demo_runs_end_to_end() -> None:
     pytest.importorskip("rclpy", reason="rclpy is not installed (make setup)")
@@ -71,8 +105,10 @@ def test_demo_runs_end_to_end() -> None:
     env["ROS_DOMAIN_ID"] = str(1 + (os.getpid() + 50) % 100)
     env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "retarget.demo", "--json", "--no-progress"],
-                          capture_output=True, text=True, env=env, timeout=170)
+    # The whole 10 s drumming; no model training (tests/conftest.py isolates the cache: no model is found, so the
+    # planner answers NOT_AVAILABLE and the input is executed). The planned path: the single_rod test below.
+    proc = subprocess.run([sys.executable, "-m", "retarget.demo", "--json", "--no-progress", "--no-train",
+                           "--duration", "0"], capture_output=True, text=True, env=env, timeout=170)
     wall = time.monotonic() - started
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
@@ -93,3 +129,36 @@ def test_demo_runs_end_to_end() -> None:
     assert tracking["rms_deg"] < 10.0
     print(f"demo wall time {wall:.1f} s, RMS {tracking['rms_deg']:.2f} deg, "
           f"lag {tracking['lag_s'] * 1e3:.0f} ms")
+
+
+@pytest.mark.integration
+def test_demo_trains_its_model_plans_and_executes_the_optimized_trajectory(tmp_path) -> None:
+    """The demo's main job on the single rod (a small robot, coarse mesh): train the model in a child process,
+    plan over ROS within the budget, execute the optimized trajectory; a second demo reuses the model."""
+    pytest.importorskip("rclpy", reason="rclpy is not installed (make setup)")
+    env = os.environ.copy()
+    env["ROS_DOMAIN_ID"] = str(1 + (os.getpid() + 70) % 100)
+    env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+    env["RETARGET_CACHE"] = str(tmp_path)
+    command = [sys.executable, "-m", "retarget.demo", "--json", "--no-progress", "--robot", "single_rod",
+               "--motion", "single_rod/step_30", "--duration", "1.5", "--train-duration", "1.5",
+               "--train-mesh-scale", "0.05", "--plan-timeout", "80"]
+    proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    model = report["model"]
+    assert model["source"] == "trained" and model["train_s"] > 0
+    assert model["file"] == str(tmp_path / "demo" / "single_rod-single_rod_step_30-mesh0.05-1.5s.npz")
+    assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == [os.path.basename(model["file"])]
+    planner = report["planner"]
+    assert planner["error_code"] == 0, planner
+    assert report["executed"] == "optimized trajectory" and "tracking: goal SUCCESSFUL" in proc.stdout
+    assert planner["optimized_peak_deviation_m"] < planner["naive_peak_deviation_m"]
+    assert "naive ->" in proc.stdout
+    if "verify" in planner:  # skipped (with a warning) when the budget ran out first
+        assert planner["verify"]["peak_ratio"] < 1.0 and "re-simulated at" in proc.stdout
+    # The second demo finds the model and says so; it does not train again (a short budget: optimized or not,
+    # the demo goes on).
+    again = subprocess.run([*command[:-1], "30"], capture_output=True, text=True, env=env, timeout=200)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "reduced model (cached)" in again.stdout and "training it once" not in again.stdout
