@@ -82,7 +82,8 @@ def test_demo_model_without_training_and_a_failed_training_leave_nothing(tmp_pat
     path = demo_model_path("single_rod", "single_rod/step_30", 0.05, 1.0)
     assert path.parent == tmp_path / "demo" and path.name == "single_rod-single_rod_step_30-mesh0.05-1s.npz"
     by_path = demo_model_path("/robots/my robot.yaml", "/m/../take 2.csv", 0.25, 2.0)
-    assert by_path.parent == tmp_path / "demo" and by_path.name == "robots_my_robot.yaml-m_.._take_2.csv-mesh0.25-2s.npz"
+    assert by_path.parent == tmp_path / "demo"
+    assert by_path.name == "robots_my_robot.yaml-m_.._take_2.csv-mesh0.25-2s.npz"
     assert demo_model("single_rod", "single_rod/step_30", mesh_scale=0.05, duration=1.0, train=False) is None
     # The child process fails (unknown motion): a clear error with its output, no file and no partial file left.
     with pytest.raises(RetargetError, match="training the demo model .* failed .*no_such_motion"):
