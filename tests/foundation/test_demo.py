@@ -144,7 +144,8 @@ def test_demo_trains_its_model_plans_and_executes_the_optimized_trajectory(tmp_p
     command = [sys.executable, "-m", "retarget.demo", "--json", "--no-progress", "--robot", "single_rod",
                "--motion", "single_rod/step_30", "--duration", "1.5", "--train-duration", "1.5",
                "--train-mesh-scale", "0.05", "--plan-timeout", "80"]
-    proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=400)
+    # A fresh install compiles the full and reduced engines (training) and the planner (warm-up) first: minutes.
+    proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     model = report["model"]
