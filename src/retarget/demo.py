@@ -6,7 +6,7 @@ Steps, each reported on one line and none faked:
    against the robot's description: a stale one is retrained); without one, train it once
    (``retarget reduce`` in a child process: a full simulation of :data:`DEMO_TRAIN_DURATION_S` s of the training
    motion — the drummer's is ``boxer/boxing``, the paper's transfer experiment — on a coarse mesh, then mass-PCA
-   and cubature; about 6 minutes for the drummer on 2 cores) and keep it in ``<cache>/demo/`` for later demos;
+   and cubature; 6-8 minutes for the drummer on 2 cores) and keep it in ``<cache>/demo/`` for later demos;
 2. bring up the robot's node set (:mod:`retarget.ros.bringup`, the same set as ``retarget up drummer``):
    emulated XM430-W210 bus, Dynamixel driver, trajectory server, planner (given the model file), mocap twin;
 3. take the first :data:`DEMO_DURATION_S` s of ``drummer/drumming`` (``--duration``; the whole 10 s needs the
@@ -408,7 +408,7 @@ def demo_model(robot: str, train_motion: str, *, mesh_scale: float, duration: fl
         return None
     _say(f"no demo model of {robot} ({reason}): training it once — a full simulation of {duration:g} s of "
          f"{train_motion} on a coarse mesh (scale {mesh_scale:g}), then mass-PCA and cubature checked by replay "
-         f"(the drummer: about 6 min on 2 cores); later demos reuse {path}")
+         f"(the drummer: 6-8 min on 2 cores); later demos reuse {path}")
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.parent / f".{path.stem}.{os.getpid()}.partial.npz"
     command = [sys.executable, "-m", "retarget.cli", "reduce", robot, "--train-motion", train_motion,
@@ -519,7 +519,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if model.source != "trained":
                 _say(f"reduced model ({model.source}): {model.path}")
             _say("compiling the planner's kernels, or loading them from numba's cache (a first run after an install "
-                 "or update: about 3 min)")
+                 "or update: up to 3 min)")
             report["warm_up_s"] = round(_warm_up_child(args.robot, args.motion, model.path, args.no_progress), 1)
             _say(f"planner kernels ready in {report['warm_up_s']:.0f} s")
     # The planner stops by itself before the demo stops waiting, returning its best iterate so far.
