@@ -675,3 +675,36 @@ def test_no_shaped_baselines_without_ring_out_says_why(end: float, expected: str
     warnings: list[str] = []
     assert _shaped_baselines(pp, None, None, warnings) == {}  # type: ignore[arg-type]
     assert len(warnings) == 1 and expected in warnings[0]
+
+
+def test_the_budget_keeps_time_for_the_verification(rod_systems, tiny_artifact, monkeypatch, tmp_path):
+    """With a verify_dt the optimizer's reserve grows by two forward runs at verify_dt (2 dt / verify_dt forward
+    runs at the planning step, an evaluation being about three): the ROS entry and `retarget plan` set it."""
+    from dataclasses import replace
+
+    import retarget.optimize.planner as planner
+    from retarget.optimize.planner import verification_reserve
+
+    assert verification_reserve(OPTIONS) == 0.0
+    assert verification_reserve(replace(OPTIONS, verify_dt=0.0)) == 0.0
+    assert verification_reserve(replace(OPTIONS, dt=0.002, verify_dt=0.001)) == pytest.approx(4.0 / 3.0)
+    seen: list[float] = []
+    real = planner.optimize
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["reserve_evaluations"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(planner, "optimize", spy)
+    _, rs = rod_systems
+    limits = MotorLimits.build(("m",), {"m": (-0.2, 0.3, 0.0)})
+    engine = reduced_engine(rs, 1e-10)
+    run_plan(engine, _motion(), _bodies(), limits, OPTIONS)
+    run_plan(engine, _motion(), _bodies(), limits, replace(OPTIONS, verify_dt=0.001))
+    assert seen == [0.0, pytest.approx(2.0 * 0.005 / 0.001 / 3.0)]
+    # The ROS entry passes its verification step (default dt / 5: 10 forward runs, 10 / 3 evaluations), or none.
+    request = _tiny_request(tiny_artifact, monkeypatch, tmp_path)
+    seen.clear()
+    plan(request, None)
+    plan(request | {"verify": False}, None)
+    assert seen == [pytest.approx(10.0 / 3.0), 0.0]

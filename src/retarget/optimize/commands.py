@@ -164,6 +164,7 @@ def _plan(args: argparse.Namespace) -> int:
 
     if args.verify_dt is not None and args.verify_dt < 0:
         raise InputError(f"--verify-dt must be positive (or 0: no verification), got {args.verify_dt}")
+    verify_dt = args.dt / 5 if args.verify_dt is None else args.verify_dt
     started = time.perf_counter()
     pm, motion = _load(args)
     bodies = merge_tracked_weights(parse_tracked_bodies(pm.config.get("tracked_bodies")), args.weight or [])
@@ -173,7 +174,8 @@ def _plan(args: argparse.Namespace) -> int:
                           time_budget=args.time_budget, target_stride=args.target_stride, method=args.method,
                           first_step=args.first_step, window=args.window, window_tail=args.window_tail,
                           window_overlap=args.window_overlap, torque_weight=args.torque_weight,
-                          torque_margin=args.torque_margin, start=args.start)
+                          torque_margin=args.torque_margin, start=args.start,
+                          verify_dt=verify_dt if verify_dt > 0 else None)
     engine = reduced_engine(pm.reduced, tolerance=1e-10)
     from tqdm import tqdm
 
@@ -194,7 +196,6 @@ def _plan(args: argparse.Namespace) -> int:
     result = run_plan(engine, motion, bodies, limits_for(pm.model, pm.config), options, progress, callback)
     bar.close()
     metrics = result.metrics()
-    verify_dt = args.dt / 5 if args.verify_dt is None else args.verify_dt
     if verify_dt > 0 and "optimized" in result.variants and "naive" in result.variants:
         print(f"verifying the plan at dt {verify_dt:g} s (naive and optimized re-simulated)", file=sys.stderr)
         metrics.update(verify_metrics(result, verify_dt))

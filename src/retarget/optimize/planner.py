@@ -61,6 +61,7 @@ __all__ = [
     "plan",
     "run_plan",
     "simulate_variant",
+    "verification_reserve",
     "verify_metrics",
     "verify_plan",
 ]
@@ -91,7 +92,8 @@ class PlanOptions:
         lbfgs_memory: L-BFGS-B correction pairs (``maxcor``). The Gauss-Newton Hessian of two_rods has ~30
             eigenvalues spread over three decades (docs/optimize.md): fewer pairs than that forget curvature the
             solver has already paid simulations for.
-        time_budget: wall-time budget of :func:`run_plan` [s] (targets, optimization, baselines); None: no limit.
+        time_budget: wall-time budget of :func:`run_plan` [s] (targets, optimization, baselines, and a reserve for
+            the caller's verification at ``verify_dt``); None: no limit.
             The optimizer stops before an evaluation that would not fit (or aborts one that overruns) and returns
             the best point evaluated so far, flagged ``budget_limited``.
         method: ``"lbfgs"`` (L-BFGS-B with the adjoint gradient, the default), ``"gauss-newton"``
@@ -115,6 +117,11 @@ class PlanOptions:
         window_overlap: how much of each span the next window optimizes again [s] (0 ≤ overlap < window): windows
             start every ``window − window_overlap`` seconds, so no window's last parameters are final after its
             few iterations.
+        verify_dt: the step at which the caller will re-simulate the naive and optimized profiles afterwards
+            (:func:`verify_plan`), or None. With a ``time_budget`` the optimizer keeps time for it: two forward runs
+            at ``verify_dt``, counted as ``2 dt / verify_dt`` forward runs at the planning step
+            (:func:`verification_reserve`). Without it a budget-limited plan used the whole budget and its
+            verification then ran past the budget or was skipped.
         start: where the optimizer starts. ``"feasible"`` (default): from the input's fit, except that motors
             faster than their speed limit start from their closest speed-feasible profiles
             (:func:`~retarget.optimize.limits.speed_feasible_parameters`, no simulation): otherwise the speed
@@ -143,6 +150,16 @@ class PlanOptions:
     window_tail: float = 0.5
     window_overlap: float = 0.0
     start: str = "feasible"
+    verify_dt: float | None = None
+
+
+def verification_reserve(options: PlanOptions) -> float:
+    """Time the verification at ``options.verify_dt`` needs, in optimizer evaluations (one evaluation, forward and
+    adjoint, costs about three forward runs): two forward runs at ``verify_dt``, i.e. ``2 dt / verify_dt`` at the
+    planning step. 0 without a ``verify_dt``."""
+    if options.verify_dt is None or not options.verify_dt > 0:
+        return 0.0
+    return 2.0 * float(options.dt) / float(options.verify_dt) / 3.0
 
 
 #: Length [rad] of the probe step that measures the objective's curvature for the first L-BFGS-B step.
@@ -1112,11 +1129,11 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
             naive = _first_evaluation(pp.problem, pp.fit.parameters, False, _deadline_progress(
                 deadline, None if progress is None else (lambda k, n: progress("naive playback", k, n))))
     # Two forward simulations (ZV, ZVD) cost about 1.6 forward + adjoint evaluations; none are kept when the
-    # motion leaves too little ring-out for the baselines to run.
+    # motion leaves too little ring-out for the baselines to run. The caller's verification is kept too.
     minimize = optimize if options.window is None else optimize_windows
     baselines = options.baselines and _ring_out(pp) >= MIN_RING_OUT
     opt = minimize(pp, options, x0=x_start, callback=callback, step_progress=step_cb, deadline=deadline,
-                   reserve_evaluations=1.6 if baselines else 0.0)
+                   reserve_evaluations=(1.6 if baselines else 0.0) + verification_reserve(options))
     timings["optimization"] = time.perf_counter() - t0
     if opt.interrupted or opt.budget_limited:
         warnings.append(opt.message)
@@ -1259,6 +1276,9 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
         torque_weight=float(_none_if_default(request.get("torque_weight"), defaults.torque_weight, positive=False)),
         torque_margin=float(_none_if_default(request.get("torque_margin"), defaults.torque_margin, positive=False)),
     )
+    verify = bool(request.get("verify", True))
+    fine = float(_none_if_default(request.get("verify_dt"), options.dt / 5.0))
+    options = replace(options, verify_dt=fine if verify else None)
     check = None if cancelled is None else _CancelCheck(cancelled)
     stage_now: list[str] = []
 
@@ -1311,8 +1331,7 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
     result = run_plan(engine, motion, bodies, limits_for(pm.model, pm.config), options, progress=steps,
                       callback=callback)
     metrics = result.metrics()
-    if bool(request.get("verify", True)) and not (check is not None and check.fired):
-        fine = float(_none_if_default(request.get("verify_dt"), options.dt / 5.0))
+    if verify and not (check is not None and check.fired):
         metrics.update(verify_metrics(result, fine, deadline, steps))
     metrics["cancelled"] = check is not None and check.fired
     t = result.pp.targets.times

@@ -99,8 +99,8 @@ class Planner(Node):
                                      "torque penalty keeps free", low=0.0, high=0.99)
         self.verify = declare(self, "verify", T.BOOL, True,
                               "re-simulate the naive and optimized trajectories at verify_dt and warn when the "
-                              "improvement does not hold there (as `retarget plan`); skipped when time_budget runs "
-                              "out first")
+                              "improvement does not hold there (as `retarget plan`); time_budget keeps time for it "
+                              "(skipped if it runs out all the same)")
         self.verify_dt = declare(self, "verify_dt", T.DOUBLE, 0.0, "verification step [s]; 0: the planning dt / 5",
                                  low=0.0)
         group = ReentrantCallbackGroup()
