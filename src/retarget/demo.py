@@ -524,7 +524,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             report["warm_up_s"] = round(_warm_up_child(args.robot, args.motion, model.path, args.no_progress), 1)
             _say(f"planner kernels ready in {report['warm_up_s']:.0f} s")
     # The planner stops by itself before the demo stops waiting, returning its best iterate so far.
-    plan = describe(args.robot, mocap="twin", planner=True, plan_time_budget=max(args.plan_timeout - 20.0, 10.0),
+    budget = max(args.plan_timeout - 20.0, 10.0)
+    plan = describe(args.robot, mocap="twin", planner=True, plan_time_budget=budget,
                     reduced=None if model is None else model.path)
     if list(motion.joint_names) != list(plan.joint_names):
         motion = motion.reorder(list(plan.joint_names))
@@ -550,8 +551,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if not client.retarget.wait_for_server(timeout_sec=10.0):
                 raise BringupError("the planner's action is not visible to the demo client")
             t0 = time.monotonic()
-            _say(f"asking the planner for an optimized trajectory (time budget {args.plan_timeout - 20.0:.0f} s)")
-            with _PlannerProgress(args.plan_timeout - 20.0, disable=args.no_progress) as shown:
+            _say(f"asking the planner for an optimized trajectory (time budget {budget:.0f} s)")
+            with _PlannerProgress(budget, disable=args.no_progress) as shown:
                 code, result, text = client.plan_trajectory(plan.robot, animation, args.plan_timeout, shown)
             report["planner"] = {"error_code": code, "error_string": text,
                                  "wall_time_s": time.monotonic() - t0}

@@ -1276,9 +1276,8 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
         torque_weight=float(_none_if_default(request.get("torque_weight"), defaults.torque_weight, positive=False)),
         torque_margin=float(_none_if_default(request.get("torque_margin"), defaults.torque_margin, positive=False)),
     )
-    verify = bool(request.get("verify", True))
-    fine = float(_none_if_default(request.get("verify_dt"), options.dt / 5.0))
-    options = replace(options, verify_dt=fine if verify else None)
+    if bool(request.get("verify", True)):
+        options = replace(options, verify_dt=float(_none_if_default(request.get("verify_dt"), options.dt / 5.0)))
     check = None if cancelled is None else _CancelCheck(cancelled)
     stage_now: list[str] = []
 
@@ -1331,8 +1330,8 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
     result = run_plan(engine, motion, bodies, limits_for(pm.model, pm.config), options, progress=steps,
                       callback=callback)
     metrics = result.metrics()
-    if verify and not (check is not None and check.fired):
-        metrics.update(verify_metrics(result, fine, deadline, steps))
+    if options.verify_dt is not None and not (check is not None and check.fired):
+        metrics.update(verify_metrics(result, options.verify_dt, deadline, steps))
     metrics["cancelled"] = check is not None and check.fired
     t = result.pp.targets.times
     return {"joint_names": list(result.pp.motion.joint_names), "time": (t + float(motion.time[0])).tolist(),
