@@ -54,7 +54,8 @@ _DISCOVERY_PERIOD_S = 0.25
 
 
 class NoTopicError(RetargetError):
-    """None of the requested topics appeared in the ROS graph in time (nothing was recorded).
+    """None of the requested topics appeared in the ROS graph in time, or (with a duration) they appeared but sent no
+    message in time; nothing was recorded.
 
     Attributes:
         topics: the requested topics.
@@ -62,14 +63,17 @@ class NoTopicError(RetargetError):
         seen: the topics that were in the graph (to spot a typo or a wrong namespace).
     """
 
-    def __init__(self, topics: Sequence[str], wait_s: float, seen: Sequence[str]) -> None:
+    def __init__(self, topics: Sequence[str], wait_s: float, seen: Sequence[str], subscribed: bool = False) -> None:
         self.topics = list(topics)
         self.wait_s = wait_s
         self.seen = list(seen)
-        super().__init__(
-            f"none of {', '.join(self.topics)} was published within {wait_s:g} s (is the node running, with the "
-            f"same ROS_DOMAIN_ID?); topics seen: {', '.join(self.seen) or 'none'}"
-        )
+        if subscribed:
+            message = (f"subscribed to {', '.join(self.topics)}, but no message arrived within {wait_s:g} s (is the "
+                       "publisher sending? mocap: is Motive streaming?)")
+        else:
+            message = (f"none of {', '.join(self.topics)} was published within {wait_s:g} s (is the node running, "
+                       f"with the same ROS_DOMAIN_ID?); topics seen: {', '.join(self.seen) or 'none'}")
+        super().__init__(message)
 
 
 def message_class(msgtype: str) -> type:
@@ -272,12 +276,14 @@ def record(
         topics: topic names to record.
         out: bag folder to create.
         storage: "mcap" or "sqlite3".
-        duration_s: how long to record [s], counted from the first subscription (discovering a running node
-            takes about a second); ``None``: until stopped.
+        duration_s: how long to record [s], counted from the first message received (discovering a running node
+            and matching with it can take seconds on a loaded machine: the bag still holds the seconds asked for);
+            ``None``: until stopped.
         progress: show a tqdm progress bar on stderr.
         stop: an event that ends the recording when set (for callers in other threads).
         ros_args: extra ROS arguments (``--ros-args`` ones) for the recorder node.
-        wait_s: give up if none of the topics appeared within this time [s] (``None``: wait until stopped).
+        wait_s: give up if none of the topics appeared within this time [s], and, with a ``duration_s``, if no
+            message arrived within this time of the first subscription (``None``: wait until stopped).
 
     Returns:
         The summary of the written bag.
@@ -285,7 +291,8 @@ def record(
     Raises:
         BagError: bad output path or storage, or a topic type without definition.
         InputError: no topics, or a non-positive duration.
-        NoTopicError: none of the topics appeared within ``wait_s`` (no bag is left behind).
+        NoTopicError: none of the topics appeared within ``wait_s``, or with a ``duration_s`` none sent a message
+            within ``wait_s`` of subscribing (no bag is left behind).
     """
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
@@ -321,15 +328,22 @@ def record(
         recorder = TopicRecorder(node, topics, writer)
         bar = _progress_bar(duration_s) if progress else None
         next_discovery = 0.0
-        # The duration counts from the first subscription: discovering a running node takes ~1 s.
+        # The duration counts from the first message: discovery and the DDS match with a running publisher take
+        # ~1 s on an idle machine and have taken ~3 s on two loaded cores.
         first_subscription: float | None = None
+        first_message: float | None = None
         try:
             while not stop.is_set():
                 now = time.monotonic()
+                if first_message is None and writer.message_count:
+                    first_message = now
                 if first_subscription is None:
                     if wait_s is not None and now - started >= wait_s:
                         raise NoTopicError(recorder.pending, wait_s, [t for t, _ in node.get_topic_names_and_types()])
-                elif duration_s is not None and now - first_subscription >= duration_s:
+                elif first_message is None:
+                    if duration_s is not None and wait_s is not None and now - first_subscription >= wait_s:
+                        raise NoTopicError(list(writer.types), wait_s, [], subscribed=True)
+                elif duration_s is not None and now - first_message >= duration_s:
                     reason["value"] = "duration"
                     break
                 if now >= next_discovery:
@@ -340,7 +354,7 @@ def record(
                     next_discovery = now + _DISCOVERY_PERIOD_S
                 executor.spin_once(timeout_sec=0.05)
                 if bar is not None:
-                    recorded = 0.0 if first_subscription is None else now - first_subscription
+                    recorded = 0.0 if first_message is None else now - first_message
                     bar.n = round(min(recorded, duration_s), 1) if duration_s else writer.message_count
                     bar.set_postfix(messages=writer.message_count, refresh=False)
                     bar.refresh()
@@ -392,9 +406,10 @@ def register_record(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, required=True, help="bag folder to create (must not exist)")
     p.add_argument("--storage", choices=STORAGES, default="mcap", help="bag storage (default mcap)")
     p.add_argument("--duration", type=float, default=None, metavar="S",
-                   help="stop S seconds after the first topic appeared (default: until Ctrl-C)")
+                   help="stop S seconds after the first message arrived (default: until Ctrl-C)")
     p.add_argument("--wait", type=float, default=10.0, metavar="S",
-                   help="fail if none of the topics is published within S seconds (default 10; 0: wait forever)")
+                   help="fail if none of the topics is published within S seconds, and with --duration if "
+                   "none sends a message within S seconds of subscribing (default 10; 0: wait forever)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     p.set_defaults(func=_record_command)
