@@ -182,7 +182,7 @@ def _tiny_request(tiny_artifact, monkeypatch, tmp_path, **extra):
             "dt": 0.005, "knot_spacing": 0.04, "max_iterations": 1, **extra}
 
 
-def test_plan_request_budget_counts_the_model_loading(tiny_artifact, monkeypatch, tmp_path):
+def test_plan_request_budget_too_small_for_the_targets(tiny_artifact, monkeypatch, tmp_path):
     from retarget.optimize.errors import TimeBudgetError
 
     request = _tiny_request(tiny_artifact, monkeypatch, tmp_path, time_budget=1e-6)
@@ -708,3 +708,69 @@ def test_the_budget_keeps_time_for_the_verification(rod_systems, tiny_artifact, 
     plan(request, None)
     plan(request | {"verify": False}, None)
     assert seen == [pytest.approx(10.0 / 3.0), 0.0]
+
+
+def test_the_budget_starts_after_the_warm_up(tiny_artifact, monkeypatch, tmp_path):
+    """A budgeted request first plans a short excerpt for one iteration (numba compiles there, reported as
+    `compiling kernels`), then starts its clock: a warm-up longer than the whole budget leaves it intact."""
+    import time
+
+    import retarget.optimize.planner as planner
+
+    calls: list = []
+    real = planner.warm_up
+
+    def slow_warm_up(*args, **kwargs):
+        calls.append(real(*args, **kwargs))
+        time.sleep(2.5)  # a cold numba cache: longer than the budget below
+        return calls[-1]
+
+    monkeypatch.setattr(planner, "warm_up", slow_warm_up)
+    stages: list = []
+    request = _tiny_request(tiny_artifact, monkeypatch, tmp_path, time_budget=2.0)
+    out = plan(request, lambda info: stages.append(info.get("stage")))
+    assert len(calls) == 1 and calls[0] > 0.0
+    assert stages[0] == planner.WARM_UP_STAGE and "targets" in stages and len(out["positions"]) > 10
+    assert "verify" in out["metrics"]
+    calls.clear()
+    plan(_tiny_request(tiny_artifact, monkeypatch, tmp_path), None)  # no budget: no warm-up
+    assert calls == []
+
+
+def test_warm_up_runs_a_short_plan_and_stops_on_a_cancel_or_ctrl_c(rod_systems):
+    from dataclasses import replace
+
+    import retarget.optimize.planner as planner
+    from retarget.optimize.errors import PlanCancelled
+
+    _, rs = rod_systems
+    limits = MotorLimits.build(("m",), {"m": (-0.2, 0.3, 0.0)})
+    engine = reduced_engine(rs, 1e-10)
+    long = Motion(np.linspace(0.0, 1.0, 201), ("m",), 0.2 * np.sin(np.linspace(0.0, 1.0, 201))[:, None])
+    seen: list = []
+    assert planner.warm_up(engine, long, _bodies(), limits, replace(OPTIONS, verify_dt=0.001),
+                           lambda stage, k, n: seen.append((stage, n))) > 0.0
+    # 0.2 s of the 1 s motion at dt 5 ms (40 steps; an evaluation's bar counts forward + adjoint), then verified.
+    assert ("targets", 41) in seen and ("evaluation (forward + adjoint)", 80) in seen and ("verifying", 200) in seen
+    assert not any(n > 200 for _, n in seen)
+    for interrupt in (PlanCancelled("x"), KeyboardInterrupt()):
+        starts: list = []
+
+        def progress(stage, k, n, interrupt=interrupt, starts=starts):
+            if stage.startswith("evaluation") and k == 1:
+                starts.append(1)
+                if len(starts) == 2:  # after the first evaluation: the optimizer returns its best point
+                    raise interrupt
+
+        with pytest.raises(type(interrupt)):
+            planner.warm_up(engine, long, _bodies(), limits, OPTIONS, progress)
+        assert len(starts) == 2
+
+
+def test_a_cancel_during_the_warm_up_ends_the_request(tiny_artifact, monkeypatch, tmp_path):
+    import retarget.optimize.planner as planner
+    from retarget.optimize.errors import PlanCancelled
+
+    monkeypatch.setattr(planner, "CANCEL_POLL_S", 0.0)
+    with pytest.raises(PlanCancelled, match="cancelled during compiling kernels"):
+        plan(_tiny_request(tiny_artifact, monkeypatch, tmp_path, time_budget=60.0), None, cancelled=lambda: True)

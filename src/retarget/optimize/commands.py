@@ -159,7 +159,7 @@ def _plan(args: argparse.Namespace) -> int:
     from retarget.errors import InputError
     from retarget.motion import save_motion
     from retarget.optimize.engines import reduced_engine
-    from retarget.optimize.planner import PlanOptions, limits_for, run_plan, verify_metrics
+    from retarget.optimize.planner import PlanOptions, limits_for, run_plan, verify_metrics, warm_up
     from retarget.optimize.weights import merge_tracked_weights, parse_tracked_bodies
 
     if args.verify_dt is not None and args.verify_dt < 0:
@@ -177,6 +177,11 @@ def _plan(args: argparse.Namespace) -> int:
                           torque_margin=args.torque_margin, start=args.start,
                           verify_dt=verify_dt if verify_dt > 0 else None)
     engine = reduced_engine(pm.reduced, tolerance=1e-10)
+    limits = limits_for(pm.model, pm.config)
+    if options.time_budget is not None:
+        print("warming up: compiling the plan's kernels (minutes after an install or update, else seconds; not "
+              "counted in --time-budget)", file=sys.stderr)
+        print(f"warmed up in {warm_up(engine, motion, bodies, limits, options):.0f} s", file=sys.stderr)
     from tqdm import tqdm
 
     # With windows, max_iterations is per window and their number is known only once the problem is built.
@@ -193,7 +198,7 @@ def _plan(args: argparse.Namespace) -> int:
         where = {"window": f"{it['window']}/{it['windows']}"} if "window" in it else {}
         bar.set_postfix(**where, J=f"{it['objective']:.4e}", grad=f"{it['gradient_norm']:.2e}")
 
-    result = run_plan(engine, motion, bodies, limits_for(pm.model, pm.config), options, progress, callback)
+    result = run_plan(engine, motion, bodies, limits, options, progress, callback)
     bar.close()
     metrics = result.metrics()
     if verify_dt > 0 and "optimized" in result.variants and "naive" in result.variants:
@@ -345,7 +350,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target-stride", type=int, default=1, metavar="N", help="solve the quasi-static targets every "
                    "N steps and interpolate between (default 1: every step; for long, always-moving motions)")
     p.add_argument("--time-budget", type=float, default=None, metavar="S", help="wall-time budget of the planning "
-                   "[s] (targets, optimization, baselines; not the model): the best iterate when it runs out")
+                   "[s] (targets, optimization, baselines, verification; not the model, nor the warm-up that "
+                   "compiles the kernels first): the best iterate when it runs out")
     p.add_argument("--verify-dt", type=float, default=None, metavar="S", help="re-simulate the naive and optimized "
                    "profiles at this finer step and warn when the improvement does not hold there (default: "
                    "--dt / 5; 0: no verification)")

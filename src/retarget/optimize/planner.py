@@ -1208,6 +1208,41 @@ def verify_metrics(result: PlanResult, dt: float, deadline: float | None = None,
     return {**out, "warnings": list(warnings)}
 
 
+#: Seconds of the motion :func:`warm_up` plans (one iteration): enough for every stage of a plan to run once.
+WARM_UP_S = 0.2
+
+#: The feedback stage of :func:`warm_up` (``plan`` with a time budget, before the budget's clock starts).
+WARM_UP_STAGE = "compiling kernels"
+
+
+def warm_up(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights], limits: MotorLimits,
+            options: PlanOptions, progress: Callable[[str, int, int], None] | None = None) -> float:
+    """Plan the first :data:`WARM_UP_S` s of ``motion`` for one iteration (and verify it at ``options.verify_dt``),
+    so that numba compiles — or loads from its on-disk cache — every kernel a plan with these options runs; returns
+    the wall time [s].
+
+    A budgeted plan calls it before its clock starts: the first plan after an install or an update otherwise spends
+    minutes of its budget compiling (the drummer's 180 s demo plan got 0 iterations with an empty cache, 11 with a
+    warm one; docs/optimize.md "Time budget"). With the kernels cached it costs a few short simulations.
+    ``progress(stage, done, total)`` is called as by :func:`run_plan` (and may raise to stop it).
+
+    Raises:
+        KeyboardInterrupt: Ctrl-C during the warm-up (:class:`PlanCancelled`: a cancel from ``progress``) — the plan
+            it prepares should not start.
+    """
+    started = time.perf_counter()
+    short = replace(options, duration=max(WARM_UP_S, 3.0 * float(options.dt)), max_iterations=1, time_budget=None,
+                    verify_dt=None)
+    result = run_plan(engine, motion, bodies, limits, short, progress)
+    if result.optimization.interrupted:  # the optimizer returns its best point on Ctrl-C and cancels: not here
+        raise PlanCancelled(WARM_UP_STAGE) if result.optimization.interruption == "cancel requested" \
+            else KeyboardInterrupt
+    if options.verify_dt is not None and options.verify_dt > 0:
+        verify_plan(result, float(options.verify_dt), None if progress is None
+                    else (lambda k, n: progress("verifying", k, n)))
+    return time.perf_counter() - started
+
+
 def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | None = None,
          cancelled: Callable[[], bool] | None = None) -> dict[str, Any]:
     """The ROS planner node's entry point (docs/ros.md): plain data in, plain data out.
@@ -1218,7 +1253,8 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
             ``max_iterations``, ``relative_tolerance`` (zero/negative/empty: defaults); optional ``dt``,
             ``modes``, ``mesh_axial``, ``mesh_around``, ``reduced_file`` (a ``retarget reduce`` ``.npz`` or a cached
             ``.pkl``), ``time_budget`` [s] (zero/negative/absent: none; the best iterate when it runs out, flagged
-            ``budget_limited`` in the metrics), ``window`` / ``window_tail`` / ``window_overlap`` [s] (windows,
+            ``budget_limited`` in the metrics; it starts once the model is loaded and :func:`warm_up` has compiled
+            the kernels — an in-process training counts in it), ``window`` / ``window_tail`` / ``window_overlap`` [s] (windows,
             :attr:`PlanOptions.window`; zero/negative/absent: the whole motion at once), ``torque_weight``,
             ``torque_margin`` (:attr:`PlanOptions.torque_weight`; absent: the defaults), ``verify`` (default true:
             re-simulate the naive and optimized profiles at ``verify_dt``, default ``dt / 5``, as ``retarget plan``
@@ -1228,8 +1264,8 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
             than training for minutes to hours inside a request).
         progress: called per L-BFGS iteration with ``{iteration, objective, gradient_norm}`` (with windows also
             ``window``, ``windows``), and with ``{stage}`` when a stage begins (:data:`TRAINING_STAGE` when a
-            reduced model is trained in-process, then :data:`FEEDBACK_STAGES`: ``targets``, ``naive playback``,
-            ``optimizing``, ``baselines``, ``verifying``).
+            reduced model is trained in-process, :data:`WARM_UP_STAGE` with a time budget, then
+            :data:`FEEDBACK_STAGES`: ``targets``, ``naive playback``, ``optimizing``, ``baselines``, ``verifying``).
         cancelled: polled during the run (per simulation step — an in-process training simulation's too — at
             most every 50 ms, and per iteration); once it returns true the optimizer stops as on Ctrl-C and the
             best parameters so far are returned, flagged ``cancelled`` (and ``interrupted``) in the metrics.
@@ -1290,9 +1326,15 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
             check(stage, done, total)
 
     # An in-process training run takes minutes to hours: it reports its stage and polls the cancel and the budget
-    # per step like the simulations after it.
+    # per step like the simulations after it (and counts in the budget).
     budget_end = None if options.time_budget is None else started + float(options.time_budget)
-    training = _deadline_progress(budget_end, lambda done, total: steps(TRAINING_STAGE, done, total))
+    trained: list[bool] = []
+
+    def training_steps(done: int, total: int) -> None:
+        trained[:] = [True]
+        steps(TRAINING_STAGE, done, total)
+
+    training = _deadline_progress(budget_end, training_steps)
     try:
         pm = planning_model(robot, motion,
                             n_modes=int(_none_if_default(request.get("modes"), DEFAULT_PLAN_MODES)),
@@ -1315,10 +1357,13 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
         if weights:
             bodies = [replace(b, position=WeightSchedule.constant(float(w))) for b, w in zip(bodies, weights)]
     engine = reduced_engine(pm.reduced, tolerance=1e-10)
+    limits = limits_for(pm.model, pm.config)
     if options.time_budget is not None:
-        # The budget covers the whole request: loading the model counts.
-        spent = time.perf_counter() - started
-        options = replace(options, time_budget=max(float(options.time_budget) - spent, 0.0))
+        # The budget starts once the model is loaded and the kernels are compiled (an in-process training counts).
+        if trained:
+            options = replace(options, time_budget=max(float(options.time_budget) - (time.perf_counter() - started),
+                                                       0.0))
+        warm_up(engine, motion, bodies, limits, options, lambda stage, done, total: steps(WARM_UP_STAGE, done, total))
 
     def callback(info: dict[str, Any]) -> None:
         if progress is not None:
@@ -1327,8 +1372,7 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
             check("optimizing")
 
     deadline = None if options.time_budget is None else time.perf_counter() + float(options.time_budget)
-    result = run_plan(engine, motion, bodies, limits_for(pm.model, pm.config), options, progress=steps,
-                      callback=callback)
+    result = run_plan(engine, motion, bodies, limits, options, progress=steps, callback=callback)
     metrics = result.metrics()
     if options.verify_dt is not None and not (check is not None and check.fired):
         metrics.update(verify_metrics(result, options.verify_dt, deadline, steps))
