@@ -119,8 +119,8 @@ class PlanOptions:
             few iterations.
         verify_dt: the step at which the caller will re-simulate the naive and optimized profiles afterwards
             (:func:`verify_plan`), or None. With a ``time_budget`` the optimizer keeps time for it: two forward runs
-            at ``verify_dt``, counted as ``2 dt / verify_dt`` forward runs at the planning step
-            (:func:`verification_reserve`). Without it a budget-limited plan used the whole budget and its
+            at ``verify_dt``, counted as ``2 dt / verify_dt`` forward runs at the planning step times
+            :data:`VERIFY_COST_FACTOR` (:func:`verification_reserve`). Without it a budget-limited plan used the whole budget and its
             verification then ran past the budget or was skipped.
         start: where the optimizer starts. ``"feasible"`` (default): from the input's fit, except that motors
             faster than their speed limit start from their closest speed-feasible profiles
@@ -153,13 +153,21 @@ class PlanOptions:
     verify_dt: float | None = None
 
 
+#: The verification's cost over its ``2 dt / verify_dt`` forward runs' worth at the planning step: a step at the
+#: finer ``verify_dt`` costs a little more, and the deviation metrics of every step come on top. Measured on the
+#: drummer's demo model (3 s of drumming, dt 2 ms, verify_dt 1 ms, NUMBA_NUM_THREADS=2): forward run 5.1-6.3 s at
+#: 2 ms, 12.0-12.4 s at 1 ms, the verification 26.5-31.1 s = 4.8-5.6 planning forward runs where 4 were kept (its
+#: 210 s demo plan ran out of time in the verification, session 18).
+VERIFY_COST_FACTOR = 1.5
+
+
 def verification_reserve(options: PlanOptions) -> float:
     """Time the verification at ``options.verify_dt`` needs, in optimizer evaluations (one evaluation, forward and
     adjoint, costs about three forward runs): two forward runs at ``verify_dt``, i.e. ``2 dt / verify_dt`` at the
-    planning step. 0 without a ``verify_dt``."""
+    planning step, times :data:`VERIFY_COST_FACTOR`. 0 without a ``verify_dt``."""
     if options.verify_dt is None or not options.verify_dt > 0:
         return 0.0
-    return 2.0 * float(options.dt) / float(options.verify_dt) / 3.0
+    return VERIFY_COST_FACTOR * 2.0 * float(options.dt) / float(options.verify_dt) / 3.0
 
 
 #: Length [rad] of the probe step that measures the objective's curvature for the first L-BFGS-B step.
@@ -1254,12 +1262,12 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
             ``modes``, ``mesh_axial``, ``mesh_around``, ``reduced_file`` (a ``retarget reduce`` ``.npz`` or a cached
             ``.pkl``), ``time_budget`` [s] (zero/negative/absent: none; the best iterate when it runs out, flagged
             ``budget_limited`` in the metrics; it starts once the model is loaded and :func:`warm_up` has compiled
-            the kernels — an in-process training counts in it), ``window`` / ``window_tail`` / ``window_overlap`` [s] (windows,
-            :attr:`PlanOptions.window`; zero/negative/absent: the whole motion at once), ``torque_weight``,
-            ``torque_margin`` (:attr:`PlanOptions.torque_weight`; absent: the defaults), ``verify`` (default true:
-            re-simulate the naive and optimized profiles at ``verify_dt``, default ``dt / 5``, as ``retarget plan``
-            does, :func:`verify_plan`; metrics ``verify``, and a warning when the improvement does not hold; skipped
-            with a warning when the time budget runs out first), ``allow_training``
+            the kernels — an in-process training counts in it), ``window`` / ``window_tail`` / ``window_overlap``
+            [s] (windows, :attr:`PlanOptions.window`; zero/negative/absent: the whole motion at once),
+            ``torque_weight``, ``torque_margin`` (:attr:`PlanOptions.torque_weight`; absent: the defaults), ``verify``
+            (default true: re-simulate the naive and optimized profiles at ``verify_dt``, default ``dt / 5``, as
+            ``retarget plan`` does, :func:`verify_plan`; metrics ``verify``, and a warning when the improvement does
+            not hold; skipped with a warning when the time budget runs out first), ``allow_training``
             (default False: a robot without a given, cached or found reduced model raises NotAvailableError rather
             than training for minutes to hours inside a request).
         progress: called per L-BFGS iteration with ``{iteration, objective, gradient_norm}`` (with windows also
