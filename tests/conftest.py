@@ -19,7 +19,25 @@ for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA
     os.environ.setdefault(var, "1")
 # Hermetic: no test (nor a process it starts) may pick up reduced models the developer has trained or cached
 # (~/.cache/retarget, the checkout's .cache-models/): the planner would then optimize for real, for minutes.
-os.environ["RETARGET_CACHE"] = _CACHE = tempfile.mkdtemp(prefix="retarget-test-cache-")
+_CACHE_PREFIX = "retarget-test-cache-"
+
+
+def _remove_orphaned_caches() -> None:
+    """Remove the test caches of earlier runs that were killed (atexit never ran): their process is gone."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{_CACHE_PREFIX}*"):
+        pid = folder.name[len(_CACHE_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except PermissionError:  # another user's live process
+            pass
+
+
+_remove_orphaned_caches()
+os.environ["RETARGET_CACHE"] = _CACHE = tempfile.mkdtemp(prefix=f"{_CACHE_PREFIX}{os.getpid()}-")
 atexit.register(shutil.rmtree, _CACHE, True)
 os.environ.pop("RETARGET_MODELS", None)
 
