@@ -20,6 +20,11 @@ import tempfile
 import time
 
 
+#: The planner node's parameters its plan requests carry (``retarget.ros.planner.Planner._request``).
+PLAN_PARAMETERS = ("dt", "target_stride", "window", "window_tail", "window_overlap", "torque_weight", "torque_margin",
+                   "verify", "verify_dt")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("robot")
@@ -38,7 +43,7 @@ def main() -> int:
 
     import numba.core.event as numba_event
 
-    from retarget.demo import _PLAN_PARAMETERS, excerpt
+    from retarget.demo import excerpt
     from retarget.model.library import read_ros_parameters, resolve_params, resolve_robot
     from retarget.motion import load_motion
     from retarget.optimize import plan
@@ -58,7 +63,7 @@ def main() -> int:
     motion = excerpt(load_motion(args.motion), args.duration)
     request = {"robot": args.robot, "joint_names": list(motion.joint_names), "time": motion.time.tolist(),
                "positions": motion.positions.tolist(), "reduced_file": args.reduced,
-               "max_iterations": args.max_iterations, **{k: params[k] for k in _PLAN_PARAMETERS if k in params},
+               "max_iterations": args.max_iterations, **{k: params[k] for k in PLAN_PARAMETERS if k in params},
                "time_budget": args.time_budget}
     started = time.perf_counter()
     stages: list[dict] = []

@@ -11,7 +11,8 @@ Steps, each reported on one line and none faked:
    emulated XM430-W210 bus, Dynamixel driver, trajectory server, planner (given the model file), mocap twin;
 3. take the first :data:`DEMO_DURATION_S` s of ``drummer/drumming`` (``--duration``; the whole 10 s needs the
    planner's 15-minute budget, docs/optimize.md) and ask the planner (Retarget action) for an optimized
-   trajectory within the plan timeout; it reports the tracked bodies' peak deviation naive → optimized;
+   trajectory: it loads the model and compiles its kernels (``--prepare-timeout``), then plans within its time
+   budget (``--plan-timeout``); it reports the tracked bodies' peak deviation naive → optimized;
    NOT_AVAILABLE (``--no-train`` and no model, or the budget ran out before a first result) makes the demo say so
    in one line and play the input animation instead;
 4. move to the trajectory's first pose, then execute the trajectory (optimized or input) with
@@ -62,6 +63,13 @@ DEMO_DURATION_S = 3.0
 #: Default plan timeout [s]; the planner's time budget is 20 s less, so that it returns its best iterate in time. The
 #: budget holds the optimization (about 180 s: 10-11 iterations) and the verification at 1 ms (about 15 s).
 DEMO_PLAN_TIMEOUT_S = 230.0
+
+#: Default longest wait [s] for the planner to load the model and compile its kernels (its time budget starts
+#: after them): with an empty numba cache the drummer's took 168-232 s here (docs/optimize.md "Session 18").
+DEMO_PREPARE_TIMEOUT_S = 900.0
+
+#: The planner's feedback stages before its time budget starts (:func:`retarget.optimize.plan`).
+PREPARATION_STAGES = frozenset({"validating", "loading", "compiling kernels"})
 
 #: The demo model's training motion per robot (the paper's transfer experiment: the drummer learns from boxing);
 #: robots not listed train on the demo motion itself.
@@ -253,21 +261,43 @@ class _Client:
             time.sleep(0.05)
         return future.result()
 
-    def plan_trajectory(self, robot: str, animation: Any, timeout: float,
-                        feedback: Any = None) -> tuple[int | None, Any, str]:
+    def plan_trajectory(self, robot: str, animation: Any, timeout: float, feedback: Any = None,
+                        prepare_timeout: float = 900.0) -> tuple[int | None, Any, str]:
         """Ask the planner; returns (error_code or None on timeout, result or None, text). ``feedback`` gets each
-        feedback message (on the executor's thread)."""
+        feedback message (on the executor's thread).
+
+        The planner loads the model and compiles its kernels before its time budget starts (minutes after an
+        install or update, seconds after): the wait for the result is ``timeout`` from the first feedback after
+        those stages (:data:`PREPARATION_STAGES`), and at most ``prepare_timeout`` for them.
+        """
         from retarget_interfaces.action import Retarget
 
         goal = Retarget.Goal(robot=robot, animation=animation, execute=False, deviation_weight=-1.0,
                              acceleration_weight=-1.0)
-        callback = None if feedback is None else (lambda msg: feedback(msg.feedback))
-        handle = self._wait(self.retarget.send_goal_async(goal, feedback_callback=callback), 10.0,
+        budget_began: list[float] = []
+
+        def on_feedback(msg: Any) -> None:
+            if not budget_began and msg.feedback.stage not in PREPARATION_STAGES:
+                budget_began.append(time.monotonic())
+            if feedback is not None:
+                feedback(msg.feedback)
+
+        handle = self._wait(self.retarget.send_goal_async(goal, feedback_callback=on_feedback), 10.0,
                             "planner goal response")
         if not handle.accepted:
             return Retarget.Result.FAILED, None, "the planner rejected the goal"
+        future = handle.get_result_async()
+        accepted = time.monotonic()
         try:
-            response = self._wait(handle.get_result_async(), timeout, "planner result")
+            while not future.done():
+                now = time.monotonic()
+                if not budget_began and now - accepted > prepare_timeout:
+                    raise TimeoutError(f"the planner did not start planning within {prepare_timeout:g} s (loading "
+                                       "the model, compiling its kernels)")
+                if budget_began and now - budget_began[0] > timeout:
+                    raise TimeoutError(f"no planner result within {timeout:g} s of the start of its budget")
+                time.sleep(0.05)
+            response = future.result()
         except TimeoutError as exc:
             self._wait(handle.cancel_goal_async(), 5.0, "cancel response")
             return None, None, str(exc)
@@ -290,7 +320,8 @@ class _Client:
 
 
 class _PlannerProgress:
-    """The planner's feedback as a progress bar over its time budget: stage, iteration, objective."""
+    """The planner's feedback as a progress bar over its time budget (from the first stage after
+    :data:`PREPARATION_STAGES`): stage, iteration, objective."""
 
     def __init__(self, budget_s: float, disable: bool) -> None:
         from tqdm import tqdm
@@ -300,6 +331,8 @@ class _PlannerProgress:
                         disable=True if disable else None, desc="planner",
                         bar_format="{desc}: {bar}| {n:.0f}/{total:.0f} s budget {postfix}")
         self.lock = threading.Lock()
+        self.began: float | None = None  # the feedback's elapsed time when the budget began [s]
+        self.spent = 0.0  # of the budget [s]
 
     def __enter__(self) -> _PlannerProgress:
         return self
@@ -309,7 +342,10 @@ class _PlannerProgress:
 
     def __call__(self, fb: Any) -> None:
         with self.lock:
-            self.bar.update(min(float(fb.elapsed_time), self.bar.total) - self.bar.n)
+            if self.began is None and fb.stage not in PREPARATION_STAGES:
+                self.began = float(fb.elapsed_time)
+            self.spent = 0.0 if self.began is None else float(fb.elapsed_time) - self.began
+            self.bar.update(min(self.spent, self.bar.total) - self.bar.n)
             text = fb.stage + (f", iteration {fb.iteration}, objective {fb.objective:.3g}" if fb.iteration else "")
             self.bar.set_postfix_str(text, refresh=False)
 
@@ -423,47 +459,6 @@ def demo_model(robot: str, train_motion: str, *, mesh_scale: float, duration: fl
     return DemoModel(path, "trained", elapsed)
 
 
-#: Seconds of the motion the kernel warm-up plans (one iteration): enough for every stage of a plan to run once.
-WARM_UP_S = 0.2
-
-#: The planner node's parameters a plan request carries (as ``retarget.ros.planner.Planner._request``).
-_PLAN_PARAMETERS = ("dt", "target_stride", "window", "window_tail", "window_overlap", "torque_weight",
-                    "torque_margin", "verify", "verify_dt")
-
-
-def warm_up(robot: str, motion: Any, model: Path) -> float:
-    """Plan :data:`WARM_UP_S` s of ``motion`` for one iteration with the planner node's settings (its params file) in
-    this process, so that numba compiles every kernel a plan uses into its on-disk cache; returns the wall time [s].
-
-    A first plan after an install or an update otherwise spends minutes of the planner's time budget compiling (a
-    drummer demo got 0 iterations in 180 s with an empty cache, 11 with a warm one: docs/ros.md "make demo").
-    """
-    from retarget.model.library import read_ros_parameters, resolve_params, resolve_robot
-    from retarget.optimize.planner import plan as run_plan
-
-    params = read_ros_parameters(resolve_params(resolve_robot(robot)))
-    short = excerpt(motion, min(WARM_UP_S, motion.duration) or None)
-    request = {"robot": robot, "joint_names": list(short.joint_names), "time": short.time.tolist(),
-               "positions": short.positions.tolist(), "reduced_file": str(model), "max_iterations": 1,
-               **{k: params[k] for k in _PLAN_PARAMETERS if k in params}}
-    started = time.perf_counter()
-    run_plan(request)
-    return time.perf_counter() - started
-
-
-def _warm_up_child(robot: str, motion_name: str, model: Path, quiet: bool) -> float:
-    """:func:`warm_up` in a child process (its memory is returned when it ends); returns the wall time [s].
-
-    Raises:
-        RetargetError: the warm-up failed (its last output in the message).
-    """
-    code = ("import sys; from pathlib import Path; from retarget.demo import warm_up; "
-            "from retarget.motion import load_motion; "
-            "warm_up(sys.argv[1], load_motion(sys.argv[2]), Path(sys.argv[3]))")
-    return _run_child([sys.executable, "-c", code, robot, motion_name, str(model)],
-                      "compiling the planner's kernels", quiet)
-
-
 def _run_child(command: list[str], what: str, quiet: bool) -> float:
     """Run a child process (its stderr — progress bars — shown unless ``quiet``); returns its wall time [s].
 
@@ -519,10 +514,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             report["model"] = {"file": str(model.path), "source": model.source, "train_s": round(model.train_s, 1)}
             if model.source != "trained":
                 _say(f"reduced model ({model.source}): {model.path}")
-            _say("compiling the planner's kernels, or loading them from numba's cache (a first run after an install "
-                 "or update: up to 3 min)")
-            report["warm_up_s"] = round(_warm_up_child(args.robot, args.motion, model.path, args.no_progress), 1)
-            _say(f"planner kernels ready in {report['warm_up_s']:.0f} s")
     # The planner stops by itself before the demo stops waiting, returning its best iterate so far.
     budget = max(args.plan_timeout - 20.0, 10.0)
     plan = describe(args.robot, mocap="twin", planner=True, plan_time_budget=budget,
@@ -551,11 +542,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if not client.retarget.wait_for_server(timeout_sec=10.0):
                 raise BringupError("the planner's action is not visible to the demo client")
             t0 = time.monotonic()
-            _say(f"asking the planner for an optimized trajectory (time budget {budget:.0f} s)")
+            _say(f"asking the planner for an optimized trajectory: it loads the model and compiles its kernels "
+                 f"(up to 5 min after an install or update, seconds after), then plans within its time budget of "
+                 f"{budget:.0f} s")
             with _PlannerProgress(budget, disable=args.no_progress) as shown:
-                code, result, text = client.plan_trajectory(plan.robot, animation, args.plan_timeout, shown)
+                code, result, text = client.plan_trajectory(plan.robot, animation, args.plan_timeout, shown,
+                                                            prepare_timeout=args.prepare_timeout)
             report["planner"] = {"error_code": code, "error_string": text,
                                  "wall_time_s": time.monotonic() - t0}
+            if shown.began is not None:
+                report["planner"]["prepare_s"] = round(shown.began, 1)
+                _say(f"planner: model loaded and kernels compiled in {shown.began:.0f} s")
             from retarget_interfaces.action import Retarget
 
             if code == Retarget.Result.SUCCESSFUL:
@@ -666,8 +663,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "--plan-timeout 920)")
     parser.add_argument("--no-plan", action="store_true", help="do not ask the planner; execute the input")
     parser.add_argument("--plan-timeout", type=float, default=DEMO_PLAN_TIMEOUT_S,
-                        help=f"longest wait for the planner [s]; its time budget is 20 s less (default "
-                             f"{DEMO_PLAN_TIMEOUT_S:g})")
+                        help=f"longest wait for the planner once its time budget began [s]; the budget is 20 s "
+                             f"less (default {DEMO_PLAN_TIMEOUT_S:g})")
+    parser.add_argument("--prepare-timeout", type=float, default=DEMO_PREPARE_TIMEOUT_S,
+                        help=f"longest wait for the planner to load the model and compile its kernels before its "
+                             f"budget begins [s] (default {DEMO_PREPARE_TIMEOUT_S:g})")
     parser.add_argument("--reduced", default=None, metavar="FILE",
                         help="plan on this reduced model (`retarget reduce` .npz) instead of the demo's own")
     parser.add_argument("--no-train", action="store_true",
@@ -686,7 +686,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true",
                         help="print the report as one JSON line (the last line)")
     args = parser.parse_args(argv)
-    for name in ("plan_timeout", "train_duration", "train_mesh_scale"):
+    for name in ("plan_timeout", "prepare_timeout", "train_duration", "train_mesh_scale"):
         if not getattr(args, name) > 0:
             parser.error(f"--{name.replace('_', '-')} must be positive")
     from retarget.errors import RetargetError

@@ -77,6 +77,25 @@ def test_excerpt_interpolates_its_end_and_keeps_short_motions() -> None:
         assert excerpt(motion, whole) is motion
 
 
+def test_the_progress_bar_counts_the_budget_from_the_end_of_the_preparation() -> None:
+    """The planner loads the model and compiles its kernels before its budget starts: the demo's bar (and its
+    wait) count from the first stage after those."""
+    from types import SimpleNamespace
+
+    from retarget.demo import PREPARATION_STAGES, _PlannerProgress
+    from retarget.optimize.planner import FEEDBACK_STAGES, TRAINING_STAGE, WARM_UP_STAGE
+
+    assert WARM_UP_STAGE in PREPARATION_STAGES and TRAINING_STAGE not in PREPARATION_STAGES
+    assert not PREPARATION_STAGES & set(FEEDBACK_STAGES.values())
+    with _PlannerProgress(100.0, disable=True) as bar:
+        for stage, elapsed in (("validating", 0.0), ("loading", 0.1), (WARM_UP_STAGE, 3.0), (WARM_UP_STAGE, 150.0)):
+            bar(SimpleNamespace(stage=stage, elapsed_time=elapsed, iteration=0, objective=0.0))
+        assert bar.began is None and bar.spent == 0.0
+        bar(SimpleNamespace(stage="targets", elapsed_time=160.0, iteration=0, objective=0.0))
+        bar(SimpleNamespace(stage="optimizing", elapsed_time=190.0, iteration=2, objective=1e-3))
+        assert bar.began == 160.0 and bar.spent == pytest.approx(30.0)
+
+
 def test_demo_model_without_training_and_a_failed_training_leave_nothing(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("RETARGET_CACHE", str(tmp_path))
     path = demo_model_path("single_rod", "single_rod/step_30", 0.05, 1.0)
@@ -144,7 +163,7 @@ def test_demo_trains_its_model_plans_and_executes_the_optimized_trajectory(tmp_p
     command = [sys.executable, "-m", "retarget.demo", "--json", "--no-progress", "--robot", "single_rod",
                "--motion", "single_rod/step_30", "--duration", "1.5", "--train-duration", "1.5",
                "--train-mesh-scale", "0.05", "--plan-timeout", "80"]
-    # A fresh install compiles the full and reduced engines (training) and the planner (warm-up) first: minutes.
+    # A fresh install compiles the full and reduced engines (training) and the planner's kernels first: minutes.
     proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
