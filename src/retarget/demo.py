@@ -61,11 +61,11 @@ MOVE_TO_START_S = 2.0
 DEMO_DURATION_S = 3.0
 
 #: Default plan timeout [s]; the planner's time budget is 20 s less, so that it returns its best iterate in time. The
-#: budget holds the optimization (about 180 s: 10-11 iterations) and the verification at 1 ms (about 15 s).
+#: budget holds the optimization (about 180 s: 10-11 iterations) and the verification at 1 ms (about 20 s).
 DEMO_PLAN_TIMEOUT_S = 230.0
 
 #: Default longest wait [s] for the planner to load the model and compile its kernels (its time budget starts
-#: after them): with an empty numba cache the drummer's took 168-232 s here (docs/optimize.md "Session 18").
+#: after them): with an empty numba cache the drummer's took 144-232 s here (docs/optimize.md "Session 18").
 DEMO_PREPARE_TIMEOUT_S = 900.0
 
 #: The planner's feedback stages before its time budget starts (:func:`retarget.optimize.plan`).
@@ -262,7 +262,7 @@ class _Client:
         return future.result()
 
     def plan_trajectory(self, robot: str, animation: Any, timeout: float, feedback: Any = None,
-                        prepare_timeout: float = 900.0) -> tuple[int | None, Any, str]:
+                        prepare_timeout: float = DEMO_PREPARE_TIMEOUT_S) -> tuple[int | None, Any, str]:
         """Ask the planner; returns (error_code or None on timeout, result or None, text). ``feedback`` gets each
         feedback message (on the executor's thread).
 
