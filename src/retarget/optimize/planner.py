@@ -1364,6 +1364,8 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
                                                            WeightSchedule.constant(0.0))) for link in links]
         if weights:
             bodies = [replace(b, position=WeightSchedule.constant(float(w))) for b, w in zip(bodies, weights)]
+    if options.time_budget is not None:
+        steps(WARM_UP_STAGE)  # building the engine compiles too (the drummer's: 29 s with an empty numba cache)
     engine = reduced_engine(pm.reduced, tolerance=1e-10)
     limits = limits_for(pm.model, pm.config)
     if options.time_budget is not None:
