@@ -1336,13 +1336,7 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
     # An in-process training run takes minutes to hours: it reports its stage and polls the cancel and the budget
     # per step like the simulations after it (and counts in the budget).
     budget_end = None if options.time_budget is None else started + float(options.time_budget)
-    trained: list[bool] = []
-
-    def training_steps(done: int, total: int) -> None:
-        trained[:] = [True]
-        steps(TRAINING_STAGE, done, total)
-
-    training = _deadline_progress(budget_end, training_steps)
+    training = _deadline_progress(budget_end, lambda done, total: steps(TRAINING_STAGE, done, total))
     try:
         pm = planning_model(robot, motion,
                             n_modes=int(_none_if_default(request.get("modes"), DEFAULT_PLAN_MODES)),
@@ -1370,7 +1364,7 @@ def plan(request: dict[str, Any], progress: Callable[[dict[str, Any]], None] | N
     limits = limits_for(pm.model, pm.config)
     if options.time_budget is not None:
         # The budget starts once the model is loaded and the kernels are compiled (an in-process training counts).
-        if trained:
+        if pm.info.get("source") == "trained":  # in this request
             options = replace(options, time_budget=max(float(options.time_budget) - (time.perf_counter() - started),
                                                        0.0))
         warm_up(engine, motion, bodies, limits, options, lambda stage, done, total: steps(WARM_UP_STAGE, done, total))
