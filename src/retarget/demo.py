@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import re
@@ -286,18 +287,18 @@ class _Client:
                             "planner goal response")
         if not handle.accepted:
             return Retarget.Result.FAILED, None, "the planner rejected the goal"
-        future = handle.get_result_async()
         accepted = time.monotonic()
+
+        def check_deadlines() -> None:
+            now = time.monotonic()
+            if not budget_began and now - accepted > prepare_timeout:
+                raise TimeoutError(f"the planner did not start planning within {prepare_timeout:g} s (loading "
+                                   "the model, compiling its kernels)")
+            if budget_began and now - budget_began[0] > timeout:
+                raise TimeoutError(f"no planner result within {timeout:g} s of the start of its budget")
+
         try:
-            while not future.done():
-                now = time.monotonic()
-                if not budget_began and now - accepted > prepare_timeout:
-                    raise TimeoutError(f"the planner did not start planning within {prepare_timeout:g} s (loading "
-                                       "the model, compiling its kernels)")
-                if budget_began and now - budget_began[0] > timeout:
-                    raise TimeoutError(f"no planner result within {timeout:g} s of the start of its budget")
-                time.sleep(0.05)
-            response = future.result()
+            response = self._wait(handle.get_result_async(), math.inf, "planner result", check_deadlines)
         except TimeoutError as exc:
             self._wait(handle.cancel_goal_async(), 5.0, "cancel response")
             return None, None, str(exc)
