@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from retarget.dynamixel.bus import DynamixelBus
-from retarget.dynamixel.control_table import HardwareErrorStatus, OperatingMode
+from retarget.dynamixel.control_table import HardwareErrorStatus, OperatingMode, load_control_table
 from retarget.dynamixel.emulator import EmulatedBus, PtyEmulator, send_control
 from retarget.dynamixel.errors import (
     CrcError,
@@ -138,6 +138,31 @@ def test_wrong_model_and_bad_arguments(emulated: EmulatedBus) -> None:
         DynamixelBus(LoopbackPort(emulated), [1], baudrate=123).open()
     with pytest.raises(PortGoneError):
         DynamixelBus("/nonexistent/ttyDXL", [1]).open()
+
+
+def test_a_bus_of_another_model_needs_its_table(clock) -> None:
+    """XM540-W270s answer with model number 1120: a bus configured for XM430-W210s refuses them; with their table
+    it runs them, and their own limits apply (Current Limit up to 2 047, the XM430's 1 193)."""
+    xm540 = load_control_table(model="XM540-W270")
+    emulated = EmulatedBus([1, 2], table=xm540, clock=clock, return_delay_us=0, boot_time=0.0)
+    with pytest.raises(WrongModelError, match="servo 1") as refused:
+        DynamixelBus(LoopbackPort(emulated), [1, 2]).open().check_models()
+    assert "1120" in str(refused.value) and "1030" in str(refused.value)
+    bus = DynamixelBus(LoopbackPort(emulated), [1, 2], table=xm540).open()
+    assert bus.check_models() == {1: 38, 2: 38}
+    bus.write(2, "Current Limit", 2000)
+    assert emulated.servos[2].get("Current Limit") == 2000
+    bus.configure(OperatingMode.POSITION, return_delay_us=0)
+    bus.set_torque(True)
+    bus.write_goal_positions(np.array([0.5, -0.5]))
+    clock.tick(0.1)
+    # The emulated XM540 moves at its no-load speed, 30 rev/min (the XM430 would have covered 0.5 rad in 0.1 s).
+    assert np.abs(bus.read_state().position) == pytest.approx([0.1 * math.pi] * 2, abs=0.03)
+    clock.tick(1.0)
+    assert bus.read_state().position == pytest.approx([0.5, -0.5], abs=2e-3)
+    xm430 = EmulatedBus([1], clock=clock, return_delay_us=0, boot_time=0.0)
+    with pytest.raises(DeviceError, match="servo 1"):
+        DynamixelBus(LoopbackPort(xm430), [1]).open().write(1, "Current Limit", 2000)
 
 
 def test_end_to_end_over_pty_with_faults_from_another_channel(pty_emulator: PtyEmulator, tmp_path) -> None:

@@ -110,3 +110,46 @@ def test_bad_table_file(tmp_path: Path) -> None:
         ct.load_control_table(bad)
     with pytest.raises(InputError, match="cannot read"):
         ct.load_control_table(tmp_path / "missing.yaml")
+
+
+# ---- servo models ---------------------------------------------------------------------------------------------
+
+
+def test_each_packaged_model_loads_by_name_with_its_identity_and_ratings() -> None:
+    xm430 = ct.load_control_table(model="XM430-W210")
+    assert xm430 is ct.load_control_table()  # the default, cached
+    xm540 = ct.load_control_table(model="xm540-w270")  # case-insensitive
+    assert ct.SERVO_MODELS == ("XM430-W210", "XM540-W270") and ct.DEFAULT_SERVO_MODEL == "XM430-W210"
+    assert (xm540.model, xm540.model_number, xm540["Model Number"].initial) == ("XM540-W270", 1120, 1120)
+    # e-manual, 12 V: 77 rev/min, 3.0 N m at 2.3 A; 30 rev/min, 10.6 N m at 4.4 A.
+    assert xm430.ratings.no_load_speed == pytest.approx(77 * 2 * math.pi / 60)
+    assert (xm430.ratings.stall_torque, xm430.ratings.stall_current) == (3.0, 2.3)
+    assert xm540.ratings.no_load_speed == pytest.approx(math.pi)
+    assert (xm540.ratings.stall_torque, xm540.ratings.stall_current) == (10.6, 4.4)
+    # The larger servo's own limits; everything the driver touches keeps the X-series address and size.
+    assert (xm540["Current Limit"].initial, xm540["Current Limit"].maximum) == (2047, 2047)
+    assert (xm540["Goal Current"].minimum, xm540["Goal Current"].maximum) == (-2047, 2047)
+    assert xm540["Velocity Limit"].initial == 128
+    for item in xm430.items:
+        assert (xm540[item.name].address, xm540[item.name].size, xm540[item.name].signed) == \
+            (item.address, item.size, item.signed), item.name
+    extra = sorted(it.name for it in xm540.items if it.name not in xm430)
+    assert extra == [f"External Port {kind} {i}" for kind in ("Data", "Mode") for i in (1, 2, 3)]
+    assert xm540.size == xm430.size and len(xm540.initial_image()) == xm540.size
+
+
+def test_unknown_model_other_units_and_both_sources_are_input_errors(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="unknown servo model 'XL330-M288'; known: XM430-W210, XM540-W270"):
+        ct.load_control_table(model="XL330-M288")
+    with pytest.raises(InputError, match="not both"):
+        ct.load_control_table(tmp_path / "t.yaml", model="XM540-W270")
+    packaged = Path(ct.__file__).parents[1] / "data" / "dynamixel" / "xm540_w270.yaml"
+    other = tmp_path / "other_units.yaml"
+    other.write_text(packaged.read_text().replace("current_ampere_per_unit: 0.00269", "current_ampere_per_unit: 0.001"))
+    with pytest.raises(InputError, match="current_ampere_per_unit is 0.001, but retarget converts with"):
+        ct.load_control_table(other)
+    # A table file without ratings (an older copy) gets the XM430-W210's.
+    bare = tmp_path / "bare.yaml"
+    text = packaged.read_text()
+    bare.write_text(text[:text.index("\nratings:") + 1] + text[text.index("\nitems:") + 1:])
+    assert ct.load_control_table(bare).ratings == ct.load_control_table().ratings

@@ -50,6 +50,22 @@ def test_large_step_saturates_at_no_load_speed_and_velocity_limit() -> None:
     assert XM430_NO_LOAD_SPEED_RAD_S == pytest.approx(8.0634, abs=1e-3)
 
 
+def test_rated_servos_move_and_draw_current_by_their_model() -> None:
+    from retarget.dynamixel.control_table import load_control_table
+
+    ratings = load_control_table(model="XM540-W270").ratings
+    model = FirstOrderServo.rated(1, ratings, time_constant=0.02)
+    assert model.time_constant == 0.02
+    model.reset(np.zeros(1))
+    trace = run(model, command(3.0, vl=np.inf), 0.5)
+    assert max(f.velocity[0] for f in trace) == pytest.approx(math.pi)  # 30 rev/min
+    # At constant speed the current is the no-load share, a tenth of the stall current at full speed.
+    assert trace[-1].current[0] == pytest.approx(0.1 * 4.4)
+    assert max(abs(f.current[0]) for f in trace) <= 4.4
+    with pytest.raises(ValueError, match="positive"):
+        FirstOrderServo(1, stall_current=0.0)
+
+
 def test_profile_velocity_and_acceleration_are_honoured() -> None:
     model = FirstOrderServo(1)
     model.reset(np.zeros(1))

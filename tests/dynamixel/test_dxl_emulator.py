@@ -170,21 +170,23 @@ def test_control_channel_and_vanish(pty_emulator: PtyEmulator, tmp_path: Path) -
     assert (tmp_path / "ttyDXL").is_symlink()
 
 
-def test_module_process_serves_and_cleans_up_on_sigterm(tmp_path: Path) -> None:
+@pytest.mark.parametrize("model, number", [(None, 1030), ("XM540-W270", 1120)])
+def test_module_process_serves_and_cleans_up_on_sigterm(model: str | None, number: int, tmp_path: Path) -> None:
     link = tmp_path / "ttyDXL"
     proc = subprocess.Popen(
         [sys.executable, "-m", "retarget.dynamixel.emulator", "--ids", "1-3", "--link", str(link), "--json",
-         "--return-delay-us", "0"],
+         "--return-delay-us", "0", *(["--model", model] if model else [])],
         stdout=subprocess.PIPE, text=True,
     )
     try:
         ready = json.loads(proc.stdout.readline())
         assert ready["port"] == str(link) and ready["ids"] == [1, 2, 3]
+        assert ready["model"] == (model or "XM430-W210")
         port = PatientPort(str(link))
         port.openPort()
-        model, result, _ = PacketHandler(2.0).ping(port, 3)
+        answer, result, _ = PacketHandler(2.0).ping(port, 3)
         port.closePort()
-        assert (model, result) == (1030, COMM_SUCCESS)
+        assert (answer, result) == (number, COMM_SUCCESS)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=5) == 0
     finally:
@@ -193,3 +195,12 @@ def test_module_process_serves_and_cleans_up_on_sigterm(tmp_path: Path) -> None:
             proc.wait()
     assert not link.exists() and not link.is_symlink()
     assert not Path(f"{link}.ctl").exists()
+
+
+def test_unknown_model_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    link = tmp_path / "ttyDXL"
+    out = subprocess.run([sys.executable, "-m", "retarget.dynamixel.emulator", "--ids", "1", "--link", str(link),
+                          "--model", "XL330-M288"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "unknown servo model 'XL330-M288'; known: XM430-W210, XM540-W270" in out.stderr
+    assert not link.exists() and not link.is_symlink()

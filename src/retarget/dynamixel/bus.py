@@ -1,4 +1,4 @@
-"""The Dynamixel driver core (no ROS): a bus of XM430-W210s behind the real ``dynamixel_sdk``.
+"""The Dynamixel driver core (no ROS): a bus of X-series servos of one model behind the real ``dynamixel_sdk``.
 
 Layers, minimalmodbus style: public method → validate arguments (SI, joint space) → convert to ticks and frame
 through the SDK (``PacketHandler(2.0)``, ``GroupSyncWrite``, ``GroupSyncRead``) → port I/O. Every SDK result is
@@ -120,7 +120,7 @@ class BusState:
 
 
 class DynamixelBus:
-    """A set of XM430-W210 servos on one serial port.
+    """A set of servos of one model (its control table) on one serial port.
 
     Args:
         port: device path (e.g. ``/dev/ttyUSB0`` or an emulator's link), or a ``PortHandler`` instance (tests
@@ -129,7 +129,8 @@ class DynamixelBus:
         baudrate: [bit/s]; must match the servos' Baud Rate.
         offsets: servo angle at joint angle 0, shape ``(n,)`` [rad]; default 0.
         directions: +1 or -1 per joint, shape ``(n,)``; default +1.
-        table: control table (default: packaged XM430-W210).
+        table: control table of the servos' model (default: packaged XM430-W210); :meth:`check_models` refuses
+            servos of another model.
         boot_timeout: how long :meth:`reboot` waits for the servo to answer again [s].
         latency_timer_ms: USB latency allowance in the reply timeout (SDK default 16 ms: 34 ms per reply);
             raise it for an emulated bus on a loaded machine. Only used when ``port`` is a path.

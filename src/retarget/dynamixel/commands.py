@@ -1,4 +1,4 @@
-"""``retarget emulate-bus``: emulated XM430-W210 servos on a pseudo-terminal (the digital twin's bus)."""
+"""``retarget emulate-bus``: emulated Dynamixel X-series servos on a pseudo-terminal (the digital twin's bus)."""
 from __future__ import annotations
 
 import argparse
@@ -16,8 +16,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     parser = sub.add_parser(
         "emulate-bus",
-        help="emulated Dynamixel XM430-W210 servos on a pseudo-terminal (fault injection via a Unix socket)",
-        description="Serve emulated XM430-W210 servos (Protocol 2.0) on a pseudo-terminal until Ctrl-C/SIGTERM. "
+        help="emulated Dynamixel servos (XM430-W210, XM540-W270) on a pseudo-terminal (fault injection via a Unix "
+        "socket)",
+        description="Serve emulated Dynamixel servos (Protocol 2.0; --model, default XM430-W210) on a pseudo-terminal "
+        "until Ctrl-C/SIGTERM. "
         "Open --link with dynamixel_sdk; inject faults with retarget.dynamixel.emulator.send_control on "
         "the control socket (default LINK.ctl). See docs/dynamixel.md.",
     )

@@ -1,7 +1,8 @@
-"""The XM430-W210 control table: items, byte codecs, unit conversions, Hardware Error Status bits.
+"""X-series control tables (XM430-W210, XM540-W270): items, byte codecs, unit conversions, Hardware Error Status.
 
-The table ships as package data (``retarget/data/dynamixel/xm430_w210.yaml``, derived from ROBOTIS'
-``xm430_w210.model``, Apache-2.0; see the PROVENANCE.md beside it). Units follow the e-manual:
+The tables ship as package data (``retarget/data/dynamixel/<model>.yaml``, derived from ROBOTIS'
+``.model`` files, Apache-2.0; see the PROVENANCE.md beside them), one per model in :data:`SERVO_MODELS`, with
+the model's ratings at 12 V. The models share the X-series layout and units, which follow the e-manual:
 
 - position: 4096 ticks per revolution; tick 2048 is 0 rad (the ``.model`` offset of -π), so in position mode
   (ticks 0…4095) the servo angle spans [-π, π);
@@ -28,15 +29,19 @@ __all__ = [
     "POSITION_RAD_PER_TICK",
     "POSITION_ZERO_TICK",
     "PROFILE_ACCELERATION_RAD_S2_PER_UNIT",
+    "SERVO_MODELS",
     "TICKS_PER_REV",
     "VELOCITY_RAD_S_PER_UNIT",
     "ControlTable",
     "ControlTableItem",
+    "DEFAULT_SERVO_MODEL",
     "HardwareErrorStatus",
     "OperatingMode",
+    "ServoRatings",
     "amperes_to_current",
     "current_to_amperes",
     "load_control_table",
+    "model_name",
     "position_to_radians",
     "profile_acceleration_to_rad_s2",
     "rad_s2_to_profile_acceleration",
@@ -52,6 +57,21 @@ VELOCITY_RAD_S_PER_UNIT = 0.229 * 2.0 * math.pi / 60.0
 CURRENT_A_PER_UNIT = 2.69e-3
 PROFILE_ACCELERATION_RAD_S2_PER_UNIT = 214.577 * 2.0 * math.pi / 3600.0
 
+#: Models with a packaged control table (``retarget/data/dynamixel/<model, lower case, _ for ->.yaml``).
+SERVO_MODELS: tuple[str, ...] = ("XM430-W210", "XM540-W270")
+#: The model a bus, the driver and the emulator assume when none is named (every shipped robot's servos).
+DEFAULT_SERVO_MODEL = "XM430-W210"
+
+# The unit block of a table YAML, checked against the conversions below (they are module constants: a table in
+# other units would be converted wrongly, so loading one is an error).
+_UNITS = {
+    "position_rad_per_tick": POSITION_RAD_PER_TICK,
+    "position_zero_tick": POSITION_ZERO_TICK,
+    "velocity_rev_per_min_per_unit": 0.229,
+    "current_ampere_per_unit": CURRENT_A_PER_UNIT,
+    "profile_acceleration_rev_per_min2_per_unit": 214.577,
+}
+
 
 class OperatingMode(enum.IntEnum):
     """Operating Mode (address 11) values of the X series."""
@@ -65,7 +85,7 @@ class OperatingMode(enum.IntEnum):
 
 
 class HardwareErrorStatus(enum.IntFlag):
-    """Hardware Error Status (address 70) bits of the XM430-W210 (bits 1, 6 and 7 are unused)."""
+    """Hardware Error Status (address 70) bits of the X series (bits 1, 6 and 7 are unused)."""
 
     INPUT_VOLTAGE = 0x01
     OVERHEATING = 0x04
@@ -152,8 +172,27 @@ class ControlTableItem:
         return int.from_bytes(bytes(data[: self.size]), "little", signed=self.signed)
 
 
+@dataclass(frozen=True)
+class ServoRatings:
+    """A model's ratings at 12 V (e-manual specifications); the emulated servo moves and draws current by them.
+
+    Attributes:
+        no_load_speed: [rad/s].
+        stall_torque: [N m].
+        stall_current: current at the stall torque [A].
+    """
+
+    no_load_speed: float
+    stall_torque: float
+    stall_current: float
+
+
+#: The XM430-W210's ratings (77 rev/min, 3.0 N m at 2.3 A): the default of a table YAML without a ``ratings`` block.
+XM430_RATINGS = ServoRatings(77.0 * 2.0 * math.pi / 60.0, 3.0, 2.3)
+
+
 class ControlTable:
-    """A model's control table: items by name and by address, plus the model's identity."""
+    """A model's control table: items by name and by address, plus the model's identity and ratings."""
 
     def __init__(
         self,
@@ -162,11 +201,13 @@ class ControlTable:
         firmware_version: int,
         size: int,
         items: list[ControlTableItem],
+        ratings: ServoRatings = XM430_RATINGS,
     ) -> None:
         self.model = model
         self.model_number = model_number
         self.firmware_version = firmware_version
         self.size = size
+        self.ratings = ratings
         self.items = tuple(sorted(items, key=lambda it: it.address))
         self._by_name = {it.name: it for it in self.items}
         self._by_address = {it.address: it for it in self.items}
@@ -211,17 +252,21 @@ def _item(entry: dict) -> ControlTableItem:
     )
 
 
-def load_control_table(path: str | Path | None = None) -> ControlTable:
-    """Load a control table YAML; the default is the packaged XM430-W210 table.
+def load_control_table(path: str | Path | None = None, *, model: str | None = None) -> ControlTable:
+    """Load a control table: a YAML file, or a packaged model's (default :data:`DEFAULT_SERVO_MODEL`).
 
     Args:
         path: a YAML file in the format of ``retarget/data/dynamixel/xm430_w210.yaml``.
+        model: a packaged model, one of :data:`SERVO_MODELS` (case-insensitive); not with ``path``.
 
     Raises:
-        InputError: missing file or malformed content.
+        InputError: both given, an unknown model, a missing file, malformed content, or units other than the
+            X series'.
     """
+    if path is not None and model is not None:
+        raise InputError("give a control table file or a servo model, not both")
     if path is None:
-        return _packaged_xm430()
+        return _packaged(_model_name(model or DEFAULT_SERVO_MODEL))
     path = Path(path)
     try:
         text = path.read_text()
@@ -230,24 +275,57 @@ def load_control_table(path: str | Path | None = None) -> ControlTable:
     return _parse(text, str(path))
 
 
-@lru_cache(maxsize=1)
-def _packaged_xm430() -> ControlTable:
-    text = resources.files("retarget").joinpath("data", "dynamixel", "xm430_w210.yaml").read_text()
-    return _parse(text, "retarget/data/dynamixel/xm430_w210.yaml")
+def model_name(model_number: int) -> str | None:
+    """The packaged model with this model number (``1120`` → ``"XM540-W270"``), or None."""
+    for model in SERVO_MODELS:
+        if _packaged(model).model_number == model_number:
+            return model
+    return None
+
+
+def _model_name(model: str) -> str:
+    known = {m.upper(): m for m in SERVO_MODELS}
+    try:
+        return known[str(model).strip().upper()]
+    except KeyError:
+        raise InputError(f"unknown servo model {model!r}; known: {', '.join(SERVO_MODELS)}") from None
+
+
+@lru_cache(maxsize=None)
+def _packaged(model: str) -> ControlTable:
+    name = model.lower().replace("-", "_") + ".yaml"
+    text = resources.files("retarget").joinpath("data", "dynamixel", name).read_text()
+    table = _parse(text, f"retarget/data/dynamixel/{name}")
+    if table.model != model:
+        raise InputError(f"retarget/data/dynamixel/{name} describes {table.model}, not {model}")
+    return table
 
 
 def _parse(text: str, where: str) -> ControlTable:
     try:
         doc = yaml.safe_load(text)
         items = [_item(e) for e in doc["items"]]
+        for key, value in (doc.get("units") or {}).items():
+            if key in _UNITS and not math.isclose(float(value), _UNITS[key], rel_tol=1e-9):
+                raise InputError(f"control table {where}: {key} is {value}, but retarget converts with the X "
+                                 f"series' {_UNITS[key]}")
+        rated = doc.get("ratings")
+        ratings = XM430_RATINGS if rated is None else ServoRatings(
+            no_load_speed=float(rated["no_load_speed_rev_per_min"]) * 2.0 * math.pi / 60.0,
+            stall_torque=float(rated["stall_torque_newton_metre"]),
+            stall_current=float(rated["stall_current_ampere"]),
+        )
         return ControlTable(
             model=str(doc["model"]),
             model_number=int(doc["model_number"]),
             firmware_version=int(doc.get("firmware_version", 38)),
             size=int(doc["size"]),
             items=items,
+            ratings=ratings,
         )
-    except (KeyError, TypeError, ValueError, yaml.YAMLError) as exc:
+    except InputError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, yaml.YAMLError) as exc:
         raise InputError(f"malformed control table {where}: {exc}") from exc
 
 

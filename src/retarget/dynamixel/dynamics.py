@@ -13,8 +13,12 @@ import abc
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from retarget.dynamixel.control_table import ServoRatings
 
 __all__ = [
     "XM430_NO_LOAD_SPEED_RAD_S",
@@ -90,13 +94,16 @@ class FirstOrderServo(ServoDynamics):
     ``v*`` no faster than the Profile Acceleration (when set); ``x += v dt``. With torque off the shaft stays
     where it is (the load is not modelled). Current is the torque needed to accelerate ``load_inertia``
     through the gear, plus a no-load share proportional to speed, scaled by the stall torque/current ratio
-    and clipped to the stall current: a crude indicator, not a motor model.
+    and clipped to the stall current: a crude indicator, not a motor model. The defaults are the XM430-W210's;
+    :meth:`rated` takes another model's from its control table.
 
     Args:
         n: number of servos.
         time_constant: position-loop time constant [s].
         no_load_speed: top speed [rad/s] (77 rev/min at 12 V).
         load_inertia: inertia seen at the output shaft [kg m²], for the current estimate.
+        stall_torque: [N m] (3.0 at 12 V).
+        stall_current: current at the stall torque [A] (2.3 at 12 V).
     """
 
     def __init__(
@@ -105,13 +112,23 @@ class FirstOrderServo(ServoDynamics):
         time_constant: float = 0.02,
         no_load_speed: float = XM430_NO_LOAD_SPEED_RAD_S,
         load_inertia: float = 1e-3,
+        stall_torque: float = _XM430_STALL_TORQUE_NM,
+        stall_current: float = _XM430_STALL_CURRENT_A,
     ) -> None:
-        if time_constant <= 0 or no_load_speed <= 0:
-            raise ValueError("time_constant and no_load_speed must be positive")
+        if min(time_constant, no_load_speed, stall_torque, stall_current) <= 0:
+            raise ValueError("time_constant, no_load_speed, stall_torque and stall_current must be positive")
         self.n = n
         self.time_constant = time_constant
         self.no_load_speed = no_load_speed
         self.load_inertia = load_inertia
+        self.stall_torque = stall_torque
+        self.stall_current = stall_current
+
+    @classmethod
+    def rated(cls, n: int, ratings: ServoRatings, **kwargs: float) -> FirstOrderServo:
+        """Servos of a model with these ratings (``ControlTable.ratings``); other arguments as the constructor's."""
+        return cls(n, no_load_speed=ratings.no_load_speed, stall_torque=ratings.stall_torque,
+                   stall_current=ratings.stall_current, **kwargs)
         self._position = np.zeros(n)
         self._velocity = np.zeros(n)
 
@@ -142,9 +159,9 @@ class FirstOrderServo(ServoDynamics):
 
     def _feedback(self, acceleration: np.ndarray) -> ServoFeedback:
         torque = self.load_inertia * acceleration
-        per_nm = _XM430_STALL_CURRENT_A / _XM430_STALL_TORQUE_NM
-        current = torque * per_nm + 0.1 * _XM430_STALL_CURRENT_A * self._velocity / self.no_load_speed
-        current = np.clip(current, -_XM430_STALL_CURRENT_A, _XM430_STALL_CURRENT_A)
+        per_nm = self.stall_current / self.stall_torque
+        current = torque * per_nm + 0.1 * self.stall_current * self._velocity / self.no_load_speed
+        current = np.clip(current, -self.stall_current, self.stall_current)
         return ServoFeedback(self._position.copy(), self._velocity.copy(), current)
 
 

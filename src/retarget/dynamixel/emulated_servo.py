@@ -1,6 +1,6 @@
-"""One emulated XM430-W210: its control table memory and the rules a real one applies to reads and writes.
+"""One emulated X-series servo: its control table memory and the rules a real one applies to reads and writes.
 
-The rules (ROBOTIS e-manual, XM430-W210 and Protocol 2.0 pages):
+The rules (ROBOTIS e-manual, XM430-W210, XM540-W270 and Protocol 2.0 pages):
 
 - an item is written whole or not at all; a write that covers part of an item is a Data Length error (0x05);
 - writing a read-only item, an address no item covers, or any EEPROM item while Torque Enable is 1 is an Access

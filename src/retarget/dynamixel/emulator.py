@@ -1,4 +1,4 @@
-"""The emulated servo bus: XM430-W210s answering Protocol 2.0 on a pseudo-terminal, moving a servo model.
+"""The emulated servo bus: X-series servos answering Protocol 2.0 on a pseudo-terminal, moving a servo model.
 
 Three layers:
 
@@ -8,7 +8,11 @@ Three layers:
 - :class:`PtyEmulator` — owns a pseudo-terminal (``os.openpty``), optionally a symlink to its slave side that
   ``dynamixel_sdk.PortHandler`` opens, a reader thread, and a Unix-socket control channel so another process can
   inject faults (:func:`send_control`);
-- :func:`main` — ``python -m retarget.dynamixel.emulator --ids 1,2,3 --link /tmp/ttyDXL``.
+- :func:`main` — ``python -m retarget.dynamixel.emulator --ids 1,2,3 --link /tmp/ttyDXL [--model XM540-W270]``.
+
+The servos are XM430-W210s unless another model of :data:`~retarget.dynamixel.control_table.SERVO_MODELS` is
+named: its control table (model number, limits) answers the wire and its ratings (speed, stall current) move
+the default first-order servos.
 
 Bad CRC on an incoming unicast packet is answered with a status packet carrying error 0x03 (the e-manual's
 "CRC Error: CRC of the sent packet does not match"); a broadcast with a bad CRC gets no answer. Status Return
@@ -34,7 +38,13 @@ from pathlib import Path
 
 import numpy as np
 
-from retarget.dynamixel.control_table import ControlTable, HardwareErrorStatus, load_control_table
+from retarget.dynamixel.control_table import (
+    DEFAULT_SERVO_MODEL,
+    SERVO_MODELS,
+    ControlTable,
+    HardwareErrorStatus,
+    load_control_table,
+)
 from retarget.dynamixel.dynamics import FirstOrderServo, ServoCommand, ServoDynamics
 from retarget.dynamixel.emulated_servo import EmulatedServo
 from retarget.dynamixel.errors import CrcError, MalformedPacketError
@@ -87,7 +97,7 @@ class EmulatedBus:
 
     Args:
         ids: servo IDs, in the order of the dynamics' arrays.
-        dynamics: the servo model; default :class:`FirstOrderServo`.
+        dynamics: the servo model; default :class:`FirstOrderServo` with the table's ratings.
         table: the control table (default: packaged XM430-W210).
         initial_positions: power-on shaft angles [rad], shape ``(n,)``; default 0.
         period: dynamics step [s].
@@ -117,7 +127,7 @@ class EmulatedBus:
         if return_delay_us is not None:
             for servo in self.servos.values():
                 servo._set("Return Delay Time", int(round(return_delay_us / 2.0)))
-        self.dynamics = dynamics or FirstOrderServo(n)
+        self.dynamics = dynamics or FirstOrderServo.rated(n, self.table.ratings)
         self.period = period
         self.clock = clock
         self.boot_time = boot_time
@@ -682,6 +692,9 @@ def parse_ids(text: str) -> list[int]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The emulator's options, shared by ``python -m`` and ``retarget emulate-bus``."""
     parser.add_argument("--ids", required=True, help="servo IDs, e.g. 1,2,3 or 1-13")
+    parser.add_argument("--model", default=DEFAULT_SERVO_MODEL, type=_servo_model,
+                        help=f"servo model, one of {', '.join(SERVO_MODELS)} (default {DEFAULT_SERVO_MODEL}): its "
+                             "control table and ratings")
     parser.add_argument("--link", help="symlink to create to the pseudo-terminal (e.g. /tmp/ttyDXL)")
     parser.add_argument("--control", help="Unix socket for fault injection (default: LINK.ctl when --link is set)")
     parser.add_argument("--return-delay-us", type=float, default=None,
@@ -704,11 +717,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="simulation lag behind the servos that drops the backlog and restarts it at rest [s]")
 
 
+def _servo_model(text: str) -> str:
+    """``--model``: a packaged model's name, case-insensitive (argparse reports the InputError's text)."""
+    try:
+        return load_control_table(model=text).model
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 #: Values of ``--twin``.
 TWIN_CHOICES: tuple[str, ...] = ("first_order", "reduced")
 
 
-def _twin_dynamics(args: argparse.Namespace, ids: list[int]) -> tuple[ServoDynamics | None, Callable[[], None]]:
+def _twin_dynamics(args: argparse.Namespace, ids: list[int],
+                   table: ControlTable) -> tuple[ServoDynamics | None, Callable[[], None]]:
     """The servo dynamics for ``--twin`` and a function that stops what it started.
 
     ``reduced``: :class:`retarget.twin.servo.SimulationDrivenServos` feeding a twin worker process; without a
@@ -748,15 +770,17 @@ def _twin_dynamics(args: argparse.Namespace, ids: list[int]) -> tuple[ServoDynam
     proc, sink = start_worker(args.robot, channel, source.path, dt=args.twin_dt, max_lag=args.twin_max_lag)
     print(f"twin: reduced simulation of {robot_name(args.robot)} ({source.describe()}) in worker pid {proc.pid}, "
           f"poses on {channel}", file=sys.stderr, flush=True)
-    return SimulationDrivenServos(len(ids), sink, index, offset, direction), lambda: stop_worker(proc)
+    servos = FirstOrderServo.rated(len(ids), table.ratings)
+    return SimulationDrivenServos(len(ids), sink, index, offset, direction, servos), lambda: stop_worker(proc)
 
 
 def run(args: argparse.Namespace) -> int:
     """Start the emulator from parsed arguments and serve until SIGINT/SIGTERM."""
     ids = parse_ids(args.ids)
     control = args.control or (f"{args.link}.ctl" if args.link else None)
-    dynamics, stop_twin = _twin_dynamics(args, ids)
-    bus = EmulatedBus(ids, dynamics=dynamics, period=args.period, return_delay_us=args.return_delay_us)
+    table = load_control_table(model=args.model)
+    dynamics, stop_twin = _twin_dynamics(args, ids, table)
+    bus = EmulatedBus(ids, dynamics=dynamics, table=table, period=args.period, return_delay_us=args.return_delay_us)
     emulator = PtyEmulator(bus, link=args.link, control_path=control)
     stop = threading.Event()
 
@@ -766,8 +790,9 @@ def run(args: argparse.Namespace) -> int:
     previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     emulator.start()
     try:
-        ready = {"port": emulator.port, "device": emulator.slave_name, "control": control, "ids": ids}
-        print(json.dumps(ready) if args.json else f"emulating XM430-W210 {ids} on {emulator.port}"
+        ready = {"port": emulator.port, "device": emulator.slave_name, "control": control, "ids": ids,
+                 "model": table.model}
+        print(json.dumps(ready) if args.json else f"emulating {table.model} {ids} on {emulator.port}"
               f" (device {emulator.slave_name}, control {control}); Ctrl-C to stop", flush=True)
         while not stop.wait(0.2):
             pass
@@ -783,7 +808,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m retarget.dynamixel.emulator``."""
     parser = argparse.ArgumentParser(
         prog="python -m retarget.dynamixel.emulator",
-        description="Emulated XM430-W210 servos answering Dynamixel Protocol 2.0 on a pseudo-terminal.",
+        description="Emulated Dynamixel X-series servos (XM430-W210 by default) answering Protocol 2.0 on a "
+                    "pseudo-terminal.",
     )
     add_arguments(parser)
     args = parser.parse_args(argv)

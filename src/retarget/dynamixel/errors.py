@@ -186,10 +186,18 @@ class WrongModelError(DynamixelError):
     """
 
     def __init__(self, servo_id: int, expected: int, found: int) -> None:
+        from retarget.dynamixel.control_table import model_name
+
         self.servo_id = servo_id
         self.expected = expected
         self.found = found
-        super().__init__(f"servo {servo_id}: model number {found}, expected {expected}")
+
+        def named(number: int) -> str:
+            name = model_name(number)
+            return f"{number} ({name})" if name else str(number)
+
+        super().__init__(f"servo {servo_id}: model number {named(found)}, expected {named(expected)} "
+                         "(the servo model configured: the driver's servo_model parameter)")
 
 
 class GoalOutOfRangeError(DynamixelError, InputError):
