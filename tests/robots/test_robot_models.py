@@ -161,3 +161,19 @@ def test_rapper_loop_mobility_is_one() -> None:
     each), one universal (4), one spherical (3): 18 - 17 = 1 DOF, the elbow motor."""
     constraints = {"revolute": 5, "universal": 4, "spherical": 3}
     assert 6 * 3 - (2 * constraints["revolute"] + constraints["universal"] + constraints["spherical"]) == 1
+
+
+@pytest.mark.parametrize("name", ROBOTS + ["fit_rig"])
+def test_servo_model_and_speed_agree_between_the_description_and_the_params_file(name: str) -> None:
+    """The driver and the emulated bus take the model from the params file (servo_model), the simulator and the
+    planner from the description (servo.model): both must name the same servo, at that servo's rated speed."""
+    from retarget.dynamixel.control_table import DEFAULT_SERVO_MODEL, load_control_table
+
+    servo = robot_config(name)["retarget"].get("servo") or {}
+    ros = ros_parameters(name)
+    model = ros.get("servo_model", DEFAULT_SERVO_MODEL)
+    assert model == servo.get("model", DEFAULT_SERVO_MODEL)
+    rated = load_control_table(model=model).ratings.no_load_speed
+    assert ros["servo_max_velocity"] == pytest.approx(rated, abs=0.01)
+    if "max_velocity" in servo:
+        assert servo["max_velocity"] == pytest.approx(rated, abs=0.01)

@@ -3,15 +3,17 @@
 The description tests are fast and need no ROS. The launch files cannot run here (no ``launch``/``launch_ros``
 wheels): they are compiled, and ``robot.launch.py`` is executed against minimal stand-ins of the launch API
 that record what it builds, to check that it turns the description into nodes faithfully. ``retarget up
-drummer`` runs as a subprocess: a 13-joint FollowJointTrajectory goal succeeds, and SIGINT leaves no process
-behind.
+drummer`` and ``retarget up fit_rig`` (an emulated XM540-W270) run as subprocesses: a FollowJointTrajectory goal
+succeeds, and SIGINT leaves no process behind.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import py_compile
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,7 +28,7 @@ import pytest
 import yaml
 
 from retarget.errors import InputError
-from retarget.model.library import list_robots, resolve_robot, ros_parameters
+from retarget.model.library import list_rigs, list_robots, resolve_robot, ros_parameters
 from retarget.ros.bringup import (
     EMULATED_BUS_OVERRIDES,
     Supervisor,
@@ -74,6 +76,33 @@ def test_node_set_is_complete(robot: str, tmp_path: Path) -> None:
     assert all(f'name="{j}"' in description for j in params["joint_names"])
     assert plan.node("planner").parameters["trajectory_server_action"] == plan.follow_joint_trajectory_action
     assert plan.node("mocap").parameters["source"] == "twin"
+
+
+def test_fit_rig_runs_xm540_servos(tmp_path: Path) -> None:
+    """The fitting rig's params file names its servo model: the emulated bus answers as that model and the driver
+    loads its control table (the robots' default is the XM430-W210)."""
+    assert "fit_rig" in list_rigs()
+    plan = describe("fit_rig", run_dir=tmp_path)
+    params = _ros_params("fit_rig")
+    assert plan.robot == "fit_rig" and params["servo_model"] == "XM540-W270"
+    assert [n.name for n in plan.nodes] == ["dynamixel_driver", "trajectory_server", "planner", "mocap"]
+    emulator = plan.processes[0]
+    assert emulator.args[emulator.args.index("--model") + 1] == "XM540-W270"
+    assert plan.node("dynamixel_driver").parameters["servo_model"] == "XM540-W270"
+    assert plan.node("trajectory_server").parameters["servo_max_velocity"] == pytest.approx(math.pi, abs=0.01)
+    drummer = describe("drummer", run_dir=tmp_path / "drummer").processes[0]
+    assert drummer.args[drummer.args.index("--model") + 1] == "XM430-W210"
+
+
+def test_unknown_servo_model_in_the_params_file_is_an_input_error(tmp_path: Path) -> None:
+    config = tmp_path / "config"
+    config.mkdir()
+    for suffix in (".yaml", ".params.yaml"):
+        shutil.copy(REPO / "config" / f"fit_rig{suffix}", config / f"fit_rig{suffix}")
+    params = config / "fit_rig.params.yaml"
+    params.write_text(params.read_text().replace("servo_model: XM540-W270", "servo_model: XM999"))
+    with pytest.raises(InputError, match="fit_rig.params.yaml: servo_model: unknown servo model 'XM999'"):
+        describe(config / "fit_rig.yaml", run_dir=tmp_path / "run")
 
 
 def test_hardware_and_options(tmp_path: Path) -> None:
@@ -164,11 +193,11 @@ def test_launch_files_compile(path: Path, tmp_path: Path) -> None:
     py_compile.compile(str(path), cfile=str(tmp_path / "out.pyc"), doraise=True)
 
 
-def test_one_launch_file_per_robot() -> None:
+def test_one_launch_file_per_robot_and_rig_with_a_params_file() -> None:
     per_robot = sorted(p.name.removesuffix(".launch.py") for p in LAUNCH.glob("*.launch.py")
                        if p.name != "robot.launch.py")
-    assert per_robot == ROBOTS
-    for robot in ROBOTS:
+    assert per_robot == sorted(ROBOTS + ["fit_rig"])
+    for robot in per_robot:
         text = (LAUNCH / f"{robot}.launch.py").read_text()
         assert f'ROBOT = "{robot}"' in text and "robot.launch.py" in text
 
@@ -295,7 +324,8 @@ def _pids_in_groups(groups: set[int]) -> list[int]:
 
 
 @pytest.mark.integration
-def test_retarget_up_drummer_goal_then_sigint(ros_context: Any) -> None:
+@pytest.mark.parametrize("robot", ["drummer", "fit_rig"])  # 13 XM430-W210s; one XM540-W270 (servo_model)
+def test_retarget_up_goal_then_sigint(robot: str, ros_context: Any) -> None:
     pytest.importorskip("control_msgs", reason="control_msgs is not built (make setup)")
     from control_msgs.action import FollowJointTrajectory
     from rclpy.action import ActionClient
@@ -305,7 +335,7 @@ def test_retarget_up_drummer_goal_then_sigint(ros_context: Any) -> None:
 
     namespace = "/test_bringup"
     started = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "retarget.cli", "up", "drummer", "--namespace", namespace,
+    proc = subprocess.Popen([sys.executable, "-m", "retarget.cli", "up", robot, "--namespace", namespace,
                              "--mocap", "none", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=os.environ.copy(), start_new_session=True)
     lines: list[str] = []
@@ -338,7 +368,7 @@ def test_retarget_up_drummer_goal_then_sigint(ros_context: Any) -> None:
         node.create_subscription(JointState, f"{namespace}/joint_states", lambda _m: seen.append(time.monotonic()), 10)
         wait_for(lambda: len(seen) > 10 and time.monotonic() - seen[-1] < 0.2, 30.0, "joint_states flowing")
 
-        joints = _ros_params("drummer")["joint_names"]
+        joints = _ros_params(robot)["joint_names"]
         goal = FollowJointTrajectory.Goal()
         goal.trajectory.joint_names = joints
         for t, scale in ((0.5, 0.1), (1.0, 0.2)):

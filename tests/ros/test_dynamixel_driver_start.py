@@ -1,4 +1,5 @@
-"""The driver's start-up (in-process, a fake bus): lost replies are retried step by step until startup_timeout."""
+"""The driver's start-up (in-process, a fake bus): lost replies are retried step by step until startup_timeout; servos
+of another model are a fault."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 from rclpy.parameter import Parameter
 
-from retarget.dynamixel import NoReplyError
+from retarget.dynamixel import NoReplyError, WrongModelError
 
 
 class FlakyBus:
@@ -29,6 +30,14 @@ class FlakyBus:
     def open(self) -> FlakyBus:
         self.is_open = True
         return self
+
+    def check_models(self) -> dict[int, int]:
+        self._step("model check")
+        if FlakyBus.model != 1030:
+            raise WrongModelError(self.ids[0], 1030, FlakyBus.model)
+        return {i: 38 for i in self.ids}
+
+    model = 1030
 
     def configure(self, *_: object, **__: object) -> None:
         self._step("configure")
@@ -62,8 +71,8 @@ def start_driver(ros_context, monkeypatch):
     context, _ = ros_context
     made = []
 
-    def start(lost: dict[str, int], timeout: float = 5.0) -> DynamixelDriver:
-        FlakyBus.lost = lost
+    def start(lost: dict[str, int], timeout: float = 5.0, model: int = 1030) -> DynamixelDriver:
+        FlakyBus.lost, FlakyBus.model = lost, model
         params = [Parameter("joint_names", value=["a", "b"]), Parameter("dynamixel_ids", value=[1, 2]),
                   Parameter("startup_timeout", value=timeout)]
         made.append(DynamixelDriver(context=context, parameter_overrides=params))
@@ -74,13 +83,13 @@ def start_driver(ros_context, monkeypatch):
         node.destroy_node()
 
 
-@pytest.mark.parametrize("step", ["configure", "read", "torque on"])
+@pytest.mark.parametrize("step", ["model check", "configure", "read", "torque on"])
 def test_a_lost_reply_in_any_start_up_step_is_retried(start_driver, step: str) -> None:
     driver = start_driver({step: 2})
     assert driver.fault is None, driver.fault
     assert driver.bus.calls.count(step) == 3  # two lost, the third answered
     # Each step is retried on its own: nothing before it runs again (configure after a torque-on would fail).
-    order = ["configure", "read", "torque on"]
+    order = ["model check", "configure", "read", "torque on"]
     assert [c for c in driver.bus.calls if c != step] == [c for c in order if c != step]
 
 
@@ -88,3 +97,11 @@ def test_replies_lost_beyond_the_start_up_timeout_are_a_fault_naming_the_servo(s
     driver = start_driver({"torque on": 10**9}, timeout=0.2)
     assert driver.fault is not None and driver.fault.kind == "host" and driver.fault.servo_id == 2
     assert "torque on" in driver.fault.message and "safe torque off" in driver.bus.calls
+
+
+def test_servos_of_another_model_are_a_fault_before_anything_is_written(start_driver) -> None:
+    driver = start_driver({}, model=1120)
+    assert driver.fault is not None and driver.fault.servo_id == 1
+    assert "model number 1120 (XM540-W270), expected 1030 (XM430-W210)" in driver.fault.message
+    assert "servo_model" in driver.fault.message
+    assert "configure" not in driver.bus.calls and "torque on" not in driver.bus.calls

@@ -1,4 +1,4 @@
-"""Every shipped config/<robot>.params.yaml is a params file that real rcl accepts, as users pass it."""
+"""Every shipped config/<robot or rig>.params.yaml is a params file that real rcl accepts, as users pass it."""
 from __future__ import annotations
 
 import subprocess
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from retarget.model.library import list_robots, resolve_params, ros_parameters
+from retarget.model.library import robots_then_rigs, resolve_params, ros_parameters
 
 pytest.importorskip("rclpy", reason="rclpy is installed by `make setup`")
 
@@ -20,7 +20,7 @@ rclpy.shutdown()
 """
 
 
-@pytest.mark.parametrize("robot", list_robots())
+@pytest.mark.parametrize("robot", robots_then_rigs())
 def test_rcl_parses_params_file(robot: str) -> None:
     out = subprocess.run([sys.executable, "-c", PROBE, str(resolve_params(robot))], capture_output=True, text=True,
                          timeout=60)

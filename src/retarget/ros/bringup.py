@@ -264,8 +264,10 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
 
     Raises:
         UnknownNameError: Unknown robot.
-        InputError: Bad option, or the params YAML lacks joint_names/dynamixel_ids of equal length.
+        InputError: Bad option, the params YAML lacks joint_names/dynamixel_ids of equal length, or names an
+            unknown ``servo_model``.
     """
+    from retarget.dynamixel.control_table import DEFAULT_SERVO_MODEL, load_control_table
     from retarget.model.library import read_ros_parameters, resolve_params, resolve_robot, urdf_xml
 
     if mocap not in MOCAP_SOURCES:
@@ -283,6 +285,11 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
         raise InputError(f"{params_file}: need joint_names and one dynamixel_ids entry per joint "
                          f"({len(joints)} joints, {len(ids)} ids)")
     name = str(params.get("robot_name") or description.stem)
+    # The driver reads servo_model from the same parameters; the emulated bus must answer as that model.
+    try:
+        servo_model = load_control_table(model=str(params.get("servo_model") or DEFAULT_SERVO_MODEL)).model
+    except InputError as exc:
+        raise InputError(f"{params_file}: servo_model: {exc}") from None
     temporary = run_dir is None
     run_dir = Path(tempfile.mkdtemp(prefix=f"retarget-{name}-")) if run_dir is None else Path(run_dir)
     emulated = not hardware
@@ -314,8 +321,8 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
         control = run_dir / "ttyDXL.ctl"
         processes.append(ProcessSpec(
             "dynamixel_emulator", "retarget.dynamixel.emulator",
-            ("--ids", ",".join(map(str, ids)), "--link", str(link), "--control", str(control),
-             "--return-delay-us", "0", "--json", *twin_args),
+            ("--ids", ",".join(map(str, ids)), "--model", servo_model, "--link", str(link), "--control",
+             str(control), "--return-delay-us", "0", "--json", *twin_args),
             ready_path=control))
         port = str(link)
         driver.update(EMULATED_BUS_OVERRIDES)

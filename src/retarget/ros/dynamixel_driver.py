@@ -1,4 +1,4 @@
-"""The Dynamixel driver node: XM430-W210 servos over Protocol 2.0 (``retarget.dynamixel.bus``).
+"""The Dynamixel driver node: X-series servos (``servo_model``) over Protocol 2.0 (``retarget.dynamixel.bus``).
 
 Subscribes ``joint_commands`` (trajectory_msgs/JointTrajectory: one point = setpoint, several = interpolated at
 ``rate``); each tick Sync Writes the goal positions and Sync Reads present position/velocity/current, published
@@ -27,8 +27,9 @@ from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
 from retarget.control import CommandFollower, TrajectoryRejected
-from retarget.dynamixel import (CrcError, DeviceError, DynamixelError, GoalOutOfRangeError, HostError,
-                                MalformedPacketError, NoReplyError, OperatingMode)
+from retarget.dynamixel import (DEFAULT_SERVO_MODEL, SERVO_MODELS, CrcError, DeviceError, DynamixelError,
+                                GoalOutOfRangeError, HostError, MalformedPacketError, NoReplyError, OperatingMode,
+                                load_control_table)
 from retarget.errors import InputError
 from retarget.ros.conversions import goal_points
 from retarget.ros.params import declare
@@ -71,6 +72,9 @@ class DynamixelDriver(Node):
         ids = declare(self, "dynamixel_ids", T.INTEGER_ARRAY, [], "servo ID per joint")
         port = declare(self, "port", T.STRING, "/dev/ttyUSB0", "serial device (or the emulated bus's link)")
         baudrate = declare(self, "baudrate", T.INTEGER, 1_000_000, "bus speed [bit/s]", low=9600, high=4_500_000)
+        model = declare(self, "servo_model", T.STRING, DEFAULT_SERVO_MODEL,
+                        f"servo model of every ID ({', '.join(SERVO_MODELS)}): its control table; a servo "
+                        "answering with another model number is refused at start")
         offsets = declare(self, "offsets", T.DOUBLE_ARRAY, [],
                           "servo angle at joint angle 0 per joint [rad] (servo angle 0 = 2048 ticks); "
                           "empty = all 0")
@@ -86,8 +90,8 @@ class DynamixelDriver(Node):
                                        "lost or corrupt replies in a row tolerated before a fault (1 = none)",
                                        low=1, high=100)
         self.startup_timeout = declare(self, "startup_timeout", T.DOUBLE, 5.0,
-                                       "how long lost replies are retried while starting (configure, first read, "
-                                       "torque on) [s]",
+                                       "how long lost replies are retried while starting (model check, configure, "
+                                       "first read, torque on) [s]",
                                        low=0.0, high=60.0)
         self._comm_errors = 0
         if not self.joint_names or len(ids) != len(self.joint_names):
@@ -98,8 +102,8 @@ class DynamixelDriver(Node):
         except KeyError as exc:
             raise InputError(f"operating_mode {mode!r} is not a position mode") from exc
         self.return_delay_us = None if delay < 0 else delay
-        self.bus = DynamixelBus(port, ids, baudrate=baudrate,
-                                offsets=offsets or None, directions=directions or None)
+        self.bus = DynamixelBus(port, ids, baudrate=baudrate, offsets=offsets or None,
+                                directions=directions or None, table=load_control_table(model=model))
         self._lock = threading.Lock()
         self.fault: Fault | None = None
         self._follower: CommandFollower | None = None
@@ -118,15 +122,18 @@ class DynamixelDriver(Node):
         return self.get_clock().now().nanoseconds * 1e-9
 
     def _start(self) -> None:
-        """Open, configure, torque on, hold the present position; a failure becomes a fault. Caller holds lock."""
+        """Open, check the servos' model, configure, torque on, hold the present position; a failure becomes a
+        fault. Caller holds lock."""
         try:
             if not self.bus.is_open:
                 self.bus.open()
             # A loaded host or a servo still booting often misses the first packets, so each start-up step retries
             # lost or corrupt replies until startup_timeout. Each is safe to repeat: torque is off until configure()
-            # succeeds, a read changes nothing, and Torque Enable = 1 written twice is written once. (They retry one
+            # succeeds, pings and reads change nothing, and Torque Enable = 1 written twice is written once. (They retry one
             # by one: configure() again after a torque-on whose reply was lost would meet a locked EEPROM.)
             deadline = time.monotonic() + self.startup_timeout
+            # A servo of another model than servo_model would be driven through the wrong control table.
+            self._retry("model check", deadline, self.bus.check_models)
             self._retry("configure", deadline, lambda: self.bus.configure(self.operating_mode,
                                                                            return_delay_us=self.return_delay_us))
             state = self._retry("first read", deadline, self.bus.read_state)
