@@ -37,25 +37,27 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
+
+from retarget.ros.player import (  # noqa: F401 (JointTracking, LAG_GRID_S: part of this module's interface)
+    LAG_GRID_S,
+    MOVE_TO_START_S,
+    START_LEAD_S,
+    JointTracking,
+    RobotClient,
+    TrackingFigures,
+    point_trajectory,
+    print_figures,
+    trajectory_arrays,
+    tracking_figures,
+)
 
 __all__ = ["DemoModel", "JointTracking", "TrackingFigures", "demo_model", "demo_model_path", "excerpt", "main",
            "tracking_figures"]
-
-#: Lead time between sending a goal and its start [s]: the goal's header stamp, so the reference's time base
-#: is known exactly (the trajectory server starts a goal with a non-zero stamp at that time).
-START_LEAD_S = 0.5
-
-#: Delays searched for the lag estimate of :func:`tracking_figures` [s].
-LAG_GRID_S: NDArray[np.float64] = np.arange(0.0, 0.2005, 0.002)
-
-#: Duration of the move from the current pose to the trajectory's first pose [s].
-MOVE_TO_START_S = 2.0
 
 #: How much of the motion the demo plans and executes by default [s]: the first 3 s of the drummer's drumming plan
 #: within the demo's 210 s budget (peak deviation 19.0 -> 5.4 mm, 0.29 x naive re-simulated at 1 ms: docs/ros.md).
@@ -82,185 +84,12 @@ DEMO_TRAIN_DURATION_S = 2.0
 DEMO_TRAIN_MESH_SCALE = 0.25
 
 
-@dataclass(frozen=True)
-class JointTracking:
-    """Tracking error of one joint.
-
-    Attributes:
-        joint: Joint name.
-        rms_deg: Root mean square of measured − reference [deg].
-        peak_deg: Largest absolute error [deg].
-        final_deg: Error at the last sample [deg].
-    """
-
-    joint: str
-    rms_deg: float
-    peak_deg: float
-    final_deg: float
-
-
-@dataclass(frozen=True)
-class TrackingFigures:
-    """How well the measured joint positions followed the executed trajectory.
-
-    Attributes:
-        joints: Per joint, in the trajectory's joint order.
-        samples: joint_states messages inside the trajectory's time span.
-        duration_s: Trajectory duration [s].
-        rms_deg: RMS over all joints and samples [deg].
-        peak_deg: Largest error over all joints [deg].
-        lag_s: The delay of the measurement behind the reference that best explains it [s] (searched on a grid
-            of :data:`LAG_GRID_S`): the servo loop's response time plus the command path's latency.
-        rms_lag_compensated_deg: RMS error against the reference delayed by ``lag_s`` [deg]: what is left is
-            shape error (the servos cutting corners, speed saturation), not delay.
-    """
-
-    joints: tuple[JointTracking, ...]
-    samples: int
-    duration_s: float
-    rms_deg: float
-    peak_deg: float
-    lag_s: float
-    rms_lag_compensated_deg: float
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain data for JSON."""
-        return {"samples": self.samples, "duration_s": self.duration_s, "rms_deg": self.rms_deg,
-                "peak_deg": self.peak_deg, "lag_s": self.lag_s,
-                "rms_lag_compensated_deg": self.rms_lag_compensated_deg,
-                "joints": {j.joint: {"rms_deg": j.rms_deg, "peak_deg": j.peak_deg, "final_deg": j.final_deg}
-                           for j in self.joints}}
-
-
-def tracking_figures(joint_names: Sequence[str], reference_time: NDArray[np.float64],
-                     reference_positions: NDArray[np.float64], sample_time: NDArray[np.float64],
-                     sample_positions: NDArray[np.float64]) -> TrackingFigures:
-    """Compare measured joint positions with a reference trajectory.
-
-    The reference is interpolated linearly at the sample times (as the trajectory server interpolates a
-    positions-only trajectory); samples outside ``[reference_time[0], reference_time[-1]]`` are ignored.
-
-    Args:
-        joint_names: Joint names ``(m,)``.
-        reference_time: Reference times ``(n,)`` [s], increasing, same clock as ``sample_time``.
-        reference_positions: Reference positions ``(n, m)`` [rad].
-        sample_time: Times of the measurements ``(k,)`` [s].
-        sample_positions: Measured positions ``(k, m)`` [rad].
-
-    Returns:
-        The figures.
-
-    Raises:
-        InputError: Shapes disagree, or no sample falls inside the reference's span.
-    """
-    from retarget.errors import InputError
-
-    t_ref = np.asarray(reference_time, dtype=float)
-    q_ref = np.asarray(reference_positions, dtype=float)
-    t = np.asarray(sample_time, dtype=float)
-    q = np.asarray(sample_positions, dtype=float)
-    m = len(joint_names)
-    if q_ref.shape != (t_ref.size, m) or q.shape != (t.size, m):
-        raise InputError(f"shapes: reference {q_ref.shape} for {t_ref.size} times, samples {q.shape} for "
-                         f"{t.size} times, {m} joints")
-    inside = (t >= t_ref[0]) & (t <= t_ref[-1])
-    if not inside.any():
-        raise InputError(f"no sample between {t_ref[0]:.3f} s and {t_ref[-1]:.3f} s ({t.size} samples)")
-    t, q = t[inside], q[inside]
-
-    def error_deg(delay: float) -> NDArray[np.float64]:
-        # np.interp holds the end values outside the span: the reference before its start is its first pose.
-        expected = np.column_stack([np.interp(t - delay, t_ref, q_ref[:, j]) for j in range(m)])
-        return np.degrees(q - expected)
-
-    error = error_deg(0.0)
-    rms_by_lag = [float(np.sqrt(np.mean(error_deg(d) ** 2))) for d in LAG_GRID_S]
-    best = int(np.argmin(rms_by_lag))
-    joints = tuple(JointTracking(name, float(np.sqrt(np.mean(error[:, j] ** 2))),
-                                 float(np.max(np.abs(error[:, j]))), float(error[-1, j]))
-                   for j, name in enumerate(joint_names))
-    return TrackingFigures(joints, int(t.size), float(t_ref[-1] - t_ref[0]),
-                           float(np.sqrt(np.mean(error ** 2))), float(np.max(np.abs(error))),
-                           float(LAG_GRID_S[best]), rms_by_lag[best])
-
-
-@dataclass
-class _Recorder:
-    """joint_states as (stamp [s], positions in the given joint order)."""
-
-    joint_names: tuple[str, ...]
-    times: list[float] = field(default_factory=list)
-    positions: list[list[float]] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def __call__(self, msg: Any) -> None:
-        index = {name: i for i, name in enumerate(msg.name)}
-        if not all(name in index for name in self.joint_names):
-            return
-        with self.lock:
-            self.times.append(msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec)
-            self.positions.append([msg.position[index[name]] for name in self.joint_names])
-
-    def latest(self) -> NDArray[np.float64] | None:
-        with self.lock:
-            return np.array(self.positions[-1]) if self.positions else None
-
-    def arrays(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        with self.lock:
-            return np.array(self.times), np.array(self.positions).reshape(-1, len(self.joint_names))
-
-
-class _Client:
-    """The demo's rclpy node: Retarget and FollowJointTrajectory clients, a joint_states recorder."""
+class _Client(RobotClient):
+    """The demo's rclpy node: the trajectory server's and the planner's action clients, a joint_states recorder."""
 
     def __init__(self, plan: Any) -> None:
-        import rclpy
-        from control_msgs.action import FollowJointTrajectory
-        from rclpy.action import ActionClient
-        from rclpy.executors import SingleThreadedExecutor
-        from rclpy.node import Node
-        from sensor_msgs.msg import JointState
-
-        self.context = rclpy.Context()
-        rclpy.init(context=self.context)
-        self.node = Node("retarget_demo", context=self.context)
-        self.recorder = _Recorder(plan.joint_names)
-        self.node.create_subscription(JointState, plan.joint_states_topic, self.recorder, 200)
-        self.follow = ActionClient(self.node, FollowJointTrajectory, plan.follow_joint_trajectory_action)
-        self.retarget = None
-        if plan.retarget_action:
-            from retarget_interfaces.action import Retarget
-
-            self.retarget = ActionClient(self.node, Retarget, plan.retarget_action)
-        self.executor = SingleThreadedExecutor(context=self.context)  # callbacks are short; see trajectory_server
-        self.executor.add_node(self.node)
-        self._thread = threading.Thread(target=self.executor.spin, daemon=True)
-        self._thread.start()
-
-    def close(self) -> None:
-        import rclpy
-
-        self.executor.shutdown()
-        self._thread.join(5)  # before destroying what the spinning thread may be waiting on
-        self.follow.destroy()
-        if self.retarget is not None:
-            self.retarget.destroy()
-        self.node.destroy_node()
-        rclpy.shutdown(context=self.context)
-
-    def now(self) -> float:
-        return self.node.get_clock().now().nanoseconds * 1e-9
-
-    @staticmethod
-    def _wait(future: Any, timeout: float, what: str, tick: Any = None) -> Any:
-        deadline = time.monotonic() + timeout
-        while not future.done():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no {what} within {timeout} s")
-            if tick is not None:
-                tick()
-            time.sleep(0.05)
-        return future.result()
+        super().__init__(plan.joint_names, plan.joint_states_topic, plan.follow_joint_trajectory_action,
+                         plan.retarget_action, node_name="retarget_demo")
 
     def plan_trajectory(self, robot: str, animation: Any, timeout: float, feedback: Any = None,
                         prepare_timeout: float = DEMO_PREPARE_TIMEOUT_S) -> tuple[int | None, Any, str]:
@@ -305,20 +134,6 @@ class _Client:
         result = response.result
         return result.error_code, result, result.error_string
 
-    def execute(self, trajectory: Any, start: float, timeout: float, progress: Any = None) -> Any:
-        """FollowJointTrajectory of ``trajectory`` from ``start`` [s, node clock]; returns the result."""
-        from builtin_interfaces.msg import Time
-        from control_msgs.action import FollowJointTrajectory
-
-        goal = FollowJointTrajectory.Goal(trajectory=trajectory)
-        ns = int(round(start * 1e9))
-        goal.trajectory.header.stamp = Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
-        handle = self._wait(self.follow.send_goal_async(goal), 10.0, "trajectory goal response")
-        if not handle.accepted:
-            raise RuntimeError("the trajectory server did not accept the goal")
-        tick = (lambda: progress(self.now() - start)) if progress is not None else None
-        return self._wait(handle.get_result_async(), timeout, "trajectory result", tick).result
-
 
 class _PlannerProgress:
     """The planner's feedback as a progress bar over its time budget (from the first stage after
@@ -349,22 +164,6 @@ class _PlannerProgress:
             self.bar.update(min(self.spent, self.bar.total) - self.bar.n)
             text = fb.stage + (f", iteration {fb.iteration}, objective {fb.objective:.3g}" if fb.iteration else "")
             self.bar.set_postfix_str(text, refresh=False)
-
-
-def _trajectory_arrays(trajectory: Any) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    times = np.array([p.time_from_start.sec + 1e-9 * p.time_from_start.nanosec for p in trajectory.points])
-    positions = np.array([list(p.positions) for p in trajectory.points])
-    return times, positions
-
-
-def _point_trajectory(joint_names: Sequence[str], positions: NDArray[np.float64], at: float) -> Any:
-    from trajectory_msgs.msg import JointTrajectory
-
-    from retarget.ros.conversions import point_msg
-
-    msg = JointTrajectory(joint_names=list(joint_names))
-    msg.points = [point_msg(positions, time_from_start=at)]
-    return msg
 
 
 def _isolate_dds() -> tuple[str, str]:
@@ -589,9 +388,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         else:
             _say("planner skipped (--no-plan): executing the INPUT animation")
         report["executed"] = source
-        times, positions = _trajectory_arrays(trajectory)
+        times, positions = trajectory_arrays(trajectory)
         current = client.recorder.latest()
-        home = _point_trajectory(plan.joint_names, positions[0], MOVE_TO_START_S)
+        home = point_trajectory(plan.joint_names, positions[0], MOVE_TO_START_S)
         result = client.execute(home, client.now() + START_LEAD_S, MOVE_TO_START_S + 10.0)
         report["move_to_start"] = {"error_code": result.error_code, "error_string": result.error_string}
         if result.error_code != 0:
@@ -616,7 +415,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         sample_time, sample_positions = client.recorder.arrays()
         figures = tracking_figures(plan.joint_names, times + start, positions, sample_time, sample_positions)
         report["tracking"] = figures.as_dict()
-        _print_figures(figures, result)
+        print_figures(figures, result)
         supervisor.check_alive()
         report["ok"] = result.error_code == 0
         if result.error_code != 0:
@@ -639,18 +438,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     _say(f"stopped every process ({how}); "
          f"total {report['wall_time_s']:.1f} s")
     return report
-
-
-def _print_figures(figures: TrackingFigures, result: Any) -> None:
-    outcome = "SUCCESSFUL" if result.error_code == 0 else f"error {result.error_code}: {result.error_string}"
-    print(f"tracking: goal {outcome}; {figures.samples} joint_states over {figures.duration_s:.2f} s; "
-          f"all joints RMS {figures.rms_deg:.2f} deg, peak {figures.peak_deg:.2f} deg; measured lag "
-          f"{figures.lag_s * 1e3:.0f} ms (RMS {figures.rms_lag_compensated_deg:.2f} deg once the lag is "
-          "removed)",
-          flush=True)
-    print(f"  {'joint':24s} {'RMS [deg]':>10s} {'peak [deg]':>10s} {'final [deg]':>11s}")
-    for joint in figures.joints:
-        print(f"  {joint.joint:24s} {joint.rms_deg:10.2f} {joint.peak_deg:10.2f} {joint.final_deg:11.2f}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""``retarget up ROBOT``: start a robot's node set without ``ros2 launch``.
+"""``retarget up ROBOT``: start a robot's node set without ``ros2 launch`` (and the ``record`` / ``play`` commands).
 
 The set is the one ``launch/<robot>.launch.py`` starts: both come from :func:`retarget.ros.bringup.describe`.
 """
@@ -76,11 +76,13 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``retarget up`` and ``retarget record``."""
+    """Add ``retarget up``, ``retarget record`` and ``retarget play``."""
     from retarget.ros.bringup import MOCAP_SOURCES, TWIN_DYNAMICS
+    from retarget.ros.player import register_play
     from retarget.ros.record import register_record
 
     register_record(sub)
+    register_play(sub)
 
     parser = sub.add_parser(
         "up",

@@ -1,0 +1,422 @@
+"""Play trajectories on a running robot and measure how its servos followed (``make demo``, ``retarget play``).
+
+:class:`RobotClient` is an rclpy node of its own (own context, spinning on a thread) with the trajectory server's
+FollowJointTrajectory client and a joint_states recorder; :func:`tracking_figures` compares the recorded servo
+positions with the executed reference. rclpy and the message packages are imported only when a client is made.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = ["LAG_GRID_S", "MOVE_TO_START_S", "START_LEAD_S", "JointStateRecorder", "JointTracking", "RobotClient",
+           "TrackingFigures", "point_trajectory", "print_figures", "trajectory_arrays", "tracking_figures"]
+
+#: Lead time between sending a goal and its start [s]: the goal's header stamp, so the reference's time base
+#: is known exactly (the trajectory server starts a goal with a non-zero stamp at that time).
+START_LEAD_S = 0.5
+
+#: Delays searched for the lag estimate of :func:`tracking_figures` [s].
+LAG_GRID_S: NDArray[np.float64] = np.arange(0.0, 0.2005, 0.002)
+
+#: Duration of the move from the current pose to the trajectory's first pose [s].
+MOVE_TO_START_S = 2.0
+
+
+@dataclass(frozen=True)
+class JointTracking:
+    """Tracking error of one joint.
+
+    Attributes:
+        joint: Joint name.
+        rms_deg: Root mean square of measured − reference [deg].
+        peak_deg: Largest absolute error [deg].
+        final_deg: Error at the last sample [deg].
+    """
+
+    joint: str
+    rms_deg: float
+    peak_deg: float
+    final_deg: float
+
+
+@dataclass(frozen=True)
+class TrackingFigures:
+    """How well the measured joint positions followed the executed trajectory.
+
+    Attributes:
+        joints: Per joint, in the trajectory's joint order.
+        samples: joint_states messages inside the trajectory's time span.
+        duration_s: Trajectory duration [s].
+        rms_deg: RMS over all joints and samples [deg].
+        peak_deg: Largest error over all joints [deg].
+        lag_s: The delay of the measurement behind the reference that best explains it [s] (searched on a grid
+            of :data:`LAG_GRID_S`): the servo loop's response time plus the command path's latency.
+        rms_lag_compensated_deg: RMS error against the reference delayed by ``lag_s`` [deg]: what is left is
+            shape error (the servos cutting corners, speed saturation), not delay.
+    """
+
+    joints: tuple[JointTracking, ...]
+    samples: int
+    duration_s: float
+    rms_deg: float
+    peak_deg: float
+    lag_s: float
+    rms_lag_compensated_deg: float
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data for JSON."""
+        return {"samples": self.samples, "duration_s": self.duration_s, "rms_deg": self.rms_deg,
+                "peak_deg": self.peak_deg, "lag_s": self.lag_s,
+                "rms_lag_compensated_deg": self.rms_lag_compensated_deg,
+                "joints": {j.joint: {"rms_deg": j.rms_deg, "peak_deg": j.peak_deg, "final_deg": j.final_deg}
+                           for j in self.joints}}
+
+
+def tracking_figures(joint_names: Sequence[str], reference_time: NDArray[np.float64],
+                     reference_positions: NDArray[np.float64], sample_time: NDArray[np.float64],
+                     sample_positions: NDArray[np.float64]) -> TrackingFigures:
+    """Compare measured joint positions with a reference trajectory.
+
+    The reference is interpolated linearly at the sample times (as the trajectory server interpolates a
+    positions-only trajectory); samples outside ``[reference_time[0], reference_time[-1]]`` are ignored.
+
+    Args:
+        joint_names: Joint names ``(m,)``.
+        reference_time: Reference times ``(n,)`` [s], increasing, same clock as ``sample_time``.
+        reference_positions: Reference positions ``(n, m)`` [rad].
+        sample_time: Times of the measurements ``(k,)`` [s].
+        sample_positions: Measured positions ``(k, m)`` [rad].
+
+    Returns:
+        The figures.
+
+    Raises:
+        InputError: Shapes disagree, or no sample falls inside the reference's span.
+    """
+    from retarget.errors import InputError
+
+    t_ref = np.asarray(reference_time, dtype=float)
+    q_ref = np.asarray(reference_positions, dtype=float)
+    t = np.asarray(sample_time, dtype=float)
+    q = np.asarray(sample_positions, dtype=float)
+    m = len(joint_names)
+    if q_ref.shape != (t_ref.size, m) or q.shape != (t.size, m):
+        raise InputError(f"shapes: reference {q_ref.shape} for {t_ref.size} times, samples {q.shape} for "
+                         f"{t.size} times, {m} joints")
+    inside = (t >= t_ref[0]) & (t <= t_ref[-1])
+    if not inside.any():
+        raise InputError(f"no sample between {t_ref[0]:.3f} s and {t_ref[-1]:.3f} s ({t.size} samples)")
+    t, q = t[inside], q[inside]
+
+    def error_deg(delay: float) -> NDArray[np.float64]:
+        # np.interp holds the end values outside the span: the reference before its start is its first pose.
+        expected = np.column_stack([np.interp(t - delay, t_ref, q_ref[:, j]) for j in range(m)])
+        return np.degrees(q - expected)
+
+    error = error_deg(0.0)
+    rms_by_lag = [float(np.sqrt(np.mean(error_deg(d) ** 2))) for d in LAG_GRID_S]
+    best = int(np.argmin(rms_by_lag))
+    joints = tuple(JointTracking(name, float(np.sqrt(np.mean(error[:, j] ** 2))),
+                                 float(np.max(np.abs(error[:, j]))), float(error[-1, j]))
+                   for j, name in enumerate(joint_names))
+    return TrackingFigures(joints, int(t.size), float(t_ref[-1] - t_ref[0]),
+                           float(np.sqrt(np.mean(error ** 2))), float(np.max(np.abs(error))),
+                           float(LAG_GRID_S[best]), rms_by_lag[best])
+
+
+@dataclass
+class JointStateRecorder:
+    """joint_states as (stamp [s], positions in the given joint order)."""
+
+    joint_names: tuple[str, ...]
+    times: list[float] = field(default_factory=list)
+    positions: list[list[float]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __call__(self, msg: Any) -> None:
+        index = {name: i for i, name in enumerate(msg.name)}
+        if not all(name in index for name in self.joint_names):
+            return
+        with self.lock:
+            self.times.append(msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec)
+            self.positions.append([msg.position[index[name]] for name in self.joint_names])
+
+    def latest(self) -> NDArray[np.float64] | None:
+        with self.lock:
+            return np.array(self.positions[-1]) if self.positions else None
+
+    def arrays(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        with self.lock:
+            return np.array(self.times), np.array(self.positions).reshape(-1, len(self.joint_names))
+
+
+class RobotClient:
+    """An rclpy node in its own context, spinning on a thread: the trajectory server's FollowJointTrajectory client,
+    a joint_states recorder and, when ``retarget_action`` is given, the planner's Retarget client.
+
+    Args:
+        joint_names: The robot's joints, the recorder's column order.
+        joint_states_topic: Fully qualified (``/ns/joint_states``).
+        follow_action: Fully qualified FollowJointTrajectory action of the trajectory server.
+        retarget_action: Fully qualified Retarget action of the planner, or None.
+        node_name: The client node's name.
+    """
+
+    def __init__(self, joint_names: Sequence[str], joint_states_topic: str, follow_action: str,
+                 retarget_action: str | None = None, node_name: str = "retarget_client") -> None:
+        import rclpy
+        from control_msgs.action import FollowJointTrajectory
+        from rclpy.action import ActionClient
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.node import Node
+        from sensor_msgs.msg import JointState
+
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context)
+        self.node = Node(node_name, context=self.context)
+        self.recorder = JointStateRecorder(tuple(joint_names))
+        self.node.create_subscription(JointState, joint_states_topic, self.recorder, 200)
+        self.follow = ActionClient(self.node, FollowJointTrajectory, follow_action)
+        self.retarget = None
+        if retarget_action:
+            from retarget_interfaces.action import Retarget
+
+            self.retarget = ActionClient(self.node, Retarget, retarget_action)
+        self.executor = SingleThreadedExecutor(context=self.context)  # callbacks are short; see trajectory_server
+        self.executor.add_node(self.node)
+        self._thread = threading.Thread(target=self.executor.spin, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        import rclpy
+
+        self.executor.shutdown()
+        self._thread.join(5)  # before destroying what the spinning thread may be waiting on
+        self.follow.destroy()
+        if self.retarget is not None:
+            self.retarget.destroy()
+        self.node.destroy_node()
+        rclpy.shutdown(context=self.context)
+
+    def now(self) -> float:
+        """The node clock [s]."""
+        return self.node.get_clock().now().nanoseconds * 1e-9
+
+    @staticmethod
+    def _wait(future: Any, timeout: float, what: str, tick: Any = None) -> Any:
+        """The future's result, polling ``tick()`` (which may raise) every 50 ms; TimeoutError after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while not future.done():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no {what} within {timeout} s")
+            if tick is not None:
+                tick()
+            time.sleep(0.05)
+        return future.result()
+
+    def execute(self, trajectory: Any, start: float, timeout: float, progress: Any = None) -> Any:
+        """FollowJointTrajectory of ``trajectory`` from ``start`` [s, node clock]; returns the result.
+
+        ``progress(elapsed [s])`` is called while waiting. A Ctrl-C (KeyboardInterrupt) or no result within
+        ``timeout`` [s] cancels the goal (the trajectory server stops the robot where it is) and re-raises.
+
+        Raises:
+            RuntimeError: The trajectory server rejected the goal.
+            TimeoutError: No goal response within 10 s, or no result within ``timeout``.
+        """
+        from builtin_interfaces.msg import Time
+        from control_msgs.action import FollowJointTrajectory
+
+        goal = FollowJointTrajectory.Goal(trajectory=trajectory)
+        ns = int(round(start * 1e9))
+        goal.trajectory.header.stamp = Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
+        handle = self._wait(self.follow.send_goal_async(goal), 10.0, "trajectory goal response")
+        if not handle.accepted:
+            raise RuntimeError("the trajectory server did not accept the goal")
+        tick = (lambda: progress(self.now() - start)) if progress is not None else None
+        try:
+            return self._wait(handle.get_result_async(), timeout, "trajectory result", tick).result
+        except (KeyboardInterrupt, TimeoutError):
+            # Ctrl-C or no result in time: the robot must not go on moving without anyone waiting for it.
+            self._wait(handle.cancel_goal_async(), 5.0, "cancel response")
+            raise
+
+
+def trajectory_arrays(trajectory: Any) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """A JointTrajectory's times ``(n,)`` [s] and positions ``(n, m)`` [rad]."""
+    times = np.array([p.time_from_start.sec + 1e-9 * p.time_from_start.nanosec for p in trajectory.points])
+    positions = np.array([list(p.positions) for p in trajectory.points])
+    return times, positions
+
+
+def point_trajectory(joint_names: Sequence[str], positions: NDArray[np.float64], at: float) -> Any:
+    """A one-point JointTrajectory: reach ``positions`` [rad] ``at`` s after the start."""
+    from trajectory_msgs.msg import JointTrajectory
+
+    from retarget.ros.conversions import point_msg
+
+    msg = JointTrajectory(joint_names=list(joint_names))
+    msg.points = [point_msg(positions, time_from_start=at)]
+    return msg
+
+
+def print_figures(figures: TrackingFigures, result: Any) -> None:
+    """The goal's outcome and the tracking figures, a table per joint, on stdout."""
+    outcome = "SUCCESSFUL" if result.error_code == 0 else f"error {result.error_code}: {result.error_string}"
+    print(f"tracking: goal {outcome}; {figures.samples} joint_states over {figures.duration_s:.2f} s; "
+          f"all joints RMS {figures.rms_deg:.2f} deg, peak {figures.peak_deg:.2f} deg; measured lag "
+          f"{figures.lag_s * 1e3:.0f} ms (RMS {figures.rms_lag_compensated_deg:.2f} deg once the lag is "
+          "removed)",
+          flush=True)
+    print(f"  {'joint':24s} {'RMS [deg]':>10s} {'peak [deg]':>10s} {'final [deg]':>11s}")
+    for joint in figures.joints:
+        print(f"  {joint.joint:24s} {joint.rms_deg:10.2f} {joint.peak_deg:10.2f} {joint.final_deg:11.2f}")
+
+
+# ---- retarget play --------------------------------------------------------------------------------------------
+
+#: How far [rad] the robot may be from a motion's first pose before ``retarget play`` moves it there first, when the
+#: robot's params file has no ``default_goal_tolerance``.
+DEFAULT_START_TOLERANCE = 0.02
+
+
+def register_play(subparsers: Any) -> None:
+    """Add ``retarget play`` to the top-level ``retarget`` parser."""
+    p = subparsers.add_parser(
+        "play",
+        help="play a motion on a running robot (FollowJointTrajectory) and report how its servos followed",
+        description="Send a motion (a file, a bag, or a library name such as fit_rig/ident_mode2) as one "
+        "FollowJointTrajectory goal to the trajectory server of a robot already brought up (`retarget up ROBOT`, "
+        "`ros2 launch retarget ROBOT.launch.py`; same ROS_DOMAIN_ID and discovery range). Moves to the motion's "
+        "first pose first when the robot is not there, shows the progress, and prints the goal's result and the "
+        "tracking figures (measured joint_states against the motion). Ctrl-C cancels the goal: the robot stops "
+        "where it is. Exit 0 when the goal succeeded, 1 when it failed or no robot answered, 2 on bad input.",
+    )
+    p.add_argument("motion", help="motion file or bag, or library name ROBOT/MOTION (retarget motions ROBOT)")
+    p.add_argument("--robot", default=None,
+                   help="robot or rig name or params YAML (default: the ROBOT part of a library motion name)")
+    p.add_argument("--namespace", default="", help="the robot's ROS namespace (as given to retarget up)")
+    p.add_argument("--move-to-start", type=float, default=MOVE_TO_START_S, metavar="S",
+                   help=f"duration of the move to the first pose [s] (default {MOVE_TO_START_S:g})")
+    p.add_argument("--wait", type=float, default=10.0, metavar="S",
+                   help="how long to wait for the trajectory server and the first joint_states [s] (default 10)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
+    p.set_defaults(func=_play_command)
+
+
+def _robot_of(motion: str, robot: str | None) -> str:
+    """The ``--robot`` given, else the ROBOT of a library name ``ROBOT/MOTION`` that is not a path."""
+    from pathlib import Path
+
+    from retarget.errors import InputError
+    from retarget.model.library import robots_then_rigs
+
+    if robot:
+        return robot
+    head = str(motion).split("/", 1)[0]
+    if not Path(motion).exists() and "/" in str(motion) and head in robots_then_rigs():
+        return head
+    raise InputError(f"which robot plays {motion}? give --robot (a library name ROBOT/MOTION names it)")
+
+
+def _play_command(args: Any) -> int:
+    import json
+    import math
+    import sys
+
+    from retarget.errors import InputError
+    from retarget.info import components
+    from retarget.model.library import resolve_robot, ros_parameters
+    from retarget.motion import load_motion
+
+    if args.move_to_start <= 0 or args.wait <= 0:
+        raise InputError("--move-to-start and --wait must be positive")
+    robot = _robot_of(args.motion, args.robot)
+    name = resolve_robot(robot).name.removesuffix(".yaml")
+    params = ros_parameters(robot)
+    joints = [str(j) for j in params.get("joint_names") or []]
+    motion = load_motion(args.motion).reorder(joints)
+    tolerance = float(params.get("default_goal_tolerance") or DEFAULT_START_TOLERANCE)
+    missing = [c for c in ("rclpy", "control_msgs") if not components()[c]]
+    if missing:
+        raise InputError(f"retarget play needs ROS 2 ({', '.join(missing)} missing): run `make setup`")
+    from retarget.motion.ros_convert import to_joint_trajectory_msg
+
+    namespace = args.namespace.rstrip("/")
+    follow = f"{namespace}/trajectory_server/follow_joint_trajectory"
+    report: dict[str, Any] = {"ok": False, "robot": name, "motion": str(args.motion), "action": follow,
+                              "duration_s": round(float(motion.time[-1]), 3), "moved_to_start": False}
+
+    def fail(text: str) -> int:
+        report["error"] = text
+        print(f"retarget play: error: {text}", file=sys.stderr, flush=True)
+        if args.json:
+            print(json.dumps(report), flush=True)
+        return 1
+
+    client = RobotClient(joints, f"{namespace}/joint_states", follow, node_name="retarget_play")
+    try:
+        if not client.follow.wait_for_server(timeout_sec=args.wait):
+            return fail(f"no trajectory server at {follow} within {args.wait:g} s: is `retarget up {name}` (or "
+                        "its launch file) running, with the same ROS_DOMAIN_ID and ROS_AUTOMATIC_DISCOVERY_RANGE?")
+        deadline = time.monotonic() + args.wait
+        while client.recorder.latest() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        current = client.recorder.latest()
+        if current is None:
+            return fail(f"no joint_states of {joints} on {namespace}/joint_states within {args.wait:g} s")
+        trajectory = to_joint_trajectory_msg(motion)
+        times, positions = trajectory_arrays(trajectory)
+        away = float(np.max(np.abs(positions[0] - current)))
+        if away > tolerance:
+            print(f"moving to the first pose ({math.degrees(away):.1f} deg away) in {args.move_to_start:g} s",
+                  file=sys.stderr, flush=True)
+            home = point_trajectory(joints, positions[0], args.move_to_start)
+            result = client.execute(home, client.now() + START_LEAD_S, args.move_to_start + 10.0)
+            report["moved_to_start"] = True
+            if result.error_code != 0:
+                return fail(f"the move to the first pose failed ({result.error_code}): {result.error_string}")
+        start = client.now() + START_LEAD_S
+        duration = float(times[-1])
+        print(f"playing {args.motion} on {name} ({duration:.2f} s, {len(times)} points, {len(joints)} joints)",
+              file=sys.stderr, flush=True)
+        from tqdm import tqdm
+
+        # disable=None: no bar when stderr is not a terminal.
+        with tqdm(total=round(duration, 1), unit="s", file=sys.stderr, mininterval=0.5,
+                  disable=True if args.no_progress else None,
+                  bar_format="{l_bar}{bar}| {n:.1f}/{total:.1f} s") as bar:
+            def progress(elapsed: float) -> None:
+                bar.update(round(min(max(elapsed, 0.0), duration), 1) - bar.n)
+
+            try:
+                result = client.execute(trajectory, start, duration + 20.0, progress)
+            except RuntimeError as exc:
+                return fail(str(exc))
+            except TimeoutError as exc:
+                return fail(f"{exc}; the goal was cancelled")
+        report["goal"] = {"error_code": result.error_code, "error_string": result.error_string}
+        sample_time, sample_positions = client.recorder.arrays()
+        try:
+            figures = tracking_figures(joints, times + start, positions, sample_time, sample_positions)
+        except InputError as exc:  # no joint_states during the goal: say so, the goal's result still stands
+            print(f"no tracking figures: {exc}", file=sys.stderr, flush=True)
+        else:
+            report["tracking"] = figures.as_dict()
+            print_figures(figures, result)
+        report["ok"] = result.error_code == 0
+        if not report["ok"]:
+            return fail(f"the goal ended with error {result.error_code}: {result.error_string}")
+        if args.json:
+            print(json.dumps(report), flush=True)
+        return 0
+    finally:
+        client.close()

@@ -1,0 +1,132 @@
+"""``retarget play`` against a real bring-up: the fitting rig (one emulated XM540-W270) started by ``retarget up``,
+every play a separate process talking DDS to it.
+
+Checks: a library motion plays to SUCCESSFUL with tracking figures; a motion starting away from the current pose
+is preceded by a move to it; Ctrl-C cancels the goal; bad input exits 2 and a missing robot 1, each with a message
+that says what to do.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ros_helpers import wait_for
+
+pytest.importorskip("rclpy", reason="rclpy is not installed (ROS 2 Kilted wheels: make setup)")
+pytest.importorskip("control_msgs", reason="control_msgs is not built (make setup)")
+
+pytestmark = pytest.mark.integration
+
+NAMESPACE = "/test_play"
+
+
+def _play(*args: str, timeout: float = 90.0) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "retarget.cli", "play", *args, "--namespace", NAMESPACE,
+                           "--no-progress"], capture_output=True, text=True, timeout=timeout, env=os.environ.copy())
+
+
+def _summary(out: subprocess.CompletedProcess) -> dict[str, Any]:
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def rig() -> Iterator[list[str]]:
+    """``retarget up fit_rig`` (no planner, no mocap) for the whole module; yields its output lines."""
+    proc = subprocess.Popen([sys.executable, "-m", "retarget.cli", "up", "fit_rig", "--namespace", NAMESPACE,
+                             "--no-planner", "--mocap", "none", "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=os.environ.copy(), start_new_session=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    try:
+        wait_for(lambda: any('"state": "ready"' in line for line in lines) or proc.poll() is not None, 60.0,
+                 "retarget up fit_rig to be ready")
+        assert proc.poll() is None, "".join(lines[-40:])
+        yield lines
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(20.0)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5.0)
+
+
+def test_a_library_motion_plays_and_reports_its_tracking(rig: list[str]) -> None:
+    out = _play("fit_rig/step_30", "--json")
+    assert out.returncode == 0, out.stderr + "".join(rig[-20:])
+    summary = _summary(out)
+    assert summary["ok"] and summary["robot"] == "fit_rig" and summary["goal"]["error_code"] == 0
+    assert summary["action"] == f"{NAMESPACE}/trajectory_server/follow_joint_trajectory"
+    assert summary["duration_s"] == pytest.approx(4.4)
+    tracking = summary["tracking"]
+    # 100 Hz joint_states over the 4.4 s; the 30 deg step followed up to the servo's lag (tens of ms).
+    assert tracking["samples"] > 300
+    assert tracking["rms_lag_compensated_deg"] < 1.0 and tracking["joints"]["base_pitch"]["final_deg"] < 1.0
+    assert "tracking: goal SUCCESSFUL" in out.stdout
+
+
+def test_a_motion_away_from_the_current_pose_moves_there_first(rig: list[str], tmp_path: Path) -> None:
+    motion = tmp_path / "tilted.csv"
+    motion.write_text("time [s],base_pitch [rad]\n0.0,0.4\n0.5,0.5\n1.0,0.4\n")
+    out = _play(str(motion), "--robot", "fit_rig", "--move-to-start", "1.0", "--json")
+    assert out.returncode == 0, out.stderr
+    summary = _summary(out)
+    assert summary["moved_to_start"] and summary["ok"]
+    assert "moving to the first pose (22.9 deg away) in 1 s" in out.stderr
+    assert abs(summary["tracking"]["joints"]["base_pitch"]["final_deg"]) < 1.0
+    # Back at rest for the other tests: already at 0.4 rad, this one moves only to the start it is at.
+    back = tmp_path / "back.csv"
+    back.write_text("time [s],base_pitch [rad]\n0.0,0.4\n0.5,0.0\n")
+    again = _play(str(back), "--robot", "fit_rig", "--json")
+    assert again.returncode == 0 and not _summary(again)["moved_to_start"], again.stderr
+
+
+def test_ctrl_c_cancels_the_goal_and_the_servo_stops(rig: list[str]) -> None:
+    """fit_rig/ident_mode2 lasts 22 s; SIGINT after 3 s ends the play (exit 130) having cancelled the goal (the
+    trajectory server then holds the measured position), and the rig takes the next goal at once."""
+    proc = subprocess.Popen([sys.executable, "-m", "retarget.cli", "play", "fit_rig/ident_mode2", "--namespace",
+                             NAMESPACE, "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=os.environ.copy())
+    errors: list[str] = []
+    reader = threading.Thread(target=lambda: errors.extend(proc.stderr), daemon=True)
+    reader.start()
+    try:
+        wait_for(lambda: any("playing fit_rig/ident_mode2" in line for line in errors) or proc.poll() is not None,
+                 30.0, "the play to start")
+        time.sleep(3.0)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(15.0) == 130, "".join(errors)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5.0)
+    reader.join(5.0)
+    # A new goal is accepted at once (the old one is gone) and the rig plays it from where it stopped.
+    out = _play("fit_rig/step_30", "--json")
+    assert out.returncode == 0, out.stderr
+    assert _summary(out)["ok"]
+
+
+def test_bad_input_exits_2_and_a_missing_robot_1(rig: list[str], tmp_path: Path) -> None:
+    wrong = _play("drummer/drumming", "--robot", "fit_rig")
+    assert wrong.returncode == 2 and "missing joints ['base_pitch']" in wrong.stderr, wrong.stderr
+    nameless = tmp_path / "m.csv"
+    nameless.write_text("time [s],base_pitch [rad]\n0.0,0.0\n1.0,0.1\n")
+    unnamed = _play(str(nameless))
+    assert unnamed.returncode == 2 and "give --robot" in unnamed.stderr, unnamed.stderr
+    absent = subprocess.run([sys.executable, "-m", "retarget.cli", "play", "fit_rig/step_30", "--namespace",
+                             "/nobody_here", "--wait", "2", "--json"], capture_output=True, text=True, timeout=60,
+                            env=os.environ.copy())
+    assert absent.returncode == 1, absent.stderr
+    assert "no trajectory server at /nobody_here/trajectory_server/follow_joint_trajectory within 2 s" in absent.stderr
+    assert _summary(absent)["ok"] is False
