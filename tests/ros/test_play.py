@@ -1,8 +1,8 @@
 """``retarget play`` against a real bring-up: the fitting rig (one emulated XM540-W270) started by ``retarget up``,
 every play a separate process talking DDS to it.
 
-Checks: a library motion plays to SUCCESSFUL with tracking figures; a motion starting away from the current pose
-is preceded by a move to it; Ctrl-C cancels the goal; bad input exits 2 and a missing robot 1, each with a message
+Checks: a library motion plays to SUCCESSFUL with tracking figures; ``--record`` takes the rest, the motion and a
+tail into one bag; a motion starting away from the current pose is preceded by a move to it; Ctrl-C cancels the goal; bad input exits 2 and a missing robot 1, each with a message
 that says what to do.
 """
 from __future__ import annotations
@@ -75,6 +75,28 @@ def test_a_library_motion_plays_and_reports_its_tracking(rig: list[str]) -> None
     assert "tracking: goal SUCCESSFUL" in out.stdout
 
 
+def test_record_takes_the_rest_the_motion_and_the_tail_into_one_bag(rig: list[str], tmp_path: Path) -> None:
+    """The fitting workflow in one command: the rig's joint_states stand in for its mocap topic here."""
+    from retarget.mocap.bags import iter_messages
+
+    bag = tmp_path / "take30"
+    topic = f"{NAMESPACE}/joint_states"
+    out = _play("fit_rig/step_30", "--record", str(bag), "--record-topics", topic, "--record-lead", "0.5",
+                "--record-tail", "0.5", "--json")
+    assert out.returncode == 0, out.stderr
+    summary = _summary(out)
+    assert summary["ok"] and summary["record"]["path"] == str(bag) and summary["record"]["missing"] == []
+    samples = [(stamp, msg.position[0]) for _, _, stamp, msg in iter_messages(bag, [topic])]
+    times = [(t - samples[0][0]) * 1e-9 for t, _ in samples]
+    angles = [q for _, q in samples]
+    # 0.5 s lead + 0.5 s goal lead + 4.4 s motion + 0.5 s tail, at 100 Hz (a loaded host drops some).
+    assert times[-1] > 5.4 and len(samples) > 400
+    rest = [q for t, q in zip(times, angles) if t < 0.5]
+    assert rest and max(abs(q) for q in rest) < 0.01  # at rest before the motion: what the fit's alignment needs
+    assert max(angles) > 0.5  # the 30 deg step (0.524 rad) is in the take
+    assert not any(p.name.startswith(".") for p in tmp_path.iterdir())  # no partial bag left beside it
+
+
 def test_a_motion_away_from_the_current_pose_moves_there_first(rig: list[str], tmp_path: Path) -> None:
     motion = tmp_path / "tilted.csv"
     motion.write_text("time [s],base_pitch [rad]\n0.0,0.4\n0.5,0.5\n1.0,0.4\n")
@@ -124,6 +146,10 @@ def test_bad_input_exits_2_and_a_missing_robot_1(rig: list[str], tmp_path: Path)
     nameless.write_text("time [s],base_pitch [rad]\n0.0,0.0\n1.0,0.1\n")
     unnamed = _play(str(nameless))
     assert unnamed.returncode == 2 and "give --robot" in unnamed.stderr, unnamed.stderr
+    clash = _play("fit_rig/step_30", "--record", str(tmp_path), "--record-topics", "/x")
+    assert clash.returncode == 2 and "exists: give a new bag folder" in clash.stderr, clash.stderr
+    half = _play("fit_rig/step_30", "--record", str(tmp_path / "bag"))
+    assert half.returncode == 2 and "go together" in half.stderr, half.stderr
     absent = subprocess.run([sys.executable, "-m", "retarget.cli", "play", "fit_rig/step_30", "--namespace",
                              "/nobody_here", "--wait", "2", "--json"], capture_output=True, text=True, timeout=60,
                             env=os.environ.copy())

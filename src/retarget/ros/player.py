@@ -6,10 +6,12 @@ positions with the executed reference. rclpy and the message packages are import
 """
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -296,8 +298,10 @@ def register_play(subparsers: Any) -> None:
         "FollowJointTrajectory goal to the trajectory server of a robot already brought up (`retarget up ROBOT`, "
         "`ros2 launch retarget ROBOT.launch.py`; same ROS_DOMAIN_ID and discovery range). Moves to the motion's "
         "first pose first when the robot is not there, shows the progress, and prints the goal's result and the "
-        "tracking figures (measured joint_states against the motion). Ctrl-C cancels the goal: the robot stops "
-        "where it is. Exit 0 when the goal succeeded, 1 when it failed or no robot answered, 2 on bad input.",
+        "tracking figures (measured joint_states against the motion). With --record, records topics (e.g. the "
+        "mocap of a fitting rig's tip) into a rosbag2 bag from --record-lead s before the motion to --record-tail s "
+        "after it. Ctrl-C cancels the goal: the robot stops where it is (a recording is finished cleanly). Exit 0 "
+        "when the goal succeeded, 1 when it failed or no robot answered, 2 on bad input.",
     )
     p.add_argument("motion", help="motion file or bag, or library name ROBOT/MOTION (retarget motions ROBOT)")
     p.add_argument("--robot", default=None,
@@ -307,6 +311,16 @@ def register_play(subparsers: Any) -> None:
                    help=f"duration of the move to the first pose [s] (default {MOVE_TO_START_S:g})")
     p.add_argument("--wait", type=float, default=10.0, metavar="S",
                    help="how long to wait for the trajectory server and the first joint_states [s] (default 10)")
+    rec = p.add_argument_group("recording the take (retarget record, docs/mocap.md)")
+    rec.add_argument("--record", type=Path, default=None, metavar="BAG",
+                     help="bag folder to create (must not exist), recording --record-topics around the motion")
+    rec.add_argument("--record-topics", nargs="+", default=None, metavar="TOPIC",
+                     help="topics to record, e.g. /mocap/tip/pose")
+    rec.add_argument("--record-lead", type=float, default=1.0, metavar="S",
+                     help="seconds recorded at rest before the motion starts (default 1; a fit needs 0.3)")
+    rec.add_argument("--record-tail", type=float, default=1.0, metavar="S",
+                     help="seconds recorded after the goal ended (default 1)")
+    rec.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap", help="bag storage (default mcap)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     p.set_defaults(func=_play_command)
@@ -314,8 +328,6 @@ def register_play(subparsers: Any) -> None:
 
 def _robot_of(motion: str, robot: str | None) -> str:
     """The ``--robot`` given, else the ROBOT of a library name ``ROBOT/MOTION`` that is not a path."""
-    from pathlib import Path
-
     from retarget.errors import InputError
     from retarget.model.library import robots_then_rigs
 
@@ -330,7 +342,6 @@ def _robot_of(motion: str, robot: str | None) -> str:
 def _play_command(args: Any) -> int:
     import json
     import math
-    import sys
 
     from retarget.errors import InputError
     from retarget.info import components
@@ -339,6 +350,12 @@ def _play_command(args: Any) -> int:
 
     if args.move_to_start <= 0 or args.wait <= 0:
         raise InputError("--move-to-start and --wait must be positive")
+    if (args.record is None) != (args.record_topics is None):
+        raise InputError("--record BAG and --record-topics TOPIC ... go together")
+    if args.record_lead < 0 or args.record_tail < 0:
+        raise InputError("--record-lead and --record-tail must be >= 0")
+    if args.record is not None and args.record.exists():
+        raise InputError(f"{args.record} exists: give a new bag folder")
     robot = _robot_of(args.motion, args.robot)
     name = resolve_robot(robot).name.removesuffix(".yaml")
     params = ros_parameters(robot)
@@ -363,6 +380,7 @@ def _play_command(args: Any) -> int:
         return 1
 
     client = RobotClient(joints, f"{namespace}/joint_states", follow, node_name="retarget_play")
+    recording = None
     try:
         if not client.follow.wait_for_server(timeout_sec=args.wait):
             return fail(f"no trajectory server at {follow} within {args.wait:g} s: is `retarget up {name}` (or "
@@ -384,6 +402,13 @@ def _play_command(args: Any) -> int:
             report["moved_to_start"] = True
             if result.error_code != 0:
                 return fail(f"the move to the first pose failed ({result.error_code}): {result.error_string}")
+        if args.record is not None:
+            recording = _Recording(args.record, args.record_topics, args.storage, args.wait)
+            if not recording.started():
+                return fail(f"recording {args.record_topics}: {recording.error}")
+            print(f"recording {', '.join(args.record_topics)} into {args.record}; {args.record_lead:g} s at rest "
+                  "first", file=sys.stderr, flush=True)
+            time.sleep(args.record_lead)
         start = client.now() + START_LEAD_S
         duration = float(times[-1])
         print(f"playing {args.motion} on {name} ({duration:.2f} s, {len(times)} points, {len(joints)} joints)",
@@ -404,6 +429,9 @@ def _play_command(args: Any) -> int:
             except TimeoutError as exc:
                 return fail(f"{exc}; the goal was cancelled")
         report["goal"] = {"error_code": result.error_code, "error_string": result.error_string}
+        if recording is not None:
+            time.sleep(args.record_tail)
+            report["record"] = recording.finish()
         sample_time, sample_positions = client.recorder.arrays()
         try:
             figures = tracking_figures(joints, times + start, positions, sample_time, sample_positions)
@@ -419,4 +447,52 @@ def _play_command(args: Any) -> int:
             print(json.dumps(report), flush=True)
         return 0
     finally:
+        if recording is not None:
+            recording.finish()  # after a failure or Ctrl-C too: the bag is finished cleanly
         client.close()
+
+
+class _Recording:
+    """``retarget record`` on a thread for ``retarget play --record``: started, then finished on demand."""
+
+    def __init__(self, bag: Path, topics: Sequence[str], storage: str, wait_s: float) -> None:
+        from retarget.ros.record import record
+
+        self.bag = bag
+        self.error: str | None = None
+        self.summary: dict[str, Any] | None = None
+        self._stop = threading.Event()
+        self._first = threading.Event()
+
+        def run() -> None:
+            try:
+                summary = record(topics, bag, storage, None, progress=False, stop=self._stop, wait_s=wait_s,
+                                 first_message=self._first)
+            except Exception as exc:  # noqa: BLE001 (reported to the caller, which fails with it)
+                self.error = str(exc)
+            else:
+                self.summary = summary.to_dict()
+                print(f"bag {summary.path} ({summary.storage}, {summary.duration_s:.1f} s, "
+                      f"{summary.message_count} messages)", file=sys.stderr, flush=True)
+
+        self._thread = threading.Thread(target=run, name="retarget-play-record", daemon=True)
+        self._thread.start()
+        self._wait_s = wait_s
+
+    def started(self) -> bool:
+        """Wait until the first message is in the bag; False (with :attr:`error`) when the recording failed."""
+        deadline = time.monotonic() + 2.0 * self._wait_s
+        while not self._first.wait(0.05):
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                if self.error is None:
+                    self.error = f"no message within {2.0 * self._wait_s:g} s"
+                self._stop.set()
+                self._thread.join(10.0)
+                return False
+        return True
+
+    def finish(self) -> dict[str, Any] | None:
+        """Stop and close the bag (idempotent); its summary, or None when it failed."""
+        self._stop.set()
+        self._thread.join(30.0)
+        return self.summary

@@ -266,6 +266,7 @@ def record(
     stop: threading.Event | None = None,
     ros_args: Sequence[str] = (),
     wait_s: float = 10.0,
+    first_message: threading.Event | None = None,
 ) -> RecordSummary:
     """Record ``topics`` into a new bag at ``out`` until ``duration_s`` passes, SIGINT/SIGTERM, or ``stop`` is set.
 
@@ -284,6 +285,7 @@ def record(
         ros_args: extra ROS arguments (``--ros-args`` ones) for the recorder node.
         wait_s: give up if none of the topics appeared within this time [s], and, with a ``duration_s``, if no
             message arrived within this time of the first subscription (``None``: wait until stopped).
+        first_message: set once the first message is in the bag (for callers that start something then).
 
     Returns:
         The summary of the written bag.
@@ -331,19 +333,21 @@ def record(
         # The duration counts from the first message: discovery and the DDS match with a running publisher take
         # ~1 s on an idle machine and have taken ~3 s on two loaded cores.
         first_subscription: float | None = None
-        first_message: float | None = None
+        first_at: float | None = None
         try:
             while not stop.is_set():
                 now = time.monotonic()
-                if first_message is None and writer.message_count:
-                    first_message = now
+                if first_at is None and writer.message_count:
+                    first_at = now
+                    if first_message is not None:
+                        first_message.set()
                 if first_subscription is None:
                     if wait_s is not None and now - started >= wait_s:
                         raise NoTopicError(recorder.pending, wait_s, [t for t, _ in node.get_topic_names_and_types()])
-                elif first_message is None:
+                elif first_at is None:
                     if duration_s is not None and wait_s is not None and now - first_subscription >= wait_s:
                         raise NoTopicError(list(writer.types), wait_s, [], subscribed=True)
-                elif duration_s is not None and now - first_message >= duration_s:
+                elif duration_s is not None and now - first_at >= duration_s:
                     reason["value"] = "duration"
                     break
                 if now >= next_discovery:
@@ -354,7 +358,7 @@ def record(
                     next_discovery = now + _DISCOVERY_PERIOD_S
                 executor.spin_once(timeout_sec=0.05)
                 if bar is not None:
-                    recorded = 0.0 if first_message is None else now - first_message
+                    recorded = 0.0 if first_at is None else now - first_at
                     bar.n = round(min(recorded, duration_s), 1) if duration_s else writer.message_count
                     bar.set_postfix(messages=writer.message_count, refresh=False)
                     bar.refresh()
