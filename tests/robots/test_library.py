@@ -27,15 +27,19 @@ def test_list_robots_gives_the_seven_robots() -> None:
     assert library.list_robots() == ROBOTS
 
 
-def test_rigs_resolve_by_name_but_are_not_robots() -> None:
-    """The material-fitting rig is a robot file with ``kind: rig``: found by name, listed apart, no ROS params."""
+def test_rigs_resolve_by_name_but_are_not_robots(tmp_path: Path) -> None:
+    """The material-fitting rig is a robot file with ``kind: rig``: found by name, listed apart; its ROS params file
+    (a bring-up on its XM540-W270) is optional for a rig."""
     assert library.list_rigs() == RIGS
     path = library.resolve_robot("fit_rig")
     assert path.name == "fit_rig.yaml"
     assert library.robot_config("fit_rig")["retarget"]["servo"]["model"] == "XM540-W270"
     assert 'name="fit_rig"' in library.urdf_xml("fit_rig")
+    assert library.resolve_params("fit_rig") == path.with_name("fit_rig.params.yaml")
+    bare = tmp_path / "my_rig.yaml"
+    bare.write_text(path.read_text())
     with pytest.raises(InputError, match="params file"):
-        library.resolve_params("fit_rig")
+        library.resolve_params(bare)
 
 
 def test_resolve_robot_by_name_and_by_path(tmp_path: Path) -> None:
