@@ -245,10 +245,13 @@ class RobotClient:
         tick = (lambda: progress(self.now() - start)) if progress is not None else None
         try:
             return self._wait(handle.get_result_async(), timeout, "trajectory result", tick).result
-        except (KeyboardInterrupt, TimeoutError):
-            # Ctrl-C or no result in time: the robot must not go on moving without anyone waiting for it.
+        except KeyboardInterrupt:
+            # The robot must not go on moving without anyone waiting for it.
             self._wait(handle.cancel_goal_async(), 5.0, "cancel response")
             raise
+        except TimeoutError as exc:
+            self._wait(handle.cancel_goal_async(), 5.0, "cancel response")
+            raise TimeoutError(f"{exc}; the goal was cancelled") from None
 
 
 def trajectory_arrays(trajectory: Any) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -398,7 +401,10 @@ def _play_command(args: Any) -> int:
             print(f"moving to the first pose ({math.degrees(away):.1f} deg away) in {args.move_to_start:g} s",
                   file=sys.stderr, flush=True)
             home = point_trajectory(joints, positions[0], args.move_to_start)
-            result = client.execute(home, client.now() + START_LEAD_S, args.move_to_start + 10.0)
+            try:
+                result = client.execute(home, client.now() + START_LEAD_S, args.move_to_start + 10.0)
+            except (RuntimeError, TimeoutError) as exc:
+                return fail(f"the move to the first pose failed: {exc}")
             report["moved_to_start"] = True
             if result.error_code != 0:
                 return fail(f"the move to the first pose failed ({result.error_code}): {result.error_string}")
@@ -424,10 +430,8 @@ def _play_command(args: Any) -> int:
 
             try:
                 result = client.execute(trajectory, start, duration + 20.0, progress)
-            except RuntimeError as exc:
+            except (RuntimeError, TimeoutError) as exc:
                 return fail(str(exc))
-            except TimeoutError as exc:
-                return fail(f"{exc}; the goal was cancelled")
         report["goal"] = {"error_code": result.error_code, "error_string": result.error_string}
         if recording is not None:
             time.sleep(args.record_tail)

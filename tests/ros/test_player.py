@@ -1,0 +1,77 @@
+"""``RobotClient.execute`` without a graph: a goal whose result does not come in time, or a Ctrl-C while waiting,
+is cancelled before the error propagates (the robot must not go on moving with nobody waiting for it)."""
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+pytest.importorskip("control_msgs", reason="control_msgs is not built (make setup)")
+
+from retarget.ros.player import RobotClient  # noqa: E402
+
+
+class _Future:
+    def __init__(self, value: Any = None, done: bool = True) -> None:
+        self.value, self._done = value, done
+
+    def done(self) -> bool:
+        return self._done
+
+    def result(self) -> Any:
+        return self.value
+
+
+class _Handle:
+    def __init__(self, result: _Future, accepted: bool = True) -> None:
+        self.accepted = accepted
+        self._result = result
+        self.cancelled = threading.Event()
+
+    def get_result_async(self) -> _Future:
+        return self._result
+
+    def cancel_goal_async(self) -> _Future:
+        self.cancelled.set()
+        return _Future()
+
+
+def _client(handle: _Handle) -> RobotClient:
+    client = object.__new__(RobotClient)  # no rclpy context: only execute() is exercised
+    client.follow = SimpleNamespace(send_goal_async=lambda goal: _Future(handle))
+    return client
+
+
+def _trajectory() -> Any:
+    from trajectory_msgs.msg import JointTrajectory
+
+    return JointTrajectory(joint_names=["a"])
+
+
+def test_a_result_that_never_comes_cancels_the_goal() -> None:
+    handle = _Handle(_Future(done=False))
+    with pytest.raises(TimeoutError, match="no trajectory result within 0.2 s; the goal was cancelled"):
+        _client(handle).execute(_trajectory(), 0.0, 0.2)
+    assert handle.cancelled.is_set()
+
+
+def test_ctrl_c_while_waiting_cancels_the_goal() -> None:
+    handle = _Handle(_Future(done=False))
+
+    def interrupt(_elapsed: float) -> None:
+        raise KeyboardInterrupt
+
+    client = _client(handle)
+    client.now = lambda: 0.0
+    with pytest.raises(KeyboardInterrupt):
+        client.execute(_trajectory(), 0.0, 10.0, progress=interrupt)
+    assert handle.cancelled.is_set()
+
+
+def test_a_rejected_goal_is_a_runtime_error_and_a_result_is_returned() -> None:
+    with pytest.raises(RuntimeError, match="did not accept"):
+        _client(_Handle(_Future(), accepted=False)).execute(_trajectory(), 0.0, 1.0)
+    done = SimpleNamespace(result=SimpleNamespace(error_code=0))
+    assert _client(_Handle(_Future(done))).execute(_trajectory(), 0.0, 1.0).error_code == 0
