@@ -18,7 +18,7 @@ from retarget.cli import main
 FIXTURES = Path(__file__).resolve().parents[1] / "model" / "fixtures"
 ROBOT = FIXTURES / "mini_rod.yaml"
 MOTION = FIXTURES / "mini_rod_motion.csv"
-COMMON = ["--dt", "0.002", "--modes", "2", "--mesh-scale", "0.5"]
+COMMON = ["--dt", "0.002", "--modes", "2", "--mesh-scale", "0.5", "--replay-tolerance", "0"]
 
 #: The keys the acceptance criteria of issue #4 read.
 CONTRACT = ("tracked_rms_error_rel", "tracked_max_error_m", "modes", "full_steps_per_s", "reduced_steps_per_s",
@@ -160,6 +160,23 @@ def test_check_with_a_saved_model_reproduces_the_training_run(
     assert again["tracked_max_error_m"] == pytest.approx(out["tracked_max_error_m"], rel=1e-9, abs=1e-15)
     assert main(args + ["--save-model", str(saved.with_name("x.npz"))]) == 2
     assert main(args + ["--modes", "3"]) == 2
+
+
+def test_reduce_with_modes_tightens_only_the_cubature(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With --modes the replay check keeps the mode count and tightens the cubature tenfold per trial (an unreachable
+    tolerance walks 1e-3 ... 1e-6 and keeps the most accurate model)."""
+    out = tmp_path / "by_modes.npz"
+    assert main(["reduce", str(ROBOT), "--train-motion", str(MOTION), "--dt", "0.002", "--mesh-scale", "0.5",
+                 "--modes", "2", "--replay-tolerance", "1e-12", "--out", str(out), "--json"]) == 0
+    captured = capsys.readouterr()
+    trials = json.loads(captured.out.strip().splitlines()[-1])["replay_checks"]
+    assert [t["modes"] for t in trials] == [[2]] * len(trials)
+    assert [t["cubature_tolerance"] for t in trials] == pytest.approx([1e-3, 1e-4, 1e-5, 1e-6])
+    kept = [t for t in trials if t["kept"]]
+    assert kept == [min(trials, key=lambda t: t["error_rel"])]
+    extra = json.loads(str(np.load(out)["meta"]))["extra"]
+    assert extra["modes_cap"] == 2 and extra["variance"] is None and extra["replay_tolerance"] == 1e-12
+    assert extra["cubature_tolerance"] == pytest.approx(kept[0]["cubature_tolerance"])
 
 
 def test_reduce_by_variance_runs_the_replay_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

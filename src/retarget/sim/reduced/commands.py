@@ -40,11 +40,13 @@ def _add_basis_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replay-tolerance", type=float, default=DEFAULT_REPLAY_TOLERANCE, metavar="F",
                    help="replay the training motion with the reduced model and tighten --variance tenfold until the "
                         "tracked bodies' RMS error is within F x their peak travel (default "
-                        f"{DEFAULT_REPLAY_TOLERANCE:g}; 0: no replay check; ignored with --modes)")
+                        f"{DEFAULT_REPLAY_TOLERANCE:g}; 0: no replay check); with --modes the mode count stays and "
+                        "only the cubature is tightened")
     p.add_argument("--cubature-tolerance", type=float, default=DEFAULT_CUBATURE_TOLERANCE, metavar="F",
                    help="relative training error of the cubature (default "
                         f"{DEFAULT_CUBATURE_TOLERANCE:g}); once --variance has all the modes the snapshots support "
-                        "and the replay is still off, the replay check tightens it tenfold per trial, to 1e-6")
+                        "(or with --modes) and the replay is still off, the replay check tightens it tenfold per "
+                        "trial, to 1e-6")
     p.add_argument("--modal-derivatives", type=int, default=0, metavar="K",
                    help="append the modal derivatives of each component's first K PCA modes (K(K+1)/2 more modes): "
                         "may transfer better to motions that deform the parts more than the training motion; "
@@ -325,18 +327,18 @@ def _simulate_training(system: Any, model: Any, args: argparse.Namespace) -> tup
 
 def _train(system: Any, full: Any, motors: Any, tracked: list[str], args: argparse.Namespace) -> tuple:
     """(reduced system, bases, cubatures, replay trials as dicts, the kept ``variance`` and ``cubature_tolerance``)
-    by --modes, or by --variance with the replay check."""
+    by --modes or --variance, checked by replaying the training motion (unless --replay-tolerance 0)."""
     from dataclasses import asdict
 
     from retarget.sim.reduced.training import build_checked_by_replay, build_from_result
 
-    if args.modes is not None or args.replay_tolerance == 0:
+    if args.replay_tolerance == 0:
         built = build_from_result(system, full, n_modes=args.modes, variance=args.variance,
                                   cubature_tolerance=args.cubature_tolerance, modal_derivatives=args.modal_derivatives,
                                   cubature_points=args.cubature_points)
         return (*built, [], {"variance": args.variance, "cubature_tolerance": args.cubature_tolerance})
     rs, bases, cubs, trials = build_checked_by_replay(system, full, motors, args.dt, tracked, variance=args.variance,
-                                                      tolerance=args.replay_tolerance,
+                                                      tolerance=args.replay_tolerance, n_modes=args.modes,
                                                       log=lambda m: print(m, file=sys.stderr, flush=True),
                                                       cubature_tolerance=args.cubature_tolerance,
                                                       modal_derivatives=args.modal_derivatives,
@@ -370,7 +372,7 @@ def _save_model(
     return str(save_reduced(out, system, bases, cubs, robot_yaml, robot_name, {
         "train_motion": _motion_label(train_motion), "dt": dt, "duration": duration, "mesh_scale": mesh_scale,
         "modes_cap": modes, "variance": kept["variance"] if by_variance else None,
-        "replay_tolerance": replay_tolerance if by_variance else None,
+        "replay_tolerance": replay_tolerance or None,
         "cubature_tolerance": kept["cubature_tolerance"], "modal_derivatives": modal_derivatives,
         "cubature_points": any(c.points is not None for c in cubs),
     }))

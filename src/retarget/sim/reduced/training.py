@@ -181,6 +181,7 @@ def build_checked_by_replay(
     cubature_tolerance: float = DEFAULT_CUBATURE_TOLERANCE,
     modal_derivatives: int = 0,
     cubature_points: bool = False,
+    n_modes: int | None = None,
 ) -> tuple[ReducedSystem, list[ReducedBasis], list[Cubature], list[ReplayCheck]]:
     """Bases chosen by variance, tightened until the reduced model replays its own training motion (each of them).
 
@@ -191,8 +192,11 @@ def build_checked_by_replay(
     uncaptured variance is divided by 10 (more modes where the snapshots support them) and the model rebuilt; once
     every component has all the modes its snapshots support (or after ``max_tightenings``), the cubature's training
     tolerance is divided by 10 instead (more elements), down to :data:`MIN_CUBATURE_TOLERANCE`. The first model
-    within tolerance is returned, else the most accurate one tried. A replay says nothing about motions larger than
-    the training one (the rod's 4 modes fail a 45° step, docs/reduced.md §4; :func:`training_range`).
+    within tolerance is returned, else the most accurate one tried. With ``n_modes`` the mode count is fixed and
+    only the cubature is tightened (the single rod's 15 modes at the default cubature tolerance transfer to a 20°
+    step with 0.046 of its peak deviation, at 1e-6 with 0.0022: docs/reduced-acceptance.md). A replay says nothing
+    about motions larger than the training one (the rod's 4 modes fail a 45° step, docs/reduced.md §4;
+    :func:`training_range`).
 
     Args:
         system, result: the absolute system and its full training run (every step stored), or a list of runs of
@@ -205,6 +209,7 @@ def build_checked_by_replay(
         cubature_tolerance: the cubature training tolerance while the variance is tightened.
         modal_derivatives: as :func:`build_from_result` (every trial's bases get them).
         cubature_points: as :func:`build_from_result`.
+        n_modes: at most this many PCA modes per body, as :func:`build_from_result` (``variance`` is then unused).
 
     Returns:
         The reduced system, bases, cubatures, and every trial (the returned model's marked ``kept``).
@@ -226,7 +231,7 @@ def build_checked_by_replay(
     tightenings = 0
     kept_bases = None  # the cubature phase keeps the last bases: only the cubature is retrained
     while True:
-        built = build_from_result(system, runs, variance=v, cubature_tolerance=c, bases=kept_bases,
+        built = build_from_result(system, runs, n_modes=n_modes, variance=v, cubature_tolerance=c, bases=kept_bases,
                                   modal_derivatives=modal_derivatives, cubature_points=cubature_points)
         modes = tuple(b.n_pca for b in built[1])
         if not trials or (modes, c) != (trials[-1].modes, trials[-1].cubature_tolerance):
@@ -256,7 +261,7 @@ def build_checked_by_replay(
                 best = (len(trials) - 1, built)
             if trial.error_rel <= tolerance:
                 break
-        all_modes = v >= 1.0 or all(b.n_pca >= len(b.spectrum) for b in built[1])
+        all_modes = n_modes is not None or v >= 1.0 or all(b.n_pca >= len(b.spectrum) for b in built[1])
         if not all_modes and tightenings < max_tightenings:
             v = 1.0 - float(f"{(1.0 - v) / 10.0:.6g}")  # 0.9999 → 0.99999 …, without accumulating round-off
             tightenings += 1
