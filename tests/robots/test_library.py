@@ -14,7 +14,9 @@ from retarget.model.library import UnknownNameError
 ROBOTS = ["bartender", "boxer", "dancer", "drummer", "rapper", "single_rod", "two_rods"]
 RIGS = ["fit_rig"]
 MOTIONS = ["bartender/serve", "boxer/boxing", "dancer/wave", "drummer/drumming", "fit_rig/ident_mode2",
-           "fit_rig/step_30", "rapper/rap", "single_rod/ident_mode2", "single_rod/step_30", "single_rod/step_45_fast", "two_rods/swing_90"]
+           "fit_rig/step_30", "rapper/rap", "single_rod/ident_mode2", "single_rod/step_20_fast", "single_rod/step_30",
+           "single_rod/step_30_fast_return", "single_rod/step_45_fast", "two_rods/swing_90"]
+SINGLE_ROD = [m for m in MOTIONS if m.startswith("single_rod/")]
 
 
 def test_share_dir_is_the_checkout_with_config_and_urdf() -> None:
@@ -72,8 +74,7 @@ def test_urdf_xml_expands_xacro() -> None:
 
 def test_list_motions_names_and_filter() -> None:
     assert library.list_motions() == MOTIONS
-    assert library.list_motions("single_rod") == ["single_rod/ident_mode2", "single_rod/step_30",
-                                                  "single_rod/step_45_fast"]
+    assert library.list_motions("single_rod") == SINGLE_ROD
     assert library.list_motions("nobody") == []
 
 
@@ -101,8 +102,9 @@ def test_cli_robots_json(capsys: pytest.CaptureFixture[str]) -> None:
 def test_cli_motions_json_and_unknown_robot(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["motions", "single_rod", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["motions"]
-    assert [r["name"] for r in rows] == ["single_rod/ident_mode2", "single_rod/step_30", "single_rod/step_45_fast"]
-    assert rows[1]["duration_s"] == pytest.approx(4.0)
-    assert "30 degrees" in rows[1]["description"]
+    assert [r["name"] for r in rows] == SINGLE_ROD
+    step = rows[SINGLE_ROD.index("single_rod/step_30")]
+    assert step["duration_s"] == pytest.approx(4.0)
+    assert "30 degrees" in step["description"]
     assert main(["motions", "robocop"]) == 2
     assert "known robots" in capsys.readouterr().err
