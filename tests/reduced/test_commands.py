@@ -170,7 +170,8 @@ def test_reduce_with_modes_tightens_only_the_cubature(tmp_path: Path, capsys: py
                  "--modes", "2", "--replay-tolerance", "1e-12", "--out", str(out), "--json"]) == 0
     captured = capsys.readouterr()
     trials = json.loads(captured.out.strip().splitlines()[-1])["replay_checks"]
-    assert [t["modes"] for t in trials] == [[2]] * len(trials)
+    assert [t["modes"] for t in trials] == [[2]] * len(trials) and {t["variance"] for t in trials} == {None}
+    assert "replay check: at most 2 modes, PCA modes [2]" in captured.err
     assert [t["cubature_tolerance"] for t in trials] == pytest.approx([1e-3, 1e-4, 1e-5, 1e-6])
     kept = [t for t in trials if t["kept"]]
     assert kept == [min(trials, key=lambda t: t["error_rel"])]

@@ -151,14 +151,15 @@ class ReplayCheck:
     """One trial of :func:`build_checked_by_replay`.
 
     Attributes:
-        variance: the variance criterion tried. modes: PCA modes per component. error_rel: RMS tracked-body error
+        variance: the variance criterion tried (None: the modes were capped by ``n_modes``). modes: PCA modes per
+        component. error_rel: RMS tracked-body error
         of the replay relative to the peak travel (inf: the replay failed); with several training motions the
         largest of theirs. error_m: that RMS [m]. message: why a replay failed ("" when it ran). kept: this
         trial's model is the one returned. cubature_tolerance: the cubature's training tolerance in this trial.
         errors_rel: each training motion's ``error_rel``, in order.
     """
 
-    variance: float
+    variance: float | None
     modes: tuple[int, ...]
     error_rel: float
     error_m: float
@@ -248,12 +249,13 @@ def build_checked_by_replay(
                     rms_m.append(float("inf"))
                     message = message or str(exc)
             worst = int(np.argmax(errors))
-            trial = ReplayCheck(v, modes, errors[worst], rms_m[worst], message, cubature_tolerance=c,
-                                errors_rel=tuple(errors))
+            trial = ReplayCheck(None if n_modes is not None else v, modes, errors[worst], rms_m[worst], message,
+                                cubature_tolerance=c, errors_rel=tuple(errors))
             trials.append(trial)
             if log is not None:
                 each = (" (per motion " + ", ".join(f"{100 * e:.3g} %" for e in errors) + ")") if len(runs) > 1 else ""
-                log(f"replay check: variance {v:.12g}, PCA modes {list(modes)}, cubature tolerance {c:.3g} "
+                chosen = f"at most {n_modes} modes" if n_modes is not None else f"variance {v:.12g}"
+                log(f"replay check: {chosen}, PCA modes {list(modes)}, cubature tolerance {c:.3g} "
                     f"(elements {[len(cub.elements) for cub in built[2]]}): tracked RMS error "
                     f"{100 * trial.error_rel:.3g} % of the peak travel ({travels[worst]:.3g} m){each}"
                     + (f" ({trial.message})" if trial.message else ""))
