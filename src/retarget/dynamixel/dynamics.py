@@ -10,15 +10,12 @@ All angles are servo-shaft angles [rad] with tick 2048 = 0 rad (see :mod:`retarg
 from __future__ import annotations
 
 import abc
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from retarget.dynamixel.control_table import ServoRatings
+from retarget.dynamixel.control_table import XM430_RATINGS, ServoRatings
 
 __all__ = [
     "XM430_NO_LOAD_SPEED_RAD_S",
@@ -30,10 +27,10 @@ __all__ = [
 ]
 
 #: No-load speed of the XM430-W210 at 12 V: 77 rev/min [rad/s].
-XM430_NO_LOAD_SPEED_RAD_S = 77.0 * 2.0 * math.pi / 60.0
+XM430_NO_LOAD_SPEED_RAD_S = XM430_RATINGS.no_load_speed
 #: Stall torque at 12 V [N m] and the matching current [A] (e-manual: 3.0 N m at 2.3 A).
-_XM430_STALL_TORQUE_NM = 3.0
-_XM430_STALL_CURRENT_A = 2.3
+_XM430_STALL_TORQUE_NM = XM430_RATINGS.stall_torque
+_XM430_STALL_CURRENT_A = XM430_RATINGS.stall_current
 
 
 @dataclass(frozen=True)
