@@ -43,14 +43,12 @@ from typing import Any
 
 import numpy as np
 
-from retarget.ros.player import (  # noqa: F401 (JointTracking, LAG_GRID_S: part of this module's interface)
+from retarget.ros.player import (  # noqa: F401 (re-exported: JointTracking, LAG_GRID_S, ...)
     LAG_GRID_S,
     MOVE_TO_START_S,
-    START_LEAD_S,
     JointTracking,
     RobotClient,
     TrackingFigures,
-    point_trajectory,
     print_figures,
     trajectory_arrays,
     tracking_figures,
@@ -390,27 +388,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         report["executed"] = source
         times, positions = trajectory_arrays(trajectory)
         current = client.recorder.latest()
-        home = point_trajectory(plan.joint_names, positions[0], MOVE_TO_START_S)
-        result = client.execute(home, client.now() + START_LEAD_S, MOVE_TO_START_S + 10.0)
+        result = client.move_to(positions[0], MOVE_TO_START_S)
         report["move_to_start"] = {"error_code": result.error_code, "error_string": result.error_string}
         if result.error_code != 0:
             report["error"] = f"move to the first pose failed ({result.error_code}): {result.error_string}"
             return report
         _say(f"moved to the first pose in {MOVE_TO_START_S:.1f} s (largest joint move "
              f"{np.degrees(np.max(np.abs(positions[0] - current))) if current is not None else 0.0:.1f} deg)")
-        start = client.now() + START_LEAD_S
         duration = float(times[-1])
         _say(f"executing the {source} ({duration:.2f} s, {len(times)} points) with FollowJointTrajectory")
-        from tqdm import tqdm
-
-        # disable=None: no bar when stderr is not a terminal (CI logs).
-        with tqdm(total=round(duration, 1), unit="s", file=sys.stderr,
-                  disable=True if args.no_progress else None, mininterval=0.5,
-                  bar_format="{l_bar}{bar}| {n:.1f}/{total:.1f} s") as bar:
-            def progress(elapsed: float) -> None:
-                bar.update(round(min(max(elapsed, 0.0), duration), 1) - bar.n)
-
-            result = client.execute(trajectory, start, duration + 20.0, progress)
+        result, start = client.play(trajectory, show_progress=not args.no_progress)
         report["goal"] = {"error_code": result.error_code, "error_string": result.error_string}
         sample_time, sample_positions = client.recorder.arrays()
         figures = tracking_figures(plan.joint_names, times + start, positions, sample_time, sample_positions)

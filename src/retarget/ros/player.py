@@ -245,13 +245,34 @@ class RobotClient:
         tick = (lambda: progress(self.now() - start)) if progress is not None else None
         try:
             return self._wait(handle.get_result_async(), timeout, "trajectory result", tick).result
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, TimeoutError) as exc:
             # The robot must not go on moving without anyone waiting for it.
             self._wait(handle.cancel_goal_async(), 5.0, "cancel response")
+            if isinstance(exc, TimeoutError):
+                raise TimeoutError(f"{exc}; the goal was cancelled") from None
             raise
-        except TimeoutError as exc:
-            self._wait(handle.cancel_goal_async(), 5.0, "cancel response")
-            raise TimeoutError(f"{exc}; the goal was cancelled") from None
+
+    def move_to(self, positions: NDArray[np.float64], seconds: float) -> Any:
+        """Reach ``positions`` [rad] (the recorder's joint order) in ``seconds`` s from wherever the robot is: a
+        one-point goal starting :data:`START_LEAD_S` from now; returns the result. Raises as :meth:`execute`."""
+        home = point_trajectory(self.recorder.joint_names, positions, seconds)
+        return self.execute(home, self.now() + START_LEAD_S, seconds + 10.0)
+
+    def play(self, trajectory: Any, show_progress: bool = True) -> tuple[Any, float]:
+        """Execute ``trajectory`` starting :data:`START_LEAD_S` from now, with a progress bar on stderr (none when
+        ``show_progress`` is false or stderr is not a terminal); waits up to its duration + 20 s. Returns the result
+        and the start [s, node clock]. Raises as :meth:`execute`."""
+        from tqdm import tqdm
+
+        start = self.now() + START_LEAD_S
+        duration = float(trajectory_arrays(trajectory)[0][-1])
+        # disable=None: no bar when stderr is not a terminal (CI logs).
+        with tqdm(total=round(duration, 1), unit="s", file=sys.stderr, disable=None if show_progress else True,
+                  mininterval=0.5, bar_format="{l_bar}{bar}| {n:.1f}/{total:.1f} s") as bar:
+            def progress(elapsed: float) -> None:
+                bar.update(round(min(max(elapsed, 0.0), duration), 1) - bar.n)
+
+            return self.execute(trajectory, start, duration + 20.0, progress), start
 
 
 def trajectory_arrays(trajectory: Any) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -400,9 +421,8 @@ def _play_command(args: Any) -> int:
         if away > tolerance:
             print(f"moving to the first pose ({math.degrees(away):.1f} deg away) in {args.move_to_start:g} s",
                   file=sys.stderr, flush=True)
-            home = point_trajectory(joints, positions[0], args.move_to_start)
             try:
-                result = client.execute(home, client.now() + START_LEAD_S, args.move_to_start + 10.0)
+                result = client.move_to(positions[0], args.move_to_start)
             except (RuntimeError, TimeoutError) as exc:
                 return fail(f"the move to the first pose failed: {exc}")
             report["moved_to_start"] = True
@@ -415,23 +435,13 @@ def _play_command(args: Any) -> int:
             print(f"recording {', '.join(args.record_topics)} into {args.record}; {args.record_lead:g} s at rest "
                   "first", file=sys.stderr, flush=True)
             time.sleep(args.record_lead)
-        start = client.now() + START_LEAD_S
         duration = float(times[-1])
         print(f"playing {args.motion} on {name} ({duration:.2f} s, {len(times)} points, {len(joints)} joints)",
               file=sys.stderr, flush=True)
-        from tqdm import tqdm
-
-        # disable=None: no bar when stderr is not a terminal.
-        with tqdm(total=round(duration, 1), unit="s", file=sys.stderr, mininterval=0.5,
-                  disable=True if args.no_progress else None,
-                  bar_format="{l_bar}{bar}| {n:.1f}/{total:.1f} s") as bar:
-            def progress(elapsed: float) -> None:
-                bar.update(round(min(max(elapsed, 0.0), duration), 1) - bar.n)
-
-            try:
-                result = client.execute(trajectory, start, duration + 20.0, progress)
-            except (RuntimeError, TimeoutError) as exc:
-                return fail(str(exc))
+        try:
+            result, start = client.play(trajectory, show_progress=not args.no_progress)
+        except (RuntimeError, TimeoutError) as exc:
+            return fail(str(exc))
         report["goal"] = {"error_code": result.error_code, "error_string": result.error_string}
         if recording is not None:
             time.sleep(args.record_tail)
