@@ -266,7 +266,7 @@ def load_control_table(path: str | Path | None = None, *, model: str | None = No
     if path is not None and model is not None:
         raise InputError("give a control table file or a servo model, not both")
     if path is None:
-        return _packaged(_model_name(model or DEFAULT_SERVO_MODEL))
+        return _packaged(_canonical_model(model or DEFAULT_SERVO_MODEL))
     path = Path(path)
     try:
         text = path.read_text()
@@ -283,7 +283,8 @@ def model_name(model_number: int) -> str | None:
     return None
 
 
-def _model_name(model: str) -> str:
+def _canonical_model(model: str) -> str:
+    """The packaged model spelled as in :data:`SERVO_MODELS` (case and surrounding spaces ignored)."""
     known = {m.upper(): m for m in SERVO_MODELS}
     try:
         return known[str(model).strip().upper()]

@@ -120,8 +120,8 @@ class PlanOptions:
         verify_dt: the step at which the caller will re-simulate the naive and optimized profiles afterwards
             (:func:`verify_plan`), or None. With a ``time_budget`` the optimizer keeps time for it: two forward runs
             at ``verify_dt``, counted as ``2 dt / verify_dt`` forward runs at the planning step times
-            :data:`VERIFY_COST_FACTOR` (:func:`verification_reserve`). Without it a budget-limited plan used the whole budget and its
-            verification then ran past the budget or was skipped.
+            :data:`VERIFY_COST_FACTOR` (:func:`verification_reserve`). Without it a budget-limited plan used the
+            whole budget and its verification then ran past the budget or was skipped.
         start: where the optimizer starts. ``"feasible"`` (default): from the input's fit, except that motors
             faster than their speed limit start from their closest speed-feasible profiles
             (:func:`~retarget.optimize.limits.speed_feasible_parameters`, no simulation): otherwise the speed

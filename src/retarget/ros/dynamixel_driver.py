@@ -129,8 +129,8 @@ class DynamixelDriver(Node):
                 self.bus.open()
             # A loaded host or a servo still booting often misses the first packets, so each start-up step retries
             # lost or corrupt replies until startup_timeout. Each is safe to repeat: torque is off until configure()
-            # succeeds, pings and reads change nothing, and Torque Enable = 1 written twice is written once. (They retry one
-            # by one: configure() again after a torque-on whose reply was lost would meet a locked EEPROM.)
+            # succeeds, pings and reads change nothing, and Torque Enable = 1 written twice is written once. (They
+            # retry one by one: configure() again after a torque-on whose reply was lost would meet a locked EEPROM.)
             deadline = time.monotonic() + self.startup_timeout
             # A servo of another model than servo_model would be driven through the wrong control table.
             self._retry("model check", deadline, self.bus.check_models)
