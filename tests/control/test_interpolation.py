@@ -80,3 +80,17 @@ def test_quintic_coefficients_reproduce_a_quintic() -> None:
     a1 = (np.arange(2, 6) * np.arange(1, 5) * pw[:4]) @ c_true[2:]
     c = segment_coefficients(T, c_true[0], p1, c_true[1], v1, 2 * c_true[2], a1)
     np.testing.assert_allclose(c, c_true, rtol=1e-9, atol=1e-9)
+
+
+def test_first_segment_starts_when_execution_starts() -> None:
+    # joint_trajectory_controller: the segment to the first point runs from the state at acceptance, at that
+    # moment, to the first point's time; a trajectory stamped 0.5 s in the future starts moving now.
+    traj = validate_trajectory(JOINTS, [GoalPoint(1.0, (1.0, -1.0))], controller_joints=JOINTS)
+    s = TrajectorySampler(traj, np.array([0.0, 0.0]), start_offset=-0.5)
+    np.testing.assert_allclose(s.sample(-0.5).positions, [0.0, 0.0])
+    np.testing.assert_allclose(s.sample(0.25).positions, [0.5, -0.5])
+    np.testing.assert_allclose(s.sample(0.25).velocities, [2 / 3, -2 / 3])
+    # stamped in the past: no jump at the first sample, the remaining time is used
+    s = TrajectorySampler(traj, np.array([0.0, 0.0]), start_offset=0.5)
+    np.testing.assert_allclose(s.sample(0.5).positions, [0.0, 0.0])
+    np.testing.assert_allclose(s.sample(0.75).positions, [0.5, -0.5])

@@ -89,9 +89,48 @@ def test_rejection_names_joint_and_point() -> None:
     assert (info.value.joint, info.value.point) == ("c", 2)
 
 
-def test_first_point_at_time_zero_skips_start_speed_check() -> None:
-    # JTC semantics: a first point at t = 0 is taken at once (a jump), not reached by a segment.
-    validate(points=pts((0.0, (0, 1.0, 0))), start_positions=(0, 0, 0))
+def test_first_point_at_time_zero_far_away_is_rejected() -> None:
+    # A first point at t = 0 is commanded at once: the segment to it lasts one control period, and 1 rad in
+    # 10 ms is 100 rad/s.
+    with pytest.raises(TrajectoryRejected) as info:
+        validate(points=pts((0.0, (0, 1.0, 0)), (1.0, (0, 1.0, 0))), start_positions=(0, 0, 0),
+                 control_period=0.01, max_velocity=8.06)
+    assert info.value.code == ErrorCode.INVALID_GOAL
+    assert (info.value.joint, info.value.point) == ("b", 0)
+    text = str(info.value)
+    assert "'b'" in text and "100 rad/s" in text and "limit 5 rad/s" in text, text
+    assert "time_from_start of at least 0.2 s" in text, text
+
+
+def test_first_point_at_time_zero_at_the_current_position_is_accepted() -> None:
+    # A client that starts its trajectory where the robot is (within what one control period allows) is fine.
+    traj = validate(points=pts((0.0, (0.01, 0.0, -0.01)), (1.0, (0.2, 0.3, 0.4))), start_positions=(0, 0, 0),
+                    control_period=0.01)
+    assert traj.duration == 1.0
+
+
+def test_first_point_check_counts_from_now_for_a_past_stamp() -> None:
+    # Stamped 0.5 s ago with the first point at 0.6 s: 0.1 s are left for 1 rad (10 rad/s), not 0.6 s.
+    with pytest.raises(TrajectoryRejected, match=r"10 rad/s .* in 0.1 s"):
+        validate(points=pts((0.6, (0, 1.0, 0)), (2.0, (0, 1.0, 0))), start_positions=(0, 0, 0),
+                 stamp=99.5, now=100.0, control_period=0.01)
+
+
+def test_point_already_due_is_checked_against_where_the_trajectory_is_now() -> None:
+    # Stamped 1.5 s ago: the trajectory is half way from point #1 to #2 (0.5 rad), a jump from 0 in one period.
+    points = pts((0.0, (0, 0, 0)), (1.0, (0, 0, 0)), (2.0, (0, 1.0, 0)))
+    with pytest.raises(TrajectoryRejected, match=r"'b'.*0\.5 rad"):
+        validate(points=points, start_positions=(0, 0, 0), stamp=98.5, now=100.0, control_period=0.01)
+    validate(points=points, start_positions=(0, 0.5, 0), stamp=98.5, now=100.0, control_period=0.01)
+
+
+def test_first_point_checked_from_the_commanded_state_too() -> None:
+    from retarget.control import check_first_segment
+
+    traj = validate(points=pts((0.5, (0, 1.0, 0))), start_positions=(0, 0.9, 0), now=10.0)
+    with pytest.raises(TrajectoryRejected, match="from its commanded position"):
+        check_first_segment(traj, (0, -1.8, 0), now=10.0, limits=LIMITS, control_period=0.01,
+                            origin="commanded position")
 
 
 def test_limit_at_bound_is_accepted() -> None:

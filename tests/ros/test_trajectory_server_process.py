@@ -134,13 +134,21 @@ def test_reordered_goal(system) -> None:
     settled(client, [0.1, -0.2, 0.3])
 
 
+def _one_rad_away(client: Client) -> list[float]:
+    """The measured pose with j2 1 rad away (towards the middle of its ±2 rad range)."""
+    q = client.states[-1][1].copy()
+    q[1] += 1.0 if q[1] < 0.0 else -1.0
+    return [float(x) for x in q]
+
+
 @pytest.mark.parametrize("case", ["unknown joint", "duplicate joint", "missing joint", "NaN", "non-monotonic",
-                                  "negative time", "out of limits", "too fast", "empty"])
+                                  "negative time", "out of limits", "too fast", "empty", "jump to the first point"])
 def test_rejected_goals_command_nothing(system, case: str) -> None:
     from control_msgs.action import FollowJointTrajectory
 
     R = FollowJointTrajectory.Result
     client, server, _ = system
+    away = _one_rad_away(client)
     goals = {
         "unknown joint": (client.goal([(1.0, [0, 0, 0])], joints=["j1", "j2", "jx"]), R.INVALID_JOINTS),
         "duplicate joint": (client.goal([(1.0, [0, 0, 0])], joints=["j1", "j2", "j2"]), R.INVALID_JOINTS),
@@ -151,12 +159,17 @@ def test_rejected_goals_command_nothing(system, case: str) -> None:
         "out of limits": (client.goal([(1.0, [0, 2.5, 0])]), R.INVALID_GOAL),
         "too fast": (client.goal([(0.1, [0, 1.5, 0])]), R.INVALID_GOAL),
         "empty": (client.goal([]), R.INVALID_GOAL),
+        # The segment from the measured state to a first point at t = 0 lasts one control tick: 100 rad/s.
+        "jump to the first point": (client.goal([(0.0, away), (1.0, away)]), R.INVALID_GOAL),
     }
     goal, code = goals[case]
     sent = time.time()  # the server stamps its setpoints with the same (system) clock
     res = client.result(client.send(goal))
     assert res.result.error_code == code, res.result.error_string
     assert res.result.error_string
+    if case == "jump to the first point":
+        assert "'j2'" in res.result.error_string and "above its limit 8.06 rad/s" in res.result.error_string, \
+            res.result.error_string
     time.sleep(0.3)
     # Judged by stamp, not by count: under load an earlier test's last setpoints may still be arriving here.
     late = [c for c in client.commands if c.header.stamp.sec + 1e-9 * c.header.stamp.nanosec >= sent]
@@ -183,3 +196,20 @@ def test_cancel_holds_and_replacement_aborts_previous(system) -> None:
     time.sleep(0.5)
     np.testing.assert_allclose(client.states[-1][1], held, atol=0.02)  # holds where it was
     assert not np.allclose(held, -1.0, atol=0.1)  # it did not run on to the cancelled goal
+
+
+def test_replacing_goal_that_jumps_is_rejected_and_the_running_goal_goes_on(system) -> None:
+    from action_msgs.msg import GoalStatus
+
+    client, server, _ = system
+    here = [float(x) for x in client.states[-1][1]]
+    target = [h + (0.4 if h < 0.0 else -0.4) for h in here]
+    first = client.send(client.goal([(1.5, target)]))
+    time.sleep(0.5)
+    # From the state at the switch (moving towards target), 1 rad away on j2 at t = 0.
+    bad = client.result(client.send(client.goal([(0.0, _one_rad_away(client)), (1.0, _one_rad_away(client))])))
+    assert bad.status == GoalStatus.STATUS_ABORTED
+    assert bad.result.error_code == -1 and "'j2'" in bad.result.error_string, bad.result.error_string
+    res = client.result(first)
+    assert res.status == GoalStatus.STATUS_SUCCEEDED, res.result.error_string  # untouched by the rejected goal
+    settled(client, target)

@@ -70,12 +70,15 @@ class TrajectoryExecution:
         trajectory: The validated trajectory (its ``start_time`` is on the same clock as ``now`` below).
         tolerances: Resolved tolerances for this goal.
         start: The state the trajectory starts from (measured, or the last command in open loop).
+        start_offset: When execution starts, on the trajectory's time axis [s]: ``now - trajectory.start_time``
+            at acceptance (the segment to the first point starts then, as in joint_trajectory_controller).
     """
 
-    def __init__(self, trajectory: Trajectory, tolerances: Tolerances, start: ExecutionState) -> None:
+    def __init__(self, trajectory: Trajectory, tolerances: Tolerances, start: ExecutionState,
+                 start_offset: float = 0.0) -> None:
         self.trajectory = trajectory
         self.tolerances = tolerances
-        self.sampler = TrajectorySampler(trajectory, start.positions, start.velocities)
+        self.sampler = TrajectorySampler(trajectory, start.positions, start.velocities, start_offset)
         self._first = True
         self.finished: ExecutionStep | None = None
 

@@ -1,18 +1,21 @@
 """Sampling a validated trajectory in time, as joint_trajectory_controller's spline interpolation does.
 
 The segment type follows what both end points carry: positions only → linear; positions and velocities → cubic
-Hermite (C¹); positions, velocities and accelerations → quintic (C²). Execution starts from the current state:
-when the first point has ``time_from_start > 0`` a segment from the start state (at t = 0) to the first point is
-prepended, otherwise the first point is taken at once. Before the start the start state is held; after the last
-point, the last point.
+Hermite (C¹); positions, velocities and accelerations → quintic (C²). Execution starts from the current state, as
+joint_trajectory_controller's does: a segment from the start state, at the moment execution starts (``start_offset``
+on the trajectory's time axis: 0 for a zero header stamp, negative for a stamp in the future, positive for one in the
+past), to the first point is prepended when the first point lies after that moment; otherwise the trajectory is
+taken where it is at once. Before the execution starts its first knot is held; after the last point, the last point.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from retarget.control.trajectory import Trajectory
+if TYPE_CHECKING:  # trajectory.py samples trajectories to validate their first segment
+    from retarget.control.trajectory import Trajectory
 
 __all__ = ["TrajectorySample", "TrajectorySampler", "segment_coefficients"]
 
@@ -85,10 +88,12 @@ class TrajectorySampler:
         start_positions: Joint positions at the start [rad] ``(m,)`` (measured, or last commanded in open loop).
         start_velocities: Joint velocities at the start [rad/s] ``(m,)``; zeros if ``None``. Only used when the
             trajectory carries velocities.
+        start_offset: When execution starts from the start state, on the trajectory's time axis [s] (``now -
+            trajectory.start_time`` when the goal is accepted).
     """
 
     def __init__(self, trajectory: Trajectory, start_positions: np.ndarray,
-                 start_velocities: np.ndarray | None = None) -> None:
+                 start_velocities: np.ndarray | None = None, start_offset: float = 0.0) -> None:
         self.trajectory = trajectory
         m = len(trajectory.joint_names)
         start_p = np.asarray(start_positions, dtype=float).reshape(m)
@@ -100,8 +105,8 @@ class TrajectorySampler:
         vel = list(trajectory.velocities) if has_v else [None] * len(times)
         acc = list(trajectory.accelerations) if has_a else [None] * len(times)
         self._offset = 0  # knot k ends at trajectory point k - offset
-        if times[0] > 0.0:
-            times.insert(0, 0.0)
+        if times[0] > start_offset:
+            times.insert(0, float(start_offset))
             pos.insert(0, start_p)
             vel.insert(0, start_v if has_v else None)
             acc.insert(0, np.zeros(m) if has_a else None)
@@ -130,13 +135,13 @@ class TrajectorySampler:
             t: Time since start [s].
 
         Returns:
-            The sample; before the start, the start state (or the first point if it is at t = 0).
+            The sample; before the first knot, the start state (or the first point when no segment leads to it).
         """
         n_points = len(self.trajectory.time)
         if t >= self._times[-1]:
             p, v, a = self._knot_state(len(self._times) - 1)
             return TrajectorySample(p, v, a, n_points - 1, True)
-        if t < 0.0:
+        if t < self._times[0]:
             if self._offset:
                 return TrajectorySample(self.start_positions.copy(), np.zeros_like(self.start_positions),
                                         np.zeros_like(self.start_positions), 0, False)

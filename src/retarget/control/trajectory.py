@@ -4,7 +4,9 @@ A goal arrives as joint names plus points in any joint order (:class:`GoalPoint`
 malformed). :func:`validate_trajectory` checks it the way the joint_trajectory_controller (JTC) does — joint set,
 point sizes, strictly increasing ``time_from_start``, header stamp — and adds what this project needs on servos:
 finite values, non-negative times, position limits from the URDF and velocity limits (URDF and servo), rejected,
-never clamped. A valid goal comes back as a :class:`Trajectory` in the controller's joint order.
+never clamped — including the first segment, from the state the robot is in to the first point
+(:func:`check_first_segment`), which JTC does not check. A valid goal comes back as a :class:`Trajectory` in the
+controller's joint order.
 """
 from __future__ import annotations
 
@@ -15,9 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from retarget.control.errors import ErrorCode, TrajectoryRejected
+from retarget.control.interpolation import TrajectorySampler
 from retarget.motion.limits import JointLimit
 
-__all__ = ["GoalPoint", "Trajectory", "validate_trajectory"]
+__all__ = ["GoalPoint", "Trajectory", "check_first_segment", "validate_trajectory"]
 
 #: Slack on limit checks [rad] or [rad/s], so a trajectory planned exactly at a limit is not rejected for rounding.
 LIMIT_SLACK = 1e-9
@@ -124,7 +127,8 @@ def validate_trajectory(goal_joints: Sequence[str], points: Sequence[GoalPoint],
                         limits: Mapping[str, JointLimit] | None = None,
                         max_velocity: float = math.inf,
                         stamp: float = 0.0, now: float = 0.0,
-                        start_positions: Sequence[float] | None = None) -> Trajectory:
+                        start_positions: Sequence[float] | None = None,
+                        control_period: float = 0.0) -> Trajectory:
     """Validate a FollowJointTrajectory goal and reorder it to the controller's joints.
 
     Args:
@@ -135,8 +139,10 @@ def validate_trajectory(goal_joints: Sequence[str], points: Sequence[GoalPoint],
         max_velocity: Servo speed limit [rad/s] applied to every joint on top of the URDF limit.
         stamp: Header stamp [s]; 0 means "start now".
         now: Current time [s] on the node's clock.
-        start_positions: Current positions [rad] in controller order, ``(m,)``; if given, the speed needed to reach
-            the first point by its ``time_from_start`` (when that is > 0) is checked too.
+        start_positions: Current positions [rad] in controller order, ``(m,)``; if given, the first segment is
+            checked too (:func:`check_first_segment`).
+        control_period: Shortest time a commanded move can take [s] (one control tick), see
+            :func:`check_first_segment`.
 
     Returns:
         The trajectory in controller order with ``start_time`` set.
@@ -181,14 +187,74 @@ def validate_trajectory(goal_joints: Sequence[str], points: Sequence[GoalPoint],
         raise TrajectoryRejected(ErrorCode.OLD_HEADER_TIMESTAMP,
                                  f"trajectory stamped {stamp:.3f} s ends at {stamp + times[-1]:.3f} s, before now "
                                  f"({now:.3f} s)")
-    _check_limits(tuple(controller_joints), times, positions, velocities, limits or {}, max_velocity,
-                  None if start_positions is None else np.asarray(start_positions, dtype=float))
-    return Trajectory(tuple(controller_joints), times, positions, velocities, accelerations,
-                      start_time=now if stamp == 0.0 else stamp)
+    _check_limits(tuple(controller_joints), times, positions, velocities, limits or {}, max_velocity)
+    trajectory = Trajectory(tuple(controller_joints), times, positions, velocities, accelerations,
+                            start_time=now if stamp == 0.0 else stamp)
+    if start_positions is not None:
+        check_first_segment(trajectory, start_positions, now=now, limits=limits, max_velocity=max_velocity,
+                            control_period=control_period)
+    return trajectory
+
+
+def check_first_segment(trajectory: Trajectory, start_positions: Sequence[float], *, now: float,
+                        limits: Mapping[str, JointLimit] | None = None, max_velocity: float = math.inf,
+                        control_period: float = 0.0, origin: str = "current position") -> None:
+    """Reject a trajectory whose move from the robot's present state to it exceeds a velocity limit.
+
+    Execution starts at ``now`` from ``start_positions`` (:class:`~retarget.control.TrajectorySampler` with
+    ``start_offset = now - start_time``). If the first point lies ahead, the first segment lasts until it is due;
+    a first point at ``time_from_start`` 0 (or already due) is commanded at once, which the servos see as a step
+    within one control period. Either way the mean speed ``|Δq| / duration`` over that move, with the duration at
+    least ``control_period``, must not exceed the joint's limit: the same rule as for every other segment.
+
+    Args:
+        trajectory: A validated trajectory.
+        start_positions: Positions the move starts from [rad], controller order, ``(m,)``.
+        now: Current time [s], the clock of ``trajectory.start_time``.
+        limits: ``{joint: JointLimit}``; missing joints are unlimited.
+        max_velocity: Servo speed limit [rad/s] for every joint.
+        control_period: Shortest time a commanded move takes [s] (the controller's tick); 0 allows no jump at all.
+        origin: What ``start_positions`` is, for the message ("current position", "commanded position").
+
+    Raises:
+        TrajectoryRejected: ``INVALID_GOAL`` naming the joint, the speed needed, the limit and the shortest
+            ``time_from_start`` of point #0 that would do.
+    """
+    start = np.asarray(start_positions, dtype=float).reshape(len(trajectory.joint_names))
+    offset = now - trajectory.start_time
+    due_in = float(trajectory.time[0]) - offset
+    step = f"a step lasts one control period, {control_period:.3g} s"
+    if due_in > 0.0:
+        target, where = trajectory.positions[0], "point #0"
+        duration = max(due_in, control_period)
+        when = f"in {duration:.3g} s"
+    elif due_in == 0.0:
+        target, where = trajectory.positions[0], "point #0"
+        duration = control_period
+        when = f"at once (time_from_start {trajectory.time[0]:.3g} s: {step})"
+    else:
+        sample = TrajectorySampler(trajectory, start, start_offset=offset).sample(offset)
+        target, where = sample.positions, f"where the trajectory is now (before point #{sample.index})"
+        duration = control_period
+        when = f"at once (point #0 was due {-due_in:.3g} s ago: {step})"
+    limits = limits or {}
+    for j, name in enumerate(trajectory.joint_names):
+        vmax = min(limits.get(name, JointLimit()).velocity, max_velocity)
+        distance = abs(float(target[j]) - start[j])
+        if distance <= LIMIT_SLACK or distance <= (vmax + LIMIT_SLACK) * duration:
+            continue
+        speed = distance / duration if duration > 0.0 else math.inf
+        needed = offset + distance / vmax if vmax > 0.0 else math.inf
+        raise TrajectoryRejected(
+            ErrorCode.INVALID_GOAL,
+            f"joint {name!r} must move at {speed:.3g} rad/s from its {origin} {start[j]:.4g} rad to "
+            f"{where} at {float(target[j]):.4g} rad {when}, above its limit {vmax:.3g} rad/s: give point #0 a "
+            f"time_from_start of at least {needed:.3g} s, or start the trajectory at the {origin}",
+            joint=name, point=0)
 
 
 def _check_limits(joints: tuple[str, ...], times: np.ndarray, positions: np.ndarray, velocities: np.ndarray | None,
-                  limits: Mapping[str, JointLimit], max_velocity: float, start: np.ndarray | None) -> None:
+                  limits: Mapping[str, JointLimit], max_velocity: float) -> None:
     """Reject (never clamp) positions outside the joint limits and speeds above the joint or servo limit.
 
     The mean speed over a segment, ``|Δq| / Δt``, is a lower bound on the peak speed of any interpolation through
@@ -221,10 +287,3 @@ def _check_limits(joints: tuple[str, ...], times: np.ndarray, positions: np.ndar
                 raise TrajectoryRejected(ErrorCode.INVALID_GOAL,
                                          f"joint {name!r} must move at {mean_speed[i - 1]:.6g} rad/s on average to "
                                          f"reach point #{i}, above its limit {vmax:.6g} rad/s", joint=name, point=i)
-        if start is not None and times[0] > 0.0:
-            speed = abs(col[0] - start[j]) / times[0]
-            if speed > vmax + LIMIT_SLACK:
-                raise TrajectoryRejected(ErrorCode.INVALID_GOAL,
-                                         f"joint {name!r} must move at {speed:.6g} rad/s on average from its current "
-                                         f"position to reach point #0, above its limit {vmax:.6g} rad/s",
-                                         joint=name, point=0)

@@ -3,7 +3,9 @@
 Action ``~/follow_joint_trajectory`` (control_msgs/action/FollowJointTrajectory). A goal is validated by
 :func:`retarget.control.validate_trajectory`; an invalid goal is accepted and immediately aborted with its error
 code and error_string (so a client learns *why*, where joint_trajectory_controller only rejects it) and nothing
-is commanded. A valid goal replaces (aborts) the active one and is executed from the measured state: a timer at
+is commanded. The move from the present state to the first point obeys the velocity limits like every other segment
+(from the measured state, and from the running goal's last command when it replaces one). A valid goal replaces
+(aborts) the active one and is executed from the measured state: a timer at
 ``control_rate`` samples the trajectory, streams one-point setpoints on ``joint_commands`` and judges the
 ``joint_states`` against path/goal tolerances. Cancel → hold the current position.
 """
@@ -28,7 +30,8 @@ from sensor_msgs.msg import JointState
 from trajectory_msgs.msg import JointTrajectory
 
 from retarget.control import (ErrorCode, ExecutionState, ExecutionStatus, ExecutionStep, TrajectoryExecution,
-                              TrajectoryRejected, limits_from_urdf, resolve_tolerances, validate_trajectory)
+                              TrajectoryRejected, check_first_segment, limits_from_urdf, resolve_tolerances,
+                              validate_trajectory)
 from retarget.errors import InputError
 from retarget.motion.limits import JointLimit
 from retarget.ros.conversions import goal_points, goal_tolerances, point_msg, setpoint_msg, time_to_seconds
@@ -165,27 +168,37 @@ class TrajectoryServer(Node):
             if self._measured() is None and not (self.open_loop and self._last_command is not None):
                 await self._fresh_state(self.state_timeout)  # a goal sent just as the driver comes up
             start = self._start_state()
+            now = self._now()
             trajectory = validate_trajectory(
                 goal.trajectory.joint_names, goal_points(goal.trajectory), controller_joints=self.joint_names,
                 limits=self.limits, max_velocity=self.max_velocity,
                 stamp=time_to_seconds(goal.trajectory.header.stamp),
-                now=self._now(), start_positions=start.positions)
+                now=now, start_positions=start.positions, control_period=1.0 / self.control_rate)
             tolerances = resolve_tolerances(
                 self.joint_names, default_path=self.default_path, default_goal=self.default_goal,
                 default_goal_time=self.default_goal_time, path=goal_tolerances(goal.path_tolerance),
                 goal=goal_tolerances(goal.goal_tolerance),
                 goal_time=goal.goal_time_tolerance.sec + 1e-9 * goal.goal_time_tolerance.nanosec)
+            done = Future()
+            execution = TrajectoryExecution(trajectory, tolerances, start, start_offset=now - trajectory.start_time)
+            # No await from the validation to the switch: the tick cannot run in between, so the state checked is
+            # the state at the switch.
+            with self._lock:
+                if self._active is not None and self._last_command is not None:
+                    # The servos are being commanded along the running goal: the move to the new one starts from
+                    # that command as much as from the measured position.
+                    check_first_segment(trajectory, self._last_command, now=now, limits=self.limits,
+                                        max_velocity=self.max_velocity, control_period=1.0 / self.control_rate,
+                                        origin="commanded position")
+                if self._active is not None:
+                    self._active.done.set_result((ExecutionStatus.ABORTED, ErrorCode.INVALID_GOAL,
+                                                  "replaced by a new goal"))
+                    self.get_logger().info("active goal replaced by a new goal")
+                self._active = _ActiveGoal(goal_handle, execution, done)
         except TrajectoryRejected as exc:
             self.get_logger().error(f"goal rejected ({exc.code.name}): {exc}")
             goal_handle.abort()
             return Result(error_code=int(exc.code), error_string=str(exc))
-        done = Future()
-        with self._lock:
-            if self._active is not None:
-                self._active.done.set_result((ExecutionStatus.ABORTED, ErrorCode.INVALID_GOAL,
-                                              "replaced by a new goal"))
-                self.get_logger().info("active goal replaced by a new goal")
-            self._active = _ActiveGoal(goal_handle, TrajectoryExecution(trajectory, tolerances, start), done)
         self.get_logger().info(f"executing a {len(trajectory.time)}-point trajectory of "
                                f"{trajectory.duration:.3f} s")
         status, code, message = await done
