@@ -99,6 +99,25 @@ def test_overload_shutdown_torque_off_and_reboot_recovery(driver: DynamixelBus, 
     assert not driver.read_state().alert.any()
 
 
+def test_torque_off_with_a_lost_reply_is_confirmed_by_reading_it_back(driver: DynamixelBus,
+                                                                       emulated: EmulatedBus) -> None:
+    # The write is executed, only its reply is lost: the servo's torque is off and it must not be listed.
+    driver.set_torque(True)
+    emulated.set_fault(2, drop_next_replies=1)
+    assert driver.safe_torque_off() == {}
+    assert emulated.snapshot()["torque_enabled"] == [False, False, False]
+
+
+def test_torque_off_lists_only_servos_whose_torque_is_unknown(driver: DynamixelBus, emulated: EmulatedBus) -> None:
+    driver.set_torque(True)
+    emulated.set_fault(3, disconnected=True)  # unplugged: nothing reaches it, its torque stays as it was
+    emulated.set_fault(1, corrupt_crc=True)  # executes the write, every reply corrupt: nothing confirms it
+    failed = driver.safe_torque_off()
+    assert sorted(failed) == [1, 3]
+    assert isinstance(failed[3], NoReplyError) and isinstance(failed[1], CrcError)
+    assert emulated.snapshot()["torque_enabled"] == [False, False, True]
+
+
 def test_persistent_fault_survives_reboot_until_cleared(driver: DynamixelBus, emulated: EmulatedBus) -> None:
     emulated.raise_hardware_error(2, ["overheating"], persistent=True)
     driver.reboot(2)

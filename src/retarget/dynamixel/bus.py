@@ -377,20 +377,47 @@ class DynamixelBus:
         for servo_id in self.ids if ids is None else ids:
             self.write(servo_id, "Torque Enable", 1 if enabled else 0)
 
-    def safe_torque_off(self) -> dict[int, DynamixelError]:
-        """Best effort torque off on every servo; never raises. Returns the errors of servos that could not be
-        reached (an empty dict: all servos acknowledged)."""
+    def safe_torque_off(self, attempts: int = 2) -> dict[int, DynamixelError]:
+        """Best effort torque off on every servo; never raises.
+
+        A write whose reply is lost or corrupt has usually been executed all the same, so the servo's Torque
+        Enable is read back before it counts as failed; the write and the read are tried ``attempts`` times.
+
+        Returns:
+            The last error of each servo whose torque state is unknown (it could not be written nor read back as
+            off; with the port gone, every servo not yet done); an empty dict: torque is off on every servo.
+        """
         failed: dict[int, DynamixelError] = {}
         for servo_id in self.ids:
-            try:
-                self.write(servo_id, "Torque Enable", 0)
-            except DynamixelError as exc:
-                failed[servo_id] = exc
-                if isinstance(exc, PortGoneError):
+            error = self._torque_off_one(servo_id, attempts)
+            if error is not None:
+                failed[servo_id] = error
+                if isinstance(error, PortGoneError):
                     for rest in self.ids:
-                        failed.setdefault(rest, exc)
+                        failed.setdefault(rest, error)
                     break
         return failed
+
+    def _torque_off_one(self, servo_id: int, attempts: int) -> DynamixelError | None:
+        """Torque Enable = 0 on one servo, confirmed by its reply or by reading it back; the last error if neither
+        worked."""
+        error: DynamixelError | None = None
+        for _ in range(max(1, attempts)):
+            try:
+                self.write(servo_id, "Torque Enable", 0)
+                return None
+            except PortGoneError as exc:
+                return exc
+            except DynamixelError as exc:
+                error = exc
+            try:
+                if self.read(servo_id, "Torque Enable") == 0:
+                    return None
+            except PortGoneError as exc:
+                return exc
+            except DynamixelError as exc:
+                error = exc
+        return error
 
     def joint_to_ticks(self, joint_positions: np.ndarray) -> np.ndarray:
         """Joint angles [rad] (n,) → Goal Position ticks (n,), validated against each servo's limits.

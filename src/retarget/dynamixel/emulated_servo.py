@@ -46,6 +46,7 @@ class ServoFaults:
 
     Attributes:
         drop_replies: process instructions but never answer (a reply lost on the wire).
+        drop_next_replies: process instructions, and lose this many of the next replies (a short burst).
         corrupt_crc: answer with a wrong CRC.
         disconnected: ignore everything (unplugged).
         persistent_hardware_error: Hardware Error Status bits that come back after every reboot until cleared
@@ -53,6 +54,7 @@ class ServoFaults:
     """
 
     drop_replies: bool = False
+    drop_next_replies: int = 0
     corrupt_crc: bool = False
     disconnected: bool = False
     persistent_hardware_error: int = 0

@@ -181,12 +181,16 @@ class EmulatedBus:
         drop_replies: bool | None = None,
         corrupt_crc: bool | None = None,
         disconnected: bool | None = None,
+        drop_next_replies: int | None = None,
     ) -> None:
-        """Switch communication faults of one servo on or off (None leaves a flag unchanged)."""
+        """Switch communication faults of one servo on or off (None leaves a flag unchanged);
+        ``drop_next_replies`` loses that many of its next replies (the instructions are still executed)."""
         with self.lock:
             faults = self._servo(servo_id).faults
             if drop_replies is not None:
                 faults.drop_replies = drop_replies
+            if drop_next_replies is not None:
+                faults.drop_next_replies = int(drop_next_replies)
             if corrupt_crc is not None:
                 faults.corrupt_crc = corrupt_crc
             if disconnected is not None:
@@ -209,6 +213,7 @@ class EmulatedBus:
             for i in [servo_id] if servo_id is not None else self.ids:
                 servo = self._servo(i)
                 servo.faults.drop_replies = servo.faults.corrupt_crc = servo.faults.disconnected = False
+                servo.faults.drop_next_replies = 0
                 servo.faults.persistent_hardware_error = 0
 
     def _servo(self, servo_id: int) -> EmulatedServo:
@@ -261,6 +266,9 @@ class EmulatedBus:
         self, servo: EmulatedServo, error: int, params: bytes = b"", alert: bool | None = None
     ) -> list[Reply]:
         if servo.faults.drop_replies:
+            return []
+        if servo.faults.drop_next_replies > 0:
+            servo.faults.drop_next_replies -= 1
             return []
         alert = servo.alert if alert is None else alert
         err = int(error) | (ALERT_BIT if alert else 0)
@@ -613,7 +621,7 @@ class PtyEmulator:
     def control(self, request: dict) -> dict:
         """Execute one control request (the same dicts :func:`send_control` sends).
 
-        Commands: ``status``; ``fault`` (id, drop_replies, corrupt_crc, disconnected);
+        Commands: ``status``; ``fault`` (id, drop_replies, drop_next_replies, corrupt_crc, disconnected);
         ``hardware_error`` (id, errors: names, persistent); ``clear_faults`` (id optional);
         ``vanish``; ``restore``.
 
@@ -629,6 +637,7 @@ class PtyEmulator:
                 drop_replies=request.get("drop_replies"),
                 corrupt_crc=request.get("corrupt_crc"),
                 disconnected=request.get("disconnected"),
+                drop_next_replies=request.get("drop_next_replies"),
             )
         elif cmd == "hardware_error":
             self.bus.raise_hardware_error(
