@@ -8,11 +8,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["JointLimit", "LimitViolation", "RowLabel", "as_joint_limits", "find_limit_violations"]
+if TYPE_CHECKING:
+    from retarget.motion.motion import Motion
+
+__all__ = ["JointLimit", "LimitViolation", "RowLabel", "as_joint_limits", "check_plan_input", "find_limit_violations",
+           "robot_position_limits"]
 
 #: Maps a sample index to how the user sees that row (``"row 12"``, ``"line 14"``).
 RowLabel = Callable[[int], str]
@@ -152,3 +157,50 @@ def find_limit_violations(time: np.ndarray, joint_names: tuple[str, ...], positi
                 out.append(LimitViolation(name, "velocity", worst + 1, float(time[worst + 1]), float(speed[worst]),
                                           float(lim.velocity), float(time[a]), float(time[b + 1])))
     return out
+
+
+def robot_position_limits(robot: str | Path) -> dict[str, JointLimit]:
+    """The position limits of a robot's URDF joints, speeds unlimited (the servo's speed is the planner's to report).
+
+    Args:
+        robot: A robot or rig name, or the path of its params YAML (:func:`retarget.model.library.resolve_robot`).
+
+    Returns:
+        ``{joint: JointLimit(lower [rad], upper [rad], inf)}`` for every actuated URDF joint.
+
+    Raises:
+        UnknownNameError: Unknown robot.
+        InputError: The URDF is missing or xacro fails.
+    """
+    from retarget.model.library import urdf_xml
+    from retarget.motion.kinematics import RigKinematics
+
+    return {name: JointLimit(lim.lower, lim.upper) for name, lim in RigKinematics(urdf_xml(robot)).limits.items()}
+
+
+def check_plan_input(robot: str | Path, motion: Motion | str | Path) -> Motion:
+    """Refuse a motion that leaves the robot's joint position limits, before any model work.
+
+    Reading the URDF takes milliseconds, training a reduced model on an impossible motion minutes (and caches it),
+    so both planning paths (``retarget plan`` and the planner node's request) call this first. Speeds beyond the
+    servo's limit are not refused here: the plan reports them.
+
+    Args:
+        robot: A robot or rig name, or the path of its params YAML.
+        motion: The motion, or a file or library name (``"single_rod/step_30"``) to read it from.
+
+    Returns:
+        The motion (read from the file when a file or name was given).
+
+    Raises:
+        MotionLimitError: A joint leaves its position limits; the message names the joint, the row (the file's line
+            or row when read from a file), the time [s] and the value (rad and deg).
+        MotionFormatError, UnknownNameError: An unreadable motion file, an unknown motion or robot.
+    """
+    from retarget.motion.io import load_motion
+
+    limits = robot_position_limits(robot)
+    if isinstance(motion, (str, Path)):
+        return load_motion(motion, joint_limits=limits)
+    motion.assert_within_limits(limits)
+    return motion

@@ -1,0 +1,85 @@
+"""Planner input limits: a motion outside the robot's joint position limits is refused before any model work, on
+both planning paths (``retarget plan`` and :func:`retarget.optimize.planner.plan`, the planner node's entry).
+
+``single_rod``'s ``base_pitch`` is limited to ±90° in its URDF; 1000° in 1 s leaves it from t = 0.5 s on.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+
+from retarget.motion.errors import MotionLimitError
+from retarget.motion.limits import check_plan_input, robot_position_limits
+from retarget.motion.motion import Motion
+
+HUGE_CSV = "time [s],base_pitch [deg]\n0.0,0\n0.5,500\n1.0,1000\n"
+
+
+@pytest.fixture
+def private_cache(tmp_path, monkeypatch):
+    """An empty private reduced-model cache and model folder (nothing found, anything written lands here)."""
+    monkeypatch.setenv("RETARGET_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("RETARGET_MODELS", str(tmp_path / "models"))
+    return tmp_path / "cache"
+
+
+def _written(cache):
+    return sorted(p for p in cache.rglob("*") if p.is_file()) if cache.exists() else []
+
+
+def test_robot_position_limits_come_from_the_urdf_without_speeds():
+    limits = robot_position_limits("single_rod")
+    assert limits["base_pitch"].lower == pytest.approx(-math.pi / 2)
+    assert limits["base_pitch"].upper == pytest.approx(math.pi / 2)
+    assert math.isinf(limits["base_pitch"].velocity)  # speeds are the plan's to report, not refused here
+
+
+def test_check_plan_input_passes_a_motion_within_limits_even_when_too_fast():
+    # 80 deg in 10 ms: far beyond the servo's 8 rad/s but inside ±90 deg: not refused (the plan reports speeds).
+    m = Motion(np.array([0.0, 0.01, 1.0]), ("base_pitch",), np.radians([[0.0], [80.0], [80.0]]))
+    assert check_plan_input("single_rod", m) is m
+
+
+def test_check_plan_input_names_joint_time_and_value():
+    m = Motion(np.linspace(0.0, 1.0, 11), ("base_pitch",), np.radians(np.linspace(0.0, 1000.0, 11))[:, None])
+    with pytest.raises(MotionLimitError) as info:
+        check_plan_input("single_rod", m)
+    text = str(info.value)
+    assert "'base_pitch'" in text and "t = 1 s" in text and "1000 deg" in text and "upper limit" in text
+    (v,) = info.value.violations
+    assert (v.joint, v.kind, v.time) == ("base_pitch", "upper", 1.0)
+    assert v.value == pytest.approx(math.radians(1000.0)) and v.start_time == pytest.approx(0.1)
+
+
+def test_plan_cli_refuses_before_any_model_work(tmp_path, private_cache, capsys):
+    from retarget.cli import main
+
+    motion = tmp_path / "huge.csv"
+    motion.write_text(HUGE_CSV)
+    started = time.perf_counter()
+    code = main(["plan", "single_rod", "--motion", str(motion)])
+    elapsed = time.perf_counter() - started
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "joint 'base_pitch'" in err and "line 4" in err and "t = 1 s" in err and "1000 deg" in err
+    assert "model:" not in err  # nothing loaded: the model line is printed before the training starts
+    assert _written(private_cache) == []
+    assert elapsed < 20.0  # reading the URDF, not meshing or training (which takes minutes)
+
+
+def test_planner_request_refuses_before_any_model_work(private_cache):
+    from retarget.optimize.planner import plan
+
+    t = np.linspace(0.0, 1.0, 101)
+    request = {"robot": "single_rod", "joint_names": ["base_pitch"], "time": t.tolist(),
+               "positions": np.radians(1000.0 * t)[:, None].tolist(), "allow_training": True}
+    stages = []
+    with pytest.raises(MotionLimitError) as info:
+        plan(request, progress=stages.append)
+    assert "joint 'base_pitch'" in str(info.value) and "t = 1 s" in str(info.value)
+    assert 0.09 <= info.value.violations[0].start_time <= 0.1  # 90 deg, the limit, is reached at 0.09 s
+    assert stages == []  # no training stage began
+    assert _written(private_cache) == []
