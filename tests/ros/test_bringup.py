@@ -465,3 +465,46 @@ def test_supervisor_kills_a_stubborn_child_and_removes_its_shm(tmp_path: Path) -
     finally:
         for path in (segment, Path(f"{segment}_el")):
             path.unlink(missing_ok=True)
+
+
+UNCLEAN = '''
+import signal, sys, threading, time
+how = sys.argv[1]
+stop = threading.Event()
+signal.signal(signal.SIGINT, lambda *_: stop.set())
+print("up", flush=True)
+stop.wait(30)
+if how == "traceback":  # as the mocap node's receive thread did: the process itself still exits 0
+    def fail():
+        raise RuntimeError("handle used after shutdown")
+    thread = threading.Thread(target=fail)
+    thread.start()
+    thread.join()
+    sys.exit(0)
+sys.exit({"clean": 0, "code": 3}[how])
+'''
+
+
+@pytest.mark.integration
+def test_supervisor_reports_a_non_zero_exit_and_a_traceback_at_stop(tmp_path: Path) -> None:
+    """A child that exits non-zero or prints a traceback on SIGINT is not 'exited cleanly'."""
+    from retarget.ros.bringup import ProcessSpec
+
+    (tmp_path / "unclean_child.py").write_text(UNCLEAN)
+    plan = describe("single_rod", hardware="/dev/null", planner=False, mocap="none", run_dir=tmp_path)
+    plan = dataclasses.replace(plan, nodes=(), processes=tuple(
+        ProcessSpec(how, "unclean_child", (how,)) for how in ("clean", "code", "traceback")))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    lines: list[str] = []
+    with Supervisor(plan, env=env, sink=lines.append) as supervisor:
+        supervisor.start()
+        from ros_helpers import wait_for
+
+        wait_for(lambda: sum("up" in line for line in lines) == 3, 15.0, f"the children to start: {lines}")
+        assert supervisor.stop(timeout=5.0) == []
+    unclean = {e.name: e for e in supervisor.unclean_exits()}
+    assert set(unclean) == {"code", "traceback"}
+    assert unclean["code"].describe() == "code exited with code 3"
+    assert unclean["traceback"].code == 0
+    assert unclean["traceback"].describe() == \
+        "traceback printed a traceback (RuntimeError: handle used after shutdown)"

@@ -36,6 +36,7 @@ __all__ = [
     "BRINGUP_OVERRIDES",
     "Bringup",
     "BringupError",
+    "ChildExit",
     "EMULATED_BUS_OVERRIDES",
     "MOCAP_SOURCES",
     "NodeSpec",
@@ -55,9 +56,9 @@ MOCAP_SOURCES: tuple[str, ...] = ("twin", "natnet", "none")
 TWIN_DYNAMICS: tuple[str, ...] = ("first_order", "reduced")
 
 #: Driver parameters on the emulated bus. The pty emulator is a Python process sharing two cores with the
-#: nodes: it answers within microseconds (no Return Delay Time needed) but misses a reply now and then under
-#: load, so a short run of lost replies is tolerated instead of faulting the bus.
-EMULATED_BUS_OVERRIDES: Mapping[str, Any] = {"return_delay_us": 0.0, "max_consecutive_comm_errors": 10}
+#: nodes: it answers within microseconds (no Return Delay Time needed). It misses a reply now and then under load,
+#: which the driver's ``comm_error_window`` retries as on a real bus.
+EMULATED_BUS_OVERRIDES: Mapping[str, Any] = {"return_delay_us": 0.0}
 
 #: Parameters every bring-up sets on top of the params YAML, per node.
 BRINGUP_OVERRIDES: Mapping[str, Mapping[str, Any]] = {
@@ -409,14 +410,59 @@ def _die_with_parent() -> None:
         _LIBC_PRCTL(_PR_SET_PDEATHSIG, signal.SIGINT)
 
 
+#: The line Python prints before a traceback (an uncaught exception, in any thread of the child).
+_TRACEBACK = "Traceback (most recent call last):"
+
+
+@dataclass(frozen=True)
+class ChildExit:
+    """How one child of a :class:`Supervisor` ended.
+
+    Attributes:
+        name: The child (``trajectory_server``).
+        code: Its exit code (negative: killed by that signal), None while it runs.
+        killed: The supervisor had to kill it (it did not stop within the timeout).
+        traceback: The exception line of the last traceback it printed (``InvalidHandle: ...``), "" if none.
+    """
+
+    name: str
+    code: int | None
+    killed: bool = False
+    traceback: str = ""
+
+    @property
+    def clean(self) -> bool:
+        """Exited by itself with code 0 and printed no traceback."""
+        return self.code == 0 and not self.killed and not self.traceback
+
+    def describe(self) -> str:
+        """One phrase for the summary line, e.g. ``mocap printed a traceback (InvalidHandle: ...)``."""
+        parts = []
+        if self.killed:
+            parts.append("was killed after the stop timeout")
+        elif self.code is None:
+            parts.append("is still running")
+        elif self.code < 0:
+            parts.append(f"died of signal {signal.Signals(-self.code).name}")
+        elif self.code != 0:
+            parts.append(f"exited with code {self.code}")
+        if self.traceback:
+            parts.append(f"printed a traceback ({self.traceback})")
+        return f"{self.name} " + " and ".join(parts or ["exited cleanly"])
+
+
 class _Child:
-    """One started process: its Popen, a thread forwarding its output with a prefix, and its last lines."""
+    """One started process: its Popen, a thread forwarding its output with a prefix, its last lines and the
+    tracebacks it printed."""
 
     def __init__(self, name: str, argv: list[str], env: Mapping[str, str], sink: Callable[[str], None],
                  log_file: IO[str] | None) -> None:
         self.name = name
         self.tail: list[str] = []
         self.expected_exit = False
+        self.killed = False
+        self.traceback = ""  # exception line of the last traceback printed
+        self._in_traceback = False
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, env=dict(env), start_new_session=True,
                                      preexec_fn=_die_with_parent if _LIBC_PRCTL is not None else None)
@@ -430,6 +476,7 @@ class _Child:
         for raw in self.proc.stdout:
             line = raw.decode(errors="replace").rstrip("\n")
             self.tail = (self.tail + [line])[-40:]
+            self._watch_traceback(line)
             text = f"[{self.name}] {line}"
             self._sink(text)
             if self._log_file is not None:
@@ -437,8 +484,21 @@ class _Child:
                     self._log_file.write(text + "\n")
                     self._log_file.flush()
 
+    def _watch_traceback(self, line: str) -> None:
+        """Keep the exception line that ends a traceback: the first unindented line after its header."""
+        if line.startswith(_TRACEBACK):
+            self._in_traceback = True
+            self.traceback = self.traceback or "exception line not seen"
+        elif self._in_traceback and line and not line[0].isspace():
+            self._in_traceback = False
+            self.traceback = line.strip()
+
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def exit(self) -> ChildExit:
+        """How it ended (``code`` None while it runs)."""
+        return ChildExit(self.name, self.proc.poll(), self.killed, self.traceback)
 
     def signal(self, signum: int) -> None:
         """Signal the child's process group (it leads its own session), so helpers it started get it too."""
@@ -626,6 +686,7 @@ class Supervisor:
                 for child in stuck:
                     child.signal(signal.SIGKILL)
                     child.proc.wait(5)
+                    child.killed = True
                     self.left_behind.append(child.name)
                 for path in shm:
                     with contextlib.suppress(FileNotFoundError):
@@ -639,6 +700,15 @@ class Supervisor:
         if self.plan.temporary_run_dir and all(not c.alive() for c in self.children):
             shutil.rmtree(self.plan.run_dir, ignore_errors=True)
         return list(self.left_behind)
+
+    def exits(self) -> list[ChildExit]:
+        """How every child ended (after :meth:`stop`), in start order."""
+        return [c.exit() for c in self.children]
+
+    def unclean_exits(self) -> list[ChildExit]:
+        """Children that did not end cleanly: a non-zero exit code, a signal, killed, or a traceback printed (a
+        node's thread can print one and the process still exit 0)."""
+        return [e for e in self.exits() if not e.clean]
 
     @property
     def pids(self) -> dict[str, int]:

@@ -67,11 +67,16 @@ def _up(args: argparse.Namespace) -> int:
             signal.signal(s, handler)
     reason = f"signal {signal.Signals(stop_requested[0]).name}" if stop_requested else (
         "duration elapsed" if code == 0 else "failure")
-    print(f"retarget up: stopped ({reason}); "
-          + (f"killed after timeout: {', '.join(killed)}" if killed else "all processes exited cleanly"),
+    # A child's exit code and output tell whether it stopped cleanly: a non-zero code, a signal, a kill or a
+    # traceback (a node's thread may print one and the process still exit 0) make this run a failure.
+    unclean = [e.describe() for e in supervisor.unclean_exits()]
+    if unclean:
+        code = code or 1
+    print(f"retarget up: stopped ({reason}); " + ("; ".join(unclean) if unclean else "all processes exited cleanly"),
           flush=True)
     if args.json:
-        print(json.dumps({**status, "state": "stopped", "killed": killed, "reason": reason}), flush=True)
+        print(json.dumps({**status, "state": "stopped", "killed": killed, "unclean": unclean, "reason": reason}),
+              flush=True)
     return code
 
 

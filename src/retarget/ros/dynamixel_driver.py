@@ -2,14 +2,17 @@
 
 Subscribes ``joint_commands`` (trajectory_msgs/JointTrajectory: one point = setpoint, several = interpolated at
 ``rate``); each tick Sync Writes the goal positions and Sync Reads present position/velocity/current, published
-on ``joint_states``. Torque on at start (``torque_on_start``), off at shutdown and on any fault. A fault — host
-detected (no reply, CRC error, port gone) or device reported (status error, Hardware Error Status bits) — never
-crashes the node: it turns torque off where the bus still answers, stops commanding, and reports on
-``/diagnostics`` and the log, naming the servo. ``~/reboot`` (std_srvs/Trigger) reopens the port if needed,
-reboots servos with hardware errors and resumes, holding the present position.
+on ``joint_states``. Torque on at start (``torque_on_start``), off at shutdown and on any fault. Lost or corrupt
+replies are retried every tick for ``comm_error_window`` seconds before they become a fault; a device-reported
+error (status error, Hardware Error Status bits) or a vanished port is a fault at once, latched as on the servo. A
+fault never crashes the node: it turns torque off where the bus still answers, stops commanding, and reports on
+``driver_status`` (diagnostic_msgs/DiagnosticStatus, transient local: the trajectory server aborts its goal on it),
+``/diagnostics`` and the log, naming the servo(s), the fault and what to do. ``~/reboot`` (std_srvs/Trigger)
+reopens the port if needed, reboots servos with hardware errors and resumes, holding the present position.
 """
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +25,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
@@ -33,12 +37,17 @@ from retarget.dynamixel import (DEFAULT_SERVO_MODEL, SERVO_MODELS, CrcError, Dev
 from retarget.errors import InputError
 from retarget.ros.conversions import goal_points
 from retarget.ros.params import declare
+from retarget.ros.spinning import spin
 
-__all__ = ["DynamixelDriver", "Fault", "main"]
+__all__ = ["DRIVER_STATUS_QOS", "DynamixelDriver", "Fault", "main"]
 
 #: Host-detected errors that a retry on the next tick may clear.
 TRANSIENT = (NoReplyError, CrcError, MalformedPacketError)
 R = TypeVar("R")
+
+#: ``driver_status``: the latest status only, kept for late subscribers (a trajectory server started after a fault).
+DRIVER_STATUS_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                               durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
 @dataclass
@@ -50,7 +59,9 @@ class Fault:
         servo_id: Offending servo, or ``None`` when the whole bus is affected.
         message: Readable text.
         hardware_errors: ``{servo_id: [bit names]}`` read after the fault.
-        torque_off_failed: Servos that did not acknowledge torque off.
+        torque_off_failed: Servos whose torque state is unknown: neither the torque-off write nor a read-back of
+            Torque Enable got through (a lost port: every servo). Nothing reaches them, so torque stays as it was.
+        port: The bus's serial port.
     """
 
     kind: str
@@ -58,6 +69,34 @@ class Fault:
     message: str
     hardware_errors: dict[int, list[str]] = field(default_factory=dict)
     torque_off_failed: list[int] = field(default_factory=list)
+    port: str = ""
+
+    @property
+    def servo_ids(self) -> list[int]:
+        """Every servo the fault concerns: the offending one, those with hardware errors, those out of reach."""
+        ids = {*self.hardware_errors, *self.torque_off_failed}
+        if self.servo_id is not None:
+            ids.add(self.servo_id)
+        return sorted(ids)
+
+    def describe(self, reboot_service: str) -> str:
+        """One line for a person: which servo(s), what happened, what torque is doing and what to do."""
+        where = f"servo {self.servo_id}" if self.servo_id is not None else f"bus {self.port}"
+        parts = [f"{self.kind} fault on {where}: {self.message}"]
+        if self.hardware_errors:
+            parts.append("hardware errors: " + ", ".join(f"servo {i} {'+'.join(bits)}"
+                                                          for i, bits in sorted(self.hardware_errors.items())))
+        if self.torque_off_failed:
+            parts.append(f"torque state unknown on servos {self.torque_off_failed} (nothing reaches them: torque "
+                         "stays as it was, on if it was on), torque off on the others")
+        else:
+            parts.append("torque off on every servo")
+        if self.kind == "device":
+            todo = "remove the cause (load, heat, supply voltage)"
+        else:
+            todo = "check the adapter, cables and servo power"
+        parts.append(f"{todo}, then call {reboot_service}")
+        return "; ".join(parts)
 
 
 class DynamixelDriver(Node):
@@ -86,14 +125,14 @@ class DynamixelDriver(Node):
         self.rate = declare(self, "rate", T.DOUBLE, 100.0, "control and joint_states rate [Hz]", low=1.0,
                             high=1000.0)
         self.torque_on_start = declare(self, "torque_on_start", T.BOOL, True, "enable torque when started")
-        self.max_comm_errors = declare(self, "max_consecutive_comm_errors", T.INTEGER, 3,
-                                       "lost or corrupt replies in a row tolerated before a fault (1 = none)",
-                                       low=1, high=100)
+        self.comm_error_window = declare(self, "comm_error_window", T.DOUBLE, 1.5,
+                                         "how long lost or corrupt replies are retried, with no good read in "
+                                         "between, before they latch a fault [s]; 0 = none", low=0.0, high=60.0)
         self.startup_timeout = declare(self, "startup_timeout", T.DOUBLE, 5.0,
                                        "how long lost replies are retried while starting (model check, configure, "
                                        "first read, torque on) [s]",
                                        low=0.0, high=60.0)
-        self._comm_errors = 0
+        self._comm_errors_since: float | None = None  # monotonic [s] of the first failed read of a run
         if not self.joint_names or len(ids) != len(self.joint_names):
             raise InputError(f"need one dynamixel_ids entry per joint: {len(ids)} ids for "
                              f"{len(self.joint_names)} joint_names")
@@ -111,6 +150,8 @@ class DynamixelDriver(Node):
         self._hardware: dict[int, list[str]] = {}
         self._states = self.create_publisher(JointState, "joint_states", 10)
         self._diagnostics = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self._status = self.create_publisher(DiagnosticStatus, "driver_status", DRIVER_STATUS_QOS)
+        self.reboot_service = f"{self.get_fully_qualified_name()}/reboot"
         self.create_subscription(JointTrajectory, "joint_commands", self._on_command, 10)
         self.create_service(Trigger, "~/reboot", self._on_reboot)
         self.create_timer(1.0 / self.rate, self._tick)
@@ -142,8 +183,10 @@ class DynamixelDriver(Node):
             if self.torque_on_start:
                 self._retry("torque on", deadline, lambda: self.bus.set_torque(True))
             self.fault = None
+            self._comm_errors_since = None
             self.get_logger().info(f"bus {self.bus.port_name}: {len(self.bus.ids)} servos ready, torque "
                                    f"{'on' if self.torque_on_start else 'off'}")
+            self._publish_diagnostics()
         except DynamixelError as exc:
             self._enter_fault(exc)
 
@@ -184,19 +227,23 @@ class DynamixelDriver(Node):
                         self._follower = CommandFollower(self.joint_names, self.bus_state_positions())
                 state = self.bus.read_state()
             except TRANSIENT as exc:
-                # A lost or corrupt reply now and then is normal on a loaded host or a noisy bus; only a run of
-                # them is a fault (a real disconnect or a servo that stopped answering).
-                self._comm_errors += 1
-                if self._comm_errors >= self.max_comm_errors:
-                    self._enter_fault(exc)
+                # A lost or corrupt reply now and then is normal on a loaded host or a noisy bus, and a burst of
+                # them (electrical noise) passes; only errors lasting comm_error_window are a fault (a disconnect,
+                # a servo that stopped answering). Goals are still written meanwhile: Sync Write needs no reply.
+                now = time.monotonic()
+                if self._comm_errors_since is None:
+                    self._comm_errors_since = now
+                lasted = now - self._comm_errors_since
+                if lasted >= self.comm_error_window:
+                    self._enter_fault(exc, lasted)
                 else:
-                    self.get_logger().warning(f"communication error {self._comm_errors}/{self.max_comm_errors}: "
-                                              f"{exc}", throttle_duration_sec=1.0)
+                    self.get_logger().warning(f"communication error for {lasted:.2f} s (a fault after "
+                                              f"{self.comm_error_window:g} s): {exc}", throttle_duration_sec=1.0)
                 return
             except DynamixelError as exc:
                 self._enter_fault(exc)
                 return
-            self._comm_errors = 0
+            self._comm_errors_since = None
         msg = JointState()
         msg.header.stamp = self.get_clock().now().to_msg()
         msg.name = list(self.joint_names)
@@ -209,12 +256,19 @@ class DynamixelDriver(Node):
         """Present positions [rad] ``(m,)`` (raises bus errors)."""
         return self.bus.read_state(raise_on_alert=False).position
 
-    def _enter_fault(self, exc: DynamixelError) -> None:
-        """Torque off where possible, record and report the fault. Caller holds the lock."""
+    def _enter_fault(self, exc: DynamixelError, lasted: float = 0.0) -> None:
+        """Torque off where possible, record and report the fault. Caller holds the lock.
+
+        Args:
+            exc: The error that latched the fault.
+            lasted: How long transient errors had gone on [s] (0 for an immediate fault).
+        """
         kind = "device" if isinstance(exc, DeviceError) else "host" if isinstance(exc, HostError) else "other"
         servo_id = getattr(exc, "servo_id", None)
-        fault = Fault(kind, servo_id, str(exc))
-        failed = self.bus.safe_torque_off() if self.bus.is_open else {}
+        message = str(exc) + (f", for {lasted:.2f} s" if lasted > 0.0 else "")
+        fault = Fault(kind, servo_id, message, port=self.bus.port_name)
+        # A closed port (it vanished under the failed exchange) reaches no servo: every torque state is unknown.
+        failed = self.bus.safe_torque_off() if self.bus.is_open else dict.fromkeys(self.bus.ids, exc)
         fault.torque_off_failed = sorted(failed)
         if isinstance(exc, DeviceError) and exc.hardware_errors:
             fault.hardware_errors[exc.servo_id] = exc.hardware_errors
@@ -231,13 +285,10 @@ class DynamixelDriver(Node):
                 fault.hardware_errors[sid] = HardwareErrorStatus(bits).names()
         self.fault = fault
         self._follower = None
-        self._comm_errors = 0
-        where = f"servo {servo_id}" if servo_id is not None else f"bus {self.bus.port_name}"
-        self.get_logger().error(f"{kind} fault on {where}: {exc}; torque off "
-                                f"{'failed for ' + str(fault.torque_off_failed) if failed else 'on all servos'}"
-                                f"{'; hardware errors ' + str(fault.hardware_errors) if fault.hardware_errors else ''}"
-                                "; call ~/reboot once the fault is cleared")
+        self._comm_errors_since = None
+        # Reported first (the trajectory server aborts its goal on it), then logged.
         self._publish_diagnostics()
+        self.get_logger().error(fault.describe(self.reboot_service))
 
     def _on_reboot(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         with self._lock:
@@ -258,6 +309,7 @@ class DynamixelDriver(Node):
         return response
 
     def _publish_diagnostics(self) -> None:
+        """The bus's status on ``driver_status`` and ``/diagnostics`` (at 1 Hz, at every fault and recovery)."""
         fault = self.fault
         status = DiagnosticStatus(name="dynamixel_driver: bus", hardware_id=self.bus.port_name)
         status.values = [KeyValue(key="port", value=self.bus.port_name),
@@ -266,11 +318,14 @@ class DynamixelDriver(Node):
             status.level, status.message = DiagnosticStatus.OK, "running"
         else:
             status.level = DiagnosticStatus.ERROR
-            status.message = f"{fault.kind} fault: {fault.message}"
+            status.message = fault.describe(self.reboot_service)
             status.values += [KeyValue(key="fault_kind", value=fault.kind),
                               KeyValue(key="servo_id", value=str(fault.servo_id)),
+                              KeyValue(key="fault_servo_ids", value=str(fault.servo_ids)),
                               KeyValue(key="hardware_errors", value=str(fault.hardware_errors)),
-                              KeyValue(key="torque_off_failed", value=str(fault.torque_off_failed))]
+                              KeyValue(key="torque_off_failed", value=str(fault.torque_off_failed)),
+                              KeyValue(key="reboot_service", value=self.reboot_service)]
+        self._status.publish(status)
         msg = DiagnosticArray(status=[status])
         msg.header.stamp = self.get_clock().now().to_msg()
         self._diagnostics.publish(msg)
@@ -281,22 +336,29 @@ class DynamixelDriver(Node):
             if self.bus.is_open:
                 failed = self.bus.safe_torque_off()
                 if failed:
-                    self.get_logger().warning(f"torque off failed for servos {sorted(failed)}")
+                    self.get_logger().warning(f"torque state unknown for servos {sorted(failed)}: torque off "
+                                              "was neither acknowledged nor read back (torque stays as it was)")
                 self.bus.close()
 
 
 def main(args: list[str] | None = None) -> None:
     """Run the driver until Ctrl-C or external shutdown; torque goes off on the way out."""
     node: DynamixelDriver | None = None
+
+    def shutdown() -> None:
+        # A second Ctrl-C must not interrupt the torque-off writes half way (SIGTERM/SIGKILL still end it).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if node is not None:
+            node.shutdown()
+
     try:
         with rclpy.init(args=args):
             node = DynamixelDriver()
-            rclpy.spin(node)
+            spin(node, before_shutdown=shutdown)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
-        if node is not None:
-            node.shutdown()
+        shutdown()  # idempotent: torque off also when the node failed before spinning
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ from retarget.mocap import (
 from retarget.mocap.bags import pose_topic
 from retarget.mocap.twin import LiveTwinSource, PoseFunction
 from retarget.ros.params import declare
+from retarget.ros.spinning import spin
 
 __all__ = ["MocapNode", "NodeStats", "load_twin_motion", "builtin_step_motion", "looped", "tf_frame_name", "main"]
 
@@ -339,7 +340,14 @@ class MocapNode(Node):
                     self._queue.popleft()
                     self.stats.dropped += 1
                 self._queue.append(frame)
-            self._wake.trigger()
+            try:
+                self._wake.trigger()
+            except Exception:  # noqa: BLE001 - see below
+                # On SIGINT rclpy's signal handler shuts the context down (and its guard conditions with it) before
+                # main() can stop this thread: that is the end of the node, not an error.
+                if self._stop.is_set() or not self.context.ok():
+                    return
+                raise
 
     def _ensure_connected(self, client: NatNetClient) -> None:
         """Ask Motive for its server info and model definitions until it has answered both (rate limited)."""
@@ -476,7 +484,8 @@ def main(args: list[str] | None = None) -> None:
     try:
         with rclpy.init(args=args):
             node = MocapNode()
-            rclpy.spin(node)
+            # The receive thread stops before the context goes (it triggers a guard condition of the context).
+            spin(node, before_shutdown=node.shutdown)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except RetargetError as exc:

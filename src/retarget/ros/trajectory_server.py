@@ -7,7 +7,9 @@ is commanded. The move from the present state to the first point obeys the veloc
 (from the measured state, and from the running goal's last command when it replaces one). A valid goal replaces
 (aborts) the active one and is executed from the measured state: a timer at
 ``control_rate`` samples the trajectory, streams one-point setpoints on ``joint_commands`` and judges the
-``joint_states`` against path/goal tolerances. Cancel → hold the current position.
+``joint_states`` against path/goal tolerances. Cancel → hold the current position. A fault the driver reports on
+``driver_status`` aborts the running goal at once with the driver's description (servos, fault, what to do), and
+refuses new goals until the driver reports it running again.
 """
 from __future__ import annotations
 
@@ -19,12 +21,14 @@ from dataclasses import dataclass
 import numpy as np
 import rclpy
 from control_msgs.action import FollowJointTrajectory
+from diagnostic_msgs.msg import DiagnosticStatus
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.action.server import ServerGoalHandle
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.task import Future
 from sensor_msgs.msg import JointState
 from trajectory_msgs.msg import JointTrajectory
@@ -36,10 +40,20 @@ from retarget.errors import InputError
 from retarget.motion.limits import JointLimit
 from retarget.ros.conversions import goal_points, goal_tolerances, point_msg, setpoint_msg, time_to_seconds
 from retarget.ros.params import declare
+from retarget.ros.spinning import spin
 
 __all__ = ["TrajectoryServer", "main"]
 
 Result = FollowJointTrajectory.Result
+
+#: ``driver_status`` as the driver publishes it: the latest status, kept for late subscribers.
+DRIVER_STATUS_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                               durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+
+def _level(value: bytes | int) -> int:
+    """DiagnosticStatus.level is a ``byte`` field: rclpy gives ``bytes``."""
+    return value[0] if isinstance(value, bytes) else int(value)
 
 
 @dataclass
@@ -91,9 +105,12 @@ class TrajectoryServer(Node):
         self._active: _ActiveGoal | None = None
         self._state: tuple[np.ndarray, np.ndarray | None, float] | None = None
         self._last_command: np.ndarray | None = None
+        self._driver_fault: str | None = None  # the driver's description of its fault, None while it runs
         group = self._group = ReentrantCallbackGroup()
         self._commands = self.create_publisher(JointTrajectory, "joint_commands", 10)
         self.create_subscription(JointState, "joint_states", self._on_joint_state, 10, callback_group=group)
+        self.create_subscription(DiagnosticStatus, "driver_status", self._on_driver_status, DRIVER_STATUS_QOS,
+                                 callback_group=group)
         self._server = ActionServer(self, FollowJointTrajectory, "~/follow_joint_trajectory",
                                     execute_callback=self._execute, goal_callback=self._on_goal,
                                     cancel_callback=self._on_cancel, callback_group=group)
@@ -123,6 +140,20 @@ class TrajectoryServer(Node):
         velocities = (np.asarray(msg.velocity, dtype=float)[order] if len(msg.velocity) == len(msg.name) else None)
         self._state = (positions, velocities, self._now())
 
+    def _on_driver_status(self, msg: DiagnosticStatus) -> None:
+        """A driver fault aborts the running goal now (not ``state_timeout`` later, when joint_states stop)."""
+        with self._lock:
+            if _level(msg.level) < _level(DiagnosticStatus.ERROR):
+                if self._driver_fault is not None:
+                    self.get_logger().info(f"driver running again: {msg.message}")
+                self._driver_fault = None
+                return
+            self._driver_fault = msg.message or f"{msg.name}: error (no description)"
+            active = self._active
+            if active is not None:
+                self._finish(active, ExecutionStatus.ABORTED, ErrorCode.PATH_TOLERANCE_VIOLATED,
+                             f"driver fault: {self._driver_fault}")
+
     def _measured(self) -> ExecutionState | None:
         state = self._state
         if state is None or self._now() - state[2] > self.state_timeout:
@@ -136,7 +167,12 @@ class TrajectoryServer(Node):
     def _on_cancel(self, goal_handle: ServerGoalHandle) -> CancelResponse:
         return CancelResponse.ACCEPT
 
+    def _refuse_on_driver_fault(self) -> None:
+        if self._driver_fault is not None:
+            raise TrajectoryRejected(ErrorCode.INVALID_GOAL, f"driver fault: {self._driver_fault}")
+
     def _start_state(self) -> ExecutionState:
+        self._refuse_on_driver_fault()
         measured = self._measured()
         if self.open_loop and self._last_command is not None:
             return ExecutionState(self._last_command.copy())
@@ -165,6 +201,7 @@ class TrajectoryServer(Node):
         try:
             if goal.multi_dof_trajectory.joint_names or goal.multi_dof_trajectory.points:
                 raise TrajectoryRejected(ErrorCode.INVALID_JOINTS, "multi-DOF trajectories are not supported")
+            self._refuse_on_driver_fault()  # no joint_states to wait for from a faulted driver
             if self._measured() is None and not (self.open_loop and self._last_command is not None):
                 await self._fresh_state(self.state_timeout)  # a goal sent just as the driver comes up
             start = self._start_state()
@@ -277,9 +314,7 @@ def main(args: list[str] | None = None) -> None:
             # One thread: goal execution is async (awaits, holds no thread). rclpy's MultiThreadedExecutor kept this
             # node at ≈ 98 % of a core with its 100 Hz timer (busy re-waking on a timer whose callback was in flight),
             # which on 2 cores starved joint_states for seconds (flaky cross-process tests); single-threaded: ≈ 16 %.
-            executor = SingleThreadedExecutor()
-            executor.add_node(node)
-            executor.spin()
+            spin(node, SingleThreadedExecutor())
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
 
