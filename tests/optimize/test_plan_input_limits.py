@@ -83,3 +83,31 @@ def test_planner_request_refuses_before_any_model_work(private_cache):
     assert 0.09 <= info.value.violations[0].start_time <= 0.1  # 90 deg, the limit, is reached at 0.09 s
     assert stages == []  # no training stage began
     assert _written(private_cache) == []
+
+
+def _truncated_yaml() -> str:
+    from retarget.model.library import resolve_motion
+
+    text = resolve_motion("single_rod/step_30").read_text()
+    return text[:text.index("  - [0.700")] + "  - [0.70"
+
+
+@pytest.mark.parametrize(("name", "text", "expected"), [
+    ("nan.csv", "time [s],base_pitch [deg]\n0,0\n0.5,nan\n1,0\n", "line 3"),
+    ("backwards.csv", "time [s],base_pitch [deg]\n0,0\n0.5,1\n0.4,2\n", "line 4: time goes backwards"),
+    ("wrong_joint.csv", "time [s],elbow [deg]\n0,0\n0.5,1\n1,2\n", "no column for motors ['base_pitch']"),
+    ("truncated.yaml", None, "truncated.yaml"),
+    ("empty.csv", "", "empty CSV file"),
+    ("missing.csv", "", "no such motion"),
+])
+def test_plan_cli_refuses_malformed_motion_files_clearly(tmp_path, private_cache, capsys, name, text, expected):
+    from retarget.cli import main
+
+    path = tmp_path / name
+    if name != "missing.csv":
+        path.write_text(_truncated_yaml() if text is None else text)
+    code = main(["plan", "single_rod", "--motion", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert expected in err and "model:" not in err
+    assert _written(private_cache) == []

@@ -195,12 +195,23 @@ def check_plan_input(robot: str | Path, motion: Motion | str | Path) -> Motion:
     Raises:
         MotionLimitError: A joint leaves its position limits; the message names the joint, the row (the file's line
             or row when read from a file), the time [s] and the value (rad and deg).
+        JointMismatchError: The motion has no column for some of the robot's motors.
         MotionFormatError, UnknownNameError: An unreadable motion file, an unknown motion or robot.
     """
+    from retarget.model.library import robot_config
+    from retarget.motion.errors import JointMismatchError
     from retarget.motion.io import load_motion
 
     limits = robot_position_limits(robot)
+    source = None
     if isinstance(motion, (str, Path)):
-        return load_motion(motion, joint_limits=limits)
-    motion.assert_within_limits(limits)
+        source = str(motion)
+        motion = load_motion(motion, joint_limits=limits)
+    else:
+        motion.assert_within_limits(limits)
+    motors = [str(m) for m in robot_config(robot)["retarget"].get("motors") or []]
+    missing = [m for m in motors if m not in motion.joint_names]
+    if missing:
+        raise JointMismatchError(f"the motion has no column for motors {missing} of robot {str(robot)!r} (it has "
+                                 f"{list(motion.joint_names)})", missing=missing, source=source)
     return motion
