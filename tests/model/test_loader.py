@@ -100,12 +100,15 @@ def test_fitted_materials_file_overrides_the_library(tmp_path):
     text = (FIXTURES / "mini_rod.yaml").read_text()
     (tmp_path / "mini_rod.urdf.xacro").write_text((FIXTURES / "mini_rod.urdf.xacro").read_text())
     (tmp_path / "robot.yaml").write_text(text)
-    before = load_robot(tmp_path / "robot.yaml").flexible_parts[0].material
+    before = load_robot(tmp_path / "robot.yaml").flexible_parts[0].nominal_material
     (tmp_path / "materials.yaml").write_text(
         f"materials:\n  {before.name}: {{youngs_modulus: 1.5e11, rayleigh_alpha: 0.25}}\n")
-    after = load_robot(tmp_path / "robot.yaml").flexible_parts[0].material
-    assert after.youngs_modulus == 1.5e11 and after.rayleigh_alpha == 0.25
+    part = load_robot(tmp_path / "robot.yaml").flexible_parts[0]
+    after = part.nominal_material
+    assert after.youngs_modulus == pytest.approx(1.5e11, rel=1e-14) and after.rayleigh_alpha == 0.25
     assert after.density == before.density and after.youngs_modulus != before.youngs_modulus
+    # The simulator's material is the calibrated one: E times the part's stiffness factor.
+    assert part.material.youngs_modulus == pytest.approx(1.5e11 * part.stiffness_factor, rel=1e-14)
 
 
 def test_mesh_scale_and_resolution_override_the_flexible_mesh():

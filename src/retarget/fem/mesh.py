@@ -25,8 +25,10 @@ __all__ = [
     "DEFAULT_ROD_AROUND",
     "TetMesh",
     "bar_mesh",
+    "bar_resolution",
     "default_rod_axial",
     "plate_mesh",
+    "plate_resolution",
     "read_mesh",
     "rod_mesh",
     "write_mesh",
@@ -298,6 +300,30 @@ def rod_mesh(
     return TetMesh(nodes, tets)
 
 
+def bar_resolution(
+    length: float,
+    width: float,
+    thickness: float,
+    n_axial: int | None = None,
+    n_width: int | None = None,
+    n_thickness: int | None = None,
+) -> tuple[int, int, int]:
+    """The element counts ``(n_axial, n_width, n_thickness)`` :func:`bar_mesh` uses (``None``: its default)."""
+    length = _positive_length("length", length)
+    width = _positive_length("width", width)
+    thickness = _positive_length("thickness", thickness)
+    small = min(width, thickness)
+    n_width = max(1, min(16, round(width / small))) if n_width is None else _positive_int("n_width", n_width)
+    n_thickness = (
+        max(1, min(16, round(thickness / small)))
+        if n_thickness is None
+        else _positive_int("n_thickness", n_thickness)
+    )
+    if n_axial is None:
+        n_axial = max(2, math.ceil(length / small))
+    return _positive_int("n_axial", n_axial), n_width, n_thickness
+
+
 def bar_mesh(
     length: float,
     width: float,
@@ -317,19 +343,7 @@ def bar_mesh(
         n_width: Divisions along x; default makes cross-section cells about square (1 on the short side).
         n_thickness: Divisions along y; same default rule.
     """
-    length = _positive_length("length", length)
-    width = _positive_length("width", width)
-    thickness = _positive_length("thickness", thickness)
-    small = min(width, thickness)
-    n_width = max(1, min(16, round(width / small))) if n_width is None else _positive_int("n_width", n_width)
-    n_thickness = (
-        max(1, min(16, round(thickness / small)))
-        if n_thickness is None
-        else _positive_int("n_thickness", n_thickness)
-    )
-    if n_axial is None:
-        n_axial = max(2, math.ceil(length / small))
-    n_axial = _positive_int("n_axial", n_axial)
+    n_axial, n_width, n_thickness = bar_resolution(length, width, thickness, n_axial, n_width, n_thickness)
     pts2d, tris2d = _grid2d(width, thickness, n_width, n_thickness)
     nodes, tets, _ = _extrude(pts2d, tris2d, np.linspace(0.0, length, n_axial + 1))
     return TetMesh(nodes, tets)
@@ -357,6 +371,19 @@ def plate_mesh(
         n_width: Divisions along x; same default rule.
         n_thickness: Divisions along y.
     """
+    n_axial, n_width, n_thickness = plate_resolution(length, width, thickness, n_axial, n_width, n_thickness)
+    return bar_mesh(length, width, thickness, n_axial, n_width, n_thickness)
+
+
+def plate_resolution(
+    length: float,
+    width: float,
+    thickness: float,
+    n_axial: int | None = None,
+    n_width: int | None = None,
+    n_thickness: int = 1,
+) -> tuple[int, int, int]:
+    """The element counts ``(n_axial, n_width, n_thickness)`` :func:`plate_mesh` uses (``None``: its default)."""
     length = _positive_length("length", length)
     width = _positive_length("width", width)
     thickness = _positive_length("thickness", thickness)
@@ -365,7 +392,7 @@ def plate_mesh(
         n_axial = max(2, math.ceil(length / h))
     if n_width is None:
         n_width = max(2, math.ceil(width / h))
-    return bar_mesh(length, width, thickness, n_axial, n_width, n_thickness)
+    return _positive_int("n_axial", n_axial), _positive_int("n_width", n_width), _positive_int("n_thickness", n_thickness)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import numpy as np
 import yaml
 from numpy.typing import NDArray
 
-from retarget.model.robot import ModelError, RobotBuilder, RobotModel
+from retarget.model.robot import MeshGenerator, ModelError, RobotBuilder, RobotModel
 
 __all__ = ["load_robot", "parse_origin", "read_robot_yaml", "resolve_urdf"]
 
@@ -133,13 +133,22 @@ def _flexible_mesh(
     yaml_path: Path,
     mesh_scale: float = 1.0,
     resolution: Mapping[str, Any] | None = None,
-) -> tuple[Any, float]:
-    """The part's rest mesh in its own frame and its length along +z [m].
+) -> tuple[Any, float, MeshGenerator | None]:
+    """The part's rest mesh in its own frame, its length along +z [m] and how it was generated (None: a file).
 
     ``resolution`` (keys ``axial``, ``around`` for rods; ``axial``, ``width``, ``thickness`` for bars and plates)
     overrides the YAML's; ``mesh_scale`` then multiplies the axial layer count (plates: also the width count).
     """
-    from retarget.fem.mesh import DEFAULT_ROD_AROUND, bar_mesh, default_rod_axial, plate_mesh, read_mesh, rod_mesh
+    from retarget.fem.mesh import (
+        DEFAULT_ROD_AROUND,
+        bar_mesh,
+        bar_resolution,
+        default_rod_axial,
+        plate_mesh,
+        plate_resolution,
+        read_mesh,
+        rod_mesh,
+    )
 
     mesh_spec = spec.get("mesh") or {}
     if "file" in mesh_spec:
@@ -149,7 +158,7 @@ def _flexible_mesh(
         if not f.is_absolute():
             f = next((c for c in (yaml_path.parent / f, _repo_share() / f) if c.is_file()), f)
         mesh = read_mesh(f)
-        return mesh, float(mesh.nodes[:, 2].max())
+        return mesh, float(mesh.nodes[:, 2].max()), None
     gen = mesh_spec.get("generator")
     res = dict(mesh_spec.get("resolution") or {})
     res.update(resolution or {})
@@ -163,10 +172,12 @@ def _flexible_mesh(
             axial = res.get("axial")
             if mesh_scale != 1.0:
                 axial = _scaled(axial, default_rod_axial(length, diameter), mesh_scale)
-            return rod_mesh(length, diameter, axial, res.get("around", DEFAULT_ROD_AROUND)), length
+            axial = default_rod_axial(length, diameter) if axial is None else int(axial)
+            around = int(res.get("around", DEFAULT_ROD_AROUND))
+            generator = MeshGenerator("rod", length, diameter=diameter, resolution={"axial": axial, "around": around})
+            return rod_mesh(length, diameter, axial, around), length, generator
         if gen in ("bar", "plate"):
             width, thickness = float(mesh_spec["width"]), float(mesh_spec["thickness"])
-            maker = bar_mesh if gen == "bar" else plate_mesh
             axial, n_width = res.get("axial"), res.get("width")
             if mesh_scale != 1.0:
                 # The generators' own defaults (retarget.fem.mesh.bar_mesh / plate_mesh), scaled.
@@ -176,8 +187,15 @@ def _flexible_mesh(
                     cell = max(min(length, width) / 6.0, 2.0 * thickness)
                     axial = _scaled(axial, max(2, math.ceil(length / cell)), mesh_scale)
                     n_width = _scaled(n_width, max(2, math.ceil(width / cell)), mesh_scale)
-            extra = [res["thickness"]] if "thickness" in res else []
-            return maker(length, width, thickness, axial, n_width, *extra), length
+            if gen == "bar":
+                counts = bar_resolution(length, width, thickness, axial, n_width, res.get("thickness"))
+                mesh = bar_mesh(length, width, thickness, *counts)
+            else:
+                counts = plate_resolution(length, width, thickness, axial, n_width, res.get("thickness", 1))
+                mesh = plate_mesh(length, width, thickness, *counts)
+            generator = MeshGenerator(gen, length, width=width, thickness=thickness,
+                                      resolution=dict(zip(("axial", "width", "thickness"), counts)))
+            return mesh, length, generator
     except KeyError as exc:
         raise ModelError(f"flexible part {part!r}: mesh needs {exc}") from exc
     raise ModelError(f"flexible part {part!r}: mesh needs 'file' or generator rod|bar|plate, got {mesh_spec!r}")
@@ -200,6 +218,7 @@ def load_robot(
     mesh_scale: float = 1.0,
     resolution: Mapping[str, Mapping[str, int]] | None = None,
     merge_fixed: bool = True,
+    stiffness_calibration: bool = True,
 ) -> RobotModel:
     """Load ``config/<robot>.yaml`` + URDF/xacro into a :class:`RobotModel` (world frame at zero joint values).
 
@@ -217,6 +236,11 @@ def load_robot(
             its 6 coordinates nor the weld's 6 constraint rows. Links welded to the world, tracked links and
             links welded to a tracked link stay separate (a tracked body's centre of mass is what is tracked).
             ``RobotModel.merged_links`` maps each merged link to its body. False keeps every link with mass.
+        stiffness_calibration: scale each generated part's Young's modulus by c = (f1_ref / f1_mesh)² so that its
+            first bending frequencies (clamped at its root interface) match the mesh-converged reference
+            (:func:`retarget.fem.model_card.calibrate_stiffness`; ``FlexiblePart.stiffness_factor`` records c,
+            ``FlexiblePart.material`` is the scaled material). Parts read from mesh files are not calibrated.
+            The first load of a new part computes its reference (seconds to a minute, then cached on disk).
 
     Raises:
         ModelError: unreadable files, unknown links/joints, bad flexible parts or loop joints, a non-positive
@@ -352,7 +376,7 @@ def load_robot(
         link = str(f.get("link", ""))
         if link not in poses:
             raise ModelError(f"flexible part {part!r}: link {link!r} is not a URDF link")
-        mesh, length = _flexible_mesh(f, part, yaml_path, float(mesh_scale), (resolution or {}).get(part))
+        mesh, length, generator = _flexible_mesh(f, part, yaml_path, float(mesh_scale), (resolution or {}).get(part))
         t = poses[link] @ parse_origin(f.get("origin"))
         world = TetMesh(mesh.nodes @ t[:3, :3].T + t[:3, 3], mesh.tets)
         ifaces = []
@@ -361,11 +385,16 @@ def load_robot(
             nodes = _interface_nodes(mesh, length, itf.get("region") or {}, part)
             ifaces.append((resolve(il) if il is not None and il != root else None, nodes))
         material = get_material(f.get("material", "spring_steel"), overrides_path=materials_path)
-        b.add_flexible_part(part, world, material, ifaces, replaces=link)
+        b.add_flexible_part(part, world, material, ifaces, replaces=link, generator=generator, pose=t)
     b.set_motors(motors)
     for tb in cfg.get("tracked_bodies") or []:
         b.track(str(tb["link"]), float(tb.get("position_weight", 1.0)), float(tb.get("orientation_weight", 0.0)))
-    return b.build(merged_links=merged)
+    model = b.build(merged_links=merged)
+    if stiffness_calibration and any(p.generator is not None for p in model.flexible_parts):
+        from retarget.fem.model_card import calibrate_stiffness
+
+        model = calibrate_stiffness(model)
+    return model
 
 
 def _composite(

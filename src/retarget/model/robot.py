@@ -23,6 +23,7 @@ __all__ = [
     "Joint",
     "JOINT_KINDS",
     "Link",
+    "MeshGenerator",
     "ModelError",
     "RobotBuilder",
     "RobotModel",
@@ -102,6 +103,31 @@ class Interface:
     nodes: NDArray[np.int64]
 
 
+@dataclass(frozen=True)
+class MeshGenerator:
+    """How a flexible part's mesh was generated (``retarget.fem.mesh.rod_mesh``/``bar_mesh``/``plate_mesh``).
+
+    The generators build the part in its own frame: along +z from z = 0 to ``length``; a bar's or plate's width
+    along x and thickness along y.
+
+    Attributes:
+        kind: ``"rod"``, ``"bar"`` or ``"plate"``.
+        length: extent along the part's z [m].
+        diameter: a rod's diameter [m] (0 for bars and plates).
+        width: a bar's or plate's extent along x [m] (0 for rods).
+        thickness: a bar's or plate's extent along y [m] (0 for rods).
+        resolution: the element counts used: ``axial``, ``around`` (rods); ``axial``, ``width``,
+            ``thickness`` (bars, plates).
+    """
+
+    kind: str
+    length: float
+    diameter: float = 0.0
+    width: float = 0.0
+    thickness: float = 0.0
+    resolution: Mapping[str, int] = field(default_factory=dict)
+
+
 @dataclass(frozen=True, eq=False)
 class FlexiblePart:
     """A deformable part: a 10-node tet mesh in world coordinates at the reference, a material, interfaces.
@@ -109,9 +135,16 @@ class FlexiblePart:
     Attributes:
         name: unique name.
         mesh: a :class:`retarget.fem.mesh.TetMesh` placed in the world [m].
-        material: a :class:`retarget.fem.material.Material`.
+        material: a :class:`retarget.fem.material.Material`: the one the simulator uses, i.e. the nominal
+            material with its Young's modulus multiplied by ``stiffness_factor``.
         interfaces: the rigid links it is welded to (two or more close loops).
         replaces: the URDF link this part replaces ('' if none).
+        generator: how the mesh was generated (None: read from a file or built by hand).
+        pose: the part's own frame in the world at the reference (4, 4): the generator's frame (z along the
+            part) for generated meshes, the file's frame for read ones.
+        stiffness_factor: the calibration factor c applied to the nominal Young's modulus (1.0: not calibrated),
+            c = (f1_reference / f1_mesh)² so that the mesh's first bending frequencies match the mesh-converged
+            reference (``retarget.fem.model_card``, docs/fem.md).
     """
 
     name: str
@@ -119,6 +152,18 @@ class FlexiblePart:
     material: Any
     interfaces: tuple[Interface, ...]
     replaces: str = ""
+    generator: MeshGenerator | None = None
+    pose: NDArray[np.float64] = field(default_factory=lambda: np.eye(4))
+    stiffness_factor: float = 1.0
+
+    @property
+    def nominal_material(self) -> Any:
+        """The material before calibration (Young's modulus divided by ``stiffness_factor``)."""
+        if self.stiffness_factor == 1.0:
+            return self.material
+        from dataclasses import replace
+
+        return replace(self.material, youngs_modulus=self.material.youngs_modulus / self.stiffness_factor)
 
 
 @dataclass(frozen=True)
@@ -269,8 +314,11 @@ class RobotBuilder:
         material: Any,
         interfaces: Iterable[tuple[str | None, ArrayLike]],
         replaces: str = "",
+        generator: MeshGenerator | None = None,
+        pose: ArrayLike | None = None,
     ) -> FlexiblePart:
-        """Add a FEM part: ``mesh`` in world coordinates, ``interfaces`` as ``(link or None, node ids)`` pairs."""
+        """Add a FEM part: ``mesh`` in world coordinates, ``interfaces`` as ``(link or None, node ids)`` pairs;
+        ``generator`` and ``pose`` as in :class:`FlexiblePart`."""
         if name in self._parts:
             raise ModelError(f"duplicate flexible part {name!r}")
         ifaces = []
@@ -283,7 +331,8 @@ class RobotBuilder:
             ifaces.append(Interface(link, ids))
         if not ifaces:
             raise ModelError(f"flexible part {name!r} has no interface: it would fall freely")
-        part = FlexiblePart(name, mesh, material, tuple(ifaces), replaces)
+        pose_m = np.eye(4) if pose is None else _vec(pose, f"flexible part {name!r} pose", (4, 4))
+        part = FlexiblePart(name, mesh, material, tuple(ifaces), replaces, generator, pose_m)
         self._parts[name] = part
         return part
 
