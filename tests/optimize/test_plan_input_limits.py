@@ -111,3 +111,14 @@ def test_plan_cli_refuses_malformed_motion_files_clearly(tmp_path, private_cache
     assert code == 2
     assert expected in err and "model:" not in err
     assert _written(private_cache) == []
+
+
+def test_a_robot_outside_the_package_is_checked_from_its_own_files(tmp_path):
+    # The model loader's lookup: the URDF beside the YAML (tiny_robot's layout), as `retarget plan <yaml>` loads it.
+    from tiny_robot import write_tiny_robot
+
+    folder = write_tiny_robot(tmp_path)
+    assert robot_position_limits(folder / "tiny_rod.yaml")["m"][:2] == (-1.0, 1.0)
+    m = Motion(np.array([0.0, 0.1]), ("m",), np.array([[0.0], [1.5]]))
+    with pytest.raises(MotionLimitError, match=r"joint 'm' at row 1 \(t = 0.1 s\): angle 1.5 rad"):
+        check_plan_input(folder / "tiny_rod.yaml", m)

@@ -159,6 +159,18 @@ def find_limit_violations(time: np.ndarray, joint_names: tuple[str, ...], positi
     return out
 
 
+def _robot_description(robot: str | Path) -> tuple[dict[str, Any], str]:
+    """The robot YAML's ``retarget:`` section and its URDF as XML, found as the model loader finds them (a URDF
+    beside the YAML, in ``../urdf`` or in the package's ``urdf/``; xacro run with the YAML's ``xacro_args``)."""
+    from retarget.model import library
+    from retarget.model.loader import _urdf_xml, read_robot_yaml, resolve_urdf
+
+    path = Path(robot) if Path(robot).is_file() else library.resolve_robot(str(robot))
+    cfg = read_robot_yaml(path)
+    urdf = resolve_urdf(str(cfg.get("urdf", "")), path)
+    return cfg, _urdf_xml(urdf, cfg.get("xacro_args") or {})
+
+
 def robot_position_limits(robot: str | Path) -> dict[str, JointLimit]:
     """The position limits of a robot's URDF joints, speeds unlimited (the servo's speed is the planner's to report).
 
@@ -170,12 +182,12 @@ def robot_position_limits(robot: str | Path) -> dict[str, JointLimit]:
 
     Raises:
         UnknownNameError: Unknown robot.
-        InputError: The URDF is missing or xacro fails.
+        ModelError: The URDF is missing or xacro fails.
     """
-    from retarget.model.library import urdf_xml
     from retarget.motion.kinematics import RigKinematics
 
-    return {name: JointLimit(lim.lower, lim.upper) for name, lim in RigKinematics(urdf_xml(robot)).limits.items()}
+    _, xml = _robot_description(robot)
+    return {name: JointLimit(lim.lower, lim.upper) for name, lim in RigKinematics(xml).limits.items()}
 
 
 def check_plan_input(robot: str | Path, motion: Motion | str | Path) -> Motion:
@@ -198,18 +210,19 @@ def check_plan_input(robot: str | Path, motion: Motion | str | Path) -> Motion:
         JointMismatchError: The motion has no column for some of the robot's motors.
         MotionFormatError, UnknownNameError: An unreadable motion file, an unknown motion or robot.
     """
-    from retarget.model.library import robot_config
     from retarget.motion.errors import JointMismatchError
     from retarget.motion.io import load_motion
+    from retarget.motion.kinematics import RigKinematics
 
-    limits = robot_position_limits(robot)
+    cfg, xml = _robot_description(robot)
+    limits = {name: JointLimit(lim.lower, lim.upper) for name, lim in RigKinematics(xml).limits.items()}
     source = None
     if isinstance(motion, (str, Path)):
         source = str(motion)
         motion = load_motion(motion, joint_limits=limits)
     else:
         motion.assert_within_limits(limits)
-    motors = [str(m) for m in robot_config(robot)["retarget"].get("motors") or []]
+    motors = [str(m) for m in cfg.get("motors") or []]
     missing = [m for m in motors if m not in motion.joint_names]
     if missing:
         raise JointMismatchError(f"the motion has no column for motors {missing} of robot {str(robot)!r} (it has "
