@@ -179,8 +179,15 @@ def _plan(args: argparse.Namespace) -> int:
                           first_step=args.first_step, window=args.window, window_tail=args.window_tail,
                           window_overlap=args.window_overlap, torque_weight=args.torque_weight,
                           torque_margin=args.torque_margin, start=args.start,
-                          verify_dt=verify_dt if verify_dt > 0 else None)
+                          verify_dt=verify_dt if verify_dt > 0 else None,
+                          stiffness_band=_factors(args.robust, "--robust"))
     engine = reduced_engine(pm.reduced, tolerance=1e-10)
+
+    def engine_factory(factor: float) -> Any:
+        from retarget.sim.reduced.system import with_stiffness_scale
+
+        return reduced_engine(with_stiffness_scale(pm.reduced, factor), tolerance=1e-10)
+
     limits = limits_for(pm.model, pm.config)
     if options.time_budget is not None:
         print("warming up: compiling the plan's kernels (minutes after an install or update, else seconds; not "
@@ -202,12 +209,13 @@ def _plan(args: argparse.Namespace) -> int:
         where = {"window": f"{it['window']}/{it['windows']}"} if "window" in it else {}
         bar.set_postfix(**where, J=f"{it['objective']:.4e}", grad=f"{it['gradient_norm']:.2e}")
 
-    result = run_plan(engine, motion, bodies, limits, options, progress, callback)
+    result = run_plan(engine, motion, bodies, limits, options, progress, callback, engine_factory)
     bar.close()
     metrics = result.metrics()
     if verify_dt > 0 and "optimized" in result.variants and "naive" in result.variants:
         print(f"verifying the plan at dt {verify_dt:g} s (naive and optimized re-simulated)", file=sys.stderr)
         metrics.update(verify_metrics(result, verify_dt))
+    metrics.update(_check_elsewhere(args, pm, result, engine_factory, progress))
     metrics["wall_s"] = time.perf_counter() - started
     metrics["model"] = pm.info
     opt = result.profiles
@@ -234,11 +242,111 @@ def _plan(args: argparse.Namespace) -> int:
             m = metrics[name]
             lag = f", lag {m['lag_s']:.3f} s" if "lag_s" in m else ""
             print(f"  {name:13s} peak {1e3 * m['peak_deviation_m']:7.2f} mm  RMS {1e3 * m['rms_deviation_m']:7.2f} mm{lag}")
+    _print_checks(metrics)
     for w in result.warnings:
         print(f"warning: {w}", file=sys.stderr)
     if args.json:
-        print(json.dumps(metrics, default=float))
+        print(json.dumps(_strict(metrics), default=float, allow_nan=False))
+    if not metrics["cut_reached"]:
+        print(f"error: no meaningful cut: {metrics['cut_verdict']}", file=sys.stderr)
+        return 3
     return 0
+
+
+#: A plan whose optimized peak deviation (in the verification model, else the planning model) is above this
+#: fraction of naive playback's has not reached a meaningful cut: `retarget plan` says so and exits 3.
+MEANINGFUL_CUT = 0.9
+
+
+def _factors(text: str | None, option: str) -> tuple[float, ...]:
+    """Stiffness factors from ``"0.9,1.1"`` ("" or "none": none)."""
+    from retarget.errors import InputError
+
+    if text is None or str(text).strip().lower() in ("", "none", "0"):
+        return ()
+    try:
+        values = tuple(float(v) for v in str(text).split(","))
+    except ValueError as exc:
+        raise InputError(f"{option} takes comma-separated stiffness factors like 0.9,1.1, got {text!r}") from exc
+    if not all(0.2 <= v <= 5.0 for v in values):
+        raise InputError(f"{option}: stiffness factors must lie in [0.2, 5], got {text!r}")
+    return values
+
+
+def _strict(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by None (strict JSON)."""
+    import math
+
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    return value
+
+
+def _check_elsewhere(args: argparse.Namespace, pm: Any, result: Any, engine_factory: Any,
+                     progress: Any) -> dict[str, Any]:
+    """The plan measured in models it was not optimized on: the full FEM (``verified``) and the stiffness band
+    (``band``); the headline ``verified_peak_ratio`` and the verdict ``cut_reached``."""
+    from retarget.optimize.verification import full_verification_cost, stiffness_band, verify_full
+
+    out: dict[str, Any] = {}
+    if "optimized" not in result.variants:
+        return {"cut_reached": False, "cut_verdict": "no optimized result"}
+    band = _factors(args.band, "--band")
+    if band:
+        print(f"robustness band: stiffness x {', '.join(f'{f:g}' for f in band)} (reduced model)", file=sys.stderr)
+        out["band"] = stiffness_band(result, band, engine_factory)
+    duration = float(result.pp.targets.times[-1])
+    dt_full = float(args.verify_full_dt)
+    estimate = full_verification_cost(pm.model, duration, dt_full)
+    mode = args.verify_model
+    if mode == "auto":
+        mode = "full" if estimate <= args.verify_full_max_s else "none"
+        if mode == "none":
+            result.warnings.append(f"not verified in the full FEM: estimated {estimate:.0f} s > --verify-full-max-s "
+                                   f"{args.verify_full_max_s:g} s; the plan's figures are the planning model's")
+            out["warnings"] = list(result.warnings)
+    if mode == "full":
+        print(f"verifying in the full FEM ({sum(3 * p.mesh.n_nodes for p in pm.model.flexible_parts)} deformable "
+              f"DOFs, dt {dt_full:g} s; about {estimate:.0f} s): naive, ZVD and optimized", file=sys.stderr)
+        out["verified"] = verify_full(result, pm.model, dt_full, progress=progress)
+    planned = result.variants["optimized"].metrics["peak_deviation_m"] / result.variants["naive"].metrics[
+        "peak_deviation_m"]
+    verified = out.get("verified", {}).get("peak_ratio")
+    out["planning_peak_ratio"] = planned
+    out["verified_peak_ratio"] = verified
+    out["verification_model"] = "full FEM" if verified is not None else "none"
+    out["optimized_peak_torque_ratio"] = result.variants["optimized"].metrics["peak_torque_ratio"]
+    headline = verified if verified is not None else planned
+    out["cut_reached"] = bool(headline <= MEANINGFUL_CUT)
+    where = "in the full FEM" if verified is not None else "in the planning model (not verified elsewhere)"
+    out["cut_verdict"] = (f"optimized peak deviation {headline:.3f} x naive {where}"
+                          + ("" if out["cut_reached"] else f", above {MEANINGFUL_CUT:g} x: nothing worth playing "
+                             "was gained (try a finer --dt, more --max-iterations, or a servo-feasible motion)"))
+    return out
+
+
+def _print_checks(metrics: dict[str, Any]) -> None:
+    """The verification and robustness figures, after the planning model's."""
+    ver = metrics.get("verified")
+    if ver:
+        print(f"  verified in the full FEM ({ver['deformable_dofs']} DOFs, dt {ver['dt_s']:g} s):")
+        for name in ("naive", "zvd", "optimized"):
+            if name in ver:
+                m = ver[name]
+                print(f"    {name:11s} peak {1e3 * m['peak_deviation_m']:7.2f} mm  RMS "
+                      f"{1e3 * m['rms_deviation_m']:7.2f} mm  ring-out {1e3 * m['ring_out_peak_m']:7.2f} mm  "
+                      f"torque {m['peak_torque_ratio']:.2f} x stall")
+    band = metrics.get("band") or {}
+    for key, entry in band.items():
+        if isinstance(entry, dict) and "peak_ratio" in entry:
+            zvd = f", ZVD {entry['zvd']['peak_deviation_m'] / entry['naive']['peak_deviation_m']:.3f} x" \
+                if "zvd" in entry else ""
+            print(f"  stiffness {key}: optimized peak {entry['peak_ratio']:.3f} x naive{zvd}")
+    print(f"  headline: {metrics['cut_verdict']}")
 
 
 def _check_gradient(args: argparse.Namespace) -> int:
@@ -356,6 +464,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--time-budget", type=float, default=None, metavar="S", help="wall-time budget of the planning "
                    "[s] (targets, optimization, baselines, verification; not the model, nor the warm-up that "
                    "compiles the kernels first): the best iterate when it runs out")
+    p.add_argument("--robust", default="0.9,1.1", metavar="F,F", help="stiffness factors of the robust objective's "
+                   "other models: J is averaged over the nominal model and these (default 0.9,1.1: frequencies "
+                   "about -5 %% and +5 %%; 'none': the nominal model alone; not with --window)")
+    p.add_argument("--band", default="0.9,1.1", metavar="F,F", help="stiffness factors at which the plan's cut is "
+                   "reported beside ZVD's (default 0.9,1.1; 'none': no band)")
+    p.add_argument("--verify-model", choices=("auto", "full", "none"), default="auto", help="re-simulate naive, ZVD "
+                   "and optimized in the full FEM (a model the optimizer never saw): auto (default) when its "
+                   "estimated cost is within --verify-full-max-s")
+    p.add_argument("--verify-full-dt", type=float, default=0.002, metavar="S", help="step of the full-FEM "
+                   "verification [s] (default 0.002)")
+    p.add_argument("--verify-full-max-s", type=float, default=600.0, metavar="S", help="largest estimated cost of "
+                   "the automatic full-FEM verification [s] (default 600)")
     p.add_argument("--verify-dt", type=float, default=None, metavar="S", help="re-simulate the naive and optimized "
                    "profiles at this finer step and warn when the improvement does not hold there (default: "
                    "--dt / 5; 0: no verification)")

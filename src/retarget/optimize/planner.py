@@ -45,6 +45,7 @@ from retarget.optimize.limits import (
     torque_report,
 )
 from retarget.optimize.objective import MotorRegularizer, TrackingObjective, deviation_metrics
+from retarget.optimize.robust import Ensemble, evaluate_ensemble
 from retarget.optimize.targets import Targets, quasi_static_targets
 from retarget.optimize.weights import TrackedBodyWeights, WeightSchedule
 
@@ -128,6 +129,10 @@ class PlanOptions:
             penalty is most of ``J`` and the simulations go to slowing the motors down (the boxer: 23.7 of 23.8).
             The naive baseline still plays the input as authored, and the start is reported as the
             ``speed_limited`` variant. ``"input"``: from the input's fit as it is.
+        stiffness_band: stiffness factors of the robust objective's other models: ``J`` is averaged over the nominal
+            model and the same model with every flexible part's stiffness times each factor
+            (:mod:`retarget.optimize.robust`; one more forward and adjoint run per factor). Empty: the nominal model
+            alone. Not with ``window`` or Gauss–Newton.
     """
 
     knot_spacing: float = 0.05
@@ -151,6 +156,7 @@ class PlanOptions:
     window_overlap: float = 0.0
     start: str = "feasible"
     verify_dt: float | None = None
+    stiffness_band: tuple[float, ...] = ()
 
 
 #: The verification's cost over its ``2 dt / verify_dt`` forward runs' worth at the planning step: a step at the
@@ -185,6 +191,7 @@ class PlanProblem:
         motion: the input motion, starting at 0.
         bounds: L-BFGS-B bounds per parameter.
         limits: motor limits.
+        ensemble: the robust objective's models (:mod:`retarget.optimize.robust`), or None: ``problem`` alone.
     """
 
     problem: AdjointProblem
@@ -193,11 +200,20 @@ class PlanProblem:
     motion: Motion
     bounds: list[tuple[float | None, float | None]]
     limits: MotorLimits
+    ensemble: Ensemble | None = None
+
+    def evaluate(self, x: NDArray[np.float64], gradient: bool = True,
+                 progress: Callable[[int, int], None] | None = None) -> Evaluation:
+        """``J`` (and its gradient) at ``x``: averaged over the ensemble when there is one."""
+        if self.ensemble is None:
+            return evaluate(self.problem, x, gradient=gradient, progress=progress)
+        return evaluate_ensemble(self.ensemble, x, gradient=gradient, progress=progress)
 
 
 def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights], limits: MotorLimits,
                        options: PlanOptions, progress: Callable[[str, int, int], None] | None = None,
-                       deadline: float | None = None) -> PlanProblem:
+                       deadline: float | None = None,
+                       members: Sequence[tuple[float, Engine]] = ()) -> PlanProblem:
     """Fit the profiles, solve the targets and assemble the adjoint problem.
 
     Args:
@@ -208,6 +224,8 @@ def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedB
         options: settings.
         progress: ``progress(stage, done, total)``.
         deadline: ``time.perf_counter()`` value by which the targets must be solved; None: no limit.
+        members: ``(stiffness factor, engine)`` of the robust objective's other models (:mod:`retarget.optimize.robust`;
+            empty: the nominal model alone). They track the nominal targets.
 
     Raises:
         OptimizeError: motors missing from the motion, no tracked body, a too short motion.
@@ -250,7 +268,11 @@ def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedB
     problem = AdjointProblem(engine, start, options.dt, n_steps, fit.profiles, fit.parametrization, tracking, poses,
                              reg, vel, torque_penalty=torque)
     bounds = parameter_bounds(fit.parametrization, limits)
-    return PlanProblem(problem, fit, targets, m0, bounds, limits)
+    ensemble = None
+    if members:
+        others = tuple(replace(problem, engine=e, start=e.solve_static(fit.profiles.value(0.0))) for _, e in members)
+        ensemble = Ensemble(problem, others, tuple(float(f) for f, _ in members))
+    return PlanProblem(problem, fit, targets, m0, bounds, limits, ensemble)
 
 
 @dataclass(frozen=True, eq=False)
@@ -378,16 +400,19 @@ def _deadline_progress(deadline: float | None, step_progress: Callable[[int, int
     return guarded
 
 
-def _first_evaluation(problem: AdjointProblem, x: NDArray[np.float64], gradient: bool,
+def _first_evaluation(pp: PlanProblem | AdjointProblem, x: NDArray[np.float64], gradient: bool,
                       progress: Callable[[int, int], None] | None) -> Evaluation:
-    """The evaluation at the start ``x`` (with :func:`_deadline_progress`'s ``progress``).
+    """The evaluation at the start ``x`` (with :func:`_deadline_progress`'s ``progress``): of the plan's objective
+    (robust when it has an ensemble) for a :class:`PlanProblem`, of the one model for an ``AdjointProblem``.
 
     Raises:
         TimeBudgetError: the deadline passed before it completed.
     """
     started = time.perf_counter()
     try:
-        return evaluate(problem, x, gradient=gradient, progress=progress)
+        if isinstance(pp, PlanProblem):
+            return pp.evaluate(x, gradient=gradient, progress=progress)
+        return evaluate(pp, x, gradient=gradient, progress=progress)
     except _BudgetExhausted:
         raise TimeBudgetError("the time budget ran out during the plan's first simulation: "
                               "nothing to return; give a larger budget, a coarser dt or a shorter motion",
@@ -439,7 +464,7 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
     progress = _deadline_progress(deadline, step_progress)
     x_start = pp.fit.parameters.copy() if x0 is None else np.asarray(x0, dtype=float).copy()
     started = time.perf_counter()
-    first = _first_evaluation(pp.problem, x_start, True, progress)
+    first = _first_evaluation(pp, x_start, True, progress)
     scale = 1.0 / first.value if first.value > 0 else 1.0
     state: dict[str, Any] = {"best": first, "best_x": x_start, "last": first, "last_x": x_start, "evals": 1,
                              "duration": time.perf_counter() - started}
@@ -459,7 +484,7 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
         affordable(state["duration"])
         t0 = time.perf_counter()
         try:
-            ev = evaluate(pp.problem, x, progress=progress)
+            ev = pp.evaluate(x, progress=progress)
         except SimulationError:
             state["failed"] = state.get("failed", 0) + 1
             return None
@@ -686,7 +711,7 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
                 break
             window_deadline = time.perf_counter() + left / (len(spans) - w)
         window = Window(a, last, states[a], states[a - 1] if a > 0 else None, free, x.copy())
-        sub = replace(pp, problem=replace(problem, window=window), bounds=[pp.bounds[i] for i in free])
+        sub = replace(pp, problem=replace(problem, window=window), bounds=[pp.bounds[i] for i in free], ensemble=None)
 
         def on_iteration(info: dict[str, float], w: int = w) -> None:
             if callback is not None:
@@ -763,7 +788,7 @@ def _choose_method(pp: PlanProblem, options: PlanOptions) -> str:
 
     if options.method not in ("auto", "lbfgs", "gauss-newton"):
         raise OptimizeError(f"unknown method {options.method!r}: choose auto, lbfgs or gauss-newton")
-    if options.method == "lbfgs":
+    if options.method == "lbfgs" or (options.method == "auto" and pp.ensemble is not None):
         return "lbfgs"
     tangent = supports_tangent(pp.problem)
     if options.method == "gauss-newton":
@@ -1093,7 +1118,8 @@ def _evaluation_variant(pp: PlanProblem, name: str, x: NDArray[np.float64], ev: 
 
 def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights], limits: MotorLimits,
              options: PlanOptions, progress: Callable[[str, int, int], None] | None = None,
-             callback: Callable[[dict[str, float]], None] | None = None) -> PlanResult:
+             callback: Callable[[dict[str, float]], None] | None = None,
+             engine_factory: Callable[[float], Engine] | None = None) -> PlanResult:
     """Build, optimize, and simulate the baselines and the result.
 
     Args:
@@ -1105,6 +1131,8 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
         progress: ``progress(stage, done, total)`` for long stages (targets, evaluations: forward + adjoint steps,
             baselines).
         callback: per-iteration ``{iteration, objective, gradient_norm}`` (see :func:`optimize`).
+        engine_factory: ``engine_factory(factor)`` → the planning model with every flexible part's stiffness times
+            ``factor``: needed for ``options.stiffness_band``.
 
     The naive variant is the optimizer's first evaluation (the fit ``x₀``), so it costs no extra simulation —
     unless the input is too fast for the servos and the optimizer starts from a speed-feasible projection
@@ -1120,7 +1148,12 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
     deadline = None if options.time_budget is None else t0 + float(options.time_budget)
     if options.start not in ("feasible", "input"):
         raise OptimizeError(f"unknown start {options.start!r}: choose feasible or input")
-    pp = build_plan_problem(engine, motion, bodies, limits, options, progress, deadline)
+    members: list[tuple[float, Engine]] = []
+    if options.stiffness_band and options.window is None and options.method != "gauss-newton":
+        if engine_factory is None:
+            raise OptimizeError("a stiffness band needs the planning model's engine factory")
+        members = [(float(f), engine_factory(float(f))) for f in options.stiffness_band if float(f) != 1.0]
+    pp = build_plan_problem(engine, motion, bodies, limits, options, progress, deadline, members)
     timings["targets"] = time.perf_counter() - t0
     warnings: list[str] = []
     variants: dict[str, Variant] = {}

@@ -22,7 +22,7 @@ from retarget.sim.reduced.tensors import InertiaTensors, ReducedInterface, inert
 from retarget.sim.system import RigidBody, System
 
 __all__ = ["ReducedBody", "ReducedSystem", "build_reduced_system", "loop_couplings", "reference_bodies",
-           "reference_couplings", "to_local_displacements"]
+           "reference_couplings", "to_local_displacements", "with_stiffness_scale"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -288,3 +288,25 @@ def build_reduced_system(system: System, bases: list[ReducedBasis], cubatures: l
         system.rigid, tuple(bodies), system.constraints, tuple(interfaces), system.motors, system.gravity,
         system.lambda_offsets,
     )
+
+
+def with_stiffness_scale(system: ReducedSystem, factor: float) -> ReducedSystem:
+    """The same reduced model with every flexible part's stiffness multiplied by ``factor``.
+
+    Young's modulus scales both Lamé parameters (ν fixed), so the cubature forces, their tangent and the Rayleigh
+    term ``β K(z) ż`` all scale by ``factor`` and every vibration frequency by ``√factor``; masses, the basis and the
+    couplings are unchanged (a uniformly scaled stiffness has the same mode shapes). The planner's robustness band
+    uses it for models whose parts are a few per cent stiffer or softer than the nominal one.
+
+    Raises:
+        ValueError: ``factor`` not positive.
+    """
+    from dataclasses import replace
+
+    if not factor > 0.0:
+        raise ValueError(f"stiffness factor must be positive, got {factor}")
+    if factor == 1.0:
+        return system
+    bodies = tuple(replace(b, cubature=replace(b.cubature, mu=b.cubature.mu * factor, lam=b.cubature.lam * factor),
+                           stiffness0=b.stiffness0 * factor) for b in system.bodies)
+    return replace(system, bodies=bodies)

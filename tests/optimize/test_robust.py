@@ -1,0 +1,112 @@
+"""The robust objective and the checks in models a plan was not optimized on (retarget.optimize.robust,
+retarget.optimize.verification, retarget.sim.reduced.system.with_stiffness_scale) on the reduced rod on a motor."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from retarget.motion.motion import Motion
+from retarget.optimize.engines import reduced_engine
+from retarget.optimize.limits import MotorLimits
+from retarget.optimize.planner import PlanOptions, run_plan
+from retarget.optimize.robust import Ensemble, evaluate_ensemble
+from retarget.optimize.weights import TrackedBodyWeights, WeightSchedule
+from retarget.sim.reduced.system import with_stiffness_scale
+from tests.optimize.test_adjoint import _problem
+
+OPTIONS = PlanOptions(knot_spacing=0.04, dt=0.005, max_iterations=2, baselines=False)
+
+
+def _motion() -> Motion:
+    t = np.linspace(0.0, 0.3, 61)
+    return Motion(t, ("m",), (0.25 * np.clip(t / 0.1, 0.0, 1.0))[:, None])
+
+
+def _bodies():
+    return [TrackedBodyWeights("tip", WeightSchedule.constant(1.0), WeightSchedule.constant(0.0))]
+
+
+def test_stiffness_scale_scales_forces_and_frequencies(rod_systems):
+    _, rs = rod_systems
+    scaled = with_stiffness_scale(rs, 1.21)
+    b0, b1 = rs.bodies[0], scaled.bodies[0]
+    z = 1e-4 * np.arange(1, b0.size + 1, dtype=float)
+    f0, k0, _ = b0.cubature.evaluate(z)
+    f1, k1, _ = b1.cubature.evaluate(z)
+    # Neo-Hookean forces are linear in (mu, lambda): scaling E scales them exactly.
+    # (rigid-mode rows are round-off of the force's scale)
+    np.testing.assert_allclose(f1, 1.21 * f0, rtol=1e-10, atol=1e-12 * np.abs(f0).max())
+    np.testing.assert_allclose(k1, 1.21 * k0, rtol=1e-10, atol=1e-12 * np.abs(k0).max())
+    np.testing.assert_allclose(b1.stiffness0, 1.21 * b0.stiffness0)
+    assert with_stiffness_scale(rs, 1.0) is rs
+    with pytest.raises(ValueError):
+        with_stiffness_scale(rs, 0.0)
+
+
+def test_ensemble_gradient_matches_finite_differences(rod_systems):
+    _, rs = rod_systems
+    problems = []
+    for factor in (1.0, 0.9, 1.1):
+        engine = reduced_engine(with_stiffness_scale(rs, factor), 1e-12)
+        start = engine.solve_static(np.array([0.0]))
+        problems.append(_problem(engine, "tip", 0.002, 25, 0.02, start))
+    ensemble = Ensemble(problems[0], tuple(problems[1:]), (0.9, 1.1))
+    rng = np.random.default_rng(7)
+    x = 0.1 * rng.normal(size=problems[0].parametrization.n_parameters)
+    ev = evaluate_ensemble(ensemble, x)
+    assert ev.rollout is not None and "tracking_x0.9" in ev.parts
+    from retarget.optimize.adjoint import evaluate
+
+    members = [evaluate(p, x).value for p in problems]
+    assert ev.value == pytest.approx(np.mean(members), rel=1e-12)
+    for _ in range(2):
+        d = rng.normal(size=x.size)
+        eps = 1e-5
+        fd = (evaluate_ensemble(ensemble, x + eps * d, gradient=False).value
+              - evaluate_ensemble(ensemble, x - eps * d, gradient=False).value) / (2 * eps)
+        ad = float(ev.gradient @ d)
+        assert abs(fd - ad) <= 1e-6 * abs(ad), (fd, ad)
+
+
+def test_robust_plan_averages_the_band_and_reports_it(rod_systems):
+    from retarget.optimize.verification import stiffness_band
+
+    _, rs = rod_systems
+    limits = MotorLimits.build(["m"], {"m": (-1.0, 1.0, 0.0)})
+
+    def factory(f: float):
+        return reduced_engine(with_stiffness_scale(rs, f), 1e-10)
+
+    options = replace(OPTIONS, stiffness_band=(0.9, 1.1))
+    result = run_plan(reduced_engine(rs, 1e-10), _motion(), _bodies(), limits, options, engine_factory=factory)
+    assert result.pp.ensemble is not None and result.pp.ensemble.factors == (0.9, 1.1)
+    assert result.optimization.objective_final <= result.optimization.objective_initial
+    band = stiffness_band(result, (0.9, 1.1), factory, variants=("naive", "optimized"))
+    for key in ("x0.9", "x1.1"):
+        assert band[key]["naive"]["peak_deviation_m"] > 0
+        assert np.isfinite(band[key]["peak_ratio"])
+    assert band["worst_peak_ratio"] == max(band["x0.9"]["peak_ratio"], band["x1.1"]["peak_ratio"])
+    with pytest.raises(Exception, match="engine factory"):
+        run_plan(reduced_engine(rs, 1e-10), _motion(), _bodies(), limits, options)
+
+
+def test_full_verification_reproduces_the_naive_run_of_the_training_model(rod_systems):
+    """The full-FEM re-simulation of the naive profile agrees with the reduced model's naive playback to within
+    the reduction error (the rod's reduced model was trained on the full model)."""
+    from retarget.optimize.verification import verify_full
+    from tests.optimize.conftest import rod_on_motor
+
+    _, rs = rod_systems
+    limits = MotorLimits.build(["m"], {"m": (-1.0, 1.0, 0.0)})
+    result = run_plan(reduced_engine(rs, 1e-10), _motion(), _bodies(), limits, OPTIONS)
+    out = verify_full(result, rod_on_motor(), 0.002, variants=("naive", "optimized"))
+    assert out["model"] == "full FEM" and out["deformable_dofs"] > 100
+    naive_reduced = result.variants["naive"].metrics["peak_deviation_m"]
+    assert out["naive"]["peak_deviation_m"] == pytest.approx(naive_reduced, rel=0.25)
+    assert out["peak_ratio"] == pytest.approx(out["optimized"]["peak_deviation_m"] / out["naive"]["peak_deviation_m"])
+    assert 0.0 <= out["naive"]["ring_out_peak_m"] <= out["naive"]["peak_deviation_m"]
+    stiff = verify_full(result, rod_on_motor(), 0.002, stiffness=1.5, variants=("naive",))
+    assert stiff["stiffness_factor"] == 1.5
+    assert stiff["naive"]["peak_deviation_m"] != pytest.approx(out["naive"]["peak_deviation_m"], rel=1e-6)
