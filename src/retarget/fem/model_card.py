@@ -271,9 +271,10 @@ def _part_reference(model: Any, part: Any) -> tuple[int, Any, Any, Any]:
 
 
 def stiffness_factor(f_mesh: Mapping[str, tuple[float, ...]], f_reference: Mapping[str, tuple[float, ...]]) -> float:
-    """c = (f1_ref / f1_mesh)², the ratio being the geometric mean over the bending planes."""
+    """c = (f1_ref / f1_mesh)², the ratio being the geometric mean over the bending planes, rounded to 6
+    significant digits (the factor enters the hashes of trained models: round-off must not make them stale)."""
     ratios = [f_reference[p][0] / f_mesh[p][0] for p in BENDING_PLANES]
-    return float(math.prod(ratios) ** (2.0 / len(ratios)))
+    return float(f"{math.prod(ratios) ** (2.0 / len(ratios)):.6g}")
 
 
 def calibrate_stiffness(model: Any) -> Any:

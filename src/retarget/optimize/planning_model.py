@@ -43,7 +43,9 @@ class PlanningModel:
         model: the :class:`retarget.model.RobotModel` (on the planning mesh).
         config: the robot YAML's ``retarget:`` section.
         reduced: the :class:`retarget.sim.reduced.ReducedSystem`.
-        info: how it was obtained (source, cache key, modes, training time …).
+        info: how it was obtained (source, cache key, modes, training time …) and ``model_card``: the model's
+            :meth:`retarget.fem.model_card.ModelCard.to_dict` (each flexible part's bending frequencies vs the
+            mesh-converged reference; gate it with :func:`retarget.fem.model_card.check_fidelity`).
     """
 
     model: Any
@@ -121,6 +123,13 @@ def load_artifact(robot: str | Path, path: str | Path, mesh_scale: float | None 
     info = {"source": "artifact", "file": str(path), "robot": meta.get("robot"), "training": extra,
             "format_version": meta.get("format_version"), "mesh_scale": scale}
     return PlanningModel(model, read_robot_yaml(yaml_path), rs, info)
+
+
+def _with_card(pm: PlanningModel) -> PlanningModel:
+    """``pm`` with ``info["model_card"]`` (the card of ``pm.model``: its meshes, materials, stiffness factors)."""
+    from retarget.fem.model_card import model_card
+
+    return PlanningModel(pm.model, pm.config, pm.reduced, {**pm.info, "model_card": model_card(pm.model).to_dict()})
 
 
 def artifact_candidates(name: str) -> list[Path]:
@@ -219,7 +228,7 @@ def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = N
     from retarget.sim.system import build_system
 
     if reduced_file is not None and Path(reduced_file).suffix.lower() == ".npz":
-        return load_artifact(robot, reduced_file)
+        return _with_card(load_artifact(robot, reduced_file))
     if reduced_file is not None and Path(reduced_file).suffix.lower() != ".pkl":
         raise InputError(f"reduced model {reduced_file}: expected a `retarget reduce` artifact (.npz) or a cached "
                          "pickle (.pkl)")
@@ -232,7 +241,7 @@ def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = N
             raise InputError(f"cannot read reduced model {reduced_file}: {exc}") from exc
         if tuple(rs.motors) != tuple(model.motors):
             raise InputError(f"reduced model {reduced_file} has motors {rs.motors}, the robot has {model.motors}")
-        return PlanningModel(model, cfg, rs, {"source": str(reduced_file)})
+        return _with_card(PlanningModel(model, cfg, rs, {"source": str(reduced_file)}))
     names = list(model.motors)
     missing = [m for m in names if m not in motion.joint_names]
     if missing:
@@ -245,17 +254,20 @@ def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = N
     key.update(np.ascontiguousarray(cols).tobytes())
     key.update(json.dumps([n_modes, dt_train, TRAINING_METHOD]).encode())  # the training method's version
     key.update(json.dumps([link.name for link in model.links]).encode())  # the rigid layout (merged links)
+    # The flexible parts' stiffness calibration (docs/fem.md): another factor is another model.
+    key.update(json.dumps([[p.name, p.stiffness_factor] for p in model.flexible_parts]).encode())
     digest = key.hexdigest()[:24]
     path = cache_dir() / f"{model.name}-{digest}.pkl"
     if use_cache and path.is_file():
         with open(path, "rb") as fh:
             rs = pickle.load(fh)
-        return PlanningModel(model, cfg, rs, {"source": "cache", "cache_file": str(path)})
+        return _with_card(PlanningModel(model, cfg, rs, {"source": "cache", "cache_file": str(path)}))
     skipped: list[str] = []
     if use_cache:
         found, skipped = find_artifact(robot, model.name)
         if found is not None:
-            return PlanningModel(found.model, found.config, found.reduced, {**found.info, "skipped": skipped})
+            info = {**found.info, "skipped": skipped}
+            return _with_card(PlanningModel(found.model, found.config, found.reduced, info))
     if not allow_training:
         folders = ", ".join(str(d) for d in artifact_dirs())
         stale = ("; skipped: " + "; ".join(skipped)) if skipped else ""
@@ -282,4 +294,4 @@ def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = N
         with open(tmp, "wb") as fh:
             pickle.dump(rs, fh)
         tmp.replace(path)
-    return PlanningModel(model, cfg, rs, info)
+    return _with_card(PlanningModel(model, cfg, rs, info))

@@ -7,9 +7,12 @@ recomputed on load from the (verified) robot, so the file cannot disagree with t
 
 Provenance (``meta`` JSON): format version, robot name, and SHA-256 digests of the robot description YAML, the
 expanded URDF, each body's material values (Lamé parameters, density via the mass, Rayleigh α, β) and each
-body's mesh (rest nodes, tets). :func:`load_reduced` recomputes them from the robot it is given and raises
+body's mesh (rest nodes, tets). The material digest is of the simulated material, i.e. after the flexible parts'
+stiffness calibration (``FlexiblePart.stiffness_factor``, docs/fem.md): a model trained with another factor, or
+before the calibration, is stale. :func:`load_reduced` recomputes them from the robot it is given and raises
 :class:`~retarget.sim.reduced.errors.StaleReducedModelError` naming every input that changed — never a silently
-wrong model.
+wrong model. The meta also stores the robot's model card (``model_card``: :meth:`retarget.fem.model_card.ModelCard.
+to_dict`) when the writer gives it.
 """
 from __future__ import annotations
 
@@ -86,8 +89,10 @@ def provenance(system: Any, robot_yaml: str | Path | None = None) -> dict[str, s
 def save_reduced(
     path: str | Path, system: Any, bases: list[ReducedBasis], cubatures: list[Cubature],
     robot_yaml: str | Path | None = None, robot_name: str = "", extra: dict[str, Any] | None = None,
+    model_card: dict[str, Any] | None = None,
 ) -> Path:
-    """Write the artifact (``.npz``); ``extra`` (JSON-able) is stored in the metadata (training settings)."""
+    """Write the artifact (``.npz``); ``extra`` (JSON-able) is stored in the metadata (training settings), and so
+    is ``model_card`` (the robot's :meth:`retarget.fem.model_card.ModelCard.to_dict`)."""
     path = Path(path)
     meta = {
         "format_version": FORMAT_VERSION,
@@ -96,6 +101,8 @@ def save_reduced(
         "hashes": provenance(system, robot_yaml),
         "extra": extra or {},
     }
+    if model_card is not None:
+        meta["model_card"] = model_card
     arrays: dict[str, Any] = {"meta": np.array(json.dumps(meta))}
     for d, (b, c) in enumerate(zip(bases, cubatures)):
         arrays[f"b{d}_modes"] = b.modes
@@ -135,7 +142,14 @@ def load_reduced(path: str | Path, system: Any, robot_yaml: str | Path | None = 
     if "urdf" in changed and robot_yaml is not None and stored.get("urdf") == _urdf_digests(Path(robot_yaml))[1]:
         changed.remove("urdf")  # written before comments were dropped from the digest, in this same folder
     if changed:
-        raise StaleReducedModelError(str(path), changed)
+        detail = ""
+        if any(k.startswith("material:") for k in changed):
+            card = meta.get("model_card")
+            factors = {p["name"]: p["stiffness_factor"] for p in card["parts"]} if card else None
+            detail = ("the simulated material includes the flexible parts' stiffness calibration; this artifact was "
+                      + (f"built with stiffness factors {factors}" if factors else
+                         "built without a model card (before the calibration)"))
+        raise StaleReducedModelError(str(path), changed, detail)
     bases, cubs = [], []
     for d, body in enumerate(system.deformable):
         modes = np.asarray(data[f"b{d}_modes"], dtype=float)

@@ -183,7 +183,8 @@ def _check_reduced(args: argparse.Namespace) -> int:
     saved = None
     if args.save_model:
         saved = _save_model(args.save_model, system, bases, cubs, path, model.name, args.train_motion, args.dt, t_train,
-                            args.mesh_scale, args.modes, kept, args.replay_tolerance, args.modal_derivatives)
+                            args.mesh_scale, args.modes, kept, args.replay_tolerance, args.modal_derivatives,
+                            print_model_card(model))
     t0 = time.perf_counter()
     # Only the rigid poses of the test run are compared: float32 displacements halve the memory.
     full_test = simulate(system, test, t_test, args.dt, compact=True, progress=_progress("full (test)"))
@@ -362,10 +363,10 @@ def _training_range(rs: Any, run: Any) -> dict[str, float]:
 def _save_model(
     out: str, system: Any, bases: list, cubs: list, robot_yaml: Any, robot_name: str, train_motion: list[str],
     dt: float, duration: float | list[float], mesh_scale: float | None, modes: int | None, kept: dict[str, float],
-    replay_tolerance: float, modal_derivatives: int = 0,
+    replay_tolerance: float, modal_derivatives: int = 0, model_card: dict[str, Any] | None = None,
 ) -> str:
     """Write the artifact with the training settings `retarget reduce` records (``kept``: the variance and cubature
-    tolerance of the model written); returns the path written."""
+    tolerance of the model written; ``model_card``: the robot's card, stored in the meta); returns the path."""
     from retarget.sim.reduced.artifact import save_reduced
 
     by_variance = modes is None
@@ -375,7 +376,16 @@ def _save_model(
         "replay_tolerance": replay_tolerance or None,
         "cubature_tolerance": kept["cubature_tolerance"], "modal_derivatives": modal_derivatives,
         "cubature_points": any(c.points is not None for c in cubs),
-    }))
+    }, model_card=model_card))
+
+
+def print_model_card(model: Any) -> dict[str, Any]:
+    """Print the robot's model card (:func:`retarget.fem.model_card.model_card`) and return it as a dict."""
+    from retarget.fem.model_card import model_card
+
+    card = model_card(model)
+    print(card.format(), flush=True)
+    return card.to_dict()
 
 
 def tracked_links(model: Any, rigid: Any) -> list[str]:
@@ -435,13 +445,14 @@ def _reduce(args: argparse.Namespace) -> int:
     _validate(args.dt, args.modes, args.duration, args.variance, args.replay_tolerance, args.cubature_tolerance,
               args.modal_derivatives)
     path, model, system = load_robot_system(args.robot, args.mesh_scale)
+    card = print_model_card(model)
     t0 = time.perf_counter()
     full, motors, t_end = _simulate_training(system, model, args)
     wall_full = time.perf_counter() - t0
     tracked = tracked_links(model, system.rigid)
     _, bases, cubs, replay, kept = _train(system, full, motors, tracked, args)
     out = _save_model(args.out, system, bases, cubs, path, model.name, args.train_motion, args.dt, t_end,
-                      args.mesh_scale, args.modes, kept, args.replay_tolerance, args.modal_derivatives)
+                      args.mesh_scale, args.modes, kept, args.replay_tolerance, args.modal_derivatives, card)
     res = {
         "robot": model.name, "out": str(out), "modes": [b.size - b.n_rigid for b in bases],
         "modal_derivatives": [b.n_derivatives for b in bases],
