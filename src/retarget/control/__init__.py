@@ -15,8 +15,8 @@ from retarget.control.trajectory import GoalPoint, Trajectory, check_first_segme
 from retarget.control.urdf_limits import limits_from_urdf
 
 __all__ = [
-    "CommandFollower", "ErrorCode", "ExecutionState", "ExecutionStatus", "ExecutionStep", "GoalPoint", "GoalTolerance", "ServoState",
-    "ToleranceViolation", "Tolerances", "Trajectory", "TrajectoryExecution", "TrajectoryRejected",
-    "TrajectorySample", "TrajectorySampler", "check_first_segment", "check_tolerance", "limits_from_urdf", "resolve_tolerances",
-    "segment_coefficients", "step_servos", "validate_trajectory",
+    "CommandFollower", "ErrorCode", "ExecutionState", "ExecutionStatus", "ExecutionStep", "GoalPoint",
+    "GoalTolerance", "ServoState", "ToleranceViolation", "Tolerances", "Trajectory", "TrajectoryExecution",
+    "TrajectoryRejected", "TrajectorySample", "TrajectorySampler", "check_first_segment", "check_tolerance",
+    "limits_from_urdf", "resolve_tolerances", "segment_coefficients", "step_servos", "validate_trajectory",
 ]
