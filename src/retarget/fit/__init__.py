@@ -7,7 +7,7 @@ builds the motion that separates α from β (second bending mode, within the ser
 :func:`predict_uncertainty` the 1σ a fit will reach before anything is recorded and :func:`choose_burst_count` the
 number of bursts from it. Imports no ROS. See docs/fit.md.
 """
-from retarget.fit.align import Alignment, RestPose, align, detect_onset, kabsch, rest_pose
+from retarget.fit.align import Alignment, RestPose, align, detect_onset, kabsch, rest_pose, still_pose
 from retarget.fit.design import (
     MATERIAL_RANGES,
     BurstChoice,
@@ -91,6 +91,7 @@ __all__ = [
     "record_twin_step_test",
     "rest_pose",
     "solve",
+    "still_pose",
     "update_materials_file",
     "write_identification_motion",
 ]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from typing import Any
 
@@ -17,6 +18,9 @@ RANDOM_RANGES: dict[str, tuple[float, float]] = {"youngs_modulus": (150e9, 220e9
 
 #: Motions of the acceptance run, per robot (``<robot>/<name>``): the step test and the identification motion.
 CHECK_MOTIONS = "step_30,ident_mode2"
+
+#: Default weight of the recorded tip orientation in ``retarget fit`` (:attr:`FitOptions.orientation_weight`).
+ORIENTATION_WEIGHT = 1.0
 
 #: The default rig of ``twin-test``, ``fit-motion`` and ``check fit``: single_rod's rod on an XM540-W270
 #: (docs/fit.md, "The fitting rig").
@@ -41,8 +45,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--motion", action="append", default=None, metavar="MOTION",
                    help="motion played per recording (file or <robot>/<motion>; one for all or one per "
                    "--recording; default <robot>/step_30)")
-    p.add_argument("--params", default="youngs_modulus,alpha,beta", help="parameters to fit, comma-separated "
-                   "(default youngs_modulus,alpha,beta)")
+    p.add_argument("--params", default=None, help="parameters to fit, comma-separated (default: "
+                   "youngs_modulus,alpha,beta without those given to --fix)")
+    p.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE",
+                   help="hold a parameter not fitted at VALUE [SI: Pa, 1/s, s], e.g. --fix alpha=0; repeatable "
+                   "(default: the rig material's value)")
+    p.add_argument("--orientation-weight", type=float, default=ORIENTATION_WEIGHT, metavar="W",
+                   help="weight of the tip body's recorded orientation against its positions, both weighted by "
+                   f"their noise (default {ORIENTATION_WEIGHT:g}; 0: positions only, for a rigid body whose "
+                   "orientation is unreliable)")
+    p.add_argument("--motion-start", action="append", type=float, default=None, metavar="S",
+                   help="when the motion's command started, in seconds after the recording's first frame "
+                   "(negative: before it; to within 50 ms); one for all or one per --recording (default: found "
+                   "from the recording)")
     p.add_argument("--engine", default="auto", help="simulator: auto|beam|reduced|full (default auto: reduced "
                    "with --reduced, else beam)")
     p.add_argument("--reduced", default=None, metavar="FILE.npz",
@@ -69,6 +84,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     q.add_argument("--alpha", type=float, default=None, help="true Rayleigh alpha [1/s] (default: the rig's)")
     q.add_argument("--beta", type=float, default=None, help="true Rayleigh beta [s] (default: the rig's)")
     q.add_argument("--noise", type=float, default=0.001, help="position noise std per axis [m] (default 0.001)")
+    q.add_argument("--rotation-noise", type=float, default=0.005,
+                   help="orientation noise std per axis [rad] (default 0.005)")
+    q.add_argument("--lead", type=float, default=0.37, metavar="S",
+                   help="capture starts this long before the motion [s] (default 0.37; negative: that long after "
+                   "the motion started, a recording without rest at its start)")
+    q.add_argument("--frame-rpy", default=None, metavar="R,P,Y",
+                   help="a mocap frame of your own instead of --mocap-frame: the robot frame's roll, pitch, yaw in "
+                   "the mocap frame [deg] (with --frame-xyz)")
+    q.add_argument("--frame-xyz", default="0,0,0", metavar="X,Y,Z",
+                   help="with --frame-rpy: the robot origin in the mocap frame [m] (default 0,0,0)")
     q.add_argument("--occlusion", type=float, default=0.0, help="probability a frame is untracked (default 0)")
     q.add_argument("--rate", type=float, default=120.0, help="capture rate [Hz] (default 120)")
     q.add_argument("--body", default="tip", help="mocap body name (default tip)")
@@ -78,7 +103,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     q.add_argument("--reduced", default=None, metavar="FILE.npz", help="reduced model (retarget reduce)")
     q.add_argument("--dt", type=float, default=None, metavar="S", help="engine time step [s]")
     q.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap", help="bag storage (default mcap)")
-    q.add_argument("--out", required=True, metavar="BAG", help="bag folder to create (must not exist)")
+    q.add_argument("--out", required=True, metavar="BAG_OR_CSV",
+                   help="bag folder to create (must not exist), or a .csv: a Motive CSV export (format 1.23, mm)")
     q.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     q.set_defaults(func=_twin_test)
 
@@ -181,37 +207,70 @@ def _fmt(value: float, std: float | None, unit: str, scale: float = 1.0) -> str:
 
 def _fit(args: argparse.Namespace) -> int:
     from retarget.errors import InputError
-    from retarget.fit.fitter import FitCase, FitOptions, fit_materials, parse_params
+    from retarget.fit.fitter import PARAMETERS, FitCase, FitOptions, check_fixed, fit_materials, parse_fixed, \
+        parse_params
     from retarget.fit.materials_file import default_materials_path, update_materials_file
     from retarget.fit.recording import read_recording
     from retarget.fit.rig import load_rig
     from retarget.fit.simulators import make_simulator
 
-    params = parse_params(args.params)
+    fixed = parse_fixed(args.fix)
+    if args.params is None:
+        params = tuple(p for p in PARAMETERS if p not in fixed)
+        if not params:
+            raise InputError("every parameter is given to --fix: nothing to fit")
+    else:
+        params = parse_params(args.params)
+    check_fixed(fixed, params)
+    if not (math.isfinite(args.orientation_weight) and args.orientation_weight >= 0):
+        raise InputError(f"--orientation-weight must be >= 0 (0: positions only), got {args.orientation_weight}")
     rig = load_rig(args.robot)
-    motions = args.motion or [None]
-    if len(motions) not in (1, len(args.recording)):
-        raise InputError(f"give one --motion for all recordings or one per recording ({len(args.recording)}), "
-                         f"got {len(motions)}")
-    if len(motions) == 1:
-        motions = motions * len(args.recording)
+    motions = _per_recording(args.motion or [None], "--motion", len(args.recording))
+    starts = _per_recording(args.motion_start or [None], "--motion-start", len(args.recording))
     simulator = make_simulator(args.engine, rig, args.dt, reduced=args.reduced)
-    cases = [FitCase(read_recording(path, args.body, args.topic), _motion(m, rig.name), str(path))
-             for path, m in zip(args.recording, motions)]
+    cases = [FitCase(read_recording(path, args.body, args.topic), _motion(m, rig.name), str(path), start)
+             for path, m, start in zip(args.recording, motions, starts)]
     bar = _bar("fit")
     try:
-        result = fit_materials(simulator, cases, FitOptions(params=params), progress=lambda: bar.update(1))
+        result = fit_materials(simulator, cases, FitOptions(params=params, fixed=fixed,
+                                                            orientation_weight=args.orientation_weight),
+                               progress=lambda: bar.update(1))
     finally:
         bar.close()
     v, s = result.values, result.std
     print(f"rig {rig.name}: material {rig.material_name!r} of part {rig.part!r}, engine "
           f"{getattr(simulator, 'name', args.engine)}, {len(cases)} recording(s)")
-    print(f"  youngs_modulus = {_fmt(v['youngs_modulus'], s.get('youngs_modulus'), 'GPa', 1e9)}")
-    print(f"  alpha          = {_fmt(v['alpha'], s.get('alpha'), '1/s')}")
-    print(f"  beta           = {_fmt(v['beta'], s.get('beta'), 's')}")
+    units = {"youngs_modulus": ("GPa", 1e9), "alpha": ("1/s", 1.0), "beta": ("s", 1.0)}
+    for name in PARAMETERS:
+        unit, scale = units[name]
+        how = ("" if name in result.fitted else
+               "  (held: --fix)" if name in fixed else "  (held: the rig material's value; --fix to choose)")
+        print(f"  {name:14s} = {_fmt(v[name], s.get(name), unit, scale)}{how}")
     print(f"  fitted {', '.join(result.fitted)}; residual RMS {1e3 * result.residual_rms_m:.3f} mm "
           f"(noise at rest {1e3 * result.noise_std_m:.3f} mm); {result.iterations} iterations, "
           f"{result.evaluations} simulations, {result.wall_s:.1f} s")
+    default = " (the default)" if args.orientation_weight == ORIENTATION_WEIGHT else ""
+    n_used = sum(result.orientation_used)
+    if args.orientation_weight == 0:
+        print("  orientation: not used (--orientation-weight 0: positions only)")
+    elif n_used == 0:
+        print(f"  orientation: weight {args.orientation_weight:g}{default}, but no recording has a usable tip "
+              "orientation: positions only")
+    else:
+        angle_noise = result.angle_noise_std_rad or float("nan")
+        print(f"  orientation: used in {n_used} of {len(cases)} recording(s), weight {args.orientation_weight:g}"
+              f"{default} x noise ratio; angle residual RMS {1e3 * (result.angle_residual_rms_rad or 0.0):.2f} "
+              f"mrad (angle noise {1e3 * angle_noise:.2f} mrad); --orientation-weight 0 fits positions only")
+        if (result.angle_residual_rms_rad or 0.0) > ANGLE_MISMATCH * angle_noise:
+            print(f"  warning: the recorded tip orientation does not follow the model (angle residual "
+                  f"{result.angle_residual_rms_rad / angle_noise:.1f}x its noise): an unreliable rigid-body "
+                  "orientation biases the damping; compare with --orientation-weight 0")
+    for name, side in result.at_bound.items():
+        lo, hi = result.bounds[name]
+        unit, scale = units[name]
+        print(f"  warning: {name} ended at its {side} bound ({(lo if side == 'lower' else hi) / scale:.3g} {unit}; "
+              f"bounds {lo / scale:.3g}..{hi / scale:.3g} {unit}): not an estimate; the recordings push it "
+              f"there or do not constrain it. Hold it with --fix {name}=VALUE, or add a recording that carries it")
     if len(result.fitted) > 1:
         c = result.correlation
         worst = max(((abs(c[i, j]), result.fitted[i], result.fitted[j]) for i in range(len(c))
@@ -233,8 +292,28 @@ def _fit(args: argparse.Namespace) -> int:
         summary["materials_file"] = str(written)
         print(f"  wrote {rig.material_name} to {written}")
     if args.json:
-        print(json.dumps(summary, default=float))
+        print(_dumps(summary))
     return 0
+
+
+#: An angle residual this many times the angle noise flags an orientation that does not follow the model.
+ANGLE_MISMATCH = 3.0
+
+
+def _dumps(summary: dict[str, Any]) -> str:
+    """Strict JSON (never NaN or Infinity: such values are null)."""
+    from retarget.fit.fitter import finite_or_none
+
+    return json.dumps(finite_or_none(summary), allow_nan=False, default=float)
+
+
+def _per_recording(values: list[Any], flag: str, n: int) -> list[Any]:
+    """One value for all recordings or one per recording."""
+    from retarget.errors import InputError
+
+    if len(values) not in (1, n):
+        raise InputError(f"give one {flag} for all recordings or one per recording ({n}), got {len(values)}")
+    return values * n if len(values) == 1 else values
 
 
 def _twin_test(args: argparse.Namespace) -> int:
@@ -248,19 +327,40 @@ def _twin_test(args: argparse.Namespace) -> int:
     e = mat.youngs_modulus if args.youngs_modulus is None else args.youngs_modulus
     a = mat.rayleigh_alpha if args.alpha is None else args.alpha
     b = mat.rayleigh_beta if args.beta is None else args.beta
-    if not (e > 0 and a >= 0 and b >= 0 and args.noise >= 0 and args.rate > 0):
-        raise InputError("need E > 0, alpha >= 0, beta >= 0, noise >= 0 and rate > 0")
+    if not (e > 0 and a >= 0 and b >= 0 and args.noise >= 0 and args.rate > 0 and args.rotation_noise >= 0):
+        raise InputError("need E > 0, alpha >= 0, beta >= 0, noise >= 0, rotation noise >= 0 and rate > 0")
+    frame: Any = args.mocap_frame
+    if args.frame_rpy is not None:
+        from scipy.spatial.transform import Rotation
+
+        rpy = _numbers_signed(args.frame_rpy, "--frame-rpy")
+        xyz = _numbers_signed(args.frame_xyz, "--frame-xyz")
+        frame = (Rotation.from_euler("xyz", rpy, degrees=True).as_matrix(), xyz)
     simulator = make_simulator(args.engine, rig, args.dt, reduced=args.reduced)
     info = record_twin_step_test(simulator, _motion(args.motion, rig.name), args.out, e, a, b, body=args.body,
-                                 noise_m=args.noise, occlusion=args.occlusion, rate_hz=args.rate,
-                                 mocap_frame=args.mocap_frame, seed=args.seed, storage=args.storage)
+                                 noise_m=args.noise, rotation_noise_rad=args.rotation_noise,
+                                 occlusion=args.occlusion, rate_hz=args.rate, lead_s=args.lead,
+                                 mocap_frame=frame, seed=args.seed, storage=args.storage)
     print(f"twin step test of {rig.name}: E = {e:.6g} Pa, alpha = {a:.6g} 1/s, beta = {b:.6g} s; "
           f"{info.frames - info.occluded} of {info.frames} frames on {info.topic} -> {info.path}")
     if args.json:
-        print(json.dumps({"path": str(info.path), "topic": info.topic, "frames": info.frames,
-                          "occluded": info.occluded, "youngs_modulus": e, "alpha": a, "beta": b,
-                          "noise_m": args.noise, "lead_s": info.lead_s}))
+        print(_dumps({"path": str(info.path), "topic": info.topic, "frames": info.frames,
+                      "occluded": info.occluded, "youngs_modulus": e, "alpha": a, "beta": b,
+                      "noise_m": args.noise, "rotation_noise_rad": args.rotation_noise, "lead_s": info.lead_s}))
     return 0
+
+
+def _numbers_signed(text: str, flag: str) -> list[float]:
+    """Three comma-separated numbers (any sign)."""
+    from retarget.errors import InputError
+
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if len(values) != 3 or not all(math.isfinite(v) for v in values):
+        raise InputError(f"{flag} {text!r}: expected three comma-separated numbers")
+    return values
 
 
 def check_sets(explicit: list[str] | None, n_builtin: int, n_random: int, seed: int
@@ -360,7 +460,7 @@ def _check_fit(args: argparse.Namespace) -> int:
                "wall_s": time.perf_counter() - t0,
                "threads": {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}}
     if args.json:
-        print(json.dumps(summary, default=float))
+        print(_dumps(summary))
     return 0 if summary["all_pass"] else 1
 
 
@@ -472,7 +572,7 @@ def _fit_motion(args: argparse.Namespace) -> int:
                   f"{100 * r['alpha']:.2f} %, beta {100 * r['beta']:.2f} % (corr {pred.correlation[1, 2]:+.3f})")
         summary["predicted"] = {"step_30": step.to_dict(), "step_30+motion": both.to_dict()}
     if args.json:
-        print(json.dumps(summary, default=float))
+        print(_dumps(summary))
     return 0
 
 
@@ -549,5 +649,5 @@ def _check_surrogate(args: argparse.Namespace) -> int:
     print(f"tip difference beam vs full: RMS {1e3 * summary['tip_difference_rms_m']:.2f} mm, max "
           f"{1e3 * summary['tip_difference_max_m']:.2f} mm (tip excursion up to {1e3 * swing.max():.0f} mm)")
     if args.json:
-        print(json.dumps(summary))
+        print(_dumps(summary))
     return 0

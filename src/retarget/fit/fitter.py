@@ -35,8 +35,8 @@ from retarget.fit.errors import FitError
 from retarget.fit.recording import TipRecording
 from retarget.fit.simulators import StepTestSimulator, TipTrajectory, motor_profile
 
-__all__ = ["PARAMETERS", "FitCase", "FitOptions", "FitProblem", "FitResult", "build_problem", "fit_materials",
-           "parse_params", "solve"]
+__all__ = ["PARAMETERS", "FitCase", "FitOptions", "FitProblem", "FitResult", "build_problem", "check_fixed",
+           "finite_or_none", "fit_materials", "parse_fixed", "parse_params", "solve"]
 
 #: Material parameters the fitter can estimate, by their ``config/materials.yaml`` key (α, β abbreviated).
 PARAMETERS: tuple[str, ...] = ("youngs_modulus", "alpha", "beta")
@@ -66,11 +66,14 @@ class FitCase:
         recording: The recorded tip (mocap frame).
         motion: The :class:`retarget.motion.Motion` the rig played.
         label: Name in reports (file name).
+        motion_start_s: When the motion's command started, in seconds after the recording's first sample
+            (negative: before it), known to within 50 ms; None: the alignment finds it (:func:`retarget.fit.align.align`).
     """
 
     recording: TipRecording
     motion: object
     label: str
+    motion_start_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -86,9 +89,14 @@ class FitOptions:
         bracket_points: Points of that scan (0 skips it).
         max_evaluations: Cap on residual evaluations of the least-squares solver.
         edge_margin_s: Samples this close to the ends of the simulation are left out [s].
-        use_orientation: Also fit the tip body's recorded rotation about the motor axis, when the recording has
-            orientations and the engine gives the tip angle. It sees the second bending mode (the end slope) far
-            better than the tip position does, which is what separates α from β.
+        orientation_weight: Weight of the tip body's recorded rotation about the motor axis in the residual,
+            relative to the positions when both are weighted by their noise at rest (1: as the noise says; 0:
+            positions only). Used when the recording has orientations and the engine gives the tip angle. The
+            rotation sees the second bending mode (the end slope) far better than the tip position does, which is
+            what separates α from β; a rigid body whose orientation is unreliable (few or close markers, marker
+            swaps) biases the damping, which the fit reports (:attr:`FitResult.angle_noise_std_rad`).
+        fixed: Values [SI] of parameters not fitted, by name in :data:`PARAMETERS` (the others not fitted stay at
+            the rig's material values).
     """
 
     params: tuple[str, ...] = PARAMETERS
@@ -99,7 +107,8 @@ class FitOptions:
     bracket_points: int = 9
     max_evaluations: int = 60
     edge_margin_s: float = 0.05
-    use_orientation: bool = True
+    orientation_weight: float = 1.0
+    fixed: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, eq=False)
@@ -117,7 +126,9 @@ class FitProblem:
             untracked), or ``None`` when orientation is not used.
         angle_samples: Per case, indices of the samples whose angle enters the residual.
         angle_weights: Per case, the lever [m/rad] that puts angle errors on the scale of position errors
-            (position noise / angle noise at rest, so both parts are weighted by their noise).
+            (position noise / angle noise, so both parts are weighted by their noise, times
+            :attr:`FitOptions.orientation_weight`).
+        angle_noise: Per case, the recorded angle's noise std [rad] (NaN when orientation is not used).
     """
 
     simulator: StepTestSimulator
@@ -129,6 +140,7 @@ class FitProblem:
     angles: tuple[NDArray[np.float64] | None, ...] = ()
     angle_samples: tuple[NDArray[np.int64], ...] = ()
     angle_weights: tuple[float, ...] = ()
+    angle_noise: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -143,8 +155,16 @@ class FitResult:
         start: Values the least squares started from (after the ring-out guess and the bracketing).
         ringout: Measured ``frequency_hz`` and ``damping_ratio`` of the first recording's free decay.
         residual_rms_m: RMS tip position error per coordinate at the optimum [m].
-        angle_residual_rms_rad: RMS error of the tip angle at the optimum [rad] (NaN when not used).
+        angle_residual_rms_rad: RMS error of the tip angle at the optimum [rad] (None when not used).
         noise_std_m: Per-axis noise of the recordings at rest [m] (what the residual should approach).
+        angle_noise_std_rad: Noise of the recorded tip angle [rad] (what its residual should approach; None when
+            not used).
+        orientation_weight: :attr:`FitOptions.orientation_weight`.
+        orientation_used: Per case, whether its orientation entered the residual.
+        fixed: Values of the parameters held fixed [SI] (given ones and the rig's), by name.
+        bounds: Per fitted parameter, the (lower, upper) bounds of the least squares [SI].
+        at_bound: Fitted parameters that ended at a bound: ``{name: "lower" | "upper"}``. Such a value is not
+            an estimate: the recordings push it beyond the bound (or do not constrain it).
         offsets_s: Per case, ``t_sim = t_rec − offset`` [s].
         alignments: Per case, the final alignment (transform re-fitted at the optimum).
         simulations: Per case, the simulated tip at the optimum.
@@ -161,7 +181,7 @@ class FitResult:
     start: dict[str, float]
     ringout: dict[str, float]
     residual_rms_m: float
-    angle_residual_rms_rad: float
+    angle_residual_rms_rad: float | None
     noise_std_m: float
     offsets_s: tuple[float, ...]
     alignments: tuple[Alignment, ...]
@@ -171,17 +191,30 @@ class FitResult:
     wall_s: float
     message: str
     cases: tuple[FitCase, ...] = field(default=())
+    angle_noise_std_rad: float | None = None
+    orientation_weight: float = 1.0
+    orientation_used: tuple[bool, ...] = ()
+    fixed: dict[str, float] = field(default_factory=dict)
+    bounds: dict[str, tuple[float, float]] = field(default_factory=dict)
+    at_bound: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
-        """A JSON-ready summary (SI values; uncertainties as ``<name>_std``)."""
+        """A JSON-ready summary (SI values; uncertainties as ``<name>_std``); strict JSON: a value that is not
+        a finite number (no angle residual, an undefined correlation) is None, never NaN."""
         out: dict[str, object] = {k: float(v) for k, v in self.values.items()}
         for k, v in self.std.items():
             out[f"{k}_std"] = float(v)
         out.update(
             fitted=list(self.fitted),
+            fixed={k: float(v) for k, v in self.fixed.items()},
+            bounds={k: [float(lo), float(hi)] for k, (lo, hi) in self.bounds.items()},
+            at_bound=dict(self.at_bound),
             residual_rms_m=float(self.residual_rms_m),
-            angle_residual_rms_rad=float(self.angle_residual_rms_rad),
+            angle_residual_rms_rad=self.angle_residual_rms_rad,
             noise_std_m=float(self.noise_std_m),
+            angle_noise_std_rad=self.angle_noise_std_rad,
+            orientation_weight=float(self.orientation_weight),
+            orientation_used=list(self.orientation_used),
             offsets_s=[float(o) for o in self.offsets_s],
             correlation=np.asarray(self.correlation).round(4).tolist(),
             start={k: float(v) for k, v in self.start.items()},
@@ -191,7 +224,25 @@ class FitResult:
             wall_s=float(self.wall_s),
             message=self.message,
         )
-        return out
+        return finite_or_none(out)
+
+
+def finite_or_none(value: object) -> object:
+    """``value`` with every float that is not finite (NaN, ±inf) replaced by None, through dicts, lists and
+    tuples (tuples become lists): what ``json.dumps(..., allow_nan=False)`` accepts."""
+    if isinstance(value, dict):
+        return {k: finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_none(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return finite_or_none(value.tolist())
+    if isinstance(value, (float, np.floating)):
+        return float(value) if np.isfinite(value) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    return value
 
 
 class _Evaluator:
@@ -230,7 +281,10 @@ class _Evaluator:
             if pb.angles and pb.angles[k] is not None:
                 ia = pb.angle_samples[k]
                 simulated = sim.angle_at(case.recording.time_s[ia] - off)
-                ang.append(pb.angle_weights[k] * (pb.angles[k][ia] - simulated))
+                # The recorded angle's zero is the orientation at the rest window, wherever that is (a pose the
+                # motion reaches, not necessarily its start): a constant per recording, removed like the offset.
+                diff = pb.angles[k][ia] - simulated
+                ang.append(pb.angle_weights[k] * (diff - np.mean(diff)))
         return np.concatenate(pos), (np.concatenate(ang) if ang else np.zeros(0))
 
     def residual(self, values: dict[str, float], offsets: Sequence[float]) -> NDArray[np.float64]:
@@ -273,14 +327,18 @@ def build_problem(simulator: StepTestSimulator, cases: Sequence[FitCase], option
         raise InputError("fitting needs at least one recording")
     if not options.params or set(options.params) - set(PARAMETERS):
         raise InputError(f"parameters must be a non-empty subset of {list(PARAMETERS)}, got {options.params}")
+    check_fixed(options.fixed, options.params)
+    if not (np.isfinite(options.orientation_weight) and options.orientation_weight >= 0):
+        raise InputError(f"the orientation weight must be >= 0 (0: positions only), got {options.orientation_weight}")
     mat = simulator.rig.material
     values = {"youngs_modulus": float(mat.youngs_modulus), "alpha": float(mat.rayleigh_alpha),
               "beta": float(mat.rayleigh_beta)}
     values.update(start or {})
-    alignments, samples, angles, angle_samples, angle_weights = [], [], [], [], []
+    values.update(options.fixed)
+    alignments, samples, angles, angle_samples, angle_weights, angle_noise = [], [], [], [], [], []
     for case in cases:
         sim = simulator.simulate(values["youngs_modulus"], values["alpha"], values["beta"], case.motion)
-        al = align(case.recording, sim)
+        al = align(case.recording, sim, motion_start_s=case.motion_start_s)
         t = case.recording.time_s - al.offset_s
         lo = sim.time_s[0] + options.edge_margin_s + options.offset_window_s
         hi = sim.time_s[-1] - options.edge_margin_s - options.offset_window_s
@@ -288,39 +346,86 @@ def build_problem(simulator: StepTestSimulator, cases: Sequence[FitCase], option
         alignments.append(al)
         samples.append(idx)
         angle = None
-        if options.use_orientation and case.recording.orientation_xyzw is not None and sim.angle_rad is not None:
-            angle, weight = _recorded_angle(case.recording, al, simulator.rig.axis)
+        if options.orientation_weight > 0 and case.recording.orientation_xyzw is not None \
+                and sim.angle_rad is not None:
+            angle, weight, noise = _recorded_angle(case.recording, al, simulator.rig.axis)
             finite = np.isfinite(angle)
             angle_idx = np.flatnonzero(finite & (t >= lo) & (t <= hi))
             if angle_idx.size >= 20:
                 angles.append(angle)
                 angle_samples.append(angle_idx)
-                angle_weights.append(weight)
+                angle_weights.append(options.orientation_weight * weight)
+                angle_noise.append(noise)
                 continue
         angles.append(None)
         angle_samples.append(np.zeros(0, dtype=np.int64))
         angle_weights.append(0.0)
+        angle_noise.append(float("nan"))
     return FitProblem(simulator, tuple(cases), values, tuple(alignments), tuple(samples), options,
-                      tuple(angles), tuple(angle_samples), tuple(angle_weights))
+                      tuple(angles), tuple(angle_samples), tuple(angle_weights), tuple(angle_noise))
+
+
+def check_fixed(fixed: dict[str, float], params: Sequence[str]) -> None:
+    """Validate held values: known names, not also fitted, positive finite SI values.
+
+    Raises:
+        InputError: Naming the parameter and the value.
+    """
+    for name, value in fixed.items():
+        if name not in PARAMETERS:
+            raise InputError(f"cannot fix {name!r}: not a material parameter; choose from {list(PARAMETERS)}")
+        if name in params:
+            raise InputError(f"{name} is both fitted and fixed (at {value:g}); leave it out of --params to fix it")
+        if not (np.isfinite(value) and (value > 0 or (name != "youngs_modulus" and value == 0))):
+            raise InputError(f"fixed {name} = {value!r}: must be a finite number, > 0 (alpha and beta may be 0)")
+
+
+def parse_fixed(items: Sequence[str]) -> dict[str, float]:
+    """``["alpha=0", "beta=4e-5"]`` → ``{"alpha": 0.0, "beta": 4e-05}`` (``--fix NAME=VALUE``, SI units).
+
+    Raises:
+        InputError: Not ``NAME=VALUE``, an unknown name, a repeated name, or a value that is not a number.
+    """
+    out: dict[str, float] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise InputError(f"--fix {item!r}: expected NAME=VALUE, e.g. alpha=0 (names: {list(PARAMETERS)})")
+        if name not in PARAMETERS:
+            raise InputError(f"--fix {item!r}: unknown parameter {name!r}; choose from {list(PARAMETERS)}")
+        if name in out:
+            raise InputError(f"--fix {name} given twice")
+        try:
+            out[name] = float(text)
+        except ValueError:
+            raise InputError(f"--fix {item!r}: {text.strip()!r} is not a number (SI units: Pa, 1/s, s)") from None
+    return out
 
 
 def _recorded_angle(recording: TipRecording, alignment: Alignment, axis: NDArray[np.float64]
-                    ) -> tuple[NDArray[np.float64], float]:
-    """The recorded body's rotation about the motor axis since its rest orientation (n,) [rad], and the lever
-    [m/rad] weighting it: position noise over angle noise at rest, clipped to [0.05, 5] m/rad.
+                    ) -> tuple[NDArray[np.float64], float, float]:
+    """The recorded body's rotation about the motor axis since its orientation in the rest window (n,) [rad], the
+    lever [m/rad] weighting it (position noise over angle noise, clipped to [0.05, 5] m/rad) and the angle noise
+    [rad].
 
     The rigid body's own frame (set by its markers) cancels in ``R(t) R_restᵀ``; the motor axis is taken into the
-    mocap frame with the alignment's rotation.
+    mocap frame with the alignment's rotation. The noises are the smaller of the rest window's spread and the
+    second-difference estimate (:func:`retarget.fit.align.difference_noise`).
     """
     from scipy.spatial.transform import Rotation
+
+    from retarget.fit.align import difference_noise
 
     quat = recording.orientation_xyzw
     assert quat is not None
     finite = np.isfinite(quat).all(axis=1) & (np.linalg.norm(np.nan_to_num(quat), axis=1) > 0.5)
     t = recording.time_s
     if finite.sum() < 20:
-        return np.full(len(t), np.nan), 0.0
-    rest_win = finite & (t <= t[finite][0] + 0.3)
+        return np.full(len(t), np.nan), 0.0, float("nan")
+    rest_win = finite & (t >= alignment.rest.start_s) & (t <= alignment.rest.end_s)
+    if rest_win.sum() < 5:
+        rest_win = finite & (t <= t[finite][0] + 0.3)
     q_rest = quat[rest_win].copy()
     q_rest *= np.sign(q_rest @ q_rest[0])[:, None]
     rest = Rotation.from_quat(q_rest.mean(axis=0) / np.linalg.norm(q_rest.mean(axis=0)))
@@ -328,10 +433,10 @@ def _recorded_angle(recording: TipRecording, alignment: Alignment, axis: NDArray
     angle = np.full(len(t), np.nan)
     angle[finite] = (Rotation.from_quat(quat[finite]) * rest.inv()).as_rotvec() @ axis_mocap
     at_rest = angle[rest_win]
-    sigma_angle = float(np.median(np.abs(at_rest - np.median(at_rest))) * 1.4826)
+    sigma_angle = min(float(np.median(np.abs(at_rest - np.median(at_rest))) * 1.4826), difference_noise(t, angle))
     sigma_pos = alignment.rest.noise_std_m
     weight = float(np.clip(sigma_pos / max(sigma_angle, 1e-6), 0.05, 5.0)) if sigma_pos > 0 else 1.0
-    return angle, weight
+    return angle, weight, sigma_angle
 
 
 def solve(problem: FitProblem, progress: Callable[[], None] | None = None) -> FitResult:
@@ -444,6 +549,15 @@ def solve(problem: FitProblem, progress: Callable[[], None] | None = None) -> Fi
         rms = float(np.sqrt(np.mean(np.sum((src @ rot.T + trans - dst) ** 2, axis=1))))
         final_al.append(Alignment(float(off), rot, trans, rms, al0.rest))
     noise = float(np.mean([a.rest.noise_std_m for a in problem.alignments]))
+    at_bound = {}
+    for i, p in enumerate(names):
+        # Within 1e-3 in log space (0.1 %) of a bound counts: the trust region stops just inside it.
+        if res.active_mask[i] < 0 or res.x[i] - lo[i] < 1e-3:
+            at_bound[p] = "lower"
+        elif res.active_mask[i] > 0 or hi[i] - res.x[i] < 1e-3:
+            at_bound[p] = "upper"
+    used = tuple(bool(problem.angles) and problem.angles[k] is not None for k in range(n_c))
+    angle_noise = [n for n, u in zip(problem.angle_noise, used) if u]
     return FitResult(
         values=fitted,
         std=std,
@@ -462,13 +576,19 @@ def solve(problem: FitProblem, progress: Callable[[], None] | None = None) -> Fi
         wall_s=_time.perf_counter() - t_start,
         message=str(res.message),
         cases=problem.cases,
+        angle_noise_std_rad=float(np.mean(angle_noise)) if angle_noise else None,
+        orientation_weight=float(opts.orientation_weight),
+        orientation_used=used,
+        fixed={p: float(values[p]) for p in PARAMETERS if p not in names},
+        bounds={p: bounds_si[p] for p in names},
+        at_bound=at_bound,
     )
 
 
-def _angle_rms(problem: FitProblem, weighted: NDArray[np.float64]) -> float:
-    """RMS of the angle residual [rad] with the per-case weights taken out."""
+def _angle_rms(problem: FitProblem, weighted: NDArray[np.float64]) -> float | None:
+    """RMS of the angle residual [rad] with the per-case weights taken out (None when no angle is fitted)."""
     if weighted.size == 0:
-        return float("nan")
+        return None
     weights = np.concatenate([np.full(len(i), w) for i, w in zip(problem.angle_samples, problem.angle_weights)])
     return float(np.sqrt(np.mean((weighted / weights) ** 2)))
 
