@@ -45,7 +45,8 @@ def main() -> int:
     from retarget.model import library
     from retarget.motion import load_motion
     from retarget.optimize.engines import reduced_engine, step_sensitivities
-    from retarget.optimize.planner import PlanOptions, build_plan_problem, limits_for
+    from retarget.optimize.options import PlanOptions
+    from retarget.optimize.problem import build_plan_problem, limits_for
     from retarget.optimize.planning_model import DEFAULT_PLAN_MODES, planning_model
     from retarget.optimize.weights import parse_tracked_bodies
 

@@ -1,6 +1,6 @@
 """Benchmark of a budgeted plan on a cold or warm numba cache: does the warm-up keep compiling out of the budget?
 
-Runs the planner node's entry point (``retarget.optimize.plan``) with the robot's params file settings, a reduced
+Runs :func:`retarget.optimize.plan` with the robot's params file settings (as the planner node does), a reduced
 model and a time budget on the first ``--duration`` seconds of a motion, and records when each feedback stage began
 and how many numba compilations (``numba:compile`` events: compiled or loaded from the cache) had happened by then.
 ``--cold`` points numba at a new empty cache folder first (as after an install or an update). Prints the settings
@@ -18,11 +18,6 @@ import os
 import sys
 import tempfile
 import time
-
-
-#: The planner node's parameters its plan requests carry (``retarget.ros.planner.Planner._request``).
-PLAN_PARAMETERS = ("dt", "target_stride", "window", "window_tail", "window_overlap", "torque_weight", "torque_margin",
-                   "verify", "verify_dt")
 
 
 def main() -> int:
@@ -46,7 +41,9 @@ def main() -> int:
     from retarget.demo import excerpt
     from retarget.model.library import read_ros_parameters, resolve_params, resolve_robot
     from retarget.motion import load_motion
-    from retarget.optimize import plan
+    from retarget.optimize import PlanProgress, plan
+    from retarget.optimize.control import FEEDBACK_STAGES
+    from retarget.optimize.options import options_from_parameters
 
     class Compiles(numba_event.Listener):
         count = 0
@@ -61,19 +58,18 @@ def main() -> int:
     numba_event.register("numba:compile", compiles)
     params = read_ros_parameters(resolve_params(resolve_robot(args.robot)))
     motion = excerpt(load_motion(args.motion), args.duration)
-    request = {"robot": args.robot, "joint_names": list(motion.joint_names), "time": motion.time.tolist(),
-               "positions": motion.positions.tolist(), "reduced_file": args.reduced,
-               "max_iterations": args.max_iterations, **{k: params[k] for k in PLAN_PARAMETERS if k in params},
-               "time_budget": args.time_budget}
+    options = options_from_parameters(params, reduced_file=args.reduced, max_iterations=args.max_iterations,
+                                      time_budget=args.time_budget)
     started = time.perf_counter()
     stages: list[dict] = []
 
-    def progress(info: dict) -> None:
-        if "stage" in info:
-            stages.append({"stage": info["stage"], "at_s": round(time.perf_counter() - started, 1),
+    def steps(stage: str, done: int, total: int) -> None:
+        name = FEEDBACK_STAGES.get(stage, stage)
+        if not stages or stages[-1]["stage"] != name:
+            stages.append({"stage": name, "at_s": round(time.perf_counter() - started, 1),
                            "numba_compiles": compiles.count})
 
-    metrics = plan(request, progress)["metrics"]
+    metrics = plan(args.robot, motion, options, PlanProgress(steps=steps)).metrics()
     wall = time.perf_counter() - started
     budget_start = next((s["at_s"] for s in stages if s["stage"] == "targets"), None)
     print(json.dumps({

@@ -83,7 +83,8 @@ def test_the_progress_bar_counts_the_budget_from_the_end_of_the_preparation() ->
     from types import SimpleNamespace
 
     from retarget.demo import PREPARATION_STAGES, _PlannerProgress
-    from retarget.optimize.planner import FEEDBACK_STAGES, TRAINING_STAGE, WARM_UP_STAGE
+    from retarget.optimize.control import FEEDBACK_STAGES, TRAINING_STAGE
+    from retarget.optimize.planning import WARM_UP_STAGE
 
     assert WARM_UP_STAGE in PREPARATION_STAGES and TRAINING_STAGE not in PREPARATION_STAGES
     assert not PREPARATION_STAGES & set(FEEDBACK_STAGES.values())

@@ -120,14 +120,14 @@ class FirstOrderServo(ServoDynamics):
         self.load_inertia = load_inertia
         self.stall_torque = stall_torque
         self.stall_current = stall_current
+        self._position = np.zeros(n)
+        self._velocity = np.zeros(n)
 
     @classmethod
     def rated(cls, n: int, ratings: ServoRatings, **kwargs: float) -> FirstOrderServo:
         """Servos of a model with these ratings (``ControlTable.ratings``); other arguments as the constructor's."""
         return cls(n, no_load_speed=ratings.no_load_speed, stall_torque=ratings.stall_torque,
                    stall_current=ratings.stall_current, **kwargs)
-        self._position = np.zeros(n)
-        self._velocity = np.zeros(n)
 
     def reset(self, position: np.ndarray) -> ServoFeedback:
         self._position = np.array(position, dtype=float).reshape(self.n)

@@ -9,9 +9,14 @@ line), :mod:`~retarget.optimize.objective` (tracking term and its partial deriva
 
 With the simulator: :mod:`~retarget.optimize.engines` (the ``Engine`` protocol, adapters for the reduced and the
 absolute engines), :mod:`~retarget.optimize.adjoint` (forward rollout, exact discrete-adjoint gradient),
-:mod:`~retarget.optimize.targets` (quasi-static targets), :mod:`~retarget.optimize.planner` (L-BFGS-B driver,
-baselines, :func:`plan` for the ROS planner node), :mod:`~retarget.optimize.planning_model` (the reduced model
-the planner runs on: loaded, cached or trained in-process).
+:mod:`~retarget.optimize.targets` (quasi-static targets), :mod:`~retarget.optimize.options` (``PlanOptions``),
+:mod:`~retarget.optimize.problem` (the planning problem), :mod:`~retarget.optimize.lbfgs` (the L-BFGS-B driver),
+:mod:`~retarget.optimize.gauss_newton` (exact sensitivities, Levenberg–Marquardt), :mod:`~retarget.optimize.windows`
+(receding-horizon windows), :mod:`~retarget.optimize.robust` (the objective over stiffness-scaled models),
+:mod:`~retarget.optimize.variants` (naive, ZV/ZVD and optimized runs; ``PlanResult``),
+:mod:`~retarget.optimize.verification` (the plan in models it was not optimized on),
+:mod:`~retarget.optimize.planning` (:func:`plan`, the one orchestration the CLI, the ROS node and the benchmarks
+call) and :mod:`~retarget.optimize.planning_model` (the reduced model it runs on: loaded, cached or trained).
 """
 from __future__ import annotations
 
@@ -58,17 +63,19 @@ _EXPORTS: dict[str, str] = {
     "EngineState": "engines",
     "ReducedEngine": "engines",
     "StepSensitivity": "engines",
-    "OptimizationResult": "planner",
-    "PlanOptions": "planner",
-    "PlanProblem": "planner",
-    "PlanResult": "planner",
-    "Variant": "planner",
-    "build_plan_problem": "planner",
-    "limits_for": "planner",
-    "optimize": "planner",
-    "plan": "planner",
-    "run_plan": "planner",
-    "simulate_variant": "planner",
+    "OptimizationResult": "result",
+    "PlanOptions": "options",
+    "PlanProblem": "problem",
+    "PlanProgress": "planning",
+    "PlanResult": "variants",
+    "Variant": "variants",
+    "build_plan_problem": "problem",
+    "limits_for": "problem",
+    "optimize": "lbfgs",
+    "optimize_windows": "windows",
+    "plan": "planning",
+    "run_plan": "planning",
+    "simulate_variant": "variants",
     "integrate": "quadrature",
     "simpson_weights": "quadrature",
     "uniform_grid": "quadrature",
@@ -118,19 +125,13 @@ if TYPE_CHECKING:
         deviation_metrics,
     )
     from retarget.optimize.engines import AbsoluteEngine, Engine, EngineState, ReducedEngine, StepSensitivity
-    from retarget.optimize.planner import (
-        OptimizationResult,
-        PlanOptions,
-        PlanProblem,
-        PlanResult,
-        Variant,
-        build_plan_problem,
-        limits_for,
-        optimize,
-        plan,
-        run_plan,
-        simulate_variant,
-    )
+    from retarget.optimize.lbfgs import optimize
+    from retarget.optimize.options import PlanOptions
+    from retarget.optimize.planning import PlanProgress, plan, run_plan
+    from retarget.optimize.problem import PlanProblem, build_plan_problem, limits_for
+    from retarget.optimize.result import OptimizationResult
+    from retarget.optimize.variants import PlanResult, Variant, simulate_variant
+    from retarget.optimize.windows import optimize_windows
     from retarget.optimize.quadrature import integrate, simpson_weights, uniform_grid
     from retarget.optimize.shaping import (
         Shaper,
@@ -168,6 +169,7 @@ __all__ = [
     "PlanCancelled",
     "PlanOptions",
     "PlanProblem",
+    "PlanProgress",
     "PlanResult",
     "ProfileError",
     "ProfileFit",
@@ -198,6 +200,7 @@ __all__ = [
     "evaluate",
     "fit_profiles",
     "identify_from_trajectory",
+    "optimize_windows",
     "identify_vibration",
     "integrate",
     "limits_for",

@@ -20,7 +20,7 @@ A :class:`Window` restricts both to a time window ``a … e`` and to the paramet
 ``t_a``: the forward run starts from the stored ``S_a`` (and ``S_{a−1}`` for the BDF2 history), the tracking sums
 over ``n = a … e`` with the whole grid's Simpson weights, the backward pass ends at ``n = a + 1``, and the gradient
 is that of this windowed ``J`` w.r.t. the window's parameters — exact for it, as above (the receding-horizon
-planner, :func:`retarget.optimize.planner.optimize_windows`, minimizes one window after another).
+planner, :func:`retarget.optimize.windows.optimize_windows`, minimizes one window after another).
 """
 from __future__ import annotations
 

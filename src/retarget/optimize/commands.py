@@ -121,6 +121,9 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dt-train", type=float, default=1e-3, help="step of the full training simulation [s]")
     p.add_argument("--reduced", default=None, metavar="FILE", help="reduced model to use: a `retarget reduce` "
                    "artifact (.npz; its own mesh, the --mesh-* options are ignored) or a cached pickle (.pkl)")
+    p.add_argument("--allow-unverified-model", action="store_true", help="plan even when a flexible part's "
+                   "frequencies miss the model card's gate (expert use: the plan's figures then rest on a model "
+                   "whose frequencies are wrong)")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the reduced-model cache, nor "
                    "search the model folders ($RETARGET_MODELS, $RETARGET_CACHE/models, .cache-models/)")
 
@@ -148,114 +151,123 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     pm = planning_model(robot, motion, n_modes=args.modes, dt_train=args.dt_train, mesh_axial=args.mesh_axial,
                         mesh_around=args.mesh_around, reduced_file=args.reduced, use_cache=not args.no_cache,
                         progress=_bar("full training simulation"))
+    from retarget.optimize.verification import gate_model
+
+    warning = gate_model(pm, getattr(args, "allow_unverified_model", False), lambda text: print(text, file=sys.stderr))
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
     return pm, motion
+
+
+def options_from_args(args: argparse.Namespace) -> Any:
+    """:class:`~retarget.optimize.options.PlanOptions` from ``retarget plan``'s arguments."""
+    from retarget.errors import InputError
+    from retarget.optimize.options import PlanOptions
+
+    if not args.dt > 0:
+        raise InputError(f"--dt must be positive, got {args.dt}")
+    if args.time_budget is not None and not args.time_budget > 0:
+        raise InputError(f"--time-budget must be positive, got {args.time_budget}")
+    if args.verify_dt is not None and args.verify_dt < 0:
+        raise InputError(f"--verify-dt must be positive (or 0: no verification), got {args.verify_dt}")
+    verify_dt = args.dt / 5 if args.verify_dt is None else args.verify_dt
+    return PlanOptions(knot_spacing=args.knot_spacing, dt=args.dt, max_iterations=args.max_iterations,
+                       relative_tolerance=args.relative_tolerance, deviation_weight=args.deviation_weight,
+                       acceleration_weight=args.acceleration_weight, duration=args.duration,
+                       time_budget=args.time_budget, target_stride=args.target_stride, method=args.method,
+                       first_step=args.first_step, window=args.window, window_tail=args.window_tail,
+                       window_overlap=args.window_overlap, torque_weight=args.torque_weight,
+                       torque_margin=args.torque_margin, start=args.start,
+                       verify_dt=verify_dt if verify_dt > 0 else None,
+                       stiffness_band=_factors(args.robust, "--robust"), band=_factors(args.band, "--band"),
+                       verify_model=args.verify_model, verify_full_dt=args.verify_full_dt,
+                       verify_full_max_s=args.verify_full_max_s, modes=args.modes, dt_train=args.dt_train,
+                       mesh_axial=args.mesh_axial, mesh_around=args.mesh_around, reduced_file=args.reduced,
+                       use_cache=not args.no_cache, allow_unverified_model=args.allow_unverified_model,
+                       weights=tuple(args.weight or ()))
 
 
 def _plan(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     import numpy as np
-
-    from retarget.errors import InputError
-    from retarget.motion import save_motion
-    from retarget.optimize.engines import reduced_engine
-    from retarget.optimize.planner import PlanOptions, limits_for, run_plan, verify_metrics, warm_up
-    from retarget.optimize.weights import merge_tracked_weights, parse_tracked_bodies
-
-    # Input limits before any model work (a training takes minutes): refuse with the joint, time and value.
-    from retarget.motion.limits import check_plan_input
-    check_plan_input(args.robot, args.motion)
-
-    if args.verify_dt is not None and args.verify_dt < 0:
-        raise InputError(f"--verify-dt must be positive (or 0: no verification), got {args.verify_dt}")
-    verify_dt = args.dt / 5 if args.verify_dt is None else args.verify_dt
-    started = time.perf_counter()
-    pm, motion = _load(args)
-    bodies = merge_tracked_weights(parse_tracked_bodies(pm.config.get("tracked_bodies")), args.weight or [])
-    options = PlanOptions(knot_spacing=args.knot_spacing, dt=args.dt, max_iterations=args.max_iterations,
-                          relative_tolerance=args.relative_tolerance, deviation_weight=args.deviation_weight,
-                          acceleration_weight=args.acceleration_weight, duration=args.duration,
-                          time_budget=args.time_budget, target_stride=args.target_stride, method=args.method,
-                          first_step=args.first_step, window=args.window, window_tail=args.window_tail,
-                          window_overlap=args.window_overlap, torque_weight=args.torque_weight,
-                          torque_margin=args.torque_margin, start=args.start,
-                          verify_dt=verify_dt if verify_dt > 0 else None,
-                          stiffness_band=_factors(args.robust, "--robust"))
-    engine = reduced_engine(pm.reduced, tolerance=1e-10)
-
-    def engine_factory(factor: float) -> Any:
-        from retarget.sim.reduced.system import with_stiffness_scale
-
-        return reduced_engine(with_stiffness_scale(pm.reduced, factor), tolerance=1e-10)
-
-    limits = limits_for(pm.model, pm.config)
-    if options.time_budget is not None:
-        print("warming up: compiling the plan's kernels (minutes after an install or update, else seconds; not "
-              "counted in --time-budget)", file=sys.stderr)
-        print(f"warmed up in {warm_up(engine, motion, bodies, limits, options):.0f} s", file=sys.stderr)
     from tqdm import tqdm
 
+    from retarget.errors import InputError
+    from retarget.model import library
+    from retarget.motion import load_motion, save_motion
+    from retarget.optimize.planning import PlanProgress, plan
+
+    if args.out and Path(args.out).suffix.lower() not in (".csv", ".json", ".yaml", ".yml"):
+        raise InputError(f"--out must end in .csv, .json or .yaml, got {args.out}")
+    options = options_from_args(args)
+    motion_path = Path(args.motion) if Path(args.motion).is_file() else library.resolve_motion(args.motion)
+    motion = load_motion(motion_path)
+    if options.reduced_file:
+        print(f"model: {args.robot}, reduced model {options.reduced_file}", file=sys.stderr)
+    else:
+        print(f"model: {args.robot}, {options.modes} modes, training mesh {options.mesh_axial}x{options.mesh_around}"
+              f" (stiffness calibrated), training dt {options.dt_train} s (cached by content hash)", file=sys.stderr)
     # With windows, max_iterations is per window and their number is known only once the problem is built.
     bar = tqdm(total=None if args.window else args.max_iterations, desc="optimize", unit="it", file=sys.stderr)
     stage_bars: dict[str, Any] = {}
 
-    def progress(stage: str, k: int, n: int) -> None:
+    def steps(stage: str, k: int, n: int) -> None:
+        if n <= 0:
+            return
         if stage not in stage_bars:
             stage_bars[stage] = _bar(stage)
         stage_bars[stage](k, n)
 
-    def callback(it: dict) -> None:
+    def iteration(it: dict) -> None:
         bar.update(1)
         where = {"window": f"{it['window']}/{it['windows']}"} if "window" in it else {}
         bar.set_postfix(**where, J=f"{it['objective']:.4e}", grad=f"{it['gradient_norm']:.2e}")
 
-    result = run_plan(engine, motion, bodies, limits, options, progress, callback, engine_factory)
+    def message(text: str) -> None:
+        print(text, file=sys.stderr)
+
+    result = plan(args.robot, motion, options, PlanProgress(steps=steps, iteration=iteration, message=message))
     bar.close()
     metrics = result.metrics()
-    if verify_dt > 0 and "optimized" in result.variants and "naive" in result.variants:
-        print(f"verifying the plan at dt {verify_dt:g} s (naive and optimized re-simulated)", file=sys.stderr)
-        metrics.update(verify_metrics(result, verify_dt))
-    metrics.update(_check_elsewhere(args, pm, result, engine_factory, progress))
-    metrics["wall_s"] = time.perf_counter() - started
-    metrics["model"] = pm.info
-    opt = result.profiles
     rate = 1.0 / float(np.median(np.diff(motion.time))) if motion.num_samples > 1 else 100.0
     t_stop = float(result.pp.targets.times[-1])
-    out_motion = opt.to_motion(result.pp.motion.joint_names, rate, t_stop=t_stop).shifted(float(motion.time[0]))
+    out_motion = result.profiles.to_motion(result.pp.motion.joint_names, rate, t_stop=t_stop).shifted(
+        float(motion.time[0]))
     written = []
     if args.out:
         path = Path(args.out)
-        if path.suffix.lower() not in (".csv", ".json", ".yaml", ".yml"):
-            raise InputError(f"--out must end in .csv, .json or .yaml, got {path}")
         written.append(save_motion(path, out_motion))
         if path.suffix.lower() not in (".yaml", ".yml"):
             written.append(save_motion(path.with_suffix(".yaml"), out_motion))
     if args.report:
         from retarget.report.plots import write_plan_report
+        from retarget.report.views import ViewOptions, write_plan_views
 
         written.extend(write_plan_report(result, args.report))
+        written.extend(write_plan_views(result, args.robot, args.report,
+                                        ViewOptions(page=not args.no_page, video=not args.no_video,
+                                                    mcap=not args.no_mcap)))
     metrics["files"] = [str(w) for w in written]
-    print(f"{pm.model.name}: J {metrics['objective_initial']:.4e} -> {metrics['objective_final']:.4e} in "
-          f"{metrics['iterations']} iterations ({metrics['wall_s']:.0f} s)")
+    print(f"{result.model_info.get('robot') or args.robot}: J {metrics['objective_initial']:.4e} -> "
+          f"{metrics['objective_final']:.4e} in {metrics['iterations']} iterations ({metrics['wall_s']:.0f} s)")
     for name in ("naive", "speed_limited", "zv", "zvd", "optimized"):
         if name in metrics:
             m = metrics[name]
             lag = f", lag {m['lag_s']:.3f} s" if "lag_s" in m else ""
-            print(f"  {name:13s} peak {1e3 * m['peak_deviation_m']:7.2f} mm  RMS {1e3 * m['rms_deviation_m']:7.2f} mm{lag}")
+            print(f"  {name:13s} peak {1e3 * m['peak_deviation_m']:7.2f} mm  RMS {1e3 * m['rms_deviation_m']:7.2f} mm"
+                  f"  torque {m['peak_torque_ratio']:.2f} x stall{lag}")
     _print_checks(metrics)
     for w in result.warnings:
         print(f"warning: {w}", file=sys.stderr)
     if args.json:
-        print(json.dumps(_strict(metrics), default=float, allow_nan=False))
-    if not metrics["cut_reached"]:
+        from retarget.jsonsafe import dumps
+
+        print(dumps(metrics, default=float))
+    if not metrics.get("cut_reached", True):
         print(f"error: no meaningful cut: {metrics['cut_verdict']}", file=sys.stderr)
         return 3
     return 0
-
-
-#: A plan whose optimized peak deviation (in the verification model, else the planning model) is above this
-#: fraction of naive playback's has not reached a meaningful cut: `retarget plan` says so and exits 3.
-MEANINGFUL_CUT = 0.9
 
 
 def _factors(text: str | None, option: str) -> tuple[float, ...]:
@@ -271,62 +283,6 @@ def _factors(text: str | None, option: str) -> tuple[float, ...]:
     if not all(0.2 <= v <= 5.0 for v in values):
         raise InputError(f"{option}: stiffness factors must lie in [0.2, 5], got {text!r}")
     return values
-
-
-def _strict(value: Any) -> Any:
-    """``value`` with every non-finite float replaced by None (strict JSON)."""
-    import math
-
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _strict(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_strict(v) for v in value]
-    return value
-
-
-def _check_elsewhere(args: argparse.Namespace, pm: Any, result: Any, engine_factory: Any,
-                     progress: Any) -> dict[str, Any]:
-    """The plan measured in models it was not optimized on: the full FEM (``verified``) and the stiffness band
-    (``band``); the headline ``verified_peak_ratio`` and the verdict ``cut_reached``."""
-    from retarget.optimize.verification import full_verification_cost, stiffness_band, verify_full
-
-    out: dict[str, Any] = {}
-    if "optimized" not in result.variants:
-        return {"cut_reached": False, "cut_verdict": "no optimized result"}
-    band = _factors(args.band, "--band")
-    if band:
-        print(f"robustness band: stiffness x {', '.join(f'{f:g}' for f in band)} (reduced model)", file=sys.stderr)
-        out["band"] = stiffness_band(result, band, engine_factory)
-    duration = float(result.pp.targets.times[-1])
-    dt_full = float(args.verify_full_dt)
-    estimate = full_verification_cost(pm.model, duration, dt_full)
-    mode = args.verify_model
-    if mode == "auto":
-        mode = "full" if estimate <= args.verify_full_max_s else "none"
-        if mode == "none":
-            result.warnings.append(f"not verified in the full FEM: estimated {estimate:.0f} s > --verify-full-max-s "
-                                   f"{args.verify_full_max_s:g} s; the plan's figures are the planning model's")
-            out["warnings"] = list(result.warnings)
-    if mode == "full":
-        print(f"verifying in the full FEM ({sum(3 * p.mesh.n_nodes for p in pm.model.flexible_parts)} deformable "
-              f"DOFs, dt {dt_full:g} s; about {estimate:.0f} s): naive, ZVD and optimized", file=sys.stderr)
-        out["verified"] = verify_full(result, pm.model, dt_full, progress=progress)
-    planned = result.variants["optimized"].metrics["peak_deviation_m"] / result.variants["naive"].metrics[
-        "peak_deviation_m"]
-    verified = out.get("verified", {}).get("peak_ratio")
-    out["planning_peak_ratio"] = planned
-    out["verified_peak_ratio"] = verified
-    out["verification_model"] = "full FEM" if verified is not None else "none"
-    out["optimized_peak_torque_ratio"] = result.variants["optimized"].metrics["peak_torque_ratio"]
-    headline = verified if verified is not None else planned
-    out["cut_reached"] = bool(headline <= MEANINGFUL_CUT)
-    where = "in the full FEM" if verified is not None else "in the planning model (not verified elsewhere)"
-    out["cut_verdict"] = (f"optimized peak deviation {headline:.3f} x naive {where}"
-                          + ("" if out["cut_reached"] else f", above {MEANINGFUL_CUT:g} x: nothing worth playing "
-                             "was gained (try a finer --dt, more --max-iterations, or a servo-feasible motion)"))
-    return out
 
 
 def _print_checks(metrics: dict[str, Any]) -> None:
@@ -346,7 +302,8 @@ def _print_checks(metrics: dict[str, Any]) -> None:
             zvd = f", ZVD {entry['zvd']['peak_deviation_m'] / entry['naive']['peak_deviation_m']:.3f} x" \
                 if "zvd" in entry else ""
             print(f"  stiffness {key}: optimized peak {entry['peak_ratio']:.3f} x naive{zvd}")
-    print(f"  headline: {metrics['cut_verdict']}")
+    if "cut_verdict" in metrics:
+        print(f"  headline: {metrics['cut_verdict']}")
 
 
 def _check_gradient(args: argparse.Namespace) -> int:
@@ -355,7 +312,8 @@ def _check_gradient(args: argparse.Namespace) -> int:
 
     from retarget.optimize.adjoint import evaluate
     from retarget.optimize.engines import reduced_engine
-    from retarget.optimize.planner import PlanOptions, build_plan_problem, limits_for
+    from retarget.optimize.options import PlanOptions
+    from retarget.optimize.problem import build_plan_problem, limits_for
     from retarget.optimize.weights import parse_tracked_bodies
 
     started = time.perf_counter()
@@ -427,7 +385,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--motion", required=True, help="motion name (robot/motion) or file")
     p.add_argument("--out", default=None, help="optimized motion (.csv, .json or .yaml JointTrajectory); "
                    "a JointTrajectory YAML is written beside a csv/json")
-    p.add_argument("--report", default=None, metavar="DIR", help="write PNG plots and trajectories.npz here")
+    p.add_argument("--report", default=None, metavar="DIR", help="write PNG plots, trajectories.npz and the "
+                   "animation (animation.npz, .html page, .mp4 video, .mcap for Foxglove; `retarget view DIR`) here")
+    p.add_argument("--no-page", action="store_true", help="--report without the animated page")
+    p.add_argument("--no-video", action="store_true", help="--report without the video (the slowest view)")
+    p.add_argument("--no-mcap", action="store_true", help="--report without the MCAP recording")
     p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     p.add_argument("--knot-spacing", type=float, default=0.05, help="B-spline knot spacing [s] (default 0.05)")
     p.add_argument("--max-iterations", type=int, default=50, help="optimizer iterations (default 50)")
@@ -445,9 +407,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "objective reaches [s] (default 0.5)")
     p.add_argument("--window-overlap", type=float, default=0.0, metavar="S", help="how much of each window the next "
                    "one optimizes again [s] (default 0: windows side by side)")
-    p.add_argument("--torque-weight", type=float, default=0.0, metavar="W", help="penalty on simulated motor "
-                   "torques above (1 - torque margin) x the servos' stall torque [1/(N^2 m^2 s)], e.g. 10 (default "
-                   "0: torques are only reported, with a warning above stall)")
+    p.add_argument("--torque-weight", type=float, default=10.0, metavar="W", help="penalty on simulated motor "
+                   "torques above (1 - torque margin) x the servos' stall torque [1/(N^2 m^2 s)] (default 10; when the "
+                   "optimum still exceeds stall it is optimized again with the weight x 10, at most twice; 0: torques "
+                   "are only reported, with a warning above stall)")
     p.add_argument("--torque-margin", type=float, default=0.1, metavar="F", help="fraction of the stall torque "
                    "the torque penalty keeps free (default 0.1)")
     p.add_argument("--start", choices=("feasible", "input"), default="feasible", help="where the optimizer starts: "

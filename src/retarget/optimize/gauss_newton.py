@@ -23,16 +23,27 @@ steps short, and it ends behind L-BFGS-B in the same budget; L-BFGS-B is the pla
 """
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
 
-from retarget.optimize.adjoint import AdjointProblem, Rollout
+from retarget.optimize.adjoint import AdjointProblem, Rollout, evaluate
 from retarget.optimize.engines import step_sensitivities
+from retarget.optimize.result import SearchState
 
-__all__ = ["MAX_PARAMETERS", "LeastSquares", "parameter_hessian", "supports_tangent", "tangent_least_squares"]
+if TYPE_CHECKING:  # pragma: no cover
+    from retarget.optimize.options import PlanOptions
+    from retarget.optimize.problem import PlanProblem
+
+_LOG = logging.getLogger(__name__)
+
+__all__ = ["MAX_PARAMETERS", "LeastSquares", "levenberg_marquardt", "parameter_hessian", "supports_tangent",
+           "tangent_least_squares"]
 
 #: Above this many parameters the tangent pass (one solve per parameter and step) costs more than L-BFGS saves.
 MAX_PARAMETERS: int = 200
@@ -153,3 +164,84 @@ def parameter_hessian(problem: AdjointProblem, x: NDArray[np.float64], step: flo
         e[j] = step
         out[:, j] = (problem.parameter_terms(x + e)[1] - problem.parameter_terms(x - e)[1]) / (2 * step)
     return 0.5 * (out + out.T)
+
+
+def levenberg_marquardt(pp: PlanProblem, options: PlanOptions, x_start: NDArray[np.float64],
+                         state: SearchState, history: list[float],
+                         callback: Callable[[dict[str, float]], None] | None,
+                         progress: Callable[[int, int], None] | None, affordable: Callable[[float], None],
+                         lower: NDArray[np.float64], upper: NDArray[np.float64]) -> str:
+    """Levenberg–Marquardt iterations (Marquardt's diagonal scaling, Nielsen's damping update) from ``x_start``.
+
+    Each iteration: one tangent-linear pass at the current point (exact Gauss–Newton Hessian and gradient), then
+    damped steps projected onto the bounds until one lowers ``J`` (a trial point the model cannot simulate counts as
+    a rejected step). Updates ``state`` (best point, evaluations, ``iterations``) and ``history`` in place;
+    returns the stop reason. ``affordable(seconds)`` raises ``BudgetExhausted`` before work that would overrun
+    the budget; ``KeyboardInterrupt`` passes through, as in the L-BFGS-B loop.
+    """
+    from retarget.sim.errors import SimulationError
+
+    problem = pp.problem
+    n = problem.n_steps
+    x, ev = x_start.copy(), state.best
+    j0 = ev.value
+    mu, nu = 1e-3, 2.0
+    tangent_s = 2.0 * state.duration
+
+    def tangent_progress(k: int, total: int) -> None:
+        if progress is not None:
+            progress(n + k, 2 * n)
+
+    while state.iterations < options.max_iterations:
+        affordable(tangent_s + state.duration)
+        t0 = time.perf_counter()
+        ls = tangent_least_squares(problem, x, ev.rollout, tangent_progress)
+        tangent_s = time.perf_counter() - t0
+        _, g_reg, _ = problem.parameter_terms(x)
+        hess = ls.hessian + parameter_hessian(problem, x)
+        grad = ls.gradient + g_reg
+        state.best = ev = replace(ev, gradient=grad)
+        scale = np.maximum(np.diag(hess), 1e-12 * max(float(np.max(np.diag(hess))), 1e-300))
+        accepted = False
+        for _ in range(12):
+            affordable(state.duration)
+            step = np.linalg.solve(hess + mu * np.diag(scale), -grad)
+            x_new = np.clip(x + step, lower, upper)
+            step = x_new - x
+            predicted = -float(grad @ step + 0.5 * step @ hess @ step)
+            if predicted <= 0.0 or not np.any(step):
+                mu, nu = mu * nu, 2.0 * nu
+                continue
+            t0 = time.perf_counter()
+            try:
+                trial = evaluate(problem, x_new, gradient=False, progress=progress)
+            except SimulationError as exc:
+                _LOG.debug("LM trial could not be simulated (mu %.3e): %s", mu, exc)
+                state.failed += 1
+                mu, nu = mu * nu, 2.0 * nu
+                continue
+            state.evaluations += 1
+            state.duration = time.perf_counter() - t0
+            rho = (ev.value - trial.value) / predicted
+            _LOG.debug("LM trial: J %.6e -> %.6e, predicted decrease %.3e, rho %.3f, mu %.3e, clipped %d",
+                       ev.value, trial.value, predicted, rho, mu, int(np.sum((x_new == lower) | (x_new == upper))))
+            if trial.value < ev.value and rho > 1e-4:
+                mu *= max(1.0 / 3.0, 1.0 - (2.0 * rho - 1.0) ** 3)
+                nu = 2.0
+                accepted = True
+                break
+            mu, nu = mu * nu, 2.0 * nu
+        if not accepted:
+            return "no damped Gauss-Newton step lowers the objective (converged to the model's resolution)"
+        decrease = ev.value - trial.value
+        x, ev = x_new, trial
+        state.best, state.best_x = ev, x.copy()
+        state.last, state.last_x = ev, x.copy()
+        state.iterations += 1
+        history.append(ev.value)
+        if callback is not None:
+            callback({"iteration": state.iterations, "objective": float(ev.value),
+                      "gradient_norm": float(np.linalg.norm(grad))})
+        if decrease <= options.relative_tolerance * j0:
+            return "converged: relative reduction of the objective below the tolerance"
+    return "iteration limit reached"

@@ -1,7 +1,9 @@
 """The planner node: the ``retarget_interfaces/action/Retarget`` action over the optimizer.
 
 Action ``~/retarget``: the goal's animation is validated against the robot's joints; the optimizer
-(``retarget.optimize.plan``, imported lazily) runs with per-iteration feedback; the result carries the optimized
+(:func:`retarget.optimize.plan`, the same orchestration as ``retarget plan``, with
+:class:`~retarget.optimize.PlanOptions` built from the node's parameters and the goal) runs with per-iteration
+feedback; the result carries the optimized
 JointTrajectory and metrics, which is also published latched (transient local) on ``~/optimized_trajectory``.
 When no reduced model of the robot is available (and ``allow_training`` is false), or the ``time_budget`` runs out
 before the first evaluated trajectory, the result is ``NOT_AVAILABLE`` with the reason — never a fake success. With
@@ -12,11 +14,10 @@ it carries none.
 """
 from __future__ import annotations
 
-import importlib
-import json
 import time
 from typing import Any
 
+import numpy as np
 import rclpy
 from control_msgs.action import FollowJointTrajectory
 from rclpy.action import ActionClient, ActionServer, CancelResponse, GoalResponse
@@ -32,34 +33,13 @@ from trajectory_msgs.msg import JointTrajectory
 from retarget.control import TrajectoryRejected, validate_trajectory
 from retarget.errors import InputError, NotAvailableError, RetargetError
 from retarget.optimize.errors import PlanCancelled
+from retarget.jsonsafe import dumps
 from retarget.ros.conversions import goal_points
 from retarget.ros.params import declare
 
 __all__ = ["Planner", "main"]
 
 Result = Retarget.Result
-
-#: The optimizer entry point the planner calls: ``plan(request: dict, progress: Callable[[dict], None]) -> dict``.
-OPTIMIZER_ENTRY = ("retarget.optimize", "plan")
-
-
-def load_optimizer() -> Any:
-    """The optimizer's ``plan`` function.
-
-    Raises:
-        NotAvailableError: ``retarget.optimize`` does not provide it yet.
-    """
-    module_name, attr = OPTIMIZER_ENTRY
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise NotAvailableError(f"the optimizer ({module_name}) cannot be imported: {exc}") from exc
-    plan = getattr(module, attr, None)
-    if plan is None:
-        raise NotAvailableError(f"the optimizer is not available yet: {module_name}.{attr} does not exist, so no "
-                                "optimized trajectory can be produced (play the input animation instead)")
-    return plan
-
 
 class Planner(Node):
     """Serves Retarget goals; forwards optimized trajectories to the trajectory server on request."""
@@ -92,7 +72,7 @@ class Planner(Node):
                                    "objective reaches [s]", low=0.0)
         self.window_overlap = declare(self, "window_overlap", T.DOUBLE, 0.0, "how much of each window the next "
                                       "one optimizes again [s]", low=0.0)
-        self.torque_weight = declare(self, "torque_weight", T.DOUBLE, 0.0, "penalty on simulated motor torques "
+        self.torque_weight = declare(self, "torque_weight", T.DOUBLE, 10.0, "penalty on simulated motor torques "
                                      "above (1 - torque_margin) x stall [1/(N^2 m^2 s)], e.g. 10; 0: only report "
                                      "and warn", low=0.0)
         self.torque_margin = declare(self, "torque_margin", T.DOUBLE, 0.1, "fraction of the stall torque the "
@@ -103,6 +83,9 @@ class Planner(Node):
                               "(skipped if it runs out all the same)")
         self.verify_dt = declare(self, "verify_dt", T.DOUBLE, 0.0, "verification step [s]; 0: the planning dt / 5",
                                  low=0.0)
+        self.allow_unverified_model = declare(self, "allow_unverified_model", T.BOOL, False,
+                                              "plan even when a flexible part's frequencies miss the model card's "
+                                              "gate (the plan's figures then rest on wrong frequencies; warned)")
         group = ReentrantCallbackGroup()
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
                              reliability=ReliabilityPolicy.RELIABLE)
@@ -151,10 +134,16 @@ class Planner(Node):
             handle.abort()
             return Result(error_code=Result.INVALID_GOAL, error_string=str(exc), wall_time=time.monotonic() - started)
         try:
-            plan = load_optimizer()
+            from retarget.motion.motion import Motion
+            from retarget.optimize import plan
+
+            points = goal_points(goal.animation)
+            motion = Motion(np.array([p.time_from_start for p in points], dtype=float),
+                            tuple(goal.animation.joint_names),
+                            np.array([list(p.positions) for p in points], dtype=float))
             self._feedback(handle, started, "loading")  # the reduced model; plan() reports the stages after it
-            outcome = plan(self._request(goal), lambda info: self._progress(handle, started, info),
-                           cancelled=lambda: handle.is_cancel_requested)
+            outcome = plan(goal.robot or self.robot_name, motion, self._options(goal),
+                           self._plan_progress(handle, started))
         except PlanCancelled as exc:
             handle.canceled()
             return Result(error_code=Result.CANCELED, error_string=f"{exc} (no optimized trajectory yet)",
@@ -167,7 +156,7 @@ class Planner(Node):
         except RetargetError as exc:
             handle.abort()
             return Result(error_code=Result.FAILED, error_string=str(exc), wall_time=time.monotonic() - started)
-        result = self._result(outcome, started)
+        result = self._result(outcome, started, float(motion.time[0]))
         if handle.is_cancel_requested:
             # The best iterate when the cancel came (or the finished plan, if it came at the very end): returned,
             # but neither published nor executed.
@@ -187,27 +176,50 @@ class Planner(Node):
         handle.succeed()
         return result
 
-    def _request(self, goal: Retarget.Goal) -> dict[str, Any]:
-        """The optimizer's input as plain data (no messages cross into the core)."""
-        points = goal_points(goal.animation)
-        return {"robot": goal.robot or self.robot_name, "joint_names": list(goal.animation.joint_names),
-                "time": [p.time_from_start for p in points], "positions": [list(p.positions) for p in points],
-                "tracked_bodies": list(goal.tracked_bodies), "position_weights": list(goal.position_weights),
-                "deviation_weight": goal.deviation_weight, "acceleration_weight": goal.acceleration_weight,
-                "knot_spacing": goal.knot_spacing, "max_iterations": goal.max_iterations,
-                "relative_tolerance": goal.relative_tolerance, "allow_training": self.allow_training,
-                "reduced_file": self.reduced_file or None, "verify": self.verify, "verify_dt": self.verify_dt or None,
-                "time_budget": self.time_budget or None, "dt": self.dt or None, "window": self.window or None,
-                "target_stride": self.target_stride,
-                "window_tail": self.window_tail, "window_overlap": self.window_overlap,
-                "torque_weight": self.torque_weight, "torque_margin": self.torque_margin}
+    def _options(self, goal: Retarget.Goal) -> Any:
+        """The plan's options: the node's parameters, then the goal's fields (0, negative or empty: the default)."""
+        from retarget.optimize import TrackedBodyWeights, WeightSchedule
+        from retarget.optimize.options import NODE_PARAMETERS, options_from_parameters
 
-    def _result(self, outcome: dict[str, Any], started: float) -> Result:
+        def given(value: Any) -> Any:
+            return value if isinstance(value, (int, float)) and value > 0 else None
+
+        bodies = None
+        if goal.tracked_bodies:
+            weights = list(goal.position_weights) or [1.0] * len(goal.tracked_bodies)
+            bodies = tuple(TrackedBodyWeights(link, WeightSchedule.constant(float(w)), WeightSchedule.constant(0.0))
+                           for link, w in zip(goal.tracked_bodies, weights))
+        parameters = {name: getattr(self, name) for name in NODE_PARAMETERS}
+        return options_from_parameters(
+            parameters, knot_spacing=given(goal.knot_spacing), max_iterations=given(goal.max_iterations),
+            relative_tolerance=given(goal.relative_tolerance),
+            deviation_weight=goal.deviation_weight if goal.deviation_weight >= 0 else None,
+            acceleration_weight=goal.acceleration_weight if goal.acceleration_weight >= 0 else None, bodies=bodies)
+
+    def _plan_progress(self, handle: ServerGoalHandle, started: float) -> Any:
+        """Feedback when a stage begins and per optimizer iteration; the goal's cancel request."""
+        from retarget.optimize import PlanProgress
+        from retarget.optimize.control import FEEDBACK_STAGES
+
+        current: list[str] = []
+
+        def steps(stage: str, done: int, total: int) -> None:
+            name = FEEDBACK_STAGES.get(stage, stage)
+            if current != [name]:
+                current[:] = [name]
+                self._progress(handle, started, {"stage": name})
+
+        return PlanProgress(steps=steps, iteration=lambda info: self._progress(handle, started, info),
+                            message=lambda text: self.get_logger().info(text),
+                            cancelled=lambda: handle.is_cancel_requested)
+
+    def _result(self, outcome: Any, started: float, start_time: float) -> Result:
         from retarget.ros.conversions import point_msg
 
-        traj = JointTrajectory(joint_names=list(outcome["joint_names"]))
-        traj.points = [point_msg(q, time_from_start=t) for t, q in zip(outcome["time"], outcome["positions"])]
-        metrics = outcome.get("metrics", {})
+        names, times, positions = outcome.trajectory(start_time)
+        traj = JointTrajectory(joint_names=list(names))
+        traj.points = [point_msg(q, time_from_start=t) for t, q in zip(times.tolist(), positions.tolist())]
+        metrics = outcome.metrics()
         for warning in metrics.get("warnings", []):  # also in metrics_json; the log is where operators look
             self.get_logger().warning(f"plan: {warning}")
         return Result(error_code=Result.SUCCESSFUL, optimized=traj,
@@ -218,7 +230,7 @@ class Planner(Node):
                       optimized_peak_deviation=float(metrics.get("optimized_peak_deviation", 0.0)),
                       naive_rms_deviation=float(metrics.get("naive_rms_deviation", 0.0)),
                       optimized_rms_deviation=float(metrics.get("optimized_rms_deviation", 0.0)),
-                      wall_time=time.monotonic() - started, metrics_json=json.dumps(metrics))
+                      wall_time=time.monotonic() - started, metrics_json=dumps(metrics, default=float))
 
     async def _forward(self, trajectory: JointTrajectory) -> str:
         """Execute on the trajectory server; returns an error text, empty on success."""

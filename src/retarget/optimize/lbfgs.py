@@ -1,0 +1,234 @@
+"""The L-BFGS-B driver: :func:`optimize` minimizes the plan's objective with exact adjoint gradients (or hands over
+to Levenberg–Marquardt, :func:`retarget.optimize.gauss_newton.levenberg_marquardt`), within the position bounds,
+the time budget, Ctrl-C and cancel requests."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from retarget.optimize.adjoint import (
+    Evaluation,
+)
+from retarget.optimize.control import (
+    BudgetExhausted,
+    deadline_progress,
+    first_evaluation,
+    interruption_reason,
+)
+from retarget.optimize.errors import OptimizeError
+from retarget.optimize.gauss_newton import levenberg_marquardt
+from retarget.optimize.options import PlanOptions
+from retarget.optimize.problem import PlanProblem
+from retarget.optimize.result import OptimizationResult, SearchState
+
+__all__ = ["FIRST_STEP_PROBE", "choose_method", "optimize"]
+
+
+FIRST_STEP_PROBE = 1e-3
+
+
+def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | None = None,
+             callback: Callable[[dict[str, float]], None] | None = None,
+             step_progress: Callable[[int, int], None] | None = None, deadline: float | None = None,
+             reserve_evaluations: float = 0.0, curvature: float | None = None) -> OptimizationResult:
+    """Minimize ``J`` from ``x₀`` (default: the fit of the input) by Levenberg–Marquardt or L-BFGS-B.
+
+    ``options.method`` picks the method (:class:`PlanOptions`); both respect the position bounds, the time budget,
+    Ctrl-C and ``max_iterations`` alike.
+
+    The objective is scaled by ``1/J(x₀)`` inside the solver so that ``relative_tolerance`` is relative to the
+    starting value (L-BFGS-B's own ``ftol`` test is absolute below 1).
+
+    Time budget: an evaluation is not started when one more, plus ``reserve_evaluations`` of them (time kept
+    for the caller's baselines), at the duration of the latest complete evaluation (the first one, which may
+    include compiling the engine, counts only until a second completes), would end after ``deadline``; one still
+    running at the deadline is abandoned. Either way the best point evaluated so far is returned with
+    ``budget_limited``.
+
+    Args:
+        pp: the planning problem.
+        options: ``max_iterations``, ``relative_tolerance``; ``time_budget`` [s] when ``deadline`` is None.
+        x0: starting parameters.
+        callback: called after each iteration with ``{iteration, objective, gradient_norm}``; a KeyboardInterrupt
+            raised there (or anywhere during the run) stops the optimization and returns the best point so far.
+        step_progress: per-simulation ``(done, total)`` steps (forward + backward).
+        deadline: ``time.perf_counter()`` value to stop by; None: ``options.time_budget`` from now (or no limit).
+        reserve_evaluations: evaluations' worth of time to leave before the deadline.
+        curvature: a known curvature of ``J`` along steepest descent (e.g. the previous window's
+            :attr:`OptimizationResult.curvature`): with ``options.first_step`` None the first step is the minimizer
+            of that quadratic without the probe simulation.
+
+    Raises:
+        TimeBudgetError: the deadline passed before the first evaluation (at ``x₀``) completed.
+    """
+    from scipy.optimize import minimize
+
+    from retarget.sim.errors import SimulationError
+
+    if options.first_step is not None and not options.first_step > 0.0:
+        raise OptimizeError(f"the first step must be a positive length [rad], not {options.first_step}")
+    if deadline is None and options.time_budget is not None:
+        deadline = time.perf_counter() + float(options.time_budget)
+    progress = deadline_progress(deadline, step_progress)
+    x_start = pp.fit.parameters.copy() if x0 is None else np.asarray(x0, dtype=float).copy()
+    started = time.perf_counter()
+    first = first_evaluation(pp, x_start, True, progress)
+    scale = 1.0 / first.value if first.value > 0 else 1.0
+    state = SearchState(best=first, best_x=x_start, last=first, last_x=x_start,
+                        duration=time.perf_counter() - started)
+    history: list[float] = [first.value]
+
+    def affordable(seconds: float) -> None:
+        """Stop (``BudgetExhausted``) before work of ``seconds`` that, with the reserve, would end past the deadline."""
+        if deadline is not None and time.perf_counter() + seconds + state.duration * reserve_evaluations > deadline:
+            raise BudgetExhausted
+
+    def evaluated(x: NDArray[np.float64]) -> Evaluation | None:
+        """``J`` and its gradient at ``x`` (cached for the latest point), recorded as the latest and maybe the best
+        point; None (counted as failed) when the model cannot simulate ``x``."""
+        if np.array_equal(x, state.last_x):
+            return state.last
+        affordable(state.duration)
+        t0 = time.perf_counter()
+        try:
+            ev = pp.evaluate(x, progress=progress)
+        except SimulationError:
+            state.failed += 1
+            return None
+        state.evaluations += 1
+        state.duration = time.perf_counter() - t0
+        if not state.secant_measured and ev.gradient is not None and first.gradient is not None:
+            # The first point after x₀ (the probe or the first trial): J's curvature along that step.
+            s = x - x_start
+            c = float((ev.gradient - first.gradient) @ s) / float(s @ s)
+            state.secant = c if c > 0.0 and math.isfinite(c) else None
+            state.secant_measured = True
+        state.last, state.last_x = ev, x.copy()
+        if ev.value < state.best.value:
+            state.best, state.best_x = ev, x.copy()
+        return ev
+
+    def fun(x: NDArray[np.float64]) -> tuple[float, NDArray[np.float64]]:
+        ev = evaluated(x)
+        if ev is None:
+            # A trial point too violent to simulate: a large value makes the line search back off.
+            return 10.0 * max(1.0, state.best.value * scale), state.last.gradient * scale
+        assert ev.gradient is not None
+        return ev.value * scale, ev.gradient * scale
+
+    def on_iteration(xk: NDArray[np.float64]) -> None:
+        state.iterations += 1
+        ev = state.last if np.array_equal(xk, state.last_x) else state.best
+        history.append(ev.value)
+        if callback is not None:
+            callback({"iteration": state.iterations, "objective": float(ev.value),
+                      "gradient_norm": float(np.linalg.norm(ev.gradient))})
+
+    lower = np.array([-np.inf if b[0] is None else b[0] for b in pp.bounds])
+    upper = np.array([np.inf if b[1] is None else b[1] for b in pp.bounds])
+
+    def projected_gradient_norm(x: NDArray[np.float64], g: NDArray[np.float64]) -> float:
+        return float(np.linalg.norm(x - np.clip(x - g, lower, upper)))
+
+    def first_step() -> float:
+        """The first trial step's length [rad] (``options.first_step``; None: from ``curvature`` or a probe)."""
+        if options.first_step is not None:
+            return float(options.first_step)
+        g0 = first.gradient
+        direction = np.clip(x_start - g0, lower, upper) - x_start
+        norm = float(np.linalg.norm(direction))
+        if norm == 0.0:
+            return 1.0
+        if curvature is not None and curvature > 0.0:
+            slope = float(g0 @ direction) / norm
+            return 1.0 if slope >= 0.0 else min(1.0, -slope / curvature)
+        x_probe = np.clip(x_start + FIRST_STEP_PROBE / norm * direction, lower, upper)
+        step = x_probe - x_start
+        probe = evaluated(x_probe)
+        if probe is None:
+            return FIRST_STEP_PROBE
+        probe_length = float(np.linalg.norm(step))
+        slope = float(g0 @ step) / probe_length
+        measured = float((probe.gradient - g0) @ step) / probe_length**2
+        if slope >= 0.0 or measured <= 0.0:
+            return 1.0
+        return min(1.0, -slope / measured)
+
+    g_first = projected_gradient_norm(x_start, first.gradient)
+    interruption, budget_limited = "", False
+    message = ""
+    restarts = 0
+    length = 1.0
+    method = choose_method(pp, options)
+    try:
+        if method == "gauss-newton":
+            message = levenberg_marquardt(pp, options, x_start, state, history, callback, progress, affordable,
+                                           lower, upper)
+        if method == "lbfgs":
+            length = first_step()
+        boxed = all(lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi)
+                    for lo, hi in pp.bounds)
+        while method == "lbfgs":
+            # L-BFGS-B on y with x = centre + σ y. Its first trial step (fresh memory, B = I) is the steepest-descent
+            # step −∇_y = −σ ∇_x when every parameter has both bounds ("boxed"), else a unit step in y: σ makes
+            # either one `length` long in x.
+            centre = state.best_x.copy()
+            g_norm = float(np.linalg.norm(state.best.gradient)) * scale
+            sigma = math.sqrt(length / g_norm) if boxed and g_norm > 0.0 else length
+
+            def fun_y(y: NDArray[np.float64], c: NDArray[np.float64] = centre,
+                      sg: float = sigma) -> tuple[float, NDArray[np.float64]]:
+                value, grad = fun(c + sg * y)
+                return value, sg * grad
+
+            bounds_y = [(None if lo is None else (lo - c) / sigma, None if hi is None else (hi - c) / sigma)
+                        for (lo, hi), c in zip(pp.bounds, centre)]
+            res = minimize(fun_y, np.zeros_like(centre), jac=True, method="L-BFGS-B", bounds=bounds_y,
+                           callback=lambda y, c=centre, sg=sigma: on_iteration(c + sg * y),
+                           options={"maxiter": int(options.max_iterations) - state.iterations,
+                                    "ftol": float(options.relative_tolerance), "gtol": 1e-12,
+                                    "maxcor": int(options.lbfgs_memory)})
+            message = str(res.message)
+            # A line search that only finds tiny steps (a trial point the model cannot simulate, or curvature
+            # pairs that no longer fit) ends L-BFGS-B through its f-reduction test or abnormally, while the
+            # gradient is still far from zero: restart from the best point with fresh memory, at most twice.
+            stalled = res.status == 2 or "REDUCTION OF F" in message.upper().replace("_", " ")
+            g_best = projected_gradient_norm(state.best_x, state.best.gradient)
+            if not stalled or restarts >= 2 or state.iterations >= options.max_iterations \
+                    or g_best < 1e-2 * g_first:
+                break
+            restarts += 1
+    except KeyboardInterrupt as exc:
+        interruption = interruption_reason(exc)
+        message = f"interrupted ({interruption}): returning the best parameters evaluated so far"
+    except BudgetExhausted:
+        budget_limited = True
+        message = (f"time budget reached after {state.iterations} iterations ({state.evaluations} evaluations, the latest "
+                   f"{state.duration:.1f} s): returning the best parameters evaluated so far")
+    best = state.best
+    if restarts:
+        message += f" (after {restarts} restart{'s' if restarts > 1 else ''} of a stalled line search)"
+    return OptimizationResult(state.best_x, first.value, best.value, state.iterations, state.evaluations, history,
+                              interruption, message, best, first, budget_limited, state.duration,
+                              state.failed, restarts, method, length, curvature=state.secant)
+
+
+def choose_method(pp: PlanProblem, options: PlanOptions) -> str:
+    """``"gauss-newton"`` or ``"lbfgs"`` from ``options.method`` (see :class:`PlanOptions`)."""
+    from retarget.optimize.gauss_newton import MAX_PARAMETERS, supports_tangent
+
+    if options.method not in ("auto", "lbfgs", "gauss-newton"):
+        raise OptimizeError(f"unknown method {options.method!r}: choose auto, lbfgs or gauss-newton")
+    if options.method == "lbfgs" or (options.method == "auto" and pp.ensemble is not None):
+        return "lbfgs"
+    tangent = supports_tangent(pp.problem)
+    if options.method == "gauss-newton":
+        if not tangent:
+            raise OptimizeError("the engine has no forward sensitivities: use --method lbfgs")
+        return "gauss-newton"
+    return "gauss-newton" if tangent and pp.problem.parametrization.n_parameters <= MAX_PARAMETERS else "lbfgs"

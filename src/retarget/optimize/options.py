@@ -1,0 +1,197 @@
+"""Planner settings: :class:`PlanOptions`, one frozen dataclass with every default in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from collections.abc import Mapping
+from typing import Any
+
+
+__all__ = ["NODE_PARAMETERS", "VERIFY_COST_FACTOR", "PlanOptions", "options_from_parameters", "verification_reserve"]
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """Planner settings.
+
+    Attributes:
+        knot_spacing: B-spline knot spacing [s].
+        dt: simulation step [s].
+        max_iterations: optimizer iteration limit (L-BFGS-B or Levenberg–Marquardt).
+        relative_tolerance: stop when an iteration lowers ``J`` by less than this fraction of ``J(x₀)``.
+        deviation_weight: ``w_dev`` [1/(rad² s)] (number or schedule text/mapping).
+        acceleration_weight: ``w_acc`` [s³/rad²].
+        velocity_weight: speed-limit penalty weight (see :class:`VelocityPenalty`).
+        torque_weight: weight of the penalty on simulated motor torques above ``(1 − torque_margin)`` × the
+            servos' stall torque (:class:`~retarget.optimize.limits.TorquePenalty`) [1/(N² m² s)]; 0: torques are
+            only reported (and warned about above stall). On by default: a plan the servos cannot play is no plan.
+        torque_margin: fraction of the stall torque the penalty keeps free, in ``[0, 1)``.
+        torque_rounds: when the optimum still asks more than the stall torque, optimize again from it with the
+            penalty's weight × 10, at most this many times (a penalty continuation).
+        duration: simulated time [s]; None: the motion's duration.
+        baselines: also simulate the ZV/ZVD baselines (the naive one is the optimizer's first evaluation).
+        target_stride: solve the quasi-static targets at every ``target_stride``-th step only and interpolate
+            (cubic) in between (1: every step; see :func:`~retarget.optimize.targets.quasi_static_targets`).
+        lbfgs_memory: L-BFGS-B correction pairs (``maxcor``). The Gauss-Newton Hessian of two_rods has ~30
+            eigenvalues spread over three decades (docs/optimize.md): fewer pairs than that forget curvature the
+            solver has already paid simulations for.
+        time_budget: wall-time budget of :func:`run_plan` [s] (targets, optimization, baselines, and a reserve for
+            the caller's verification at ``verify_dt``); None: no limit.
+            The optimizer stops before an evaluation that would not fit (or aborts one that overruns) and returns
+            the best point evaluated so far, flagged ``budget_limited``.
+        method: ``"lbfgs"`` (L-BFGS-B with the adjoint gradient, the default), ``"gauss-newton"``
+            (Levenberg–Marquardt with the exact tangent-linear Jacobian, :mod:`retarget.optimize.gauss_newton`) or
+            ``"auto"``: Gauss–Newton up to :data:`~retarget.optimize.gauss_newton.MAX_PARAMETERS` parameters.
+            Measured on two_rods (docs/optimize.md): Gauss–Newton's large steps leave the region the 3-mode
+            reduced model represents (inverted cubature elements) and it ends behind L-BFGS-B in the same budget,
+            so L-BFGS-B stays the default.
+        first_step: length [rad, Euclidean norm over the parameters] of L-BFGS-B's first trial step (and of the
+            first one after a restart). None (default): measured — one extra evaluation at a
+            :data:`FIRST_STEP_PROBE` step along the projected steepest descent gives the objective's curvature
+            there (a gradient difference), and the first step goes to the minimizer of that quadratic, at most
+            1 rad. Left to itself, scipy's L-BFGS-B starts with the raw gradient step (every parameter bounded)
+            or a unit step, whatever the useful step is, and its line search then backs off one simulation at a
+            time.
+        window: receding-horizon windows [s] (:func:`optimize_windows`): optimize the parameters whose influence
+            begins in each ``window``-long span in turn, each against the tracking up to ``window_tail`` past the
+            span, from the states the earlier windows left; ``max_iterations`` and ``relative_tolerance`` apply per
+            window. None (default): the whole motion at once (:func:`optimize`).
+        window_tail: how far past its span a window's objective reaches [s]: the ringing its profiles cause.
+        window_overlap: how much of each span the next window optimizes again [s] (0 ≤ overlap < window): windows
+            start every ``window − window_overlap`` seconds, so no window's last parameters are final after its
+            few iterations.
+        verify_dt: the step at which the caller will re-simulate the naive and optimized profiles afterwards
+            (:func:`verify_plan`), or None. With a ``time_budget`` the optimizer keeps time for it: two forward runs
+            at ``verify_dt``, counted as ``2 dt / verify_dt`` forward runs at the planning step times
+            :data:`VERIFY_COST_FACTOR` (:func:`verification_reserve`). Without it a budget-limited plan used the
+            whole budget and its verification then ran past the budget or was skipped.
+        start: where the optimizer starts. ``"feasible"`` (default): from the input's fit, except that motors
+            faster than their speed limit start from their closest speed-feasible profiles
+            (:func:`~retarget.optimize.limits.speed_feasible_parameters`, no simulation): otherwise the speed
+            penalty is most of ``J`` and the simulations go to slowing the motors down (the boxer: 23.7 of 23.8).
+            The naive baseline still plays the input as authored, and the start is reported as the
+            ``speed_limited`` variant. ``"input"``: from the input's fit as it is.
+        stiffness_band: stiffness factors of the robust objective's other models: ``J`` is averaged over the nominal
+            model and the same model with every flexible part's stiffness times each factor
+            (:mod:`retarget.optimize.robust`; one more forward and adjoint run per factor). Empty: the nominal model
+            alone. Not with ``window`` or Gauss–Newton.
+        band: stiffness factors at which the plan's variants are re-simulated and their cut reported beside ZVD's
+            (:func:`~retarget.optimize.verification.stiffness_band`); empty: none.
+        verify_model: ``"full"``: re-simulate naive, ZVD and optimized in the full FEM, a model the optimizer never
+            saw (:func:`~retarget.optimize.verification.verify_full`), whose cut is the plan's headline; ``"auto"``:
+            when its estimated cost is within ``verify_full_max_s``; ``"none"``.
+        verify_full_dt: the full-FEM verification's step [s].
+        verify_full_max_s: the largest estimated cost [s] of an automatic full-FEM verification.
+        modes: deformation modes per flexible part of a model trained in-process (a cap).
+        dt_train: the training simulation's step [s].
+        mesh_axial, mesh_around: the training mesh of generated rods (layers, corners around; None: the robot's
+            default mesh). The parts' stiffness is calibrated against a mesh-converged reference
+            (:mod:`retarget.fem.model_card`), so a coarse training mesh keeps the right frequencies.
+        reduced_file: a reduced model to plan with (``retarget reduce`` artifact) instead of finding or training one.
+        use_cache: read and write the model cache and search the model folders.
+        allow_training: train a model in-process when none is given, cached or found (minutes); False: raise
+            :class:`~retarget.errors.NotAvailableError` instead.
+        allow_unverified_model: plan on a model whose frequencies miss the model card's gate (with a warning)
+            instead of raising :class:`~retarget.fem.model_card.ModelFidelityError`.
+        weights: tracked-body weight specs (``LINK:pos=W[,ori=W]``, schedules allowed) merged over the robot's.
+        bodies: the tracked bodies and weights to use instead of the robot's (None: the robot's, with ``weights``).
+    """
+
+    knot_spacing: float = 0.05
+    dt: float = 0.005
+    max_iterations: int = 50
+    relative_tolerance: float = 1e-6
+    deviation_weight: Any = 1e-3
+    acceleration_weight: Any = 1e-8
+    velocity_weight: float = 10.0
+    torque_weight: float = 10.0
+    torque_margin: float = 0.1
+    torque_rounds: int = 2
+    duration: float | None = None
+    baselines: bool = True
+    target_stride: int = 1
+    lbfgs_memory: int = 50
+    time_budget: float | None = None
+    method: str = "lbfgs"
+    first_step: float | None = None
+    window: float | None = None
+    window_tail: float = 0.5
+    window_overlap: float = 0.0
+    start: str = "feasible"
+    verify_dt: float | None = None
+    stiffness_band: tuple[float, ...] = (0.9, 1.1)
+    band: tuple[float, ...] = (0.9, 1.1)
+    verify_model: str = "auto"
+    verify_full_dt: float = 0.002
+    verify_full_max_s: float = 600.0
+    modes: int = 8
+    dt_train: float = 1e-3
+    mesh_axial: int | None = 20
+    mesh_around: int | None = 6
+    reduced_file: str | None = None
+    use_cache: bool = True
+    allow_training: bool = True
+    allow_unverified_model: bool = False
+    weights: tuple[str, ...] = ()
+    bodies: tuple[Any, ...] | None = None
+
+
+#: The verification's cost over its ``2 dt / verify_dt`` forward runs' worth at the planning step: a step at the
+#: finer ``verify_dt`` costs a little more, and the deviation metrics of every step come on top. Measured on the
+#: drummer's demo model (3 s of drumming, dt 2 ms, verify_dt 1 ms, NUMBA_NUM_THREADS=2): forward run 5.1-6.3 s at
+#: 2 ms, 12.0-12.4 s at 1 ms, the verification 26.5-31.1 s = 4.8-5.6 planning forward runs where 4 were kept (its
+#: 210 s demo plan ran out of time in the verification, session 18).
+VERIFY_COST_FACTOR = 1.5
+
+
+def verification_reserve(options: PlanOptions) -> float:
+    """Time the verification at ``options.verify_dt`` needs, in optimizer evaluations (one evaluation, forward and
+    adjoint, costs about three forward runs): two forward runs at ``verify_dt``, i.e. ``2 dt / verify_dt`` at the
+    planning step, times :data:`VERIFY_COST_FACTOR`. 0 without a ``verify_dt``."""
+    if options.verify_dt is None or not options.verify_dt > 0:
+        return 0.0
+    return VERIFY_COST_FACTOR * 2.0 * float(options.dt) / float(options.verify_dt) / 3.0
+
+
+#: Length [rad] of the probe step that measures the objective's curvature for the first L-BFGS-B step.
+
+
+#: The planner node's parameters (``config/<robot>.params.yaml``) that set plan options, by option name. A value of
+#: 0 (or an empty string) there means "the default".
+NODE_PARAMETERS: tuple[str, ...] = ("dt", "target_stride", "window", "window_tail", "window_overlap", "torque_weight",
+                                    "torque_margin", "verify", "verify_dt", "time_budget", "reduced_file",
+                                    "allow_training", "allow_unverified_model")
+
+
+def options_from_parameters(parameters: Mapping[str, Any], **overrides: Any) -> PlanOptions:
+    """:class:`PlanOptions` from the planner node's parameters (:data:`NODE_PARAMETERS`; others are ignored), then
+    ``overrides`` (e.g. a goal's fields; None: not given).
+
+    The node's convention — 0 or empty for "the default", ``verify`` false for no verification at a finer step —
+    is resolved here, against :class:`PlanOptions`' own defaults.
+    """
+    defaults = PlanOptions()
+    p = dict(parameters)
+
+    def given(name: str, default: Any) -> Any:
+        value = p.get(name)
+        if value is None or value == "" or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                            and value <= 0):
+            return default
+        return value
+
+    dt = float(given("dt", defaults.dt))
+    verify = bool(p.get("verify", True))
+    values: dict[str, Any] = {
+        "dt": dt, "target_stride": int(given("target_stride", defaults.target_stride)),
+        "window": given("window", None), "window_tail": float(p.get("window_tail", defaults.window_tail)),
+        "window_overlap": float(p.get("window_overlap", defaults.window_overlap)),
+        "torque_weight": float(p.get("torque_weight", defaults.torque_weight)),
+        "torque_margin": float(p.get("torque_margin", defaults.torque_margin)),
+        "verify_dt": float(given("verify_dt", dt / 5.0)) if verify else None,
+        "time_budget": given("time_budget", None), "reduced_file": given("reduced_file", None),
+        "allow_training": bool(p.get("allow_training", defaults.allow_training)),
+        "allow_unverified_model": bool(p.get("allow_unverified_model", defaults.allow_unverified_model)),
+    }
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return PlanOptions(**values)

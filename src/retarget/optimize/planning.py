@@ -1,0 +1,325 @@
+"""Planning a motion: the one orchestration that ``retarget plan``, the ROS planner node and the benchmarks call.
+
+:func:`plan` (robot, motion, :class:`~retarget.optimize.options.PlanOptions`) → :class:`PlanResult`:
+
+1. the motion against the robot's joint limits, before any model work (:func:`retarget.motion.limits.check_plan_input`);
+2. the planning model — given, cached, found or trained (:func:`retarget.optimize.planning_model.planning_model`) —,
+   its model card reported and gated (:func:`retarget.fem.model_card.check_fidelity`);
+3. the reduced engine, and the stiffness-scaled engines of the robust objective;
+4. with a time budget, :func:`warm_up` first (numba compiles every kernel before the budget's clock starts);
+5. :func:`run_plan`: targets, optimization (with the torque penalty's continuation), baselines;
+6. the checks in models the plan was not optimized on (:func:`retarget.optimize.verification.check_plan`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from retarget.motion.motion import Motion
+from retarget.optimize.control import (
+    CANCEL_POLL_S,
+    TRAINING_STAGE,
+    BudgetExhausted,
+    CancelCheck,
+    deadline_progress,
+    first_evaluation,
+)
+from retarget.optimize.engines import Engine
+from retarget.optimize.errors import OptimizeError, PlanCancelled, TimeBudgetError
+from retarget.optimize.lbfgs import optimize
+from retarget.optimize.limits import (
+    MotorLimits,
+    TorquePenalty,
+    check_profile_limits,
+    speed_feasible_parameters,
+    torque_report,
+)
+from retarget.optimize.options import PlanOptions, verification_reserve
+from retarget.optimize.problem import PlanProblem, build_plan_problem, limits_for
+from retarget.optimize.variants import (
+    MIN_RING_OUT,
+    PlanResult,
+    Variant,
+    evaluation_variant,
+    ring_out_s,
+    shaped_baselines,
+)
+from retarget.optimize.verification import verify_plan
+from retarget.optimize.weights import TrackedBodyWeights
+from retarget.optimize.windows import optimize_windows
+
+__all__ = ["WARM_UP_S", "WARM_UP_STAGE", "PlanProgress", "plan", "run_plan", "warm_up"]
+
+
+@dataclass(frozen=True)
+class PlanProgress:
+    """What :func:`plan` reports while it works, and how it learns of a cancel. Every field is optional.
+
+    Attributes:
+        steps: ``steps(stage, done, total)`` per simulation step of each long stage (the training simulation,
+            targets, evaluations, baselines, verifications); stage names as :data:`~retarget.optimize.control.FEEDBACK_STAGES`'
+            keys, :data:`~retarget.optimize.control.TRAINING_STAGE`, :data:`WARM_UP_STAGE` and ``"full FEM: <variant>"``.
+        iteration: ``iteration(info)`` per optimizer iteration: ``iteration``, ``objective``, ``gradient_norm``
+            (with windows also ``window``, ``windows``).
+        message: ``message(text)``: human-readable lines (the model card, what each check does).
+        cancelled: polled during simulations and per iteration (at most every ``cancel_poll_s`` [s]); once true the
+            optimizer stops and the best parameters so far are returned, flagged ``cancelled``.
+        cancel_poll_s: the shortest interval between two polls of ``cancelled`` [s].
+    """
+
+    steps: Callable[[str, int, int], None] | None = None
+    iteration: Callable[[dict[str, Any]], None] | None = None
+    message: Callable[[str], None] | None = None
+    cancelled: Callable[[], bool] | None = None
+    cancel_poll_s: float = CANCEL_POLL_S
+
+
+def _tracked_bodies(config: dict[str, Any], options: PlanOptions) -> list[TrackedBodyWeights]:
+    """The tracked bodies: ``options.bodies``, else the robot's merged with ``options.weights``."""
+    from retarget.optimize.weights import merge_tracked_weights, parse_tracked_bodies
+
+    if options.bodies is not None:
+        return list(options.bodies)
+    return merge_tracked_weights(parse_tracked_bodies(config.get("tracked_bodies")), list(options.weights))
+
+
+def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
+         progress: PlanProgress | None = None) -> PlanResult:
+    """Plan ``motion`` on ``robot``: the vibration-minimizing motor profiles and everything measured about them.
+
+    Args:
+        robot: a robot name (``retarget robots``) or its YAML.
+        motion: the input animation [s], [rad]; its columns must include every motor.
+        options: settings (None: :class:`PlanOptions`' defaults).
+        progress: reports and the cancel (:class:`PlanProgress`).
+
+    Returns:
+        The :class:`PlanResult`: profiles, variants, ``checks`` (verification, stiffness band, full FEM, the
+        headline cut and whether it is meaningful), ``model_info`` (with the model card) and ``cancelled``.
+
+    Raises:
+        InputError: a motion beyond the robot's limits or malformed; a model outside the fidelity gate
+            (:class:`~retarget.fem.model_card.ModelFidelityError`); a reduced model that does not match the robot.
+        NotAvailableError: no reduced model and ``options.allow_training`` False.
+        TimeBudgetError: the budget ran out before the first simulation finished (or while training a model).
+        PlanCancelled: the cancel came before there was anything to return.
+        RetargetError: planning failed.
+    """
+    from retarget.motion.limits import check_plan_input
+    from retarget.optimize.engines import reduced_engine
+    from retarget.optimize.planning_model import planning_model
+    from retarget.optimize.verification import check_plan, gate_model  # noqa: PLC0415
+    from retarget.sim.reduced.system import with_stiffness_scale
+
+    options = PlanOptions() if options is None else options
+    progress = PlanProgress() if progress is None else progress
+    started = time.perf_counter()
+    check_plan_input(robot, motion)
+    cancel = None if progress.cancelled is None else CancelCheck(progress.cancelled, progress.cancel_poll_s)
+
+    def steps(stage: str, done: int = 0, total: int = 0) -> None:
+        if progress.steps is not None:
+            progress.steps(stage, done, total)
+        if cancel is not None:
+            cancel(stage, done, total)
+
+    def say(text: str) -> None:
+        if progress.message is not None:
+            progress.message(text)
+
+    budget_end = None if options.time_budget is None else started + float(options.time_budget)
+    training = deadline_progress(budget_end, lambda done, total: steps(TRAINING_STAGE, done, total))
+    try:
+        pm = planning_model(robot, motion, n_modes=options.modes, dt_train=options.dt_train,
+                            mesh_axial=options.mesh_axial, mesh_around=options.mesh_around,
+                            reduced_file=options.reduced_file, use_cache=options.use_cache,
+                            allow_training=options.allow_training, progress=training)
+    except BudgetExhausted:
+        raise TimeBudgetError("the time budget ran out while training the reduced model; build it once with "
+                              "`retarget reduce` or `retarget plan` and plan again", stage="training",
+                              elapsed_s=time.perf_counter() - started) from None
+    gate_warning = gate_model(pm, options.allow_unverified_model, say)
+    bodies = _tracked_bodies(pm.config, options)
+    if options.time_budget is not None:
+        steps(WARM_UP_STAGE)  # building the engine compiles too
+    engine = reduced_engine(pm.reduced, tolerance=1e-10)
+
+    def engine_factory(factor: float) -> Engine:
+        return reduced_engine(with_stiffness_scale(pm.reduced, factor), tolerance=1e-10)
+
+    limits = limits_for(pm.model, pm.config)
+    run_options = options
+    if options.time_budget is not None:
+        # The budget starts once the model is loaded and the kernels are compiled (an in-process training counts).
+        if pm.info.get("source") == "trained":
+            run_options = replace(options, time_budget=max(float(options.time_budget)
+                                                           - (time.perf_counter() - started), 0.0))
+        say("warming up: compiling the plan's kernels (not counted in the time budget)")
+        warm_up(engine, motion, bodies, limits, run_options, lambda stage, done, total: steps(WARM_UP_STAGE, done,
+                                                                                                total))
+
+    def on_iteration(info: dict[str, Any]) -> None:
+        if progress.iteration is not None:
+            progress.iteration(info)
+        if cancel is not None:
+            cancel("optimizing")
+
+    deadline = None if run_options.time_budget is None else time.perf_counter() + float(run_options.time_budget)
+    result = run_plan(engine, motion, bodies, limits, run_options, steps, on_iteration, engine_factory)
+    if gate_warning:
+        result.warnings.append(gate_warning)
+    fired = cancel is not None and cancel.fired
+    checks = {} if fired else check_plan(result, pm.model, run_options, engine_factory, steps, say, deadline)
+    info = dict(pm.info)
+    return replace(result, checks=checks, model_info=info, cancelled=fired, wall_s=time.perf_counter() - started)
+
+
+def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights], limits: MotorLimits,
+             options: PlanOptions, progress: Callable[[str, int, int], None] | None = None,
+             callback: Callable[[dict[str, float]], None] | None = None,
+             engine_factory: Callable[[float], Engine] | None = None) -> PlanResult:
+    """Build, optimize, and simulate the baselines and the result.
+
+    Args:
+        engine: the simulator (the reduced model in production).
+        motion: the input animation.
+        bodies: tracked bodies with weights.
+        limits: motor limits (engine motor order).
+        options: settings (``time_budget`` bounds the whole run; see :class:`PlanOptions`).
+        progress: ``progress(stage, done, total)`` for long stages (targets, evaluations: forward + adjoint steps,
+            baselines).
+        callback: per-iteration ``{iteration, objective, gradient_norm}`` (see :func:`optimize`).
+        engine_factory: ``engine_factory(factor)`` → the planning model with every flexible part's stiffness times
+            ``factor``: needed for ``options.stiffness_band``.
+
+    The naive variant is the optimizer's first evaluation (the fit ``x₀``), so it costs no extra simulation —
+    unless the input is too fast for the servos and the optimizer starts from a speed-feasible projection
+    (:attr:`PlanOptions.start`): then the naive playback is one forward simulation of its own, and the start is
+    the ``speed_limited`` variant. The ZV/ZVD baselines run after the optimization, with two simulations' worth of
+    the budget kept for them.
+
+    Raises:
+        TimeBudgetError: the budget ran out before the targets and the first simulation were done.
+    """
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    deadline = None if options.time_budget is None else t0 + float(options.time_budget)
+    if options.start not in ("feasible", "input"):
+        raise OptimizeError(f"unknown start {options.start!r}: choose feasible or input")
+    members: list[tuple[float, Engine]] = []
+    if options.stiffness_band and options.window is None and options.method != "gauss-newton":
+        if engine_factory is None:
+            raise OptimizeError("a stiffness band needs the planning model's engine factory")
+        members = [(float(f), engine_factory(float(f))) for f in options.stiffness_band if float(f) != 1.0]
+    pp = build_plan_problem(engine, motion, bodies, limits, options, progress, deadline, members)
+    timings["targets"] = time.perf_counter() - t0
+    warnings: list[str] = []
+    variants: dict[str, Variant] = {}
+    t0 = time.perf_counter()
+    # One evaluation steps forward through the motion, then backward (the adjoint): its bar counts both.
+    step_cb = None if progress is None else (lambda k, n: progress("evaluation (forward + adjoint)", k, n))
+    x_start, naive = None, None
+    if options.start == "feasible":
+        projection = speed_feasible_parameters(pp.fit.profiles, pp.fit.parametrization, pp.fit.parameters, limits,
+                                               pp.bounds)
+        if projection.changed:
+            warnings.append(projection.describe())
+            x_start = projection.x
+            naive = first_evaluation(pp.problem, pp.fit.parameters, False, deadline_progress(
+                deadline, None if progress is None else (lambda k, n: progress("naive playback", k, n))))
+    # Two forward simulations (ZV, ZVD) cost about 1.6 forward + adjoint evaluations; none are kept when the
+    # motion leaves too little ring-out for the baselines to run. The caller's verification is kept too.
+    minimize = optimize if options.window is None else optimize_windows
+    baselines = options.baselines and ring_out_s(pp) >= MIN_RING_OUT
+    reserve = (1.6 if baselines else 0.0) + verification_reserve(options)
+    opt = minimize(pp, options, x0=x_start, callback=callback, step_progress=step_cb, deadline=deadline,
+                   reserve_evaluations=reserve)
+    weight = float(options.torque_weight)
+    for _ in range(int(options.torque_rounds) if weight > 0 and options.window is None else 0):
+        tau = opt.best.rollout.matrix[:, pp.problem.engine.motor_torque_index]
+        ratio = max(torque_report(pp.targets.times, tau, limits).ratio)
+        if ratio <= 1.0 or opt.interrupted or opt.budget_limited:
+            break
+        weight *= 10.0
+        warnings.append(f"the optimum asked {ratio:.2f} x the stall torque: optimizing again with the torque "
+                        f"penalty's weight at {weight:g}")
+        again = minimize(_with_torque_weight(pp, weight, options), options, x0=opt.x, callback=callback,
+                         step_progress=step_cb, deadline=deadline, reserve_evaluations=reserve)
+        opt = replace(again, objective_initial=opt.objective_initial, initial=opt.initial,
+                      iterations=opt.iterations + again.iterations, evaluations=opt.evaluations + again.evaluations,
+                      history=opt.history + again.history, failed_simulations=opt.failed_simulations
+                      + again.failed_simulations, restarts=opt.restarts + again.restarts)
+    timings["optimization"] = time.perf_counter() - t0
+    if opt.interrupted or opt.budget_limited:
+        warnings.append(opt.message)
+    naive = opt.initial if naive is None else naive
+    variants["naive"] = evaluation_variant(pp, "naive", pp.fit.parameters, naive)
+    if x_start is not None:
+        variants["speed_limited"] = evaluation_variant(pp, "speed_limited", x_start, opt.initial)
+    warnings.extend(f"input as authored (naive playback): {w}"
+                    for w in torque_report(pp.targets.times, variants["naive"].torques, limits).warnings())
+    t0 = time.perf_counter()
+    if options.baselines:
+        variants.update(shaped_baselines(pp, variants["naive"], progress, warnings, deadline))
+    timings["baselines"] = time.perf_counter() - t0
+    profiles = pp.problem.profiles(opt.x)
+    variants["optimized"] = evaluation_variant(pp, "optimized", opt.x, opt.best)
+    tau = variants["optimized"].torques
+    report = torque_report(pp.targets.times, tau, limits)
+    warnings.extend(report.warnings())
+    for v in check_profile_limits(profiles, limits):
+        warnings.append(f"optimized profile leaves a limit: {v}")
+    from retarget.sim.reduced.training import training_range_warning
+
+    beyond = training_range_warning(variants["optimized"].training_range)
+    if beyond:
+        warnings.append(f"optimized trajectory: {beyond}")
+    return PlanResult(pp, opt, profiles, variants, report, warnings, timings, naive.value)
+
+
+def _with_torque_weight(pp: PlanProblem, weight: float, options: PlanOptions) -> PlanProblem:
+    """``pp`` with the torque penalty at ``weight`` in every model of its objective."""
+    penalty = TorquePenalty.build(options.dt, pp.limits, weight, options.torque_margin)
+    problem = replace(pp.problem, torque_penalty=penalty)
+    ensemble = None if pp.ensemble is None else replace(
+        pp.ensemble, nominal=problem, members=tuple(replace(m, torque_penalty=penalty) for m in pp.ensemble.members))
+    return replace(pp, problem=problem, ensemble=ensemble)
+
+
+#: Seconds of the motion :func:`warm_up` plans (one iteration): enough for every stage of a plan to run once.
+WARM_UP_S = 0.2
+
+#: The feedback stage of :func:`warm_up` (``plan`` with a time budget, before the budget's clock starts).
+WARM_UP_STAGE = "compiling kernels"
+
+
+def warm_up(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights], limits: MotorLimits,
+            options: PlanOptions, progress: Callable[[str, int, int], None] | None = None) -> float:
+    """Plan the first :data:`WARM_UP_S` s of ``motion`` for one iteration (and verify it at ``options.verify_dt``),
+    so that numba compiles — or loads from its on-disk cache — every kernel a plan with these options runs; returns
+    the wall time [s].
+
+    A budgeted plan calls it before its clock starts: the first plan after an install or an update otherwise spends
+    minutes of its budget compiling (the drummer's 180 s demo plan got 0 iterations with an empty cache, 11 with a
+    warm one; docs/optimize.md "Time budget"). With the kernels cached it costs a few short simulations.
+    ``progress(stage, done, total)`` is called as by :func:`run_plan` (and may raise to stop it).
+
+    Raises:
+        KeyboardInterrupt: Ctrl-C during the warm-up (:class:`PlanCancelled`: a cancel from ``progress``) — the plan
+            it prepares should not start.
+    """
+    started = time.perf_counter()
+    short = replace(options, duration=max(WARM_UP_S, 3.0 * float(options.dt)), max_iterations=1, time_budget=None,
+                    verify_dt=None, stiffness_band=(), torque_rounds=0)
+    result = run_plan(engine, motion, bodies, limits, short, progress)
+    if result.optimization.interrupted:  # the optimizer returns its best point on Ctrl-C and cancels: not here
+        raise PlanCancelled(WARM_UP_STAGE) if result.optimization.interruption == "cancel requested" \
+            else KeyboardInterrupt
+    if options.verify_dt is not None and options.verify_dt > 0:
+        verify_plan(result, float(options.verify_dt), None if progress is None
+                    else (lambda k, n: progress("verifying", k, n)))
+    return time.perf_counter() - started

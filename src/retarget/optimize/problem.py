@@ -1,0 +1,147 @@
+"""The planning problem: the input fitted by B-splines, its quasi-static targets and the adjoint problem
+(:func:`build_plan_problem`), and the motor limits a robot description gives (:func:`limits_for`)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from retarget.motion.motion import Motion
+from retarget.optimize.adjoint import (
+    AdjointProblem,
+    Evaluation,
+    TrackedPoses,
+    evaluate,
+)
+from retarget.optimize.bspline import ProfileFit, fit_profiles
+from retarget.optimize.engines import Engine
+from retarget.optimize.errors import OptimizeError, TimeBudgetError
+from retarget.optimize.limits import (
+    MotorLimits,
+    TorquePenalty,
+    VelocityPenalty,
+    parameter_bounds,
+)
+from retarget.optimize.objective import MotorRegularizer, TrackingObjective
+from retarget.optimize.options import PlanOptions
+from retarget.optimize.robust import Ensemble, evaluate_ensemble
+from retarget.optimize.targets import Targets, quasi_static_targets
+from retarget.optimize.weights import TrackedBodyWeights, WeightSchedule
+
+
+__all__ = ["PlanProblem", "build_plan_problem", "limits_for"]
+
+
+@dataclass(frozen=True, eq=False)
+class PlanProblem:
+    """A built planning problem.
+
+    Attributes:
+        problem: the adjoint problem.
+        fit: the least-squares fit of the input (the naive profiles, ``x₀``).
+        targets: the quasi-static targets.
+        motion: the input motion, starting at 0.
+        bounds: L-BFGS-B bounds per parameter.
+        limits: motor limits.
+        ensemble: the robust objective's models (:mod:`retarget.optimize.robust`), or None: ``problem`` alone.
+    """
+
+    problem: AdjointProblem
+    fit: ProfileFit
+    targets: Targets
+    motion: Motion
+    bounds: list[tuple[float | None, float | None]]
+    limits: MotorLimits
+    ensemble: Ensemble | None = None
+
+    def evaluate(self, x: NDArray[np.float64], gradient: bool = True,
+                 progress: Callable[[int, int], None] | None = None) -> Evaluation:
+        """``J`` (and its gradient) at ``x``: averaged over the ensemble when there is one."""
+        if self.ensemble is None:
+            return evaluate(self.problem, x, gradient=gradient, progress=progress)
+        return evaluate_ensemble(self.ensemble, x, gradient=gradient, progress=progress)
+
+
+def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights], limits: MotorLimits,
+                       options: PlanOptions, progress: Callable[[str, int, int], None] | None = None,
+                       deadline: float | None = None,
+                       members: Sequence[tuple[float, Engine]] = ()) -> PlanProblem:
+    """Fit the profiles, solve the targets and assemble the adjoint problem.
+
+    Args:
+        engine: the simulator.
+        motion: the input animation; its columns must include every motor of the engine.
+        bodies: tracked bodies and weights.
+        limits: motor limits in the engine's motor order.
+        options: settings.
+        progress: ``progress(stage, done, total)``.
+        deadline: ``time.perf_counter()`` value by which the targets must be solved; None: no limit.
+        members: ``(stiffness factor, engine)`` of the robust objective's other models (:mod:`retarget.optimize.robust`;
+            empty: the nominal model alone). They track the nominal targets.
+
+    Raises:
+        OptimizeError: motors missing from the motion, no tracked body, a too short motion.
+        TimeBudgetError: the targets were not solved by ``deadline``.
+    """
+    if not bodies:
+        raise OptimizeError("no tracked body: give tracked_bodies in the robot YAML or --weight LINK:pos=1")
+    names = list(engine.motor_names)
+    missing = [m for m in names if m not in motion.joint_names]
+    if missing:
+        raise OptimizeError(f"the motion has no column for motors {missing} (it has {list(motion.joint_names)})")
+    m0 = motion.shifted(-float(motion.time[0]))
+    m0 = Motion(m0.time, tuple(names), np.stack([m0.positions[:, m0.joint_index(n)] for n in names], axis=1))
+    duration = m0.duration if options.duration is None else min(float(options.duration), m0.duration)
+    if not duration > 2 * options.dt:
+        raise OptimizeError(f"the motion is too short to simulate ({duration} s with dt {options.dt} s)")
+    n_steps = int(round(duration / options.dt))
+    times = np.arange(n_steps + 1) * options.dt
+    fit = fit_profiles(m0, options.knot_spacing)
+    angles = m0.sample(times)
+    poses = TrackedPoses.build(engine, [b.link for b in bodies])
+    started = time.perf_counter()
+
+    def cb(k: int, n: int) -> None:
+        if deadline is not None and time.perf_counter() > deadline:
+            raise TimeBudgetError(f"the time budget ran out while solving the quasi-static targets ({k} of {n} "
+                                  "solves)", stage="targets", elapsed_s=time.perf_counter() - started)
+        if progress is not None:
+            progress("targets", k, n)
+
+    targets = quasi_static_targets(engine, poses, times, angles, cb, options.target_stride)
+    tracking = TrackingObjective.build(times, bodies, targets.positions, targets.orientations)
+    reg = MotorRegularizer.build(fit.profiles, times, angles, WeightSchedule.parse(options.deviation_weight),
+                                 WeightSchedule.parse(options.acceleration_weight))
+    vel = VelocityPenalty.build(fit.profiles, times, limits, options.velocity_weight) if options.velocity_weight > 0 \
+        else None
+    start = engine.solve_static(fit.profiles.value(0.0))
+    torque = TorquePenalty.build(options.dt, limits, options.torque_weight, options.torque_margin) \
+        if options.torque_weight > 0 else None
+    problem = AdjointProblem(engine, start, options.dt, n_steps, fit.profiles, fit.parametrization, tracking, poses,
+                             reg, vel, torque_penalty=torque)
+    bounds = parameter_bounds(fit.parametrization, limits)
+    ensemble = None
+    if members:
+        others = tuple(replace(problem, engine=e, start=e.solve_static(fit.profiles.value(0.0))) for _, e in members)
+        ensemble = Ensemble(problem, others, tuple(float(f) for f, _ in members))
+    return PlanProblem(problem, fit, targets, m0, bounds, limits, ensemble)
+
+
+def limits_for(model: Any, config: dict[str, Any] | None) -> MotorLimits:
+    """Motor limits from the model's joints (URDF position limits) and the YAML's ``servo:`` mapping."""
+    from retarget.optimize.limits import ServoSpec
+
+    joints = {j.name: j for j in model.joints}
+    lims = {}
+    for m in model.motors:
+        j = joints.get(m)
+        if j is not None and (math.isfinite(j.lower) or math.isfinite(j.upper)):
+            lims[m] = (j.lower, j.upper, 0.0)
+    servo = ServoSpec.from_mapping((config or {}).get("servo"))
+    return MotorLimits.build(model.motors, lims, servo)

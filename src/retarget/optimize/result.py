@@ -1,0 +1,103 @@
+"""What an optimizer returns (:class:`OptimizationResult`) and the state it keeps while searching
+(:class:`SearchState`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from retarget.optimize.adjoint import (
+    Evaluation,
+)
+
+
+__all__ = ["OptimizationResult", "SearchState"]
+
+
+@dataclass(frozen=True, eq=False)
+class OptimizationResult:
+    """The outcome of :func:`optimize`.
+
+    Attributes:
+        x: best parameters found.
+        objective_initial, objective_final: ``J(x₀)``, ``J(x)``.
+        iterations: L-BFGS-B iterations completed.
+        evaluations: simulations with gradient run.
+        history: objective after each iteration.
+        interruption: what stopped the run early — ``"Ctrl-C"`` (a KeyboardInterrupt) or ``"cancel requested"``
+            (:class:`PlanCancelled`); ``""`` when nothing did. ``x`` is then the best point evaluated
+            (:attr:`interrupted`).
+        message: the optimizer's stop reason.
+        best: the :class:`Evaluation` at ``x``.
+        initial: the :class:`Evaluation` at ``x₀`` (with ``x₀`` the fit, this is the naive playback).
+        budget_limited: stopped because the time budget ran out; ``x`` is the best point evaluated.
+        evaluation_s: wall time of the latest complete evaluation (forward + adjoint, or forward alone for
+            Gauss–Newton) [s].
+        failed_simulations: trial points the model could not simulate (the line search backed off).
+        restarts: L-BFGS-B restarts after a stalled line search.
+        method: the method that ran.
+        first_step: length of L-BFGS-B's first trial step [rad] (see :attr:`PlanOptions.first_step`).
+        windows: with :func:`optimize_windows`, per window: ``window``, ``start_s``, ``end_s``, ``parameters``,
+            ``iterations``, ``evaluations``, its ``objective_initial`` / ``objective_final``, ``wall_s``, its
+            ``first_step_rad``, whether that step came from the previous window's curvature (``curvature_from``)
+            and why it ``stopped``; None otherwise.
+        curvature: ``J``'s curvature along the first trial step [1/rad²·J units], the secant
+            ``(∇J(x₁) − ∇J(x₀))·s / |s|²`` of the first point evaluated after ``x₀`` (the probe, or the first
+            trial point); None if there was none or it was not positive.
+    """
+
+    x: NDArray[np.float64]
+    objective_initial: float
+    objective_final: float
+    iterations: int
+    evaluations: int
+    history: list[float]
+    interruption: str
+    message: str
+    best: Evaluation
+    initial: Evaluation
+    budget_limited: bool = False
+    evaluation_s: float = 0.0
+    failed_simulations: int = 0
+    restarts: int = 0
+    method: str = "lbfgs"
+    first_step: float = 1.0
+    windows: list[dict[str, Any]] | None = None
+    curvature: float | None = None
+
+    @property
+    def interrupted(self) -> bool:
+        """Stopped by Ctrl-C or a cancel (:attr:`interruption`)."""
+        return bool(self.interruption)
+
+
+@dataclass(eq=False)
+class SearchState:
+    """What an optimizer keeps while it searches (mutated in place by :func:`~retarget.optimize.lbfgs.optimize` and
+    :func:`~retarget.optimize.gauss_newton.levenberg_marquardt`).
+
+    Attributes:
+        best, best_x: the lowest evaluation so far and its parameters.
+        last, last_x: the latest evaluation and its parameters (L-BFGS-B asks for the gradient at the point it
+            just evaluated).
+        evaluations: complete evaluations.
+        duration: wall time of the latest complete evaluation [s] (the time budget's unit).
+        iterations: accepted iterations.
+        failed: trial points the model could not simulate.
+        secant: ``J``'s curvature along the first step after ``x₀`` (None: not positive or not measured).
+        secant_measured: whether ``secant`` was measured.
+    """
+
+    best: Evaluation
+    best_x: NDArray[np.float64]
+    last: Evaluation
+    last_x: NDArray[np.float64]
+    evaluations: int = 1
+    duration: float = 0.0
+    iterations: int = 0
+    failed: int = 0
+    secant: float | None = None
+    secant_measured: bool = False

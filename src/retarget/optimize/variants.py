@@ -1,0 +1,246 @@
+"""Simulated variants of a plan (naive, ZV/ZVD, optimized) measured against the targets, and the plan's result
+(:class:`PlanResult`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from retarget.motion.motion import Motion
+from retarget.optimize.adjoint import (
+    Evaluation,
+    rollout,
+)
+from retarget.optimize.control import BudgetExhausted
+from retarget.optimize.limits import (
+    TorqueReport,
+    torque_report,
+)
+from retarget.optimize.objective import deviation_metrics
+from retarget.optimize.problem import PlanProblem
+from retarget.optimize.result import OptimizationResult
+
+
+__all__ = ["MIN_RING_OUT", "PlanResult", "Variant", "evaluation_variant", "measured_variant", "motion_stop_time", "ring_out_s", "shaped_baselines", "simulate_variant", "training_range_of"]
+
+
+@dataclass(frozen=True, eq=False)
+class Variant:
+    """One simulated motor trajectory and its deviation from the targets.
+
+    Attributes:
+        name: ``naive``, ``zv``, ``zvd`` or ``optimized``.
+        angles: the commanded motor angles on the grid [rad] (n_t, n_motors).
+        positions: tracked COM positions [m] (n_t, k, 3).
+        torques: motor torques [N m] (n_t, n_motors).
+        metrics: ``peak_deviation_m``, ``rms_deviation_m`` (+ ``lag_s``, ``frequency_hz``, ``damping_ratio`` for
+            shapers).
+        training_range: per flexible part, its largest deformation in this simulation over the reduced model's
+            largest training one (:func:`retarget.sim.reduced.training.training_range`; empty for a full-space
+            engine or a model that does not record its training range).
+    """
+
+    name: str
+    angles: NDArray[np.float64]
+    positions: NDArray[np.float64]
+    torques: NDArray[np.float64]
+    metrics: dict[str, float]
+    training_range: dict[str, float] = field(default_factory=dict)
+
+
+def simulate_variant(pp: PlanProblem, name: str, motors: Any, extra: dict[str, float] | None = None,
+                     progress: Callable[[int, int], None] | None = None) -> Variant:
+    """Simulate motor trajectory ``motors`` (``value``/``derivative``) on the problem's grid and measure it."""
+    prob = pp.problem
+    run = rollout(prob.engine, prob.start, motors, prob.dt, prob.n_steps, progress)
+    angles = np.array([np.atleast_1d(motors.value(t)) for t in pp.targets.times])
+    return measured_variant(pp, name, angles, prob.poses.positions(run.matrix), run.matrix, extra)
+
+
+def measured_variant(pp: PlanProblem, name: str, angles: NDArray[np.float64], positions: NDArray[np.float64],
+             states: NDArray[np.float64], extra: dict[str, float] | None = None) -> Variant:
+    """A simulated variant measured against the targets (motor torques from the stored ``states`` (n_t, n_S))."""
+    tau = states[:, pp.problem.engine.motor_torque_index]
+    metrics = deviation_metrics(positions, pp.targets.positions)
+    metrics["peak_torque_ratio"] = max(torque_report(pp.targets.times, tau, pp.limits).ratio)
+    metrics.update(extra or {})
+    return Variant(name, angles, positions, tau, metrics, training_range_of(pp.problem.engine, states))
+
+
+def training_range_of(engine: Any, states: Any) -> dict[str, float]:
+    """Per flexible part, the largest deformation in ``states`` over the reduced model's largest training one."""
+    from retarget.sim.reduced.system import ReducedSystem
+    from retarget.sim.reduced.training import training_range
+
+    system = getattr(engine, "system", None)
+    if not isinstance(system, ReducedSystem):
+        return {}
+    return training_range(system, np.asarray(states)[:, system.z_slice])
+
+
+@dataclass(frozen=True, eq=False)
+class PlanResult:
+    """Everything a plan produced.
+
+    Attributes:
+        pp: the problem. optimization: the L-BFGS-B outcome.
+        profiles: the optimized motor profiles.
+        variants: by name (``naive``, ``zv``, ``zvd``, ``optimized``).
+        torque: peak torque vs stall torque of the optimized trajectory.
+        warnings: human-readable warnings (torque, limits, identification).
+        timings: wall time per stage [s].
+        objective_naive: ``J`` of the naive playback (the input's fit); None: the optimizer's start.
+        checks: the plan measured in other models (:func:`retarget.optimize.verification.check_plan`): ``verify``,
+            ``verified``, ``band``, ``verified_peak_ratio``, ``planning_peak_ratio``, ``cut_reached``, ``cut_verdict``…
+        model_info: how the planning model was obtained, with its ``model_card``.
+        cancelled: a cancel request stopped the optimizer.
+        wall_s: the whole plan's wall time [s], model included (None: the sum of ``timings``).
+    """
+
+    pp: PlanProblem
+    optimization: OptimizationResult
+    profiles: Any
+    variants: dict[str, Variant]
+    torque: TorqueReport
+    warnings: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    objective_naive: float | None = None
+    checks: dict[str, Any] = field(default_factory=dict)
+    model_info: dict[str, Any] = field(default_factory=dict)
+    cancelled: bool = False
+    wall_s: float | None = None
+
+    def trajectory(self, start_time: float = 0.0) -> tuple[tuple[str, ...], NDArray[np.float64], NDArray[np.float64]]:
+        """The optimized trajectory sampled at the simulation step: joint names, times [s] (from ``start_time``,
+        the input's first time) (n,) and positions [rad] (n, n_joints)."""
+        t = self.pp.targets.times
+        return tuple(self.pp.motion.joint_names), t + float(start_time), np.asarray(self.profiles.evaluate(t))
+
+    def metrics(self) -> dict[str, Any]:
+        """The JSON report (``retarget plan --json``): ``objective_initial`` is ``J`` of the naive playback,
+        ``objective_start`` that of the optimizer's start (they differ with a speed-feasible start)."""
+        opt = self.optimization
+        out: dict[str, Any] = {
+            "objective_initial": opt.objective_initial if self.objective_naive is None else self.objective_naive,
+            "objective_start": opt.objective_initial,
+            "start": "speed-feasible" if "speed_limited" in self.variants else "input",
+            "objective_final": opt.objective_final,
+            "iterations": opt.iterations,
+            "evaluations": opt.evaluations,
+            "interrupted": opt.interrupted,
+            "budget_limited": opt.budget_limited,
+            "message": opt.message,
+            "evaluation_s": opt.evaluation_s,
+            "failed_simulations": opt.failed_simulations,
+            "restarts": opt.restarts,
+            "method": opt.method,
+            "first_step_rad": opt.first_step,
+            **({"windows": opt.windows} if opt.windows is not None else {}),
+            "wall_s": sum(self.timings.values()),
+            "timings_s": dict(self.timings),
+            "parameters": int(self.pp.fit.parametrization.n_parameters),
+            "knot_spacing_s": self.pp.fit.profiles.knot_spacing,
+            "fit_max_error_deg": float(np.degrees(self.pp.fit.max_error.max())),
+            "fit_rms_error_deg": float(np.degrees(np.sqrt(np.mean(self.pp.fit.rms_error ** 2)))),
+            "dt_s": self.pp.problem.dt,
+            "steps": self.pp.problem.n_steps,
+            "target_solves": self.pp.targets.solves,
+            "tracked_bodies": list(self.pp.problem.tracking.links),
+            **self.torque.summary(),
+            "warnings": list(self.warnings),
+        }
+        if self.wall_s is not None:
+            out["wall_s"] = self.wall_s
+        out.update(self.checks)
+        out["warnings"] = list(self.warnings)
+        out["cancelled"] = self.cancelled
+        if self.model_info:
+            out["model"] = dict(self.model_info)
+        for name, v in self.variants.items():
+            out[name] = dict(v.metrics)
+            if v.training_range:
+                out[name]["training_range_ratio"] = dict(v.training_range)
+        # The Retarget action's result fields (docs/ros.md).
+        for name in ("naive", "optimized"):
+            if name in self.variants:
+                out[f"{name}_peak_deviation"] = self.variants[name].metrics["peak_deviation_m"]
+                out[f"{name}_rms_deviation"] = self.variants[name].metrics["rms_deviation_m"]
+        return out
+
+
+def motion_stop_time(motion: Motion, tolerance: float = 1e-6) -> float:
+    """Last time the input moves [s] (start of the free ring-out)."""
+    moving = np.flatnonzero(np.any(np.abs(np.diff(motion.positions, axis=0)) > tolerance, axis=1))
+    return float(motion.time[moving[-1] + 1]) if moving.size else float(motion.time[0])
+
+
+#: Ring-out after the input stops [s] that the ZV/ZVD baselines need to identify the vibration.
+MIN_RING_OUT = 0.5
+
+
+def ring_out_s(pp: PlanProblem) -> float:
+    """Simulated time after the input stops moving [s]."""
+    return float(pp.targets.times[-1]) - motion_stop_time(pp.motion)
+
+
+def shaped_baselines(pp: PlanProblem, naive: Variant, progress: Callable[[str, int, int], None] | None,
+                      warnings: list[str], deadline: float | None = None) -> dict[str, Variant]:
+    """ZV and ZVD shaping of the input at the first mode identified from the naive ring-out.
+
+    A baseline still simulating at ``deadline`` (``time.perf_counter()``) or when Ctrl-C is pressed is dropped
+    with a warning: the optimized result matters more.
+    """
+    from retarget.optimize.errors import ShapingError
+    from retarget.optimize.shaping import identify_from_trajectory, shape_motion, zv_shaper, zvd_shaper
+    from retarget.sim.motors import SplineMotors
+
+    ring_out = ring_out_s(pp)
+    times = pp.targets.times
+    stop = times[-1] - ring_out
+    if ring_out < 0:
+        warnings.append(f"no ZV/ZVD baseline: the simulation ends at {times[-1]:.2f} s, before the motion stops "
+                        f"moving ({stop:.2f} s), so there is no ring-out to identify the vibration from")
+        return {}
+    if ring_out < MIN_RING_OUT:
+        warnings.append(f"no ZV/ZVD baseline: only {ring_out:.2f} s of ring-out after the motion stops")
+        return {}
+    # The body that rings most after the motion stops identifies the mode.
+    ring = times >= stop
+    amp = [np.ptp(naive.positions[ring, j], axis=0).max() for j in range(naive.positions.shape[1])]
+    j = int(np.argmax(amp))
+    try:
+        mode = identify_from_trajectory(times, naive.positions[:, j], start_time=stop + 0.05)
+    except ShapingError as exc:
+        warnings.append(f"no ZV/ZVD baseline: vibration identification failed ({exc})")
+        return {}
+    out = {}
+    for shaper in (zv_shaper(mode.frequency_hz, mode.damping_ratio), zvd_shaper(mode.frequency_hz, mode.damping_ratio)):
+        shaped = shape_motion(pp.motion, shaper, rate=1.0 / pp.problem.dt)
+        motors = SplineMotors(shaped.time, shaped.positions)
+        name = shaper.name.lower()
+
+        def cb(k: int, n: int, s: str = name) -> None:
+            if deadline is not None and time.perf_counter() > deadline:
+                raise BudgetExhausted
+            if progress is not None:
+                progress(s, k, n)
+
+        try:
+            out[name] = simulate_variant(pp, name, motors, {"lag_s": shaper.lag_s, "frequency_hz": mode.frequency_hz,
+                                                             "damping_ratio": mode.damping_ratio}, cb)
+        except (BudgetExhausted, KeyboardInterrupt) as exc:
+            why = "the time budget ran out" if isinstance(exc, BudgetExhausted) else "interrupted"
+            warnings.append(f"ZV/ZVD baselines incomplete: {why} while simulating {name}")
+            break
+    return out
+
+
+def evaluation_variant(pp: PlanProblem, name: str, x: NDArray[np.float64], ev: Evaluation) -> Variant:
+    """The variant an evaluation simulated (no new simulation)."""
+    angles = np.asarray(pp.problem.profiles(x).evaluate(pp.targets.times))
+    return measured_variant(pp, name, angles, ev.positions, ev.rollout.matrix)

@@ -1,0 +1,206 @@
+"""Receding-horizon windows: :func:`optimize_windows` minimizes the objective one time window after another."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from retarget.optimize.adjoint import (
+    Window,
+    first_influence,
+    window_parameters,
+)
+from retarget.optimize.control import deadline_progress, first_evaluation, interruption_reason
+from retarget.optimize.errors import OptimizeError, TimeBudgetError
+from retarget.optimize.lbfgs import optimize
+from retarget.optimize.options import PlanOptions
+from retarget.optimize.problem import PlanProblem
+from retarget.optimize.result import OptimizationResult
+
+
+__all__ = ["optimize_windows"]
+
+
+def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | None = None,
+                     callback: Callable[[dict[str, float]], None] | None = None,
+                     step_progress: Callable[[int, int], None] | None = None, deadline: float | None = None,
+                     reserve_evaluations: float = 0.0,
+                     window_optimizer: Callable[..., OptimizationResult] = optimize) -> OptimizationResult:
+    """Minimize ``J`` one time window after another (receding horizon), with L-BFGS-B in each (:func:`optimize`).
+
+    The motion is cut into spans of ``options.window`` seconds. For the span ``(t_a, t_b]`` the free parameters are
+    those whose influence on the profiles begins in it (:func:`~retarget.optimize.adjoint.window_parameters`); the
+    window simulates from the stored ``S_a`` (and ``S_{a−1}``) to ``t_e = t_b + options.window_tail`` and
+    minimizes the tracking over ``t_a … t_e`` plus the regularizers, with the exact windowed adjoint gradient
+    (:class:`~retarget.optimize.adjoint.Window`). Its end states start the next window. Each window is a short,
+    well-conditioned problem (a few hundred parameters over ~1.5 s) where the whole motion's L-BFGS-B sees
+    thousands of weakly coupled ones, and an evaluation costs the window's share of the motion. It is greedy: a
+    window does not see the tracking beyond its tail.
+
+    First steps: the first window measures ``J``'s curvature along steepest descent with the probe of
+    :func:`optimize`; every later window starts from the latest curvature measured (the secant along the previous
+    window's first step, :attr:`OptimizationResult.curvature`) and saves that simulation — a window gets only a
+    few evaluations of its own within a 15-minute budget.
+
+    The time budget (after keeping ``reserve_evaluations`` whole evaluations, about three forward runs each, and
+    one forward run for the final measurement) is shared out equally among the windows still to do; time a window
+    does not use passes on. (Shares weighted by the input's tracking error per window were measured worse on the
+    drummer: the early windows' improvements carry over as less sway into the later ones; docs/optimize.md.)
+    ``J`` over the whole motion is measured before and after; if the windows made it worse, the start ``x₀`` is
+    returned (with a message).
+
+    ``window_optimizer`` minimizes each window (default :func:`optimize`; same signature).
+
+    Args and the result: as :func:`optimize` (``iterations`` and ``evaluations`` summed over the windows,
+    ``history`` the whole-motion ``J`` before and after, ``windows`` one summary per window; ``callback`` gets
+    ``window`` and ``windows`` too).
+
+    Raises:
+        TimeBudgetError: the deadline passed before the first (whole-motion) simulation completed.
+    """
+    if options.window is None or not options.window > 0.0:
+        raise OptimizeError(f"optimize_windows needs a positive window [s], not {options.window}")
+    if not options.window_tail >= 0.0:
+        raise OptimizeError(f"the window tail must be ≥ 0 s, not {options.window_tail}")
+    if not 0.0 <= options.window_overlap < options.window:
+        raise OptimizeError(f"the window overlap must be in [0, window) = [0, {options.window:g}) s, not "
+                            f"{options.window_overlap}")
+    if deadline is None and options.time_budget is not None:
+        deadline = time.perf_counter() + float(options.time_budget)
+    problem = pp.problem
+    n, dt = problem.n_steps, problem.dt
+    x = pp.fit.parameters.copy() if x0 is None else np.asarray(x0, dtype=float).copy()
+    x_start = x.copy()
+    started = time.perf_counter()
+    first_step: list[float] = []  # when the first step finished: it includes compiling the engine (tens of s)
+
+    def timed_progress(k: int, total: int) -> None:
+        if not first_step:
+            first_step.append(time.perf_counter())
+        if step_progress is not None:
+            step_progress(k, total)
+
+    initial = first_evaluation(pp, x, False, deadline_progress(deadline, timed_progress))
+    ended = time.perf_counter()
+    # The whole-motion forward run's duration, which the reserve below multiplies: from the steps after the first,
+    # so that a first plan after an install or upgrade (numba compiling) does not shrink every window's share.
+    forward_s = ended - started
+    if first_step and n > 1:
+        forward_s = min(forward_s, (ended - first_step[0]) * n / (n - 1))
+    span = max(1, int(round(options.window / dt)))
+    tail = int(round(options.window_tail / dt))
+    stride = max(1, span - int(round(options.window_overlap / dt)))
+    spans: list[tuple[int, int, int]] = []  # (a, b, last): span (t_a, t_b], simulated to t_last
+    a = 0
+    while not spans or spans[-1][1] < n:
+        b = min(a + span, n)
+        spans.append((a, b, min(n, b + tail)))
+        a += stride
+    states = list(initial.rollout.states)
+    iterations = evaluations = failed = restarts = 0
+    interruption, budget_limited = "", False
+    evaluation_s, first_step = 0.0, 1.0
+    messages: list[str] = []
+    summaries: list[dict[str, Any]] = []
+    skipped: list[int] = []
+    curvature: float | None = None  # J's curvature along steepest descent, handed from window to window
+    fresh = n  # states[: fresh + 1] were simulated with the current x
+    influence = first_influence(problem)
+    for w, (a, b, last) in enumerate(spans):
+        free = window_parameters(problem, a, n + 1 if b == n else b, influence)
+        summary: dict[str, Any] = {"window": w + 1, "start_s": a * dt, "end_s": b * dt, "parameters": int(free.size)}
+        summaries.append(summary)
+        if free.size == 0:
+            summary["stopped"] = "no parameters"
+            continue
+        if a > fresh:
+            # A skipped window left no states simulated with the earlier windows' changes this far.
+            summary["stopped"] = "skipped: no simulated start"
+            messages.append(f"window {w + 1} of {len(spans)} and the later ones keep the start: the window before "
+                            "was skipped and left no start state for them")
+            break
+        window_deadline: float | None = None
+        if deadline is not None:
+            left = deadline - time.perf_counter() - forward_s * (1.0 + 3.0 * reserve_evaluations)
+            if left <= 0.0:
+                budget_limited = True
+                summary["stopped"] = "skipped: no time left"
+                messages.append(f"time budget reached before window {w + 1} of {len(spans)}: it and the later "
+                                "ones keep the start")
+                break
+            window_deadline = time.perf_counter() + left / (len(spans) - w)
+        window = Window(a, last, states[a], states[a - 1] if a > 0 else None, free, x.copy())
+        sub = replace(pp, problem=replace(problem, window=window), bounds=[pp.bounds[i] for i in free], ensemble=None)
+
+        def on_iteration(info: dict[str, float], w: int = w) -> None:
+            if callback is not None:
+                callback({**info, "iteration": iterations + info["iteration"], "window": w + 1,
+                          "windows": len(spans)})
+
+        window_started = time.perf_counter()
+        try:
+            res = window_optimizer(sub, replace(options, method="lbfgs"), x0=x[free], callback=on_iteration,
+                           step_progress=step_progress, deadline=window_deadline, curvature=curvature)
+        except TimeBudgetError:
+            # Its share did not cover one simulation (a hard stretch of the motion): its parameters stay, and its
+            # time passes on to the later windows (while the stored states still reach their starts).
+            budget_limited = True
+            summary["stopped"] = "skipped: no time for its first simulation"
+            skipped.append(w + 1)
+            continue
+        except KeyboardInterrupt as exc:
+            # Before the window's first simulation finished (the optimizer returns its best point after that):
+            # the earlier windows' results stand.
+            interruption = interruption_reason(exc)
+            summary["stopped"] = "interrupted before its first simulation"
+            messages.append(f"interrupted ({interruption}) in window {w + 1} of {len(spans)} before its first "
+                            "simulation finished: it and the later windows keep the start")
+            break
+        x[free] = res.x
+        iterations += res.iterations
+        evaluations += res.evaluations
+        failed += res.failed_simulations
+        restarts += res.restarts
+        evaluation_s, first_step = res.evaluation_s, res.first_step
+        states[a : last + 1] = res.best.rollout.states
+        fresh = last
+        summary.update(iterations=res.iterations, evaluations=res.evaluations, objective_initial=res.objective_initial,
+                       objective_final=res.objective_final, wall_s=time.perf_counter() - window_started,
+                       first_step_rad=res.first_step,
+                       curvature_from="--first-step" if options.first_step is not None
+                       else "previous window" if curvature is not None else "probe",
+                       stopped="interrupted" if res.interrupted else "time share" if res.budget_limited
+                       else "converged or iteration cap")
+        curvature = res.curvature or curvature
+        if res.interrupted:
+            interruption = res.interruption
+            messages.append(f"interrupted ({interruption}) in window {w + 1} of {len(spans)}: the later windows "
+                            "keep the start")
+            break
+    try:
+        final = pp.evaluate(x, gradient=False, progress=step_progress)
+    except KeyboardInterrupt as exc:
+        interruption = interruption_reason(exc)
+        messages.append(f"interrupted ({interruption}) in the final simulation: returning the start")
+        x, final = x_start, initial
+    if final.value > initial.value:
+        messages.append(f"the windows raised J over the whole motion ({initial.value:.4g} → {final.value:.4g}): "
+                        "returning the start")
+        x, final = x_start, initial
+    if skipped:
+        messages.append(f"window{'s' if len(skipped) > 1 else ''} {', '.join(map(str, skipped))} of {len(spans)} "
+                        "kept the start: their share of the time budget did not cover one simulation")
+    cut = sum(1 for sm in summaries if sm.get("stopped") == "time share")
+    if cut:
+        messages.append(f"{cut} of {len(spans)} windows stopped at their share of the time budget")
+    overlap = f", {options.window_overlap:g} s overlap" if options.window_overlap else ""
+    message = "; ".join([f"{len(spans)} windows of {options.window:g} s (+{options.window_tail:g} s tail{overlap}), "
+                         f"{iterations} iterations", *messages])
+    return OptimizationResult(x, initial.value, final.value, iterations, evaluations, [initial.value, final.value],
+                              interruption, message, final, initial, budget_limited or cut > 0, evaluation_s, failed,
+                              restarts, "lbfgs-windows", first_step, summaries)
