@@ -5,6 +5,7 @@ and a changed YAML must each be reported by name; an unchanged robot loads the s
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +36,9 @@ def _system(path: Path):
     from retarget.model.loader import load_robot
     from retarget.sim.system import build_system
 
-    return build_system(load_robot(path))
+    # Uncalibrated: a material change must be named without computing a reference for it (the calibration's own
+    # effect on the digests is tested below).
+    return build_system(load_robot(path, stiffness_calibration=False))
 
 
 def _model(system):
@@ -132,3 +135,29 @@ def test_urdf_digest_does_not_depend_on_the_checkout_folder(tmp_path: Path) -> N
     with pytest.raises(StaleReducedModelError) as err:
         load_reduced(legacy, system, yml)
     assert err.value.changed == ["urdf"]
+
+
+def test_stiffness_calibration_makes_uncalibrated_artifacts_stale(tmp_path: Path) -> None:
+    from retarget.fem.model_card import model_card
+    from retarget.model.loader import load_robot
+    from retarget.sim.system import build_system
+
+    yml = _robot_copy(tmp_path)
+    calibrated, raw = load_robot(yml), load_robot(yml, stiffness_calibration=False)
+    assert calibrated.flexible_parts[0].stiffness_factor != 1.0
+    sys_cal, sys_raw = build_system(calibrated), build_system(raw)
+    basis, cub = _model(sys_raw)
+    art = save_reduced(tmp_path / "raw.npz", sys_raw, [basis], [cub], yml, "single_rod")
+    with pytest.raises(StaleReducedModelError) as err:
+        load_reduced(art, sys_cal, yml)
+    assert err.value.changed == ["material:rod"]
+    assert "before the calibration" in str(err.value)
+    # An artifact of the calibrated model stores its card and reports its factor when the factor changes.
+    card = model_card(calibrated).to_dict()
+    art = save_reduced(tmp_path / "cal.npz", sys_cal, [basis], [cub], yml, "single_rod", model_card=card)
+    assert load_reduced(art, sys_cal, yml).bodies[0].basis.size == basis.size
+    with np.load(art) as data:
+        assert json.loads(str(data["meta"]))["model_card"] == card
+    with pytest.raises(StaleReducedModelError) as err:
+        load_reduced(art, sys_raw, yml)
+    assert f"{calibrated.flexible_parts[0].stiffness_factor}" in str(err.value)

@@ -23,6 +23,7 @@ from retarget.fem.quadrature import tet_rule
 
 __all__ = [
     "DEFAULT_ROD_AROUND",
+    "MIN_DEFAULT_AXIAL",
     "TetMesh",
     "bar_mesh",
     "bar_resolution",
@@ -39,6 +40,12 @@ DEFAULT_ROD_AROUND: int = 8
 
 #: Default axial element length of a rod, in diameters (see docs/fem.md for the convergence study).
 DEFAULT_ROD_AXIAL_PER_DIAMETER: float = 1.0
+
+#: The default element layers along a generated rod or bar are at least this many: a part's second bending mode
+#: needs about 10 layers to stay within 1 % of the converged frequency after the stiffness calibration, and
+#: ``load_robot(..., mesh_scale=0.25)`` (the demo's training mesh) keeps a quarter of the default (docs/fem.md,
+#: "Model card and stiffness calibration").
+MIN_DEFAULT_AXIAL: int = 40
 
 # Swapping corners 1 and 2 of a tet10 (VTK order) flips its orientation; mid-edge nodes follow their edges.
 _FLIP = np.array([0, 2, 1, 3, 6, 5, 4, 7, 9, 8])
@@ -256,8 +263,9 @@ def _positive_length(name: str, value: float) -> float:
 
 
 def default_rod_axial(length: float, diameter: float) -> int:
-    """Default number of element layers along a rod: one per ``DEFAULT_ROD_AXIAL_PER_DIAMETER`` diameters."""
-    return max(2, math.ceil(length / (DEFAULT_ROD_AXIAL_PER_DIAMETER * diameter)))
+    """Default number of element layers along a rod: one per ``DEFAULT_ROD_AXIAL_PER_DIAMETER`` diameters, at
+    least :data:`MIN_DEFAULT_AXIAL`."""
+    return max(MIN_DEFAULT_AXIAL, math.ceil(length / (DEFAULT_ROD_AXIAL_PER_DIAMETER * diameter)))
 
 
 def rod_mesh(
@@ -271,7 +279,8 @@ def rod_mesh(
     Args:
         length: Rod length [m].
         diameter: Rod diameter [m].
-        n_axial: Element layers along z; default :func:`default_rod_axial` (one layer per diameter).
+        n_axial: Element layers along z; default :func:`default_rod_axial` (one layer per diameter, at least
+            :data:`MIN_DEFAULT_AXIAL`).
         n_around: Corner nodes around the circumference (>= 6); default :data:`DEFAULT_ROD_AROUND`.
 
     Returns:
@@ -320,7 +329,7 @@ def bar_resolution(
         else _positive_int("n_thickness", n_thickness)
     )
     if n_axial is None:
-        n_axial = max(2, math.ceil(length / small))
+        n_axial = max(MIN_DEFAULT_AXIAL, math.ceil(length / small))
     return _positive_int("n_axial", n_axial), n_width, n_thickness
 
 
@@ -338,8 +347,9 @@ def bar_mesh(
         length: Bar length along z [m].
         width: Extent along x [m].
         thickness: Extent along y [m].
-        n_axial: Element layers along z; default one per min(width, thickness), which puts the first bending
-            frequency of a clamped strip within 0.3 % of the converged value (docs/fem.md).
+        n_axial: Element layers along z; default one per min(width, thickness) (which puts the first bending
+            frequency of a clamped strip within 0.3 % of the converged value, docs/fem.md), at least
+            :data:`MIN_DEFAULT_AXIAL`.
         n_width: Divisions along x; default makes cross-section cells about square (1 on the short side).
         n_thickness: Divisions along y; same default rule.
     """

@@ -182,7 +182,7 @@ def _flexible_mesh(
             if mesh_scale != 1.0:
                 # The generators' own defaults (retarget.fem.mesh.bar_mesh / plate_mesh), scaled.
                 if gen == "bar":
-                    axial = _scaled(axial, max(2, math.ceil(length / min(width, thickness))), mesh_scale)
+                    axial = _scaled(axial, bar_resolution(length, width, thickness)[0], mesh_scale)
                 else:
                     cell = max(min(length, width) / 6.0, 2.0 * thickness)
                     axial = _scaled(axial, max(2, math.ceil(length / cell)), mesh_scale)

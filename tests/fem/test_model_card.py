@@ -1,0 +1,100 @@
+"""Tests of retarget.fem.model_card and `retarget check model`: the stiffness calibration brings the planner's
+coarse training mesh (20 layers x 6 around) within the fidelity gate, the gate names the failing part, the card's
+JSON is strict and the command's exit codes follow the gate."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from retarget.cli import main
+from retarget.errors import InputError
+from retarget.fem import get_material
+from retarget.fem.model_card import ModelCard, ModelFidelityError, check_fidelity, model_card
+from retarget.model import library
+from retarget.model.loader import load_robot
+
+TRAINING_MESH = {"rod": {"axial": 20, "around": 6}}
+
+
+@pytest.fixture(scope="module")
+def coarse_rods():
+    """single_rod on the planner's training mesh, calibrated and not."""
+    path = library.resolve_robot("single_rod")
+    return (load_robot(path, resolution=TRAINING_MESH),
+            load_robot(path, resolution=TRAINING_MESH, stiffness_calibration=False))
+
+
+def test_calibration_brings_the_training_mesh_within_the_gate(coarse_rods):
+    calibrated, raw = coarse_rods
+    part, raw_part = calibrated.flexible_parts[0], raw.flexible_parts[0]
+    assert raw_part.stiffness_factor == 1.0 and raw_part.material == get_material("spring_steel")
+    # The coarse mesh is 14 % too stiff in frequency: c ≈ 1/1.145² ≈ 0.76 on the Young's modulus only.
+    assert 0.74 < part.stiffness_factor < 0.78
+    assert part.material.youngs_modulus == pytest.approx(200e9 * part.stiffness_factor, rel=1e-15)
+    assert part.material.density == raw_part.material.density
+    assert part.nominal_material == raw_part.material
+    before, after = model_card(raw), model_card(calibrated)
+    assert not before.passed and after.passed
+    modes = {m.mode: m for m in after.parts[0].modes}
+    assert set(modes) == {"f1 x", "f1 y", "f2 x", "f2 y"}
+    for m in after.parts[0].modes:
+        assert abs(m.error) <= m.tolerance
+        assert m.f_model == pytest.approx(m.f_mesh * np.sqrt(part.stiffness_factor), rel=1e-12)
+        # Raw error of the coarse mesh, as measured: +14 % to +15 % in every mode.
+        assert 0.13 < m.error_mesh < 0.16
+        # The reference is the converged 3-D rod: within 0.15 % of Euler-Bernoulli at L/D = 140.
+        assert m.f_reference == pytest.approx(m.f_euler_bernoulli, rel=0.0015)
+    assert after.parts[0].clamped_interface == "horn" and after.parts[0].resolution == {"axial": 20, "around": 6}
+    check_fidelity(after)
+    with pytest.raises(ModelFidelityError):
+        check_fidelity(before)
+
+
+def test_gate_failure_names_the_part_and_mode(coarse_rods):
+    _, raw = coarse_rods
+    with pytest.raises(ModelFidelityError) as err:
+        check_fidelity(model_card(raw))
+    e = err.value
+    assert isinstance(e, InputError)
+    assert e.part == "rod" and e.mode.startswith("f1") and e.error > 0.13
+    text = str(e)
+    assert "'rod'" in text and e.mode in text and f"{e.f_model:.4f}" in text and f"{e.f_reference:.4f}" in text
+    assert "stiffness_calibration" in text and "override" in text
+    # A looser gate passes the same card.
+    check_fidelity(model_card(raw), f1_tol=0.2, f2_tol=0.2)
+
+
+def test_card_json_is_strict_and_round_trips(coarse_rods):
+    card = model_card(coarse_rods[0])
+    text = card.to_json()
+    data = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+    assert data["passed"] is True and data["parts"][0]["name"] == "rod"
+    assert data["parts"][0]["modes"][0]["passed"] is True
+    assert ModelCard.from_dict(data).to_dict() == data
+    table = card.format()
+    assert "rod 20x6" in table and "f2 y" in table and "within the gate" in table
+
+
+def _last_json(capsys) -> dict:
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_check_model_cli_exit_codes(capsys, tmp_path):
+    args = ["check", "model", "single_rod", "--mesh-axial", "20", "--mesh-around", "6", "--json"]
+    assert main(args) == 0
+    card = _last_json(capsys)
+    assert card["robot"] == "single_rod" and card["passed"] is True
+    assert main([*args, "--no-calibration"]) == 1
+    raw = _last_json(capsys)
+    assert raw["passed"] is False and raw["parts"][0]["stiffness_factor"] == 1.0
+    assert main(["check", "model", "single_rod", "--mesh-axial", "0"]) == 2
+    assert "--mesh-axial" in capsys.readouterr().err
+    assert main(["check", "model", "no_such_robot"]) == 2
+    # --reduced: the card stored in an artifact's meta.
+    art = tmp_path / "a.npz"
+    np.savez_compressed(art, meta=np.array(json.dumps({"format_version": 3, "model_card": raw})))
+    assert main(["check", "model", "single_rod", "--reduced", str(art), "--json"]) == 1
+    assert _last_json(capsys) == raw
+    assert main(["check", "model", "single_rod", "--reduced", str(tmp_path / "missing.npz")]) == 2
