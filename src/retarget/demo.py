@@ -66,7 +66,8 @@ DEMO_DURATION_S = 3.0
 DEMO_PLAN_TIMEOUT_S = 230.0
 
 #: Default longest wait [s] for the planner to load the model and compile its kernels (its time budget starts
-#: after them): with an empty numba cache the drummer's took 144-232 s here (docs/optimize.md "Session 18").
+#: after them): with an empty numba cache the drummer's take 144-232 s on a 2-core machine
+#: (bench/results/warm-up-drummer-drumming.json; docs/ros.md "make demo").
 DEMO_PREPARE_TIMEOUT_S = 900.0
 
 #: The planner's feedback stages before its time budget starts (:func:`retarget.optimize.plan`).

@@ -60,8 +60,8 @@ STATUS_DIVERGED = 2  # non-finite residual or update
 STATUS_INVERTED = 3  # an element of a cubature inverted
 #: Chord Newton refactorizes when an update shrinks by less than this factor (the reference stepper uses the same).
 #: The chord matrix leaves out the Jacobian's curvature and damping-derivative terms, so a stale one converges slowly:
-#: 0.1 instead of 0.3 cut the drummer's Newton iterations per step 2.93 → 2.60 for 1.5 × the refactorizations and
-#: made two_rods 1.4 × faster (docs/reduced-acceptance.md, "Session 15").
+#: on 10 s of drumming at dt 1 ms, 0.1 takes 2.60 Newton iterations per step against 2.93 at 0.3, for 1.5 × the
+#: refactorizations, and two_rods runs 1.4 × faster (docs/reduced.md "Compiled engine").
 REFACTOR_RATIO = 0.1
 
 
@@ -656,8 +656,8 @@ def _predict(p: Packed, states: NDArray, k: int, u_bar: NDArray, h: float, dt: f
     """Newton start of step ``k → k+1``.
 
     BDF2 steps: V and λ extrapolated from the stored states — cubically (``order`` 3, ``4S_k − 6S_{k−1} +
-    4S_{k−2} − S_{k−3}``, once four exist: the drummer's 10 s took 2.33 instead of 2.58 Newton iterations per step,
-    docs/reduced-acceptance.md "Session 15"), quadratically (``order`` 2, ``3S_k − 3S_{k−1} + S_{k−2}``; linearly
+    4S_{k−2} − S_{k−3}``, once four exist: the drummer's 10 s take 2.33 Newton iterations per step against 2.58 with the
+    quadratic start, docs/reduced.md "Compiled engine"), quadratically (``order`` 2, ``3S_k − 3S_{k−1} + S_{k−2}``; linearly
     when ``states`` holds only two), linearly (``order`` 1, ``2S_k − S_{k−1}``) or held (``order`` 0, ``S_k``) —
     and U from the kinematic rows at that V (exact for c and z, ``U* = Ū + h V*``; for q with ``T`` at the
     extrapolated quaternion), so the first residual's kinematic rows nearly vanish. First step

@@ -42,7 +42,7 @@ __all__ = ["DEFAULT_CUBATURE_TOLERANCE", "MIN_CUBATURE_TOLERANCE", "TRAINING_RAN
 #: A part deforming more than this multiple of its largest training deformation is reported as extrapolating.
 #: The single rod trained on step_30 followed step_45_fast within 6 mm while its deformation stayed ≤ 0.98 × the
 #: training's largest, and drifted to 0.3 m RMS once a return beyond the servo's speed whipped it to 2.3–2.7 ×
-#: (docs/reduced-acceptance.md, Run A, session 7).
+#: (docs/reduced-acceptance.md "Beyond the training range").
 TRAINING_RANGE_WARN: float = 1.25
 
 
@@ -195,8 +195,8 @@ def build_checked_by_replay(
     tolerance is divided by 10 instead (more elements), down to :data:`MIN_CUBATURE_TOLERANCE`. The first model
     within tolerance is returned, else the most accurate one tried. With ``n_modes`` the mode count is fixed and
     only the cubature is tightened (the single rod's 15 modes at the default cubature tolerance transfer to a 20°
-    step with 0.046 of its peak deviation, at 1e-6 with 0.0022: docs/reduced-acceptance.md). A replay says nothing
-    about motions larger than the training one (the rod's 4 modes fail a 45° step, docs/reduced.md §4;
+    step with 0.046 of its peak deviation, at 1e-6 with 0.0022: docs/reduced.md "Replay check"). A replay says nothing
+    about motions larger than the training one (the rod's 4 modes fail a 45° step, docs/reduced.md "Replay check";
     :func:`training_range`).
 
     Args:
