@@ -33,8 +33,8 @@ def register_check(sub: argparse._SubParsersAction) -> None:
         description="For every flexible part of the robot (clamped at its root interface), the first two bending "
         "frequencies per plane of the model's mesh after the stiffness calibration (f_model), the mesh-converged "
         "reference (Richardson over three refined meshes, f_reference), Euler-Bernoulli where it applies, and the "
-        "relative errors. Exit status: 0 when every part is within the gate (|f1 error| <= 1 %%, |f2 error| <= "
-        "2 %%), 1 when one is not, 2 on bad input. The first card of a new part computes its reference (seconds to "
+        "relative errors. Exit status: 0 when every part is within the gate (|f1 error| <= 1 %, |f2 error| <= "
+        "2 %), 1 when one is not, 2 on bad input. The first card of a new part computes its reference (seconds to "
         "a minute; cached in $RETARGET_CACHE/cards or ~/.cache/retarget/cards).",
     )
     q.add_argument("robot", help="robot name (e.g. single_rod) or config YAML path")
