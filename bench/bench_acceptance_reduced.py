@@ -5,7 +5,7 @@ up to the BDF2 discretization difference (docs/reduced.md §3). Three material v
 (shipped Rayleigh α, β; α only; undamped), each full and reduced with the same basis size. Prints one JSON object
 per variant, then one with the damping effect in each engine (RMS/max tip difference damped − variant) [m].
 
-Findings and the commands behind them: docs/reduced-acceptance.md. Thread settings are printed; run with
+Findings: docs/reduced.md "Stiffness-proportional damping with the current tangent". Thread settings are printed; run with
 ``OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1`` on a shared machine.
 
 Usage: ``python bench/bench_acceptance_reduced.py [--mesh-scale 0.05] [--dt 0.002] [--duration 1.2] [--modes 8]``
