@@ -95,6 +95,8 @@ class PlanOptions:
             instead of raising :class:`~retarget.fem.model_card.ModelFidelityError`.
         weights: tracked-body weight specs (``LINK:pos=W[,ori=W]``, schedules allowed) merged over the robot's.
         bodies: the tracked bodies and weights to use instead of the robot's (None: the robot's, with ``weights``).
+        workers: forked worker processes for independent simulations (the robust objective's models, the
+            full-FEM verification's variants; :mod:`retarget.optimize.parallel`); None: one per core; 1: none.
     """
 
     knot_spacing: float = 0.05
@@ -134,6 +136,7 @@ class PlanOptions:
     allow_unverified_model: bool = False
     weights: tuple[str, ...] = ()
     bodies: tuple[Any, ...] | None = None
+    workers: int | None = None
 
 
 #: The verification's cost over its ``2 dt / verify_dt`` forward runs' worth at the planning step: a step at the

@@ -39,6 +39,8 @@ from retarget.optimize.limits import (
     torque_report,
 )
 from retarget.optimize.options import PlanOptions, verification_reserve
+from retarget.optimize.parallel import default_workers, fork_pool
+from retarget.optimize.result import OptimizationResult
 from retarget.optimize.problem import PlanProblem, build_plan_problem, limits_for
 from retarget.optimize.variants import (
     MIN_RING_OUT,
@@ -236,23 +238,15 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
     minimize = optimize if options.window is None else optimize_windows
     baselines = options.baselines and ring_out_s(pp) >= MIN_RING_OUT
     reserve = (1.6 if baselines else 0.0) + verification_reserve(options)
-    opt = minimize(pp, options, x0=x_start, callback=callback, step_progress=step_cb, deadline=deadline,
-                   reserve_evaluations=reserve)
-    weight = float(options.torque_weight)
-    for _ in range(int(options.torque_rounds) if weight > 0 and options.window is None else 0):
-        tau = opt.best.rollout.matrix[:, pp.problem.engine.motor_torque_index]
-        ratio = max(torque_report(pp.targets.times, tau, limits).ratio)
-        if ratio <= 1.0 or opt.interrupted or opt.budget_limited:
-            break
-        weight *= 10.0
-        warnings.append(f"the optimum asked {ratio:.2f} x the stall torque: optimizing again with the torque "
-                        f"penalty's weight at {weight:g}")
-        again = minimize(_with_torque_weight(pp, weight, options), options, x0=opt.x, callback=callback,
-                         step_progress=step_cb, deadline=deadline, reserve_evaluations=reserve)
-        opt = replace(again, objective_initial=opt.objective_initial, initial=opt.initial,
-                      iterations=opt.iterations + again.iterations, evaluations=opt.evaluations + again.evaluations,
-                      history=opt.history + again.history, failed_simulations=opt.failed_simulations
-                      + again.failed_simulations, restarts=opt.restarts + again.restarts)
+    ensemble = pp.ensemble
+    workers = default_workers() if options.workers is None else int(options.workers)
+    with fork_pool(None if ensemble is None else ensemble.members, workers if ensemble is not None else 0) as pool:
+        if pool is not None and ensemble is not None:
+            pp = replace(pp, ensemble=replace(ensemble, pool=pool))
+        opt, pp = _optimize_within_torque(pp, options, minimize, x_start, callback, step_cb, deadline, reserve,
+                                          warnings)
+    if pp.ensemble is not None:
+        pp = replace(pp, ensemble=replace(pp.ensemble, pool=None))
     timings["optimization"] = time.perf_counter() - t0
     if opt.interrupted or opt.budget_limited:
         warnings.append(opt.message)
@@ -279,6 +273,32 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
     if beyond:
         warnings.append(f"optimized trajectory: {beyond}")
     return PlanResult(pp, opt, profiles, variants, report, warnings, timings, naive.value)
+
+
+def _optimize_within_torque(pp: PlanProblem, options: PlanOptions, minimize: Callable[..., OptimizationResult],
+                            x_start: Any, callback: Any, step_cb: Any, deadline: float | None, reserve: float,
+                            warnings: list[str]) -> tuple[OptimizationResult, PlanProblem]:
+    """Optimize; while the optimum asks more than the stall torque, optimize again from it with the torque
+    penalty's weight × 10 (at most ``options.torque_rounds`` times). Returns the result and the problem last used."""
+    opt = minimize(pp, options, x0=x_start, callback=callback, step_progress=step_cb, deadline=deadline,
+                   reserve_evaluations=reserve)
+    weight = float(options.torque_weight)
+    for _ in range(int(options.torque_rounds) if weight > 0 and options.window is None else 0):
+        tau = opt.best.rollout.matrix[:, pp.problem.engine.motor_torque_index]
+        ratio = max(torque_report(pp.targets.times, tau, pp.limits).ratio)
+        if ratio <= 1.0 or opt.interrupted or opt.budget_limited:
+            break
+        weight *= 10.0
+        warnings.append(f"the optimum asked {ratio:.2f} x the stall torque: optimizing again with the torque "
+                        f"penalty's weight at {weight:g}")
+        pp = _with_torque_weight(pp, weight, options)
+        again = minimize(pp, options, x0=opt.x, callback=callback, step_progress=step_cb, deadline=deadline,
+                         reserve_evaluations=reserve)
+        opt = replace(again, objective_initial=opt.objective_initial, initial=opt.initial,
+                      iterations=opt.iterations + again.iterations, evaluations=opt.evaluations + again.evaluations,
+                      history=opt.history + again.history, failed_simulations=opt.failed_simulations
+                      + again.failed_simulations, restarts=opt.restarts + again.restarts)
+    return opt, pp
 
 
 def _with_torque_weight(pp: PlanProblem, weight: float, options: PlanOptions) -> PlanProblem:

@@ -16,12 +16,16 @@ are. The cost is one forward and adjoint run per member.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from concurrent.futures import Executor
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from retarget.optimize.adjoint import AdjointProblem, Evaluation, evaluate
+from retarget.optimize.parallel import run_shared
 
 __all__ = ["Ensemble", "evaluate_ensemble"]
 
@@ -34,11 +38,14 @@ class Ensemble:
         nominal: the problem on the nominal model (its rollout is the one reported).
         members: the problems on the scaled models (same parameters, targets and terms).
         factors: the members' stiffness factors, in order.
+        pool: ``(executor, key)`` of :func:`retarget.optimize.parallel.fork_pool` over ``members`` (forked workers
+            that evaluate the members while this process evaluates the nominal model), or None: all in-process.
     """
 
     nominal: AdjointProblem
     members: tuple[AdjointProblem, ...] = ()
     factors: tuple[float, ...] = ()
+    pool: tuple[Executor, int] | None = None
 
     @property
     def size(self) -> int:
@@ -67,7 +74,15 @@ def evaluate_ensemble(ensemble: Ensemble, x: NDArray[np.float64], gradient: bool
             return None
         return lambda k, _n: progress(i * steps + k, m * steps)
 
-    evals = [evaluate(p, x, gradient=gradient, progress=member_progress(i)) for i, p in enumerate(problems)]
+    if ensemble.pool is not None:
+        executor, key = ensemble.pool
+        futures = [executor.submit(run_shared, key, partial(_member_job, index=i, x=np.asarray(x, dtype=float),
+                                                            gradient=gradient, torque_penalty=member.torque_penalty))
+                   for i, member in enumerate(ensemble.members)]
+        first = evaluate(ensemble.nominal, x, gradient=gradient, progress=member_progress(0))
+        evals = [first, *(_Member(*f.result()) for f in futures)]
+    else:
+        evals = [evaluate(p, x, gradient=gradient, progress=member_progress(i)) for i, p in enumerate(problems)]
     nominal = evals[0]
     parts = {key: float(np.mean([e.parts.get(key, 0.0) for e in evals])) for key in nominal.parts}
     parts["tracking_nominal"] = nominal.tracking
@@ -81,3 +96,21 @@ def evaluate_ensemble(ensemble: Ensemble, x: NDArray[np.float64], gradient: bool
     return Evaluation(value=float(np.mean([e.value for e in evals])),
                       tracking=float(np.mean([e.tracking for e in evals])), parts=parts, gradient=grad,
                       rollout=nominal.rollout, positions=nominal.positions)
+
+
+@dataclass(frozen=True)
+class _Member:
+    """A member's evaluation as it comes back from a worker (no rollout)."""
+
+    value: float
+    tracking: float
+    parts: dict[str, float]
+    gradient: NDArray[np.float64] | None
+
+
+def _member_job(members: Sequence[AdjointProblem], index: int, x: NDArray[np.float64], gradient: bool,
+                torque_penalty: Any) -> tuple[float, float, dict[str, float], NDArray[np.float64] | None]:
+    """In a worker: member ``index``'s ``J`` (and gradient) at ``x``, with the parent's current torque penalty."""
+    problem = replace(members[index], torque_penalty=torque_penalty)
+    ev = evaluate(problem, x, gradient=gradient)
+    return ev.value, ev.tracking, dict(ev.parts), ev.gradient
