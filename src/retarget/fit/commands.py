@@ -146,6 +146,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     m.add_argument("--candidates", default="2,4,8,16,24", metavar="N1,N2",
                    help="--choose: burst counts to try (default 2,4,8,16,24)")
     m.add_argument("--gaps", default=None, metavar="S1,S2", help="--choose: ring-outs to try [s] (default: --gap)")
+    m.add_argument("--step-motion", default=None, metavar="MOTION",
+                   help="the rig's step test, compared and predicted with (file or <robot>/<motion>; default "
+                   "<robot>/step_30 when the library has it, else none: the motion alone)")
     m.add_argument("--out", default=None, metavar="FILE.yaml", help="keyframes file to write")
     m.add_argument("--predict", action="store_true",
                    help="also predict the fit's 1-sigma (Cramer-Rao) with step_30 + this motion at the rig's "
@@ -192,10 +195,36 @@ def _bar(desc: str) -> Any:
 
 
 def _motion(name: str | None, robot_name: str) -> Any:
-    from retarget.model.library import resolve_motion
+    """The motion ``name`` (file or library name), by default the library's ``<robot>/step_30``.
+
+    Raises:
+        InputError: No name and no ``<robot>/step_30`` in the library (a rig of your own: give the motion played).
+    """
+    from retarget.errors import InputError
+    from retarget.model.library import UnknownNameError, resolve_motion
     from retarget.motion import load_motion
 
-    return load_motion(resolve_motion(name or f"{robot_name}/step_30"))
+    if name is None:
+        try:
+            return load_motion(resolve_motion(f"{robot_name}/step_30"))
+        except UnknownNameError:
+            raise InputError(f"the motion library has no {robot_name}/step_30: give the motion the rig played with "
+                             "--motion FILE") from None
+    return load_motion(resolve_motion(name))
+
+
+def _step_motion(name: str | None, robot_name: str) -> Any:
+    """The step test ``name``, else the library's ``<robot>/step_30``, else None (a rig outside the library)."""
+    from retarget.model.library import UnknownNameError, resolve_motion
+    from retarget.motion import load_motion
+
+    if name is not None:
+        return _motion(name, robot_name)
+    try:
+        path = resolve_motion(f"{robot_name}/step_30")
+    except UnknownNameError:
+        return None
+    return load_motion(path)
 
 
 def _fmt(value: float, std: float | None, unit: str, scale: float = 1.0) -> str:
@@ -472,6 +501,7 @@ def _fit_motion(args: argparse.Namespace) -> int:
     from retarget.fit.rig import load_rig
 
     rig = load_rig(args.robot)
+    step_motion = _step_motion(args.step_motion, rig.name)
     from retarget.fit.design import DEFAULT_BURSTS, DEFAULT_GAP_S, DEFAULT_HOLD_S, TORQUE_FRACTION
 
     fraction = TORQUE_FRACTION if args.torque_fraction is None else args.torque_fraction
@@ -490,7 +520,8 @@ def _fit_motion(args: argparse.Namespace) -> int:
         bar = _bar("predict")
         bar.unit = "prediction"
         try:
-            choice = choose_burst_count(rig, [_motion(None, rig.name)], target_std=args.target_std,
+            choice = choose_burst_count(rig, [m for m in (step_motion,) if m is not None],
+                                        target_std=args.target_std,
                                         max_duration_s=args.max_duration, candidates=candidates, gaps_s=gaps,
                                         progress=lambda: bar.update(1), **kwargs)
         finally:
@@ -547,10 +578,12 @@ def _fit_motion(args: argparse.Namespace) -> int:
     mat = rig.material
     values = (mat.youngs_modulus, mat.rayleigh_alpha, mat.rayleigh_beta)
     engine = BeamEngine(rig)
-    torques = {"step_30": float(abs(load_torque(engine, *values, _motion(None, rig.name))[1]).max()),
+    torques = {"step_30": None if step_motion is None
+               else float(abs(load_torque(engine, *values, step_motion)[1]).max()),
                "identification": float(abs(load_torque(engine, *values, design.motion())[1]).max())}
     stall = "unknown" if stall_nm is None else f"{stall_nm:.2f} N m"
-    print(f"  peak load torque (beam model, rod and tip only, rotor excluded): step_30 {torques['step_30']:.1f} N m, "
+    step_text = "no step test (--step-motion)" if step_motion is None else f"step_30 {torques['step_30']:.1f} N m"
+    print(f"  peak load torque (beam model, rod and tip only, rotor excluded): {step_text}, "
           f"this motion {torques['identification']:.1f} N m; servo stall torque {stall} (the twin drives the motor "
           "angle exactly, see docs/fit.md)")
     summary["peak_load_torque_nm"] = torques
@@ -564,13 +597,23 @@ def _fit_motion(args: argparse.Namespace) -> int:
     if args.predict:
         from retarget.fit.design import predict_uncertainty
 
-        both = predict_uncertainty(engine, [_motion(None, rig.name), design.motion()], *values)
-        step = predict_uncertainty(engine, [_motion(None, rig.name)], *values)
-        for label, pred in (("step_30 alone", step), ("step_30 + this motion", both)):
+        predictions = {}
+        if not (values[1] > 0 and values[2] > 0):
+            # A prediction needs damping to weigh (log-parameters): the least damping of the design ranges.
+            values = (values[0], *design.torque_damping)
+            print(f"  the rig's material has alpha {mat.rayleigh_alpha:g} 1/s, beta {mat.rayleigh_beta:g} s: "
+                  f"predicting at alpha {values[1]:g} 1/s, beta {values[2]:g} s")
+        if step_motion is not None:
+            predictions["step_30"] = predict_uncertainty(engine, [step_motion], *values)
+            predictions["step_30+motion"] = predict_uncertainty(engine, [step_motion, design.motion()], *values)
+        else:
+            predictions["motion"] = predict_uncertainty(engine, [design.motion()], *values)
+        labels = {"step_30": "step_30 alone", "step_30+motion": "step_30 + this motion", "motion": "this motion"}
+        for key, pred in predictions.items():
             r = pred.relative_std
-            print(f"  predicted 1-sigma, {label}: E {100 * r['youngs_modulus']:.4f} %, alpha "
+            print(f"  predicted 1-sigma, {labels[key]}: E {100 * r['youngs_modulus']:.4f} %, alpha "
                   f"{100 * r['alpha']:.2f} %, beta {100 * r['beta']:.2f} % (corr {pred.correlation[1, 2]:+.3f})")
-        summary["predicted"] = {"step_30": step.to_dict(), "step_30+motion": both.to_dict()}
+        summary["predicted"] = {k: v.to_dict() for k, v in predictions.items()}
     if args.json:
         print(_dumps(summary))
     return 0

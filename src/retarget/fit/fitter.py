@@ -410,8 +410,8 @@ def _recorded_angle(recording: TipRecording, alignment: Alignment, axis: NDArray
     [rad].
 
     The rigid body's own frame (set by its markers) cancels in ``R(t) R_restᵀ``; the motor axis is taken into the
-    mocap frame with the alignment's rotation. The noises are the smaller of the rest window's spread and the
-    second-difference estimate (:func:`retarget.fit.align.difference_noise`).
+    mocap frame with the alignment's rotation. The angle noise is :func:`retarget.fit.align.difference_noise`
+    (the rest window's spread when too few samples are evenly spaced).
     """
     from scipy.spatial.transform import Rotation
 
@@ -433,7 +433,9 @@ def _recorded_angle(recording: TipRecording, alignment: Alignment, axis: NDArray
     angle = np.full(len(t), np.nan)
     angle[finite] = (Rotation.from_quat(quat[finite]) * rest.inv()).as_rotvec() @ axis_mocap
     at_rest = angle[rest_win]
-    sigma_angle = min(float(np.median(np.abs(at_rest - np.median(at_rest))) * 1.4826), difference_noise(t, angle))
+    sigma_angle = difference_noise(t, angle)
+    if not np.isfinite(sigma_angle):
+        sigma_angle = float(np.median(np.abs(at_rest - np.median(at_rest))) * 1.4826)
     sigma_pos = alignment.rest.noise_std_m
     weight = float(np.clip(sigma_pos / max(sigma_angle, 1e-6), 0.05, 5.0)) if sigma_pos > 0 else 1.0
     return angle, weight, sigma_angle

@@ -125,7 +125,9 @@ def load_rig(robot: str | Path) -> StepTestRig:
 
     path = resolve_rig_path(robot)
     label = str(robot)
-    model = load_robot(path)
+    # The rig's material is the file's (physical) one: the beam surrogate is exact Euler–Bernoulli and needs no
+    # mesh calibration, and a held E must be the value written in the file or in materials.yaml.
+    model = load_robot(path, stiffness_calibration=False)
     if len(model.motors) != 1:
         raise RigError(label, f"needs exactly one motor, has {list(model.motors)}")
     if len(model.flexible_parts) != 1:
