@@ -131,6 +131,23 @@ class PlanAnimation:
             raise InputError(f"the animation has no variant {name!r} (it has {list(self.variants)})")
         return self.variants.index(name)
 
+    def select(self, names: Sequence[str]) -> PlanAnimation:
+        """The animation of the runs ``names`` only, in that order.
+
+        Raises:
+            InputError: a run the animation lacks.
+        """
+        from dataclasses import replace
+
+        index = [self.variant(n) for n in names]
+        if not index:
+            raise InputError("select at least one run of the animation")
+        return replace(self, variants=tuple(names), link_positions=self.link_positions[index],
+                       link_quaternions=self.link_quaternions[index], part_lines=self.part_lines[index],
+                       tracked_positions=self.tracked_positions[index], deviations=self.deviations[index],
+                       metrics={n: self.metrics[n] for n in names},
+                       sources={n: self.sources[n] for n in names if n in self.sources})
+
     def bounds(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """Lower and upper corners (3,) [m] of everything drawn, over all frames and variants."""
         points = [self.link_positions.reshape(-1, 3), self.part_lines.reshape(-1, 3),
