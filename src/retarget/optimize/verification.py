@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,6 +33,7 @@ from retarget.optimize.control import BudgetExhausted, deadline_progress
 from retarget.optimize.errors import PlanCancelled
 from retarget.optimize.limits import MotorLimits, torque_report
 from retarget.optimize.objective import deviation_metrics
+from retarget.optimize.parallel import default_workers, fork_pool, run_shared
 
 if TYPE_CHECKING:  # pragma: no cover
     from retarget.optimize.variants import PlanResult
@@ -101,7 +103,7 @@ def full_verification_cost(model: Any, duration: float, dt: float, runs: int = 3
 
 def verify_full(result: PlanResult, model: Any, dt: float, stiffness: float = 1.0,
                 variants: Sequence[str] = VERIFIED_VARIANTS,
-                progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+                progress: Callable[[str, int, int], None] | None = None, workers: int | None = None) -> dict[str, Any]:
     """Re-simulate the plan's variants in the full FEM of ``model`` at step ``dt`` [s].
 
     Args:
@@ -110,7 +112,9 @@ def verify_full(result: PlanResult, model: Any, dt: float, stiffness: float = 1.
         dt: the full simulation's step [s].
         stiffness: factor on every flexible part's Young's modulus (1: the nominal robot).
         variants: which of the plan's variants to re-simulate (those it has).
-        progress: ``progress(stage, step, n_steps)``.
+        progress: ``progress(stage, step, n_steps)`` (of the run in this process).
+        workers: forked processes for the other variants' runs (:mod:`retarget.optimize.parallel`; None: one per
+            core; 1: all here, one after another).
 
     Returns:
         ``model`` ("full FEM"), ``deformable_dofs``, ``dt_s``, ``stiffness_factor``, one metrics mapping per variant
@@ -118,7 +122,6 @@ def verify_full(result: PlanResult, model: Any, dt: float, stiffness: float = 1.
         (optimized over ZVD, when there is one) and ``wall_s``.
     """
     from retarget.optimize.variants import motion_stop_time
-    from retarget.sim.simulate import simulate
     from retarget.sim.system import build_system
 
     started = time.perf_counter()
@@ -132,19 +135,33 @@ def verify_full(result: PlanResult, model: Any, dt: float, stiffness: float = 1.
     duration = float(pp.targets.times[-1])
     out: dict[str, Any] = {"model": "full FEM", "deformable_dofs": int(system.n_deformable_dofs), "dt_s": float(dt),
                            "stiffness_factor": float(stiffness)}
-    for name in variants:
-        if name not in result.variants:
-            continue
-        motors = variant_motors(pp.targets.times, result.variants[name].angles)
-        cb = None if progress is None else (lambda k, n, s=name: progress(f"full FEM: {s}", k, n))
-        run = simulate(system, motors, duration, dt, progress=cb)
-        positions = np.stack([run.body_position(link) for link in links], axis=1)
-        torques = run.constraint_forces[:, rows]
-        out[name] = trajectory_metrics(run.time, positions, torques, pp.targets.times, pp.targets.positions, stop,
-                                       pp.limits)
+    names = [name for name in variants if name in result.variants]
+    runs = {name: (variant_motors(pp.targets.times, result.variants[name].angles), duration, dt) for name in names}
+    shared = (system, links, rows, runs, pp.targets.times, pp.targets.positions, stop, pp.limits)
+    with fork_pool(shared, min(len(names) - 1, default_workers() if workers is None else workers)) as pool:
+        futures = {} if pool is None else {n: pool[0].submit(run_shared, pool[1], partial(_full_run, name=n))
+                                           for n in names[1:]}
+        # The first variant here (with progress), the others in the workers meanwhile.
+        for name in names[:1] if pool is not None else names:
+            cb = None if progress is None else (lambda k, n, s=name: progress(f"full FEM: {s}", k, n))
+            out[name] = _full_run(shared, name, cb)
+        for name, future in futures.items():
+            out[name] = future.result()
     _ratios(out)
     out["wall_s"] = time.perf_counter() - started
     return out
+
+
+def _full_run(shared: Any, name: str, progress: Callable[[int, int], None] | None = None) -> dict[str, float]:
+    """One variant in the full FEM (in a worker or here): its :func:`trajectory_metrics`."""
+    from retarget.sim.simulate import simulate
+
+    system, links, rows, runs, target_times, target_positions, stop, limits = shared
+    motors, duration, dt = runs[name]
+    run = simulate(system, motors, duration, dt, progress=progress)
+    positions = np.stack([run.body_position(link) for link in links], axis=1)
+    return trajectory_metrics(run.time, positions, run.constraint_forces[:, rows], target_times, target_positions,
+                              stop, limits)
 
 
 def stiffness_band(result: PlanResult, factors: Sequence[float], engine_factory: Callable[[float], Any],
