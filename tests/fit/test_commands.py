@@ -91,3 +91,61 @@ def test_random_ranges_are_the_design_ranges() -> None:
     from retarget.fit.design import MATERIAL_RANGES
 
     assert RANDOM_RANGES == MATERIAL_RANGES
+
+
+def _strict(line: str) -> dict:
+    """Parse JSON refusing NaN and Infinity, as strict parsers do."""
+    def refuse(name: str) -> None:
+        raise ValueError(f"non-standard JSON constant {name}")
+
+    return json.loads(line, parse_constant=refuse)
+
+
+def test_own_rig_motive_csv_from_elsewhere(own_rig, tmp_path, capsys) -> None:
+    """A rig outside the repository (project xacro macros, a centred tip), recorded as a third party would: a
+    Motive CSV in a rotated and offset frame, 5 % of the frames missing, the capture starting 0.6 s into the motion
+    (no rest at its start), noisy orientation (0.03 rad). The documented commands fit it; the JSON is strict."""
+    take = tmp_path / "take.csv"
+    assert main(["twin-test", "--robot", str(own_rig), "--motion", "fit_rig/step_30", "--youngs-modulus", "1.95e11",
+                 "--alpha", "0", "--beta", "3e-4", "--lead", "-0.6", "--frame-rpy", "12,-25,70", "--frame-xyz",
+                 "0.4,1.1,-2.3", "--occlusion", "0.05", "--rotation-noise", "0.03", "--seed", "11", "--dt", "0.002",
+                 "--out", str(take), "--json"]) == 0
+    twin = _strict(capsys.readouterr().out.strip().splitlines()[-1])
+    assert twin["occluded"] > 0 and take.read_text().startswith("Format Version,1.23,")
+    assert main(["fit", "--robot", str(own_rig), "--recording", str(take), "--motion", "fit_rig/step_30", "--body",
+                 "tip", "--fix", "alpha=0", "--dt", "0.002", "--json"]) == 0
+    out = capsys.readouterr().out
+    summary = _strict(out.strip().splitlines()[-1])
+    assert summary["fitted"] == ["youngs_modulus", "beta"] and summary["fixed"] == {"alpha": 0.0}
+    assert summary["alpha"] == 0.0 and "(held: --fix)" in out
+    assert summary["youngs_modulus"] == pytest.approx(1.95e11, rel=0.01)
+    assert abs(summary["beta"] - 3e-4) < 3 * summary["beta_std"] and summary["beta"] == pytest.approx(3e-4, rel=0.15)
+    assert summary["offsets_s"][0] == pytest.approx(-0.6, abs=2e-3)  # t_sim = t_rec + 0.6 s
+    assert "orientation: used in 1 of 1 recording(s), weight 1 (the default)" in out
+    assert summary["orientation_weight"] == 1.0 and summary["orientation_used"] == [True]
+    # Positions only, α fitted although the truth is 0: it ends at its lower bound, and says so.
+    assert main(["fit", "--robot", str(own_rig), "--recording", str(take), "--motion", "fit_rig/step_30", "--body",
+                 "tip", "--params", "youngs_modulus,alpha", "--fix", "beta=3e-4", "--orientation-weight", "0",
+                 "--dt", "0.002", "--json"]) == 0
+    out = capsys.readouterr().out
+    summary = _strict(out.strip().splitlines()[-1])
+    assert summary["at_bound"] == {"alpha": "lower"} and "warning: alpha ended at its lower bound" in out
+    assert summary["angle_residual_rms_rad"] is None and summary["angle_noise_std_rad"] is None
+    assert "orientation: not used (--orientation-weight 0: positions only)" in out
+
+
+def test_fit_option_errors_exit_2(own_rig, tmp_path, capsys) -> None:
+    take = tmp_path / "none.csv"
+    base = ["fit", "--robot", str(own_rig), "--recording", str(take), "--body", "tip", "--motion", "fit_rig/step_30"]
+    for extra, message in ((["--fix", "gamma=1"], "unknown parameter 'gamma'"),
+                           (["--fix", "alpha=x"], "'x' is not a number"),
+                           (["--fix", "alpha=0", "--params", "alpha,beta"], "alpha is both fitted and fixed"),
+                           (["--fix", "youngs_modulus=2e11", "--fix", "alpha=0", "--fix", "beta=0"], "nothing to fit"),
+                           (["--orientation-weight", "-1"], "--orientation-weight must be >= 0"),
+                           (["--motion-start", "0", "--motion-start", "1"], "one --motion-start for all")):
+        assert main(base + extra) == 2
+        assert message in capsys.readouterr().err
+    # A rig outside the library has no default step test: the error says to give the motion.
+    assert main(["fit", "--robot", str(own_rig), "--recording", str(take), "--body", "tip"]) == 2
+    assert "the motion library has no my_rig/step_30: give the motion the rig played with --motion FILE" in \
+        capsys.readouterr().err

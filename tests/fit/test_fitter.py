@@ -137,3 +137,56 @@ def test_recording_without_orientation_fits_positions_only() -> None:
     untracked = TipRecording(rec.time_s, rec.position_m, rec.source, rec.body, np.full((rec.time_s.size, 4), np.nan))
     problem = build_problem(sim, [FitCase(untracked, motion, "no orientation")])
     assert problem.angles == (None,) and problem.angle_weights == (0.0,)
+
+
+def test_parse_and_check_fixed_values() -> None:
+    from retarget.fit.fitter import check_fixed, parse_fixed
+
+    assert parse_fixed(["alpha=0", " beta = 4e-5"]) == {"alpha": 0.0, "beta": 4e-5}
+    for bad, match in ((["alpha"], "NAME=VALUE"), (["gamma=1"], "unknown parameter 'gamma'"),
+                       (["alpha=x"], "'x' is not a number"), (["alpha=1", "alpha=2"], "given twice")):
+        with pytest.raises(InputError, match=match):
+            parse_fixed(bad)
+    with pytest.raises(InputError, match="both fitted and fixed"):
+        check_fixed({"alpha": 0.0}, ("youngs_modulus", "alpha"))
+    with pytest.raises(InputError, match="must be a finite number"):
+        check_fixed({"youngs_modulus": 0.0}, ("alpha",))
+    with pytest.raises(InputError, match="must be a finite number"):
+        check_fixed({"beta": -1e-5}, ("alpha",))
+
+
+def test_fixed_values_are_held_and_a_parameter_at_its_bound_is_flagged() -> None:
+    """α = 0 in truth: fitted, it ends at its lower bound (flagged); held at 0 with ``fixed``, E and β are right.
+    The recording has no orientation: the JSON has null, never NaN, for the angle residual."""
+    import json
+
+    from retarget.fit.fitter import FitResult
+
+    rig = load_rig("single_rod")
+    engine = BeamEngine(rig, dt=2e-3)
+    motion = load_motion(resolve_motion("single_rod/step_30"))
+    truth = (1.93e11, 0.0, 6e-5)
+    case = FitCase(_recording(engine, motion, truth, 0.001, 9), motion, "beam")
+    free = fit_materials(engine, [case], FitOptions(params=("youngs_modulus", "alpha"), fixed={"beta": 6e-5},
+                                                    bracket_points=0, max_evaluations=25))
+    assert free.at_bound == {"alpha": "lower"} and free.bounds["alpha"][0] == pytest.approx(1e-4)
+    assert free.values["alpha"] == pytest.approx(1e-4, rel=0.01) and free.fixed == {"beta": 6e-5}
+    held = fit_materials(engine, [case], FitOptions(params=("youngs_modulus", "beta"), fixed={"alpha": 0.0},
+                                                    bracket_points=0, max_evaluations=25))
+    assert held.values["alpha"] == 0.0 and held.fixed == {"alpha": 0.0} and held.at_bound == {}
+    assert held.values["youngs_modulus"] == pytest.approx(truth[0], rel=0.01)
+    assert held.values["beta"] == pytest.approx(truth[2], rel=0.05)
+    summary = held.to_dict()
+    assert summary["angle_residual_rms_rad"] is None and summary["orientation_used"] == [False]
+    text = json.dumps(summary, allow_nan=False)
+    assert json.loads(text)["fixed"] == {"alpha": 0.0} and json.loads(text)["at_bound"] == {}
+    assert isinstance(held, FitResult)
+
+
+def test_finite_or_none_makes_strict_json() -> None:
+    import json
+
+    from retarget.fit.fitter import finite_or_none
+
+    value = {"a": float("nan"), "b": [1.0, float("inf"), (np.float64("nan"), np.int64(3))], "c": np.array([1.5])}
+    assert json.dumps(finite_or_none(value), allow_nan=False) == '{"a": null, "b": [1.0, null, [null, 3]], "c": [1.5]}'

@@ -39,3 +39,15 @@ def test_servo_and_joint_limits_come_from_the_robot_files() -> None:
     assert rig.motor_limits == pytest.approx((-math.pi / 2, math.pi / 2))
     assert rig.max_velocity == pytest.approx(8.06)
     assert rig.stall_torque == pytest.approx(3.0)
+
+
+def test_a_rig_outside_the_repository_with_a_centred_tip_mass(own_rig) -> None:
+    """The project's xacro macros included from a rig folder of one's own; the tip mass centred on the rod end."""
+    rig = load_rig(own_rig)
+    assert rig.name == "my_rig" and rig.length == pytest.approx(0.45)
+    rod_end = rig.rod_base + rig.length * rig.rod_direction
+    np.testing.assert_allclose(rig.tip_com, rod_end, atol=1e-12)  # centred: no offset along or across the rod
+    np.testing.assert_allclose(rig.rod_base, rig.pivot, atol=1e-12)  # clamped on the servo axis
+    radius = (3 * 0.1 / (4 * math.pi * 8500.0)) ** (1 / 3)
+    assert rig.tip_mass == pytest.approx(0.1) and rig.tip_inertia_axis == pytest.approx(0.4 * 0.1 * radius**2)
+    assert rig.material.youngs_modulus == 2.0e11 and rig.material.rayleigh_alpha == 0.0

@@ -257,8 +257,9 @@ def _fit(args: argparse.Namespace) -> int:
     motions = _per_recording(args.motion or [None], "--motion", len(args.recording))
     starts = _per_recording(args.motion_start or [None], "--motion-start", len(args.recording))
     simulator = make_simulator(args.engine, rig, args.dt, reduced=args.reduced)
-    cases = [FitCase(read_recording(path, args.body, args.topic), _motion(m, rig.name), str(path), start)
-             for path, m, start in zip(args.recording, motions, starts)]
+    played = [_motion(m, rig.name) for m in motions]
+    cases = [FitCase(read_recording(path, args.body, args.topic), motion, str(path), start)
+             for path, motion, start in zip(args.recording, played, starts)]
     bar = _bar("fit")
     try:
         result = fit_materials(simulator, cases, FitOptions(params=params, fixed=fixed,
