@@ -50,3 +50,29 @@ def test_sqlite_storage_and_existing_bag(tmp_path, engine) -> None:
     assert len(read_recording(tmp_path / "b", "tip").time_s) > 400
     with pytest.raises(BagError):
         record_twin_step_test(engine, motion, tmp_path / "b", 2e11, 0.2, 2e-5)
+
+
+def test_twin_motive_csv_in_any_frame_starting_after_the_motion(tmp_path, engine) -> None:
+    """A Motive CSV export (mm, empty cells where untracked) in a rotated, offset frame whose capture starts 0.6 s
+    into the motion: it reads back as the simulation, moved and noisy, with missing frames."""
+    from scipy.spatial.transform import Rotation
+
+    motion = load_motion(resolve_motion("single_rod/step_30"))
+    truth = (2.0e11, 0.4, 5e-5)
+    rot = Rotation.from_euler("xyz", [12, -25, 70], degrees=True).as_matrix()
+    info = record_twin_step_test(engine, motion, tmp_path / "take.csv", *truth, noise_m=0.001, occlusion=0.1,
+                                 lead_s=-0.6, mocap_frame=(rot, [0.4, 1.1, -2.3]), seed=3)
+    lines = (tmp_path / "take.csv").read_text().splitlines()
+    assert lines[0].startswith("Format Version,1.23,") and "Length Units,Millimeters" in lines[0]
+    assert sum(line.endswith(",,,,,,,,") for line in lines) == info.occluded > 0
+    rec = read_recording(tmp_path / "take.csv", "tip")
+    assert len(rec.time_s) == info.frames and rec.time_s[0] == 0.0  # every frame, take time from 0
+    assert int((~rec.valid).sum()) == info.occluded
+    sim = engine.simulate(*truth, motion)
+    robot = (rec.position_m[rec.valid] - [0.4, 1.1, -2.3]) @ rot  # back to the robot frame
+    err = robot - sim.at(rec.time_s[rec.valid] + 0.6)
+    assert np.std(err) == pytest.approx(0.001, rel=0.15) and np.abs(err.mean(axis=0)).max() < 3e-4
+    with pytest.raises(InputError, match="proper rotation"):
+        mocap_frame_transform((-np.eye(3), np.zeros(3)))
+    with pytest.raises(InputError, match="nothing to record"):
+        record_twin_step_test(engine, motion, tmp_path / "late.csv", *truth, lead_s=-100.0)
