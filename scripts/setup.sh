@@ -91,6 +91,17 @@ if ! stamp_ok editable "$own" || ! "$PY" -c 'import retarget' >/dev/null 2>&1; t
   stamp_set editable "$own"
 fi
 
+# 4. Headless Chromium for the report page's browser test (tests/report/test_page.py skips without it).
+if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing chromium from Debian packages (the report page's browser test)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null \
+      || say "warning: chromium could not be installed; the page's browser test will skip"
+  else
+    say "chromium not found (sudo apt-get install chromium): the report page's browser test will skip"
+  fi
+fi
+
 "$PY" -c 'import rclpy, control_msgs.action, retarget_interfaces.action, retarget' \
   || { echo "[setup] error: the environment is incomplete (see above)" >&2; exit 1; }
 say "ready: $VENV (activate with 'source .venv/bin/activate')"
