@@ -717,8 +717,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "one log line, when there is no reduced model)")
     twin.add_argument("--robot", help="robot name or description YAML (--twin reduced); the servos' joints, "
                                       "offsets and directions come from its params file, in --ids order")
-    twin.add_argument("--reduced", default=None, help="reduced model file (.npz from `retarget reduce`, or a "
-                                                      "pickle); default: the planner's cache")
+    twin.add_argument("--reduced", default=None, help="reduced model file (.npz from `retarget reduce` or "
+                                                      "cached by retarget plan); default: the planner's cache")
     twin.add_argument("--twin-channel", default=None, help="pose channel file the simulation writes "
                                                            "(default: LINK.poses)")
     twin.add_argument("--twin-dt", type=float, default=None, help="reduced engine step [s] (default 0.001)")

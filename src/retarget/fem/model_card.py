@@ -218,10 +218,10 @@ class ModelFidelityError(InputError):
         super().__init__(
             f"model fidelity: {robot} flexible part {part!r}, bending mode {mode}: f_model {f_model:.4f} Hz vs "
             f"mesh-converged reference {f_reference:.4f} Hz ({100 * error:+.2f} %, gate ±{100 * tolerance:g} %). "
-            "Fix: load the robot with the stiffness calibration on (load_robot(..., stiffness_calibration=True), "
-            "the default for generated meshes) and/or a finer mesh (--mesh-axial/--mesh-around/--mesh-scale); "
-            "`retarget check model ROBOT` prints the card. To use this model anyway, pass the command's explicit "
-            "override of the fidelity gate."
+            "Fix: a finer mesh for this part (`retarget plan --mesh-axial/--mesh-around`, `retarget reduce "
+            "--mesh-scale`); generated meshes are stiffness-calibrated by default, which corrects f1, not a mesh too "
+            "coarse for the higher modes. `retarget check model ROBOT` prints the card. To plan on it anyway: "
+            "`retarget plan --allow-unverified-model` (planner node parameter allow_unverified_model)."
         )
         self.part, self.mode, self.f_model, self.f_reference = part, mode, f_model, f_reference
         self.error, self.tolerance = error, tolerance

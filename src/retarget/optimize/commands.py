@@ -120,7 +120,7 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mesh-around", type=int, default=6, help="rod mesh corner nodes around (default 6)")
     p.add_argument("--dt-train", type=float, default=1e-3, help="step of the full training simulation [s]")
     p.add_argument("--reduced", default=None, metavar="FILE", help="reduced model to use: a `retarget reduce` "
-                   "artifact (.npz; its own mesh, the --mesh-* options are ignored) or a cached pickle (.pkl)")
+                   "artifact (.npz, from `retarget reduce` or cached by `retarget plan`; its own mesh: the --mesh-* options are ignored)")
     p.add_argument("--allow-unverified-model", action="store_true", help="plan even when a flexible part's "
                    "frequencies miss the model card's gate (expert use: the plan's figures then rest on a model "
                    "whose frequencies are wrong)")

@@ -5,21 +5,26 @@ Sources, in order (:func:`planning_model`):
 1. a file given explicitly (``--reduced FILE``): the versioned ``.npz`` artifact of ``retarget reduce --out`` /
    ``retarget check reduced --save-model`` (:func:`retarget.sim.reduced.artifact.load_reduced`: a model whose robot,
    materials or mesh changed raises :class:`~retarget.sim.reduced.errors.StaleReducedModelError`, an
-   :class:`~retarget.errors.InputError` naming what changed), or a pickle of this module's cache;
-2. the in-process cache: a model trained on exactly this motion, pickled under the SHA-256 of everything it
-   depends on (robot YAML, URDF text, motion samples, mesh and training options);
+   :class:`~retarget.errors.InputError` naming what changed);
+2. the cache (:func:`cache_dir`): artifacts named ``<robot>-<settings>-<motion>.npz`` by the SHA-256 of what they
+   depend on (robot YAML, URDF text, training mesh, stiffness factors, modes, training step; the motion's samples).
+   A model trained on this motion is used; else one trained with the same settings on another motion, when this
+   motion's naive playback stays within its training range (:func:`motion_training_range`,
+   :data:`REUSE_TRAINING_RANGE`);
 3. an artifact of the robot in the model folders (:func:`artifact_dirs`: ``$RETARGET_MODELS``, else
    ``$RETARGET_CACHE/models`` and the checkout's ``.cache-models/``), newest first; stale ones are skipped and
    listed in ``info["skipped"]``;
-4. training in-process: a full simulation of the input motion (optionally on a coarser mesh), mass-PCA + cubature
-   (:func:`retarget.sim.reduced.build_from_result`), pickled into the cache of 2.
+4. training in-process: a full simulation of the input motion on the training mesh, mass-PCA + cubature
+   (:func:`retarget.sim.reduced.build_from_result`), written into the cache of 2 as an artifact.
+
+One file format throughout: the artifact (JSON metadata with the format version, the provenance hashes and the
+model card, plus arrays; read with ``allow_pickle=False``).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import pickle
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -116,7 +121,16 @@ def load_artifact(robot: str | Path, path: str | Path, mesh_scale: float | None 
     meta = artifact_meta(path)
     extra = dict(meta.get("extra") or {})
     scale = extra.get("mesh_scale") if mesh_scale is None else mesh_scale
-    yaml_path, model, system = load_reduce_robot(str(robot), scale)
+    if extra.get("mesh_axial") is not None or extra.get("mesh_around") is not None:
+        # Trained by `retarget plan` on a training mesh: the same resolution override.
+        from retarget.model import library
+        from retarget.sim.system import build_system
+
+        yaml_path = Path(robot) if Path(robot).is_file() else library.resolve_robot(str(robot))
+        model = load_model(robot, extra.get("mesh_axial"), extra.get("mesh_around"))[0]
+        system = build_system(model)
+    else:
+        yaml_path, model, system = load_reduce_robot(str(robot), scale)
     rs = load_reduced(path, system, yaml_path)
     if tuple(rs.motors) != tuple(model.motors):
         raise InputError(f"reduced model {path} has motors {rs.motors}, the robot has {model.motors}")
@@ -198,11 +212,49 @@ def load_model(robot: str | Path, mesh_axial: int | None = None, mesh_around: in
         return load_robot(p, name), cfg, fingerprint
 
 
+#: A cached model trained on another motion of the robot is reused when this motion's naive playback deforms no
+#: part further than this multiple of the model's largest training deformation (its ``training_range``).
+REUSE_TRAINING_RANGE: float = 1.0
+
+
+def motion_training_range(pm: PlanningModel, motion: Motion, dt: float = 5e-3) -> dict[str, float]:
+    """How far ``motion``'s naive playback deforms each flexible part in ``pm``'s reduced model, as a multiple of
+    the model's largest training deformation (:func:`retarget.sim.reduced.training.training_range`): one reduced
+    forward run at ``dt`` [s].
+
+    Raises:
+        InputError: the motion lacks a motor of the model.
+        SimulationError: the reduced model cannot simulate the motion (then it is not valid for it either).
+    """
+    from retarget.optimize.adjoint import rollout
+    from retarget.optimize.engines import reduced_engine
+    from retarget.sim.motors import SplineMotors
+    from retarget.sim.reduced.training import training_range
+
+    names = list(pm.reduced.motors)
+    missing = [m for m in names if m not in motion.joint_names]
+    if missing:
+        raise InputError(f"the motion has no column for motors {missing} (it has {list(motion.joint_names)})")
+    m0 = motion.shifted(-float(motion.time[0]))
+    cols = np.stack([m0.positions[:, m0.joint_index(n)] for n in names], axis=1)
+    engine = reduced_engine(pm.reduced, tolerance=1e-10)
+    motors = SplineMotors(m0.time, cols)
+    n = max(1, int(round(m0.duration / dt)))
+    run = rollout(engine, engine.solve_static(motors.value(0.0)), motors, dt, n)
+    return training_range(pm.reduced, run.matrix[:, pm.reduced.z_slice])
+
+
 def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = None, dt_train: float = 2e-3,
                    mesh_axial: int | None = None, mesh_around: int | None = None, reduced_file: str | Path | None = None,
                    use_cache: bool = True, progress: Callable[[int, int], None] | None = None,
                    allow_training: bool = True) -> PlanningModel:
     """The reduced model for planning ``motion`` on ``robot``.
+
+    Sources, in order: ``reduced_file``; the cache (:func:`cache_dir`) — a model trained with these settings on this
+    motion, else on another motion of the robot whose training covers this one (:func:`motion_training_range` ≤
+    :data:`REUSE_TRAINING_RANGE` for every part); the model folders (:func:`artifact_dirs`); training in-process.
+    Every model file is a ``retarget reduce`` artifact (``.npz``: versioned, with the hashes of what it was built
+    from, no pickled objects).
 
     Args:
         robot: name or YAML path.
@@ -210,61 +262,77 @@ def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = N
         n_modes: deformation modes per flexible part (None: 99.99 % of the variance).
         dt_train: step of the full training simulation [s].
         mesh_axial, mesh_around: rod mesh resolution override for the training mesh.
-        reduced_file: a reduced model to use instead (``--reduced``): a ``retarget reduce`` artifact (``.npz``)
-            or a pickle of the in-process cache (``.pkl``).
-        use_cache: read/write the in-process cache and search the model folders (:func:`artifact_dirs`).
+        reduced_file: a ``retarget reduce`` artifact (``.npz``) to use instead (``--reduced``).
+        use_cache: read/write the cache and search the model folders.
         progress: ``(step, n_steps)`` of the training simulation.
         allow_training: when no model is given or cached, train one from a full simulation of ``motion``
             (minutes to hours, by robot). False raises :class:`NotAvailableError` instead.
 
     Raises:
         NotAvailableError: no model given, cached or found and ``allow_training`` is False.
-        StaleReducedModelError: the given artifact does not match the robot (an InputError).
-        InputError: an unknown reduced-model file type, or motors that differ from the robot's.
+        StaleReducedModelError: the given artifact does not match the robot (an InputError naming what changed).
+        InputError: a file that is not a model artifact, or motors that differ from the robot's.
     """
+    import time
+
+    from retarget.sim.errors import SimulationError
+    from retarget.sim.motors import SplineMotors
+    from retarget.sim.reduced.artifact import save_reduced
+    from retarget.sim.reduced.errors import ReducedModelError
     from retarget.sim.reduced.training import build_from_result
     from retarget.sim.simulate import simulate
-    from retarget.sim.motors import SplineMotors
     from retarget.sim.system import build_system
 
-    if reduced_file is not None and Path(reduced_file).suffix.lower() == ".npz":
-        return _with_card(load_artifact(robot, reduced_file))
-    if reduced_file is not None and Path(reduced_file).suffix.lower() != ".pkl":
-        raise InputError(f"reduced model {reduced_file}: expected a `retarget reduce` artifact (.npz) or a cached "
-                         "pickle (.pkl)")
-    model, cfg, fingerprint = load_model(robot, mesh_axial, mesh_around)
     if reduced_file is not None:
-        try:
-            with open(reduced_file, "rb") as fh:
-                rs = pickle.load(fh)
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
-            raise InputError(f"cannot read reduced model {reduced_file}: {exc}") from exc
-        if tuple(rs.motors) != tuple(model.motors):
-            raise InputError(f"reduced model {reduced_file} has motors {rs.motors}, the robot has {model.motors}")
-        return _with_card(PlanningModel(model, cfg, rs, {"source": str(reduced_file)}))
+        if Path(reduced_file).suffix.lower() != ".npz":
+            raise InputError(f"reduced model {reduced_file}: expected a model artifact (.npz, written by `retarget "
+                             "reduce` or cached by `retarget plan`)")
+        return _with_card(load_artifact(robot, reduced_file))
+    model, cfg, fingerprint = load_model(robot, mesh_axial, mesh_around)
     names = list(model.motors)
     missing = [m for m in names if m not in motion.joint_names]
     if missing:
         raise InputError(f"the motion has no column for motors {missing} (it has {list(motion.joint_names)})")
     m0 = motion.shifted(-float(motion.time[0]))
     cols = np.stack([m0.positions[:, m0.joint_index(n)] for n in names], axis=1)
-    key = hashlib.sha256()
-    key.update(fingerprint.encode())
-    key.update(np.ascontiguousarray(m0.time).tobytes())
-    key.update(np.ascontiguousarray(cols).tobytes())
-    key.update(json.dumps([n_modes, dt_train, TRAINING_METHOD]).encode())  # the training method's version
-    key.update(json.dumps([link.name for link in model.links]).encode())  # the rigid layout (merged links)
+    settings = hashlib.sha256()
+    settings.update(fingerprint.encode())
+    settings.update(json.dumps([n_modes, dt_train, TRAINING_METHOD]).encode())  # the training method's version
+    settings.update(json.dumps([link.name for link in model.links]).encode())  # the rigid layout (merged links)
     # The flexible parts' stiffness calibration (docs/fem.md): another factor is another model.
-    key.update(json.dumps([[p.name, p.stiffness_factor] for p in model.flexible_parts]).encode())
-    digest = key.hexdigest()[:24]
-    path = cache_dir() / f"{model.name}-{digest}.pkl"
-    if use_cache and path.is_file():
-        with open(path, "rb") as fh:
-            rs = pickle.load(fh)
-        return _with_card(PlanningModel(model, cfg, rs, {"source": "cache", "cache_file": str(path)}))
+    settings.update(json.dumps([[p.name, p.stiffness_factor] for p in model.flexible_parts]).encode())
+    samples = hashlib.sha256(np.ascontiguousarray(m0.time).tobytes() + np.ascontiguousarray(cols).tobytes())
+    family = f"{model.name}-{settings.hexdigest()[:16]}"
+    path = cache_dir() / f"{family}-{samples.hexdigest()[:12]}.npz"
     skipped: list[str] = []
     if use_cache:
-        found, skipped = find_artifact(robot, model.name)
+        if path.is_file():
+            try:
+                pm = load_artifact(robot, path)
+                return _with_card(PlanningModel(pm.model, pm.config, pm.reduced,
+                                                {**pm.info, "source": "cache", "cache_file": str(path)}))
+            except (ReducedModelError, InputError) as exc:
+                skipped.append(f"{path}: {exc}")
+        others = sorted((p for p in cache_dir().glob(f"{family}-*.npz") if p != path),
+                        key=lambda p: p.stat().st_mtime, reverse=True)
+        for other in others:
+            try:
+                pm = load_artifact(robot, other)
+                ranges = motion_training_range(pm, motion)
+            except (ReducedModelError, InputError, SimulationError) as exc:
+                skipped.append(f"{other}: {exc}")
+                continue
+            trained_on = pm.info.get("training", {}).get("train_motion", "another motion")
+            if ranges and max(ranges.values()) <= REUSE_TRAINING_RANGE:
+                info = {**pm.info, "source": "cache (trained on another motion)", "cache_file": str(other),
+                        "trained_on": trained_on, "motion_training_range": ranges, "skipped": skipped}
+                return _with_card(PlanningModel(pm.model, pm.config, pm.reduced, info))
+            worst = max(ranges, key=ranges.get) if ranges else "?"
+            skipped.append(f"{other} (trained on {trained_on}): this motion deforms {worst} "
+                           f"{ranges.get(worst, float('nan')):.2f} x as far as its training did (reused up to "
+                           f"{REUSE_TRAINING_RANGE:g} x)")
+        found, more = find_artifact(robot, model.name)
+        skipped += more
         if found is not None:
             info = {**found.info, "skipped": skipped}
             return _with_card(PlanningModel(found.model, found.config, found.reduced, info))
@@ -276,22 +344,23 @@ def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = N
             f"artifact {model.name}[-*].npz in {folders}{stale}. Build one with `retarget reduce {model.name} "
             f"--train-motion ... --out <folder>/{model.name}-<motion>.npz` or run `retarget plan {model.name} "
             "--motion ...` once (it trains and caches a model; minutes to hours)")
-    import time
-
     system = build_system(model)
     started = time.perf_counter()
     full = simulate(system, SplineMotors(m0.time, cols), m0.duration, dt_train, progress=progress)
     wall_train = time.perf_counter() - started
     started = time.perf_counter()
     rs, bases, cubs = build_from_result(system, full, n_modes=n_modes)
+    label = str(getattr(motion, "name", "") or "") or f"{m0.duration:.2f} s motion {samples.hexdigest()[:12]}"
+    extra = {"mesh_axial": mesh_axial, "mesh_around": mesh_around, "modes": n_modes, "dt_train": dt_train,
+             "train_motion": label, "trained_by": "retarget plan"}
     info = {"source": "trained", "cache_file": str(path), "full_dofs": int(system.n_deformable_dofs),
             "modes": [int(b.size - b.n_rigid) for b in bases], "cubature_elements": [int(len(c.elements)) for c in cubs],
             "wall_s_train_full": wall_train, "wall_s_build": time.perf_counter() - started, "dt_train": dt_train,
-            "skipped": skipped}
+            "training": extra, "skipped": skipped}
+    pm = _with_card(PlanningModel(model, cfg, rs, info))
     if use_cache:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "wb") as fh:
-            pickle.dump(rs, fh)
-        tmp.replace(path)
-    return _with_card(PlanningModel(model, cfg, rs, info))
+        from retarget.model import library
+
+        yaml_path = Path(robot) if Path(robot).is_file() else library.resolve_robot(str(robot))
+        save_reduced(path, system, bases, cubs, yaml_path, model.name, extra, pm.info["model_card"])
+    return pm

@@ -255,7 +255,7 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
         twin: Dynamics of the emulated servos, one of :data:`TWIN_DYNAMICS`. ``reduced`` needs a reduced model
             (``reduced``, else the planner's cache; :func:`retarget.twin.find_reduced_model`, file checks only);
             without one it falls back to ``first_order`` and says why in :attr:`Bringup.notes` (and the log).
-        reduced: Reduced model file (``.npz`` from ``retarget reduce`` or a pickle) for ``twin="reduced"`` and the
+        reduced: Reduced model file (``.npz`` from ``retarget reduce`` or cached by ``retarget plan``) for ``twin="reduced"`` and the
             planner's ``reduced_file`` (None: each finds the newest fresh model itself).
         python: Interpreter for the processes (default: this one); only used in the emulator's command.
         plan_time_budget: The planner node's ``time_budget`` [s] (0: the params file's, else none).

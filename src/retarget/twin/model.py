@@ -1,21 +1,18 @@
-"""Where the twin's reduced model comes from: a ``retarget reduce`` artifact, a pickle, or the planner's cache.
+"""Where the twin's reduced model comes from: a model artifact given, or the newest of the robot's cached ones.
 
 Lookup order (:func:`find_reduced_model`): the file the user gave (``--reduced`` / the ``reduced`` option), else the
-newest model of this robot in the planner's cache (:func:`retarget.optimize.planning_model.cache_dir`, files
-``<robot>-<digest>.pkl`` written by ``retarget plan``), else the newest current-format artifact ``<robot>.npz`` /
-``<robot>-*.npz`` in the planner's model folders (:func:`retarget.optimize.planning_model.artifact_dirs`, e.g. the
-checkout's ``.cache-models/``). The cache key includes the planned motion, which the twin
-does not know, so any cached model of the robot is taken (newest first): a pickled reduced system is
-self-contained (its own mesh, basis, cubature), but it carries no provenance, so a robot edited since that plan
-is not detected — delete the cache or pass ``--reduced`` after editing a robot. A ``.npz`` artifact is checked
-against the robot (:func:`retarget.sim.reduced.load_reduced` raises ``StaleReducedModelError``).
+newest model of this robot in the planner's cache (:func:`retarget.optimize.planning_model.cache_dir`, artifacts
+``<robot>-<settings>-<motion>.npz`` written by ``retarget plan``), else the newest current-format artifact
+``<robot>.npz`` / ``<robot>-*.npz`` in the planner's model folders
+(:func:`retarget.optimize.planning_model.artifact_dirs`, e.g. the checkout's ``.cache-models/``). Every one is an
+artifact checked against the robot when loaded (:func:`retarget.sim.reduced.load_reduced` raises
+``StaleReducedModelError`` naming what changed).
 
 The lookup is cheap (file checks only); :func:`load_twin_model` does the heavy part (robot and FEM build for an
 artifact, numba kernels on first use).
 """
 from __future__ import annotations
 
-import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +28,7 @@ class ReducedModelSource:
     """A reduced model file and how it was found.
 
     Attributes:
-        path: the file (``.npz`` artifact or pickled :class:`~retarget.sim.reduced.ReducedSystem`).
+        path: the model artifact (``.npz``).
         origin: ``"file"`` (given by the user), ``"planner_cache"`` or ``"artifact_dir"`` (a planner model folder).
     """
 
@@ -77,7 +74,7 @@ def find_reduced_model(robot: str | Path, reduced_file: str | Path | None = None
 
     Args:
         robot: robot name or YAML path.
-        reduced_file: a ``.npz`` artifact (``retarget reduce``) or a pickled reduced system; None: the planner's
+        reduced_file: a ``.npz`` artifact (``retarget reduce``, or cached by ``retarget plan``); None: the planner's
             cache, then the planner's model folders (:func:`retarget.optimize.planning_model.artifact_dirs`).
 
     Raises:
@@ -95,7 +92,7 @@ def find_reduced_model(robot: str | Path, reduced_file: str | Path | None = None
 
     name = robot_name(robot)
     folder = cache_dir()
-    cached = sorted(folder.glob(f"{name}-*.pkl"), key=lambda p: p.stat().st_mtime, reverse=True)
+    cached = sorted(folder.glob(f"{name}-*.npz"), key=lambda p: p.stat().st_mtime, reverse=True)
     if cached:
         return ReducedModelSource(cached[0].resolve(), "planner_cache")
     # Then the planner's model folders (the same artifacts `retarget plan` finds), newest first, current format.
@@ -106,7 +103,7 @@ def find_reduced_model(robot: str | Path, reduced_file: str | Path | None = None
         except StaleReducedModelError:
             continue
     where = ", ".join(str(d) for d in artifact_dirs())
-    raise TwinModelUnavailable(name, f"no --reduced file given, no {name}-*.pkl in the planner cache {folder} and "
+    raise TwinModelUnavailable(name, f"no --reduced file given, no {name}-*.npz in the planner cache {folder} and "
                                      f"no current {name}[-*].npz in {where} (build one with `retarget reduce "
                                      f"{name} ...` or `retarget plan`)")
 
@@ -119,30 +116,22 @@ def load_twin_model(robot: str | Path, source: ReducedModelSource, mesh_scale: f
 
     Raises:
         StaleReducedModelError: the artifact does not match the robot (names every changed input) or is unreadable.
-        TwinModelUnavailable: a pickle whose motors differ from the robot's.
-        InputError: an unreadable pickle, an artifact whose motors differ from the robot's.
+        TwinModelUnavailable: an artifact whose motors differ from the robot's.
+        InputError: a file that is not a model artifact.
     """
-    from retarget.model.loader import load_robot
 
     name = robot_name(robot)
     path = source.path
     info: dict[str, Any] = {}
-    if path.suffix == ".npz":
-        # The planner's loader: the artifact's mesh variant rebuilt exactly as `retarget reduce` built it.
-        from retarget.optimize.planning_model import load_artifact
+    if path.suffix != ".npz":
+        raise InputError(f"reduced model {path}: expected a model artifact (.npz, written by `retarget reduce` or "
+                         "cached by `retarget plan`)")
+    # The planner's loader: the artifact's mesh variant rebuilt exactly as it was built.
+    from retarget.optimize.planning_model import load_artifact
 
-        pm = load_artifact(robot, path, mesh_scale)
-        rs, model = pm.reduced, pm.model
-        info["mesh_scale"] = pm.info["mesh_scale"]
-    else:
-        try:
-            with open(path, "rb") as fh:
-                rs = pickle.load(fh)
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError) as exc:
-            raise InputError(f"cannot read the pickled reduced model {path}: {exc}") from exc
-        from retarget.model import library
-
-        model = load_robot(Path(robot) if Path(robot).is_file() else library.resolve_robot(str(robot)), name)
+    pm = load_artifact(robot, path, mesh_scale)
+    rs, model = pm.reduced, pm.model
+    info["mesh_scale"] = pm.info["mesh_scale"]
     if tuple(rs.motors) != tuple(model.motors):
         raise TwinModelUnavailable(name, f"{path} has motors {list(rs.motors)}, the robot has {list(model.motors)}")
     rigid = [b.name for b in rs.rigid]

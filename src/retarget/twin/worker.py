@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      description="Reduced simulation of a robot driven by motor samples on stdin.")
     parser.add_argument("robot", help="robot name or description YAML")
     parser.add_argument("--channel", required=True, help="pose channel file to write")
-    parser.add_argument("--reduced", default=None, help="reduced model (.npz artifact or pickle); default: the "
+    parser.add_argument("--reduced", default=None, help="reduced model (.npz artifact); default: the "
                                                          "planner's cache")
     parser.add_argument("--mesh-scale", type=float, default=None, help="override the artifact's mesh scale")
     parser.add_argument("--dt", type=float, default=None, help="engine step [s] (default 0.001)")

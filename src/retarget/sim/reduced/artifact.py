@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -114,8 +115,13 @@ def save_reduced(
         arrays[f"b{d}_cub_error"] = np.array([c.relative_error])
         arrays[f"b{d}_points"] = np.full(len(c.elements), -1, dtype=np.int64) if c.points is None else c.points
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as fh:
-        np.savez_compressed(fh, **arrays)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            np.savez_compressed(fh, **arrays)
+        os.replace(tmp, path)  # never a half-written artifact under the real name
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 
