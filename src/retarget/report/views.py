@@ -124,7 +124,10 @@ def write_plan_views(result: Any, robot: str | Path, folder: str | Path, options
     animation = build_plan_animation(result, robot, DEFAULT_VARIANTS, progress=_stage_bar())
     files = [animation.save(out / ANIMATION_FILE)]
     options.timings["animation_s"] = time.perf_counter() - started
-    return files + write_views(animation, out, options)
+    files += write_views(animation, out, options)
+    spent = ", ".join(f"{k[:-2]} {v:.1f} s" for k, v in options.timings.items())
+    print(f"animation: {', '.join(animation.variants)}, {len(animation.times)} frames ({spent})", file=sys.stderr)
+    return files
 
 
 def rebuild_views(folder: str | Path, options: ViewOptions | None = None) -> list[Path]:
