@@ -61,7 +61,8 @@ def test_gate_failure_names_the_part_and_mode(coarse_rods):
     assert e.part == "rod" and e.mode.startswith("f1") and e.error > 0.13
     text = str(e)
     assert "'rod'" in text and e.mode in text and f"{e.f_model:.4f}" in text and f"{e.f_reference:.4f}" in text
-    assert "stiffness_calibration" in text and "override" in text
+    # How to fix it (a finer mesh; the card's command) and how to override it.
+    assert "finer mesh" in text and "retarget check model" in text and "allow-unverified-model" in text
     # A looser gate passes the same card.
     check_fidelity(model_card(raw), f1_tol=0.2, f2_tol=0.2)
 
@@ -98,3 +99,27 @@ def test_check_model_cli_exit_codes(capsys, tmp_path):
     assert main(["check", "model", "single_rod", "--reduced", str(art), "--json"]) == 1
     assert _last_json(capsys) == raw
     assert main(["check", "model", "single_rod", "--reduced", str(tmp_path / "missing.npz")]) == 2
+
+
+def test_a_mesh_file_part_is_not_calibrated_and_has_no_reference(tmp_path):
+    from pathlib import Path
+
+    from retarget.fem import rod_mesh, write_mesh
+
+    fixtures = Path(__file__).resolve().parents[1] / "model" / "fixtures"
+    write_mesh(tmp_path / "rod.msh", rod_mesh(0.12, 0.004, 8, 6))
+    text = (fixtures / "mini_rod.yaml").read_text().replace(
+        "mesh: {generator: rod, length: 0.12, diameter: 0.004, resolution: {axial: 8, around: 6}}",
+        "mesh: {file: rod.msh}")
+    assert "rod.msh" in text
+    (tmp_path / "mini_rod.yaml").write_text(text)
+    (tmp_path / "mini_rod.urdf.xacro").write_text((fixtures / "mini_rod.urdf.xacro").read_text())
+    model = load_robot(tmp_path / "mini_rod.yaml")
+    part = model.flexible_parts[0]
+    assert part.generator is None and part.stiffness_factor == 1.0 and part.material == get_material("spring_steel")
+    card = model_card(model)
+    assert card.passed and card.unchecked == ["rod"] and card.parts[0].reference == "no reference"
+    assert all(m.f_reference is None and m.error is None and m.passed is None for m in card.parts[0].modes)
+    assert "no reference" in card.format()
+    check_fidelity(card)  # nothing to judge
+    assert json.loads(card.to_json())["parts"][0]["passed"] is None
