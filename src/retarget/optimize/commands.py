@@ -181,7 +181,9 @@ def options_from_args(args: argparse.Namespace) -> Any:
                        verify_dt=verify_dt if verify_dt > 0 else None,
                        stiffness_band=_factors(args.robust, "--robust"), band=_factors(args.band, "--band"),
                        verify_model=args.verify_model, verify_full_dt=args.verify_full_dt,
-                       verify_full_max_s=args.verify_full_max_s, modes=args.modes, dt_train=args.dt_train,
+                       verify_full_max_s=args.verify_full_max_s,
+                       verify_full_band=_factors(args.verify_full_band, "--verify-full-band"), modes=args.modes,
+                       dt_train=args.dt_train,
                        mesh_axial=args.mesh_axial, mesh_around=args.mesh_around, reduced_file=args.reduced,
                        use_cache=not args.no_cache, allow_unverified_model=args.allow_unverified_model,
                        weights=tuple(args.weight or ()))
@@ -296,6 +298,11 @@ def _print_checks(metrics: dict[str, Any]) -> None:
                 print(f"    {name:11s} peak {1e3 * m['peak_deviation_m']:7.2f} mm  RMS "
                       f"{1e3 * m['rms_deviation_m']:7.2f} mm  ring-out {1e3 * m['ring_out_peak_m']:7.2f} mm  "
                       f"torque {m['peak_torque_ratio']:.2f} x stall")
+    for key, entry in (metrics.get("verified_band") or {}).items():
+        if "peak_ratio" in entry:
+            ring = {n: 1e3 * entry[n]["ring_out_peak_m"] for n in ("naive", "zvd", "optimized") if n in entry}
+            print(f"  full FEM, Young's modulus {key}: optimized peak {entry['peak_ratio']:.3f} x naive; ring-out "
+                  + ", ".join(f"{n} {v:.1f} mm" for n, v in ring.items()))
     band = metrics.get("band") or {}
     for key, entry in band.items():
         if isinstance(entry, dict) and "peak_ratio" in entry:
@@ -439,6 +446,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "verification [s] (default 0.002)")
     p.add_argument("--verify-full-max-s", type=float, default=600.0, metavar="S", help="largest estimated cost of "
                    "the automatic full-FEM verification [s] (default 600)")
+    p.add_argument("--verify-full-band", default="none", metavar="F,F", help="repeat the full-FEM verification with "
+                   "every flexible part's Young's modulus times these factors (e.g. 0.9,1.1; default none)")
     p.add_argument("--verify-dt", type=float, default=None, metavar="S", help="re-simulate the naive and optimized "
                    "profiles at this finer step and warn when the improvement does not hold there (default: "
                    "--dt / 5; 0: no verification)")

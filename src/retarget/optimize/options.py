@@ -82,6 +82,8 @@ class PlanOptions:
             when its estimated cost is within ``verify_full_max_s``; ``"none"``.
         verify_full_dt: the full-FEM verification's step [s].
         verify_full_max_s: the largest estimated cost [s] of an automatic full-FEM verification.
+        verify_full_band: Young's-modulus factors at which the full-FEM verification is repeated (e.g. 0.9, 1.1:
+            frequencies about ∓5 %); empty: none.
         modes: deformation modes per flexible part of a model trained in-process (a cap).
         dt_train: the training simulation's step [s].
         mesh_axial, mesh_around: the training mesh of generated rods (layers, corners around; None: the robot's
@@ -126,6 +128,7 @@ class PlanOptions:
     verify_model: str = "auto"
     verify_full_dt: float = 0.002
     verify_full_max_s: float = 600.0
+    verify_full_band: tuple[float, ...] = ()
     modes: int = 8
     dt_train: float = 1e-3
     mesh_axial: int | None = 20

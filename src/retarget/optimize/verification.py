@@ -318,7 +318,9 @@ def check_plan(result: PlanResult, model: Any, options: Any, engine_factory: Cal
 
     ``verify`` (the planning model at the finer ``options.verify_dt``: a numerical check), ``band`` (the planning
     model with the parts' stiffness × each of ``options.band``), ``verified`` (the full FEM,
-    ``options.verify_model``; with a time budget only when its estimated cost fits before ``deadline``), and the
+    ``options.verify_model``; with a time budget only when its estimated cost fits before ``deadline``),
+    ``verified_band`` (the full FEM again with every part's Young's modulus × each of ``options.verify_full_band``:
+    the robustness of the cut in the model that was not optimized), and the
     headline: ``verified_peak_ratio`` (None when not verified in the full FEM), ``planning_peak_ratio``,
     ``verification_model``, ``optimized_peak_torque_ratio``, ``cut_reached`` (headline ≤ :data:`MEANINGFUL_CUT`)
     and ``cut_verdict``. Warnings go to ``result.warnings``.
@@ -353,7 +355,12 @@ def check_plan(result: PlanResult, model: Any, options: Any, engine_factory: Cal
         dofs = sum(3 * p.mesh.n_nodes for p in model.flexible_parts)
         tell(f"verifying in the full FEM ({dofs} deformable DOFs, dt {options.verify_full_dt:g} s, about "
              f"{estimate:.0f} s): naive, ZVD and optimized")
-        out["verified"] = verify_full(result, model, options.verify_full_dt, progress=steps)
+        out["verified"] = verify_full(result, model, options.verify_full_dt, progress=steps, workers=options.workers)
+        for factor in options.verify_full_band:
+            tell(f"verifying in the full FEM with the parts' Young's modulus x {factor:g}")
+            out.setdefault("verified_band", {})[f"x{factor:g}"] = verify_full(
+                result, model, options.verify_full_dt, stiffness=float(factor), progress=steps,
+                workers=options.workers)
     naive = result.variants["naive"].metrics["peak_deviation_m"]
     planned = result.variants["optimized"].metrics["peak_deviation_m"] / max(naive, 1e-300)
     verified = out.get("verified", {}).get("peak_ratio")
