@@ -4,7 +4,7 @@ Drawing is a small painter's-algorithm renderer on Pillow: the URDF primitives a
 turned away from the camera culled, the rest drawn far to near), the flexible parts as round-capped thick
 lines along their deformed centre lines, the tracked bodies' targets as translucent green ghosts on top, under an
 orthographic camera (:data:`retarget.report.page.CAMERA_DIRECTION`) whose scale fits every frame of every run.
-Frames are drawn at twice the size and downsampled (anti-aliasing).
+Frames are drawn at twice the size and averaged down (anti-aliasing).
 
 The format follows the file's suffix: ``.mp4`` (H.264 by the ffmpeg binary of imageio-ffmpeg's wheel) or ``.gif``
 (Pillow; its frame durations are whole 10 ms, so ``fps`` must divide 100). A video of ``T`` seconds at ``fps``
@@ -213,7 +213,7 @@ def render_frames(animation: PlanAnimation, fps: float = 25.0, panel_width: int 
             if v == 0:
                 draw.text((8 * _SUPERSAMPLE, 8 * _SUPERSAMPLE), f"t = {t:5.2f} s", fill=(20, 20, 20),
                           font=title_font)
-            out.paste(panel.convert("RGB").resize((panel_w, panel_h), Image.LANCZOS), (v * panel_w, 0))
+            out.paste(panel.convert("RGB").reduce(_SUPERSAMPLE), (v * panel_w, 0))
         if progress is not None:
             progress("video: frames", n + 1, len(times))
         yield out
