@@ -202,6 +202,11 @@ def _plan(args: argparse.Namespace) -> int:
 
     if args.out and Path(args.out).suffix.lower() not in (".csv", ".json", ".yaml", ".yml"):
         raise InputError(f"--out must end in .csv, .json or .yaml, got {args.out}")
+    # The motion file against the robot's limits before anything else (plan() checks the Motion again, but only
+    # the file knows its line numbers), and before the model line that announces minutes of training.
+    from retarget.motion.limits import check_plan_input
+
+    check_plan_input(args.robot, args.motion)
     options = options_from_args(args)
     motion_path = Path(args.motion) if Path(args.motion).is_file() else library.resolve_motion(args.motion)
     motion = load_motion(motion_path)
