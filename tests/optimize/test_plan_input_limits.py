@@ -1,5 +1,5 @@
 """Planner input limits: a motion outside the robot's joint position limits is refused before any model work, on
-both planning paths (``retarget plan`` and :func:`retarget.optimize.planner.plan`, the planner node's entry).
+both planning paths (``retarget plan`` and :func:`retarget.optimize.planning.plan` as the planner node calls it).
 
 ``single_rod``'s ``base_pitch`` is limited to ±90° in its URDF; 1000° in 1 s leaves it from t = 0.5 s on.
 """
@@ -70,18 +70,19 @@ def test_plan_cli_refuses_before_any_model_work(tmp_path, private_cache, capsys)
     assert elapsed < 20.0  # reading the URDF, not meshing or training (which takes minutes)
 
 
-def test_planner_request_refuses_before_any_model_work(private_cache):
-    from retarget.optimize.planner import plan
+def test_plan_refuses_before_any_model_work(private_cache):
+    from retarget.optimize.options import options_from_parameters
+    from retarget.optimize.planning import PlanProgress, plan
 
     t = np.linspace(0.0, 1.0, 101)
-    request = {"robot": "single_rod", "joint_names": ["base_pitch"], "time": t.tolist(),
-               "positions": np.radians(1000.0 * t)[:, None].tolist(), "allow_training": True}
-    stages = []
+    motion = Motion(t, ("base_pitch",), np.radians(1000.0 * t)[:, None])
+    steps = []
     with pytest.raises(MotionLimitError) as info:
-        plan(request, progress=stages.append)
+        plan("single_rod", motion, options_from_parameters({"allow_training": True}),
+             PlanProgress(steps=lambda *step: steps.append(step)))
     assert "joint 'base_pitch'" in str(info.value) and "t = 1 s" in str(info.value)
     assert 0.09 <= info.value.violations[0].start_time <= 0.1  # 90 deg, the limit, is reached at 0.09 s
-    assert stages == []  # no training stage began
+    assert steps == []  # no training stage began
     assert _written(private_cache) == []
 
 

@@ -10,13 +10,14 @@ import pytest
 from retarget.motion.motion import Motion
 from retarget.optimize.engines import reduced_engine
 from retarget.optimize.limits import MotorLimits
-from retarget.optimize.planner import PlanOptions, run_plan
+from retarget.optimize.options import PlanOptions
+from retarget.optimize.planning import run_plan
 from retarget.optimize.robust import Ensemble, evaluate_ensemble
 from retarget.optimize.weights import TrackedBodyWeights, WeightSchedule
 from retarget.sim.reduced.system import with_stiffness_scale
 from tests.optimize.test_adjoint import _problem
 
-OPTIONS = PlanOptions(knot_spacing=0.04, dt=0.005, max_iterations=2, baselines=False)
+OPTIONS = PlanOptions(knot_spacing=0.04, dt=0.005, max_iterations=2, baselines=False, stiffness_band=())
 
 
 def _motion() -> Motion:

@@ -1,0 +1,162 @@
+"""The optimizer driver (retarget.optimize.lbfgs.optimize: L-BFGS-B, or Levenberg–Marquardt) on the reduced rod on a
+motor: Ctrl-C returns the best point so far, the method choice, the time budget and its reserve, the first step
+measured from the curvature along steepest descent or given."""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from rod_plan import OPTIONS, recorded, ramp, rod_limits, tip
+
+from retarget.optimize.adjoint import evaluate
+from retarget.optimize.engines import reduced_engine
+from retarget.optimize.errors import OptimizeError, TimeBudgetError
+from retarget.optimize.lbfgs import FIRST_STEP_PROBE, optimize
+from retarget.optimize.problem import build_plan_problem
+
+
+@pytest.fixture(scope="module")
+def rod_problem(rod_systems):
+    """The ramp's plan problem on the reduced rod (position limits −0.2 … 0.3 rad)."""
+    _, rs = rod_systems
+    return build_plan_problem(reduced_engine(rs, 1e-10), ramp(), tip(), rod_limits(), OPTIONS)
+
+
+@pytest.fixture(scope="module")
+def wide_problem(rod_systems):
+    """The same with wide limits (−1 … 1 rad): the first steps are not clipped."""
+    _, rs = rod_systems
+    return build_plan_problem(reduced_engine(rs, 1e-10), ramp(), tip(), rod_limits(-1.0, 1.0), OPTIONS)
+
+
+@pytest.mark.parametrize("method", ["gauss-newton", "lbfgs"])
+def test_keyboard_interrupt_returns_the_best_point(rod_problem, method):
+    seen = []
+
+    def callback(it: dict) -> None:
+        seen.append(it)
+        raise KeyboardInterrupt
+
+    res = optimize(rod_problem, replace(OPTIONS, method=method), callback=callback)
+    assert res.interrupted and res.interruption == "Ctrl-C" and "interrupted" in res.message
+    assert len(seen) == 1 and set(seen[0]) == {"iteration", "objective", "gradient_norm"}
+    assert res.objective_final <= res.objective_initial
+    assert res.best.value == res.objective_final
+
+
+def test_method_default_auto_and_unknown(rod_problem):
+    assert optimize(rod_problem, replace(OPTIONS, max_iterations=1)).method == "lbfgs"  # the default
+    assert optimize(rod_problem, replace(OPTIONS, max_iterations=1, method="auto")).method == "gauss-newton"
+    with pytest.raises(OptimizeError, match="unknown method"):
+        optimize(rod_problem, replace(OPTIONS, method="newton"))
+
+
+def test_time_budget_returns_the_best_iterate_flagged(rod_problem):
+    pp = rod_problem
+    options = replace(OPTIONS, max_iterations=100, relative_tolerance=0.0)
+    evaluate(pp.problem, pp.fit.parameters)  # compiles the engine
+    started = time.perf_counter()
+    evaluate(pp.problem, pp.fit.parameters)
+    # Room for a few evaluations, whatever the machine's load.
+    options = replace(options, time_budget=10.0 * (time.perf_counter() - started) + 0.5)
+    seen, returned = [], []
+
+    def slow_callback(it: dict) -> None:
+        # The first iteration "takes" the whole budget, so the optimizer must stop right after it.
+        seen.append(it)
+        time.sleep(options.time_budget)
+        returned.append(time.perf_counter())
+
+    res = optimize(pp, options, callback=slow_callback)
+    after_deadline = time.perf_counter() - returned[0]
+    assert res.budget_limited and not res.interrupted and "time budget" in res.message
+    assert len(seen) == res.iterations == 1
+    assert res.objective_final <= res.objective_initial and res.best.value == res.objective_final
+    # The deadline is honoured: no evaluation starts once it has passed.
+    assert after_deadline < 0.5 * res.evaluation_s
+    assert res.initial.value == res.objective_initial
+
+
+def test_time_budget_too_small_for_anything_is_a_clear_error(rod_problem):
+    with pytest.raises(TimeBudgetError, match="first simulation") as info:
+        optimize(rod_problem, replace(OPTIONS, time_budget=1e-9))
+    assert info.value.stage == "optimization"
+
+
+def test_the_reserve_is_kept_before_the_deadline(rod_problem):
+    """Evaluations slowed to at least 0.2 s each (a hook on the problem's evaluate): with a reserve of 4
+    evaluations the optimizer starts none that would end less than 4 evaluations' time before the deadline."""
+    delay = 0.2
+
+    def slow(problem, call, progress):
+        time.sleep(delay)
+        return progress
+
+    evaluate(rod_problem.problem, rod_problem.fit.parameters)  # compiled
+    pp = recorded(rod_problem, slow)
+    started = time.perf_counter()
+    pp.evaluate(pp.fit.parameters)
+    # Room for about 8 evaluations beside the reserve, whatever the machine's load.
+    budget, reserve = 12.0 * (time.perf_counter() - started), 4.0
+    options = replace(OPTIONS, max_iterations=100, relative_tolerance=0.0)
+    started = time.perf_counter()
+    res = optimize(pp, options, deadline=started + budget, reserve_evaluations=reserve)
+    ended = time.perf_counter()
+    assert res.budget_limited and res.evaluations >= 2
+    # The last evaluation started only if it, plus the reserve, fitted: it ended by deadline − reserve × its own
+    # duration (≥ delay); 0.05 s for the bookkeeping after it.
+    assert ended - started <= budget - reserve * delay + 0.05, (ended - started, res.evaluations)
+    unreserved = optimize(recorded(rod_problem, slow), options, deadline=time.perf_counter() + budget)
+    assert unreserved.evaluations > res.evaluations
+
+
+def test_first_step_is_measured_from_the_curvature_along_steepest_descent(wide_problem):
+    """Default first step: the minimizer of the quadratic through J(x₀), its slope and a probe's gradient; J along
+    that line is lower there than a third of the way or three times as far, and the first trial point lies there."""
+    pp = recorded(wide_problem)
+    seen = pp.seen
+    res = optimize(pp, replace(OPTIONS, max_iterations=1))
+    x0 = pp.fit.parameters
+    assert np.allclose(seen[0], x0) and np.isclose(np.linalg.norm(seen[1] - x0), FIRST_STEP_PROBE)
+    sigma = res.first_step
+    assert 0.0 < sigma < 1.0 and res.evaluations >= 3  # x₀, the probe, at least one trial
+    first, probe = evaluate(pp.problem, x0), evaluate(pp.problem, seen[1])
+    u = -first.gradient / np.linalg.norm(first.gradient)
+    # L-BFGS-B starts from the better of x₀ and the probe (evaluated once) and first tries σ along its −gradient.
+    centre, at = (seen[1], probe) if probe.value < first.value else (x0, first)
+    assert len(seen) == res.evaluations
+    assert np.allclose(seen[2], centre - sigma * at.gradient / np.linalg.norm(at.gradient), atol=1e-12)
+
+    def j(alpha: float) -> float:
+        return evaluate(pp.problem, x0 + alpha * u, gradient=False).value
+
+    assert j(sigma) < min(j(sigma / 3), j(3 * sigma), j(0.0))
+
+
+def test_first_step_given_and_invalid(wide_problem):
+    pp = recorded(wide_problem)
+    res = optimize(pp, replace(OPTIONS, max_iterations=1, first_step=0.01))
+    assert res.first_step == 0.01
+    assert np.isclose(np.linalg.norm(pp.seen[1] - pp.fit.parameters), 0.01)  # no probe: the first trial is 0.01 away
+    for bad in (0.0, -0.1, float("nan")):
+        with pytest.raises(OptimizeError, match="first step"):
+            optimize(pp, replace(OPTIONS, first_step=bad))
+
+
+def test_a_known_curvature_replaces_the_probe(rod_problem):
+    """With ``curvature`` the first step is the minimizer of that quadratic along steepest descent, without the
+    probe simulation; the secant curvature of the first trial is returned (test_windows.py: windows hand it on)."""
+    pp = rod_problem
+    options = replace(OPTIONS, max_iterations=1)
+    probed = optimize(pp, options)
+    assert probed.curvature is not None and probed.curvature > 0
+    first = evaluate(pp.problem, pp.fit.parameters)
+    lower = np.array([b[0] for b in pp.bounds])
+    upper = np.array([b[1] for b in pp.bounds])
+    direction = np.clip(pp.fit.parameters - first.gradient, lower, upper) - pp.fit.parameters
+    slope = float(first.gradient @ direction) / np.linalg.norm(direction)
+    given = optimize(pp, options, curvature=2.0 * probed.curvature)
+    assert given.first_step == pytest.approx(min(1.0, -slope / (2.0 * probed.curvature)), rel=1e-12)
+    assert given.evaluations < probed.evaluations + 1 and given.curvature is not None and given.curvature > 0

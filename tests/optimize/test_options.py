@@ -1,0 +1,75 @@
+"""Plan options (retarget.optimize.options): the planner node's parameters mapped to :class:`PlanOptions` (0 or
+empty: the default; ``verify`` false: no verification at a finer step; goal fields as overrides) and the time the
+verification keeps from the budget."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from retarget.optimize.options import (
+    NODE_PARAMETERS,
+    VERIFY_COST_FACTOR,
+    PlanOptions,
+    options_from_parameters,
+    verification_reserve,
+)
+
+
+def test_no_parameter_gives_the_defaults_and_a_verification_at_a_fifth_of_dt():
+    options = options_from_parameters({})
+    assert options == replace(PlanOptions(), verify_dt=pytest.approx(PlanOptions().dt / 5))
+    assert options_from_parameters({"dt": 0.002}).verify_dt == pytest.approx(0.0004)
+
+
+def test_zero_or_empty_parameters_mean_the_default():
+    zeros = {"dt": 0.0, "target_stride": 0, "window": 0.0, "verify_dt": 0.0, "time_budget": 0.0, "reduced_file": ""}
+    assert options_from_parameters(zeros) == options_from_parameters({})
+    given = options_from_parameters({"dt": 0.004, "target_stride": 5, "time_budget": 30.0, "reduced_file": "m.npz",
+                                     "allow_training": True, "allow_unverified_model": True, "verify_dt": 0.002})
+    assert (given.dt, given.target_stride, given.time_budget, given.reduced_file) == (0.004, 5, 30.0, "m.npz")
+    assert given.allow_training and given.allow_unverified_model and given.verify_dt == 0.002
+
+
+def test_windows_are_passed_on():
+    options = options_from_parameters({"window": 0.1, "window_tail": 0.05, "window_overlap": 0.02})
+    assert (options.window, options.window_tail, options.window_overlap) == (0.1, 0.05, 0.02)
+    assert options_from_parameters({"window": 0.0}).window is None
+
+
+@pytest.mark.parametrize(("parameters", "expected"), [({"torque_weight": 10.0, "torque_margin": 0.2}, (10.0, 0.2)),
+                                                     ({"torque_weight": 0.0}, (0.0, 0.1)),
+                                                     ({}, (10.0, 0.1))])
+def test_torque_penalty_is_passed_on_and_zero_turns_it_off(parameters, expected):
+    """``torque_weight`` 0 keeps the penalty off (only reported and warned) rather than meaning "default"; absent,
+    the penalty is on at the default weight."""
+    options = options_from_parameters(parameters)
+    assert (options.torque_weight, options.torque_margin) == expected
+
+
+def test_verify_false_turns_the_verification_off():
+    assert options_from_parameters({"verify": False, "verify_dt": 0.001}).verify_dt is None
+
+
+def test_goal_overrides_win_and_none_is_not_given():
+    options = options_from_parameters({"dt": 0.004}, knot_spacing=0.02, max_iterations=None, dt=0.003)
+    assert (options.knot_spacing, options.max_iterations, options.dt) == (0.02, PlanOptions().max_iterations, 0.003)
+
+
+def test_unknown_parameters_are_ignored_and_every_node_parameter_is_an_option_or_verify():
+    assert options_from_parameters({"robot_name": "x", "joint_names": ["m"]}) == options_from_parameters({})
+    fields = set(PlanOptions.__dataclass_fields__)
+    assert set(NODE_PARAMETERS) - fields == {"verify"}
+
+
+def test_the_verification_reserve():
+    """Two forward runs at ``verify_dt`` = ``2 dt / verify_dt`` at the planning step, an evaluation being about
+    three, times the cost factor; none without a ``verify_dt`` (the node's default dt / 5: 10 / 3 evaluations)."""
+    options = PlanOptions()
+    assert verification_reserve(options) == 0.0
+    assert verification_reserve(replace(options, verify_dt=0.0)) == 0.0
+    assert verification_reserve(replace(options, dt=0.002, verify_dt=0.001)) == pytest.approx(
+        VERIFY_COST_FACTOR * 4.0 / 3.0)
+    assert VERIFY_COST_FACTOR >= 1.0
+    assert verification_reserve(options_from_parameters({})) == pytest.approx(VERIFY_COST_FACTOR * 10.0 / 3.0)
+    assert verification_reserve(options_from_parameters({"verify": False})) == 0.0

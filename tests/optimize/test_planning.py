@@ -1,0 +1,383 @@
+"""The planning chain (retarget.optimize.planning): :func:`run_plan` on the reduced rod on a motor (targets,
+optimization, the torque penalty's continuation, the speed-feasible start, the budget's reserve for the
+verification, :func:`warm_up`), and :func:`plan` — the one entry of ``retarget plan``, the planner node and the
+benchmarks — on the tiny robot and its ``retarget reduce`` artifact (input check, model gate, budget, cancel,
+windows, in-process training, verification at a finer step, warm-up)."""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from rod_plan import OPTIONS, ramp, rod_limits, tip
+
+from retarget.errors import InputError
+from retarget.motion.motion import Motion
+from retarget.optimize.adjoint import evaluate
+from retarget.optimize.control import FEEDBACK_STAGES, TRAINING_STAGE
+from retarget.optimize.engines import reduced_engine
+from retarget.optimize.errors import OptimizeError, PlanCancelled, TimeBudgetError
+from retarget.optimize.limits import ServoSpec, check_profile_limits
+from retarget.optimize.options import PlanOptions, options_from_parameters
+from retarget.optimize.planning import WARM_UP_STAGE, PlanProgress, plan, run_plan, warm_up
+
+
+@pytest.fixture(scope="module")
+def engine(rod_systems):
+    _, rs = rod_systems
+    return reduced_engine(rs, 1e-10)
+
+
+# --- run_plan on the reduced rod -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["gauss-newton", "lbfgs"])
+def test_plan_lowers_the_objective_and_respects_position_limits(rod_systems, engine, method):
+    _, rs = rod_systems
+    result = run_plan(engine, ramp(), tip(), rod_limits(), replace(OPTIONS, method=method))
+    opt = result.optimization
+    assert opt.iterations >= 1 and opt.method == method
+    assert opt.objective_final < 0.9 * opt.objective_initial
+    assert np.all(result.profiles.control_points <= 0.3 + 1e-12)
+    m = result.metrics()
+    for key in ("objective_initial", "objective_final", "iterations", "wall_s", "optimized", "peak_torque_nm"):
+        assert key in m
+    assert m["optimized"]["peak_deviation_m"] > 0
+    # Each variant reports how far it deforms the rod against the model's training run (0.08 s of a swing, up to
+    # 0.16 rad; this ramp goes to 0.25 rad: ≈ 2 ×), and the plan warns when the optimized one is beyond 1.25 ×.
+    part = rs.bodies[0].name
+    for name in ("naive", "optimized"):
+        assert list(m[name]["training_range_ratio"]) == [part] and m[name]["training_range_ratio"][part] > 0
+    beyond = m["optimized"]["training_range_ratio"][part] > 1.25
+    assert any(f"optimized trajectory: the motion deforms {part}" in w for w in result.warnings) == beyond
+
+
+def test_run_plan_budget_too_small_for_the_targets(engine):
+    with pytest.raises(TimeBudgetError, match="targets") as info:
+        run_plan(engine, ramp(), tip(), rod_limits(), replace(OPTIONS, time_budget=1e-9))
+    assert info.value.stage == "targets"
+
+
+def test_a_plan_beyond_the_training_range_is_reported(rod_systems, engine):
+    """The same model asked for a swing well beyond its training: the variants report it and the plan warns."""
+    _, rs = rod_systems
+    t = np.linspace(0.0, 0.2, 41)
+    big = Motion(t, ("m",), (1.2 * np.clip(t / 0.05, 0.0, 1.0))[:, None])
+    result = run_plan(engine, big, tip(), rod_limits(-2.0, 2.0), replace(OPTIONS, max_iterations=1))
+    name = rs.bodies[0].name
+    assert result.variants["naive"].training_range[name] > 2.5
+    assert result.variants["optimized"].training_range[name] > 1.25
+    assert any(f"optimized trajectory: the motion deforms {name}" in w for w in result.warnings)
+
+
+@pytest.mark.parametrize("window", [None, 0.08])
+def test_a_too_fast_input_starts_from_its_speed_feasible_projection(engine, window, tmp_path):
+    """The ramp (2.5 rad/s) on a 2 rad/s servo: the optimizer starts from the speed-feasible projection (the
+    ``speed_limited`` variant), the naive baseline still plays the input as authored, and ``objective_initial`` is
+    the naive J; with ``start="input"`` the fit is the start."""
+    limits = rod_limits(servo=ServoSpec("slow", 2.0, 3.0))
+    options = replace(OPTIONS, window=window, window_tail=0.04)
+    result = run_plan(engine, ramp(), tip(), limits, options)
+    m = result.metrics()
+    assert m["start"] == "speed-feasible" and list(result.variants)[:2] == ["naive", "speed_limited"]
+    assert any("exceeds the speed limit of m" in w for w in result.warnings)
+    pp = result.pp
+    np.testing.assert_allclose(result.variants["naive"].angles, pp.fit.profiles.evaluate(pp.targets.times))
+    start = result.variants["speed_limited"]
+    assert np.abs(np.gradient(start.angles[:, 0], pp.targets.times)).max() < 2.0
+    naive_j = evaluate(pp.problem, pp.fit.parameters, gradient=False).value
+    assert m["objective_initial"] == pytest.approx(naive_j, rel=1e-12)
+    assert m["objective_final"] <= m["objective_start"] < m["objective_initial"]
+    assert [v for v in check_profile_limits(result.profiles, limits) if v.kind == "velocity"] == []
+    assert "speed_limited" in m and m["speed_limited"]["peak_deviation_m"] > 0
+    from retarget.report.plots import write_plan_report
+
+    files = write_plan_report(result, tmp_path)
+    assert "speed_limited_angles" in np.load(files[-1]) and all(f.stat().st_size > 0 for f in files)
+    plain = run_plan(engine, ramp(), tip(), limits, replace(options, start="input", max_iterations=0))
+    assert "speed_limited" not in plain.variants and plain.metrics()["start"] == "input"
+    assert plain.metrics()["objective_initial"] == pytest.approx(naive_j, rel=1e-12)
+    with pytest.raises(OptimizeError, match="unknown start"):
+        run_plan(engine, ramp(), tip(), limits, replace(options, start="slow"))
+
+
+def _weak_servo(engine) -> tuple:
+    """Limits with a servo whose stall torque is 0.6 × the naive playback's peak torque (wide position limits)."""
+    naive = run_plan(engine, ramp(), tip(), rod_limits(-1.0, 1.0), replace(OPTIONS, max_iterations=0))
+    stall = 0.6 * np.abs(naive.variants["naive"].torques).max()
+    return stall, rod_limits(-1.0, 1.0, ServoSpec("weak", 8.0, stall))
+
+
+def test_torque_penalty_keeps_the_plan_nearer_the_stall_torque(engine):
+    """With a servo whose stall torque is below what the input needs, the penalty keeps the plan within it; the
+    same plan with the penalty off (weight 0: only reported and warned) exceeds it."""
+    stall, weak = _weak_servo(engine)
+    options = replace(OPTIONS, max_iterations=6)
+    off = run_plan(engine, ramp(), tip(), weak, replace(options, torque_weight=0.0))
+    on = run_plan(engine, ramp(), tip(), weak, replace(options, torque_weight=1e3))
+    peak_off, peak_on = (r.metrics()["peak_torque_nm"]["m"] for r in (off, on))
+    # Measured: naive 0.541 N m, stall 0.325, off 0.336, on 0.294 (about the threshold, 0.9 x stall = 0.292).
+    assert peak_off > stall and peak_on <= stall
+    for result in (off, on):  # the input itself is beyond this servo, and each plan says so
+        assert any(w.startswith("input as authored (naive playback): motor 'm' needs") for w in result.warnings)
+        assert result.metrics()["naive"]["peak_torque_ratio"] == pytest.approx(1 / 0.6, rel=1e-9)
+    assert any(w.startswith("motor 'm' needs") for w in off.warnings)
+    assert not any(w.startswith("motor 'm' needs") for w in on.warnings)
+    assert on.metrics()["optimized"]["peak_torque_ratio"] <= 1.0 < off.metrics()["optimized"]["peak_torque_ratio"]
+
+
+def test_the_default_torque_penalty_keeps_the_plan_within_stall_and_continues_when_it_does_not(engine):
+    """On by default (weight 10): the plan stays within the weak servo's stall torque. A penalty too light for
+    that (weight 0.01: 1.009 x stall after one round, measured) is continued: the optimum is optimized again with
+    the weight x 10 (at most ``torque_rounds`` times, said in a warning) and ends within stall; iterations and
+    evaluations add up over the rounds and ``objective_initial`` stays the naive playback's."""
+    defaults = PlanOptions()
+    assert (defaults.torque_weight, defaults.torque_rounds) == (10.0, 2)
+    _, weak = _weak_servo(engine)
+    options = replace(OPTIONS, max_iterations=6)
+    assert (options.torque_weight, options.torque_rounds) == (defaults.torque_weight, defaults.torque_rounds)
+    default = run_plan(engine, ramp(), tip(), weak, options)
+    assert default.metrics()["optimized"]["peak_torque_ratio"] <= 1.0
+    assert not any("optimizing again" in w for w in default.warnings)
+    light = replace(options, torque_weight=0.01)
+    single = run_plan(engine, ramp(), tip(), weak, replace(light, torque_rounds=0))
+    assert single.metrics()["optimized"]["peak_torque_ratio"] > 1.0
+    result = run_plan(engine, ramp(), tip(), weak, light)
+    rounds = [w for w in result.warnings if "optimizing again with the torque penalty's weight at" in w]
+    assert 1 <= len(rounds) <= 2 and rounds[0].endswith("weight at 0.1")
+    opt = result.optimization
+    assert opt.iterations > single.optimization.iterations and len(opt.history) == opt.iterations + 1 + len(rounds)
+    assert opt.objective_initial == pytest.approx(result.objective_naive, rel=1e-12)
+    assert result.metrics()["optimized"]["peak_torque_ratio"] <= 1.0
+
+
+def test_the_budget_keeps_time_for_the_verification(engine):
+    """With a ``verify_dt`` the optimizer keeps two forward runs at ``verify_dt`` of the budget for the caller's
+    verification: at dt 5 ms and verify_dt 0.5 ms that is 10 evaluations (``verification_reserve``), more than a
+    budget of 6 evaluations leaves after the first — the optimizer stops there; without it, it goes on."""
+    from retarget.optimize.options import verification_reserve
+
+    options = replace(OPTIONS, max_iterations=100, relative_tolerance=0.0)
+    assert verification_reserve(replace(options, verify_dt=0.0005)) == pytest.approx(10.0)
+    warm = run_plan(engine, ramp(), tip(), rod_limits(), replace(options, max_iterations=1))
+    budget = 6.0 * (warm.timings["targets"] / 6.0 + warm.optimization.evaluation_s)
+    kept = run_plan(engine, ramp(), tip(), rod_limits(), replace(options, time_budget=budget, verify_dt=0.0005))
+    assert kept.optimization.budget_limited and kept.optimization.evaluations == 1
+    spent = run_plan(engine, ramp(), tip(), rod_limits(), replace(options, time_budget=budget))
+    assert spent.optimization.budget_limited and spent.optimization.evaluations >= 3
+
+
+def test_warm_up_runs_a_short_plan_and_stops_on_a_cancel_or_ctrl_c(engine):
+    long = Motion(np.linspace(0.0, 1.0, 201), ("m",), 0.2 * np.sin(np.linspace(0.0, 1.0, 201))[:, None])
+    seen: list = []
+    assert warm_up(engine, long, tip(), rod_limits(), replace(OPTIONS, verify_dt=0.001),
+                   lambda stage, k, n: seen.append((stage, n))) > 0.0
+    # 0.2 s of the 1 s motion at dt 5 ms (40 steps; an evaluation's bar counts forward + adjoint), then verified.
+    assert ("targets", 41) in seen and ("evaluation (forward + adjoint)", 80) in seen and ("verifying", 200) in seen
+    assert not any(n > 200 for _, n in seen)
+    # A robust plan's warm-up plans on the nominal model alone: no engine factory needed.
+    assert warm_up(engine, long, tip(), rod_limits(), replace(OPTIONS, stiffness_band=(0.9, 1.1))) > 0.0
+    for interrupt in (PlanCancelled("x"), KeyboardInterrupt()):
+        starts: list = []
+
+        def progress(stage, k, n, interrupt=interrupt, starts=starts):
+            if stage.startswith("evaluation") and k == 1:
+                starts.append(1)
+                if len(starts) == 2:  # after the first evaluation: the optimizer returns its best point
+                    raise interrupt
+
+        with pytest.raises(type(interrupt)):
+            warm_up(engine, long, tip(), rod_limits(), OPTIONS, progress)
+        assert len(starts) == 2
+
+
+# --- plan() on the tiny robot -------------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def tiny(tiny_artifact, monkeypatch, tmp_path):
+    """(robot YAML, fast options with its artifact): isolated cache and model folders. The tiny robot's 4-layer rod
+    misses the model card's gate (f2 +5 %): these plans opt out of it explicitly."""
+    monkeypatch.setenv("RETARGET_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("RETARGET_MODELS", str(tmp_path / "models"))
+    folder, npz = tiny_artifact
+    options = PlanOptions(dt=0.005, knot_spacing=0.04, max_iterations=1, reduced_file=str(npz),
+                          allow_unverified_model=True, stiffness_band=(), band=(), verify_model="none")
+    return folder / "tiny_rod.yaml", options
+
+
+def _tiny_ramp() -> Motion:
+    t = np.linspace(0.0, 0.2, 41)
+    return Motion(t, ("m",), (0.2 * np.clip(t / 0.1, 0, 1))[:, None])
+
+
+def _training(options: PlanOptions, **changes) -> PlanOptions:
+    """``options`` without a model: the plan trains one in-process, on the artifact's mesh."""
+    return replace(options, reduced_file=None, allow_training=True, modes=2, dt_train=0.002, mesh_axial=4,
+                   **changes)
+
+
+def test_plan_refuses_a_motion_without_the_robots_motors_before_any_model_work(tiny):
+    robot, options = tiny
+    t = np.linspace(0.0, 0.2, 41)
+    steps: list = []
+    with pytest.raises(InputError, match="m"):
+        plan(robot, Motion(t, ("elbow",), np.zeros((41, 1))), _training(options), PlanProgress(steps=lambda *a:
+                                                                                                  steps.append(a)))
+    assert steps == []
+
+
+def test_plan_stops_on_a_model_outside_the_fidelity_gate_unless_allowed(tiny):
+    """The tiny robot's coarse rod misses the model card's gate: no plan unless the caller allows it, and then the
+    plan says so in a warning."""
+    from retarget.fem.model_card import ModelFidelityError
+
+    robot, options = tiny
+    messages: list[str] = []
+    with pytest.raises(ModelFidelityError, match="rod"):
+        plan(robot, _tiny_ramp(), replace(options, allow_unverified_model=False), PlanProgress(message=messages.append))
+    assert any("model card" in m for m in messages)
+    result = plan(robot, _tiny_ramp(), replace(options, max_iterations=0))
+    assert any(w.startswith("planning on a model outside the fidelity gate (allowed by the caller)")
+               for w in result.warnings)
+
+
+def test_plan_with_the_node_defaults(tiny):
+    """The planner node's defaults (no parameter set but the gate's opt-out and the model): the robust objective
+    over stiffness x0.9 and x1.1, verification at dt / 5, the stiffness band and, the tiny rod's full FEM being
+    cheap, the full-FEM check as the headline."""
+    robot, fast = tiny
+    options = options_from_parameters({"allow_unverified_model": True, "reduced_file": fast.reduced_file},
+                                      knot_spacing=0.04, max_iterations=1)
+    assert (options.stiffness_band, options.band, options.verify_model) == ((0.9, 1.1), (0.9, 1.1), "auto")
+    result = plan(robot, _tiny_ramp(), options)
+    assert result.pp.ensemble is not None and result.pp.ensemble.factors == (0.9, 1.1)
+    m = result.metrics()
+    assert m["verify"]["dt_s"] == pytest.approx(0.001) and m["verify"]["steps"] == 200
+    assert {"x0.9", "x1.1"} <= set(m["band"]) and m["verification_model"] == "full FEM"
+    assert m["verified_peak_ratio"] == pytest.approx(m["verified"]["peak_ratio"], rel=1e-12)
+    assert isinstance(m["cut_reached"], bool) and m["cut_verdict"].startswith("optimized peak deviation")
+    assert m["model"]["source"] and not m["cancelled"] and m["objective_final"] <= m["objective_initial"]
+
+
+def test_plan_budget_too_small_for_the_targets(tiny):
+    robot, options = tiny
+    with pytest.raises(TimeBudgetError, match="targets"):
+        plan(robot, _tiny_ramp(), replace(options, time_budget=1e-6))
+
+
+def test_plan_with_windows(tiny):
+    robot, options = tiny
+    result = plan(robot, _tiny_ramp(), replace(options, window=0.1, window_tail=0.05))
+    m = result.metrics()
+    assert m["method"] == "lbfgs-windows" and "2 windows of 0.1 s (+0.05 s tail)" in m["message"]
+    assert m["objective_final"] <= m["objective_initial"]
+
+
+def test_plan_cancelled_returns_the_best_iterate_so_far(tiny):
+    """The ROS action's cancel: the optimizer stops as on Ctrl-C, the plan still answers with its best iterate."""
+    robot, options = tiny
+    options = replace(options, max_iterations=50, relative_tolerance=1e-15)
+    stages: list[str] = []
+    iterations: list = []
+
+    def steps(stage: str, done: int, total: int) -> None:
+        if not stages or stages[-1] != stage:
+            stages.append(stage)
+
+    progress = PlanProgress(steps=steps, iteration=iterations.append, cancelled=lambda: bool(iterations),
+                            cancel_poll_s=0.0)
+    result = plan(robot, _tiny_ramp(), options, progress)
+    m = result.metrics()
+    assert m["cancelled"] and m["interrupted"] and m["iterations"] == 1 == len(iterations)
+    assert stages[0] == "targets" and FEEDBACK_STAGES[stages[1]] == "optimizing"
+    assert "interrupted (cancel requested)" in m["message"]
+    assert m["objective_final"] <= m["objective_initial"]
+    names, times, positions = result.trajectory(0.0)
+    assert names == ("m",) and len(times) == len(positions) > 10
+    never = plan(robot, _tiny_ramp(), replace(options, max_iterations=1),
+                 PlanProgress(cancelled=lambda: False, cancel_poll_s=0.0)).metrics()
+    assert not never["cancelled"] and not never["interrupted"]
+
+
+def test_plan_verifies_at_a_finer_step_as_the_node_asks(tiny):
+    """The node verifies at dt / 5 unless asked not to (``verify: false``) or at another ``verify_dt``; the
+    verification is the last stage."""
+    robot, fast = tiny
+    node = {"dt": 0.005, "reduced_file": fast.reduced_file, "allow_unverified_model": True}
+    extra = {"knot_spacing": 0.04, "max_iterations": 1, "stiffness_band": (), "band": (), "verify_model": "none"}
+    stages: list[str] = []
+    result = plan(robot, _tiny_ramp(), options_from_parameters(node, **extra),
+                  PlanProgress(steps=lambda stage, k, n: stages.append(stage)))
+    m = result.metrics()
+    assert m["verify"]["dt_s"] == pytest.approx(0.001) and m["verify"]["steps"] == 200
+    assert set(m["verify"]) >= {"naive", "optimized", "peak_ratio", "holds"} and stages[-1] == "verifying"
+    assert "verify" not in plan(robot, _tiny_ramp(), options_from_parameters(node | {"verify": False},
+                                                                              **extra)).metrics()
+    finer = plan(robot, _tiny_ramp(), options_from_parameters(node | {"verify_dt": 0.0025}, **extra))
+    assert finer.metrics()["verify"]["steps"] == 80
+
+
+def test_plan_cancelled_before_any_result_raises(tiny):
+    robot, options = tiny
+    polled: list = []
+
+    def cancelled() -> bool:
+        polled.append(True)
+        return True
+
+    with pytest.raises(PlanCancelled, match="cancelled during targets") as info:
+        plan(robot, _tiny_ramp(), options, PlanProgress(cancelled=cancelled))
+    assert info.value.stage == "targets" and len(polled) == 1
+
+
+def test_plan_cancelled_during_in_process_training(tiny, tmp_path):
+    """Training takes minutes to hours on a real robot: the cancel is polled per training step, the steps name the
+    stage, and no half-trained model is cached."""
+    robot, options = tiny
+    steps: list = []
+    with pytest.raises(PlanCancelled) as info:
+        plan(robot, _tiny_ramp(), _training(options),
+             PlanProgress(steps=lambda *a: steps.append(a), cancelled=lambda: True))
+    assert info.value.stage == TRAINING_STAGE and [s[0] for s in steps] == [TRAINING_STAGE]
+    assert not list((tmp_path / "cache").rglob("*.pkl"))
+
+
+def test_plan_budget_runs_out_during_in_process_training(tiny, tmp_path):
+    robot, options = tiny
+    with pytest.raises(TimeBudgetError, match="while training the reduced model") as info:
+        plan(robot, _tiny_ramp(), _training(options, time_budget=1e-6))
+    assert info.value.stage == "training" and not list((tmp_path / "cache").rglob("*.pkl"))
+
+
+def test_the_budget_starts_after_the_warm_up(tiny):
+    """A budgeted plan first plans a short excerpt for one iteration (numba compiles there, reported as
+    `compiling kernels`), then starts its clock: a warm-up longer than the whole budget leaves it intact."""
+    robot, options = tiny
+    options = replace(options, verify_dt=0.001)
+    stages: list[str] = []
+    slept: list[float] = []
+
+    def steps(stage: str, k: int, n: int) -> None:
+        stages.append(stage)
+        if stage == WARM_UP_STAGE and not slept:
+            time.sleep(2.5)  # a cold numba cache: longer than the budget below
+            slept.append(2.5)
+
+    result = plan(robot, _tiny_ramp(), replace(options, time_budget=2.0), PlanProgress(steps=steps))
+    warm = [i for i, s in enumerate(stages) if s == WARM_UP_STAGE]
+    assert warm[0] == 0 and slept and len(warm) > 1  # the warm-up's own stages are reported as its stage
+    assert "targets" in stages[warm[-1]:] and "verify" in result.metrics()
+    names, times, positions = result.trajectory()
+    assert len(positions) > 10
+    stages.clear()
+    plan(robot, _tiny_ramp(), options, PlanProgress(steps=steps))  # no budget: no warm-up
+    assert WARM_UP_STAGE not in stages
+
+
+def test_a_cancel_during_the_warm_up_ends_the_plan(tiny):
+    robot, options = tiny
+    with pytest.raises(PlanCancelled, match="cancelled during compiling kernels"):
+        plan(robot, _tiny_ramp(), replace(options, time_budget=60.0),
+             PlanProgress(cancelled=lambda: True, cancel_poll_s=0.0))
