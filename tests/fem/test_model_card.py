@@ -123,3 +123,14 @@ def test_a_mesh_file_part_is_not_calibrated_and_has_no_reference(tmp_path):
     assert "no reference" in card.format()
     check_fidelity(card)  # nothing to judge
     assert json.loads(card.to_json())["parts"][0]["passed"] is None
+
+
+@pytest.mark.parametrize("robot", ["single_rod", "two_rods", "dancer", "bartender", "rapper", "drummer", "boxer",
+                                   "fit_rig"])
+@pytest.mark.parametrize("mesh_scale", [1.0, 0.25])
+def test_every_robot_is_within_the_gate_at_its_default_and_the_demos_mesh(robot, mesh_scale):
+    card = model_card(load_robot(library.resolve_robot(robot), mesh_scale=mesh_scale))
+    check_fidelity(card)
+    assert card.passed and not card.unchecked
+    for part in card.parts:
+        assert 0.9 < part.stiffness_factor < 1.01  # a mesh at most 5 % too stiff in frequency
