@@ -1,0 +1,225 @@
+"""The package's import structure, read from the source with :mod:`ast` (nothing is imported):
+
+- the core imports no ROS: no module outside ``retarget.ros`` imports rclpy or a ROS interface package when it is
+  imported (its module-level imports, followed through the ``retarget`` modules they import), and only the listed
+  modules import one at all (inside functions);
+- the core layers model → fem → sim → optimize → (ros, cli) import only downwards at module level.
+
+Each rule lists today's exceptions explicitly, with the reason, so that it passes now and fails on any new one.
+"""
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+#: Top-level packages of ROS itself: the client library, bag and launch tooling. Interface packages (``*_msgs``,
+#: ``*_srvs``, ``*_interfaces`` such as ``retarget_interfaces``) are recognised by their suffix.
+ROS_PACKAGES = frozenset({"rclpy", "rosbag2_py", "rosidl_runtime_py", "launch", "launch_ros", "message_filters",
+                          "tf2_ros"})
+
+#: Modules outside ``retarget.ros`` that import ROS inside functions (never at import time), and what they import.
+#: Both belong in ``retarget.ros``; each is named by files outside the core (README, docs, Makefile, tests).
+KNOWN_ROS_IMPORTERS: dict[str, frozenset[str]] = {
+    # `python -m retarget.demo` (make demo) is a Retarget action client over the bring-up: to move to
+    # retarget.ros.demo together with the README's, docs/ros.md's and the Makefile's command.
+    "retarget.demo": frozenset({"retarget_interfaces"}),
+    # JointTrajectory messages <-> Motion, used by retarget.ros.player and the demo: to move beside
+    # retarget.ros.conversions (with tests/motion/test_ros_convert.py).
+    "retarget.motion.ros_convert": frozenset({"builtin_interfaces", "trajectory_msgs"}),
+}
+
+#: The core layers, lowest first: a module may import (at module level) its own layer and those below.
+LAYERS: dict[str, int] = {"model": 0, "fem": 1, "sim": 2, "optimize": 3, "ros": 4, "cli": 4}
+
+#: Module-level imports of a higher layer that exist today: (importer, imported module) → why.
+KNOWN_UPWARD_IMPORTS: dict[tuple[str, str], str] = {
+    ("retarget.sim.reduced.engine", "retarget.optimize.engines"):
+        "the compiled reduced engine implements the optimizer's Engine adapter (EngineState, SystemEngine), "
+        "which lives in retarget.optimize.engines",
+}
+
+
+def is_ros(module: str) -> bool:
+    """Whether ``module`` belongs to ROS: a :data:`ROS_PACKAGES` package or an interface package."""
+    top = module.split(".")[0]
+    return top in ROS_PACKAGES or top.endswith(("_msgs", "_srvs", "_interfaces"))
+
+
+def modules(src: Path = SRC) -> dict[str, Path]:
+    """Every module of ``src/retarget`` by dotted name (a package by its own name)."""
+    out = {}
+    for path in sorted((src / "retarget").rglob("*.py")):
+        parts = list(path.relative_to(src).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _module_level(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The import statements run when the module is imported: top level, also inside top-level ``if`` and ``try``
+    blocks, except under ``if TYPE_CHECKING:``."""
+    pending: list[ast.stmt] = list(tree.body)
+    while pending:
+        node = pending.pop(0)
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif isinstance(node, ast.If):
+            pending.extend(node.orelse if _is_type_checking(node.test) else [*node.body, *node.orelse])
+        elif isinstance(node, ast.Try):
+            pending.extend([*node.body, *node.orelse, *node.finalbody, *(s for h in node.handlers for s in h.body)])
+
+
+def _imported(node: ast.Import | ast.ImportFrom, module: str, path: Path) -> list[str]:
+    """The modules an import statement names, relative imports resolved (``from a import b``: ``a`` and, when it is
+    a module, ``a.b``; callers look names up in :func:`modules`)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if node.level:
+        package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        base = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
+    else:
+        base = node.module or ""
+    return [base, *(f"{base}.{alias.name}" for alias in node.names)]
+
+
+def imports(module: str, path: Path, module_level: bool) -> set[str]:
+    """The modules ``module`` imports: at module level only, or anywhere in it."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    nodes = _module_level(tree) if module_level else (n for n in ast.walk(tree)
+                                                        if isinstance(n, (ast.Import, ast.ImportFrom)))
+    return {name for node in nodes for name in _imported(node, module, path)}
+
+
+def ros_at_import_time(src: Path = SRC) -> dict[str, set[str]]:
+    """Per module outside ``retarget.ros``: the ROS packages importing it imports, following the ``retarget``
+    modules it imports at module level (and theirs)."""
+    found = modules(src)
+    direct = {name: imports(name, path, module_level=True) for name, path in found.items()}
+    out: dict[str, set[str]] = {}
+    for name in found:
+        if name == "retarget.ros" or name.startswith("retarget.ros."):
+            continue
+        seen, pending, ros = {name}, [name], set()
+        while pending:
+            for target in direct[pending.pop()]:
+                if is_ros(target):
+                    ros.add(target.split(".")[0])
+                elif target in found:
+                    # Importing a.b.c runs a and a.b first.
+                    parts = target.split(".")
+                    for k in range(1, len(parts) + 1):
+                        step = ".".join(parts[:k])
+                        if step in found and step not in seen:
+                            seen.add(step)
+                            pending.append(step)
+        if ros:
+            out[name] = ros
+    return out
+
+
+def ros_importers(src: Path = SRC) -> dict[str, set[str]]:
+    """Per module outside ``retarget.ros``: the ROS packages it imports anywhere (inside functions too)."""
+    out: dict[str, set[str]] = {}
+    for name, path in modules(src).items():
+        if name == "retarget.ros" or name.startswith("retarget.ros."):
+            continue
+        ros = {target.split(".")[0] for target in imports(name, path, module_level=False) if is_ros(target)}
+        if ros:
+            out[name] = ros
+    return out
+
+
+def layer(module: str) -> int | None:
+    """The core layer of a ``retarget`` module (:data:`LAYERS`), None outside the core."""
+    parts = module.split(".")
+    return LAYERS.get(parts[1]) if len(parts) > 1 and parts[0] == "retarget" else None
+
+
+def upward_imports(src: Path = SRC) -> set[tuple[str, str]]:
+    """(importer, imported module) for every module-level import of a higher core layer (``from a import b``
+    counts as importing ``a.b`` when that is a module, else ``a``)."""
+    found = modules(src)
+    out = set()
+    for name, path in found.items():
+        own = layer(name)
+        if own is None:
+            continue
+        named = {t if t in found else t.rsplit(".", 1)[0] for t in imports(name, path, module_level=True)}
+        named = {t for t in named if t in found and not any(o.startswith(t + ".") for o in named)}
+        out |= {(name, t) for t in named if (layer(t) or 0) > own}
+    return out
+
+
+def test_no_module_outside_ros_imports_ros_at_import_time():
+    found = ros_at_import_time()
+    direct = sorted(name for name, path in modules().items() if name in found
+                    and any(is_ros(t) for t in imports(name, path, module_level=True)))
+    assert found == {}, (f"{len(found)} modules outside retarget.ros import ROS when imported, through {direct}: "
+                         "import it inside the function that needs it, or move that code into retarget.ros")
+
+
+def test_only_the_known_modules_outside_ros_import_ros_at_all():
+    found = ros_importers()
+    new = {name: ros for name, ros in found.items() if not ros <= KNOWN_ROS_IMPORTERS.get(name, frozenset())}
+    assert new == {}, f"ROS imported outside retarget.ros: {new}; move that code into retarget.ros"
+    gone = set(KNOWN_ROS_IMPORTERS) - set(found)
+    assert not gone, f"{gone} no longer import ROS: remove them from KNOWN_ROS_IMPORTERS"
+
+
+def test_core_layers_import_only_downwards():
+    found = upward_imports()
+    new = found - set(KNOWN_UPWARD_IMPORTS)
+    assert new == set(), f"upward imports between the core layers {list(LAYERS)}: {sorted(new)}"
+    gone = set(KNOWN_UPWARD_IMPORTS) - found
+    assert not gone, f"{gone} are gone: remove them from KNOWN_UPWARD_IMPORTS"
+
+
+def _package(root: Path, files: dict[str, str]) -> Path:
+    """A ``src`` folder with the given ``retarget`` files (relative path → source)."""
+    for relative, text in files.items():
+        path = root / "src" / "retarget" / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root / "src"
+
+
+def test_the_checks_see_direct_transitive_lazy_and_relative_imports(tmp_path):
+    """The readers on a small package: a ROS import at module level, one reached through another module, one inside
+    a function, one under TYPE_CHECKING (not run), and a relative upward import."""
+    src = _package(tmp_path, {
+        "__init__.py": "",
+        "model/__init__.py": "",
+        "model/robot.py": "from ..sim import system\n",
+        "sim/__init__.py": "",
+        "sim/system.py": "import numpy\ntry:\n    import rclpy.node\nexcept ImportError:\n    pass\n",
+        "fem/__init__.py": "",
+        "fem/mesh.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from retarget.optimize import x\n"
+                       "def f():\n    from sensor_msgs.msg import JointState\n",
+        "optimize/__init__.py": "",
+        "optimize/x.py": "from retarget.model import robot\n",
+        "ros/__init__.py": "",
+        "ros/node.py": "import rclpy\n",
+    })
+    assert ros_at_import_time(src) == {"retarget.sim.system": {"rclpy"}, "retarget.model.robot": {"rclpy"},
+                                       "retarget.optimize.x": {"rclpy"}}
+    assert ros_importers(src) == {"retarget.sim.system": {"rclpy"}, "retarget.fem.mesh": {"sensor_msgs"}}
+    assert upward_imports(src) == {("retarget.model.robot", "retarget.sim.system")}
+
+
+@pytest.mark.parametrize(("module", "expected"), [("rclpy.action", True), ("trajectory_msgs.msg", True),
+                                                  ("retarget_interfaces.action", True), ("rosbag2_py", True),
+                                                  ("numpy", False), ("rosbags.rosbag2", False),
+                                                  ("retarget.ros.player", False)])
+def test_what_counts_as_ros(module, expected):
+    assert is_ros(module) == expected
