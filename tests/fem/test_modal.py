@@ -14,11 +14,13 @@ import pytest
 from retarget.errors import InputError
 from retarget.fem import TetMesh, bar_mesh, get_material, rod_mesh
 from retarget.fem.modal import (
+    PACKAGED_REFERENCES,
     Clamp,
     bending_frequencies,
     cards_dir,
     euler_bernoulli_bending,
     reference_frequencies,
+    reference_key,
     richardson,
     root_interface,
 )
@@ -157,3 +159,16 @@ def test_rod_reference_is_close_to_euler_bernoulli(tmp_path, monkeypatch):
         assert ref.frequencies.frequencies[plane][0] == pytest.approx(eb.frequencies[plane][0], rel=0.005)
         assert ref.frequencies.frequencies[plane][1] == pytest.approx(eb.frequencies[plane][1], rel=0.01)
     assert not Path(tmp_path / "cards").exists()
+
+
+def test_packaged_references_are_current():
+    # The shipped table (the library robots' parts) equals a recomputation: the drummer's 0.1 m x 4 mm forearm.
+    table = json.loads(PACKAGED_REFERENCES.read_text())
+    gen = MeshGenerator("rod", 0.1, diameter=0.004)
+    stored = table[reference_key(gen, STEEL, Clamp(0.0))]["levels"]
+    fresh = reference_frequencies(gen, STEEL, Clamp(0.0), use_cache=False).levels
+    speed = math.sqrt(STEEL.youngs_modulus / STEEL.density)
+    for a, b in zip(stored, fresh):
+        assert a["resolution"] == b["resolution"] and a["n_dofs"] == b["n_dofs"]
+        for plane in ("x", "y"):
+            assert np.allclose(np.array(a["frequencies"][plane]) * speed, b["frequencies"][plane], rtol=1e-9)

@@ -51,6 +51,7 @@ __all__ = [
     "euler_bernoulli_bending",
     "mesh_frequencies",
     "reference_frequencies",
+    "reference_key",
     "reference_resolutions",
     "richardson",
     "root_interface",
@@ -464,6 +465,15 @@ def _generate(kind: str, length: float, diameter: float, width: float, thickness
     return maker(length, width, thickness, res["axial"], res["width"], res["thickness"])
 
 
+def reference_key(generator: Any, material: Material, clamp: Clamp) -> str:
+    """The cache key of a part's reference: its generator and dimensions, ν, the clamp, :data:`GENERATOR_VERSION`."""
+    g = generator
+    return "reference-" + _digest(
+        [g.kind, round(g.length, 12), round(g.diameter, 12), round(g.width, 12), round(g.thickness, 12)],
+        [material.poisson_ratio, clamp.key(), GENERATOR_VERSION],
+    )
+
+
 def reference_frequencies(generator: Any, material: Material, clamp: Clamp, use_cache: bool = True) -> Reference:
     """Mesh-converged bending frequencies of a generated part: three refined meshes, Richardson per mode.
 
@@ -478,10 +488,7 @@ def reference_frequencies(generator: Any, material: Material, clamp: Clamp, use_
         The extrapolated frequencies [Hz] per plane, the levels and the observed orders.
     """
     g = generator
-    key = "reference-" + _digest(
-        [g.kind, round(g.length, 12), round(g.diameter, 12), round(g.width, 12), round(g.thickness, 12)],
-        [material.poisson_ratio, clamp.key(), GENERATOR_VERSION],
-    )
+    key = reference_key(generator, material, clamp)
     speed = _wave_speed(material)
     cached = _read_cache(key) if use_cache else None
     if cached is None:
