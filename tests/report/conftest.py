@@ -14,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "optimize"))
 
-import tiny_robot  # noqa: E402  (the optimizer tests' tiny robot)
+import tiny_robot
 
 DURATION_S = 0.6
 

@@ -19,7 +19,8 @@ def bag(tiny_report):
     with open(path, "rb") as fh:
         reader = make_reader(fh, decoder_factories=[DecoderFactory()])
         summary = reader.get_summary()
-        messages = [(channel.topic, message.log_time, ros) for _, channel, message, ros in reader.iter_decoded_messages()]
+        messages = [(channel.topic, message.log_time, ros)
+                    for _, channel, message, ros in reader.iter_decoded_messages()]
     return summary, messages
 
 
@@ -55,7 +56,8 @@ def test_decoded_contents(bag, tiny_report):
     static = next(m for topic, _, m in messages if topic == "/tf_static")
     assert [t.child_frame_id for t in static.transforms] == list(animation.variants)
     lines = next(m for topic, _, m in messages if topic == "/robot/flexible_parts")
-    assert len(lines.markers) == 3 and all(len(mk.points) == CENTRE_LINE_POINTS and mk.type == 4 for mk in lines.markers)
+    assert len(lines.markers) == 3
+    assert all(len(mk.points) == CENTRE_LINE_POINTS and mk.type == 4 for mk in lines.markers)
     assert lines.markers[0].scale.x == pytest.approx(0.004)
     visuals = next(m for topic, _, m in messages if topic == "/robot/visuals")
     assert all(mk.frame_locked for mk in visuals.markers)

@@ -30,7 +30,7 @@ def _screenshot(browser: str, page: Path, out: Path, after_ms: int, size: tuple[
     cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--use-angle=swiftshader",
            "--enable-unsafe-swiftshader", "--hide-scrollbars", f"--window-size={size[0]},{size[1]}",
            f"--virtual-time-budget={after_ms}", f"--screenshot={out}", page.resolve().as_uri()]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    run = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=120)
     assert out.is_file(), f"chromium wrote no screenshot (exit {run.returncode}): {run.stderr[-2000:]}"
     return np.asarray(Image.open(out).convert("RGB"), dtype=int)
 

@@ -34,7 +34,7 @@ from numpy.typing import NDArray
 
 from retarget.errors import InputError, NotAvailableError
 
-__all__ = ["ANIMATION_FILE", "CENTRE_LINE_POINTS", "DEFAULT_VARIANTS", "LinkVisuals", "PlanAnimation",
+__all__ = ["ANIMATION_FILE", "CENTRE_LINE_POINTS", "DEFAULT_VARIANTS", "LinkVisuals", "PlanAnimation", "UrdfLinks",
            "build_plan_animation", "link_visuals", "load_animation", "rotation_to_quaternion"]
 
 #: File name of the animation in a report folder.
@@ -214,14 +214,23 @@ def rotation_to_quaternion(rot: NDArray[np.float64]) -> NDArray[np.float64]:
 # --- the robot's links and visuals --------------------------------------------------------------------------------
 
 @dataclass(frozen=True, eq=False)
-class _UrdfLinks:
+class UrdfLinks:
+    """The URDF links the animation places.
+
+    Attributes:
+        names: link names (n_l).
+        reference: their poses at zero joint values in the root frame (n_l, 4, 4) [m].
+        body: the simulated rigid body each is welded to (None: the root, fixed).
+        visuals: their visual primitives.
+    """
+
     names: tuple[str, ...]
-    reference: NDArray[np.float64]  # (n_l, 4, 4) link poses at zero joint values, root frame
-    body: tuple[str | None, ...]  # the simulated rigid body each link is welded to (None: the root, fixed)
+    reference: NDArray[np.float64]
+    body: tuple[str | None, ...]
     visuals: LinkVisuals
 
 
-def link_visuals(robot: str | Path, bodies: Sequence[str], replaced: Sequence[str] = ()) -> _UrdfLinks:
+def link_visuals(robot: str | Path, bodies: Sequence[str], replaced: Sequence[str] = ()) -> UrdfLinks:
     """The URDF links that can be placed from the simulation, their reference poses, bodies and visuals.
 
     A link is placed when fixed joints weld it to one of ``bodies`` (itself included) or to the root; links that
@@ -287,7 +296,7 @@ def link_visuals(robot: str | Path, bodies: Sequence[str], replaced: Sequence[st
                           np.array(v_size, dtype=float).reshape(-1, 3),
                           np.array(v_origin, dtype=float).reshape(-1, 4, 4),
                           np.array(v_rgba, dtype=float).reshape(-1, 4))
-    return _UrdfLinks(tuple(names), np.array(poses).reshape(-1, 4, 4), tuple(owners), visuals)
+    return UrdfLinks(tuple(names), np.array(poses).reshape(-1, 4, 4), tuple(owners), visuals)
 
 
 # --- flexible parts' centre lines -------------------------------------------------------------------------------
@@ -379,7 +388,7 @@ def build_plan_animation(result: Any, robot: str | Path, variants: Sequence[str]
     if not names:
         raise InputError(f"the plan has none of the variants {list(variants)} (it has {list(result.variants)})")
     times = np.asarray(pp.targets.times, dtype=float)
-    stride = max(1, int(round(1.0 / (fps * float(pp.problem.dt)))))
+    stride = max(1, round(1.0 / (fps * float(pp.problem.dt))))
     frames = np.arange(0, len(times), stride)
     if frames[-1] != len(times) - 1:
         frames = np.append(frames, len(times) - 1)
@@ -449,7 +458,7 @@ def _rigid_poses(states: NDArray[np.float64], n_rigid: int, rotation_matrix: Cal
     return u[..., :3], rotation_matrix(u[..., 3:])
 
 
-def _link_poses(urdf: _UrdfLinks, body_index: NDArray[np.int64], com0: NDArray[np.float64],
+def _link_poses(urdf: UrdfLinks, body_index: NDArray[np.int64], com0: NDArray[np.float64],
                 centres: NDArray[np.float64], rotations: NDArray[np.float64]
                 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Link origins (n_f, n_l, 3) [m] and orientations (n_f, n_l, 3, 3) from body poses (module docstring)."""

@@ -42,9 +42,10 @@ def _view(args: argparse.Namespace) -> int:
         if not webbrowser.open(page.resolve().as_uri()):
             print(f"no browser to open here; open {page.resolve()} in one", file=sys.stderr)
     if args.json:
-        print(json.dumps({"folder": str(folder), "files": [str(p) for p in written], "variants": list(animation.variants),
-                          "frames": len(animation.times), "duration_s": animation.duration,
-                          "timings_s": options.timings, "wall_s": time.perf_counter() - started}))
+        print(json.dumps({"folder": str(folder), "files": [str(p) for p in written],
+                          "variants": list(animation.variants), "frames": len(animation.times),
+                          "duration_s": animation.duration, "timings_s": options.timings,
+                          "wall_s": time.perf_counter() - started}))
     return 0
 
 

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from retarget.errors import RetargetError
-from retarget.report.animation import PlanAnimation
+from retarget.report.animation import PlanAnimation, rotation_to_quaternion
 
 __all__ = ["TOPIC_TYPES", "panel_offsets", "write_mcap"]
 
@@ -94,8 +94,6 @@ class _Messages:
                frame_locked: bool = False) -> Any:
         t = self.t
         matrix = np.eye(4) if matrix is None else matrix
-        from retarget.report.animation import rotation_to_quaternion
-
         q = rotation_to_quaternion(matrix[:3, :3])
         pose = t["geometry_msgs/msg/Pose"](position=self.point(matrix[:3, 3]),
                                            orientation=t["geometry_msgs/msg/Quaternion"](

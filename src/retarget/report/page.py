@@ -53,7 +53,7 @@ def page_html(animation: PlanAnimation, fps: float = 25.0) -> str:
         fps: at most this many frames per second are embedded.
     """
     frame_dt = float(np.median(np.diff(animation.times))) if len(animation.times) > 1 else 1.0
-    stride = max(1, int(math.ceil(1.0 / (fps * frame_dt) - 1e-9)))
+    stride = max(1, math.ceil(1.0 / (fps * frame_dt) - 1e-9))
     keep = np.arange(0, len(animation.times), stride)
     vis = animation.visuals
     low, high = animation.bounds()

@@ -37,7 +37,7 @@ _SUPERSAMPLE = 2
 
 def video_frame_times(duration: float, fps: float) -> NDArray[np.float64]:
     """Times ``k / fps`` [s] of the frames of a ``duration`` s video (k = 0 … floor(duration·fps))."""
-    return np.arange(int(math.floor(duration * fps + 1e-9)) + 1) / fps
+    return np.arange(math.floor(duration * fps + 1e-9) + 1) / fps
 
 
 @dataclass(frozen=True, eq=False)
@@ -143,7 +143,7 @@ def _draw_run(draw: Any, ghost_draw: Any, camera: _Camera, faces: list[_Faces], 
             items.append((float(d), 0, p, tuple(c)))
     for p in range(len(animation.parts)):
         pix, depth = camera.project(animation.part_lines[v, f, p].astype(float))
-        width = max(2, int(round(2 * float(animation.part_radii[p]) * camera.scale)))
+        width = max(2, round(2 * float(animation.part_radii[p]) * camera.scale))
         for c in range(len(pix) - 1):
             items.append((float(0.5 * (depth[c] + depth[c + 1])), width, pix[c : c + 2], _FLEX_RGB))
     items.sort(key=lambda item: -item[0])
@@ -179,8 +179,8 @@ def render_frames(animation: PlanAnimation, fps: float = 25.0, panel_width: int 
     from retarget.report.page import CAMERA_DIRECTION
 
     n_v = len(animation.variants)
-    panel_w = 16 * max(4, int(round(panel_width / 16)))
-    panel_h = 16 * max(4, int(round(0.9 * panel_width / 16)))
+    panel_w = 16 * max(4, round(panel_width / 16))
+    panel_h = 16 * max(4, round(0.9 * panel_width / 16))
     big_w, big_h = panel_w * _SUPERSAMPLE, panel_h * _SUPERSAMPLE
     low, high = animation.bounds()
     camera = _Camera(CAMERA_DIRECTION, low, high, big_w, big_h)
@@ -247,7 +247,7 @@ def write_video(animation: PlanAnimation, path: str | Path, fps: float = 25.0, p
             if abs(duration_ms / 10 - round(duration_ms / 10)) > 1e-9:
                 raise InputError(f"a GIF's frame durations are whole 10 ms: {fps} frames/s does not divide 100")
             images = [frame.quantize(colors=64, method=2, dither=0) for frame in frames]
-            images[0].save(tmp, save_all=True, append_images=images[1:], duration=int(round(duration_ms)), loop=0,
+            images[0].save(tmp, save_all=True, append_images=images[1:], duration=round(duration_ms), loop=0,
                            optimize=True, disposal=1)
         else:
             import imageio_ffmpeg

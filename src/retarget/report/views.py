@@ -21,8 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from retarget.report.animation import ANIMATION_FILE, DEFAULT_VARIANTS, PlanAnimation, build_plan_animation, \
-    load_animation
+from retarget.report.animation import (
+    ANIMATION_FILE,
+    DEFAULT_VARIANTS,
+    PlanAnimation,
+    build_plan_animation,
+    load_animation,
+)
 
 __all__ = ["MCAP_FILE", "PAGE_FILE", "VIDEO_FILE", "ViewOptions", "write_plan_views", "write_views"]
 
@@ -129,7 +134,3 @@ def write_plan_views(result: Any, robot: str | Path, folder: str | Path, options
     print(f"animation: {', '.join(animation.variants)}, {len(animation.times)} frames ({spent})", file=sys.stderr)
     return files
 
-
-def rebuild_views(folder: str | Path, options: ViewOptions | None = None) -> list[Path]:
-    """Redraw the views of a report folder from its ``animation.npz``."""
-    return write_views(load_animation(Path(folder) / ANIMATION_FILE), folder, options)
