@@ -111,3 +111,14 @@ def test_full_verification_reproduces_the_naive_run_of_the_training_model(rod_sy
     stiff = verify_full(result, rod_on_motor(), 0.002, stiffness=1.5, variants=("naive",))
     assert stiff["stiffness_factor"] == 1.5
     assert stiff["naive"]["peak_deviation_m"] != pytest.approx(out["naive"]["peak_deviation_m"], rel=1e-6)
+
+
+def test_commanded_stop_time_is_when_the_motors_settle():
+    from retarget.optimize.verification import commanded_stop_time
+
+    t = np.linspace(0.0, 2.0, 201)
+    ramp = np.clip(t - 0.5, 0.0, 0.5)[:, None]  # moves 0.5 s -> 1.0 s, then holds
+    assert commanded_stop_time(t, ramp) == pytest.approx(1.0, abs=0.011)
+    tiny = ramp + 1e-4 * np.sin(20 * t)[:, None]  # hundredths of a degree of correction until the end
+    assert commanded_stop_time(t, tiny) == pytest.approx(1.0, abs=0.011)
+    assert commanded_stop_time(t, np.zeros((201, 2))) == 0.0

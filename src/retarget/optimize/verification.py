@@ -38,7 +38,8 @@ from retarget.optimize.parallel import default_workers, fork_pool, run_shared
 if TYPE_CHECKING:  # pragma: no cover
     from retarget.optimize.variants import PlanResult
 
-__all__ = ["MEANINGFUL_CUT", "VERIFIED_VARIANTS", "check_plan", "full_verification_cost", "gate_model",
+__all__ = ["MEANINGFUL_CUT", "VERIFIED_VARIANTS", "check_plan", "commanded_stop_time", "full_verification_cost",
+           "gate_model",
            "scaled_stiffness_model", "stiffness_band", "trajectory_metrics", "variant_motors", "verify_full",
            "verify_metrics", "verify_plan"]
 
@@ -63,7 +64,8 @@ def trajectory_metrics(times: NDArray[np.float64], positions: NDArray[np.float64
         positions: tracked centres of mass [m] (n, k, 3).
         torques: motor torques [N m] (n, n_motors).
         target_times, target_positions: the planner's quasi-static targets [s], [m] (n_t,), (n_t, k, 3).
-        stop_time: when the input stops moving [s]: the ring-out is measured after it.
+        stop_time: when the run's commanded motion stops moving [s] (:func:`commanded_stop_time`): the ring-out is
+            measured after it.
         limits: motor limits (stall torques).
 
     Returns:
@@ -82,6 +84,16 @@ def trajectory_metrics(times: NDArray[np.float64], positions: NDArray[np.float64
     out["ring_out_peak_m"] = float(dist[after].max()) if after.any() else 0.0
     out["peak_torque_ratio"] = float(max(torque_report(t, np.asarray(torques)[keep], limits).ratio))
     return out
+
+
+def commanded_stop_time(times: NDArray[np.float64], angles: NDArray[np.float64], tolerance: float = 1e-3) -> float:
+    """When a variant's commanded motors have settled [s]: from then on every motor stays within ``tolerance``
+    [rad] of its final angle. The ring-out starts there: a shaped or optimized motion may end later than the input
+    (its lag is not ringing), and an optimized one may keep correcting by hundredths of a degree until the end."""
+    t = np.asarray(times, dtype=float)
+    a = np.asarray(angles, dtype=float).reshape(len(t), -1)
+    away = np.flatnonzero(np.any(np.abs(a - a[-1]) > tolerance, axis=1))
+    return float(t[min(away[-1] + 1, len(t) - 1)]) if away.size else float(t[0])
 
 
 def scaled_stiffness_model(model: Any, factor: float) -> Any:
@@ -121,7 +133,6 @@ def verify_full(result: PlanResult, model: Any, dt: float, stiffness: float = 1.
         (:func:`trajectory_metrics`), ``peak_ratio`` and ``rms_ratio`` (optimized over naive), ``zvd_rms_ratio``
         (optimized over ZVD, when there is one) and ``wall_s``.
     """
-    from retarget.optimize.variants import motion_stop_time
     from retarget.sim.system import build_system
 
     started = time.perf_counter()
@@ -131,13 +142,13 @@ def verify_full(result: PlanResult, model: Any, dt: float, stiffness: float = 1.
     from retarget.optimize.engines import motor_rows
 
     rows = motor_rows(system.constraints, system.lambda_offsets, len(system.motors))
-    stop = motion_stop_time(pp.motion)
     duration = float(pp.targets.times[-1])
     out: dict[str, Any] = {"model": "full FEM", "deformable_dofs": int(system.n_deformable_dofs), "dt_s": float(dt),
                            "stiffness_factor": float(stiffness)}
     names = [name for name in variants if name in result.variants]
-    runs = {name: (variant_motors(pp.targets.times, result.variants[name].angles), duration, dt) for name in names}
-    shared = (system, links, rows, runs, pp.targets.times, pp.targets.positions, stop, pp.limits)
+    runs = {name: (variant_motors(pp.targets.times, result.variants[name].angles), duration, dt,
+                   commanded_stop_time(pp.targets.times, result.variants[name].angles)) for name in names}
+    shared = (system, links, rows, runs, pp.targets.times, pp.targets.positions, pp.limits)
     with fork_pool(shared, min(len(names) - 1, default_workers() if workers is None else workers)) as pool:
         futures = {} if pool is None else {n: pool[0].submit(run_shared, pool[1], partial(_full_run, name=n))
                                            for n in names[1:]}
@@ -156,8 +167,8 @@ def _full_run(shared: Any, name: str, progress: Callable[[int, int], None] | Non
     """One variant in the full FEM (in a worker or here): its :func:`trajectory_metrics`."""
     from retarget.sim.simulate import simulate
 
-    system, links, rows, runs, target_times, target_positions, stop, limits = shared
-    motors, duration, dt = runs[name]
+    system, links, rows, runs, target_times, target_positions, limits = shared
+    motors, duration, dt, stop = runs[name]
     run = simulate(system, motors, duration, dt, progress=progress)
     positions = np.stack([run.body_position(link) for link in links], axis=1)
     return trajectory_metrics(run.time, positions, run.constraint_forces[:, rows], target_times, target_positions,
@@ -178,11 +189,8 @@ def stiffness_band(result: PlanResult, factors: Sequence[float], engine_factory:
         One entry per factor (key ``"x0.9"`` …): metrics per variant, ``peak_ratio``, ``rms_ratio`` and
         ``zvd_rms_ratio``; plus ``worst_peak_ratio`` (the largest optimized/naive peak ratio over the band).
     """
-    from retarget.optimize.variants import motion_stop_time
-
     pp = result.pp
     prob = pp.problem
-    stop = motion_stop_time(pp.motion)
     out: dict[str, Any] = {}
     for factor in factors:
         engine = engine_factory(float(factor))
@@ -193,6 +201,7 @@ def stiffness_band(result: PlanResult, factors: Sequence[float], engine_factory:
                 continue
             motors = variant_motors(pp.targets.times, result.variants[name].angles)
             run = rollout(engine, start, motors, prob.dt, prob.n_steps)
+            stop = commanded_stop_time(pp.targets.times, result.variants[name].angles)
             entry[name] = trajectory_metrics(run.times, prob.poses.positions(run.matrix),
                                              run.matrix[:, engine.motor_torque_index], pp.targets.times,
                                              pp.targets.positions, stop, pp.limits)
