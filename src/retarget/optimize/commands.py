@@ -118,7 +118,8 @@ def _model_args(p: argparse.ArgumentParser) -> None:
                    "the planner node; `retarget plan` re-simulates the result at a finer step, --verify-dt)")
     p.add_argument("--mesh-axial", type=int, default=20, help="rod mesh layers of the training mesh (default 20)")
     p.add_argument("--mesh-around", type=int, default=6, help="rod mesh corner nodes around (default 6)")
-    p.add_argument("--dt-train", type=float, default=1e-3, help="step of the full training simulation [s]")
+    p.add_argument("--dt-train", type=float, default=2e-3, help="step of the full training simulation [s] (default "
+                   "0.002)")
     p.add_argument("--reduced", default=None, metavar="FILE", help="reduced model to use: a `retarget reduce` "
                    "artifact (.npz, from `retarget reduce` or cached by `retarget plan`; its own mesh: the --mesh-* options are ignored)")
     p.add_argument("--allow-unverified-model", action="store_true", help="plan even when a flexible part's "

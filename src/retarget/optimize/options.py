@@ -130,7 +130,7 @@ class PlanOptions:
     verify_full_max_s: float = 600.0
     verify_full_band: tuple[float, ...] = ()
     modes: int = 8
-    dt_train: float = 1e-3
+    dt_train: float = 2e-3
     mesh_axial: int | None = 20
     mesh_around: int | None = 6
     reduced_file: str | None = None
