@@ -1,0 +1,91 @@
+"""Benchmark of the paper's seven examples, each planned with its default settings through :func:`retarget.optimize.plan`.
+
+Each example is a robot and its motion; its settings are the robot's planner-node parameters
+(``config/<robot>.params.yaml``: windows, time budget, steps) over :class:`~retarget.optimize.PlanOptions`' defaults,
+as the ROS planner node plans it. single_rod and two_rods train their reduced model in-process (counted in
+``planning_wall_s`` and reported as ``model_wall_s``); the characters plan on a reduced-model artifact in the model
+folders (``$RETARGET_MODELS``, ``~/.cache/retarget/models``, ``.cache-models/``), built once by::
+
+    retarget reduce ROBOT --train-motion ROBOT/MOTION --mesh-scale 0.25 --out .cache-models/ROBOT-MOTION.npz
+
+(an example without one prints ``"error"`` with that command). Prints the thread settings, then one JSON line per
+example with at least ``example``, ``verified_peak_ratio`` (optimized over naive peak in the full FEM; null where
+the full FEM is beyond the verification's budget), ``planning_peak_ratio``, ``optimized_peak_torque_ratio``,
+``iterations``, ``planning_wall_s``, the naive/ZVD/optimized deviations and the thread settings; each line is also
+written to ``bench/results/example-<robot>.json`` (overwritten: git keeps the old ones).
+
+    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 .venv/bin/python bench/bench_examples.py [NAME ...]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+#: (robot, motion) of the paper's examples (Table 1), in the paper's order.
+EXAMPLES: tuple[tuple[str, str], ...] = (
+    ("single_rod", "single_rod/step_30_servo"), ("two_rods", "two_rods/swing_90"), ("dancer", "dancer/wave"),
+    ("bartender", "bartender/serve"), ("rapper", "rapper/rap"), ("drummer", "drummer/drumming"),
+    ("boxer", "boxer/boxing"),
+)
+
+#: Examples whose reduced model is trained in-process on the input motion (small robots).
+TRAINED_IN_PROCESS = ("single_rod", "two_rods")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("names", nargs="*", help="examples to run (robot names; default: all seven)")
+    p.add_argument("--results", default=str(Path(__file__).parent / "results"), help="folder for the JSON lines")
+    args = p.parse_args()
+    threads = {k: os.environ.get(k, "unset") for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                                                       "NUMBA_NUM_THREADS")}
+    print(f"threads: {threads}; cpus: {os.cpu_count()}", file=sys.stderr)
+    from retarget.errors import RetargetError
+    from retarget.jsonsafe import dumps
+    from retarget.model import library
+    from retarget.motion import load_motion
+    from retarget.optimize import PlanProgress, plan
+    from retarget.optimize.options import options_from_parameters
+
+    chosen = [e for e in EXAMPLES if not args.names or e[0] in args.names]
+    unknown = set(args.names) - {e[0] for e in EXAMPLES}
+    if unknown:
+        p.error(f"unknown examples {sorted(unknown)}; known: {[e[0] for e in EXAMPLES]}")
+    for robot, motion_name in chosen:
+        params = library.read_ros_parameters(library.resolve_params(library.resolve_robot(robot)))
+        options = options_from_parameters(params, allow_training=robot in TRAINED_IN_PROCESS)
+        started = time.perf_counter()
+        line: dict = {"example": robot, "motion": motion_name, "threads": threads}
+        try:
+            result = plan(robot, load_motion(library.resolve_motion(motion_name)), options,
+                          PlanProgress(message=lambda text: print(text, file=sys.stderr)))
+        except RetargetError as exc:
+            line.update(error=str(exc), planning_wall_s=time.perf_counter() - started)
+        else:
+            m = result.metrics()
+            line.update({k: m.get(k) for k in ("verified_peak_ratio", "planning_peak_ratio", "verification_model",
+                                               "optimized_peak_torque_ratio", "iterations", "evaluations",
+                                               "cut_reached", "cut_verdict", "budget_limited", "warnings")})
+            for name in ("naive", "zvd", "optimized"):
+                if name in m:
+                    line[name] = {k: m[name].get(k) for k in ("peak_deviation_m", "rms_deviation_m",
+                                                               "peak_torque_ratio")}
+            line.update(verified=m.get("verified"), band=m.get("band"), verify=m.get("verify"),
+                        model_source=m.get("model", {}).get("source"),
+                        model_wall_s=m.get("model", {}).get("wall_s_train_full"),
+                        planning_wall_s=time.perf_counter() - started, load_average=os.getloadavg())
+        text = dumps(line, default=float)
+        out = Path(args.results) / f"example-{robot}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text(text + "\n")
+        tmp.replace(out)
+        print(text, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
