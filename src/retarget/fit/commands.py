@@ -7,6 +7,8 @@ import math
 import sys
 from typing import Any
 
+from retarget.progress import counting_bar
+
 __all__ = ["register", "register_check"]
 
 #: The acceptance sets of ``retarget check fit``: (E [Pa], α [1/s], β [s]).
@@ -188,12 +190,6 @@ def register_check(subparsers: argparse._SubParsersAction) -> None:
     register_surrogate_check(subparsers)
 
 
-def _bar(desc: str) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(desc=desc, unit="sim", file=sys.stderr, leave=False)
-
-
 def _motion(name: str | None, robot_name: str) -> Any:
     """The motion ``name`` (file or library name), by default the library's ``<robot>/step_30``.
 
@@ -260,7 +256,7 @@ def _fit(args: argparse.Namespace) -> int:
     played = [_motion(m, rig.name) for m in motions]
     cases = [FitCase(read_recording(path, args.body, args.topic), motion, str(path), start)
              for path, motion, start in zip(args.recording, played, starts)]
-    bar = _bar("fit")
+    bar = counting_bar("fit", "sim")
     try:
         result = fit_materials(simulator, cases, FitOptions(params=params, fixed=fixed,
                                                             orientation_weight=args.orientation_weight),
@@ -460,7 +456,7 @@ def _check_fit(args: argparse.Namespace) -> int:
                 record_twin_step_test(simulator, motion, out, e, a, b, noise_m=args.noise,
                                       rotation_noise_rad=args.rotation_noise, rate_hz=args.rate, seed=100 * k + j)
                 cases.append(FitCase(read_recording(out, "tip"), motion, name))
-            bar = _bar(f"set {k + 1}")
+            bar = counting_bar(f"set {k + 1}", "sim")
             try:
                 res = fit_materials(simulator, cases, progress=lambda: bar.update(1))
             finally:
@@ -518,8 +514,7 @@ def _fit_motion(args: argparse.Namespace) -> int:
 
         candidates = _numbers(args.candidates, int, "--candidates")
         gaps = _numbers(args.gaps, float, "--gaps") if args.gaps else [gap]
-        bar = _bar("predict")
-        bar.unit = "prediction"
+        bar = counting_bar("predict", "prediction")
         try:
             choice = choose_burst_count(rig, [m for m in (step_motion,) if m is not None],
                                         target_std=args.target_std,

@@ -8,6 +8,8 @@ import sys
 import time
 from typing import Any
 
+from retarget.progress import progress_bar
+
 
 def _profile_fit(args: argparse.Namespace) -> int:
     from retarget.motion.io import load_motion
@@ -87,25 +89,8 @@ def register_check(sub: argparse._SubParsersAction) -> None:
     g.set_defaults(func=_check_gradient)
 
 
-def _bar(desc: str) -> Any:
-    """A tqdm progress callback ``(done, total)`` on stderr."""
-    from tqdm import tqdm
-
-    state: dict[str, Any] = {}
-
-    def update(k: int, n: int) -> None:
-        bar = state.get("bar")
-        if bar is None or bar.total != n:
-            if bar is not None:
-                bar.close()
-            bar = state["bar"] = tqdm(total=n, desc=desc, unit="step", file=sys.stderr, leave=False)
-        bar.n = k
-        bar.refresh() if k == n or k % 50 == 0 else None
-        if k == n:
-            bar.close()
-            state.pop("bar")
-
-    return update
+#: A tqdm progress callback ``(done, total)`` on stderr.
+_bar = progress_bar
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:

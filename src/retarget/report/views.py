@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from retarget.progress import stage_bars
 from retarget.report.animation import (
     ANIMATION_FILE,
     DEFAULT_VARIANTS,
@@ -57,25 +57,6 @@ class ViewOptions:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def _stage_bar() -> Callable[[str, int, int], None]:
-    """A tqdm bar per stage on stderr, as ``progress(stage, done, total)``."""
-    from tqdm import tqdm
-
-    bars: dict[str, Any] = {}
-
-    def progress(stage: str, done: int, total: int) -> None:
-        bar = bars.get(stage)
-        if bar is None:
-            bar = bars[stage] = tqdm(total=total, desc=stage, file=sys.stderr, leave=False)
-        bar.n = done
-        if done >= total or done % 25 == 0:
-            bar.refresh()
-        if done >= total:
-            bar.close()
-
-    return progress
-
-
 def write_views(animation: PlanAnimation, folder: str | Path, options: ViewOptions | None = None) -> list[Path]:
     """Write the page, video and MCAP recording of ``animation`` into ``folder`` (as ``options`` selects).
 
@@ -85,7 +66,7 @@ def write_views(animation: PlanAnimation, folder: str | Path, options: ViewOptio
     options = options or ViewOptions()
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
-    progress = _stage_bar()
+    progress = stage_bars(unit="it")
     files = []
     if options.page:
         from retarget.report.page import write_page
@@ -126,7 +107,7 @@ def write_plan_views(result: Any, robot: str | Path, folder: str | Path, options
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    animation = build_plan_animation(result, robot, DEFAULT_VARIANTS, progress=_stage_bar())
+    animation = build_plan_animation(result, robot, DEFAULT_VARIANTS, progress=stage_bars(unit="it"))
     files = [animation.save(out / ANIMATION_FILE)]
     options.timings["animation_s"] = time.perf_counter() - started
     files += write_views(animation, out, options)

@@ -6,22 +6,9 @@ import json
 import sys
 from typing import Any
 
+from retarget.progress import progress_bar
+
 __all__ = ["register", "register_check"]
-
-
-def _progress(total_label: str) -> Any:
-    from tqdm import tqdm
-
-    bar: dict[str, Any] = {}
-
-    def update(k: int, n: int) -> None:
-        if "bar" not in bar:
-            bar["bar"] = tqdm(total=n, desc=total_label, unit="step", file=sys.stderr, leave=False)
-        bar["bar"].update(1)
-        if k == n:
-            bar["bar"].close()
-
-    return update
 
 
 def _emit(result: dict[str, Any], as_json: bool, lines: list[str]) -> None:
@@ -87,7 +74,7 @@ def _simulate(args: argparse.Namespace) -> int:
     duration = motion_end if args.duration is None else args.duration
     if not duration > 0:
         raise InputError(f"duration must be positive, got {duration}")
-    result = simulate(system, motors, duration, args.dt, store_every=max(1, args.store_every), progress=_progress("simulate"))
+    result = simulate(system, motors, duration, args.dt, store_every=max(1, args.store_every), progress=progress_bar("simulate"))
     if args.out:
         result.save(args.out)
     summary = {
@@ -163,7 +150,7 @@ def _check_cantilever(args: argparse.Namespace) -> int:
     print(f"mesh: {n_axial} axial layers x {args.n_around} around (quadratic tets); "
           f"dt = theory period / {args.steps_per_period}; {args.periods} periods", file=sys.stderr)
     result = run_cantilever(spec, periods=args.periods, steps_per_period=args.steps_per_period,
-                            progress=_progress("cantilever"))
+                            progress=progress_bar("cantilever"))
     result.pop("spec")
     lines = [
         f"mesh: {result['elements']} tets ({n_axial} x {args.n_around}), {result['dofs']} DOFs; dt = {result['dt']:.3e} s, "
@@ -187,7 +174,7 @@ def _check_fourbar(args: argparse.Namespace) -> int:
 
     if not (args.duration > 0 and args.dt > 0):
         raise InputError("--duration and --dt must be positive")
-    result = run_fourbar(args.duration, args.dt, progress=_progress("fourbar"))
+    result = run_fourbar(args.duration, args.dt, progress=progress_bar("fourbar"))
     lines = [f"four-bar: {result['steps']} steps of {args.dt} s; max constraint violation "
              f"{result['max_constraint_violation']:.2e} m (orientation rows {result['max_orientation_violation']:.2e})"]
     _emit(result, args.json, lines)

@@ -7,23 +7,9 @@ import sys
 import time
 from typing import Any
 
+from retarget.progress import progress_bar
+
 __all__ = ["register", "register_check"]
-
-
-def _progress(label: str) -> Any:
-    from tqdm import tqdm
-
-    bar: dict[str, Any] = {}
-
-    def update(k: int, n: int) -> None:
-        if "bar" not in bar:
-            bar["bar"] = tqdm(total=n, desc=label, unit="step", file=sys.stderr, leave=False)
-        # Absolute position: the compiled engine reports once per chunk, the full engine once per step.
-        bar["bar"].update(k - bar["bar"].n)
-        if k == n:
-            bar["bar"].close()
-
-    return update
 
 
 def _add_basis_options(p: argparse.ArgumentParser) -> None:
@@ -187,11 +173,11 @@ def _check_reduced(args: argparse.Namespace) -> int:
                             print_model_card(model))
     t0 = time.perf_counter()
     # Only the rigid poses of the test run are compared: float32 displacements halve the memory.
-    full_test = simulate(system, test, t_test, args.dt, compact=True, progress=_progress("full (test)"))
+    full_test = simulate(system, test, t_test, args.dt, compact=True, progress=progress_bar("full (test)"))
     wall_full = time.perf_counter() - t0
     # Two steps first: the timed run must not include numba's compilation (or loading its cache).
     simulate_compiled(rs, test, 2 * args.dt, args.dt)
-    red_test = simulate_compiled(rs, test, t_test, args.dt, progress=_progress("reduced (test)"))
+    red_test = simulate_compiled(rs, test, t_test, args.dt, progress=progress_bar("reduced (test)"))
     wall_red = red_test.wall_s
     ranges = _training_range(rs, red_test)
     # Quasi-static targets at sampled times, interpolated to every stored sample.
@@ -273,7 +259,7 @@ def _quasi_static_targets(system: Any, motors: Any, full: Any, ts: Any, tracked:
 
     good: list[int] = []
     rows: dict[str, list] = {n: [] for n in tracked}
-    bar = _progress("quasi-static targets")
+    bar = progress_bar("quasi-static targets")
     u_prev, last_error = None, None
     for j, t in enumerate(ts):
         k = int(np.argmin(np.abs(full.time - t)))
@@ -321,7 +307,7 @@ def _simulate_training(system: Any, model: Any, args: argparse.Namespace) -> tup
         if args.duration is not None:
             t_end = min(t_end, args.duration)
         label = "full (train)" if len(drives) == 1 else f"full (train {k + 1}/{len(drives)}: {name})"
-        results.append(simulate(system, motors, t_end, args.dt, progress=_progress(label)))
+        results.append(simulate(system, motors, t_end, args.dt, progress=progress_bar(label)))
         durations.append(t_end)
     return results, [m for m, _ in drives], durations[0] if len(durations) == 1 else durations
 
@@ -479,7 +465,7 @@ def _simulate_reduced(args: argparse.Namespace) -> int:
     motors, t_end = motors_from_motion(_resolve("motion", args.motion), model.motors)
     if args.duration is not None:
         t_end = min(t_end, args.duration)
-    run = simulate_compiled(rs, motors, t_end, args.dt, progress=_progress("reduced"))
+    run = simulate_compiled(rs, motors, t_end, args.dt, progress=progress_bar("reduced"))
     n = len(run.time) - 1
     ranges = _training_range(rs, run)
     if args.out:
