@@ -1,14 +1,16 @@
-"""A rigid first-order position servo: the twin used until the reduced robot model drives the servos.
+"""Rigid first-order position servos as an immutable state stepped by a pure function (the servo twin node's).
 
-Each joint follows its goal position with time constant ``tau`` and saturates at ``max_velocity``:
-``q̇ = clip((q_goal − q) / tau, −v_max, v_max)``, integrated exactly for the unsaturated case and with the
-saturated speed otherwise, so any step size is stable.
+The law is the emulated bus's, :func:`retarget.dynamixel.dynamics.first_order_step`: each joint follows its goal
+with time constant ``tau``, ``q̇ = clip((q_goal − q) / tau, −v_max, v_max)``, never overshooting within a step,
+integrated with forward Euler. Here the servos have no acceleration limit and their torque is always on.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
 import numpy as np
+
+from retarget.dynamixel.dynamics import first_order_step
 
 __all__ = ["ServoState", "step_servos"]
 
@@ -39,7 +41,7 @@ class ServoState:
 
 
 def step_servos(state: ServoState, dt: float, tau: float, max_velocity: float) -> ServoState:
-    """Advance the servos by ``dt``.
+    """Advance the servos by ``dt`` with :func:`~retarget.dynamixel.dynamics.first_order_step`.
 
     Args:
         state: Current state.
@@ -48,13 +50,7 @@ def step_servos(state: ServoState, dt: float, tau: float, max_velocity: float) -
         max_velocity: Speed limit [rad/s], > 0.
 
     Returns:
-        The state after ``dt``; ``velocities`` is the mean speed over the step.
+        The state after ``dt``; ``velocities`` is the speed over the step [rad/s] ``(m,)``.
     """
-    error = state.goals - state.positions
-    decayed = state.goals - error * np.exp(-dt / tau)
-    # The exponential approach starts at its fastest speed |error| / tau: saturate the step where that exceeds
-    # the limit (the servo then moves at max_velocity for the whole step, a slight simplification near the knee).
-    saturated = np.abs(error) / tau > max_velocity
-    limited = state.positions + np.sign(error) * np.minimum(np.abs(error), max_velocity * dt)
-    positions = np.where(saturated, limited, decayed)
-    return ServoState(positions, (positions - state.positions) / dt, state.goals)
+    positions, velocities = first_order_step(state.positions, state.velocities, state.goals, dt, tau, max_velocity)
+    return ServoState(positions, velocities, state.goals)

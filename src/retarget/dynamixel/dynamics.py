@@ -24,6 +24,7 @@ __all__ = [
     "ServoCommand",
     "ServoDynamics",
     "ServoFeedback",
+    "first_order_step",
 ]
 
 #: No-load speed of the XM430-W210 at 12 V: 77 rev/min [rad/s].
@@ -83,15 +84,54 @@ class ServoDynamics(abc.ABC):
         """Advance by ``dt`` [s] under ``command``; return the new feedback."""
 
 
+def first_order_step(
+    position: np.ndarray,
+    velocity: np.ndarray,
+    goal: np.ndarray,
+    dt: float,
+    time_constant: float,
+    max_velocity: np.ndarray | float,
+    max_acceleration: np.ndarray | float = np.inf,
+    torque_enabled: np.ndarray | bool = True,
+) -> tuple[np.ndarray, np.ndarray]:
+    """One step of the first-order position loop of a rigid servo, saturated in velocity and acceleration.
+
+    Commanded velocity ``v* = clip((goal - x) / time_constant, ±max_velocity)``, never more than the remaining
+    distance per step; the velocity moves toward ``v*`` by at most ``max_acceleration dt``; ``x += v dt``
+    (forward Euler). A servo with torque off stops where it is. The one servo law of the package: used by
+    :class:`FirstOrderServo` and by :func:`retarget.control.servo_model.step_servos`.
+
+    Args:
+        position: Present positions [rad] ``(n,)``.
+        velocity: Present velocities [rad/s] ``(n,)``.
+        goal: Goal positions [rad] ``(n,)``.
+        dt: Step [s], > 0.
+        time_constant: Position-loop time constant [s], > 0.
+        max_velocity: Speed limit [rad/s], scalar or ``(n,)``.
+        max_acceleration: Acceleration limit [rad/s²], scalar or ``(n,)``; ``inf`` for none.
+        torque_enabled: Torque Enable, scalar or ``(n,)``.
+
+    Returns:
+        ``(position, velocity)`` after the step, [rad] and [rad/s] ``(n,)``.
+    """
+    on = np.asarray(torque_enabled, dtype=bool)
+    v_star = np.clip((goal - position) / time_constant, -max_velocity, max_velocity)
+    # A first-order loop cannot overshoot within one step: never ask for more than the remaining distance.
+    v_star = np.clip(v_star, -np.abs(goal - position) / dt, np.abs(goal - position) / dt)
+    dv = np.clip(v_star - velocity, -max_acceleration * dt, max_acceleration * dt)
+    new_velocity = np.where(on, velocity + dv, 0.0)
+    return position + new_velocity * dt, new_velocity
+
+
 class FirstOrderServo(ServoDynamics):
     """A rigid servo: a first-order position loop, saturated in velocity and acceleration.
 
     Commanded velocity ``v* = clip((goal - x) / time_constant, ±v_max)`` with ``v_max`` the smallest of the
     no-load speed, the Velocity Limit and the Profile Velocity (when set); the actual velocity moves toward
     ``v*`` no faster than the Profile Acceleration (when set); ``x += v dt``. With torque off the shaft stays
-    where it is (the load is not modelled). Current is the torque needed to accelerate ``load_inertia``
-    through the gear, plus a no-load share proportional to speed, scaled by the stall torque/current ratio
-    and clipped to the stall current: a crude indicator, not a motor model. The defaults are the XM430-W210's;
+    where it is (the load is not modelled); the law is :func:`first_order_step`. Current is the torque needed
+    to accelerate ``load_inertia`` through the gear, plus a no-load share proportional to speed, scaled by the
+    stall torque/current ratio and clipped to the stall current: a crude indicator, not a motor model. The defaults are the XM430-W210's;
     :meth:`rated` takes another model's from its control table.
 
     Args:
@@ -135,7 +175,6 @@ class FirstOrderServo(ServoDynamics):
         return self._feedback(np.zeros(self.n))
 
     def step(self, command: ServoCommand, dt: float) -> ServoFeedback:
-        on = np.asarray(command.torque_enabled, dtype=bool)
         v_max = np.minimum.reduce(
             [
                 np.full(self.n, self.no_load_speed),
@@ -143,16 +182,13 @@ class FirstOrderServo(ServoDynamics):
                 command.profile_velocity,
             ]
         )
-        v_star = np.clip((command.goal_position - self._position) / self.time_constant, -v_max, v_max)
-        # A first-order loop cannot overshoot within one step: never ask for more than the remaining distance.
-        v_star = np.clip(v_star, -np.abs(command.goal_position - self._position) / dt,
-                         np.abs(command.goal_position - self._position) / dt)
-        dv = np.clip(v_star - self._velocity, -command.profile_acceleration * dt, command.profile_acceleration * dt)
-        velocity = np.where(on, self._velocity + dv, 0.0)
+        position, velocity = first_order_step(self._position, self._velocity, command.goal_position, dt,
+                                              self.time_constant, v_max, command.profile_acceleration,
+                                              command.torque_enabled)
         acceleration = (velocity - self._velocity) / dt
-        self._position = self._position + velocity * dt
+        self._position = position
         self._velocity = velocity
-        return self._feedback(np.where(on, acceleration, 0.0))
+        return self._feedback(np.where(np.asarray(command.torque_enabled, dtype=bool), acceleration, 0.0))
 
     def _feedback(self, acceleration: np.ndarray) -> ServoFeedback:
         torque = self.load_inertia * acceleration
