@@ -311,7 +311,7 @@ def align(recording: TipRecording, sim: TipTrajectory, rest_window_s: float = 0.
             continue
         # Search the change of the offset, not the offset: epoch-sized values would swamp the solver's relative
         # tolerance (√eps · 1.7e9 s ≈ 25 s).
-        res = minimize_scalar(lambda d: _fit_at(recording, sim, offset0 + d)[0], bounds=(-search_s, search_s),
+        res = minimize_scalar(lambda d, o=offset0: _fit_at(recording, sim, o + d)[0], bounds=(-search_s, search_s),
                               method="bounded", options={"xatol": 1e-5})
         if best is None or float(res.fun) < best[1]:
             best = (offset0 + float(res.x), float(res.fun))

@@ -232,8 +232,15 @@ def _fmt(value: float, std: float | None, unit: str, scale: float = 1.0) -> str:
 
 def _fit(args: argparse.Namespace) -> int:
     from retarget.errors import InputError
-    from retarget.fit.fitter import PARAMETERS, FitCase, FitOptions, check_fixed, fit_materials, parse_fixed, \
-        parse_params
+    from retarget.fit.fitter import (
+        PARAMETERS,
+        FitCase,
+        FitOptions,
+        check_fixed,
+        fit_materials,
+        parse_fixed,
+        parse_params,
+    )
     from retarget.fit.materials_file import default_materials_path, update_materials_file
     from retarget.fit.recording import read_recording
     from retarget.fit.rig import load_rig

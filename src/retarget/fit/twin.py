@@ -197,7 +197,7 @@ def write_motive_csv(path: str | Path, body: str, time_s: NDArray[np.float64], p
              ",".join(["", "Name"] + [body] * cols),
              ",".join(["", "ID"] + ["1"] * cols),
              ",".join(["", ""] + ["Rotation"] * 4 + ["Position"] * 3 + ["Mean Marker Error"]),
-             ",".join(["Frame", "Time (Seconds)", "X", "Y", "Z", "W", "X", "Y", "Z", ""])]
+             "Frame,Time (Seconds),X,Y,Z,W,X,Y,Z,"]
     for i in range(n):
         cells = [str(i), f"{time_s[i]:.6f}"]
         if tracked[i]:
