@@ -106,7 +106,8 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dt-train", type=float, default=2e-3, help="step of the full training simulation [s] (default "
                    "0.002)")
     p.add_argument("--reduced", default=None, metavar="FILE", help="reduced model to use: a `retarget reduce` "
-                   "artifact (.npz, from `retarget reduce` or cached by `retarget plan`; its own mesh: the --mesh-* options are ignored)")
+                   "artifact (.npz, from `retarget reduce` or cached by `retarget plan`; its own mesh: the --mesh-* "
+                   "options are ignored)")
     p.add_argument("--allow-unverified-model", action="store_true", help="plan even when a flexible part's "
                    "frequencies miss the model card's gate (expert use: the plan's figures then rest on a model "
                    "whose frequencies are wrong)")

@@ -12,7 +12,8 @@ from numpy.typing import NDArray
 from retarget.optimize.adjoint import Evaluation, evaluate
 from retarget.optimize.errors import PlanCancelled, TimeBudgetError
 
-__all__ = ["BudgetExhausted", "CANCEL_POLL_S", "CancelCheck", "FEEDBACK_STAGES", "TRAINING_STAGE", "deadline_progress", "first_evaluation", "interruption_reason"]
+__all__ = ["CANCEL_POLL_S", "FEEDBACK_STAGES", "TRAINING_STAGE", "BudgetExhausted", "CancelCheck", "deadline_progress",
+           "first_evaluation", "interruption_reason"]
 
 
 class BudgetExhausted(Exception):

@@ -208,8 +208,8 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
         message = f"interrupted ({interruption}): returning the best parameters evaluated so far"
     except BudgetExhausted:
         budget_limited = True
-        message = (f"time budget reached after {state.iterations} iterations ({state.evaluations} evaluations, the latest "
-                   f"{state.duration:.1f} s): returning the best parameters evaluated so far")
+        message = (f"time budget reached after {state.iterations} iterations ({state.evaluations} evaluations, the "
+                   f"latest {state.duration:.1f} s): returning the best parameters evaluated so far")
     best = state.best
     if restarts:
         message += f" (after {restarts} restart{'s' if restarts > 1 else ''} of a stalled line search)"

@@ -63,8 +63,9 @@ class PlanProgress:
 
     Attributes:
         steps: ``steps(stage, done, total)`` per simulation step of each long stage (the training simulation,
-            targets, evaluations, baselines, verifications); stage names as :data:`~retarget.optimize.control.FEEDBACK_STAGES`'
-            keys, :data:`~retarget.optimize.control.TRAINING_STAGE`, :data:`WARM_UP_STAGE` and ``"full FEM: <variant>"``.
+            targets, evaluations, baselines, verifications); stage names: the keys of
+            :data:`~retarget.optimize.control.FEEDBACK_STAGES`, :data:`~retarget.optimize.control.TRAINING_STAGE`,
+            :data:`WARM_UP_STAGE` and ``"full FEM: <variant>"``.
         iteration: ``iteration(info)`` per optimizer iteration: ``iteration``, ``objective``, ``gradient_norm``
             (with windows also ``window``, ``windows``).
         message: ``message(text)``: human-readable lines (the model card, what each check does).

@@ -26,7 +26,8 @@ from retarget.optimize.problem import PlanProblem
 from retarget.optimize.result import OptimizationResult
 
 
-__all__ = ["MIN_RING_OUT", "PlanResult", "Variant", "evaluation_variant", "measured_variant", "motion_stop_time", "ring_out_s", "shaped_baselines", "simulate_variant", "training_range_of"]
+__all__ = ["MIN_RING_OUT", "PlanResult", "Variant", "evaluation_variant", "measured_variant", "motion_stop_time",
+           "ring_out_s", "shaped_baselines", "simulate_variant", "training_range_of"]
 
 
 @dataclass(frozen=True, eq=False)

@@ -53,7 +53,8 @@ class Planner(Node):
                                      "/trajectory_server/follow_joint_trajectory",
                                      "FollowJointTrajectory action used when a goal asks to execute")
         self.reduced_file = declare(self, "reduced_file", T.STRING, "",
-                                    "reduced model to plan with (.npz from `retarget reduce` or cached by `retarget plan`); "
+                                    "reduced model to plan with (.npz from `retarget reduce` or cached by "
+                                    "`retarget plan`); "
                                     "empty: the newest fresh model of the robot in the model folders and cache")
         self.allow_training = declare(self, "allow_training", T.BOOL, False,
                                       "train a reduced model in-process when none is cached (minutes to hours); "
