@@ -148,13 +148,30 @@ class PlanAnimation:
                        metrics={n: self.metrics[n] for n in names},
                        sources={n: self.sources[n] for n in names if n in self.sources})
 
+    def extent_points(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """Points (n, 3) [m] and radii (n,) [m] whose spheres hold everything drawn, over all frames and runs.
+
+        The points are the link origins (each with its primitives' reach: the farthest corner of their bounding
+        boxes), the flexible parts' centre lines (with their radii) and the targets.
+        """
+        reach = np.zeros(len(self.links))
+        for link, kind, size, origin in zip(self.visuals.link, self.visuals.kind, self.visuals.size,
+                                            self.visuals.origin):
+            box = size if kind == 0 else np.array([2 * size[0], 2 * size[0], size[2] if kind == 1 else 2 * size[0]])
+            extent = float(np.linalg.norm(origin[:3, 3])) + 0.5 * float(np.linalg.norm(box))
+            reach[link] = max(reach[link], extent)
+        links = self.link_positions.reshape(-1, len(self.links), 3).astype(float)
+        lines = self.part_lines.reshape(-1, len(self.parts), self.part_lines.shape[-2], 3).astype(float)
+        points = [links.reshape(-1, 3), lines.reshape(-1, 3), self.target_positions.reshape(-1, 3).astype(float)]
+        radii = [np.broadcast_to(reach, links.shape[:2]).reshape(-1),
+                 np.broadcast_to(self.part_radii[:, None], lines.shape[1:3])[None].repeat(len(lines), 0).reshape(-1),
+                 np.zeros(self.target_positions.reshape(-1, 3).shape[0])]
+        return np.concatenate(points), np.concatenate(radii)
+
     def bounds(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """Lower and upper corners (3,) [m] of everything drawn, over all frames and variants."""
-        points = [self.link_positions.reshape(-1, 3), self.part_lines.reshape(-1, 3),
-                  self.target_positions.reshape(-1, 3)]
-        pts = np.concatenate([p for p in points if p.size])
-        reach = float(np.max(np.abs(self.visuals.size))) if len(self.visuals) else 0.0
-        return pts.min(axis=0) - reach, pts.max(axis=0) + reach
+        points, radii = self.extent_points()
+        return (points - radii[:, None]).min(axis=0), (points + radii[:, None]).max(axis=0)
 
     def save(self, path: str | Path) -> Path:
         """Write ``path`` (``.npz``) via a temporary name; returns it."""

@@ -3,7 +3,8 @@
 Drawing is a small painter's-algorithm renderer on Pillow: the URDF primitives as flat-shaded polygons (faces
 turned away from the camera culled, the rest drawn far to near), the flexible parts as round-capped thick
 lines along their deformed centre lines, the tracked bodies' targets as translucent green ghosts on top, under an
-orthographic camera (:data:`retarget.report.page.CAMERA_DIRECTION`) whose scale fits every frame of every run.
+orthographic camera (:data:`retarget.report.page.CAMERA_DIRECTION`) whose scale fits every frame of every run
+(:meth:`PlanAnimation.extent_points`).
 Frames are drawn at twice the size and averaged down (anti-aliasing).
 
 The format follows the file's suffix: ``.mp4`` (H.264 by the ffmpeg binary of imageio-ffmpeg's wheel) or ``.gif``
@@ -94,15 +95,15 @@ def _quaternion_matrices(q: NDArray[np.float64]) -> NDArray[np.float64]:
 class _Camera:
     """Orthographic camera looking along ``-direction``; pixels from world points."""
 
-    def __init__(self, direction: NDArray[np.float64], low: NDArray[np.float64], high: NDArray[np.float64],
-                 width: int, height: int, margin: float = 0.06) -> None:
+    def __init__(self, direction: NDArray[np.float64], points: NDArray[np.float64], radii: NDArray[np.float64],
+                 width: int, height: int, margin: float = 0.04) -> None:
         forward = -direction / np.linalg.norm(direction)
         right = np.cross(forward, [0.0, 0.0, 1.0])
         right /= np.linalg.norm(right)
         self.forward, self.right, self.up = forward, right, np.cross(right, forward)
-        corners = np.array([[x, y, z] for x in (low[0], high[0]) for y in (low[1], high[1])
-                            for z in (low[2], high[2])])
-        sx, sy = corners @ self.right, corners @ self.up
+        px, py = points @ self.right, points @ self.up
+        sx = np.concatenate([px - radii, px + radii])
+        sy = np.concatenate([py - radii, py + radii])
         span_x, span_y = max(np.ptp(sx), 1e-6), max(np.ptp(sy), 1e-6)
         self.scale = (1 - 2 * margin) * min(width / span_x, height / span_y)
         self.cx, self.cy = 0.5 * (sx.min() + sx.max()), 0.5 * (sy.min() + sy.max())
@@ -143,7 +144,7 @@ def _draw_run(draw: Any, ghost_draw: Any, camera: _Camera, faces: list[_Faces], 
             items.append((float(d), 0, p, tuple(c)))
     for p in range(len(animation.parts)):
         pix, depth = camera.project(animation.part_lines[v, f, p].astype(float))
-        width = max(2, round(2 * float(animation.part_radii[p]) * camera.scale))
+        width = max(2 * _SUPERSAMPLE, round(2 * float(animation.part_radii[p]) * camera.scale))
         for c in range(len(pix) - 1):
             items.append((float(0.5 * (depth[c] + depth[c + 1])), width, pix[c : c + 2], _FLEX_RGB))
     items.sort(key=lambda item: -item[0])
@@ -182,8 +183,7 @@ def render_frames(animation: PlanAnimation, fps: float = 25.0, panel_width: int 
     panel_w = 16 * max(4, round(panel_width / 16))
     panel_h = 16 * max(4, round(0.9 * panel_width / 16))
     big_w, big_h = panel_w * _SUPERSAMPLE, panel_h * _SUPERSAMPLE
-    low, high = animation.bounds()
-    camera = _Camera(CAMERA_DIRECTION, low, high, big_w, big_h)
+    camera = _Camera(CAMERA_DIRECTION, *animation.extent_points(), big_w, big_h)
     faces = _link_faces(animation)
     ghost_faces = _link_faces(animation, animation.ghost_links) if len(animation.ghost_links) else []
     title_font, small_font = _font(15 * _SUPERSAMPLE), _font(12 * _SUPERSAMPLE)

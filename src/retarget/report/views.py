@@ -26,7 +26,6 @@ from retarget.report.animation import (
     DEFAULT_VARIANTS,
     PlanAnimation,
     build_plan_animation,
-    load_animation,
 )
 
 __all__ = ["MCAP_FILE", "PAGE_FILE", "VIDEO_FILE", "ViewOptions", "write_plan_views", "write_views"]
