@@ -55,11 +55,13 @@ def _shaper(args: argparse.Namespace) -> int:
 
 def register_check(sub: argparse._SubParsersAction) -> None:
     """Add the optimizer's checks under ``retarget check``."""
+    from retarget.optimize.options import PlanOptions as D
+
     p = sub.add_parser("profile-fit", help="fit C² cubic B-spline motor profiles to a motion: fit error per joint",
                        description="Least-squares fit of uniform cubic B-spline profiles (start and end at rest) "
                        "to a motion; reports max and RMS error per joint.")
     p.add_argument("motion", help="motion file or library name such as single_rod/step_30")
-    p.add_argument("--knot-spacing", type=float, default=0.05, help="knot spacing [s] (default 0.05)")
+    p.add_argument("--knot-spacing", type=float, default=D.knot_spacing, help="knot spacing [s] (default 0.05)")
     p.add_argument("--smoothing", type=float, default=0.0, help="acceleration smoothing weight [s^4] (default 0)")
     p.add_argument("--free-start", action="store_true", help="do not hold the first pose at rest")
     p.add_argument("--free-end", action="store_true", help="do not come to rest at the end")
@@ -94,16 +96,16 @@ _bar = progress_bar
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
-    from retarget.optimize.planning_model import DEFAULT_PLAN_MODES
+    from retarget.optimize.options import PlanOptions as D
 
-    p.add_argument("--modes", type=int, default=DEFAULT_PLAN_MODES,
+    p.add_argument("--modes", type=int, default=D.modes,
                    help=f"at most N deformation modes per flexible part of a model trained here (default "
-                        f"{DEFAULT_PLAN_MODES})")
-    p.add_argument("--dt", type=float, default=0.005, help="simulation step of the planner [s] (default 0.005, as "
+                        f"{D.modes})")
+    p.add_argument("--dt", type=float, default=D.dt, help="simulation step of the planner [s] (default 0.005, as "
                    "the planner node; `retarget plan` re-simulates the result at a finer step, --verify-dt)")
-    p.add_argument("--mesh-axial", type=int, default=20, help="rod mesh layers of the training mesh (default 20)")
-    p.add_argument("--mesh-around", type=int, default=6, help="rod mesh corner nodes around (default 6)")
-    p.add_argument("--dt-train", type=float, default=2e-3, help="step of the full training simulation [s] (default "
+    p.add_argument("--mesh-axial", type=int, default=D.mesh_axial, help="rod mesh layers of the training mesh (default 20)")
+    p.add_argument("--mesh-around", type=int, default=D.mesh_around, help="rod mesh corner nodes around (default 6)")
+    p.add_argument("--dt-train", type=float, default=D.dt_train, help="step of the full training simulation [s] (default "
                    "0.002)")
     p.add_argument("--reduced", default=None, metavar="FILE", help="reduced model to use: a `retarget reduce` "
                    "artifact (.npz, from `retarget reduce` or cached by `retarget plan`; its own mesh: the --mesh-* "
@@ -374,7 +376,9 @@ def _check_gradient(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``retarget plan``."""
+    """Add ``retarget plan`` (its defaults are :class:`~retarget.optimize.options.PlanOptions`')."""
+    from retarget.optimize.options import PlanOptions as D
+
     p = sub.add_parser("plan", help="optimize a motion so the robot follows it without vibrating",
                        description="Fits B-spline motor profiles to the motion, builds (or loads) the reduced "
                        "model, minimizes the tracking objective with L-BFGS-B and adjoint gradients (or --method "
@@ -390,38 +394,39 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-video", action="store_true", help="--report without the video (the slowest view)")
     p.add_argument("--no-mcap", action="store_true", help="--report without the MCAP recording")
     p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
-    p.add_argument("--knot-spacing", type=float, default=0.05, help="B-spline knot spacing [s] (default 0.05)")
-    p.add_argument("--max-iterations", type=int, default=50, help="optimizer iterations (default 50)")
-    p.add_argument("--method", choices=("lbfgs", "gauss-newton", "auto"), default="lbfgs",
+    p.add_argument("--knot-spacing", type=float, default=D.knot_spacing, help="B-spline knot spacing [s] (default 0.05)")
+    p.add_argument("--max-iterations", type=int, default=D.max_iterations, help="optimizer iterations (default 50)")
+    p.add_argument("--method", choices=("lbfgs", "gauss-newton", "auto"), default=D.method,
                    help="optimizer: lbfgs (L-BFGS-B, adjoint gradient; default), gauss-newton (Levenberg-Marquardt, "
                    "exact tangent-linear Jacobian) or auto (gauss-newton up to 200 parameters)")
-    p.add_argument("--relative-tolerance", type=float, default=1e-6, help="relative objective decrease to stop")
+    p.add_argument("--relative-tolerance", type=float, default=D.relative_tolerance, help="stop when an iteration "
+                   f"lowers J by less than this fraction of J at the start (default {D.relative_tolerance:g})")
     p.add_argument("--first-step", type=float, default=None, metavar="RAD",
                    help="length of L-BFGS-B's first trial step over all parameters [rad] (default: measured from "
                    "the objective's curvature with one extra simulation)")
     p.add_argument("--window", type=float, default=None, metavar="S", help="optimize in receding-horizon windows "
                    "of S seconds, one after another (for long motions; --max-iterations per window; default: the "
                    "whole motion at once)")
-    p.add_argument("--window-tail", type=float, default=0.5, metavar="S", help="how far past its span a window's "
+    p.add_argument("--window-tail", type=float, default=D.window_tail, metavar="S", help="how far past its span a window's "
                    "objective reaches [s] (default 0.5)")
-    p.add_argument("--window-overlap", type=float, default=0.0, metavar="S", help="how much of each window the next "
+    p.add_argument("--window-overlap", type=float, default=D.window_overlap, metavar="S", help="how much of each window the next "
                    "one optimizes again [s] (default 0: windows side by side)")
-    p.add_argument("--torque-weight", type=float, default=10.0, metavar="W", help="penalty on simulated motor "
+    p.add_argument("--torque-weight", type=float, default=D.torque_weight, metavar="W", help="penalty on simulated motor "
                    "torques above (1 - torque margin) x the servos' stall torque [1/(N^2 m^2 s)] (default 10; when the "
                    "optimum still exceeds stall it is optimized again with the weight x 10, at most twice; 0: torques "
                    "are only reported, with a warning above stall)")
-    p.add_argument("--torque-margin", type=float, default=0.1, metavar="F", help="fraction of the stall torque "
+    p.add_argument("--torque-margin", type=float, default=D.torque_margin, metavar="F", help="fraction of the stall torque "
                    "the torque penalty keeps free (default 0.1)")
-    p.add_argument("--start", choices=("feasible", "input"), default="feasible", help="where the optimizer starts: "
+    p.add_argument("--start", choices=("feasible", "input"), default=D.start, help="where the optimizer starts: "
                    "feasible (default) = the input, with motors faster than their speed limit replaced by their "
                    "closest speed-feasible profiles (reported as the speed_limited variant; naive still plays the "
                    "input as authored); input = the input's fit as it is")
     p.add_argument("--weight", action="append", metavar="LINK:pos=W[,ori=W]", help="tracked body weights "
                    "(repeatable; schedules like step(0:1, 2:10) allowed)")
-    p.add_argument("--deviation-weight", default=1e-3, help="w_dev [1/(rad^2 s)] (default 1e-3)")
-    p.add_argument("--acceleration-weight", default=1e-8, help="w_acc [s^3/rad^2] (default 1e-8)")
+    p.add_argument("--deviation-weight", default=D.deviation_weight, help="w_dev [1/(rad^2 s)] (default 1e-3)")
+    p.add_argument("--acceleration-weight", default=D.acceleration_weight, help="w_acc [s^3/rad^2] (default 1e-8)")
     p.add_argument("--duration", type=float, default=None, help="simulate only this much of the motion [s]")
-    p.add_argument("--target-stride", type=int, default=1, metavar="N", help="solve the quasi-static targets every "
+    p.add_argument("--target-stride", type=int, default=D.target_stride, metavar="N", help="solve the quasi-static targets every "
                    "N steps and interpolate between (default 1: every step; for long, always-moving motions)")
     p.add_argument("--time-budget", type=float, default=None, metavar="S", help="wall-time budget of the planning "
                    "[s] (targets, optimization, baselines, verification; not the model, nor the warm-up that "
@@ -434,9 +439,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--verify-model", choices=("auto", "full", "none"), default="auto", help="re-simulate naive, ZVD "
                    "and optimized in the full FEM (a model the optimizer never saw): auto (default) when its "
                    "estimated cost is within --verify-full-max-s")
-    p.add_argument("--verify-full-dt", type=float, default=0.002, metavar="S", help="step of the full-FEM "
+    p.add_argument("--verify-full-dt", type=float, default=D.verify_full_dt, metavar="S", help="step of the full-FEM "
                    "verification [s] (default 0.002)")
-    p.add_argument("--verify-full-max-s", type=float, default=600.0, metavar="S", help="largest estimated cost of "
+    p.add_argument("--verify-full-max-s", type=float, default=D.verify_full_max_s, metavar="S", help="largest estimated cost of "
                    "the automatic full-FEM verification [s] (default 600)")
     p.add_argument("--verify-full-band", default="none", metavar="F,F", help="repeat the full-FEM verification with "
                    "every flexible part's Young's modulus times these factors (e.g. 0.9,1.1; default none)")

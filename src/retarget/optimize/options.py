@@ -18,7 +18,9 @@ class PlanOptions:
         knot_spacing: B-spline knot spacing [s].
         dt: simulation step [s].
         max_iterations: optimizer iteration limit (L-BFGS-B or Levenberg–Marquardt).
-        relative_tolerance: stop when an iteration lowers ``J`` by less than this fraction of ``J(x₀)``.
+        relative_tolerance: stop when an iteration lowers ``J`` by less than this fraction of ``J(x₀)``. ``J(x₀)`` is
+            mostly the naive playback's ringing (and penalties), often 10⁴–10⁵ × the optimum's, so a tolerance of
+            1e-6 stopped plans that still gained several per cent per iteration.
         deviation_weight: ``w_dev`` [1/(rad² s)] (number or schedule text/mapping).
         acceleration_weight: ``w_acc`` [s³/rad²].
         velocity_weight: speed-limit penalty weight (see :class:`VelocityPenalty`).
@@ -84,7 +86,8 @@ class PlanOptions:
         verify_full_max_s: the largest estimated cost [s] of an automatic full-FEM verification.
         verify_full_band: Young's-modulus factors at which the full-FEM verification is repeated (e.g. 0.9, 1.1:
             frequencies about ∓5 %); empty: none.
-        modes: deformation modes per flexible part of a model trained in-process (a cap).
+        modes: deformation modes per flexible part of a model trained in-process (a cap). Trained on the naive
+            motion, 3 per rod could not represent the optimized two_rods swing (inverted cubature elements); 8 can.
         dt_train: the training simulation's step [s].
         mesh_axial, mesh_around: the training mesh of generated rods (layers, corners around; None: the robot's
             default mesh). The parts' stiffness is calibrated against a mesh-converged reference
@@ -104,7 +107,7 @@ class PlanOptions:
     knot_spacing: float = 0.05
     dt: float = 0.005
     max_iterations: int = 50
-    relative_tolerance: float = 1e-6
+    relative_tolerance: float = 1e-9
     deviation_weight: Any = 1e-3
     acceleration_weight: Any = 1e-8
     velocity_weight: float = 10.0
