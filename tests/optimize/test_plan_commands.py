@@ -18,9 +18,11 @@ def test_plan_cli_prints_the_contract_keys_and_writes_files(tiny_robot, capsys):
     out_csv = tiny_robot / "optimized.csv"
     code = _run(["plan", str(tiny_robot / "tiny_rod.yaml"), "--motion", str(tiny_robot / "ramp.csv"), "--json",
                  "--max-iterations", "1", "--dt", "0.005", "--modes", "2", "--mesh-axial", "4", "--dt-train", "0.002",
-                 "--knot-spacing", "0.04", "--allow-unverified-model", "--out", str(out_csv), "--report", str(tiny_robot / "report")])
-    assert code == 0
+                 "--knot-spacing", "0.04", "--out", str(out_csv), "--report", str(tiny_robot / "report"),
+                 "--allow-unverified-model"])  # the tiny rod's 4-layer mesh misses the model card's gate
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    # Planned: exit 0, or 3 when the cut is not meaningful (this ramp on the coarse rod: 1.09 x naive, measured).
+    assert code == (0 if report["cut_reached"] else 3)
     for key in ("objective_initial", "objective_final", "iterations", "wall_s"):
         assert key in report
     for variant in ("naive", "optimized"):

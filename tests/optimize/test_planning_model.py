@@ -78,9 +78,12 @@ def test_plan_cli_runs_on_an_artifact_and_reports_stale_ones(tiny_artifact, isol
 
     folder, npz = tiny_artifact
     argv = ["plan", str(folder / "tiny_rod.yaml"), "--motion", str(folder / "ramp.csv"), "--reduced", str(npz),
-            "--max-iterations", "1", "--dt", "0.005", "--knot-spacing", "0.04", "--json"]
-    assert main(argv) == 0
+            "--max-iterations", "1", "--dt", "0.005", "--knot-spacing", "0.04", "--json",
+            "--allow-unverified-model"]  # the tiny rod's 4-layer mesh misses the model card's gate
+    code = main(argv)
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    # Planned: exit 0, or 3 when the cut is not meaningful (this ramp on the coarse rod: 1.09 x naive, measured).
+    assert code == (0 if report["cut_reached"] else 3)
     assert report["model"]["source"] == "artifact"
     assert report["optimized"]["peak_deviation_m"] > 0 and report["budget_limited"] is False
     shutil.copy(folder / "tiny_rod.urdf", isolated / "tiny_rod.urdf")
