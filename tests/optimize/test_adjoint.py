@@ -8,7 +8,7 @@ import pytest
 
 from retarget.optimize.adjoint import AdjointProblem, TrackedPoses, evaluate
 from retarget.optimize.bspline import MotorProfiles, ProfileParametrization
-from retarget.optimize.engines import AbsoluteEngine, ReducedEngine
+from retarget.optimize.engines import AbsoluteEngine, ReferenceReducedEngine
 from retarget.optimize.objective import MotorRegularizer, TrackingObjective
 from retarget.optimize.weights import TrackedBodyWeights, WeightSchedule
 from tests.optimize.conftest import double_pendulum
@@ -47,7 +47,8 @@ def test_double_pendulum_gradient_matches_finite_differences(engine_kind):
     from retarget.sim.system import build_system
 
     system = build_system(double_pendulum())
-    engine = ReducedEngine(build_reduced_system(system, [], [])) if engine_kind == "reduced" else AbsoluteEngine(system)
+    engine = (ReferenceReducedEngine(build_reduced_system(system, [], [])) if engine_kind == "reduced"
+              else AbsoluteEngine(system))
     problem = _problem(engine, "lower", 0.01, 20, 0.05, engine.reference_state())
     rng = np.random.default_rng(1)
     x = 0.3 * rng.normal(size=problem.parametrization.n_parameters)
@@ -61,7 +62,7 @@ def test_both_engines_agree_on_a_rigid_system():
 
     system = build_system(double_pendulum())
     grads = []
-    for engine in (ReducedEngine(build_reduced_system(system, [], [])), AbsoluteEngine(system)):
+    for engine in (ReferenceReducedEngine(build_reduced_system(system, [], [])), AbsoluteEngine(system)):
         problem = _problem(engine, "lower", 0.01, 15, 0.05, engine.reference_state())
         x = 0.3 * np.random.default_rng(2).normal(size=problem.parametrization.n_parameters)
         grads.append(evaluate(problem, x).gradient)
@@ -71,7 +72,7 @@ def test_both_engines_agree_on_a_rigid_system():
 
 def test_reduced_rod_gradient_matches_finite_differences(rod_systems):
     _, rs = rod_systems
-    engine = ReducedEngine(rs)
+    engine = ReferenceReducedEngine(rs)
     start = engine.solve_static(np.array([0.0]))
     problem = _problem(engine, "tip", 0.002, 25, 0.02, start)
     rng = np.random.default_rng(3)
@@ -93,7 +94,7 @@ def test_absolute_rod_gradient_matches_finite_differences(rod_systems):
 
 def test_tracked_pose_pullback_matches_finite_differences(rod_systems):
     _, rs = rod_systems
-    engine = ReducedEngine(rs)
+    engine = ReferenceReducedEngine(rs)
     poses = TrackedPoses.build(engine, ["tip", "horn"])
     rng = np.random.default_rng(5)
     s = engine.solve_static(np.array([0.2])).s.copy()

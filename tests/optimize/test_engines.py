@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from retarget.optimize.engines import ReducedEngine, motor_rows
+from retarget.optimize.engines import ReferenceReducedEngine, motor_rows
 from retarget.sim.motors import FunctionMotors
 
 
@@ -22,7 +22,7 @@ def test_reduced_r_theta_matches_finite_differences(rod_systems):
     from retarget.sim.reduced.stepper import residual_and_jacobian
 
     _, rs = rod_systems
-    engine = ReducedEngine(rs)
+    engine = ReferenceReducedEngine(rs)
     new, prev = _state(rs, 0), _state(rs, 1)
     prev = type(prev)(0.0, prev.u, prev.v, prev.lam)
     dt = 0.002
@@ -46,7 +46,7 @@ def test_history_products_match_the_stepper(rod_systems):
     from retarget.sim.reduced.stepper import BDF2, history_jacobian, linearize
 
     _, rs = rod_systems
-    engine = ReducedEngine(rs)
+    engine = ReferenceReducedEngine(rs)
     s0, s1, s2 = _state(rs, 2), _state(rs, 3), _state(rs, 4)
     s0 = type(s0)(0.0, s0.u, s0.v, s0.lam)
     s1 = type(s1)(0.002, s1.u, s1.v, s1.lam)

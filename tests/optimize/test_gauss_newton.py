@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from retarget.optimize.adjoint import evaluate
-from retarget.optimize.engines import AbsoluteEngine, ReducedEngine, reduced_engine
+from retarget.optimize.engines import AbsoluteEngine, ReferenceReducedEngine, reduced_engine
 from retarget.optimize.gauss_newton import parameter_hessian, supports_tangent, tangent_least_squares
 from tests.optimize.conftest import double_pendulum
 from tests.optimize.test_adjoint import _problem
@@ -49,7 +49,8 @@ def test_double_pendulum_tangent_matches_differences_and_adjoint(engine_kind):
     from retarget.sim.system import build_system
 
     system = build_system(double_pendulum())
-    engine = ReducedEngine(build_reduced_system(system, [], [])) if engine_kind == "reduced" else AbsoluteEngine(system)
+    engine = (ReferenceReducedEngine(build_reduced_system(system, [], [])) if engine_kind == "reduced"
+              else AbsoluteEngine(system))
     problem = _problem(engine, "lower", 0.01, 20, 0.05, engine.reference_state())
     assert supports_tangent(problem)
     rng = np.random.default_rng(1)
@@ -70,7 +71,7 @@ def test_reduced_rod_tangent_matches_differences_and_adjoint(rod_systems, compil
 
 def test_parameter_hessian_is_the_regularizers_exact_hessian(rod_systems):
     _, rs = rod_systems
-    engine = ReducedEngine(rs)
+    engine = ReferenceReducedEngine(rs)
     problem = _problem(engine, "tip", 0.002, 25, 0.02, engine.solve_static(np.array([0.0])))
     rng = np.random.default_rng(7)
     x = 0.1 * rng.normal(size=problem.parametrization.n_parameters)

@@ -7,12 +7,13 @@ line), :mod:`~retarget.optimize.objective` (tracking term and its partial deriva
 :mod:`~retarget.optimize.limits` (position bounds, speed penalty, limit and torque checks) and
 :mod:`~retarget.optimize.shaping` (ZV/ZVD shapers, vibration identification).
 
-With the simulator: :mod:`~retarget.optimize.engines` (the ``Engine`` protocol, adapters for the reduced and the
-absolute engines), :mod:`~retarget.optimize.adjoint` (forward rollout, exact discrete-adjoint gradient),
-:mod:`~retarget.optimize.targets` (quasi-static targets), :mod:`~retarget.optimize.options` (``PlanOptions``),
-:mod:`~retarget.optimize.problem` (the planning problem), :mod:`~retarget.optimize.lbfgs` (the L-BFGS-B driver),
-:mod:`~retarget.optimize.gauss_newton` (exact sensitivities, Levenberg–Marquardt), :mod:`~retarget.optimize.windows`
-(receding-horizon windows), :mod:`~retarget.optimize.robust` (the objective over stiffness-scaled models),
+With the simulator: :mod:`~retarget.optimize.engines` (adapters for the reduced and the absolute engines behind
+the simulator's ``Engine`` protocol), :mod:`~retarget.optimize.adjoint` (forward rollout, exact discrete-adjoint
+gradient), :mod:`~retarget.optimize.targets` (quasi-static targets), :mod:`~retarget.optimize.options`
+(``PlanOptions``), :mod:`~retarget.optimize.problem` (the planning problem), :mod:`~retarget.optimize.lbfgs`
+(the L-BFGS-B driver), :mod:`~retarget.optimize.gauss_newton` (exact sensitivities, Levenberg–Marquardt),
+:mod:`~retarget.optimize.windows` (receding-horizon windows), :mod:`~retarget.optimize.robust` (the objective
+over stiffness-scaled models),
 :mod:`~retarget.optimize.variants` (naive, ZV/ZVD and optimized runs; ``PlanResult``),
 :mod:`~retarget.optimize.verification` (the plan in models it was not optimized on),
 :mod:`~retarget.optimize.planning` (:func:`plan`, the one orchestration the CLI, the ROS node and the benchmarks
@@ -62,6 +63,7 @@ _EXPORTS: dict[str, str] = {
     "Engine": "engines",
     "EngineState": "engines",
     "ReducedEngine": "engines",
+    "ReferenceReducedEngine": "engines",
     "StepSensitivity": "engines",
     "OptimizationResult": "result",
     "PlanOptions": "options",
@@ -124,7 +126,13 @@ if TYPE_CHECKING:
         TrackingValue,
         deviation_metrics,
     )
-    from retarget.optimize.engines import AbsoluteEngine, Engine, EngineState, ReducedEngine, StepSensitivity
+    from retarget.optimize.engines import (
+        AbsoluteEngine,
+        Engine,
+        EngineState,
+        ReferenceReducedEngine,
+        StepSensitivity,
+    )
     from retarget.optimize.lbfgs import optimize
     from retarget.optimize.options import PlanOptions
     from retarget.optimize.planning import PlanProgress, plan, run_plan
@@ -174,7 +182,7 @@ __all__ = [
     "ProfileError",
     "ProfileFit",
     "ProfileParametrization",
-    "ReducedEngine",
+    "ReferenceReducedEngine",
     "RegularizerValue",
     "Rollout",
     "ServoSpec",

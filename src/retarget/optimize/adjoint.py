@@ -31,9 +31,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from retarget.optimize.bspline import MotorProfiles, ProfileParametrization
-from retarget.optimize.engines import Engine, EngineState, step_sensitivities
+from retarget.optimize.engines import step_sensitivities
 from retarget.optimize.limits import TorquePenalty, VelocityPenalty
 from retarget.optimize.objective import MotorRegularizer, TrackingObjective
+from retarget.sim.engine import Engine, EngineState
 
 __all__ = ["AdjointProblem", "Evaluation", "Rollout", "TrackedPoses", "Window", "evaluate", "first_influence",
            "rollout", "window_parameters"]

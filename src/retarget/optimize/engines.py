@@ -1,45 +1,35 @@
-"""The simulator as the adjoint sees it: an :class:`Engine` protocol and adapters for both engines.
+"""The engines the adjoint and the planner run: adapters behind the simulator's :class:`Engine` protocol.
 
-The discrete adjoint needs, from any BDF2 simulator (docs/optimize.md, "Adjoint"):
+The protocol and its types (:class:`Engine`, :class:`EngineState`, :class:`StepSensitivity`,
+:class:`SystemEngine`, :func:`bdf_history`, :func:`motor_rows`) are the simulator's (:mod:`retarget.sim.engine`,
+docs/optimize.md, "Adjoint"); they are re-exported here. This module adds the optimizer's side:
 
-- a forward step that stores converged states ``S_n`` (:meth:`Engine.step`), from a quasi-static start
-  (:meth:`Engine.solve_static`, also used for the targets);
-- at a converged step, the exact Jacobian blocks (:class:`StepSensitivity`): a solve with ``(∂R_n/∂S_n)ᵀ``,
-  products with ``(∂R_n/∂S_{n−k})ᵀ`` (k = 1, 2), and ``∂R_n/∂θ``, ``∂R_n/∂θ̇`` (θ̈ does not enter the DAE);
-- where the tracked rigid bodies sit in ``S`` (both engines store rigid body ``i`` as ``U[7i:7i+7] = [c, q]``).
+- :class:`ReferenceReducedEngine` wraps the dense reference reduced stepper of :mod:`retarget.sim.reduced.stepper`
+  (the oracle in tests); :class:`AbsoluteEngine` wraps the full absolute engine (:mod:`retarget.sim`);
+- :func:`reduced_engine` picks the engine the planner runs on a reduced model:
+  :class:`retarget.sim.reduced.CompiledReducedEngine` (numba), or the reference one;
+- :func:`step_sensitivities` computes the per-step linearizations of a rollout, on several threads when the engine
+  allows it.
 
-:class:`ReducedEngine` wraps the dense reference stepper of :mod:`retarget.sim.reduced.stepper`;
-:class:`AbsoluteEngine` wraps the full absolute engine (:mod:`retarget.sim`);
-:class:`retarget.sim.reduced.CompiledReducedEngine` implements the same protocol in numba and is what the
-planner uses (:func:`reduced_engine`); the reference stepper stays the oracle in tests. Time starts at 0 at the
-quasi-static initial state.
+Time starts at 0 at the quasi-static initial state.
 """
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import scipy.linalg as sla
 from numpy.typing import NDArray
 
-from retarget.optimize.errors import OptimizeError
+# The protocol and its types are the simulator's; re-exported for the optimizer's users.
+from retarget.sim.engine import Engine, EngineState, StepSensitivity, SystemEngine, bdf_history, motor_rows
 
 __all__ = [
-    "AbsoluteEngine", "Engine", "EngineState", "ReducedEngine", "StepSensitivity", "SystemEngine", "bdf_history",
-    "motor_rows", "reduced_engine", "sensitivity_workers", "step_sensitivities",
+    "AbsoluteEngine", "Engine", "EngineState", "ReferenceReducedEngine", "StepSensitivity",
+    "SystemEngine", "bdf_history", "motor_rows", "reduced_engine", "sensitivity_workers", "step_sensitivities",
 ]
-
-
-@dataclass(frozen=True, eq=False)
-class EngineState:
-    """A converged state: time ``t`` [s] and ``S = [U, V, λ]`` (n_S,); ``native`` is the engine's own state object."""
-
-    t: float
-    s: NDArray[np.float64]
-    native: Any = field(repr=False)
 
 
 def sensitivity_workers() -> int:
@@ -90,141 +80,12 @@ def step_sensitivities(engine: Engine, states: Sequence[EngineState], dt: float,
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-@dataclass(frozen=True, eq=False)
-class StepSensitivity:
-    """Exact derivatives of one BDF residual ``R_n(S_n, S_{n−1}, S_{n−2}, θ_n, θ̇_n)`` at its converged state.
-
-    Attributes:
-        solve_transposed: ``rhs ↦ (∂R_n/∂S_n)⁻ᵀ rhs`` (n_S,) → (n_S,).
-        history_transposed: ``(k, μ) ↦ (∂R_n/∂S_{n−k})ᵀ μ`` for k = 1, 2 (zero for a state not in the history).
-        r_theta: ``∂R_n/∂θ`` (n_S, n_motors).
-        r_theta_dot: ``∂R_n/∂θ̇`` (n_S, n_motors).
-        solve: ``rhs ↦ (∂R_n/∂S_n)⁻¹ rhs`` for (n_S,) or (n_S, p) (the tangent-linear pass of Gauss–Newton).
-        history: ``(k, δ) ↦ (∂R_n/∂S_{n−k}) δ`` for (n_S,) or (n_S, p).
-    """
-
-    solve_transposed: Callable[[NDArray[np.float64]], NDArray[np.float64]]
-    history_transposed: Callable[[int, NDArray[np.float64]], NDArray[np.float64]]
-    r_theta: NDArray[np.float64]
-    r_theta_dot: NDArray[np.float64]
-    solve: Callable[[NDArray[np.float64]], NDArray[np.float64]] | None = None
-    history: Callable[[int, NDArray[np.float64]], NDArray[np.float64]] | None = None
-
-
-def bdf_history(nu: int, nv: int, coef: float, h: float, mass: NDArray[np.float64], delta: NDArray[np.float64],
-                transposed: bool) -> NDArray[np.float64]:
-    """``(∂R_n/∂S_{n−k}) δ`` (or its transpose) of the reduced engines' BDF residual for history coefficient
-    ``coef``: ``R_U`` holds ``−Ū``, ``R_V`` holds ``−mass V̄ / h`` (δ (n_S,) or (n_S, p))."""
-    out = np.zeros_like(delta)
-    if coef != 0.0:
-        out[:nu] = -coef * delta[:nu]
-        out[nu : nu + nv] = -coef / h * ((mass.T if transposed else mass) @ delta[nu : nu + nv])
-    return out
-
-
-class Engine(Protocol):
-    """What the adjoint and the planner need from a simulator (see the module docstring)."""
-
-    @property
-    def n_state(self) -> int:
-        """Length of ``S``."""
-        ...
-
-    @property
-    def motor_names(self) -> tuple[str, ...]:
-        """Motors in command order."""
-        ...
-
-    def rigid_index(self, link: str) -> int:
-        """Index ``i`` of the rigid body of link ``link`` (``U[7i:7i+7] = [c, q]``)."""
-        ...
-
-    def frame_rotation(self, index: int) -> NDArray[np.float64]:
-        """Link frame orientation of rigid body ``index`` at the reference (3, 3)."""
-        ...
-
-    def solve_static(self, theta: NDArray[np.float64], warm: EngineState | None = None) -> EngineState:
-        """Gravity equilibrium at motor values ``theta`` (n_motors,), ``V = 0``, time 0."""
-        ...
-
-    def reference_state(self) -> EngineState:
-        """The reference configuration at rest (``V = 0``, ``λ = 0``), time 0."""
-        ...
-
-    def step(self, prev: EngineState, prev2: EngineState | None, dt: float, motors: Any, index: int,
-             cache: dict) -> EngineState:
-        """One BDF step (BDF1 without ``prev2``) converged to the engine's tolerance."""
-        ...
-
-    def sensitivity(self, new: EngineState, prev: EngineState, prev2: EngineState | None, dt: float,
-                    motors: Any) -> StepSensitivity:
-        """The exact Jacobian blocks of the step that produced ``new``."""
-        ...
-
-    def motor_torques(self, s: NDArray[np.float64]) -> NDArray[np.float64]:
-        """Motor constraint multipliers (torque [N m] for hinges, force [N] for sliders) (n_motors,) from ``S``."""
-        ...
-
-    @property
-    def motor_torque_index(self) -> NDArray[np.int64]:
-        """Where the motor torques sit in ``S``: ``motor_torques(s) = s[motor_torque_index]`` (n_motors,)."""
-        ...
-
-
-def motor_rows(constraints: tuple, lambda_offsets: tuple[int, ...], n_motors: int) -> NDArray[np.int64]:
-    """Index in ``λ`` of each motor's row (the last row of its motorized joint block) (n_motors,)."""
-    rows = np.full(n_motors, -1, dtype=np.int64)
-    for b, blk in enumerate(constraints):
-        if getattr(blk, "motor", -1) >= 0:
-            rows[blk.motor] = lambda_offsets[b + 1] - 1
-    if np.any(rows < 0):
-        raise OptimizeError(f"motors without a constraint row: {np.flatnonzero(rows < 0).tolist()}")
-    return rows
-
-
 _COMPLEX_STEP = 1e-30
 
 
-class SystemEngine:
-    """What every engine adapter reads off its simulated system (absolute or reduced; both share the state layout
-    and constraint bookkeeping): state size, motor names, where tracked rigid bodies sit, the motor rows of λ.
-
-    Args:
-        system: a :class:`retarget.sim.System` or :class:`retarget.sim.reduced.ReducedSystem`.
-    """
-
-    def __init__(self, system: Any) -> None:
-        self.system = system
-        self._motor_rows = motor_rows(system.constraints, system.lambda_offsets, len(system.motors))
-
-    @property
-    def n_state(self) -> int:
-        return self.system.n_u + self.system.n_v + self.system.n_lambda
-
-    @property
-    def motor_names(self) -> tuple[str, ...]:
-        return tuple(self.system.motors)
-
-    def rigid_index(self, link: str) -> int:
-        try:
-            return self.system.rigid_index(link)
-        except KeyError as exc:
-            raise OptimizeError(f"tracked link {link!r} is not a rigid body of the model; rigid bodies: "
-                                f"{[b.name for b in self.system.rigid]}") from exc
-
-    def frame_rotation(self, index: int) -> NDArray[np.float64]:
-        return np.asarray(self.system.rigid[index].frame_rotation, dtype=float)
-
-    @property
-    def motor_torque_index(self) -> NDArray[np.int64]:
-        return self.system.n_u + self.system.n_v + self._motor_rows
-
-    def motor_torques(self, s: NDArray[np.float64]) -> NDArray[np.float64]:
-        return np.asarray(s[self.motor_torque_index])
-
-
-class ReducedEngine(SystemEngine):
-    """The reduced model (relative coordinates) through the dense reference stepper.
+class ReferenceReducedEngine(SystemEngine):
+    """The reduced model (relative coordinates) through the dense reference stepper (numpy, slow): the oracle
+    the compiled :class:`retarget.sim.reduced.CompiledReducedEngine` is tested against.
 
     Args:
         system: a :class:`retarget.sim.reduced.ReducedSystem`.
@@ -401,9 +262,13 @@ class AbsoluteEngine(SystemEngine):
 
 def reduced_engine(system: Any, tolerance: float = 1e-12, compiled: bool = True) -> Engine:
     """The engine the planner runs on a reduced model: the compiled one (same states, Jacobians and gradients
-    as :class:`ReducedEngine` to round-off, about 10x faster), or the reference stepper with ``compiled=False``."""
+    as :class:`ReferenceReducedEngine` to round-off, about 10x faster), or the reference stepper with ``compiled=False``."""
     if compiled:
         from retarget.sim.reduced import CompiledReducedEngine
 
         return CompiledReducedEngine(system, tolerance=tolerance)
-    return ReducedEngine(system, tolerance=tolerance)
+    return ReferenceReducedEngine(system, tolerance=tolerance)
+
+
+#: The former name of :class:`ReferenceReducedEngine`, importable for one more release.
+ReducedEngine = ReferenceReducedEngine

@@ -20,7 +20,6 @@ from retarget.optimize.adjoint import (
     evaluate,
 )
 from retarget.optimize.bspline import ProfileFit, fit_profiles
-from retarget.optimize.engines import Engine
 from retarget.optimize.errors import OptimizeError, TimeBudgetError
 from retarget.optimize.limits import (
     MotorLimits,
@@ -33,7 +32,7 @@ from retarget.optimize.options import PlanOptions
 from retarget.optimize.robust import Ensemble, evaluate_ensemble
 from retarget.optimize.targets import Targets, quasi_static_targets
 from retarget.optimize.weights import TrackedBodyWeights, WeightSchedule
-
+from retarget.sim.engine import Engine
 
 __all__ = ["PlanProblem", "build_plan_problem", "limits_for"]
 

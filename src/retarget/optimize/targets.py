@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from retarget.optimize.adjoint import TrackedPoses
-from retarget.optimize.engines import Engine, EngineState
+from retarget.sim.engine import Engine, EngineState
 
 __all__ = ["Targets", "quasi_static_targets"]
 

@@ -3,7 +3,9 @@
 Build a :class:`System` from a :class:`retarget.model.RobotModel` (:func:`build_system`), then either run
 :func:`simulate` (→ :class:`SimulationResult`), step by hand (:func:`step`, :func:`initial_state`), or solve a
 quasi-static equilibrium (:func:`solve_static`). The BDF residual and its exact Jacobian
-(:func:`residual_and_jacobian`, :func:`history_jacobian`, :func:`linearize`) are public for the adjoint.
+(:func:`residual_and_jacobian`, :func:`history_jacobian`, :func:`linearize`) are public for the adjoint, and
+:class:`Engine` (:mod:`retarget.sim.engine`) is the stepping protocol with exact step sensitivities that either
+engine is driven through.
 See docs/physics.md.
 """
 from __future__ import annotations
@@ -22,6 +24,10 @@ _EXPORTS: dict[str, str] = {
     "constraint_terms": "dae",
     "history_jacobian": "dae",
     "residual_and_jacobian": "dae",
+    "Engine": "engine",
+    "EngineState": "engine",
+    "StepSensitivity": "engine",
+    "SystemEngine": "engine",
     "NewtonFailed": "errors",
     "SimulationDiverged": "errors",
     "SimulationError": "errors",
@@ -50,6 +56,7 @@ _EXPORTS: dict[str, str] = {
 
 if TYPE_CHECKING:
     from retarget.sim.dae import ConstraintTerms, Linearization, constraint_terms, history_jacobian, residual_and_jacobian
+    from retarget.sim.engine import Engine, EngineState, StepSensitivity, SystemEngine
     from retarget.sim.errors import NewtonFailed, SimulationDiverged, SimulationError
     from retarget.sim.integrator import (
         BDF1,
@@ -92,6 +99,8 @@ __all__ = [
     "ConstantMotors",
     "ConstraintTerms",
     "DeformableBody",
+    "Engine",
+    "EngineState",
     "FactorizationCache",
     "FunctionMotors",
     "Linearization",
@@ -104,7 +113,9 @@ __all__ = [
     "SplineMotors",
     "State",
     "StepOptions",
+    "StepSensitivity",
     "System",
+    "SystemEngine",
     "build_system",
     "constraint_terms",
     "history_jacobian",

@@ -1,10 +1,10 @@
-"""The compiled reduced engine from Python: packing, runs, exact linearizations and the optimizer's adapter.
+"""The compiled reduced engine from Python: packing, runs, exact linearizations and the ``Engine`` protocol.
 
 :func:`pack_system` turns a :class:`~retarget.sim.reduced.system.ReducedSystem` into the arrays of
 :mod:`retarget.sim.reduced.compiled`; :func:`simulate_compiled` runs the time loop in compiled chunks (a progress
 callback between chunks, no Python per step) and keeps every converged state; :func:`linearize_compiled` gives
-the exact ``∂R/∂S``, ``∂R/∂θ``, ``∂R/∂θ̇`` of a step; :class:`CompiledReducedEngine` implements the optimizer's
-:class:`retarget.optimize.engines.Engine` protocol (transposed solves through the condensed factorization).
+the exact ``∂R/∂S``, ``∂R/∂θ``, ``∂R/∂θ̇`` of a step; :class:`CompiledReducedEngine` implements the simulator's
+:class:`retarget.sim.engine.Engine` protocol (transposed solves through the condensed factorization).
 """
 from __future__ import annotations
 
@@ -17,10 +17,9 @@ import numpy as np
 from numba.typed import List
 from numpy.typing import NDArray
 
-# The optimizer adapter protocol lives with the adjoint; retarget.optimize imports nothing from retarget.sim at load.
-from retarget.optimize.engines import EngineState, SystemEngine
 from retarget.sim.constraints import CouplingConstraint, JointConstraint
 from retarget.sim.errors import NewtonFailed, SimulationDiverged
+from retarget.sim.engine import EngineState, StepSensitivity, SystemEngine, bdf_history
 from retarget.sim.reduced import compiled as ck
 from retarget.sim.reduced.cubature import reduced_gradients
 from retarget.sim.reduced.kernels import COUPLING_CODE, JOINT_CODES, block_eval
@@ -330,12 +329,12 @@ def simulate_compiled(
 
 
 class CompiledReducedEngine(SystemEngine):
-    """The compiled reduced engine behind the optimizer's ``Engine`` protocol (:mod:`retarget.optimize.engines`).
+    """The compiled reduced engine behind the ``Engine`` protocol (:mod:`retarget.sim.engine`).
 
-    Drop-in for ``optimize.engines.ReducedEngine``: same state layout ``S = [U, V, λ]``, quasi-static start from
-    the reference solve, one compiled step per :meth:`step` (chord Newton with the cached condensed LU kept in
-    ``cache``), and :meth:`sensitivity` with the exact Jacobian factorized by the condensed LU (transposed solves
-    reuse its structure). :meth:`simulate` runs a whole rollout in compiled chunks.
+    Drop-in for the dense reference stepper's adapter, ``optimize.engines.ReferenceReducedEngine``: same state
+    layout ``S = [U, V, λ]``, quasi-static start from the reference solve, one compiled step per :meth:`step`
+    (chord Newton with the cached condensed LU kept in ``cache``), and :meth:`sensitivity` with the exact Jacobian
+    factorized by the condensed LU (transposed solves reuse its structure). :meth:`simulate` runs a whole rollout in compiled chunks.
 
     Args:
         system: a :class:`ReducedSystem`. tolerance: Newton tolerance on the update (max-norm of δU [m] and Δt·δV).
@@ -407,9 +406,7 @@ class CompiledReducedEngine(SystemEngine):
         return simulate_compiled(self.system, motors, n_steps * dt, dt, start=start.native, tol=self.tolerance,
                                  max_iter=40, packed=self.packed, estimate=False)
 
-    def sensitivity(self, new: Any, prev: Any, prev2: Any, dt: float, motors: Any) -> Any:
-        from retarget.optimize.engines import StepSensitivity, bdf_history
-
+    def sensitivity(self, new: Any, prev: Any, prev2: Any, dt: float, motors: Any) -> StepSensitivity:
         lin = linearize_compiled(self.packed, new.s, prev.s, None if prev2 is None else prev2.s, new.t, dt, motors)
         a1, a2, gamma = BDF1 if prev2 is None else BDF2
         h = gamma * dt
