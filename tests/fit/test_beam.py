@@ -6,9 +6,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from retarget.fem.beam_theory import cantilever_first_frequency, cantilever_static_tip_deflection
 from retarget.fit.beam import build_beam_model, rotation_about
 from retarget.fit.rig import load_rig
-from retarget.sim.beam_theory import cantilever_first_frequency, cantilever_static_tip_deflection
 
 
 @pytest.fixture(scope="module")

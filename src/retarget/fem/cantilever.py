@@ -1,5 +1,8 @@
 """Clamped-rod checks against Euler-Bernoulli beam theory: static tip deflection and natural frequencies.
 
+The FEM side (Newton statics, the eigenproblem) lives here; the theory is :mod:`retarget.fem.beam_theory`,
+whose ``BETA_L_CANTILEVER`` and ``euler_bernoulli_*`` functions this module re-exports.
+
 Used by the tests, by ``retarget check fem`` and by the mesh-default convergence study in docs/fem.md.
 """
 
@@ -13,6 +16,11 @@ import scipy.sparse.linalg as spla
 from numpy.typing import NDArray
 
 from retarget.errors import RetargetError
+from retarget.fem.beam_theory import (
+    BETA_L_CANTILEVER,
+    euler_bernoulli_frequencies,
+    euler_bernoulli_tip_deflection,
+)
 from retarget.fem.elastic import ElasticBody
 
 __all__ = [
@@ -26,9 +34,6 @@ __all__ = [
     "solve_static",
     "tip_load_deflection",
 ]
-
-#: Roots β_k L of 1 + cos βL cosh βL = 0 (clamped-free beam), first four modes.
-BETA_L_CANTILEVER: tuple[float, ...] = (1.8751040687, 4.6940911330, 7.8547574382, 10.9955407349)
 
 
 class NewtonNotConvergedError(RetargetError):
@@ -140,20 +145,3 @@ def natural_frequencies(
     m = body.mass_matrix()[free][:, free].tocsc()
     vals = spla.eigsh(k, k=n_modes, M=m, sigma=0.0, which="LM", return_eigenvectors=False)
     return np.sort(np.sqrt(np.abs(vals))) / (2.0 * math.pi)
-
-
-def euler_bernoulli_tip_deflection(
-    force: float, length: float, youngs_modulus: float, second_moment: float
-) -> float:
-    """Cantilever tip deflection under a tip load, F L³ / (3 E I) [m]."""
-    return force * length**3 / (3.0 * youngs_modulus * second_moment)
-
-
-def euler_bernoulli_frequencies(
-    length: float, youngs_modulus: float, second_moment: float, density: float, area: float, n_modes: int = 1
-) -> NDArray[np.float64]:
-    """Clamped-free bending frequencies (β_k L)² / (2π L²) √(E I / (ρ A)) [Hz], ``(n_modes,)``."""
-    beta_l = np.array(BETA_L_CANTILEVER[:n_modes])
-    return (
-        beta_l**2 / (2.0 * math.pi * length**2) * math.sqrt(youngs_modulus * second_moment / (density * area))
-    )

@@ -33,7 +33,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import brentq
 
 from retarget.errors import InputError
-from retarget.fem.cantilever import BETA_L_CANTILEVER
+from retarget.fem.beam_theory import euler_bernoulli_frequencies, round_section
 from retarget.fem.elastic import ElasticBody
 from retarget.fem.material import Material
 from retarget.fem.mesh import TetMesh, bar_mesh, plate_mesh, rod_mesh
@@ -527,17 +527,16 @@ def euler_bernoulli_bending(generator: Any, material: Material, clamp: Clamp) ->
         return None
     g = generator
     if g.kind == "rod":
-        area = math.pi * g.diameter**2 / 4.0
-        second = {"x": math.pi * g.diameter**4 / 64.0, "y": math.pi * g.diameter**4 / 64.0}
+        area, rod_second = round_section(g.diameter)
+        second = {"x": rod_second, "y": rod_second}
     elif g.kind in ("bar", "plate"):
         area = g.width * g.thickness
         second = {"x": g.thickness * g.width**3 / 12.0, "y": g.width * g.thickness**3 / 12.0}
     else:
         return None
-    beta = np.array(BETA_L_CANTILEVER[:2])
     out = {
-        p: tuple((beta**2 / (2.0 * math.pi * g.length**2)
-                  * math.sqrt(material.youngs_modulus * second[p] / (material.density * area))).tolist())
+        p: tuple(euler_bernoulli_frequencies(g.length, material.youngs_modulus, second[p], material.density, area,
+                                             n_modes=2).tolist())
         for p in BENDING_PLANES
     }
     return BendingFrequencies(out, 0)

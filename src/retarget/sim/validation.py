@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from retarget.sim.beam_theory import (
+from retarget.fem.beam_theory import (
     cantilever_first_frequency,
     cantilever_static_tip_deflection,
     round_section,

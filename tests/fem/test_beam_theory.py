@@ -1,9 +1,9 @@
-"""Euler–Bernoulli reference values."""
+"""Euler–Bernoulli reference values (retarget.fem.beam_theory)."""
 import math
 
 import pytest
 
-from retarget.sim.beam_theory import (
+from retarget.fem.beam_theory import (
     cantilever_beta,
     cantilever_first_frequency,
     cantilever_static_tip_deflection,
