@@ -28,7 +28,7 @@ setup(
     package_dir={"": "src"},
     packages=find_namespace_packages("src", include=["retarget", "retarget.*"]),
     include_package_data=True,
-    package_data={PACKAGE: ["data/**/*", "motions/**/*", "motion/maps/*.yaml"]},
+    package_data={PACKAGE: ["data/**/*", "motions/**/*", "motion/maps/*.yaml", "fem/*.json", "report/web/*"]},
     data_files=[
         ("share/ament_index/resource_index/packages", ["resource/" + PACKAGE]),
         ("share/" + PACKAGE, ["package.xml"]),
