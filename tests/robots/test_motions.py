@@ -13,6 +13,7 @@ from retarget.report.robot_render import load_urdf
 #: Durations [s] from the paper (Table 1 and §7); step_45_fast mirrors step_30; None: not a paper motion.
 DURATIONS = {"single_rod/step_30": 4.0, "single_rod/step_45_fast": 4.0, "two_rods/swing_90": 3.5,
              "single_rod/step_30_fast_return": 4.0, "single_rod/step_20_fast": 4.0,  # reduced-model test motions
+             "single_rod/step_30_servo": 4.6,  # step_30 with ramps within the servo's stall torque
              "dancer/wave": 8.5, "bartender/serve": 8.5, "rapper/rap": 10.0, "drummer/drumming": 10.0,
              "boxer/boxing": 9.75,
              "single_rod/ident_mode2": None,  # designed from the rig by `retarget fit-motion` (docs/fit.md)
