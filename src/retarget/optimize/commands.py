@@ -178,7 +178,8 @@ def options_from_args(args: argparse.Namespace) -> Any:
                        weights=tuple(args.weight or ()))
 
 
-def _plan(args: argparse.Namespace) -> int:
+def _plan_command(args: argparse.Namespace) -> int:
+    """`retarget plan`: arguments → :class:`PlanOptions`, :func:`retarget.optimize.plan`, outputs and exit status."""
     from pathlib import Path
 
     import numpy as np
@@ -449,4 +450,4 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "profiles at this finer step and warn when the improvement does not hold there (default: "
                    "--dt / 5; 0: no verification)")
     _model_args(p)
-    p.set_defaults(func=_plan)
+    p.set_defaults(func=_plan_command)
