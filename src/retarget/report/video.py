@@ -186,7 +186,9 @@ def render_frames(animation: PlanAnimation, fps: float = 25.0, panel_width: int 
     camera = _Camera(CAMERA_DIRECTION, *animation.extent_points(), big_w, big_h)
     faces = _link_faces(animation)
     ghost_faces = _link_faces(animation, animation.ghost_links) if len(animation.ghost_links) else []
-    title_font, small_font = _font(15 * _SUPERSAMPLE), _font(12 * _SUPERSAMPLE)
+    # Text scales with the panel: 15 px titles and 12 px figures on a 480 px panel.
+    title_px, small_px = max(9, round(panel_w / 32)), max(8, round(panel_w / 40))
+    title_font, small_font = _font(title_px * _SUPERSAMPLE), _font(small_px * _SUPERSAMPLE)
     rel = animation.times - animation.times[0]
     times = video_frame_times(animation.duration, fps)
     frames = np.clip(np.searchsorted(rel, times - 1e-9), 0, len(rel) - 1)
@@ -206,13 +208,14 @@ def render_frames(animation: PlanAnimation, fps: float = 25.0, panel_width: int 
             draw = ImageDraw.Draw(panel)
             m = animation.metrics.get(name, {})
             label = VARIANT_LABELS.get(name, name)
-            draw.text((big_w // 2, 8 * _SUPERSAMPLE), label, fill=(20, 20, 20), font=title_font, anchor="mt")
+            top = title_px // 2 * _SUPERSAMPLE
+            draw.text((big_w // 2, top), label, fill=(20, 20, 20), font=title_font, anchor="mt")
             if m:
-                draw.text((big_w // 2, 28 * _SUPERSAMPLE), f"peak {1e3 * m['peak_deviation_m']:.1f} mm · RMS "
-                          f"{1e3 * m['rms_deviation_m']:.1f} mm", fill=(60, 60, 60), font=small_font, anchor="mt")
+                draw.text((big_w // 2, top + round(1.3 * title_px) * _SUPERSAMPLE),
+                          f"peak {1e3 * m['peak_deviation_m']:.1f} mm · RMS {1e3 * m['rms_deviation_m']:.1f} mm",
+                          fill=(60, 60, 60), font=small_font, anchor="mt")
             if v == 0:
-                draw.text((8 * _SUPERSAMPLE, 8 * _SUPERSAMPLE), f"t = {t:5.2f} s", fill=(20, 20, 20),
-                          font=title_font)
+                draw.text((top, big_h - top), f"t = {t:5.2f} s", fill=(20, 20, 20), font=title_font, anchor="lb")
             out.paste(panel.convert("RGB").reduce(_SUPERSAMPLE), (v * panel_w, 0))
         if progress is not None:
             progress("video: frames", n + 1, len(times))
