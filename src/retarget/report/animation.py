@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from retarget.errors import InputError, NotAvailableError
+from retarget.errors import InputError, NotAvailableError, RetargetError
 
 __all__ = ["ANIMATION_FILE", "CENTRE_LINE_POINTS", "DEFAULT_VARIANTS", "LinkVisuals", "PlanAnimation", "UrdfLinks",
            "build_plan_animation", "link_visuals", "load_animation", "rotation_to_quaternion"]
@@ -96,7 +96,8 @@ class PlanAnimation:
         deviations: distance of each tracked body from its target on that grid (n_v, n_t, k) [m].
         metrics: per variant, ``peak_deviation_m`` and ``rms_deviation_m`` (max over tracked bodies, as the plan
             reports them).
-        sources: per variant, where its states came from (the plan's run, or simulated again and how close).
+        sources: per variant, where its states came from (the plan's run, or simulated again and how close); for a
+            run left out because simulating it again failed, why.
     """
 
     robot: str
@@ -422,16 +423,28 @@ def build_plan_animation(result: Any, robot: str | Path, variants: Sequence[str]
 
     tracked = tuple(pp.problem.tracking.links)
     tracked_body = [rigid_names.index(link) for link in tracked]
+    # A run that fails to simulate again (only ZVD's is simulated again) is left out, its reason kept in sources.
+    from retarget.sim.errors import SimulationError
+
+    runs, skipped = {}, {}
+    for name in names:
+        bar = None if progress is None else (lambda k, n, s=f"animation: simulating {name}": progress(s, k, n))
+        try:
+            runs[name] = _variant_states(result, name, bar)
+        except SimulationError as exc:
+            skipped[name] = f"not animated: simulating it again failed ({exc})"
+    names = list(runs)
+    if not names:
+        raise RetargetError(f"no run of the plan could be animated: {skipped}")
     n_v, n_f, n_l = len(names), len(frames), len(urdf.names)
     link_pos = np.zeros((n_v, n_f, n_l, 3), dtype=np.float32)
     link_quat = np.zeros((n_v, n_f, n_l, 4), dtype=np.float32)
     lines = np.zeros((n_v, n_f, len(system.bodies), CENTRE_LINE_POINTS, 3), dtype=np.float32)
     tracked_pos = np.zeros((n_v, n_f, len(tracked), 3), dtype=np.float32)
     deviations = np.zeros((n_v, len(times), len(tracked)), dtype=np.float32)
-    sources, metrics = {}, {}
+    sources, metrics = dict(skipped), {}
     for v, name in enumerate(names):
-        bar = None if progress is None else (lambda k, n, s=f"animation: simulating {name}": progress(s, k, n))
-        states, sources[name] = _variant_states(result, name, bar)
+        states, sources[name] = runs[name]
         s = states[frames]
         centres, rotations = _rigid_poses(s, len(rigid_names), rotation_matrix)
         pos, rot = _link_poses(urdf, body_index, com0, centres, rotations)
