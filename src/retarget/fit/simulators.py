@@ -191,9 +191,11 @@ class FullEngine:
         """See :class:`StepTestSimulator`."""
         from retarget.sim import SplineMotors, build_system, simulate
 
+        # A generated mesh is stiffness-calibrated (FlexiblePart.stiffness_factor: its f₁ matches the converged
+        # mesh's); the physical E the fit varies is scaled by the same factor on this mesh.
         parts = tuple(
-            replace(p, material=replace(p.material, youngs_modulus=youngs_modulus, rayleigh_alpha=alpha,
-                                        rayleigh_beta=beta))
+            replace(p, material=replace(p.material, youngs_modulus=youngs_modulus * p.stiffness_factor,
+                                        rayleigh_alpha=alpha, rayleigh_beta=beta))
             for p in self.model.flexible_parts
         )
         system = build_system(replace(self.model, flexible_parts=parts))
@@ -238,7 +240,8 @@ class ReducedEngine:
     """The compiled reduced engine on a reduced model of the rig, with the part's material varied in place.
 
     ``E`` scales the cubature weights and the rest stiffness ``stiffness0`` of the rig's part by ``E / E₀`` (E₀ from
-    the cubature's Lamé parameters: the model's training material); α, β replace the part's damping. Nothing is
+    the cubature's Lamé parameters, the model's training material, divided by the mesh's stiffness calibration
+    factor: E and E₀ are physical moduli); α, β replace the part's damping. Nothing is
     retrained; the frozen model is copied with :func:`dataclasses.replace`. Note that the reduced engine damps the
     relative velocity ``ż`` in the reference body's frame (docs/reduced.md §3), as the beam surrogate damps the
     deflection rate in the turning frame, so fitted α, β mean the same in both.
@@ -247,13 +250,17 @@ class ReducedEngine:
         rig: The rig.
         reduced: A :class:`retarget.sim.reduced.ReducedSystem` of the rig's robot (e.g. :func:`load_reduced_model`).
         dt: Time step [s] (the reduced engine's default, 1 ms).
+        stiffness_factor: The calibration factor of the part's mesh the model was trained on
+            (``FlexiblePart.stiffness_factor``; 1: not calibrated).
     """
 
     name = "reduced"
 
-    def __init__(self, rig: StepTestRig, reduced: object, dt: float = 1e-3) -> None:
+    def __init__(self, rig: StepTestRig, reduced: object, dt: float = 1e-3, stiffness_factor: float = 1.0) -> None:
         if not dt > 0:
             raise InputError(f"time step must be positive, got {dt}")
+        if not stiffness_factor > 0:
+            raise InputError(f"stiffness factor must be positive, got {stiffness_factor}")
         bodies = getattr(reduced, "bodies")
         names = [b.name for b in bodies]
         if rig.part not in names:
@@ -263,7 +270,8 @@ class ReducedEngine:
         self.reduced = reduced
         self.part_index = names.index(rig.part)
         cub = bodies[self.part_index].cubature
-        self.youngs_modulus_trained = youngs_modulus_of(float(cub.mu), float(cub.lam))
+        self.stiffness_factor = float(stiffness_factor)
+        self.youngs_modulus_trained = youngs_modulus_of(float(cub.mu), float(cub.lam)) / self.stiffness_factor
 
     def system_at(self, youngs_modulus: float, alpha: float, beta: float) -> object:
         """The reduced system with the part's E [Pa], α [1/s], β [s] (a copy; the model is not changed)."""
@@ -293,16 +301,17 @@ class ReducedEngine:
 
 
 def load_reduced_model(rig: StepTestRig, path: str | object) -> object:
-    """The reduced model of the rig's robot from an artifact written by ``retarget reduce``.
+    """The reduced model of the rig's robot from an artifact written by ``retarget reduce`` (or cached by
+    ``retarget plan``), loaded by the model store on the mesh it was trained on
+    (:func:`retarget.sim.reduced.store.load_artifact`).
 
     Raises:
         StaleReducedModelError: The artifact does not match the robot files (named inputs changed).
+        InputError: The artifact's motors differ from the robot's.
     """
-    from retarget.model.loader import load_robot
-    from retarget.sim import build_system
-    from retarget.sim.reduced import load_reduced
+    from retarget.sim.reduced.store import load_artifact
 
-    return load_reduced(path, build_system(load_robot(rig.path)), rig.path)
+    return load_artifact(rig.path, path).reduced
 
 
 def make_simulator(engine: str, rig: StepTestRig, dt: float | None = None,
@@ -331,6 +340,11 @@ def make_simulator(engine: str, rig: StepTestRig, dt: float | None = None,
     if reduced is not None and engine in ("auto", "reduced"):
         from pathlib import Path
 
-        model = load_reduced_model(rig, reduced) if isinstance(reduced, (str, Path)) else reduced
-        return ReducedEngine(rig, model, dt=dt or 1e-3)
+        if isinstance(reduced, (str, Path)):
+            from retarget.sim.reduced.store import load_artifact
+
+            artifact = load_artifact(rig.path, reduced)
+            factors = {p.name: p.stiffness_factor for p in artifact.model.flexible_parts}
+            return ReducedEngine(rig, artifact.reduced, dt=dt or 1e-3, stiffness_factor=factors.get(rig.part, 1.0))
+        return ReducedEngine(rig, reduced, dt=dt or 1e-3)
     return BeamEngine(rig, dt=dt or 1e-3)
