@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import tiny_robot  # the optimizer tests' tiny robot (tests/optimize is on the path: conftest)
 
 from retarget.errors import InputError
 from retarget.report.animation import CENTRE_LINE_POINTS, load_animation
@@ -82,3 +83,15 @@ def test_save_load_round_trip_and_select(animation, tmp_path):
         back.select(["zv"])
     with pytest.raises(InputError, match="no animation at"):
         load_animation(tmp_path / "missing.npz")
+
+
+def test_urdf_found_as_the_simulator_finds_it(tmp_path):
+    from retarget.report.animation import link_visuals
+
+    # The optimizer tests' tiny robot keeps its URDF beside the params YAML.
+    tiny_robot.write_tiny_robot(tmp_path)
+    links = link_visuals(tmp_path / "tiny_rod.yaml", ["horn", "tip"], ["rod"])
+    assert links.names == ("world", "horn", "tip") and links.body == (None, "horn", "tip")
+    assert np.allclose(links.reference[2, :3, 3], [0.0, 0.0, 0.2])
+    drummer = link_visuals("drummer", [], [])  # xacro expanded
+    assert len(drummer.names) > 0

@@ -22,6 +22,7 @@ Saved as ``animation.npz`` beside ``trajectories.npz`` (:meth:`PlanAnimation.sav
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -248,6 +249,32 @@ class UrdfLinks:
     visuals: LinkVisuals
 
 
+def _load_urdf(robot: str | Path) -> Any:
+    """The robot's URDF by yourdfpy, found as the simulator finds it (beside the params YAML, in ``../urdf``, in the
+    package's ``urdf/``; xacro expanded with the YAML's ``xacro_args``)."""
+    import yourdfpy
+
+    from retarget.model.library import resolve_robot, robot_config
+    from retarget.model.loader import resolve_urdf
+
+    path = resolve_robot(robot)
+    section = robot_config(path)["retarget"]
+    if not section.get("urdf"):
+        raise InputError(f"{path}: retarget.urdf is missing")
+    urdf_path = resolve_urdf(str(section["urdf"]), path)
+    if urdf_path.name.endswith(".xacro"):
+        import xacro
+
+        args = {str(k): str(v) for k, v in (section.get("xacro_args") or {}).items()}
+        try:
+            xml = xacro.process_file(str(urdf_path), mappings=args).toprettyxml(indent="  ")
+        except xacro.XacroException as exc:
+            raise InputError(f"{urdf_path}: xacro failed: {exc}") from exc
+    else:
+        xml = urdf_path.read_text()
+    return yourdfpy.URDF.load(io.StringIO(xml), build_scene_graph=True, load_meshes=False)
+
+
 def link_visuals(robot: str | Path, bodies: Sequence[str], replaced: Sequence[str] = ()) -> UrdfLinks:
     """The URDF links that can be placed from the simulation, their reference poses, bodies and visuals.
 
@@ -260,9 +287,9 @@ def link_visuals(robot: str | Path, bodies: Sequence[str], replaced: Sequence[st
         replaced: URDF links replaced by flexible parts.
     """
     from retarget.model.library import robot_config
-    from retarget.report.robot_render import _material_colours, _visual_colour, load_urdf
+    from retarget.report.robot_render import _material_colours, _visual_colour
 
-    urdf = load_urdf(robot)
+    urdf = _load_urdf(robot)
     section = robot_config(robot)["retarget"]
     root = section.get("root_link") or urdf.base_link
     urdf.update_cfg({name: 0.0 for name in urdf.actuated_joint_names})
