@@ -41,7 +41,7 @@ class ViewOptions:
 
     Attributes:
         page, video, mcap: write the page, the video, the MCAP recording.
-        video_file: the video's name in the folder (``.mp4`` or ``.gif``).
+        video_file: the video's path, relative to the folder or absolute (``.mp4`` or ``.gif``).
         video_fps: video frames per second.
         video_width: width of one run's panel in the video [px].
         timings: filled with the wall time of each output [s].
