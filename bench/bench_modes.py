@@ -54,7 +54,8 @@ def main() -> int:
 
     from retarget.model import library
     from retarget.sim.motion_input import motors_from_motion
-    from retarget.sim.reduced.commands import load_robot_system, tracked_links
+    from retarget.sim.reduced.commands import tracked_links
+    from retarget.sim.reduced.store import load_robot_system
     from retarget.sim.reduced.engine import simulate_compiled
     from retarget.sim.reduced.training import build_from_result, tracked_distances
     from retarget.sim.simulate import simulate

@@ -177,7 +177,7 @@ def main() -> None:
     for robot, motion in zip(robots, motions):
         t0 = time.perf_counter()
         if args.basis == "artifact":
-            from retarget.optimize.planning_model import load_artifact
+            from retarget.sim.reduced.store import load_artifact
 
             pm = load_artifact(robot, args.artifact)  # on the mesh it was trained on (its --mesh-scale)
             model, rs = pm.model, pm.reduced

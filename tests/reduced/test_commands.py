@@ -228,7 +228,7 @@ def test_reduce_with_cubature_points_records_and_reloads_them(tmp_path: Path,
     """--cubature-points: the artifact keeps each unit's quadrature point and reloads the same cubature, which
     simulate-reduced runs; a trained model cannot be switched to points afterwards."""
     from retarget.sim.reduced.artifact import load_reduced
-    from retarget.sim.reduced.commands import load_robot_system
+    from retarget.sim.reduced.store import load_robot_system
 
     out = tmp_path / "points.npz"
     assert main(["reduce", str(ROBOT), "--train-motion", str(MOTION), *COMMON, "--cubature-points",
@@ -256,7 +256,7 @@ def test_reduce_with_modal_derivatives_records_and_reloads_them(tmp_path: Path,
     """--modal-derivatives K appends up to K(K+1)/2 modes per part; the artifact keeps the count; a trained model
     cannot be given derivatives afterwards."""
     from retarget.sim.reduced.artifact import load_reduced
-    from retarget.sim.reduced.commands import load_robot_system
+    from retarget.sim.reduced.store import load_robot_system
 
     out = tmp_path / "md.npz"
     assert main(["reduce", str(ROBOT), "--train-motion", str(MOTION), *COMMON, "--modal-derivatives", "2",

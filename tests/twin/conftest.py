@@ -21,7 +21,7 @@ def cantilever_reduced_artifact(out: Path, n_modes: int = N_MODES, seed: int = 0
 
     from retarget.sim.reduced.artifact import save_reduced
     from retarget.sim.reduced.basis import ReducedBasis, _m_orthonormalize, rigid_modes
-    from retarget.sim.reduced.commands import load_robot_system
+    from retarget.sim.reduced.store import load_robot_system
     from retarget.sim.reduced.cubature import train_cubature
     from retarget.sim.reduced.system import reference_bodies
 

@@ -24,7 +24,7 @@ def test_lookup_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         find_reduced_model("single_rod", tmp_path / "missing.npz")
     folder = tmp_path / "cache" / "reduced"
     folder.mkdir(parents=True)
-    old, new, other = folder / "single_rod-aaa.pkl", folder / "single_rod-bbb.pkl", folder / "two_rods-ccc.pkl"
+    old, new, other = folder / "single_rod-aaa.npz", folder / "single_rod-bbb.npz", folder / "two_rods-ccc.npz"
     for k, p in enumerate((old, new, other)):
         p.write_bytes(b"x")
         import os

@@ -138,8 +138,6 @@ def model_resolution(model_yaml: object, mesh_axial: int | None, mesh_around: in
 def _check_model(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    import numpy as np
-
     from retarget.errors import InputError
     from retarget.fem.model_card import ModelCard, model_card
     from retarget.model import library
@@ -159,11 +157,9 @@ def _check_model(args: argparse.Namespace) -> int:
         if args.mesh_axial is not None or args.mesh_around is not None or args.no_calibration:
             raise InputError("--reduced uses the artifact's own mesh and calibration: drop --mesh-axial, "
                              "--mesh-around and --no-calibration")
-        try:
-            with np.load(args.reduced, allow_pickle=False) as data:
-                meta = json.loads(str(data["meta"]))
-        except (OSError, ValueError, KeyError) as exc:
-            raise InputError(f"cannot read the reduced model {args.reduced}: {exc}") from exc
+        from retarget.sim.reduced.store import artifact_meta
+
+        meta = artifact_meta(args.reduced)  # an unreadable file: StaleReducedModelError, an InputError
         if meta.get("model_card"):
             card = ModelCard.from_dict(meta["model_card"])
             note = f"(stored in {args.reduced})"

@@ -18,125 +18,52 @@ Sources, in order (:func:`planning_model`):
    (:func:`retarget.sim.reduced.build_from_result`), written into the cache of 2 as an artifact.
 
 One file format throughout: the artifact (JSON metadata with the format version, the provenance hashes and the
-model card, plus arrays; read with ``allow_pickle=False``).
+model card, plus arrays; read with ``allow_pickle=False``). The folders, the lookup and the loading of artifacts
+are the model store's (:mod:`retarget.sim.reduced.store`, shared with the twin, the CLI and the fitter); this
+module adds what is the planner's: the cache key, the reuse check and the training in-process.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from retarget.errors import InputError, NotAvailableError
 from retarget.motion.motion import Motion
+from retarget.optimize.options import PlanOptions
 
-__all__ = ["PlanningModel", "artifact_candidates", "artifact_dirs", "artifact_meta", "cache_dir", "find_artifact",
-           "load_artifact", "load_model", "planning_model"]
+# Finding, loading and caching artifacts is the model store's (retarget.sim.reduced.store); its names are
+# re-exported here for the planner's users.
+from retarget.sim.reduced.store import (
+    ReducedRobotModel,
+    artifact_candidates,
+    artifact_dirs,
+    artifact_meta,
+    cache_dir,
+    find_artifact,
+    load_artifact,
+    load_model,
+    robot_yaml_path,
+)
+
+__all__ = ["DEFAULT_PLAN_MODES", "REUSE_TRAINING_RANGE", "TRAINING_METHOD", "PlanningModel", "artifact_candidates",
+           "artifact_dirs", "artifact_meta", "cache_dir", "find_artifact", "load_artifact", "load_model",
+           "motion_training_range", "planning_model"]
+
+#: A robot ready for planning: the model store's :class:`~retarget.sim.reduced.store.ReducedRobotModel` (robot
+#: model on the planning mesh, YAML section, reduced system, and ``info``: how it was obtained and the
+#: ``model_card``, each flexible part's bending frequencies vs the mesh-converged reference; gate it with
+#: :func:`retarget.fem.model_card.check_fidelity`).
+PlanningModel = ReducedRobotModel
 
 
-@dataclass(frozen=True, eq=False)
-class PlanningModel:
-    """A robot ready for planning.
-
-    Attributes:
-        model: the :class:`retarget.model.RobotModel` (on the planning mesh).
-        config: the robot YAML's ``retarget:`` section.
-        reduced: the :class:`retarget.sim.reduced.ReducedSystem`.
-        info: how it was obtained (source, cache key, modes, training time …) and ``model_card``: the model's
-            :meth:`retarget.fem.model_card.ModelCard.to_dict` (each flexible part's bending frequencies vs the
-            mesh-converged reference; gate it with :func:`retarget.fem.model_card.check_fidelity`).
-    """
-
-    model: Any
-    config: dict[str, Any]
-    reduced: Any
-    info: dict[str, Any]
-
-
-#: Deformation modes per flexible part (a cap) of the planner's in-process training. 3 modes per rod trained on the
-#: naive motion could not represent the optimized two_rods swing (inverted cubature elements, 0.39 × naive); with 8
-#: the plan reaches 0.122 × (docs/optimize.md, session 5).
-DEFAULT_PLAN_MODES: int = 8
+#: Deformation modes per flexible part (a cap) of the planner's in-process training (:attr:`PlanOptions.modes`).
+DEFAULT_PLAN_MODES: int = PlanOptions.modes
 #: Version of the in-process training (part of the planner cache's key): bump when the same inputs give another model.
 TRAINING_METHOD: int = 2
-
-
-def cache_dir() -> Path:
-    """``$RETARGET_CACHE`` or ``~/.cache/retarget``, with a ``reduced/`` subfolder."""
-    root = Path(os.environ.get("RETARGET_CACHE", Path.home() / ".cache" / "retarget"))
-    return root / "reduced"
-
-
-def artifact_dirs() -> list[Path]:
-    """Folders searched for reduced-model artifacts (``<robot>.npz`` or ``<robot>-*.npz``).
-
-    ``$RETARGET_MODELS`` (``os.pathsep``-separated) when set; else ``$RETARGET_CACHE/models`` alone when
-    ``$RETARGET_CACHE`` is set (an isolated cache sees no other models); else ``~/.cache/retarget/models`` and
-    ``.cache-models/`` of the source checkout (the shared local model folder).
-    """
-    env = os.environ.get("RETARGET_MODELS")
-    if env:
-        return [Path(p) for p in env.split(os.pathsep) if p]
-    if os.environ.get("RETARGET_CACHE"):
-        return [cache_dir().parent / "models"]
-    from retarget.model import library
-
-    return [cache_dir().parent / "models", library.share_dir() / ".cache-models"]
-
-
-def artifact_meta(path: Path) -> dict[str, Any]:
-    """The artifact's ``meta`` JSON (format version, robot, hashes, training settings)."""
-    from retarget.sim.reduced.errors import StaleReducedModelError
-
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return dict(json.loads(str(data["meta"])))
-    except (OSError, ValueError, KeyError) as exc:
-        raise StaleReducedModelError(str(path), ["file"], f"unreadable reduced model: {exc}") from exc
-
-
-def load_artifact(robot: str | Path, path: str | Path, mesh_scale: float | None = None) -> PlanningModel:
-    """Load a ``retarget reduce`` artifact for ``robot``, on the mesh it was built with.
-
-    The artifact records the ``--mesh-scale`` it was trained with; the robot is loaded the same way
-    (``retarget reduce``'s own loader) so that the provenance hashes compare like with like. ``mesh_scale``
-    overrides the recorded one (the twin's ``--mesh-scale``); ``info["mesh_scale"]`` is the one used.
-
-    Raises:
-        StaleReducedModelError: unreadable file, other format version, or a robot/material/mesh that changed
-            since (an :class:`~retarget.errors.InputError`; the message names the changed inputs).
-        InputError: the artifact's motors differ from the robot's.
-    """
-    from retarget.model.loader import read_robot_yaml
-    from retarget.sim.reduced.artifact import load_reduced
-    from retarget.sim.reduced.commands import load_robot_system as load_reduce_robot
-
-    path = Path(path)
-    meta = artifact_meta(path)
-    extra = dict(meta.get("extra") or {})
-    scale = extra.get("mesh_scale") if mesh_scale is None else mesh_scale
-    if extra.get("mesh_axial") is not None or extra.get("mesh_around") is not None:
-        # Trained by `retarget plan` on a training mesh: the same resolution override.
-        from retarget.model import library
-        from retarget.sim.system import build_system
-
-        yaml_path = Path(robot) if Path(robot).is_file() else library.resolve_robot(str(robot))
-        model = load_model(robot, extra.get("mesh_axial"), extra.get("mesh_around"))[0]
-        system = build_system(model)
-    else:
-        yaml_path, model, system = load_reduce_robot(str(robot), scale)
-    rs = load_reduced(path, system, yaml_path)
-    if tuple(rs.motors) != tuple(model.motors):
-        raise InputError(f"reduced model {path} has motors {rs.motors}, the robot has {model.motors}")
-    info = {"source": "artifact", "file": str(path), "robot": meta.get("robot"), "training": extra,
-            "format_version": meta.get("format_version"), "mesh_scale": scale}
-    return PlanningModel(model, read_robot_yaml(yaml_path), rs, info)
 
 
 def _with_card(pm: PlanningModel) -> PlanningModel:
@@ -144,72 +71,6 @@ def _with_card(pm: PlanningModel) -> PlanningModel:
     from retarget.fem.model_card import model_card
 
     return PlanningModel(pm.model, pm.config, pm.reduced, {**pm.info, "model_card": model_card(pm.model).to_dict()})
-
-
-def artifact_candidates(name: str) -> list[Path]:
-    """Artifacts of robot ``name`` (``<name>.npz``, ``<name>-*.npz``) in :func:`artifact_dirs`, newest first."""
-    found: set[Path] = set()
-    for folder in artifact_dirs():
-        if folder.is_dir():
-            found |= {p for p in folder.glob("*.npz") if p.stem == name or p.stem.startswith(f"{name}-")}
-    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
-
-
-def find_artifact(robot: str | Path, name: str) -> tuple[PlanningModel | None, list[str]]:
-    """The newest fresh artifact of robot ``name`` in :func:`artifact_dirs`.
-
-    Returns:
-        The model (None when there is none) and one line per artifact skipped (stale, foreign or unreadable).
-    """
-    from retarget.sim.reduced.errors import ReducedModelError
-
-    skipped: list[str] = []
-    for path in artifact_candidates(name):
-        try:
-            return load_artifact(robot, path), skipped
-        except (ReducedModelError, InputError) as exc:
-            skipped.append(f"{path}: {exc}")
-    return None, skipped
-
-
-def load_model(robot: str | Path, mesh_axial: int | None = None, mesh_around: int | None = None
-               ) -> tuple[Any, dict[str, Any], str]:
-    """Load a robot, optionally overriding the resolution of generated rod meshes.
-
-    Returns:
-        The model, its YAML ``retarget:`` section and the text the model depends on (for hashing).
-    """
-    from retarget.model import library
-    from retarget.model.loader import load_robot, read_robot_yaml, resolve_urdf
-
-    path = Path(robot) if Path(robot).is_file() else library.resolve_robot(str(robot))
-    cfg = read_robot_yaml(path)
-    urdf = resolve_urdf(str(cfg.get("urdf", "")), path)
-    fingerprint = path.read_text() + urdf.read_text() + json.dumps([mesh_axial, mesh_around])
-    name = path.stem.split(".")[0]
-    if mesh_axial is None and mesh_around is None:
-        return load_robot(path, name), cfg, fingerprint
-    cfg2 = json.loads(json.dumps(cfg))
-    cfg2["urdf"] = str(urdf)
-    for part in cfg2.get("flexible_parts") or []:
-        mesh = part.get("mesh") or {}
-        if "file" in mesh:
-            f = Path(mesh["file"])
-            if not f.is_absolute():
-                mesh["file"] = str((path.parent / f).resolve())
-            continue
-        res = dict(mesh.get("resolution") or {})
-        if mesh_axial is not None:
-            res["axial"] = int(mesh_axial)
-        if mesh_around is not None:
-            res["around"] = int(mesh_around)
-        mesh["resolution"] = res
-    import yaml
-
-    with tempfile.TemporaryDirectory() as tmp:
-        p = Path(tmp) / f"{name}.yaml"
-        p.write_text(yaml.safe_dump({"retarget": cfg2}))
-        return load_robot(p, name), cfg, fingerprint
 
 
 #: A cached model trained on another motion of the robot is reused when this motion's naive playback deforms no
@@ -359,8 +220,5 @@ def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = N
             "training": extra, "skipped": skipped}
     pm = _with_card(PlanningModel(model, cfg, rs, info))
     if use_cache:
-        from retarget.model import library
-
-        yaml_path = Path(robot) if Path(robot).is_file() else library.resolve_robot(str(robot))
-        save_reduced(path, system, bases, cubs, yaml_path, model.name, extra, pm.info["model_card"])
+        save_reduced(path, system, bases, cubs, robot_yaml_path(robot), model.name, extra, pm.info["model_card"])
     return pm

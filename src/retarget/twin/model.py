@@ -1,10 +1,10 @@
 """Where the twin's reduced model comes from: a model artifact given, or the newest of the robot's cached ones.
 
 Lookup order (:func:`find_reduced_model`): the file the user gave (``--reduced`` / the ``reduced`` option), else the
-newest model of this robot in the planner's cache (:func:`retarget.optimize.planning_model.cache_dir`, artifacts
+newest model of this robot in the planner's cache (:func:`retarget.sim.reduced.store.cache_dir`, artifacts
 ``<robot>-<settings>-<motion>.npz`` written by ``retarget plan``), else the newest current-format artifact
-``<robot>.npz`` / ``<robot>-*.npz`` in the planner's model folders
-(:func:`retarget.optimize.planning_model.artifact_dirs`, e.g. the checkout's ``.cache-models/``). Every one is an
+``<robot>.npz`` / ``<robot>-*.npz`` in the model folders (:func:`retarget.sim.reduced.store.artifact_dirs`, e.g.
+the checkout's ``.cache-models/``). Every one is an
 artifact checked against the robot when loaded (:func:`retarget.sim.reduced.load_reduced` raises
 ``StaleReducedModelError`` naming what changed).
 
@@ -63,10 +63,9 @@ class TwinModel:
 
 def robot_name(robot: str | Path) -> str:
     """The robot's name (``single_rod``) from a name or a description/params YAML path."""
-    from retarget.model import library
+    from retarget.sim.reduced.store import robot_yaml_path
 
-    path = Path(robot) if Path(robot).is_file() else library.resolve_robot(str(robot))
-    return path.name.split(".")[0]
+    return robot_yaml_path(robot).name.split(".")[0]
 
 
 def find_reduced_model(robot: str | Path, reduced_file: str | Path | None = None) -> ReducedModelSource:
@@ -75,7 +74,7 @@ def find_reduced_model(robot: str | Path, reduced_file: str | Path | None = None
     Args:
         robot: robot name or YAML path.
         reduced_file: a ``.npz`` artifact (``retarget reduce``, or cached by ``retarget plan``); None: the planner's
-            cache, then the planner's model folders (:func:`retarget.optimize.planning_model.artifact_dirs`).
+            cache, then the model folders (:func:`retarget.sim.reduced.store.artifact_dirs`).
 
     Raises:
         InputError: ``reduced_file`` does not exist.
@@ -86,13 +85,19 @@ def find_reduced_model(robot: str | Path, reduced_file: str | Path | None = None
         if not path.is_file():
             raise InputError(f"reduced model {path} does not exist (build one with `retarget reduce`)")
         return ReducedModelSource(path.resolve(), "file")
-    from retarget.optimize.planning_model import artifact_candidates, artifact_dirs, artifact_meta, cache_dir
     from retarget.sim.reduced.artifact import READS_FORMATS
     from retarget.sim.reduced.errors import StaleReducedModelError
+    from retarget.sim.reduced.store import (
+        artifact_candidates,
+        artifact_dirs,
+        artifact_meta,
+        cache_dir,
+        cached_artifacts,
+    )
 
     name = robot_name(robot)
     folder = cache_dir()
-    cached = sorted(folder.glob(f"{name}-*.npz"), key=lambda p: p.stat().st_mtime, reverse=True)
+    cached = cached_artifacts(name)
     if cached:
         return ReducedModelSource(cached[0].resolve(), "planner_cache")
     # Then the planner's model folders (the same artifacts `retarget plan` finds), newest first, current format.
@@ -126,8 +131,8 @@ def load_twin_model(robot: str | Path, source: ReducedModelSource, mesh_scale: f
     if path.suffix != ".npz":
         raise InputError(f"reduced model {path}: expected a model artifact (.npz, written by `retarget reduce` or "
                          "cached by `retarget plan`)")
-    # The planner's loader: the artifact's mesh variant rebuilt exactly as it was built.
-    from retarget.optimize.planning_model import load_artifact
+    # The model store's loader: the artifact's mesh variant rebuilt exactly as it was built.
+    from retarget.sim.reduced.store import load_artifact
 
     pm = load_artifact(robot, path, mesh_scale)
     rs, model = pm.reduced, pm.model

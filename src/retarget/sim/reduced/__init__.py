@@ -5,7 +5,8 @@ Layers: :mod:`.basis` (rigid + mass-PCA modes), :mod:`.tensors` (constant inerti
 Jacobians), :mod:`.system` (the reduced system built from an absolute one), :mod:`.stepper` (BDF DAE step, exact
 dense Newton Jacobian, quasi-static solve: the reference), :mod:`.kernels` + :mod:`.compiled` (the numba engine:
 constraint rows, residual and exact Jacobian, condensed chord Newton, time loop), :mod:`.engine` (its Python
-face and the optimizer adapter), :mod:`.artifact` (the versioned reduced-model file), :mod:`.training` (from full
+face behind the ``Engine`` protocol of :mod:`retarget.sim.engine`), :mod:`.artifact` (the versioned reduced-model
+file), :mod:`.store` (where artifacts live, finding and loading them for a robot), :mod:`.training` (from full
 simulations to a reduced system, runs, comparison).
 
 Names load on first use (PEP 562), so that the CLI finding ``retarget.sim.reduced.commands`` does not

@@ -9,6 +9,9 @@ from typing import Any
 
 from retarget.progress import progress_bar
 
+# The model store's robot loader (used by `reduce`, `simulate-reduced`, `check reduced`; importable from here too).
+from retarget.sim.reduced.store import load_robot_system
+
 __all__ = ["register", "register_check"]
 
 
@@ -377,26 +380,6 @@ def print_model_card(model: Any) -> dict[str, Any]:
 def tracked_links(model: Any, rigid: Any) -> list[str]:
     """The robot's tracked links, or its last rigid body when it names none (the bodies the checks compare)."""
     return [tb.link for tb in model.tracked_bodies] or [rigid[-1].name]
-
-
-def load_robot_system(robot: str, mesh_scale: float | None) -> tuple[Any, Any, Any]:
-    """(yaml path, model, absolute system); ``mesh_scale`` scales the flexible parts' axial layer counts.
-
-    The scaling is the loader's (``load_robot(..., mesh_scale=)``, as `retarget simulate --mesh-scale`): the
-    robot YAML itself is used unchanged, so fitted ``materials.yaml`` beside it still apply and the artifact
-    records the real file's digest; the scaled meshes are recorded by their own digests (``mesh:<part>``).
-    """
-    from pathlib import Path
-
-    from retarget.errors import InputError
-    from retarget.model.loader import load_robot
-    from retarget.sim.system import build_system
-
-    if mesh_scale is not None and not mesh_scale > 0:
-        raise InputError(f"--mesh-scale must be positive, got {mesh_scale}")
-    path = Path(_resolve("robot", robot))
-    model = load_robot(path, mesh_scale=1.0 if mesh_scale is None else float(mesh_scale))
-    return path, model, build_system(model)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
