@@ -36,12 +36,9 @@ KNOWN_ROS_IMPORTERS: dict[str, frozenset[str]] = {
 #: The core layers, lowest first: a module may import (at module level) its own layer and those below.
 LAYERS: dict[str, int] = {"model": 0, "fem": 1, "sim": 2, "optimize": 3, "ros": 4, "cli": 4}
 
-#: Module-level imports of a higher layer that exist today: (importer, imported module) → why.
-KNOWN_UPWARD_IMPORTS: dict[tuple[str, str], str] = {
-    ("retarget.sim.reduced.engine", "retarget.optimize.engines"):
-        "the compiled reduced engine implements the optimizer's Engine adapter (EngineState, SystemEngine), "
-        "which lives in retarget.optimize.engines",
-}
+#: Module-level imports of a higher layer that exist today: (importer, imported module) → why. None since the
+#: Engine protocol moved to retarget.sim.engine (sim.reduced.engine imported it from retarget.optimize.engines).
+KNOWN_UPWARD_IMPORTS: dict[tuple[str, str], str] = {}
 
 
 def is_ros(module: str) -> bool:
