@@ -244,6 +244,12 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
     with fork_pool(None if ensemble is None else ensemble.members, workers if ensemble is not None else 0) as pool:
         if pool is not None and ensemble is not None:
             pp = replace(pp, ensemble=replace(ensemble, pool=pool))
+        if ensemble is not None:
+            # The reserved work (baselines, verification) runs on the nominal model alone, while the optimizer
+            # counts the reserve in its own evaluations, each of every model of the robust objective: in turn, or
+            # as many at a time as there are cores with the worker processes.
+            at_once = 1 if pool is None else min(ensemble.size, workers + 1, default_workers())
+            reserve *= at_once / ensemble.size
         opt, pp = _optimize_within_torque(pp, options, minimize, x_start, callback, step_cb, deadline, reserve,
                                           warnings)
     if pp.ensemble is not None:
