@@ -106,7 +106,7 @@ def test_demo_model_without_training_and_a_failed_training_leave_nothing(tmp_pat
     assert by_path.name == "robots_my_robot.yaml-m_.._take_2.csv-mesh0.25-2s.npz"
     assert demo_model("single_rod", "single_rod/step_30", mesh_scale=0.05, duration=1.0, train=False) is None
     # The child process fails (unknown motion): a clear error with its output, no file and no partial file left.
-    with pytest.raises(RetargetError, match="training the demo model .* failed .*no_such_motion"):
+    with pytest.raises(RetargetError, match=r"(?s)training the demo model .* failed .*no_such_motion"):
         demo_model("single_rod", "single_rod/no_such_motion", mesh_scale=0.05, duration=1.0, quiet=True)
     assert not any((tmp_path / "demo").iterdir())
 

@@ -168,6 +168,26 @@ def test_the_budget_keeps_time_for_the_verification(engine):
     assert spent.optimization.budget_limited and spent.optimization.evaluations >= 3
 
 
+def test_the_verification_reserve_is_nominal_work_beside_the_robust_objective(rod_systems, engine):
+    """The verification re-simulates the nominal model alone: beside the robust objective over three models (in
+    turn: ``workers=1``) its 10 nominal evaluations are 3.3 of the optimizer's, which a budget of 7 of them leaves
+    room for after the first two (uncorrected, the optimizer would stop after its first)."""
+    from retarget.sim.reduced.system import with_stiffness_scale
+
+    _, rs = rod_systems
+
+    def factory(factor: float):
+        return reduced_engine(with_stiffness_scale(rs, factor), 1e-10)
+
+    robust = replace(OPTIONS, max_iterations=100, relative_tolerance=0.0, stiffness_band=(0.9, 1.1), workers=1)
+    warm = run_plan(engine, ramp(), tip(), rod_limits(), replace(robust, max_iterations=1), engine_factory=factory)
+    assert warm.pp.ensemble is not None and warm.pp.ensemble.size == 3
+    budget = 7.0 * (warm.timings["targets"] / 7.0 + warm.optimization.evaluation_s)
+    kept = run_plan(engine, ramp(), tip(), rod_limits(), replace(robust, time_budget=budget, verify_dt=0.0005),
+                    engine_factory=factory)
+    assert kept.optimization.budget_limited and kept.optimization.evaluations >= 2
+
+
 def test_warm_up_runs_a_short_plan_and_stops_on_a_cancel_or_ctrl_c(engine):
     long = Motion(np.linspace(0.0, 1.0, 201), ("m",), 0.2 * np.sin(np.linspace(0.0, 1.0, 201))[:, None])
     seen: list = []
