@@ -18,6 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from retarget.fem.neo_hookean import forces_stiffness_product_numba as forces_and_stiffness_product
+from retarget.sim.rotation_kernels import omega_half_into, quat_rate_half_into
 
 __all__ = ["JOINT_KIND_CODES", "MAX_JOINT_ROWS", "forces_and_stiffness_product", "joint_block_terms"]
 
@@ -219,26 +220,6 @@ def _theta_derivative(kind: int, axes_a: NDArray, axes_b: NDArray, y: NDArray, t
 
 
 @numba.njit(cache=True)
-def _quat_rate(q: NDArray, out: NDArray) -> None:
-    """``½ Q(q)`` (4, 3)."""
-    w, x, y, z = q[0], q[1], q[2], q[3]
-    out[0, 0], out[0, 1], out[0, 2] = -0.5 * x, -0.5 * y, -0.5 * z
-    out[1, 0], out[1, 1], out[1, 2] = 0.5 * w, -0.5 * z, 0.5 * y
-    out[2, 0], out[2, 1], out[2, 2] = 0.5 * z, 0.5 * w, -0.5 * x
-    out[3, 0], out[3, 1], out[3, 2] = -0.5 * y, 0.5 * x, 0.5 * w
-
-
-@numba.njit(cache=True)
-def _omega_half(w: NDArray, out: NDArray) -> None:
-    """``½ Ω(ω)`` (4, 4)."""
-    a, b, c = 0.5 * w[0], 0.5 * w[1], 0.5 * w[2]
-    out[0, 0], out[0, 1], out[0, 2], out[0, 3] = 0.0, -a, -b, -c
-    out[1, 0], out[1, 1], out[1, 2], out[1, 3] = a, 0.0, c, -b
-    out[2, 0], out[2, 1], out[2, 2], out[2, 3] = b, -c, 0.0, a
-    out[3, 0], out[3, 1], out[3, 2], out[3, 3] = c, b, -a, 0.0
-
-
-@numba.njit(cache=True)
 def joint_block_terms(
     kinds: NDArray[np.int64],
     sizes: NDArray[np.int64],
@@ -310,8 +291,8 @@ def joint_block_terms(
             if body >= 0:
                 for k in range(7):
                     y[7 * side + k] = u[7 * body + k]
-                _quat_rate(u[7 * body + 3 : 7 * body + 7], tq[side])
-                _omega_half(v[6 * body + 3 : 6 * body + 6], om[side])
+                quat_rate_half_into(u[7 * body + 3 : 7 * body + 7], tq[side])
+                omega_half_into(v[6 * body + 3 : 6 * body + 6], om[side])
                 for k in range(3):
                     ydot[7 * side + k] = v[6 * body + k]
                 for k in range(4):

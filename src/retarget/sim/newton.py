@@ -325,7 +325,7 @@ def residual(
             jvv[:, :3, :3] = rig["mass"][:, None, None] / h * np.eye(3)
             wx = _skew(w)
             jvv[:, 3:, 3:] = rig["inertia"] / h + wx @ rig["inertia"] - _skew(iw)
-            pq = np.linalg.inv(np.eye(4) - h * _omega_half(w))
+            pq = np.linalg.inv(np.eye(4) - h * (0.5 * omega_matrix(w)))
             pieces.update(jvv=jvv, pq=pq, bq=pq @ qh)
     for d, body in enumerate(system.deformable):
         ou, ov, n = system.u_offsets[d], system.v_offsets[d], body.n_dofs
@@ -401,25 +401,8 @@ def _rigid_data(system: System) -> dict[str, NDArray]:
 
 
 def quat_rate_half(q: NDArray[np.float64]) -> NDArray[np.float64]:
-    """``½ Q(q)`` for a batch of quaternions (nb, 4) → (nb, 4, 3) (as :func:`retarget.sim.rotation.quat_rate_matrix`)."""
-    w, x, y, z = (0.5 * q[:, k] for k in range(4))
-    out = np.empty((len(q), 4, 3))
-    out[:, 0, 0], out[:, 0, 1], out[:, 0, 2] = -x, -y, -z
-    out[:, 1, 0], out[:, 1, 1], out[:, 1, 2] = w, -z, y
-    out[:, 2, 0], out[:, 2, 1], out[:, 2, 2] = z, w, -x
-    out[:, 3, 0], out[:, 3, 1], out[:, 3, 2] = -y, x, w
-    return out
-
-
-def _omega_half(w: NDArray[np.float64]) -> NDArray[np.float64]:
-    """``½ Ω(ω)`` (nb, 4, 4)."""
-    a, b, c = (0.5 * w[:, k] for k in range(3))
-    out = np.zeros((len(w), 4, 4))
-    out[:, 0, 1], out[:, 0, 2], out[:, 0, 3] = -a, -b, -c
-    out[:, 1, 0], out[:, 1, 2], out[:, 1, 3] = a, c, -b
-    out[:, 2, 0], out[:, 2, 1], out[:, 2, 3] = b, -c, a
-    out[:, 3, 0], out[:, 3, 1], out[:, 3, 2] = c, b, -a
-    return out
+    """``½ Q(q)`` for a batch of quaternions (nb, 4) → (nb, 4, 3) (:func:`retarget.sim.rotation.quat_rate_matrix`)."""
+    return 0.5 * quat_rate_matrix(q)
 
 
 def constraint_values(system: System, u: NDArray[np.float64], theta: NDArray[np.float64]) -> NDArray[np.float64]:

@@ -9,6 +9,9 @@ Every function here is *holomorphic* (no ``abs``, norms or conjugates): called w
 the analytic continuation, which the simulator uses for complex-step second derivatives (exact to rounding).
 The polar decomposition of a complex matrix ``A = A0 + i A1`` is continued to first order in ``A1`` through its
 analytic derivative, which is all a complex step with a tiny imaginary part needs.
+
+This module is the vectorized NumPy reference; the compiled paths use the numba helpers of
+:mod:`retarget.sim.rotation_kernels`, which the tests compare against it.
 """
 from __future__ import annotations
 

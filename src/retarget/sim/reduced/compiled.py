@@ -33,6 +33,7 @@ from numpy.typing import NDArray
 from retarget.sim.reduced.cubature import cubature_force_directional, cubature_force_value, cubature_tangents
 from retarget.sim.reduced.dynamics import body_force, body_forces
 from retarget.sim.reduced.kernels import COUPLING_CODE, block_eval, coupling_curvature
+from retarget.sim.rotation_kernels import omega_half, quat_rate_half
 
 __all__ = [
     "STATUS_DIVERGED",
@@ -151,30 +152,6 @@ def make_workspace(p: Packed) -> Workspace:
     )
 
 
-@numba.njit(cache=True, inline="always")
-def _quat_rate_half(q: NDArray) -> NDArray:
-    """``½ Q(q)`` (4, 3)."""
-    w, x, y, z = q[0], q[1], q[2], q[3]
-    out = np.empty((4, 3))
-    out[0, 0], out[0, 1], out[0, 2] = -x, -y, -z
-    out[1, 0], out[1, 1], out[1, 2] = w, -z, y
-    out[2, 0], out[2, 1], out[2, 2] = z, w, -x
-    out[3, 0], out[3, 1], out[3, 2] = -y, x, w
-    return 0.5 * out
-
-
-@numba.njit(cache=True, inline="always")
-def _omega_half(wv: NDArray) -> NDArray:
-    """``½ Ω(ω)`` (4, 4) with ``Q(q) ω = Ω(ω) q``."""
-    a, b, c = wv[0], wv[1], wv[2]
-    out = np.zeros((4, 4))
-    out[0, 1], out[0, 2], out[0, 3] = -a, -b, -c
-    out[1, 0], out[1, 2], out[1, 3] = a, c, -b
-    out[2, 0], out[2, 1], out[2, 3] = b, -c, a
-    out[3, 0], out[3, 1], out[3, 2] = c, b, -a
-    return 0.5 * out
-
-
 @numba.njit(cache=True)
 def _block_rate(ul: NDArray, vl: NDArray, nrs: int) -> NDArray:
     """``ẏ = T(ul) vl`` (n,) of a block's local vector: ``[v, ½Q(q)ω]`` per rigid segment, then ``ż``."""
@@ -183,7 +160,7 @@ def _block_rate(ul: NDArray, vl: NDArray, nrs: int) -> NDArray:
     for sg in range(nrs):
         for a in range(3):
             out[7 * sg + a] = vl[6 * sg + a]
-        qd = _quat_rate_half(ul[7 * sg + 3 : 7 * sg + 7]) @ vl[6 * sg + 3 : 6 * sg + 6]
+        qd = quat_rate_half(ul[7 * sg + 3 : 7 * sg + 7]) @ vl[6 * sg + 3 : 6 * sg + 6]
         for a in range(4):
             out[7 * sg + 3 + a] = qd[a]
     for k in range(n - 7 * nrs):
@@ -199,7 +176,7 @@ def _block_rate_matrix(ul: NDArray, nrs: int, nvl: int) -> NDArray:
     for sg in range(nrs):
         for a in range(3):
             tl[7 * sg + a, 6 * sg + a] = 1.0
-        qh = _quat_rate_half(ul[7 * sg + 3 : 7 * sg + 7])
+        qh = quat_rate_half(ul[7 * sg + 3 : 7 * sg + 7])
         for a in range(4):
             for b in range(3):
                 tl[7 * sg + 3 + a, 6 * sg + 3 + b] = qh[a, b]
@@ -216,7 +193,7 @@ def _block_rate_transposed(ul: NDArray, g: NDArray, nrs: int, nvl: int) -> NDArr
     for sg in range(nrs):
         for a in range(3):
             out[6 * sg + a] = g[7 * sg + a]
-        qh = _quat_rate_half(ul[7 * sg + 3 : 7 * sg + 7])
+        qh = quat_rate_half(ul[7 * sg + 3 : 7 * sg + 7])
         for b in range(3):
             acc = 0.0
             for a in range(4):
@@ -271,7 +248,7 @@ def residual_jacobian(
     for i in range(nb):
         q = u[7 * i + 3 : 7 * i + 7]
         w = v[6 * i + 3 : 6 * i + 6]
-        qh = _quat_rate_half(q)
+        qh = quat_rate_half(q)
         qw = qh @ w
         for k in range(3):
             r[7 * i + k] -= h * v[6 * i + k]
@@ -289,7 +266,7 @@ def residual_jacobian(
         r[rv + 4] += idw[1] + w[2] * iw[0] - w[0] * iw[2]
         r[rv + 5] += idw[2] + w[0] * iw[1] - w[1] * iw[0]
         if want_jac:
-            om = _omega_half(w)
+            om = omega_half(w)
             for a in range(3):
                 jac[7 * i + a, 7 * i + a] = 1.0
                 jac[7 * i + a, iv + 6 * i + a] = -h
@@ -486,7 +463,7 @@ def residual_jacobian(
                 for k in range(nvl):
                     hess[k, j] = hcol[k]
         for sg in range(nrs):
-            om = _omega_half(vl[6 * sg + 3 : 6 * sg + 6])
+            om = omega_half(vl[6 * sg + 3 : 6 * sg + 6])
             a3[:, 7 * sg + 3 : 7 * sg + 7] += np.ascontiguousarray(cu[:, 7 * sg + 3 : 7 * sg + 7]) @ om
             gq = gv[7 * sg + 3 : 7 * sg + 7]
             # ∂(½Q(q)ᵀ g)/∂q_k = ½ Q(e_k)ᵀ g
@@ -671,7 +648,7 @@ def _predict(p: Packed, states: NDArray, k: int, u_bar: NDArray, h: float, dt: f
     if k == 0:
         s = prev.copy()
         for i in range(nb):
-            qd = _quat_rate_half(prev[7 * i + 3 : 7 * i + 7]) @ prev[nu + 6 * i + 3 : nu + 6 * i + 6]
+            qd = quat_rate_half(prev[7 * i + 3 : 7 * i + 7]) @ prev[nu + 6 * i + 3 : nu + 6 * i + 6]
             for a in range(3):
                 s[7 * i + a] += dt * prev[nu + 6 * i + a]
             for a in range(4):
@@ -688,7 +665,7 @@ def _predict(p: Packed, states: NDArray, k: int, u_bar: NDArray, h: float, dt: f
     else:
         s = prev.copy()
     for i in range(nb):
-        qd = _quat_rate_half(s[7 * i + 3 : 7 * i + 7]) @ s[nu + 6 * i + 3 : nu + 6 * i + 6]
+        qd = quat_rate_half(s[7 * i + 3 : 7 * i + 7]) @ s[nu + 6 * i + 3 : nu + 6 * i + 6]
         for a in range(3):
             s[7 * i + a] = u_bar[7 * i + a] + h * s[nu + 6 * i + a]
         for a in range(4):

@@ -1,0 +1,57 @@
+"""Compiled (numba) quaternion helpers shared by the two compiled paths: the full-space joint kernels
+(:mod:`retarget.sim.kernels`) and the reduced engine (:mod:`retarget.sim.reduced.compiled`,
+:mod:`retarget.sim.reduced.kernels`).
+
+The same mathematics as :mod:`retarget.sim.rotation`, which stays the vectorized NumPy reference (the oracle the
+tests compare these against and the home of the conventions): ``q = (w, x, y, z)``, the homogeneous
+``R(q) = N(q) / (q·q)``, body-frame angular velocity with ``q̇ = ½ Q(q) ω`` and ``Q(q) ω = Ω(ω) q``. Every function
+works in ``q``'s element type (``float64`` or ``complex128``, for complex steps) and is holomorphic.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = [
+    "omega_half",
+    "omega_half_into",
+    "quat_rate_half",
+    "quat_rate_half_into",
+]
+
+
+@numba.njit(cache=True, inline="always")
+def quat_rate_half_into(q: NDArray, out: NDArray) -> None:
+    """Write ``½ Q(q)`` (4, 3) into ``out`` for a quaternion ``q`` (4,): ``q̇ = ½ Q(q) ω``."""
+    w, x, y, z = q[0], q[1], q[2], q[3]
+    out[0, 0], out[0, 1], out[0, 2] = -0.5 * x, -0.5 * y, -0.5 * z
+    out[1, 0], out[1, 1], out[1, 2] = 0.5 * w, -0.5 * z, 0.5 * y
+    out[2, 0], out[2, 1], out[2, 2] = 0.5 * z, 0.5 * w, -0.5 * x
+    out[3, 0], out[3, 1], out[3, 2] = -0.5 * y, 0.5 * x, 0.5 * w
+
+
+@numba.njit(cache=True, inline="always")
+def quat_rate_half(q: NDArray) -> NDArray:
+    """``½ Q(q)`` (4, 3) of a real quaternion ``q`` (4,)."""
+    out = np.empty((4, 3))
+    quat_rate_half_into(q, out)
+    return out
+
+
+@numba.njit(cache=True, inline="always")
+def omega_half_into(w: NDArray, out: NDArray) -> None:
+    """Write ``½ Ω(ω)`` (4, 4) into ``out`` for an angular velocity ``ω`` (3,) [rad/s]: ``Q(q) ω = Ω(ω) q``."""
+    a, b, c = 0.5 * w[0], 0.5 * w[1], 0.5 * w[2]
+    out[0, 0], out[0, 1], out[0, 2], out[0, 3] = 0.0, -a, -b, -c
+    out[1, 0], out[1, 1], out[1, 2], out[1, 3] = a, 0.0, c, -b
+    out[2, 0], out[2, 1], out[2, 2], out[2, 3] = b, -c, 0.0, a
+    out[3, 0], out[3, 1], out[3, 2], out[3, 3] = c, b, -a, 0.0
+
+
+@numba.njit(cache=True, inline="always")
+def omega_half(w: NDArray) -> NDArray:
+    """``½ Ω(ω)`` (4, 4) of an angular velocity ``ω`` (3,) [rad/s]."""
+    out = np.empty((4, 4))
+    omega_half_into(w, out)
+    return out
