@@ -35,4 +35,4 @@ def test_plan_cli_prints_the_contract_keys_and_writes_files(tiny_robot, capsys):
     for name in ("tracked_bodies.png", "deviation.png", "motors.png", "trajectories.npz"):
         assert (tiny_robot / "report" / name).is_file()
     # The trained model went to the cache and is reused.
-    assert len(list((tiny_robot / "cache" / "reduced").glob("*.pkl"))) == 1
+    assert len(list((tiny_robot / "cache" / "reduced").glob("*.npz"))) == 1
