@@ -18,7 +18,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from retarget.fem.neo_hookean import forces_stiffness_product_numba as forces_and_stiffness_product
-from retarget.sim.rotation_kernels import omega_half_into, quat_rate_half_into
+from retarget.sim.joint_kernels import along_row, joint_frames, joint_geometric_rows
+from retarget.sim.rotation_kernels import omega_half_into, quat_rate_half_into, rotation_matrix
 
 __all__ = ["JOINT_KIND_CODES", "MAX_JOINT_ROWS", "forces_and_stiffness_product", "joint_block_terms"]
 
@@ -28,53 +29,6 @@ JOINT_KIND_CODES: dict[str, int] = {"fixed": 0, "hinge": 1, "universal": 2, "bal
 MAX_JOINT_ROWS: int = 6
 
 _H = 1e-30  # complex step (no subtractive cancellation: any tiny value is exact to rounding)
-
-
-@numba.njit(cache=True)
-def _rot(q: NDArray, out: NDArray) -> None:
-    w, x, y, z = q[0], q[1], q[2], q[3]
-    s = w * w + x * x + y * y + z * z
-    out[0, 0] = (w * w + x * x - y * y - z * z) / s
-    out[0, 1] = 2 * (x * y - w * z) / s
-    out[0, 2] = 2 * (x * z + w * y) / s
-    out[1, 0] = 2 * (x * y + w * z) / s
-    out[1, 1] = (w * w - x * x + y * y - z * z) / s
-    out[1, 2] = 2 * (y * z - w * x) / s
-    out[2, 0] = 2 * (x * z - w * y) / s
-    out[2, 1] = 2 * (y * z + w * x) / s
-    out[2, 2] = (w * w - x * x - y * y + z * z) / s
-
-
-@numba.njit(cache=True)
-def _rot_apply(q: NDArray, rmat: NDArray, r: NDArray, rr: NDArray, jac: NDArray) -> None:
-    """``rr = R r`` (3,) and ``jac = ∂(R(q) r)/∂q`` (3, 4) (see rotation.rotate_jacobian)."""
-    w = q[0]
-    s = q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]
-    vr = q[1] * r[0] + q[2] * r[1] + q[3] * r[2]
-    vxr0 = q[2] * r[2] - q[3] * r[1]
-    vxr1 = q[3] * r[0] - q[1] * r[2]
-    vxr2 = q[1] * r[1] - q[2] * r[0]
-    for i in range(3):
-        rr[i] = rmat[i, 0] * r[0] + rmat[i, 1] * r[1] + rmat[i, 2] * r[2]
-    jac[0, 0] = 2 * w * r[0] + 2 * vxr0
-    jac[1, 0] = 2 * w * r[1] + 2 * vxr1
-    jac[2, 0] = 2 * w * r[2] + 2 * vxr2
-    for i in range(3):
-        for j in range(3):
-            val = -2 * r[i] * q[1 + j] + 2 * q[1 + i] * r[j]
-            if i == j:
-                val += 2 * vr
-            jac[i, 1 + j] = val
-    # −2 w [r]×
-    jac[0, 2] += 2 * w * r[2]
-    jac[0, 3] -= 2 * w * r[1]
-    jac[1, 1] -= 2 * w * r[2]
-    jac[1, 3] += 2 * w * r[0]
-    jac[2, 1] += 2 * w * r[1]
-    jac[2, 2] -= 2 * w * r[0]
-    for i in range(3):
-        for k in range(4):
-            jac[i, k] = jac[i, k] / s - 2.0 * rr[i] * q[k] / s
 
 
 @numba.njit(cache=True)
@@ -92,74 +46,14 @@ def _joint_eval(
 ) -> int:
     """``C`` and ``∂C/∂y`` over the full 14-vector ``[c_a, q_a, c_b, q_b]`` (world sides hold the identity pose).
 
-    Row order as :meth:`JointConstraint.evaluate`. Returns the number of rows.
+    Row order as :meth:`JointConstraint.evaluate` (the rows shared with the reduced path:
+    :mod:`retarget.sim.joint_kernels`). Returns the number of rows.
     """
-    ra = np.empty((3, 3), dtype=np.complex128)
-    rb = np.empty((3, 3), dtype=np.complex128)
-    _rot(y[3:7], ra)
-    _rot(y[10:14], rb)
-    pa = np.empty(3, dtype=np.complex128)
-    pb = np.empty(3, dtype=np.complex128)
-    jra = np.empty((3, 4), dtype=np.complex128)
-    jrb = np.empty((3, 4), dtype=np.complex128)
-    _rot_apply(y[3:7], ra, anchor_a.astype(np.complex128), pa, jra)
-    _rot_apply(y[10:14], rb, anchor_b.astype(np.complex128), pb, jrb)
-    for i in range(3):
-        pa[i] += y[i]
-        pb[i] += y[7 + i]
-    da = np.empty((3, 3), dtype=np.complex128)
-    db = np.empty((3, 3), dtype=np.complex128)
-    jda = np.empty((3, 3, 4), dtype=np.complex128)
-    jdb = np.empty((3, 3, 4), dtype=np.complex128)
-    for k in range(3):
-        _rot_apply(y[3:7], ra, axes_a[k].astype(np.complex128), da[k], jda[k])
-        _rot_apply(y[10:14], rb, axes_b[k].astype(np.complex128), db[k], jdb[k])
+    gap, da, db, jra, jrb, jda, jdb = joint_frames(anchor_a, anchor_b, axes_a, axes_b, y)
     for i in range(jac.shape[0]):
         for j in range(14):
             jac[i, j] = 0.0
-    row = 0
-    # The row sequence below mirrors JointConstraint.evaluate exactly.
-    n_steps = 0
-    seq = np.empty((8, 3), dtype=np.int64)  # (op, i, j): op 0 point, 1 dot, 2 along
-    if kind == 0 or kind == 4:
-        seq[0, 0], seq[0, 1], seq[0, 2] = 1, 0, 1
-        seq[1, 0], seq[1, 1], seq[1, 2] = 1, 1, 2
-        seq[2, 0], seq[2, 1], seq[2, 2] = 1, 2, 0
-        n_steps = 3
-    if kind == 0 or kind == 1 or kind == 2 or kind == 3:
-        seq[n_steps, 0] = 0
-        n_steps += 1
-    if kind == 1:
-        seq[n_steps, 0], seq[n_steps, 1], seq[n_steps, 2] = 1, 0, 2
-        seq[n_steps + 1, 0], seq[n_steps + 1, 1], seq[n_steps + 1, 2] = 1, 1, 2
-        n_steps += 2
-    elif kind == 2:
-        seq[n_steps, 0], seq[n_steps, 1], seq[n_steps, 2] = 1, 0, 1
-        n_steps += 1
-    elif kind == 4:
-        seq[n_steps, 0], seq[n_steps, 1] = 2, 0
-        seq[n_steps + 1, 0], seq[n_steps + 1, 1] = 2, 1
-        n_steps += 2
-    for st in range(n_steps):
-        op, i, j = seq[st, 0], seq[st, 1], seq[st, 2]
-        if op == 0:
-            for k in range(3):
-                c[row + k] = pb[k] - pa[k]
-                jac[row + k, k] = -1.0
-                jac[row + k, 7 + k] = 1.0
-                for m in range(4):
-                    jac[row + k, 3 + m] = -jra[k, m]
-                    jac[row + k, 10 + m] = jrb[k, m]
-            row += 3
-        elif op == 1:
-            c[row] = da[i, 0] * db[j, 0] + da[i, 1] * db[j, 1] + da[i, 2] * db[j, 2]
-            for m in range(4):
-                jac[row, 3 + m] = db[j, 0] * jda[i, 0, m] + db[j, 1] * jda[i, 1, m] + db[j, 2] * jda[i, 2, m]
-                jac[row, 10 + m] = da[i, 0] * jdb[j, 0, m] + da[i, 1] * jdb[j, 1, m] + da[i, 2] * jdb[j, 2, m]
-            row += 1
-        else:
-            _along(i, 0.0, pa, pb, da, jra, jrb, jda, c, jac, row)
-            row += 1
+    row = joint_geometric_rows(kind, gap, da, db, jra, jrb, jda, jdb, c, jac)
     if motorized:
         if kind == 1:
             s = np.sin(theta)
@@ -177,26 +71,9 @@ def _joint_eval(
                 jac[row, 10 + m] = gb
             row += 1
         else:
-            _along(2, theta, pa, pb, da, jra, jrb, jda, c, jac, row)
+            along_row(2, theta, gap, da, jra, jrb, jda, c, jac, row)
             row += 1
     return row
-
-
-@numba.njit(cache=True)
-def _along(i, offset, pa, pb, da, jra, jrb, jda, c, jac, row) -> None:  # type: ignore[no-untyped-def]
-    gap = pb - pa
-    c[row] = gap[0] * da[i, 0] + gap[1] * da[i, 1] + gap[2] * da[i, 2] - offset
-    for k in range(3):
-        jac[row, k] = -da[i, k]
-        jac[row, 7 + k] = da[i, k]
-    for m in range(4):
-        sa = 0.0j
-        sb = 0.0j
-        for k in range(3):
-            sa += -da[i, k] * jra[k, m] + gap[k] * jda[i, k, m]
-            sb += da[i, k] * jrb[k, m]
-        jac[row, 3 + m] = sa
-        jac[row, 10 + m] = sb
 
 
 @numba.njit(cache=True)
@@ -204,10 +81,8 @@ def _theta_derivative(kind: int, axes_a: NDArray, axes_b: NDArray, y: NDArray, t
     """``∂C_motor/∂θ`` (see constraints.theta_derivative)."""
     if kind == 4:
         return -1.0 + 0.0j
-    ra = np.empty((3, 3), dtype=np.complex128)
-    rb = np.empty((3, 3), dtype=np.complex128)
-    _rot(y[3:7], ra)
-    _rot(y[10:14], rb)
+    ra = rotation_matrix(y[3:7])
+    rb = rotation_matrix(y[10:14])
     a1b1 = 0.0j
     a2b1 = 0.0j
     for i in range(3):

@@ -20,7 +20,7 @@ import numba
 import numpy as np
 from numpy.typing import NDArray
 
-from retarget.sim.reduced.kernels import _rot
+from retarget.sim.rotation_kernels import rotation_matrix
 
 __all__ = ["body_force", "body_forces", "rotation_and_derivative"]
 
@@ -30,7 +30,7 @@ def rotation_and_derivative(q: NDArray[np.float64]) -> tuple[NDArray[np.float64]
     """``R(q) = N(q)/(q·q)`` (3, 3) and ``∂R/∂q_k`` (4, 3, 3) (homogeneous form of :mod:`retarget.sim.rotation`)."""
     w, x, y, z = q[0], q[1], q[2], q[3]
     s = w * w + x * x + y * y + z * z
-    r = _rot(q)
+    r = rotation_matrix(q)
     dn = np.empty((4, 3, 3))
     dn[0] = np.array([[w, -z, y], [z, w, -x], [-y, x, w]])
     dn[1] = np.array([[x, y, z], [y, -x, -w], [z, w, -x]])
@@ -183,7 +183,7 @@ def body_force(
     m_zz: NDArray[np.float64],
 ) -> NDArray[np.float64]:
     """The force ``f`` (6+r,) of :func:`body_forces` alone (residual-only Newton iterations)."""
-    return _force_terms(_rot(q), z, zdot, omega, acc_v, acc_w, acc_z, gravity, mass, s0, s1, p0, p1, p2, c0, c1,
+    return _force_terms(rotation_matrix(q), z, zdot, omega, acc_v, acc_w, acc_z, gravity, mass, s0, s1, p0, p1, p2, c0, c1,
                         m_zz)[0]
 
 

@@ -21,63 +21,15 @@ import numpy as np
 from numba.extending import overload
 from numpy.typing import NDArray
 
+from retarget.sim.joint_kernels import along_row, joint_frames, joint_geometric_rows
+from retarget.sim.rotation_kernels import rotate_with_jacobian, rotation_matrix
+
 __all__ = ["COUPLING_CODE", "JOINT_CODES", "block_eval", "coupling_curvature", "polar_complex"]
 
 #: Integer codes of the joint kinds (same names as :data:`retarget.sim.constraints.JOINT_KINDS`).
 JOINT_CODES: dict[str, int] = {"fixed": 0, "hinge": 1, "universal": 2, "ball": 3, "prismatic": 4}
 #: Code of a reduced coupling block.
 COUPLING_CODE: int = 5
-
-
-@numba.njit(cache=True, inline="always")
-def _rot(q: NDArray) -> NDArray:
-    """Homogeneous ``R(q) = N(q)/(q·q)`` (3, 3), in ``q``'s element type (real or complex)."""
-    w, x, y, z = q[0], q[1], q[2], q[3]
-    s = w * w + x * x + y * y + z * z
-    r = np.empty((3, 3), dtype=q.dtype)
-    r[0, 0] = (w * w + x * x - y * y - z * z) / s
-    r[0, 1] = 2.0 * (x * y - w * z) / s
-    r[0, 2] = 2.0 * (x * z + w * y) / s
-    r[1, 0] = 2.0 * (x * y + w * z) / s
-    r[1, 1] = (w * w - x * x + y * y - z * z) / s
-    r[1, 2] = 2.0 * (y * z - w * x) / s
-    r[2, 0] = 2.0 * (x * z - w * y) / s
-    r[2, 1] = 2.0 * (y * z + w * x) / s
-    r[2, 2] = (w * w - x * x - y * y + z * z) / s
-    return r
-
-
-@numba.njit(cache=True)
-def _rot_jac(q: NDArray, rmat: NDArray, r: NDArray) -> tuple[NDArray, NDArray]:
-    """``R r`` (3,) and ``∂(R(q) r)/∂q`` (3, 4) for a constant ``r`` (see ``rotation.rotate_jacobian``)."""
-    w = q[0]
-    s = q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]
-    v0, v1, v2 = q[1], q[2], q[3]
-    vr = v0 * r[0] + v1 * r[1] + v2 * r[2]
-    rr = np.empty(3, dtype=q.dtype)
-    for i in range(3):
-        rr[i] = rmat[i, 0] * r[0] + rmat[i, 1] * r[1] + rmat[i, 2] * r[2]
-    jac = np.empty((3, 4), dtype=q.dtype)
-    jac[0, 0] = 2.0 * w * r[0] + 2.0 * (v1 * r[2] - v2 * r[1])
-    jac[1, 0] = 2.0 * w * r[1] + 2.0 * (v2 * r[0] - v0 * r[2])
-    jac[2, 0] = 2.0 * w * r[2] + 2.0 * (v0 * r[1] - v1 * r[0])
-    for i in range(3):
-        for j in range(3):
-            val = -2.0 * r[i] * q[1 + j] + 2.0 * q[1 + i] * r[j]
-            if i == j:
-                val += 2.0 * vr
-            jac[i, 1 + j] = val
-    # − 2 w [r]×
-    jac[0, 2] += 2.0 * w * r[2]
-    jac[0, 3] -= 2.0 * w * r[1]
-    jac[1, 1] -= 2.0 * w * r[2]
-    jac[1, 3] += 2.0 * w * r[0]
-    jac[2, 1] += 2.0 * w * r[1]
-    jac[2, 2] -= 2.0 * w * r[0]
-    for i in range(3):
-        for k in range(4):
-            jac[i, k] = jac[i, k] / s - 2.0 * rr[i] * q[k] / s
-    return rr, jac
 
 
 @numba.njit(cache=True)
@@ -91,86 +43,18 @@ def _joint_rows(
     y: NDArray,
     theta: float,
 ) -> tuple[NDArray, NDArray, NDArray, NDArray]:
-    """``C`` (k,), ``∂C/∂y`` (k, 14), ``C_θ`` (k,), ``∂C_y/∂θ`` (k, 14) over ``y = [c_a, q_a, c_b, q_b]``."""
-    ra = _rot(y[3:7])
-    rb = _rot(y[10:14])
-    pa, jra = _rot_jac(y[3:7], ra, anchor_a)
-    pb, jrb = _rot_jac(y[10:14], rb, anchor_b)
-    for i in range(3):
-        pa[i] += y[i]
-        pb[i] += y[7 + i]
+    """``C`` (k,), ``∂C/∂y`` (k, 14), ``C_θ`` (k,), ``∂C_y/∂θ`` (k, 14) over ``y = [c_a, q_a, c_b, q_b]``.
+
+    The rows without the motor are the full path's (:mod:`retarget.sim.joint_kernels`); the motor row's ``θ``
+    derivatives are analytic here.
+    """
+    gap, da, db, jra, jrb, jda, jdb = joint_frames(anchor_a, anchor_b, axes_a, axes_b, y)
     dt = y.dtype
-    zero = y[0] * 0.0
-    da = np.empty((3, 3), dtype=dt)
-    db = np.empty((3, 3), dtype=dt)
-    jda = np.empty((3, 3, 4), dtype=dt)
-    jdb = np.empty((3, 3, 4), dtype=dt)
-    for k in range(3):
-        d, j = _rot_jac(y[3:7], ra, axes_a[k])
-        da[k] = d
-        jda[k] = j
-        d, j = _rot_jac(y[10:14], rb, axes_b[k])
-        db[k] = d
-        jdb[k] = j
     c = np.zeros(7, dtype=dt)
     jac = np.zeros((7, 14), dtype=dt)
     c_th = np.zeros(7, dtype=dt)
     jac_th = np.zeros((7, 14), dtype=dt)
-    gap = pb - pa
-    # Operation list mirroring JointConstraint.evaluate: (op, i, j), op 0 point, 1 dot, 2 along.
-    ops = np.zeros((6, 3), dtype=np.int64)
-    n_ops = 0
-    if kind == 0 or kind == 4:
-        ops[0] = (1, 0, 1)
-        ops[1] = (1, 1, 2)
-        ops[2] = (1, 2, 0)
-        n_ops = 3
-    if kind <= 3:
-        ops[n_ops] = (0, 0, 0)
-        n_ops += 1
-    if kind == 1:
-        ops[n_ops] = (1, 0, 2)
-        ops[n_ops + 1] = (1, 1, 2)
-        n_ops += 2
-    elif kind == 2:
-        ops[n_ops] = (1, 0, 1)
-        n_ops += 1
-    elif kind == 4:
-        ops[n_ops] = (2, 0, 0)
-        ops[n_ops + 1] = (2, 1, 0)
-        n_ops += 2
-    row = 0
-    for o in range(n_ops):
-        op, i, j = ops[o, 0], ops[o, 1], ops[o, 2]
-        if op == 0:
-            for k in range(3):
-                c[row + k] = gap[k]
-                jac[row + k, k] = -1.0
-                jac[row + k, 7 + k] = 1.0
-                for m in range(4):
-                    jac[row + k, 3 + m] = -jra[k, m]
-                    jac[row + k, 10 + m] = jrb[k, m]
-            row += 3
-        elif op == 1:
-            c[row] = da[i, 0] * db[j, 0] + da[i, 1] * db[j, 1] + da[i, 2] * db[j, 2]
-            for m in range(4):
-                jac[row, 3 + m] = db[j, 0] * jda[i, 0, m] + db[j, 1] * jda[i, 1, m] + db[j, 2] * jda[i, 2, m]
-                jac[row, 10 + m] = da[i, 0] * jdb[j, 0, m] + da[i, 1] * jdb[j, 1, m] + da[i, 2] * jdb[j, 2, m]
-            row += 1
-        else:
-            c[row] = gap[0] * da[i, 0] + gap[1] * da[i, 1] + gap[2] * da[i, 2]
-            for k in range(3):
-                jac[row, k] = -da[i, k]
-                jac[row, 7 + k] = da[i, k]
-            for m in range(4):
-                acc_a = zero
-                acc_b = zero
-                for k in range(3):
-                    acc_a += -da[i, k] * jra[k, m] + gap[k] * jda[i, k, m]
-                    acc_b += da[i, k] * jrb[k, m]
-                jac[row, 3 + m] = acc_a
-                jac[row, 10 + m] = acc_b
-            row += 1
+    row = joint_geometric_rows(kind, gap, da, db, jra, jrb, jda, jdb, c, jac)
     if motorized:
         if kind == 1:
             s, co = np.sin(theta), np.cos(theta)
@@ -188,20 +72,8 @@ def _joint_rows(
                 jac_th[row, 3 + m] = co * g0 + s * g1
                 jac_th[row, 10 + m] = co * h0 + s * h1
         else:
-            i = 2
-            c[row] = gap[0] * da[i, 0] + gap[1] * da[i, 1] + gap[2] * da[i, 2] - theta
+            along_row(2, theta, gap, da, jra, jrb, jda, c, jac, row)
             c_th[row] = -1.0
-            for k in range(3):
-                jac[row, k] = -da[i, k]
-                jac[row, 7 + k] = da[i, k]
-            for m in range(4):
-                acc_a = zero
-                acc_b = zero
-                for k in range(3):
-                    acc_a += -da[i, k] * jra[k, m] + gap[k] * jda[i, k, m]
-                    acc_b += da[i, k] * jrb[k, m]
-                jac[row, 3 + m] = acc_a
-                jac[row, 10 + m] = acc_b
         row += 1
     return c[:row], jac[:row], c_th[:row], jac_th[:row]
 
@@ -266,12 +138,12 @@ def _coupling_rows(ref: NDArray, rigid_present: bool, y: NDArray) -> tuple[NDArr
     c = np.empty(6, dtype=dt)
     jac = np.zeros((6, 19), dtype=dt)
     q = y[3:7]
-    rot = _rot(q)
+    rot = rotation_matrix(q)
     gap = y[7:10] - y[0:3]
     qc = q.copy()
     qc[1:] = -qc[1:]
     rott = rot.T.copy()
-    rtg, jt = _rot_jac(qc, rott, gap)  # R(q*) gap = Rᵀ gap
+    rtg, jt = rotate_with_jacobian(qc, rott, gap)  # R(q*) gap = Rᵀ gap
     for k in range(3):
         c[k] = ref[k] - rtg[k]
         for m in range(3):
@@ -291,7 +163,7 @@ def _coupling_rows(ref: NDArray, rigid_present: bool, y: NDArray) -> tuple[NDArr
         j0 = (k + 1) % 3
         ej = np.zeros(3)
         ej[j0] = 1.0
-        fj, jf = _rot_jac(q, rot, ej)
+        fj, jf = rotate_with_jacobian(q, rot, ej)
         rpi = rp[:, i0].copy()
         c[3 + k] = rpi[0] * fj[0] + rpi[1] * fj[1] + rpi[2] * fj[2]
         for m in range(4):
@@ -325,7 +197,7 @@ def _coupling_map(present_a: bool, separate: bool, y0: NDArray[np.float64], ymap
     o = 7 if separate else 0
     nz = n - o - 7
     qr = ul[o + 3 : o + 7]
-    rot = _rot(qr)
+    rot = rotation_matrix(qr)
     yh = np.empty(12, dtype=ul.dtype)
     for i in range(12):
         acc = ul[0] * 0.0 + y0[i]
@@ -341,7 +213,7 @@ def _coupling_map(present_a: bool, separate: bool, y0: NDArray[np.float64], ymap
             dy[k, src + k] = 1.0
     else:
         y[3] = 1.0
-    xr, jx = _rot_jac(qr, rot, yh[0:3])
+    xr, jx = rotate_with_jacobian(qr, rot, yh[0:3])
     for i in range(3):
         y[7 + i] = ul[o + i] + xr[i]
         dy[7 + i, o + i] = 1.0
@@ -353,7 +225,7 @@ def _coupling_map(present_a: bool, separate: bool, y0: NDArray[np.float64], ymap
         col = np.empty(3, dtype=ul.dtype)
         for m in range(3):
             col[m] = yh[3 + 3 * m + j]
-        ac, ja = _rot_jac(qr, rot, col)
+        ac, ja = rotate_with_jacobian(qr, rot, col)
         for i in range(3):
             y[10 + 3 * i + j] = ac[i]
             for m in range(4):
