@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from rod_plan import OPTIONS, recorded, ramp, rod_limits, tip
+from rod_plan import OPTIONS, ramp, recorded, rod_limits, tip
 
 from retarget.optimize.adjoint import evaluate
 from retarget.optimize.engines import reduced_engine

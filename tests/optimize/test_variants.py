@@ -25,8 +25,10 @@ def test_naive_variant_is_the_first_evaluation(rod_systems):
     assert naive.metrics == again.metrics
 
 
-@pytest.mark.parametrize(("end", "expected"), [(3.0, "the simulation ends at 3.00 s, before the motion stops moving "
-                                                     "(9.00 s)"),
+ENDS_BEFORE_THE_STOP = "the simulation ends at 3.00 s, before the motion stops moving (9.00 s)"
+
+
+@pytest.mark.parametrize(("end", "expected"), [(3.0, ENDS_BEFORE_THE_STOP),
                                                (9.2, "only 0.20 s of ring-out after the motion stops")])
 def test_no_shaped_baselines_without_ring_out_says_why(end: float, expected: str) -> None:
     """A simulation cut before the motion stops (``--duration``) has no ring-out at all: said so, not as a
