@@ -72,3 +72,29 @@ def test_numpy_and_numba_kernels_agree() -> None:
     np.testing.assert_allclose(k_nb, k_np, rtol=1e-10, atol=1e-10 * np.abs(k_np).max())
     assert en_nb == pytest.approx(en, rel=1e-10)
     assert md_nb == pytest.approx(md, rel=1e-12)
+
+
+@pytest.mark.skipif(not NUMBA_AVAILABLE, reason="numba not installed")
+def test_quadrature_point_kernels_match_the_reference_stress_and_its_derivative() -> None:
+    """first_piola_point = pk1_stress (the numpy reference); first_piola_tangent_point = ∂P/∂H by central differences."""
+    from retarget.fem.neo_hookean import first_piola_point, first_piola_tangent_point
+
+    rng = np.random.default_rng(7)
+    hm = 0.2 * rng.standard_normal((3, 3))
+    fm, fi, tm, pu, ym = (np.empty((3, 3)) for _ in range(5))
+    am = np.empty((9, 9))
+    det = first_piola_point(hm, MU, LAM, fm, fi, tm, pu)
+    assert det == pytest.approx(np.linalg.det(np.eye(3) + hm), rel=1e-13)
+    np.testing.assert_allclose(pu, pk1_stress(np.eye(3) + hm, MU, LAM), rtol=1e-12, atol=1e-12 * MU)
+    first_piola_tangent_point(fm, fi, pu, MU, LAM, ym, am)
+    step = 1e-6
+    fd = np.zeros((9, 9))
+    for kl in range(9):
+        dh = np.zeros((3, 3))
+        dh.flat[kl] = step
+        fd[:, kl] = (pk1_stress(np.eye(3) + hm + dh, MU, LAM) - pk1_stress(np.eye(3) + hm - dh, MU, LAM)).ravel()
+    np.testing.assert_allclose(am, fd / (2 * step), rtol=0, atol=1e-6 * MU)
+    # An inverted point reports det F <= 0 and leaves the stress alone.
+    pu[:] = 0.0
+    assert first_piola_point(-2.0 * np.eye(3), MU, LAM, fm, fi, tm, pu) <= 0.0
+    assert not pu.any()

@@ -19,6 +19,12 @@ with c = μ − λ ln J, so no fourth-order tensor is formed. Forces and energy 
 (ln J by log1p, the Green strain from H) rather than from F: with E ~ 1e11 Pa, forming F − F⁻ᵀ directly loses
 the small strains of a stiff rod to round-off (a force floor ~1e-8 N that stalls Newton). Both backends
 compute exactly these expressions.
+
+The compiled quadrature-point kernels (:func:`strain_point`: F, F⁻¹, ln J, 2E; :func:`add_point_forces`;
+:func:`first_piola_point`: P; :func:`first_piola_tangent_point`: ∂P/∂H) are the one home of these expressions for
+the element loops here and the reduced cubature loops (:mod:`retarget.sim.reduced.cubature`). The numpy backend
+(:func:`forces_stiffness_numpy`, :func:`energy_density`, :func:`pk1_stress`) stays a separate vectorized
+implementation: the reference the compiled kernels are tested against.
 """
 
 from __future__ import annotations
@@ -194,6 +200,105 @@ if NUMBA_AVAILABLE:
                     s += hm[k, i] * hm[k, j]
                 out[i, j] = s
 
+    @numba.njit(inline="always")
+    def displacement_gradient(ue: NDArray[np.float64], g: NDArray[np.float64], out: NDArray[np.float64]) -> None:
+        """``out = H = Σ_a u_a ⊗ g_a`` (3, 3) from element nodal values ``ue`` (10, 3) and rest gradients ``g``
+        (10, 3) [1/m] at one quadrature point."""
+        for i in range(3):
+            for j in range(3):
+                s = 0.0
+                for a in range(10):
+                    s += ue[a, i] * g[a, j]
+                out[i, j] = s
+
+    @numba.njit(inline="always")
+    def strain_point(
+        hm: NDArray[np.float64], fm: NDArray[np.float64], fi: NDArray[np.float64], s2: NDArray[np.float64]
+    ) -> tuple[float, float]:
+        """The kinematics of one quadrature point from its displacement gradient ``H`` (``hm``, 3×3).
+
+        Writes ``F = I + H`` into ``fm`` and, when det F > 0, ``F⁻¹`` into ``fi`` and ``2E = H + Hᵀ + HᵀH`` into
+        ``s2``. Returns ``(det F, ln J)`` with the small-strain-accurate ``ln J``; when det F ≤ 0, ``ln J`` is 0
+        and ``fi``, ``s2`` are stale.
+        """
+        for i in range(3):
+            for j in range(3):
+                fm[i, j] = hm[i, j] + (1.0 if i == j else 0.0)
+        det = det_and_inverse(fm, fi)
+        if det <= 0.0:
+            return det, 0.0
+        log_j = log_det_small_strain(hm)
+        green_strain_twice(hm, s2)
+        return det, log_j
+
+    @numba.njit(inline="always")
+    def spatial_gradients(g: NDArray[np.float64], fi: NDArray[np.float64], h: NDArray[np.float64]) -> None:
+        """``h_a = F⁻ᵀ g_a`` (10, 3) [1/m] into ``h`` from rest gradients ``g`` (10, 3) and ``F⁻¹`` (``fi``)."""
+        for a in range(10):
+            for k in range(3):
+                h[a, k] = g[a, 0] * fi[0, k] + g[a, 1] * fi[1, k] + g[a, 2] * fi[2, k]
+
+    @numba.njit(inline="always")
+    def add_point_forces(
+        fe: NDArray[np.float64], g: NDArray[np.float64], fi: NDArray[np.float64], s2: NDArray[np.float64],
+        h: NDArray[np.float64], w: float, mu: float, lam: float, log_j: float, sg: NDArray[np.float64],
+    ) -> None:
+        """``fe_a += w P g_a`` (10, 3) [N] with ``P g_a = μ F⁻ᵀ (2E g_a) + λ ln J h_a`` (``P`` never formed).
+
+        Args:
+            fe: Element forces to add to (10, 3). g: rest gradients (10, 3). fi: ``F⁻¹``. s2: ``2E``.
+            h: :func:`spatial_gradients`. w: quadrature weight × det J [m³]. mu, lam: Lamé parameters [Pa].
+            log_j: ln J. sg: scratch (3,).
+        """
+        for a in range(10):
+            for k in range(3):
+                sg[k] = s2[k, 0] * g[a, 0] + s2[k, 1] * g[a, 1] + s2[k, 2] * g[a, 2]
+            for i in range(3):
+                ft = fi[0, i] * sg[0] + fi[1, i] * sg[1] + fi[2, i] * sg[2]
+                fe[a, i] += w * (mu * ft + lam * log_j * h[a, i])
+
+    @numba.njit(inline="always")
+    def first_piola_point(hm: NDArray[np.float64], mu: float, lam: float, fm: NDArray[np.float64],
+                          fi: NDArray[np.float64], tm: NDArray[np.float64], pu: NDArray[np.float64]) -> float:
+        """The first Piola stress of one quadrature point with displacement gradient ``H`` (``hm``).
+
+        :func:`strain_point` into ``fm``, ``fi``; when det F > 0, ``T = μ 2E + λ ln J I`` into ``tm`` and
+        ``P = F⁻ᵀ T`` [Pa] into ``pu``. Returns det F (the buffers are stale when it is ≤ 0).
+        """
+        det, log_j = strain_point(hm, fm, fi, tm)
+        if det <= 0.0:
+            return det
+        lam_log_j = lam * log_j
+        for i in range(3):
+            for j in range(3):
+                tm[i, j] *= mu
+            tm[i, i] += lam_log_j
+        for i in range(3):
+            for j in range(3):
+                pu[i, j] = fi[0, i] * tm[0, j] + fi[1, i] * tm[1, j] + fi[2, i] * tm[2, j]
+        return det
+
+    @numba.njit(inline="always")
+    def first_piola_tangent_point(fm: NDArray[np.float64], fi: NDArray[np.float64], pu: NDArray[np.float64],
+                                  mu: float, lam: float, ym: NDArray[np.float64], am: NDArray[np.float64]) -> None:
+        """The material tangent ``A = ∂P/∂H`` (9, 9) [Pa] of one quadrature point into ``am``.
+
+        ``A[ij,kl] = F⁻¹[l,i] Y[k,j] + μ δ_ik δ_jl + λ F⁻¹[j,i] F⁻¹[l,k]`` with ``Y = μF − P`` (into ``ym``), from
+        :func:`first_piola_point`'s ``fm`` (F), ``fi`` (F⁻¹) and ``pu`` (P); the element stiffness
+        ``K_ab`` of the module docstring is ``w g_a A g_b`` in this index form.
+        """
+        for i in range(3):
+            for j in range(3):
+                ym[i, j] = mu * fm[i, j] - pu[i, j]
+        for ij in range(9):
+            i, j = ij // 3, ij % 3
+            for kl in range(9):
+                kk, ll = kl // 3, kl % 3
+                val = fi[ll, i] * ym[kk, j] + lam * fi[j, i] * fi[ll, kk]
+                if i == kk and j == ll:
+                    val += mu
+                am[ij, kl] = val
+
     @numba.njit(cache=True, fastmath=False, nogil=True)
     def _forces_stiffness_numba(
         u: NDArray[np.float64],
@@ -230,34 +335,19 @@ if NUMBA_AVAILABLE:
             for qp in range(n_q):
                 g = grad[el, qp]
                 w = weights[el, qp]
-                for i in range(3):
-                    for j in range(3):
-                        s = 0.0
-                        for a in range(10):
-                            s += ue[a, i] * g[a, j]
-                        hm[i, j] = s
-                        fm[i, j] = s + (1.0 if i == j else 0.0)
-                det = det_and_inverse(fm, fi)
+                displacement_gradient(ue, g, hm)
+                # Small-strain-accurate ln J and 2 E_green = H + Hᵀ + HᵀH (see forces_stiffness_numpy).
+                det, log_j = strain_point(hm, fm, fi, s2)
                 if det < min_det:
                     min_det = det
                 if det <= 0.0:
                     continue
-                # Small-strain-accurate ln J and 2 E_green = H + Hᵀ + HᵀH (see forces_stiffness_numpy).
-                log_j = log_det_small_strain(hm)
                 c = mu - lam * log_j
-                green_strain_twice(hm, s2)
                 energy += w * (
                     0.5 * mu * (s2[0, 0] + s2[1, 1] + s2[2, 2]) - mu * log_j + 0.5 * lam * log_j * log_j
                 )
-                for a in range(10):
-                    for k in range(3):
-                        h[a, k] = g[a, 0] * fi[0, k] + g[a, 1] * fi[1, k] + g[a, 2] * fi[2, k]
-                for a in range(10):
-                    for k in range(3):
-                        sg[k] = s2[k, 0] * g[a, 0] + s2[k, 1] * g[a, 1] + s2[k, 2] * g[a, 2]
-                    for i in range(3):
-                        ft = fi[0, i] * sg[0] + fi[1, i] * sg[1] + fi[2, i] * sg[2]
-                        fe[a, i] += w * (mu * ft + lam * log_j * h[a, i])
+                spatial_gradients(g, fi, h)
+                add_point_forces(fe, g, fi, s2, h, w, mu, lam, log_j, sg)
                 if with_stiffness:
                     wmu, wc, wl = w * mu, w * c, w * lam
                     for a in range(10):
@@ -372,28 +462,15 @@ if NUMBA_AVAILABLE:
             for qp in range(n_q):
                 g = grad[el, qp]
                 w = weights[el, qp]
-                for i in range(3):
-                    for j in range(3):
-                        s = 0.0
-                        t = 0.0
-                        for a in range(10):
-                            s += ue[a, i] * g[a, j]
-                            t += ve[a, i] * g[a, j]
-                        hm[i, j] = s
-                        gv[i, j] = t
-                        fm[i, j] = s + (1.0 if i == j else 0.0)
-                det = det_and_inverse(fm, fi)
+                displacement_gradient(ue, g, hm)
+                displacement_gradient(ve, g, gv)
+                det, log_j = strain_point(hm, fm, fi, s2)
                 if det < min_det:
                     min_det = det
                 if det <= 0.0:
                     continue
-                # Small-strain-accurate ln J and 2 E_green from H, as the FEM layer's kernel.
-                log_j = log_det_small_strain(hm)
                 c = mu - lam * log_j
-                green_strain_twice(hm, s2)
-                for a in range(10):
-                    for k in range(3):
-                        h[a, k] = g[a, 0] * fi[0, k] + g[a, 1] * fi[1, k] + g[a, 2] * fi[2, k]
+                spatial_gradients(g, fi, h)
                 for i in range(3):
                     for k in range(3):
                         s = 0.0
@@ -401,12 +478,9 @@ if NUMBA_AVAILABLE:
                             s += h[b, i] * ve[b, k]
                         bm[i, k] = s
                 tr_b = bm[0, 0] + bm[1, 1] + bm[2, 2]
+                add_point_forces(fe, g, fi, s2, h, w, mu, lam, log_j, sg)
                 for a in range(10):
-                    for k in range(3):
-                        sg[k] = s2[k, 0] * g[a, 0] + s2[k, 1] * g[a, 1] + s2[k, 2] * g[a, 2]
                     for i in range(3):
-                        ft = fi[0, i] * sg[0] + fi[1, i] * sg[1] + fi[2, i] * sg[2]
-                        fe[a, i] += w * (mu * ft + lam * log_j * h[a, i])
                         pv = mu * (gv[i, 0] * g[a, 0] + gv[i, 1] * g[a, 1] + gv[i, 2] * g[a, 2])
                         pv += c * (h[a, 0] * bm[i, 0] + h[a, 1] * bm[i, 1] + h[a, 2] * bm[i, 2])
                         pv += lam * tr_b * h[a, i]

@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import nnls
 
-from retarget.fem.neo_hookean import _forces_stiffness_numba, det_and_inverse, green_strain_twice, log_det_small_strain
+from retarget.fem.neo_hookean import _forces_stiffness_numba, first_piola_point, first_piola_tangent_point
 from retarget.sim.reduced.errors import TrainingDataError
 
 __all__ = [
@@ -137,31 +137,8 @@ def reduced_gradients(basis_rows: NDArray[np.float64], grad: NDArray[np.float64]
 
 
 # Reassociation lets the compiler vectorize the length-r dot products (H = Σ z_l D_l); no other fast-math flag, so
-# non-finite values still propagate to the engine's checks.
-@numba.njit(inline="always")
-def _first_piola(hm: NDArray[np.float64], mu: float, lam: float, fm: NDArray[np.float64], fi: NDArray[np.float64],
-                 tm: NDArray[np.float64], pu: NDArray[np.float64]) -> float:
-    """At one quadrature point with displacement gradient ``H`` (``hm``): ``F = I + H`` into ``fm`` and, when
-    det F > 0, ``F⁻¹`` into ``fi``, ``T = μ 2E + λ ln J I`` into ``tm`` and ``P = F⁻ᵀ T`` into ``pu`` (the FEM
-    layer's small-strain-accurate ``ln J`` and ``2E``); returns det F (the buffers are stale when it is ≤ 0)."""
-    for i in range(3):
-        for j in range(3):
-            fm[i, j] = hm[i, j] + (1.0 if i == j else 0.0)
-    det = det_and_inverse(fm, fi)
-    if det <= 0.0:
-        return det
-    lam_log_j = lam * log_det_small_strain(hm)
-    green_strain_twice(hm, tm)
-    for i in range(3):
-        for j in range(3):
-            tm[i, j] *= mu
-        tm[i, i] += lam_log_j
-    for i in range(3):
-        for j in range(3):
-            pu[i, j] = fi[0, i] * tm[0, j] + fi[1, i] * tm[1, j] + fi[2, i] * tm[2, j]
-    return det
-
-
+# non-finite values still propagate to the engine's checks. The quadrature-point kernels (first Piola stress and
+# its tangent) are the FEM layer's, inlined so that these loops keep their own fast-math flags.
 @numba.njit(cache=True, fastmath={"reassoc", "contract"})
 def cubature_force_value(
     z: NDArray[np.float64],
@@ -199,7 +176,7 @@ def cubature_force_value(
                 for l in range(r):
                     acc += d[ij, l] * z[l]
                 hm[ij // 3, ij % 3] = acc
-            det = _first_piola(hm, mu, lam, fm, fi, tm, pu)
+            det = first_piola_point(hm, mu, lam, fm, fi, tm, pu)
             if det < min_det:
                 min_det = det
             if det <= 0.0:
@@ -270,7 +247,7 @@ def cubature_force_directional(
         for q in range(nq):
             d = dmat[e, q]
             _gradient_and_derivative(d, z, direction, hm, dh)
-            det = _first_piola(hm, mu, lam, fm, fi, tm, pu)
+            det = first_piola_point(hm, mu, lam, fm, fi, tm, pu)
             if det < min_det:
                 min_det = det
             if det <= 0.0:
@@ -319,8 +296,10 @@ def cubature_tangents(
     """Cubature force ``f`` (r,) [N], tangent ``K(z)`` (r, r) [N/m] and, with ``with_derivative``, the exact
     ``dK(z)[d] = ∂(K(z) d)/∂z`` (r, r) (else 0×0), and min det F — the Newton Jacobian's cubature blocks.
 
-    With ``P = μ(F − F⁻ᵀ) + λ ln J F⁻ᵀ`` (:func:`_first_piola`'s value) and ``Y = μF − P``, the material tangent
-    ``A = ∂P/∂H`` (9×9) at a quadrature point and its derivative along ``dH = Σ d_l D_l`` are, in closed form::
+    With ``P = μ(F − F⁻ᵀ) + λ ln J F⁻ᵀ`` (:func:`~retarget.fem.neo_hookean.first_piola_point`) and ``Y = μF − P``,
+    the material tangent ``A = ∂P/∂H`` (9×9) at a quadrature point
+    (:func:`~retarget.fem.neo_hookean.first_piola_tangent_point`) and its derivative along ``dH = Σ d_l D_l`` are,
+    in closed form::
 
         A[ij,kl]     = F⁻¹[l,i] Y[k,j] + μ δ_ik δ_jl + λ F⁻¹[j,i] F⁻¹[l,k]
         A'[dH][ij,kl] = dF⁻¹[l,i] Y[k,j] + F⁻¹[l,i] dY[k,j] + λ (dF⁻¹[j,i] F⁻¹[l,k] + F⁻¹[j,i] dF⁻¹[l,k])
@@ -361,7 +340,7 @@ def cubature_tangents(
             d = dmat[e, q]
             row = 9 * (pt - c0)
             _gradient_and_derivative(d, z, direction, hm, dh)
-            det = _first_piola(hm, mu, lam, fm, fi, tm, pu)
+            det = first_piola_point(hm, mu, lam, fm, fi, tm, pu)
             if det < min_det:
                 min_det = det
             if det <= 0.0:
@@ -370,17 +349,7 @@ def cubature_tangents(
                         g[row + ij, l] = 0.0
                 continue
             wq = weights[e] * qweights[e, q]
-            for i in range(3):
-                for j in range(3):
-                    ym[i, j] = mu * fm[i, j] - pu[i, j]
-            for ij in range(9):
-                i, j = ij // 3, ij % 3
-                for kl in range(9):
-                    kk, ll = kl // 3, kl % 3
-                    val = fi[ll, i] * ym[kk, j] + lam * fi[j, i] * fi[ll, kk]
-                    if i == kk and j == ll:
-                        val += mu
-                    am[ij, kl] = val
+            first_piola_tangent_point(fm, fi, pu, mu, lam, ym, am)
             if with_derivative:
                 # dF⁻¹ = −F⁻¹ dH F⁻¹; dY = μ dH − A:dH
                 for i in range(3):
