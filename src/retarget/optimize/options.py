@@ -148,8 +148,7 @@ class PlanOptions:
 #: The verification's cost over its ``2 dt / verify_dt`` forward runs' worth at the planning step: a step at the
 #: finer ``verify_dt`` costs a little more, and the deviation metrics of every step come on top. Measured on the
 #: drummer's demo model (3 s of drumming, dt 2 ms, verify_dt 1 ms, NUMBA_NUM_THREADS=2): forward run 5.1-6.3 s at
-#: 2 ms, 12.0-12.4 s at 1 ms, the verification 26.5-31.1 s = 4.8-5.6 planning forward runs where 4 were kept (its
-#: 210 s demo plan ran out of time in the verification, session 18).
+#: 2 ms, 12.0-12.4 s at 1 ms, the verification 26.5-31.1 s = 4.8-5.6 planning forward runs where 4 were kept.
 VERIFY_COST_FACTOR = 1.5
 
 
