@@ -17,8 +17,8 @@ with ``δS_0 = 0`` (the quasi-static start does not depend on ``x``) and ``δθ_
 Why: the two-rod problem's Hessian has ~30 eigenvalues spread over three decades (docs/optimize.md); L-BFGS
 must learn them one per iteration, a Gauss–Newton step takes them all at once. A tangent pass costs one
 factorization per step (as the adjoint) plus one solve per parameter and step (``--method auto`` uses it up to
-:data:`MAX_PARAMETERS`). Measured (docs/optimize.md, "The optimizer"): on two_rods the full Gauss–Newton steps leave the
-region the 3-mode reduced model represents (inverted cubature elements, ρ < 0), the damping then keeps the
+:data:`MAX_PARAMETERS`). Measured (docs/optimize.md, "The optimizer"): on two_rods the full Gauss–Newton steps
+leave the region the 3-mode reduced model represents (inverted cubature elements, ρ < 0), the damping then keeps the
 steps short, and it ends behind L-BFGS-B in the same budget; L-BFGS-B is the planner's default.
 """
 from __future__ import annotations
