@@ -229,13 +229,9 @@ class ModelFidelityError(InputError):
 
 def _finite(value: Any) -> Any:
     """``value`` with every non-finite float replaced by None (strict JSON)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, Mapping):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
+    from retarget.jsonsafe import finite_or_none
+
+    return finite_or_none(value)
 
 
 def check_fidelity(card: ModelCard, f1_tol: float = DEFAULT_F1_TOLERANCE, f2_tol: float = DEFAULT_F2_TOLERANCE

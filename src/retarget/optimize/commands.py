@@ -117,12 +117,26 @@ def _model_args(p: argparse.ArgumentParser) -> None:
                    "search the model folders ($RETARGET_MODELS, $RETARGET_CACHE/models, .cache-models/)")
 
 
-def _load(args: argparse.Namespace) -> tuple[Any, Any]:
+def _motion_announcing_model(args: argparse.Namespace) -> Any:
+    """The motion of ``--motion`` (a file or a library name), after saying on stderr which model will be used."""
     from pathlib import Path
 
-    from retarget.errors import InputError
     from retarget.model import library
     from retarget.motion import load_motion
+
+    path = Path(args.motion) if Path(args.motion).is_file() else library.resolve_motion(args.motion)
+    motion = load_motion(path)
+    if args.reduced:
+        print(f"model: {args.robot}, reduced model {args.reduced}", file=sys.stderr)
+    else:
+        print(f"model: {args.robot}, {args.modes} modes, training mesh {args.mesh_axial}x{args.mesh_around} "
+              f"(stiffness calibrated), training dt {args.dt_train} s (cached by content hash)", file=sys.stderr)
+    return motion
+
+
+def _load(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The planning model (gated, its card printed) and the motion of ``retarget check gradient``'s arguments."""
+    from retarget.errors import InputError
     from retarget.optimize.planning_model import planning_model
 
     if not args.dt > 0:
@@ -130,13 +144,7 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     if getattr(args, "time_budget", None) is not None and not args.time_budget > 0:
         raise InputError(f"--time-budget must be positive, got {args.time_budget}")
     robot = args.robot
-    motion_path = Path(args.motion) if Path(args.motion).is_file() else library.resolve_motion(args.motion)
-    motion = load_motion(motion_path)
-    if args.reduced:
-        print(f"model: {robot}, reduced model {args.reduced}", file=sys.stderr)
-    else:
-        print(f"model: {robot}, {args.modes} modes, training mesh {args.mesh_axial}x{args.mesh_around}, "
-              f"training dt {args.dt_train} s (cached by content hash)", file=sys.stderr)
+    motion = _motion_announcing_model(args)
     pm = planning_model(robot, motion, n_modes=args.modes, dt_train=args.dt_train, mesh_axial=args.mesh_axial,
                         mesh_around=args.mesh_around, reduced_file=args.reduced, use_cache=not args.no_cache,
                         progress=_bar("full training simulation"))
@@ -186,8 +194,7 @@ def _plan_command(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from retarget.errors import InputError
-    from retarget.model import library
-    from retarget.motion import load_motion, save_motion
+    from retarget.motion import save_motion
     from retarget.optimize.planning import PlanProgress, plan
 
     if args.out and Path(args.out).suffix.lower() not in (".csv", ".json", ".yaml", ".yml"):
@@ -198,13 +205,7 @@ def _plan_command(args: argparse.Namespace) -> int:
 
     check_plan_input(args.robot, args.motion)
     options = options_from_args(args)
-    motion_path = Path(args.motion) if Path(args.motion).is_file() else library.resolve_motion(args.motion)
-    motion = load_motion(motion_path)
-    if options.reduced_file:
-        print(f"model: {args.robot}, reduced model {options.reduced_file}", file=sys.stderr)
-    else:
-        print(f"model: {args.robot}, {options.modes} modes, training mesh {options.mesh_axial}x{options.mesh_around}"
-              f" (stiffness calibrated), training dt {options.dt_train} s (cached by content hash)", file=sys.stderr)
+    motion = _motion_announcing_model(args)
     # With windows, max_iterations is per window and their number is known only once the problem is built.
     bar = tqdm(total=None if args.window else args.max_iterations, desc="optimize", unit="it", file=sys.stderr)
     stage_bars: dict[str, Any] = {}
