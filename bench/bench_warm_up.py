@@ -38,7 +38,7 @@ def main() -> int:
 
     import numba.core.event as numba_event
 
-    from retarget.demo import excerpt
+    from retarget.ros.demo import excerpt
     from retarget.model.library import read_ros_parameters, resolve_params, resolve_robot
     from retarget.motion import load_motion
     from retarget.optimize import PlanProgress, plan

@@ -1,4 +1,4 @@
-"""``make demo`` (``python -m retarget.demo``): tracking figures against theory; the demo as a process."""
+"""``make demo`` (``python -m retarget.ros.demo``): tracking figures against theory; the demo as a process."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from retarget.demo import LAG_GRID_S, demo_model, demo_model_path, excerpt, tracking_figures
+from retarget.ros.demo import LAG_GRID_S, demo_model, demo_model_path, excerpt, tracking_figures
 from retarget.errors import InputError, RetargetError
 from retarget.motion.motion import Motion
 
@@ -82,7 +82,7 @@ def test_the_progress_bar_counts_the_budget_from_the_end_of_the_preparation() ->
     wait) count from the first stage after those."""
     from types import SimpleNamespace
 
-    from retarget.demo import PREPARATION_STAGES, _PlannerProgress
+    from retarget.ros.demo import PREPARATION_STAGES, _PlannerProgress
     from retarget.optimize.control import FEEDBACK_STAGES, TRAINING_STAGE
     from retarget.optimize.planning import WARM_UP_STAGE
 
@@ -128,7 +128,7 @@ def test_demo_runs_end_to_end() -> None:
     started = time.monotonic()
     # The whole 10 s drumming; no model training (tests/conftest.py isolates the cache: no model is found, so the
     # planner answers NOT_AVAILABLE and the input is executed). The planned path: the single_rod test below.
-    proc = subprocess.run([sys.executable, "-m", "retarget.demo", "--json", "--no-progress", "--no-train",
+    proc = subprocess.run([sys.executable, "-m", "retarget.ros.demo", "--json", "--no-progress", "--no-train",
                            "--duration", "0"], capture_output=True, text=True, env=env, timeout=170)
     wall = time.monotonic() - started
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -161,7 +161,7 @@ def test_demo_trains_its_model_plans_and_executes_the_optimized_trajectory(tmp_p
     env["ROS_DOMAIN_ID"] = str(1 + (os.getpid() + 70) % 100)
     env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     env["RETARGET_CACHE"] = str(tmp_path)
-    command = [sys.executable, "-m", "retarget.demo", "--json", "--no-progress", "--robot", "single_rod",
+    command = [sys.executable, "-m", "retarget.ros.demo", "--json", "--no-progress", "--robot", "single_rod",
                "--motion", "single_rod/step_30", "--duration", "1.5", "--train-duration", "1.5",
                "--train-mesh-scale", "0.05", "--plan-timeout", "200"]
     # A fresh install compiles the full and reduced engines (training) and the planner's kernels first: minutes.

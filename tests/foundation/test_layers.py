@@ -22,16 +22,9 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 ROS_PACKAGES = frozenset({"rclpy", "rosbag2_py", "rosidl_runtime_py", "launch", "launch_ros", "message_filters",
                           "tf2_ros"})
 
-#: Modules outside ``retarget.ros`` that import ROS inside functions (never at import time), and what they import.
-#: Both belong in ``retarget.ros``; each is named by files outside the core (README, docs, Makefile, tests).
-KNOWN_ROS_IMPORTERS: dict[str, frozenset[str]] = {
-    # `python -m retarget.demo` (make demo) is a Retarget action client over the bring-up: to move to
-    # retarget.ros.demo together with the README's, docs/ros.md's and the Makefile's command.
-    "retarget.demo": frozenset({"retarget_interfaces"}),
-    # JointTrajectory messages <-> Motion, used by retarget.ros.player and the demo: to move beside
-    # retarget.ros.conversions (with tests/motion/test_ros_convert.py).
-    "retarget.motion.ros_convert": frozenset({"builtin_interfaces", "trajectory_msgs"}),
-}
+#: Modules outside ``retarget.ros`` that import ROS inside functions (never at import time), and what they import:
+#: none (the demo and the JointTrajectory conversion live in ``retarget.ros``).
+KNOWN_ROS_IMPORTERS: dict[str, frozenset[str]] = {}
 
 #: The core layers, lowest first: a module may import (at module level) its own layer and those below.
 LAYERS: dict[str, int] = {"model": 0, "fem": 1, "sim": 2, "optimize": 3, "ros": 4, "cli": 4}

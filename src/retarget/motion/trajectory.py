@@ -4,7 +4,7 @@ The dict form mirrors the message field for field (``header``, ``joint_names``, 
 ``velocities``, ``accelerations``, ``effort``, ``time_from_start {sec, nanosec}``), which is also what
 ``ros2 topic echo`` prints as YAML. Any object with those attributes (an rclpy message, a rosbags message) is
 accepted as input. ``time_from_start`` is integer nanoseconds on the wire, so times round-trip to 1 ns.
-The rclpy message itself is built in :mod:`retarget.motion.ros_convert`.
+The rclpy message itself is built in :mod:`retarget.ros.motion_convert`.
 """
 from __future__ import annotations
 

@@ -389,7 +389,7 @@ def _play_command(args: Any) -> int:
     missing = [c for c in ("rclpy", "control_msgs") if not components()[c]]
     if missing:
         raise InputError(f"retarget play needs ROS 2 ({', '.join(missing)} missing): run `make setup`")
-    from retarget.motion.ros_convert import to_joint_trajectory_msg
+    from retarget.ros.motion_convert import to_joint_trajectory_msg
 
     namespace = args.namespace.rstrip("/")
     follow = f"{namespace}/trajectory_server/follow_joint_trajectory"

@@ -289,7 +289,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """The demo's steps; returns the report (``ok`` tells whether everything worked)."""
     from retarget.info import components
     from retarget.motion import load_motion
-    from retarget.motion.ros_convert import to_joint_trajectory_msg
+    from retarget.ros.motion_convert import to_joint_trajectory_msg
     from retarget.ros.bringup import BringupError, Supervisor, describe
 
     report: dict[str, Any] = {"ok": False, "robot": args.robot, "motion": args.motion}
@@ -429,8 +429,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m retarget.demo``; exit 0 only if every step worked."""
-    parser = argparse.ArgumentParser(prog="python -m retarget.demo", description=__doc__.split("\n\n")[0])
+    """``python -m retarget.ros.demo``; exit 0 only if every step worked."""
+    parser = argparse.ArgumentParser(prog="python -m retarget.ros.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--robot", default="drummer", help="robot name (default: drummer)")
     parser.add_argument("--motion", default="drummer/drumming", help="motion name or file (default: drummer/drumming)")
     parser.add_argument("--duration", type=float, default=DEMO_DURATION_S,

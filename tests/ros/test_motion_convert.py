@@ -1,4 +1,4 @@
-"""Tests of retarget.motion.ros_convert against real trajectory_msgs messages (skipped without them)."""
+"""Tests of retarget.ros.motion_convert against real trajectory_msgs messages (skipped without them)."""
 from __future__ import annotations
 
 import subprocess
@@ -8,7 +8,16 @@ import numpy as np
 import pytest
 
 from retarget.motion import Motion
-from retarget.motion.ros_convert import from_joint_trajectory_msg, to_joint_trajectory_msg
+from retarget.ros.motion_convert import from_joint_trajectory_msg, to_joint_trajectory_msg
+
+
+@pytest.fixture
+def motion() -> Motion:
+    """Three joints, 41 samples at 200 Hz with a non-zero start time, seeded random smooth-ish values."""
+    rng = np.random.default_rng(1234)
+    t = 0.25 + np.arange(41) / 200.0
+    q = np.cumsum(rng.normal(scale=0.01, size=(41, 3)), axis=0) + rng.uniform(-1, 1, size=3)
+    return Motion(t, ("shoulder_pitch", "elbow", "head_yaw"), q)
 
 
 def test_round_trip_through_a_real_message(motion: Motion) -> None:
@@ -22,8 +31,8 @@ def test_round_trip_through_a_real_message(motion: Motion) -> None:
     np.testing.assert_allclose(back.time, motion.time, rtol=0, atol=1e-9)
 
 
-def test_the_core_imports_no_ros() -> None:
-    code = ("import sys, retarget.motion, retarget.motion.io, retarget.motion.bvh, retarget.motion.ros_convert; "
+def test_the_conversion_imports_no_ros_until_used() -> None:
+    code = ("import sys, retarget.motion, retarget.motion.io, retarget.motion.bvh, retarget.ros.motion_convert; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('rclpy', 'trajectory_msgs', 'sensor_msgs')]; "
             "print(bad); sys.exit(1 if bad else 0)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
