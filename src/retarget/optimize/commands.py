@@ -103,9 +103,11 @@ def _model_args(p: argparse.ArgumentParser) -> None:
                         f"{D.modes})")
     p.add_argument("--dt", type=float, default=D.dt, help="simulation step of the planner [s] (default 0.005, as "
                    "the planner node; `retarget plan` re-simulates the result at a finer step, --verify-dt)")
-    p.add_argument("--mesh-axial", type=int, default=D.mesh_axial, help="rod mesh layers of the training mesh (default 20)")
+    p.add_argument("--mesh-axial", type=int, default=D.mesh_axial,
+                   help="rod mesh layers of the training mesh (default 20)")
     p.add_argument("--mesh-around", type=int, default=D.mesh_around, help="rod mesh corner nodes around (default 6)")
-    p.add_argument("--dt-train", type=float, default=D.dt_train, help="step of the full training simulation [s] (default "
+    p.add_argument("--dt-train", type=float, default=D.dt_train,
+                   help="step of the full training simulation [s] (default "
                    "0.002)")
     p.add_argument("--reduced", default=None, metavar="FILE", help="reduced model to use: a `retarget reduce` "
                    "artifact (.npz, from `retarget reduce` or cached by `retarget plan`; its own mesh: the --mesh-* "
@@ -396,7 +398,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-video", action="store_true", help="--report without the video (the slowest view)")
     p.add_argument("--no-mcap", action="store_true", help="--report without the MCAP recording")
     p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
-    p.add_argument("--knot-spacing", type=float, default=D.knot_spacing, help="B-spline knot spacing [s] (default 0.05)")
+    p.add_argument("--knot-spacing", type=float, default=D.knot_spacing,
+                   help="B-spline knot spacing [s] (default 0.05)")
     p.add_argument("--max-iterations", type=int, default=D.max_iterations, help="optimizer iterations (default 50)")
     p.add_argument("--method", choices=("lbfgs", "gauss-newton", "auto"), default=D.method,
                    help="optimizer: lbfgs (L-BFGS-B, adjoint gradient; default), gauss-newton (Levenberg-Marquardt, "
@@ -409,15 +412,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--window", type=float, default=None, metavar="S", help="optimize in receding-horizon windows "
                    "of S seconds, one after another (for long motions; --max-iterations per window; default: the "
                    "whole motion at once)")
-    p.add_argument("--window-tail", type=float, default=D.window_tail, metavar="S", help="how far past its span a window's "
+    p.add_argument("--window-tail", type=float, default=D.window_tail,
+                   metavar="S", help="how far past its span a window's "
                    "objective reaches [s] (default 0.5)")
-    p.add_argument("--window-overlap", type=float, default=D.window_overlap, metavar="S", help="how much of each window the next "
+    p.add_argument("--window-overlap", type=float, default=D.window_overlap,
+                   metavar="S", help="how much of each window the next "
                    "one optimizes again [s] (default 0: windows side by side)")
-    p.add_argument("--torque-weight", type=float, default=D.torque_weight, metavar="W", help="penalty on simulated motor "
+    p.add_argument("--torque-weight", type=float, default=D.torque_weight,
+                   metavar="W", help="penalty on simulated motor "
                    "torques above (1 - torque margin) x the servos' stall torque [1/(N^2 m^2 s)] (default 10; when the "
                    "optimum still exceeds stall it is optimized again with the weight x 10, at most twice; 0: torques "
                    "are only reported, with a warning above stall)")
-    p.add_argument("--torque-margin", type=float, default=D.torque_margin, metavar="F", help="fraction of the stall torque "
+    p.add_argument("--torque-margin", type=float, default=D.torque_margin,
+                   metavar="F", help="fraction of the stall torque "
                    "the torque penalty keeps free (default 0.1)")
     p.add_argument("--start", choices=("feasible", "input"), default=D.start, help="where the optimizer starts: "
                    "feasible (default) = the input, with motors faster than their speed limit replaced by their "
@@ -428,7 +435,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--deviation-weight", default=D.deviation_weight, help="w_dev [1/(rad^2 s)] (default 1e-3)")
     p.add_argument("--acceleration-weight", default=D.acceleration_weight, help="w_acc [s^3/rad^2] (default 1e-8)")
     p.add_argument("--duration", type=float, default=None, help="simulate only this much of the motion [s]")
-    p.add_argument("--target-stride", type=int, default=D.target_stride, metavar="N", help="solve the quasi-static targets every "
+    p.add_argument("--target-stride", type=int, default=D.target_stride,
+                   metavar="N", help="solve the quasi-static targets every "
                    "N steps and interpolate between (default 1: every step; for long, always-moving motions)")
     p.add_argument("--time-budget", type=float, default=None, metavar="S", help="wall-time budget of the planning "
                    "[s] (targets, optimization, baselines, verification; not the model, nor the warm-up that "
@@ -443,7 +451,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "estimated cost is within --verify-full-max-s")
     p.add_argument("--verify-full-dt", type=float, default=D.verify_full_dt, metavar="S", help="step of the full-FEM "
                    "verification [s] (default 0.002)")
-    p.add_argument("--verify-full-max-s", type=float, default=D.verify_full_max_s, metavar="S", help="largest estimated cost of "
+    p.add_argument("--verify-full-max-s", type=float, default=D.verify_full_max_s,
+                   metavar="S", help="largest estimated cost of "
                    "the automatic full-FEM verification [s] (default 600)")
     p.add_argument("--verify-full-band", default="none", metavar="F,F", help="repeat the full-FEM verification with "
                    "every flexible part's Young's modulus times these factors (e.g. 0.9,1.1; default none)")
