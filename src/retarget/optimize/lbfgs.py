@@ -213,9 +213,12 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
     best = state.best
     if restarts:
         message += f" (after {restarts} restart{'s' if restarts > 1 else ''} of a stalled line search)"
-    return OptimizationResult(state.best_x, first.value, best.value, state.iterations, state.evaluations, history,
-                              interruption, message, best, first, budget_limited, state.duration,
-                              state.failed, restarts, method, length, curvature=state.secant)
+    return OptimizationResult(x=state.best_x, objective_initial=first.value, objective_final=best.value,
+                              iterations=state.iterations, evaluations=state.evaluations, history=history,
+                              interruption=interruption, message=message, best=best, initial=first,
+                              budget_limited=budget_limited, evaluation_s=state.duration,
+                              failed_simulations=state.failed, restarts=restarts, method=method, first_step=length,
+                              curvature=state.secant)
 
 
 def choose_method(pp: PlanProblem, options: PlanOptions) -> str:

@@ -201,6 +201,9 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
     overlap = f", {options.window_overlap:g} s overlap" if options.window_overlap else ""
     message = "; ".join([f"{len(spans)} windows of {options.window:g} s (+{options.window_tail:g} s tail{overlap}), "
                          f"{iterations} iterations", *messages])
-    return OptimizationResult(x, initial.value, final.value, iterations, evaluations, [initial.value, final.value],
-                              interruption, message, final, initial, budget_limited or cut > 0, evaluation_s, failed,
-                              restarts, "lbfgs-windows", first_step, summaries)
+    return OptimizationResult(x=x, objective_initial=initial.value, objective_final=final.value,
+                              iterations=iterations, evaluations=evaluations, history=[initial.value, final.value],
+                              interruption=interruption, message=message, best=final, initial=initial,
+                              budget_limited=budget_limited or cut > 0, evaluation_s=evaluation_s,
+                              failed_simulations=failed, restarts=restarts, method="lbfgs-windows",
+                              first_step=first_step, windows=summaries)
