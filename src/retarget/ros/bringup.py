@@ -501,7 +501,7 @@ class _Child:
         return ChildExit(self.name, self.proc.poll(), self.killed, self.traceback)
 
     def signal(self, signum: int) -> None:
-        """Signal the child's process group (it leads its own session), so helpers it started get it too."""
+        """Signal the child's process group (it leads its own process group, setsid), so helpers it started get it too."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signum)
 
@@ -515,7 +515,7 @@ class _Child:
 class Supervisor:
     """Runs a :class:`Bringup` as child processes (``retarget up``, ``make demo``).
 
-    Children start in their own sessions (a terminal's Ctrl-C reaches only the supervisor, which then stops
+    Children start in their own process groups (setsid) (a terminal's Ctrl-C reaches only the supervisor, which then stops
     them in order: nodes first, so the driver turns the torque off while the bus still answers, then the
     emulator) and get SIGINT if the supervisor dies. Their output is forwarded line by line with a
     ``[name]`` prefix.
