@@ -120,12 +120,13 @@ def test_rod_between_two_motors_stays_consistent():
 
 def _coarse_fast_rise():
     """The shipped single rod at 1/20 of its axial resolution (1 125 DOFs), from the start of step_45_fast's
-    45° rise in 0.15 s (t = 0.5 s of the motion: at rest)."""
+    45° rise in 0.15 s (t = 0.5 s of the motion: at rest). Its stiffness is not calibrated: the tests need this mesh's
+    own (too stiff) dynamics, whose whip makes the fragile Newton settings fail."""
     from retarget.model.library import resolve_robot
     from retarget.model.loader import load_robot
     from retarget.sim.motion_input import motors_from_motion
 
-    model = load_robot(resolve_robot("single_rod"), mesh_scale=0.05)
+    model = load_robot(resolve_robot("single_rod"), mesh_scale=0.05, stiffness_calibration=False)
     spline, _ = motors_from_motion("single_rod/step_45_fast", model.motors)
     motors = FunctionMotors(lambda t: spline.value(t + 0.5), lambda t: spline.derivative(t + 0.5))
     return build_system(model), motors
