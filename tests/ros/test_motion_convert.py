@@ -9,15 +9,7 @@ import pytest
 
 from retarget.motion import Motion
 from retarget.ros.motion_convert import from_joint_trajectory_msg, to_joint_trajectory_msg
-
-
-@pytest.fixture
-def motion() -> Motion:
-    """Three joints, 41 samples at 200 Hz with a non-zero start time, seeded random smooth-ish values."""
-    rng = np.random.default_rng(1234)
-    t = 0.25 + np.arange(41) / 200.0
-    q = np.cumsum(rng.normal(scale=0.01, size=(41, 3)), axis=0) + rng.uniform(-1, 1, size=3)
-    return Motion(t, ("shoulder_pitch", "elbow", "head_yaw"), q)
+from tests.motion.conftest import motion  # noqa: F401  (the motion tests' fixture)
 
 
 def test_round_trip_through_a_real_message(motion: Motion) -> None:
