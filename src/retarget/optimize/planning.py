@@ -151,8 +151,14 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
         steps(WARM_UP_STAGE)  # building the engine compiles too
     engine = reduced_engine(pm.reduced, tolerance=1e-10)
 
+    scaled: dict[float, Engine] = {1.0: engine}
+
     def engine_factory(factor: float) -> Engine:
-        return reduced_engine(with_stiffness_scale(pm.reduced, factor), tolerance=1e-10)
+        """The planning model at ``factor`` × stiffness, built once: the robust objective's members and the
+        stiffness band share their engines."""
+        if factor not in scaled:
+            scaled[factor] = reduced_engine(with_stiffness_scale(pm.reduced, factor), tolerance=1e-10)
+        return scaled[factor]
 
     limits = limits_for(pm.model, pm.config)
     run_options = options
