@@ -61,6 +61,20 @@ def test_an_error_after_the_context_is_shut_down_ends_spinning_quietly(node: Any
     spin(node)
 
 
+def test_an_error_just_before_the_context_is_shut_down_ends_spinning_quietly(node: Any) -> None:
+    import threading
+
+    from retarget.ros.spinning import spin
+
+    def tick() -> None:
+        # rclpy's signal thread shuts the context down a moment after the executor's take failed.
+        threading.Timer(0.2, node.context.shutdown).start()
+        raise RuntimeError("Unable to convert call argument '0' to Python object")
+
+    node.create_timer(0.001, tick)
+    spin(node)
+
+
 def test_a_real_error_is_raised_and_the_threads_are_stopped_all_the_same(node: Any) -> None:
     from retarget.ros.spinning import spin
 

@@ -5,17 +5,24 @@ a wait or taking a message, and while a node's own threads may still use its han
 whatever the half-torn-down handles raise (``RuntimeError: Unable to convert call argument '0'`` from
 ``take_message``, ``InvalidHandle``, ``RCLError``); a thread that triggers a guard condition gets ``InvalidHandle``.
 The signal can also land while a message is being converted inside ``take_message``: the KeyboardInterrupt then
-surfaces as that RuntimeError, chained. None of that is an error of the node: it was stopping anyway. :func:`spin`
-absorbs it once the context is shut down or when a KeyboardInterrupt is in its chain, and re-raises anything else.
+surfaces as that RuntimeError, chained or not at all. rclpy shuts the context down from its own signal thread, so
+when the executor fails the context may still be up for a moment. None of that is an error of the node: it was
+stopping anyway. :func:`spin` absorbs it when a KeyboardInterrupt is in its chain or once the context is shut down
+(waiting up to :data:`SHUTDOWN_GRACE_S` for that), and re-raises anything else.
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from rclpy.executors import Executor, ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 
 __all__ = ["spin"]
+
+#: How long a failed spin waits for the context to be shut down before it calls the failure a real error: rclpy's
+#: signal thread shuts the context down a moment after the signal (milliseconds; seconds on a loaded machine).
+SHUTDOWN_GRACE_S = 3.0
 
 
 def spin(node: Node, executor: Executor | None = None, before_shutdown: Callable[[], None] | None = None) -> None:
@@ -37,7 +44,7 @@ def spin(node: Node, executor: Executor | None = None, before_shutdown: Callable
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception as exc:
-        if node.context.ok() and not _interrupted(exc):
+        if not _interrupted(exc) and not _shut_down_soon(node, SHUTDOWN_GRACE_S):
             raise
     finally:
         try:
@@ -45,6 +52,16 @@ def spin(node: Node, executor: Executor | None = None, before_shutdown: Callable
                 before_shutdown()
         finally:
             executor.shutdown(timeout_sec=1.0)
+
+
+def _shut_down_soon(node: Node, grace_s: float) -> bool:
+    """Whether ``node``'s context is shut down now or within ``grace_s``."""
+    deadline = time.monotonic() + grace_s
+    while node.context.ok():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def _interrupted(exc: BaseException) -> bool:
