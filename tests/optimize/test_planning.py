@@ -406,3 +406,49 @@ def test_a_cancel_during_the_warm_up_ends_the_plan(tiny):
     with pytest.raises(PlanCancelled, match="cancelled during compiling kernels"):
         plan(robot, _tiny_ramp(), replace(options, time_budget=60.0),
              PlanProgress(cancelled=lambda: True, cancel_poll_s=0.0))
+
+
+def test_plan_verified_in_an_independently_trained_reduced_model(tiny, tmp_path, monkeypatch):
+    """Where the full FEM is beyond the verification's budget, the plan is re-simulated in a verification model
+    (another ``retarget reduce`` artifact of the robot on a finer mesh, found in a model folder's ``verify/``) and
+    that is its headline; the same figures with the file given explicitly; the planning model itself is refused."""
+    from retarget.cli import main
+    from retarget.optimize.verification import verify_reduced
+    from retarget.sim.reduced.store import load_artifact
+
+    robot, options = tiny
+    finer = tmp_path / "models" / "verify" / "tiny_rod-ramp.npz"
+    assert main(["reduce", str(robot), "--train-motion", str(robot.parent / "ramp.csv"), "--out", str(finer),
+                 "--dt", "0.002", "--modes", "3", "--duration", "0.04", "--mesh-scale", "2",
+                 "--replay-tolerance", "0"]) == 0
+    # Not a planning model: the planner's own lookup of the model folders does not see it.
+    monkeypatch.setenv("RETARGET_MODELS", str(tmp_path / "models"))
+    auto = replace(options, verify_model="auto", verify_full_max_s=0.0)
+    result = plan(robot, _tiny_ramp(), auto)
+    m = result.metrics()
+    assert m["verification_model"] == "reduced model tiny_rod-ramp.npz"
+    verified = m["verified"]
+    assert verified["file"] == str(finer) and verified["modes"] == [3]
+    planning_dofs = sum(3 * p.mesh.n_nodes for p in load_artifact(robot, options.reduced_file).model.flexible_parts)
+    assert verified["deformable_dofs"] > planning_dofs
+    assert m["verified_peak_ratio"] == pytest.approx(verified["optimized"]["peak_deviation_m"]
+                                                     / verified["naive"]["peak_deviation_m"], rel=1e-12)
+    # Another model: close to the planning model's figures, not equal to them.
+    naive_plan = m["naive"]["peak_deviation_m"]
+    assert verified["naive"]["peak_deviation_m"] != naive_plan
+    assert verified["naive"]["peak_deviation_m"] == pytest.approx(naive_plan, rel=0.3)
+    # Given explicitly, and with the stiffness band: the same nominal figures.
+    explicit = plan(robot, _tiny_ramp(), replace(options, verify_model=str(finer), verify_full_band=(0.9,)))
+    e = explicit.metrics()
+    assert e["verified"]["naive"] == pytest.approx(verified["naive"], rel=1e-9)
+    assert e["verified_band"]["x0.9"]["stiffness_factor"] == 0.9
+    assert e["verified_band"]["x0.9"]["naive"]["peak_deviation_m"] != verified["naive"]["peak_deviation_m"]
+    # At the planning step, the planning model re-simulated this way reproduces the plan's own figures.
+    own = verify_reduced(explicit, load_artifact(robot, options.reduced_file), options.dt)
+    for name in ("naive", "optimized"):
+        assert own[name]["peak_deviation_m"] == pytest.approx(explicit.variants[name].metrics["peak_deviation_m"],
+                                                              rel=1e-6)
+    with pytest.raises(InputError, match="it is the planning model"):
+        plan(robot, _tiny_ramp(), replace(options, verify_model=str(options.reduced_file)))
+    with pytest.raises(InputError, match="verify_model"):
+        plan(robot, _tiny_ramp(), replace(options, verify_model=str(tmp_path / "missing.npz")))

@@ -446,9 +446,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "about -5 %% and +5 %%; 'none': the nominal model alone; not with --window)")
     p.add_argument("--band", default="0.9,1.1", metavar="F,F", help="stiffness factors at which the plan's cut is "
                    "reported beside ZVD's (default 0.9,1.1; 'none': no band)")
-    p.add_argument("--verify-model", choices=("auto", "full", "none"), default="auto", help="re-simulate naive, ZVD "
-                   "and optimized in the full FEM (a model the optimizer never saw): auto (default) when its "
-                   "estimated cost is within --verify-full-max-s")
+    p.add_argument("--verify-model", default="auto", metavar="auto|full|none|FILE.npz", help="re-simulate naive, "
+                   "ZVD and optimized in a model the optimizer never saw: 'full' the full FEM; FILE.npz an "
+                   "independently trained reduced model of the robot (`retarget reduce` on a finer mesh); 'auto' "
+                   "(default) the full FEM when its estimated cost is within --verify-full-max-s, else the newest "
+                   "verification model in the model folders' verify/ subfolder")
     p.add_argument("--verify-full-dt", type=float, default=D.verify_full_dt, metavar="S", help="step of the full-FEM "
                    "verification [s] (default 0.002)")
     p.add_argument("--verify-full-max-s", type=float, default=D.verify_full_max_s,

@@ -80,8 +80,11 @@ class PlanOptions:
         band: stiffness factors at which the plan's variants are re-simulated and their cut reported beside ZVD's
             (:func:`~retarget.optimize.verification.stiffness_band`); empty: none.
         verify_model: ``"full"``: re-simulate naive, ZVD and optimized in the full FEM, a model the optimizer never
-            saw (:func:`~retarget.optimize.verification.verify_full`), whose cut is the plan's headline; ``"auto"``:
-            when its estimated cost is within ``verify_full_max_s``; ``"none"``.
+            saw (:func:`~retarget.optimize.verification.verify_full`), whose cut is the plan's headline; a path to a
+            ``.npz``: in that independently trained reduced model of the robot
+            (:func:`~retarget.optimize.verification.verify_reduced`); ``"auto"``: the full FEM when its estimated
+            cost is within ``verify_full_max_s``, else the newest verification model of the robot in the model
+            folders' ``verify/`` subfolder, else none; ``"none"``.
         verify_full_dt: the full-FEM verification's step [s].
         verify_full_max_s: the largest estimated cost [s] of an automatic full-FEM verification.
         verify_full_band: Young's-modulus factors at which the full-FEM verification is repeated (e.g. 0.9, 1.1:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from retarget.errors import InputError
 from retarget.motion.motion import Motion
 from retarget.optimize.control import (
     CANCEL_POLL_S,
@@ -122,6 +123,10 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
     progress = PlanProgress() if progress is None else progress
     started = time.perf_counter()
     check_plan_input(robot, motion)
+    if options.verify_model not in ("auto", "full", "none") and not (
+            Path(options.verify_model).suffix.lower() == ".npz" and Path(options.verify_model).is_file()):
+        raise InputError(f"verify_model {options.verify_model!r}: expected auto, full, none or an existing reduced-"
+                         "model artifact (.npz)")
     cancel = None if progress.cancelled is None else CancelCheck(progress.cancelled, progress.cancel_poll_s)
 
     def steps(stage: str, done: int = 0, total: int = 0) -> None:
@@ -182,7 +187,8 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
     if gate_warning:
         result.warnings.append(gate_warning)
     fired = cancel is not None and cancel.fired
-    checks = {} if fired else check_plan(result, pm.model, run_options, engine_factory, steps, say, deadline)
+    checks = {} if fired else check_plan(result, pm.model, run_options, engine_factory, steps, say, deadline,
+                                         robot=robot, planning_info=pm.info)
     info = dict(pm.info)
     return replace(result, checks=checks, model_info=info, cancelled=fired, wall_s=time.perf_counter() - started)
 

@@ -8,6 +8,10 @@ that model's exact frequencies. Two checks here measure it elsewhere:
   training mesh's, whose frequencies the model card (:mod:`retarget.fem.modal`) compares with a mesh-converged
   reference. Affordable for robots of a few thousand deformable DOFs (single_rod, two_rods, fit_rig); the cost is
   estimated first (:func:`full_verification_cost`).
+- :func:`verify_reduced`: the same three re-simulated in an **independently trained reduced model** — another
+  ``retarget reduce`` artifact of the robot, on a finer mesh and its own training, kept apart from the planning
+  models (``<model folder>/verify/``, :func:`retarget.sim.reduced.store.verification_candidates`). For robots whose
+  full FEM is beyond the verification's budget (the characters); the report names the file, its mesh and modes.
 - :func:`stiffness_band`: the same trajectories in the reduced model with every flexible part's stiffness scaled
   (a robot whose parts are a few per cent stiffer or softer, e.g. a material-fit error): the cut across that band,
   beside ZVD's, which is robust by design.
@@ -23,6 +27,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -41,7 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["MEANINGFUL_CUT", "VERIFIED_VARIANTS", "check_plan", "commanded_stop_time", "full_verification_cost",
            "gate_model",
            "scaled_stiffness_model", "stiffness_band", "trajectory_metrics", "variant_motors", "verify_full",
-           "verify_metrics", "verify_plan"]
+           "verify_metrics", "verify_plan", "verify_reduced"]
 
 #: The variants re-simulated, in order (those the plan has).
 VERIFIED_VARIANTS: tuple[str, ...] = ("naive", "zvd", "optimized")
@@ -173,6 +178,92 @@ def _full_run(shared: Any, name: str, progress: Callable[[int, int], None] | Non
     positions = np.stack([run.body_position(link) for link in links], axis=1)
     return trajectory_metrics(run.time, positions, run.constraint_forces[:, rows], target_times, target_positions,
                               stop, limits)
+
+
+def verify_reduced(result: PlanResult, verification: Any, dt: float, stiffness: float = 1.0,
+                   variants: Sequence[str] = VERIFIED_VARIANTS,
+                   progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+    """Re-simulate the plan's variants in another reduced model of the robot at step ``dt`` [s].
+
+    Args:
+        result: the plan.
+        verification: the verification model (a :class:`~retarget.sim.reduced.store.ReducedRobotModel` loaded from
+            an artifact trained independently of the planning model).
+        dt: the step [s].
+        stiffness: factor on every flexible part's stiffness (1: the nominal robot).
+        variants: which of the plan's variants to re-simulate (those it has).
+        progress: ``progress(stage, step, n_steps)``.
+
+    Returns:
+        ``model`` ("reduced model <file>"), ``file``, ``deformable_dofs`` (of its mesh), ``modes`` per part,
+        ``dt_s``, ``stiffness_factor``, one metrics mapping per variant (:func:`trajectory_metrics`), the ratios of
+        :func:`verify_full` and ``wall_s``.
+    """
+    from retarget.optimize.adjoint import TrackedPoses
+    from retarget.optimize.engines import reduced_engine
+    from retarget.sim.reduced.system import with_stiffness_scale
+
+    started = time.perf_counter()
+    pp = result.pp
+    system = verification.reduced if stiffness == 1.0 else with_stiffness_scale(verification.reduced, stiffness)
+    engine = reduced_engine(system, tolerance=1e-10)
+    poses = TrackedPoses.build(engine, list(pp.problem.tracking.links))
+    duration = float(pp.targets.times[-1])
+    n = int(round(duration / dt))
+    start = engine.solve_static(pp.fit.profiles.value(0.0))
+    file = str(verification.info.get("file", ""))
+    out: dict[str, Any] = {"model": f"reduced model {Path(file).name}" if file else "reduced model", "file": file,
+                           "deformable_dofs": int(verification.info.get("full_dofs", 0)) or None,
+                           "modes": verification.info.get("modes"), "dt_s": float(dt),
+                           "stiffness_factor": float(stiffness)}
+    for name in (v for v in variants if v in result.variants):
+        angles = result.variants[name].angles
+        cb = None if progress is None else (lambda k, m, s=name: progress(f"verification model: {s}", k, m))
+        run = rollout(engine, start, variant_motors(pp.targets.times, angles), dt, n, cb)
+        out[name] = trajectory_metrics(run.times, poses.positions(run.matrix), run.matrix[:, engine.motor_torque_index],
+                                       pp.targets.times, pp.targets.positions,
+                                       commanded_stop_time(pp.targets.times, angles), pp.limits)
+    _ratios(out)
+    out["wall_s"] = time.perf_counter() - started
+    return out
+
+
+def _verification_file(robot: Any, name: str, planning_info: Mapping[str, Any]) -> tuple[Any, list[str]]:
+    """The newest fresh verification model of robot ``name`` (:func:`~retarget.sim.reduced.store.
+    verification_candidates`) that is not the planning model (None if there is none), and one line per artifact
+    skipped."""
+    from retarget.errors import InputError
+    from retarget.sim.reduced.errors import ReducedModelError
+    from retarget.sim.reduced.store import verification_candidates
+
+    skipped: list[str] = []
+    for path in verification_candidates(name):
+        try:
+            return load_verification_model(robot, path, planning_info), skipped
+        except (ReducedModelError, InputError) as exc:
+            skipped.append(f"{path}: {exc}")
+    return None, skipped
+
+
+def load_verification_model(robot: Any, path: str | Path, planning_info: Mapping[str, Any]) -> Any:
+    """The verification artifact at ``path`` for ``robot``, checked to be another model than the planning one.
+
+    Raises:
+        InputError: the file is the planning model's, or a stale/foreign artifact (its message names why).
+    """
+    from retarget.errors import InputError
+    from retarget.sim.reduced.store import load_artifact
+
+    path = Path(path)
+    planning_file = planning_info.get("file") or planning_info.get("cache_file")
+    if planning_file and Path(planning_file).resolve() == path.resolve():
+        raise InputError(f"verification model {path}: it is the planning model; verify in a model trained "
+                         "independently (another mesh and training: `retarget reduce ... --mesh-scale` into a "
+                         "verify/ model folder)")
+    vm = load_artifact(robot, path)
+    dofs = int(sum(3 * p.mesh.n_nodes for p in vm.model.flexible_parts))
+    modes = [int(b.basis.size - b.basis.n_rigid) for b in vm.reduced.bodies]  # deformation coordinates per part
+    return type(vm)(vm.model, vm.config, vm.reduced, {**vm.info, "full_dofs": dofs, "modes": modes})
 
 
 def stiffness_band(result: PlanResult, factors: Sequence[float], engine_factory: Callable[[float], Any],
@@ -322,15 +413,19 @@ def gate_model(pm: Any, allow: bool, say: Callable[[str], None]) -> str:
 
 def check_plan(result: PlanResult, model: Any, options: Any, engine_factory: Callable[[float], Any],
                steps: Callable[[str, int, int], None] | None = None, say: Callable[[str], None] | None = None,
-               deadline: float | None = None) -> dict[str, Any]:
+               deadline: float | None = None, robot: Any = None,
+               planning_info: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The plan measured in models it was not optimized on, and its headline.
 
     ``verify`` (the planning model at the finer ``options.verify_dt``: a numerical check), ``band`` (the planning
     model with the parts' stiffness × each of ``options.band``), ``verified`` (the full FEM,
-    ``options.verify_model``; with a time budget only when its estimated cost fits before ``deadline``),
+    ``options.verify_model``; with a time budget only when its estimated cost fits before ``deadline``; when the
+    full FEM is beyond ``options.verify_full_max_s`` or ``verify_model`` names a file: an independently trained
+    reduced model, :func:`verify_reduced`), ``robot`` (name or YAML, for loading a verification model; default
+    ``model.name``) and ``planning_info`` (the planning model's ``info``: its file is refused as verification model),
     ``verified_band`` (the full FEM again with every part's Young's modulus × each of ``options.verify_full_band``:
     the robustness of the cut in the model that was not optimized), and the
-    headline: ``verified_peak_ratio`` (None when not verified in the full FEM), ``planning_peak_ratio``,
+    headline: ``verified_peak_ratio`` (None when not verified in another model), ``planning_peak_ratio``,
     ``verification_model``, ``optimized_peak_torque_ratio``, ``cut_reached`` (headline ≤ :data:`MEANINGFUL_CUT`)
     and ``cut_verdict``. Warnings go to ``result.warnings``.
     """
@@ -350,16 +445,29 @@ def check_plan(result: PlanResult, model: Any, options: Any, engine_factory: Cal
         out["band"] = stiffness_band(result, options.band, engine_factory)
     duration = float(result.pp.targets.times[-1])
     estimate = full_verification_cost(model, duration, options.verify_full_dt)
-    mode = options.verify_model
+    mode, vm = options.verify_model, None
     if mode not in ("auto", "full", "none"):
-        raise ValueError(f"verify_model must be auto, full or none, not {mode!r}")
+        vm = load_verification_model(robot if robot is not None else model.name, mode, planning_info or {})
+        mode = "reduced"
     if mode == "auto":
         room = options.verify_full_max_s if deadline is None else min(options.verify_full_max_s,
                                                                       deadline - time.perf_counter())
         mode = "full" if estimate <= room else "none"
         if mode == "none":
-            result.warnings.append(f"not verified in the full FEM: its estimated {estimate:.0f} s exceed the "
-                                   f"{room:.0f} s allowed; the plan's figures are the planning model's")
+            vm, skipped = _verification_file(robot if robot is not None else model.name, model.name,
+                                             planning_info or {})
+            mode = "reduced" if vm is not None else "none"
+            if mode == "none":
+                from retarget.sim.reduced.store import VERIFY_SUBDIR, artifact_dirs
+
+                folders = ", ".join(str(d / VERIFY_SUBDIR) for d in artifact_dirs())
+                result.warnings.append(
+                    f"not verified in another model: the full FEM's estimated {estimate:.0f} s exceed the "
+                    f"{room:.0f} s allowed and there is no verification model of {model.name} in {folders}"
+                    + (f" (skipped: {'; '.join(skipped)})" if skipped else "")
+                    + f"; build one with `retarget reduce {model.name} --train-motion {model.name}/MOTION "
+                    f"--mesh-scale 0.5 --out .cache-models/{VERIFY_SUBDIR}/{model.name}-MOTION.npz`. The plan's "
+                    "figures are the planning model's")
     if mode == "full":
         dofs = sum(3 * p.mesh.n_nodes for p in model.flexible_parts)
         tell(f"verifying in the full FEM ({dofs} deformable DOFs, dt {options.verify_full_dt:g} s, about "
@@ -370,16 +478,30 @@ def check_plan(result: PlanResult, model: Any, options: Any, engine_factory: Cal
             out.setdefault("verified_band", {})[f"x{factor:g}"] = verify_full(
                 result, model, options.verify_full_dt, stiffness=float(factor), progress=steps,
                 workers=options.workers)
+    if mode == "reduced":
+        verify_file = vm.info.get("file")
+        dofs = sum(3 * p.mesh.n_nodes for p in model.flexible_parts)
+        tell(f"verifying in the verification model {verify_file} ({vm.info['full_dofs']} deformable DOFs on its "
+             f"mesh, the planning model's {dofs}; modes {vm.info['modes']}): naive, ZVD and optimized")
+        if vm.info["full_dofs"] <= dofs:
+            result.warnings.append(f"the verification model {verify_file} is on a mesh no finer than the planning "
+                                   f"model's ({vm.info['full_dofs']} vs {dofs} deformable DOFs)")
+        out["verified"] = verify_reduced(result, vm, options.verify_full_dt, progress=steps)
+        for factor in options.verify_full_band:
+            tell(f"verifying in the verification model with the parts' stiffness x {factor:g}")
+            out.setdefault("verified_band", {})[f"x{factor:g}"] = verify_reduced(
+                result, vm, options.verify_full_dt, stiffness=float(factor), progress=steps)
     naive = result.variants["naive"].metrics["peak_deviation_m"]
     planned = result.variants["optimized"].metrics["peak_deviation_m"] / max(naive, 1e-300)
     verified = out.get("verified", {}).get("peak_ratio")
     out["planning_peak_ratio"] = planned
     out["verified_peak_ratio"] = verified
-    out["verification_model"] = "full FEM" if verified is not None else "none"
+    out["verification_model"] = out["verified"]["model"] if verified is not None else "none"
     out["optimized_peak_torque_ratio"] = result.variants["optimized"].metrics["peak_torque_ratio"]
     headline = verified if verified is not None else planned
     out["cut_reached"] = bool(headline <= MEANINGFUL_CUT)
-    where = "in the full FEM" if verified is not None else "in the planning model (not verified elsewhere)"
+    where = f"in the {out['verification_model']}" if verified is not None else \
+        "in the planning model (not verified elsewhere)"
     out["cut_verdict"] = (f"optimized peak deviation {headline:.3f} x naive {where}"
                           + ("" if out["cut_reached"] else f", above {MEANINGFUL_CUT:g} x: nothing worth playing was "
                              "gained (try a finer dt, more iterations, or a servo-feasible motion)"))

@@ -33,7 +33,8 @@ from retarget.errors import InputError
 
 __all__ = [
     "ReducedRobotModel", "artifact_candidates", "artifact_dirs", "artifact_meta", "cache_dir", "cached_artifacts",
-    "find_artifact", "load_artifact", "load_model", "load_robot_system", "robot_yaml_path",
+    "VERIFY_SUBDIR", "find_artifact", "load_artifact", "load_model", "load_robot_system", "robot_yaml_path",
+    "verification_candidates",
 ]
 
 
@@ -103,6 +104,22 @@ def artifact_candidates(name: str) -> list[Path]:
     for folder in artifact_dirs():
         if folder.is_dir():
             found |= {p for p in folder.glob("*.npz") if p.stem == name or p.stem.startswith(f"{name}-")}
+    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+#: Subfolder of each model folder holding verification models: artifacts trained independently of the planning
+#: model (another mesh, another training), which the planner re-simulates its plans in and never optimizes on.
+VERIFY_SUBDIR = "verify"
+
+
+def verification_candidates(name: str) -> list[Path]:
+    """Verification models of robot ``name`` (``<folder>/verify/<name>[-*].npz`` for each of :func:`artifact_dirs`),
+    newest first. They are not planning models: :func:`artifact_candidates` does not list them."""
+    found: set[Path] = set()
+    for folder in artifact_dirs():
+        sub = folder / VERIFY_SUBDIR
+        if sub.is_dir():
+            found |= {p for p in sub.glob("*.npz") if p.stem == name or p.stem.startswith(f"{name}-")}
     return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
 
 
