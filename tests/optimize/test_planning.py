@@ -189,6 +189,33 @@ def test_the_verification_reserve_is_nominal_work_beside_the_robust_objective(ro
     assert kept.optimization.budget_limited and kept.optimization.evaluations >= 2
 
 
+def test_settle_weight_scales_the_tracking_after_the_input_stops_and_lowers_the_ring_out(engine):
+    """``settle_weight`` multiplies the tracked bodies' weights from the input's last move on (the ramp stops at
+    0.1 s); planned with it, the ring-out left after the motion is lower than without it."""
+    from retarget.optimize.problem import build_plan_problem, motion_stop_time
+
+    base = build_plan_problem(engine, ramp(), tip(), rod_limits(), OPTIONS)
+    heavy = build_plan_problem(engine, ramp(), tip(), rod_limits(), replace(OPTIONS, settle_weight=30.0))
+    t = base.problem.tracking.times
+    stop = motion_stop_time(ramp())
+    assert stop == pytest.approx(0.1)
+    ratio = heavy.problem.tracking.position_weights[:, 0] / base.problem.tracking.position_weights[:, 0]
+    assert np.all(ratio[t < stop - 1e-9] == 1.0) and np.all(ratio[t >= stop] == 30.0)
+    with pytest.raises(OptimizeError, match="settle_weight"):
+        build_plan_problem(engine, ramp(), tip(), rod_limits(), replace(OPTIONS, settle_weight=0.0))
+
+    def ring_out(result) -> float:
+        naive = result.pp.targets
+        opt = result.variants["optimized"]
+        after = naive.times >= stop
+        return float(np.linalg.norm(opt.positions[after] - naive.positions[after], axis=-1).max())
+
+    options = replace(OPTIONS, max_iterations=30, relative_tolerance=0.0)
+    plain = run_plan(engine, ramp(), tip(), rod_limits(), options)
+    settled = run_plan(engine, ramp(), tip(), rod_limits(), replace(options, settle_weight=30.0))
+    assert ring_out(settled) < ring_out(plain)
+
+
 def test_warm_up_runs_a_short_plan_and_stops_on_a_cancel_or_ctrl_c(engine):
     long = Motion(np.linspace(0.0, 1.0, 201), ("m",), 0.2 * np.sin(np.linspace(0.0, 1.0, 201))[:, None])
     seen: list = []

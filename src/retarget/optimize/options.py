@@ -24,6 +24,8 @@ class PlanOptions:
         deviation_weight: ``w_dev`` [1/(rad² s)] (number or schedule text/mapping).
         acceleration_weight: ``w_acc`` [s³/rad²].
         velocity_weight: speed-limit penalty weight (see :class:`VelocityPenalty`).
+        settle_weight: factor on every tracked body's weights once the input has stopped moving (its ring-out): the
+            vibration left after the motion is what the robot shows longest, and ZVD leaves almost none.
         torque_weight: weight of the penalty on simulated motor torques above ``(1 − torque_margin)`` × the
             servos' stall torque (:class:`~retarget.optimize.limits.TorquePenalty`) [1/(N² m² s)]; 0: torques are
             only reported (and warned about above stall). On by default: a plan the servos cannot play is no plan.
@@ -114,6 +116,7 @@ class PlanOptions:
     deviation_weight: Any = 1e-3
     acceleration_weight: Any = 1e-8
     velocity_weight: float = 10.0
+    settle_weight: float = 1.0
     torque_weight: float = 10.0
     torque_margin: float = 0.1
     torque_rounds: int = 2

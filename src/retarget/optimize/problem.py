@@ -115,6 +115,8 @@ def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedB
 
     targets = quasi_static_targets(engine, poses, times, angles, cb, options.target_stride)
     tracking = TrackingObjective.build(times, bodies, targets.positions, targets.orientations)
+    if options.settle_weight != 1.0:
+        tracking = settled(tracking, motion_stop_time(m0), float(options.settle_weight))
     reg = MotorRegularizer.build(fit.profiles, times, angles, WeightSchedule.parse(options.deviation_weight),
                                  WeightSchedule.parse(options.acceleration_weight))
     vel = VelocityPenalty.build(fit.profiles, times, limits, options.velocity_weight) if options.velocity_weight > 0 \
@@ -130,6 +132,21 @@ def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedB
         others = tuple(replace(problem, engine=e, start=e.solve_static(fit.profiles.value(0.0))) for _, e in members)
         ensemble = Ensemble(problem, others, tuple(float(f) for f, _ in members))
     return PlanProblem(problem, fit, targets, m0, bounds, limits, ensemble)
+
+
+def motion_stop_time(motion: Motion, tolerance: float = 1e-6) -> float:
+    """Last time the input moves [s] (start of the free ring-out)."""
+    moving = np.flatnonzero(np.any(np.abs(np.diff(motion.positions, axis=0)) > tolerance, axis=1))
+    return float(motion.time[moving[-1] + 1]) if moving.size else float(motion.time[0])
+
+
+def settled(tracking: TrackingObjective, stop: float, factor: float) -> TrackingObjective:
+    """``tracking`` with its weights × ``factor`` from ``stop`` [s] on (:attr:`PlanOptions.settle_weight`)."""
+    if not (np.isfinite(factor) and factor > 0.0):
+        raise OptimizeError(f"settle_weight must be a positive number, got {factor}")
+    scale = np.where(tracking.times >= stop - 1e-12, factor, 1.0)[:, None]
+    return replace(tracking, position_weights=tracking.position_weights * scale,
+                   orientation_weights=tracking.orientation_weights * scale)
 
 
 def limits_for(model: Any, config: dict[str, Any] | None) -> MotorLimits:

@@ -22,7 +22,7 @@ from retarget.optimize.limits import (
     torque_report,
 )
 from retarget.optimize.objective import deviation_metrics
-from retarget.optimize.problem import PlanProblem
+from retarget.optimize.problem import PlanProblem, motion_stop_time
 from retarget.optimize.result import OptimizationResult
 
 
@@ -172,12 +172,6 @@ class PlanResult:
                 out[f"{name}_peak_deviation"] = self.variants[name].metrics["peak_deviation_m"]
                 out[f"{name}_rms_deviation"] = self.variants[name].metrics["rms_deviation_m"]
         return out
-
-
-def motion_stop_time(motion: Motion, tolerance: float = 1e-6) -> float:
-    """Last time the input moves [s] (start of the free ring-out)."""
-    moving = np.flatnonzero(np.any(np.abs(np.diff(motion.positions, axis=0)) > tolerance, axis=1))
-    return float(motion.time[moving[-1] + 1]) if moving.size else float(motion.time[0])
 
 
 #: Ring-out after the input stops [s] that the ZV/ZVD baselines need to identify the vibration.
