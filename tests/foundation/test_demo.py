@@ -77,9 +77,10 @@ def test_excerpt_interpolates_its_end_and_keeps_short_motions() -> None:
         assert excerpt(motion, whole) is motion
 
 
-def test_the_progress_bar_counts_the_budget_from_the_end_of_the_preparation() -> None:
-    """The planner loads the model and compiles its kernels before its budget starts: the demo's bar (and its
-    wait) count from the first stage after those."""
+def test_the_progress_bar_counts_iterations_over_the_windows_and_time_from_the_end_of_the_preparation() -> None:
+    """The plan's budget is a count of iterations (per window): the demo's bar counts the feedback's iterations
+    (a disabled bar keeps no count of its own) against iterations x windows (the window count corrected from the feedback), and the seconds from the first
+    stage after the preparation (loading the model, compiling the kernels)."""
     from types import SimpleNamespace
 
     from retarget.ros.demo import PREPARATION_STAGES, _PlannerProgress
@@ -88,13 +89,71 @@ def test_the_progress_bar_counts_the_budget_from_the_end_of_the_preparation() ->
 
     assert WARM_UP_STAGE in PREPARATION_STAGES and TRAINING_STAGE not in PREPARATION_STAGES
     assert not PREPARATION_STAGES & set(FEEDBACK_STAGES.values())
-    with _PlannerProgress(100.0, disable=True) as bar:
+
+    def fb(stage: str, elapsed: float, iteration: int = 0) -> SimpleNamespace:
+        return SimpleNamespace(stage=stage, elapsed_time=elapsed, iteration=iteration, objective=1e-3)
+
+    with _PlannerProgress(2, 5, disable=True) as bar:
+        assert bar.bar.total == 10
         for stage, elapsed in (("validating", 0.0), ("loading", 0.1), (WARM_UP_STAGE, 3.0), (WARM_UP_STAGE, 150.0)):
-            bar(SimpleNamespace(stage=stage, elapsed_time=elapsed, iteration=0, objective=0.0))
-        assert bar.began is None and bar.spent == 0.0
-        bar(SimpleNamespace(stage="targets", elapsed_time=160.0, iteration=0, objective=0.0))
-        bar(SimpleNamespace(stage="optimizing", elapsed_time=190.0, iteration=2, objective=1e-3))
+            bar(fb(stage, elapsed))
+        assert bar.began is None and bar.spent == 0.0 and bar.iteration == 0
+        bar(fb("targets", 160.0))
+        bar(fb("optimizing window 1 of 6", 190.0, iteration=2))
         assert bar.began == 160.0 and bar.spent == pytest.approx(30.0)
+        assert bar.bar.total == 12 and bar.iteration == 2
+        bar(fb("optimizing window 2 of 6", 200.0, iteration=3))
+        bar(fb("verifying", 260.0))  # no iteration: the count stays
+        assert bar.iteration == 3
+
+
+def test_window_count_matches_the_planners_windows() -> None:
+    """The spans of optimize_windows: ``window`` long, one every ``window - overlap``, until one reaches the end."""
+    from types import SimpleNamespace
+
+    from retarget.ros.demo import DEMO_DURATION_S, _planned_windows, window_count
+
+    assert window_count(3.0, 0.002, 1.0, 0.5) == 5  # 0-1, 0.5-1.5, 1-2, 1.5-2.5, 2-3 s
+    assert window_count(10.0, 0.002, 1.0, 0.5) == 19
+    assert window_count(3.0, 0.002, 1.0, 0.0) == 3 and window_count(3.1, 0.002, 1.0, 0.0) == 4
+    assert window_count(3.0, 0.002, 0.0, 0.0) == 1 and window_count(0.5, 0.002, 1.0, 0.5) == 1
+    params = yaml_parameters("config/drummer.params.yaml")
+    plan = SimpleNamespace(nodes=(SimpleNamespace(name="driver", parameters={}),
+                                  SimpleNamespace(name="planner", parameters=params)))
+    assert _planned_windows(plan, DEMO_DURATION_S) == 5
+    assert _planned_windows(SimpleNamespace(nodes=()), DEMO_DURATION_S) == 1
+    no_windows = SimpleNamespace(nodes=(SimpleNamespace(name="planner", parameters={"dt": 0.0}),))
+    assert _planned_windows(no_windows, DEMO_DURATION_S) == 1
+
+
+def yaml_parameters(relative: str) -> dict:
+    from pathlib import Path
+
+    from retarget.model.library import read_ros_parameters
+
+    return read_ros_parameters(Path(__file__).resolve().parents[2] / relative)
+
+
+def test_the_cut_is_judged_on_the_verified_ratio_and_missing_verification_is_no_cut() -> None:
+    from retarget.ros.demo import DEMO_CUT, cut_verdict
+
+    reached = cut_verdict({"dt_s": 0.001, "peak_ratio": 0.29, "holds": True})
+    assert reached["reached"] and reached["limit"] == DEMO_CUT == 0.35
+    assert "reaches the demo's cut: peak 0.29 x naive <= 0.35 x (re-simulated at 1 ms)" in reached["verdict"]
+    missed = cut_verdict({"dt_s": 0.001, "peak_ratio": 1.0, "holds": False})
+    assert not missed["reached"] and "does NOT reach" in missed["verdict"]
+    for verify in ({}, None):
+        unverified = cut_verdict(verify)
+        assert not unverified["reached"] and unverified["peak_ratio"] is None and "NOT verified" in unverified["verdict"]
+
+
+def test_the_demo_budgets_its_plan_by_iterations() -> None:
+    """The plan's budget is the goal's iteration count; the wall-clock limit is a safety net well above it."""
+    from retarget.ros import demo
+
+    assert demo.DEMO_WINDOW_ITERATIONS >= 1 and demo.DEMO_PLAN_TIMEOUT_S >= 900.0
+    with pytest.raises(SystemExit):
+        demo.main(["--max-iterations", "0"])
 
 
 def test_demo_model_without_training_and_a_failed_training_leave_nothing(tmp_path, monkeypatch) -> None:
@@ -118,6 +177,35 @@ def test_demo_model_given_must_match_the_robot(tmp_path) -> None:
         demo_model("single_rod", "single_rod/step_30", mesh_scale=0.05, duration=1.0, given=str(bogus))
 
 
+def test_the_shipped_drummer_model_matches_the_robot(tmp_path, monkeypatch) -> None:
+    """A first demo plans on the shipped drummer model (no training): it must match the robot's description. When
+    this fails, rebuild it with the command in src/retarget/data/demo/README.md."""
+    from retarget.ros.demo import (
+        DEMO_TRAIN_DURATION_S,
+        DEMO_TRAIN_MESH_SCALE,
+        DEMO_TRAINING_MOTION,
+        SHIPPED_MODEL_DIR,
+    )
+
+    monkeypatch.setenv("RETARGET_CACHE", str(tmp_path))  # no cached demo model
+    model = demo_model("drummer", DEMO_TRAINING_MOTION["drummer"], mesh_scale=DEMO_TRAIN_MESH_SCALE,
+                       duration=DEMO_TRAIN_DURATION_S, train=False)
+    assert model is not None, "the shipped drummer demo model is stale: see src/retarget/data/demo/README.md"
+    assert model.source == "shipped" and model.path == SHIPPED_MODEL_DIR / "drummer-boxer_boxing-mesh0.25-2s.npz"
+    assert model.path.stat().st_size < 4_000_000
+
+
+def test_a_stale_shipped_model_is_skipped(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("RETARGET_CACHE", str(tmp_path / "cache"))
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    name = demo_model_path("single_rod", "single_rod/step_30", 0.05, 1.0).name
+    (shipped / name).write_bytes(b"not a model")
+    assert demo_model("single_rod", "single_rod/step_30", mesh_scale=0.05, duration=1.0, train=False,
+                      shipped=shipped) is None
+    assert f"the one in {shipped / name} no longer matches the robot" in capsys.readouterr().out
+
+
 @pytest.mark.integration
 def test_demo_runs_end_to_end() -> None:
     pytest.importorskip("rclpy", reason="rclpy is not installed (make setup)")
@@ -126,10 +214,12 @@ def test_demo_runs_end_to_end() -> None:
     env["ROS_DOMAIN_ID"] = str(1 + (os.getpid() + 50) % 100)
     env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     started = time.monotonic()
-    # The whole 10 s drumming; no model training (tests/conftest.py isolates the cache: no model is found, so the
-    # planner answers NOT_AVAILABLE and the input is executed). The planned path: the single_rod test below.
+    # The whole 10 s drumming; no model training and not the shipped model (tests/conftest.py isolates the cache: no
+    # model is found, so the planner answers NOT_AVAILABLE and the input is executed). The planned path: the
+    # single_rod test below.
     proc = subprocess.run([sys.executable, "-m", "retarget.ros.demo", "--json", "--no-progress", "--no-train",
-                           "--duration", "0"], capture_output=True, text=True, env=env, timeout=170)
+                           "--no-shipped-model", "--duration", "0"], capture_output=True, text=True, env=env,
+                          timeout=170)
     wall = time.monotonic() - started
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
@@ -163,7 +253,7 @@ def test_demo_trains_its_model_plans_and_executes_the_optimized_trajectory(tmp_p
     env["RETARGET_CACHE"] = str(tmp_path)
     command = [sys.executable, "-m", "retarget.ros.demo", "--json", "--no-progress", "--robot", "single_rod",
                "--motion", "single_rod/step_30", "--duration", "1.5", "--train-duration", "1.5",
-               "--train-mesh-scale", "0.05", "--plan-timeout", "200"]
+               "--train-mesh-scale", "0.05", "--max-iterations", "5", "--plan-timeout", "200"]
     # A fresh install compiles the full and reduced engines (training) and the planner's kernels first: minutes.
     # The plan's 180 s budget: the default robust objective evaluates three models; with the 60 s of an 80 s
     # timeout the first evaluation (14.8 s, measured under load) and the verification's reserve left no iteration.
@@ -176,6 +266,8 @@ def test_demo_trains_its_model_plans_and_executes_the_optimized_trajectory(tmp_p
     assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == [os.path.basename(model["file"])]
     planner = report["planner"]
     assert planner["error_code"] == 0, planner
+    assert planner["max_iterations_per_window"] == 5 and planner["windows"] == 1
+    assert planner["iterations"] > 0  # 5, and as many again per torque round (PlanOptions.torque_rounds)
     assert report["executed"] == "optimized trajectory" and "tracking: goal SUCCESSFUL" in proc.stdout
     assert planner["optimized_peak_deviation_m"] < planner["naive_peak_deviation_m"]
     assert "naive ->" in proc.stdout
