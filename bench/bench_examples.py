@@ -8,9 +8,14 @@ folders (``$RETARGET_MODELS``, ``~/.cache/retarget/models``, ``.cache-models/``)
 
     retarget reduce ROBOT --train-motion ROBOT/MOTION --mesh-scale 0.25 --out .cache-models/ROBOT-MOTION.npz
 
-(an example without one prints ``"error"`` with that command). Prints the thread settings, then one JSON line per
-example with at least ``example``, ``verified_peak_ratio`` (optimized over naive peak in the full FEM; null where
-the full FEM is beyond the verification's budget), ``planning_peak_ratio``, ``optimized_peak_torque_ratio``,
+(an example without one prints ``"error"`` with that command), and verified in a verification model trained
+independently on a finer mesh, kept in the model folders' ``verify/`` subfolder::
+
+    retarget reduce ROBOT --train-motion ROBOT/MOTION --mesh-scale 0.5 --out .cache-models/verify/ROBOT-MOTION.npz
+
+Prints the thread settings, then one JSON line per example with at least ``example``, ``verified_peak_ratio``
+(optimized over naive peak in the full FEM or the verification model, ``verification_model`` says which; null where
+neither was available), ``planning_peak_ratio``, ``optimized_peak_torque_ratio``,
 ``iterations``, ``planning_wall_s``, the naive/ZVD/optimized deviations and the thread settings; each line is also
 written to ``bench/results/example-<robot>.json`` (overwritten: git keeps the old ones).
 

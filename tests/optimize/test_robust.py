@@ -56,8 +56,20 @@ def test_ensemble_gradient_matches_finite_differences(rod_systems):
     ensemble = Ensemble(problems[0], tuple(problems[1:]), (0.9, 1.1))
     rng = np.random.default_rng(7)
     x = 0.1 * rng.normal(size=problems[0].parametrization.n_parameters)
-    ev = evaluate_ensemble(ensemble, x)
+    seen: list[tuple[int, int]] = []
+    ev = evaluate_ensemble(ensemble, x, progress=lambda k, n: seen.append((k, n)))
     assert ev.rollout is not None and "tracking_x0.9" in ev.parts
+    # One after another, the bar counts every member's forward and adjoint steps to its end.
+    assert seen[-1] == (3 * 2 * 25, 3 * 2 * 25)
+    from retarget.optimize.parallel import fork_pool
+
+    with fork_pool(ensemble.members, 2) as pool:
+        pooled = replace(ensemble, pool=pool)
+        seen.clear()
+        assert evaluate_ensemble(pooled, x, progress=lambda k, n: seen.append((k, n))).value == \
+            pytest.approx(ev.value, rel=1e-12)
+    # The members alongside the nominal model in workers: the nominal's steps are the bar, to its end.
+    assert seen[-1] == (2 * 25, 2 * 25)
     from retarget.optimize.adjoint import evaluate
 
     members = [evaluate(p, x).value for p in problems]

@@ -79,7 +79,8 @@ def evaluate_ensemble(ensemble: Ensemble, x: NDArray[np.float64], gradient: bool
         futures = [executor.submit(run_shared, key, partial(_member_job, index=i, x=np.asarray(x, dtype=float),
                                                             gradient=gradient, torque_penalty=member.torque_penalty))
                    for i, member in enumerate(ensemble.members)]
-        first = evaluate(ensemble.nominal, x, gradient=gradient, progress=member_progress(0))
+        # The members run alongside the nominal model: its steps are the evaluation's progress.
+        first = evaluate(ensemble.nominal, x, gradient=gradient, progress=progress)
         evals = [first, *(_Member(*f.result()) for f in futures)]
     else:
         evals = [evaluate(p, x, gradient=gradient, progress=member_progress(i)) for i, p in enumerate(problems)]
