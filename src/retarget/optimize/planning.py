@@ -343,8 +343,8 @@ def warm_up(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights]
     the wall time [s].
 
     A budgeted plan calls it before its clock starts: the first plan after an install or an update otherwise spends
-    minutes of its budget compiling (the drummer's 180 s demo plan got 0 iterations with an empty cache, 11 with a
-    warm one; docs/optimize.md "Time budget"). With the kernels cached it costs a few short simulations.
+    minutes of its budget compiling (with an empty numba cache, compiling the drummer's kernels takes longer than a
+    3-minute budget; docs/optimize.md "Time budget"). With the kernels cached it costs a few short simulations.
     ``progress(stage, done, total)`` is called as by :func:`run_plan` (and may raise to stop it).
 
     Raises:
