@@ -31,6 +31,20 @@ def test_a_trained_model_is_cached_as_an_artifact_and_reused_for_the_same_motion
     again = planning_model(robot, _ramp(0.2), n_modes=2, dt_train=0.002, allow_training=False)
     assert again.info["source"] == "cache" and again.info["model_card"]["robot"] == "tiny_rod"
     np.testing.assert_allclose(again.reduced.bodies[0].basis.modes, first.reduced.bodies[0].basis.modes)
+    # The training replayed the input with the reduced model; the error kept travels with the cached artifact.
+    replay = first.info["training"]["replay_error_rel"]
+    assert 0.0 <= replay < 1.0 and first.info["training"]["replay_error_m"] >= 0.0
+    assert again.info["training"]["replay_error_rel"] == pytest.approx(replay)
+
+
+def test_a_model_that_does_not_replay_its_training_motion_is_warned_about():
+    from retarget.optimize.planning import replay_check_warning
+    from retarget.optimize.planning_model import REPLAY_WARN
+
+    assert replay_check_warning({"training": {"replay_error_rel": 0.5 * REPLAY_WARN}}) == ""
+    assert replay_check_warning({"source": "artifact"}) == ""
+    text = replay_check_warning({"training": {"replay_error_rel": 0.5, "train_motion": "step_30"}})
+    assert "replays step_30 with an RMS error of 50 %" in text
 
 
 def test_another_motion_within_the_training_range_reuses_the_model_and_a_larger_one_trains(robot):

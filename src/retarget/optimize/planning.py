@@ -151,6 +151,9 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
                               "`retarget reduce` or `retarget plan` and plan again", stage="training",
                               elapsed_s=time.perf_counter() - started) from None
     gate_warning = gate_model(pm, options.allow_unverified_model, say)
+    replay_warning = replay_check_warning(pm.info)
+    if replay_warning:
+        say(replay_warning)
     bodies = _tracked_bodies(pm.config, options)
     if options.time_budget is not None:
         steps(WARM_UP_STAGE)  # building the engine compiles too
@@ -184,13 +187,26 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
 
     deadline = None if run_options.time_budget is None else time.perf_counter() + float(run_options.time_budget)
     result = run_plan(engine, motion, bodies, limits, run_options, steps, on_iteration, engine_factory)
-    if gate_warning:
-        result.warnings.append(gate_warning)
+    result.warnings.extend(w for w in (gate_warning, replay_warning) if w)
     fired = cancel is not None and cancel.fired
     checks = {} if fired else check_plan(result, pm.model, run_options, engine_factory, steps, say, deadline,
                                          robot=robot, planning_info=pm.info)
     info = dict(pm.info)
     return replace(result, checks=checks, model_info=info, cancelled=fired, wall_s=time.perf_counter() - started)
+
+
+def replay_check_warning(info: dict[str, Any]) -> str:
+    """A warning when a model trained by the planner replays its training motion worse than
+    :data:`~retarget.optimize.planning_model.REPLAY_WARN` of the tracked travel, else ""."""
+    from retarget.optimize.planning_model import REPLAY_WARN
+
+    error = (info.get("training") or {}).get("replay_error_rel")
+    if error is None or not error > REPLAY_WARN:
+        return ""
+    trained_on = (info.get("training") or {}).get("train_motion", "its training motion")
+    return (f"the planning model replays {trained_on} with an RMS error of {100 * error:.3g} % of the tracked "
+            f"bodies' travel (more than {100 * REPLAY_WARN:g} %): it does not represent this motion well (large "
+            "deformations for its modes; more --modes, or a gentler motion); trust the verification in another model")
 
 
 def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights], limits: MotorLimits,

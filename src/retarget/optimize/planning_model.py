@@ -15,7 +15,9 @@ Sources, in order (:func:`planning_model`):
    ``$RETARGET_CACHE/models`` and the checkout's ``.cache-models/``), newest first; stale ones are skipped and
    listed in ``info["skipped"]``;
 4. training in-process: a full simulation of the input motion on the training mesh, mass-PCA + cubature
-   (:func:`retarget.sim.reduced.build_from_result`), written into the cache of 2 as an artifact.
+   (:func:`retarget.sim.reduced.training.build_checked_by_replay`: the cubature is retrained until the reduced model
+   replays the input within :data:`PLAN_REPLAY_TOLERANCE` of the tracked travel), written into the cache of 2 as an
+   artifact.
 
 One file format throughout: the artifact (JSON metadata with the format version, the provenance hashes and the
 model card, plus arrays; read with ``allow_pickle=False``). The folders, the lookup and the loading of artifacts
@@ -49,7 +51,7 @@ from retarget.sim.reduced.store import (
     robot_yaml_path,
 )
 
-__all__ = ["DEFAULT_PLAN_MODES", "REUSE_TRAINING_RANGE", "TRAINING_METHOD", "PlanningModel", "artifact_candidates",
+__all__ = ["DEFAULT_PLAN_MODES", "PLAN_REPLAY_TOLERANCE", "REPLAY_WARN", "REUSE_TRAINING_RANGE", "TRAINING_METHOD", "PlanningModel", "artifact_candidates",
            "artifact_dirs", "artifact_meta", "cache_dir", "find_artifact", "load_artifact", "load_model",
            "motion_training_range", "planning_model"]
 
@@ -63,7 +65,16 @@ PlanningModel = ReducedRobotModel
 #: Deformation modes per flexible part (a cap) of the planner's in-process training (:attr:`PlanOptions.modes`).
 DEFAULT_PLAN_MODES: int = PlanOptions.modes
 #: Version of the in-process training (part of the planner cache's key): bump when the same inputs give another model.
-TRAINING_METHOD: int = 2
+TRAINING_METHOD: int = 3
+
+#: The in-process training replays the input with the reduced model and retrains the cubature (tenfold tighter, down
+#: to 1e-6) until the tracked bodies' RMS error is within this fraction of their peak travel
+#: (:func:`~retarget.sim.reduced.training.build_checked_by_replay`); the error kept is in ``info["training"]``.
+PLAN_REPLAY_TOLERANCE: float = 0.01
+
+#: A planning model whose replay of its training motion is further off than this fraction of the tracked bodies' peak
+#: travel does not represent that motion: the plan warns (its verification in another model is what to trust).
+REPLAY_WARN: float = 0.05
 
 
 def _with_card(pm: PlanningModel) -> PlanningModel:
@@ -140,7 +151,7 @@ def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = N
     from retarget.sim.motors import SplineMotors
     from retarget.sim.reduced.artifact import save_reduced
     from retarget.sim.reduced.errors import ReducedModelError
-    from retarget.sim.reduced.training import build_from_result
+    from retarget.sim.reduced.training import build_checked_by_replay
     from retarget.sim.simulate import simulate
     from retarget.sim.system import build_system
 
@@ -210,10 +221,14 @@ def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = N
     full = simulate(system, SplineMotors(m0.time, cols), m0.duration, dt_train, progress=progress)
     wall_train = time.perf_counter() - started
     started = time.perf_counter()
-    rs, bases, cubs = build_from_result(system, full, n_modes=n_modes)
+    tracked = [t.link for t in model.tracked_bodies]
+    rs, bases, cubs, trials = build_checked_by_replay(system, full, SplineMotors(m0.time, cols), dt_train, tracked,
+                                                      tolerance=PLAN_REPLAY_TOLERANCE, n_modes=n_modes)
+    kept = next(t for t in trials if t.kept)
     label = str(getattr(motion, "name", "") or "") or f"{m0.duration:.2f} s motion {samples.hexdigest()[:12]}"
     extra = {"mesh_axial": mesh_axial, "mesh_around": mesh_around, "modes": n_modes, "dt_train": dt_train,
-             "train_motion": label, "trained_by": "retarget plan"}
+             "train_motion": label, "trained_by": "retarget plan", "replay_error_rel": kept.error_rel,
+             "replay_error_m": kept.error_m, "cubature_tolerance": kept.cubature_tolerance}
     info = {"source": "trained", "cache_file": str(path), "full_dofs": int(system.n_deformable_dofs),
             "modes": [int(b.size - b.n_rigid) for b in bases], "cubature_elements": [int(len(c.elements)) for c in cubs],
             "wall_s_train_full": wall_train, "wall_s_build": time.perf_counter() - started, "dt_train": dt_train,
