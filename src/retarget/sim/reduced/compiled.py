@@ -71,8 +71,9 @@ class Packed(NamedTuple):
 
     Rigid bodies (b): ``rmass`` (b,) [kg], ``rinertia`` (b, 3, 3) [kg m²]. Deformable bodies (d): ``bref``,
     ``bzu``, ``bzv``, ``bsize`` (d,) reference body, z start in U and in V, r; per body in typed lists the
-    :class:`~retarget.sim.reduced.tensors.InertiaTensors` fields, ``damp`` (α M_zz, (r, r); the stiffness part
-    ``β K(z)`` uses the cubature tangent at the current z, ``bbeta`` (d,) [s]) and the
+    :class:`~retarget.sim.reduced.tensors.InertiaTensors` fields, the Rayleigh factors ``balpha`` (d,) [1/s] (mass
+    part, on the absolute node velocities) and ``bbeta`` (d,) [s] (stiffness part, ``β K(z) ż`` with the cubature
+    tangent at the current z) and the
     cubature (``cub_qw`` (k, q), ``cub_w`` (k,) and ``cub_d`` (k, q, 9, r), the reduced displacement-gradient maps
     of :func:`~retarget.sim.reduced.cubature.reduced_gradients`, which every cubature kernel evaluates); ``bmass``,
     ``bmu``, ``blam`` (d,). Blocks (n_b): ``kind``, ``motor``, ``present_a``, ``present_b``, ``separate``,
@@ -98,7 +99,7 @@ class Packed(NamedTuple):
     c0: object
     c1: object
     mzz: object
-    damp: object
+    balpha: NDArray
     cub_qw: object
     cub_w: object
     cub_d: object
@@ -302,6 +303,13 @@ def residual_jacobian(
         acc_v = (v[6 * ref : 6 * ref + 3] - v_bar[6 * ref : 6 * ref + 3]) / h
         acc_w = (v[6 * ref + 3 : 6 * ref + 6] - v_bar[6 * ref + 3 : 6 * ref + 6]) / h
         acc_z = (zd - v_bar[zv0 : zv0 + rr]) / h
+        # Mass-proportional damping α M ẋ on the nodes' absolute velocities ẋ = J [v, ω, ż] is α Jᵀ M J [v, ω, ż]:
+        # the generalized mass times α [v, ω, ż], i.e. the inertial force at the accelerations shifted by α [v, ω, ż].
+        alpha = p.balpha[d]
+        if alpha != 0.0:
+            acc_v = acc_v + alpha * v[6 * ref : 6 * ref + 3]
+            acc_w = acc_w + alpha * v[6 * ref + 3 : 6 * ref + 6]
+            acc_z = acc_z + alpha * zd
         qr = u[7 * ref + 3 : 7 * ref + 7]
         wr = v[6 * ref + 3 : 6 * ref + 6]
         if want_jac:
@@ -330,9 +338,8 @@ def residual_jacobian(
             kzd = np.zeros(rr)
         if md < min_det:
             min_det = md
-        damp = p.damp[d]
         # Stiffness-proportional damping with the current tangent, β K(z) ż (docs/reduced.md §3).
-        fd = f_el + damp @ zd + beta * kzd
+        fd = f_el + beta * kzd
         # rows/cols of body d's generalized force: (v_ref, ω_ref) then ż, in V numbering
         nf = 6 + rr
         vrow = np.empty(nf, dtype=np.int64)
@@ -356,14 +363,14 @@ def residual_jacobian(
                     jac[ra, zu0 + b] += f_z[a, b]
                     jac[ra, iv + zv0 + b] += f_zd[a, b]
                 for b in range(nf):
-                    jac[ra, iv + vrow[b]] += f_acc[a, b] / h
+                    jac[ra, iv + vrow[b]] += f_acc[a, b] * (1.0 / h + alpha)
                     mass[vrow[a], vrow[b]] += f_acc[a, b]
                 for b in range(3):
                     jac[ra, iv + 6 * ref + 3 + b] += f_w[a, b]
             for a in range(rr):
                 for b in range(rr):
                     jac[iv + zv0 + a, zu0 + b] += k_el[a, b]
-                    jac[iv + zv0 + a, iv + zv0 + b] += damp[a, b] + beta * k_el[a, b]
+                    jac[iv + zv0 + a, iv + zv0 + b] += beta * k_el[a, b]
             if beta != 0.0 and exact:
                 # ∂(β K(z) ż)/∂z = β dK(z)[ż], exact (second derivative of the cubature force along ż).
                 for a in range(rr):

@@ -111,7 +111,7 @@ def pack_system(rs: ReducedSystem) -> ck.Packed:
         c0=_typed([x.c0 for x in t]),
         c1=_typed([x.c1 for x in t]),
         mzz=_typed([x.m_zz for x in t]),
-        damp=_typed([b.alpha * b.tensors.m_zz for b in bodies]),
+        balpha=np.array([b.alpha for b in bodies], dtype=float),
         cub_qw=_typed([b.cubature.qweights for b in bodies]),
         cub_w=_typed([b.cubature.weights for b in bodies]),
         cub_d=_typed([reduced_gradients(b.cubature.basis_rows, b.cubature.grad) for b in bodies]),

@@ -5,8 +5,12 @@ Same DAE, BDF coefficients, Baumgarte stabilization and constraint blocks as the
 frame) and therefore their inertial terms (:func:`retarget.sim.reduced.dynamics.body_forces`)::
 
     R_U = U − Ū − h T(U) V
-    R_V = [rigid Newton–Euler] + [relative inertial − gravity] + f_cub(z) + (α M_zz + β K(z)) ż − C_Vᵀ λ
+    R_V = [rigid Newton–Euler] + [relative inertial − gravity] + α M(U) V_d + f_cub(z) + β K(z) ż − C_Vᵀ λ
     R_λ = C_θ θ̇ + C_V V + a C
+
+``α M(U) V_d`` is the absolute engine's mass-proportional damping ``α M u̇`` of the nodes' absolute velocities in
+these coordinates: ``V_d = [v_ref, ω_ref, ż]`` of each deformable body, ``M(U)`` its generalized mass (rigid motion
+of a flexible part is damped too, as there).
 
 Constraint blocks are the absolute engine's own (``evaluate`` of :mod:`retarget.sim.constraints`); a coupling's
 slot ``[x̄, vec A]`` is composed from ``(c_ref, q_ref, z)`` by the reduced interface map, and the curvature terms
@@ -223,16 +227,19 @@ def residual_and_jacobian(
         vr = slice(6 * ref, 6 * ref + 3)
         wr = slice(6 * ref + 3, 6 * ref + 6)
         t = rb.tensors
+        # Mass-proportional damping α M ẋ on the nodes' absolute velocities ẋ = J [v, ω, ż] (as the absolute engine)
+        # is α Jᵀ M J [v, ω, ż]: the inertial force at the accelerations shifted by α [v, ω, ż].
+        a = rb.alpha
         f, f_q, f_z, f_acc, f_w, f_zd = body_forces(
             u[7 * ref + 3 : 7 * ref + 7], z, zd, v[wr],
-            (v[vr] - v_bar[vr]) / h, (v[wr] - v_bar[wr]) / h, (zd - v_bar[zv]) / h, rs.gravity,
-            t.mass, t.s0, t.s1, t.p0, t.p1, t.p2, t.c0, t.c1, t.m_zz,
+            (v[vr] - v_bar[vr]) / h + a * v[vr], (v[wr] - v_bar[wr]) / h + a * v[wr], (zd - v_bar[zv]) / h + a * zd,
+            rs.gravity, t.mass, t.s0, t.s1, t.p0, t.p1, t.p2, t.c0, t.c1, t.m_zz,
         )
         f_el, k_el, md = rb.cubature.evaluate(z)
         min_det = min(min_det, md)
-        # Rayleigh damping on ż with the current reduced tangent: β K(z) ż vanishes for rigid rotation rates of
-        # the current shape (the rest stiffness K₀ does not, docs/reduced.md §3b).
-        damp = rb.alpha * t.m_zz + rb.beta * k_el
+        # Stiffness-proportional damping on ż with the current reduced tangent: β K(z) ż vanishes for rigid rotation
+        # rates of the current shape (the rest stiffness K₀ does not, docs/reduced.md §3b).
+        damp = rb.beta * k_el
         rows = np.concatenate([iv + 6 * ref + np.arange(6), iv + np.arange(zv.start, zv.stop)])
         r[rows] += f
         r[iv + zv.start : iv + zv.stop] += f_el + damp @ zd
@@ -242,7 +249,7 @@ def residual_and_jacobian(
             vcols = rows  # same V indices as the rows (v_ref, ω_ref, ż)
             jac[np.ix_(rows, np.arange(7 * ref + 3, 7 * ref + 7))] += f_q
             jac[np.ix_(rows, np.arange(zu.start, zu.stop))] += f_z
-            jac[np.ix_(rows, vcols)] += f_acc / h
+            jac[np.ix_(rows, vcols)] += f_acc * (1.0 / h + a)
             mass[np.ix_(vcols - iv, vcols - iv)] += f_acc
             jac[np.ix_(rows, iv + 6 * ref + 3 + np.arange(3))] += f_w
             jac[np.ix_(rows, iv + np.arange(zv.start, zv.stop))] += f_zd

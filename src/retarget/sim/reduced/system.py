@@ -40,7 +40,8 @@ class ReducedBody:
         stiffness0: ``UᵀK(0)U`` (r, r) [N/m], the rest stiffness (documentation, initial guesses, modal
             frequencies). It no longer drives the damping: the engines damp with ``β K(z) ż``, the cubature tangent at
             the current z (docs/reduced.md §3).
-        alpha, beta: Rayleigh damping [1/s], [s] (on ż, in the local frame: ``(α M_zz + β K(z)) ż``).
+        alpha, beta: Rayleigh damping [1/s], [s]: ``α M(U) [v_ref, ω_ref, ż]`` (the nodes' absolute velocities, as
+            the absolute engine) and ``β K(z) ż`` (docs/reduced.md §3).
     """
 
     name: str
