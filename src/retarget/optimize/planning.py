@@ -41,8 +41,8 @@ from retarget.optimize.limits import (
 )
 from retarget.optimize.options import PlanOptions, verification_reserve
 from retarget.optimize.parallel import default_workers, fork_pool
-from retarget.optimize.result import OptimizationResult
 from retarget.optimize.problem import PlanProblem, build_plan_problem, limits_for
+from retarget.optimize.result import OptimizationResult
 from retarget.optimize.variants import (
     MIN_RING_OUT,
     PlanResult,

@@ -197,15 +197,15 @@ class RobotClient:
         self._thread.start()
 
     def close(self) -> None:
-        import rclpy
-
-        self.executor.shutdown()
+        # Bounded: after a Ctrl-C rclpy's signal thread shuts the context down concurrently, and an unbounded wait
+        # for the spinning thread's work could keep the process from exiting.
+        self.executor.shutdown(timeout_sec=5.0)
         self._thread.join(5)  # before destroying what the spinning thread may be waiting on
         self.follow.destroy()
         if self.retarget is not None:
             self.retarget.destroy()
         self.node.destroy_node()
-        rclpy.shutdown(context=self.context)
+        self.context.try_shutdown()
 
     def now(self) -> float:
         """The node clock [s]."""
