@@ -180,8 +180,12 @@ class RobotClient:
         from rclpy.node import Node
         from sensor_msgs.msg import JointState
 
+        from rclpy.signals import SignalHandlerOptions
+
         self.context = rclpy.Context()
-        rclpy.init(context=self.context)
+        # No rclpy signal handler: Ctrl-C is Python's KeyboardInterrupt alone, so the context stays up for the
+        # goal's cancel (rclpy's handler would shut it down concurrently, and the cancel could not be sent).
+        rclpy.init(context=self.context, signal_handler_options=SignalHandlerOptions.NO)
         self.node = Node(node_name, context=self.context)
         self.recorder = JointStateRecorder(tuple(joint_names))
         self.node.create_subscription(JointState, joint_states_topic, self.recorder, 200)
