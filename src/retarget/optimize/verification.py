@@ -43,10 +43,23 @@ from retarget.optimize.parallel import default_workers, fork_pool, run_shared
 if TYPE_CHECKING:  # pragma: no cover
     from retarget.optimize.variants import PlanResult
 
-__all__ = ["MEANINGFUL_CUT", "VERIFIED_VARIANTS", "check_plan", "commanded_stop_time", "full_verification_cost",
-           "gate_model",
-           "scaled_stiffness_model", "stiffness_band", "trajectory_metrics", "variant_motors", "verify_full",
-           "verify_metrics", "verify_plan", "verify_reduced"]
+__all__ = [
+    "MEANINGFUL_CUT",
+    "VERIFIED_VARIANTS",
+    "check_plan",
+    "commanded_stop_time",
+    "deformable_dofs",
+    "full_verification_cost",
+    "gate_model",
+    "scaled_stiffness_model",
+    "stiffness_band",
+    "trajectory_metrics",
+    "variant_motors",
+    "verify_full",
+    "verify_metrics",
+    "verify_plan",
+    "verify_reduced",
+]
 
 #: The variants re-simulated, in order (those the plan has).
 VERIFIED_VARIANTS: tuple[str, ...] = ("naive", "zvd", "optimized")
@@ -110,11 +123,16 @@ def scaled_stiffness_model(model: Any, factor: float) -> Any:
     return replace(model, flexible_parts=parts)
 
 
+def deformable_dofs(model: Any) -> int:
+    """Deformable DOFs of ``model``'s flexible parts on their meshes (3 per node)."""
+    return int(sum(3 * p.mesh.n_nodes for p in model.flexible_parts))
+
+
 def full_verification_cost(model: Any, duration: float, dt: float, runs: int = 3) -> float:
     """A rough estimate of :func:`verify_full`'s wall time [s] on one core: the full engine's measured cost per step
     grows about linearly with the deformable DOFs (≈ 1.9e-5 s per DOF and step at 2 337 DOFs, 2.3e-5 at 10 575, on a
     shared 2-core machine)."""
-    dofs = sum(3 * p.mesh.n_nodes for p in model.flexible_parts)
+    dofs = deformable_dofs(model)
     return runs * (duration / dt) * 2.2e-5 * max(dofs, 500)
 
 
@@ -208,41 +226,16 @@ def verify_reduced(result: PlanResult, verification: Any, dt: float, stiffness: 
     system = verification.reduced if stiffness == 1.0 else with_stiffness_scale(verification.reduced, stiffness)
     engine = reduced_engine(system, tolerance=1e-10)
     poses = TrackedPoses.build(engine, list(pp.problem.tracking.links))
-    duration = float(pp.targets.times[-1])
-    n = int(round(duration / dt))
-    start = engine.solve_static(pp.fit.profiles.value(0.0))
+    n = int(round(float(pp.targets.times[-1]) / dt))
     file = str(verification.info.get("file", ""))
     out: dict[str, Any] = {"model": f"reduced model {Path(file).name}" if file else "reduced model", "file": file,
                            "deformable_dofs": int(verification.info.get("full_dofs", 0)) or None,
                            "modes": verification.info.get("modes"), "dt_s": float(dt),
                            "stiffness_factor": float(stiffness)}
-    for name in (v for v in variants if v in result.variants):
-        angles = result.variants[name].angles
-        cb = None if progress is None else (lambda k, m, s=name: progress(f"verification model: {s}", k, m))
-        run = rollout(engine, start, variant_motors(pp.targets.times, angles), dt, n, cb)
-        out[name] = trajectory_metrics(run.times, poses.positions(run.matrix), run.matrix[:, engine.motor_torque_index],
-                                       pp.targets.times, pp.targets.positions,
-                                       commanded_stop_time(pp.targets.times, angles), pp.limits)
+    out.update(_variant_runs(result, engine, poses, dt, n, variants, "verification model", progress))
     _ratios(out)
     out["wall_s"] = time.perf_counter() - started
     return out
-
-
-def _verification_file(robot: Any, name: str, planning_info: Mapping[str, Any]) -> tuple[Any, list[str]]:
-    """The newest fresh verification model of robot ``name`` (:func:`~retarget.sim.reduced.store.
-    verification_candidates`) that is not the planning model (None if there is none), and one line per artifact
-    skipped."""
-    from retarget.errors import InputError
-    from retarget.sim.reduced.errors import ReducedModelError
-    from retarget.sim.reduced.store import verification_candidates
-
-    skipped: list[str] = []
-    for path in verification_candidates(name):
-        try:
-            return load_verification_model(robot, path, planning_info), skipped
-        except (ReducedModelError, InputError) as exc:
-            skipped.append(f"{path}: {exc}")
-    return None, skipped
 
 
 def load_verification_model(robot: Any, path: str | Path, planning_info: Mapping[str, Any]) -> Any:
@@ -261,9 +254,9 @@ def load_verification_model(robot: Any, path: str | Path, planning_info: Mapping
                          "independently (another mesh and training: `retarget reduce ... --mesh-scale` into a "
                          "verify/ model folder)")
     vm = load_artifact(robot, path)
-    dofs = int(sum(3 * p.mesh.n_nodes for p in vm.model.flexible_parts))
     modes = [int(b.basis.size - b.basis.n_rigid) for b in vm.reduced.bodies]  # deformation coordinates per part
-    return type(vm)(vm.model, vm.config, vm.reduced, {**vm.info, "full_dofs": dofs, "modes": modes})
+    return type(vm)(vm.model, vm.config, vm.reduced, {**vm.info, "full_dofs": deformable_dofs(vm.model),
+                                                      "modes": modes})
 
 
 def stiffness_band(result: PlanResult, factors: Sequence[float], engine_factory: Callable[[float], Any],
@@ -280,26 +273,32 @@ def stiffness_band(result: PlanResult, factors: Sequence[float], engine_factory:
         One entry per factor (key ``"x0.9"`` …): metrics per variant, ``peak_ratio``, ``rms_ratio`` and
         ``zvd_rms_ratio``; plus ``worst_peak_ratio`` (the largest optimized/naive peak ratio over the band).
     """
-    pp = result.pp
-    prob = pp.problem
+    prob = result.pp.problem
     out: dict[str, Any] = {}
     for factor in factors:
-        engine = engine_factory(float(factor))
-        start = engine.solve_static(pp.fit.profiles.value(0.0))
-        entry: dict[str, Any] = {}
-        for name in variants:
-            if name not in result.variants:
-                continue
-            motors = variant_motors(pp.targets.times, result.variants[name].angles)
-            run = rollout(engine, start, motors, prob.dt, prob.n_steps)
-            stop = commanded_stop_time(pp.targets.times, result.variants[name].angles)
-            entry[name] = trajectory_metrics(run.times, prob.poses.positions(run.matrix),
-                                             run.matrix[:, engine.motor_torque_index], pp.targets.times,
-                                             pp.targets.positions, stop, pp.limits)
+        entry = _variant_runs(result, engine_factory(float(factor)), prob.poses, prob.dt, prob.n_steps, variants)
         _ratios(entry)
         out[f"x{float(factor):g}"] = entry
     ratios = [e["peak_ratio"] for e in out.values() if isinstance(e, Mapping) and "peak_ratio" in e]
     out["worst_peak_ratio"] = max(ratios) if ratios else None
+    return out
+
+
+def _variant_runs(result: PlanResult, engine: Any, poses: Any, dt: float, n_steps: int, variants: Sequence[str],
+                  stage: str = "", progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+    """The plan's ``variants`` (those it has) simulated in a reduced ``engine`` from its static start at the first
+    commanded pose, ``n_steps`` of ``dt`` [s]: :func:`trajectory_metrics` per variant (``poses``: the tracked bodies
+    in that engine's state; ``progress(f"{stage}: {variant}", step, n_steps)``)."""
+    pp = result.pp
+    start = engine.solve_static(pp.fit.profiles.value(0.0))
+    out: dict[str, Any] = {}
+    for name in (v for v in variants if v in result.variants):
+        angles = result.variants[name].angles
+        cb = None if progress is None else (lambda k, m, s=name: progress(f"{stage}: {s}", k, m))
+        run = rollout(engine, start, variant_motors(pp.targets.times, angles), dt, n_steps, cb)
+        out[name] = trajectory_metrics(run.times, poses.positions(run.matrix), run.matrix[:, engine.motor_torque_index],
+                                       pp.targets.times, pp.targets.positions,
+                                       commanded_stop_time(pp.targets.times, angles), pp.limits)
     return out
 
 
@@ -445,17 +444,22 @@ def check_plan(result: PlanResult, model: Any, options: Any, engine_factory: Cal
         out["band"] = stiffness_band(result, options.band, engine_factory)
     duration = float(result.pp.targets.times[-1])
     estimate = full_verification_cost(model, duration, options.verify_full_dt)
+    robot = model.name if robot is None else robot
+    planning_info = planning_info or {}
+    dofs = deformable_dofs(model)
     mode, vm = options.verify_model, None
     if mode not in ("auto", "full", "none"):
-        vm = load_verification_model(robot if robot is not None else model.name, mode, planning_info or {})
+        vm = load_verification_model(robot, mode, planning_info)
         mode = "reduced"
     if mode == "auto":
         room = options.verify_full_max_s if deadline is None else min(options.verify_full_max_s,
                                                                       deadline - time.perf_counter())
         mode = "full" if estimate <= room else "none"
         if mode == "none":
-            vm, skipped = _verification_file(robot if robot is not None else model.name, model.name,
-                                             planning_info or {})
+            from retarget.sim.reduced.store import find_artifact, verification_candidates
+
+            vm, skipped = find_artifact(robot, model.name, verification_candidates(model.name),
+                                        lambda r, path: load_verification_model(r, path, planning_info))
             mode = "reduced" if vm is not None else "none"
             if mode == "none":
                 from retarget.sim.reduced.store import VERIFY_SUBDIR, artifact_dirs
@@ -469,7 +473,6 @@ def check_plan(result: PlanResult, model: Any, options: Any, engine_factory: Cal
                     f"--mesh-scale 0.5 --out .cache-models/{VERIFY_SUBDIR}/{model.name}-MOTION.npz`. The plan's "
                     "figures are the planning model's")
     if mode == "full":
-        dofs = sum(3 * p.mesh.n_nodes for p in model.flexible_parts)
         tell(f"verifying in the full FEM ({dofs} deformable DOFs, dt {options.verify_full_dt:g} s, about "
              f"{estimate:.0f} s): naive, ZVD and optimized")
         out["verified"] = verify_full(result, model, options.verify_full_dt, progress=steps, workers=options.workers)
@@ -480,7 +483,6 @@ def check_plan(result: PlanResult, model: Any, options: Any, engine_factory: Cal
                 workers=options.workers)
     if mode == "reduced":
         verify_file = vm.info.get("file")
-        dofs = sum(3 * p.mesh.n_nodes for p in model.flexible_parts)
         tell(f"verifying in the verification model {verify_file} ({vm.info['full_dofs']} deformable DOFs on its "
              f"mesh, the planning model's {dofs}; modes {vm.info['modes']}): naive, ZVD and optimized")
         if vm.info["full_dofs"] <= dofs:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,8 +33,18 @@ import numpy as np
 from retarget.errors import InputError
 
 __all__ = [
-    "ReducedRobotModel", "artifact_candidates", "artifact_dirs", "artifact_meta", "cache_dir", "cached_artifacts",
-    "VERIFY_SUBDIR", "find_artifact", "load_artifact", "load_model", "load_robot_system", "robot_yaml_path",
+    "VERIFY_SUBDIR",
+    "ReducedRobotModel",
+    "artifact_candidates",
+    "artifact_dirs",
+    "artifact_meta",
+    "cache_dir",
+    "cached_artifacts",
+    "find_artifact",
+    "load_artifact",
+    "load_model",
+    "load_robot_system",
+    "robot_yaml_path",
     "verification_candidates",
 ]
 
@@ -240,8 +251,15 @@ def load_artifact(robot: str | Path, path: str | Path, mesh_scale: float | None 
     return ReducedRobotModel(model, read_robot_yaml(yaml_path), rs, info)
 
 
-def find_artifact(robot: str | Path, name: str) -> tuple[ReducedRobotModel | None, list[str]]:
+def find_artifact(robot: str | Path, name: str, candidates: Sequence[Path] | None = None,
+                  load: Callable[[str | Path, Path], Any] | None = None) -> tuple[Any, list[str]]:
     """The newest fresh artifact of robot ``name`` in :func:`artifact_dirs`.
+
+    Args:
+        robot, name: the robot (name or YAML) and its name.
+        candidates: the files to try, in order (default: :func:`artifact_candidates`).
+        load: ``load(robot, path)`` (default: :func:`load_artifact`); raises ``ReducedModelError`` or ``InputError``
+            for a file to skip.
 
     Returns:
         The model (None when there is none) and one line per artifact skipped (stale, foreign or unreadable).
@@ -249,9 +267,9 @@ def find_artifact(robot: str | Path, name: str) -> tuple[ReducedRobotModel | Non
     from retarget.sim.reduced.errors import ReducedModelError
 
     skipped: list[str] = []
-    for path in artifact_candidates(name):
+    for path in artifact_candidates(name) if candidates is None else candidates:
         try:
-            return load_artifact(robot, path), skipped
+            return (load_artifact if load is None else load)(robot, path), skipped
         except (ReducedModelError, InputError) as exc:
             skipped.append(f"{path}: {exc}")
     return None, skipped
