@@ -51,8 +51,8 @@ from retarget.sim.reduced.store import (
     robot_yaml_path,
 )
 
-__all__ = ["DEFAULT_PLAN_MODES", "PLAN_REPLAY_TOLERANCE", "REPLAY_WARN", "REUSE_TRAINING_RANGE", "TRAINING_METHOD", "PlanningModel", "artifact_candidates",
-           "artifact_dirs", "artifact_meta", "cache_dir", "find_artifact", "load_artifact", "load_model",
+__all__ = ["DEFAULT_PLAN_MODES", "PLAN_REPLAY_TOLERANCE", "REPLAY_WARN", "REUSE_TRAINING_RANGE", "TRAINING_METHOD",
+           "PlanningModel", "artifact_candidates", "artifact_dirs", "artifact_meta", "cache_dir", "find_artifact", "load_artifact", "load_model",
            "motion_training_range", "planning_model"]
 
 #: A robot ready for planning: the model store's :class:`~retarget.sim.reduced.store.ReducedRobotModel` (robot

@@ -178,9 +178,8 @@ class RobotClient:
         from rclpy.action import ActionClient
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.node import Node
-        from sensor_msgs.msg import JointState
-
         from rclpy.signals import SignalHandlerOptions
+        from sensor_msgs.msg import JointState
 
         self.context = rclpy.Context()
         # No rclpy signal handler: Ctrl-C is Python's KeyboardInterrupt alone, so the context stays up for the
