@@ -1,6 +1,7 @@
 """The planner as a process: invalid goals are INVALID_GOAL; a valid goal for a robot without a cached reduced
 model is NOT_AVAILABLE (with the command that builds one) unless the node may train in-process; with a model it
-plans (SUCCESSFUL, published) and a cancel answers CANCELED with the best trajectory so far."""
+plans (SUCCESSFUL, published) and a cancel answers CANCELED with the best trajectory so far; the node's plan is
+:func:`retarget.optimize.plan`'s on the same inputs."""
 from __future__ import annotations
 
 import pytest
@@ -146,3 +147,88 @@ def test_planner_plans_and_cancel_answers_with_the_best_so_far(start_node, ros_c
         executor.remove_node(node)
         client.destroy()
         node.destroy_node()
+
+
+def _numbers(value, path: str = ""):
+    """(path, number) for every number in a JSON report, except wall-clock and machine figures."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not any(word in key for word in ("wall", "timings", "evaluation_s", "load_average")):
+                yield from _numbers(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for k, item in enumerate(value):
+            yield from _numbers(item, f"{path}[{k}]")
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        yield path, float(value)
+
+
+def test_the_node_plans_as_plan_does_on_the_same_inputs(start_node, ros_context, tmp_path, monkeypatch) -> None:
+    """The node's goal and :func:`retarget.optimize.plan` called here with the same :class:`PlanOptions` (the
+    node's parameters and the goal's fields written out) give the same trajectory, bit for bit, and the same
+    figures in the report (wall-clock times aside)."""
+    import json
+
+    import numpy as np
+    from rclpy.action import ActionClient
+    from rclpy.node import Node
+    from retarget_interfaces.action import Retarget
+    from tiny_robot import reduce_tiny_robot, write_tiny_robot
+
+    from retarget.jsonsafe import dumps
+    from retarget.motion import Motion, load_motion
+    from retarget.optimize import PlanOptions, plan
+    from retarget.ros.conversions import duration_to_seconds
+
+    folder = write_tiny_robot(tmp_path / "robot")
+    model = reduce_tiny_robot(folder, tmp_path / "elsewhere" / "my-model.npz")
+    monkeypatch.setenv("RETARGET_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("RETARGET_MODELS", str(tmp_path / "models"))
+    proc = start_node("retarget.ros.planner", {"robot_name": str(folder / "tiny_rod.yaml"), "joint_names": ["m"],
+                                               "reduced_file": str(model), "dt": 0.005,
+                                               "allow_unverified_model": True},
+                      namespace="/test_planner_same")
+    motion = load_motion(folder / "ramp.csv")
+    # The node's parameters (given above, the rest at their declared defaults) and the goal's fields below.
+    options = PlanOptions(dt=0.005, target_stride=1, window=None, window_tail=0.5, window_overlap=0.0,
+                          torque_weight=10.0, torque_margin=0.1, verify_dt=0.001, time_budget=None,
+                          reduced_file=str(model), allow_training=False, allow_unverified_model=True,
+                          knot_spacing=0.04, max_iterations=2, relative_tolerance=1e-15)
+    context, executor = ros_context
+    node = Node("planner_same_client", context=context)
+    client = ActionClient(node, Retarget, "/test_planner_same/planner/retarget")
+    executor.add_node(node)  # after the ActionClient: rclpy#1589
+    try:
+        assert client.wait_for_server(timeout_sec=15.0), proc.log()
+        goal = _goal(["m"], [(float(t), [float(q)]) for t, q in zip(motion.time, motion.positions[:, 0])])
+        goal.execute = False
+        goal.deviation_weight = goal.acceleration_weight = -1.0  # the defaults
+        goal.max_iterations, goal.relative_tolerance, goal.knot_spacing = 2, 1e-15, 0.04
+        sent = client.send_goal_async(goal)
+        wait_for(sent.done, 20.0, "goal response")
+        got = sent.result().get_result_async()
+        wait_for(got.done, 300.0, "result")  # the node process loads (or compiles) the engine's kernels first
+        result = got.result().result
+        assert result.error_code == Retarget.Result.SUCCESSFUL, (result.error_string, proc.log())
+    finally:
+        executor.remove_node(node)
+        client.destroy()
+        node.destroy_node()
+
+    # The motion as the goal carries it: times in whole nanoseconds (0.015 s is not 3 × 0.005 s in binary).
+    sent = Motion(np.array([duration_to_seconds(p.time_from_start) for p in goal.animation.points]), motion.joint_names,
+                  motion.positions)
+    direct = plan(str(folder / "tiny_rod.yaml"), sent, options)
+    names, times, positions = direct.trajectory(float(motion.time[0]))
+    points = result.optimized.points
+    assert list(result.optimized.joint_names) == list(names)
+    assert len(points) == len(times)
+    node_times = np.array([p.time_from_start.sec + 1e-9 * p.time_from_start.nanosec for p in points])
+    assert np.allclose(node_times, times, rtol=0.0, atol=1e-9)  # a Duration holds whole nanoseconds
+    assert np.array_equal(np.array([list(p.positions) for p in points]), positions)
+    node_figures = dict(_numbers(json.loads(result.metrics_json)))
+    direct_figures = dict(_numbers(json.loads(dumps(direct.metrics(), default=float))))
+    assert node_figures.keys() == direct_figures.keys() and len(node_figures) > 20
+    differ = {k: (node_figures[k], direct_figures[k]) for k in node_figures
+              if not np.isclose(node_figures[k], direct_figures[k], rtol=1e-9, atol=0.0)}
+    assert differ == {}
+    assert result.objective_final == direct.metrics()["objective_final"] > 0.0
