@@ -78,6 +78,12 @@ def test_round_trip_and_stale_inputs(tmp_path: Path) -> None:
     with pytest.raises(StaleReducedModelError) as err:
         load_reduced(art, _system(yml2), yml2)
     assert "material:rod" in err.value.changed and "robot_yaml" in err.value.changed
+    # It says what it was built for: the robot, the body's mesh and the material it was trained with.
+    el = system.deformable[0].elastic
+    youngs = el.mu * (3 * el.lam + 2 * el.mu) / (el.lam + el.mu)
+    built = (f"robot 'single_rod' (rod: {len(system.deformable[0].rest_positions)} nodes, {len(el.mesh.tets)} tets, "
+             f"E {youngs:.4g} Pa, ν {el.lam / (2 * (el.lam + el.mu)):.3g})")
+    assert err.value.built_for == built and f"it was built for {built}" in str(err.value)
     # A different mesh.
     yml3 = _robot_copy(other, axial=9)
     with pytest.raises(StaleReducedModelError) as err:

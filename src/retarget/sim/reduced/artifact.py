@@ -11,7 +11,9 @@ body's mesh (rest nodes, tets). The material digest is of the simulated material
 stiffness calibration (``FlexiblePart.stiffness_factor``, docs/fem.md): a model trained with another factor, or
 before the calibration, is stale. :func:`load_reduced` recomputes them from the robot it is given and raises
 :class:`~retarget.sim.reduced.errors.StaleReducedModelError` naming every input that changed — never a silently
-wrong model. The meta also stores the robot's model card (``model_card``: :meth:`retarget.fem.model_card.ModelCard.
+wrong model; the error also says what the file was built for (:func:`built_for`: the robot, each body's mesh size and
+simulated E, ν from the meta's ``body_details``, which files written without it lack, and the mesh settings). The
+meta also stores the robot's model card (``model_card``: :meth:`retarget.fem.model_card.ModelCard.
 to_dict`) when the writer gives it.
 """
 from __future__ import annotations
@@ -30,7 +32,7 @@ from retarget.sim.reduced.cubature import Cubature, _element_rows, cubature_geom
 from retarget.sim.reduced.errors import StaleReducedModelError
 from retarget.sim.reduced.system import ReducedSystem, build_reduced_system
 
-__all__ = ["FORMAT_VERSION", "READS_FORMATS", "load_reduced", "provenance", "save_reduced"]
+__all__ = ["FORMAT_VERSION", "READS_FORMATS", "built_for", "load_reduced", "provenance", "save_reduced"]
 
 #: Version of the artifact layout written: 2 interface modes on loop couplings (basis info has n_interface); 3 the
 #: quadrature point of each cubature element (``b{d}_points``, per-point cubatures).
@@ -87,6 +89,37 @@ def provenance(system: Any, robot_yaml: str | Path | None = None) -> dict[str, s
     return out
 
 
+def _bodies(system: Any) -> dict[str, dict[str, Any]]:
+    """Each deformable body's mesh size and simulated material (after the stiffness calibration), for the meta."""
+    out = {}
+    for body in system.deformable:
+        mu, lam = float(body.elastic.mu), float(body.elastic.lam)
+        out[body.name] = {"nodes": len(body.rest_positions), "tets": len(body.elastic.mesh.tets),
+                          "youngs_modulus_pa": mu * (3.0 * lam + 2.0 * mu) / (lam + mu),
+                          "poisson_ratio": lam / (2.0 * (lam + mu))}
+    return out
+
+
+def built_for(meta: dict[str, Any]) -> str:
+    """What an artifact was built for, from its ``meta``: the robot, each body's mesh (nodes, tets) and simulated
+    material (E, ν) where recorded, and the mesh settings (``mesh_scale`` of `retarget reduce`, or the planner's
+    ``mesh_axial`` × ``mesh_around``); e.g. ``robot 'tiny_rod' (rod: 45 nodes, 96 tets, E 1.015e+11 Pa,
+    ν 0.29; mesh scale 0.25)``."""
+    bodies = meta.get("body_details") or {}
+    parts = []
+    for name in meta.get("bodies") or list(bodies):
+        b = bodies.get(name)
+        parts.append(f"{name}: {b['nodes']} nodes, {b['tets']} tets, E {b['youngs_modulus_pa']:.4g} Pa, "
+                     f"ν {b['poisson_ratio']:.3g}" if b else str(name))
+    extra = meta.get("extra") or {}
+    if extra.get("mesh_scale") is not None:
+        parts.append(f"mesh scale {extra['mesh_scale']:g}")
+    elif extra.get("mesh_axial") is not None:
+        parts.append(f"mesh {extra['mesh_axial']} x {extra.get('mesh_around')}")
+    robot = f"robot {meta.get('robot')!r}" if meta.get("robot") else "an unnamed robot"
+    return robot + (f" ({'; '.join(parts)})" if parts else "")
+
+
 def save_reduced(
     path: str | Path, system: Any, bases: list[ReducedBasis], cubatures: list[Cubature],
     robot_yaml: str | Path | None = None, robot_name: str = "", extra: dict[str, Any] | None = None,
@@ -99,6 +132,7 @@ def save_reduced(
         "format_version": FORMAT_VERSION,
         "robot": robot_name,
         "bodies": [b.name for b in system.deformable],
+        "body_details": _bodies(system),
         "hashes": provenance(system, robot_yaml),
         "extra": extra or {},
     }
@@ -141,6 +175,7 @@ def load_reduced(path: str | Path, system: Any, robot_yaml: str | Path | None = 
         raise StaleReducedModelError(
             str(path), ["format_version"],
             f"format {meta.get('format_version')!r}, this version reads {' and '.join(map(str, READS_FORMATS))}",
+            built_for(meta),
         )
     now = provenance(system, robot_yaml)
     stored = meta.get("hashes", {})
@@ -155,7 +190,7 @@ def load_reduced(path: str | Path, system: Any, robot_yaml: str | Path | None = 
             detail = ("the simulated material includes the flexible parts' stiffness calibration; this artifact was "
                       + (f"built with stiffness factors {factors}" if factors else
                          "built without a model card (before the calibration)"))
-        raise StaleReducedModelError(str(path), changed, detail)
+        raise StaleReducedModelError(str(path), changed, detail, built_for(meta))
     bases, cubs = [], []
     for d, body in enumerate(system.deformable):
         modes = np.asarray(data[f"b{d}_modes"], dtype=float)

@@ -28,10 +28,14 @@ class StaleReducedModelError(ReducedModelError, InputError):
     Attributes:
         path: the artifact file.
         changed: names of the inputs whose hashes differ (e.g. ``["robot_yaml", "material:rod"]``).
+        built_for: what the artifact was built for, as its metadata records it (robot, each body's mesh and
+            material, the mesh settings; :func:`retarget.sim.reduced.artifact.built_for`); empty when unreadable.
     """
 
-    def __init__(self, path: str, changed: list[str], detail: str = "") -> None:
+    def __init__(self, path: str, changed: list[str], detail: str = "", built_for: str = "") -> None:
         self.path = path
         self.changed = changed
+        self.built_for = built_for
         msg = f"reduced model {path} is stale or foreign: changed {', '.join(changed) or '?'}"
-        super().__init__(msg + (f" ({detail})" if detail else "") + "; rebuild it with `retarget reduce`")
+        msg += (f" ({detail})" if detail else "") + (f"; it was built for {built_for}" if built_for else "")
+        super().__init__(msg + "; rebuild it with `retarget reduce`")
