@@ -4,6 +4,10 @@ plans (SUCCESSFUL, published) and a cancel answers CANCELED with the best trajec
 :func:`retarget.optimize.plan`'s on the same inputs."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
 import pytest
 from ros_helpers import retry_stale_states, wait_for
 
@@ -26,19 +30,32 @@ def _goal(joints: list[str], points: list[tuple[float, list[float]]]):
     return goal
 
 
-def test_planner_results(start_node, ros_context, tmp_path, monkeypatch) -> None:
+@contextmanager
+def _retarget_client(ros_context: Any, name: str, action: str) -> Iterator[Any]:
+    """An ActionClient of ``Retarget`` on ``action``, its node spun by the shared executor; destroyed after."""
     from rclpy.action import ActionClient
     from rclpy.node import Node
+    from retarget_interfaces.action import Retarget
+
+    context, executor = ros_context
+    node = Node(name, context=context)
+    client = ActionClient(node, Retarget, action)
+    executor.add_node(node)  # after the ActionClient: rclpy#1589
+    try:
+        yield client
+    finally:
+        executor.remove_node(node)
+        client.destroy()
+        node.destroy_node()
+
+
+def test_planner_results(start_node, ros_context, tmp_path, monkeypatch) -> None:
     from retarget_interfaces.action import Retarget
 
     monkeypatch.setenv("RETARGET_CACHE", str(tmp_path / "empty-cache"))  # no reduced model cached
     proc = start_node("retarget.ros.planner", {"robot_name": "single_rod", "joint_names": JOINTS},
                       namespace="/test_planner")
-    context, executor = ros_context
-    node = Node("planner_client", context=context)
-    client = ActionClient(node, Retarget, "/test_planner/planner/retarget")
-    executor.add_node(node)  # after the ActionClient: rclpy#1589
-    try:
+    with _retarget_client(ros_context, "planner_client", "/test_planner/planner/retarget") as client:
         assert client.wait_for_server(timeout_sec=15.0), proc.log()
         valid = _goal(JOINTS, [(0.5, [0.1]), (1.0, [0.0])])
         cases = [(valid, Retarget.Result.NOT_AVAILABLE, "retarget plan single_rod"),
@@ -62,10 +79,6 @@ def test_planner_results(start_node, ros_context, tmp_path, monkeypatch) -> None
             assert result.error_code == code, result.error_string
             assert text in result.error_string
             assert feedback and feedback[0].feedback.stage == "validating"
-    finally:
-        executor.remove_node(node)
-        client.destroy()
-        node.destroy_node()
 
 
 def test_planner_plans_and_cancel_answers_with_the_best_so_far(start_node, ros_context, tmp_path,
@@ -169,8 +182,6 @@ def test_the_node_plans_as_plan_does_on_the_same_inputs(start_node, ros_context,
     import json
 
     import numpy as np
-    from rclpy.action import ActionClient
-    from rclpy.node import Node
     from retarget_interfaces.action import Retarget
     from tiny_robot import reduce_tiny_robot, write_tiny_robot
 
@@ -193,11 +204,7 @@ def test_the_node_plans_as_plan_does_on_the_same_inputs(start_node, ros_context,
                           torque_weight=10.0, torque_margin=0.1, verify_dt=0.001, time_budget=None,
                           reduced_file=str(model), allow_training=False, allow_unverified_model=True,
                           knot_spacing=0.04, max_iterations=2, relative_tolerance=1e-15)
-    context, executor = ros_context
-    node = Node("planner_same_client", context=context)
-    client = ActionClient(node, Retarget, "/test_planner_same/planner/retarget")
-    executor.add_node(node)  # after the ActionClient: rclpy#1589
-    try:
+    with _retarget_client(ros_context, "planner_same_client", "/test_planner_same/planner/retarget") as client:
         assert client.wait_for_server(timeout_sec=15.0), proc.log()
         goal = _goal(["m"], [(float(t), [float(q)]) for t, q in zip(motion.time, motion.positions[:, 0])])
         goal.execute = False
@@ -209,10 +216,6 @@ def test_the_node_plans_as_plan_does_on_the_same_inputs(start_node, ros_context,
         wait_for(got.done, 300.0, "result")  # the node process loads (or compiles) the engine's kernels first
         result = got.result().result
         assert result.error_code == Retarget.Result.SUCCESSFUL, (result.error_string, proc.log())
-    finally:
-        executor.remove_node(node)
-        client.destroy()
-        node.destroy_node()
 
     # The motion as the goal carries it: times in whole nanoseconds (0.015 s is not 3 × 0.005 s in binary).
     sent = Motion(np.array([duration_to_seconds(p.time_from_start) for p in goal.animation.points]), motion.joint_names,
