@@ -24,7 +24,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("robot")
     p.add_argument("motion")
-    p.add_argument("--reduced", default=None, metavar="FILE", help="reduced model (.npz artifact or cached .pkl)")
+    p.add_argument("--reduced", default=None, metavar="FILE", help="reduced model (.npz artifact)")
     p.add_argument("--mesh-axial", type=int, default=20, help="as bench_plan.py (its cached models are reused)")
     p.add_argument("--mesh-around", type=int, default=6)
     p.add_argument("--dt-train", type=float, default=1e-3)

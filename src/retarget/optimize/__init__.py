@@ -62,7 +62,6 @@ _EXPORTS: dict[str, str] = {
     "AbsoluteEngine": "engines",
     "Engine": "engines",
     "EngineState": "engines",
-    "ReducedEngine": "engines",
     "ReferenceReducedEngine": "engines",
     "StepSensitivity": "engines",
     "OptimizationResult": "result",

@@ -268,7 +268,3 @@ def reduced_engine(system: Any, tolerance: float = 1e-12, compiled: bool = True)
 
         return CompiledReducedEngine(system, tolerance=tolerance)
     return ReferenceReducedEngine(system, tolerance=tolerance)
-
-
-#: The former name of :class:`ReferenceReducedEngine`, importable for one more release.
-ReducedEngine = ReferenceReducedEngine

@@ -38,7 +38,7 @@ class ReducedBody:
         tensors: the :class:`InertiaTensors`.
         cubature: reduced internal forces.
         stiffness0: ``UᵀK(0)U`` (r, r) [N/m], the rest stiffness (documentation, initial guesses, modal
-            frequencies). It no longer drives the damping: the engines damp with ``β K(z) ż``, the cubature tangent at
+            frequencies). It does not drive the damping: the engines damp with ``β K(z) ż``, the cubature tangent at
             the current z (docs/reduced.md §3).
         alpha, beta: Rayleigh damping [1/s], [s]: ``α M(U) [v_ref, ω_ref, ż]`` (the nodes' absolute velocities, as
             the absolute engine) and ``β K(z) ż`` (docs/reduced.md §3).
