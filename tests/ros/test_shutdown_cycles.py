@@ -1,5 +1,5 @@
 """Ctrl-C is clean: every node, started and stopped with SIGINT over and over while messages flow, exits 0 and
-prints no traceback.
+prints no traceback: 34 cycles of three nodes, 102 stops (``RETARGET_SHUTDOWN_CYCLES=N`` for another count).
 
 The races this catches: SIGINT shuts the rclpy context down from the signal handler while the executor is
 taking a message (``RuntimeError: Unable to convert call argument '0'`` in ``take_message``) or while a node's
@@ -9,6 +9,7 @@ at a random moment of the node's life (seeded) and traffic on its topics.
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import signal
 import subprocess
@@ -21,7 +22,7 @@ from ros_helpers import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-CYCLES = 25
+CYCLES = int(os.environ.get("RETARGET_SHUTDOWN_CYCLES", "34"))
 JOINTS = ["base_pitch"]
 IDS = [1]
 NS = "/test_shutdown"

@@ -82,3 +82,51 @@ def test_a_real_error_is_raised_and_the_threads_are_stopped_all_the_same(node: A
     with pytest.raises(ValueError, match="a bug"):
         spin(node, before_shutdown=lambda: calls.append("before shutdown"))
     assert calls == ["tick", "before shutdown"]
+
+
+_SIGINT_DURING_A_CALLBACK = """
+import json, os, signal, time
+import rclpy
+from rclpy.node import Node
+from retarget.ros.spinning import spin
+
+events = []
+
+def busy():
+    if events:
+        return
+    os.kill(os.getpid(), signal.SIGINT)
+    try:
+        deadline = time.monotonic() + 0.3
+        while time.monotonic() < deadline:  # Python bytecode, where a KeyboardInterrupt would land
+            pass
+        events.append("callback finished")
+    except KeyboardInterrupt:
+        events.append("callback interrupted")
+
+def before_shutdown():
+    events.append("before shutdown")
+    events.append(f"handler restored {signal.getsignal(signal.SIGINT) is signal.default_int_handler}")
+
+with rclpy.init():
+    node = Node("sigint_during_a_callback")
+    node.create_timer(0.05, busy)
+    spin(node, before_shutdown=before_shutdown)
+    events.append(f"context ok {node.context.ok()}")
+print(json.dumps(events))
+"""
+
+
+def test_sigint_ends_spinning_at_the_wait_and_never_inside_a_callback() -> None:
+    """Ctrl-C in a node's process (rclpy's handler on the default context, spinning on the main thread): the
+    callback running at the signal finishes, spinning ends without a KeyboardInterrupt, and Python's handler is
+    back for the clean-up."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _SIGINT_DURING_A_CALLBACK], capture_output=True, text=True,
+                         check=False, timeout=60)
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [
+        "callback finished", "before shutdown", "handler restored True", "context ok False"]

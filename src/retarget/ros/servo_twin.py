@@ -19,6 +19,7 @@ from retarget.control import CommandFollower, ServoState, TrajectoryRejected, st
 from retarget.errors import InputError
 from retarget.ros.conversions import goal_points
 from retarget.ros.params import declare
+from retarget.ros.spinning import spin
 
 __all__ = ["ServoTwin", "main"]
 
@@ -74,7 +75,7 @@ def main(args: list[str] | None = None) -> None:
     """Run the servo twin until Ctrl-C or external shutdown."""
     try:
         with rclpy.init(args=args):
-            rclpy.spin(ServoTwin())
+            spin(ServoTwin())
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
 

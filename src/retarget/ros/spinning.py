@@ -1,22 +1,36 @@
 """Spinning a node until Ctrl-C without a traceback: the shutdown race of rclpy's signal handler.
 
-On SIGINT rclpy's signal handler shuts the context down at once, from the signal, while the executor may be inside
-a wait or taking a message, and while a node's own threads may still use its handles. The executor then fails with
-whatever the half-torn-down handles raise (``RuntimeError: Unable to convert call argument '0'`` from
-``take_message``, ``InvalidHandle``, ``RCLError``); a thread that triggers a guard condition gets ``InvalidHandle``.
-The signal can also land while a message is being converted inside ``take_message``: the KeyboardInterrupt then
-surfaces as that RuntimeError, chained or not at all. rclpy shuts the context down from its own signal thread, so
-when the executor fails the context may still be up for a moment. None of that is an error of the node: it was
-stopping anyway. :func:`spin` absorbs it when a KeyboardInterrupt is in its chain or once the context is shut down
-(waiting up to :data:`SHUTDOWN_GRACE_S` for that), and re-raises anything else.
+On SIGINT rclpy's signal handler shuts the context down from its own signal thread and wakes the executor, which
+then ends with ``ExternalShutdownException``. The handler also passes the signal on to Python's, whose
+KeyboardInterrupt lands at whatever bytecode the main thread is running: inside the executor's bookkeeping (a
+half-built ``Future`` whose ``__del__`` prints "Exception ignored ... AttributeError"), inside ``take_message``
+converting a message (``RuntimeError: Unable to convert call argument '0'``), or inside a callback. :func:`spin`
+therefore puts a Python SIGINT handler that only notes the signal under rclpy's while the executor spins (from the
+main thread, when rclpy handles SIGINT), so Ctrl-C ends spinning at the executor's wait alone; the previous handler
+is back before ``before_shutdown`` runs, so a second Ctrl-C can still interrupt the clean-up.
+
+The executor can still fail while the context is torn down under it (``InvalidHandle``, ``RCLError``), and a
+node's thread that triggers a guard condition gets ``InvalidHandle``. None of that is an error of the node: it was
+stopping anyway. :func:`spin` absorbs it when a SIGINT was noted, a KeyboardInterrupt is in the exception's chain
+(Ctrl-C outside the main thread's spin) or once the context is shut down (waiting up to :data:`SHUTDOWN_GRACE_S`
+for that), and re-raises anything else.
 """
 from __future__ import annotations
 
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from rclpy.executors import Executor, ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
+from rclpy.signals import (
+    SignalHandlerOptions,
+    get_current_signal_handlers_options,
+    install_signal_handlers,
+    uninstall_signal_handlers,
+)
 
 __all__ = ["spin"]
 
@@ -38,13 +52,16 @@ def spin(node: Node, executor: Executor | None = None, before_shutdown: Callable
         Whatever spinning raised while the context was still up (a real error in a callback).
     """
     executor = executor or SingleThreadedExecutor(context=node.context)
+    noted: list[int] = []
     try:
-        executor.add_node(node)
-        executor.spin()
+        with _sigint_noted(noted):
+            executor.add_node(node)
+            if not noted:  # a SIGINT while the handlers were swapped shut nothing down: do not start
+                executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception as exc:
-        if not _interrupted(exc) and not _shut_down_soon(node, SHUTDOWN_GRACE_S):
+        if not noted and not _interrupted(exc) and not _shut_down_soon(node, SHUTDOWN_GRACE_S):
             raise
     finally:
         try:
@@ -52,6 +69,31 @@ def spin(node: Node, executor: Executor | None = None, before_shutdown: Callable
                 before_shutdown()
         finally:
             executor.shutdown(timeout_sec=1.0)
+
+
+@contextmanager
+def _sigint_noted(noted: list[int]) -> Iterator[None]:
+    """Within the block, SIGINT is rclpy's shutdown alone: Python's handler appends the signal to ``noted``.
+
+    rclpy's C handler passes a signal on to the Python handler installed when it was installed itself, so its
+    handlers are uninstalled, the noting handler put in, and they are installed again over it; on the way out the
+    previous Python handler is put back the same way. Nothing changes off the main thread (where Python sets no
+    handler) or when rclpy handles no SIGINT (Ctrl-C would then do nothing at all).
+    """
+    options = get_current_signal_handlers_options()
+    if options not in (SignalHandlerOptions.ALL, SignalHandlerOptions.SIGINT) or \
+            threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    uninstall_signal_handlers()
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: noted.append(signum))
+    install_signal_handlers(options)
+    try:
+        yield
+    finally:
+        uninstall_signal_handlers()
+        signal.signal(signal.SIGINT, previous)
+        install_signal_handlers(options)
 
 
 def _shut_down_soon(node: Node, grace_s: float) -> bool:
