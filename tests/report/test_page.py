@@ -6,6 +6,8 @@ browser test skips, saying so, where it is absent.
 """
 from __future__ import annotations
 
+import base64
+import json
 import re
 import shutil
 import subprocess
@@ -89,3 +91,23 @@ def test_playback_starts_on_its_own_in_chromium(tiny_report):
     assert _shown_time(browser, page + "#t=0.2", 1000) == pytest.approx(0.2, abs=0.011)  # seeked: stays paused
     # Opened plainly, the clock runs: after 3 s of page time it is past the start (it loops over the 0.6 s motion).
     assert any(_shown_time(browser, page, budget) > 0.0 for budget in (3000, 3300))
+
+
+def _embedded_times(html: str) -> np.ndarray:
+    """The frame times [s] the page embeds (its JSON payload's base64 float32 ``times``)."""
+    payload = re.search(r'<script type="application/json" id="data">(.*?)</script>', html, re.DOTALL)
+    assert payload, "the page has no data payload"
+    return np.frombuffer(base64.b64decode(json.loads(payload.group(1))["times"]), dtype="<f4")
+
+
+def test_page_embeds_frames_decimated_to_its_rate(tiny_report):
+    from retarget.report.animation import load_animation
+    from retarget.report.page import page_html
+
+    animation = load_animation(tiny_report / "animation.npz")  # 50 frames per second over 0.6 s: 31
+    assert len(animation.times) == 31
+    # The written page: every second frame (25 per second), so a long motion's page grows at 25 frames a second.
+    times = _embedded_times((tiny_report / "animation.html").read_text())
+    assert len(times) == 16 and np.allclose(np.diff(times), 0.04, atol=1e-6) and times[-1] == pytest.approx(0.6)
+    times = _embedded_times(page_html(animation, fps=10.0))
+    assert len(times) == 7 and np.allclose(np.diff(times), 0.1, atol=1e-6)
