@@ -71,3 +71,20 @@ def test_a_pickle_is_refused(robot, tmp_path):
     bogus.write_bytes(b"\x80\x04K\x01.")
     with pytest.raises(InputError, match="expected a model artifact"):
         planning_model(robot, _ramp(0.2), reduced_file=bogus)
+
+
+def test_modes_are_added_when_the_capped_model_cannot_replay_its_training_motion(robot, monkeypatch):
+    """At the mode cap the reduced model must replay the input within the tolerance; when it cannot, the cap is
+    doubled (up to MAX_PLAN_MODES) and the most accurate model is kept."""
+    import retarget.optimize.planning_model as pm_module
+
+    monkeypatch.setattr(pm_module, "MAX_PLAN_MODES", 1)
+    one = planning_model(robot, _ramp(0.3), n_modes=1, dt_train=0.002, use_cache=False)
+    assert one.info["training"]["modes"] == 1
+    error_one = one.info["training"]["replay_error_rel"]
+    monkeypatch.setattr(pm_module, "PLAN_REPLAY_TOLERANCE", min(pm_module.PLAN_REPLAY_TOLERANCE, 0.1 * error_one))
+    monkeypatch.setattr(pm_module, "MAX_PLAN_MODES", 4)
+    more = planning_model(robot, _ramp(0.3), n_modes=1, dt_train=0.002, use_cache=False)
+    assert more.info["training"]["modes"] in (2, 4)
+    assert max(more.info["modes"]) > 1
+    assert more.info["training"]["replay_error_rel"] < error_one
