@@ -26,8 +26,6 @@ class PlanOptions:
         velocity_weight: speed-limit penalty weight (see :class:`VelocityPenalty`).
         settle_weight: factor on every tracked body's weights once the input has stopped moving (its ring-out): the
             vibration left after the motion is what the robot shows longest, and ZVD leaves almost none.
-        settle_delay: how long after the input stops the ``settle_weight`` starts [s]: the time the plan may take to
-            bring the structure to rest after the input's last move (a ZVD shaper takes one vibration period).
         torque_weight: weight of the penalty on simulated motor torques above ``(1 − torque_margin)`` × the
             servos' stall torque (:class:`~retarget.optimize.limits.TorquePenalty`) [1/(N² m² s)]; 0: torques are
             only reported (and warned about above stall). On by default: a plan the servos cannot play is no plan.
@@ -119,7 +117,6 @@ class PlanOptions:
     acceleration_weight: Any = 1e-8
     velocity_weight: float = 10.0
     settle_weight: float = 1.0
-    settle_delay: float = 0.0
     torque_weight: float = 10.0
     torque_margin: float = 0.1
     torque_rounds: int = 2

@@ -116,9 +116,7 @@ def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedB
     targets = quasi_static_targets(engine, poses, times, angles, cb, options.target_stride)
     tracking = TrackingObjective.build(times, bodies, targets.positions, targets.orientations)
     if options.settle_weight != 1.0:
-        if not (np.isfinite(options.settle_delay) and options.settle_delay >= 0.0):
-            raise OptimizeError(f"settle_delay must be a non-negative number of seconds, got {options.settle_delay}")
-        tracking = settled(tracking, motion_stop_time(m0) + float(options.settle_delay), float(options.settle_weight))
+        tracking = settled(tracking, motion_stop_time(m0), float(options.settle_weight))
     reg = MotorRegularizer.build(fit.profiles, times, angles, WeightSchedule.parse(options.deviation_weight),
                                  WeightSchedule.parse(options.acceleration_weight))
     vel = VelocityPenalty.build(fit.profiles, times, limits, options.velocity_weight) if options.velocity_weight > 0 \
