@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 _LOG = logging.getLogger(__name__)
 
-__all__ = ["MAX_PARAMETERS", "LeastSquares", "levenberg_marquardt", "parameter_hessian", "supports_tangent",
+__all__ = ["MAX_PARAMETERS", "LeastSquares", "ensemble_gauss_newton", "levenberg_marquardt", "parameter_hessian", "supports_tangent",
            "tangent_least_squares"]
 
 #: Above this many parameters the tangent pass (one solve per parameter and step) costs more than L-BFGS saves.
@@ -166,6 +166,32 @@ def parameter_hessian(problem: AdjointProblem, x: NDArray[np.float64], step: flo
     return 0.5 * (out + out.T)
 
 
+def ensemble_gauss_newton(pp: PlanProblem, x: NDArray[np.float64], nominal: Rollout,
+                          progress: Callable[[int, int], None] | None = None
+                          ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Gauss–Newton Hessian and gradient of the plan's objective at ``x``: the tracking terms averaged over the
+    robust objective's models (each model's exact tangent-linear Jacobian; the members are simulated here first),
+    plus the parameter-only terms (:func:`parameter_hessian`).
+
+    Args:
+        pp: the plan problem (with or without an ensemble).
+        x: the parameters. nominal: the nominal model's rollout at ``x``.
+        progress: ``progress(done, total)`` over the tangent passes.
+    """
+    problems = (pp.problem,) if pp.ensemble is None else (pp.ensemble.nominal, *pp.ensemble.members)
+    n = pp.problem.n_steps
+    hess = np.zeros((len(x), len(x)))
+    grad = np.zeros(len(x))
+    for i, problem in enumerate(problems):
+        run = nominal if i == 0 else evaluate(problem, x, gradient=False).rollout
+        cb = None if progress is None else (lambda k, _n, i=i: progress(i * n + k, len(problems) * n))
+        ls = tangent_least_squares(problem, x, run, cb)
+        hess += ls.hessian
+        grad += ls.gradient
+    _, g_reg, _ = pp.problem.parameter_terms(x)
+    return hess / len(problems) + parameter_hessian(pp.problem, x), grad / len(problems) + g_reg
+
+
 def levenberg_marquardt(pp: PlanProblem, options: PlanOptions, x_start: NDArray[np.float64],
                          state: SearchState, history: list[float],
                          callback: Callable[[dict[str, float]], None] | None,
@@ -173,7 +199,8 @@ def levenberg_marquardt(pp: PlanProblem, options: PlanOptions, x_start: NDArray[
                          lower: NDArray[np.float64], upper: NDArray[np.float64]) -> str:
     """Levenberg–Marquardt iterations (Marquardt's diagonal scaling, Nielsen's damping update) from ``x_start``.
 
-    Each iteration: one tangent-linear pass at the current point (exact Gauss–Newton Hessian and gradient), then
+    Each iteration: one tangent-linear pass per model of the objective at the current point (exact Gauss–Newton
+    Hessian and gradient, averaged over the robust objective's models: :func:`ensemble_gauss_newton`), then
     damped steps projected onto the bounds until one lowers ``J`` (a trial point the model cannot simulate counts as
     a rejected step). Updates ``state`` (best point, evaluations, ``iterations``) and ``history`` in place;
     returns the stop reason. ``affordable(seconds)`` raises ``BudgetExhausted`` before work that would overrun
@@ -181,25 +208,21 @@ def levenberg_marquardt(pp: PlanProblem, options: PlanOptions, x_start: NDArray[
     """
     from retarget.sim.errors import SimulationError
 
-    problem = pp.problem
-    n = problem.n_steps
+    n = pp.problem.n_steps
     x, ev = x_start.copy(), state.best
     j0 = ev.value
     mu, nu = 1e-3, 2.0
-    tangent_s = 2.0 * state.duration
+    tangent_s = 2.0 * state.duration * (1 if pp.ensemble is None else pp.ensemble.size)
 
     def tangent_progress(k: int, total: int) -> None:
         if progress is not None:
-            progress(n + k, 2 * n)
+            progress(n + k * n // total, 2 * n)
 
     while state.iterations < options.max_iterations:
         affordable(tangent_s + state.duration)
         t0 = time.perf_counter()
-        ls = tangent_least_squares(problem, x, ev.rollout, tangent_progress)
+        hess, grad = ensemble_gauss_newton(pp, x, ev.rollout, tangent_progress)
         tangent_s = time.perf_counter() - t0
-        _, g_reg, _ = problem.parameter_terms(x)
-        hess = ls.hessian + parameter_hessian(problem, x)
-        grad = ls.gradient + g_reg
         state.best = ev = replace(ev, gradient=grad)
         scale = np.maximum(np.diag(hess), 1e-12 * max(float(np.max(np.diag(hess))), 1e-300))
         accepted = False
@@ -214,7 +237,7 @@ def levenberg_marquardt(pp: PlanProblem, options: PlanOptions, x_start: NDArray[
                 continue
             t0 = time.perf_counter()
             try:
-                trial = evaluate(problem, x_new, gradient=False, progress=progress)
+                trial = pp.evaluate(x_new, gradient=False, progress=progress)
             except SimulationError as exc:
                 _LOG.debug("LM trial could not be simulated (mu %.3e): %s", mu, exc)
                 state.failed += 1

@@ -78,7 +78,7 @@ class PlanOptions:
         stiffness_band: stiffness factors of the robust objective's other models: ``J`` is averaged over the nominal
             model and the same model with every flexible part's stiffness times each factor
             (:mod:`retarget.optimize.robust`; one more forward and adjoint run per factor). Empty: the nominal model
-            alone. Not with ``window`` or Gauss–Newton.
+            alone. Not with ``window``.
         band: stiffness factors at which the plan's variants are re-simulated and their cut reported beside ZVD's
             (:func:`~retarget.optimize.verification.stiffness_band`); empty: none.
         verify_model: ``"full"``: re-simulate naive, ZVD and optimized in the full FEM, a model the optimizer never

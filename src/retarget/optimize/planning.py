@@ -242,7 +242,7 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
     if options.start not in ("feasible", "input"):
         raise OptimizeError(f"unknown start {options.start!r}: choose feasible or input")
     members: list[tuple[float, Engine]] = []
-    if options.stiffness_band and options.window is None and options.method != "gauss-newton":
+    if options.stiffness_band and options.window is None:
         if engine_factory is None:
             raise OptimizeError("a stiffness band needs the planning model's engine factory")
         members = [(float(f), engine_factory(float(f))) for f in options.stiffness_band if float(f) != 1.0]
