@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from retarget.errors import InputError
-from retarget.fem.material import MATERIALS, Material, get_material
+from retarget.fem.material import MATERIALS, Material, elastic_constants, get_material
 
 
 def test_library_has_the_paper_materials_with_plausible_values() -> None:
@@ -26,9 +26,10 @@ def test_lame_parameters_reproduce_e_and_nu() -> None:
     m = Material("x", 210e9, 0.3, 7800.0)
     mu, lam = m.lame()
     assert mu == pytest.approx(210e9 / 2.6)
-    # E = μ (3λ + 2μ) / (λ + μ), ν = λ / (2 (λ + μ)).
+    # E = μ (3λ + 2μ) / (λ + μ), ν = λ / (2 (λ + μ)): elastic_constants inverts lame().
     assert mu * (3 * lam + 2 * mu) / (lam + mu) == pytest.approx(210e9)
     assert lam / (2 * (lam + mu)) == pytest.approx(0.3)
+    assert elastic_constants(mu, lam) == pytest.approx((210e9, 0.3))
 
 
 @pytest.mark.parametrize(

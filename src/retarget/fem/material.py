@@ -16,7 +16,8 @@ from typing import Any
 
 from retarget.errors import InputError
 
-__all__ = ["MATERIAL_KEYS", "MATERIALS", "Material", "get_material", "material_from_mapping"]
+__all__ = ["MATERIAL_KEYS", "MATERIALS", "Material", "elastic_constants", "get_material",
+           "material_from_mapping"]
 
 #: Keys of an inline material mapping (as in ``docs/robot-description.md``), all SI.
 MATERIAL_KEYS: tuple[str, ...] = (
@@ -63,6 +64,12 @@ class Material:
     def with_overrides(self, values: Mapping[str, Any]) -> Material:
         """A copy with some of :data:`MATERIAL_KEYS` replaced (validated)."""
         return material_from_mapping(values, name=self.name, base=self)
+
+
+def elastic_constants(mu: float, lam: float) -> tuple[float, float]:
+    """Young's modulus E [Pa] and Poisson's ratio ν from the Lamé parameters μ, λ [Pa] (the inverse of
+    :meth:`Material.lame`): ``E = μ(3λ + 2μ)/(λ + μ)``, ``ν = λ / (2(λ + μ))``."""
+    return mu * (3.0 * lam + 2.0 * mu) / (lam + mu), lam / (2.0 * (lam + mu))
 
 
 def _validate(m: Material) -> None:

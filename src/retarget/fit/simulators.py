@@ -19,6 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from retarget.errors import InputError, NotAvailableError
+from retarget.fem.material import elastic_constants
 from retarget.fit.rig import StepTestRig
 
 __all__ = [
@@ -231,11 +232,6 @@ def _load_with_resolution(rig: StepTestRig, resolution: tuple[int, int]) -> obje
         return load_robot(path)
 
 
-def youngs_modulus_of(mu: float, lam: float) -> float:
-    """E [Pa] from the Lamé parameters μ, λ [Pa]: ``E = μ(3λ + 2μ)/(λ + μ)``."""
-    return mu * (3.0 * lam + 2.0 * mu) / (lam + mu)
-
-
 class ReducedEngine:
     """The compiled reduced engine on a reduced model of the rig, with the part's material varied in place.
 
@@ -271,7 +267,8 @@ class ReducedEngine:
         self.part_index = names.index(rig.part)
         cub = bodies[self.part_index].cubature
         self.stiffness_factor = float(stiffness_factor)
-        self.youngs_modulus_trained = youngs_modulus_of(float(cub.mu), float(cub.lam)) / self.stiffness_factor
+        trained, _ = elastic_constants(float(cub.mu), float(cub.lam))
+        self.youngs_modulus_trained = trained / self.stiffness_factor
 
     def system_at(self, youngs_modulus: float, alpha: float, beta: float) -> object:
         """The reduced system with the part's E [Pa], α [1/s], β [s] (a copy; the model is not changed)."""

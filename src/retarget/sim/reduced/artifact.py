@@ -91,12 +91,13 @@ def provenance(system: Any, robot_yaml: str | Path | None = None) -> dict[str, s
 
 def _bodies(system: Any) -> dict[str, dict[str, Any]]:
     """Each deformable body's mesh size and simulated material (after the stiffness calibration), for the meta."""
+    from retarget.fem.material import elastic_constants
+
     out = {}
     for body in system.deformable:
-        mu, lam = float(body.elastic.mu), float(body.elastic.lam)
+        e, nu = elastic_constants(float(body.elastic.mu), float(body.elastic.lam))
         out[body.name] = {"nodes": len(body.rest_positions), "tets": len(body.elastic.mesh.tets),
-                          "youngs_modulus_pa": mu * (3.0 * lam + 2.0 * mu) / (lam + mu),
-                          "poisson_ratio": lam / (2.0 * (lam + mu))}
+                          "youngs_modulus_pa": e, "poisson_ratio": nu}
     return out
 
 
