@@ -110,6 +110,34 @@ def test_parametrization_end_conditions() -> None:
     assert changed[0] > 0 and changed[1] == 0 and changed[2] == 0
 
 
+def test_rest_control_holds_the_profile_still_from_its_knot_on() -> None:
+    rng = np.random.default_rng(14)
+    param = ProfileParametrization(14, 2, np.zeros(2), hold_end=True, rest_control=8)
+    assert param.n_free == 14 - 3 - (14 - 8 - 1)
+    x = rng.normal(size=param.n_parameters)
+    prof = MotorProfiles(0.1, 0.0, 1.1, param.control_points(x))
+    t = np.linspace(0.8, 1.1, 31)  # knot 8 is at 0.8 s: still from there on, at the one rest pose per motor
+    np.testing.assert_allclose(prof.evaluate(t), np.tile(prof.value(1.1), (t.size, 1)), atol=1e-14)
+    np.testing.assert_allclose(prof.evaluate(t, 1), 0.0, atol=1e-12)
+    assert np.abs(prof.evaluate(np.array([0.75]), 1)).max() > 1e-6  # and free to move before it
+    np.testing.assert_allclose(param.parameters(param.control_points(x)), x)
+    # A rest knot inside the last three control points changes nothing; before the held start, one pose throughout.
+    assert ProfileParametrization(14, 2, np.zeros(2), rest_control=13).n_free == \
+        ProfileParametrization(14, 2, np.zeros(2)).n_free
+    assert ProfileParametrization(14, 2, np.zeros(2), rest_control=1).n_free == 1
+
+
+def test_fit_rests_from_the_knot_after_rest_from() -> None:
+    t = np.linspace(0.0, 2.0, 401)
+    q = np.where(t < 0.5, 0.0, np.where(t < 1.0, 0.6 * (t - 0.5) ** 2 * (3 - 4 * (t - 0.5)), 0.15))
+    motion = Motion(t, ("m",), q[:, None])
+    fit = fit_profiles(motion, 0.05, rest_from=1.23)
+    after = np.linspace(1.25, 2.0, 16)
+    np.testing.assert_allclose(fit.profiles.evaluate(after, 1), 0.0, atol=1e-12)
+    assert fit.parametrization.n_free == fit_profiles(motion, 0.05).parametrization.n_free - (40 + 3 - 25 - 3)
+    assert fit.max_error.max() < 2e-3  # the input is at rest there too
+
+
 def test_parametrization_pullback_is_the_transpose() -> None:
     rng = np.random.default_rng(12)
     param = ProfileParametrization(10, 2, np.zeros(2))

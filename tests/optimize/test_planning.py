@@ -479,3 +479,48 @@ def test_plan_verified_in_an_independently_trained_reduced_model(tiny, tmp_path,
         plan(robot, _tiny_ramp(), replace(options, verify_model=str(options.reduced_file)))
     with pytest.raises(InputError, match="verify_model"):
         plan(robot, _tiny_ramp(), replace(options, verify_model=str(tmp_path / "missing.npz")))
+
+
+def test_verified_torque_margin_scales_the_threshold_by_the_two_models_torques(tiny):
+    from retarget.optimize.planning import verified_torque_margin
+
+    robot, options = tiny
+    result = plan(robot, _tiny_ramp(), options)
+    planned = result.variants["optimized"].metrics["peak_torque_ratio"]
+    over = {"verified": {"optimized": {"peak_torque_ratio": 1.25 * max(planned, 0.9)}}}
+    margin = verified_torque_margin(result, over, 0.1)
+    assert 1.0 - margin == pytest.approx(0.9 * planned / over["verified"]["optimized"]["peak_torque_ratio"])
+    assert verified_torque_margin(result, {"verified": {"optimized": {"peak_torque_ratio": 0.99}}}, 0.1) is None
+    assert verified_torque_margin(result, {}, 0.1) is None
+
+
+def test_a_plan_the_verification_model_finds_beyond_stall_is_optimized_again_from_its_optimum(tiny, monkeypatch):
+    """When the model the plan is verified in needs more than the stall torque where the planning model did not,
+    the plan optimizes again from its optimum with the torque threshold lowered by the models' ratio and is
+    verified again. The verification here is the real check with the torques read 1.5 x higher (a unit test of the
+    orchestration; the full-FEM case is in docs/optimize.md), the servo's stall torque set so that the first
+    optimum asks 0.8 x stall in the planning model."""
+    import retarget.optimize.planning as planning
+    import retarget.optimize.verification as verification
+
+    robot, options = tiny
+    opts = replace(options, max_iterations=3, torque_weight=1e3, torque_margin=0.0)
+    first = plan(robot, _tiny_ramp(), replace(opts, verified_torque_rounds=0))
+    scale = first.variants["optimized"].metrics["peak_torque_ratio"] / 0.8
+    real_limits, real_check = planning.limits_for, verification.check_plan
+    monkeypatch.setattr(planning, "limits_for", lambda *a, **k: replace(
+        real_limits(*a, **k), stall_torque=np.asarray(real_limits(*a, **k).stall_torque) * scale))
+    verified = []
+
+    def read_higher(result, *args, **kwargs):
+        out = real_check(result, *args, **kwargs)
+        verified.append(1.5 * result.variants["optimized"].metrics["peak_torque_ratio"])
+        out["verified"] = {"optimized": {"peak_torque_ratio": verified[-1]}}
+        return out
+
+    monkeypatch.setattr(verification, "check_plan", read_higher)
+    result = plan(robot, _tiny_ramp(), opts)
+    assert len(verified) == 2 and verified[0] > 1.0
+    again = [w for w in result.warnings if "optimizing again from the optimum" in w]
+    assert len(again) == 1 and f"with the torque penalty from {1 / 1.5:.2f} x stall on" in again[0]
+    assert verified[1] < verified[0]

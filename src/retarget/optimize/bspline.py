@@ -260,12 +260,16 @@ class ProfileParametrization:
             θ(t0) = pose, θ̇(t0) = θ̈(t0) = 0, and none of these are parameters. ``None``: the first control points
             are free.
         hold_end: Tie the last three control points to one parameter (rest at ``t_end``).
+        rest_control: With ``hold_end``, tie every control point from this index on to that parameter (at least the
+            last three): the profile is constant from knot ``rest_control`` on (``t0 + rest_control · h``). None:
+            only the last three.
     """
 
     n_control: int
     n_motors: int
     start_pose: NDArray[np.float64] | None = None
     hold_end: bool = True
+    rest_control: int | None = None
     _expansion: sp.csr_matrix = field(init=False, repr=False)
     _offset: NDArray[np.float64] = field(init=False, repr=False)
 
@@ -273,6 +277,8 @@ class ProfileParametrization:
         n = int(self.n_control)
         head = 3 if self.start_pose is not None else 0
         tail = 3 if self.hold_end else 0
+        if self.hold_end and self.rest_control is not None:
+            tail = max(tail, n - max(int(self.rest_control), head))
         if n - head - tail < 0 or n < 4:
             raise ProfileError(f"{n} control points cannot hold the start and the end at rest: use a smaller knot "
                                f"spacing (at least {head + tail} control points, i.e. {head + tail - 3} segments, "
@@ -281,7 +287,7 @@ class ProfileParametrization:
         rows = np.arange(head, n)
         cols = np.arange(n - head)
         if tail:
-            cols[-3:] = n_free - 1
+            cols[-tail:] = n_free - 1
         expansion = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(n, n_free))
         offset = np.zeros((n, int(self.n_motors)))
         if self.start_pose is not None:
@@ -417,7 +423,7 @@ def _acceleration_rows(t0: float, h: float, n_seg: int) -> tuple[sp.csr_matrix, 
 
 
 def fit_profiles(motion: Motion, knot_spacing: float, *, smoothing: float = 0.0, hold_start: bool = True,
-                 hold_end: bool = True) -> ProfileFit:
+                 hold_end: bool = True, rest_from: float | None = None) -> ProfileFit:
     """Fit B-spline profiles to a motion by linear least squares.
 
     Minimizes ``(1/n) Σ_i |θ(t_i) − θ̄_i|² + smoothing · (1/T) ∫ |θ̈|² dt`` over the parameters (the end conditions
@@ -430,6 +436,8 @@ def fit_profiles(motion: Motion, knot_spacing: float, *, smoothing: float = 0.0,
         smoothing: Weight of the acceleration term [s⁴], ``≥ 0``.
         hold_start: Start at rest in the motion's first pose (fixed, not a parameter).
         hold_end: End at rest (tied last control points).
+        rest_from: With ``hold_end``, the profiles are constant (at rest, in one pose per motor) from the first knot
+            at or after this time [s] on; None: from ``t_end``.
 
     Returns:
         The fit with per-joint max and RMS error at the motion's samples.
@@ -441,8 +449,9 @@ def fit_profiles(motion: Motion, knot_spacing: float, *, smoothing: float = 0.0,
         raise ProfileError(f"smoothing must be ≥ 0, got {smoothing}", smoothing=smoothing)
     t0, t1 = float(motion.time[0]), float(motion.time[-1])
     n_seg = num_segments(t0, t1, knot_spacing)
+    rest_control = None if rest_from is None else int(math.ceil((float(rest_from) - t0) / knot_spacing - 1e-9))
     param = ProfileParametrization(n_seg + 3, motion.num_joints,
-                                   motion.positions[0] if hold_start else None, hold_end)
+                                   motion.positions[0] if hold_start else None, hold_end, rest_control)
     b0 = _basis_matrix(motion.time, t0, knot_spacing, n_seg, 0)
     a = (param.parameter_basis(b0)).toarray()
     rhs = motion.positions - np.asarray(b0 @ param.offset)

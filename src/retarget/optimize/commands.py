@@ -176,7 +176,7 @@ def options_from_args(args: argparse.Namespace) -> Any:
                        time_budget=args.time_budget, target_stride=args.target_stride, method=args.method,
                        first_step=args.first_step, window=args.window, window_tail=args.window_tail,
                        window_overlap=args.window_overlap, torque_weight=args.torque_weight,
-                       settle_weight=args.settle_weight,
+                       settle_weight=args.settle_weight, rest_after=None if args.rest_after < 0 else args.rest_after,
                        torque_margin=args.torque_margin, start=args.start,
                        verify_dt=verify_dt if verify_dt > 0 else None,
                        stiffness_band=_factors(args.robust, "--robust"), band=_factors(args.band, "--band"),
@@ -422,6 +422,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--settle-weight", type=float, default=D.settle_weight, metavar="F", help="factor on the tracked "
                    f"bodies' weights once the input stops moving: the ring-out after the motion (default "
                    f"{D.settle_weight:g})")
+    p.add_argument("--rest-after", type=float, default=D.rest_after, metavar="S", help="the optimized motors come to "
+                   "rest S seconds after the input stops and hold one pose from the next knot on: no corrections "
+                   "tuned to the planning model's ringing after the motion (default "
+                   f"{D.rest_after:g}; negative: only the end of the motion is at rest)")
     p.add_argument("--torque-weight", type=float, default=D.torque_weight,
                    metavar="W", help="penalty on simulated motor "
                    "torques above (1 - torque margin) x the servos' stall torque [1/(N^2 m^2 s)] (default 10; when the "

@@ -7,7 +7,13 @@ from collections.abc import Mapping
 from typing import Any
 
 
-__all__ = ["NODE_PARAMETERS", "VERIFY_COST_FACTOR", "PlanOptions", "options_from_parameters", "verification_reserve"]
+__all__ = ["NODE_PARAMETERS", "REST_AFTER_S", "VERIFY_COST_FACTOR", "PlanOptions", "options_from_parameters",
+           "verification_reserve"]
+
+
+#: Default :attr:`PlanOptions.rest_after` [s]: about one period of the single rod's first mode with its tip mass
+#: (3.1 Hz), the time a ZVD shaper adds to its motions.
+REST_AFTER_S = 0.3
 
 
 @dataclass(frozen=True)
@@ -26,12 +32,21 @@ class PlanOptions:
         velocity_weight: speed-limit penalty weight (see :class:`VelocityPenalty`).
         settle_weight: factor on every tracked body's weights once the input has stopped moving (its ring-out): the
             vibration left after the motion is what the robot shows longest, and ZVD leaves almost none.
+        rest_after: the optimized motors come to rest this long [s] after the input stops moving (from the next
+            knot on, every motor holds one pose, chosen by the optimizer): a motor that keeps correcting by fractions
+            of an encoder tick damps the ringing of the model it was planned on and excites a robot whose
+            frequencies differ; at rest, the ring-out left is what the plan leaves robustly. None: only the end of
+            the motion is at rest.
         torque_weight: weight of the penalty on simulated motor torques above ``(1 − torque_margin)`` × the
             servos' stall torque (:class:`~retarget.optimize.limits.TorquePenalty`) [1/(N² m² s)]; 0: torques are
             only reported (and warned about above stall). On by default: a plan the servos cannot play is no plan.
         torque_margin: fraction of the stall torque the penalty keeps free, in ``[0, 1)``.
         torque_rounds: when the optimum still asks more than the stall torque, optimize again from it with the
             penalty's weight × 10, at most this many times (a penalty continuation).
+        verified_torque_rounds: when the verification model (the full FEM, or an independently trained one) measures
+            the optimum above the stall torque although the planning model kept it within, optimize again from it
+            with the torque penalty's threshold lowered by the ratio of the two models' peak torques, and verify
+            again, at most this many times: the torque that counts is the one the robot needs.
         duration: simulated time [s]; None: the motion's duration.
         baselines: also simulate the ZV/ZVD baselines (the naive one is the optimizer's first evaluation).
         target_stride: solve the quasi-static targets at every ``target_stride``-th step only and interpolate
@@ -117,9 +132,11 @@ class PlanOptions:
     acceleration_weight: Any = 1e-8
     velocity_weight: float = 10.0
     settle_weight: float = 1.0
+    rest_after: float | None = REST_AFTER_S
     torque_weight: float = 10.0
     torque_margin: float = 0.1
     torque_rounds: int = 2
+    verified_torque_rounds: int = 1
     duration: float | None = None
     baselines: bool = True
     target_stride: int = 1
@@ -174,7 +191,7 @@ def verification_reserve(options: PlanOptions) -> float:
 #: 0 (or an empty string) there means "the default".
 NODE_PARAMETERS: tuple[str, ...] = ("dt", "target_stride", "window", "window_tail", "window_overlap", "torque_weight",
                                     "torque_margin", "verify", "verify_dt", "time_budget", "reduced_file",
-                                    "allow_training", "allow_unverified_model")
+                                    "allow_training", "allow_unverified_model", "verify_model")
 
 
 def options_from_parameters(parameters: Mapping[str, Any], **overrides: Any) -> PlanOptions:
@@ -206,6 +223,7 @@ def options_from_parameters(parameters: Mapping[str, Any], **overrides: Any) -> 
         "time_budget": given("time_budget", None), "reduced_file": given("reduced_file", None),
         "allow_training": bool(p.get("allow_training", defaults.allow_training)),
         "allow_unverified_model": bool(p.get("allow_unverified_model", defaults.allow_unverified_model)),
+        "verify_model": str(given("verify_model", defaults.verify_model)),
     }
     values.update({k: v for k, v in overrides.items() if v is not None})
     return PlanOptions(**values)

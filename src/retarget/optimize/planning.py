@@ -19,6 +19,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
+
 from retarget.errors import InputError
 from retarget.motion.motion import Motion
 from retarget.optimize.control import (
@@ -191,8 +194,37 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
     fired = cancel is not None and cancel.fired
     checks = {} if fired else check_plan(result, pm.model, run_options, engine_factory, steps, say, deadline,
                                          robot=robot, planning_info=pm.info)
+    for _ in range(int(options.verified_torque_rounds) if run_options.torque_weight > 0
+                   and run_options.window is None else 0):
+        margin = verified_torque_margin(result, checks, run_options.torque_margin)
+        if margin is None or fired or (deadline is not None and time.perf_counter() > deadline):
+            break
+        message = (f"the verification model needs {checks['verified']['optimized']['peak_torque_ratio']:.2f} x the "
+                   f"stall torque where the planning model needed "
+                   f"{result.variants['optimized'].metrics['peak_torque_ratio']:.2f} x: optimizing again from the "
+                   f"optimum with the torque penalty from {1.0 - margin:.2f} x stall on, then verifying again")
+        say(message)
+        run_options = replace(run_options, torque_margin=margin)
+        again = run_plan(engine, motion, bodies, limits, run_options, steps, on_iteration, engine_factory,
+                         x0=result.optimization.x)
+        again.warnings[:0] = [*result.warnings, message]
+        fired = cancel is not None and cancel.fired
+        result, checks = again, ({} if fired else check_plan(again, pm.model, run_options, engine_factory, steps, say,
+                                                              deadline, robot=robot, planning_info=pm.info))
     info = dict(pm.info)
     return replace(result, checks=checks, model_info=info, cancelled=fired, wall_s=time.perf_counter() - started)
+
+
+def verified_torque_margin(result: PlanResult, checks: dict[str, Any], margin: float) -> float | None:
+    """The torque penalty's margin for another round when the verification model measured the optimum above the
+    stall torque and the planning model below it: the threshold ``(1 − margin)`` × stall scaled by the ratio of the
+    two models' peak torques; None when no round is needed (or the models do not disagree that way)."""
+    verified = ((checks.get("verified") or {}).get("optimized") or {}).get("peak_torque_ratio")
+    planned = result.variants["optimized"].metrics.get("peak_torque_ratio") if "optimized" in result.variants \
+        else None
+    if verified is None or planned is None or not verified > 1.0 or not 0.0 < planned < verified:
+        return None
+    return 1.0 - (1.0 - float(margin)) * float(planned) / float(verified)
 
 
 def replay_check_warning(info: dict[str, Any]) -> str:
@@ -212,7 +244,8 @@ def replay_check_warning(info: dict[str, Any]) -> str:
 def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights], limits: MotorLimits,
              options: PlanOptions, progress: Callable[[str, int, int], None] | None = None,
              callback: Callable[[dict[str, float]], None] | None = None,
-             engine_factory: Callable[[float], Engine] | None = None) -> PlanResult:
+             engine_factory: Callable[[float], Engine] | None = None,
+             x0: NDArray[np.float64] | None = None) -> PlanResult:
     """Build, optimize, and simulate the baselines and the result.
 
     Args:
@@ -226,6 +259,8 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
         callback: per-iteration ``{iteration, objective, gradient_norm}`` (see :func:`optimize`).
         engine_factory: ``engine_factory(factor)`` → the planning model with every flexible part's stiffness times
             ``factor``: needed for ``options.stiffness_band``.
+        x0: start the optimization here (an earlier optimum) instead of the input's fit or its speed-feasible
+            projection; the naive playback is then a simulation of its own.
 
     The naive variant is the optimizer's first evaluation (the fit ``x₀``), so it costs no extra simulation —
     unless the input is too fast for the servos and the optimizer starts from a speed-feasible projection
@@ -254,7 +289,11 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
     # One evaluation steps forward through the motion, then backward (the adjoint): its bar counts both.
     step_cb = None if progress is None else (lambda k, n: progress("evaluation (forward + adjoint)", k, n))
     x_start, naive = None, None
-    if options.start == "feasible":
+    if x0 is not None:
+        x_start = np.asarray(x0, dtype=float)
+        naive = first_evaluation(pp.problem, pp.fit.parameters, False, deadline_progress(
+            deadline, None if progress is None else (lambda k, n: progress("naive playback", k, n))))
+    elif options.start == "feasible":
         projection = speed_feasible_parameters(pp.fit.profiles, pp.fit.parametrization, pp.fit.parameters, limits,
                                                pp.bounds)
         if projection.changed:

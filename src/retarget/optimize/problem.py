@@ -101,7 +101,9 @@ def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedB
         raise OptimizeError(f"the motion is too short to simulate ({duration} s with dt {options.dt} s)")
     n_steps = int(round(duration / options.dt))
     times = np.arange(n_steps + 1) * options.dt
-    fit = fit_profiles(m0, options.knot_spacing)
+    stop = motion_stop_time(m0)
+    rest_from = None if options.rest_after is None else stop + max(float(options.rest_after), 0.0)
+    fit = fit_profiles(m0, options.knot_spacing, rest_from=rest_from)
     angles = m0.sample(times)
     poses = TrackedPoses.build(engine, [b.link for b in bodies])
     started = time.perf_counter()
@@ -116,7 +118,7 @@ def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedB
     targets = quasi_static_targets(engine, poses, times, angles, cb, options.target_stride)
     tracking = TrackingObjective.build(times, bodies, targets.positions, targets.orientations)
     if options.settle_weight != 1.0:
-        tracking = settled(tracking, motion_stop_time(m0), float(options.settle_weight))
+        tracking = settled(tracking, stop, float(options.settle_weight))
     reg = MotorRegularizer.build(fit.profiles, times, angles, WeightSchedule.parse(options.deviation_weight),
                                  WeightSchedule.parse(options.acceleration_weight))
     vel = VelocityPenalty.build(fit.profiles, times, limits, options.velocity_weight) if options.velocity_weight > 0 \

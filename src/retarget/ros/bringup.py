@@ -240,7 +240,7 @@ class Bringup:
 def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = True, mocap: str = "twin",
              namespace: str = "", run_dir: Path | None = None, twin: str = "first_order",
              reduced: str | Path | None = None, python: str | None = None,
-             plan_time_budget: float = 0.0) -> Bringup:
+             plan_time_budget: float = 0.0, verify_model: str | Path | None = None) -> Bringup:
     """Compute a robot's node set.
 
     Args:
@@ -259,6 +259,8 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
             planner's ``reduced_file`` (None: each finds the newest fresh model itself).
         python: Interpreter for the processes (default: this one); only used in the emulator's command.
         plan_time_budget: The planner node's ``time_budget`` [s] (0: the params file's, else none).
+        verify_model: The planner node's ``verify_model`` (a verification model's file, ``full``, ``none``;
+            None: the params file's, else ``auto``).
 
     Returns:
         The node set.
@@ -346,6 +348,9 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
             planner_params["time_budget"] = float(plan_time_budget)
         if reduced:
             planner_params["reduced_file"] = str(Path(reduced).expanduser().resolve())
+        if verify_model:
+            planner_params["verify_model"] = (str(Path(verify_model).expanduser().resolve())
+                                              if str(verify_model).lower().endswith(".npz") else str(verify_model))
         nodes.append(node("planner", "retarget.ros.planner", "planner", planner_params))
     if mocap != "none":
         mocap_params: dict[str, Any] = {"source": mocap}

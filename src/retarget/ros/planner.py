@@ -84,6 +84,10 @@ class Planner(Node):
                               "(skipped if it runs out all the same)")
         self.verify_dt = declare(self, "verify_dt", T.DOUBLE, 0.0, "verification step [s]; 0: the planning dt / 5",
                                  low=0.0)
+        self.verify_model = declare(self, "verify_model", T.STRING, "", "the model the plan is verified in, one it "
+                                    "was not optimized on: auto (the full FEM where affordable, else the newest "
+                                    "verification model in the model folders' verify/), full, none, or a "
+                                    "verification model's .npz; empty: auto")
         self.allow_unverified_model = declare(self, "allow_unverified_model", T.BOOL, False,
                                               "plan even when a flexible part's frequencies miss the model card's "
                                               "gate (the plan's figures then rest on wrong frequencies; warned)")
