@@ -524,3 +524,4 @@ def test_a_plan_the_verification_model_finds_beyond_stall_is_optimized_again_fro
     again = [w for w in result.warnings if "optimizing again from the optimum" in w]
     assert len(again) == 1 and f"with the torque penalty from {1 / 1.5:.2f} x stall on" in again[0]
     assert verified[1] < verified[0]
+    assert result.variants.keys() == first.variants.keys()  # the second start is not a speed-limited variant

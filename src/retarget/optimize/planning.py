@@ -326,7 +326,7 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
         warnings.append(opt.message)
     naive = opt.initial if naive is None else naive
     variants["naive"] = evaluation_variant(pp, "naive", pp.fit.parameters, naive)
-    if x_start is not None:
+    if x_start is not None and x0 is None:
         variants["speed_limited"] = evaluation_variant(pp, "speed_limited", x_start, opt.initial)
     warnings.extend(f"input as authored (naive playback): {w}"
                     for w in torque_report(pp.targets.times, variants["naive"].torques, limits).warnings())
