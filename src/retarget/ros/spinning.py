@@ -91,9 +91,11 @@ def _sigint_noted(noted: list[int]) -> Iterator[None]:
     try:
         yield
     finally:
-        uninstall_signal_handlers()
-        signal.signal(signal.SIGINT, previous)
-        install_signal_handlers(options)
+        try:
+            uninstall_signal_handlers()
+        finally:  # Python's handler is back whatever rclpy's teardown does meanwhile
+            signal.signal(signal.SIGINT, previous)
+            install_signal_handlers(options)
 
 
 def _shut_down_soon(node: Node, grace_s: float) -> bool:
