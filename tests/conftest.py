@@ -4,10 +4,17 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
 import pytest
+
+# A suite started in the background of a shell without job control (`cmd &` in a script, nohup) inherits SIGINT
+# ignored, and so would every process a test starts: Ctrl-C tests would then wait for processes that cannot hear it.
+# Python's own handler here makes the children start with the default disposition.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Set before any test imports numpy/rclpy or starts a process, so children inherit them.
 # Loopback-only discovery and a per-run domain keep parallel runs (and other developers) apart;
