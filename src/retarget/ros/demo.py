@@ -318,23 +318,20 @@ def demo_model(robot: str, train_motion: str, *, mesh_scale: float, duration: fl
     return DemoModel(path, "trained", elapsed)
 
 
-def demo_verification_model(robot: str, folder: Path | None = SHIPPED_VERIFY_DIR) -> tuple[Path | None, str]:
-    """The newest verification model of ``robot`` in ``folder`` that still matches the robot, and why none did
-    ("" when one did)."""
-    from retarget.errors import InputError
+def demo_verification_model(robot: str, folder: Path | None = SHIPPED_MODEL_DIR) -> tuple[Path | None, str]:
+    """The newest verification model of ``robot`` in ``folder``'s ``verify/`` that still matches the robot, and why
+    none did ("" when one did)."""
     from retarget.optimize.planning_model import load_artifact
-    from retarget.sim.reduced.errors import ReducedModelError
+    from retarget.sim.reduced.store import VERIFY_SUBDIR, find_artifact, verification_candidates
 
-    if folder is None or not folder.is_dir():
-        return None, f"no {folder}"
-    reasons = []
-    for path in sorted(folder.glob(f"{robot}-*.npz"), key=lambda p: p.stat().st_mtime, reverse=True):
-        try:
-            load_artifact(robot, path)
-            return path, ""
-        except (ReducedModelError, InputError) as exc:
-            reasons.append(f"{path.name} no longer matches the robot: {exc}")
-    return None, "; ".join(reasons) or f"none of {robot} in {folder}"
+    def checked(name: str, candidate: Path) -> Path:
+        load_artifact(name, candidate)  # raises for a stale or foreign file: find_artifact skips it
+        return candidate
+
+    if folder is None:
+        return None, "no folder"
+    path, skipped = find_artifact(robot, robot, verification_candidates(robot, [folder]), checked)
+    return path, "" if path is not None else ("; ".join(skipped) or f"none of {robot} in {folder / VERIFY_SUBDIR}")
 
 
 def _run_child(command: list[str], what: str, quiet: bool) -> float:

@@ -123,11 +123,12 @@ def artifact_candidates(name: str) -> list[Path]:
 VERIFY_SUBDIR = "verify"
 
 
-def verification_candidates(name: str) -> list[Path]:
-    """Verification models of robot ``name`` (``<folder>/verify/<name>[-*].npz`` for each of :func:`artifact_dirs`),
-    newest first. They are not planning models: :func:`artifact_candidates` does not list them."""
+def verification_candidates(name: str, folders: Sequence[Path] | None = None) -> list[Path]:
+    """Verification models of robot ``name`` (``<folder>/verify/<name>[-*].npz`` for each of ``folders``, default
+    :func:`artifact_dirs`), newest first. They are not planning models: :func:`artifact_candidates` does not list
+    them."""
     found: set[Path] = set()
-    for folder in artifact_dirs():
+    for folder in artifact_dirs() if folders is None else folders:
         sub = folder / VERIFY_SUBDIR
         if sub.is_dir():
             found |= {p for p in sub.glob("*.npz") if p.stem == name or p.stem.startswith(f"{name}-")}
