@@ -176,7 +176,9 @@ def options_from_args(args: argparse.Namespace) -> Any:
                        time_budget=args.time_budget, target_stride=args.target_stride, method=args.method,
                        first_step=args.first_step, window=args.window, window_tail=args.window_tail,
                        window_overlap=args.window_overlap, torque_weight=args.torque_weight,
-                       settle_weight=args.settle_weight, rest_after=None if args.rest_after < 0 else args.rest_after,
+                       settle_weight=args.settle_weight, settle_iterations=args.settle_iterations,
+                       settle_peak_allowance=args.settle_peak_allowance,
+                       rest_after=None if args.rest_after < 0 else args.rest_after,
                        torque_margin=args.torque_margin, start=args.start,
                        verify_dt=verify_dt if verify_dt > 0 else None,
                        stiffness_band=_factors(args.robust, "--robust"), band=_factors(args.band, "--band"),
@@ -288,6 +290,12 @@ def _factors(text: str | None, option: str) -> tuple[float, ...]:
 
 def _print_checks(metrics: dict[str, Any]) -> None:
     """The verification and robustness figures, after the planning model's."""
+    settle = metrics.get("settle")
+    if settle:
+        print(f"  settle refinement (stiffness x {', '.join(f'{f:g}' for f in settle['factors'])}): largest ring-out "
+              f"{1e3 * settle['ring_before_m']:.2f} -> {1e3 * settle['ring_after_m']:.2f} mm, peak "
+              f"{1e3 * settle['peak_before_m']:.2f} -> {1e3 * settle['peak_after_m']:.2f} mm, "
+              f"{settle['iterations']} steps, {settle['wall_s']:.0f} s ({settle['message']})")
     ver = metrics.get("verified")
     if ver:
         print(f"  verified in the full FEM ({ver['deformable_dofs']} DOFs, dt {ver['dt_s']:g} s):")
@@ -422,6 +430,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--settle-weight", type=float, default=D.settle_weight, metavar="F", help="factor on the tracked "
                    f"bodies' weights once the input stops moving: the ring-out after the motion (default "
                    f"{D.settle_weight:g})")
+    p.add_argument("--settle-iterations", type=int, default=D.settle_iterations, metavar="N", help="steps of the "
+                   "settle refinement after the optimizer: lowers the largest ring-out after the motion across "
+                   "stiffness x " + ", ".join(f"{f:g}" for f in (1.0, *D.settle_band)) + " without raising a peak "
+                   f"deviation or torque beyond --settle-peak-allowance (default {D.settle_iterations}; 0: off; "
+                   "plans of at most 200 parameters)")
+    p.add_argument("--settle-peak-allowance", type=float, default=D.settle_peak_allowance, metavar="F",
+                   help="factor by which the settle refinement may raise the peak deviation to lower the ring-out "
+                   f"(default {D.settle_peak_allowance:g}; 1: not raised)")
     p.add_argument("--rest-after", type=float, default=D.rest_after, metavar="S", help="the optimized motors come to "
                    "rest S seconds after the input stops and hold one pose from the next knot on: no corrections "
                    "tuned to the planning model's ringing after the motion (default "

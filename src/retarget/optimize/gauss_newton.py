@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -43,7 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover
 _LOG = logging.getLogger(__name__)
 
 __all__ = ["MAX_PARAMETERS", "LeastSquares", "ensemble_gauss_newton", "levenberg_marquardt", "parameter_hessian",
-           "supports_tangent", "tangent_least_squares"]
+           "state_tangents", "supports_tangent", "tangent_least_squares"]
 
 #: Above this many parameters the tangent pass (one solve per parameter and step) costs more than L-BFGS saves.
 MAX_PARAMETERS: int = 200
@@ -96,6 +96,26 @@ def _motor_tangents(problem: AdjointProblem, times: NDArray[np.float64]) -> tupl
     return out[0], out[1]
 
 
+def state_tangents(problem: AdjointProblem, x: NDArray[np.float64], fwd: Rollout
+                   ) -> Iterator[tuple[int, NDArray[np.float64]]]:
+    """The tangent-linear pass over the rollout ``fwd`` at ``x``: ``(n, ∂S_n/∂x)`` for ``n = 1 … N`` in order
+    (``∂S_0/∂x = 0``), each (n_S, n_parameters), exact to the Newton tolerance."""
+    motors = problem.profiles(np.asarray(x, dtype=float))
+    n = problem.n_steps
+    d_theta, d_theta_dot = _motor_tangents(problem, fwd.times)
+    p = problem.parametrization.n_parameters
+    window: list[NDArray[np.float64]] = [np.zeros((fwd.matrix.shape[1], p))]  # δS_{n−1}, δS_{n−2}
+    for step, sens in zip(range(1, n + 1), step_sensitivities(problem.engine, fwd.states, problem.dt, motors,
+                                                              range(1, n + 1))):
+        assert sens.solve is not None and sens.history is not None
+        rhs = sens.r_theta @ d_theta[step] + sens.r_theta_dot @ d_theta_dot[step]
+        for lag, ds in enumerate(window, start=1):
+            rhs += sens.history(lag, ds)
+        ds_n = -sens.solve(rhs)
+        window = [ds_n] + window[:1]
+        yield step, ds_n
+
+
 def tangent_least_squares(problem: AdjointProblem, x: NDArray[np.float64], fwd: Rollout,
                           progress: Callable[[int, int], None] | None = None) -> LeastSquares:
     """The tracking residual and its exact Jacobian at ``x`` by the tangent-linear pass over the rollout ``fwd``.
@@ -108,10 +128,7 @@ def tangent_least_squares(problem: AdjointProblem, x: NDArray[np.float64], fwd: 
     """
     from retarget.sim.rotation import rotate_jacobian
 
-    motors = problem.profiles(np.asarray(x, dtype=float))
     n = problem.n_steps
-    times = fwd.times
-    d_theta, d_theta_dot = _motor_tangents(problem, times)
     tr = problem.tracking
     idx = problem.poses.indices
     k = len(idx)
@@ -128,16 +145,7 @@ def tangent_least_squares(problem: AdjointProblem, x: NDArray[np.float64], fwd: 
         sq_ori = np.sqrt(tr.quadrature[:, None] * tr.orientation_weights)
         rot = problem.poses.orientations(fwd.matrix)
         res[:, :, 3:] = (sq_ori[:, :, None, None] * (rot - tr.target_orientations)).reshape(n + 1, k, 9)
-    states = fwd.states
-    window: list[NDArray[np.float64]] = [np.zeros((fwd.matrix.shape[1], p))]  # δS_{n−1}, δS_{n−2}
-    for step, sens in zip(range(1, n + 1), step_sensitivities(problem.engine, states, problem.dt, motors,
-                                                              range(1, n + 1))):
-        assert sens.solve is not None and sens.history is not None
-        rhs = sens.r_theta @ d_theta[step] + sens.r_theta_dot @ d_theta_dot[step]
-        for lag, ds in enumerate(window, start=1):
-            rhs += sens.history(lag, ds)
-        ds_n = -sens.solve(rhs)
-        window = [ds_n] + window[:1]
+    for step, ds_n in state_tangents(problem, x, fwd):
         for j, i in enumerate(idx):
             jac[step, j, :3] = sq_pos[step, j] * ds_n[7 * i : 7 * i + 3]
             if ori and sq_ori[step, j] != 0.0:

@@ -47,6 +47,19 @@ class PlanOptions:
             the optimum above the stall torque although the planning model kept it within, optimize again from it
             with the torque penalty's threshold lowered by the ratio of the two models' peak torques, and verify
             again, at most this many times: the torque that counts is the one the robot needs.
+        settle_iterations: steps of the settle refinement after the optimizer (:mod:`retarget.optimize.settle`): a
+            minimax linear program on the exact sensitivities of the nominal model and the ``settle_band`` models
+            lowers the largest ring-out after the motion without raising any peak deviation or torque; 0: off. It
+            runs when the plan has a ring-out to refine (:data:`~retarget.optimize.variants.MIN_RING_OUT`), no
+            ``window`` and at most :data:`~retarget.optimize.gauss_newton.MAX_PARAMETERS` parameters (a tangent
+            pass costs one solve per parameter and step).
+        settle_band: stiffness factors of the settle refinement's models besides the nominal one: × 0.9 … × 1.1
+            in steps of 0.05 hold the ring-out down across the band, not only at its ends (docs/optimize.md).
+        settle_radius: the settle refinement's first trust radius [rad].
+        settle_peak_allowance: how far the settle refinement may raise the peak deviation (nominal model, and the
+            band's largest), as a factor: the vibration left after the motion is what the robot shows longest.
+            Measured on single_rod/step_30_servo (docs/optimize.md): 1 (not raised) leaves 0.40 mm of ring-out
+            across the band, 1.2 leaves 0.07 mm at a peak 1.2 × higher.
         duration: simulated time [s]; None: the motion's duration.
         baselines: also simulate the ZV/ZVD baselines (the naive one is the optimizer's first evaluation).
         target_stride: solve the quasi-static targets at every ``target_stride``-th step only and interpolate
@@ -137,6 +150,10 @@ class PlanOptions:
     torque_margin: float = 0.1
     torque_rounds: int = 2
     verified_torque_rounds: int = 1
+    settle_iterations: int = 8
+    settle_band: tuple[float, ...] = (0.9, 0.95, 1.05, 1.1)
+    settle_radius: float = 0.01
+    settle_peak_allowance: float = 1.2
     duration: float | None = None
     baselines: bool = True
     target_stride: int = 1

@@ -322,6 +322,12 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
     if pp.ensemble is not None:
         pp = replace(pp, ensemble=replace(pp.ensemble, pool=None))
     timings["optimization"] = time.perf_counter() - t0
+    settle = None
+    if _settles(pp, options, engine_factory, opt, ring_out_s(pp) >= MIN_RING_OUT):
+        t0 = time.perf_counter()
+        assert engine_factory is not None
+        opt, settle = _settle(pp, options, opt, engine_factory, workers, deadline, progress)
+        timings["settle"] = time.perf_counter() - t0
     if opt.interrupted or opt.budget_limited:
         warnings.append(opt.message)
     naive = opt.initial if naive is None else naive
@@ -346,7 +352,47 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
     beyond = training_range_warning(variants["optimized"].training_range)
     if beyond:
         warnings.append(f"optimized trajectory: {beyond}")
-    return PlanResult(pp, opt, profiles, variants, report, warnings, timings, naive.value)
+    return PlanResult(pp, opt, profiles, variants, report, warnings, timings, naive.value, settle=settle)
+
+
+def _settles(pp: PlanProblem, options: PlanOptions, engine_factory: Callable[[float], Engine] | None,
+             opt: OptimizationResult, ring_out: bool) -> bool:
+    """Whether the settle refinement runs (:attr:`PlanOptions.settle_iterations`)."""
+    from retarget.optimize.gauss_newton import MAX_PARAMETERS, supports_tangent
+
+    return (int(options.settle_iterations) > 0 and options.window is None and engine_factory is not None
+            and ring_out and not (opt.interrupted or opt.budget_limited)
+            and pp.problem.parametrization.n_parameters <= MAX_PARAMETERS and supports_tangent(pp.problem))
+
+
+def _settle(pp: PlanProblem, options: PlanOptions, opt: OptimizationResult,
+            engine_factory: Callable[[float], Engine], workers: int, deadline: float | None,
+            progress: Callable[[str, int, int], None] | None) -> tuple[OptimizationResult, Any]:
+    """The settle refinement of ``opt.x`` (:mod:`retarget.optimize.settle`); the result carries the refined point,
+    its objective (every model of the robust objective, forward only) and the refinement's report."""
+    from retarget.optimize.problem import motion_stop_time
+    from retarget.optimize.settle import settle_refinement
+    from retarget.optimize.verification import commanded_stop_time
+
+    times = pp.targets.times
+    angles = np.asarray(pp.problem.profiles(opt.x).evaluate(times))
+    ring_from = max(motion_stop_time(pp.motion), commanded_stop_time(times, angles))
+    problems = [(1.0, pp.problem)] + [
+        (float(f), replace(pp.problem, engine=(e := engine_factory(float(f))),
+                           start=e.solve_static(pp.fit.profiles.value(0.0))))
+        for f in options.settle_band if float(f) != 1.0]
+    caps = (1.0 - float(options.torque_margin)) * np.asarray(pp.limits.stall_torque, dtype=float)
+    lower = np.array([-np.inf if lo is None else lo for lo, _ in pp.bounds], dtype=float)
+    upper = np.array([np.inf if hi is None else hi for _, hi in pp.bounds], dtype=float)
+    x, _, report = settle_refinement(problems, opt.x, ring_from, caps, lower, upper,
+                                     int(options.settle_iterations), float(options.settle_radius),
+                                     float(options.settle_peak_allowance), workers,
+                                     None if deadline is None else deadline - 2.0 * opt.evaluation_s,
+                                     None if progress is None else (lambda k, n: progress("settle refinement", k, n)))
+    if report.iterations == 0:
+        return opt, report
+    best = pp.evaluate(x, gradient=False)
+    return replace(opt, x=x, best=best, objective_final=float(best.value)), report
 
 
 def _optimize_within_torque(pp: PlanProblem, options: PlanOptions, minimize: Callable[..., OptimizationResult],

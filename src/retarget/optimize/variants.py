@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -101,6 +101,7 @@ class PlanResult:
         model_info: how the planning model was obtained, with its ``model_card``.
         cancelled: a cancel request stopped the optimizer.
         wall_s: the whole plan's wall time [s], model included (None: the sum of ``timings``).
+        settle: the settle refinement's :class:`~retarget.optimize.settle.SettleReport`, or None (it did not run).
     """
 
     pp: PlanProblem
@@ -115,6 +116,7 @@ class PlanResult:
     model_info: dict[str, Any] = field(default_factory=dict)
     cancelled: bool = False
     wall_s: float | None = None
+    settle: Any = None
 
     def trajectory(self, start_time: float = 0.0) -> tuple[tuple[str, ...], NDArray[np.float64], NDArray[np.float64]]:
         """The optimized trajectory sampled at the simulation step: joint names, times [s] (from ``start_time``,
@@ -160,6 +162,8 @@ class PlanResult:
         out.update(self.checks)
         out["warnings"] = list(self.warnings)
         out["cancelled"] = self.cancelled
+        if self.settle is not None:
+            out["settle"] = asdict(self.settle)
         if self.model_info:
             out["model"] = dict(self.model_info)
         for name, v in self.variants.items():

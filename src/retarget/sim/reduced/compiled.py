@@ -617,6 +617,16 @@ def condensed_solve(p: Packed, ws: Workspace, res: NDArray) -> NDArray:
 
 
 @numba.njit(cache=True)
+def condensed_solve_columns(p: Packed, ws: Workspace, res: NDArray) -> NDArray:
+    """:func:`condensed_solve` of every column of ``res`` (n_S, n_columns) in one call: a tangent-linear pass
+    solves one column per parameter and step, and a Python loop over them cost more than the solves."""
+    out = np.empty_like(res)
+    for j in range(res.shape[1]):
+        out[:, j] = condensed_solve(p, ws, np.ascontiguousarray(res[:, j]))
+    return out
+
+
+@numba.njit(cache=True)
 def converged(size: float, previous: float, tol: float, estimate: bool = True) -> bool:
     """Chord-Newton stopping test on the update sizes ``max(|δU|∞, Δt |δV|∞)`` of two successive iterations.
 

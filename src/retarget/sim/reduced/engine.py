@@ -424,8 +424,7 @@ class CompiledReducedEngine(SystemEngine):
             b = np.asarray(rhs, dtype=float)
             if b.ndim == 1:
                 return -ck.condensed_solve(packed, ws, np.ascontiguousarray(b))
-            return -np.stack([ck.condensed_solve(packed, ws, np.ascontiguousarray(b[:, j]))
-                              for j in range(b.shape[1])], axis=1)
+            return -ck.condensed_solve_columns(packed, ws, np.ascontiguousarray(b))
 
         def history_t(k: int, mu: NDArray[np.float64]) -> NDArray[np.float64]:
             return bdf_history(nu, nv, a1 if k == 1 else a2, h, mass, mu, True)
