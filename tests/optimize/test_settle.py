@@ -108,3 +108,24 @@ def test_norm_directions_bound_planar_deviations_within_two_percent():
     norm = np.linalg.norm(d, axis=1)
     assert np.all(bound <= norm + 1e-12)
     assert np.all(bound >= norm * np.cos(np.pi / 16) - 1e-3 * norm.max())
+
+
+def test_a_cancel_stops_the_refinement_at_the_last_step_taken(rod_systems):
+    from retarget.optimize.errors import PlanCancelled
+    from retarget.optimize.settle import STOPPED
+
+    _, rs = rod_systems
+    engine = reduced_engine(rs, 1e-10)
+    problem = _problem(engine, "tip", 0.005, 40, 0.04, engine.solve_static(np.array([0.0])))
+    x0 = 0.05 * np.random.default_rng(1).normal(size=problem.parametrization.n_parameters)
+
+    def cancel(done: int, total: int) -> None:
+        if done >= 1:
+            raise PlanCancelled("settle refinement")
+
+    inf = np.full(x0.size, np.inf)
+    x, nominal, report = settle_refinement([(1.0, problem)], x0, 0.1, np.array([1e3]), -inf, inf, iterations=3,
+                                           progress=cancel)
+    assert report.message == f"{STOPPED}cancel requested"
+    assert report.iterations <= 1
+    np.testing.assert_allclose(nominal.positions, linearize(problem, x, False, True).evaluation.positions)

@@ -371,7 +371,7 @@ def _settle(pp: PlanProblem, options: PlanOptions, opt: OptimizationResult,
     """The settle refinement of ``opt.x`` (:mod:`retarget.optimize.settle`); the result carries the refined point,
     its objective (every model of the robust objective, forward only) and the refinement's report."""
     from retarget.optimize.problem import motion_stop_time
-    from retarget.optimize.settle import settle_refinement
+    from retarget.optimize.settle import STOPPED, settle_refinement
     from retarget.optimize.verification import commanded_stop_time
 
     times = pp.targets.times
@@ -389,6 +389,8 @@ def _settle(pp: PlanProblem, options: PlanOptions, opt: OptimizationResult,
                                      float(options.settle_peak_allowance), workers,
                                      None if deadline is None else deadline - 2.0 * opt.evaluation_s,
                                      None if progress is None else (lambda k, n: progress("settle refinement", k, n)))
+    if report.message.startswith(STOPPED):
+        opt = replace(opt, interruption=report.message[len(STOPPED):])
     if report.iterations == 0:
         return opt, report
     best = pp.evaluate(x, gradient=False)

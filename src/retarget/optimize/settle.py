@@ -35,13 +35,17 @@ import numpy as np
 from numpy.typing import NDArray
 
 from retarget.optimize.adjoint import AdjointProblem, Evaluation, evaluate
+from retarget.optimize.errors import PlanCancelled
 from retarget.optimize.gauss_newton import state_tangents
 from retarget.optimize.parallel import as_arrays, fork_pool, run_shared
 
 _LOG = logging.getLogger(__name__)
 
-__all__ = ["BandLinearization", "PLANE_DIRECTIONS", "SettleReport", "TOLERANCE", "linearize", "norm_directions",
+__all__ = ["BandLinearization", "PLANE_DIRECTIONS", "STOPPED", "SettleReport", "TOLERANCE", "linearize", "norm_directions",
            "settle_refinement", "settle_step"]
+
+#: How a :attr:`SettleReport.message` of a refinement stopped by Ctrl-C or a cancel begins (the reason follows).
+STOPPED = "stopped: "
 
 #: Relative rise of a peak deviation or torque a refinement step may cause (the linear program's constraints hold
 #: to first order; the simulation of the step decides).
@@ -238,10 +242,11 @@ def settle_refinement(problems: Sequence[tuple[float, AdjointProblem]], x: NDArr
         peak_allowance: factor on the peak deviations the refinement may reach (1: not raised).
         workers: forked workers for the band's models (1: in-process).
         deadline: ``time.perf_counter()`` value after which no new step starts.
-        progress: ``progress(done, total)`` over the steps.
+        progress: ``progress(done, total)`` over the steps (it may raise :class:`PlanCancelled`).
 
     Returns:
-        The refined parameters, the nominal model's (forward) evaluation there, and the report.
+        The refined parameters, the nominal model's (forward) evaluation there, and the report. Ctrl-C or a cancel
+        stops the refinement at the last step taken (its message says so: :data:`STOPPED`).
     """
     started = time.perf_counter()
     factors = tuple(float(f) for f, _ in problems)
@@ -262,47 +267,53 @@ def settle_refinement(problems: Sequence[tuple[float, AdjointProblem]], x: NDArr
         band = run(x, iterations > 0)
         # The nominal model's peak may not rise (beyond the allowance); a band model's may, up to the band's
         # largest (the worst case of the band, the figure a plan reports there, does not rise).
-        caps = [band[0].peak() * peak_allowance] + [max(lin.peak() for lin in band[1:]) * peak_allowance] * (
-            len(band) - 1)
+        band_cap = max((lin.peak() for lin in band[1:]), default=0.0) * peak_allowance
+        caps = [band[0].peak() * peak_allowance] + [band_cap] * (len(band) - 1)
         ring_before = current = max(lin.peak(ring) for lin in band)
         peak_before = band[0].peak()
         taken = rejected = 0
         message = "iteration limit reached"
-        while taken < iterations:
-            if deadline is not None and time.perf_counter() > deadline:
-                message = "time budget reached"
-                break
-            if radius < 1e-6:
-                message = "no step lowers the ring-out (trust radius below 1 urad)"
-                break
-            if band[0].d_deviation is None:
-                band = run(x, True)
-            solved = settle_step(band, ring, caps, torque_caps, radius, lower - x, upper - x)
-            if solved is None:
-                message = "the linear program has no solution"
-                break
-            step, predicted = solved
-            if predicted >= current * (1.0 - TOLERANCE):
-                message = "converged: no step lowers the ring-out by more than 1 %"
-                break
-            trial = run(np.clip(x + step, lower, upper), False)
-            ring_now = max(lin.peak(ring) for lin in trial)
-            peaks_ok = all(lin.peak() <= cap * (1.0 + TOLERANCE) for lin, cap in zip(trial, caps))
-            tau_ok = all(np.all(np.abs(t.torque).max(axis=0) <= np.maximum(torque_caps, np.abs(b.torque).max(axis=0))
-                                * (1.0 + TOLERANCE)) for t, b in zip(trial, band))
-            _LOG.debug("settle step: ring-out %.3e -> %.3e m (predicted %.3e), radius %.2e, peaks %s, torques %s",
-                       current, ring_now, predicted, radius, peaks_ok, tau_ok)
-            if ring_now < current and peaks_ok and tau_ok:
-                x = np.clip(x + step, lower, upper)
-                gain = (current - ring_now) / max(current - predicted, 1e-300)
-                radius = radius * 2.0 if gain > 0.5 and np.max(np.abs(step)) > 0.9 * radius else radius
-                current, band = ring_now, trial
-                taken += 1
+        try:
+            while taken < iterations:
                 if progress is not None:
-                    progress(taken, iterations)
-            else:
-                rejected += 1
-                radius /= 4.0
+                    progress(taken, iterations)  # (a cancel request raises here)
+                if deadline is not None and time.perf_counter() > deadline:
+                    message = "time budget reached"
+                    break
+                if radius < 1e-6:
+                    message = "no step lowers the ring-out (trust radius below 1 urad)"
+                    break
+                if band[0].d_deviation is None:
+                    band = run(x, True)
+                solved = settle_step(band, ring, caps, torque_caps, radius, lower - x, upper - x)
+                if solved is None:
+                    message = "the linear program has no solution"
+                    break
+                step, predicted = solved
+                if predicted >= current * (1.0 - TOLERANCE):
+                    message = "converged: no step lowers the ring-out by more than 1 %"
+                    break
+                trial = run(np.clip(x + step, lower, upper), False)
+                ring_now = max(lin.peak(ring) for lin in trial)
+                peaks_ok = all(lin.peak() <= cap * (1.0 + TOLERANCE) for lin, cap in zip(trial, caps))
+                tau_ok = all(np.all(np.abs(t.torque).max(axis=0)
+                                    <= np.maximum(torque_caps, np.abs(b.torque).max(axis=0)) * (1.0 + TOLERANCE))
+                             for t, b in zip(trial, band))
+                _LOG.debug("settle step: ring-out %.3e -> %.3e m (predicted %.3e), radius %.2e, peaks %s, "
+                           "torques %s", current, ring_now, predicted, radius, peaks_ok, tau_ok)
+                if ring_now < current and peaks_ok and tau_ok:
+                    x = np.clip(x + step, lower, upper)
+                    gain = (current - ring_now) / max(current - predicted, 1e-300)
+                    radius = radius * 2.0 if gain > 0.5 and np.max(np.abs(step)) > 0.9 * radius else radius
+                    current, band = ring_now, trial
+                    taken += 1
+                else:
+                    rejected += 1
+                    radius /= 4.0
+        except PlanCancelled:  # (a KeyboardInterrupt: first)
+            message = f"{STOPPED}cancel requested"
+        except KeyboardInterrupt:
+            message = f"{STOPPED}Ctrl-C"
     nominal = band[0].evaluation
     assert nominal is not None
     report = SettleReport(factors, ring_before, current, peak_before, band[0].peak(),
