@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pytest
 
 from retarget.motion.motion import Motion
 from retarget.optimize.engines import reduced_engine
@@ -129,3 +130,19 @@ def test_a_cancel_stops_the_refinement_at_the_last_step_taken(rod_systems):
     assert report.message == f"{STOPPED}cancel requested"
     assert report.iterations <= 1
     np.testing.assert_allclose(nominal.positions, linearize(problem, x, False, True).evaluation.positions)
+
+
+def test_plan_command_passes_the_settle_settings_and_refuses_bad_ones():
+    from retarget.cli import build_parser
+    from retarget.errors import InputError
+    from retarget.optimize.commands import options_from_args
+
+    parser = build_parser()
+    args = parser.parse_args(["plan", "single_rod", "--motion", "single_rod/step_30_servo", "--settle-iterations", "3",
+                              "--settle-peak-allowance", "1.1"])
+    options = options_from_args(args)
+    assert options.settle_iterations == 3 and options.settle_peak_allowance == 1.1
+    for flag, value in (("--settle-iterations", "-1"), ("--settle-peak-allowance", "0.9")):
+        bad = parser.parse_args(["plan", "single_rod", "--motion", "single_rod/step_30_servo", flag, value])
+        with pytest.raises(InputError, match=flag):
+            options_from_args(bad)

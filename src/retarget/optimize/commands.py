@@ -167,6 +167,11 @@ def options_from_args(args: argparse.Namespace) -> Any:
         raise InputError(f"--dt must be positive, got {args.dt}")
     if args.time_budget is not None and not args.time_budget > 0:
         raise InputError(f"--time-budget must be positive, got {args.time_budget}")
+    if args.settle_iterations < 0:
+        raise InputError(f"--settle-iterations must be 0 (off) or more, got {args.settle_iterations}")
+    if not args.settle_peak_allowance >= 1.0:
+        raise InputError(f"--settle-peak-allowance must be at least 1 (1: peaks not raised), got "
+                         f"{args.settle_peak_allowance}")
     if args.verify_dt is not None and args.verify_dt < 0:
         raise InputError(f"--verify-dt must be positive (or 0: no verification), got {args.verify_dt}")
     verify_dt = args.dt / 5 if args.verify_dt is None else args.verify_dt
