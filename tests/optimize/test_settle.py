@@ -146,3 +146,21 @@ def test_plan_command_passes_the_settle_settings_and_refuses_bad_ones():
         bad = parser.parse_args(["plan", "single_rod", "--motion", "single_rod/step_30_servo", flag, value])
         with pytest.raises(InputError, match=flag):
             options_from_args(bad)
+
+
+def test_a_step_that_is_not_admissible_is_not_taken(rod_systems):
+    _, rs = rod_systems
+    engine = reduced_engine(rs, 1e-10)
+    problem = _problem(engine, "tip", 0.005, 40, 0.04, engine.solve_static(np.array([0.0])))
+    x0 = 0.05 * np.random.default_rng(1).normal(size=problem.parametrization.n_parameters)
+    inf = np.full(x0.size, np.inf)
+    seen = []
+
+    def never(x):
+        seen.append(x.copy())
+        return False
+
+    x, _, report = settle_refinement([(1.0, problem)], x0, 0.1, np.array([1e3]), -inf, inf, iterations=2,
+                                     admissible=never)
+    assert seen and report.iterations == 0 and report.rejected == len(seen)
+    np.testing.assert_array_equal(x, x0)

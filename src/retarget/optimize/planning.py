@@ -384,11 +384,17 @@ def _settle(pp: PlanProblem, options: PlanOptions, opt: OptimizationResult,
     caps = (1.0 - float(options.torque_margin)) * np.asarray(pp.limits.stall_torque, dtype=float)
     lower = np.array([-np.inf if lo is None else lo for lo, _ in pp.bounds], dtype=float)
     upper = np.array([np.inf if hi is None else hi for _, hi in pp.bounds], dtype=float)
+    violations = len(check_profile_limits(pp.problem.profiles(opt.x), pp.limits))
+
+    def admissible(x_new: NDArray[np.float64]) -> bool:  # no new position or speed limit violation
+        return len(check_profile_limits(pp.problem.profiles(x_new), pp.limits)) <= violations
+
     x, _, report = settle_refinement(problems, opt.x, ring_from, caps, lower, upper,
                                      int(options.settle_iterations), float(options.settle_radius),
                                      float(options.settle_peak_allowance), workers,
                                      None if deadline is None else deadline - 2.0 * opt.evaluation_s,
-                                     None if progress is None else (lambda k, n: progress("settle refinement", k, n)))
+                                     None if progress is None else (lambda k, n: progress("settle refinement", k, n)),
+                                     admissible)
     if report.message.startswith(STOPPED):
         opt = replace(opt, interruption=report.message[len(STOPPED):])
     if report.iterations == 0:

@@ -20,8 +20,9 @@ their exact Jacobians come from one forward and one tangent-linear pass
 
 with ``u`` 16 directions in the plane of the deviations' principal axes, both ways along the third axis, and the
 deviation's own (:func:`norm_directions`: the Euclidean norm to within 2 %). The step is simulated in every model
-before it is taken: kept when the largest ring-out fell and no peak or torque rose by more than :data:`TOLERANCE`,
-else the trust radius ``Δ`` shrinks. The models run in forked workers when there are cores for them.
+before it is taken: kept when the largest ring-out fell and no peak or torque rose by more than :data:`TOLERANCE`
+(and the profiles stay within the servos' limits), else the trust radius ``Δ`` shrinks. The models run in forked
+workers when there are cores for them.
 """
 from __future__ import annotations
 
@@ -228,7 +229,8 @@ def settle_refinement(problems: Sequence[tuple[float, AdjointProblem]], x: NDArr
                       ring_from: float, torque_caps: NDArray[np.float64], lower: NDArray[np.float64],
                       upper: NDArray[np.float64], iterations: int = 3, radius: float = 0.01,
                       peak_allowance: float = 1.0, workers: int = 1, deadline: float | None = None,
-                      progress: Callable[[int, int], None] | None = None
+                      progress: Callable[[int, int], None] | None = None,
+                      admissible: Callable[[NDArray[np.float64]], bool] | None = None
                       ) -> tuple[NDArray[np.float64], Evaluation, SettleReport]:
     """Refine ``x`` (module docstring).
 
@@ -243,6 +245,8 @@ def settle_refinement(problems: Sequence[tuple[float, AdjointProblem]], x: NDArr
         workers: forked workers for the band's models (1: in-process).
         deadline: ``time.perf_counter()`` value after which no new step starts.
         progress: ``progress(done, total)`` over the steps (it may raise :class:`PlanCancelled`).
+        admissible: ``admissible(x)``: whether a step's profiles may be taken (e.g. within the servos' speed
+            limits, which the linear program does not see); None: every one.
 
     Returns:
         The refined parameters, the nominal model's (forward) evaluation there, and the report. Ctrl-C or a cancel
@@ -293,7 +297,13 @@ def settle_refinement(problems: Sequence[tuple[float, AdjointProblem]], x: NDArr
                 if predicted >= current * (1.0 - TOLERANCE):
                     message = "converged: no step lowers the ring-out by more than 1 %"
                     break
-                trial = run(np.clip(x + step, lower, upper), False)
+                x_trial = np.clip(x + step, lower, upper)
+                if admissible is not None and not admissible(x_trial):
+                    _LOG.debug("settle step: not admissible, radius %.2e", radius)
+                    rejected += 1
+                    radius /= 4.0
+                    continue
+                trial = run(x_trial, False)
                 ring_now = max(lin.peak(ring) for lin in trial)
                 peaks_ok = all(lin.peak() <= cap * (1.0 + TOLERANCE) for lin, cap in zip(trial, caps))
                 tau_ok = all(np.all(np.abs(t.torque).max(axis=0)
@@ -302,7 +312,7 @@ def settle_refinement(problems: Sequence[tuple[float, AdjointProblem]], x: NDArr
                 _LOG.debug("settle step: ring-out %.3e -> %.3e m (predicted %.3e), radius %.2e, peaks %s, "
                            "torques %s", current, ring_now, predicted, radius, peaks_ok, tau_ok)
                 if ring_now < current and peaks_ok and tau_ok:
-                    x = np.clip(x + step, lower, upper)
+                    x = x_trial
                     gain = (current - ring_now) / max(current - predicted, 1e-300)
                     radius = radius * 2.0 if gain > 0.5 and np.max(np.abs(step)) > 0.9 * radius else radius
                     current, band = ring_now, trial
