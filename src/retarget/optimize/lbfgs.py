@@ -129,8 +129,7 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
             callback({"iteration": state.iterations, "objective": float(ev.value),
                       "gradient_norm": float(np.linalg.norm(ev.gradient))})
 
-    lower = np.array([-np.inf if b[0] is None else b[0] for b in pp.bounds])
-    upper = np.array([np.inf if b[1] is None else b[1] for b in pp.bounds])
+    lower, upper = pp.bound_arrays()
 
     def projected_gradient_norm(x: NDArray[np.float64], g: NDArray[np.float64]) -> float:
         return float(np.linalg.norm(x - np.clip(x - g, lower, upper)))

@@ -377,13 +377,10 @@ def _settle(pp: PlanProblem, options: PlanOptions, opt: OptimizationResult,
     times = pp.targets.times
     angles = np.asarray(pp.problem.profiles(opt.x).evaluate(times))
     ring_from = max(motion_stop_time(pp.motion), commanded_stop_time(times, angles))
-    problems = [(1.0, pp.problem)] + [
-        (float(f), replace(pp.problem, engine=(e := engine_factory(float(f))),
-                           start=e.solve_static(pp.fit.profiles.value(0.0))))
-        for f in options.settle_band if float(f) != 1.0]
+    problems = [(1.0, pp.problem)] + [(float(f), pp.on_engine(engine_factory(float(f))))
+                                      for f in options.settle_band if float(f) != 1.0]
     caps = (1.0 - float(options.torque_margin)) * np.asarray(pp.limits.stall_torque, dtype=float)
-    lower = np.array([-np.inf if lo is None else lo for lo, _ in pp.bounds], dtype=float)
-    upper = np.array([np.inf if hi is None else hi for _, hi in pp.bounds], dtype=float)
+    lower, upper = pp.bound_arrays()
     violations = len(check_profile_limits(pp.problem.profiles(opt.x), pp.limits))
 
     def admissible(x_new: NDArray[np.float64]) -> bool:  # no new position or speed limit violation

@@ -66,6 +66,20 @@ class PlanProblem:
             return evaluate(self.problem, x, gradient=gradient, progress=progress)
         return evaluate_ensemble(self.ensemble, x, gradient=gradient, progress=progress)
 
+    def bound_arrays(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """``(lower, upper)`` per parameter, ``∓inf`` for an unlimited side."""
+        return (np.array([-np.inf if lo is None else lo for lo, _ in self.bounds], dtype=float),
+                np.array([np.inf if hi is None else hi for _, hi in self.bounds], dtype=float))
+
+    def on_engine(self, engine: Engine) -> AdjointProblem:
+        """The nominal problem on another model (a stiffness-scaled one), from that model's static equilibrium."""
+        return member_problem(self.problem, engine, self.fit)
+
+
+def member_problem(problem: AdjointProblem, engine: Engine, fit: ProfileFit) -> AdjointProblem:
+    """``problem`` on ``engine``, starting from its static equilibrium at the fit's first pose."""
+    return replace(problem, engine=engine, start=engine.solve_static(fit.profiles.value(0.0)))
+
 
 def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights], limits: MotorLimits,
                        options: PlanOptions, progress: Callable[[str, int, int], None] | None = None,
@@ -131,7 +145,7 @@ def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedB
     bounds = parameter_bounds(fit.parametrization, limits)
     ensemble = None
     if members:
-        others = tuple(replace(problem, engine=e, start=e.solve_static(fit.profiles.value(0.0))) for _, e in members)
+        others = tuple(member_problem(problem, e, fit) for _, e in members)
         ensemble = Ensemble(problem, others, tuple(float(f) for f, _ in members))
     return PlanProblem(problem, fit, targets, m0, bounds, limits, ensemble)
 
