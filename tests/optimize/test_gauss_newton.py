@@ -81,3 +81,41 @@ def test_parameter_hessian_is_the_regularizers_exact_hessian(rod_systems):
     v0, g0, _ = problem.parameter_terms(x)
     v1 = problem.parameter_terms(x + d)[0]
     assert v1 == pytest.approx(v0 + g0 @ d + 0.5 * d @ h @ d, rel=1e-9)
+
+
+@pytest.mark.parametrize(("first", "last", "stop"), [(0, 30, 20), (10, 30, 20), (12, 40, 40)])
+def test_window_tangent_matches_differences_and_the_window_adjoint(rod_systems, first, last, stop):
+    """A receding-horizon window's tangent pass (its parameters, its steps from the stored start states): ``½|r|²``
+    is the window's tracking term, ``Jᵣᵀ r`` + regularizers its adjoint gradient, ``Jᵣ`` the central differences of
+    its residual; the regularizers' Hessian on the window's parameters is exact for their quadratic."""
+    from tests.optimize.test_adjoint import _rod_window_problem, _window
+
+    problem, x, rng = _rod_window_problem(rod_systems, 9)
+    sub, free, _ = _window(problem, x, first, last, stop)
+    xw = x[free]
+    tr = sub.tracking.window(first, last)
+
+    def residual(y):
+        ev = evaluate(sub, y, gradient=False)
+        pos = np.sqrt(tr.quadrature[:, None] * tr.position_weights)[:, :, None] * (ev.positions - tr.target_positions)
+        if not tr.tracks_orientation:
+            return pos.ravel()
+        rot = sub.poses.orientations(ev.rollout.matrix)
+        ori = np.sqrt(tr.quadrature[:, None] * tr.orientation_weights)[:, :, None, None] * (rot - tr.target_orientations)
+        return np.concatenate([pos, ori.reshape(*pos.shape[:2], 9)], axis=2).ravel()
+
+    ev = evaluate(sub, xw)
+    ls = tangent_least_squares(sub, xw, ev.rollout)
+    assert ls.jacobian.shape == (residual(xw).size, free.size)
+    assert 0.5 * float(ls.residual @ ls.residual) == pytest.approx(ev.tracking, rel=1e-12)
+    g = ls.gradient + sub.parameter_terms(sub.window.full(xw))[1][free]
+    np.testing.assert_allclose(g, ev.gradient, rtol=0, atol=1e-6 * np.abs(ev.gradient).max())
+    for _ in range(2):
+        d = rng.normal(size=xw.size)
+        fd = (residual(xw + 1e-5 * d) - residual(xw - 1e-5 * d)) / 2e-5
+        jd = ls.jacobian @ d
+        assert np.max(np.abs(fd - jd)) <= 1e-6 * np.max(np.abs(jd)) + 1e-12
+    h = parameter_hessian(sub, xw)
+    d = rng.normal(size=xw.size)
+    v0, g0 = sub.parameter_terms(sub.window.full(xw))[0], sub.parameter_terms(sub.window.full(xw))[1][free]
+    assert sub.parameter_terms(sub.window.full(xw + d))[0] == pytest.approx(v0 + g0 @ d + 0.5 * d @ h @ d, rel=1e-9)

@@ -12,6 +12,7 @@ from retarget.optimize.engines import reduced_engine
 from retarget.optimize.limits import MotorLimits
 from retarget.optimize.options import PlanOptions
 from retarget.optimize.planning import run_plan
+from retarget.optimize.parallel import fork_pool
 from retarget.optimize.robust import Ensemble, evaluate_ensemble
 from retarget.optimize.weights import TrackedBodyWeights, WeightSchedule
 from retarget.sim.reduced.system import with_stiffness_scale
@@ -61,7 +62,6 @@ def test_ensemble_gradient_matches_finite_differences(rod_systems):
     assert ev.rollout is not None and "tracking_x0.9" in ev.parts
     # One after another, the bar counts every member's forward and adjoint steps to its end.
     assert seen[-1] == (3 * 2 * 25, 3 * 2 * 25)
-    from retarget.optimize.parallel import fork_pool
 
     with fork_pool(ensemble.members, 2) as pool:
         pooled = replace(ensemble, pool=pool)
@@ -102,6 +102,12 @@ def test_gauss_newton_over_the_ensemble_has_the_ensemble_gradient_and_plans(rod_
     assert ev.gradient is not None
     np.testing.assert_allclose(grad, ev.gradient, rtol=0, atol=1e-7 * np.abs(ev.gradient).max())
     assert np.all(np.linalg.eigvalsh(hess) > -1e-9 * np.abs(hess).max())  # Gauss–Newton: positive semidefinite
+    with fork_pool(pp.ensemble.members, 2) as pool:  # the members' passes in forked workers: the same sums
+        if pool is not None:
+            forked = replace(pp, ensemble=replace(pp.ensemble, pool=pool))
+            hess_f, grad_f = ensemble_gauss_newton(forked, x, ev.rollout)
+            np.testing.assert_allclose(hess_f, hess, rtol=1e-12, atol=1e-12 * np.abs(hess).max())
+            np.testing.assert_allclose(grad_f, grad, rtol=1e-12, atol=1e-12 * np.abs(grad).max())
 
     def factory(f: float):
         return engines[f]

@@ -55,6 +55,17 @@ def test_windows_lower_the_whole_objective_and_respect_limits(engine):
     assert sum(p.size for p in parts) == len(np.unique(np.concatenate(parts)))
 
 
+def test_gauss_newton_windows_lower_the_whole_objective_as_far_as_lbfgs_windows(engine):
+    """Levenberg–Marquardt in each window (its exact tangent-linear Jacobian): the same windows, fewer iterations,
+    and J over the whole motion at least as low as L-BFGS-B's windows reach."""
+    lbfgs = run_plan(engine, ramp(), tip(), rod_limits(), WINDOWS).optimization
+    gn = run_plan(engine, ramp(), tip(), rod_limits(), replace(WINDOWS, method="gauss-newton")).optimization
+    assert gn.method == "gauss-newton-windows" and "3 windows of 0.08 s" in gn.message
+    assert gn.objective_final < 0.9 * gn.objective_initial
+    assert gn.objective_final <= 1.01 * lbfgs.objective_final
+    assert gn.iterations <= lbfgs.iterations
+
+
 def test_overlapping_windows_optimize_part_of_each_span_again(engine):
     options = replace(WINDOWS, window_overlap=0.04, max_iterations=2)
     opt = run_plan(engine, ramp(), tip(), rod_limits(), options).optimization

@@ -417,7 +417,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-iterations", type=int, default=D.max_iterations, help="optimizer iterations (default 50)")
     p.add_argument("--method", choices=("lbfgs", "gauss-newton", "auto"), default=D.method,
                    help="optimizer: lbfgs (L-BFGS-B, adjoint gradient; default), gauss-newton (Levenberg-Marquardt, "
-                   "exact tangent-linear Jacobian) or auto (gauss-newton up to 200 parameters)")
+                   "exact tangent-linear Jacobian; with --window, in each window) or auto (gauss-newton up to 200 "
+                   "parameters)")
     p.add_argument("--relative-tolerance", type=float, default=D.relative_tolerance, help="stop when an iteration "
                    f"lowers J by less than this fraction of J at the start (default {D.relative_tolerance:g})")
     p.add_argument("--first-step", type=float, default=None, metavar="RAD",

@@ -27,6 +27,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -34,6 +35,7 @@ from numpy.typing import NDArray
 
 from retarget.optimize.adjoint import AdjointProblem, Rollout, evaluate
 from retarget.optimize.engines import step_sensitivities
+from retarget.optimize.parallel import run_shared
 from retarget.optimize.result import SearchState
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -82,37 +84,63 @@ def supports_tangent(problem: AdjointProblem) -> bool:
     return sens.solve is not None and sens.history is not None
 
 
-def _motor_tangents(problem: AdjointProblem, times: NDArray[np.float64]) -> tuple[NDArray, NDArray]:
-    """``∂θ_n/∂x`` and ``∂θ̇_n/∂x`` (N + 1, n_motors, n_parameters) (x is motor-major)."""
+def _motor_tangents(problem: AdjointProblem, times: NDArray[np.float64], columns: NDArray[np.int64] | None = None
+                    ) -> tuple[NDArray, NDArray]:
+    """``∂θ_n/∂x`` and ``∂θ̇_n/∂x`` (n_t, n_motors, len(columns)) for the parameters ``columns`` of the whole
+    problem's ``x`` (motor-major; None: all)."""
     par = problem.parametrization
     nm, nf = int(par.n_motors), int(par.n_free)
+    cols = np.arange(nm * nf) if columns is None else np.asarray(columns, dtype=np.int64)
     out = []
     for d in (0, 1):
         per_motor = np.asarray(par.parameter_basis(problem.template.basis_matrix(times, d)).todense())  # (n_t, nf)
-        full = np.zeros((len(times), nm, nm * nf))
+        full = np.zeros((len(times), nm, len(cols)))
         for m in range(nm):
-            full[:, m, m * nf : (m + 1) * nf] = per_motor
+            mine = np.flatnonzero(cols // nf == m)
+            full[:, m, mine] = per_motor[:, cols[mine] % nf]
         out.append(full)
     return out[0], out[1]
+
+
+def _whole(problem: AdjointProblem, x: NDArray[np.float64]) -> NDArray[np.float64]:
+    """The whole problem's parameters for ``x`` (a window's parameters with a :class:`~.adjoint.Window`)."""
+    x = np.asarray(x, dtype=float)
+    return x if problem.window is None else problem.window.full(x)
+
+
+def _parameter_gradient(problem: AdjointProblem, x: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``∂/∂x`` of the parameter-only terms (restricted to a window's parameters)."""
+    g = problem.parameter_terms(_whole(problem, x))[1]
+    return g if problem.window is None else g[problem.window.free]
 
 
 def state_tangents(problem: AdjointProblem, x: NDArray[np.float64], fwd: Rollout
                    ) -> Iterator[tuple[int, NDArray[np.float64]]]:
     """The tangent-linear pass over the rollout ``fwd`` at ``x``: ``(n, ∂S_n/∂x)`` for ``n = 1 … N`` in order
-    (``∂S_0/∂x = 0``), each (n_S, n_parameters), exact to the Newton tolerance."""
-    motors = problem.profiles(np.asarray(x, dtype=float))
-    n = problem.n_steps
-    d_theta, d_theta_dot = _motor_tangents(problem, fwd.times)
-    p = problem.parametrization.n_parameters
-    window: list[NDArray[np.float64]] = [np.zeros((fwd.matrix.shape[1], p))]  # δS_{n−1}, δS_{n−2}
-    for step, sens in zip(range(1, n + 1), step_sensitivities(problem.engine, fwd.states, problem.dt, motors,
-                                                              range(1, n + 1))):
+    (``∂S_0/∂x = 0``), each (n_S, n_parameters), exact to the Newton tolerance.
+
+    With a :class:`~retarget.optimize.adjoint.Window`, ``x`` and ``fwd`` are the window's (as
+    :func:`~retarget.optimize.adjoint.evaluate` takes and makes them) and ``n`` counts its steps: no window parameter
+    moves a motor before the window's start, so its start states have no tangent.
+    """
+    window = problem.window
+    motors = problem.profiles(_whole(problem, x))
+    if window is None:
+        n, states, lead, columns = problem.n_steps, fwd.states, 0, None
+    else:
+        n, lead, columns = window.last - window.first, int(window.before is not None), window.free
+        states = ([window.before] if window.before is not None else []) + list(fwd.states)
+    d_theta, d_theta_dot = _motor_tangents(problem, fwd.times, columns)
+    p = d_theta.shape[2]
+    history: list[NDArray[np.float64]] = [np.zeros((fwd.matrix.shape[1], p))]  # δS_{n−1}, δS_{n−2}
+    for step, sens in zip(range(1, n + 1), step_sensitivities(problem.engine, states, problem.dt, motors,
+                                                              range(1 + lead, n + 1 + lead))):
         assert sens.solve is not None and sens.history is not None
         rhs = sens.r_theta @ d_theta[step] + sens.r_theta_dot @ d_theta_dot[step]
-        for lag, ds in enumerate(window, start=1):
+        for lag, ds in enumerate(history, start=1):
             rhs += sens.history(lag, ds)
         ds_n = -sens.solve(rhs)
-        window = [ds_n] + window[:1]
+        history = [ds_n] + history[:1]
         yield step, ds_n
 
 
@@ -128,11 +156,12 @@ def tangent_least_squares(problem: AdjointProblem, x: NDArray[np.float64], fwd: 
     """
     from retarget.sim.rotation import rotate_jacobian
 
-    n = problem.n_steps
-    tr = problem.tracking
+    window = problem.window
+    n = problem.n_steps if window is None else window.last - window.first
+    tr = problem.tracking if window is None else problem.tracking.window(window.first, window.last)
     idx = problem.poses.indices
     k = len(idx)
-    p = problem.parametrization.n_parameters
+    p = len(x)
     sq_pos = np.sqrt(tr.quadrature[:, None] * tr.position_weights)  # (n_t, k)
     ori = tr.tracks_orientation
     rows_per = 3 + (9 if ori else 0)
@@ -170,7 +199,7 @@ def parameter_hessian(problem: AdjointProblem, x: NDArray[np.float64], step: flo
     for j in range(p):
         e = np.zeros(p)
         e[j] = step
-        out[:, j] = (problem.parameter_terms(x + e)[1] - problem.parameter_terms(x - e)[1]) / (2 * step)
+        out[:, j] = (_parameter_gradient(problem, x + e) - _parameter_gradient(problem, x - e)) / (2 * step)
     return 0.5 * (out + out.T)
 
 
@@ -178,8 +207,10 @@ def ensemble_gauss_newton(pp: PlanProblem, x: NDArray[np.float64], nominal: Roll
                           progress: Callable[[int, int], None] | None = None
                           ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Gauss–Newton Hessian and gradient of the plan's objective at ``x``: the tracking terms averaged over the
-    robust objective's models (each model's exact tangent-linear Jacobian; the members are simulated here first),
-    plus the parameter-only terms (:func:`parameter_hessian`).
+    robust objective's models (each model's exact tangent-linear Jacobian; each member is simulated at ``x`` first),
+    plus the parameter-only terms (:func:`parameter_hessian`). With the ensemble's forked workers
+    (:attr:`~retarget.optimize.robust.Ensemble.pool`) the members' runs and passes go to them while this process
+    runs the nominal model's pass; otherwise they run here, one after another.
 
     Args:
         pp: the plan problem (with or without an ensemble).
@@ -188,16 +219,39 @@ def ensemble_gauss_newton(pp: PlanProblem, x: NDArray[np.float64], nominal: Roll
     """
     problems = (pp.problem,) if pp.ensemble is None else (pp.ensemble.nominal, *pp.ensemble.members)
     n = pp.problem.n_steps
+    x = np.asarray(x, dtype=float)
+    pool = None if pp.ensemble is None else pp.ensemble.pool
+    futures = []
+    if pool is not None:
+        # The members' passes run in the forked workers while this process runs the nominal model's.
+        executor, key = pool
+        futures = [executor.submit(run_shared, key, partial(_member_normal_equations, index=i, x=x))
+                   for i in range(len(problems) - 1)]
+        todo: tuple[AdjointProblem, ...] = problems[:1]
+    else:
+        todo = problems
     hess = np.zeros((len(x), len(x)))
     grad = np.zeros(len(x))
-    for i, problem in enumerate(problems):
+    for i, problem in enumerate(todo):
         run = nominal if i == 0 else evaluate(problem, x, gradient=False).rollout
-        cb = None if progress is None else (lambda k, _n, i=i: progress(i * n + k, len(problems) * n))
+        cb = None if progress is None else (lambda k, _n, i=i: progress(i * n + k, len(todo) * n))
         ls = tangent_least_squares(problem, x, run, cb)
         hess += ls.hessian
         grad += ls.gradient
-    _, g_reg, _ = pp.problem.parameter_terms(x)
+    for future in futures:
+        h_m, g_m = future.result()
+        hess += h_m
+        grad += g_m
+    g_reg = _parameter_gradient(pp.problem, x)
     return hess / len(problems) + parameter_hessian(pp.problem, x), grad / len(problems) + g_reg
+
+
+def _member_normal_equations(members: tuple[AdjointProblem, ...], index: int, x: NDArray[np.float64]
+                             ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """In a worker: member ``index``'s Gauss–Newton Hessian ``JᵣᵀJᵣ`` and gradient ``Jᵣᵀr`` at ``x`` (its own run)."""
+    problem = members[index]
+    ls = tangent_least_squares(problem, x, evaluate(problem, x, gradient=False).rollout)
+    return ls.hessian, ls.gradient
 
 
 def levenberg_marquardt(pp: PlanProblem, options: PlanOptions, x_start: NDArray[np.float64],

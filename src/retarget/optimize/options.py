@@ -74,6 +74,7 @@ class PlanOptions:
         method: ``"lbfgs"`` (L-BFGS-B with the adjoint gradient, the default), ``"gauss-newton"``
             (Levenberg–Marquardt with the exact tangent-linear Jacobian, :mod:`retarget.optimize.gauss_newton`) or
             ``"auto"``: Gauss–Newton up to :data:`~retarget.optimize.gauss_newton.MAX_PARAMETERS` parameters.
+            With ``window``, "gauss-newton" runs in each window (on its parameters), anything else L-BFGS-B.
             Measured on two_rods (docs/optimize.md): Gauss–Newton's large steps leave the region the 3-mode
             reduced model represents (inverted cubature elements) and it ends behind L-BFGS-B in the same budget,
             so L-BFGS-B stays the default.
@@ -208,7 +209,8 @@ def verification_reserve(options: PlanOptions) -> float:
 #: 0 (or an empty string) there means "the default".
 NODE_PARAMETERS: tuple[str, ...] = ("dt", "target_stride", "window", "window_tail", "window_overlap", "torque_weight",
                                     "torque_margin", "verify", "verify_dt", "time_budget", "reduced_file",
-                                    "allow_training", "allow_unverified_model", "verify_model")
+                                    "allow_training", "allow_unverified_model", "verify_model", "method",
+                                    "max_iterations")
 
 
 def options_from_parameters(parameters: Mapping[str, Any], **overrides: Any) -> PlanOptions:
@@ -241,6 +243,8 @@ def options_from_parameters(parameters: Mapping[str, Any], **overrides: Any) -> 
         "allow_training": bool(p.get("allow_training", defaults.allow_training)),
         "allow_unverified_model": bool(p.get("allow_unverified_model", defaults.allow_unverified_model)),
         "verify_model": str(given("verify_model", defaults.verify_model)),
+        "method": str(given("method", defaults.method)),
+        "max_iterations": int(given("max_iterations", defaults.max_iterations)),
     }
     values.update({k: v for k, v in overrides.items() if v is not None})
     return PlanOptions(**values)

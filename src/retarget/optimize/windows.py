@@ -31,7 +31,8 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
                      step_progress: Callable[[int, int], None] | None = None, deadline: float | None = None,
                      reserve_evaluations: float = 0.0,
                      window_optimizer: Callable[..., OptimizationResult] = optimize) -> OptimizationResult:
-    """Minimize ``J`` one time window after another (receding horizon), with L-BFGS-B in each (:func:`optimize`).
+    """Minimize ``J`` one time window after another (receding horizon), with L-BFGS-B in each (:func:`optimize`),
+    or Levenberg–Marquardt on the window's exact tangent-linear Jacobian with ``options.method`` "gauss-newton".
 
     The motion is cut into spans of ``options.window`` seconds. For the span ``(t_a, t_b]`` the free parameters are
     those whose influence on the profiles begins in it (:func:`~retarget.optimize.adjoint.window_parameters`); the
@@ -74,6 +75,7 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
         deadline = time.perf_counter() + float(options.time_budget)
     problem = pp.problem
     n, dt = problem.n_steps, problem.dt
+    window_method = "gauss-newton" if options.method == "gauss-newton" else "lbfgs"
     x = pp.fit.parameters.copy() if x0 is None else np.asarray(x0, dtype=float).copy()
     x_start = x.copy()
     started = time.perf_counter()
@@ -144,7 +146,7 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
 
         window_started = time.perf_counter()
         try:
-            res = window_optimizer(sub, replace(options, method="lbfgs"), x0=x[free], callback=on_iteration,
+            res = window_optimizer(sub, replace(options, method=window_method), x0=x[free], callback=on_iteration,
                            step_progress=step_progress, deadline=window_deadline, curvature=curvature)
         except TimeBudgetError:
             # Its share did not cover one simulation (a hard stretch of the motion): its parameters stay, and its
@@ -205,5 +207,5 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
                               iterations=iterations, evaluations=evaluations, history=[initial.value, final.value],
                               interruption=interruption, message=message, best=final, initial=initial,
                               budget_limited=budget_limited or cut > 0, evaluation_s=evaluation_s,
-                              failed_simulations=failed, restarts=restarts, method="lbfgs-windows",
+                              failed_simulations=failed, restarts=restarts, method=f"{window_method}-windows",
                               first_step=first_step, windows=summaries)
