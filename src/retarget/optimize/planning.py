@@ -189,7 +189,9 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
             cancel("optimizing")
 
     deadline = None if run_options.time_budget is None else time.perf_counter() + float(run_options.time_budget)
-    result = run_plan(engine, motion, bodies, limits, run_options, steps, on_iteration, engine_factory)
+    loops = bool(pm.config.get("loop_joints"))  # two assembly branches meet at a loop's change points
+    result = run_plan(engine, motion, bodies, limits, run_options, steps, on_iteration, engine_factory,
+                      follow_playback=loops)
     result.warnings.extend(w for w in (gate_warning, replay_warning) if w)
     fired = cancel is not None and cancel.fired
     checks = {} if fired else check_plan(result, pm.model, run_options, engine_factory, steps, say, deadline,
@@ -206,7 +208,7 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
         say(message)
         run_options = replace(run_options, torque_margin=margin)
         again = run_plan(engine, motion, bodies, limits, run_options, steps, on_iteration, engine_factory,
-                         x0=result.optimization.x)
+                         x0=result.optimization.x, follow_playback=loops)
         again.warnings[:0] = [*result.warnings, message]
         fired = cancel is not None and cancel.fired
         result, checks = again, ({} if fired else check_plan(again, pm.model, run_options, engine_factory, steps, say,
@@ -245,7 +247,7 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
              options: PlanOptions, progress: Callable[[str, int, int], None] | None = None,
              callback: Callable[[dict[str, float]], None] | None = None,
              engine_factory: Callable[[float], Engine] | None = None,
-             x0: NDArray[np.float64] | None = None) -> PlanResult:
+             x0: NDArray[np.float64] | None = None, follow_playback: bool = False) -> PlanResult:
     """Build, optimize, and simulate the baselines and the result.
 
     Args:
@@ -261,6 +263,8 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
             ``factor``: needed for ``options.stiffness_band``.
         x0: start the optimization here (an earlier optimum) instead of the input's fit or its speed-feasible
             projection; the naive playback is then a simulation of its own.
+        follow_playback: targets on the assembly branches the input's playback takes (robots with closed kinematic
+            loops; :func:`~retarget.optimize.problem.build_plan_problem`).
 
     The naive variant is the optimizer's first evaluation (the fit ``x₀``), so it costs no extra simulation —
     unless the input is too fast for the servos and the optimizer starts from a speed-feasible projection
@@ -281,7 +285,7 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
         if engine_factory is None:
             raise OptimizeError("a stiffness band needs the planning model's engine factory")
         members = [(float(f), engine_factory(float(f))) for f in options.stiffness_band if float(f) != 1.0]
-    pp = build_plan_problem(engine, motion, bodies, limits, options, progress, deadline, members)
+    pp = build_plan_problem(engine, motion, bodies, limits, options, progress, deadline, members, follow_playback)
     timings["targets"] = time.perf_counter() - t0
     warnings: list[str] = []
     variants: dict[str, Variant] = {}

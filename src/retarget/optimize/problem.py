@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -18,6 +19,7 @@ from retarget.optimize.adjoint import (
     Evaluation,
     TrackedPoses,
     evaluate,
+    rollout,
 )
 from retarget.optimize.bspline import ProfileFit, fit_profiles
 from retarget.optimize.errors import OptimizeError, TimeBudgetError
@@ -33,8 +35,11 @@ from retarget.optimize.robust import Ensemble, evaluate_ensemble
 from retarget.optimize.targets import Targets, quasi_static_targets
 from retarget.optimize.weights import TrackedBodyWeights, WeightSchedule
 from retarget.sim.engine import Engine
+from retarget.sim.errors import SimulationError
 
 __all__ = ["PlanProblem", "build_plan_problem", "limits_for"]
+
+_LOG = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, eq=False)
@@ -84,7 +89,7 @@ def member_problem(problem: AdjointProblem, engine: Engine, fit: ProfileFit) -> 
 def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights], limits: MotorLimits,
                        options: PlanOptions, progress: Callable[[str, int, int], None] | None = None,
                        deadline: float | None = None,
-                       members: Sequence[tuple[float, Engine]] = ()) -> PlanProblem:
+                       members: Sequence[tuple[float, Engine]] = (), follow_playback: bool = False) -> PlanProblem:
     """Fit the profiles, solve the targets and assemble the adjoint problem.
 
     Args:
@@ -97,6 +102,10 @@ def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedB
         deadline: ``time.perf_counter()`` value by which the targets must be solved; None: no limit.
         members: ``(stiffness factor, engine)`` of the robust objective's other models (:mod:`retarget.optimize.robust`;
             empty: the nominal model alone). They track the nominal targets.
+        follow_playback: solve each target from the state the input's playback reaches at that sample (one forward
+            simulation more), so that a robot with closed kinematic loops is tracked on the assembly branch it takes
+            (:func:`~retarget.optimize.targets.quasi_static_targets`); if that playback cannot be simulated, the
+            targets are continued from sample to sample.
 
     Raises:
         OptimizeError: motors missing from the motion, no tracked body, a too short motion.
@@ -129,7 +138,16 @@ def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedB
         if progress is not None:
             progress("targets", k, n)
 
-    targets = quasi_static_targets(engine, poses, times, angles, cb, options.target_stride)
+    start = engine.solve_static(fit.profiles.value(0.0))
+    warm_states = None
+    if follow_playback:
+        try:
+            warm_states = rollout(engine, start, fit.profiles, options.dt, n_steps, None if progress is None else
+                                  (lambda k, n: progress("input playback (target branches)", k, n))).states
+        except SimulationError as exc:
+            _LOG.warning("the input's playback could not be simulated (%s): the targets are continued from sample "
+                         "to sample", exc)
+    targets = quasi_static_targets(engine, poses, times, angles, cb, options.target_stride, warm_states)
     tracking = TrackingObjective.build(times, bodies, targets.positions, targets.orientations)
     if options.settle_weight != 1.0:
         tracking = settled(tracking, stop, float(options.settle_weight))
@@ -137,7 +155,6 @@ def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedB
                                  WeightSchedule.parse(options.acceleration_weight))
     vel = VelocityPenalty.build(fit.profiles, times, limits, options.velocity_weight) if options.velocity_weight > 0 \
         else None
-    start = engine.solve_static(fit.profiles.value(0.0))
     torque = TorquePenalty.build(options.dt, limits, options.torque_weight, options.torque_margin) \
         if options.torque_weight > 0 else None
     problem = AdjointProblem(engine, start, options.dt, n_steps, fit.profiles, fit.parametrization, tracking, poses,

@@ -17,6 +17,7 @@ from numpy.typing import NDArray
 
 from retarget.optimize.adjoint import TrackedPoses
 from retarget.sim.engine import Engine, EngineState
+from retarget.sim.errors import SimulationError
 
 __all__ = ["Targets", "quasi_static_targets"]
 
@@ -49,8 +50,16 @@ def _nearest_rotations(r: NDArray[np.float64]) -> NDArray[np.float64]:
 
 
 def quasi_static_targets(engine: Engine, poses: TrackedPoses, times: Sequence[float], angles: NDArray[np.float64],
-                         progress: Callable[[int, int], None] | None = None, stride: int = 1) -> Targets:
+                         progress: Callable[[int, int], None] | None = None, stride: int = 1,
+                         warm_states: Sequence[EngineState] | None = None) -> Targets:
     """Solve the static equilibrium at the grid samples of the input angles.
+
+    Each solve starts from the previous sample's equilibrium, or with ``warm_states`` from the given state at that
+    sample. A closed kinematic loop (the rapper's 4-bar) has two equilibria at some input angles, one per assembly
+    branch, and they meet at the linkage's change point: continued from sample to sample, the targets keep the branch
+    they started on through that point, while the robot may take the other. Started from the states of the input's
+    playback, each target is the equilibrium on the branch the robot is on (where Newton fails from the playback's
+    state, the solve continues from the previous equilibrium).
 
     Args:
         engine: the simulator.
@@ -59,6 +68,7 @@ def quasi_static_targets(engine: Engine, poses: TrackedPoses, times: Sequence[fl
         angles: θ̄ [rad] (n_t, n_motors).
         progress: ``progress(done, total)`` over the samples solved.
         stride: solve every ``stride``-th sample and the last; interpolate the others (1: solve all).
+        warm_states: a state per grid sample (n_t) to start each solve from (None: the previous equilibrium).
     """
     from scipy.interpolate import CubicSpline
 
@@ -72,7 +82,14 @@ def quasi_static_targets(engine: Engine, poses: TrackedPoses, times: Sequence[fl
     solves = 0
     for i, n in enumerate(keep):
         if last is None or not np.array_equal(th[n], last):
-            warm = engine.solve_static(th[n], warm)
+            if warm_states is None:
+                warm = engine.solve_static(th[n], warm)
+            else:
+                try:
+                    warm = engine.solve_static(th[n], warm_states[n])
+                except (SimulationError, np.linalg.LinAlgError):
+                    # Newton from a swinging state can diverge or meet a singular matrix: continue from the last one
+                    warm = engine.solve_static(th[n], warm)
             last = th[n]
             solves += 1
         assert warm is not None
