@@ -13,13 +13,17 @@ independently on a finer mesh, kept in the model folders' ``verify/`` subfolder:
 
     retarget reduce ROBOT --train-motion ROBOT/MOTION --mesh-scale 0.5 --out .cache-models/verify/ROBOT-MOTION.npz
 
+``planning_wall_s`` is the plan's wall time without the re-simulation in the verification model
+(``verification_wall_s``; ``total_wall_s`` both).
+
 Prints the thread settings, then one JSON line per example with at least ``example``, ``verified_peak_ratio``
 (optimized over naive peak in the full FEM or the verification model, ``verification_model`` says which; null where
 neither was available), ``planning_peak_ratio``, ``optimized_peak_torque_ratio``,
 ``iterations``, ``planning_wall_s``, the naive/ZVD/optimized deviations and the thread settings; each line is also
 written to ``bench/results/example-<robot>.json`` (overwritten: git keeps the old ones).
 
-    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 .venv/bin/python bench/bench_examples.py [NAME ...]
+    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 .venv/bin/python bench/bench_examples.py \
+        [--verify-model full] [NAME ...]
 """
 from __future__ import annotations
 
@@ -44,6 +48,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("names", nargs="*", help="examples to run (robot names; default: all seven)")
     p.add_argument("--results", default=str(Path(__file__).parent / "results"), help="folder for the JSON lines")
+    p.add_argument("--verify-model", default=None, metavar="auto|full|none|FILE.npz",
+                   help="verification model for every example (default: each robot's planner parameter, else auto)")
     args = p.parse_args()
     threads = {k: os.environ.get(k, "unset") for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
                                                        "NUMBA_NUM_THREADS")}
@@ -61,7 +67,8 @@ def main() -> int:
         p.error(f"unknown examples {sorted(unknown)}; known: {[e[0] for e in EXAMPLES]}")
     for robot, motion_name in chosen:
         params = library.read_ros_parameters(library.resolve_params(library.resolve_robot(robot)))
-        options = options_from_parameters(params, allow_training=robot in TRAINED_IN_PROCESS)
+        options = options_from_parameters(params, allow_training=robot in TRAINED_IN_PROCESS,
+                                          verify_model=args.verify_model)
         started = time.perf_counter()
         line: dict = {"example": robot, "motion": motion_name, "threads": threads}
         try:
@@ -78,10 +85,14 @@ def main() -> int:
                 if name in m:
                     line[name] = {k: m[name].get(k) for k in ("peak_deviation_m", "rms_deviation_m",
                                                                "peak_torque_ratio")}
+            total = time.perf_counter() - started
+            verification = float((m.get("verified") or {}).get("wall_s") or 0.0)
             line.update(verified=m.get("verified"), band=m.get("band"), verify=m.get("verify"),
+                        method=m.get("method"), timings_s=m.get("timings_s"),
                         model_source=m.get("model", {}).get("source"),
                         model_wall_s=m.get("model", {}).get("wall_s_train_full"),
-                        planning_wall_s=time.perf_counter() - started, load_average=os.getloadavg())
+                        planning_wall_s=total - verification, verification_wall_s=verification, total_wall_s=total,
+                        load_average=os.getloadavg())
         text = dumps(line, default=float)
         out = Path(args.results) / f"example-{robot}.json"
         out.parent.mkdir(parents=True, exist_ok=True)

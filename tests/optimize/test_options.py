@@ -31,6 +31,15 @@ def test_zero_or_empty_parameters_mean_the_default():
     assert given.allow_training and given.allow_unverified_model and given.verify_dt == 0.002
 
 
+def test_the_optimizer_and_its_iterations_are_passed_on_and_empty_or_zero_mean_the_default():
+    options = options_from_parameters({"method": "gauss-newton", "max_iterations": 7})
+    assert (options.method, options.max_iterations) == ("gauss-newton", 7)
+    defaults = PlanOptions()
+    assert (options_from_parameters({"method": "", "max_iterations": 0}).method,
+            options_from_parameters({"max_iterations": 0}).max_iterations) == (defaults.method, defaults.max_iterations)
+    assert options_from_parameters({"max_iterations": 7}, max_iterations=3).max_iterations == 3  # the goal's wins
+
+
 def test_windows_are_passed_on():
     options = options_from_parameters({"window": 0.1, "window_tail": 0.05, "window_overlap": 0.02})
     assert (options.window, options.window_tail, options.window_overlap) == (0.1, 0.05, 0.02)

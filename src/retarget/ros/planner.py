@@ -88,6 +88,11 @@ class Planner(Node):
                                     "was not optimized on: auto (the full FEM where affordable, else the newest "
                                     "verification model in the model folders' verify/), full, none, or a "
                                     "verification model's .npz; empty: auto")
+        self.method = declare(self, "method", T.STRING, "", "optimizer: lbfgs (L-BFGS-B, adjoint gradient), "
+                              "gauss-newton (Levenberg-Marquardt, exact forward sensitivities) or auto; empty: "
+                              "lbfgs")
+        self.max_iterations = declare(self, "max_iterations", T.INTEGER, 0, "optimizer iterations (per window with "
+                                      "windows); 0: the optimizer's default (50)", low=0, high=100000)
         self.allow_unverified_model = declare(self, "allow_unverified_model", T.BOOL, False,
                                               "plan even when a flexible part's frequencies miss the model card's "
                                               "gate (the plan's figures then rest on wrong frequencies; warned)")
