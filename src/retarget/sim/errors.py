@@ -23,12 +23,18 @@ class NewtonFailed(SimulationError):
         self.step = step
         self.time = time
         self.residual_norms = residual_norms
+        self.reason = reason
         last = residual_norms[-1] if residual_norms else {}
         detail = ", ".join(f"{k}={v:.3e}" for k, v in last.items())
         super().__init__(
             f"Newton did not converge at step {step} (t = {time:.6g} s) after {len(residual_norms)} iterations"
             f"{': ' + reason if reason else ''}; last residual norms: {detail}"
         )
+
+    def __reduce__(self) -> tuple:
+        # Rebuilt from the constructor's arguments, so the error crosses a process boundary (a robust member's
+        # simulation in a forked worker fails like one run here) instead of breaking the worker pool.
+        return type(self), (self.step, self.time, self.residual_norms, self.reason)
 
 
 class SimulationDiverged(NewtonFailed):
