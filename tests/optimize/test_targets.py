@@ -74,12 +74,15 @@ class _TwoBranches:
 
             raise SimulationError("Newton did not converge from this start")
         side = 1.0 if warm is None or np.asarray(warm.s)[0] >= 0.0 else -1.0
+        if getattr(warm, "jump", False):  # Newton from this start lands on the far branch
+            side = -side
         return _State(np.array([side * np.sqrt(max(float(theta[0]), 0.0))]))
 
 
 class _State:
-    def __init__(self, s):
+    def __init__(self, s, jump=False):
         self.s = s
+        self.jump = jump
 
 
 class _Poses:
@@ -104,3 +107,8 @@ def test_warm_states_choose_the_branch_the_playback_takes():
     played[-1] = _State(np.array([np.nan]))
     fallback = quasi_static_targets(_TwoBranches(), _Poses(), times, angles, warm_states=played)
     assert fallback.positions[-1, 0, 0] == pytest.approx(fallback.positions[-2, 0, 0] / np.sqrt(0.16) * 0.5)
+    # Where Newton restarted from the playback's state lands on the far branch, the continued equilibrium (nearer
+    # the playback) is kept.
+    played[-1] = _State(np.array([-0.5]), jump=True)
+    kept = quasi_static_targets(_TwoBranches(), _Poses(), times, angles, warm_states=played)
+    assert kept.positions[-1, 0, 0] == pytest.approx(-0.5)

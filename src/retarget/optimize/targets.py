@@ -49,6 +49,20 @@ def _nearest_rotations(r: NDArray[np.float64]) -> NDArray[np.float64]:
     return u @ vt
 
 
+def _nearest_branch(engine: Engine, poses: TrackedPoses, theta: NDArray[np.float64], previous: EngineState | None,
+                    played: EngineState) -> EngineState:
+    """The equilibrium at ``theta`` whose tracked bodies are nearest the playback's ``played``: Newton continued
+    from the ``previous`` equilibrium, or restarted from ``played`` (which may also jump to the other branch, or fail
+    from a swinging state)."""
+    continued = engine.solve_static(theta, previous)
+    try:
+        restarted = engine.solve_static(theta, played)
+    except (SimulationError, np.linalg.LinAlgError):
+        return continued
+    c = poses.positions(np.stack([continued.s, restarted.s, played.s]))
+    return restarted if np.sum((c[1] - c[2]) ** 2) < np.sum((c[0] - c[2]) ** 2) else continued
+
+
 def quasi_static_targets(engine: Engine, poses: TrackedPoses, times: Sequence[float], angles: NDArray[np.float64],
                          progress: Callable[[int, int], None] | None = None, stride: int = 1,
                          warm_states: Sequence[EngineState] | None = None) -> Targets:
@@ -57,9 +71,10 @@ def quasi_static_targets(engine: Engine, poses: TrackedPoses, times: Sequence[fl
     Each solve starts from the previous sample's equilibrium, or with ``warm_states`` from the given state at that
     sample. A closed kinematic loop (the rapper's 4-bar) has two equilibria at some input angles, one per assembly
     branch, and they meet at the linkage's change point: continued from sample to sample, the targets keep the branch
-    they started on through that point, while the robot may take the other. Started from the states of the input's
-    playback, each target is the equilibrium on the branch the robot is on (where Newton fails from the playback's
-    state, the solve continues from the previous equilibrium).
+    they started on through that point, while the robot may take the other. With the states of the input's playback,
+    each sample is solved twice — continued from the previous equilibrium and restarted from the playback's state —
+    and the equilibrium whose tracked bodies are nearer the playback's is the target: the one on the branch the
+    robot is on (Newton restarted from a swinging state can also land on the other branch, or fail).
 
     Args:
         engine: the simulator.
@@ -68,7 +83,8 @@ def quasi_static_targets(engine: Engine, poses: TrackedPoses, times: Sequence[fl
         angles: θ̄ [rad] (n_t, n_motors).
         progress: ``progress(done, total)`` over the samples solved.
         stride: solve every ``stride``-th sample and the last; interpolate the others (1: solve all).
-        warm_states: a state per grid sample (n_t) to start each solve from (None: the previous equilibrium).
+        warm_states: the playback's state per grid sample (n_t) that picks each sample's branch (None: continue from
+            the previous equilibrium only).
     """
     from scipy.interpolate import CubicSpline
 
@@ -82,14 +98,8 @@ def quasi_static_targets(engine: Engine, poses: TrackedPoses, times: Sequence[fl
     solves = 0
     for i, n in enumerate(keep):
         if last is None or not np.array_equal(th[n], last):
-            if warm_states is None:
-                warm = engine.solve_static(th[n], warm)
-            else:
-                try:
-                    warm = engine.solve_static(th[n], warm_states[n])
-                except (SimulationError, np.linalg.LinAlgError):
-                    # Newton from a swinging state can diverge or meet a singular matrix: continue from the last one
-                    warm = engine.solve_static(th[n], warm)
+            warm = engine.solve_static(th[n], warm) if warm_states is None else \
+                _nearest_branch(engine, poses, th[n], warm, warm_states[n])
             last = th[n]
             solves += 1
         assert warm is not None
