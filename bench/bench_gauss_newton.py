@@ -51,8 +51,8 @@ def main() -> int:
     engine = reduced_engine(pm.reduced, tolerance=1e-10)
     members = [(f, reduced_engine(with_stiffness_scale(pm.reduced, f), tolerance=1e-10))
                for f in options.stiffness_band]
-    pp = build_plan_problem(engine, motion, parse_tracked_bodies(pm.config.get("tracked_bodies")), limits_for(pm.model, pm.config),
-                            options, members=members)
+    pp = build_plan_problem(engine, motion, parse_tracked_bodies(pm.config.get("tracked_bodies")),
+                            limits_for(pm.model, pm.config), options, members=members)
     assert pp.ensemble is not None
     x = pp.fit.parameters
     nominal = pp.problem

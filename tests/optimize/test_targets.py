@@ -47,9 +47,9 @@ def test_strided_targets_interpolate_the_exact_ones(rod_systems):
 def test_targets_solved_from_a_playback_are_the_same_equilibria_where_there_is_one(rod_systems):
     """The rod has one equilibrium per angle: started from a simulated playback's states (far from rest while it
     swings), the solves land on the targets continued from sample to sample."""
+    from retarget.motion.motion import Motion
     from retarget.optimize.adjoint import rollout
     from retarget.optimize.bspline import fit_profiles
-    from retarget.motion.motion import Motion
 
     engine, poses, times, angles = _setup(rod_systems)
     profiles = fit_profiles(Motion(times, tuple(engine.motor_names), angles), 0.02).profiles
