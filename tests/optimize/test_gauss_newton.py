@@ -119,3 +119,47 @@ def test_window_tangent_matches_differences_and_the_window_adjoint(rod_systems, 
     d = rng.normal(size=xw.size)
     v0, g0 = sub.parameter_terms(sub.window.full(xw))[0], sub.parameter_terms(sub.window.full(xw))[1][free]
     assert sub.parameter_terms(sub.window.full(xw + d))[0] == pytest.approx(v0 + g0 @ d + 0.5 * d @ h @ d, rel=1e-9)
+
+
+@pytest.mark.parametrize("windowed", [False, True])
+def test_torque_penalty_rows_match_differences_and_the_adjoint(rod_systems, windowed):
+    """The torque penalty's Gauss–Newton rows: ``½|r|²`` is tracking + penalty, ``Jᵣᵀ r`` + regularizers the adjoint
+    gradient with the penalty, and each active row's derivative the central difference of ``√(wΔt)(|τ| − τ̄)``."""
+    from dataclasses import replace
+
+    from retarget.optimize.limits import TorquePenalty
+    from tests.optimize.test_adjoint import _rod_window_problem, _window
+
+    problem, x, rng = _rod_window_problem(rod_systems, 9)
+    if windowed:
+        problem, free, _ = _window(problem, x, 10, 30, 20)
+        x = x[free]
+    rows = np.asarray(problem.engine.motor_torque_index)
+    tau = evaluate(problem, x, gradient=False).rollout.matrix[:, rows]
+    # Threshold at half the (window's) peak: active over part of the run.
+    penalty = TorquePenalty(problem.dt, 0.5 * np.abs(tau).max(axis=0), 1e3)
+    problem = replace(problem, torque_penalty=penalty)
+    ev = evaluate(problem, x)
+    ls = tangent_least_squares(problem, x, ev.rollout)
+    assert ev.parts["torque_penalty"] > 0.0
+    assert 0.5 * float(ls.residual @ ls.residual) == pytest.approx(ev.tracking + ev.parts["torque_penalty"], rel=1e-12)
+    whole = x if problem.window is None else problem.window.full(x)
+    reg = problem.parameter_terms(whole)[1]
+    g = ls.gradient + (reg if problem.window is None else reg[problem.window.free])
+    np.testing.assert_allclose(g, ev.gradient, rtol=0, atol=1e-6 * np.abs(ev.gradient).max())
+
+    def excess(y):
+        t = evaluate(problem, y, gradient=False).rollout.matrix[:, rows]
+        return np.sqrt(penalty.weight * penalty.dt) * (np.abs(t) - penalty.threshold)
+
+    e0 = excess(x)
+    active = e0 > 0.0
+    n_tau = int(active.sum())
+    assert n_tau > 0 and ls.residual.size > n_tau
+    np.testing.assert_allclose(ls.residual[-n_tau:], e0[active], rtol=1e-12)
+    clear = np.abs(e0[active]) > 1e-3 * np.abs(e0[active]).max()  # away from the hinge's kink
+    for _ in range(2):
+        d = rng.normal(size=x.size)
+        fd = ((excess(x + 1e-5 * d) - excess(x - 1e-5 * d)) / 2e-5)[active]
+        jd = ls.jacobian[-n_tau:] @ d
+        assert np.max(np.abs(fd - jd)[clear]) <= 1e-6 * np.max(np.abs(jd)) + 1e-12

@@ -13,7 +13,7 @@ from retarget.optimize.limits import MotorLimits
 from retarget.optimize.options import PlanOptions
 from retarget.optimize.planning import run_plan
 from retarget.optimize.parallel import fork_pool
-from retarget.optimize.robust import Ensemble, evaluate_ensemble
+from retarget.optimize.robust import BRANCH_RATIO, Ensemble, evaluate_ensemble, without_other_branches
 from retarget.optimize.weights import TrackedBodyWeights, WeightSchedule
 from retarget.sim.reduced.system import with_stiffness_scale
 from tests.optimize.test_adjoint import _problem
@@ -116,6 +116,45 @@ def test_gauss_newton_over_the_ensemble_has_the_ensemble_gradient_and_plans(rod_
                       engine_factory=factory)
     assert result.optimization.method == "gauss-newton" and result.pp.ensemble is not None
     assert result.optimization.objective_final < 0.9 * result.optimization.objective_initial
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_member_tracking_another_branch_is_left_out(rod_systems, workers):
+    """A member whose tracking term is many times the nominal model's (a loop assembled on its other branch; here
+    its targets moved 0.2 m away) leaves the robust objective with a warning naming it; the others stay, in order."""
+    _, rs = rod_systems
+    problems = {}
+    for factor in (1.0, 0.9, 1.1):
+        engine = reduced_engine(with_stiffness_scale(rs, factor), 1e-12)
+        problems[factor] = _problem(engine, "tip", 0.002, 25, 0.02, engine.solve_static(np.array([0.0])))
+    off = problems[0.9].tracking
+    problems[0.9] = replace(problems[0.9], tracking=replace(off, target_positions=off.target_positions + 0.2))
+    ensemble = Ensemble(problems[1.0], (problems[0.9], problems[1.1]), (0.9, 1.1))
+    x = 0.05 * np.random.default_rng(2).normal(size=problems[1.0].parametrization.n_parameters)
+    parts = evaluate_ensemble(ensemble, x, gradient=False).parts
+    assert parts["tracking_x0.9"] > BRANCH_RATIO * parts["tracking_nominal"] > parts["tracking_x1.1"] * 2
+    kept, warnings = without_other_branches(ensemble, x, workers)
+    assert kept.factors == (0.9, 1.1)[1:] and kept.members == (problems[1.1],) and kept.nominal is problems[1.0]
+    assert len(warnings) == 1 and "×0.9" in warnings[0] and "branch" in warnings[0]
+    same, none = without_other_branches(replace(ensemble, members=(problems[1.1],), factors=(1.1,)), x, workers)
+    assert same.factors == (1.1,) and none == []
+
+
+def test_a_looped_robots_plan_screens_its_robust_models(rod_systems):
+    """With ``follow_playback`` (robots with closed loops) the plan checks the robust models at the start: on the
+    rod every model tracks the same branch, so all stay and nothing is said."""
+    _, rs = rod_systems
+    limits = MotorLimits.build(["m"], {"m": (-1.0, 1.0, 0.0)})
+
+    def factory(f: float):
+        return reduced_engine(with_stiffness_scale(rs, f), 1e-10)
+
+    stages: list[str] = []
+    result = run_plan(reduced_engine(rs, 1e-10), _motion(), _bodies(), limits, replace(OPTIONS, stiffness_band=(
+        0.9, 1.1)), progress=lambda stage, k, n: stages.append(stage), engine_factory=factory, follow_playback=True)
+    assert "robust models at the start" in stages
+    assert result.pp.ensemble is not None and result.pp.ensemble.factors == (0.9, 1.1)
+    assert not any("robust objective:" in w for w in result.warnings)
 
 
 def test_robust_plan_averages_the_band_and_reports_it(rod_systems):

@@ -1,4 +1,4 @@
-"""Gauss–Newton / Levenberg–Marquardt on the tracking least squares, with exact forward sensitivities.
+"""Gauss–Newton / Levenberg–Marquardt on the tracking and torque least squares, with exact forward sensitivities.
 
 The tracking term is a weighted least-squares sum (:mod:`retarget.optimize.objective`)::
 
@@ -11,7 +11,9 @@ so its Gauss–Newton Hessian ``JᵣᵀJᵣ`` needs only first derivatives of th
     (∂R_n/∂S_n) δS_n = −(∂R_n/∂S_{n−1}) δS_{n−1} − (∂R_n/∂S_{n−2}) δS_{n−2} − (∂R_n/∂θ) δθ_n − (∂R_n/∂θ̇) δθ̇_n
 
 with ``δS_0 = 0`` (the quasi-static start does not depend on ``x``) and ``δθ_n = (B0 T)[n]``, ``δθ̇_n =
-(B1 T)[n]`` per motor. The parameter-only terms (regularizers, speed penalty) enter with their exact Hessian
+(B1 T)[n]`` per motor. The torque penalty ``T = ½ w Δt Σ (|τ_m(t_n)| − τ̄_m)₊²`` is a least-squares sum too: its
+residual rows (motor torques above the threshold) come from the same tangent pass, so the Gauss–Newton model sees
+the servos' limit. The parameter-only terms (regularizers, speed penalty) enter with their exact Hessian
 (differences of their gradients: they are cheap and piecewise quadratic).
 
 Why: the two-rod problem's Hessian has ~30 eigenvalues spread over three decades (docs/optimize.md); L-BFGS
@@ -39,6 +41,7 @@ from retarget.optimize.parallel import run_shared
 from retarget.optimize.result import SearchState
 
 if TYPE_CHECKING:  # pragma: no cover
+    from retarget.optimize.limits import TorquePenalty
     from retarget.optimize.options import PlanOptions
     from retarget.optimize.problem import PlanProblem
 
@@ -53,10 +56,11 @@ MAX_PARAMETERS: int = 200
 
 @dataclass(frozen=True, eq=False)
 class LeastSquares:
-    """The tracking residual and its Jacobian at one point.
+    """The simulated terms' residual and its Jacobian at one point.
 
     Attributes:
-        residual: ``r`` (m,); ``½|r|²`` is the tracking term ``G``.
+        residual: ``r`` (m,): the tracking rows, then the torque penalty's active rows (where a motor's torque is
+            above the penalty's threshold); ``½|r|²`` is the tracking term ``G`` plus the torque penalty ``T``.
         jacobian: ``∂r/∂x`` (m, n_parameters).
     """
 
@@ -65,7 +69,7 @@ class LeastSquares:
 
     @property
     def gradient(self) -> NDArray[np.float64]:
-        """``∂G/∂x = Jᵣᵀ r``."""
+        """``∂(G + T)/∂x = Jᵣᵀ r``."""
         return self.jacobian.T @ self.residual
 
     @property
@@ -146,7 +150,10 @@ def state_tangents(problem: AdjointProblem, x: NDArray[np.float64], fwd: Rollout
 
 def tangent_least_squares(problem: AdjointProblem, x: NDArray[np.float64], fwd: Rollout,
                           progress: Callable[[int, int], None] | None = None) -> LeastSquares:
-    """The tracking residual and its exact Jacobian at ``x`` by the tangent-linear pass over the rollout ``fwd``.
+    """The residual of the simulated terms and its exact Jacobian at ``x`` by the tangent-linear pass over the
+    rollout ``fwd``: the tracking term, and the torque penalty (:class:`~retarget.optimize.limits.TorquePenalty`)
+    as the residual ``√(w Δt) (|τ_m(t_n)| − τ̄_m)`` of every motor and step above the threshold (its Gauss–Newton
+    term; rows below the threshold have neither residual nor derivative and are left out).
 
     Args:
         problem: the adjoint problem (engine with forward sensitivities: :func:`supports_tangent`).
@@ -174,7 +181,20 @@ def tangent_least_squares(problem: AdjointProblem, x: NDArray[np.float64], fwd: 
         sq_ori = np.sqrt(tr.quadrature[:, None] * tr.orientation_weights)
         rot = problem.poses.orientations(fwd.matrix)
         res[:, :, 3:] = (sq_ori[:, :, None, None] * (rot - tr.target_orientations)).reshape(n + 1, k, 9)
+    penalty = problem.torque_penalty
+    if penalty is not None:
+        torque_rows = np.asarray(problem.engine.motor_torque_index)
+        tau = fwd.matrix[:, torque_rows]
+        excess = np.maximum(np.abs(tau) - penalty.threshold, 0.0)
+        active = excess > 0.0
+        sq_tau = float(np.sqrt(penalty.weight * penalty.dt))
+        res_tau = sq_tau * excess[active]
+        jac_tau = np.zeros((res_tau.size, p))
+        row_of = np.cumsum(active.ravel()).reshape(active.shape) - 1  # the active rows, step-major
     for step, ds_n in state_tangents(problem, x, fwd):
+        if penalty is not None and active[step].any():
+            on = np.flatnonzero(active[step])
+            jac_tau[row_of[step, on]] = sq_tau * np.sign(tau[step, on])[:, None] * ds_n[torque_rows[on]]
         for j, i in enumerate(idx):
             jac[step, j, :3] = sq_pos[step, j] * ds_n[7 * i : 7 * i + 3]
             if ori and sq_ori[step, j] != 0.0:
@@ -184,7 +204,9 @@ def tangent_least_squares(problem: AdjointProblem, x: NDArray[np.float64], fwd: 
                 jac[step, j, 3:] = sq_ori[step, j] * drf.reshape(9, p)
         if progress is not None:
             progress(step, n)
-    return LeastSquares(res.ravel(), jac.reshape(-1, p))
+    if penalty is None:
+        return LeastSquares(res.ravel(), jac.reshape(-1, p))
+    return LeastSquares(np.concatenate([res.ravel(), res_tau]), np.vstack([jac.reshape(-1, p), jac_tau]))
 
 
 def parameter_hessian(problem: AdjointProblem, x: NDArray[np.float64], step: float = 1e-6) -> NDArray[np.float64]:
@@ -206,11 +228,11 @@ def parameter_hessian(problem: AdjointProblem, x: NDArray[np.float64], step: flo
 def ensemble_gauss_newton(pp: PlanProblem, x: NDArray[np.float64], nominal: Rollout,
                           progress: Callable[[int, int], None] | None = None
                           ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """Gauss–Newton Hessian and gradient of the plan's objective at ``x``: the tracking terms averaged over the
-    robust objective's models (each model's exact tangent-linear Jacobian; each member is simulated at ``x`` first),
-    plus the parameter-only terms (:func:`parameter_hessian`). With the ensemble's forked workers
-    (:attr:`~retarget.optimize.robust.Ensemble.pool`) the members' runs and passes go to them while this process
-    runs the nominal model's pass; otherwise they run here, one after another.
+    """Gauss–Newton Hessian and gradient of the plan's objective at ``x``: the simulated terms (tracking, torque
+    penalty) averaged over the robust objective's models (each model's exact tangent-linear Jacobian; each member is
+    simulated at ``x`` first), plus the parameter-only terms (:func:`parameter_hessian`). With the ensemble's forked
+    workers (:attr:`~retarget.optimize.robust.Ensemble.pool`) the members' runs and passes go to them while this
+    process runs the nominal model's pass; otherwise they run here, one after another.
 
     Args:
         pp: the plan problem (with or without an ensemble).
@@ -225,8 +247,9 @@ def ensemble_gauss_newton(pp: PlanProblem, x: NDArray[np.float64], nominal: Roll
     if pool is not None:
         # The members' passes run in the forked workers while this process runs the nominal model's.
         executor, key = pool
-        futures = [executor.submit(run_shared, key, partial(_member_normal_equations, index=i, x=x))
-                   for i in range(len(problems) - 1)]
+        futures = [executor.submit(run_shared, key, partial(_member_normal_equations, index=i, x=x,
+                                                            torque_penalty=member.torque_penalty))
+                   for i, member in enumerate(problems[1:])]
         todo: tuple[AdjointProblem, ...] = problems[:1]
     else:
         todo = problems
@@ -246,10 +269,12 @@ def ensemble_gauss_newton(pp: PlanProblem, x: NDArray[np.float64], nominal: Roll
     return hess / len(problems) + parameter_hessian(pp.problem, x), grad / len(problems) + g_reg
 
 
-def _member_normal_equations(members: tuple[AdjointProblem, ...], index: int, x: NDArray[np.float64]
+def _member_normal_equations(members: tuple[AdjointProblem, ...], index: int, x: NDArray[np.float64],
+                             torque_penalty: TorquePenalty | None
                              ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """In a worker: member ``index``'s Gauss–Newton Hessian ``JᵣᵀJᵣ`` and gradient ``Jᵣᵀr`` at ``x`` (its own run)."""
-    problem = members[index]
+    """In a worker: member ``index``'s Gauss–Newton Hessian ``JᵣᵀJᵣ`` and gradient ``Jᵣᵀr`` at ``x`` (its own run),
+    with the parent's current torque penalty (the continuation raises its weight after the fork)."""
+    problem = replace(members[index], torque_penalty=torque_penalty)
     ls = tangent_least_squares(problem, x, evaluate(problem, x, gradient=False).rollout)
     return ls.hessian, ls.gradient
 

@@ -46,6 +46,7 @@ from retarget.optimize.options import PlanOptions, verification_reserve
 from retarget.optimize.parallel import default_workers, fork_pool
 from retarget.optimize.problem import PlanProblem, build_plan_problem, limits_for
 from retarget.optimize.result import OptimizationResult
+from retarget.optimize.robust import without_other_branches
 from retarget.optimize.variants import (
     MIN_RING_OUT,
     PlanResult,
@@ -264,7 +265,9 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
         x0: start the optimization here (an earlier optimum) instead of the input's fit or its speed-feasible
             projection; the naive playback is then a simulation of its own.
         follow_playback: targets on the assembly branches the input's playback takes (robots with closed kinematic
-            loops; :func:`~retarget.optimize.problem.build_plan_problem`).
+            loops; :func:`~retarget.optimize.problem.build_plan_problem`), and the robust objective without the
+            models that assemble on another branch (:func:`~retarget.optimize.robust.without_other_branches`: one
+            forward run of every model before the optimization).
 
     The naive variant is the optimizer's first evaluation (the fit ``x₀``), so it costs no extra simulation —
     unless the input is too fast for the servos and the optimizer starts from a speed-feasible projection
@@ -305,13 +308,19 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
             x_start = projection.x
             naive = first_evaluation(pp.problem, pp.fit.parameters, False, deadline_progress(
                 deadline, None if progress is None else (lambda k, n: progress("naive playback", k, n))))
+    workers = default_workers() if options.workers is None else int(options.workers)
+    if follow_playback and pp.ensemble is not None:
+        ensemble, dropped = without_other_branches(
+            pp.ensemble, pp.fit.parameters if x_start is None else x_start, workers, deadline_progress(
+                deadline, None if progress is None else (lambda k, n: progress("robust models at the start", k, n))))
+        warnings.extend(dropped)
+        pp = replace(pp, ensemble=ensemble if ensemble.members else None)
     # Two forward simulations (ZV, ZVD) cost about 1.6 forward + adjoint evaluations; none are kept when the
     # motion leaves too little ring-out for the baselines to run. The caller's verification is kept too.
     minimize = optimize if options.window is None else optimize_windows
     baselines = options.baselines and ring_out_s(pp) >= MIN_RING_OUT
     reserve = (1.6 if baselines else 0.0) + verification_reserve(options)
     ensemble = pp.ensemble
-    workers = default_workers() if options.workers is None else int(options.workers)
     with fork_pool(None if ensemble is None else ensemble.members, workers if ensemble is not None else 0) as pool:
         if pool is not None and ensemble is not None:
             pp = replace(pp, ensemble=replace(ensemble, pool=pool))
