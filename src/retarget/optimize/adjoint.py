@@ -192,6 +192,15 @@ class AdjointProblem:
         """The motor profiles of parameters ``x``."""
         return self.template.with_control_points(self.parametrization.control_points(x))
 
+    def whole(self, x: NDArray[np.float64]) -> NDArray[np.float64]:
+        """The whole problem's parameters for ``x`` (a window's parameters when there is a :class:`Window`)."""
+        x = np.asarray(x, dtype=float)
+        return x if self.window is None else self.window.full(x)
+
+    def restricted(self, g: NDArray[np.float64]) -> NDArray[np.float64]:
+        """A derivative over the whole problem's parameters restricted to the window's (as is without one)."""
+        return g if self.window is None else g[self.window.free]
+
     def parameter_terms(self, x: NDArray[np.float64]) -> tuple[float, NDArray[np.float64], dict[str, float]]:
         """Regularizers + speed penalty: value, ``∂/∂x``, and the parts by name."""
         value, grad, parts = 0.0, np.zeros(self.parametrization.n_parameters), {}
@@ -263,11 +272,10 @@ def evaluate(problem: AdjointProblem, x: NDArray[np.float64], gradient: bool = T
         progress: ``progress(done, total)`` over forward plus backward steps.
     """
     window = problem.window
-    x = np.asarray(x, dtype=float)
+    x = problem.whole(x)
     if window is None:
         n, start, before, tracking = problem.n_steps, problem.start, None, problem.tracking
     else:
-        x = window.full(x)
         n, start, before = window.last - window.first, window.start, window.before
         tracking = problem.tracking.window(window.first, window.last)
     motors = problem.profiles(x)
@@ -312,7 +320,5 @@ def evaluate(problem: AdjointProblem, x: NDArray[np.float64], gradient: bool = T
     b0 = problem.template.basis_matrix(times, 0)
     b1 = problem.template.basis_matrix(times, 1)
     grad_p = np.asarray(b0.T @ grad_theta) + np.asarray(b1.T @ grad_theta_dot)
-    g = problem.parametrization.pullback(grad_p) + p_grad
-    if window is not None:
-        g = g[window.free]
+    g = problem.restricted(problem.parametrization.pullback(grad_p) + p_grad)
     return Evaluation(value, tv.value, parts, g, fwd, pos)

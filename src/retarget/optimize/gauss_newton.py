@@ -106,16 +106,9 @@ def _motor_tangents(problem: AdjointProblem, times: NDArray[np.float64], columns
     return out[0], out[1]
 
 
-def _whole(problem: AdjointProblem, x: NDArray[np.float64]) -> NDArray[np.float64]:
-    """The whole problem's parameters for ``x`` (a window's parameters with a :class:`~.adjoint.Window`)."""
-    x = np.asarray(x, dtype=float)
-    return x if problem.window is None else problem.window.full(x)
-
-
 def _parameter_gradient(problem: AdjointProblem, x: NDArray[np.float64]) -> NDArray[np.float64]:
     """``∂/∂x`` of the parameter-only terms (restricted to a window's parameters)."""
-    g = problem.parameter_terms(_whole(problem, x))[1]
-    return g if problem.window is None else g[problem.window.free]
+    return problem.restricted(problem.parameter_terms(problem.whole(x))[1])
 
 
 def state_tangents(problem: AdjointProblem, x: NDArray[np.float64], fwd: Rollout
@@ -128,7 +121,7 @@ def state_tangents(problem: AdjointProblem, x: NDArray[np.float64], fwd: Rollout
     moves a motor before the window's start, so its start states have no tangent.
     """
     window = problem.window
-    motors = problem.profiles(_whole(problem, x))
+    motors = problem.profiles(problem.whole(x))
     if window is None:
         n, states, lead, columns = problem.n_steps, fwd.states, 0, None
     else:
