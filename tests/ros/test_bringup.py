@@ -126,6 +126,9 @@ def test_planner_settings_come_from_the_params_file_unless_a_budget_is_given(tmp
     assert describe("drummer", run_dir=tmp_path, plan_time_budget=100.0).node("planner").parameters[
         "time_budget"] == 100.0
     assert "time_budget" not in describe("single_rod", run_dir=tmp_path).node("planner").parameters
+    # The optimizer: the params file's (the drummer's windows: Levenberg–Marquardt) unless the caller names one.
+    assert planner["method"] == "gauss-newton"
+    assert describe("drummer", run_dir=tmp_path, plan_method="lbfgs").node("planner").parameters["method"] == "lbfgs"
 
 
 @pytest.mark.parametrize("kwargs, text", [({"mocap": "vicon"}, "mocap"), ({"twin": "rigid"}, "twin"),

@@ -240,7 +240,8 @@ class Bringup:
 def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = True, mocap: str = "twin",
              namespace: str = "", run_dir: Path | None = None, twin: str = "first_order",
              reduced: str | Path | None = None, python: str | None = None,
-             plan_time_budget: float = 0.0, verify_model: str | Path | None = None) -> Bringup:
+             plan_time_budget: float = 0.0, verify_model: str | Path | None = None,
+             plan_method: str | None = None) -> Bringup:
     """Compute a robot's node set.
 
     Args:
@@ -261,6 +262,7 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
         plan_time_budget: The planner node's ``time_budget`` [s] (0: the params file's, else none).
         verify_model: The planner node's ``verify_model`` (a verification model's file, ``full``, ``none``;
             None: the params file's, else ``auto``).
+        plan_method: The planner node's ``method`` (``lbfgs``, ``gauss-newton``; None: the params file's).
 
     Returns:
         The node set.
@@ -351,6 +353,8 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
         if verify_model:
             planner_params["verify_model"] = (str(Path(verify_model).expanduser().resolve())
                                               if str(verify_model).lower().endswith(".npz") else str(verify_model))
+        if plan_method:
+            planner_params["method"] = str(plan_method)
         nodes.append(node("planner", "retarget.ros.planner", "planner", planner_params))
     if mocap != "none":
         mocap_params: dict[str, Any] = {"source": mocap}
