@@ -39,6 +39,7 @@ from retarget.optimize.adjoint import AdjointProblem, Rollout, evaluate
 from retarget.optimize.engines import step_sensitivities
 from retarget.optimize.parallel import run_shared
 from retarget.optimize.result import SearchState
+from retarget.optimize.robust import forked_member
 
 if TYPE_CHECKING:  # pragma: no cover
     from retarget.optimize.limits import TorquePenalty
@@ -266,8 +267,8 @@ def _member_normal_equations(members: tuple[AdjointProblem, ...], index: int, x:
                              torque_penalty: TorquePenalty | None
                              ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """In a worker: member ``index``'s Gauss–Newton Hessian ``JᵣᵀJᵣ`` and gradient ``Jᵣᵀr`` at ``x`` (its own run),
-    with the parent's current torque penalty (the continuation raises its weight after the fork)."""
-    problem = replace(members[index], torque_penalty=torque_penalty)
+    with the parent's current torque penalty (:func:`~retarget.optimize.robust.forked_member`)."""
+    problem = forked_member(members, index, torque_penalty)
     ls = tangent_least_squares(problem, x, evaluate(problem, x, gradient=False).rollout)
     return ls.hessian, ls.gradient
 

@@ -121,9 +121,14 @@ class _Member:
 def _member_job(members: Sequence[AdjointProblem], index: int, x: NDArray[np.float64], gradient: bool,
                 torque_penalty: Any) -> tuple[float, float, dict[str, float], NDArray[np.float64] | None]:
     """In a worker: member ``index``'s ``J`` (and gradient) at ``x``, with the parent's current torque penalty."""
-    problem = replace(members[index], torque_penalty=torque_penalty)
-    ev = evaluate(problem, x, gradient=gradient)
+    ev = evaluate(forked_member(members, index, torque_penalty), x, gradient=gradient)
     return ev.value, ev.tracking, dict(ev.parts), ev.gradient
+
+
+def forked_member(members: Sequence[AdjointProblem], index: int, torque_penalty: Any) -> AdjointProblem:
+    """In a worker: member ``index`` as forked, with the parent's current torque penalty (the continuation raises
+    its weight after the fork)."""
+    return replace(members[index], torque_penalty=torque_penalty)
 
 
 def without_other_branches(ensemble: Ensemble, x: NDArray[np.float64], workers: int,
