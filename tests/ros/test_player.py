@@ -75,3 +75,37 @@ def test_a_rejected_goal_is_a_runtime_error_and_a_result_is_returned() -> None:
         _client(_Handle(_Future(), accepted=False)).execute(_trajectory(), 0.0, 1.0)
     done = SimpleNamespace(result=SimpleNamespace(error_code=0))
     assert _client(_Handle(_Future(done))).execute(_trajectory(), 0.0, 1.0).error_code == 0
+
+
+class _DeafHandle(_Handle):
+    """A server that never answers the cancel."""
+
+    def cancel_goal_async(self) -> _Future:
+        self.cancelled.set()
+        return _Future(done=False)
+
+
+def test_ctrl_c_stays_a_ctrl_c_when_the_cancel_goes_unanswered(monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from retarget.ros import player
+
+    monkeypatch.setattr(player, "CANCEL_TIMEOUT_S", 0.1)
+    handle = _DeafHandle(_Future(done=False))
+
+    def interrupt(_elapsed: float) -> None:
+        raise KeyboardInterrupt
+
+    client = _client(handle)
+    client.now = lambda: 0.0
+    with pytest.raises(KeyboardInterrupt):  # the command's exit 130, not a failure's 1
+        client.execute(_trajectory(), 0.0, 10.0, progress=interrupt)
+    assert handle.cancelled.is_set()
+    assert "the goal's cancel was not confirmed, the robot may still be moving" in capsys.readouterr().err
+
+
+def test_a_missing_result_with_an_unanswered_cancel_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    from retarget.ros import player
+
+    monkeypatch.setattr(player, "CANCEL_TIMEOUT_S", 0.1)
+    with pytest.raises(TimeoutError, match="no trajectory result within 0.2 s; its cancel was not confirmed"):
+        _client(_DeafHandle(_Future(done=False))).execute(_trajectory(), 0.0, 0.2)

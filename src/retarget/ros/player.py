@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["LAG_GRID_S", "MOVE_TO_START_S", "START_LEAD_S", "JointStateRecorder", "JointTracking", "RobotClient",
-           "TrackingFigures", "point_trajectory", "print_figures", "trajectory_arrays", "tracking_figures"]
+__all__ = ["CANCEL_TIMEOUT_S", "LAG_GRID_S", "MOVE_TO_START_S", "START_LEAD_S", "JointStateRecorder",
+           "JointTracking", "RobotClient", "TrackingFigures", "point_trajectory", "print_figures", "trajectory_arrays", "tracking_figures"]
 
 #: Lead time between sending a goal and its start [s]: the goal's header stamp, so the reference's time base
 #: is known exactly (the trajectory server starts a goal with a non-zero stamp at that time).
@@ -29,6 +29,9 @@ LAG_GRID_S: NDArray[np.float64] = np.arange(0.0, 0.2005, 0.002)
 
 #: Duration of the move from the current pose to the trajectory's first pose [s].
 MOVE_TO_START_S = 2.0
+
+#: Longest wait for the trajectory server to confirm a goal's cancel (after a Ctrl-C or a missing result) [s].
+CANCEL_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -230,7 +233,8 @@ class RobotClient:
         """FollowJointTrajectory of ``trajectory`` from ``start`` [s, node clock]; returns the result.
 
         ``progress(elapsed [s])`` is called while waiting. A Ctrl-C (KeyboardInterrupt) or no result within
-        ``timeout`` [s] cancels the goal (the trajectory server stops the robot where it is) and re-raises.
+        ``timeout`` [s] cancels the goal (the trajectory server stops the robot where it is) and re-raises; a
+        cancel not confirmed within :data:`CANCEL_TIMEOUT_S` is said on stderr (a Ctrl-C) or in the TimeoutError.
 
         Raises:
             RuntimeError: The trajectory server rejected the goal.
@@ -250,7 +254,16 @@ class RobotClient:
             return self._wait(handle.get_result_async(), timeout, "trajectory result", tick).result
         except (KeyboardInterrupt, TimeoutError) as exc:
             # The robot must not go on moving without anyone waiting for it.
-            self._wait(handle.cancel_goal_async(), 5.0, "cancel response")
+            try:
+                self._wait(handle.cancel_goal_async(), CANCEL_TIMEOUT_S, "cancel response")
+            except TimeoutError as unanswered:
+                if isinstance(exc, KeyboardInterrupt):
+                    # Still a Ctrl-C (exit 130), with the unconfirmed cancel said where the user sees it.
+                    print(f"{unanswered}: the goal's cancel was not confirmed, the robot may still be moving",
+                          file=sys.stderr, flush=True)
+                    raise exc from None
+                raise TimeoutError(f"{exc}; its cancel was not confirmed ({unanswered}), the robot may still be "
+                                   "moving") from None
             if isinstance(exc, TimeoutError):
                 raise TimeoutError(f"{exc}; the goal was cancelled") from None
             raise
