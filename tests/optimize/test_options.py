@@ -82,3 +82,25 @@ def test_the_verification_reserve():
     assert VERIFY_COST_FACTOR >= 1.0
     assert verification_reserve(options_from_parameters({})) == pytest.approx(VERIFY_COST_FACTOR * 10.0 / 3.0)
     assert verification_reserve(options_from_parameters({"verify": False})) == 0.0
+
+
+def test_rest_and_settle_parameters_take_their_values_as_the_command_line_does():
+    defaults = PlanOptions()
+    options = options_from_parameters({})
+    assert (options.rest_after, options.settle_weight, options.settle_iterations, options.settle_peak_allowance) == (
+        defaults.rest_after, defaults.settle_weight, defaults.settle_iterations, defaults.settle_peak_allowance)
+    given = options_from_parameters({"rest_after": 0.0, "settle_weight": 4.0, "settle_iterations": 0,
+                                     "settle_peak_allowance": 1.0})
+    assert (given.rest_after, given.settle_weight, given.settle_iterations, given.settle_peak_allowance) == (
+        0.0, 4.0, 0, 1.0)  # 0 is a value here: at rest right after the motion, the refinement off
+    assert options_from_parameters({"rest_after": -1.0}).rest_after is None  # only the end of the motion at rest
+
+
+@pytest.mark.parametrize(("parameters", "message"), [({"settle_iterations": -1}, "settle_iterations must be 0"),
+                                                     ({"settle_peak_allowance": 0.5}, "settle_peak_allowance must be"),
+                                                     ({"settle_weight": -1.0}, "settle_weight must be")])
+def test_bad_settle_parameters_are_input_errors_naming_them(parameters, message):
+    from retarget.errors import InputError
+
+    with pytest.raises(InputError, match=message):
+        options_from_parameters(parameters)

@@ -3,6 +3,7 @@ regularizer weights default to −1, "the default"; 0 would plan with no regular
 skipped without them."""
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -18,9 +19,13 @@ def test_a_goal_left_unset_plans_with_the_planner_defaults() -> None:
     # The node's parameters at their declared defaults ("0: the default", verification on).
     declared = {"verify": True, "target_stride": 1, "window_tail": 0.5, "torque_weight": 10.0, "torque_margin": 0.1,
                 "reduced_file": "", "allow_training": False, "allow_unverified_model": False}
+    defaults = PlanOptions()
+    declared.update(rest_after=defaults.rest_after, settle_weight=defaults.settle_weight,
+                    settle_iterations=defaults.settle_iterations,
+                    settle_peak_allowance=defaults.settle_peak_allowance)
     node = SimpleNamespace(**{name: declared.get(name, 0.0) for name in NODE_PARAMETERS})
     options = Planner._options(node, goal)
-    defaults = PlanOptions()
+    assert options == replace(defaults, verify_dt=options.verify_dt, allow_training=False)  # the node trains only if asked
     assert options.deviation_weight == defaults.deviation_weight
     assert options.acceleration_weight == defaults.acceleration_weight
     assert options.knot_spacing == defaults.knot_spacing and options.max_iterations == defaults.max_iterations

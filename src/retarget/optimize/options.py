@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from retarget.errors import InputError
 
 __all__ = ["NODE_PARAMETERS", "REST_AFTER_S", "VERIFY_COST_FACTOR", "PlanOptions", "options_from_parameters",
            "verification_reserve"]
@@ -210,7 +211,8 @@ def verification_reserve(options: PlanOptions) -> float:
 NODE_PARAMETERS: tuple[str, ...] = ("dt", "target_stride", "window", "window_tail", "window_overlap", "torque_weight",
                                     "torque_margin", "verify", "verify_dt", "time_budget", "reduced_file",
                                     "allow_training", "allow_unverified_model", "verify_model", "method",
-                                    "max_iterations")
+                                    "max_iterations", "rest_after", "settle_weight", "settle_iterations",
+                                    "settle_peak_allowance")
 
 
 def options_from_parameters(parameters: Mapping[str, Any], **overrides: Any) -> PlanOptions:
@@ -218,7 +220,13 @@ def options_from_parameters(parameters: Mapping[str, Any], **overrides: Any) -> 
     ``overrides`` (e.g. a goal's fields; None: not given).
 
     The node's convention — 0 or empty for "the default", ``verify`` false for no verification at a finer step —
-    is resolved here, against :class:`PlanOptions`' own defaults.
+    is resolved here, against :class:`PlanOptions`' own defaults. ``torque_weight``, ``rest_after`` and the settle
+    refinement's parameters take their values as ``retarget plan``'s options do: ``torque_weight`` 0 and
+    ``settle_iterations`` 0 turn those off, ``rest_after`` 0 rests right after the motion and a negative one only
+    at its end.
+
+    Raises:
+        InputError: ``settle_iterations`` or ``settle_weight`` negative, or ``settle_peak_allowance`` below 1.
     """
     defaults = PlanOptions()
     p = dict(parameters)
@@ -245,6 +253,19 @@ def options_from_parameters(parameters: Mapping[str, Any], **overrides: Any) -> 
         "verify_model": str(given("verify_model", defaults.verify_model)),
         "method": str(given("method", defaults.method)),
         "max_iterations": int(given("max_iterations", defaults.max_iterations)),
+        # These four take their values as the command line does: 0 is a value, not "the default".
+        "settle_weight": float(p.get("settle_weight", defaults.settle_weight)),
+        "settle_iterations": int(p.get("settle_iterations", defaults.settle_iterations)),
+        "settle_peak_allowance": float(p.get("settle_peak_allowance", defaults.settle_peak_allowance)),
     }
+    rest_after = p.get("rest_after", defaults.rest_after)
+    values["rest_after"] = None if rest_after is None or rest_after < 0 else float(rest_after)
+    if values["settle_iterations"] < 0:
+        raise InputError(f"settle_iterations must be 0 (off) or more, got {values['settle_iterations']}")
+    if not values["settle_peak_allowance"] >= 1.0:
+        raise InputError(f"settle_peak_allowance must be at least 1 (1: peaks not raised), got "
+                         f"{values['settle_peak_allowance']}")
+    if not values["settle_weight"] >= 0.0:
+        raise InputError(f"settle_weight must be 0 or more, got {values['settle_weight']}")
     values.update({k: v for k, v in overrides.items() if v is not None})
     return PlanOptions(**values)

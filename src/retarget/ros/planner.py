@@ -32,8 +32,9 @@ from trajectory_msgs.msg import JointTrajectory
 
 from retarget.control import TrajectoryRejected, validate_trajectory
 from retarget.errors import InputError, NotAvailableError, RetargetError
-from retarget.optimize.errors import PlanCancelled
 from retarget.jsonsafe import dumps
+from retarget.optimize.errors import PlanCancelled
+from retarget.optimize.options import REST_AFTER_S, PlanOptions
 from retarget.ros.conversions import goal_points
 from retarget.ros.params import declare
 
@@ -93,6 +94,21 @@ class Planner(Node):
                               "lbfgs")
         self.max_iterations = declare(self, "max_iterations", T.INTEGER, 0, "optimizer iterations (per window with "
                                       "windows); 0: the optimizer's default (50)", low=0, high=100000)
+        defaults = PlanOptions()
+        self.rest_after = declare(self, "rest_after", T.DOUBLE, REST_AFTER_S, "the optimized motors come to rest "
+                                  "this long [s] after the input stops and hold one pose from the next knot on; "
+                                  "negative: only the end of the motion is at rest")
+        self.settle_weight = declare(self, "settle_weight", T.DOUBLE, defaults.settle_weight, "factor on the "
+                                     "tracked bodies' weights once the input stops moving (its ring-out)", low=0.0,
+                                     high=1e6)
+        self.settle_iterations = declare(self, "settle_iterations", T.INTEGER, defaults.settle_iterations,
+                                         "steps of the settle refinement after the optimizer (lowers the largest "
+                                         "ring-out across the stiffness band; whole-motion plans of at most 200 "
+                                         "parameters); 0: off", low=0, high=1000)
+        self.settle_peak_allowance = declare(self, "settle_peak_allowance", T.DOUBLE,
+                                             defaults.settle_peak_allowance, "factor by which the settle "
+                                             "refinement may raise the peak deviation (1: not raised)", low=1.0,
+                                             high=100.0)
         self.allow_unverified_model = declare(self, "allow_unverified_model", T.BOOL, False,
                                               "plan even when a flexible part's frequencies miss the model card's "
                                               "gate (the plan's figures then rest on wrong frequencies; warned)")
