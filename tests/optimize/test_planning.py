@@ -99,6 +99,13 @@ def test_a_too_fast_input_starts_from_its_speed_feasible_projection(engine, wind
     plain = run_plan(engine, ramp(), tip(), limits, replace(options, start="input", max_iterations=0))
     assert "speed_limited" not in plain.variants and plain.metrics()["start"] == "input"
     assert plain.metrics()["objective_initial"] == pytest.approx(naive_j, rel=1e-12)
+    # Its optimum is the too-fast input itself: returned on the speed-feasible projection, re-simulated.
+    assert any("the optimum exceeded the speed limit of m: returned on the closest speed-feasible profiles" in w
+               for w in plain.warnings)
+    assert [v for v in check_profile_limits(plain.profiles, limits) if v.kind == "velocity"] == []
+    projected = evaluate(pp.problem, plain.optimization.x, gradient=False).value
+    assert plain.metrics()["objective_final"] == pytest.approx(projected, rel=1e-12)
+    np.testing.assert_allclose(plain.variants["optimized"].angles, plain.profiles.evaluate(pp.targets.times))
     with pytest.raises(OptimizeError, match="unknown start"):
         run_plan(engine, ramp(), tip(), limits, replace(options, start="slow"))
 

@@ -343,6 +343,10 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
         timings["settle"] = time.perf_counter() - t0
     if opt.interrupted or opt.budget_limited:
         warnings.append(opt.message)
+    if not opt.interrupted:
+        t0 = time.perf_counter()
+        opt = _within_speed_limits(pp, opt, limits, warnings)
+        timings["speed_projection"] = time.perf_counter() - t0
     naive = opt.initial if naive is None else naive
     variants["naive"] = evaluation_variant(pp, "naive", pp.fit.parameters, naive)
     if x_start is not None and x0 is None:
@@ -366,6 +370,30 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
     if beyond:
         warnings.append(f"optimized trajectory: {beyond}")
     return PlanResult(pp, opt, profiles, variants, report, warnings, timings, naive.value, settle=settle)
+
+
+def _within_speed_limits(pp: PlanProblem, opt: OptimizationResult, limits: Any,
+                         warnings: list[str]) -> OptimizationResult:
+    """The optimum, with the motors it drives faster than their servos' speed limit projected onto their closest
+    speed-feasible profiles (:func:`~retarget.optimize.limits.speed_feasible_parameters`) and re-simulated.
+
+    Both optimizers hold the speed limit by a penalty, which a long step can cross where the tracking gains more
+    (a Levenberg–Marquardt plan of the boxer left head_yaw at 10.4 rad/s against 8.06); the trajectory server
+    rejects such a plan, and a servo could not play it. One forward run (every model of a robust objective), only
+    when a motor is over its limit; the warning says by how much the objective changed.
+    """
+    if not any(v.kind == "velocity" for v in check_profile_limits(pp.problem.profiles(opt.x), limits)):
+        return opt
+    projection = speed_feasible_parameters(pp.fit.profiles, pp.fit.parametrization, opt.x, limits, pp.bounds)
+    if not projection.changed:
+        return opt
+    best = pp.evaluate(projection.x, gradient=False)
+    changes = ", ".join(f"{n} by up to {np.degrees(float(c)):.1f}°"
+                        for n, c in zip(projection.joint_names, projection.max_change) if n in projection.projected)
+    warnings.append(f"the optimum exceeded the speed limit of {', '.join(projection.projected)}: returned on the "
+                    f"closest speed-feasible profiles ({changes}), re-simulated: J {opt.objective_final:.6g} -> "
+                    f"{float(best.value):.6g}")
+    return replace(opt, x=projection.x, best=best, objective_final=float(best.value))
 
 
 def _settles(pp: PlanProblem, options: PlanOptions, engine_factory: Callable[[float], Engine] | None,
