@@ -526,9 +526,22 @@ def test_a_plan_the_verification_model_finds_beyond_stall_is_optimized_again_fro
         return out
 
     monkeypatch.setattr(verification, "check_plan", read_higher)
+    rounds, real_run = [], planning.run_plan
+
+    def recorded(*args, **kwargs):
+        rounds.append(real_run(*args, **kwargs))
+        return rounds[-1]
+
+    monkeypatch.setattr(planning, "run_plan", recorded)
     result = plan(robot, _tiny_ramp(), opts)
+    rounds_opt = [r.optimization for r in rounds]
     assert len(verified) == 2 and verified[0] > 1.0
     again = [w for w in result.warnings if "optimizing again from the optimum" in w]
     assert len(again) == 1 and f"with the torque penalty from {1 / 1.5:.2f} x stall on" in again[0]
     assert verified[1] < verified[0]
     assert result.variants.keys() == first.variants.keys()  # the second start is not a speed-limited variant
+    # One plan: the iterations and evaluations of both rounds.
+    assert [r.optimization.iterations for r in rounds] == [r.iterations for r in rounds_opt]
+    m = result.metrics()
+    assert m["iterations"] == sum(r.iterations for r in rounds_opt) > rounds_opt[0].iterations
+    assert m["evaluations"] == sum(r.evaluations for r in rounds_opt)

@@ -211,6 +211,8 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
         again = run_plan(engine, motion, bodies, limits, run_options, steps, on_iteration, engine_factory,
                          x0=result.optimization.x, follow_playback=loops)
         again.warnings[:0] = [*result.warnings, message]
+        # One plan: the iterations and evaluations of both rounds.
+        again = replace(again, optimization=continued(result.optimization, again.optimization))
         fired = cancel is not None and cancel.fired
         result, checks = again, ({} if fired else check_plan(again, pm.model, run_options, engine_factory, steps, say,
                                                               deadline, robot=robot, planning_info=pm.info))
@@ -460,11 +462,19 @@ def _optimize_within_torque(pp: PlanProblem, options: PlanOptions, minimize: Cal
         pp = _with_torque_weight(pp, weight, options)
         again = minimize(pp, options, x0=opt.x, callback=callback, step_progress=step_cb, deadline=deadline,
                          reserve_evaluations=reserve)
-        opt = replace(again, objective_initial=opt.objective_initial, initial=opt.initial,
-                      iterations=opt.iterations + again.iterations, evaluations=opt.evaluations + again.evaluations,
-                      history=opt.history + again.history, failed_simulations=opt.failed_simulations
-                      + again.failed_simulations, restarts=opt.restarts + again.restarts)
+        opt = continued(opt, again)
     return opt, pp
+
+
+def continued(first: OptimizationResult, again: OptimizationResult) -> OptimizationResult:
+    """``again`` — an optimization started from ``first``'s optimum — as one run from ``first``'s start: its
+    initial objective and evaluation, and the iterations, evaluations, history, failed simulations and restarts of
+    both."""
+    return replace(again, objective_initial=first.objective_initial, initial=first.initial,
+                   iterations=first.iterations + again.iterations, evaluations=first.evaluations + again.evaluations,
+                   history=first.history + again.history,
+                   failed_simulations=first.failed_simulations + again.failed_simulations,
+                   restarts=first.restarts + again.restarts)
 
 
 def _with_torque_weight(pp: PlanProblem, weight: float, options: PlanOptions) -> PlanProblem:
