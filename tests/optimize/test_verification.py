@@ -11,7 +11,7 @@ from rod_plan import OPTIONS, ramp, rod_limits, tip
 from retarget.optimize.engines import reduced_engine
 from retarget.optimize.errors import PlanCancelled
 from retarget.optimize.planning import run_plan
-from retarget.optimize.verification import verify_metrics, verify_plan
+from retarget.optimize.verification import finer_step_holds, verify_metrics, verify_plan
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def test_verify_plan_at_the_planning_step_reproduces_the_plan_and_runs_finer(rod
     fine = verify_plan(result, OPTIONS.dt / 5)
     assert fine["steps"] == 5 * result.pp.problem.n_steps and fine["dt_s"] == OPTIONS.dt / 5
     ratio, planned = fine["peak_ratio"], fine["planning_peak_ratio"]
-    assert fine["holds"] == (planned >= 1 or 1 - ratio >= 0.5 * (1 - planned))
+    assert fine["holds"] == finer_step_holds(ratio, planned)
     with pytest.raises(ValueError, match="positive"):
         verify_plan(result, 0.0)
 
@@ -60,3 +60,12 @@ def test_verify_metrics_at_a_finer_step_and_skipped_when_out_of_time_or_cancelle
     cancelled = replace(rod_plan, warnings=list(rod_plan.warnings))
     out = verify_metrics(cancelled, 0.001, None, cancel)
     assert "verify" not in out and "not verified at dt 0.001 s: cancelled" in out["warnings"]
+
+
+@pytest.mark.parametrize(("peak_ratio", "planning_peak_ratio", "holds"), [
+    (0.3, 0.2, True), (0.55, 0.2, True), (0.65, 0.2, False),  # half of a 0.8 reduction is 0.6
+    (1.0, 1.0, True), (1.1, 1.01, True),  # no reduction claimed, none lost
+    (2.32, 1.009, False),  # a plan that claims nothing and does much worse at the finer step
+])
+def test_finer_step_verdict(peak_ratio, planning_peak_ratio, holds):
+    assert finer_step_holds(peak_ratio, planning_peak_ratio) is holds

@@ -323,9 +323,8 @@ def verify_plan(result: PlanResult, dt: float, progress: Callable[[int, int], No
 
     Returns:
         ``dt_s``, ``steps``, ``naive`` and ``optimized`` deviation metrics at ``dt``, ``peak_ratio`` (optimized over
-        naive at ``dt``), ``planning_peak_ratio`` (the same at the planning step), ``holds`` (the finer step keeps
-        at least half the planning step's peak reduction, ``1 − peak_ratio ≥ ½ (1 − planning_peak_ratio)``; true
-        when the plan claims no reduction) and ``wall_s``.
+        naive at ``dt``), ``planning_peak_ratio`` (the same at the planning step), ``holds``
+        (:func:`finer_step_holds`) and ``wall_s``.
 
     Raises:
         ValueError: ``dt`` not positive.
@@ -349,9 +348,23 @@ def verify_plan(result: PlanResult, dt: float, progress: Callable[[int, int], No
     plan_ratio = (result.variants["optimized"].metrics["peak_deviation_m"]
                   / result.variants["naive"].metrics["peak_deviation_m"])
     out["planning_peak_ratio"] = plan_ratio
-    out["holds"] = bool(plan_ratio >= 1.0 or 1.0 - out["peak_ratio"] >= 0.5 * (1.0 - plan_ratio))
+    out["holds"] = finer_step_holds(out["peak_ratio"], plan_ratio)
     out["wall_s"] = time.perf_counter() - started
     return out
+
+
+#: How much worse than its planning-step figure a plan that claims no reduction may do at the finer step.
+NO_CUT_SLACK = 1.1
+
+
+def finer_step_holds(peak_ratio: float, planning_peak_ratio: float) -> bool:
+    """Whether a plan's figure holds at the finer step: a plan that cuts the peak (``planning_peak_ratio`` < 1)
+    keeps at least half its reduction there, ``1 − peak_ratio ≥ ½ (1 − planning_peak_ratio)``; one that claims no
+    reduction is not more than :data:`NO_CUT_SLACK` × worse there (a rapper plan at 1.01 × naive at 2.5 ms was
+    2.32 × at 1 ms: its profiles drove the arm where the planning step did not show it)."""
+    if planning_peak_ratio >= 1.0:
+        return bool(peak_ratio <= NO_CUT_SLACK * planning_peak_ratio)
+    return bool(1.0 - peak_ratio >= 0.5 * (1.0 - planning_peak_ratio))
 
 
 def verify_metrics(result: PlanResult, dt: float, deadline: float | None = None,
@@ -371,7 +384,9 @@ def verify_metrics(result: PlanResult, dt: float, deadline: float | None = None,
         warnings.append(f"not verified at dt {dt:g} s: {why}")
     else:
         if not check["holds"]:
-            warnings.append(f"the optimized profiles' improvement does not hold at dt {dt:g} s: peak deviation "
+            what = ("improvement does not hold" if check["planning_peak_ratio"] < 1.0
+                    else "peak deviation is worse")
+            warnings.append(f"the optimized profiles' {what} at dt {dt:g} s: peak deviation "
                             f"{check['peak_ratio']:.2f}x naive there, {check['planning_peak_ratio']:.2f}x at the "
                             f"planning dt {planning_dt:g} s - plan with a smaller dt")
     return {**out, "warnings": list(warnings)}
