@@ -314,6 +314,10 @@ def test_plan_with_the_node_defaults(tiny):
     assert m["verified_peak_ratio"] == pytest.approx(m["verified"]["peak_ratio"], rel=1e-12)
     assert isinstance(m["cut_reached"], bool) and m["cut_verdict"].startswith("optimized peak deviation")
     assert m["model"]["source"] and not m["cancelled"] and m["objective_final"] <= m["objective_initial"]
+    # The torque is judged where the cut is: the full FEM's optimized run.
+    torque = m["verified"]["optimized"]["peak_torque_ratio"]
+    assert m["within_stall"] == (torque <= 1.0)
+    assert ("cannot play it as planned" in m["cut_verdict"]) == (torque > 1.0)
 
 
 def test_plan_budget_too_small_for_the_targets(tiny):
@@ -545,3 +549,20 @@ def test_a_plan_the_verification_model_finds_beyond_stall_is_optimized_again_fro
     m = result.metrics()
     assert m["iterations"] == sum(r.iterations for r in rounds_opt) > rounds_opt[0].iterations
     assert m["evaluations"] == sum(r.evaluations for r in rounds_opt)
+
+
+def test_a_plan_beyond_the_stall_torque_says_so_in_its_verdict(tiny, monkeypatch):
+    """Servos with a quarter of the stall torque the tiny plan needs and no torque penalty: the verdict says the
+    optimized motion cannot be played as planned (``within_stall`` false), in the model the cut is judged in."""
+    import retarget.optimize.planning as planning
+
+    robot, options = tiny
+    opts = replace(options, torque_weight=0.0)
+    needed = plan(robot, _tiny_ramp(), opts).variants["optimized"].metrics["peak_torque_ratio"]
+    real_limits = planning.limits_for
+    monkeypatch.setattr(planning, "limits_for", lambda *a, **k: replace(
+        real_limits(*a, **k), stall_torque=np.asarray(real_limits(*a, **k).stall_torque) * needed / 4.0))
+    m = plan(robot, _tiny_ramp(), opts).metrics()
+    assert m["optimized_peak_torque_ratio"] == pytest.approx(4.0, rel=0.05) and not m["within_stall"]
+    assert m["cut_verdict"].endswith("x the stall torque in the planning model (not verified elsewhere): the "
+                                     "servos cannot play it as planned")

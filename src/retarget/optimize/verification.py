@@ -440,8 +440,9 @@ def check_plan(result: PlanResult, model: Any, options: Any, engine_factory: Cal
     ``verified_band`` (the full FEM again with every part's Young's modulus × each of ``options.verify_full_band``:
     the robustness of the cut in the model that was not optimized), and the
     headline: ``verified_peak_ratio`` (None when not verified in another model), ``planning_peak_ratio``,
-    ``verification_model``, ``optimized_peak_torque_ratio``, ``cut_reached`` (headline ≤ :data:`MEANINGFUL_CUT`)
-    and ``cut_verdict``. Warnings go to ``result.warnings``.
+    ``verification_model``, ``optimized_peak_torque_ratio``, ``cut_reached`` (headline ≤ :data:`MEANINGFUL_CUT`),
+    ``within_stall`` (the optimized motion's peak torque, in the model the headline comes from, within the servos'
+    stall torque) and ``cut_verdict`` (which says so when it is not). Warnings go to ``result.warnings``.
     """
     def tell(text: str) -> None:
         if say is not None:
@@ -524,4 +525,11 @@ def check_plan(result: PlanResult, model: Any, options: Any, engine_factory: Cal
                              "gained (try a finer dt, more iterations, or a servo-feasible motion)"))
     if not out["cut_reached"]:
         result.warnings.append(f"no meaningful cut: {out['cut_verdict']}")
+    # The torque where the cut is judged: a cut the servos cannot drive is not played as planned.
+    torque = ((out.get("verified") or {}).get("optimized") or {}).get("peak_torque_ratio",
+                                                                       out["optimized_peak_torque_ratio"])
+    out["within_stall"] = bool(torque <= 1.0)
+    if not out["within_stall"]:
+        out["cut_verdict"] += (f"; the optimized motion needs {torque:.2f} x the stall torque {where}: the servos "
+                               "cannot play it as planned")
     return out
