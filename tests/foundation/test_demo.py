@@ -278,6 +278,7 @@ def test_demo_trains_its_model_plans_and_executes_the_optimized_trajectory(tmp_p
     assert planner["error_code"] == 0, planner
     assert planner["max_iterations_per_window"] == 5 and planner["windows"] == 1
     assert planner["iterations"] > 0  # 5, and as many again per torque round (PlanOptions.torque_rounds)
+    assert {"targets", "optimization"} <= set(planner["stages_s"])  # where the plan's time went
     assert report["executed"] == "optimized trajectory" and "tracking: goal SUCCESSFUL" in proc.stdout
     assert planner["optimized_peak_deviation_m"] < planner["naive_peak_deviation_m"]
     assert "naive ->" in proc.stdout

@@ -442,7 +442,8 @@ def check_plan(result: PlanResult, model: Any, options: Any, engine_factory: Cal
     headline: ``verified_peak_ratio`` (None when not verified in another model), ``planning_peak_ratio``,
     ``verification_model``, ``optimized_peak_torque_ratio``, ``cut_reached`` (headline ≤ :data:`MEANINGFUL_CUT`),
     ``within_stall`` (the optimized motion's peak torque, in the model the headline comes from, within the servos'
-    stall torque) and ``cut_verdict`` (which says so when it is not). Warnings go to ``result.warnings``.
+    stall torque), ``cut_verdict`` (which says so when it is not) and ``checks_s`` (wall time of each check run:
+    ``verify``, ``band``, ``verified`` with its band). Warnings go to ``result.warnings``.
     """
     def tell(text: str) -> None:
         if say is not None:
@@ -451,13 +452,24 @@ def check_plan(result: PlanResult, model: Any, options: Any, engine_factory: Cal
     out: dict[str, Any] = {}
     if "optimized" not in result.variants or "naive" not in result.variants:
         return {"cut_reached": False, "cut_verdict": "no optimized result", "verified_peak_ratio": None}
+    clock = time.perf_counter()
+    stages: dict[str, float] = {}
+
+    def lap(stage: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        stages[stage] = now - clock
+        clock = now
+
     if options.verify_dt is not None and options.verify_dt > 0:
         tell(f"verifying the plan at dt {options.verify_dt:g} s (naive and optimized re-simulated)")
         out.update({k: v for k, v in verify_metrics(result, options.verify_dt, deadline, steps).items()
                     if k != "warnings"})
+        lap("verify")
     if options.band:
         tell(f"robustness band: stiffness x {', '.join(f'{f:g}' for f in options.band)} (planning model)")
         out["band"] = stiffness_band(result, options.band, engine_factory)
+        lap("band")
     duration = float(result.pp.targets.times[-1])
     estimate = full_verification_cost(model, duration, options.verify_full_dt)
     robot = model.name if robot is None else robot
@@ -509,6 +521,9 @@ def check_plan(result: PlanResult, model: Any, options: Any, engine_factory: Cal
             tell(f"verifying in the verification model with the parts' stiffness x {factor:g}")
             out.setdefault("verified_band", {})[f"x{factor:g}"] = verify_reduced(
                 result, vm, options.verify_full_dt, stiffness=float(factor), progress=steps)
+    if "verified" in out:
+        lap("verified")
+    out["checks_s"] = stages
     naive = result.variants["naive"].metrics["peak_deviation_m"]
     planned = result.variants["optimized"].metrics["peak_deviation_m"] / max(naive, 1e-300)
     verified = out.get("verified", {}).get("peak_ratio")
