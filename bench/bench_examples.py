@@ -80,7 +80,8 @@ def main() -> int:
             m = result.metrics()
             line.update({k: m.get(k) for k in ("verified_peak_ratio", "planning_peak_ratio", "verification_model",
                                                "optimized_peak_torque_ratio", "iterations", "evaluations",
-                                               "cut_reached", "cut_verdict", "budget_limited", "warnings")})
+                                               "cut_reached", "within_stall", "cut_verdict", "budget_limited",
+                                               "warnings")})
             for name in ("naive", "zvd", "optimized"):
                 if name in m:
                     line[name] = {k: m[name].get(k) for k in ("peak_deviation_m", "rms_deviation_m",
