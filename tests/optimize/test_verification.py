@@ -11,7 +11,7 @@ from rod_plan import OPTIONS, ramp, rod_limits, tip
 from retarget.optimize.engines import reduced_engine
 from retarget.optimize.errors import PlanCancelled
 from retarget.optimize.planning import run_plan
-from retarget.optimize.verification import finer_step_holds, verify_metrics, verify_plan
+from retarget.optimize.verification import execution_refusal, finer_step_holds, verify_metrics, verify_plan
 
 
 @pytest.fixture(scope="module")
@@ -69,3 +69,17 @@ def test_verify_metrics_at_a_finer_step_and_skipped_when_out_of_time_or_cancelle
 ])
 def test_finer_step_verdict(peak_ratio, planning_peak_ratio, holds):
     assert finer_step_holds(peak_ratio, planning_peak_ratio) is holds
+
+
+@pytest.mark.parametrize(("metrics", "refused"), [
+    ({"verified_peak_ratio": 0.3, "planning_peak_ratio": 0.2, "within_stall": True}, ""),
+    ({"verified_peak_ratio": None, "planning_peak_ratio": 0.95, "within_stall": True}, ""),  # no cut, no harm
+    ({"verified_peak_ratio": 4.57, "planning_peak_ratio": 0.98, "within_stall": False},
+     "does worse than the input"),  # judged in the verification model, not the planning model
+    ({"verified_peak_ratio": None, "planning_peak_ratio": 1.2, "within_stall": True}, "does worse than the input"),
+    ({"verified_peak_ratio": 0.5, "planning_peak_ratio": 0.4, "within_stall": False}, "not executed: "),
+])
+def test_execution_refusal(metrics, refused):
+    metrics["cut_verdict"] = "the verdict"
+    got = execution_refusal(metrics)
+    assert (got == "") if not refused else (refused in got and "the verdict" in got)

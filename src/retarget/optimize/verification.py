@@ -49,6 +49,7 @@ __all__ = [
     "check_plan",
     "commanded_stop_time",
     "deformable_dofs",
+    "execution_refusal",
     "full_verification_cost",
     "gate_model",
     "scaled_stiffness_model",
@@ -393,6 +394,23 @@ def verify_metrics(result: PlanResult, dt: float, deadline: float | None = None,
 
 
 #: Seconds of the motion :func:`warm_up` plans (one iteration): enough for every stage of a plan to run once.
+
+
+def execution_refusal(metrics: dict[str, Any]) -> str:
+    """Why a plan's optimized trajectory must not be played on the robot as asked (``""``: it may be).
+
+    A plan judged worse than the input (headline peak ratio above 1: the verification model's, else the planning
+    model's), or one whose optimized motion needs more than the stall torque there, is not played: a rapper plan at
+    0.98 x naive in its planning model sent the full FEM's 4-bar to its other branch (4.57 x naive, 3.8 x stall).
+    """
+    verified = metrics.get("verified_peak_ratio")
+    headline = verified if verified is not None else metrics.get("planning_peak_ratio")
+    verdict = metrics.get("cut_verdict", "")
+    if headline is not None and headline > 1.0:
+        return f"not executed: the optimized trajectory does worse than the input ({verdict})"
+    if metrics.get("within_stall") is False:
+        return f"not executed: {verdict}"
+    return ""
 
 
 #: A plan whose optimized peak deviation (in the verification model, else the planning model) is above this fraction

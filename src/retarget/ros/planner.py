@@ -7,13 +7,16 @@ feedback; the result carries the optimized
 JointTrajectory and metrics, which is also published latched (transient local) on ``~/optimized_trajectory``.
 When no reduced model of the robot is available (and ``allow_training`` is false), or the ``time_budget`` runs out
 before the first evaluated trajectory, the result is ``NOT_AVAILABLE`` with the reason — never a fake success. With
-``execute: true`` an optimized trajectory is forwarded to the trajectory server. A cancel stops the optimizer as
+``execute: true`` an optimized trajectory is forwarded to the trajectory server, unless the plan's checks judge
+it worse than the input or beyond the stall torque (then FAILED, the plan still returned and published: see
+:func:`retarget.optimize.verification.execution_refusal`). A cancel stops the optimizer as
 Ctrl-C stops ``retarget plan``: the result is ``CANCELED`` and carries the best trajectory evaluated so far (with
 its metrics), which is neither published nor executed; cancelled before the optimizer's first simulation finished,
 it carries none.
 """
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -193,6 +196,14 @@ class Planner(Node):
             return result
         self._optimized.publish(result.optimized)
         if goal.execute:
+            from retarget.optimize.verification import execution_refusal
+
+            refused = execution_refusal(json.loads(result.metrics_json))
+            if refused:  # the plan is returned and published, for inspection; the robot does not play it
+                self.get_logger().error(refused)
+                handle.abort()
+                result.error_code, result.error_string = Result.FAILED, refused
+                return result
             self._feedback(handle, started, "executing")
             error = await self._forward(result.optimized)
             if error:
