@@ -460,7 +460,7 @@ def check_plan(result: PlanResult, model: Any, options: Any, engine_factory: Cal
     headline: ``verified_peak_ratio`` (None when not verified in another model), ``planning_peak_ratio``,
     ``verification_model``, ``optimized_peak_torque_ratio``, ``cut_reached`` (headline ≤ :data:`MEANINGFUL_CUT`),
     ``within_stall`` (the optimized motion's peak torque, in the model the headline comes from, within the servos'
-    stall torque), ``cut_verdict`` (which says so when it is not) and ``checks_s`` (wall time of each check run:
+    stall torque), ``cut_verdict`` (which says so when it is not) and ``check_timings_s`` (wall time of each check run:
     ``verify``, ``band``, ``verified`` with its band). Warnings go to ``result.warnings``.
     """
     def tell(text: str) -> None:
@@ -541,7 +541,7 @@ def check_plan(result: PlanResult, model: Any, options: Any, engine_factory: Cal
                 result, vm, options.verify_full_dt, stiffness=float(factor), progress=steps)
     if "verified" in out:
         lap("verified")
-    out["checks_s"] = stages
+    out["check_timings_s"] = stages
     naive = result.variants["naive"].metrics["peak_deviation_m"]
     planned = result.variants["optimized"].metrics["peak_deviation_m"] / max(naive, 1e-300)
     verified = out.get("verified", {}).get("peak_ratio")

@@ -472,7 +472,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     checked += f"; stiffness x {factors}: at worst {band['worst_peak_ratio']:.2f} x naive"
                 if shown.began is not None:  # the optimization and the checks after it
                     report["planner"]["after_preparation_s"] = round(report["planner"]["wall_time_s"] - shown.began, 1)
-                stages = {**(metrics.get("timings_s") or {}), **(metrics.get("checks_s") or {})}
+                stages = {**(metrics.get("timings_s") or {}), **(metrics.get("check_timings_s") or {})}
                 report["planner"]["stages_s"] = {k: round(float(v), 1) for k, v in stages.items()}
                 _say(f"planner: optimized in {result.iterations} iterations"
                      f"{' (stopped by its time budget: best iterate so far)' if limited else ''}; "
