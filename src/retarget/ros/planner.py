@@ -16,7 +16,6 @@ it carries none.
 """
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -185,7 +184,7 @@ class Planner(Node):
         except RetargetError as exc:
             handle.abort()
             return Result(error_code=Result.FAILED, error_string=str(exc), wall_time=time.monotonic() - started)
-        result = self._result(outcome, started, float(motion.time[0]))
+        result, metrics = self._result(outcome, started, float(motion.time[0]))
         if handle.is_cancel_requested:
             # The best iterate when the cancel came (or the finished plan, if it came at the very end): returned,
             # but neither published nor executed.
@@ -198,7 +197,7 @@ class Planner(Node):
         if goal.execute:
             from retarget.optimize.verification import execution_refusal
 
-            refused = execution_refusal(json.loads(result.metrics_json))
+            refused = execution_refusal(metrics)
             if refused:  # the plan is returned and published, for inspection; the robot does not play it
                 self.get_logger().error(refused)
                 handle.abort()
@@ -250,7 +249,8 @@ class Planner(Node):
                             message=lambda text: self.get_logger().info(text),
                             cancelled=lambda: handle.is_cancel_requested)
 
-    def _result(self, outcome: Any, started: float, start_time: float) -> Result:
+    def _result(self, outcome: Any, started: float, start_time: float) -> tuple[Result, dict[str, Any]]:
+        """The action's result of a finished plan, and the plan's metrics it carries as ``metrics_json``."""
         from retarget.ros.conversions import point_msg
 
         names, times, positions = outcome.trajectory(start_time)
@@ -267,7 +267,7 @@ class Planner(Node):
                       optimized_peak_deviation=float(metrics.get("optimized_peak_deviation", 0.0)),
                       naive_rms_deviation=float(metrics.get("naive_rms_deviation", 0.0)),
                       optimized_rms_deviation=float(metrics.get("optimized_rms_deviation", 0.0)),
-                      wall_time=time.monotonic() - started, metrics_json=dumps(metrics, default=float))
+                      wall_time=time.monotonic() - started, metrics_json=dumps(metrics, default=float)), metrics
 
     async def _forward(self, trajectory: JointTrajectory) -> str:
         """Execute on the trajectory server; returns an error text, empty on success."""

@@ -18,7 +18,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 __all__ = ["CANCEL_TIMEOUT_S", "LAG_GRID_S", "MOVE_TO_START_S", "START_LEAD_S", "JointStateRecorder",
-           "JointTracking", "RobotClient", "TrackingFigures", "point_trajectory", "print_figures", "trajectory_arrays", "tracking_figures"]
+           "JointTracking", "RobotClient", "TrackingFigures", "point_trajectory", "print_figures", "trajectory_arrays",
+           "tracking_figures"]
 
 #: Lead time between sending a goal and its start [s]: the goal's header stamp, so the reference's time base
 #: is known exactly (the trajectory server starts a goal with a non-zero stamp at that time).
