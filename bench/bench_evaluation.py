@@ -5,6 +5,10 @@ of each other, so `retarget.optimize.engines.step_sensitivities` computes them a
 measures what that buys: for each ``--workers`` count, the forward rollout and the backward pass (best of
 ``--repeats``), and checks that the gradients are identical.
 
+``--dispatch kernels,numba`` also compares how the engine calls its compiled kernels: through
+:class:`retarget.sim.reduced.compiled.Kernels` (the engine's way) or through numba's dispatcher on every call, which
+types the 40-array packed system each time (what the engine did before ``Kernels``).
+
     NUMBA_NUM_THREADS=2 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 python bench/bench_evaluation.py drummer \\
         drummer/drumming --reduced .cache-models/drummer-boxing-v2.npz --dt 0.005 --duration 4 --workers 1,2
 
@@ -18,6 +22,17 @@ import functools
 import json
 import os
 import time
+
+
+def _dispatched(packed: object) -> object:
+    """The engine's kernels called through numba's dispatcher every time (``--dispatch numba``)."""
+    from retarget.sim.reduced.compiled import Kernels
+
+    class Dispatched(Kernels):
+        def __call__(self, kernel, *args):
+            return kernel(self.packed, *args)
+
+    return Dispatched(packed)
 
 
 def main() -> int:
@@ -34,6 +49,8 @@ def main() -> int:
     p.add_argument("--target-stride", type=int, default=20)
     p.add_argument("--workers", default="1,2", help="comma-separated linearization thread counts")
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--dispatch", default="kernels", help="comma-separated: kernels (the engine's), numba (numba's "
+                   "dispatcher on every call)")
     args = p.parse_args()
     threads = {k: os.environ.get(k, "unset") for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
                                                        "NUMBA_NUM_THREADS")}
@@ -61,28 +78,32 @@ def main() -> int:
     problem, x = pp.problem, pp.fit.parameters
     adjoint.evaluate(problem, x)  # compile / warm caches
     rows, gradients = [], {}
-    for workers in (int(w) for w in args.workers.split(",")):
-        # The backward pass looks the function up in its module: pin the worker count there.
-        adjoint.step_sensitivities = functools.partial(step_sensitivities, workers=workers)
-        best = {"forward_s": np.inf, "backward_s": np.inf, "total_s": np.inf}
-        for _ in range(args.repeats):
-            marks: dict[str, float] = {}
-            n = problem.n_steps
+    own = engine.kernels
+    for dispatch in args.dispatch.split(","):
+        engine.kernels = own if dispatch == "kernels" else _dispatched(own.packed)
+        for workers in (int(w) for w in args.workers.split(",")):
+            # The backward pass looks the function up in its module: pin the worker count there.
+            adjoint.step_sensitivities = functools.partial(step_sensitivities, workers=workers)
+            best = {"forward_s": np.inf, "backward_s": np.inf, "total_s": np.inf}
+            for _ in range(args.repeats):
+                marks: dict[str, float] = {}
+                n = problem.n_steps
 
-            def progress(k: int, total: int, marks: dict = marks) -> None:
-                if k >= n and "forward" not in marks:
-                    marks["forward"] = time.perf_counter()
+                def progress(k: int, total: int, marks: dict = marks) -> None:
+                    if k >= n and "forward" not in marks:
+                        marks["forward"] = time.perf_counter()
 
-            t0 = time.perf_counter()
-            ev = adjoint.evaluate(problem, x, progress=progress)
-            t1 = time.perf_counter()
-            best = {"forward_s": min(best["forward_s"], marks["forward"] - t0),
-                    "backward_s": min(best["backward_s"], t1 - marks["forward"]),
-                    "total_s": min(best["total_s"], t1 - t0)}
-        gradients[workers] = ev.gradient
-        rows.append({"workers": workers, **best})
-        print(f"workers {workers}: forward {best['forward_s']:.2f} s, backward {best['backward_s']:.2f} s, "
-              f"total {best['total_s']:.2f} s", flush=True)
+                t0 = time.perf_counter()
+                ev = adjoint.evaluate(problem, x, progress=progress)
+                t1 = time.perf_counter()
+                best = {"forward_s": min(best["forward_s"], marks["forward"] - t0),
+                        "backward_s": min(best["backward_s"], t1 - marks["forward"]),
+                        "total_s": min(best["total_s"], t1 - t0)}
+            gradients[dispatch, workers] = ev.gradient
+            rows.append({"dispatch": dispatch, "workers": workers, **best})
+            print(f"{dispatch}, workers {workers}: forward {best['forward_s']:.2f} s, backward "
+                  f"{best['backward_s']:.2f} s, total {best['total_s']:.2f} s", flush=True)
+    engine.kernels = own
     adjoint.step_sensitivities = step_sensitivities
     first = next(iter(gradients.values()))
     out = {"robot": args.robot, "motion": args.motion, "dt": args.dt, "steps": problem.n_steps,

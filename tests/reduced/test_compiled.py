@@ -91,6 +91,29 @@ def test_residual_and_jacobian_equal_reference(random_reduced):
         assert only.min_det == pytest.approx(got.min_det, rel=1e-13)
 
 
+def test_kernels_call_what_the_dispatcher_calls(random_reduced):
+    """``Kernels`` calls numba's compiled entry point for the arguments' types without the dispatcher's typing of the
+    packed system: the same results as a dispatcher call, for arguments of every kind it is given (a read-only and a
+    strided array get their own entry, not one compiled for contiguous writable arrays)."""
+    rs = random_reduced
+    packed = pack_system(rs)
+    kernels = ck.Kernels(packed)
+    s, (u_bar, v_bar, h, th, thd, a) = _random_point(rs, 4)
+    want = ck.residual_jacobian(packed, s, u_bar, v_bar, h, th, thd, a, True, True)
+    got = kernels(ck.residual_jacobian, s, u_bar, v_bar, h, th, thd, a, True, True)
+    assert all(np.array_equal(x, y) for x, y in zip(got, want))
+    ws, ws_numba = ck.make_workspace(packed), ck.make_workspace(packed)
+    assert kernels(ck.factorize_exact, want[1], h, ws) == ck.factorize_exact(packed, want[1], h, ws_numba) == 0
+    b = np.random.default_rng(5).normal(size=s.size)
+    frozen = b.copy()
+    frozen.flags.writeable = False
+    strided = np.repeat(b, 2)[::2]
+    expected = ck.condensed_solve_transposed(packed, ws_numba, b)
+    for rhs in (b, frozen, strided):
+        assert np.array_equal(kernels(ck.condensed_solve_transposed, ws, rhs), expected)
+    assert len(kernels._entries) == 5  # residual, factorization, and one solve per kind of right-hand side
+
+
 def test_curvature_free_columns_are_skipped_exactly(random_reduced):
     """Hinges are affine in the bodies' positions: those columns are flagged curvature-free (quaternion columns are
     not; a coupling's z enters bilinearly with the reference rotation), and the Jacobian that skips the flagged

@@ -22,7 +22,8 @@ stepper (:mod:`retarget.sim.reduced.stepper`, the test oracle): only the impleme
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numba
 import numpy as np
@@ -44,6 +45,7 @@ __all__ = [
     "Workspace",
     "condensed_solve",
     "condensed_solve_transposed",
+    "Kernels",
     "converged",
     "factorize_exact",
     "make_workspace",
@@ -140,6 +142,44 @@ class Workspace(NamedTuple):
     jqq_inv: NDArray
     xq: NDArray
     scalars: NDArray
+
+
+def _kind(value: Any) -> Any:
+    """What fixes ``value``'s numba type, cheaply: an array's dtype, rank, layout, alignment and writability, a
+    tuple's class and its items' kinds, else the Python type."""
+    if isinstance(value, np.ndarray):
+        f = value.flags
+        return value.dtype.str, value.ndim, f.c_contiguous, f.f_contiguous, f.aligned, f.writeable
+    if isinstance(value, tuple):
+        return type(value), *map(_kind, value)
+    return type(value)
+
+
+class Kernels:
+    """The compiled kernels called on one packed system, without numba typing the :class:`Packed` on every call.
+
+    A numba dispatcher types each argument of every call; a ``Packed`` is a tuple of 40 arrays, which numba types in
+    Python (about 0.5 ms on the drummer's models, as long as a small step's own work). ``kernels(run_chunk, *args)``
+    looks the compiled entry point up once per kernel and kinds of the other arguments (:func:`_kind`: dtype, rank,
+    layout, alignment, writability of each array; the Python type of each scalar) and calls it with ``packed``
+    first. The entry point is numba's own for the signature numba would pick (``Dispatcher.compile`` of the
+    arguments' ``typeof_pyval``), so the call computes what the dispatcher's would. Pass every argument: a kernel's
+    defaults are not filled in.
+
+    Attributes:
+        packed: the system every call passes first.
+    """
+
+    def __init__(self, packed: Packed) -> None:
+        self.packed = packed
+        self._entries: dict[tuple[Any, ...], Callable[..., Any]] = {}
+
+    def __call__(self, kernel: Any, *args: Any) -> Any:
+        key = (kernel, *map(_kind, args))
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._entries[key] = kernel.compile(tuple(kernel.typeof_pyval(a) for a in (self.packed, *args)))
+        return entry(self.packed, *args)
 
 
 def make_workspace(p: Packed) -> Workspace:

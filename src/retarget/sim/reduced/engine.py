@@ -185,7 +185,7 @@ class CompiledLinearization:
 
 
 def residual_compiled(
-    packed: ck.Packed,
+    packed: ck.Packed | ck.Kernels,
     s: NDArray[np.float64],
     u_bar: NDArray[np.float64],
     v_bar: NDArray[np.float64],
@@ -195,11 +195,13 @@ def residual_compiled(
     baumgarte: float,
     jacobian: bool = True,
 ) -> CompiledLinearization:
-    """The compiled residual (and exact Jacobian); same arguments as ``stepper.residual_and_jacobian``."""
-    r, jac, rthd, rth, mass, md = ck.residual_jacobian(
-        packed, np.ascontiguousarray(s, dtype=float), np.ascontiguousarray(u_bar, dtype=float),
+    """The compiled residual (and exact Jacobian); same arguments as ``stepper.residual_and_jacobian`` (``packed``:
+    the packed system, or its :class:`~retarget.sim.reduced.compiled.Kernels` for repeated calls)."""
+    kernels = packed if isinstance(packed, ck.Kernels) else ck.Kernels(packed)
+    r, jac, rthd, rth, mass, md = kernels(
+        ck.residual_jacobian, np.ascontiguousarray(s, dtype=float), np.ascontiguousarray(u_bar, dtype=float),
         np.ascontiguousarray(v_bar, dtype=float), float(h), np.atleast_1d(np.asarray(theta, dtype=float)),
-        np.atleast_1d(np.asarray(theta_dot, dtype=float)), float(baumgarte), bool(jacobian),
+        np.atleast_1d(np.asarray(theta_dot, dtype=float)), float(baumgarte), bool(jacobian), True,
     )
     return CompiledLinearization(r, jac if jacobian else None, rth, rthd, mass if jacobian else None, float(md))
 
@@ -214,10 +216,13 @@ def _bars(prev: NDArray, prev2: NDArray | None, nu: int, nv: int) -> tuple[NDArr
 
 
 def linearize_compiled(
-    packed: ck.Packed, new: NDArray, prev: NDArray, prev2: NDArray | None, t_new: float, dt: float, motors: Any
+    packed: ck.Packed | ck.Kernels, new: NDArray, prev: NDArray, prev2: NDArray | None, t_new: float, dt: float,
+    motors: Any
 ) -> CompiledLinearization:
-    """The exact ``∂R/∂S_n``, ``∂R/∂θ``, ``∂R/∂θ̇`` of the step ``(prev2, prev) → new`` (states (n_S,))."""
-    nu, nv = int(packed.sizes[0]), int(packed.sizes[1])
+    """The exact ``∂R/∂S_n``, ``∂R/∂θ``, ``∂R/∂θ̇`` of the step ``(prev2, prev) → new`` (states (n_S,); ``packed`` as
+    :func:`residual_compiled`'s)."""
+    sizes = (packed.packed if isinstance(packed, ck.Kernels) else packed).sizes
+    nu, nv = int(sizes[0]), int(sizes[1])
     u_bar, v_bar, _, _, gamma = _bars(prev, prev2, nu, nv)
     h = gamma * dt
     return residual_compiled(packed, new, u_bar, v_bar, h, motors.value(t_new), motors.derivative(t_new), 1.0 / h)
@@ -348,6 +353,7 @@ class CompiledReducedEngine(SystemEngine):
         super().__init__(system)
         self.tolerance = float(tolerance)
         self.packed = pack_system(system)
+        self.kernels = ck.Kernels(self.packed)  # the per-step calls, without typing ``packed`` each time
 
     def _wrap(self, st: ReducedState) -> Any:
         return EngineState(float(st.t), st.s, st)
@@ -356,7 +362,7 @@ class CompiledReducedEngine(SystemEngine):
         u0 = None if warm is None else warm.native.u
 
         def linearize(s: NDArray, u_bar: NDArray, v_bar: NDArray, th: NDArray) -> tuple[NDArray, NDArray]:
-            lin = residual_compiled(self.packed, s, u_bar, v_bar, 1.0, th, np.zeros_like(th), 1.0)
+            lin = residual_compiled(self.kernels, s, u_bar, v_bar, 1.0, th, np.zeros_like(th), 1.0)
             assert lin.jacobian is not None
             return lin.residual, lin.jacobian
 
@@ -395,8 +401,8 @@ class CompiledReducedEngine(SystemEngine):
         thetas[-1] = motors.value(t)
         theta_dots[-1] = motors.derivative(t)
         iters = np.zeros(len(states), dtype=np.int64)
-        status, _ = ck.run_chunk(self.packed, states, iters, k0, k0 + 1, float(dt), thetas, theta_dots,
-                                 self.tolerance, 40, ws, False)
+        status, _ = self.kernels(ck.run_chunk, states, iters, k0, k0 + 1, float(dt), thetas, theta_dots,
+                                 self.tolerance, 40, ws, False, False)
         if status != ck.STATUS_OK:
             _raise(status, index, t)
         return self._wrap(self._state(t, states[-1]))
@@ -407,24 +413,24 @@ class CompiledReducedEngine(SystemEngine):
                                  max_iter=40, packed=self.packed, estimate=False)
 
     def sensitivity(self, new: Any, prev: Any, prev2: Any, dt: float, motors: Any) -> StepSensitivity:
-        lin = linearize_compiled(self.packed, new.s, prev.s, None if prev2 is None else prev2.s, new.t, dt, motors)
+        kernels = self.kernels
+        lin = linearize_compiled(kernels, new.s, prev.s, None if prev2 is None else prev2.s, new.t, dt, motors)
         a1, a2, gamma = BDF1 if prev2 is None else BDF2
         h = gamma * dt
         ws = ck.make_workspace(self.packed)
-        ck.factorize_exact(self.packed, lin.jacobian, h, ws)
+        kernels(ck.factorize_exact, lin.jacobian, float(h), ws)
         nu, nv = self.system.n_u, self.system.n_v
         mass = lin.mass
-        packed = self.packed
 
         def solve_t(rhs: NDArray[np.float64]) -> NDArray[np.float64]:
-            return ck.condensed_solve_transposed(packed, ws, np.ascontiguousarray(rhs, dtype=float))
+            return kernels(ck.condensed_solve_transposed, ws, np.ascontiguousarray(rhs, dtype=float))
 
         def solve(rhs: NDArray[np.float64]) -> NDArray[np.float64]:
             # condensed_solve gives the Newton update −J⁻¹ r, one column at a time.
             b = np.asarray(rhs, dtype=float)
             if b.ndim == 1:
-                return -ck.condensed_solve(packed, ws, np.ascontiguousarray(b))
-            return -ck.condensed_solve_columns(packed, ws, np.ascontiguousarray(b))
+                return -kernels(ck.condensed_solve, ws, np.ascontiguousarray(b))
+            return -kernels(ck.condensed_solve_columns, ws, np.ascontiguousarray(b))
 
         def history_t(k: int, mu: NDArray[np.float64]) -> NDArray[np.float64]:
             return bdf_history(nu, nv, a1 if k == 1 else a2, h, mass, mu, True)
