@@ -104,3 +104,12 @@ def test_bad_settle_parameters_are_input_errors_naming_them(parameters, message)
 
     with pytest.raises(InputError, match=message):
         options_from_parameters(parameters)
+
+
+def test_plan_options_list_every_setting_out_of_range_by_field():
+    """The one range check behind both shells (the node names the field, ``retarget plan`` its flag)."""
+    assert PlanOptions().out_of_range() == []
+    bad = PlanOptions(dt=0.0, time_budget=-1.0, settle_iterations=-2, settle_peak_allowance=0.5, settle_weight=-1.0)
+    assert [name for name, _ in bad.out_of_range()] == ["dt", "time_budget", "settle_iterations",
+                                                         "settle_peak_allowance", "settle_weight"]
+    assert dict(bad.out_of_range())["settle_iterations"] == "must be 0 (off) or more, got -2"

@@ -142,7 +142,8 @@ def test_plan_command_passes_the_settle_settings_and_refuses_bad_ones():
                               "--settle-peak-allowance", "1.1"])
     options = options_from_args(args)
     assert options.settle_iterations == 3 and options.settle_peak_allowance == 1.1
-    for flag, value in (("--settle-iterations", "-1"), ("--settle-peak-allowance", "0.9")):
+    for flag, value in (("--settle-iterations", "-1"), ("--settle-peak-allowance", "0.9"), ("--settle-weight", "-1"),
+                        ("--dt", "0"), ("--time-budget", "-5")):
         bad = parser.parse_args(["plan", "single_rod", "--motion", "single_rod/step_30_servo", flag, value])
         with pytest.raises(InputError, match=flag):
             options_from_args(bad)

@@ -163,19 +163,10 @@ def options_from_args(args: argparse.Namespace) -> Any:
     from retarget.errors import InputError
     from retarget.optimize.options import PlanOptions
 
-    if not args.dt > 0:
-        raise InputError(f"--dt must be positive, got {args.dt}")
-    if args.time_budget is not None and not args.time_budget > 0:
-        raise InputError(f"--time-budget must be positive, got {args.time_budget}")
-    if args.settle_iterations < 0:
-        raise InputError(f"--settle-iterations must be 0 (off) or more, got {args.settle_iterations}")
-    if not args.settle_peak_allowance >= 1.0:
-        raise InputError(f"--settle-peak-allowance must be at least 1 (1: peaks not raised), got "
-                         f"{args.settle_peak_allowance}")
     if args.verify_dt is not None and args.verify_dt < 0:
         raise InputError(f"--verify-dt must be positive (or 0: no verification), got {args.verify_dt}")
     verify_dt = args.dt / 5 if args.verify_dt is None else args.verify_dt
-    return PlanOptions(knot_spacing=args.knot_spacing, dt=args.dt, max_iterations=args.max_iterations,
+    options = PlanOptions(knot_spacing=args.knot_spacing, dt=args.dt, max_iterations=args.max_iterations,
                        relative_tolerance=args.relative_tolerance, deviation_weight=args.deviation_weight,
                        acceleration_weight=args.acceleration_weight, duration=args.duration,
                        time_budget=args.time_budget, target_stride=args.target_stride, method=args.method,
@@ -194,6 +185,9 @@ def options_from_args(args: argparse.Namespace) -> Any:
                        mesh_axial=args.mesh_axial, mesh_around=args.mesh_around, reduced_file=args.reduced,
                        use_cache=not args.no_cache, allow_unverified_model=args.allow_unverified_model,
                        weights=tuple(args.weight or ()))
+    for name, why in options.out_of_range():  # the settings' ranges, named as this command's flags
+        raise InputError(f"--{name.replace('_', '-')} {why}")
+    return options
 
 
 def _plan_command(args: argparse.Namespace) -> int:

@@ -186,6 +186,23 @@ class PlanOptions:
     bodies: tuple[Any, ...] | None = None
     workers: int | None = None
 
+    def out_of_range(self) -> list[tuple[str, str]]:
+        """Each setting outside its range as (field, what it must be and what it is), for the shells to raise in
+        their own spelling (``retarget plan``'s ``--flag``, the planner node's parameter)."""
+        bad: list[tuple[str, str]] = []
+        if not self.dt > 0:
+            bad.append(("dt", f"must be positive, got {self.dt}"))
+        if self.time_budget is not None and not self.time_budget > 0:
+            bad.append(("time_budget", f"must be positive, got {self.time_budget}"))
+        if self.settle_iterations < 0:
+            bad.append(("settle_iterations", f"must be 0 (off) or more, got {self.settle_iterations}"))
+        if not self.settle_peak_allowance >= 1.0:
+            bad.append(("settle_peak_allowance", f"must be at least 1 (1: peaks not raised), got "
+                                                 f"{self.settle_peak_allowance}"))
+        if not self.settle_weight >= 0.0:
+            bad.append(("settle_weight", f"must be 0 or more, got {self.settle_weight}"))
+        return bad
+
 
 #: The verification's cost over its ``2 dt / verify_dt`` forward runs' worth at the planning step: a step at the
 #: finer ``verify_dt`` costs a little more, and the deviation metrics of every step come on top. Measured on the
@@ -226,7 +243,7 @@ def options_from_parameters(parameters: Mapping[str, Any], **overrides: Any) -> 
     at its end.
 
     Raises:
-        InputError: ``settle_iterations`` or ``settle_weight`` negative, or ``settle_peak_allowance`` below 1.
+        InputError: a setting out of its range (:meth:`PlanOptions.out_of_range`), named as the parameter.
     """
     defaults = PlanOptions()
     p = dict(parameters)
@@ -260,12 +277,8 @@ def options_from_parameters(parameters: Mapping[str, Any], **overrides: Any) -> 
     }
     rest_after = p.get("rest_after", defaults.rest_after)
     values["rest_after"] = None if rest_after is None or rest_after < 0 else float(rest_after)
-    if values["settle_iterations"] < 0:
-        raise InputError(f"settle_iterations must be 0 (off) or more, got {values['settle_iterations']}")
-    if not values["settle_peak_allowance"] >= 1.0:
-        raise InputError(f"settle_peak_allowance must be at least 1 (1: peaks not raised), got "
-                         f"{values['settle_peak_allowance']}")
-    if not values["settle_weight"] >= 0.0:
-        raise InputError(f"settle_weight must be 0 or more, got {values['settle_weight']}")
     values.update({k: v for k, v in overrides.items() if v is not None})
-    return PlanOptions(**values)
+    options = PlanOptions(**values)
+    for name, why in options.out_of_range():
+        raise InputError(f"{name} {why}")
+    return options
