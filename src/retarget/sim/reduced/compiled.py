@@ -41,11 +41,11 @@ __all__ = [
     "STATUS_INVERTED",
     "STATUS_NEWTON_FAILED",
     "STATUS_OK",
+    "Kernels",
     "Packed",
     "Workspace",
     "condensed_solve",
     "condensed_solve_transposed",
-    "Kernels",
     "converged",
     "factorize_exact",
     "make_workspace",
@@ -159,7 +159,7 @@ class Kernels:
     """The compiled kernels called on one packed system, without numba typing the :class:`Packed` on every call.
 
     A numba dispatcher types each argument of every call; a ``Packed`` is a tuple of 40 arrays, which numba types in
-    Python (about 0.5 ms on the drummer's models, as long as a small step's own work). ``kernels(run_chunk, *args)``
+    Python (about 0.5 ms on the demo's drummer model, a sixth of a step's own work at dt 2 ms). ``kernels(run_chunk, *args)``
     looks the compiled entry point up once per kernel and kinds of the other arguments (:func:`_kind`: dtype, rank,
     layout, alignment, writability of each array; the Python type of each scalar) and calls it with ``packed``
     first. The entry point is numba's own for the signature numba would pick (``Dispatcher.compile`` of the
