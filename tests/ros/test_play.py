@@ -156,3 +156,24 @@ def test_bad_input_exits_2_and_a_missing_robot_1(rig: list[str], tmp_path: Path)
     assert absent.returncode == 1, absent.stderr
     assert "no trajectory server at /nobody_here/trajectory_server/follow_joint_trajectory within 2 s" in absent.stderr
     assert _summary(absent)["ok"] is False
+
+
+def test_a_client_records_joint_states_only_from_record_on(rig: list[str]) -> None:
+    """``RobotClient(record=False)`` (the demo's client while the planner plans) receives no ``joint_states`` until
+    ``record()``, which then waits for the first one."""
+    from retarget.model.library import ros_parameters
+    from retarget.ros.player import RobotClient
+
+    joints = [str(j) for j in ros_parameters("fit_rig")["joint_names"]]
+    client = RobotClient(joints, f"{NAMESPACE}/joint_states", f"{NAMESPACE}/trajectory_server/follow_joint_trajectory",
+                         node_name="test_play_recording", record=False)
+    try:
+        time.sleep(1.0)  # joint_states flow at 100 Hz meanwhile
+        assert client.recorder.latest() is None
+        assert client.record(wait=10.0)
+        time.sleep(0.5)
+        times, positions = client.recorder.arrays()
+        assert len(times) >= 10 and positions.shape[1] == len(joints)
+        assert client.record() is True  # subscribed once: a second call just reports
+    finally:
+        client.close()

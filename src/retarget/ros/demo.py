@@ -122,8 +122,10 @@ class _Client(RobotClient):
     """The demo's rclpy node: the trajectory server's and the planner's action clients, a joint_states recorder."""
 
     def __init__(self, plan: Any) -> None:
+        # joint_states are recorded from the execution on: while the planner plans, receiving them would take a
+        # seventh of a core from it.
         super().__init__(plan.joint_names, plan.joint_states_topic, plan.follow_joint_trajectory_action,
-                         plan.retarget_action, node_name="retarget_demo")
+                         plan.retarget_action, node_name="retarget_demo", record=False)
 
     def plan_trajectory(self, robot: str, animation: Any, timeout: float, feedback: Any = None,
                         prepare_timeout: float = DEMO_PREPARE_TIMEOUT_S,
@@ -505,6 +507,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             _say("planner skipped (--no-plan): executing the INPUT animation")
         report["executed"] = source
         times, positions = trajectory_arrays(trajectory)
+        if not client.record(wait=10.0):
+            raise BringupError(f"no joint_states of the robot on {plan.joint_states_topic} within 10 s")
         current = client.recorder.latest()
         result = client.move_to(positions[0], MOVE_TO_START_S)
         report["move_to_start"] = {"error_code": result.error_code, "error_string": result.error_string}

@@ -173,17 +173,17 @@ class RobotClient:
         follow_action: Fully qualified FollowJointTrajectory action of the trajectory server.
         retarget_action: Fully qualified Retarget action of the planner, or None.
         node_name: The client node's name.
+        record: Record ``joint_states`` from the start (else from :meth:`record`).
     """
 
     def __init__(self, joint_names: Sequence[str], joint_states_topic: str, follow_action: str,
-                 retarget_action: str | None = None, node_name: str = "retarget_client") -> None:
+                 retarget_action: str | None = None, node_name: str = "retarget_client", record: bool = True) -> None:
         import rclpy
         from control_msgs.action import FollowJointTrajectory
         from rclpy.action import ActionClient
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.node import Node
         from rclpy.signals import SignalHandlerOptions
-        from sensor_msgs.msg import JointState
 
         self.context = rclpy.Context()
         # No rclpy signal handler: Ctrl-C is Python's KeyboardInterrupt alone, so the context stays up for the
@@ -191,7 +191,8 @@ class RobotClient:
         rclpy.init(context=self.context, signal_handler_options=SignalHandlerOptions.NO)
         self.node = Node(node_name, context=self.context)
         self.recorder = JointStateRecorder(tuple(joint_names))
-        self.node.create_subscription(JointState, joint_states_topic, self.recorder, 200)
+        self._joint_states_topic = joint_states_topic
+        self._subscription: Any = None
         self.follow = ActionClient(self.node, FollowJointTrajectory, follow_action)
         self.retarget = None
         if retarget_action:
@@ -202,6 +203,22 @@ class RobotClient:
         self.executor.add_node(self.node)
         self._thread = threading.Thread(target=self.executor.spin, daemon=True)
         self._thread.start()
+        if record:
+            self.record()
+
+    def record(self, wait: float = 0.0) -> bool:
+        """Record ``joint_states`` from now on (subscribes once; a client made with ``record=False`` receives none
+        before: at 100 Hz, receiving them costs the rclpy client about a seventh of a core). With ``wait`` > 0, waits
+        up to that long [s] for a first message; returns whether one has come."""
+        if self._subscription is None:
+            from sensor_msgs.msg import JointState
+
+            self._subscription = self.node.create_subscription(JointState, self._joint_states_topic, self.recorder,
+                                                               200)
+        deadline = time.monotonic() + wait
+        while self.recorder.latest() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self.recorder.latest() is not None
 
     def close(self) -> None:
         # Bounded: after a Ctrl-C rclpy's signal thread shuts the context down concurrently, and an unbounded wait
