@@ -443,12 +443,9 @@ def _play_command(args: Any) -> int:
         if not client.follow.wait_for_server(timeout_sec=args.wait):
             return fail(f"no trajectory server at {follow} within {args.wait:g} s: is `retarget up {name}` (or "
                         "its launch file) running, with the same ROS_DOMAIN_ID and ROS_AUTOMATIC_DISCOVERY_RANGE?")
-        deadline = time.monotonic() + args.wait
-        while client.recorder.latest() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        current = client.recorder.latest()
-        if current is None:
+        if not client.record(wait=args.wait):
             return fail(f"no joint_states of {joints} on {namespace}/joint_states within {args.wait:g} s")
+        current = client.recorder.latest()
         trajectory = to_joint_trajectory_msg(motion)
         times, positions = trajectory_arrays(trajectory)
         away = float(np.max(np.abs(positions[0] - current)))
