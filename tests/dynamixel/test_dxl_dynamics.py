@@ -99,3 +99,22 @@ def test_callback_dynamics_delegates() -> None:
     assert dyn.reset(np.array([0.1])).position[0] == 0.1
     assert dyn.step(command(0.7), 0.005).position[0] == 0.7
     assert seen[0][1] == 0.005
+
+
+@pytest.mark.parametrize("pa", [np.inf, 50.0])
+def test_advance_equals_that_many_steps_also_across_the_rest_at_the_goal(pa: float) -> None:
+    """FirstOrderServo.advance stops stepping at a fixed point: its state and feedback equal n plain steps, bit for
+    bit, whether the servo moves, arrives or rests (every 0.1 s of a 3 s move, 50 steps of 2 ms at a time)."""
+    plain, fast = FirstOrderServo(2), FirstOrderServo(2)
+    for model in (plain, fast):
+        model.reset(np.array([0.0, 0.3]))
+    cmd = command(np.array([0.8, 0.3]), pa=pa)
+    for _ in range(30):
+        for _ in range(50):
+            expected = plain.step(cmd, 0.002)
+        got = fast.advance(cmd, 0.002, 50)
+        for field in ("position", "velocity", "current"):
+            np.testing.assert_array_equal(getattr(got, field), getattr(expected, field))
+    first, second = plain.step(cmd, 0.002), plain.step(cmd, 0.002)  # it came to rest: a fixed point was reached
+    np.testing.assert_array_equal(second.position, first.position)
+    np.testing.assert_array_equal(second.velocity, first.velocity)

@@ -7,6 +7,7 @@ description; a short burst of CRC errors is retried and is no fault.
 """
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -143,6 +144,28 @@ def test_drummer_goal_succeeds_and_servos_follow(loop) -> None:
     servo_goals = [s.get("goal_position_rad", None) for s in status.get("servos", [])] if "servos" in status else []
     if servo_goals and all(g is not None for g in servo_goals):
         np.testing.assert_allclose(servo_goals, pose, atol=0.01)
+
+
+def test_idle_driver_holds_the_goal_and_writes_it_again_only_to_refresh_it(loop) -> None:
+    """After a goal the servos keep their Goal Position; the unchanged goal is Sync Written again only every
+    GOAL_REFRESH_S while the Sync Reads go on at the driver's 50 Hz (a write per tick would double the frames)."""
+    from retarget.ros.dynamixel_driver import GOAL_REFRESH_S
+
+    monitor, joints, ids, control, driver = loop
+    pose = np.linspace(-0.3, 0.3, len(joints))
+    res = monitor.follow(joints, [(1.0, pose)])
+    assert res.error_code == 0, (res.error_string, driver.log())
+    time.sleep(0.3)
+    before = control({"cmd": "status"})
+    time.sleep(2.0)
+    after = control({"cmd": "status"})
+    np.testing.assert_allclose(after["goal_position"], pose, atol=0.002)
+    np.testing.assert_allclose(after["goal_position"], before["goal_position"])
+    np.testing.assert_allclose(after["present_position"], pose, atol=0.01)
+    elapsed = after["time"] - before["time"]
+    frames = after["received_frames"] - before["received_frames"]
+    refreshes = math.ceil(elapsed / GOAL_REFRESH_S) + 1
+    assert 0.4 * 50 * elapsed <= frames <= 1.1 * 50 * elapsed + refreshes, (frames, elapsed)
 
 
 @pytest.mark.parametrize("fault", ["no reply", "crc", "overload", "port vanishes"])

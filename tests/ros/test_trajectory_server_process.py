@@ -25,16 +25,16 @@ PARAMS = {"joint_names": JOINTS, "control_rate": 100.0, "default_goal_tolerance"
 class Client:
     """Action client + topic monitors living in the test process."""
 
-    def __init__(self, context: Any, executor: Any) -> None:
+    def __init__(self, context: Any, executor: Any, namespace: str = NS) -> None:
         from control_msgs.action import FollowJointTrajectory
         from rclpy.action import ActionClient
         from rclpy.node import Node
         from sensor_msgs.msg import JointState
         from trajectory_msgs.msg import JointTrajectory
 
-        self.node = Node("test_client", namespace=NS, context=context)
+        self.node = Node("test_client", namespace=namespace, context=context)
         self.action = ActionClient(self.node, FollowJointTrajectory,
-                                   f"{NS}/trajectory_server/follow_joint_trajectory")
+                                   f"{namespace}/trajectory_server/follow_joint_trajectory")
         self.commands: list[Any] = []
         self.states: list[tuple[float, np.ndarray]] = []
         self.node.create_subscription(JointTrajectory, "joint_commands", self.commands.append, 100)
@@ -213,3 +213,56 @@ def test_replacing_goal_that_jumps_is_rejected_and_the_running_goal_goes_on(syst
     res = client.result(first)
     assert res.status == GoalStatus.STATUS_SUCCEEDED, res.result.error_string  # untouched by the rejected goal
     settled(client, target)
+
+
+def _stamp(msg: Any) -> float:
+    return msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec
+
+
+def test_idle_server_commands_nothing_and_the_next_goal_starts_from_the_measured_state(system) -> None:
+    """Idle, the server sends no setpoints (its tick runs only for a goal). joint_states are taken on demand: after
+    1.5 s of idling (150 of them, 15 times the subscription's history) the next goal starts from where the robot is."""
+    from control_msgs.action import FollowJointTrajectory
+
+    client, server, _ = system
+    here = stationary(client, window=0.3, atol=0.01, timeout=10.0)
+    idle_from = time.time()  # setpoints are stamped with the system clock
+    time.sleep(1.5)
+    assert not [c for c in client.commands if _stamp(c) >= idle_from], "an idle server must command nothing"
+    target = [float(q + (0.3 if q < 0.0 else -0.3)) for q in here]
+    sent = time.time()
+    res = client.result(client.send(client.goal([(0.8, target)])))
+    assert res.result.error_code == FollowJointTrajectory.Result.SUCCESSFUL, (res.result.error_string, server.log())
+    settled(client, target)
+    first = next(c for c in client.commands if _stamp(c) >= sent)
+    # The first setpoint is one control period along the move from the measured state (0.375 rad/s: ≈ 4 mrad).
+    np.testing.assert_allclose(first.points[0].positions, here, atol=0.03)
+
+
+def test_stopped_joint_states_abort_the_goal_and_refuse_the_next(start_node, ros_context) -> None:
+    """The freshness of on-demand joint_states is their reception time: when the twin stops, the running goal aborts
+    after state_timeout, and the messages still in the subscription's history do not make the next goal start."""
+    from action_msgs.msg import GoalStatus
+
+    ns = "/test_trajectory_server_stale"
+    twin = start_node("retarget.ros.servo_twin", {"joint_names": JOINTS, "rate": 100.0,
+                                                   "servo_time_constant": 0.02}, namespace=ns)
+    server = start_node("retarget.ros.trajectory_server", {**PARAMS, "state_timeout": 0.5}, namespace=ns)
+    client = Client(*ros_context, namespace=ns)
+    try:
+        assert client.action.wait_for_server(timeout_sec=15.0), server.log()
+        wait_for(lambda: len(client.states) > 5, 10.0, "joint_states from the twin")
+        here = [float(x) for x in client.states[-1][1]]
+        warm = retry_stale_states(lambda: client.result(client.send(client.goal([(0.2, here)]))).result)
+        assert warm.error_code == 0, (warm.error_string, server.log())
+        handle = client.send(client.goal([(6.0, [h + 0.5 for h in here])]))
+        time.sleep(0.5)
+        twin.stop()
+        res = client.result(handle)
+        assert res.status == GoalStatus.STATUS_ABORTED, res.result.error_string
+        assert "joint_states stopped" in res.result.error_string, (res.result.error_string, server.log())
+        refused = client.result(client.send(client.goal([(1.0, here)])))
+        assert refused.status == GoalStatus.STATUS_ABORTED
+        assert "no joint_states" in refused.result.error_string, refused.result.error_string
+    finally:
+        client.close()

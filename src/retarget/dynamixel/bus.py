@@ -83,7 +83,8 @@ class _PortHandler(PortHandler):
     - the reply timeout uses ``latency_timer_ms`` instead of the SDK's fixed 16 ms (its formula is
       ``bytes * byte_time + 2 * latency + 2`` [ms]); an emulator in another process on a busy 2-core machine can
       need more than the default 34 ms;
-    - an empty read waits up to 0.5 ms for the fd to become readable instead of spinning a whole core.
+    - an empty read sleeps until the fd becomes readable or the reply is due (the SDK polls without waiting,
+      spinning a whole core); the SDK's loop then reads what arrived or reports the timeout.
     """
 
     def __init__(self, port_name: str, latency_timer_ms: float) -> None:
@@ -96,7 +97,8 @@ class _PortHandler(PortHandler):
 
     def readPort(self, length: int) -> bytes:  # noqa: N802
         if self.ser.in_waiting == 0:
-            select.select([self.ser.fileno()], [], [], 0.0005)
+            left_ms = self.packet_timeout - (self.getCurrentTime() - self.packet_start_time)
+            select.select([self.ser.fileno()], [], [], min(max(left_ms, 0.0), 1000.0) * 1e-3)
         return self.ser.read(length)
 
 

@@ -83,6 +83,12 @@ class ServoDynamics(abc.ABC):
     def step(self, command: ServoCommand, dt: float) -> ServoFeedback:
         """Advance by ``dt`` [s] under ``command``; return the new feedback."""
 
+    def advance(self, command: ServoCommand, dt: float, steps: int) -> ServoFeedback:
+        """``steps`` (≥ 1) calls of :meth:`step` under one constant ``command``; return the last feedback."""
+        for _ in range(steps):
+            feedback = self.step(command, dt)
+        return feedback
+
 
 def first_order_step(
     position: np.ndarray,
@@ -189,6 +195,21 @@ class FirstOrderServo(ServoDynamics):
         self._position = position
         self._velocity = velocity
         return self._feedback(np.where(np.asarray(command.torque_enabled, dtype=bool), acceleration, 0.0))
+
+    def advance(self, command: ServoCommand, dt: float, steps: int) -> ServoFeedback:
+        """As :meth:`ServoDynamics.advance`, ending early at a fixed point of the step (servos at rest at their goal).
+
+        :meth:`step` depends on the state and the command alone, so a step that leaves position and velocity
+        unchanged leaves them unchanged at every later step under the same command, with the same feedback (zero
+        acceleration): the result equals ``steps`` steps.
+        """
+        feedback = self.step(command, dt)
+        for _ in range(steps - 1):
+            position, velocity = self._position, self._velocity
+            feedback = self.step(command, dt)
+            if np.array_equal(self._position, position) and np.array_equal(self._velocity, velocity):
+                break
+        return feedback
 
     def _feedback(self, acceleration: np.ndarray) -> ServoFeedback:
         torque = self.load_inertia * acceleration

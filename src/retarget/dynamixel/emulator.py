@@ -45,8 +45,8 @@ from retarget.dynamixel.control_table import (
     HardwareErrorStatus,
     load_control_table,
 )
-from retarget.dynamixel.dynamics import FirstOrderServo, ServoCommand, ServoDynamics
-from retarget.dynamixel.emulated_servo import EmulatedServo
+from retarget.dynamixel.dynamics import FirstOrderServo, ServoCommand, ServoDynamics, ServoFeedback
+from retarget.dynamixel.emulated_servo import EmulatedServo, command_from_raw, feedback_to_raw
 from retarget.dynamixel.errors import CrcError, MalformedPacketError
 from retarget.dynamixel.protocol import (
     ALERT_BIT,
@@ -155,22 +155,21 @@ class EmulatedBus:
                 dt, steps = gap / 500, 500
             # No packet is processed during a catch-up, so the command is constant over it and only the last
             # feedback can ever be observed: build the one, store the other.
-            command = self._command()
+            feedback = self.dynamics.advance(self._command(), dt, steps)
             for _ in range(steps):
-                feedback = self.dynamics.step(command, dt)
-                self._t += dt
+                self._t += dt  # summed as the steps were taken, not multiplied: the same clock to the last bit
             self._store(feedback)
 
     def _command(self) -> ServoCommand:
-        rows = [self.servos[i].command_si() for i in self.ids]
-        goal, on, pv, pa, vl = (np.array(col) for col in zip(*rows))
-        return ServoCommand(goal, on.astype(bool), pv, pa, vl)
+        # Raw values gathered per servo, converted for all at once (per-servo numpy conversions of scalars cost
+        # most of an idle tick).
+        return command_from_raw(np.array([self.servos[i].command_raw() for i in self.ids], dtype=np.int64))
 
-    def _store(self, feedback) -> None:
+    def _store(self, feedback: ServoFeedback) -> None:
         tick_ms = int((self._t - self._t0) * 1000)
-        current = feedback.current if len(feedback.current) else np.zeros(len(self.ids))
+        position, velocity, current = feedback_to_raw(feedback)
         for k, i in enumerate(self.ids):
-            self.servos[i].set_present(feedback.position[k], feedback.velocity[k], current[k], tick_ms)
+            self.servos[i].set_present_raw(int(position[k]), int(velocity[k]), int(current[k]), tick_ms)
 
     # --- faults ----------------------------------------------------------------------------------------------
 
@@ -223,10 +222,11 @@ class EmulatedBus:
             raise InputError(f"no emulated servo with ID {servo_id}; IDs: {self.ids}") from exc
 
     def snapshot(self) -> dict:
-        """Goal and present state of every servo, in SI, for tests and the control channel."""
+        """Goal and present state of every servo, in SI, and the count of frames received, for tests and the control
+        channel."""
         with self.lock:
             self.advance()
-            out: dict = {"ids": self.ids, "time": self._t - self._t0}
+            out: dict = {"ids": self.ids, "time": self._t - self._t0, "received_frames": self.received_frames}
             rows = {i: (self.servos[i].command_si(), self.servos[i].present_si()) for i in self.ids}
             out["goal_position"] = [rows[i][0][0] for i in self.ids]
             out["torque_enabled"] = [rows[i][0][1] for i in self.ids]
@@ -581,11 +581,30 @@ class PtyEmulator:
                 time.sleep(self.bus.period)
                 continue
             for frame in stream.feed(chunk):
-                for reply in self.bus.handle(frame):
-                    if self.honour_return_delay and reply.delay_s > 0:
-                        time.sleep(reply.delay_s)
-                    with contextlib.suppress(OSError):
-                        os.write(master, reply.data)
+                self._send(master, self.bus.handle(frame))
+
+    def _send(self, master: int, replies: list[Reply]) -> None:
+        """Write one frame's status packets, each after its Return Delay Time.
+
+        Packets with no delay before them go out in one write with the packets before them: a Sync Read of 13
+        servos answered with Return Delay Time 0 is one system call and one wake-up of the reading driver, not 13.
+        The byte stream is the same as with one write per packet.
+        """
+        pending = bytearray()
+        for reply in replies:
+            if self.honour_return_delay and reply.delay_s > 0:
+                self._write(master, pending)
+                pending.clear()
+                time.sleep(reply.delay_s)
+            pending += reply.data
+        self._write(master, pending)
+
+    @staticmethod
+    def _write(master: int, data: bytes | bytearray) -> None:
+        view = memoryview(bytes(data))
+        with contextlib.suppress(OSError):
+            while view:
+                view = view[os.write(master, view):]
 
     # --- control channel -------------------------------------------------------------------------------------
 

@@ -219,7 +219,8 @@ class MocapNode(Node):
                 type(source), type(source).__name__)
         self._natnet = self.source if isinstance(self.source, NatNetClient) else None
         self._tf_publisher, self._transform_type = self._make_tf_publisher()
-        self._pose_publishers: dict[str, Publisher] = {}
+        # Per body: its publisher and its message, reused from frame to frame (only the stamp and the pose change).
+        self._pose_publishers: dict[str, tuple[Publisher, PoseStamped]] = {}
         self._queue: collections.deque[MocapFrame] = collections.deque()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -379,14 +380,17 @@ class MocapNode(Node):
                 frame = self._queue.popleft()
             self.publish_frame(frame)
 
-    def _publisher(self, body: str) -> Publisher:
-        publisher = self._pose_publishers.get(body)
-        if publisher is None:
+    def _publisher(self, body: str) -> tuple[Publisher, PoseStamped]:
+        entry = self._pose_publishers.get(body)
+        if entry is None:
             # Relative topic, so the node's namespace applies.
             topic = pose_topic(body, self.prefix).lstrip("/")
-            publisher = self._pose_publishers[body] = self.create_publisher(PoseStamped, topic, 10)
+            publisher = self.create_publisher(PoseStamped, topic, 10)
+            msg = PoseStamped()
+            msg.header.frame_id = self.frame_id
+            entry = self._pose_publishers[body] = (publisher, msg)
             self.get_logger().info(f"publishing {body!r} on {publisher.topic_name}")
-        return publisher
+        return entry
 
     def publish_frame(self, frame: MocapFrame) -> int:
         """Publish the tracked bodies of one frame; return how many poses were published."""
@@ -399,18 +403,18 @@ class MocapNode(Node):
         for body in frame.valid_bodies:
             if self.body_filter and body.name not in self.body_filter:
                 continue
-            msg = PoseStamped()
+            publisher, msg = self._publisher(body.name)
             msg.header.stamp.sec, msg.header.stamp.nanosec = sec, nanosec
-            msg.header.frame_id = self.frame_id
             p, q = msg.pose.position, msg.pose.orientation
             p.x, p.y, p.z = (float(v) for v in body.position_m)
             q.x, q.y, q.z, q.w = (float(v) for v in body.orientation_xyzw)
-            self._publisher(body.name).publish(msg)
+            publisher.publish(msg)
             self.stats.bodies[body.name] = self.stats.bodies.get(body.name, 0) + 1
             count += 1
             if self._tf_publisher is not None:
                 transform = self._transform_type[1]()
-                transform.header = msg.header
+                transform.header.stamp.sec, transform.header.stamp.nanosec = sec, nanosec
+                transform.header.frame_id = self.frame_id
                 transform.child_frame_id = tf_frame_name(body.name)
                 t, r = transform.transform.translation, transform.transform.rotation
                 t.x, t.y, t.z = p.x, p.y, p.z
