@@ -55,15 +55,18 @@ class RecordedProblem(PlanProblem):
 
     Attributes:
         seen: the points evaluated, in order (copies).
+        gradients: whether each of them was evaluated with the gradient.
         hook: see :data:`Hook`; None: evaluate as :class:`PlanProblem`.
     """
 
     seen: list[NDArray[np.float64]] = field(default_factory=list)
+    gradients: list[bool] = field(default_factory=list)
     hook: Hook | None = None
 
     def evaluate(self, x: NDArray[np.float64], gradient: bool = True,
                  progress: Callable[[int, int], None] | None = None) -> Evaluation:
         self.seen.append(np.array(x, copy=True))
+        self.gradients.append(bool(gradient))
         if self.hook is not None:
             progress = self.hook(self, len(self.seen), progress)
         return super().evaluate(x, gradient=gradient, progress=progress)

@@ -1,6 +1,7 @@
 """The optimizer driver (retarget.optimize.lbfgs.optimize: L-BFGS-B, or Levenberg–Marquardt) on the reduced rod on a
 motor: Ctrl-C returns the best point so far, the method choice, the time budget and its reserve, the first step
-measured from the curvature along steepest descent or given."""
+measured from the curvature along steepest descent or given, and projected steepest descent with its line search on
+values alone."""
 from __future__ import annotations
 
 import time
@@ -13,8 +14,9 @@ from rod_plan import OPTIONS, ramp, recorded, rod_limits, tip
 from retarget.optimize.adjoint import evaluate
 from retarget.optimize.engines import reduced_engine
 from retarget.optimize.errors import OptimizeError, TimeBudgetError
-from retarget.optimize.lbfgs import FIRST_STEP_PROBE, optimize
+from retarget.optimize.lbfgs import DESCENT_ARMIJO, FIRST_STEP_PROBE, optimize
 from retarget.optimize.problem import build_plan_problem
+from retarget.sim.errors import SimulationError
 
 
 @pytest.fixture(scope="module")
@@ -165,3 +167,81 @@ def test_a_known_curvature_replaces_the_probe(rod_problem):
     given = optimize(pp, options, curvature=2.0 * probed.curvature)
     assert given.first_step == pytest.approx(min(1.0, -slope / (2.0 * probed.curvature)), rel=1e-12)
     assert given.evaluations < probed.evaluations + 1 and given.curvature is not None and given.curvature > 0
+
+
+def test_descent_takes_lbfgs_first_step_with_one_gradient(wide_problem):
+    """One ``descent`` iteration is L-BFGS-B's first: the same first step (the quadratic's minimizer along the
+    projected steepest descent, its curvature here from a value probe instead of a gradient probe) and the same J
+    after it, but the probe and the trial points are forward runs only: one gradient in all."""
+    options = replace(OPTIONS, max_iterations=1)
+    lbfgs = optimize(recorded(wide_problem), options)
+    pp = recorded(wide_problem)
+    res = optimize(pp, replace(options, method="descent"))
+    assert res.method == "descent" and res.iterations == 1
+    assert res.evaluations == 1 and res.value_evaluations == len(pp.seen) - 1 >= 2
+    assert pp.gradients == [True] + [False] * res.value_evaluations
+    x0 = pp.fit.parameters
+    assert np.isclose(np.linalg.norm(pp.seen[1] - x0), FIRST_STEP_PROBE)
+    assert res.first_step == pytest.approx(lbfgs.first_step, rel=1e-3)
+    assert res.objective_final == pytest.approx(lbfgs.objective_final, rel=1e-3)
+    assert res.objective_final < res.objective_initial
+    assert res.best.value == res.objective_final and np.array_equal(res.x, pp.seen[int(np.argmin(
+        [evaluate(pp.problem, x, gradient=False).value for x in pp.seen]))])
+    assert res.curvature is not None and res.curvature > 0
+
+
+def test_descent_backs_off_a_step_too_long_until_j_falls_enough(wide_problem):
+    """A first step far past the minimizer: the line search shrinks it (quadratic interpolation, at most ×0.5)
+    until J falls by the Armijo fraction of the first-order prediction; every trial is on the same ray."""
+    pp = recorded(wide_problem)
+    res = optimize(pp, replace(OPTIONS, max_iterations=1, method="descent", first_step=1.0))
+    x0 = pp.fit.parameters
+    steps = [np.linalg.norm(x - x0) for x in pp.seen[1:]]
+    assert steps[0] == pytest.approx(1.0) and len(steps) >= 2
+    assert all(b <= 0.5 * a + 1e-12 for a, b in zip(steps, steps[1:]))
+    first = evaluate(pp.problem, x0)
+    s = res.x - x0
+    assert res.iterations == 1 and res.objective_final <= first.value + DESCENT_ARMIJO * float(first.gradient @ s)
+    direction = -first.gradient / np.linalg.norm(first.gradient)
+    assert np.allclose(s / np.linalg.norm(s), direction)
+
+
+def test_descent_iterations_each_start_from_a_gradient(rod_problem):
+    """Three iterations: each starts with the gradient at the point the previous one accepted (its forward run
+    once more), J falls at each, and the curvature of each step sets the next one's length (no further probe)."""
+    pp = recorded(rod_problem)
+    seen = []
+    res = optimize(pp, replace(OPTIONS, max_iterations=3, relative_tolerance=0.0, method="descent"),
+                   callback=seen.append)
+    assert res.iterations == len(seen) == 3 and res.evaluations == 3
+    assert [it["iteration"] for it in seen] == [1, 2, 3]
+    assert all(b < a for a, b in zip(res.history, res.history[1:]))
+    starts = [x for x, g in zip(pp.seen, pp.gradients) if g]
+    assert all(any(np.array_equal(x, y) for y, g in zip(pp.seen, pp.gradients) if not g) for x in starts[1:])
+    probes = [x for x in pp.seen if np.isclose(np.linalg.norm(x - pp.seen[0]), FIRST_STEP_PROBE)]
+    assert len(probes) == 1
+
+
+def test_descent_backs_off_a_point_the_model_cannot_simulate(wide_problem):
+    """The first trial point cannot be simulated: counted as failed, the step shrinks to a quarter, and the
+    iteration still lowers J."""
+    def fail_first_trial(problem, call, progress):
+        if call == 2:  # x₀ (with gradient), then the first trial (first_step given: no probe)
+            raise SimulationError("diverged (test)")
+        return progress
+
+    pp = recorded(wide_problem, fail_first_trial)
+    res = optimize(pp, replace(OPTIONS, max_iterations=1, method="descent", first_step=0.2))
+    x0 = pp.fit.parameters
+    assert res.failed_simulations == 1 and res.iterations == 1 and res.objective_final < res.objective_initial
+    assert np.linalg.norm(pp.seen[2] - x0) == pytest.approx(0.25 * np.linalg.norm(pp.seen[1] - x0))
+
+
+def test_descent_with_a_known_curvature_needs_no_probe(rod_problem):
+    options = replace(OPTIONS, max_iterations=1, method="descent")
+    probed = optimize(rod_problem, options)
+    pp = recorded(rod_problem)
+    given = optimize(pp, options, curvature=probed.curvature)
+    assert not any(np.isclose(np.linalg.norm(x - pp.seen[0]), FIRST_STEP_PROBE) for x in pp.seen[1:])
+    assert given.first_step == pytest.approx(probed.first_step, rel=1e-6)
+    assert given.value_evaluations == probed.value_evaluations - 1

@@ -113,3 +113,28 @@ def test_plan_options_list_every_setting_out_of_range_by_field():
     assert [name for name, _ in bad.out_of_range()] == ["dt", "time_budget", "settle_iterations",
                                                          "settle_peak_allowance", "settle_weight"]
     assert dict(bad.out_of_range())["settle_iterations"] == "must be 0 (off) or more, got -2"
+
+
+def test_window_settings_out_of_range_are_named_before_any_work():
+    """A window, its tail or its overlap out of range: named by the range check (before the targets are solved),
+    in the node's parameter names and ``retarget plan``'s flags; the node's and the command line's window 0 is the
+    whole motion at once."""
+    from retarget.cli import build_parser
+    from retarget.errors import InputError
+    from retarget.optimize.commands import options_from_args
+
+    assert PlanOptions(window=None, window_tail=-1.0).out_of_range() == []  # no windows: their settings unused
+    bad = PlanOptions(window=-1.0, window_tail=-0.5, window_overlap=-2.0)
+    assert [name for name, _ in bad.out_of_range()] == ["window", "window_tail", "window_overlap"]
+    assert dict(PlanOptions(window=1.0, window_overlap=1.0).out_of_range())["window_overlap"].startswith(
+        "must be at least 0 and less than the window (1 s)")
+    with pytest.raises(InputError, match="window_overlap must be"):
+        options_from_parameters({"window": 1.0, "window_overlap": 1.5})
+    assert options_from_parameters({"window": 0.0}).window is None
+    parser = build_parser()
+    plan = ["plan", "single_rod", "--motion", "single_rod/step_30_servo"]
+    assert options_from_args(parser.parse_args([*plan, "--window", "0"])).window is None
+    with pytest.raises(InputError, match="--window-tail must be 0 or more"):
+        options_from_args(parser.parse_args([*plan, "--window", "1", "--window-tail", "-1"]))
+    with pytest.raises(InputError, match="--window must be positive"):
+        options_from_args(parser.parse_args([*plan, "--window", "-1"]))

@@ -177,3 +177,19 @@ def test_windows_hand_the_curvature_on(engine):
     res = optimize_windows(_problem(engine), replace(WINDOWS, max_iterations=2))
     sources = [w["curvature_from"] for w in res.windows if "curvature_from" in w]
     assert sources[0] == "probe" and set(sources[1:]) == {"previous window"} and len(sources) >= 2
+
+
+def test_descent_windows_take_one_gradient_per_window_iteration(engine):
+    """``descent`` in each window with one iteration: the whole J falls about as far as L-BFGS-B's windows take it,
+    with one gradient per window (the trial points are forward runs), and the curvature handed on."""
+    options = replace(WINDOWS, max_iterations=1)
+    lbfgs = optimize_windows(_problem(engine, options), options)
+    pp = recorded(_problem(engine, options))
+    res = optimize_windows(pp, replace(options, method="descent"))
+    assert res.method == "descent-windows"
+    ran = [w for w in res.windows if "evaluations" in w]
+    assert res.evaluations == len(ran) == sum(pp.gradients) and all(w["evaluations"] == 1 for w in ran)
+    assert res.value_evaluations == sum(w.get("value_evaluations", 0) for w in ran) == pp.gradients.count(False) - 2
+    assert res.objective_final < 0.9 * res.objective_initial
+    assert res.objective_final == pytest.approx(lbfgs.objective_final, rel=0.05)
+    assert [w["curvature_from"] for w in ran][1:] == ["previous window"] * (len(ran) - 1)

@@ -170,7 +170,7 @@ def options_from_args(args: argparse.Namespace) -> Any:
                        relative_tolerance=args.relative_tolerance, deviation_weight=args.deviation_weight,
                        acceleration_weight=args.acceleration_weight, duration=args.duration,
                        time_budget=args.time_budget, target_stride=args.target_stride, method=args.method,
-                       first_step=args.first_step, window=args.window, window_tail=args.window_tail,
+                       first_step=args.first_step, window=args.window or None, window_tail=args.window_tail,
                        window_overlap=args.window_overlap, torque_weight=args.torque_weight,
                        settle_weight=args.settle_weight, settle_iterations=args.settle_iterations,
                        settle_peak_allowance=args.settle_peak_allowance,
@@ -409,17 +409,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--knot-spacing", type=float, default=D.knot_spacing,
                    help="B-spline knot spacing [s] (default 0.05)")
     p.add_argument("--max-iterations", type=int, default=D.max_iterations, help="optimizer iterations (default 50)")
-    p.add_argument("--method", choices=("lbfgs", "gauss-newton", "auto"), default=D.method,
-                   help="optimizer: lbfgs (L-BFGS-B, adjoint gradient; default), gauss-newton (Levenberg-Marquardt, "
-                   "exact tangent-linear Jacobian; with --window, in each window) or auto (gauss-newton up to 200 "
-                   "parameters)")
+    p.add_argument("--method", choices=("lbfgs", "descent", "gauss-newton", "auto"), default=D.method,
+                   help="optimizer: lbfgs (L-BFGS-B, adjoint gradient; default), descent (projected steepest "
+                   "descent, line search on values alone: one iteration costs one gradient; for --max-iterations 1), "
+                   "gauss-newton (Levenberg-Marquardt, exact tangent-linear Jacobian; with --window, in each window) "
+                   "or auto (gauss-newton up to 200 parameters)")
     p.add_argument("--relative-tolerance", type=float, default=D.relative_tolerance, help="stop when an iteration "
                    f"lowers J by less than this fraction of J at the start (default {D.relative_tolerance:g})")
     p.add_argument("--first-step", type=float, default=None, metavar="RAD",
                    help="length of L-BFGS-B's first trial step over all parameters [rad] (default: measured from "
                    "the objective's curvature with one extra simulation)")
     p.add_argument("--window", type=float, default=None, metavar="S", help="optimize in receding-horizon windows "
-                   "of S seconds, one after another (for long motions; --max-iterations per window; default: the "
+                   "of S seconds, one after another (for long motions; --max-iterations per window; default or 0: the "
                    "whole motion at once)")
     p.add_argument("--window-tail", type=float, default=D.window_tail,
                    metavar="S", help="how far past its span a window's "

@@ -1,6 +1,7 @@
-"""The L-BFGS-B driver: :func:`optimize` minimizes the plan's objective with exact adjoint gradients (or hands over
-to Levenberg–Marquardt, :func:`retarget.optimize.gauss_newton.levenberg_marquardt`), within the position bounds,
-the time budget, Ctrl-C and cancel requests."""
+"""The optimizer driver: :func:`optimize` minimizes the plan's objective with exact adjoint gradients — L-BFGS-B,
+projected steepest descent (``descent``), or Levenberg–Marquardt
+(:func:`retarget.optimize.gauss_newton.levenberg_marquardt`) — within the position bounds, the time budget, Ctrl-C
+and cancel requests."""
 
 from __future__ import annotations
 
@@ -26,10 +27,20 @@ from retarget.optimize.options import PlanOptions
 from retarget.optimize.problem import PlanProblem
 from retarget.optimize.result import OptimizationResult, SearchState
 
-__all__ = ["FIRST_STEP_PROBE", "choose_method", "optimize"]
+__all__ = ["DESCENT_ARMIJO", "DESCENT_TRIALS", "FIRST_STEP_PROBE", "METHODS", "choose_method", "optimize"]
 
 
 FIRST_STEP_PROBE = 1e-3
+
+#: The optimizers :attr:`PlanOptions.method` names.
+METHODS = ("lbfgs", "descent", "gauss-newton", "auto")
+
+#: Sufficient decrease a ``descent`` trial point must reach, as a fraction of the first-order prediction ``∇J·s``
+#: (the Armijo factor of L-BFGS-B's own line search, scipy's ``ftol`` of ``dcsrch``).
+DESCENT_ARMIJO = 1e-3
+
+#: Trial points one ``descent`` step tries (the first, then backtracking) before it keeps its start.
+DESCENT_TRIALS = 8
 
 
 def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | None = None,
@@ -113,6 +124,20 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
             state.best, state.best_x = ev, x.copy()
         return ev
 
+    def valued(x: NDArray[np.float64]) -> Evaluation | None:
+        """``J`` alone at ``x`` (a forward run), recorded as maybe the best point; None (counted as failed) when the
+        model cannot simulate ``x``. The time budget counts it as a full evaluation."""
+        affordable(state.duration)
+        try:
+            ev = pp.evaluate(x, gradient=False, progress=progress)
+        except SimulationError:
+            state.failed += 1
+            return None
+        state.values += 1
+        if ev.value < state.best.value:
+            state.best, state.best_x = ev, x.copy()
+        return ev
+
     def fun(x: NDArray[np.float64]) -> tuple[float, NDArray[np.float64]]:
         ev = evaluated(x)
         if ev is None:
@@ -168,6 +193,9 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
         if method == "gauss-newton":
             message = levenberg_marquardt(pp, options, x_start, state, history, callback, progress, affordable,
                                            lower, upper)
+        if method == "descent":
+            message, length = _descent(options, state, first, x_start, lower, upper, curvature, evaluated, valued,
+                                       history, callback)
         if method == "lbfgs":
             length = first_step()
         boxed = all(lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi)
@@ -217,16 +245,18 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
                               interruption=interruption, message=message, best=best, initial=first,
                               budget_limited=budget_limited, evaluation_s=state.duration,
                               failed_simulations=state.failed, restarts=restarts, method=method, first_step=length,
-                              curvature=state.secant)
+                              curvature=state.secant, value_evaluations=state.values)
 
 
 def choose_method(pp: PlanProblem, options: PlanOptions) -> str:
-    """``"gauss-newton"`` or ``"lbfgs"`` from ``options.method`` (see :class:`PlanOptions`)."""
+    """``"gauss-newton"``, ``"descent"`` or ``"lbfgs"`` from ``options.method`` (see :class:`PlanOptions`)."""
     from retarget.optimize.gauss_newton import MAX_PARAMETERS, supports_tangent
 
-    if options.method not in ("auto", "lbfgs", "gauss-newton"):
-        raise OptimizeError(f"unknown method {options.method!r}: choose auto, lbfgs or gauss-newton")
-    if options.method == "lbfgs" or (options.method == "auto" and pp.ensemble is not None):
+    if options.method not in METHODS:
+        raise OptimizeError(f"unknown method {options.method!r}: choose {', '.join(METHODS)}")
+    if options.method in ("lbfgs", "descent"):
+        return options.method
+    if options.method == "auto" and pp.ensemble is not None:
         return "lbfgs"
     tangent = supports_tangent(pp.problem)
     if options.method == "gauss-newton":
@@ -234,3 +264,102 @@ def choose_method(pp: PlanProblem, options: PlanOptions) -> str:
             raise OptimizeError("the engine has no forward sensitivities: use --method lbfgs")
         return "gauss-newton"
     return "gauss-newton" if tangent and pp.problem.parametrization.n_parameters <= MAX_PARAMETERS else "lbfgs"
+
+
+def _descent(options: PlanOptions, state: SearchState, first: Evaluation, x_start: NDArray[np.float64],
+             lower: NDArray[np.float64], upper: NDArray[np.float64], curvature: float | None,
+             evaluated: Callable[[NDArray[np.float64]], Evaluation | None],
+             valued: Callable[[NDArray[np.float64]], Evaluation | None], history: list[float],
+             callback: Callable[[dict[str, float]], None] | None) -> tuple[str, float]:
+    """Projected steepest descent (``options.method`` "descent"): each iteration one step along the projected
+    −∇J, line-searched on values alone.
+
+    The first iteration of L-BFGS-B from a fresh memory is this same step, but scipy's line search asks for the
+    gradient at every trial point (its curvature condition), while a plan that ends after the step never uses it:
+    here the trial points are forward runs only (about a quarter of an evaluation's cost, the adjoint being the
+    rest). The step's length is the minimizer of the quadratic through ``J(x₀)``, its slope and ``curvature`` (or a
+    value probe at :data:`FIRST_STEP_PROBE`, or ``options.first_step``), at most 1 rad; a trial point is accepted
+    with ``J ≤ J₀ + DESCENT_ARMIJO ∇J·s``, else the step shrinks to the minimizer of the quadratic through ``J₀``,
+    the slope and the trial's value, within [0.1, 0.5] of it (a point the model cannot simulate: 0.25), at most
+    :data:`DESCENT_TRIALS` trials. The curvature ``2 (J(x₁) − J₀ − ∇J·s) / |s|²`` of the first point after ``x₀``
+    is the secant :attr:`OptimizationResult.curvature` (windows hand it on). A further iteration first evaluates
+    the gradient at the accepted point (its forward run once more). Stops at ``max_iterations``, when an iteration
+    lowers ``J`` by at most ``relative_tolerance × J(x₀)``, or when no trial point decreases ``J`` enough.
+
+    Returns:
+        The stop reason and the first step's length [rad].
+    """
+    length = 1.0
+    step_curvature = curvature
+    while state.iterations < options.max_iterations:
+        at = state.best
+        x0 = state.best_x.copy()
+        if at.gradient is None:  # the previous step's point: its gradient, for this step
+            ev = evaluated(x0)
+            if ev is None:
+                return "the accepted point could not be simulated again for its gradient", length
+            at = state.best = ev
+        g0 = at.gradient
+        assert g0 is not None
+        direction = np.clip(x0 - g0, lower, upper) - x0
+        norm = float(np.linalg.norm(direction))
+        if norm == 0.0:
+            return "the projected gradient is zero", length
+        u = direction / norm
+        slope = float(g0 @ u)
+        if slope >= 0.0:
+            return "no descent direction within the bounds", length
+
+        def point(t: float, x0: NDArray[np.float64] = x0, u: NDArray[np.float64] = u) -> NDArray[np.float64]:
+            return np.clip(x0 + t * u, lower, upper)
+
+        def secant(ev: Evaluation, x: NDArray[np.float64], x0: NDArray[np.float64] = x0,
+                   at: Evaluation = at, g0: NDArray[np.float64] = g0) -> float | None:
+            s = x - x0
+            ss = float(s @ s)
+            if ss == 0.0:
+                return None
+            c = 2.0 * (ev.value - at.value - float(g0 @ s)) / ss
+            return c if c > 0.0 and math.isfinite(c) else None
+
+        if state.iterations == 0 and options.first_step is not None:
+            t = float(options.first_step)
+        elif step_curvature is not None and step_curvature > 0.0:
+            t = min(1.0, -slope / step_curvature)
+        else:
+            x_probe = point(FIRST_STEP_PROBE)
+            probe = valued(x_probe)
+            c = None if probe is None else secant(probe, x_probe)
+            if probe is not None and not state.secant_measured:
+                state.secant, state.secant_measured = c, True
+            t = 1.0 if c is None else min(1.0, -slope / c)
+        if state.iterations == 0:
+            length = t
+        accepted: tuple[Evaluation, NDArray[np.float64]] | None = None
+        for _ in range(DESCENT_TRIALS):
+            x_trial = point(t)
+            s = x_trial - x0
+            trial = valued(x_trial)
+            if trial is None:
+                t *= 0.25
+                continue
+            c = secant(trial, x_trial)
+            if not state.secant_measured:
+                state.secant, state.secant_measured = c, True
+            predicted = float(g0 @ s)
+            if trial.value <= at.value + DESCENT_ARMIJO * predicted:
+                accepted = (trial, x_trial)
+                step_curvature = c if c is not None else step_curvature
+                break
+            shrink = 0.5 if c is None else min(0.5, max(0.1, -predicted / (c * float(s @ s))))
+            t *= shrink
+        if accepted is None:
+            return f"no sufficient decrease along the projected steepest descent in {DESCENT_TRIALS} trials", length
+        state.iterations += 1  # valued() kept the lowest point evaluated as the best
+        history.append(state.best.value)
+        if callback is not None:
+            callback({"iteration": state.iterations, "objective": float(state.best.value),
+                      "gradient_norm": float(np.linalg.norm(g0))})
+        if at.value - state.best.value <= options.relative_tolerance * first.value:
+            return "converged: the step lowered J by at most relative_tolerance × J(x₀)", length
+    return "iteration cap reached", length

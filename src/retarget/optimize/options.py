@@ -72,10 +72,13 @@ class PlanOptions:
             the caller's verification at ``verify_dt``); None: no limit.
             The optimizer stops before an evaluation that would not fit (or aborts one that overruns) and returns
             the best point evaluated so far, flagged ``budget_limited``.
-        method: ``"lbfgs"`` (L-BFGS-B with the adjoint gradient, the default), ``"gauss-newton"``
-            (Levenberg–Marquardt with the exact tangent-linear Jacobian, :mod:`retarget.optimize.gauss_newton`) or
-            ``"auto"``: Gauss–Newton up to :data:`~retarget.optimize.gauss_newton.MAX_PARAMETERS` parameters.
-            With ``window``, "gauss-newton" runs in each window (on its parameters), anything else L-BFGS-B.
+        method: ``"lbfgs"`` (L-BFGS-B with the adjoint gradient, the default), ``"descent"`` (projected steepest
+            descent with a line search on values alone: L-BFGS-B's first iteration without the gradients at its
+            trial points, for budgets of one iteration per window; :func:`~retarget.optimize.lbfgs.optimize`),
+            ``"gauss-newton"`` (Levenberg–Marquardt with the exact tangent-linear Jacobian,
+            :mod:`retarget.optimize.gauss_newton`) or ``"auto"``: Gauss–Newton up to
+            :data:`~retarget.optimize.gauss_newton.MAX_PARAMETERS` parameters. With ``window``, "gauss-newton" and
+            "descent" run in each window (on its parameters), anything else L-BFGS-B.
             Measured on two_rods (docs/optimize.md): Gauss–Newton's large steps leave the region the 3-mode
             reduced model represents (inverted cubature elements) and it ends behind L-BFGS-B in the same budget,
             so L-BFGS-B stays the default.
@@ -201,6 +204,14 @@ class PlanOptions:
                                                  f"{self.settle_peak_allowance}"))
         if not self.settle_weight >= 0.0:
             bad.append(("settle_weight", f"must be 0 or more, got {self.settle_weight}"))
+        if self.window is not None:
+            if not self.window > 0.0:
+                bad.append(("window", f"must be positive (or none: the whole motion at once), got {self.window}"))
+            if not self.window_tail >= 0.0:
+                bad.append(("window_tail", f"must be 0 or more, got {self.window_tail}"))
+            if not 0.0 <= self.window_overlap < self.window:
+                bad.append(("window_overlap", f"must be at least 0 and less than the window ({self.window:g} s), "
+                                              f"got {self.window_overlap}"))
         return bad
 
 

@@ -26,6 +26,7 @@ class OptimizationResult:
         objective_initial, objective_final: ``J(x₀)``, ``J(x)``.
         iterations: L-BFGS-B iterations completed.
         evaluations: simulations with gradient run.
+        value_evaluations: forward runs without gradient (the ``descent`` method's line search).
         history: objective after each iteration.
         interruption: what stopped the run early — ``"Ctrl-C"`` (a KeyboardInterrupt) or ``"cancel requested"``
             (:class:`PlanCancelled`); ``""`` when nothing did. ``x`` is then the best point evaluated
@@ -67,6 +68,7 @@ class OptimizationResult:
     first_step: float = 1.0
     windows: list[dict[str, Any]] | None = None
     curvature: float | None = None
+    value_evaluations: int = 0
 
     @property
     def interrupted(self) -> bool:
@@ -83,7 +85,8 @@ class SearchState:
         best, best_x: the lowest evaluation so far and its parameters.
         last, last_x: the latest evaluation and its parameters (L-BFGS-B asks for the gradient at the point it
             just evaluated).
-        evaluations: complete evaluations.
+        evaluations: complete evaluations (with gradient).
+        values: forward runs without gradient (the ``descent`` method's line search).
         duration: wall time of the latest complete evaluation [s] (the time budget's unit).
         iterations: accepted iterations.
         failed: trial points the model could not simulate.
@@ -101,3 +104,4 @@ class SearchState:
     failed: int = 0
     secant: float | None = None
     secant_measured: bool = False
+    values: int = 0

@@ -135,6 +135,7 @@ class PlanResult:
             "objective_final": opt.objective_final,
             "iterations": opt.iterations,
             "evaluations": opt.evaluations,
+            "value_evaluations": opt.value_evaluations,
             "interrupted": opt.interrupted,
             "budget_limited": opt.budget_limited,
             "message": opt.message,

@@ -32,7 +32,8 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
                      reserve_evaluations: float = 0.0,
                      window_optimizer: Callable[..., OptimizationResult] = optimize) -> OptimizationResult:
     """Minimize ``J`` one time window after another (receding horizon), with L-BFGS-B in each (:func:`optimize`),
-    or Levenberg–Marquardt on the window's exact tangent-linear Jacobian with ``options.method`` "gauss-newton".
+    projected steepest descent with ``options.method`` "descent", or Levenberg–Marquardt on the window's exact
+    tangent-linear Jacobian with "gauss-newton".
 
     The motion is cut into spans of ``options.window`` seconds. For the span ``(t_a, t_b]`` the free parameters are
     those whose influence on the profiles begins in it (:func:`~retarget.optimize.adjoint.window_parameters`); the
@@ -75,7 +76,7 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
         deadline = time.perf_counter() + float(options.time_budget)
     problem = pp.problem
     n, dt = problem.n_steps, problem.dt
-    window_method = "gauss-newton" if options.method == "gauss-newton" else "lbfgs"
+    window_method = options.method if options.method in ("gauss-newton", "descent") else "lbfgs"
     x = pp.fit.parameters.copy() if x0 is None else np.asarray(x0, dtype=float).copy()
     x_start = x.copy()
     started = time.perf_counter()
@@ -104,7 +105,7 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
         spans.append((a, b, min(n, b + tail)))
         a += stride
     states = list(initial.rollout.states)
-    iterations = evaluations = failed = restarts = 0
+    iterations = evaluations = values = failed = restarts = 0
     interruption, budget_limited = "", False
     evaluation_s, first_step = 0.0, 1.0
     messages: list[str] = []
@@ -166,12 +167,15 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
         x[free] = res.x
         iterations += res.iterations
         evaluations += res.evaluations
+        values += res.value_evaluations
         failed += res.failed_simulations
         restarts += res.restarts
         evaluation_s, first_step = res.evaluation_s, res.first_step
         states[a : last + 1] = res.best.rollout.states
         fresh = last
-        summary.update(iterations=res.iterations, evaluations=res.evaluations, objective_initial=res.objective_initial,
+        summary.update(iterations=res.iterations, evaluations=res.evaluations,
+                       **({"value_evaluations": res.value_evaluations} if res.value_evaluations else {}),
+                       objective_initial=res.objective_initial,
                        objective_final=res.objective_final, wall_s=time.perf_counter() - window_started,
                        first_step_rad=res.first_step,
                        curvature_from="--first-step" if options.first_step is not None
@@ -208,4 +212,4 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
                               interruption=interruption, message=message, best=final, initial=initial,
                               budget_limited=budget_limited or cut > 0, evaluation_s=evaluation_s,
                               failed_simulations=failed, restarts=restarts, method=f"{window_method}-windows",
-                              first_step=first_step, windows=summaries)
+                              first_step=first_step, windows=summaries, value_evaluations=values)

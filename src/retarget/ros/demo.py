@@ -13,8 +13,8 @@ Steps, each reported on one line and none faked:
 3. take the first :data:`DEMO_DURATION_S` s of ``drummer/drumming`` (``--duration``; the whole 10 s needs the
    planner's 15-minute windowed settings, docs/optimize.md) and ask the planner (Retarget action) for an optimized
    trajectory: it loads the model and compiles its kernels (``--prepare-timeout``), then plans
-   :data:`DEMO_WINDOW_ITERATIONS` L-BFGS-B iterations per window (``--max-iterations``: the budget is a count of
-   iterations, so a busy machine takes longer and gets the same plan; its wall-time budget, ``--plan-timeout``, is
+   :data:`DEMO_WINDOW_ITERATIONS` iteration of projected steepest descent (:data:`DEMO_METHOD`) per window
+   (``--max-iterations``: the budget is a count of iterations, so a busy machine takes longer and gets the same plan; its wall-time budget, ``--plan-timeout``, is
    only a safety net), re-simulates the result at a finer step and in the shipped verification model
    (:data:`SHIPPED_VERIFY_DIR`: a finer mesh, trained independently); it reports the tracked bodies' peak
    deviation naive → optimized, and the demo whether the ratio in the verification model reaches :data:`DEMO_CUT`;
@@ -66,18 +66,20 @@ __all__ = ["DemoModel", "JointTracking", "TrackingFigures", "cut_verdict", "demo
 #: whole 10 s needs the planner's 15-minute windowed settings, docs/optimize.md).
 DEMO_DURATION_S = 3.0
 
-#: The demo's plan budget: L-BFGS-B iterations per receding-horizon window (the Retarget goal's ``max_iterations``;
+#: The demo's plan budget: optimizer iterations per receding-horizon window (the Retarget goal's ``max_iterations``;
 #: the drummer's planner cuts the 3 s into 5 windows of 1 s, 0.5 s apart: 5 iterations). A count, not a wall-clock
-#: figure: a busy machine takes longer over it and gets the same plan. Measured on the shipped model (docs/ros.md
-#: "make demo"): 1 per window reaches 0.29 x naive at peak re-simulated at 1 ms, 2 reach 0.25 x at twice the
-#: optimization's time, 3 reach 0.24 x.
+#: figure: a busy machine takes longer over it and gets the same plan. Measured on the shipped model with L-BFGS-B
+#: (docs/ros.md "make demo"): 1 per window reaches 0.29 x naive at peak re-simulated at 1 ms, 2 reach 0.25 x at
+#: twice the optimization's time, 3 reach 0.24 x.
 DEMO_WINDOW_ITERATIONS = 1
 
 #: The demo planner's optimizer in each window, over the params file's (the drummer's: Levenberg–Marquardt, for its
-#: 10 s plans). On the demo's 3 s with one iteration per window (docs/optimize.md "The optimizer") L-BFGS-B reaches
-#: 0.259 x naive in 78 s of optimization and Levenberg–Marquardt 0.202 x in 139 s: both within the demo's cut, and
-#: the demo's wall time is the tighter limit.
-DEMO_METHOD = "lbfgs"
+#: 10 s plans): projected steepest descent, L-BFGS-B's first iteration with its line search on values alone (one
+#: gradient per window). On the demo's 3 s with one iteration per window (docs/optimize.md "The optimizer") it
+#: reaches 0.257 x naive in the verification model in 63 s of optimization, L-BFGS-B 0.259 x in 109 s (the same
+#: run, bench/results/methods-drummer-drumming.json) and Levenberg–Marquardt 0.202 x in 139 s: all within the demo's
+#: cut, and the demo's wall time is the tighter limit.
+DEMO_METHOD = "descent"
 
 #: The cut the demo's plan is to reach: optimized peak deviation of the tracked bodies at most this fraction of the
 #: naive playback's, re-simulated in a model the plan was not optimized on (the shipped verification model, a finer
@@ -130,7 +132,7 @@ class _Client(RobotClient):
     def plan_trajectory(self, robot: str, animation: Any, timeout: float, feedback: Any = None,
                         prepare_timeout: float = DEMO_PREPARE_TIMEOUT_S,
                         max_iterations: int = DEMO_WINDOW_ITERATIONS) -> tuple[int | None, Any, str]:
-        """Ask the planner for at most ``max_iterations`` L-BFGS-B iterations (per window when it plans in windows);
+        """Ask the planner for at most ``max_iterations`` optimizer iterations (per window when it plans in windows);
         returns (error_code or None on timeout, result or None, text). ``feedback`` gets each feedback message (on
         the executor's thread).
 
@@ -434,7 +436,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 raise BringupError("the planner's action is not visible to the demo client")
             t0 = time.monotonic()
             per_window = args.max_iterations
-            what = f"{per_window} L-BFGS-B iteration{'s' if per_window != 1 else ''}"
+            what = f"{per_window} iteration{'s' if per_window != 1 else ''} of {DEMO_METHOD}"
             what += f" in each of its {windows} windows" if windows > 1 else ""
             _say(f"asking the planner for an optimized trajectory: it loads the model and compiles its kernels "
                  f"(up to 5 min after an install or update, seconds after), then plans {what} (safety net: "
@@ -589,7 +591,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              f"{DEMO_DURATION_S:g}; the drummer's whole 10 s is 19 planner windows)")
     parser.add_argument("--no-plan", action="store_true", help="do not ask the planner; execute the input")
     parser.add_argument("--max-iterations", type=int, default=DEMO_WINDOW_ITERATIONS,
-                        help=f"the plan's budget: L-BFGS-B iterations per planner window (the drummer's 3 s: 5 "
+                        help=f"the plan's budget: optimizer ({DEMO_METHOD}) iterations per planner window (the drummer's 3 s: 5 "
                              f"windows; default {DEMO_WINDOW_ITERATIONS})")
     parser.add_argument("--plan-timeout", type=float, default=DEMO_PLAN_TIMEOUT_S,
                         help=f"safety net: longest wait for the planner once its preparation ended [s]; its time "

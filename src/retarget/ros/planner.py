@@ -92,8 +92,8 @@ class Planner(Node):
                                     "verification model in the model folders' verify/), full, none, or a "
                                     "verification model's .npz; empty: auto")
         self.method = declare(self, "method", T.STRING, "", "optimizer: lbfgs (L-BFGS-B, adjoint gradient), "
-                              "gauss-newton (Levenberg-Marquardt, exact forward sensitivities) or auto; empty: "
-                              "lbfgs")
+                              "descent (projected steepest descent, line search on values alone), gauss-newton "
+                              "(Levenberg-Marquardt, exact forward sensitivities) or auto; empty: lbfgs")
         self.max_iterations = declare(self, "max_iterations", T.INTEGER, 0, "optimizer iterations (per window with "
                                       "windows); 0: the optimizer's default (50)", low=0, high=100000)
         defaults = PlanOptions()
