@@ -21,8 +21,9 @@ def test_plan_cli_prints_the_contract_keys_and_writes_files(tiny_robot, capsys):
                  "--knot-spacing", "0.04", "--out", str(out_csv), "--report", str(tiny_robot / "report"),
                  "--allow-unverified-model"])  # the tiny rod's 4-layer mesh misses the model card's gate
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    # Planned: exit 0, or 3 when the cut is not meaningful (this ramp on the coarse rod: 1.09 x naive, measured).
-    assert code == (0 if report["cut_reached"] else 3)
+    # Planned: exit 0, or 3 when the cut is not meaningful (this ramp on the coarse rod: 1.09 x naive, measured) or
+    # the optimized motion needs more than the stall torque.
+    assert code == (0 if report["cut_reached"] and report["within_stall"] else 3)
     for key in ("objective_initial", "objective_final", "iterations", "wall_s"):
         assert key in report
     for variant in ("naive", "optimized"):
@@ -36,3 +37,16 @@ def test_plan_cli_prints_the_contract_keys_and_writes_files(tiny_robot, capsys):
         assert (tiny_robot / "report" / name).is_file()
     # The trained model went to the cache and is reused.
     assert len(list((tiny_robot / "cache" / "reduced").glob("*.npz"))) == 1
+
+
+@pytest.mark.parametrize(("metrics", "code", "says"), [
+    ({"cut_reached": True, "within_stall": True, "cut_verdict": "0.2 x"}, 0, ""),
+    ({"cut_reached": False, "within_stall": True, "cut_verdict": "0.95 x"}, 3, "no meaningful cut: 0.95 x"),
+    ({"cut_reached": True, "within_stall": False, "cut_verdict": "0.3 x; 1.9 x the stall torque"}, 3,
+     "beyond the servos' torque: 0.3 x; 1.9 x the stall torque"),
+])
+def test_plan_exits_3_for_no_cut_and_for_a_motion_beyond_stall(metrics, code, says):
+    """A plan the planner node would not play (beyond stall) is not a success of `retarget plan` either."""
+    from retarget.optimize.commands import plan_exit_status
+
+    assert plan_exit_status(metrics) == (code, says)

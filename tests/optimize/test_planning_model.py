@@ -82,8 +82,9 @@ def test_plan_cli_runs_on_an_artifact_and_reports_stale_ones(tiny_artifact, isol
             "--allow-unverified-model"]  # the tiny rod's 4-layer mesh misses the model card's gate
     code = main(argv)
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    # Planned: exit 0, or 3 when the cut is not meaningful (this ramp on the coarse rod: 1.09 x naive, measured).
-    assert code == (0 if report["cut_reached"] else 3)
+    # Planned: exit 0, or 3 when the cut is not meaningful (this ramp on the coarse rod: 1.09 x naive, measured) or
+    # the optimized motion needs more than the stall torque.
+    assert code == (0 if report["cut_reached"] and report["within_stall"] else 3)
     assert report["model"]["source"] == "artifact"
     assert report["optimized"]["peak_deviation_m"] > 0 and report["budget_limited"] is False
     shutil.copy(folder / "tiny_rod.urdf", isolated / "tiny_rod.urdf")

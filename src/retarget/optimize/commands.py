@@ -266,10 +266,21 @@ def _plan_command(args: argparse.Namespace) -> int:
         from retarget.jsonsafe import dumps
 
         print(dumps(metrics, default=float))
+    code, error = plan_exit_status(metrics)
+    if error:
+        print(f"error: {error}", file=sys.stderr)
+    return code
+
+
+def plan_exit_status(metrics: dict[str, Any]) -> tuple[int, str]:
+    """``retarget plan``'s exit status for a plan's metrics, and its error line ("" with 0): 3 when the plan reached
+    no meaningful cut, or when its optimized motion needs more than the servos' stall torque (the planner node does
+    not play such a plan either, :func:`~retarget.optimize.verification.execution_refusal`)."""
     if not metrics.get("cut_reached", True):
-        print(f"error: no meaningful cut: {metrics['cut_verdict']}", file=sys.stderr)
-        return 3
-    return 0
+        return 3, f"no meaningful cut: {metrics['cut_verdict']}"
+    if metrics.get("within_stall") is False:
+        return 3, f"beyond the servos' torque: {metrics['cut_verdict']}"
+    return 0, ""
 
 
 def _factors(text: str | None, option: str) -> tuple[float, ...]:

@@ -414,7 +414,8 @@ def execution_refusal(metrics: dict[str, Any]) -> str:
 
 
 #: A plan whose optimized peak deviation (in the verification model, else the planning model) is above this fraction
-#: of naive playback's has not reached a meaningful cut: ``cut_reached`` is false and ``retarget plan`` exits 3.
+#: of naive playback's has not reached a meaningful cut: ``cut_reached`` is false and ``retarget plan`` exits 3 (as it
+#: does when the optimized motion needs more than the stall torque: ``within_stall`` false).
 MEANINGFUL_CUT = 0.9
 
 
