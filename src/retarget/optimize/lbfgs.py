@@ -30,6 +30,7 @@ from retarget.optimize.result import OptimizationResult, SearchState
 __all__ = ["DESCENT_ARMIJO", "DESCENT_TRIALS", "FIRST_STEP_PROBE", "METHODS", "choose_method", "optimize"]
 
 
+#: Length [rad] of the probe step that measures the objective's curvature for the first L-BFGS-B (and descent) step.
 FIRST_STEP_PROBE = 1e-3
 
 #: The optimizers :attr:`PlanOptions.method` names.

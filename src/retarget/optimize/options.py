@@ -231,9 +231,6 @@ def verification_reserve(options: PlanOptions) -> float:
     return VERIFY_COST_FACTOR * 2.0 * float(options.dt) / float(options.verify_dt) / 3.0
 
 
-#: Length [rad] of the probe step that measures the objective's curvature for the first L-BFGS-B step.
-
-
 #: The planner node's parameters (``config/<robot>.params.yaml``) that set plan options, by option name. A value of
 #: 0 (or an empty string) there means "the default".
 NODE_PARAMETERS: tuple[str, ...] = ("dt", "target_stride", "window", "window_tail", "window_overlap", "torque_weight",
