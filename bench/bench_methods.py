@@ -22,22 +22,15 @@ from dataclasses import replace
 
 
 def main() -> int:
+    from bench_plan import emit, take_option
+
     argv = sys.argv[1:]
-    result_file = None
-    if "--result" in argv:
-        i = argv.index("--result")
-        result_file = argv[i + 1]
-        del argv[i : i + 2]
-    methods = ["lbfgs", "descent"]
-    if "--methods" in argv:
-        i = argv.index("--methods")
-        methods = [m for m in argv[i + 1].split(",") if m]
-        del argv[i : i + 2]
+    result_file = take_option(argv, "--result")
+    methods = [m for m in (take_option(argv, "--methods") or "lbfgs,descent").split(",") if m]
     threads = {k: os.environ.get(k, "unset") for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
                                                        "NUMBA_NUM_THREADS")}
     print(f"threads: {threads}; cpus: {os.cpu_count()}", file=sys.stderr, flush=True)
     from retarget.cli import build_parser
-    from retarget.jsonsafe import dumps
     from retarget.model import library
     from retarget.motion import load_motion
     from retarget.optimize import PlanProgress, plan
@@ -64,13 +57,7 @@ def main() -> int:
     out = {"example": f"{args.robot}/{os.path.basename(str(args.motion)).split('.')[0]}", "methods": runs,
            "optimization_ratio": {m: runs[m]["optimization_s"] / first for m in methods},
            "threads": threads, "argv": argv}
-    line = dumps(out, default=float)
-    if result_file:
-        tmp = f"{result_file}.tmp"
-        with open(tmp, "w") as fh:
-            fh.write(line + "\n")
-        os.replace(tmp, result_file)
-    print(line)
+    emit(out, result_file)
     return 0
 
 

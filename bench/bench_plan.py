@@ -19,18 +19,36 @@ import sys
 import time
 
 
+def take_option(argv: list[str], flag: str) -> str | None:
+    """The value after ``flag`` in ``argv``, both removed (None when absent)."""
+    if flag not in argv:
+        return None
+    i = argv.index(flag)
+    value = argv[i + 1]
+    del argv[i : i + 2]
+    return value
+
+
+def emit(out: dict, result_file: str | None) -> None:
+    """Print ``out`` as one JSON line and, with ``result_file``, write that line there (replaced whole)."""
+    from retarget.jsonsafe import dumps
+
+    line = dumps(out, default=float)
+    if result_file:
+        tmp = f"{result_file}.tmp"
+        with open(tmp, "w") as fh:
+            fh.write(line + "\n")
+        os.replace(tmp, result_file)
+    print(line)
+
+
 def main() -> int:
     argv = sys.argv[1:]
-    result_file = None
-    if "--result" in argv:
-        i = argv.index("--result")
-        result_file = argv[i + 1]
-        del argv[i : i + 2]
+    result_file = take_option(argv, "--result")
     threads = {k: os.environ.get(k, "unset") for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
                                                        "NUMBA_NUM_THREADS")}
     print(f"threads: {threads}; cpus: {os.cpu_count()}", file=sys.stderr)
     from retarget.cli import build_parser
-    from retarget.jsonsafe import dumps
     from retarget.model import library
     from retarget.motion import load_motion
     from retarget.optimize import PlanProgress, plan
@@ -51,13 +69,7 @@ def main() -> int:
     out = {"example": f"{args.robot}/{os.path.basename(str(args.motion)).split('.')[0]}", "robot": args.robot,
            "motion": args.motion, **result.metrics(), "planning_wall_s": time.perf_counter() - started,
            "threads": threads, "load_average": os.getloadavg(), "argv": argv}
-    line = dumps(out, default=float)
-    if result_file:
-        tmp = f"{result_file}.tmp"
-        with open(tmp, "w") as fh:
-            fh.write(line + "\n")
-        os.replace(tmp, result_file)
-    print(line)
+    emit(out, result_file)
     return 0
 
 

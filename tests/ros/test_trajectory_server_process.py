@@ -4,6 +4,7 @@ The test process is the client: it sends goals, watches ``joint_commands`` and `
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from typing import Any
@@ -94,23 +95,29 @@ def stationary(client: Client, window: float, atol: float, timeout: float) -> np
     return client.states[-1][1].copy()
 
 
-@pytest.fixture(scope="module")
-def system(start_module_node, ros_context) -> Any:
-    start_node = start_module_node
+@contextlib.contextmanager
+def _twin_and_server(start_node: Any, ros_context: Any, namespace: str, params: dict[str, Any]) -> Any:
+    """A servo twin, a trajectory server with ``params`` and a test client in ``namespace``, warmed up by one goal
+    to where the twin is (retried while the server has not yet seen joint_states itself)."""
     twin = start_node("retarget.ros.servo_twin", {"joint_names": JOINTS, "rate": 100.0,
-                                                   "servo_time_constant": 0.02}, namespace=NS)
-    server = start_node("retarget.ros.trajectory_server", PARAMS, namespace=NS)
-    client = Client(*ros_context)
+                                                   "servo_time_constant": 0.02}, namespace=namespace)
+    server = start_node("retarget.ros.trajectory_server", params, namespace=namespace)
+    client = Client(*ros_context, namespace=namespace)
     try:
         assert client.action.wait_for_server(timeout_sec=15.0), server.log()
         wait_for(lambda: len(client.states) > 5, 10.0, "joint_states from the twin")
-        # Warm up: a goal to where the twin is, retried while the server has not yet seen joint_states itself.
         here = [float(x) for x in client.states[-1][1]]
         warm = retry_stale_states(lambda: client.result(client.send(client.goal([(0.2, here)]))).result)
         assert warm.error_code == 0, (warm.error_string, server.log())
         yield client, server, twin
     finally:
         client.close()
+
+
+@pytest.fixture(scope="module")
+def system(start_module_node, ros_context) -> Any:
+    with _twin_and_server(start_module_node, ros_context, NS, PARAMS) as running:
+        yield running
 
 
 def test_goal_succeeds_and_states_follow(system) -> None:
@@ -244,25 +251,15 @@ def test_stopped_joint_states_abort_the_goal_and_refuse_the_next(start_node, ros
     after state_timeout, and the messages still in the subscription's history do not make the next goal start."""
     from action_msgs.msg import GoalStatus
 
-    ns = "/test_trajectory_server_stale"
-    twin = start_node("retarget.ros.servo_twin", {"joint_names": JOINTS, "rate": 100.0,
-                                                   "servo_time_constant": 0.02}, namespace=ns)
-    server = start_node("retarget.ros.trajectory_server", {**PARAMS, "state_timeout": 0.5}, namespace=ns)
-    client = Client(*ros_context, namespace=ns)
-    try:
-        assert client.action.wait_for_server(timeout_sec=15.0), server.log()
-        wait_for(lambda: len(client.states) > 5, 10.0, "joint_states from the twin")
+    with _twin_and_server(start_node, ros_context, "/test_trajectory_server_stale",
+                          {**PARAMS, "state_timeout": 0.5}) as (client, server, twin):
         here = [float(x) for x in client.states[-1][1]]
-        warm = retry_stale_states(lambda: client.result(client.send(client.goal([(0.2, here)]))).result)
-        assert warm.error_code == 0, (warm.error_string, server.log())
         handle = client.send(client.goal([(6.0, [h + 0.5 for h in here])]))
         time.sleep(0.5)
         twin.stop()
         res = client.result(handle)
-        assert res.status == GoalStatus.STATUS_ABORTED, res.result.error_string
+        assert res.status == GoalStatus.STATUS_ABORTED, (res.result.error_string, server.log())
         assert "joint_states stopped" in res.result.error_string, (res.result.error_string, server.log())
         refused = client.result(client.send(client.goal([(1.0, here)])))
-        assert refused.status == GoalStatus.STATUS_ABORTED
-        assert "no joint_states" in refused.result.error_string, refused.result.error_string
-    finally:
-        client.close()
+        assert refused.status == GoalStatus.STATUS_ABORTED, (refused.result.error_string, server.log())
+        assert "no joint_states" in refused.result.error_string, (refused.result.error_string, server.log())
