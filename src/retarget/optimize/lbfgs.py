@@ -195,8 +195,8 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
             message = levenberg_marquardt(pp, options, x_start, state, history, callback, progress, affordable,
                                            lower, upper)
         if method == "descent":
-            message, length = _descent(options, state, first, x_start, lower, upper, curvature, evaluated, valued,
-                                       history, callback)
+            message, length = _descent(options, state, first, lower, upper, curvature, evaluated, valued, history,
+                                       callback)
         if method == "lbfgs":
             length = first_step()
         boxed = all(lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi)
@@ -267,8 +267,8 @@ def choose_method(pp: PlanProblem, options: PlanOptions) -> str:
     return "gauss-newton" if tangent and pp.problem.parametrization.n_parameters <= MAX_PARAMETERS else "lbfgs"
 
 
-def _descent(options: PlanOptions, state: SearchState, first: Evaluation, x_start: NDArray[np.float64],
-             lower: NDArray[np.float64], upper: NDArray[np.float64], curvature: float | None,
+def _descent(options: PlanOptions, state: SearchState, first: Evaluation, lower: NDArray[np.float64],
+             upper: NDArray[np.float64], curvature: float | None,
              evaluated: Callable[[NDArray[np.float64]], Evaluation | None],
              valued: Callable[[NDArray[np.float64]], Evaluation | None], history: list[float],
              callback: Callable[[dict[str, float]], None] | None) -> tuple[str, float]:
@@ -336,7 +336,7 @@ def _descent(options: PlanOptions, state: SearchState, first: Evaluation, x_star
             t = 1.0 if c is None else min(1.0, -slope / c)
         if state.iterations == 0:
             length = t
-        accepted: tuple[Evaluation, NDArray[np.float64]] | None = None
+        accepted = False
         for _ in range(DESCENT_TRIALS):
             x_trial = point(t)
             s = x_trial - x0
@@ -349,12 +349,12 @@ def _descent(options: PlanOptions, state: SearchState, first: Evaluation, x_star
                 state.secant, state.secant_measured = c, True
             predicted = float(g0 @ s)
             if trial.value <= at.value + DESCENT_ARMIJO * predicted:
-                accepted = (trial, x_trial)
+                accepted = True
                 step_curvature = c if c is not None else step_curvature
                 break
             shrink = 0.5 if c is None else min(0.5, max(0.1, -predicted / (c * float(s @ s))))
             t *= shrink
-        if accepted is None:
+        if not accepted:
             return f"no sufficient decrease along the projected steepest descent in {DESCENT_TRIALS} trials", length
         state.iterations += 1  # valued() kept the lowest point evaluated as the best
         history.append(state.best.value)
