@@ -8,7 +8,6 @@ at a random moment of the node's life (seeded) and traffic on its topics.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import random
 import signal
@@ -116,8 +115,12 @@ def _cycle(cycle: int, start_node: Any, params: dict, sender: GoalSender, rng: r
             node.proc.send_signal(signal.SIGINT)
         for name, node in nodes.items():
             # One SIGINT only, as retarget up sends (node.stop() would send another to a node still running).
-            with contextlib.suppress(subprocess.TimeoutExpired):
+            hung = False
+            try:
                 node.proc.wait(10.0)
+            except subprocess.TimeoutExpired:
+                hung = True
             problem = _clean(node, node.stop(timeout=5.0))
             if problem:
-                failures.append(f"cycle {cycle}, {name}: {problem}")
+                why = " (still running 10 s after its SIGINT: node.stop() sent a second one)" if hung else ""
+                failures.append(f"cycle {cycle}, {name}{why}: {problem}")
