@@ -400,7 +400,7 @@ def _check_gradient(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``retarget plan`` (its defaults are :class:`~retarget.optimize.options.PlanOptions`')."""
-    from retarget.optimize.options import PlanOptions as D
+    from retarget.optimize.options import METHODS, PlanOptions as D
 
     p = sub.add_parser("plan", help="optimize a motion so the robot follows it without vibrating",
                        description="Fits B-spline motor profiles to the motion, builds (or loads) the reduced "
@@ -420,7 +420,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--knot-spacing", type=float, default=D.knot_spacing,
                    help="B-spline knot spacing [s] (default 0.05)")
     p.add_argument("--max-iterations", type=int, default=D.max_iterations, help="optimizer iterations (default 50)")
-    p.add_argument("--method", choices=("lbfgs", "descent", "gauss-newton", "auto"), default=D.method,
+    p.add_argument("--method", choices=METHODS, default=D.method,
                    help="optimizer: lbfgs (L-BFGS-B, adjoint gradient; default), descent (projected steepest "
                    "descent, line search on values alone: one iteration costs one gradient; for --max-iterations 1), "
                    "gauss-newton (Levenberg-Marquardt, exact tangent-linear Jacobian; with --window, in each window) "

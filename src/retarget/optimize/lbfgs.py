@@ -23,18 +23,15 @@ from retarget.optimize.control import (
 )
 from retarget.optimize.errors import OptimizeError
 from retarget.optimize.gauss_newton import levenberg_marquardt
-from retarget.optimize.options import PlanOptions
+from retarget.optimize.options import METHODS, PlanOptions
 from retarget.optimize.problem import PlanProblem
 from retarget.optimize.result import OptimizationResult, SearchState
 
-__all__ = ["DESCENT_ARMIJO", "DESCENT_TRIALS", "FIRST_STEP_PROBE", "METHODS", "choose_method", "optimize"]
+__all__ = ["DESCENT_ARMIJO", "DESCENT_TRIALS", "FIRST_STEP_PROBE", "choose_method", "optimize"]
 
 
 #: Length [rad] of the probe step that measures the objective's curvature for the first L-BFGS-B (and descent) step.
 FIRST_STEP_PROBE = 1e-3
-
-#: The optimizers :attr:`PlanOptions.method` names.
-METHODS = ("lbfgs", "descent", "gauss-newton", "auto")
 
 #: Sufficient decrease a ``descent`` trial point must reach, as a fraction of the first-order prediction ``∇J·s``
 #: (the Armijo factor of L-BFGS-B's own line search, scipy's ``ftol`` of ``dcsrch``).
@@ -100,17 +97,26 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
         if deadline is not None and time.perf_counter() + seconds + state.duration * reserve_evaluations > deadline:
             raise BudgetExhausted
 
-    def evaluated(x: NDArray[np.float64]) -> Evaluation | None:
-        """``J`` and its gradient at ``x`` (cached for the latest point), recorded as the latest and maybe the best
-        point; None (counted as failed) when the model cannot simulate ``x``."""
-        if np.array_equal(x, state.last_x):
-            return state.last
+    def simulated(x: NDArray[np.float64], gradient: bool) -> Evaluation | None:
+        """``J`` (and with ``gradient`` its gradient) at ``x``, recorded as maybe the best point; None (counted as
+        failed) when the model cannot simulate ``x``. The time budget counts it as a full evaluation."""
         affordable(state.duration)
-        t0 = time.perf_counter()
         try:
-            ev = pp.evaluate(x, progress=progress)
+            ev = pp.evaluate(x, gradient=gradient, progress=progress)
         except SimulationError:
             state.failed += 1
+            return None
+        if ev.value < state.best.value:
+            state.best, state.best_x = ev, x.copy()
+        return ev
+
+    def evaluated(x: NDArray[np.float64]) -> Evaluation | None:
+        """:func:`simulated` with the gradient, cached for the latest point and recorded as the latest."""
+        if np.array_equal(x, state.last_x):
+            return state.last
+        t0 = time.perf_counter()
+        ev = simulated(x, True)
+        if ev is None:
             return None
         state.evaluations += 1
         state.duration = time.perf_counter() - t0
@@ -121,22 +127,13 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
             state.secant = c if c > 0.0 and math.isfinite(c) else None
             state.secant_measured = True
         state.last, state.last_x = ev, x.copy()
-        if ev.value < state.best.value:
-            state.best, state.best_x = ev, x.copy()
         return ev
 
     def valued(x: NDArray[np.float64]) -> Evaluation | None:
-        """``J`` alone at ``x`` (a forward run), recorded as maybe the best point; None (counted as failed) when the
-        model cannot simulate ``x``. The time budget counts it as a full evaluation."""
-        affordable(state.duration)
-        try:
-            ev = pp.evaluate(x, gradient=False, progress=progress)
-        except SimulationError:
-            state.failed += 1
-            return None
-        state.values += 1
-        if ev.value < state.best.value:
-            state.best, state.best_x = ev, x.copy()
+        """:func:`simulated` without the gradient (a forward run; the ``descent`` line search)."""
+        ev = simulated(x, False)
+        if ev is not None:
+            state.values += 1
         return ev
 
     def fun(x: NDArray[np.float64]) -> tuple[float, NDArray[np.float64]]:
@@ -282,9 +279,9 @@ def _descent(options: PlanOptions, state: SearchState, first: Evaluation, lower:
     value probe at :data:`FIRST_STEP_PROBE`, or ``options.first_step``), at most 1 rad; a trial point is accepted
     with ``J ≤ J₀ + DESCENT_ARMIJO ∇J·s``, else the step shrinks to the minimizer of the quadratic through ``J₀``,
     the slope and the trial's value, within [0.1, 0.5] of it (a point the model cannot simulate: 0.25), at most
-    :data:`DESCENT_TRIALS` trials. The curvature ``2 (J(x₁) − J₀ − ∇J·s) / |s|²`` of the first point after ``x₀``
-    is the secant :attr:`OptimizationResult.curvature` (windows hand it on). A further iteration first evaluates
-    the gradient at the accepted point (its forward run once more). Stops at ``max_iterations``, when an iteration
+    :data:`DESCENT_TRIALS` trials. The curvature ``2 (J(x₁) − J₀ − ∇J·s) / |s|²`` of the first point after ``x₀`` is
+    the secant :attr:`OptimizationResult.curvature` (windows hand it on). A further iteration first evaluates the
+    gradient at the accepted point (its forward run once more). Stops at ``max_iterations``, when an iteration
     lowers ``J`` by at most ``relative_tolerance × J(x₀)``, or when no trial point decreases ``J`` enough.
 
     Returns:

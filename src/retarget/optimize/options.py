@@ -8,13 +8,17 @@ from typing import Any
 
 from retarget.errors import InputError
 
-__all__ = ["NODE_PARAMETERS", "REST_AFTER_S", "VERIFY_COST_FACTOR", "PlanOptions", "options_from_parameters",
-           "verification_reserve"]
+__all__ = ["METHODS", "NODE_PARAMETERS", "REST_AFTER_S", "VERIFY_COST_FACTOR", "PlanOptions",
+           "options_from_parameters", "verification_reserve"]
 
 
 #: Default :attr:`PlanOptions.rest_after` [s]: about one period of the single rod's first mode with its tip mass
 #: (3.1 Hz), the time a ZVD shaper adds to its motions.
 REST_AFTER_S = 0.3
+
+
+#: The optimizers :attr:`PlanOptions.method` names (:func:`retarget.optimize.lbfgs.choose_method`).
+METHODS: tuple[str, ...] = ("lbfgs", "descent", "gauss-newton", "auto")
 
 
 @dataclass(frozen=True)
