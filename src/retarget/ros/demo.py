@@ -14,12 +14,12 @@ Steps, each reported on one line and none faked:
    planner's 15-minute windowed settings, docs/optimize.md) and ask the planner (Retarget action) for an optimized
    trajectory: it loads the model and compiles its kernels (``--prepare-timeout``), then plans
    :data:`DEMO_WINDOW_ITERATIONS` iteration of projected steepest descent (:data:`DEMO_METHOD`) per window
-   (``--max-iterations``: the budget is a count of iterations, so a busy machine takes longer and gets the same plan; its wall-time budget, ``--plan-timeout``, is
-   only a safety net), re-simulates the result at a finer step and in the shipped verification model
-   (:data:`SHIPPED_VERIFY_DIR`: a finer mesh, trained independently); it reports the tracked bodies' peak
-   deviation naive → optimized, and the demo whether the ratio in the verification model reaches :data:`DEMO_CUT`;
-   NOT_AVAILABLE (``--no-train`` and no model, or the safety net ran out before a first result) makes the demo
-   say so in one line and play the input animation instead;
+   (``--max-iterations``: the budget is a count of iterations, so a busy machine takes longer and gets the same
+   plan; its wall-time budget, ``--plan-timeout``, is only a safety net), re-simulates the result at a finer step
+   and in the shipped verification model (:data:`SHIPPED_VERIFY_DIR`: a finer mesh, trained independently); it
+   reports the tracked bodies' peak deviation naive → optimized, and the demo whether the ratio in the verification
+   model reaches :data:`DEMO_CUT`; NOT_AVAILABLE (``--no-train`` and no model, or the safety net ran out before a
+   first result) makes the demo say so in one line and play the input animation instead;
 4. move to the trajectory's first pose, then execute the trajectory (optimized or input) with
    FollowJointTrajectory, recording ``joint_states``;
 5. print the tracking figures (per-joint RMS and peak error between the executed reference and the measured
@@ -591,8 +591,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              f"{DEMO_DURATION_S:g}; the drummer's whole 10 s is 19 planner windows)")
     parser.add_argument("--no-plan", action="store_true", help="do not ask the planner; execute the input")
     parser.add_argument("--max-iterations", type=int, default=DEMO_WINDOW_ITERATIONS,
-                        help=f"the plan's budget: optimizer ({DEMO_METHOD}) iterations per planner window (the drummer's 3 s: 5 "
-                             f"windows; default {DEMO_WINDOW_ITERATIONS})")
+                        help=f"the plan's budget: optimizer ({DEMO_METHOD}) iterations per planner window (the "
+                             f"drummer's 3 s: 5 windows; default {DEMO_WINDOW_ITERATIONS})")
     parser.add_argument("--plan-timeout", type=float, default=DEMO_PLAN_TIMEOUT_S,
                         help=f"safety net: longest wait for the planner once its preparation ended [s]; its time "
                              f"budget is 20 s less, after which it returns its best iterate (default "

@@ -1,15 +1,16 @@
 """The Dynamixel driver node: X-series servos (``servo_model``) over Protocol 2.0 (``retarget.dynamixel.bus``).
 
 Subscribes ``joint_commands`` (trajectory_msgs/JointTrajectory: one point = setpoint, several = interpolated at
-``rate``); each tick of the control loop (its own thread, at ``rate``) Sync Writes the goal positions once
-commanded (when they changed, and at least every :data:`GOAL_REFRESH_S`) and Sync Reads present
-position/velocity/current, published on ``joint_states``. Torque on at start (``torque_on_start``), off at shutdown and on any fault. Lost or corrupt
-replies are retried every tick for ``comm_error_window`` seconds before they become a fault; a device-reported
-error (status error, Hardware Error Status bits) or a vanished port is a fault at once, latched as on the servo. A
-fault never crashes the node: it turns torque off where the bus still answers, stops commanding, and reports on
-``driver_status`` (diagnostic_msgs/DiagnosticStatus, transient local: the trajectory server aborts its goal on it),
-``/diagnostics`` and the log, naming the servo(s), the fault and what to do. ``~/reboot`` (std_srvs/Trigger)
-reopens the port if needed, reboots servos with hardware errors and resumes, holding the present position.
+``rate``); each tick of the control loop (its own thread, at ``rate``) Sync Writes the goal positions once commanded
+(when they changed, and at least every :data:`GOAL_REFRESH_S`) and Sync Reads present position/velocity/current,
+published on ``joint_states``. Torque on at start (``torque_on_start``), off at shutdown and on any fault. Lost or
+corrupt replies are retried every tick for ``comm_error_window`` seconds before they become a fault; a
+device-reported error (status error, Hardware Error Status bits) or a vanished port is a fault at once, latched as
+on the servo. A fault never crashes the node: it turns torque off where the bus still answers, stops commanding, and
+reports on ``driver_status`` (diagnostic_msgs/DiagnosticStatus, transient local: the trajectory server aborts its
+goal on it), ``/diagnostics`` and the log, naming the servo(s), the fault and what to do. ``~/reboot``
+(std_srvs/Trigger) reopens the port if needed, reboots servos with hardware errors and resumes, holding the present
+position.
 """
 from __future__ import annotations
 
