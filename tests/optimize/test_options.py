@@ -11,6 +11,7 @@ from retarget.optimize.options import (
     NODE_PARAMETERS,
     VERIFY_COST_FACTOR,
     PlanOptions,
+    checks_reserve,
     options_from_parameters,
     verification_reserve,
 )
@@ -82,6 +83,16 @@ def test_the_verification_reserve():
     assert VERIFY_COST_FACTOR >= 1.0
     assert verification_reserve(options_from_parameters({})) == pytest.approx(VERIFY_COST_FACTOR * 10.0 / 3.0)
     assert verification_reserve(options_from_parameters({"verify": False})) == 0.0
+
+
+def test_the_checks_reserve_adds_the_band_runs_to_the_verification():
+    """The band re-simulates naive, optimized and (with the baselines) ZVD once per factor at the planning
+    step: three forward runs are one evaluation."""
+    options = PlanOptions(dt=0.002, verify_dt=0.001, band=(0.9, 1.1))
+    assert checks_reserve(options, baselines=True) == pytest.approx(verification_reserve(options) + 2.0)
+    without_zvd = verification_reserve(options) + 4.0 / 3.0
+    assert checks_reserve(options, baselines=False) == pytest.approx(without_zvd)
+    assert checks_reserve(replace(options, band=(), verify_dt=None), baselines=True) == 0.0
 
 
 def test_rest_and_settle_parameters_take_their_values_as_the_command_line_does():

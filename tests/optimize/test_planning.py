@@ -162,8 +162,9 @@ def test_the_default_torque_penalty_keeps_the_plan_within_stall_and_continues_wh
 
 def test_the_budget_keeps_time_for_the_verification(engine):
     """With a ``verify_dt`` the optimizer keeps two forward runs at ``verify_dt`` of the budget for the caller's
-    verification: at dt 5 ms and verify_dt 0.5 ms that is 10 evaluations (``verification_reserve``), more than a
-    budget of 6 evaluations leaves after the first — the optimizer stops there; without it, it goes on."""
+    verification: at dt 5 ms and verify_dt 0.5 ms that is 10 evaluations (``verification_reserve``), more than
+    a budget of 6 evaluations leaves after the first — the optimizer stops there; without it, it goes on. A band
+    of many factors keeps its runs the same way (``checks_reserve``)."""
     from retarget.optimize.options import verification_reserve
 
     options = replace(OPTIONS, max_iterations=100, relative_tolerance=0.0)
@@ -174,6 +175,11 @@ def test_the_budget_keeps_time_for_the_verification(engine):
     assert kept.optimization.budget_limited and kept.optimization.evaluations == 1
     spent = run_plan(engine, ramp(), tip(), rod_limits(), replace(options, time_budget=budget))
     assert spent.optimization.budget_limited and spent.optimization.evaluations >= 3
+    # The band's runs after the plan: naive and optimized per factor, 45 factors, 90 runs = 30 evaluations
+    # (the first plan's targets take longer than the later ones', which leaves these a few evaluations more).
+    band = tuple(float(f) for f in np.linspace(0.8, 1.2, 46) if abs(f - 1.0) > 1e-9)[:45]
+    banded = run_plan(engine, ramp(), tip(), rod_limits(), replace(options, time_budget=budget, band=band))
+    assert banded.optimization.budget_limited and banded.optimization.evaluations == 1
 
 
 def test_the_verification_reserve_is_nominal_work_beside_the_robust_objective(rod_systems, engine):

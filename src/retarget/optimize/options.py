@@ -9,7 +9,7 @@ from typing import Any
 from retarget.errors import InputError
 
 __all__ = ["METHODS", "NODE_PARAMETERS", "REST_AFTER_S", "VERIFY_COST_FACTOR", "PlanOptions",
-           "options_from_parameters", "verification_reserve"]
+           "checks_reserve", "options_from_parameters", "verification_reserve"]
 
 
 #: Default :attr:`PlanOptions.rest_after` [s]: about one period of the single rod's first mode with its tip mass
@@ -233,6 +233,14 @@ def verification_reserve(options: PlanOptions) -> float:
     if options.verify_dt is None or not options.verify_dt > 0:
         return 0.0
     return VERIFY_COST_FACTOR * 2.0 * float(options.dt) / float(options.verify_dt) / 3.0
+
+
+def checks_reserve(options: PlanOptions, baselines: bool) -> float:
+    """Time the checks after the optimization need, in optimizer evaluations: the verification at
+    ``verify_dt`` (:func:`verification_reserve`), and the robustness band: one forward run at the planning step
+    per factor of :attr:`PlanOptions.band` and variant it re-simulates (naive and optimized, and ZVD when the
+    ``baselines`` run), three forward runs being one evaluation."""
+    return verification_reserve(options) + len(options.band) * (3 if baselines else 2) / 3.0
 
 
 #: The planner node's parameters (``config/<robot>.params.yaml``) that set plan options, by option name. A value of

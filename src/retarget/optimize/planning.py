@@ -42,7 +42,7 @@ from retarget.optimize.limits import (
     speed_feasible_parameters,
     torque_report,
 )
-from retarget.optimize.options import PlanOptions, verification_reserve
+from retarget.optimize.options import PlanOptions, checks_reserve
 from retarget.optimize.parallel import default_workers, fork_pool
 from retarget.optimize.problem import PlanProblem, build_plan_problem, limits_for
 from retarget.optimize.result import OptimizationResult
@@ -318,10 +318,11 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
         warnings.extend(dropped)
         pp = replace(pp, ensemble=ensemble if ensemble.members else None)
     # Two forward simulations (ZV, ZVD) cost about 1.6 forward + adjoint evaluations; none are kept when the
-    # motion leaves too little ring-out for the baselines to run. The caller's verification is kept too.
+    # motion leaves too little ring-out for the baselines to run. The caller's checks (verification, band) are
+    # kept too.
     minimize = optimize if options.window is None else optimize_windows
     baselines = options.baselines and ring_out_s(pp) >= MIN_RING_OUT
-    reserve = (1.6 if baselines else 0.0) + verification_reserve(options)
+    reserve = (1.6 if baselines else 0.0) + checks_reserve(options, baselines)
     ensemble = pp.ensemble
     with fork_pool(None if ensemble is None else ensemble.members, workers if ensemble is not None else 0) as pool:
         if pool is not None and ensemble is not None:
