@@ -90,6 +90,7 @@ def main() -> int:
             verification = float((m.get("verified") or {}).get("wall_s") or 0.0)
             line.update(verified=m.get("verified"), band=m.get("band"), verify=m.get("verify"),
                         method=m.get("method"), timings_s=m.get("timings_s"),
+                        check_timings_s=m.get("check_timings_s"),
                         model_source=m.get("model", {}).get("source"),
                         model_wall_s=m.get("model", {}).get("wall_s_train_full"),
                         planning_wall_s=total - verification, verification_wall_s=verification, total_wall_s=total,

@@ -425,7 +425,8 @@ def test_plan_budget_runs_out_during_in_process_training(tiny, tmp_path):
 
 def test_the_budget_starts_after_the_warm_up(tiny):
     """A budgeted plan first plans a short excerpt for one iteration (numba compiles there, reported as
-    `compiling kernels`), then starts its clock: a warm-up longer than the whole budget leaves it intact."""
+    `compiling kernels`), then starts its clock: a warm-up longer than the whole budget leaves it intact. The
+    plan's timings report the warm-up and the model's loading before its own stages."""
     robot, options = tiny
     options = replace(options, verify_dt=0.001)
     stages: list[str] = []
@@ -441,6 +442,8 @@ def test_the_budget_starts_after_the_warm_up(tiny):
     warm = [i for i, s in enumerate(stages) if s == WARM_UP_STAGE]
     assert warm[0] == 0 and slept and len(warm) > 1  # the warm-up's own stages are reported as its stage
     assert "targets" in stages[warm[-1]:] and "verify" in result.metrics()
+    timings = result.metrics()["timings_s"]  # the model's loading and the warm-up are reported beside the plan's
+    assert list(timings)[:3] == ["model", "warm_up", "targets"] and timings["warm_up"] >= 2.5
     assert len(result.trajectory()[2]) > 10
     stages.clear()
     plan(robot, _tiny_ramp(), options, PlanProgress(steps=steps))  # no budget: no warm-up

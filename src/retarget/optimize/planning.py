@@ -107,7 +107,8 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
 
     Returns:
         The :class:`PlanResult`: profiles, variants, ``checks`` (verification, stiffness band, full FEM, the
-        headline cut and whether it is meaningful), ``model_info`` (with the model card) and ``cancelled``.
+        headline cut and whether it is meaningful), ``model_info`` (with the model card), ``cancelled``, and
+        ``timings`` beginning with ``model`` (loaded or trained, and gated) and, with a time budget, ``warm_up``.
 
     Raises:
         InputError: a motion beyond the robot's limits or malformed; a model outside the fidelity gate
@@ -159,6 +160,7 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
     if replay_warning:
         say(replay_warning)
     bodies = _tracked_bodies(pm.config, options)
+    prepared = {"model": time.perf_counter() - started}  # loaded (or trained) and gated
     if options.time_budget is not None:
         steps(WARM_UP_STAGE)  # building the engine compiles too
     engine = reduced_engine(pm.reduced, tolerance=1e-10)
@@ -182,6 +184,7 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
         say("warming up: compiling the plan's kernels (not counted in the time budget)")
         warm_up(engine, motion, bodies, limits, run_options, lambda stage, done, total: steps(WARM_UP_STAGE, done,
                                                                                                 total))
+        prepared["warm_up"] = time.perf_counter() - started - prepared["model"]  # the engine built, compiled
 
     def on_iteration(info: dict[str, Any]) -> None:
         if progress.iteration is not None:
@@ -217,7 +220,8 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
         result, checks = again, ({} if fired else check_plan(again, pm.model, run_options, engine_factory, steps, say,
                                                               deadline, robot=robot, planning_info=pm.info))
     info = dict(pm.info)
-    return replace(result, checks=checks, model_info=info, cancelled=fired, wall_s=time.perf_counter() - started)
+    return replace(result, checks=checks, model_info=info, cancelled=fired, wall_s=time.perf_counter() - started,
+                   timings={**prepared, **result.timings})
 
 
 def verified_torque_margin(result: PlanResult, checks: dict[str, Any], margin: float) -> float | None:
