@@ -1,7 +1,8 @@
 """Receding-horizon windows (retarget.optimize.windows.optimize_windows) on the reduced rod on a motor: the whole
 objective falls, limits hold, windows overlap, an interrupt keeps what the earlier windows gained, a window without
 time for one simulation is skipped (a window optimizer injected through ``window_optimizer``), the time shares do
-not count the first step's compile time, and each window hands its curvature on to the next."""
+not count the first step's compile time, and each window hands its curvature (and its Levenberg–Marquardt tangent
+pass's time) on to the next."""
 from __future__ import annotations
 
 import time
@@ -64,6 +65,29 @@ def test_gauss_newton_windows_lower_the_whole_objective_as_far_as_lbfgs_windows(
     assert gn.objective_final < 0.9 * gn.objective_initial
     assert gn.objective_final <= 1.01 * lbfgs.objective_final
     assert gn.iterations <= lbfgs.iterations
+
+
+def test_gauss_newton_windows_hand_their_tangent_time_on(engine):
+    """Each window's Levenberg–Marquardt checks the budget for its tangent-linear pass against the previous
+    window's measured pass (the first window's against a guess); with a pass longer than the time left it does not
+    start one: the window ends after its evaluation, with no iteration."""
+    options = replace(WINDOWS, method="gauss-newton")
+    pp = build_plan_problem(engine, ramp(), tip(), rod_limits(), options)
+    given, measured = [], []
+
+    def spy(*args, **kwargs):
+        given.append(kwargs.get("tangent_s"))
+        res = optimize(*args, **kwargs)
+        measured.append(res.tangent_s)
+        return res
+
+    optimize_windows(pp, options, window_optimizer=spy)
+    assert given[0] is None and all(t is not None and t > 0.0 for t in measured)
+    assert given[1:] == measured[:-1]
+    started = time.perf_counter()
+    res = optimize(pp, options, deadline=started + 60.0, tangent_s=1e6)
+    assert res.budget_limited and res.iterations == 0 and res.evaluations == 1
+    assert time.perf_counter() - started < 30.0
 
 
 def test_overlapping_windows_optimize_part_of_each_span_again(engine):

@@ -44,7 +44,8 @@ DESCENT_TRIALS = 8
 def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | None = None,
              callback: Callable[[dict[str, float]], None] | None = None,
              step_progress: Callable[[int, int], None] | None = None, deadline: float | None = None,
-             reserve_evaluations: float = 0.0, curvature: float | None = None) -> OptimizationResult:
+             reserve_evaluations: float = 0.0, curvature: float | None = None,
+             tangent_s: float | None = None) -> OptimizationResult:
     """Minimize ``J`` from ``x₀`` (default: the fit of the input) by Levenberg–Marquardt or L-BFGS-B.
 
     ``options.method`` picks the method (:class:`PlanOptions`); both respect the position bounds, the time budget,
@@ -71,6 +72,9 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
         curvature: a known curvature of ``J`` along steepest descent (e.g. the previous window's
             :attr:`OptimizationResult.curvature`): with ``options.first_step`` None the first step is the minimizer
             of that quadratic without the probe simulation.
+        tangent_s: the expected wall time of a Levenberg–Marquardt tangent-linear pass [s] (e.g. the previous
+            window's :attr:`OptimizationResult.tangent_s`), which the time budget checks before starting one; None:
+            guessed from the first evaluation.
 
     Raises:
         TimeBudgetError: the deadline passed before the first evaluation (at ``x₀``) completed.
@@ -89,7 +93,7 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
     first = first_evaluation(pp, x_start, True, progress)
     scale = 1.0 / first.value if first.value > 0 else 1.0
     state = SearchState(best=first, best_x=x_start, last=first, last_x=x_start,
-                        duration=time.perf_counter() - started)
+                        duration=time.perf_counter() - started, tangent_s=tangent_s)
     history: list[float] = [first.value]
 
     def affordable(seconds: float) -> None:
@@ -243,7 +247,7 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
                               interruption=interruption, message=message, best=best, initial=first,
                               budget_limited=budget_limited, evaluation_s=state.duration,
                               failed_simulations=state.failed, restarts=restarts, method=method, first_step=length,
-                              curvature=state.secant, value_evaluations=state.values)
+                              curvature=state.secant, value_evaluations=state.values, tangent_s=state.tangent_s)
 
 
 def choose_method(pp: PlanProblem, options: PlanOptions) -> str:

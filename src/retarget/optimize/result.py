@@ -48,6 +48,8 @@ class OptimizationResult:
         curvature: ``J``'s curvature along the first trial step [1/rad²·J units], the secant
             ``(∇J(x₁) − ∇J(x₀))·s / |s|²`` of the first point evaluated after ``x₀`` (the probe, or the first
             trial point); None if there was none or it was not positive.
+        tangent_s: wall time of the latest Levenberg–Marquardt tangent-linear pass [s] (windows hand it on as the
+            next window's estimate); None without one.
     """
 
     x: NDArray[np.float64]
@@ -69,6 +71,7 @@ class OptimizationResult:
     windows: list[dict[str, Any]] | None = None
     curvature: float | None = None
     value_evaluations: int = 0
+    tangent_s: float | None = None
 
     @property
     def interrupted(self) -> bool:
@@ -92,6 +95,8 @@ class SearchState:
         failed: trial points the model could not simulate.
         secant: ``J``'s curvature along the first step after ``x₀`` (None: not positive or not measured).
         secant_measured: whether ``secant`` was measured.
+        tangent_s: wall time of the latest (or, before one ran, the expected) tangent-linear pass [s]; None:
+            unknown.
     """
 
     best: Evaluation
@@ -105,3 +110,4 @@ class SearchState:
     secant: float | None = None
     secant_measured: bool = False
     values: int = 0
+    tangent_s: float | None = None

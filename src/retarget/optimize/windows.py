@@ -112,6 +112,7 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
     summaries: list[dict[str, Any]] = []
     skipped: list[int] = []
     curvature: float | None = None  # J's curvature along steepest descent, handed from window to window
+    tangent_s: float | None = None  # the latest Levenberg–Marquardt tangent pass's wall time, likewise
     fresh = n  # states[: fresh + 1] were simulated with the current x
     influence = first_influence(problem)
     for w, (a, b, last) in enumerate(spans):
@@ -148,7 +149,8 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
         window_started = time.perf_counter()
         try:
             res = window_optimizer(sub, replace(options, method=window_method), x0=x[free], callback=on_iteration,
-                           step_progress=step_progress, deadline=window_deadline, curvature=curvature)
+                           step_progress=step_progress, deadline=window_deadline, curvature=curvature,
+                           tangent_s=tangent_s)
         except TimeBudgetError:
             # Its share did not cover one simulation (a hard stretch of the motion): its parameters stay, and its
             # time passes on to the later windows (while the stored states still reach their starts).
@@ -183,6 +185,7 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
                        stopped="interrupted" if res.interrupted else "time share" if res.budget_limited
                        else "converged or iteration cap")
         curvature = res.curvature or curvature
+        tangent_s = res.tangent_s or tangent_s
         if res.interrupted:
             interruption = res.interruption
             messages.append(f"interrupted ({interruption}) in window {w + 1} of {len(spans)}: the later windows "
