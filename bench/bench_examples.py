@@ -19,7 +19,8 @@ independently on a finer mesh, kept in the model folders' ``verify/`` subfolder:
 Prints the thread settings, then one JSON line per example with at least ``example``, ``verified_peak_ratio``
 (optimized over naive peak in the full FEM or the verification model, ``verification_model`` says which; null where
 neither was available), ``planning_peak_ratio``, ``optimized_peak_torque_ratio``,
-``iterations``, ``planning_wall_s``, the naive/ZVD/optimized deviations and the thread settings; each line is also
+``iterations``, ``planning_wall_s``, the stages' timings, each window's iterations and wall time (windowed plans),
+the naive/ZVD/optimized deviations and the thread settings; each line is also
 written to ``bench/results/example-<robot>.json`` (overwritten: git keeps the old ones).
 
     OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 .venv/bin/python bench/bench_examples.py \
@@ -90,7 +91,7 @@ def main() -> int:
             verification = float((m.get("verified") or {}).get("wall_s") or 0.0)
             line.update(verified=m.get("verified"), band=m.get("band"), verify=m.get("verify"),
                         method=m.get("method"), timings_s=m.get("timings_s"),
-                        check_timings_s=m.get("check_timings_s"),
+                        check_timings_s=m.get("check_timings_s"), windows=m.get("windows"),
                         model_source=m.get("model", {}).get("source"),
                         model_wall_s=m.get("model", {}).get("wall_s_train_full"),
                         planning_wall_s=total - verification, verification_wall_s=verification, total_wall_s=total,
