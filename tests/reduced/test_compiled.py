@@ -312,6 +312,11 @@ def test_condensed_solves_are_exact(pca_reduced):
     assert np.max(np.abs(jac @ x + b)) <= 1e-12 * np.max(np.abs(jac) @ np.abs(x))
     y = ck.condensed_solve_transposed(packed, ws, b)
     assert np.max(np.abs(jac.T @ y - b)) <= 1e-12 * np.max(np.abs(jac.T) @ np.abs(y))
+    # Many right-hand sides at once (a tangent-linear pass's columns), with the single solve's backward error.
+    many = np.random.default_rng(8).normal(size=(len(s), 5))
+    xs = ck.condensed_solve_columns(packed, ws, many)
+    assert xs.shape == many.shape
+    assert np.all(np.max(np.abs(jac @ xs + many), axis=0) <= 1e-12 * np.max(np.abs(jac) @ np.abs(xs), axis=0))
 
 
 def test_damping_uses_current_tangent_not_rest_stiffness(random_reduced):

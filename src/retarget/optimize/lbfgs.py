@@ -23,7 +23,7 @@ from retarget.optimize.control import (
 )
 from retarget.optimize.errors import OptimizeError
 from retarget.optimize.gauss_newton import levenberg_marquardt
-from retarget.optimize.options import METHODS, PlanOptions
+from retarget.optimize.options import EVALUATION_FORWARD_RUNS, METHODS, PlanOptions
 from retarget.optimize.problem import PlanProblem
 from retarget.optimize.result import OptimizationResult, SearchState
 
@@ -89,16 +89,23 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
         deadline = time.perf_counter() + float(options.time_budget)
     progress = deadline_progress(deadline, step_progress)
     x_start = pp.fit.parameters.copy() if x0 is None else np.asarray(x0, dtype=float).copy()
+    method = choose_method(pp, options)
     started = time.perf_counter()
-    first = first_evaluation(pp, x_start, True, progress)
+    # Levenberg–Marquardt takes its gradient from the tangent pass: its start needs the forward run only (an
+    # adjoint costs about three forward runs on the drummer's windows), and its trials are forward runs too.
+    first = first_evaluation(pp, x_start, method != "gauss-newton", progress)
     scale = 1.0 / first.value if first.value > 0 else 1.0
     state = SearchState(best=first, best_x=x_start, last=first, last_x=x_start,
                         duration=time.perf_counter() - started, tangent_s=tangent_s)
     history: list[float] = [first.value]
 
+    # The reserve is in evaluations with the adjoint; Levenberg–Marquardt's latest evaluation is a forward run.
+    per_evaluation = EVALUATION_FORWARD_RUNS if first.gradient is None else 1.0
+
     def affordable(seconds: float) -> None:
         """Stop (``BudgetExhausted``) before work of ``seconds`` that, with the reserve, would end past the deadline."""
-        if deadline is not None and time.perf_counter() + seconds + state.duration * reserve_evaluations > deadline:
+        if deadline is not None and time.perf_counter() + seconds + \
+                state.duration * per_evaluation * reserve_evaluations > deadline:
             raise BudgetExhausted
 
     def simulated(x: NDArray[np.float64], gradient: bool) -> Evaluation | None:
@@ -185,12 +192,11 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
             return 1.0
         return min(1.0, -slope / measured)
 
-    g_first = projected_gradient_norm(x_start, first.gradient)
+    g_first = 0.0 if first.gradient is None else projected_gradient_norm(x_start, first.gradient)
     interruption, budget_limited = "", False
     message = ""
     restarts = 0
     length = 1.0
-    method = choose_method(pp, options)
     try:
         if method == "gauss-newton":
             message = levenberg_marquardt(pp, options, x_start, state, history, callback, progress, affordable,

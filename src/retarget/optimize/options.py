@@ -8,7 +8,7 @@ from typing import Any
 
 from retarget.errors import InputError
 
-__all__ = ["METHODS", "NODE_PARAMETERS", "REST_AFTER_S", "VERIFY_COST_FACTOR", "PlanOptions",
+__all__ = ["EVALUATION_FORWARD_RUNS", "METHODS", "NODE_PARAMETERS", "REST_AFTER_S", "VERIFY_COST_FACTOR", "PlanOptions",
            "checks_reserve", "options_from_parameters", "verification_reserve"]
 
 
@@ -226,13 +226,17 @@ class PlanOptions:
 VERIFY_COST_FACTOR = 1.5
 
 
+#: What one optimizer evaluation (forward and adjoint) costs in forward runs, the unit of the time budget's reserves.
+EVALUATION_FORWARD_RUNS = 3.0
+
+
 def verification_reserve(options: PlanOptions) -> float:
     """Time the verification at ``options.verify_dt`` needs, in optimizer evaluations (one evaluation, forward and
     adjoint, costs about three forward runs): two forward runs at ``verify_dt``, i.e. ``2 dt / verify_dt`` at the
     planning step, times :data:`VERIFY_COST_FACTOR`. 0 without a ``verify_dt``."""
     if options.verify_dt is None or not options.verify_dt > 0:
         return 0.0
-    return VERIFY_COST_FACTOR * 2.0 * float(options.dt) / float(options.verify_dt) / 3.0
+    return VERIFY_COST_FACTOR * 2.0 * float(options.dt) / float(options.verify_dt) / EVALUATION_FORWARD_RUNS
 
 
 def checks_reserve(options: PlanOptions, baselines: bool) -> float:
@@ -240,7 +244,7 @@ def checks_reserve(options: PlanOptions, baselines: bool) -> float:
     ``verify_dt`` (:func:`verification_reserve`), and the robustness band: one forward run at the planning step
     per factor of :attr:`PlanOptions.band` and variant it re-simulates (naive and optimized, and ZVD when the
     ``baselines`` run), three forward runs being one evaluation."""
-    return verification_reserve(options) + len(options.band) * (3 if baselines else 2) / 3.0
+    return verification_reserve(options) + len(options.band) * (3 if baselines else 2) / EVALUATION_FORWARD_RUNS
 
 
 #: The planner node's parameters (``config/<robot>.params.yaml``) that set plan options, by option name. A value of

@@ -18,12 +18,15 @@ from retarget.optimize.adjoint import (
 from retarget.optimize.control import deadline_progress, first_evaluation, interruption_reason
 from retarget.optimize.errors import OptimizeError, TimeBudgetError
 from retarget.optimize.lbfgs import optimize
-from retarget.optimize.options import PlanOptions
+from retarget.optimize.options import EVALUATION_FORWARD_RUNS, PlanOptions
 from retarget.optimize.problem import PlanProblem
 from retarget.optimize.result import OptimizationResult
 
 
-__all__ = ["optimize_windows"]
+__all__ = ["ITERATION_MARGIN", "optimize_windows"]
+
+#: A Levenberg–Marquardt window's least share of the time budget, over the measured cost of one iteration.
+ITERATION_MARGIN: float = 1.15
 
 
 def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | None = None,
@@ -51,7 +54,9 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
 
     The time budget (after keeping ``reserve_evaluations`` whole evaluations, about three forward runs each, and
     one forward run for the final measurement) is shared out equally among the windows still to do; time a window
-    does not use passes on. (Shares weighted by the input's tracking error per window were measured worse on the
+    does not use passes on. With "gauss-newton" a window's share is at least the cost of one iteration as the
+    windows before measured it (:data:`ITERATION_MARGIN` × (tangent pass + 2 forward runs)), while the budget left
+    covers it. (Shares weighted by the input's tracking error per window were measured worse on the
     drummer: the early windows' improvements carry over as less sway into the later ones; docs/optimize.md.)
     ``J`` over the whole motion is measured before and after; if the windows made it worse, the start ``x₀`` is
     returned (with a message).
@@ -130,14 +135,20 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
             break
         window_deadline: float | None = None
         if deadline is not None:
-            left = deadline - time.perf_counter() - forward_s * (1.0 + 3.0 * reserve_evaluations)
+            left = deadline - time.perf_counter() - forward_s * (1.0 + EVALUATION_FORWARD_RUNS * reserve_evaluations)
             if left <= 0.0:
                 budget_limited = True
                 summary["stopped"] = "skipped: no time left"
                 messages.append(f"time budget reached before window {w + 1} of {len(spans)}: it and the later "
                                 "ones keep the start")
                 break
-            window_deadline = time.perf_counter() + left / (len(spans) - w)
+            share = left / (len(spans) - w)
+            if window_method == "gauss-newton" and tangent_s is not None:
+                # At least one Levenberg–Marquardt iteration (its start, the tangent pass, a trial), taken from the
+                # later windows' shares while the budget lasts: equal shares below that cost would leave the
+                # windows before the slack accumulates with no iteration at all.
+                share = max(share, min(left, ITERATION_MARGIN * (tangent_s + 2.0 * evaluation_s)))
+            window_deadline = time.perf_counter() + share
         window = Window(a, last, states[a], states[a - 1] if a > 0 else None, free, x.copy())
         sub = replace(pp, problem=replace(problem, window=window), bounds=[pp.bounds[i] for i in free], ensemble=None)
 

@@ -426,11 +426,11 @@ class CompiledReducedEngine(SystemEngine):
             return kernels(ck.condensed_solve_transposed, ws, np.ascontiguousarray(rhs, dtype=float))
 
         def solve(rhs: NDArray[np.float64]) -> NDArray[np.float64]:
-            # condensed_solve gives the Newton update −J⁻¹ r, one column at a time.
+            # condensed_solve gives the Newton update −J⁻¹ r (of each column: condensed_solve_columns).
             b = np.asarray(rhs, dtype=float)
             if b.ndim == 1:
                 return -kernels(ck.condensed_solve, ws, np.ascontiguousarray(b))
-            return -kernels(ck.condensed_solve_columns, ws, np.ascontiguousarray(b))
+            return -ck.condensed_solve_columns(self.packed, ws, b)
 
         def history_t(k: int, mu: NDArray[np.float64]) -> NDArray[np.float64]:
             return bdf_history(nu, nv, a1 if k == 1 else a2, h, mass, mu, True)
