@@ -23,10 +23,7 @@ from retarget.optimize.problem import PlanProblem
 from retarget.optimize.result import OptimizationResult
 
 
-__all__ = ["ITERATION_MARGIN", "optimize_windows"]
-
-#: A Levenberg–Marquardt window's least share of the time budget, over the measured cost of one iteration.
-ITERATION_MARGIN: float = 1.15
+__all__ = ["optimize_windows"]
 
 
 def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | None = None,
@@ -54,9 +51,7 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
 
     The time budget (after keeping ``reserve_evaluations`` whole evaluations, about three forward runs each, and
     one forward run for the final measurement) is shared out equally among the windows still to do; time a window
-    does not use passes on. With "gauss-newton" a window's share is at least the cost of one iteration as the
-    windows before measured it (:data:`ITERATION_MARGIN` × (tangent pass + 2 forward runs)), while the budget left
-    covers it. (Shares weighted by the input's tracking error per window were measured worse on the
+    does not use passes on. (Shares weighted by the input's tracking error per window were measured worse on the
     drummer: the early windows' improvements carry over as less sway into the later ones; docs/optimize.md.)
     ``J`` over the whole motion is measured before and after; if the windows made it worse, the start ``x₀`` is
     returned (with a message).
@@ -142,13 +137,7 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
                 messages.append(f"time budget reached before window {w + 1} of {len(spans)}: it and the later "
                                 "ones keep the start")
                 break
-            share = left / (len(spans) - w)
-            if window_method == "gauss-newton" and tangent_s is not None:
-                # At least one Levenberg–Marquardt iteration (its start, the tangent pass, a trial), taken from the
-                # later windows' shares while the budget lasts: equal shares below that cost would leave the
-                # windows before the slack accumulates with no iteration at all.
-                share = max(share, min(left, ITERATION_MARGIN * (tangent_s + 2.0 * evaluation_s)))
-            window_deadline = time.perf_counter() + share
+            window_deadline = time.perf_counter() + left / (len(spans) - w)
         window = Window(a, last, states[a], states[a - 1] if a > 0 else None, free, x.copy())
         sub = replace(pp, problem=replace(problem, window=window), bounds=[pp.bounds[i] for i in free], ensemble=None)
 
