@@ -48,8 +48,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 _LOG = logging.getLogger(__name__)
 
-__all__ = ["MAX_PARAMETERS", "PROJECT_AFTER", "LeastSquares", "ensemble_gauss_newton", "levenberg_marquardt", "parameter_hessian",
-           "state_tangents", "supports_tangent", "tangent_least_squares"]
+__all__ = ["MAX_PARAMETERS", "PROJECT_AFTER", "LeastSquares", "ensemble_gauss_newton", "levenberg_marquardt",
+           "parameter_hessian", "state_tangents", "supports_tangent", "tangent_least_squares"]
 
 #: Above this many parameters the tangent pass (one solve per parameter and step) costs more than L-BFGS saves.
 MAX_PARAMETERS: int = 200

@@ -8,8 +8,8 @@ from typing import Any
 
 from retarget.errors import InputError
 
-__all__ = ["EVALUATION_FORWARD_RUNS", "METHODS", "NODE_PARAMETERS", "REST_AFTER_S", "VERIFY_COST_FACTOR", "PlanOptions",
-           "checks_reserve", "options_from_parameters", "verification_reserve"]
+__all__ = ["EVALUATION_FORWARD_RUNS", "METHODS", "NODE_PARAMETERS", "REST_AFTER_S", "VERIFY_COST_FACTOR",
+           "PlanOptions", "checks_reserve", "options_from_parameters", "verification_reserve"]
 
 
 #: Default :attr:`PlanOptions.rest_after` [s]: about one period of the single rod's first mode with its tip mass
@@ -244,7 +244,8 @@ def checks_reserve(options: PlanOptions, baselines: bool) -> float:
     ``verify_dt`` (:func:`verification_reserve`), and the robustness band: one forward run at the planning step
     per factor of :attr:`PlanOptions.band` and variant it re-simulates (naive and optimized, and ZVD when the
     ``baselines`` run), three forward runs being one evaluation."""
-    return verification_reserve(options) + len(options.band) * (3 if baselines else 2) / EVALUATION_FORWARD_RUNS
+    band_runs = len(options.band) * (3 if baselines else 2)
+    return verification_reserve(options) + band_runs / EVALUATION_FORWARD_RUNS
 
 
 #: The planner node's parameters (``config/<robot>.params.yaml``) that set plan options, by option name. A value of

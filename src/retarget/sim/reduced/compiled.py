@@ -30,6 +30,7 @@ import numpy as np
 from numba import types
 from numba.np.linalg import _LAPACK, ensure_lapack
 from numpy.typing import NDArray
+from scipy.linalg import lu_solve
 
 from retarget.sim.reduced.cubature import cubature_force_directional, cubature_force_value, cubature_tangents
 from retarget.sim.reduced.dynamics import body_force, body_forces
@@ -661,8 +662,6 @@ def condensed_solve_columns(p: Packed, ws: Workspace, res: NDArray) -> NDArray:
     ``J_WU`` product is one GEMM and the LU solve one LAPACK ``getrs`` over all columns, where a loop over the
     columns does a matrix–vector product and two triangular sweeps per column (a tangent-linear pass solves one
     column per parameter and step: the drummer's 260 columns × 323 unknowns, docs/optimize.md)."""
-    from scipy.linalg import lu_solve
-
     nu = int(p.sizes[0])
     nb = p.rmass.shape[0]
     res = np.asarray(res, dtype=float)
