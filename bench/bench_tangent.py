@@ -5,8 +5,8 @@ the block solve with the steps' linearizations computed ahead on ``--workers`` t
 (:func:`retarget.optimize.engines.step_sensitivities`; the others run with one).
 
 Both run in one process on the same window, point and rollout, and must give the same Jacobian (to the solve's
-rounding on the badly scaled DAE). Prints the thread settings and one JSON object with both wall times, their ratio
-and the pass's stages; writes it to ``bench/results/tangent-<robot>-<motion>.json``.
+rounding on the badly scaled DAE). Prints the thread settings and one JSON object with the three wall times and
+their ratios; writes it to ``bench/results/tangent-<robot>-<motion>.json``.
 
     OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 .venv/bin/python bench/bench_tangent.py \\
         [--robot drummer --motion drummer/drumming --start 1.0 --window 1.0 --tail 0.5]

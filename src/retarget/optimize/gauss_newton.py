@@ -302,7 +302,7 @@ def levenberg_marquardt(pp: PlanProblem, options: PlanOptions, x_start: NDArray[
     tangent_s = state.tangent_s if state.tangent_s is not None else \
         2.0 * state.duration * (1 if pp.ensemble is None else pp.ensemble.size)
 
-    pass_started = [0.0]
+    pass_started = 0.0  # when the running tangent pass started
 
     def tangent_progress(k: int, total: int) -> None:
         if progress is not None:
@@ -310,14 +310,14 @@ def levenberg_marquardt(pp: PlanProblem, options: PlanOptions, x_start: NDArray[
         if k == max(1, total // PROJECT_AFTER):
             # The pass's own pace: one that will not end (with a trial after it) before the deadline stops here,
             # not at the deadline, and its projected time goes to the next window.
-            state.tangent_s = (time.perf_counter() - pass_started[0]) * total / k
+            state.tangent_s = (time.perf_counter() - pass_started) * total / k
             affordable(state.tangent_s * (total - k) / total + state.duration)
 
     while state.iterations < options.max_iterations:
         affordable(tangent_s + state.duration)
-        pass_started[0] = time.perf_counter()
+        pass_started = time.perf_counter()
         hess, grad = ensemble_gauss_newton(pp, x, ev.rollout, tangent_progress)
-        tangent_s = state.tangent_s = time.perf_counter() - pass_started[0]
+        tangent_s = state.tangent_s = time.perf_counter() - pass_started
         state.best = ev = replace(ev, gradient=grad)
         scale = np.maximum(np.diag(hess), 1e-12 * max(float(np.max(np.diag(hess))), 1e-300))
         accepted = False
