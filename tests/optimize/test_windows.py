@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 from rod_plan import OPTIONS, ramp, recorded, rod_limits, tip
 
-from retarget.optimize.adjoint import window_parameters
+from retarget.optimize.adjoint import Window, first_influence, window_parameters
 from retarget.optimize.engines import reduced_engine
 from retarget.optimize.errors import OptimizeError, PlanCancelled, TimeBudgetError
+from retarget.optimize.gauss_newton import ensemble_gauss_newton
 from retarget.optimize.lbfgs import optimize
 from retarget.optimize.planning import run_plan
 from retarget.optimize.problem import build_plan_problem
@@ -106,6 +107,24 @@ def test_a_tangent_pass_that_cannot_end_in_time_stops_at_its_own_pace(engine):
     assert res.budget_limited and res.iterations == 0
     assert time.perf_counter() - started < 3.0  # stopped after a few steps, well before the deadline
     assert res.tangent_s is not None and res.tangent_s > 0.2 * n * 0.8  # the projected pass
+
+
+def test_a_window_tangent_pass_reports_its_own_steps(engine):
+    """A window's pass runs over the window's steps, and its progress says so: the pace check projects the pass
+    from that count (counted against the motion's steps, a drummer window's pass was projected 6.7 x too long and
+    every later window declined its iteration)."""
+    options = replace(WINDOWS, method="gauss-newton")
+    pp = _problem(engine, options)
+    problem, x = pp.problem, pp.fit.parameters
+    states = pp.evaluate(x, gradient=False).rollout.states
+    a, last = 8, 24
+    free = window_parameters(problem, a, 16, first_influence(problem))
+    sub = replace(pp, problem=replace(problem, window=Window(a, last, states[a], states[a - 1], free, x.copy())),
+                  bounds=[pp.bounds[i] for i in free], ensemble=None)
+    seen: list[tuple[int, int]] = []
+    ensemble_gauss_newton(sub, x[free], sub.evaluate(x[free], gradient=False).rollout,
+                          lambda done, total: seen.append((done, total)))
+    assert seen[-1] == (last - a, last - a) < (problem.n_steps, problem.n_steps)
 
 
 def test_overlapping_windows_optimize_part_of_each_span_again(engine):

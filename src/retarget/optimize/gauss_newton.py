@@ -237,7 +237,6 @@ def ensemble_gauss_newton(pp: PlanProblem, x: NDArray[np.float64], nominal: Roll
         progress: ``progress(done, total)`` over the tangent passes.
     """
     problems = (pp.problem,) if pp.ensemble is None else (pp.ensemble.nominal, *pp.ensemble.members)
-    n = pp.problem.n_steps
     x = np.asarray(x, dtype=float)
     pool = None if pp.ensemble is None else pp.ensemble.pool
     futures = []
@@ -254,7 +253,8 @@ def ensemble_gauss_newton(pp: PlanProblem, x: NDArray[np.float64], nominal: Roll
     grad = np.zeros(len(x))
     for i, problem in enumerate(todo):
         run = nominal if i == 0 else evaluate(problem, x, gradient=False).rollout
-        cb = None if progress is None else (lambda k, _n, i=i: progress(i * n + k, len(todo) * n))
+        # A pass reports over its own steps: a window's, not the motion's.
+        cb = None if progress is None else (lambda k, steps, i=i: progress(i * steps + k, len(todo) * steps))
         ls = tangent_least_squares(problem, x, run, cb)
         hess += ls.hessian
         grad += ls.gradient
