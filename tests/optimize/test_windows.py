@@ -1,8 +1,9 @@
 """Receding-horizon windows (retarget.optimize.windows.optimize_windows) on the reduced rod on a motor: the whole
 objective falls, limits hold, windows overlap, an interrupt keeps what the earlier windows gained, a window without
 time for one simulation is skipped (a window optimizer injected through ``window_optimizer``), the time shares do
-not count the first step's compile time, and each window hands its curvature (and its Levenberg–Marquardt tangent
-pass's time) on to the next; a tangent pass that cannot end in time stops early."""
+not count the first step's compile time nor one slow start run, and each window hands its curvature (and its
+Levenberg–Marquardt tangent pass's time) on to the next; a tangent pass that cannot end in time stops early, and
+its pace counts the window's steps."""
 from __future__ import annotations
 
 import time
@@ -218,6 +219,32 @@ def test_window_shares_do_not_count_the_first_steps_compile_time(engine):
     # Counted in, the 2.5 s step would have left 4 - 2.5 - 2.5 x 5.8 < 0 s: every window skipped.
     assert "skipped: no time left" not in stopped, stopped
     assert res.evaluations >= 1
+
+
+def test_a_slow_start_run_does_not_set_every_windows_reserve(engine):
+    """The reserve for the checks is timed per forward step by the median of the whole-motion start run and the
+    Levenberg–Marquardt windows' runs: a start run slowed by another job shrinks the first shares only."""
+    options = replace(WINDOWS, method="gauss-newton", max_iterations=1, time_budget=60.0)
+    optimize_windows(_problem(engine, options), replace(options, time_budget=None))  # compiled and warm
+
+    def slow_start(problem, call, progress):
+        if call > 1:
+            return progress
+
+        def slow(k: int, total: int) -> None:
+            time.sleep(0.02)
+            if progress is not None:
+                progress(k, total)
+
+        return slow
+
+    pp = recorded(_problem(engine, options), slow_start)
+    res = optimize_windows(pp, options, reserve_evaluations=3.0)
+    # The time left for the windows when each started (its share times the windows still to do).
+    left = [w["share_s"] * (len(res.windows) - i) for i, w in enumerate(res.windows) if "share_s" in w]
+    slow_reserve = 0.02 * pp.problem.n_steps * (1.0 + 3.0 * 3.0)
+    # Window 2 times the reserve by the median of the slow run and window 1's: about half of it comes back.
+    assert len(left) >= 2 and left[1] > left[0] + 0.3 * slow_reserve, (left, slow_reserve)
 
 
 def test_windows_need_a_positive_window(engine):

@@ -42,9 +42,9 @@ class OptimizationResult:
         method: the method that ran.
         first_step: length of L-BFGS-B's first trial step [rad] (see :attr:`PlanOptions.first_step`).
         windows: with :func:`optimize_windows`, per window: ``window``, ``start_s``, ``end_s``, ``parameters``,
-            ``iterations``, ``evaluations``, its ``objective_initial`` / ``objective_final``, ``wall_s``, its
-            ``first_step_rad``, whether that step came from the previous window's curvature (``curvature_from``)
-            and why it ``stopped``; None otherwise.
+            its share of the time budget ``share_s`` (with a budget), ``iterations``, ``evaluations``, its
+            ``objective_initial`` / ``objective_final``, ``wall_s``, its ``first_step_rad``, whether that step came
+            from the previous window's curvature (``curvature_from``) and why it ``stopped``; None otherwise.
         curvature: ``J``'s curvature along the first trial step [1/rad²·J units], the secant
             ``(∇J(x₁) − ∇J(x₀))·s / |s|²`` of the first point evaluated after ``x₀`` (the probe, or the first
             trial point); None if there was none or it was not positive.

@@ -50,8 +50,9 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
     few evaluations of its own within a 15-minute budget.
 
     The time budget (after keeping ``reserve_evaluations`` whole evaluations, about three forward runs each, and
-    one forward run for the final measurement) is shared out equally among the windows still to do; time a window
-    does not use passes on. (Shares weighted by the input's tracking error per window were measured worse on the
+    one forward run for the final measurement; a whole-motion forward run timed by the median time per step of the
+    start run and the Levenberg–Marquardt windows' runs) is shared out equally among the windows still to do; time a
+    window does not use passes on. (Shares weighted by the input's tracking error per window were measured worse on the
     drummer: the early windows' improvements carry over as less sway into the later ones; docs/optimize.md.)
     ``J`` over the whole motion is measured before and after; if the windows made it worse, the start ``x₀`` is
     returned (with a message).
@@ -95,6 +96,9 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
     forward_s = ended - started
     if first_step and n > 1:
         forward_s = min(forward_s, (ended - first_step[0]) * n / (n - 1))
+    # Seconds per forward step: this run's, then each Levenberg–Marquardt window's latest forward run (its
+    # evaluations are forward runs). The reserve uses their median, so one slow run does not move every share.
+    step_s = [forward_s / n]
     span = max(1, int(round(options.window / dt)))
     tail = int(round(options.window_tail / dt))
     stride = max(1, span - int(round(options.window_overlap / dt)))
@@ -130,6 +134,7 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
             break
         window_deadline: float | None = None
         if deadline is not None:
+            forward_s = float(np.median(step_s)) * n
             left = deadline - time.perf_counter() - forward_s * (1.0 + EVALUATION_FORWARD_RUNS * reserve_evaluations)
             if left <= 0.0:
                 budget_limited = True
@@ -138,6 +143,7 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
                                 "ones keep the start")
                 break
             window_deadline = time.perf_counter() + left / (len(spans) - w)
+            summary["share_s"] = left / (len(spans) - w)
         window = Window(a, last, states[a], states[a - 1] if a > 0 else None, free, x.copy())
         sub = replace(pp, problem=replace(problem, window=window), bounds=[pp.bounds[i] for i in free], ensemble=None)
 
@@ -184,6 +190,8 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
                        else "previous window" if curvature is not None else "probe",
                        stopped="interrupted" if res.interrupted else "time share" if res.budget_limited
                        else "converged or iteration cap")
+        if window_method == "gauss-newton" and res.evaluation_s > 0.0:
+            step_s.append(res.evaluation_s / (last - a))
         curvature = res.curvature or curvature
         tangent_s = res.tangent_s or tangent_s
         if res.interrupted:
