@@ -112,8 +112,7 @@ def test_a_tangent_pass_that_cannot_end_in_time_stops_at_its_own_pace(engine):
 
 def test_a_window_tangent_pass_reports_its_own_steps(engine):
     """A window's pass runs over the window's steps, and its progress says so: the pace check projects the pass
-    from that count (counted against the motion's steps, a drummer window's pass was projected 6.7 x too long and
-    every later window declined its iteration)."""
+    from that count, not from the whole motion's steps (which would project it as long as a whole-motion pass)."""
     options = replace(WINDOWS, method="gauss-newton")
     pp = _problem(engine, options)
     problem, x = pp.problem, pp.fit.parameters

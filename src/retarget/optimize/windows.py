@@ -142,8 +142,8 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
                 messages.append(f"time budget reached before window {w + 1} of {len(spans)}: it and the later "
                                 "ones keep the start")
                 break
-            window_deadline = time.perf_counter() + left / (len(spans) - w)
-            summary["share_s"] = left / (len(spans) - w)
+            summary["share_s"] = share = left / (len(spans) - w)
+            window_deadline = time.perf_counter() + share
         window = Window(a, last, states[a], states[a - 1] if a > 0 else None, free, x.copy())
         sub = replace(pp, problem=replace(problem, window=window), bounds=[pp.bounds[i] for i in free], ensemble=None)
 
