@@ -196,7 +196,7 @@ def test_a_window_without_time_for_one_simulation_is_skipped(engine, window, tai
 def test_window_shares_do_not_count_the_first_steps_compile_time(engine):
     """The windows' time shares keep a reserve of whole-motion forward runs, timed on the first one; a slow first
     step (numba compiling, the first plan after an install) must not be counted into that estimate, or it eats
-    every window's share (measured: a 900 s drummer plan left 300 s unused)."""
+    every window's share."""
     options = replace(WINDOWS, max_iterations=1, time_budget=4.0)
     optimize_windows(_problem(engine), replace(options, time_budget=None))  # compiled and warm
 
