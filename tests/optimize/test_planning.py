@@ -187,6 +187,8 @@ def test_the_verification_reserve_is_nominal_work_beside_the_robust_objective(ro
     turn: ``workers=1``) its 10 nominal evaluations are 3.3 of the optimizer's, which is the reserve the optimizer
     gets (uncorrected, 10 of its evaluations would be kept). Checked on the reserve handed to the optimizer, not on
     a wall-clock budget: the evaluations' durations vary by more than the difference between the two."""
+    import inspect
+
     import retarget.optimize.planning as planning
     from retarget.sim.reduced.system import with_stiffness_scale
 
@@ -199,7 +201,7 @@ def test_the_verification_reserve_is_nominal_work_beside_the_robust_objective(ro
     real = planning._optimize_within_torque
 
     def spy(*args, **kwargs):
-        reserves.append(args[7])
+        reserves.append(inspect.signature(real).bind(*args, **kwargs).arguments["reserve"])
         return real(*args, **kwargs)
 
     monkeypatch.setattr(planning, "_optimize_within_torque", spy)
