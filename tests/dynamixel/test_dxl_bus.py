@@ -11,7 +11,12 @@ import numpy as np
 import pytest
 
 from retarget.dynamixel.bus import DynamixelBus
-from retarget.dynamixel.control_table import HardwareErrorStatus, OperatingMode, load_control_table
+from retarget.dynamixel.control_table import (
+    HardwareErrorStatus,
+    OperatingMode,
+    load_control_table,
+    position_to_radians,
+)
 from retarget.dynamixel.emulator import EmulatedBus, PtyEmulator, send_control
 from retarget.dynamixel.errors import (
     CrcError,
@@ -259,3 +264,50 @@ def test_vanish_and_restore_cycles_while_the_client_talks(pty_emulator: PtyEmula
         stop.set()
         talker.join(timeout=10.0)
     assert not talker.is_alive() and answered
+
+
+class _LateReplyPort(LoopbackPort):
+    """A loopback port whose reply to one request comes late: after the next request has been written (and the
+    port cleared for it), just before that request's own reply, as a late reply comes from a busy emulator or a USB
+    adapter's latency timer."""
+
+    def __init__(self, bus: EmulatedBus) -> None:
+        super().__init__(bus)
+        self.hold_next = False
+        self._held = b""
+
+    def writePort(self, packet: list[int] | bytes) -> int:  # noqa: N802 (SDK method name)
+        held, self._held = self._held, b""
+        before = len(self._rx)
+        written = super().writePort(packet)
+        reply = bytes(self._rx[before:])
+        del self._rx[before:]
+        if self.hold_next:
+            self.hold_next, self._held = False, reply
+            reply = b""
+        self._rx.extend(held + reply)
+        return written
+
+
+@pytest.mark.parametrize("late", ["ping", "firmware", "position", "write"])
+def test_a_late_reply_is_not_read_as_the_answer_to_the_next_request(emulated: EmulatedBus, late: str) -> None:
+    port = _LateReplyPort(emulated)
+    bus = DynamixelBus(port, [1, 2, 3]).open()
+    bus.configure(OperatingMode.POSITION)
+    position = emulated.servos[1].get("Present Position")  # the fake clock stands still
+    late_request = {"ping": lambda: bus.ping(1), "firmware": lambda: bus.read(1, "Firmware Version"),
+                    "position": lambda: bus.read(1, "Present Position"),
+                    "write": lambda: bus.write(1, "LED", 1)}[late]
+    checks = [
+        lambda: bus.ping(1) == 1030,  # the model number of the default table (XM430-W210)
+        lambda: bus.read(1, "Firmware Version") == 38,
+        lambda: bus.read(1, "Present Position") == position,
+        lambda: bus.write(1, "Torque Enable", 0) is None,
+        lambda: bus.check_models() == {1: 38, 2: 38, 3: 38},
+        lambda: bus.read_state().position[0] == pytest.approx(position_to_radians(position)),
+    ]
+    for k, check in enumerate(checks):
+        port.hold_next = True
+        with pytest.raises(NoReplyError, match="servo 1"):
+            late_request()
+        assert check(), f"check {k} after a late reply to {late}"

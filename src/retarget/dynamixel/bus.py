@@ -10,6 +10,12 @@ mapped to an exception of :mod:`retarget.dynamixel.errors` naming the servo:
   when the alert bit is set and the register could be read);
 - other SDK codes → :class:`CommunicationError`.
 
+Protocol 2.0 status packets carry no sequence number, so a reply that comes after its request timed out (a busy
+host, a USB adapter's latency timer) is read as the answer to the next request to that servo. The SDK checks only
+the ID; every receive here also checks that the packet carries as many parameters as the request asks for
+(:meth:`DynamixelBus._receive`) and skips the ones that do not, so a late one-byte reply is never decoded as a
+two-byte model number or as an acknowledgement.
+
 Alert-only status packets (bit 7 set, error number 0) mean the command was executed but the servo has a
 latched hardware error. Writes and pings then succeed; :meth:`DynamixelBus.read_state` raises
 :class:`DeviceError` (default) or reports them in :attr:`BusState.alert`.
@@ -32,6 +38,7 @@ from dynamixel_sdk import (
     COMM_RX_CORRUPT,
     COMM_RX_TIMEOUT,
     COMM_SUCCESS,
+    DXL_MAKEWORD,
     GroupSyncRead,
     GroupSyncWrite,
     PacketHandler,
@@ -56,7 +63,6 @@ from retarget.dynamixel.errors import (
     DeviceError,
     DynamixelError,
     GoalOutOfRangeError,
-    MalformedReplyError,
     NoReplyError,
     PortGoneError,
     WrongModelError,
@@ -75,6 +81,13 @@ _PORT_ERRORS = (OSError, serial.SerialException, termios.error, TypeError)
 # Present Current (126, 2 B), Present Velocity (128, 4 B), Present Position (132, 4 B): one contiguous block.
 _STATE_ADDRESS = 126
 _STATE_LENGTH = 10
+
+# Protocol 2.0 framing (the SDK's packet layout): FF FF FD 00 ID LEN_L LEN_H INST ERR PARAM... CRC_L CRC_H, where
+# LEN counts INST, ERR, the parameters and the CRC.
+_ID, _LENGTH_L, _LENGTH_H, _INSTRUCTION, _ERROR, _PARAMETERS = 4, 5, 6, 7, 8, 9
+_INST_PING = 0x01
+_PING_PARAMETERS = 3  # model number (2 B), firmware version (1 B)
+_STATUS_OVERHEAD = 11  # header, reserved, ID, LEN, INST, ERR, CRC
 
 
 class _PortHandler(PortHandler):
@@ -247,6 +260,44 @@ class DynamixelBus:
             raise CrcError(servo_id)
         raise CommunicationError(servo_id, result, self._packet.getTxRxResult(result))
 
+    def _send(self, servo_id: int, fn: Callable[..., int], *args: Any) -> None:
+        """Send one instruction packet through the SDK (``fn`` returns its result code)."""
+        result = self._io(servo_id, fn, *args)
+        if result != COMM_SUCCESS:
+            self._flush()
+            raise CommunicationError(servo_id, result, self._packet.getTxRxResult(result))
+
+    def _receive(self, servo_id: int, parameters: int, what: str) -> bytes:
+        """The parameters of ``servo_id``'s status packet answering ``what`` (see :meth:`_receive_status`); a
+        status with an error number raises :class:`DeviceError`."""
+        data, error = self._receive_status(servo_id, parameters, what)
+        self._check(servo_id, COMM_SUCCESS, error, what)
+        return data
+
+    def _receive_status(self, servo_id: int, parameters: int, what: str) -> tuple[bytes, int]:
+        """Receive ``servo_id``'s status packet with ``parameters`` parameter bytes within the packet timeout
+        already set; return its parameters and error byte.
+
+        Status packets from other servos, and from this one with another parameter count (a reply that came after
+        its own request timed out), are skipped. A status with an error number carries no parameters, so one
+        answering a read is returned as an empty block with its error byte.
+
+        Raises:
+            NoReplyError, CrcError, CommunicationError (the port's result), PortGoneError.
+        """
+        while True:
+            packet, result = self._io(servo_id, self._packet.rxPacket, self._port, False)
+            if result != COMM_SUCCESS:
+                self._check(servo_id, result, 0, what)
+            if packet[_ID] != servo_id:
+                continue
+            count = DXL_MAKEWORD(packet[_LENGTH_L], packet[_LENGTH_H]) - 4
+            error = int(packet[_ERROR])
+            if count == parameters:
+                return bytes(packet[_PARAMETERS:_PARAMETERS + count]), error
+            if count == 0 and error & 0x7F:
+                return b"", error
+
     def _flush(self) -> None:
         """After a failed exchange, let late bytes arrive and drop them so the next reply is not misread."""
         time.sleep(0.002)
@@ -259,13 +310,13 @@ class DynamixelBus:
 
     def _hardware_error_or_none(self, servo_id: int) -> int | None:
         """Read Hardware Error Status without raising (used while building another error)."""
-        address = self.table["Hardware Error Status"].address
+        item = self.table["Hardware Error Status"]
         try:
-            value, result, _ = self._packet.read1ByteTxRx(self._port, servo_id, address)
-        except _PORT_ERRORS:
-            self._port.is_using = False
+            self._send(servo_id, self._packet.readTx, self._port, servo_id, item.address, item.size)
+            data, _ = self._receive_status(servo_id, item.size, "read Hardware Error Status")
+        except DynamixelError:
             return None
-        return int(value) if result == COMM_SUCCESS else None
+        return item.decode(data) if len(data) == item.size else None
 
     # --- single-servo access ------------------------------------------------------------------------------------
 
@@ -275,9 +326,12 @@ class DynamixelBus:
         Raises:
             NoReplyError, CrcError, PortGoneError, DeviceError.
         """
-        model, result, error = self._io(servo_id, self._packet.ping, self._port, servo_id)
-        self._check(servo_id, result, error, "ping")
-        return int(model)
+        packet = [0] * 10
+        packet[_ID], packet[_LENGTH_L], packet[_LENGTH_H], packet[_INSTRUCTION] = servo_id, 3, 0, _INST_PING
+        self._send(servo_id, self._packet.txPacket, self._port, packet)
+        self._port.setPacketTimeout(_STATUS_OVERHEAD + _PING_PARAMETERS)
+        params = self._receive(servo_id, _PING_PARAMETERS, "ping")
+        return DXL_MAKEWORD(params[0], params[1])
 
     def check_models(self) -> dict[int, int]:
         """Ping every servo and check it is the configured model; return {ID: firmware version}.
@@ -300,13 +354,9 @@ class DynamixelBus:
             InputError: unknown item. NoReplyError, CrcError, PortGoneError, DeviceError.
         """
         item = self.table[name]
-        data, result, error = self._io(
-            servo_id, self._packet.readTxRx, self._port, servo_id, item.address, item.size
-        )
-        self._check(servo_id, result, error, f"read {name}")
-        if len(data) != item.size:
-            raise MalformedReplyError(f"read {name}: {len(data)} bytes, expected {item.size}", bytes(data), servo_id)
-        return item.decode(bytes(data))
+        # readTx sets the packet timeout for a reply of item.size bytes.
+        self._send(servo_id, self._packet.readTx, self._port, servo_id, item.address, item.size)
+        return item.decode(self._receive(servo_id, item.size, f"read {name}"))
 
     def write(self, servo_id: int, name: str, value: int) -> None:
         """Write one control table item (raw units) and wait for the status packet.
@@ -317,10 +367,9 @@ class DynamixelBus:
         """
         item = self.table[name]
         data = list(item.encode(value))
-        result, error = self._io(
-            servo_id, self._packet.writeTxRx, self._port, servo_id, item.address, item.size, data
-        )
-        self._check(servo_id, result, error, f"write {name}={value}")
+        self._send(servo_id, self._packet.writeTxOnly, self._port, servo_id, item.address, item.size, data)
+        self._port.setPacketTimeout(_STATUS_OVERHEAD)
+        self._receive(servo_id, 0, f"write {name}={value}")
 
     def scan(self) -> dict[int, int]:
         """Broadcast ping; return {ID: model number} of every servo that answered (takes ~1 s, SDK timeout)."""
@@ -485,11 +534,7 @@ class DynamixelBus:
         errors = np.zeros(n, dtype=np.int64)
         for k, servo_id in enumerate(self.ids):
             # Per-servo receive (not group.rxPacket) to keep each servo's ERR byte and to name the silent one.
-            data, result, error = self._io(servo_id, self._packet.readRx, self._port, servo_id, _STATE_LENGTH)
-            self._check(servo_id, result, error, f"sync read {_STATE_ADDRESS}+{_STATE_LENGTH}")
-            if len(data) != _STATE_LENGTH:
-                raise MalformedReplyError(f"sync read returned {len(data)} bytes", bytes(data), servo_id)
-            block = bytes(data)
+            block, error = self._receive_status(servo_id, _STATE_LENGTH, f"sync read {_STATE_ADDRESS}+{_STATE_LENGTH}")
             raw[k] = (
                 int.from_bytes(block[0:2], "little", signed=True),
                 int.from_bytes(block[2:6], "little", signed=True),
