@@ -2,8 +2,8 @@
 objective falls, limits hold, windows overlap, an interrupt keeps what the earlier windows gained, a window without
 time for one simulation is skipped (a window optimizer injected through ``window_optimizer``), the time shares do
 not count the first step's compile time nor one slow start run, and each window hands its curvature (and its
-Levenberg–Marquardt tangent pass's time) on to the next; a tangent pass that cannot end in time stops early, and
-its pace counts the window's steps."""
+Levenberg–Marquardt tangent pass's time) on to the next; a tangent pass that cannot end in time stops early, its
+pace counts the window's steps, and the trial after a pass runs even when the pass ran slower than its pace."""
 from __future__ import annotations
 
 import time
@@ -108,6 +108,30 @@ def test_a_tangent_pass_that_cannot_end_in_time_stops_at_its_own_pace(engine):
     assert res.budget_limited and res.iterations == 0
     assert time.perf_counter() - started < 3.0  # stopped after a few steps, well before the deadline
     assert res.tangent_s is not None and res.tangent_s > 0.2 * n * 0.8  # the projected pass
+
+
+def test_the_first_trial_after_a_slow_tangent_pass_still_runs(engine):
+    """A pass that looked affordable at its pace check but ran slower ends with too little time for a trial: the
+    trial runs all the same (its cost was committed with the pass), so the pass is not paid for and thrown away."""
+    options = replace(WINDOWS, method="gauss-newton", max_iterations=1)
+    pp = build_plan_problem(engine, ramp(), tip(), rod_limits(), options)
+    n = pp.problem.n_steps
+    evaluation_s, pass_s = 0.8, 1.0
+
+    def slow(done: int, total: int) -> None:
+        if total == n and done == n // 2:  # a forward run (the start, the trials)
+            time.sleep(evaluation_s)
+        if total == 2 * n and done > n + n // 2:  # the pass's second half, after its pace check
+            time.sleep(pass_s / (n - n // 2))
+
+    pp.evaluate(pp.fit.parameters, gradient=False)  # compiled: the start run takes its sleep and little more
+    started = time.perf_counter()
+    # Time enough for the start run, the pass as guessed (0.3 s) and a trial, but not for the trial after the pass
+    # as it runs (1 s).
+    res = optimize(pp, options, step_progress=slow, deadline=started + evaluation_s + pass_s + 0.5, tangent_s=0.3)
+    assert time.perf_counter() - started > evaluation_s + pass_s  # the pass did run slow
+    assert res.iterations == 1 and res.evaluations == 2
+    assert res.objective_final < res.objective_initial
 
 
 def test_a_window_tangent_pass_reports_its_own_steps(engine):

@@ -280,7 +280,8 @@ def levenberg_marquardt(pp: PlanProblem, options: PlanOptions, x_start: NDArray[
                          state: SearchState, history: list[float],
                          callback: Callable[[dict[str, float]], None] | None,
                          progress: Callable[[int, int], None] | None, affordable: Callable[[float], None],
-                         lower: NDArray[np.float64], upper: NDArray[np.float64]) -> str:
+                         lower: NDArray[np.float64], upper: NDArray[np.float64],
+                         paid_progress: Callable[[int, int], None] | None = None) -> str:
     """Levenberg–Marquardt iterations (Marquardt's diagonal scaling, Nielsen's damping update) from ``x_start``.
 
     Each iteration: one tangent-linear pass per model of the objective at the current point (exact Gauss–Newton
@@ -289,6 +290,11 @@ def levenberg_marquardt(pp: PlanProblem, options: PlanOptions, x_start: NDArray[
     a rejected step). Updates ``state`` (best point, evaluations, ``iterations``) and ``history`` in place;
     returns the stop reason. ``affordable(seconds)`` raises ``BudgetExhausted`` before work that would overrun
     the budget; ``KeyboardInterrupt`` passes through, as in the L-BFGS-B loop.
+
+    A pass starts only when it and one trial after it are affordable, so the first trial after a pass always runs,
+    reporting to ``paid_progress`` (the step progress without the deadline's guard): a pass that ran slower than
+    its pace promised would otherwise be paid for and thrown away. The overrun is at most one forward run, taken
+    from what comes after (the later windows' shares, the verification's reserve).
     """
     from retarget.sim.errors import SimulationError
 
@@ -320,9 +326,10 @@ def levenberg_marquardt(pp: PlanProblem, options: PlanOptions, x_start: NDArray[
         tangent_s = state.tangent_s = time.perf_counter() - pass_started
         state.best = ev = replace(ev, gradient=grad)
         scale = np.maximum(np.diag(hess), 1e-12 * max(float(np.max(np.diag(hess))), 1e-300))
-        accepted = False
+        accepted, paid = False, True
         for _ in range(12):
-            affordable(state.duration)
+            if not paid:
+                affordable(state.duration)
             step = np.linalg.solve(hess + mu * np.diag(scale), -grad)
             x_new = np.clip(x + step, lower, upper)
             step = x_new - x
@@ -331,8 +338,9 @@ def levenberg_marquardt(pp: PlanProblem, options: PlanOptions, x_start: NDArray[
                 mu, nu = mu * nu, 2.0 * nu
                 continue
             t0 = time.perf_counter()
+            trial_progress, paid = (paid_progress if paid else progress), False
             try:
-                trial = pp.evaluate(x_new, gradient=False, progress=progress)
+                trial = pp.evaluate(x_new, gradient=False, progress=trial_progress)
             except SimulationError as exc:
                 _LOG.debug("LM trial could not be simulated (mu %.3e): %s", mu, exc)
                 state.failed += 1

@@ -200,7 +200,7 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
     try:
         if method == "gauss-newton":
             message = levenberg_marquardt(pp, options, x_start, state, history, callback, progress, affordable,
-                                           lower, upper)
+                                           lower, upper, paid_progress=step_progress)
         if method == "descent":
             message, length = _descent(options, state, first, lower, upper, curvature, evaluated, valued, history,
                                        callback)
