@@ -1,4 +1,5 @@
-"""retarget.ros.spinning.spin: a shutdown race ends spinning quietly, a real error in a callback does not."""
+"""retarget.ros.spinning.spin: a shutdown race ends spinning quietly, a real error in a callback does not, and a
+node that dies of a fatal signal prints where."""
 from __future__ import annotations
 
 from typing import Any
@@ -130,3 +131,23 @@ def test_sigint_ends_spinning_at_the_wait_and_never_inside_a_callback() -> None:
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [
         "callback finished", "before shutdown", "handler restored True", "context ok False"]
+
+
+def test_a_node_that_dies_of_a_fatal_signal_prints_its_threads_stacks(start_node: Any) -> None:
+    """A node (its own process, as ``retarget up`` starts it) killed by SIGSEGV, as a crash in rclpy or the DDS
+    kills it, leaves the Python stack of each thread in its log, not only the exit code."""
+    import signal
+    import time
+
+    from ros_helpers import wait_for
+
+    server = start_node("retarget.ros.trajectory_server", {"joint_names": ["base_pitch"]}, "trajectory_server",
+                        namespace="/test_fatal_signal")
+    wait_for(lambda: "ready:" in server.log() or server.proc.poll() is not None, 30.0,
+             f"trajectory_server to start: {server.log()}")
+    time.sleep(1.0)  # "ready:" is logged just before the node starts spinning
+    server.proc.send_signal(signal.SIGSEGV)
+    assert server.proc.wait(10.0) == -signal.SIGSEGV
+    log = server.log()
+    assert "Fatal Python error: Segmentation fault" in log and "most recent call first" in log, log
+    assert "spinning.py" in log, log  # the main thread's stack: in spin, where the node waits

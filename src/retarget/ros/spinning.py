@@ -14,9 +14,14 @@ node's thread that triggers a guard condition gets ``InvalidHandle``. None of th
 stopping anyway. :func:`spin` absorbs it when a SIGINT was noted, a KeyboardInterrupt is in the exception's chain
 (Ctrl-C outside the main thread's spin) or once the context is shut down (waiting up to :data:`SHUTDOWN_GRACE_S`
 for that), and re-raises anything else.
+
+A crash in native code (rclpy, the DDS) would end a node with nothing in its log but the exit code -11: :func:`spin`
+turns on :mod:`faulthandler`, so the node prints every thread's Python stack to stderr when it dies of a fatal
+signal, and its log says where.
 """
 from __future__ import annotations
 
+import faulthandler
 import signal
 import threading
 import time
@@ -51,6 +56,8 @@ def spin(node: Node, executor: Executor | None = None, before_shutdown: Callable
     Raises:
         Whatever spinning raised while the context was still up (a real error in a callback).
     """
+    if not faulthandler.is_enabled():
+        faulthandler.enable()
     executor = executor or SingleThreadedExecutor(context=node.context)
     noted: list[int] = []
     try:
