@@ -390,9 +390,10 @@ def test_retarget_up_goal_then_sigint(robot: str, ros_context: Any) -> None:
                                                                                "".join(errors[-40:]))
 
         os.killpg(proc.pid, signal.SIGINT)  # as Ctrl-C in a terminal: the whole foreground group
-        assert proc.wait(20.0) == 0, "".join(errors[-40:])
-        for reader in readers:
+        code = proc.wait(20.0)
+        for reader in readers:  # all of the output, the children's last words and the stop report included
             reader.join(5.0)
+        assert code == 0, "".join(errors[-80:]) + "".join(lines[-1:])
         stopped = json.loads(lines[-1])
         assert stopped["state"] == "stopped" and stopped["killed"] == []
         assert stopped["reason"] == "signal SIGINT"
