@@ -534,7 +534,8 @@ class DynamixelBus:
         errors = np.zeros(n, dtype=np.int64)
         for k, servo_id in enumerate(self.ids):
             # Per-servo receive (not group.rxPacket) to keep each servo's ERR byte and to name the silent one.
-            block, error = self._receive_status(servo_id, _STATE_LENGTH, f"sync read {_STATE_ADDRESS}+{_STATE_LENGTH}")
+            block, error = self._receive_status(servo_id, _STATE_LENGTH,
+                                                f"sync read {_STATE_ADDRESS}+{_STATE_LENGTH}")
             raw[k] = (
                 int.from_bytes(block[0:2], "little", signed=True),
                 int.from_bytes(block[2:6], "little", signed=True),
