@@ -7,7 +7,10 @@ measures what that buys: for each ``--workers`` count, the forward rollout and t
 
 ``--dispatch kernels,numba`` also compares how the engine calls its compiled kernels: through
 :class:`retarget.sim.reduced.compiled.Kernels` (the engine's way) or through numba's dispatcher on every call, which
-types the 40-array packed system each time (what the engine did before ``Kernels``).
+types the 40-array packed system each time (what the engine did before ``Kernels``). ``--newton strict,planner``
+compares the Newton stopping tests: the update size alone (``reduced_engine``'s default) against the planner's
+(:func:`retarget.optimize.engines.planner_engine`, the remaining-error estimate too), and reports the largest
+difference of their gradients relative to the largest gradient entry.
 
     NUMBA_NUM_THREADS=2 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 python bench/bench_evaluation.py drummer \\
         drummer/drumming --reduced .cache-models/drummer-boxing-v2.npz --dt 0.005 --duration 4 --workers 1,2
@@ -49,6 +52,8 @@ def main() -> int:
     p.add_argument("--target-stride", type=int, default=20)
     p.add_argument("--workers", default="1,2", help="comma-separated linearization thread counts")
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--newton", default="planner", help="comma-separated Newton stopping tests: planner (the "
+                   "planner's, with the remaining-error estimate), strict (the update size alone)")
     p.add_argument("--dispatch", default="kernels", help="comma-separated: kernels (the engine's), numba (numba's "
                    "dispatcher on every call)")
     args = p.parse_args()
@@ -61,7 +66,7 @@ def main() -> int:
     import retarget.optimize.adjoint as adjoint
     from retarget.model import library
     from retarget.motion import load_motion
-    from retarget.optimize.engines import reduced_engine, step_sensitivities
+    from retarget.optimize.engines import planner_engine, step_sensitivities
     from retarget.optimize.options import PlanOptions
     from retarget.optimize.problem import build_plan_problem, limits_for
     from retarget.optimize.planning_model import DEFAULT_PLAN_MODES, planning_model
@@ -70,7 +75,7 @@ def main() -> int:
     motion = load_motion(library.resolve_motion(args.motion))
     pm = planning_model(args.robot, motion, n_modes=DEFAULT_PLAN_MODES, dt_train=args.dt_train,
                         mesh_axial=args.mesh_axial, mesh_around=args.mesh_around, reduced_file=args.reduced)
-    engine = reduced_engine(pm.reduced, tolerance=1e-10)
+    engine = planner_engine(pm.reduced)
     options = PlanOptions(knot_spacing=args.knot_spacing, dt=args.dt, duration=args.duration,
                           target_stride=args.target_stride, baselines=False)
     pp = build_plan_problem(engine, motion, parse_tracked_bodies(pm.config.get("tracked_bodies")),
@@ -79,7 +84,8 @@ def main() -> int:
     adjoint.evaluate(problem, x)  # compile / warm caches
     rows, gradients = [], {}
     own = engine.kernels
-    for dispatch in args.dispatch.split(","):
+    for newton, dispatch in ((nt, d) for nt in args.newton.split(",") for d in args.dispatch.split(",")):
+        engine.estimate = newton == "planner"
         engine.kernels = own if dispatch == "kernels" else _dispatched(own.packed)
         for workers in (int(w) for w in args.workers.split(",")):
             # The backward pass looks the function up in its module: pin the worker count there.
@@ -99,16 +105,22 @@ def main() -> int:
                 best = {"forward_s": min(best["forward_s"], marks["forward"] - t0),
                         "backward_s": min(best["backward_s"], t1 - marks["forward"]),
                         "total_s": min(best["total_s"], t1 - t0)}
-            gradients[dispatch, workers] = ev.gradient
-            rows.append({"dispatch": dispatch, "workers": workers, **best})
-            print(f"{dispatch}, workers {workers}: forward {best['forward_s']:.2f} s, backward "
+            gradients[newton, dispatch, workers] = ev.gradient
+            rows.append({"newton": newton, "dispatch": dispatch, "workers": workers, **best})
+            print(f"{newton}, {dispatch}, workers {workers}: forward {best['forward_s']:.2f} s, backward "
                   f"{best['backward_s']:.2f} s, total {best['total_s']:.2f} s", flush=True)
     engine.kernels = own
+    engine.estimate = True
     adjoint.step_sensitivities = step_sensitivities
-    first = next(iter(gradients.values()))
+    by_newton: dict[str, list] = {}
+    for (newton, _, _), g in gradients.items():
+        by_newton.setdefault(newton, []).append(g)
+    firsts = [gs[0] for gs in by_newton.values()]
     out = {"robot": args.robot, "motion": args.motion, "dt": args.dt, "steps": problem.n_steps,
            "parameters": int(x.size), "reduced_unknowns": int(engine.n_state), "rows": rows,
-           "gradients_identical": all(np.array_equal(g, first) for g in gradients.values()),
+           "gradients_identical": all(np.array_equal(g, gs[0]) for gs in by_newton.values() for g in gs),
+           "gradient_rel_difference": max(float(np.max(np.abs(g - firsts[0])) / np.max(np.abs(firsts[0])))
+                                          for g in firsts),
            "load_average": os.getloadavg(), "threads": threads}
     print(json.dumps(out))
     return 0

@@ -36,7 +36,7 @@ def main() -> int:
     from retarget.model import library
     from retarget.motion import load_motion
     from retarget.optimize.adjoint import Window, evaluate, window_parameters
-    from retarget.optimize.engines import reduced_engine
+    from retarget.optimize.engines import planner_engine
     from retarget.optimize.gauss_newton import ensemble_gauss_newton, tangent_least_squares
     from retarget.optimize.options import PlanOptions
     from retarget.optimize.parallel import default_workers, fork_pool
@@ -48,8 +48,8 @@ def main() -> int:
     motion = load_motion(library.resolve_motion(args.motion))
     options = PlanOptions()
     pm = planning_model(args.robot, motion, allow_training=False)
-    engine = reduced_engine(pm.reduced, tolerance=1e-10)
-    members = [(f, reduced_engine(with_stiffness_scale(pm.reduced, f), tolerance=1e-10))
+    engine = planner_engine(pm.reduced)
+    members = [(f, planner_engine(with_stiffness_scale(pm.reduced, f)))
                for f in options.stiffness_band]
     pp = build_plan_problem(engine, motion, parse_tracked_bodies(pm.config.get("tracked_bodies")),
                             limits_for(pm.model, pm.config), options, members=members)

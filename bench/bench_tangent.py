@@ -46,7 +46,7 @@ def main() -> int:
     from retarget.motion import load_motion
     from retarget.optimize import engines
     from retarget.optimize.adjoint import Window, evaluate, window_parameters
-    from retarget.optimize.engines import reduced_engine
+    from retarget.optimize.engines import planner_engine
     from retarget.optimize.gauss_newton import tangent_least_squares
     from retarget.optimize.options import PlanOptions
     from retarget.optimize.planning_model import planning_model
@@ -64,7 +64,7 @@ def main() -> int:
     motion = load_motion(library.resolve_motion(args.motion))
     options = PlanOptions(dt=args.dt)
     pm = planning_model(args.robot, motion, allow_training=False)
-    engine = reduced_engine(pm.reduced, tolerance=1e-10)
+    engine = planner_engine(pm.reduced)
     pp = build_plan_problem(engine, motion, parse_tracked_bodies(pm.config.get("tracked_bodies")),
                             limits_for(pm.model, pm.config), options)
     problem, x = pp.problem, pp.fit.parameters

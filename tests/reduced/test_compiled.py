@@ -258,6 +258,29 @@ def test_engine_steps_equal_compiled_run(pca_reduced):
     assert np.max(np.abs(run.states[:, : 7 * rs.n_rigid] - run.states[0, : 7 * rs.n_rigid])) > 1e-4
 
 
+def test_planner_engine_stops_on_the_estimate_at_the_strict_engines_states(pca_reduced):
+    """``planner_engine`` (tolerance 1e-10, the remaining-error estimate) saves Newton iterations on the one-step
+    path and on whole runs, and stays on the strict engine's trajectory to the tolerance's order."""
+    from retarget.optimize.engines import PLAN_TOLERANCE, planner_engine
+
+    rs = pca_reduced
+    motors = FunctionMotors(lambda t: [0.3 * (1 - np.cos(20 * t)), -0.1 * t], lambda t: [6 * np.sin(20 * t), -0.1])
+    strict = CompiledReducedEngine(rs, tolerance=PLAN_TOLERANCE)
+    planner = planner_engine(rs)
+    assert planner.estimate and not strict.estimate and planner.tolerance == strict.tolerance
+    start = strict.solve_static(motors.value(0.0))
+    dt, n = 1e-3, 60
+    runs = {e: e.simulate(start, motors, dt, n) for e in (strict, planner)}
+    assert runs[planner].newton_iterations.sum() < runs[strict].newton_iterations.sum()
+    nu = rs.n_u
+    assert np.max(np.abs(runs[planner].states[:, :nu] - runs[strict].states[:, :nu])) < 1e-8
+    prev2, prev, cache = None, start, {}
+    for k in range(1, n + 1):
+        new = planner.step(prev, prev2, dt, motors, k, cache)
+        prev2, prev = prev, new
+    assert np.max(np.abs(prev.s[:nu] - runs[strict].states[-1, :nu])) < 1e-8
+
+
 def test_predictor_satisfies_kinematic_rows(pca_reduced):
     """BDF2 start: V, λ extrapolated linearly; c and z rows of ``R_U`` vanish, q rows to O(h·|Δq|)."""
     rs = pca_reduced

@@ -28,7 +28,8 @@ from retarget.sim.engine import Engine, EngineState, StepSensitivity, SystemEngi
 
 __all__ = [
     "AbsoluteEngine", "Engine", "EngineState", "ReferenceReducedEngine", "StepSensitivity",
-    "SystemEngine", "bdf_history", "motor_rows", "reduced_engine", "sensitivity_workers", "step_sensitivities",
+    "PLAN_TOLERANCE", "SystemEngine", "bdf_history", "motor_rows", "planner_engine", "reduced_engine",
+    "sensitivity_workers", "step_sensitivities",
 ]
 
 
@@ -91,11 +92,14 @@ class ReferenceReducedEngine(SystemEngine):
         system: a :class:`retarget.sim.reduced.ReducedSystem`.
         tolerance: Newton tolerance on the update (max-norm of δU [m] and Δt·δV); tight so that the discrete
             solution, hence the adjoint gradient, is exact to round-off.
+        estimate: also stop Newton on the estimated remaining error (``retarget.sim.reduced.compiled.converged``),
+            as :class:`~retarget.sim.reduced.CompiledReducedEngine`.
     """
 
-    def __init__(self, system: Any, tolerance: float = 1e-12) -> None:
+    def __init__(self, system: Any, tolerance: float = 1e-12, estimate: bool = False) -> None:
         super().__init__(system)
         self.tolerance = float(tolerance)
+        self.estimate = bool(estimate)
         self._motor_blocks = [b for b, blk in enumerate(system.constraints) if getattr(blk, "motor", -1) >= 0]
 
     def _wrap(self, st: Any) -> EngineState:
@@ -118,7 +122,7 @@ class ReferenceReducedEngine(SystemEngine):
         from retarget.sim.reduced.stepper import step
 
         new, _ = step(self.system, prev.native, None if prev2 is None else prev2.native, dt, motors, cache, index,
-                      tol=self.tolerance, max_iter=40)
+                      tol=self.tolerance, max_iter=40, estimate=self.estimate)
         return self._wrap(new)
 
     def sensitivity(self, new: EngineState, prev: EngineState, prev2: EngineState | None, dt: float,
@@ -260,11 +264,28 @@ class AbsoluteEngine(SystemEngine):
                                history)
 
 
-def reduced_engine(system: Any, tolerance: float = 1e-12, compiled: bool = True) -> Engine:
+def reduced_engine(system: Any, tolerance: float = 1e-12, compiled: bool = True, estimate: bool = False) -> Engine:
     """The engine the planner runs on a reduced model: the compiled one (same states, Jacobians and gradients
-    as :class:`ReferenceReducedEngine` to round-off, about 10x faster), or the reference stepper with ``compiled=False``."""
+    as :class:`ReferenceReducedEngine` to round-off, about 10x faster), or the reference stepper with ``compiled=False``.
+
+    ``estimate`` stops each step's Newton iteration on the estimated remaining error as well as on the update size
+    (``retarget.sim.reduced.compiled.converged``): both leave the step within ``tolerance``; the estimate saves the
+    last, confirming iteration. Exact-to-round-off gradients (finite-difference tests) want it off; the planner
+    turns it on (docs/optimize.md "Newton test of the planner's runs").
+    """
     if compiled:
         from retarget.sim.reduced import CompiledReducedEngine
 
-        return CompiledReducedEngine(system, tolerance=tolerance)
-    return ReferenceReducedEngine(system, tolerance=tolerance)
+        return CompiledReducedEngine(system, tolerance=tolerance, estimate=estimate)
+    return ReferenceReducedEngine(system, tolerance=tolerance, estimate=estimate)
+
+
+#: Newton tolerance of the planner's runs (update max-norm of δU [m] and Δt·δV): the plan's forward runs, adjoint and
+#: tangent passes, and the checks after it.
+PLAN_TOLERANCE = 1e-10
+
+
+def planner_engine(system: Any) -> Engine:
+    """The compiled engine with the planner's Newton settings: :data:`PLAN_TOLERANCE`, stopping on the estimated
+    remaining error too (``reduced_engine(estimate=True)``)."""
+    return reduced_engine(system, tolerance=PLAN_TOLERANCE, estimate=True)

@@ -119,7 +119,7 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
         RetargetError: planning failed.
     """
     from retarget.motion.limits import check_plan_input
-    from retarget.optimize.engines import reduced_engine
+    from retarget.optimize.engines import planner_engine
     from retarget.optimize.planning_model import planning_model
     from retarget.optimize.verification import check_plan, gate_model  # noqa: PLC0415
     from retarget.sim.reduced.system import with_stiffness_scale
@@ -163,7 +163,7 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
     prepared = {"model": time.perf_counter() - started}  # loaded (or trained) and gated
     if options.time_budget is not None:
         steps(WARM_UP_STAGE)  # building the engine compiles too
-    engine = reduced_engine(pm.reduced, tolerance=1e-10)
+    engine = planner_engine(pm.reduced)
 
     scaled: dict[float, Engine] = {1.0: engine}
 
@@ -171,7 +171,7 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
         """The planning model at ``factor`` × stiffness, built once: the robust objective's members and the
         stiffness band share their engines."""
         if factor not in scaled:
-            scaled[factor] = reduced_engine(with_stiffness_scale(pm.reduced, factor), tolerance=1e-10)
+            scaled[factor] = planner_engine(with_stiffness_scale(pm.reduced, factor))
         return scaled[factor]
 
     limits = limits_for(pm.model, pm.config)

@@ -105,7 +105,7 @@ def motion_training_range(pm: PlanningModel, motion: Motion, dt: float = 5e-3) -
         SimulationError: the reduced model cannot simulate the motion (then it is not valid for it either).
     """
     from retarget.optimize.adjoint import rollout
-    from retarget.optimize.engines import reduced_engine
+    from retarget.optimize.engines import planner_engine
     from retarget.sim.motors import SplineMotors
     from retarget.sim.reduced.training import training_range
 
@@ -115,7 +115,7 @@ def motion_training_range(pm: PlanningModel, motion: Motion, dt: float = 5e-3) -
         raise InputError(f"the motion has no column for motors {missing} (it has {list(motion.joint_names)})")
     m0 = motion.shifted(-float(motion.time[0]))
     cols = np.stack([m0.positions[:, m0.joint_index(n)] for n in names], axis=1)
-    engine = reduced_engine(pm.reduced, tolerance=1e-10)
+    engine = planner_engine(pm.reduced)
     motors = SplineMotors(m0.time, cols)
     n = max(1, int(round(m0.duration / dt)))
     run = rollout(engine, engine.solve_static(motors.value(0.0)), motors, dt, n)

@@ -219,13 +219,13 @@ def verify_reduced(result: PlanResult, verification: Any, dt: float, stiffness: 
         :func:`verify_full` and ``wall_s``.
     """
     from retarget.optimize.adjoint import TrackedPoses
-    from retarget.optimize.engines import reduced_engine
+    from retarget.optimize.engines import planner_engine
     from retarget.sim.reduced.system import with_stiffness_scale
 
     started = time.perf_counter()
     pp = result.pp
     system = verification.reduced if stiffness == 1.0 else with_stiffness_scale(verification.reduced, stiffness)
-    engine = reduced_engine(system, tolerance=1e-10)
+    engine = planner_engine(system)
     poses = TrackedPoses.build(engine, list(pp.problem.tracking.links))
     n = int(round(float(pp.targets.times[-1]) / dt))
     file = str(verification.info.get("file", ""))

@@ -343,15 +343,18 @@ class CompiledReducedEngine(SystemEngine):
 
     Args:
         system: a :class:`ReducedSystem`. tolerance: Newton tolerance on the update (max-norm of δU [m] and Δt·δV).
+        estimate: also stop Newton on the estimated remaining error (:func:`compiled.converged`; default: the update
+            size alone, which finite-difference checks of the adjoint resolve).
     """
 
     #: :meth:`sensitivity` runs in compiled code without the GIL and shares no mutable state: the adjoint computes
     #: the per-step linearizations on several threads (``retarget.optimize.engines.step_sensitivities``).
     concurrent_sensitivity = True
 
-    def __init__(self, system: ReducedSystem, tolerance: float = 1e-12) -> None:
+    def __init__(self, system: ReducedSystem, tolerance: float = 1e-12, estimate: bool = False) -> None:
         super().__init__(system)
         self.tolerance = float(tolerance)
+        self.estimate = bool(estimate)
         self.packed = pack_system(system)
         self.kernels = ck.Kernels(self.packed)  # the per-step calls, without typing ``packed`` each time
 
@@ -402,7 +405,7 @@ class CompiledReducedEngine(SystemEngine):
         theta_dots[-1] = motors.derivative(t)
         iters = np.zeros(len(states), dtype=np.int64)
         status, _ = self.kernels(ck.run_chunk, states, iters, k0, k0 + 1, float(dt), thetas, theta_dots,
-                                 self.tolerance, 40, ws, False, False)
+                                 self.tolerance, 40, ws, self.estimate, False)
         if status != ck.STATUS_OK:
             _raise(status, index, t)
         return self._wrap(self._state(t, states[-1]))
@@ -410,7 +413,7 @@ class CompiledReducedEngine(SystemEngine):
     def simulate(self, start: Any, motors: Any, dt: float, n_steps: int) -> CompiledRun:
         """All states of an ``n_steps`` rollout from ``start`` (an ``EngineState``) in compiled chunks."""
         return simulate_compiled(self.system, motors, n_steps * dt, dt, start=start.native, tol=self.tolerance,
-                                 max_iter=40, packed=self.packed, estimate=False)
+                                 max_iter=40, packed=self.packed, estimate=self.estimate)
 
     def sensitivity(self, new: Any, prev: Any, prev2: Any, dt: float, motors: Any) -> StepSensitivity:
         kernels = self.kernels
