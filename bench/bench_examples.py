@@ -6,7 +6,7 @@ as the ROS planner node plans it. single_rod and two_rods train their reduced mo
 ``planning_wall_s`` and reported as ``model_wall_s``); the characters plan on a reduced-model artifact in the model
 folders (``$RETARGET_MODELS``, ``~/.cache/retarget/models``, ``.cache-models/``), built once by::
 
-    retarget reduce ROBOT --train-motion ROBOT/MOTION --mesh-scale 0.25 --out .cache-models/ROBOT-MOTION.npz
+    retarget reduce ROBOT --train-motion ROBOT/MOTION --mesh-scale 0.25 --dt 0.002 --out .cache-models/ROBOT-MOTION.npz
 
 (an example without one prints ``"error"`` with that command), and verified in a verification model trained
 independently on a finer mesh, kept in the model folders' ``verify/`` subfolder::
