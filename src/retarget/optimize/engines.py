@@ -265,8 +265,9 @@ class AbsoluteEngine(SystemEngine):
 
 
 def reduced_engine(system: Any, tolerance: float = 1e-12, compiled: bool = True, estimate: bool = False) -> Engine:
-    """The engine the planner runs on a reduced model: the compiled one (same states, Jacobians and gradients
-    as :class:`ReferenceReducedEngine` to round-off, about 10x faster), or the reference stepper with ``compiled=False``.
+    """The optimizer's engine on a reduced model: the compiled one (same states, Jacobians and gradients as
+    :class:`ReferenceReducedEngine` to round-off, about 10x faster), or the reference stepper with ``compiled=False``.
+    The planner's runs take :func:`planner_engine`.
 
     ``estimate`` stops each step's Newton iteration on the estimated remaining error as well as on the update size
     (``retarget.sim.reduced.compiled.converged``): both leave the step within ``tolerance``; the estimate saves the
@@ -280,8 +281,8 @@ def reduced_engine(system: Any, tolerance: float = 1e-12, compiled: bool = True,
     return ReferenceReducedEngine(system, tolerance=tolerance, estimate=estimate)
 
 
-#: Newton tolerance of the planner's runs (update max-norm of δU [m] and Δt·δV): the plan's forward runs, adjoint and
-#: tangent passes, and the checks after it.
+#: Newton tolerance of the planner's runs (update max-norm of δU [m] and Δt·δV): the plan's forward runs, adjoint
+#: and tangent passes, and the checks after it.
 PLAN_TOLERANCE = 1e-10
 
 

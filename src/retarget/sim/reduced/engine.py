@@ -300,7 +300,8 @@ def simulate_compiled(
         packed: a cached :func:`pack_system` of ``rs``. chunk: steps per compiled call.
         progress: ``(k, n)`` after each chunk.
         estimate: also stop Newton on the estimated remaining error (``compiled.converged``); ``False`` for the
-            stricter update-size test (the optimizer's engine).
+            stricter update-size test (``CompiledReducedEngine``'s default, for finite-difference checks of the
+            adjoint).
         exact_chord: chord iterations on the exact Jacobian (default: without its second-order constraint and
             damping terms, ``compiled.run_chunk``; the converged states agree to the tolerance).
 

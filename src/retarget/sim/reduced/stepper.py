@@ -398,9 +398,9 @@ def step(
 
     The Newton start extrapolates V and λ (cubically with ``prev3`` and ``prev4``, quadratically with ``prev3``,
     linearly without) and takes U from the kinematic rows, as the compiled engine's ``_predict``; the stopping
-    test is ``compiled.converged``: the update size alone by default (the optimizer's ``ReferenceReducedEngine``
-    needs that strictness for its adjoint), with the remaining-error estimate when ``estimate`` (as
-    ``simulate_compiled``'s default).
+    test is ``compiled.converged``: the update size alone by default (``ReferenceReducedEngine``'s default:
+    finite-difference checks of the adjoint resolve the difference), with the remaining-error estimate when
+    ``estimate`` (as ``simulate_compiled``'s default).
     Returns the new state and the Newton iteration count.
     """
     a1, a2, gamma = BDF1 if prev2 is None else BDF2
