@@ -10,11 +10,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from rod_plan import OPTIONS, ramp, recorded, rod_limits, tip
+from virtual_clock import EVALUATION_S, VirtualClock
 
 from retarget.optimize.adjoint import evaluate
 from retarget.optimize.engines import reduced_engine
 from retarget.optimize.errors import OptimizeError, TimeBudgetError
 from retarget.optimize.lbfgs import DESCENT_ARMIJO, FIRST_STEP_PROBE, optimize
+from retarget.optimize.options import EVALUATION_FORWARD_RUNS
 from retarget.optimize.problem import build_plan_problem
 from retarget.sim.errors import SimulationError
 
@@ -87,36 +89,27 @@ def test_time_budget_too_small_for_anything_is_a_clear_error(rod_problem):
     assert info.value.stage == "optimization"
 
 
-def test_the_reserve_is_kept_before_the_deadline(rod_systems):
-    """Evaluations slowed to at least 0.2 s each (a hook on the problem's evaluate): with a reserve of 4
-    evaluations the optimizer starts none that would end less than 4 evaluations' time before the deadline;
-    without one it goes on until less than one evaluation is left. (Knots every 20 ms: 8 parameters, far from
-    converged within the budget.)"""
+def test_the_reserve_is_kept_before_the_deadline(rod_systems, monkeypatch):
+    """On the virtual clock (an evaluation with its gradient 1 s, a forward run alone a third of it): with a
+    reserve of 4 evaluations the optimizer starts none that would end less than 4 of the latest evaluation's
+    duration before the deadline; without one it goes on until less than one evaluation is left. (Knots every
+    20 ms: 8 parameters, far from converged within the budget.)"""
     _, rs = rod_systems
     options = replace(OPTIONS, knot_spacing=0.02, max_iterations=100, relative_tolerance=0.0)
     fine = build_plan_problem(reduced_engine(rs, 1e-10), ramp(), tip(), rod_limits(), options)
-    delay = 0.2
-
-    def slow(problem, call, progress):
-        time.sleep(delay)
-        return progress
-
-    evaluate(fine.problem, fine.fit.parameters)  # compiled
-    started = time.perf_counter()
-    recorded(fine, slow).evaluate(fine.fit.parameters)
-    # Room for about 8 evaluations beside the reserve, whatever the machine's load.
-    budget, reserve = 12.0 * (time.perf_counter() - started), 4.0
-    started = time.perf_counter()
-    res = optimize(recorded(fine, slow), options, deadline=started + budget, reserve_evaluations=reserve)
-    ended = time.perf_counter()
+    clock = VirtualClock(monkeypatch)
+    shortest = EVALUATION_S / EVALUATION_FORWARD_RUNS
+    budget, reserve = 12.0 * EVALUATION_S, 4.0
+    started = clock.now
+    res = optimize(recorded(fine), options, deadline=started + budget, reserve_evaluations=reserve)
     assert res.budget_limited and res.evaluations >= 2
     # The last evaluation started only if it, plus the reserve, fitted: it ended by deadline − reserve × its own
-    # duration (≥ delay); 0.05 s for the bookkeeping after it.
-    assert ended - started <= budget - reserve * delay + 0.05, (ended - started, res.evaluations)
-    started = time.perf_counter()
-    unreserved = optimize(recorded(fine, slow), options, deadline=started + budget)
-    ended = time.perf_counter()
-    assert unreserved.budget_limited and budget - reserve * delay < ended - started <= budget + 0.05
+    # duration (≥ a forward run's).
+    assert clock.now - started <= budget - reserve * shortest, (clock.now - started, res.evaluations)
+    started = clock.now
+    unreserved = optimize(recorded(fine), options, deadline=started + budget)
+    assert unreserved.budget_limited and budget - reserve * shortest < clock.now - started <= budget
+    assert unreserved.evaluations > res.evaluations
 
 
 def test_first_step_is_measured_from_the_curvature_along_steepest_descent(wide_problem):

@@ -5,13 +5,13 @@ benchmarks — on the tiny robot and its ``retarget reduce`` artifact (input che
 windows, in-process training, verification at a finer step, warm-up)."""
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 from rod_plan import OPTIONS, ramp, rod_limits, tip
+from virtual_clock import EVALUATION_S, VirtualClock
 
 from retarget.errors import InputError
 from retarget.motion.motion import Motion
@@ -160,22 +160,23 @@ def test_the_default_torque_penalty_keeps_the_plan_within_stall_and_continues_wh
     assert result.metrics()["optimized"]["peak_torque_ratio"] <= 1.0
 
 
-def test_the_budget_keeps_time_for_the_verification(engine):
+def test_the_budget_keeps_time_for_the_verification(engine, monkeypatch):
     """With a ``verify_dt`` the optimizer keeps two forward runs at ``verify_dt`` of the budget for the caller's
     verification: at dt 5 ms and verify_dt 0.5 ms that is 10 evaluations (``verification_reserve``), more than
     a budget of 6 evaluations leaves after the first — the optimizer stops there; without it, it goes on. A band
-    of many factors keeps its runs the same way (``checks_reserve``)."""
+    of many factors keeps its runs the same way (``checks_reserve``). On the virtual clock (one evaluation with its
+    adjoint is 1 s, a forward run a third of it, a tangent pass 2 s), so the machine's load does not move it."""
     from retarget.optimize.options import verification_reserve
 
     options = replace(OPTIONS, max_iterations=100, relative_tolerance=0.0)
     assert verification_reserve(replace(options, verify_dt=0.0005)) == pytest.approx(10.0)
-    for _ in range(2):  # the first run's targets take 4 x longer than the later runs' (first calls)
-        warm = run_plan(engine, ramp(), tip(), rod_limits(), replace(options, max_iterations=1))
-    budget = 6.0 * (warm.timings["targets"] / 6.0 + warm.optimization.evaluation_s)
+    clock = VirtualClock(monkeypatch)
+    budget = 6.0 * EVALUATION_S
     kept = run_plan(engine, ramp(), tip(), rod_limits(), replace(options, time_budget=budget, verify_dt=0.0005))
     assert kept.optimization.budget_limited and kept.optimization.evaluations == 1
     spent = run_plan(engine, ramp(), tip(), rod_limits(), replace(options, time_budget=budget))
     assert spent.optimization.budget_limited and spent.optimization.evaluations >= 3
+    assert clock.now > 0.0
     # The band's runs after the plan: naive and optimized per factor, 45 factors, 90 runs = 30 evaluations.
     band = tuple(float(f) for f in np.linspace(0.8, 1.2, 46) if abs(f - 1.0) > 1e-9)[:45]
     banded = run_plan(engine, ramp(), tip(), rod_limits(), replace(options, time_budget=budget, band=band))
@@ -434,19 +435,21 @@ def test_plan_budget_runs_out_during_in_process_training(tiny, tmp_path):
     assert info.value.stage == "training" and not _cached_models(tmp_path / "cache")
 
 
-def test_the_budget_starts_after_the_warm_up(tiny):
+def test_the_budget_starts_after_the_warm_up(tiny, monkeypatch):
     """A budgeted plan first plans a short excerpt for one iteration (numba compiles there, reported as
     `compiling kernels`), then starts its clock: a warm-up longer than the whole budget leaves it intact. The
-    plan's timings report the warm-up and the model's loading before its own stages."""
+    plan's timings report the warm-up and the model's loading before its own stages. On the virtual clock, so
+    the machine's load does not move it."""
     robot, options = tiny
     options = replace(options, verify_dt=0.001)
     stages: list[str] = []
     slept: list[float] = []
+    clock = VirtualClock(monkeypatch)
 
     def steps(stage: str, k: int, n: int) -> None:
         stages.append(stage)
         if stage == WARM_UP_STAGE and not slept:
-            time.sleep(2.5)  # a cold numba cache: longer than the budget below
+            clock.advance(2.5)  # a cold numba cache: longer than the budget below
             slept.append(2.5)
 
     result = plan(robot, _tiny_ramp(), replace(options, time_budget=2.0), PlanProgress(steps=steps))
