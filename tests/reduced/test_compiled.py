@@ -321,6 +321,39 @@ def test_stopping_test_bounds_the_remaining_error():
     assert ck.converged(1e-10, 1.5e-10, 1e-10)
 
 
+
+def test_a_matrix_is_replaced_where_its_cost_per_step_is_least():
+    """Renewal theory: a matrix whose steps cost ``c_1 ≤ c_2 ≤ …`` iterations, after a factorization of cost ``C``,
+    serves the fewest iterations per step when replaced after the step ``n`` that minimizes ``(C + Σ_{k≤n} c_k)/n``.
+    :func:`outlived` replaces it there, on gradually rising sequences of several shapes (it has no foresight: a
+    sudden jump is seen after the step that makes it)."""
+    for costs in ([2, 2, 2, 3, 3, 4, 5, 6, 8, 11], [3, 3, 3, 3, 3, 3, 3, 3, 4, 4, 4, 4, 5, 6, 7, 9, 12],
+                  [1, 2, 3, 4, 5, 6, 7, 8], [2] * 10 + [3] * 5 + [4, 5, 6]):
+        totals = ck.REFACTOR_COST + np.cumsum(costs)
+        best = int(np.argmin(totals / np.arange(1, len(costs) + 1))) + 1
+        replaced = next(n for n in range(1, len(costs) + 1)
+                        if ck.outlived(float(totals[n - 1]), float(n), float(costs[n - 1])))
+        # The rule judges the next step by the one just taken, so it replaces the matrix at or after the least
+        # average (after a run of ties), never before it, at an average within 5 % of the least.
+        assert best <= replaced, (costs, best, replaced)
+        average = totals / np.arange(1, len(costs) + 1)
+        assert average[replaced - 1] <= average[best - 1] * 1.05, (costs, best, replaced)
+
+
+def test_a_stale_matrix_is_kept_near_the_tolerance_and_replaced_far_from_it():
+    """Within a step: a stale matrix contracting at ρ needs ``ln(size/tol)/ln(1/ρ)`` more iterations; a fresh one
+    :data:`REFACTOR_COST` plus ``ln(size/tol)/ln(1/FRESH_CONTRACTION)``. :func:`refactor` picks the cheaper."""
+    tol = 1e-10
+    assert not ck.refactor(1e-6, np.inf, tol)  # the step's first update: no contraction observed
+    assert ck.refactor(1e-6, 1.5e-6, tol)  # ρ ≥ STALE_CONTRACTION_MAX
+    for size in (1e-9, 1e-7, 1e-5, 1e-3):
+        for rho in (0.02, 0.1, 0.2, 0.3, 0.45):
+            remaining = np.log(size / tol)
+            stale = remaining / np.log(1 / rho)
+            fresh = ck.REFACTOR_COST + remaining / np.log(1 / ck.FRESH_CONTRACTION)
+            assert ck.refactor(size, size / rho, tol) == (stale > fresh), (size, rho)
+    assert not ck.refactor(1e-11, 1e-10, tol)  # converged already
+
 def test_condensed_solves_are_exact(pca_reduced):
     rs = pca_reduced
     packed = pack_system(rs)

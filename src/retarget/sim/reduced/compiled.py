@@ -62,11 +62,13 @@ STATUS_OK = 0
 STATUS_NEWTON_FAILED = 1
 STATUS_DIVERGED = 2  # non-finite residual or update
 STATUS_INVERTED = 3  # an element of a cubature inverted
-#: Chord Newton refactorizes when an update shrinks by less than this factor (the reference stepper uses the same).
-#: The chord matrix leaves out the Jacobian's curvature and damping-derivative terms, so a stale one converges slowly:
-#: on 10 s of drumming at dt 1 ms, 0.1 takes 2.60 Newton iterations per step against 2.93 at 0.3, for 1.5 × the
-#: refactorizations, and two_rods runs 1.4 × faster (docs/reduced.md "Compiled engine").
-REFACTOR_RATIO = 0.1
+#: What a refactorization (the chord Jacobian and its LU) costs, in residual-only Newton iterations: fitted on the
+#: boxer's and the drummer's planning models, 8-10 (docs/reduced.md "Compiled engine").
+REFACTOR_COST = 4.0
+#: The contraction per iteration a fresh chord matrix gives (measured 0.005 on the boxer; a stale one 0.02-0.15).
+FRESH_CONTRACTION = 0.01
+#: A stale matrix whose update shrinks by less than this is refactorized within the step whatever the cost.
+STALE_CONTRACTION_MAX = 0.5
 
 
 class Packed(NamedTuple):
@@ -134,7 +136,8 @@ class Workspace(NamedTuple):
 
     ``lu`` (n_W, n_W) Fortran-ordered LU of the condensed matrix, ``ipiv`` (n_W,) int32, ``jwu`` (n_W, n_U) the
     ``J_WU`` block it was built with, ``jqq_inv`` (b, 4, 4) and ``xq`` (b, 4, 3) the quaternion rows' elimination,
-    ``scalars`` = [h of the factorization (0: none), factorization count, last Newton iteration count].
+    ``scalars`` = [h of the factorization (0: none), factorization count, last Newton iteration count, the current
+    factorization's cost so far in residual iterations (:func:`outlived`), the steps it has served].
     """
 
     lu: NDArray
@@ -190,7 +193,7 @@ def make_workspace(p: Packed) -> Workspace:
     nw = nv + m
     return Workspace(
         np.zeros((nw, nw), order="F"), np.zeros(nw, dtype=np.int32), np.zeros((nw, nu)), np.zeros((nb, 4, 4)),
-        np.zeros((nb, 4, 3)), np.zeros(3),
+        np.zeros((nb, 4, 3)), np.zeros(5),
     )
 
 
@@ -703,6 +706,33 @@ def converged(size: float, previous: float, tol: float, estimate: bool = True) -
 
 
 @numba.njit(cache=True)
+def refactor(size: float, previous: float, tol: float) -> bool:
+    """Whether chord Newton refactorizes within a step, after an iteration with an older matrix (the reference
+    stepper uses the same rule): when the iterations that matrix still needs at its observed contraction
+    ``ρ = size/previous`` cost more than a refactorization (:data:`REFACTOR_COST` residual iterations) plus the
+    iterations of a fresh matrix (:data:`FRESH_CONTRACTION`), or ``ρ`` ≥ :data:`STALE_CONTRACTION_MAX`."""
+    if not previous < np.inf or size <= tol:
+        return False
+    rho = size / previous
+    if rho >= STALE_CONTRACTION_MAX:
+        return True
+    if rho <= 0.0:
+        return False
+    remaining = np.log(size / tol)
+    return remaining / -np.log(rho) > REFACTOR_COST + remaining / -np.log(FRESH_CONTRACTION)
+
+
+@numba.njit(cache=True)
+def outlived(life_cost: float, life_steps: float, iterations: float) -> bool:
+    """Whether the chord matrix is replaced after a step that took ``iterations``: the matrix has served
+    ``life_steps`` steps (this one included) at a total of ``life_cost`` residual iterations, its factorization's
+    :data:`REFACTOR_COST` included. A matrix grows stale as the state moves away from where it was built, so its
+    steps take more iterations; the cost per step of its life is least when it is replaced once a step costs more
+    than that average (the replacement rule for a rising running cost)."""
+    return life_steps >= 2.0 and iterations > life_cost / life_steps
+
+
+@numba.njit(cache=True)
 def _predict(p: Packed, states: NDArray, k: int, u_bar: NDArray, h: float, dt: float, order: int = 2) -> NDArray:
     """Newton start of step ``k → k+1``.
 
@@ -773,6 +803,8 @@ def _newton(p: Packed, s: NDArray, u_bar: NDArray, v_bar: NDArray, h: float, dt:
             if info != 0:
                 return 2
             ws.scalars[0] = h
+            ws.scalars[3] = REFACTOR_COST
+            ws.scalars[4] = 0.0
             fresh = True
         delta = condensed_solve(p, ws, res)
         size = 0.0
@@ -786,8 +818,12 @@ def _newton(p: Packed, s: NDArray, u_bar: NDArray, v_bar: NDArray, h: float, dt:
                 size = max(size, dt * abs(delta[a]))
         if converged(size, previous, tol, estimate):
             iterations[k + 1] = it + 1
+            ws.scalars[3] += it + 1
+            ws.scalars[4] += 1.0
+            if outlived(ws.scalars[3], ws.scalars[4], it + 1):
+                ws.scalars[0] = 0.0
             return 0
-        if (not fresh) and size > REFACTOR_RATIO * previous:
+        if (not fresh) and refactor(size, previous, tol):
             ws.scalars[0] = 0.0
         previous = size
         fresh = False
@@ -813,7 +849,7 @@ def run_chunk(
     """Advance steps ``k0 … k1−1`` → ``states[k0+1 … k1]`` (BDF1 for step 0, BDF2 after); returns (status, step).
 
     Chord Newton from :func:`_predict`'s start, stopped by :func:`converged`; the cached factorization is rebuilt
-    when ``h`` changes or an update shrinks by less than :data:`REFACTOR_RATIO`.
+    when ``h`` changes, within a step when :func:`refactor` says so, and after a step when :func:`outlived` does.
 
     Args:
         p: packed system. states: (n+1, n_S), ``states[0]`` the start, filled in place. iterations: (n+1,).
