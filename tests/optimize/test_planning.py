@@ -20,8 +20,9 @@ from retarget.optimize.control import FEEDBACK_STAGES, TRAINING_STAGE
 from retarget.optimize.engines import reduced_engine
 from retarget.optimize.errors import OptimizeError, PlanCancelled, TimeBudgetError
 from retarget.optimize.limits import ServoSpec, check_profile_limits
-from retarget.optimize.options import PlanOptions, options_from_parameters
+from retarget.optimize.options import EVALUATION_FORWARD_RUNS, PlanOptions, options_from_parameters
 from retarget.optimize.planning import WARM_UP_STAGE, PlanProgress, plan, run_plan, warm_up
+from retarget.optimize.verification import verify_plan
 
 
 @pytest.fixture(scope="module")
@@ -161,22 +162,25 @@ def test_the_default_torque_penalty_keeps_the_plan_within_stall_and_continues_wh
 
 
 def test_the_budget_keeps_time_for_the_verification(engine, monkeypatch):
-    """With a ``verify_dt`` the optimizer keeps two forward runs at ``verify_dt`` of the budget for the caller's
-    verification: at dt 5 ms and verify_dt 0.5 ms that is 10 evaluations (``verification_reserve``), more than
-    a budget of 6 evaluations leaves after the first — the optimizer stops there; without it, it goes on. A band
-    of many factors keeps its runs the same way (``checks_reserve``). On the virtual clock (one evaluation with its
-    adjoint is 1 s, a forward run a third of it, a tangent pass 2 s), so the machine's load does not move it."""
-    from retarget.optimize.options import verification_reserve
-
+    """With a ``verify_dt`` a budgeted plan runs the naive playback at ``verify_dt`` first and keeps its measured
+    time for the verification's optimized run: at dt 5 ms and verify_dt 0.5 ms a run is 10 forward runs, 3.3
+    evaluations, more than a budget of 6 evaluations leaves after the naive run and the first evaluation — the
+    optimizer stops there; without it, it goes on. The verification reuses that naive run. A band of many factors
+    keeps its runs the same way (``checks_reserve``). On the virtual clock (one evaluation with its adjoint is 1 s,
+    a forward run a third of it, a tangent pass 2 s), so the machine's load does not move it."""
     options = replace(OPTIONS, max_iterations=100, relative_tolerance=0.0)
-    assert verification_reserve(replace(options, verify_dt=0.0005)) == pytest.approx(10.0)
-    clock = VirtualClock(monkeypatch)
+    steps = int(round(float(ramp().time[-1]) / options.dt))
+    clock = VirtualClock(monkeypatch, forward_step_s=EVALUATION_S / EVALUATION_FORWARD_RUNS / steps)
     budget = 6.0 * EVALUATION_S
     kept = run_plan(engine, ramp(), tip(), rod_limits(), replace(options, time_budget=budget, verify_dt=0.0005))
     assert kept.optimization.budget_limited and kept.optimization.evaluations == 1
+    assert kept.verify_naive is not None and kept.verify_naive["wall_s"] == pytest.approx(10.0 / 3.0)
+    started = clock.now
+    check = verify_plan(kept, 0.0005)
+    assert check["naive"] == kept.verify_naive["naive"]  # reused, and only the optimized run simulated
+    assert clock.now - started == pytest.approx(10.0 / 3.0)
     spent = run_plan(engine, ramp(), tip(), rod_limits(), replace(options, time_budget=budget))
-    assert spent.optimization.budget_limited and spent.optimization.evaluations >= 3
-    assert clock.now > 0.0
+    assert spent.optimization.budget_limited and spent.optimization.evaluations >= 3 and spent.verify_naive is None
     # The band's runs after the plan: naive and optimized per factor, 45 factors, 90 runs = 30 evaluations.
     band = tuple(float(f) for f in np.linspace(0.8, 1.2, 46) if abs(f - 1.0) > 1e-9)[:45]
     banded = run_plan(engine, ramp(), tip(), rod_limits(), replace(options, time_budget=budget, band=band))

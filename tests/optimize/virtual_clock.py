@@ -25,10 +25,11 @@ TANGENT_S = 2.0
 
 class VirtualClock:
     """Stands in for the ``time`` module in :data:`MODULES`: ``perf_counter`` returns the virtual time, ``sleep``
-    advances it, and :meth:`PlanProblem.evaluate` and the tangent pass advance it by
-    :data:`EVALUATION_S` (a forward run: a third of it) and :data:`TANGENT_S`."""
+    advances it, :meth:`PlanProblem.evaluate` and the tangent pass advance it by :data:`EVALUATION_S` (a forward
+    run: a third of it) and :data:`TANGENT_S`, and the checks' runs (:mod:`retarget.optimize.verification`'s) by
+    ``forward_step_s`` per step."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, forward_step_s: float = 0.0) -> None:
         self.now = 0.0
         self.evaluations = 0
         for name in MODULES:
@@ -51,6 +52,16 @@ class VirtualClock:
             return result
 
         monkeypatch.setattr(gauss_newton, "ensemble_gauss_newton", charged_normal_equations)
+        verification = importlib.import_module("retarget.optimize.verification")
+        rollout = verification.rollout
+
+        def charged_rollout(engine: Any, start: Any, motors: Any, dt: float, n_steps: int, *args: Any,
+                            **kwargs: Any) -> Any:
+            result = rollout(engine, start, motors, dt, n_steps, *args, **kwargs)
+            self.advance(forward_step_s * n_steps)
+            return result
+
+        monkeypatch.setattr(verification, "rollout", charged_rollout)
 
     def advance(self, seconds: float) -> None:
         self.now += float(seconds)

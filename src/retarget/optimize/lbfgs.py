@@ -45,7 +45,7 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
              callback: Callable[[dict[str, float]], None] | None = None,
              step_progress: Callable[[int, int], None] | None = None, deadline: float | None = None,
              reserve_evaluations: float = 0.0, curvature: float | None = None,
-             tangent_s: float | None = None) -> OptimizationResult:
+             tangent_s: float | None = None, reserve_s: float = 0.0) -> OptimizationResult:
     """Minimize ``J`` from ``x₀`` (default: the fit of the input) by Levenberg–Marquardt or L-BFGS-B.
 
     ``options.method`` picks the method (:class:`PlanOptions`); both respect the position bounds, the time budget,
@@ -69,6 +69,7 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
         step_progress: per-simulation ``(done, total)`` steps (forward + backward).
         deadline: ``time.perf_counter()`` value to stop by; None: ``options.time_budget`` from now (or no limit).
         reserve_evaluations: evaluations' worth of time to leave before the deadline.
+        reserve_s: seconds to leave before the deadline besides (measured work of the caller's).
         curvature: a known curvature of ``J`` along steepest descent (e.g. the previous window's
             :attr:`OptimizationResult.curvature`): with ``options.first_step`` None the first step is the minimizer
             of that quadratic without the probe simulation.
@@ -105,7 +106,7 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
     def affordable(seconds: float) -> None:
         """Stop (``BudgetExhausted``) before work of ``seconds`` that, with the reserve, would end past the deadline."""
         if deadline is not None and time.perf_counter() + seconds + \
-                state.duration * per_evaluation * reserve_evaluations > deadline:
+                state.duration * per_evaluation * reserve_evaluations + reserve_s > deadline:
             raise BudgetExhausted
 
     def simulated(x: NDArray[np.float64], gradient: bool) -> Evaluation | None:

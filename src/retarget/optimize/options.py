@@ -102,10 +102,12 @@ class PlanOptions:
             start every ``window − window_overlap`` seconds, so no window's last parameters are final after its
             few iterations.
         verify_dt: the step at which the caller will re-simulate the naive and optimized profiles afterwards
-            (:func:`verify_plan`), or None. With a ``time_budget`` the optimizer keeps time for it: two forward runs
-            at ``verify_dt``, counted as ``2 dt / verify_dt`` forward runs at the planning step times
-            :data:`VERIFY_COST_FACTOR` (:func:`verification_reserve`). Without it a budget-limited plan used the
-            whole budget and its verification then ran past the budget or was skipped.
+            (:func:`verify_plan`), or None. With a ``time_budget`` the optimizer keeps time for it: the plan runs
+            the naive playback at ``verify_dt`` first (the verification reuses it) and keeps its measured time for
+            the optimized run; when that run did not fit, two forward runs at ``verify_dt``, counted as
+            ``2 dt / verify_dt`` forward runs at the planning step times :data:`VERIFY_COST_FACTOR`
+            (:func:`verification_reserve`). Without a reserve a budget-limited plan used the whole budget and its
+            verification then ran past the budget or was skipped.
         start: where the optimizer starts. ``"feasible"`` (default): from the input's fit, except that motors
             faster than their speed limit start from their closest speed-feasible profiles
             (:func:`~retarget.optimize.limits.speed_feasible_parameters`, no simulation): otherwise the speed
@@ -239,13 +241,14 @@ def verification_reserve(options: PlanOptions) -> float:
     return VERIFY_COST_FACTOR * 2.0 * float(options.dt) / float(options.verify_dt) / EVALUATION_FORWARD_RUNS
 
 
-def checks_reserve(options: PlanOptions, baselines: bool) -> float:
+def checks_reserve(options: PlanOptions, baselines: bool, verification_timed: bool = False) -> float:
     """Time the checks after the optimization need, in optimizer evaluations: the verification at
-    ``verify_dt`` (:func:`verification_reserve`), and the robustness band: one forward run at the planning step
-    per factor of :attr:`PlanOptions.band` and variant it re-simulates (naive and optimized, and ZVD when the
-    ``baselines`` run), three forward runs being one evaluation."""
+    ``verify_dt`` (:func:`verification_reserve`; none when ``verification_timed``: the plan keeps its measured time
+    in seconds), and the robustness band: one forward run at the planning step per factor of
+    :attr:`PlanOptions.band` and variant it re-simulates (naive and optimized, and ZVD when the ``baselines`` run),
+    three forward runs being one evaluation."""
     band_runs = len(options.band) * (3 if baselines else 2)
-    return verification_reserve(options) + band_runs / EVALUATION_FORWARD_RUNS
+    return (0.0 if verification_timed else verification_reserve(options)) + band_runs / EVALUATION_FORWARD_RUNS
 
 
 #: The planner node's parameters (``config/<robot>.params.yaml``) that set plan options, by option name. A value of

@@ -55,7 +55,7 @@ from retarget.optimize.variants import (
     ring_out_s,
     shaped_baselines,
 )
-from retarget.optimize.verification import verify_plan
+from retarget.optimize.verification import naive_at_finer_step, verify_plan
 from retarget.optimize.weights import TrackedBodyWeights
 from retarget.optimize.windows import optimize_windows
 
@@ -212,7 +212,7 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
         say(message)
         run_options = replace(run_options, torque_margin=margin)
         again = run_plan(engine, motion, bodies, limits, run_options, steps, on_iteration, engine_factory,
-                         x0=result.optimization.x, follow_playback=loops)
+                         x0=result.optimization.x, follow_playback=loops, verify_naive=result.verify_naive)
         again.warnings[:0] = [*result.warnings, message]
         # One plan: the iterations and evaluations of both rounds.
         again = replace(again, optimization=continued(result.optimization, again.optimization))
@@ -254,7 +254,8 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
              options: PlanOptions, progress: Callable[[str, int, int], None] | None = None,
              callback: Callable[[dict[str, float]], None] | None = None,
              engine_factory: Callable[[float], Engine] | None = None,
-             x0: NDArray[np.float64] | None = None, follow_playback: bool = False) -> PlanResult:
+             x0: NDArray[np.float64] | None = None, follow_playback: bool = False,
+             verify_naive: dict[str, Any] | None = None) -> PlanResult:
     """Build, optimize, and simulate the baselines and the result.
 
     Args:
@@ -274,6 +275,13 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
             loops; :func:`~retarget.optimize.problem.build_plan_problem`), and the robust objective without the
             models that assemble on another branch (:func:`~retarget.optimize.robust.without_other_branches`: one
             forward run of every model before the optimization).
+        verify_naive: an earlier run's :attr:`PlanResult.verify_naive` of the same motion (a second round from
+            its optimum): reused instead of simulated again.
+
+    With a ``time_budget`` and a ``verify_dt``, the naive playback at ``verify_dt`` runs first
+    (:func:`~retarget.optimize.verification.naive_at_finer_step`; the verification reuses it), and its measured
+    time is kept from the optimizer for the verification's optimized run: what a run at ``verify_dt`` costs depends
+    on the robot (1.05 × a run at the planning step on the boxer, 2 × on the demo's drummer, 2 ms against 1 ms).
 
     The naive variant is the optimizer's first evaluation (the fit ``x₀``), so it costs no extra simulation —
     unless the input is too fast for the servos and the optimizer starts from a speed-feasible projection
@@ -321,12 +329,21 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
                 deadline, None if progress is None else (lambda k, n: progress("robust models at the start", k, n))))
         warnings.extend(dropped)
         pp = replace(pp, ensemble=ensemble if ensemble.members else None)
+    if verify_naive is None and deadline is not None and options.verify_dt is not None and options.verify_dt > 0:
+        try:
+            verify_naive = naive_at_finer_step(pp, float(options.verify_dt), deadline_progress(
+                deadline, None if progress is None else (lambda k, n: progress("naive playback at verify_dt", k, n))))
+        except BudgetExhausted:
+            warnings.append(f"the time budget ran out timing the naive playback at dt {options.verify_dt:g} s: "
+                            "the verification's time is not kept")
     # Two forward simulations (ZV, ZVD) cost about 1.6 forward + adjoint evaluations; none are kept when the
     # motion leaves too little ring-out for the baselines to run. The caller's checks (verification, band) are
-    # kept too.
+    # kept too: the verification's optimized run at its measured time when the naive one ran above.
     minimize = optimize if options.window is None else optimize_windows
     baselines = options.baselines and ring_out_s(pp) >= MIN_RING_OUT
-    reserve = (1.6 if baselines else 0.0) + checks_reserve(options, baselines)
+    timed = verify_naive is not None
+    reserve = (1.6 if baselines else 0.0) + checks_reserve(options, baselines, verification_timed=timed)
+    reserve_s = float(verify_naive["wall_s"]) if timed else 0.0
     ensemble = pp.ensemble
     with fork_pool(None if ensemble is None else ensemble.members, workers if ensemble is not None else 0) as pool:
         if pool is not None and ensemble is not None:
@@ -338,7 +355,7 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
             at_once = 1 if pool is None else min(ensemble.size, workers + 1, default_workers())
             reserve *= at_once / ensemble.size
         opt, pp = _optimize_within_torque(pp, options, minimize, x_start, callback, step_cb, deadline, reserve,
-                                          warnings)
+                                          warnings, reserve_s)
     if pp.ensemble is not None:
         pp = replace(pp, ensemble=replace(pp.ensemble, pool=None))
     timings["optimization"] = time.perf_counter() - t0
@@ -376,7 +393,8 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
     beyond = training_range_warning(variants["optimized"].training_range)
     if beyond:
         warnings.append(f"optimized trajectory: {beyond}")
-    return PlanResult(pp, opt, profiles, variants, report, warnings, timings, naive.value, settle=settle)
+    return PlanResult(pp, opt, profiles, variants, report, warnings, timings, naive.value, settle=settle,
+                      verify_naive=verify_naive)
 
 
 def _within_speed_limits(pp: PlanProblem, opt: OptimizationResult, limits: Any,
@@ -450,11 +468,12 @@ def _settle(pp: PlanProblem, options: PlanOptions, opt: OptimizationResult,
 
 def _optimize_within_torque(pp: PlanProblem, options: PlanOptions, minimize: Callable[..., OptimizationResult],
                             x_start: Any, callback: Any, step_cb: Any, deadline: float | None, reserve: float,
-                            warnings: list[str]) -> tuple[OptimizationResult, PlanProblem]:
+                            warnings: list[str], reserve_s: float = 0.0) -> tuple[OptimizationResult, PlanProblem]:
     """Optimize; while the optimum asks more than the stall torque, optimize again from it with the torque
-    penalty's weight × 10 (at most ``options.torque_rounds`` times). Returns the result and the problem last used."""
+    penalty's weight × 10 (at most ``options.torque_rounds`` times). Returns the result and the problem last used.
+    ``reserve`` evaluations and ``reserve_s`` seconds are kept before the deadline."""
     opt = minimize(pp, options, x0=x_start, callback=callback, step_progress=step_cb, deadline=deadline,
-                   reserve_evaluations=reserve)
+                   reserve_evaluations=reserve, reserve_s=reserve_s)
     weight = float(options.torque_weight)
     for _ in range(int(options.torque_rounds) if weight > 0 and options.window is None else 0):
         tau = opt.best.rollout.matrix[:, pp.problem.engine.motor_torque_index]
@@ -466,7 +485,7 @@ def _optimize_within_torque(pp: PlanProblem, options: PlanOptions, minimize: Cal
                         f"penalty's weight at {weight:g}")
         pp = _with_torque_weight(pp, weight, options)
         again = minimize(pp, options, x0=opt.x, callback=callback, step_progress=step_cb, deadline=deadline,
-                         reserve_evaluations=reserve)
+                         reserve_evaluations=reserve, reserve_s=reserve_s)
         opt = continued(opt, again)
     return opt, pp
 

@@ -102,6 +102,8 @@ class PlanResult:
         cancelled: a cancel request stopped the optimizer.
         wall_s: the whole plan's wall time [s], model included (None: the sum of ``timings``).
         settle: the settle refinement's :class:`~retarget.optimize.settle.SettleReport`, or None (it did not run).
+        verify_naive: the naive playback at ``options.verify_dt``, simulated before the optimization of a budgeted
+            plan to time the verification (:func:`~retarget.optimize.verification.naive_at_finer_step`), or None.
     """
 
     pp: PlanProblem
@@ -117,6 +119,7 @@ class PlanResult:
     cancelled: bool = False
     wall_s: float | None = None
     settle: Any = None
+    verify_naive: dict[str, Any] | None = None
 
     def trajectory(self, start_time: float = 0.0) -> tuple[tuple[str, ...], NDArray[np.float64], NDArray[np.float64]]:
         """The optimized trajectory sampled at the simulation step: joint names, times [s] (from ``start_time``,

@@ -30,7 +30,8 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
                      callback: Callable[[dict[str, float]], None] | None = None,
                      step_progress: Callable[[int, int], None] | None = None, deadline: float | None = None,
                      reserve_evaluations: float = 0.0,
-                     window_optimizer: Callable[..., OptimizationResult] = optimize) -> OptimizationResult:
+                     window_optimizer: Callable[..., OptimizationResult] = optimize,
+                     reserve_s: float = 0.0) -> OptimizationResult:
     """Minimize ``J`` one time window after another (receding horizon), with L-BFGS-B in each (:func:`optimize`),
     projected steepest descent with ``options.method`` "descent", or Levenberg–Marquardt on the window's exact
     tangent-linear Jacobian with "gauss-newton".
@@ -49,8 +50,8 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
     window's first step, :attr:`OptimizationResult.curvature`) and saves that simulation — a window gets only a
     few evaluations of its own within a 15-minute budget.
 
-    The time budget (after keeping ``reserve_evaluations`` whole evaluations, about three forward runs each, and
-    one forward run for the final measurement; a whole-motion forward run timed by the median time per step of the
+    The time budget (after keeping ``reserve_evaluations`` whole evaluations, about three forward runs each,
+    ``reserve_s`` seconds, and one forward run for the final measurement; a whole-motion forward run timed by the median time per step of the
     start run and the Levenberg–Marquardt windows' runs) is shared out equally among the windows still to do; time a
     window does not use passes on. (Shares weighted by the input's tracking error per window were measured worse on the
     drummer: the early windows' improvements carry over as less sway into the later ones; docs/optimize.md.)
@@ -135,7 +136,8 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
         window_deadline: float | None = None
         if deadline is not None:
             forward_s = float(np.median(step_s)) * n
-            left = deadline - time.perf_counter() - forward_s * (1.0 + EVALUATION_FORWARD_RUNS * reserve_evaluations)
+            left = (deadline - time.perf_counter() - forward_s * (1.0 + EVALUATION_FORWARD_RUNS * reserve_evaluations)
+                    - reserve_s)
             if left <= 0.0:
                 budget_limited = True
                 summary["stopped"] = "skipped: no time left"
