@@ -62,8 +62,9 @@ STATUS_OK = 0
 STATUS_NEWTON_FAILED = 1
 STATUS_DIVERGED = 2  # non-finite residual or update
 STATUS_INVERTED = 3  # an element of a cubature inverted
-#: What a refactorization (the chord Jacobian and its LU) costs, in residual-only Newton iterations: fitted on the
-#: boxer's and the drummer's planning models, 8-10 (docs/reduced.md "Compiled engine").
+#: What a refactorization (the chord Jacobian and its LU) costs, in residual-only Newton iterations (residual and
+#: condensed solve): profiled 3.7 on the boxer's planning model and 4.2 on the demo's drummer model (docs/reduced.md
+#: "Compiled engine").
 REFACTOR_COST = 4.0
 #: The contraction per iteration a fresh chord matrix gives (measured 0.005 on the boxer; a stale one 0.02-0.15).
 FRESH_CONTRACTION = 0.01
