@@ -151,3 +151,37 @@ def test_a_node_that_dies_of_a_fatal_signal_prints_its_threads_stacks(start_node
     log = server.log()
     assert "Fatal Python error: Segmentation fault" in log and "most recent call first" in log, log
     assert "spinning.py" in log, log  # the main thread's stack: in spin, where the node waits
+
+
+_SIGUSR1_THEN_SIGINT = """
+import os, signal, threading
+import rclpy
+from rclpy.node import Node
+from retarget.ros.spinning import spin
+
+with rclpy.init():
+    node = Node("asked_for_its_stacks")
+    sent = []
+
+    def tick():
+        if not sent:
+            sent.append(1)
+            os.kill(os.getpid(), signal.SIGUSR1)  # the supervisor's question to a node that ignored SIGINT
+            threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+
+    node.create_timer(0.05, tick)
+    spin(node)
+print("stopped on SIGINT")
+"""
+
+
+def test_a_spinning_node_prints_its_threads_stacks_on_sigusr1_and_goes_on() -> None:
+    """The supervisor sends SIGUSR1 to a node that did not stop on SIGINT before killing it: the node prints every
+    thread's Python stack (faulthandler) and is not ended by it."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _SIGUSR1_THEN_SIGINT], capture_output=True, text=True,
+                         check=False, timeout=60)
+    assert out.returncode == 0 and "stopped on SIGINT" in out.stdout, out.stderr
+    assert "Current thread" in out.stderr and "File " in out.stderr, out.stderr

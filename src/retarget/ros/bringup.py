@@ -667,7 +667,8 @@ class Supervisor:
         return time.monotonic() - started
 
     def stop(self, timeout: float = 8.0) -> list[str]:
-        """Stop every child: SIGINT to the nodes, wait, SIGKILL leftovers; then the same for the processes.
+        """Stop every child: SIGINT to the nodes, wait, SIGUSR1 to leftovers (their stacks to the log), SIGKILL them;
+        then SIGINT, wait and SIGKILL for the processes.
 
         Fast DDS shared-memory files of killed children are removed. Idempotent.
 
@@ -690,6 +691,12 @@ class Supervisor:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     child.proc.wait(max(0.0, deadline - time.monotonic()))
             stuck = [c for c in stage if c.alive()]
+            if stuck and stage is stages[0]:
+                # The nodes print every thread's stack on SIGUSR1 (retarget.ros.spinning.spin): the log then says
+                # where a node that ignored SIGINT was stuck before it is killed.
+                for child in stuck:
+                    child.signal(signal.SIGUSR1)
+                    child.join_output(1.0)
             if stuck:
                 shm = fastdds_shm_files({c.proc.pid for c in stuck})
                 for child in stuck:

@@ -58,6 +58,9 @@ def spin(node: Node, executor: Executor | None = None, before_shutdown: Callable
     """
     if not faulthandler.is_enabled():
         faulthandler.enable()
+    if hasattr(signal, "SIGUSR1") and threading.current_thread() is threading.main_thread():
+        # A node that does not stop on SIGINT prints where it is when the supervisor asks (Supervisor.stop).
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     executor = executor or SingleThreadedExecutor(context=node.context)
     noted: list[int] = []
     try:
