@@ -696,7 +696,7 @@ class Supervisor:
                 # where a node that ignored SIGINT was stuck before it is killed.
                 for child in stuck:
                     child.signal(signal.SIGUSR1)
-                    child.join_output(1.0)
+                time.sleep(1.0)  # for the stacks to reach the log
             if stuck:
                 shm = fastdds_shm_files({c.proc.pid for c in stuck})
                 for child in stuck:

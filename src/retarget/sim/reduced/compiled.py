@@ -717,8 +717,6 @@ def refactor(size: float, previous: float, tol: float) -> bool:
     rho = size / previous
     if rho >= STALE_CONTRACTION_MAX:
         return True
-    if rho <= 0.0:
-        return False
     remaining = np.log(size / tol)
     return remaining / -np.log(rho) > REFACTOR_COST + remaining / -np.log(FRESH_CONTRACTION)
 
@@ -731,6 +729,15 @@ def outlived(life_cost: float, life_steps: float, iterations: float) -> bool:
     steps take more iterations; the cost per step of its life is least when it is replaced once a step costs more
     than that average (the replacement rule for a rising running cost)."""
     return life_steps >= 2.0 and iterations > life_cost / life_steps
+
+
+@numba.njit(cache=True)
+def charge(life: NDArray, iterations: float) -> bool:
+    """Add a converged step of ``iterations`` to the chord matrix's ``life`` = [cost so far in residual iterations,
+    steps served] (in place; :data:`REFACTOR_COST` and 0 when it was factorized) and return :func:`outlived`."""
+    life[0] += iterations
+    life[1] += 1.0
+    return outlived(life[0], life[1], iterations)
 
 
 @numba.njit(cache=True)
@@ -819,9 +826,7 @@ def _newton(p: Packed, s: NDArray, u_bar: NDArray, v_bar: NDArray, h: float, dt:
                 size = max(size, dt * abs(delta[a]))
         if converged(size, previous, tol, estimate):
             iterations[k + 1] = it + 1
-            ws.scalars[3] += it + 1
-            ws.scalars[4] += 1.0
-            if outlived(ws.scalars[3], ws.scalars[4], it + 1):
+            if charge(ws.scalars[3:5], it + 1.0):
                 ws.scalars[0] = 0.0
             return 0
         if (not fresh) and refactor(size, previous, tol):

@@ -31,7 +31,7 @@ from numpy.typing import NDArray
 from retarget.sim.constraints import CouplingConstraint, RigidSlot
 from retarget.sim.errors import NewtonFailed, SimulationDiverged
 from retarget.sim.statics import CONTINUATION_STEP
-from retarget.sim.reduced.compiled import REFACTOR_COST, converged, outlived, refactor
+from retarget.sim.reduced.compiled import REFACTOR_COST, charge, converged, refactor
 from retarget.sim.reduced.dynamics import body_forces
 from retarget.sim.reduced.system import ReducedSystem
 from retarget.sim.rotation import QUATERNION_BASIS_Q, omega_matrix, quat_rate_matrix, rotate, rotate_jacobian, rotation_matrix
@@ -365,7 +365,7 @@ def _newton(
         if need:
             cache["lu"] = sla.lu_factor(lin.jacobian, check_finite=False)
             cache["factorizations"] = cache.get("factorizations", 0) + 1
-            cache["life"] = [REFACTOR_COST, 0.0]
+            cache["life"] = np.array([REFACTOR_COST, 0.0])
             fresh = True
         delta = -sla.lu_solve(cache["lu"], lin.residual, check_finite=False)
         if not np.all(np.isfinite(delta)):
@@ -373,10 +373,7 @@ def _newton(
         s += delta
         size = max(float(np.max(np.abs(delta[:nu]))), dt * float(np.max(np.abs(delta[nu : nu + nv]))))
         if converged(size, previous, tol, estimate):
-            life = cache["life"]
-            life[0] += it + 1
-            life[1] += 1.0
-            if outlived(life[0], life[1], it + 1):
+            if charge(cache["life"], it + 1.0):
                 cache["lu"] = None
             return s, it + 1
         if not fresh and refactor(size, previous, tol):
