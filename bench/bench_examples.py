@@ -8,7 +8,7 @@ folders (``$RETARGET_MODELS``, ``~/.cache/retarget/models``, ``.cache-models/``)
 
     retarget reduce ROBOT --train-motion ROBOT/MOTION --mesh-scale 0.25 --dt 0.002 --out .cache-models/ROBOT-MOTION.npz
 
-(an example without one prints ``"error"`` with that command), and verified in a verification model trained
+(the boxer's with ``--cubature-points``: docs/reduced.md §4; an example without one prints ``"error"`` with that command), and verified in a verification model trained
 independently on a finer mesh, kept in the model folders' ``verify/`` subfolder::
 
     retarget reduce ROBOT --train-motion ROBOT/MOTION --mesh-scale 0.5 --out .cache-models/verify/ROBOT-MOTION.npz
