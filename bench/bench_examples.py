@@ -8,8 +8,9 @@ folders (``$RETARGET_MODELS``, ``~/.cache/retarget/models``, ``.cache-models/``)
 
     retarget reduce ROBOT --train-motion ROBOT/MOTION --mesh-scale 0.25 --dt 0.002 --out .cache-models/ROBOT-MOTION.npz
 
-(the boxer's with ``--cubature-points``: docs/reduced.md §4; an example without one prints ``"error"`` with that command), and verified in a verification model trained
-independently on a finer mesh, kept in the model folders' ``verify/`` subfolder::
+(the boxer's with ``--cubature-points``: docs/reduced.md §4; an example without one prints ``"error"`` with that
+command), and verified in a verification model trained independently on a finer mesh, kept in the model folders'
+``verify/`` subfolder::
 
     retarget reduce ROBOT --train-motion ROBOT/MOTION --mesh-scale 0.5 --out .cache-models/verify/ROBOT-MOTION.npz
 
@@ -20,8 +21,9 @@ Prints the thread settings, then one JSON line per example with at least ``examp
 (optimized over naive peak in the full FEM or the verification model, ``verification_model`` says which; null where
 neither was available), ``planning_peak_ratio``, ``optimized_peak_torque_ratio``,
 ``iterations``, ``planning_wall_s``, the stages' timings, each window's iterations and wall time (windowed plans),
-the naive/ZVD/optimized deviations and the thread settings; each line is also
-written to ``bench/results/example-<robot>.json`` (overwritten: git keeps the old ones).
+the naive/ZVD/optimized deviations, the planning model's file and training settings (``model_file``,
+``model_training``: the newest fresh artifact in the model folders is the one planned on) and the thread settings;
+each line is also written to ``bench/results/example-<robot>.json`` (overwritten: git keeps the old ones).
 
     OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 .venv/bin/python bench/bench_examples.py \
         [--verify-model full] [NAME ...]
@@ -93,6 +95,8 @@ def main() -> int:
                         method=m.get("method"), timings_s=m.get("timings_s"),
                         check_timings_s=m.get("check_timings_s"), windows=m.get("windows"),
                         model_source=m.get("model", {}).get("source"),
+                        model_file=m.get("model", {}).get("file") or m.get("model", {}).get("cache_file"),
+                        model_training=m.get("model", {}).get("training"),
                         model_wall_s=m.get("model", {}).get("wall_s_train_full"),
                         planning_wall_s=total - verification, verification_wall_s=verification, total_wall_s=total,
                         load_average=os.getloadavg())

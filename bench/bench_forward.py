@@ -7,8 +7,8 @@ simulation — the planner's engine settings: tolerance 1e-10, the remaining-err
 its own process (each with its own numba cache), alternating ``--rounds`` times so that a change in the machine's
 load falls on both. ``--against-model FILE`` instead runs this checkout's code on ``FILE`` (e.g. the same training
 run reduced with element cubature, against ``--reduced`` with per-point cubature), and compares the final rigid
-poses (the models' reduced coordinates differ). Each process reports the best CPU time of ``--repeats`` runs after a warm-up, the
-factorizations and the Newton iterations per step; the counts do not depend on the load, the times do.
+poses (the models' reduced coordinates differ). Each process reports the best CPU time of ``--repeats`` runs after a
+warm-up, the factorizations and the Newton iterations per step; the counts do not depend on the load, the times do.
 
     OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 python bench/bench_forward.py boxer boxer/boxing \\
         --reduced .cache-models/boxer-boxing.npz --duration 3 --dt 0.002 --against HEAD~1
@@ -89,7 +89,8 @@ def main() -> int:
                                                        "NUMBA_NUM_THREADS")}
     print(f"threads: {threads}", flush=True)
     revision = None if args.against_model else subprocess.run(
-        ["git", "rev-parse", "--short", args.against], cwd=ROOT, check=True, capture_output=True, text=True).stdout.strip()
+        ["git", "rev-parse", "--short", args.against], cwd=ROOT, check=True, capture_output=True,
+        text=True).stdout.strip()
     models = {"this": Path(args.reduced).resolve(), "against": Path(args.against_model or args.reduced).resolve()}
     with tempfile.TemporaryDirectory(prefix="bench-forward-") as tmp:
         other = Path(tmp) / "against"
@@ -122,7 +123,9 @@ def main() -> int:
                       "newton_per_step": round(rs[-1]["newton_per_step"], 3)} for name, rs in runs.items()}
     print(json.dumps({"bench": "forward", "robot": args.robot, "motion": args.motion,
                       "reduced": models["this"].name, "duration_s": args.duration, "dt": args.dt,
-                      "against_revision": revision, "against_model": models["against"].name if revision is None else None, "rounds": args.rounds, "repeats": args.repeats, "threads": threads,
+                      "against_revision": revision,
+                      "against_model": models["against"].name if revision is None else None,
+                      "rounds": args.rounds, "repeats": args.repeats, "threads": threads,
                       "load_average": list(os.getloadavg()), **summary,
                       "speedup_min": round(summary["against"]["min_cpu_s"] / summary["this"]["min_cpu_s"], 3),
                       "speedup_median": round(summary["against"]["median_cpu_s"] / summary["this"]["median_cpu_s"],
