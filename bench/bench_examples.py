@@ -91,13 +91,12 @@ def main() -> int:
                                                                "peak_torque_ratio")}
             total = time.perf_counter() - started
             verification = float((m.get("verified") or {}).get("wall_s") or 0.0)
+            model = m.get("model", {})
             line.update(verified=m.get("verified"), band=m.get("band"), verify=m.get("verify"),
                         method=m.get("method"), timings_s=m.get("timings_s"),
                         check_timings_s=m.get("check_timings_s"), windows=m.get("windows"),
-                        model_source=m.get("model", {}).get("source"),
-                        model_file=m.get("model", {}).get("file") or m.get("model", {}).get("cache_file"),
-                        model_training=m.get("model", {}).get("training"),
-                        model_wall_s=m.get("model", {}).get("wall_s_train_full"),
+                        model_source=model.get("source"), model_file=model.get("file") or model.get("cache_file"),
+                        model_training=model.get("training"), model_wall_s=model.get("wall_s_train_full"),
                         planning_wall_s=total - verification, verification_wall_s=verification, total_wall_s=total,
                         load_average=os.getloadavg())
         text = dumps(line, default=float)

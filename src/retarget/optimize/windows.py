@@ -54,7 +54,8 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
     ``reserve_s`` seconds, and one forward run for the final measurement; a whole-motion forward run timed by the
     median time per step of the start run and the Levenberg–Marquardt windows' runs) is shared out equally among the
     windows still to do; time a window does not use passes on. (Shares weighted by the input's tracking error per
-    window were measured worse on the drummer: the early windows' improvements carry over as less sway into the later ones; docs/optimize.md.)
+    window were measured worse on the drummer: the early windows' improvements carry over as less sway into the
+    later ones; docs/optimize.md.)
     ``J`` over the whole motion is measured before and after; if the windows made it worse, the start ``x₀`` is
     returned (with a message).
 
