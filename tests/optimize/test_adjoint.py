@@ -231,3 +231,19 @@ def test_torque_penalty_gradient_matches_finite_differences(rod_systems):
     assert ev.value == pytest.approx(plain.value + value)
     # Measured: 2.1e-8 at step 1e-5 (the penalty 1.8x the rest of J; the hinge kink limits the difference quotient).
     _check(with_penalty, x, rng, 2, 1e-5, 1e-6)
+
+
+def test_run_time_ratio_compares_the_same_steps_without_the_first_steps_compile():
+    """A rollout's step times compared with a reference run's on the same steps: the reference's first step (numba
+    compiling) counts as its median step; runs without timings (or none measurable) give no ratio."""
+    from retarget.optimize.adjoint import Rollout, run_time_ratio, steady_step_times
+
+    reference = Rollout([], np.zeros((0, 1)), np.array([5.0, 1.0, 1.0, 2.0, 2.0]))
+    steps = steady_step_times(reference)
+    assert steps is not None and np.array_equal(steps, [1.5, 1.0, 1.0, 2.0, 2.0])
+    later = Rollout([], np.zeros((0, 1)), np.array([3.0, 6.0]))  # the reference's steps 3 and 4, from grid step 2
+    assert run_time_ratio(steps, 2, later) == pytest.approx(3.0)
+    assert run_time_ratio(steps, 0, Rollout([], np.zeros((0, 1)))) is None
+    assert run_time_ratio(None, 0, later) is None
+    assert run_time_ratio(steps, 0, Rollout([], np.zeros((0, 1)), np.zeros(2))) is None
+    assert steady_step_times(Rollout([], np.zeros((0, 1)))) is None

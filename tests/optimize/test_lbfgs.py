@@ -112,6 +112,35 @@ def test_the_reserve_is_kept_before_the_deadline(rod_systems, monkeypatch):
     assert unreserved.evaluations > res.evaluations
 
 
+def test_the_measured_reserve_scales_with_the_profiles_simulation_time(rod_systems, monkeypatch):
+    """``reserve_s`` is work measured on the start's profiles (the naive playback at the finer check's step): when
+    the best point's profiles take three times as long per step to simulate as the start's, the optimizer keeps
+    three times that reserve before the deadline (virtual clock; the steps' time charged in the progress calls)."""
+    _, rs = rod_systems
+    options = replace(OPTIONS, knot_spacing=0.02, max_iterations=100, relative_tolerance=0.0)
+    fine = build_plan_problem(reduced_engine(rs, 1e-10), ramp(), tip(), rod_limits(), options)
+    clock = VirtualClock(monkeypatch)
+
+    def paced(problem, call, progress):
+        def charged(k: int, total: int) -> None:
+            clock.advance(0.01 if call == 1 else 0.03)
+            if progress is not None:
+                progress(k, total)
+
+        return charged
+
+    budget, reserve_s = 40.0, 6.0
+    started = clock.now
+    res = optimize(recorded(fine, paced), options, deadline=started + budget, reserve_s=reserve_s)
+    assert res.budget_limited and res.evaluations >= 2 and res.objective_final < res.objective_initial
+    assert clock.now - started <= budget - 3.0 * reserve_s, (clock.now - started, res.evaluations)
+    # Unscaled, the same work goes on until one reserve before the deadline.
+    started = clock.now
+    steady = optimize(recorded(fine, lambda problem, call, progress: paced(problem, 1, progress)), options,
+                      deadline=started + budget, reserve_s=reserve_s)
+    assert budget - reserve_s - 2.0 * res.evaluation_s < clock.now - started <= budget - reserve_s
+
+
 def test_first_step_is_measured_from_the_curvature_along_steepest_descent(wide_problem):
     """Default first step: the minimizer of the quadratic through J(x₀), its slope and a probe's gradient; J along
     that line is lower there than a third of the way or three times as far, and the first trial point lies there."""

@@ -1,7 +1,8 @@
 """Receding-horizon windows (retarget.optimize.windows.optimize_windows) on the reduced rod on a motor: the whole
 objective falls, limits hold, windows overlap, an interrupt keeps what the earlier windows gained, a window without
 time for one simulation is skipped (a window optimizer injected through ``window_optimizer``), the time shares do
-not count the first step's compile time nor one slow start run, and each window hands its curvature (and its
+not count the first step's compile time nor one slow start run, the checks' reserve grows with profiles slower to
+simulate than the start's, and each window hands its curvature (and its
 Levenberg–Marquardt tangent pass's time) on to the next; a tangent pass that cannot end in time stops early, its
 pace counts the window's steps, and the trial after a pass runs even when the pass ran slower than its pace."""
 from __future__ import annotations
@@ -268,6 +269,35 @@ def test_a_slow_start_run_does_not_set_every_windows_reserve(engine):
     slow_reserve = 0.02 * pp.problem.n_steps * (1.0 + 3.0 * 3.0)
     # Window 2 times the reserve by the median of the slow run and window 1's: about half of it comes back.
     assert len(left) >= 2 and left[1] > left[0] + 0.3 * slow_reserve, (left, slow_reserve)
+
+
+def test_profiles_slower_to_simulate_than_the_start_grow_the_reserve(engine):
+    """Rough optimized profiles take more Newton iterations per step than the start's, and the checks after the plan
+    run them: L-BFGS-B windows whose points away from the window's start take about three times as long per step
+    to simulate scale the reserve (its evaluations and ``reserve_s``) by that, so the later windows get less."""
+    options = replace(WINDOWS, max_iterations=1, time_budget=60.0)
+    optimize_windows(_problem(engine, options), replace(options, time_budget=None))  # compiled and warm
+
+    def slower_later(problem, call, progress):
+        window = problem.problem.window
+        at_start = window is None or np.array_equal(problem.seen[-1], window.base[window.free])
+
+        def paced(k: int, total: int) -> None:
+            time.sleep(0.004 if at_start else 0.012)
+            if progress is not None:
+                progress(k, total)
+
+        return paced
+
+    pp = recorded(_problem(engine, options), slower_later)
+    reserve_s = 2.0
+    res = optimize_windows(pp, options, reserve_evaluations=3.0, reserve_s=reserve_s)
+    ratios = [w["forward_ratio"] for w in res.windows if "forward_ratio" in w]
+    assert len(ratios) >= 2 and all(2.0 < r < 4.0 for r in ratios), ratios
+    left = [w["share_s"] * (len(res.windows) - i) for i, w in enumerate(res.windows) if "share_s" in w]
+    reserve = 0.004 * pp.problem.n_steps * (1.0 + 3.0 * 3.0) + reserve_s
+    # Window 2's time left: window 1's time spent and about twice the reserve more (scaled from 1 to about 3).
+    assert left[1] < left[0] - res.windows[0]["wall_s"] - 1.5 * reserve, (left, reserve)
 
 
 def test_windows_need_a_positive_window(engine):

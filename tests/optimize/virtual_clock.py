@@ -14,7 +14,7 @@ from retarget.optimize.problem import PlanProblem
 
 #: The optimizer's modules that read the clock (each imports ``time``).
 MODULES = ("planning", "lbfgs", "gauss_newton", "windows", "control", "problem", "verification", "variants",
-           "settle", "commands")
+           "adjoint", "settle", "commands")
 
 #: Virtual seconds of one evaluation with its adjoint; a forward run alone costs 1 / EVALUATION_FORWARD_RUNS of it.
 EVALUATION_S = 1.0

@@ -24,6 +24,7 @@ planner, :func:`retarget.optimize.windows.optimize_windows`, minimizes one windo
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -37,7 +38,7 @@ from retarget.optimize.objective import MotorRegularizer, TrackingObjective
 from retarget.sim.engine import Engine, EngineState
 
 __all__ = ["AdjointProblem", "Evaluation", "Rollout", "TrackedPoses", "Window", "evaluate", "first_influence",
-           "rollout", "window_parameters"]
+           "rollout", "run_time_ratio", "steady_step_times", "window_parameters"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -95,10 +96,13 @@ class Rollout:
     Attributes:
         states: the engine states (N + 1), ``states[0]`` the start.
         matrix: ``S_n`` stacked (N + 1, n_S).
+        step_s: wall time of each step (N,) [s], its progress report included; what the time budget's reserves
+            measure a run of these profiles by (:func:`retarget.optimize.windows.optimize_windows`).
     """
 
     states: list[EngineState]
     matrix: NDArray[np.float64]
+    step_s: NDArray[np.float64] | None = None
 
     @property
     def times(self) -> NDArray[np.float64]:
@@ -120,13 +124,38 @@ def rollout(engine: Engine, start: EngineState, motors: object, dt: float, n_ste
     cache: dict = {}
     prev2: EngineState | None = before
     prev = start
+    clock = np.empty(n_steps + 1)
+    clock[0] = time.perf_counter()
     for k in range(1, n_steps + 1):
         new = engine.step(prev, prev2, dt, motors, k, cache)
         states.append(new)
         prev2, prev = prev, new
         if progress is not None:
             progress(k, n_steps)
-    return Rollout(states, np.stack([s.s for s in states]))
+        clock[k] = time.perf_counter()
+    return Rollout(states, np.stack([s.s for s in states]), np.diff(clock))
+
+
+def steady_step_times(run: Rollout) -> NDArray[np.float64] | None:
+    """``run``'s wall time per step [s] with its first step (numba compiling, the first run after an install) set
+    to the median of the others; None when the run was not timed."""
+    if run.step_s is None or run.step_s.size == 0:
+        return None
+    steps = np.array(run.step_s, dtype=float)
+    if steps.size > 1:
+        steps[0] = float(np.median(steps[1:]))
+    return steps
+
+
+def run_time_ratio(reference: NDArray[np.float64] | None, first: int, run: Rollout) -> float | None:
+    """``run``'s wall time over the reference run's on the same steps (``run`` starting at the reference's grid
+    step ``first``; ``reference`` from :func:`steady_step_times`): how much longer its profiles take to simulate.
+    None when either was not timed or took no measurable time."""
+    if reference is None or run.step_s is None:
+        return None
+    spent = float(np.sum(run.step_s))
+    base = float(np.sum(reference[first : first + run.step_s.size]))
+    return spent / base if spent > 0.0 and base > 0.0 else None
 
 
 @dataclass(frozen=True, eq=False)

@@ -12,9 +12,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 
-from retarget.optimize.adjoint import (
-    Evaluation,
-)
+from retarget.optimize.adjoint import Evaluation, run_time_ratio, steady_step_times
 from retarget.optimize.control import (
     BudgetExhausted,
     deadline_progress,
@@ -103,10 +101,17 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
     # The reserve is in evaluations with the adjoint; Levenberg–Marquardt's latest evaluation is a forward run.
     per_evaluation = EVALUATION_FORWARD_RUNS if first.gradient is None else 1.0
 
+    first_steps = steady_step_times(first.rollout)
+
     def affordable(seconds: float) -> None:
-        """Stop (``BudgetExhausted``) before work of ``seconds`` that, with the reserve, would end past the deadline."""
-        if deadline is not None and time.perf_counter() + seconds + \
-                state.duration * per_evaluation * reserve_evaluations + reserve_s > deadline:
+        """Stop (``BudgetExhausted``) before work of ``seconds`` that, with the reserve, would end past the deadline.
+        ``reserve_s`` (runs measured on the start's profiles) scales by how much longer the best point's profiles
+        take to simulate than the start's (rough profiles take more Newton iterations per step)."""
+        if deadline is None:
+            return
+        ratio = run_time_ratio(first_steps, 0, state.best.rollout) if reserve_s > 0.0 else None
+        if time.perf_counter() + seconds + state.duration * per_evaluation * reserve_evaluations + \
+                reserve_s * (1.0 if ratio is None else ratio) > deadline:
             raise BudgetExhausted
 
     def simulated(x: NDArray[np.float64], gradient: bool) -> Evaluation | None:

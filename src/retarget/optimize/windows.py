@@ -13,6 +13,8 @@ from numpy.typing import NDArray
 from retarget.optimize.adjoint import (
     Window,
     first_influence,
+    run_time_ratio,
+    steady_step_times,
     window_parameters,
 )
 from retarget.optimize.control import deadline_progress, first_evaluation, interruption_reason
@@ -51,11 +53,16 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
     few evaluations of its own within a 15-minute budget.
 
     The time budget (after keeping ``reserve_evaluations`` whole evaluations, about three forward runs each,
-    ``reserve_s`` seconds, and one forward run for the final measurement; a whole-motion forward run timed by the
-    median time per step of the start run and the Levenberg–Marquardt windows' runs) is shared out equally among the
-    windows still to do; time a window does not use passes on. (Shares weighted by the input's tracking error per
-    window were measured worse on the drummer: the early windows' improvements carry over as less sway into the
-    later ones; docs/optimize.md.)
+    ``reserve_s`` seconds, and one forward run for the final measurement) is shared out equally among the windows
+    still to do; time a window does not use passes on. A whole-motion forward run is timed by the median time
+    per step of the start run and the Levenberg–Marquardt windows' runs, and the reserve is scaled by how much
+    longer the optimized profiles take to simulate: the median, over the windows done, of the forward run of a
+    window's best point over its first (the same start state and steps;
+    :attr:`~retarget.optimize.adjoint.Rollout.step_s`; ``forward_ratio`` in the window's summary). Rough profiles
+    take more Newton iterations per step, and the checks after the plan (``reserve_s``: a run measured on the
+    start's profiles) run them.
+    (Shares weighted by the input's tracking error per window were measured worse on the drummer: the early
+    windows' improvements carry over as less sway into the later ones; docs/optimize.md.)
     ``J`` over the whole motion is measured before and after; if the windows made it worse, the start ``x₀`` is
     returned (with a message).
 
@@ -101,6 +108,9 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
     # Seconds per forward step: this run's, then each Levenberg–Marquardt window's latest forward run (its
     # evaluations are forward runs). The reserve uses their median, so one slow run does not move every share.
     step_s = [forward_s / n]
+    # How much longer the optimized profiles take to simulate: each window's best point's forward run over the
+    # window's first (same start state, same steps); the reserve scales by their median.
+    ratios: list[float] = []
     span = max(1, int(round(options.window / dt)))
     tail = int(round(options.window_tail / dt))
     stride = max(1, span - int(round(options.window_overlap / dt)))
@@ -137,8 +147,9 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
         window_deadline: float | None = None
         if deadline is not None:
             forward_s = float(np.median(step_s)) * n
-            left = (deadline - time.perf_counter() - forward_s * (1.0 + EVALUATION_FORWARD_RUNS * reserve_evaluations)
-                    - reserve_s)
+            scale = float(np.median(ratios)) if ratios else 1.0
+            left = (deadline - time.perf_counter()
+                    - scale * (forward_s * (1.0 + EVALUATION_FORWARD_RUNS * reserve_evaluations) + reserve_s))
             if left <= 0.0:
                 budget_limited = True
                 summary["stopped"] = "skipped: no time left"
@@ -195,6 +206,10 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
                        else "converged or iteration cap")
         if window_method == "gauss-newton" and res.evaluation_s > 0.0:
             step_s.append(res.evaluation_s / (last - a))
+        ratio = run_time_ratio(steady_step_times(res.initial.rollout), 0, res.best.rollout)
+        if ratio is not None:
+            ratios.append(ratio)
+            summary["forward_ratio"] = ratio
         curvature = res.curvature or curvature
         tangent_s = res.tangent_s or tangent_s
         if res.interrupted:
@@ -227,3 +242,4 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
                               budget_limited=budget_limited or cut > 0, evaluation_s=evaluation_s,
                               failed_simulations=failed, restarts=restarts, method=f"{window_method}-windows",
                               first_step=first_step, windows=summaries, value_evaluations=values)
+
