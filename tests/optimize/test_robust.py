@@ -179,6 +179,33 @@ def test_robust_plan_averages_the_band_and_reports_it(rod_systems):
         run_plan(reduced_engine(rs, 1e-10), _motion(), _bodies(), limits, options)
 
 
+def test_the_checks_run_half_the_band_in_a_worker_with_the_same_figures(rod_systems):
+    """Both cores busy after a plan: with two workers, one band factor runs in a forked worker process while the
+    planning process verifies at the finer step and runs the others; the band's figures are the ones run here
+    one after another (``workers=1``), factor by factor."""
+    from retarget.optimize.verification import check_plan
+    from tests.optimize.conftest import rod_on_motor
+
+    _, rs = rod_systems
+    limits = MotorLimits.build(["m"], {"m": (-1.0, 1.0, 0.0)})
+
+    def factory(f: float):
+        return reduced_engine(with_stiffness_scale(rs, f), 1e-10)
+
+    result = run_plan(reduced_engine(rs, 1e-10), _motion(), _bodies(), limits, OPTIONS)
+    options = replace(OPTIONS, verify_dt=0.0025, band=(0.9, 1.1, 1.2), verify_model="none")
+    said: list[str] = []
+    alone = check_plan(result, rod_on_motor(), replace(options, workers=1), factory, say=said.append)
+    assert not any("worker process" in s for s in said)
+    beside = check_plan(result, rod_on_motor(), replace(options, workers=2), factory, say=said.append)
+    assert any("x 0.9, 1.1 in a worker process" in s for s in said), said
+    assert list(beside["band"]) == ["x0.9", "x1.1", "x1.2", "worst_peak_ratio"]
+    for key in ("x0.9", "x1.1", "x1.2"):
+        assert beside["band"][key] == alone["band"][key]
+    assert beside["band"]["worst_peak_ratio"] == alone["band"]["worst_peak_ratio"]
+    assert beside["verify"]["peak_ratio"] == alone["verify"]["peak_ratio"]
+
+
 def test_full_verification_reproduces_the_naive_run_of_the_training_model(rod_systems):
     """The full-FEM re-simulation of the naive profile agrees with the reduced model's naive playback to within
     the reduction error (the rod's reduced model was trained on the full model)."""

@@ -35,13 +35,16 @@ def default_workers() -> int:
 
 
 @contextmanager
-def fork_pool(shared: Any, workers: int) -> Iterator[tuple[Executor, int] | None]:
+def fork_pool(shared: Any, workers: int, least: int = 2) -> Iterator[tuple[Executor, int] | None]:
     """A pool of ``workers`` forked processes that see ``shared`` (passed to :func:`run_shared` by key).
 
+    ``least``: the fewest workers worth a pool (2: callers that count the planning process among their ``workers``;
+    1 for one worker beside it).
+
     Yields:
-        ``(executor, key)``, or None when forking is not possible or ``workers <= 1``.
+        ``(executor, key)``, or None when forking is not possible or ``workers < least``.
     """
-    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+    if workers < max(1, least) or "fork" not in multiprocessing.get_all_start_methods():
         yield None
         return
     key = _NEXT_KEY[0]

@@ -38,6 +38,7 @@ from retarget.optimize.control import BudgetExhausted, deadline_progress
 from retarget.optimize.errors import PlanCancelled
 from retarget.optimize.limits import MotorLimits, torque_report
 from retarget.optimize.objective import deviation_metrics
+from retarget.optimize.options import band_offloaded
 from retarget.optimize.parallel import default_workers, fork_pool, run_shared
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -275,15 +276,26 @@ def stiffness_band(result: PlanResult, factors: Sequence[float], engine_factory:
         One entry per factor (key ``"x0.9"`` …): metrics per variant, ``peak_ratio``, ``rms_ratio`` and
         ``zvd_rms_ratio``; plus ``worst_peak_ratio`` (the largest optimized/naive peak ratio over the band).
     """
+    return _band_summary(_band_entries((result, engine_factory, tuple(variants)), factors))
+
+
+def _band_entries(shared: tuple[Any, ...], factors: Sequence[float]) -> dict[str, Any]:
+    """:func:`stiffness_band`'s runs of ``factors`` (in a worker or here; ``shared``: the plan, the engine factory
+    and the variants): one metrics entry per factor, keyed ``"x0.9"`` …"""
+    result, engine_factory, variants = shared
     prob = result.pp.problem
     out: dict[str, Any] = {}
     for factor in factors:
         entry = _variant_runs(result, engine_factory(float(factor)), prob.poses, prob.dt, prob.n_steps, variants)
         _ratios(entry)
         out[f"x{float(factor):g}"] = entry
-    ratios = [e["peak_ratio"] for e in out.values() if isinstance(e, Mapping) and "peak_ratio" in e]
-    out["worst_peak_ratio"] = max(ratios) if ratios else None
     return out
+
+
+def _band_summary(entries: dict[str, Any]) -> dict[str, Any]:
+    """The band's entries with ``worst_peak_ratio`` (the largest optimized/naive peak ratio over them)."""
+    ratios = [e["peak_ratio"] for e in entries.values() if isinstance(e, Mapping) and "peak_ratio" in e]
+    return {**entries, "worst_peak_ratio": max(ratios) if ratios else None}
 
 
 def _variant_runs(result: PlanResult, engine: Any, poses: Any, dt: float, n_steps: int, variants: Sequence[str],
@@ -511,15 +523,28 @@ def check_plan(result: PlanResult, model: Any, options: Any, engine_factory: Cal
         stages[stage] = now - clock
         clock = now
 
-    if options.verify_dt is not None and options.verify_dt > 0:
-        tell(f"verifying the plan at dt {options.verify_dt:g} s (naive and optimized re-simulated)")
-        out.update({k: v for k, v in verify_metrics(result, options.verify_dt, deadline, steps).items()
-                    if k != "warnings"})
-        lap("verify")
-    if options.band:
-        tell(f"robustness band: stiffness x {', '.join(f'{f:g}' for f in options.band)} (planning model)")
-        out["band"] = stiffness_band(result, options.band, engine_factory)
-        lap("band")
+    verify = options.verify_dt is not None and options.verify_dt > 0
+    factors = tuple(float(f) for f in options.band or ())
+    # Both cores busy: part of the band in a forked worker while this process verifies and runs the rest.
+    workers = default_workers() if options.workers is None else int(options.workers)
+    offloaded = band_offloaded(len(factors), verify, workers)
+    band_shared = (result, engine_factory, VERIFIED_VARIANTS)
+    with fork_pool(band_shared, 1 if offloaded else 0, least=1) as pool:
+        beside = None if pool is None else pool[0].submit(run_shared, pool[1],
+                                                          partial(_band_entries, factors=factors[:offloaded]))
+        if verify:
+            tell(f"verifying the plan at dt {options.verify_dt:g} s (naive and optimized re-simulated)")
+            out.update({k: v for k, v in verify_metrics(result, options.verify_dt, deadline, steps).items()
+                        if k != "warnings"})
+            lap("verify")
+        if factors:
+            there = f"; x {', '.join(f'{f:g}' for f in factors[:offloaded])} in a worker process" if beside else ""
+            tell(f"robustness band: stiffness x {', '.join(f'{f:g}' for f in factors)} (planning model{there})")
+            entries = _band_entries(band_shared, factors if beside is None else factors[offloaded:])
+            if beside is not None:
+                entries.update(beside.result())
+            out["band"] = _band_summary({f"x{f:g}": entries[f"x{f:g}"] for f in factors})
+            lap("band")
     duration = float(result.pp.targets.times[-1])
     estimate = full_verification_cost(model, duration, options.verify_full_dt)
     robot = model.name if robot is None else robot
