@@ -343,8 +343,7 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
     minimize = optimize if options.window is None else optimize_windows
     baselines = options.baselines and ring_out_s(pp) >= MIN_RING_OUT
     timed = verify_naive is not None
-    reserve = (1.6 if baselines else 0.0) + checks_reserve(options, baselines, verification_timed=timed,
-                                                           workers=workers)
+    reserve = (1.6 if baselines else 0.0) + checks_reserve(options, baselines, verification_timed=timed)
     reserve_s = float(verify_naive["wall_s"]) if timed else 0.0
     ensemble = pp.ensemble
     with fork_pool(None if ensemble is None else ensemble.members, workers if ensemble is not None else 0) as pool:
