@@ -22,7 +22,8 @@ Prints the thread settings, then one JSON line per example with at least ``examp
 neither was available), ``planning_peak_ratio``, ``optimized_peak_torque_ratio``,
 ``iterations``, ``planning_wall_s``, the stages' timings, each window's iterations and wall time (windowed plans),
 the naive/ZVD/optimized deviations, the planning model's file and training settings (``model_file``,
-``model_training``: the newest fresh artifact in the model folders is the one planned on) and the thread settings;
+``model_training``: ``ROBOT-MOTION.npz`` in the first model folder that has one, else the newest fresh artifact of
+the robot there) and the thread settings;
 each line is also written to ``bench/results/example-<robot>.json`` (overwritten: git keeps the old ones).
 
     OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 .venv/bin/python bench/bench_examples.py \
@@ -45,6 +46,16 @@ EXAMPLES: tuple[tuple[str, str], ...] = (
 
 #: Examples whose reduced model is trained in-process on the input motion (small robots).
 TRAINED_IN_PROCESS = ("single_rod", "two_rods")
+
+
+def documented_artifact(robot: str, motion_name: str) -> str | None:
+    """The example's planning model as the documented command names it (``ROBOT-MOTION.npz`` in the first model
+    folder that has one), so that another artifact of the robot dropped into a model folder (a comparison model)
+    is not planned on; None: the planner's own search (the newest fresh artifact)."""
+    from retarget.sim.reduced.store import artifact_dirs
+
+    name = f"{robot}-{motion_name.split('/')[-1]}.npz"
+    return next((str(d / name) for d in artifact_dirs() if (d / name).is_file()), None)
 
 
 def main() -> int:
@@ -71,7 +82,9 @@ def main() -> int:
     for robot, motion_name in chosen:
         params = library.read_ros_parameters(library.resolve_params(library.resolve_robot(robot)))
         options = options_from_parameters(params, allow_training=robot in TRAINED_IN_PROCESS,
-                                          verify_model=args.verify_model)
+                                          verify_model=args.verify_model,
+                                          reduced_file=None if robot in TRAINED_IN_PROCESS
+                                          else documented_artifact(robot, motion_name))
         started = time.perf_counter()
         line: dict = {"example": robot, "motion": motion_name, "threads": threads}
         try:
