@@ -242,4 +242,3 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
                               budget_limited=budget_limited or cut > 0, evaluation_s=evaluation_s,
                               failed_simulations=failed, restarts=restarts, method=f"{window_method}-windows",
                               first_step=first_step, windows=summaries, value_evaluations=values)
-
