@@ -156,6 +156,25 @@ def test_rapper_four_bar_closes_over_the_elbow_range() -> None:
     assert _loop_gap(urdf, loop, {"elbow": 1.0, "elbow_hinge": 0.5, "push_rod_u1": -1.0}) > 1e-3
 
 
+def test_rapper_four_bar_stays_clear_of_its_change_points() -> None:
+    """A parallelogram driven through a change point (crank along the push rod) can fold onto its other branch and
+    transmits no torque there: over the elbow's whole joint range the crank stays ≥ 15° off the line from the
+    elbow servo's shaft to the passive hinge (the ground link the push rod parallels)."""
+    urdf = load_urdf("rapper")
+    joint = urdf.joint_map["elbow"]
+    angles = []
+    for elbow in np.linspace(joint.limit.lower, joint.limit.upper, 200):
+        urdf.update_cfg({"elbow": elbow, "elbow_hinge": elbow, "push_rod_u1": -elbow, "push_rod_u2": 0.0})
+        shaft = urdf.get_transform("crank", "world")[:3, 3]
+        pin = urdf.get_transform("push_rod_cross", "world")[:3, 3]
+        hinge = urdf.get_transform("elbow_lower", "world")[:3, 3]
+        crank, ground = pin - shaft, hinge - shaft
+        crank[1] = ground[1] = 0.0  # in the plane of the elbow's motion (the shaft's axis is y)
+        cos = abs(crank @ ground) / (np.linalg.norm(crank) * np.linalg.norm(ground))
+        angles.append(np.degrees(np.arccos(min(1.0, cos))))
+    assert min(angles) >= 15.0
+
+
 def test_rapper_loop_mobility_is_one() -> None:
     """Grübler count of the 4-bar: 3 moving bodies (crank, push rod, forearm side), two hinges (5 constraints
     each), one universal (4), one spherical (3): 18 - 17 = 1 DOF, the elbow motor."""

@@ -12,9 +12,9 @@ Each member tracks the same quasi-static targets (the nominal model's) and start
 The parameter terms (regularizers, speed penalty) are the same in every member, so the average leaves them as they
 are. The cost is one forward and adjoint run per member.
 
-On a robot with a closed kinematic loop a softer or stiffer model can assemble on the loop's other branch (the
-rapper's ×0.9 model: its playback 0.36 m from the targets where the nominal model's is 0.08 m); no motor profile
-brings it back, and its tracking term, tens of times the others', would steer the average.
+On a robot with a closed kinematic loop driven near one of its change points, a softer or stiffer model can
+assemble on the loop's other branch (its playback then tracks tens of times worse than the nominal model's); no motor
+profile brings it back, and its tracking term would steer the average.
 :func:`without_other_branches` leaves such members out before the optimization.
 """
 

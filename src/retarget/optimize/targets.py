@@ -69,7 +69,7 @@ def quasi_static_targets(engine: Engine, poses: TrackedPoses, times: Sequence[fl
     """Solve the static equilibrium at the grid samples of the input angles.
 
     Each solve starts from the previous sample's equilibrium, or with ``warm_states`` from the given state at that
-    sample. A closed kinematic loop (the rapper's 4-bar) has two equilibria at some input angles, one per assembly
+    sample. A closed kinematic loop (a 4-bar) has two equilibria at some input angles, one per assembly
     branch, and they meet at the linkage's change point: continued from sample to sample, the targets keep the branch
     they started on through that point, while the robot may take the other. With the states of the input's playback,
     each sample is solved twice — continued from the previous equilibrium and restarted from the playback's state —

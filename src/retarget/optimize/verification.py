@@ -443,8 +443,9 @@ def execution_refusal(metrics: dict[str, Any]) -> str:
     """Why a plan's optimized trajectory must not be played on the robot as asked (``""``: it may be).
 
     A plan judged worse than the input (headline peak ratio above 1: the verification model's, else the planning
-    model's), or one whose optimized motion needs more than the stall torque there, is not played: a rapper plan at
-    0.98 x naive in its planning model sent the full FEM's 4-bar to its other branch (4.57 x naive, 3.8 x stall).
+    model's), or one whose optimized motion needs more than the stall torque there, is not played: a plan about as
+    good as the input in its planning model can be far worse in another model (a 4-bar driven near its change point
+    can fold onto its other branch there).
     """
     verified = metrics.get("verified_peak_ratio")
     headline = verified if verified is not None else metrics.get("planning_peak_ratio")
