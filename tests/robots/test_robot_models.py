@@ -141,6 +141,11 @@ def _loop_gap(urdf: object, loop: dict, cfg: dict[str, float]) -> float:
     return float(np.linalg.norm(a[:3] - b[:3]))
 
 
+def _rigid_parallelogram(elbow: float) -> dict[str, float]:
+    """The 4-bar's passive joints for a rigid parallelogram at ``elbow`` [rad]."""
+    return {"elbow": elbow, "elbow_hinge": elbow, "push_rod_u1": -elbow, "push_rod_u2": 0.0}
+
+
 def test_rapper_four_bar_closes_over_the_elbow_range() -> None:
     """With rigid parts the parallelogram gives elbow_hinge = elbow, push_rod_u1 = -elbow: the spherical
     joint's two points coincide (< 1e-9 m) for any shoulder pose; a wrong passive angle opens the loop."""
@@ -151,7 +156,7 @@ def test_rapper_four_bar_closes_over_the_elbow_range() -> None:
     rng = np.random.default_rng(6)
     for elbow in np.linspace(-0.2, 2.3, 6):
         shoulder = dict(zip(["shoulder_yaw", "shoulder_pitch", "shoulder_roll"], rng.uniform(-0.3, 0.3, 3)))
-        cfg = {**shoulder, "elbow": elbow, "elbow_hinge": elbow, "push_rod_u1": -elbow, "push_rod_u2": 0.0}
+        cfg = {**shoulder, **_rigid_parallelogram(elbow)}
         assert _loop_gap(urdf, loop, cfg) < 1e-9
     assert _loop_gap(urdf, loop, {"elbow": 1.0, "elbow_hinge": 0.5, "push_rod_u1": -1.0}) > 1e-3
 
@@ -164,7 +169,7 @@ def test_rapper_four_bar_stays_clear_of_its_change_points() -> None:
     joint = urdf.joint_map["elbow"]
     angles = []
     for elbow in np.linspace(joint.limit.lower, joint.limit.upper, 200):
-        urdf.update_cfg({"elbow": elbow, "elbow_hinge": elbow, "push_rod_u1": -elbow, "push_rod_u2": 0.0})
+        urdf.update_cfg(_rigid_parallelogram(elbow))
         shaft = urdf.get_transform("crank", "world")[:3, 3]
         pin = urdf.get_transform("push_rod_cross", "world")[:3, 3]
         hinge = urdf.get_transform("elbow_lower", "world")[:3, 3]
