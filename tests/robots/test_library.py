@@ -13,10 +13,10 @@ from retarget.model.library import UnknownNameError
 
 ROBOTS = ["bartender", "boxer", "dancer", "drummer", "rapper", "single_rod", "two_rods"]
 RIGS = ["fit_rig"]
-MOTIONS = ["bartender/serve", "boxer/boxing", "dancer/wave", "drummer/drumming", "fit_rig/ident_mode2",
-           "fit_rig/step_30", "rapper/rap", "single_rod/ident_mode2", "single_rod/step_20_fast", "single_rod/step_30",
-           "single_rod/step_30_fast_return", "single_rod/step_30_servo", "single_rod/step_45_fast",
-           "two_rods/swing_90"]
+MOTIONS = ["bartender/serve", "boxer/boxing", "boxer/boxing_servo", "dancer/wave", "drummer/drumming",
+           "fit_rig/ident_mode2", "fit_rig/step_30", "rapper/rap", "single_rod/ident_mode2", "single_rod/step_20_fast",
+           "single_rod/step_30", "single_rod/step_30_fast_return", "single_rod/step_30_servo",
+           "single_rod/step_45_fast", "two_rods/swing_90"]
 SINGLE_ROD = [m for m in MOTIONS if m.startswith("single_rod/")]
 
 

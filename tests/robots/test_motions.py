@@ -15,7 +15,7 @@ DURATIONS = {"single_rod/step_30": 4.0, "single_rod/step_45_fast": 4.0, "two_rod
              "single_rod/step_30_fast_return": 4.0, "single_rod/step_20_fast": 4.0,  # reduced-model test motions
              "single_rod/step_30_servo": 4.6,  # step_30 with ramps within the servo's stall torque
              "dancer/wave": 8.5, "bartender/serve": 8.5, "rapper/rap": 10.0, "drummer/drumming": 10.0,
-             "boxer/boxing": 9.75,
+             "boxer/boxing": 9.75, "boxer/boxing_servo": 9.75,  # boxing within the servos' speed
              "single_rod/ident_mode2": None,  # designed from the rig by `retarget fit-motion` (docs/fit.md)
              "fit_rig/step_30": 4.4, "fit_rig/ident_mode2": None}  # the fitting rig's, ramps for its XM540-W270
 XM430_MAX_VELOCITY = 8.06  # [rad/s], 77 rpm no-load at 12 V
@@ -99,9 +99,10 @@ def test_bartender_glass_stays_upright() -> None:
     assert tilt.max() < 2.0
 
 
-def test_boxer_punches_stop_abruptly() -> None:
+@pytest.mark.parametrize("name", ["boxer/boxing", "boxer/boxing_servo"])
+def test_boxer_punches_stop_abruptly(name: str) -> None:
     """Fast punches with abrupt stops: an elbow goes from above 6 rad/s to rest within 0.12 s, 4+ times."""
-    motion = read_keyframes(resolve_motion("boxer/boxing")).to_motion()
+    motion = read_keyframes(resolve_motion(name)).to_motion()
     dt = motion.time[1] - motion.time[0]
     stops = 0
     for joint in ("left_elbow", "right_elbow"):
@@ -111,3 +112,20 @@ def test_boxer_punches_stop_abruptly() -> None:
         ends = fast[np.append(np.diff(fast) > 1, True)]
         stops += sum(1 for e in ends if (v[e:e + int(0.12 / dt)] < 0.05).any())
     assert stops >= 4
+
+
+def test_boxing_servo_is_boxing_with_the_body_leaning_less() -> None:
+    """boxer/boxing_servo keeps boxing's sequence (as many keyframes, the same length and guard) with every body
+    joint's excursion from the guard smaller, and its punches reaching at least 3/4 of boxing's elbow travel."""
+    fast, servo = (read_keyframes(resolve_motion(n)) for n in ("boxer/boxing", "boxer/boxing_servo"))
+    assert fast.values.shape == servo.values.shape and fast.times[-1] == servo.times[-1]
+    guard = fast.values[-1]
+    np.testing.assert_array_equal(servo.values[-1], guard)
+    excursion = [np.abs(k.values - guard).max(axis=0) for k in (fast, servo)]
+    for joint in ("pelvis_roll", "spine_pitch", "torso_yaw"):
+        j = fast.joints.index(joint)
+        assert excursion[1][j] < excursion[0][j], joint
+    for joint in ("left_elbow", "right_elbow"):
+        j = fast.joints.index(joint)
+        travel = [guard[j] - k.values[k.times > 0.9, j].min() for k in (fast, servo)]
+        assert 0.75 * travel[0] < travel[1] < travel[0], joint
