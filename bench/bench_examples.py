@@ -38,8 +38,8 @@ import time
 from pathlib import Path
 
 #: (robot, motion) of the paper's examples (Table 1), in the paper's order; the single rod's and the boxer's are
-#: their paper motions within the servos' torque and speed (boxer/boxing asks 1.3-1.7 x stall as authored:
-#: docs/optimize.md "Characters").
+#: their paper motions made playable: step_30 with ramps within stall, boxing within the servos' speed and leaning
+#: less, so that its plan stays within stall (boxer/boxing asks 1.3-1.7 x stall: docs/optimize.md "Characters").
 EXAMPLES: tuple[tuple[str, str], ...] = (
     ("single_rod", "single_rod/step_30_servo"), ("two_rods", "two_rods/swing_90"), ("dancer", "dancer/wave"),
     ("bartender", "bartender/serve"), ("rapper", "rapper/rap"), ("drummer", "drummer/drumming"),
