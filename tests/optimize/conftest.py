@@ -60,3 +60,22 @@ def tiny_artifact(tmp_path_factory):
     the first 0.04 s of the ramp) in ``folder/models/tiny_rod-ramp.npz``."""
     folder = write_tiny_robot(tmp_path_factory.mktemp("tiny_artifact"))
     return folder, reduce_tiny_robot(folder, folder / "models" / "tiny_rod-ramp.npz")
+
+
+@pytest.fixture(scope="session")
+def servo_rod_systems():
+    """:func:`rod_systems` with the motor a modelled servo (XM430-W210 with every term of its law: integral,
+    derivative, feedforward, friction), the reduced model trained with the servo in the loop."""
+    from retarget.model.servo import SERVO_MODELS
+    from retarget.sim.motors import FunctionMotors
+    from retarget.sim.reduced.training import build_from_result
+    from retarget.sim.simulate import simulate
+    from retarget.sim.system import build_system
+
+    servo = SERVO_MODELS["XM430-W210"].with_values(ki=40.0, kd=0.05, kff1=0.02, coulomb_friction=0.03,
+                                                    viscous_friction=0.01)
+    system = build_system(rod_on_motor().with_servos([servo]))
+    motors = FunctionMotors(lambda t: [0.3 * np.sin(10 * t) ** 2], lambda t: [3.0 * np.sin(20 * t)])
+    result = simulate(system, motors, 0.08, 2e-3)
+    rs, _, _ = build_from_result(system, result, n_modes=3)
+    return system, rs

@@ -374,7 +374,9 @@ def test_plan_cancelled_returns_the_best_iterate_so_far(tiny):
     result = plan(robot, _tiny_ramp(), options, progress)
     m = result.metrics()
     assert m["cancelled"] and m["interrupted"] and m["iterations"] == 1 == len(iterations)
-    assert stages[0] == "targets" and FEEDBACK_STAGES[stages[1]] == "optimizing"
+    # A modelled servo's naive playback is a run of its own (the optimizer starts from its holding goals).
+    after = [s for s in stages[1:] if s != "naive playback"]
+    assert stages[0] == "targets" and FEEDBACK_STAGES[after[0]] == "optimizing"
     assert "interrupted (cancel requested)" in m["message"]
     assert m["objective_final"] <= m["objective_initial"]
     names, times, positions = result.trajectory(0.0)

@@ -55,9 +55,9 @@ def test_the_horn_turns_with_the_motor(animation, tiny_report):
     q = animation.link_quaternions[0, :, horn].astype(float)
     pitch = Rotation.from_quat(q).as_rotvec()[:, 1]  # the motor's axis is y
     with np.load(tiny_report / "trajectories.npz") as data:
-        time, angles = data["time"], data["naive_angles"][:, 0]
+        time, angles = data["time"], data["naive_shafts"][:, 0]
     expected = np.interp(animation.times, time, angles)
-    assert np.max(np.abs(pitch - expected)) < 2e-3  # the servo's tracking lag [rad]
+    assert np.max(np.abs(pitch - expected)) < 2e-3  # the sampling of the animation [rad]
 
 
 def test_ghost_at_target_and_deviations_from_the_report(animation, tiny_report):

@@ -126,7 +126,10 @@ def _coarse_fast_rise():
     from retarget.model.loader import load_robot
     from retarget.sim.motion_input import motors_from_motion
 
+    from retarget.model.servo import IDEAL, SERVO_MODELS
+
     model = load_robot(resolve_robot("single_rod"), mesh_scale=0.05, stiffness_calibration=False)
+    model = model.with_servos([SERVO_MODELS[IDEAL]])  # the prescribed rise: the servo would soften the whip
     spline, _ = motors_from_motion("single_rod/step_45_fast", model.motors)
     motors = FunctionMotors(lambda t: spline.value(t + 0.5), lambda t: spline.derivative(t + 0.5))
     return build_system(model), motors

@@ -21,6 +21,11 @@ _EXPORTS: dict[str, str] = {
     "RobotBuilder": "robot",
     "RobotModel": "robot",
     "TrackedBody": "robot",
+    "ServoParams": "servo",
+    "ServoError": "servo",
+    "SERVO_MODELS": "servo",
+    "servo_params": "servo",
+    "servos_from_config": "servo",
 }
 
 if TYPE_CHECKING:
@@ -36,6 +41,7 @@ if TYPE_CHECKING:
         RobotModel,
         TrackedBody,
     )
+    from retarget.model.servo import SERVO_MODELS, ServoError, ServoParams, servo_params, servos_from_config
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
@@ -50,6 +56,11 @@ __all__ = [
     "ModelError",
     "RobotBuilder",
     "RobotModel",
+    "SERVO_MODELS",
+    "ServoError",
+    "ServoParams",
     "TrackedBody",
     "load_robot",
+    "servo_params",
+    "servos_from_config",
 ]

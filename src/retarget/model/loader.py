@@ -20,6 +20,7 @@ import yaml
 from numpy.typing import NDArray
 
 from retarget.model.robot import MeshGenerator, ModelError, RobotBuilder, RobotModel
+from retarget.model.servo import ServoError, servos_from_config
 
 __all__ = ["load_robot", "parse_origin", "read_robot_yaml", "resolve_urdf"]
 
@@ -257,6 +258,12 @@ def load_robot(
     materials_path = yaml_path.resolve().parent / "materials.yaml"
     if "urdf" not in cfg:
         raise ModelError(f"{yaml_path}: retarget.urdf is required")
+    motors = [str(m) for m in cfg.get("motors") or []]
+    # The servo section is checked before any mesh or URDF work: a typo costs nothing.
+    try:
+        servos = servos_from_config(cfg.get("servo"), motors)
+    except ServoError as exc:
+        raise ModelError(f"{yaml_path}: {exc}") from exc
     urdf_path = resolve_urdf(str(cfg["urdf"]), yaml_path)
     robot = _parse_urdf(_urdf_xml(urdf_path, cfg.get("xacro_args") or {}), urdf_path.parent).robot
     link_names = {link.name for link in robot.links}
@@ -324,7 +331,6 @@ def load_robot(
         t = poses[body]
         b.add_link(body, mass, com, inertia, t[:3, 3], t[:3, :3])
     merged = {n: str(alias[n]) for n in massive if alias[n] != n}
-    motors = [str(m) for m in cfg.get("motors") or []]
     for j in robot.joints:
         if j.parent in replaced or j.child in replaced:
             continue
@@ -387,6 +393,8 @@ def load_robot(
         material = get_material(f.get("material", "spring_steel"), overrides_path=materials_path)
         b.add_flexible_part(part, world, material, ifaces, replaces=link, generator=generator, pose=t)
     b.set_motors(motors)
+    for motor, servo in zip(motors, servos):
+        b.set_servo(motor, servo)
     for tb in cfg.get("tracked_bodies") or []:
         b.track(str(tb["link"]), float(tb.get("position_weight", 1.0)), float(tb.get("orientation_weight", 0.0)))
     model = b.build(merged_links=merged)

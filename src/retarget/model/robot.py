@@ -16,6 +16,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from retarget.errors import InputError
+from retarget.model.servo import IDEAL, SERVO_MODELS, ServoParams
 
 __all__ = [
     "FlexiblePart",
@@ -189,6 +190,8 @@ class RobotModel:
         tracked_bodies: for the optimizer.
         merged_links: links with mass welded by fixed joints into another link's rigid body (link → body name);
             they are not in ``links`` (their mass and inertia are in the body's).
+        servos: per motor (in ``motors`` order), its :class:`~retarget.model.servo.ServoParams`; empty = every
+            motor an ideal position source (robots built in code).
     """
 
     name: str
@@ -199,6 +202,33 @@ class RobotModel:
     gravity: NDArray[np.float64] = field(default_factory=lambda: np.array([0.0, 0.0, -9.81]))
     tracked_bodies: tuple[TrackedBody, ...] = ()
     merged_links: Mapping[str, str] = field(default_factory=dict)
+    servos: tuple[ServoParams, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.servos and len(self.servos) != len(self.motors):
+            raise ModelError(f"robot {self.name!r}: {len(self.servos)} servos for {len(self.motors)} motors")
+
+    def servo(self, motor: str) -> ServoParams:
+        """The servo driving ``motor`` (the ideal position source when the robot declares none)."""
+        if motor not in self.motors:
+            raise ModelError(f"no motor {motor!r} in robot {self.name!r}; motors: {list(self.motors)}")
+        return self.servos[self.motors.index(motor)] if self.servos else SERVO_MODELS[IDEAL]
+
+    @property
+    def servo_list(self) -> tuple[ServoParams, ...]:
+        """Per motor, its servo (ideal ones filled in)."""
+        return tuple(self.servo(m) for m in self.motors)
+
+    @property
+    def ideal_servos(self) -> bool:
+        """Whether every motor is a perfect position source."""
+        return all(s.ideal for s in self.servo_list)
+
+    def with_servos(self, servos: Sequence[ServoParams]) -> RobotModel:
+        """A copy driven by ``servos`` (one per motor, motor order)."""
+        from dataclasses import replace
+
+        return replace(self, servos=tuple(servos))
 
     def link(self, name: str) -> Link:
         """The link called ``name``."""
@@ -236,6 +266,7 @@ class RobotBuilder:
         self._parts: dict[str, FlexiblePart] = {}
         self._motors: list[str] = []
         self._tracked: list[TrackedBody] = []
+        self._servos: dict[str, ServoParams] = {}
 
     def add_link(
         self,
@@ -344,6 +375,10 @@ class RobotBuilder:
         """Set the motor order (each must be a hinge or prismatic joint)."""
         self._motors = list(names)
 
+    def set_servo(self, motor: str, servo: ServoParams) -> None:
+        """Drive ``motor`` by ``servo`` (motors without one are ideal position sources)."""
+        self._servos[motor] = servo
+
     def build(self, merged_links: Mapping[str, str] | None = None) -> RobotModel:
         """Validate references and return the model (``merged_links``: see :class:`RobotModel`)."""
         names = set(self._links)
@@ -361,6 +396,10 @@ class RobotBuilder:
         for t in self._tracked:
             if t.link not in names:
                 raise ModelError(f"tracked body {t.link!r} is not a rigid link")
+        unknown = sorted(set(self._servos) - set(self._motors))
+        if unknown:
+            raise ModelError(f"servo for {unknown} which are not motors; motors: {self._motors}")
+        servos = tuple(self._servos.get(m, SERVO_MODELS[IDEAL]) for m in self._motors) if self._servos else ()
         return RobotModel(
             self.name,
             tuple(self._links.values()),
@@ -370,4 +409,5 @@ class RobotBuilder:
             self.gravity,
             tuple(self._tracked),
             dict(merged_links or {}),
+            servos,
         )

@@ -316,11 +316,16 @@ def evaluate(problem: AdjointProblem, x: NDArray[np.float64], gradient: bool = T
     tv = tracking.evaluate(pos, ori)
     p_value, p_grad, parts = problem.parameter_terms(x)
     value = tv.value + p_value
-    torque_grad = None
+    torque_grad = speed_grad = None
     if problem.torque_penalty is not None:
+        penalty = problem.torque_penalty
         torque_index = problem.engine.motor_torque_index
-        parts["torque_penalty"], torque_grad = problem.torque_penalty.evaluate(fwd.matrix[:, torque_index])
+        parts["torque_penalty"], torque_grad, speed_grad = penalty.evaluate(fwd.matrix[:, torque_index],
+                                                                            penalty.speeds(fwd.matrix))
         value += parts["torque_penalty"]
+        if speed_grad is not None:
+            speed_on = penalty.speed_index >= 0
+            speed_rows = penalty.speed_index[speed_on]
     if not gradient:
         return Evaluation(value, tv.value, parts, None, fwd, pos)
     nm = len(problem.engine.motor_names)
@@ -337,6 +342,8 @@ def evaluate(problem: AdjointProblem, x: NDArray[np.float64], gradient: bool = T
                                       None if tv.d_orientations is None else tv.d_orientations[k])
         if torque_grad is not None:
             rhs[torque_index] -= torque_grad[k]
+            if speed_grad is not None:
+                rhs[speed_rows] -= speed_grad[k][speed_on]
         for lag, (s_later, mu_later) in enumerate(later, start=1):
             rhs -= s_later.history_transposed(lag, mu_later)  # type: ignore[attr-defined]
         mu = sens.solve_transposed(rhs)

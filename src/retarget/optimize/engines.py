@@ -24,7 +24,7 @@ import scipy.linalg as sla
 from numpy.typing import NDArray
 
 # The protocol and its types are the simulator's; re-exported for the optimizer's users.
-from retarget.sim.engine import Engine, EngineState, StepSensitivity, SystemEngine, bdf_history, motor_rows
+from retarget.sim.engine import Engine, EngineState, StepSensitivity, SystemEngine, bdf_history, motor_rows, warm_u
 
 __all__ = [
     "AbsoluteEngine", "Engine", "EngineState", "ReferenceReducedEngine", "StepSensitivity",
@@ -81,9 +81,6 @@ def step_sensitivities(engine: Engine, states: Sequence[EngineState], dt: float,
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-_COMPLEX_STEP = 1e-30
-
-
 class ReferenceReducedEngine(SystemEngine):
     """The reduced model (relative coordinates) through the dense reference stepper (numpy, slow): the oracle
     the compiled :class:`retarget.sim.reduced.CompiledReducedEngine` is tested against.
@@ -100,15 +97,17 @@ class ReferenceReducedEngine(SystemEngine):
         super().__init__(system)
         self.tolerance = float(tolerance)
         self.estimate = bool(estimate)
-        self._motor_blocks = [b for b, blk in enumerate(system.constraints) if getattr(blk, "motor", -1) >= 0]
 
     def _wrap(self, st: Any) -> EngineState:
         return EngineState(float(st.t), st.s, st)
 
+    def _on(self, system: Any) -> ReferenceReducedEngine:
+        return ReferenceReducedEngine(system, self.tolerance, self.estimate)
+
     def solve_static(self, theta: NDArray[np.float64], warm: EngineState | None = None) -> EngineState:
         from retarget.sim.reduced.stepper import solve_static
 
-        u0 = None if warm is None else warm.native.u
+        u0 = None if warm is None else warm_u(warm, self.system.n_u)
         return self._wrap(solve_static(self.system, np.atleast_1d(theta), u0=u0))
 
     def reference_state(self) -> EngineState:
@@ -149,46 +148,7 @@ class ReferenceReducedEngine(SystemEngine):
         def history(k: int, delta: NDArray[np.float64]) -> NDArray[np.float64]:
             return bdf_history(nu, nv, a1 if k == 1 else a2, h, mass, delta, False)
 
-        theta = np.atleast_1d(motors.value(new.t))
-        theta_dot = np.atleast_1d(motors.derivative(new.t))
-        r_theta = self._r_theta(new.native, theta, theta_dot, 1.0 / h)
-        return StepSensitivity(solve_t, history_t, r_theta, lin.r_theta_dot, solve, history)
-
-    def _r_theta(self, st: Any, theta: NDArray[np.float64], theta_dot: NDArray[np.float64],
-                 baumgarte: float) -> NDArray[np.float64]:
-        """``∂R/∂θ`` (n_S, n_motors) of the reduced residual.
-
-        θ enters only the motorized joint blocks (rigid slots): the λ rows ``C_θ θ̇ + C_y ẏ + a C`` and the
-        V rows ``−Tᵀ C_yᵀ λ``. The mixed derivatives ``∂C_y/∂θ`` and ``∂C_θ/∂θ`` are complex steps in θ of the
-        analytic ``C_y`` and ``C_θ`` (holomorphic evaluations, exact to rounding), as in the absolute engine.
-        """
-        from retarget.sim.constraints import theta_derivative
-        from retarget.sim.rotation import quat_rate_matrix
-
-        rs = self.system
-        nu, nv = rs.n_u, rs.n_v
-        out = np.zeros((self.n_state, len(rs.motors)))
-        for b in self._motor_blocks:
-            blk = rs.constraints[b]
-            bodies = [s.body for s in blk.slots]
-            ui = np.concatenate([7 * i + np.arange(7) for i in bodies])
-            vi = np.concatenate([6 * i + np.arange(6) for i in bodies])
-            ul, vl = st.u[ui], st.v[vi]
-            tl = np.zeros((len(ui), len(vi)))
-            for k in range(len(bodies)):
-                tl[7 * k : 7 * k + 3, 6 * k : 6 * k + 3] = np.eye(3)
-                tl[7 * k + 3 : 7 * k + 7, 6 * k + 3 : 6 * k + 6] = 0.5 * quat_rate_matrix(ul[7 * k + 3 : 7 * k + 7])
-            ydot = tl @ vl
-            m = blk.motor
-            l0, l1 = rs.lambda_offsets[b], rs.lambda_offsets[b + 1]
-            th = complex(theta[m], _COMPLEX_STEP)
-            _, cy = blk.evaluate(ul.astype(complex)[None], np.array([th]))
-            d_cy = cy[0].imag / _COMPLEX_STEP
-            c_th = theta_derivative(blk, ul[None], np.array([theta[m]])).real[0]
-            c_thth = theta_derivative(blk, ul.astype(complex)[None], np.array([th])).imag[0] / _COMPLEX_STEP
-            out[nu + nv + l0 : nu + nv + l1, m] = c_thth * theta_dot[m] + d_cy @ ydot + baumgarte * c_th
-            out[nu + vi, m] -= tl.T @ (d_cy.T @ st.lam[l0:l1])
-        return out
+        return StepSensitivity(solve_t, history_t, lin.r_theta, lin.r_theta_dot, solve, history)
 
 
 class AbsoluteEngine(SystemEngine):
@@ -206,11 +166,14 @@ class AbsoluteEngine(SystemEngine):
         self.options = StepOptions(tolerance=float(tolerance), max_iterations=40)
         self._history: dict[tuple[float, float], Any] = {}
 
+    def _on(self, system: Any) -> AbsoluteEngine:
+        return AbsoluteEngine(system, self.options.tolerance)
+
     def solve_static(self, theta: NDArray[np.float64], warm: EngineState | None = None) -> EngineState:
         from retarget.sim.integrator import initial_state
         from retarget.sim.statics import solve_static
 
-        u0 = None if warm is None else warm.native.u
+        u0 = None if warm is None else warm_u(warm, self.system.n_u)
         st = solve_static(self.system, np.atleast_1d(theta), u0=u0)
         st = initial_state(self.system, st.u).replace(lam=st.lam)
         return EngineState(0.0, st.s, st)

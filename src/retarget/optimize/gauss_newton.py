@@ -182,8 +182,13 @@ def tangent_least_squares(problem: AdjointProblem, x: NDArray[np.float64], fwd: 
     if penalty is not None:
         torque_rows = np.asarray(problem.engine.motor_torque_index)
         tau = fwd.matrix[:, torque_rows]
-        excess = np.maximum(np.abs(tau) - penalty.threshold, 0.0)
+        speeds = penalty.speeds(fwd.matrix)
+        thr, motoring = penalty.thresholds(tau, speeds)
+        excess = np.maximum(np.abs(tau) - thr, 0.0)
         active = excess > 0.0
+        # The threshold's slope in the shaft speed, where a modelled servo drives its shaft (d|τ| − dτ̄).
+        speed_rows = None if speeds is None else np.maximum(penalty.speed_index, 0)
+        speed_slope = None if speeds is None else np.where(motoring, penalty.speed_slope * np.sign(speeds), 0.0)
         sq_tau = float(np.sqrt(penalty.weight * penalty.dt))
         res_tau = sq_tau * excess[active]
         jac_tau = np.zeros((res_tau.size, p))
@@ -192,6 +197,8 @@ def tangent_least_squares(problem: AdjointProblem, x: NDArray[np.float64], fwd: 
         if penalty is not None and active[step].any():
             on = np.flatnonzero(active[step])
             jac_tau[row_of[step, on]] = sq_tau * np.sign(tau[step, on])[:, None] * ds_n[torque_rows[on]]
+            if speed_rows is not None:
+                jac_tau[row_of[step, on]] += sq_tau * speed_slope[step, on][:, None] * ds_n[speed_rows[on]]
         for j, i in enumerate(idx):
             jac[step, j, :3] = sq_pos[step, j] * ds_n[7 * i : 7 * i + 3]
             if ori and sq_ori[step, j] != 0.0:

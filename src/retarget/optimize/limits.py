@@ -384,18 +384,28 @@ def _banded_solve(matrix: sp.csr_matrix, rhs: NDArray[np.float64]) -> NDArray[np
 class TorquePenalty:
     """Smooth penalty on simulated motor torques above ``(1 − margin) · stall_torque`` (module docstring).
 
+    A modelled servo (:mod:`retarget.sim.servo`) gives less torque the faster its shaft turns: while its torque
+    drives the shaft (motoring), the threshold follows the torque–speed line, ``(1 − margin) · stall · (duty_limit −
+    |ω| / no-load speed)``, with ``ω`` its simulated shaft speed.
+
     Attributes:
         dt: Step of the simulation grid [s] (the penalty approximates a time integral).
-        threshold: ``τ̄`` [N·m] ``(n_motors,)``.
+        threshold: ``τ̄`` [N·m] ``(n_motors,)`` at zero speed.
         weight: Penalty weight [1/(N²·m²·s)·objective units].
+        speed_slope: per motor, how much the threshold falls per shaft speed while motoring [N·m·s/rad]
+            ``(n_motors,)``, 0 for an ideal motor; None: no speed dependence.
+        speed_index: per motor, where its shaft speed sits in ``S`` (-1: an ideal motor) ``(n_motors,)``.
     """
 
     dt: float
     threshold: NDArray[np.float64]
     weight: float
+    speed_slope: NDArray[np.float64] | None = None
+    speed_index: NDArray[np.int64] | None = None
 
     @classmethod
-    def build(cls, dt: float, limits: MotorLimits, weight: float, margin: float = 0.1) -> TorquePenalty:
+    def build(cls, dt: float, limits: MotorLimits, weight: float, margin: float = 0.1,
+              servos: Sequence[Any] | None = None, speed_index: Any = None) -> TorquePenalty:
         """The penalty for the motors of ``limits`` on a grid of step ``dt``.
 
         Args:
@@ -403,20 +413,55 @@ class TorquePenalty:
             limits: Motor limits (only ``stall_torque`` is used).
             weight: Penalty weight, ``≥ 0``.
             margin: Fraction of the stall torque kept free, in ``[0, 1)``.
+            servos: per motor its :class:`~retarget.model.servo.ServoParams` (duty limit and no-load speed of the
+                modelled ones), with ``speed_index`` (an engine's ``shaft_speed_index``); None: the stall torque
+                alone.
 
         Raises:
             InputError: negative weight, margin outside ``[0, 1)`` or ``dt ≤ 0``.
         """
         if not (0.0 <= margin < 1.0) or not weight >= 0 or not dt > 0:
             raise InputError(f"torque penalty needs weight ≥ 0, 0 ≤ margin < 1 and dt > 0, got {weight}, {margin}, {dt}")
-        return cls(float(dt), (1.0 - margin) * np.asarray(limits.stall_torque, dtype=np.float64), float(weight))
+        stall = np.asarray(limits.stall_torque, dtype=np.float64)
+        index = None if speed_index is None else np.asarray(speed_index, dtype=np.int64)
+        if servos is None or index is None or not np.any(index >= 0):
+            return cls(float(dt), (1.0 - margin) * stall, float(weight))
+        duty = np.array([1.0 if s.ideal else s.duty_limit for s in servos])
+        slope = np.array([0.0 if s.ideal else st / s.max_velocity for s, st in zip(servos, stall)])
+        return cls(float(dt), (1.0 - margin) * stall * duty, float(weight), (1.0 - margin) * slope, index)
 
-    def evaluate(self, torques: ArrayLike) -> tuple[float, NDArray[np.float64]]:
-        """``(T, ∂T/∂τ)`` for simulated torques [N·m] ``(n_t, n_motors)``."""
+    def thresholds(self, torques: NDArray[np.float64], speeds: NDArray[np.float64] | None
+                   ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """``(τ̄(ω), motoring)`` per sample and motor: the threshold at each shaft speed, and where the torque
+        drives the shaft (there ``τ̄`` falls with ``|ω|``). ``torques`` are the motor rows' multipliers (the servo
+        gives ``−λ``)."""
+        thr = np.broadcast_to(self.threshold, torques.shape).copy()
+        motoring = np.zeros(torques.shape, dtype=bool)
+        if self.speed_slope is not None and speeds is not None:
+            motoring = (-torques * speeds > 0.0) & (self.speed_slope > 0.0)
+            thr = np.where(motoring, thr - self.speed_slope * np.abs(speeds), thr)
+        return thr, motoring
+
+    def evaluate(self, torques: ArrayLike, speeds: ArrayLike | None = None
+                 ) -> tuple[float, NDArray[np.float64], NDArray[np.float64] | None]:
+        """``(T, ∂T/∂τ, ∂T/∂ω)`` for simulated torques [N·m] and shaft speeds [rad/s] ``(n_t, n_motors)`` (speeds of
+        ideal motors are ignored; ``∂T/∂ω`` None without speeds)."""
         tau = np.asarray(torques, dtype=np.float64)
-        excess = np.maximum(np.abs(tau) - self.threshold, 0.0)
+        w = None if speeds is None else np.asarray(speeds, dtype=np.float64)
+        thr, motoring = self.thresholds(tau, w)
+        excess = np.maximum(np.abs(tau) - thr, 0.0)
         scale = self.weight * self.dt
-        return 0.5 * scale * float(np.sum(excess**2)), scale * np.sign(tau) * excess
+        d_speed = None
+        if w is not None and self.speed_slope is not None:
+            d_speed = scale * excess * np.where(motoring, self.speed_slope * np.sign(w), 0.0)
+        return 0.5 * scale * float(np.sum(excess**2)), scale * np.sign(tau) * excess, d_speed
+
+    def speeds(self, states: NDArray[np.float64]) -> NDArray[np.float64] | None:
+        """Shaft speeds (n_t, n_motors) read from states (n_t, n_S) (zero for ideal motors), or None."""
+        if self.speed_index is None:
+            return None
+        idx = self.speed_index
+        return np.where(idx >= 0, np.asarray(states)[:, np.maximum(idx, 0)], 0.0)
 
 
 def _runs(mask: NDArray[np.bool_]) -> list[tuple[int, int]]:

@@ -318,18 +318,26 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
     # One evaluation steps forward through the motion, then backward (the adjoint): its bar counts both.
     step_cb = None if progress is None else (lambda k, n: progress("evaluation (forward + adjoint)", k, n))
     x_start, naive = None, None
+
+    def naive_playback() -> Any:
+        """The input as authored played on the model: one forward run of its own."""
+        return first_evaluation(pp.naive_problem, pp.input_fit.parameters, False, deadline_progress(
+            deadline, None if progress is None else (lambda k, n: progress("naive playback", k, n))))
+
     if x0 is not None:
         x_start = np.asarray(x0, dtype=float)
-        naive = first_evaluation(pp.problem, pp.fit.parameters, False, deadline_progress(
-            deadline, None if progress is None else (lambda k, n: progress("naive playback", k, n))))
+        naive = naive_playback()
     elif options.start == "feasible":
         projection = speed_feasible_parameters(pp.fit.profiles, pp.fit.parametrization, pp.fit.parameters, limits,
                                                pp.bounds)
         if projection.changed:
             warnings.append(projection.describe())
             x_start = projection.x
-            naive = first_evaluation(pp.problem, pp.fit.parameters, False, deadline_progress(
-                deadline, None if progress is None else (lambda k, n: progress("naive playback", k, n))))
+            naive = naive_playback()
+    if naive is None and pp.naive_fit is not None:
+        # Modelled servos: the optimizer starts from the goals that hold the targets (sag pre-compensated), the
+        # naive playback is the input itself.
+        naive = naive_playback()
     workers = default_workers() if options.workers is None else int(options.workers)
     if follow_playback and pp.ensemble is not None:
         ensemble, dropped = without_other_branches(
@@ -373,7 +381,7 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
         opt = _within_speed_limits(pp, opt, limits, warnings)
         timings["speed_projection"] = time.perf_counter() - t0
     naive = opt.initial if naive is None else naive
-    variants["naive"] = evaluation_variant(pp, "naive", pp.fit.parameters, naive)
+    variants["naive"] = evaluation_variant(pp, "naive", pp.input_fit.parameters, naive, pp.naive_problem)
     if x_start is not None and x0 is None:
         variants["speed_limited"] = evaluation_variant(pp, "speed_limited", x_start, opt.initial)
     warnings.extend(f"input as authored (naive playback): {w}"
@@ -395,7 +403,7 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
     if beyond:
         warnings.append(f"optimized trajectory: {beyond}")
     return PlanResult(pp, opt, profiles, variants, report, warnings, timings, naive.value, settle=settle,
-                      verify_naive=verify_naive)
+                      verify_naive=verify_naive, naive_evaluation=naive)
 
 
 def _within_speed_limits(pp: PlanProblem, opt: OptimizationResult, limits: Any,
@@ -504,7 +512,9 @@ def continued(first: OptimizationResult, again: OptimizationResult) -> Optimizat
 
 def _with_torque_weight(pp: PlanProblem, weight: float, options: PlanOptions) -> PlanProblem:
     """``pp`` with the torque penalty at ``weight`` in every model of its objective."""
-    penalty = TorquePenalty.build(options.dt, pp.limits, weight, options.torque_margin)
+    engine = pp.problem.engine
+    penalty = TorquePenalty.build(options.dt, pp.limits, weight, options.torque_margin, engine.servos.per_motor,
+                                  engine.shaft_speed_index)
     problem = replace(pp.problem, torque_penalty=penalty)
     ensemble = None if pp.ensemble is None else replace(
         pp.ensemble, nominal=problem, members=tuple(replace(m, torque_penalty=penalty) for m in pp.ensemble.members))

@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -66,7 +67,7 @@ PlanningModel = ReducedRobotModel
 #: Deformation modes per flexible part (a cap) of the planner's in-process training (:attr:`PlanOptions.modes`).
 DEFAULT_PLAN_MODES: int = PlanOptions.modes
 #: Version of the in-process training (part of the planner cache's key): bump when the same inputs give another model.
-TRAINING_METHOD: int = 4
+TRAINING_METHOD: int = 5
 
 #: The in-process training replays the input with the reduced model and retrains the cubature (tenfold tighter, down
 #: to 1e-6) until the tracked bodies' RMS error is within this fraction of their peak travel
@@ -93,6 +94,30 @@ def _with_card(pm: PlanningModel) -> PlanningModel:
 #: A cached model trained on another motion of the robot is reused when this motion's naive playback deforms no
 #: part further than this multiple of the model's largest training deformation (its ``training_range``).
 REUSE_TRAINING_RANGE: float = 1.0
+
+
+def with_servo_override(pm: PlanningModel, servos: Sequence[Any]) -> PlanningModel:
+    """``pm`` planning for ``servos`` (one per motor) instead of the robot's; ``info["servo_override"]`` records the
+    servos the model was trained with and those planned for.
+
+    Raises:
+        InputError: not one servo per motor, or a modelled servo where the model was trained with ideal ones (or
+            the other way round): the basis has not seen that loop.
+    """
+    from retarget.sim.reduced.system import with_servos
+
+    servos = list(servos)
+    if len(servos) != len(pm.model.motors):
+        raise InputError(f"{len(servos)} servos for the {len(pm.model.motors)} motors {list(pm.model.motors)}")
+    trained = pm.model.servo_list
+    flips = [n for n, a, b in zip(pm.model.motors, trained, servos) if a.ideal != b.ideal]
+    if flips:
+        raise InputError(f"the planning model was trained with {'ideal' if trained[0].ideal else 'modelled'} servos "
+                         f"on {', '.join(flips)}; the servos to plan for are not: train a model with them in the loop "
+                         "(give them in the robot's servo: section)")
+    info = {**pm.info, "servo_override": {"trained_with": {n: s.to_config() for n, s in zip(pm.model.motors, trained)},
+                                          "planned_for": {n: s.to_config() for n, s in zip(pm.model.motors, servos)}}}
+    return PlanningModel(pm.model.with_servos(servos), pm.config, with_servos(pm.reduced, servos), info)
 
 
 def motion_training_range(pm: PlanningModel, motion: Motion, dt: float = 5e-3) -> dict[str, float]:
@@ -125,7 +150,7 @@ def motion_training_range(pm: PlanningModel, motion: Motion, dt: float = 5e-3) -
 def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = None, dt_train: float = 2e-3,
                    mesh_axial: int | None = None, mesh_around: int | None = None, reduced_file: str | Path | None = None,
                    use_cache: bool = True, progress: Callable[[int, int], None] | None = None,
-                   allow_training: bool = True) -> PlanningModel:
+                   allow_training: bool = True, servos: Sequence[Any] | None = None) -> PlanningModel:
     """The reduced model for planning ``motion`` on ``robot``.
 
     Sources, in order: ``reduced_file``; the cache (:func:`cache_dir`) — a model trained with these settings on this
@@ -145,6 +170,10 @@ def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = N
         progress: ``(step, n_steps)`` of the training simulation.
         allow_training: when no model is given or cached, train one from a full simulation of ``motion``
             (minutes to hours, by robot). False raises :class:`NotAvailableError` instead.
+        servos: per motor the servos to plan for instead of the robot's (``retarget plan --servo``, a fitted servo
+            file). A model trained with the robot's own servos is used with these (its basis saw the servo loop;
+            other gains move the structure's modes little); a model trained with other servos in the loop is
+            one trained with the servos modelled at all (see :func:`retarget.sim.reduced.artifact.servo_loop`).
 
     Raises:
         NotAvailableError: no model given, cached or found and ``allow_training`` is False.
@@ -161,6 +190,11 @@ def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = N
     from retarget.sim.simulate import simulate
     from retarget.sim.system import build_system
 
+    if servos is not None:
+        found = planning_model(robot, motion, n_modes=n_modes, dt_train=dt_train, mesh_axial=mesh_axial,
+                               mesh_around=mesh_around, reduced_file=reduced_file, use_cache=use_cache,
+                               progress=progress, allow_training=allow_training)
+        return with_servo_override(found, servos)
     if reduced_file is not None:
         if Path(reduced_file).suffix.lower() != ".npz":
             raise InputError(f"reduced model {reduced_file}: expected a model artifact (.npz, written by `retarget "
@@ -179,6 +213,8 @@ def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = N
     settings.update(json.dumps([link.name for link in model.links]).encode())  # the rigid layout (merged links)
     # The flexible parts' stiffness calibration (docs/fem.md): another factor is another model.
     settings.update(json.dumps([[p.name, p.stiffness_factor] for p in model.flexible_parts]).encode())
+    # The servos in the training runs' loop: their parameters shape the trained modes.
+    settings.update(json.dumps([s.to_config() for s in model.servo_list]).encode())
     samples = hashlib.sha256(np.ascontiguousarray(m0.time).tobytes() + np.ascontiguousarray(cols).tobytes())
     family = f"{model.name}-{settings.hexdigest()[:16]}"
     path = cache_dir() / f"{family}-{samples.hexdigest()[:12]}.npz"

@@ -36,6 +36,7 @@ from retarget.optimize.targets import Targets, quasi_static_targets
 from retarget.optimize.weights import TrackedBodyWeights, WeightSchedule
 from retarget.sim.engine import Engine
 from retarget.sim.errors import SimulationError
+from retarget.sim.servo import holding_goals
 
 __all__ = ["PlanProblem", "build_plan_problem", "limits_for"]
 
@@ -54,6 +55,10 @@ class PlanProblem:
         bounds: L-BFGS-B bounds per parameter.
         limits: motor limits.
         ensemble: the robust objective's models (:mod:`retarget.optimize.robust`), or None: ``problem`` alone.
+        naive_fit: the input as authored fitted by B-splines, where the optimizer starts from something else: with
+            modelled servos, ``fit`` holds the goals that hold each target pose at rest (the servos' sag
+            pre-compensated), ``naive_fit`` the input itself. None: ``fit`` is the input's.
+        naive_start: the static state the naive playback starts from (its first goal held), with ``naive_fit``.
     """
 
     problem: AdjointProblem
@@ -63,6 +68,22 @@ class PlanProblem:
     bounds: list[tuple[float | None, float | None]]
     limits: MotorLimits
     ensemble: Ensemble | None = None
+    naive_fit: ProfileFit | None = None
+    naive_start: Any = None
+
+    @property
+    def input_fit(self) -> ProfileFit:
+        """The input as authored, fitted (what the naive playback sends)."""
+        return self.fit if self.naive_fit is None else self.naive_fit
+
+    @property
+    def naive_problem(self) -> AdjointProblem:
+        """The adjoint problem whose parameters are the input's fit (``input_fit.parameters``), from the naive
+        playback's own start: the naive playback is its evaluation."""
+        if self.naive_fit is None:
+            return self.problem
+        return replace(self.problem, start=self.naive_start, template=self.naive_fit.profiles,
+                       parametrization=self.naive_fit.parametrization)
 
     def evaluate(self, x: NDArray[np.float64], gradient: bool = True,
                  progress: Callable[[int, int], None] | None = None) -> Evaluation:
@@ -126,7 +147,7 @@ def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedB
     times = np.arange(n_steps + 1) * options.dt
     stop = motion_stop_time(m0)
     rest_from = None if options.rest_after is None else stop + max(float(options.rest_after), 0.0)
-    fit = fit_profiles(m0, options.knot_spacing, rest_from=rest_from)
+    input_fit = fit_profiles(m0, options.knot_spacing, rest_from=rest_from)
     angles = m0.sample(times)
     poses = TrackedPoses.build(engine, [b.link for b in bodies])
     started = time.perf_counter()
@@ -138,24 +159,41 @@ def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedB
         if progress is not None:
             progress("targets", k, n)
 
-    start = engine.solve_static(fit.profiles.value(0.0))
+    naive_start = engine.solve_static(input_fit.profiles.value(0.0))
     warm_states = None
     if follow_playback:
         try:
-            warm_states = rollout(engine, start, fit.profiles, options.dt, n_steps, None if progress is None else
+            warm_states = rollout(engine, naive_start, input_fit.profiles, options.dt, n_steps,
+                                  None if progress is None else
                                   (lambda k, n: progress("input playback (target branches)", k, n))).states
         except SimulationError as exc:
             _LOG.warning("the input's playback could not be simulated (%s): the targets are continued from sample "
                          "to sample", exc)
-    targets = quasi_static_targets(engine, poses, times, angles, cb, options.target_stride, warm_states)
+    # The intent: the poses with every shaft at its input angle (a modelled servo's own sag is not intended).
+    targets = quasi_static_targets(engine.ideal_servos(), poses, times, angles, cb, options.target_stride,
+                                   warm_states)
+    fit, start, reference, naive_fit = input_fit, naive_start, angles, None
+    if not engine.servos.ideal:
+        # The servos' goals that hold the target poses at rest (sag pre-compensated): the optimizer's start and
+        # the regularizer's reference; the naive playback stays the input as authored.
+        assert targets.torques is not None
+        reference, beyond = holding_goals(engine.servos.per_motor, angles, -targets.torques)
+        if np.any(beyond):
+            names_beyond = sorted({names[m] for m in np.flatnonzero(np.any(beyond, axis=0))})
+            _LOG.warning("holding the input's poses at rest asks more than the stall torque of %s",
+                         ", ".join(names_beyond))
+        fit = fit_profiles(Motion(times, tuple(names), reference), options.knot_spacing, rest_from=rest_from)
+        start = engine.solve_static(fit.profiles.value(0.0), naive_start)
+        naive_fit = input_fit
     tracking = TrackingObjective.build(times, bodies, targets.positions, targets.orientations)
     if options.settle_weight != 1.0:
         tracking = settled(tracking, stop, float(options.settle_weight))
-    reg = MotorRegularizer.build(fit.profiles, times, angles, WeightSchedule.parse(options.deviation_weight),
+    reg = MotorRegularizer.build(fit.profiles, times, reference, WeightSchedule.parse(options.deviation_weight),
                                  WeightSchedule.parse(options.acceleration_weight))
     vel = VelocityPenalty.build(fit.profiles, times, limits, options.velocity_weight) if options.velocity_weight > 0 \
         else None
-    torque = TorquePenalty.build(options.dt, limits, options.torque_weight, options.torque_margin) \
+    torque = TorquePenalty.build(options.dt, limits, options.torque_weight, options.torque_margin,
+                                 engine.servos.per_motor, engine.shaft_speed_index) \
         if options.torque_weight > 0 else None
     problem = AdjointProblem(engine, start, options.dt, n_steps, fit.profiles, fit.parametrization, tracking, poses,
                              reg, vel, torque_penalty=torque)
@@ -164,7 +202,8 @@ def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedB
     if members:
         others = tuple(member_problem(problem, e, fit) for _, e in members)
         ensemble = Ensemble(problem, others, tuple(float(f) for f, _ in members))
-    return PlanProblem(problem, fit, targets, m0, bounds, limits, ensemble)
+    return PlanProblem(problem, fit, targets, m0, bounds, limits, ensemble, naive_fit,
+                       naive_start if naive_fit is not None else None)
 
 
 def motion_stop_time(motion: Motion, tolerance: float = 1e-6) -> float:
@@ -182,15 +221,18 @@ def settled(tracking: TrackingObjective, stop: float, factor: float) -> Tracking
                    orientation_weights=tracking.orientation_weights * scale)
 
 
-def limits_for(model: Any, config: dict[str, Any] | None) -> MotorLimits:
-    """Motor limits from the model's joints (URDF position limits) and the YAML's ``servo:`` mapping."""
+def limits_for(model: Any, config: dict[str, Any] | None = None) -> MotorLimits:
+    """Motor limits from the model's joints (URDF position limits) and its servos (stall torque, no-load speed:
+    :attr:`retarget.model.RobotModel.servos`, from the YAML's ``servo:`` section)."""
     from retarget.optimize.limits import ServoSpec
 
+    del config  # the servo section is parsed (and checked) when the robot is loaded
     joints = {j.name: j for j in model.joints}
     lims = {}
     for m in model.motors:
         j = joints.get(m)
         if j is not None and (math.isfinite(j.lower) or math.isfinite(j.upper)):
             lims[m] = (j.lower, j.upper, 0.0)
-    servo = ServoSpec.from_mapping((config or {}).get("servo"))
-    return MotorLimits.build(model.motors, lims, servo)
+    servos = {m: ServoSpec(s.model, s.max_velocity, s.stall_torque)
+              for m, s in zip(model.motors, model.servo_list)}
+    return MotorLimits.build(model.motors, lims, servos)

@@ -1,7 +1,9 @@
 """Targets: quasi-static equilibria (gravity sag included) at the input angles on the simulation grid.
 
 Gravity sag cannot be removed by the motors, so the target of a tracked body is where it would rest if the input
-pose were held: ``S̄(t_n) = solve_static(θ̄(t_n))``. The solves are warm-started from the previous sample and
+pose were held: ``S̄(t_n) = solve_static(θ̄(t_n))`` with the motors' shafts at the input angles — the intent. A
+modelled servo's own sag under that load (:mod:`retarget.sim.servo`) is not part of the intent: the planner solves
+the targets with ideal servos and pre-compensates the sag in the goals it sends. The solves are warm-started from the previous sample and
 repeated poses (holds) reuse the previous solution. With ``stride > 1`` only every ``stride``-th sample (and the
 last) is solved and the tracked poses in between are cubic-spline interpolated in time (orientations projected
 back onto rotations): for a robot that is always moving (the drummer: 0.65 s per static solve under load, 2001
@@ -32,6 +34,8 @@ class Targets:
         positions: ``c̄`` [m] (n_t, k, 3).
         orientations: ``R̄`` (link frames) (n_t, k, 3, 3).
         solves: number of static solves actually run (holds reuse).
+        torques: the motor rows' multipliers at the targets [N m] (n_t, n_motors): what holding each pose asks of
+            each motor (linear between solved samples); None when not recorded.
     """
 
     times: NDArray[np.float64]
@@ -39,6 +43,7 @@ class Targets:
     positions: NDArray[np.float64]
     orientations: NDArray[np.float64]
     solves: int
+    torques: NDArray[np.float64] | None = None
 
 
 def _nearest_rotations(r: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -59,7 +64,8 @@ def _nearest_branch(engine: Engine, poses: TrackedPoses, theta: NDArray[np.float
         restarted = engine.solve_static(theta, played)
     except (SimulationError, np.linalg.LinAlgError):
         return continued
-    c = poses.positions(np.stack([continued.s, restarted.s, played.s]))
+    # The played state may carry servo coordinates the targets' ideal model has not: positions one by one.
+    c = [poses.positions(st.s[None])[0] for st in (continued, restarted, played)]
     return restarted if np.sum((c[1] - c[2]) ** 2) < np.sum((c[0] - c[2]) ** 2) else continued
 
 
@@ -107,8 +113,12 @@ def quasi_static_targets(engine: Engine, poses: TrackedPoses, times: Sequence[fl
         if progress is not None:
             progress(i + 1, len(keep))
     positions, orientations = poses.positions(states), poses.orientations(states)
+    index = getattr(engine, "motor_torque_index", None)
+    torques = None if index is None else states[:, index]
     if len(keep) == len(t):
-        return Targets(t, th, positions, orientations, solves)
+        return Targets(t, th, positions, orientations, solves, torques)
+    if torques is not None:
+        torques = np.stack([np.interp(t, t[keep], c) for c in torques.T], axis=1)
     if len(keep) < 4:
         positions = np.stack([np.interp(t, t[keep], c) for c in positions.reshape(len(keep), -1).T],
                              axis=1).reshape((len(t), *positions.shape[1:]))
@@ -117,4 +127,4 @@ def quasi_static_targets(engine: Engine, poses: TrackedPoses, times: Sequence[fl
     else:
         positions = CubicSpline(t[keep], positions, axis=0)(t)
         orientations = CubicSpline(t[keep], orientations, axis=0)(t)
-    return Targets(t, th, positions, _nearest_rotations(orientations), solves)
+    return Targets(t, th, positions, _nearest_rotations(orientations), solves, torques)

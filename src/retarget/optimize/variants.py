@@ -27,7 +27,8 @@ from retarget.optimize.result import OptimizationResult
 
 
 __all__ = ["MIN_RING_OUT", "PlanResult", "Variant", "evaluation_variant", "measured_variant", "motion_stop_time",
-           "ring_out_s", "shaped_baselines", "simulate_variant", "training_range_of"]
+           "ring_out_s", "servo_metrics", "servo_summary", "shaped_baselines", "simulate_variant", "start_of",
+           "training_range_of"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -44,6 +45,8 @@ class Variant:
         training_range: per flexible part, its largest deformation in this simulation over the reduced model's
             largest training one (:func:`retarget.sim.reduced.training.training_range`; empty for a full-space
             engine or a model that does not record its training range).
+        shafts: the simulated shaft angles [rad] (n_t, n_motors): where a modelled servo's shaft was (its goal is in
+            ``angles``); None: the same as ``angles`` (ideal servos).
     """
 
     name: str
@@ -52,25 +55,71 @@ class Variant:
     torques: NDArray[np.float64]
     metrics: dict[str, float]
     training_range: dict[str, float] = field(default_factory=dict)
+    shafts: NDArray[np.float64] | None = None
+
+    @property
+    def shaft_angles(self) -> NDArray[np.float64]:
+        """The shaft angles [rad] (n_t, n_motors) (the commanded angles of ideal servos)."""
+        return self.angles if self.shafts is None else self.shafts
 
 
 def simulate_variant(pp: PlanProblem, name: str, motors: Any, extra: dict[str, float] | None = None,
                      progress: Callable[[int, int], None] | None = None) -> Variant:
     """Simulate motor trajectory ``motors`` (``value``/``derivative``) on the problem's grid and measure it."""
     prob = pp.problem
-    run = rollout(prob.engine, prob.start, motors, prob.dt, prob.n_steps, progress)
+    run = rollout(prob.engine, start_of(prob, motors.value(0.0)), motors, prob.dt, prob.n_steps, progress)
     angles = np.array([np.atleast_1d(motors.value(t)) for t in pp.targets.times])
     return measured_variant(pp, name, angles, prob.poses.positions(run.matrix), run.matrix, extra)
+
+
+def start_of(problem: Any, goal: Any) -> Any:
+    """The state a run of ``problem``'s engine commanded from ``goal`` (n_motors,) starts from: the problem's own
+    start when it holds that goal, else the static equilibrium there (modelled servos: the naive playback starts
+    from the input's first pose held as a goal, the plan from its sag-compensated one)."""
+    goal = np.atleast_1d(np.asarray(goal, dtype=float))
+    held = problem.parametrization.start_pose
+    if held is None or np.allclose(np.asarray(held, dtype=float), goal, rtol=0.0, atol=1e-12):
+        return problem.start
+    return problem.engine.solve_static(goal, problem.start)
 
 
 def measured_variant(pp: PlanProblem, name: str, angles: NDArray[np.float64], positions: NDArray[np.float64],
              states: NDArray[np.float64], extra: dict[str, float] | None = None) -> Variant:
     """A simulated variant measured against the targets (motor torques from the stored ``states`` (n_t, n_S))."""
-    tau = states[:, pp.problem.engine.motor_torque_index]
+    engine = pp.problem.engine
+    tau = states[:, engine.motor_torque_index]
     metrics = deviation_metrics(positions, pp.targets.positions)
     metrics["peak_torque_ratio"] = max(torque_report(pp.targets.times, tau, pp.limits).ratio)
+    shafts = None
+    if not engine.servos.ideal and len(states) == len(angles):
+        metrics.update(servo_metrics(engine, pp.targets.times, angles, states))
+        shafts = np.stack([engine.shaft_angles(s, g) for s, g in zip(states, angles)])
     metrics.update(extra or {})
-    return Variant(name, angles, positions, tau, metrics, training_range_of(pp.problem.engine, states))
+    return Variant(name, angles, positions, tau, metrics, training_range_of(pp.problem.engine, states), shafts)
+
+
+def servo_metrics(engine: Any, times: NDArray[np.float64], goals: NDArray[np.float64],
+                  states: NDArray[np.float64]) -> dict[str, float]:
+    """How a run's modelled servos followed their goals: ``peak_servo_error_deg`` (largest goal − shaft over the
+    run and the motors) and ``peak_duty`` (largest PWM duty the loops commanded, as a fraction of full duty: at the
+    duty limit a servo is saturated)."""
+    from retarget.sim.servo import duty_cycle
+
+    lay = engine.servos
+    shafts = np.stack([engine.shaft_angles(s, g) for s, g in zip(states, goals)])
+    rates = np.gradient(goals, times, axis=0) if len(times) > 1 else np.zeros_like(goals)
+    duty = 0.0
+    for m, k in enumerate(lay.motor_servo):
+        if k < 0:
+            continue
+        par = lay.params[k]
+        iota = states[:, lay.u_iota[k]] if lay.u_iota[k] >= 0 else np.zeros(len(states))
+        w = states[:, engine.shaft_speed_index[m]]
+        for n in range(len(states)):
+            duty = max(duty, abs(duty_cycle(par, goals[n, m], rates[n, m], shafts[n, m], w[n], iota[n])))
+    modelled = lay.motor_servo >= 0
+    error = np.abs(goals - shafts)[:, modelled]
+    return {"peak_servo_error_deg": float(np.degrees(error.max())) if error.size else 0.0, "peak_duty": float(duty)}
 
 
 def training_range_of(engine: Any, states: Any) -> dict[str, float]:
@@ -104,6 +153,8 @@ class PlanResult:
         settle: the settle refinement's :class:`~retarget.optimize.settle.SettleReport`, or None (it did not run).
         verify_naive: the naive playback at ``options.verify_dt``, simulated before the optimization of a budgeted
             plan to time the verification (:func:`~retarget.optimize.verification.naive_at_finer_step`), or None.
+        naive_evaluation: the naive playback's evaluation (its simulation: the optimizer's first evaluation, or a run
+            of its own when the optimizer starts elsewhere).
     """
 
     pp: PlanProblem
@@ -120,6 +171,7 @@ class PlanResult:
     wall_s: float | None = None
     settle: Any = None
     verify_naive: dict[str, Any] | None = None
+    naive_evaluation: Evaluation | None = None
 
     def trajectory(self, start_time: float = 0.0) -> tuple[tuple[str, ...], NDArray[np.float64], NDArray[np.float64]]:
         """The optimized trajectory sampled at the simulation step: joint names, times [s] (from ``start_time``,
@@ -170,6 +222,7 @@ class PlanResult:
             out["settle"] = asdict(self.settle)
         if self.model_info:
             out["model"] = dict(self.model_info)
+        out["servos"] = servo_summary(self.pp.problem.engine)
         for name, v in self.variants.items():
             out[name] = dict(v.metrics)
             if v.training_range:
@@ -180,6 +233,23 @@ class PlanResult:
                 out[f"{name}_peak_deviation"] = self.variants[name].metrics["peak_deviation_m"]
                 out[f"{name}_rms_deviation"] = self.variants[name].metrics["rms_deviation_m"]
         return out
+
+
+def servo_summary(engine: Any) -> dict[str, Any]:
+    """The servo model a plan was made for: per motor its parameters (SI, the robot config's keys) and one line;
+    ``assumption`` names the perfect position source where a motor is ideal (the report of every plan that rests on
+    it says so)."""
+    per_motor = engine.servos.per_motor
+    names = list(engine.motor_names)
+    ideal = [n for n, s in zip(names, per_motor) if s.ideal]
+    out: dict[str, Any] = {
+        "motors": {n: {**s.to_config(), "description": s.describe()} for n, s in zip(names, per_motor)},
+        "modelled": [n for n, s in zip(names, per_motor) if not s.ideal],
+    }
+    if ideal:
+        out["assumption"] = (f"ideal servo on {', '.join(ideal)}: the shafts follow their goals exactly whatever the "
+                             "load (no position loop, sag or lag modelled)")
+    return out
 
 
 #: Ring-out after the input stops [s] that the ZV/ZVD baselines need to identify the vibration.
@@ -243,7 +313,9 @@ def shaped_baselines(pp: PlanProblem, naive: Variant, progress: Callable[[str, i
     return out
 
 
-def evaluation_variant(pp: PlanProblem, name: str, x: NDArray[np.float64], ev: Evaluation) -> Variant:
-    """The variant an evaluation simulated (no new simulation)."""
-    angles = np.asarray(pp.problem.profiles(x).evaluate(pp.targets.times))
+def evaluation_variant(pp: PlanProblem, name: str, x: NDArray[np.float64], ev: Evaluation,
+                       problem: Any = None) -> Variant:
+    """The variant an evaluation of ``problem`` (default: the plan's) simulated (no new simulation)."""
+    problem = pp.problem if problem is None else problem
+    angles = np.asarray(problem.profiles(x).evaluate(pp.targets.times))
     return measured_variant(pp, name, angles, ev.positions, ev.rollout.matrix)

@@ -34,6 +34,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from retarget.optimize.adjoint import rollout
+from retarget.optimize.variants import start_of
 from retarget.optimize.control import BudgetExhausted, deadline_progress
 from retarget.optimize.errors import PlanCancelled
 from retarget.optimize.limits import MotorLimits, torque_report
@@ -304,12 +305,17 @@ def _variant_runs(result: PlanResult, engine: Any, poses: Any, dt: float, n_step
     commanded pose, ``n_steps`` of ``dt`` [s]: :func:`trajectory_metrics` per variant (``poses``: the tracked bodies
     in that engine's state; ``progress(f"{stage}: {variant}", step, n_steps)``)."""
     pp = result.pp
-    start = engine.solve_static(pp.fit.profiles.value(0.0))
+    starts: dict[bytes, Any] = {}
     out: dict[str, Any] = {}
     for name in (v for v in variants if v in result.variants):
         angles = result.variants[name].angles
         cb = None if progress is None else (lambda k, m, s=name: progress(f"{stage}: {s}", k, m))
-        run = rollout(engine, start, variant_motors(pp.targets.times, angles), dt, n_steps, cb)
+        # Each variant from the static equilibrium at its first command (modelled servos: the naive playback's
+        # first goal is the input's pose, the plan's the one that holds it against the servo's sag).
+        key = np.asarray(angles[0], dtype=float).tobytes()
+        if key not in starts:
+            starts[key] = engine.solve_static(np.asarray(angles[0], dtype=float))
+        run = rollout(engine, starts[key], variant_motors(pp.targets.times, angles), dt, n_steps, cb)
         out[name] = trajectory_metrics(run.times, poses.positions(run.matrix), run.matrix[:, engine.motor_torque_index],
                                        pp.targets.times, pp.targets.positions,
                                        commanded_stop_time(pp.targets.times, angles), pp.limits)
@@ -335,7 +341,7 @@ def _finer_run(pp: Any, profiles: Any, dt: float, progress: Callable[[int, int],
     prob = pp.problem
     n = int(round(prob.n_steps * prob.dt / dt))
     target = CubicSpline(pp.targets.times, pp.targets.positions, axis=0)(np.arange(n + 1) * dt)
-    run = rollout(prob.engine, prob.start, profiles, dt, n, progress)
+    run = rollout(prob.engine, start_of(prob, profiles.value(0.0)), profiles, dt, n, progress)
     out = deviation_metrics(prob.poses.positions(run.matrix), target)
     out["peak_torque_ratio"] = max(torque_report(run.times, run.matrix[:, prob.engine.motor_torque_index],
                                                  pp.limits).ratio)
@@ -354,7 +360,7 @@ def naive_at_finer_step(pp: Any, dt: float, progress: Callable[[int, int], None]
     if not dt > 0.0:
         raise ValueError(f"verification step must be positive, got {dt}")
     started = time.perf_counter()
-    naive = _finer_run(pp, pp.fit.profiles, dt, progress)
+    naive = _finer_run(pp, pp.input_fit.profiles, dt, progress)
     return {"dt_s": float(dt), "naive": naive, "wall_s": time.perf_counter() - started}
 
 
@@ -386,7 +392,7 @@ def verify_plan(result: PlanResult, dt: float, progress: Callable[[int, int], No
     if early is not None and early["dt_s"] == float(dt):
         out["naive"] = early["naive"]
     else:
-        out["naive"] = _finer_run(pp, pp.fit.profiles, dt, progress)
+        out["naive"] = _finer_run(pp, pp.input_fit.profiles, dt, progress)
     out["optimized"] = _finer_run(pp, result.profiles, dt, progress)
     out["peak_ratio"] = out["optimized"]["peak_deviation_m"] / out["naive"]["peak_deviation_m"]
     plan_ratio = (result.variants["optimized"].metrics["peak_deviation_m"]

@@ -386,19 +386,22 @@ def _centre_line_operator(rest: NDArray[np.float64], points: int = CENTRE_LINE_P
 def _variant_states(result: Any, name: str, progress: Callable[[int, int], None] | None) -> tuple[NDArray, str]:
     """The simulated states (n_t, n_S) of variant ``name``, and where they came from."""
     from retarget.optimize.adjoint import rollout
+    from retarget.optimize.variants import start_of
     from retarget.sim.motors import SplineMotors
 
     pp = result.pp
     variant = result.variants[name]
     poses = pp.problem.poses
-    for evaluation in (result.optimization.best, result.optimization.initial):
+    for evaluation in (result.optimization.best, result.optimization.initial, result.naive_evaluation):
+        if evaluation is None:
+            continue
         states = np.asarray(evaluation.rollout.matrix)
         if states.shape[0] == variant.positions.shape[0] and np.array_equal(poses.positions(states),
                                                                               variant.positions):
             return states, "the plan's simulation"
     prob = pp.problem
-    run = rollout(prob.engine, prob.start, SplineMotors(pp.targets.times, variant.angles), prob.dt, prob.n_steps,
-                  progress)
+    run = rollout(prob.engine, start_of(prob, variant.angles[0]), SplineMotors(pp.targets.times, variant.angles),
+                  prob.dt, prob.n_steps, progress)
     gap = float(np.max(np.abs(poses.positions(run.matrix) - variant.positions)))
     return np.asarray(run.matrix), f"simulated again from its motor angles (tracked bodies within {gap:.1e} m)"
 

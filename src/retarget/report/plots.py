@@ -21,6 +21,7 @@ _STYLE = {
     "zv": {"color": "tab:orange", "lw": 1.0, "ls": ":", "label": "ZV shaped"},
     "zvd": {"color": "tab:purple", "lw": 1.2, "label": "ZVD shaped"},
     "optimized": {"color": "tab:green", "lw": 1.6, "label": "optimized"},
+    "optimized_shaft": {"color": "tab:olive", "lw": 1.0, "ls": "--", "label": "optimized: simulated shaft"},
 }
 
 
@@ -99,6 +100,9 @@ def write_plan_report(result: Any, folder: str | Path) -> list[Path]:
         for n in ("speed_limited", "zvd", "optimized"):
             if n in variants:
                 ax.plot(t, np.degrees(variants[n].angles[:, m]), **_STYLE[n])
+        if "optimized" in variants and variants["optimized"].shafts is not None:
+            # A modelled servo's shaft lags and sags behind the goal it is sent.
+            ax.plot(t, np.degrees(variants["optimized"].shafts[:, m]), **_STYLE["optimized_shaft"])
         ax.set_ylabel(f"{name} [deg]")
         ax.grid(alpha=0.3)
     axes[0].legend(loc="best", fontsize=8)
@@ -114,6 +118,7 @@ def write_plan_report(result: Any, folder: str | Path) -> list[Path]:
     for n in order:
         arrays[f"{n}_positions"] = variants[n].positions
         arrays[f"{n}_angles"] = variants[n].angles
+        arrays[f"{n}_shafts"] = variants[n].shaft_angles
         arrays[f"{n}_torques"] = variants[n].torques
     files.append(out / "trajectories.npz")
     np.savez_compressed(files[-1], **arrays)

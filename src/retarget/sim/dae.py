@@ -28,6 +28,7 @@ from numpy.typing import NDArray
 from retarget.sim.assembly import JointPack, joint_pack, joint_terms
 from retarget.sim.constraints import JointConstraint, RigidSlot, theta_derivative
 from retarget.sim.rotation import QUATERNION_BASIS_Q, omega_matrix, quat_rate_matrix
+from retarget.sim.servo import servo_mass, servo_rows
 from retarget.sim.system import System
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "Linearization",
     "constraint_terms",
     "history_jacobian",
+    "motor_reactions",
     "residual_and_jacobian",
 ]
 
@@ -285,6 +287,55 @@ def _add_joint_terms(
 
 
 @dataclass(frozen=True, eq=False)
+class MotorReaction:
+    """The reaction of a motor constraint block on its servo's shaft, ``f = C_θᵀ λ`` [N m], and its derivatives.
+
+    Attributes:
+        force: ``f``. lam_rows: the block's λ indices (rows,); c_theta: ``∂f/∂λ = C_θ`` on them.
+        u_index, force_u: ``∂f/∂U`` on the block's U entries. force_theta: ``∂f/∂θ = λᵀ C_θθ``.
+    """
+
+    force: float
+    lam_rows: NDArray[np.int64]
+    c_theta: NDArray[np.float64]
+    u_index: NDArray[np.int64]
+    force_u: NDArray[np.float64]
+    force_theta: float
+
+
+def motor_reactions(system: System, u: NDArray[np.float64], lam: NDArray[np.float64], theta: NDArray[np.float64],
+                    derivatives: bool = True) -> list[tuple[int, MotorReaction]]:
+    """Per modelled servo (servo index, :class:`MotorReaction`) at shaft angles ``theta`` (n_motors,) [rad].
+
+    ``C_θ`` and its derivatives in U (``λᵀ ∂C_θ/∂y``: the mixed second derivative, symmetric with the θ column of
+    the V rows) and θ are complex steps of the analytic ``C_y`` and ``C_θ``, as the rest of the curvature terms.
+    """
+    layout = system.servo
+    out = []
+    h = COMPLEX_STEP
+    for b, (blk, sus) in enumerate(zip(system.constraints, system.slot_u)):
+        m = getattr(blk, "motor", -1)
+        if m < 0 or layout.motor_servo[m] < 0:
+            continue
+        ui = np.concatenate(sus)
+        y = u[ui]
+        l0, l1 = system.lambda_offsets[b], system.lambda_offsets[b + 1]
+        lb = lam[l0:l1]
+        th = float(theta[m])
+        cth = theta_derivative(blk, y[None], np.array([th])).real[0]
+        force_u = np.zeros(len(ui))
+        force_theta = 0.0
+        if derivatives:
+            thc = np.array([complex(th, h)])
+            _, cy = blk.evaluate(y.astype(complex)[None], thc)  # type: ignore[attr-defined]
+            force_u = (cy[0].imag / h).T @ lb
+            force_theta = float((theta_derivative(blk, y.astype(complex)[None], thc).imag[0] / h) @ lb)
+        out.append((int(layout.motor_servo[m]), MotorReaction(float(cth @ lb), np.arange(l0, l1), cth, ui, force_u,
+                                                               force_theta)))
+    return out
+
+
+@dataclass(frozen=True, eq=False)
 class Linearization:
     """The residual and its Jacobian blocks at one Newton iterate.
 
@@ -371,7 +422,10 @@ def residual_and_jacobian(
     u, v, lam = system.split_s(s)
     nu, nv = system.n_u, system.n_v
     nb = len(system.rigid)
-    terms = constraint_terms(system, u, v, lam, theta, theta_dot, baumgarte, second_order=jacobian)
+    layout = system.servo
+    goal, goal_dot = np.atleast_1d(np.asarray(theta, dtype=float)), np.atleast_1d(np.asarray(theta_dot, dtype=float))
+    th_c, thd_c = layout.motor_state(u, v, goal, goal_dot)
+    terms = constraint_terms(system, u, v, lam, th_c, thd_c, baumgarte, second_order=jacobian)
     r_u = u - u_bar
     r_v = -terms.force.copy()
     juu, juv, jvv = _Coo((nu, nu)), _Coo((nu, nv)), _Coo((nv, nv))
@@ -424,19 +478,62 @@ def residual_and_jacobian(
         fem_vu.append(jvu_d)
         fem_vv.append(body.mass_matrix * (1.0 / h + body.alpha) + body.beta * k)
     nm = len(system.motors)
+    servo = None
+    reaction = []
+    if not layout.ideal:
+        servo = servo_rows(layout, nu, u, v, v_bar, h, goal, goal_dot)
+        r_u[nu - layout.size :] -= h * v[nv - layout.size :]
+        r_v[servo.rows - nu] += servo.values
+        reaction = motor_reactions(system, u, lam, th_c, jacobian)
+        for k, rx in reaction:
+            r_v[int(layout.v_omega[k])] -= rx.force
     if not jacobian:
         return Linearization(r_u, r_v, terms.r3, None, None, None, None, None, None, None, None, None, terms)
-    eye_fem = sp.identity(system.n_deformable_dofs, format="csr")
+    eye_fem = sp.identity(nu - 7 * nb, format="csr")  # deformable and servo coordinates: U̇ = V
     j_uu = juu.csr() + sp.block_diag([sp.csr_matrix((7 * nb, 7 * nb)), eye_fem], format="csr")
     j_uv = juv.csr() + sp.block_diag([sp.csr_matrix((7 * nb, 6 * nb)), -h * eye_fem], format="csr")
     zeros_r = sp.csr_matrix((6 * nb, 7 * nb))
-    j_vu = sp.block_diag([zeros_r, *fem_vu], format="csr") - terms.force_u
-    j_vv = jvv.csr() + sp.block_diag([sp.csr_matrix((6 * nb, 6 * nb)), *fem_vv], format="csr")
+    tail = [sp.csr_matrix((layout.size, layout.size))] if layout.size else []
+    j_vu = sp.block_diag([zeros_r, *fem_vu, *tail], format="csr") - terms.force_u
+    j_vv = jvv.csr() + sp.block_diag([sp.csr_matrix((6 * nb, 6 * nb)), *fem_vv, *tail], format="csr")
     j_vl = -terms.c_v.T.tocsr()
+    j_lu, j_lv = terms.r3_u, terms.c_v
     r_theta = np.concatenate([np.zeros((nu, nm)), -terms.force_theta, terms.r3_theta])
     r_theta_dot = np.concatenate([np.zeros((nu + nv, nm)), terms.c_theta])
+    if servo is not None:
+        # The shaft of a modelled servo is a coordinate: the constraint terms' θ and θ̇ columns move to its θ (U) and
+        # ω (V) columns, the ω row takes the reaction C_θᵀλ, and the goal enters only through the servo rows.
+        ns = nu + nv + system.n_lambda
+        rr, cc, vv = [servo.jac_rows], [servo.jac_cols], [servo.jac_values]
+        for m, k in enumerate(layout.motor_servo):
+            if k < 0:
+                continue
+            it, io = int(layout.u_theta[k]), int(layout.v_omega[k])
+            for col, rth in ((it, r_theta[:, m]), (nu + io, r_theta_dot[:, m])):
+                nz = np.flatnonzero(rth)
+                rr.append(nz)
+                cc.append(np.full(len(nz), col))
+                vv.append(rth[nz])
+            r_theta[:, m] = 0.0
+            r_theta_dot[:, m] = 0.0
+        for k, rx in reaction:
+            row = nu + int(layout.v_omega[k])
+            rr += [np.full(len(rx.lam_rows), row), np.full(len(rx.u_index), row), np.array([row])]
+            cc += [nu + nv + rx.lam_rows, rx.u_index, np.array([int(layout.u_theta[k])])]
+            vv += [-rx.c_theta, -rx.force_u, np.array([-rx.force_theta])]
+        extra = sp.csr_matrix((np.concatenate(vv), (np.concatenate(rr), np.concatenate(cc))), shape=(ns, ns))
+        j_uu = j_uu + extra[:nu, :nu]
+        j_uv = j_uv + extra[:nu, nu : nu + nv]
+        j_vu = j_vu + extra[nu : nu + nv, :nu]
+        j_vv = j_vv + extra[nu : nu + nv, nu : nu + nv]
+        j_vl = j_vl + extra[nu : nu + nv, nu + nv :]
+        j_lu = j_lu + extra[nu + nv :, :nu]
+        j_lv = j_lv + extra[nu + nv :, nu : nu + nv]
+        np.add.at(r_theta, (servo.goal_rows, servo.goal_motors), servo.goal_values)
+        np.add.at(r_theta_dot, (servo.goal_rows, servo.goal_motors), servo.goal_dot_values)
     return Linearization(
-        r_u, r_v, terms.r3, j_uu, j_uv, j_vu.tocsr(), j_vv, j_vl, terms.r3_u, terms.c_v, r_theta, r_theta_dot, terms
+        r_u, r_v, terms.r3, j_uu.tocsr(), j_uv.tocsr(), j_vu.tocsr(), j_vv.tocsr(), j_vl.tocsr(), j_lu.tocsr(),
+        j_lv.tocsr(), r_theta, r_theta_dot, terms
     )
 
 
@@ -450,6 +547,8 @@ def history_jacobian(system: System, h: float, coefficient: float) -> sp.csr_mat
         rigid_m.append(sp.csr_matrix(np.diag([body.mass] * 3)))
         rigid_m.append(sp.csr_matrix(body.inertia))
     m_blocks = rigid_m + [d.mass_matrix for d in system.deformable]
+    if system.servo.size:
+        m_blocks.append(sp.diags(servo_mass(system.servo)))
     mass = sp.block_diag(m_blocks, format="csr")
     return sp.block_diag(
         [-coefficient * sp.identity(system.n_u), -coefficient / h * mass, sp.csr_matrix((system.n_lambda, system.n_lambda))],

@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 
 from retarget.sim.errors import SimulationError
 
-__all__ = ["Engine", "EngineState", "StepSensitivity", "SystemEngine", "bdf_history", "motor_rows"]
+__all__ = ["Engine", "EngineState", "StepSensitivity", "SystemEngine", "bdf_history", "motor_rows", "warm_u"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,6 +69,13 @@ def bdf_history(nu: int, nv: int, coef: float, h: float, mass: NDArray[np.float6
         out[:nu] = -coef * delta[:nu]
         out[nu : nu + nv] = -coef / h * ((mass.T if transposed else mass) @ delta[nu : nu + nv])
     return out
+
+
+def warm_u(warm: EngineState, n_u: int) -> NDArray[np.float64]:
+    """The ``U`` of a warm start for a model with ``n_u`` coordinates: the state's own, or — a state of the same
+    model with servo coordinates (more of them, after all others) — its first ``n_u`` (the shafts dropped)."""
+    u = np.asarray(warm.native.u, dtype=float)
+    return u if len(u) == n_u else u[:n_u].copy()
 
 
 class Engine(Protocol):
@@ -173,6 +180,51 @@ class SystemEngine:
     @property
     def motor_torque_index(self) -> NDArray[np.int64]:
         return self.system.n_u + self.system.n_v + self._motor_rows
+
+    @property
+    def servos(self) -> Any:
+        """Where the modelled servos' coordinates sit (:class:`retarget.sim.servo.ServoLayout`)."""
+        return self.system.servo
+
+    @property
+    def shaft_angle_index(self) -> NDArray[np.int64]:
+        """Per motor the index in ``S`` of its shaft angle, -1 for an ideal motor (n_motors,)."""
+        lay = self.system.servo
+        return np.array([lay.u_theta[k] if k >= 0 else -1 for k in lay.motor_servo], dtype=np.int64)
+
+    @property
+    def shaft_speed_index(self) -> NDArray[np.int64]:
+        """Per motor the index in ``S`` of its shaft speed, -1 for an ideal motor (n_motors,)."""
+        lay = self.system.servo
+        return np.array([self.system.n_u + lay.v_omega[k] if k >= 0 else -1 for k in lay.motor_servo],
+                        dtype=np.int64)
+
+    def shaft_angles(self, s: NDArray[np.float64], goal: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Per motor the shaft angle [rad] at state ``s`` (n_S,) (an ideal motor's: its ``goal``)."""
+        idx = self.shaft_angle_index
+        return np.where(idx >= 0, np.asarray(s)[np.maximum(idx, 0)], np.asarray(goal, dtype=float))
+
+    def with_servos(self, servos: Any) -> Any:
+        """The same engine on the same model driven by other servos (one per motor); the state layout changes
+        only in the servo coordinates after every other (:mod:`retarget.sim.servo`)."""
+        from retarget.sim.reduced.system import ReducedSystem
+        from retarget.sim.reduced.system import with_servos as reduced_with_servos
+        from retarget.sim.system import with_servos as full_with_servos
+
+        swap = reduced_with_servos if isinstance(self.system, ReducedSystem) else full_with_servos
+        return self._on(swap(self.system, list(servos)))
+
+    def ideal_servos(self) -> Any:
+        """This engine with every motor a perfect position source (itself when it already is)."""
+        from retarget.model.servo import IDEAL, SERVO_MODELS
+
+        if self.system.servo.ideal:
+            return self
+        return self.with_servos([SERVO_MODELS[IDEAL]] * len(self.system.motors))
+
+    def _on(self, system: Any) -> Any:
+        """An engine of this kind and settings on ``system``."""
+        raise NotImplementedError(f"{type(self).__name__} cannot be rebuilt on another system")
 
     def motor_torques(self, s: NDArray[np.float64]) -> NDArray[np.float64]:
         return np.asarray(s[self.motor_torque_index])

@@ -29,7 +29,8 @@ from numpy.typing import NDArray
 
 from retarget.sim.assembly import JointPack, Pattern, joint_pack, joint_terms
 from retarget.sim.constraints import JointConstraint, RigidSlot, theta_derivative
-from retarget.sim.dae import block_second_order
+from retarget.sim.dae import block_second_order, motor_reactions
+from retarget.sim.servo import servo_rows
 from retarget.sim.rotation import QUATERNION_BASIS_Q, cross, omega_matrix, quat_rate_matrix
 from retarget.sim.system import System
 
@@ -74,6 +75,8 @@ class NewtonPlan:
         a_pattern, e_pattern: entry orders (rigid blocks, FEM stiffness patterns, joint blocks, other blocks;
             filled in the same order by :func:`assemble`).
         joint_masks: flat selections of the valid entries of the joint arrays (fv, avl, alv, evu, elu).
+        servo_joints: per modelled servo, the index of its motor's block in the joint pack (:func:`_servo_entries`
+            lists the servo entries of ``A`` and ``E``, appended after the others).
     """
 
     system: System
@@ -83,6 +86,7 @@ class NewtonPlan:
     a_pattern: Pattern
     e_pattern: Pattern
     joint_masks: dict[str, NDArray[np.int64]] = field(default_factory=dict)
+    servo_joints: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 _PLANS: weakref.WeakKeyDictionary[System, NewtonPlan] = weakref.WeakKeyDictionary()
@@ -173,6 +177,14 @@ def build_newton_plan(system: System, dense: bool | None = None) -> NewtonPlan:
         for ui in sus:
             e_rows.append(np.repeat(rows, len(ui)))
             e_cols.append(np.tile(ui, len(rows)))
+    servo_joints = np.zeros(0, np.int64)
+    if not system.servo.ideal:
+        servo_joints = _servo_joints(system, pack)
+        (ar, ac), (er, ec) = _servo_entries(system, pack, servo_joints)
+        a_rows.append(ar)
+        a_cols.append(ac)
+        e_rows.append(er)
+        e_cols.append(ec)
     if dense is None:
         dense = na <= DENSE_LIMIT
 
@@ -187,8 +199,53 @@ def build_newton_plan(system: System, dense: bool | None = None) -> NewtonPlan:
         Pattern(cat(a_rows), cat(a_cols), (na, na), dense),
         Pattern(cat(e_rows), cat(e_cols), (na, nu), dense),
         masks,
+        servo_joints,
     )
     return plan
+
+
+def _servo_joints(system: System, pack: JointPack) -> NDArray[np.int64]:
+    """Per modelled servo, the joint-pack index of its motor's block."""
+    out = np.full(system.servo.n_servos, -1, np.int64)
+    for j, m in enumerate(pack.motors):
+        if m >= 0 and system.servo.motor_servo[m] >= 0:
+            out[system.servo.motor_servo[m]] = j
+    if np.any(out < 0):
+        raise ValueError("a modelled servo's motor is not a joint block")
+    return out
+
+
+def _servo_entries(system: System, pack: JointPack,
+                   servo_joints: NDArray[np.int64]) -> tuple[tuple[NDArray, NDArray], tuple[NDArray, NDArray]]:
+    """(rows, cols) of the servo entries of ``A`` and of ``E``, in the order :func:`_servo_values` fills them.
+
+    Per servo (ω its V index, θ its U index, the motor block's λ rows and its bodies' V and U entries):
+    ``A``: (ω, ω), (ω, λ), (λ, ω), (V, ω), (ω, V), then with integral action (ω, e), (e, e), (e, ω);
+    ``E``: (ω, U), (ω, θ), (V, θ), (λ, θ), then with integral action (ω, ι), (e, θ).
+    """
+    nv = system.n_v
+    lay = system.servo
+    ar, ac, er, ec = [], [], [], []
+    for k, j in enumerate(servo_joints):
+        w, th = int(lay.v_omega[k]), int(lay.u_theta[k])
+        lr = nv + pack.rows[j][pack.rows[j] >= 0]
+        vi = pack.v_index[j][pack.v_index[j] >= 0]
+        ui = pack.u_index[j][pack.u_index[j] >= 0]
+        ar += [[w], np.full(len(lr), w), lr, vi, np.full(len(vi), w)]
+        ac += [[w], lr, np.full(len(lr), w), np.full(len(vi), w), vi]
+        er += [np.full(len(ui), w), [w], vi, lr]
+        ec += [ui, [th], np.full(len(vi), th), np.full(len(lr), th)]
+        if lay.v_e[k] >= 0:
+            e, io = int(lay.v_e[k]), int(lay.u_iota[k])
+            ar += [[w], [e], [e]]
+            ac += [[e], [e], [w]]
+            er += [[w], [e]]
+            ec += [[io], [th]]
+
+    def cat(x: list) -> NDArray[np.int64]:
+        return np.concatenate([np.asarray(a, np.int64) for a in x]) if x else np.zeros(0, np.int64)
+
+    return (cat(ar), cat(ac)), (cat(er), cat(ec))
 
 
 @dataclass(frozen=True, eq=False)
@@ -351,6 +408,10 @@ def residual(
         )
     r_l = np.zeros(system.n_lambda)
     pack = plan.pack
+    layout = system.servo
+    goal, goal_dot = theta, theta_dot
+    if not layout.ideal:
+        theta, theta_dot = layout.motor_state(u, v, goal, goal_dot)
     if pack.n:
         jt = joint_terms(pack, u, v, lam, theta, theta_dot, baumgarte, jacobian)
         valid = pack.rows >= 0
@@ -367,6 +428,18 @@ def residual(
         for vi, f in zip(g.v_index, forces):
             r_v[vi] -= f
         generic.append(loc)
+    if not layout.ideal:
+        rows = servo_rows(layout, nu, u, v, v_bar, h, goal, goal_dot)
+        r_u[nu - layout.size :] -= h * v[nv - layout.size :]
+        r_v[rows.rows - nu] += rows.values
+        # The motor rows' reaction on the shaft, C_θᵀλ (the joint kernel's c_theta on the block's rows).
+        for k, j in enumerate(plan.servo_joints):
+            ok = pack.rows[j] >= 0
+            r_v[layout.v_omega[k]] -= float(jt.c_theta[j][ok] @ lam[pack.rows[j][ok]])
+        if jacobian:
+            assert pieces is not None
+            pieces["servo"] = rows
+            pieces["reactions"] = dict(motor_reactions(system, u, lam, theta, True))
     if jacobian:
         assert pieces is not None
         pieces["generic"] = generic
@@ -409,6 +482,7 @@ def constraint_values(system: System, u: NDArray[np.float64], theta: NDArray[np.
     """``C(U, θ)`` (m,): every block's constraint values (joints by the compiled kernel)."""
     nm = len(system.motors)
     th = np.zeros(nm) if theta is None else np.asarray(theta, dtype=float)
+    th = system.servo.shaft_angles(u, th)
     plan = newton_plan(system)
     c = np.zeros(system.n_lambda)
     zv = np.zeros(system.n_v)
@@ -561,10 +635,68 @@ def assemble(plan: NewtonPlan, res: Residual) -> tuple[Any, Any, NDArray, NDArra
                 e_generic.append((-(fu @ pus[k2]) if pus[k2] is not None else -fu).ravel())
         for k in range(ns):
             e_generic.append((loc["r3u"][k] @ pus[k] if pus[k] is not None else loc["r3u"][k]).ravel())
+    if len(plan.servo_joints):
+        a_servo, e_servo = _servo_values(plan, p, pj, pu)
+        a_vals.append(a_servo)
+        e_generic.append(e_servo)
     a = plan.a_pattern.matrix(np.concatenate(a_vals) if a_vals else np.zeros(0))
     e_all = e_vals + e_vals_j + e_generic
     e = plan.e_pattern.matrix(np.concatenate(e_all) if e_all else np.zeros(0))
     return a, e, pq, bq
+
+
+def _servo_values(plan: NewtonPlan, p: dict[str, Any], pj: NDArray, pu: NDArray) -> tuple[NDArray, NDArray]:
+    """Values of the servo entries of ``A`` and ``E`` (:func:`_servo_entries`' order).
+
+    The shaft's kinematic row is eliminated (``δθ = −R_θ + h δω``), so a column of ``A`` at ω collects the ω column
+    plus ``h`` times the θ column of the full Jacobian; the U-derivative of the reaction ``C_θᵀλ`` reaches ``A``
+    through the bodies' kinematic rows (``−J_ωU P J_UV``) exactly as the joint curvature terms do.
+    """
+    system = plan.system
+    lay = system.servo
+    pack = plan.pack
+    jt = p["joints"]
+    h = p["h"]
+    rows = p["servo"]
+    reactions = p["reactions"]
+    nu = system.n_u
+    # Full-Jacobian entries of the servo rows by (row, column) in S numbering.
+    jac: dict[tuple[int, int], float] = {}
+    for r, c, val in zip(rows.jac_rows, rows.jac_cols, rows.jac_values):
+        jac[(int(r), int(c))] = jac.get((int(r), int(c)), 0.0) + float(val)
+    a_out: list[NDArray] = []
+    e_out: list[NDArray] = []
+    for k, j in enumerate(plan.servo_joints):
+        m = int(pack.motors[j])
+        w, th = int(lay.v_omega[k]), int(lay.u_theta[k])
+        rx = reactions[k]
+        okr = pack.rows[j] >= 0
+        c_th = jt.c_theta[j][okr]
+        r3_th = jt.r3_theta[j][okr]
+        okv = pack.v_index[j] >= 0
+        f_th = jt.force_theta[j][okv]  # ∂(C_Vᵀλ)/∂θ on the bodies' V entries
+        # ∂R_ω/∂θ and ∂R_ω/∂ω
+        j_wth = jac.get((nu + w, th), 0.0) - rx.force_theta
+        j_ww = jac.get((nu + w, nu + w), 0.0)
+        # −force_u on the block's U entries, in the (side, 7) layout of the pack.
+        fu = np.zeros((2, 7))
+        fu[pack.u_index[j] >= 0] = rx.force_u
+        okb = pack.bodies[j] >= 0
+        a_wv = np.concatenate([fu[s] @ pj[pack.bodies[j][s]] for s in range(2) if okb[s]])
+        e_wu = np.concatenate([-fu[s] @ pu[pack.bodies[j][s]] for s in range(2) if okb[s]])
+        a_out += [[j_ww + h * j_wth], -c_th, c_th + h * r3_th, -h * f_th, a_wv]
+        e_out += [e_wu, [j_wth], -f_th, r3_th]
+        if lay.v_e[k] >= 0:
+            io = int(lay.u_iota[k])
+            j_wi = jac.get((nu + w, io), 0.0)
+            a_out += [[h * j_wi], [1.0], [h]]
+            e_out += [[j_wi], [1.0]]
+        del m
+
+    def cat(x: list) -> NDArray:
+        return np.concatenate([np.asarray(a, float).ravel() for a in x]) if x else np.zeros(0)
+
+    return cat(a_out), cat(e_out)
 
 
 def factorize_fast(plan: NewtonPlan, res: Residual) -> FastFactorization:

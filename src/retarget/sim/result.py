@@ -25,8 +25,11 @@ class SimulationResult:
         displacements: (n, Σ3N) deformable displacements [m] from the rest positions, bodies concatenated in
             system order (float32 when stored compactly).
         constraint_forces: (n, m) the multipliers ``λ`` [N] / [N m] (block order: ``system.constraints``).
-        motor_values: (n, n_motors) the prescribed ``θ`` [rad] / [m].
+        motor_values: (n, n_motors) the commanded ``θ`` [rad] / [m]: the goal of a modelled servo, the angle of an
+            ideal motor.
         newton_iterations: (n,) per stored step (0 for the initial state).
+        servo_states: (n, size) the modelled servos' coordinates ``[θ…, ι…]`` (``system.servo``; empty columns
+            when every motor is ideal).
     """
 
     system: System
@@ -36,6 +39,24 @@ class SimulationResult:
     constraint_forces: NDArray[np.float64]
     motor_values: NDArray[np.float64]
     newton_iterations: NDArray[np.int64]
+    servo_states: NDArray[np.float64] | None = None
+
+    @property
+    def shaft_angles(self) -> NDArray[np.float64]:
+        """Per motor the shaft angle (n, n_motors) [rad]: the simulated shaft of a modelled servo, the commanded
+        angle of an ideal one."""
+        out = np.array(self.motor_values, dtype=float, copy=True)
+        lay = self.system.servo
+        if self.servo_states is not None and lay.n_servos:
+            for m, k in enumerate(lay.motor_servo):
+                if k >= 0:
+                    out[:, m] = self.servo_states[:, k]
+        return out
+
+    @property
+    def servo_errors(self) -> NDArray[np.float64]:
+        """Goal minus shaft per motor (n, n_motors) [rad] (zero for ideal motors)."""
+        return self.motor_values - self.shaft_angles
 
     def body_position(self, name: str) -> NDArray[np.float64]:
         """Centre of mass of rigid body ``name`` over time (n, 3) [m]."""
@@ -80,6 +101,7 @@ class SimulationResult:
             constraint_forces=self.constraint_forces,
             motor_values=self.motor_values,
             newton_iterations=self.newton_iterations,
+            servo_states=np.zeros((len(self.time), 0)) if self.servo_states is None else self.servo_states,
             rigid_names=np.array([b.name for b in self.system.rigid]),
             deformable_names=np.array([b.name for b in self.system.deformable]),
             motor_names=np.array(self.system.motors),

@@ -29,7 +29,7 @@ def simulate(
 
     Args:
         system: the system.
-        motors: ``θ(t)`` in ``system.motors`` order.
+        motors: ``θ(t)`` in ``system.motors`` order (the goals of modelled servos).
         duration: [s].
         dt: [s] (the paper used 0.5 ms).
         start: the state at t = 0; default: the quasi-static equilibrium at ``θ(0)`` (at rest: the DAE starts
@@ -50,7 +50,10 @@ def simulate(
     nb = len(system.rigid)
     time = np.zeros(n_store)
     poses = np.zeros((n_store, nb, 7))
-    disp = np.zeros((n_store, system.n_deformable_dofs), dtype=np.float32 if compact else np.float64)
+    ndef = system.n_deformable_dofs
+    nsv = system.servo.size
+    disp = np.zeros((n_store, ndef), dtype=np.float32 if compact else np.float64)
+    servo = np.zeros((n_store, nsv))
     lam = np.zeros((n_store, system.n_lambda))
     theta = np.zeros((n_store, len(system.motors)))
     iters = np.zeros(n_store, dtype=np.int64)
@@ -59,7 +62,8 @@ def simulate(
         time[j] = state.t
         poses[j] = state.u[: 7 * nb].reshape(nb, 7)
         poses[j, :, 3:] /= np.linalg.norm(poses[j, :, 3:], axis=1, keepdims=True)
-        disp[j] = state.u[7 * nb :]
+        disp[j] = state.u[7 * nb : 7 * nb + ndef]
+        servo[j] = state.u[7 * nb + ndef :]
         lam[j] = state.lam
         theta[j] = motors.value(state.t)
         iters[j] = it
@@ -73,4 +77,4 @@ def simulate(
             progress(k, n_steps)
 
     simulate_states(system, state0, motors, dt, n_steps, options, callback)
-    return SimulationResult(system, time, poses, disp, lam, theta, iters)
+    return SimulationResult(system, time, poses, disp, lam, theta, iters, servo)

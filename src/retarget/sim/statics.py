@@ -12,7 +12,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 from numpy.typing import ArrayLike, NDArray
 
-from retarget.sim.dae import constraint_terms
+from retarget.sim.dae import constraint_terms, residual_and_jacobian
 from retarget.sim.errors import NewtonFailed, SimulationDiverged
 from retarget.sim.integrator import State
 from retarget.sim.rotation import quat_rate_matrix
@@ -30,8 +30,9 @@ def tangent_map(system: System, u: NDArray[np.float64]) -> sp.csr_matrix:
         t[:3, :3] = np.eye(3)
         t[3:, 3:] = 0.5 * quat_rate_matrix(u[7 * i + 3 : 7 * i + 7])
         blocks.append(sp.csr_matrix(t))
-    if system.n_deformable_dofs:
-        blocks.append(sp.identity(system.n_deformable_dofs, format="csr"))
+    if system.n_u > 7 * nb:
+        # Deformable and servo coordinates: U̇ = V.
+        blocks.append(sp.identity(system.n_u - 7 * nb, format="csr"))
     return sp.block_diag(blocks, format="csr")
 
 
@@ -62,6 +63,10 @@ def solve_static(
     Far from the reference (Newton from the reference fails and ``u0`` is None), the motors are moved to
     ``theta`` by continuation in increments of at most 0.1 rad.
 
+    With modelled servos (:mod:`retarget.sim.servo`) ``theta`` are the goals: each shaft settles where its loop's
+    torque holds the load (it sags by ``τ_load / kp`` below saturation; with integral action it reaches the goal
+    and the integral state carries the load).
+
     Raises:
         NewtonFailed: no convergence (the error carries residual norms; step index 0).
     """
@@ -84,6 +89,54 @@ def solve_static(
 CONTINUATION_STEP: float = 0.1
 
 
+def _newton_static_servo(
+    system: System,
+    goal: NDArray[np.float64],
+    u0: NDArray[np.float64] | None,
+    external_force: NDArray[np.float64] | None,
+    tolerance: float,
+    max_iterations: int,
+    t: float,
+) -> State:
+    """:func:`_newton_static` for a system with servo coordinates: Newton on the BDF residual at ``V = V̄ = 0``,
+    ``h = 1``, ``ġ = 0`` and Baumgarte ``a = 1`` (its V rows are then the static balance, shafts included, and its
+    λ rows ``C``), in tangent coordinates."""
+    u = system.reference_u() if u0 is None else np.asarray(u0, dtype=float).copy()
+    if u0 is None:
+        u[system.servo.u_theta] = goal[system.servo.motor_servo >= 0]
+    nv = system.n_v
+    lam = np.zeros(system.n_lambda)
+    zero_v = np.zeros(nv)
+    f_ext = np.zeros(nv) if external_force is None else np.asarray(external_force, dtype=float)
+    nb = len(system.rigid)
+    norms: list[dict[str, float]] = []
+    for _ in range(max_iterations):
+        s = np.concatenate([u, zero_v, lam])
+        try:
+            lin = residual_and_jacobian(system, s, u, zero_v, 1.0, goal, np.zeros_like(goal), 1.0)
+        except Exception as exc:
+            raise SimulationDiverged(0, t, norms, reason=f"{type(exc).__name__}: {exc}") from exc
+        g = lin.r_v - f_ext
+        norms.append({"force": float(np.max(np.abs(g), initial=0.0)),
+                      "constraint": float(np.max(np.abs(lin.r_lambda), initial=0.0))})
+        tmap = tangent_map(system, u)
+        mat = sp.bmat([[lin.j_vu @ tmap, lin.j_vl], [lin.j_lu @ tmap, None]], format="csc")
+        sol = spla.splu(mat, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.1,
+                        options={"SymmetricMode": True}).solve(-np.concatenate([g, lin.r_lambda]))
+        if not np.all(np.isfinite(sol)):
+            raise SimulationDiverged(0, t, norms, reason="singular static system")
+        dw = sol[:nv]
+        u = u + tmap @ dw
+        for i in range(nb):
+            q = u[7 * i + 3 : 7 * i + 7]
+            u[7 * i + 3 : 7 * i + 7] = q / np.linalg.norm(q)
+        lam = lam + sol[nv:]
+        if np.max(np.abs(dw), initial=0.0) <= tolerance:
+            return State(t, u, zero_v.copy(), lam)
+    raise NewtonFailed(0, t, norms, reason="quasi-static solve (servos: a load beyond a servo's stall torque has no "
+                                        "equilibrium)")
+
+
 def _newton_static(
     system: System,
     th: NDArray[np.float64],
@@ -93,6 +146,8 @@ def _newton_static(
     max_iterations: int,
     t: float,
 ) -> State:
+    if not system.servo.ideal:
+        return _newton_static_servo(system, th, u0, external_force, tolerance, max_iterations, t)
     u = system.reference_u() if u0 is None else np.asarray(u0, dtype=float).copy()
     lam = np.zeros(system.n_lambda)
     zero_v = np.zeros(system.n_v)

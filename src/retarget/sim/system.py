@@ -1,12 +1,15 @@
 """The simulated system: rigid bodies, deformable bodies, constraint blocks and the layout of ``S = [U, V, λ]``.
 
-Layout (fixed at build time): ``U = [c₀, q₀, c₁, q₁, …, u_A, u_B, …]`` (7 per rigid body, then 3N per deformable
-body, node-major), ``V = [v₀, ω₀, …, u̇_A, …]`` (6 per rigid body: world linear velocity [m/s], *body-frame*
-angular velocity [rad/s]; then 3N), ``λ`` one entry per scalar constraint, in block order. Body-frame ``ω``
-keeps each rigid mass matrix constant, ``diag(m I, I_body)``.
+Layout (fixed at build time): ``U = [c₀, q₀, c₁, q₁, …, u_A, u_B, …, θ_servo…, ι_servo…]`` (7 per rigid body,
+then 3N per deformable body, node-major, then the modelled servos' shaft angles and integral states,
+:mod:`retarget.sim.servo`), ``V = [v₀, ω₀, …, u̇_A, …, ω_servo…, e_servo…]`` (6 per rigid body: world linear
+velocity [m/s], *body-frame* angular velocity [rad/s]; then 3N; then the servos' rates), ``λ`` one entry per scalar
+constraint, in block order. Body-frame ``ω`` keeps each rigid mass matrix constant, ``diag(m I, I_body)``.
+Everything after the rigid bodies pairs one to one between U and V (``U̇ = V`` there).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +17,8 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
+from retarget.model.servo import IDEAL, SERVO_MODELS
+from retarget.sim.servo import ServoLayout, servo_layout
 from retarget.sim.constraints import (
     Constraint,
     CouplingConstraint,
@@ -24,7 +29,7 @@ from retarget.sim.constraints import (
     perpendicular_axes,
 )
 
-__all__ = ["DeformableBody", "RigidBody", "System", "build_system"]
+__all__ = ["DeformableBody", "RigidBody", "System", "build_system", "with_servos"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -89,6 +94,8 @@ class System:
         slot_u, slot_v: per constraint, per slot, the global indices into U and V.
         u_offsets, v_offsets: start of each deformable body in U and V.
         lambda_offsets: start of each block in λ (len = blocks + 1).
+        servo: where the modelled servos' coordinates sit (:class:`retarget.sim.servo.ServoLayout`; empty when
+            every motor is an ideal position source).
     """
 
     rigid: tuple[RigidBody, ...]
@@ -101,16 +108,17 @@ class System:
     u_offsets: tuple[int, ...]
     v_offsets: tuple[int, ...]
     lambda_offsets: tuple[int, ...]
+    servo: ServoLayout
 
     @property
     def n_u(self) -> int:
         """Size of U."""
-        return 7 * len(self.rigid) + sum(d.n_dofs for d in self.deformable)
+        return 7 * len(self.rigid) + sum(d.n_dofs for d in self.deformable) + self.servo.size
 
     @property
     def n_v(self) -> int:
         """Size of V."""
-        return 6 * len(self.rigid) + sum(d.n_dofs for d in self.deformable)
+        return 6 * len(self.rigid) + sum(d.n_dofs for d in self.deformable) + self.servo.size
 
     @property
     def n_lambda(self) -> int:
@@ -243,7 +251,10 @@ def build_system(model: Any) -> System:
                     rigid_reference=links[itf.link].com if present else np.zeros(3),
                 )
             )
-    return assemble_system(rigid, tuple(deformable), tuple(blocks), motors, gravity)
+    joints = {j.name: j for j in model.joints}
+    servos = model.servo_list if hasattr(model, "servo_list") else ()
+    prismatic = [joints[m].kind == "prismatic" for m in motors]
+    return assemble_system(rigid, tuple(deformable), tuple(blocks), motors, gravity, servos, prismatic)
 
 
 def assemble_system(
@@ -252,8 +263,14 @@ def assemble_system(
     constraints: tuple[Constraint, ...],
     motors: tuple[str, ...],
     gravity: NDArray[np.float64],
+    servos: Sequence[Any] = (),
+    prismatic: Sequence[bool] = (),
 ) -> System:
-    """Compute the layout (offsets, slot index arrays) and return the :class:`System`."""
+    """Compute the layout (offsets, slot index arrays, servo coordinates) and return the :class:`System`.
+
+    ``servos``: per motor its :class:`retarget.model.servo.ServoParams` (empty: every motor ideal);
+    ``prismatic``: per motor whether it slides (a modelled servo must be rotary).
+    """
     nb = len(rigid)
     u_off, v_off = [], []
     ou, ov = 7 * nb, 6 * nb
@@ -276,6 +293,11 @@ def assemble_system(
         slot_u.append(tuple(su))
         slot_v.append(tuple(sv))
     lam = np.concatenate([[0], np.cumsum([b.size for b in constraints], dtype=np.int64)]).astype(int)
+    servo_list = list(servos) or [SERVO_MODELS[IDEAL]] * len(motors)
+    try:
+        layout = servo_layout(servo_list, list(prismatic) or [False] * len(motors), ou, ov)
+    except ValueError as exc:
+        raise ValueError(f"{exc}; motors: {list(motors)}") from exc
     return System(
         rigid,
         deformable,
@@ -287,4 +309,18 @@ def assemble_system(
         tuple(u_off),
         tuple(v_off),
         tuple(int(x) for x in lam),
+        layout,
     )
+
+
+def with_servos(system: System, servos: Sequence[Any]) -> System:
+    """The same system driven by other servos (one :class:`retarget.model.servo.ServoParams` per motor)."""
+    from dataclasses import replace
+
+    prismatic = [False] * len(system.motors)
+    for blk in system.constraints:
+        if isinstance(blk, JointConstraint) and blk.motor >= 0:
+            prismatic[blk.motor] = blk.kind == "prismatic"
+    start_u = 7 * len(system.rigid) + system.n_deformable_dofs
+    start_v = 6 * len(system.rigid) + system.n_deformable_dofs
+    return replace(system, servo=servo_layout(list(servos), prismatic, start_u, start_v))

@@ -78,6 +78,9 @@ def provenance(system: Any, robot_yaml: str | Path | None = None) -> dict[str, s
         out["urdf"] = _urdf_digests(ypath)[0]
     rigid = np.array([[b.mass, *np.ravel(b.inertia), *b.reference_com] for b in system.rigid], dtype=float)
     out["rigid_bodies"] = _sha(np.round(rigid, 12).tobytes())
+    # Which motors were modelled servos in the training runs (a model trained with perfect position sources has
+    # not seen the servo–structure modes; other gains of a modelled servo keep the basis, see docs/reduced.md).
+    out["servo_loop"] = _sha(json.dumps(servo_loop(system)).encode())
     for body in system.deformable:
         el = body.elastic
         mat = np.array([el.mu, el.lam, body.mass_matrix.sum(), body.alpha, body.beta], dtype=float)
@@ -87,6 +90,12 @@ def provenance(system: Any, robot_yaml: str | Path | None = None) -> dict[str, s
             np.asarray(el.mesh.tets, dtype=np.int64).tobytes(),
         )
     return out
+
+
+def servo_loop(system: Any) -> list[list[str]]:
+    """Per motor ``[name, "ideal" | "servo"]``: whether its servo is modelled in ``system``."""
+    per_motor = system.servo.per_motor
+    return [[name, "ideal" if s.ideal else "servo"] for name, s in zip(system.motors, per_motor)]
 
 
 def _bodies(system: Any) -> dict[str, dict[str, Any]]:
@@ -136,6 +145,7 @@ def save_reduced(
         "body_details": _bodies(system),
         "hashes": provenance(system, robot_yaml),
         "extra": extra or {},
+        "servos": {name: s.to_config() for name, s in zip(system.motors, system.servo.per_motor)},
     }
     if model_card is not None:
         meta["model_card"] = model_card
@@ -185,6 +195,12 @@ def load_reduced(path: str | Path, system: Any, robot_yaml: str | Path | None = 
         changed.remove("urdf")  # written before comments were dropped from the digest, in this same folder
     if changed:
         detail = ""
+        if "servo_loop" in changed:
+            was = meta.get("servos")
+            detail = ("it was trained " + ("with the servos " + json.dumps(was) if was else
+                                           "with every motor a perfect position source (no servo model)")
+                      + f", the robot now has {json.dumps(servo_loop(system))}: train it again with the servos in "
+                        "the loop")
         if any(k.startswith("material:") for k in changed):
             card = meta.get("model_card")
             factors = {p["name"]: p["stiffness_factor"] for p in card["parts"]} if card else None

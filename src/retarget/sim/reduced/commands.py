@@ -243,7 +243,8 @@ def _check_reduced(args: argparse.Namespace) -> int:
 
 
 def _quasi_static_targets(system: Any, motors: Any, full: Any, ts: Any, tracked: list[str]) -> tuple[dict[str, Any], int]:
-    """Centres of mass of the ``tracked`` bodies at the gravity equilibria along the motion, (len(ts), 3) [m] each.
+    """Centres of mass of the ``tracked`` bodies at the gravity equilibria along the motion, (len(ts), 3) [m] each,
+    with every motor's shaft at the motion's angle (a modelled servo's sag is not part of the intent).
 
     Each solve starts from the full dynamic run's state at the nearest stored sample (a few cm from the
     equilibrium), then from the previous equilibrium. A sample where both fail is dropped and filled by linear
@@ -257,9 +258,13 @@ def _quasi_static_targets(system: Any, motors: Any, full: Any, ts: Any, tracked:
     """
     import numpy as np
 
+    from retarget.model.servo import IDEAL, SERVO_MODELS
     from retarget.sim.errors import NewtonFailed
     from retarget.sim.statics import solve_static
+    from retarget.sim.system import with_servos
 
+    # The targets hold the shafts at the motion's angles (as the planner's): ideal servos for the static solves.
+    system = with_servos(system, [SERVO_MODELS[IDEAL]] * len(system.motors))
     good: list[int] = []
     rows: dict[str, list] = {n: [] for n in tracked}
     bar = progress_bar("quasi-static targets")

@@ -36,6 +36,7 @@ from retarget.sim.reduced.cubature import cubature_force_directional, cubature_f
 from retarget.sim.reduced.dynamics import body_force, body_forces
 from retarget.sim.reduced.kernels import COUPLING_CODE, block_eval, coupling_curvature
 from retarget.sim.rotation_kernels import omega_half, quat_rate_half
+from retarget.sim.servo import servo_torque
 
 __all__ = [
     "STATUS_DIVERGED",
@@ -87,7 +88,9 @@ class Packed(NamedTuple):
     lists), local U/V indices ``ui``/``vi`` flattened with offsets ``ui_off``/``vi_off`` (n_b+1,). ``gravity`` (3,)
     [m/s²]; ``sizes`` = (n_u, n_v, n_λ, n_motors). ``curv`` (as ``ui``): 1 where the block's ``∂C/∂y`` depends on
     that local coordinate (0: ``C`` is affine in it, e.g. a joint in a body's position; its curvature column is
-    zero and the exact Jacobian skips its complex-step evaluation).
+    zero and the exact Jacobian skips its complex-step evaluation). Modelled servos (:mod:`retarget.sim.servo`):
+    ``sv_motor`` (n_m,) servo index per motor (-1: ideal), ``sv_par`` (n_s, N_PARAMS) packed parameters, ``sv_u``,
+    ``sv_v`` (n_s,) U index of θ and V index of ω, ``sv_ui``, ``sv_ve`` (n_s,) of ι and e (-1: no integral action).
     """
 
     rmass: NDArray
@@ -130,6 +133,12 @@ class Packed(NamedTuple):
     gravity: NDArray
     sizes: NDArray
     curv: NDArray
+    sv_motor: NDArray
+    sv_par: NDArray
+    sv_u: NDArray
+    sv_v: NDArray
+    sv_ui: NDArray
+    sv_ve: NDArray
 
 
 class Workspace(NamedTuple):
@@ -250,6 +259,54 @@ def _block_rate_transposed(ul: NDArray, g: NDArray, nrs: int, nvl: int) -> NDArr
     return out
 
 
+@numba.njit(cache=True)
+def _count_integral(p: Packed) -> int:
+    """Servos with integral action (each adds ι to U and e to V)."""
+    n = 0
+    for k in range(p.sv_ui.shape[0]):
+        if p.sv_ui[k] >= 0:
+            n += 1
+    return n
+
+
+@numba.njit(cache=True, nogil=True)
+def _servo_rows(p: Packed, u: NDArray, v: NDArray, v_bar: NDArray, h: float, goal: NDArray, goal_dot: NDArray,
+                r: NDArray, jac: NDArray, mass: NDArray, rth: NDArray, rthd: NDArray, want_jac: bool) -> None:
+    """The servo rows of the residual (:mod:`retarget.sim.servo`) into ``r`` and, with ``want_jac``, their
+    Jacobian entries, generalized mass and goal sensitivities (in place). The kinematic rows of the servo
+    coordinates (``θ − θ̄ − hω``, ``ι − ῑ − he``) and the reaction ``C_θᵀλ`` are added with the other rows."""
+    nu = p.sizes[0]
+    nm = p.sizes[3]
+    for mm in range(nm):
+        ks = p.sv_motor[mm]
+        if ks < 0:
+            continue
+        par = p.sv_par[ks]
+        it = p.sv_u[ks]
+        io = p.sv_v[ks]
+        ii = p.sv_ui[ks]
+        ie = p.sv_ve[ks]
+        iota = u[ii] if ii >= 0 else 0.0
+        tau, d = servo_torque(par, goal[mm], goal_dot[mm], u[it], v[io], iota)
+        inertia = par[6]
+        rw = nu + io
+        r[rw] += inertia * (v[io] - v_bar[io]) / h - tau
+        if ie >= 0:
+            r[nu + ie] += v[ie] - (goal[mm] - u[it])
+        if not want_jac:
+            continue
+        jac[rw, rw] += inertia / h - d[3]
+        jac[rw, it] += -d[2]
+        mass[io, io] += inertia
+        rth[rw, mm] += -d[0]
+        rthd[rw, mm] += -d[1]
+        if ie >= 0:
+            jac[rw, ii] += -d[4]
+            jac[nu + ie, nu + ie] += 1.0
+            jac[nu + ie, it] += 1.0
+            rth[nu + ie, mm] += -1.0
+
+
 @numba.njit(cache=True, nogil=True)
 def residual_jacobian(
     p: Packed,
@@ -289,6 +346,15 @@ def residual_jacobian(
     rthd = np.zeros((ns, nm))
     rth = np.zeros((ns, nm))
     g = p.gravity
+    # The motor angles the constraint rows see: a modelled servo's shaft from the state, an ideal motor's input.
+    th_c = theta.copy()
+    thd_c = theta_dot.copy()
+    for mm in range(nm):
+        ks = p.sv_motor[mm]
+        if ks >= 0:
+            th_c[mm] = u[p.sv_u[ks]]
+            thd_c[mm] = v[p.sv_v[ks]]
+    _servo_rows(p, u, v, v_bar, h, theta, theta_dot, r, jac, mass, rth, rthd, want_jac)
     for k in range(nu):
         r[k] = u[k] - u_bar[k]
     for i in range(nb):
@@ -421,6 +487,15 @@ def residual_jacobian(
                 for a in range(rr):
                     for b in range(rr):
                         jac[iv + zv0 + a, zu0 + b] += beta * dk[a, b]
+    # Servo coordinates: U̇ = V on the tail after every z.
+    ntail = p.sv_u.shape[0] + _count_integral(p)
+    for k in range(ntail):
+        ku = nu - ntail + k
+        kv = nv - ntail + k
+        r[ku] -= h * v[kv]
+        if want_jac:
+            jac[ku, ku] = 1.0
+            jac[ku, iv + kv] = -h
     # Constraint blocks.
     n_blocks = p.kind.shape[0]
     for bk in range(n_blocks):
@@ -440,8 +515,9 @@ def residual_jacobian(
         nrs = p.n_rigid_seg[bk]
         ydot = _block_rate(ul, vl, nrs)
         mot = p.motor[bk]
-        th = theta[mot] if mot >= 0 else 0.0
-        thd = theta_dot[mot] if mot >= 0 else 0.0
+        th = th_c[mot] if mot >= 0 else 0.0
+        thd = thd_c[mot] if mot >= 0 else 0.0
+        servo = p.sv_motor[mot] if mot >= 0 else -1
         # Values and first derivatives in real arithmetic; complex only for the curvature terms below.
         c, cuc, cth, cuthc = block_eval(
             p.kind[bk], mot >= 0, p.present_a[bk] != 0, p.present_b[bk] != 0, p.fvec[bk], p.fmat[bk],
@@ -460,7 +536,11 @@ def residual_jacobian(
         tg = _block_rate_transposed(ul, gv, nrs, nvl)
         for k in range(nvl):
             r[iv + vi[k]] -= tg[k]
-        if mot >= 0:
+        if servo >= 0:
+            # The motor row's reaction on the servo's shaft: R_ω −= C_θᵀλ.
+            for a in range(nrow):
+                r[iv + p.sv_v[servo]] -= cth[a] * lb[a]
+        elif mot >= 0:
             for a in range(nrow):
                 rthd[il + l0 + a, mot] = cth[a]
         if not want_jac:
@@ -471,11 +551,30 @@ def residual_jacobian(
             rt = cuth @ ydot + baumgarte * cth
             if p.kind[bk] == 1:
                 rt[nrow - 1] -= c[nrow - 1] * thd
-            for a in range(nrow):
-                rth[il + l0 + a, mot] = rt[a]
             tv = tl.T @ (cuth.T @ lb)
-            for k in range(nvl):
-                rth[iv + vi[k], mot] -= tv[k]
+            if servo >= 0:
+                # The shaft is a coordinate: these are its θ (U) and ω (V) columns; the ω row takes −C_θᵀλ's
+                # derivatives (λ, the bodies' U through ∂C_θ/∂y = ∂C_y/∂θ, and θ through C_θθ).
+                ct = p.sv_u[servo]
+                rw = iv + p.sv_v[servo]
+                for a in range(nrow):
+                    jac[il + l0 + a, ct] += rt[a]
+                    jac[il + l0 + a, rw] += cth[a]
+                    jac[rw, il + l0 + a] -= cth[a]
+                for k in range(nvl):
+                    jac[iv + vi[k], ct] -= tv[k]
+                for k in range(n):
+                    acc = 0.0
+                    for a in range(nrow):
+                        acc += lb[a] * cuth[a, k]
+                    jac[rw, ui[k]] -= acc
+                if p.kind[bk] == 1:
+                    jac[rw, ct] += c[nrow - 1] * lb[nrow - 1]
+            else:
+                for a in range(nrow):
+                    rth[il + l0 + a, mot] = rt[a]
+                for k in range(nvl):
+                    rth[iv + vi[k], mot] -= tv[k]
         a3 = np.empty((nrow, n))
         hess = np.empty((nvl, n))
         cflags = p.curv[p.ui_off[bk] : p.ui_off[bk + 1]]
@@ -576,6 +675,12 @@ def _factorize(p: Packed, jac: NDArray, ws: Workspace) -> int:
             xz = -jac[p.bzu[d] + k, nu + p.bzv[d] + k]
             for row in range(nw):
                 kmat[row, p.bzv[d] + k] += ws.jwu[row, p.bzu[d] + k] * xz
+    ntail = p.sv_u.shape[0] + _count_integral(p)
+    for k in range(ntail):
+        ku, kv = nu - ntail + k, nv - ntail + k
+        xz = -jac[ku, nu + kv]
+        for row in range(nw):
+            kmat[row, kv] += ws.jwu[row, ku] * xz
     info = _GETRF(ord("d"), nw, nw, kmat.ctypes, nw, ws.ipiv.ctypes)
     ws.scalars[1] += 1.0
     return info
@@ -658,6 +763,9 @@ def condensed_solve(p: Packed, ws: Workspace, res: NDArray) -> NDArray:
     for d in range(nd):
         for k in range(p.bsize[d]):
             out[p.bzu[d] + k] += ws.scalars[0] * dw[p.bzv[d] + k]
+    ntail = p.sv_u.shape[0] + _count_integral(p)
+    for k in range(ntail):
+        out[nu - ntail + k] += ws.scalars[0] * dw[nv - ntail + k]
     return out
 
 
@@ -684,6 +792,10 @@ def condensed_solve_columns(p: Packed, ws: Workspace, res: NDArray) -> NDArray:
     for d in range(p.bref.shape[0]):
         size = int(p.bsize[d])
         out[p.bzu[d] : p.bzu[d] + size] += ws.scalars[0] * dw[p.bzv[d] : p.bzv[d] + size]
+    ntail = int(p.sv_u.shape[0] + np.sum(p.sv_ui >= 0))
+    if ntail:
+        nv = int(p.sizes[1])
+        out[nu - ntail : nu] += ws.scalars[0] * dw[nv - ntail : nv]
     return out
 
 
@@ -922,6 +1034,9 @@ def condensed_solve_transposed(p: Packed, ws: Workspace, b: NDArray) -> NDArray:
     for d in range(nd):
         for k in range(p.bsize[d]):
             rhs[p.bzv[d] + k] += h * bu[p.bzu[d] + k]
+    ntail = p.sv_u.shape[0] + _count_integral(p)
+    for k in range(ntail):
+        rhs[nv - ntail + k] += h * bu[nu - ntail + k]
     xw = _lu_solve_transposed(ws.lu, ws.ipiv, rhs)
     y = bu - ws.jwu.T @ xw
     out = np.empty(nu + nv + m)

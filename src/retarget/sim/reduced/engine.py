@@ -19,12 +19,13 @@ from numpy.typing import NDArray
 
 from retarget.sim.constraints import CouplingConstraint, JointConstraint
 from retarget.sim.errors import NewtonFailed, SimulationDiverged
-from retarget.sim.engine import EngineState, StepSensitivity, SystemEngine, bdf_history
+from retarget.sim.engine import EngineState, StepSensitivity, SystemEngine, bdf_history, warm_u
 from retarget.sim.reduced import compiled as ck
 from retarget.sim.reduced.cubature import reduced_gradients
 from retarget.sim.reduced.kernels import COUPLING_CODE, JOINT_CODES, block_eval
 from retarget.sim.reduced.stepper import BDF1, BDF2, ReducedState, _block_layout, solve_static
 from retarget.sim.reduced.system import ReducedSystem
+from retarget.sim.servo import N_PARAMS
 
 __all__ = [
     "CompiledLinearization",
@@ -136,6 +137,12 @@ def pack_system(rs: ReducedSystem) -> ck.Packed:
         gravity=np.asarray(rs.gravity, dtype=float),
         sizes=np.array([rs.n_u, rs.n_v, rs.n_lambda, len(rs.motors)], dtype=np.int64),
         curv=curv,
+        sv_motor=np.ascontiguousarray(rs.servo.motor_servo, dtype=np.int64),
+        sv_par=np.ascontiguousarray(rs.servo.params.reshape(-1, N_PARAMS), dtype=float),
+        sv_u=np.ascontiguousarray(rs.servo.u_theta, dtype=np.int64),
+        sv_v=np.ascontiguousarray(rs.servo.v_omega, dtype=np.int64),
+        sv_ui=np.ascontiguousarray(rs.servo.u_iota, dtype=np.int64),
+        sv_ve=np.ascontiguousarray(rs.servo.v_e, dtype=np.int64),
     )
 
 
@@ -362,8 +369,11 @@ class CompiledReducedEngine(SystemEngine):
     def _wrap(self, st: ReducedState) -> Any:
         return EngineState(float(st.t), st.s, st)
 
+    def _on(self, system: ReducedSystem) -> CompiledReducedEngine:
+        return CompiledReducedEngine(system, self.tolerance, self.estimate)
+
     def solve_static(self, theta: NDArray[np.float64], warm: Any = None) -> Any:
-        u0 = None if warm is None else warm.native.u
+        u0 = None if warm is None else warm_u(warm, self.system.n_u)
 
         def linearize(s: NDArray, u_bar: NDArray, v_bar: NDArray, th: NDArray) -> tuple[NDArray, NDArray]:
             lin = residual_compiled(self.kernels, s, u_bar, v_bar, 1.0, th, np.zeros_like(th), 1.0)

@@ -28,12 +28,13 @@ import numpy as np
 import scipy.linalg as sla
 from numpy.typing import NDArray
 
-from retarget.sim.constraints import CouplingConstraint, RigidSlot
+from retarget.sim.constraints import CouplingConstraint, RigidSlot, theta_derivative
 from retarget.sim.errors import NewtonFailed, SimulationDiverged
 from retarget.sim.statics import CONTINUATION_STEP
 from retarget.sim.reduced.compiled import REFACTOR_COST, charge, converged, refactor
 from retarget.sim.reduced.dynamics import body_forces
 from retarget.sim.reduced.system import ReducedSystem
+from retarget.sim.servo import servo_rows
 from retarget.sim.rotation import QUATERNION_BASIS_Q, omega_matrix, quat_rate_matrix, rotate, rotate_jacobian, rotation_matrix
 
 __all__ = [
@@ -70,7 +71,9 @@ class ReducedState:
 
 @dataclass(eq=False)
 class ReducedLinearization:
-    """Residual ``R`` (nS,) and dense Jacobian ``∂R/∂S`` (nS, nS) (None for residual-only), ``∂R/∂θ̇`` (nS, n_m).
+    """Residual ``R`` (nS,) and dense Jacobian ``∂R/∂S`` (nS, nS) (None for residual-only), ``∂R/∂θ̇`` (nS, n_m)
+    and ``∂R/∂θ`` (nS, n_m) (None for residual-only) — θ being the motor input: the angle of an ideal motor, the
+    goal of a modelled servo (:mod:`retarget.sim.servo`).
 
     ``mass`` (nV, nV) is the generalized mass at ``S_n`` (rigid blocks plus each body's ``∂f/∂a``): ``R`` depends on
     ``V̄`` as ``−mass/h`` (see :func:`history_jacobian`).
@@ -81,6 +84,7 @@ class ReducedLinearization:
     r_theta_dot: NDArray[np.float64]
     norms: dict[str, float] = field(default_factory=dict)
     mass: NDArray[np.float64] | None = None
+    r_theta: NDArray[np.float64] | None = None
 
 
 def _block_layout(rs: ReducedSystem, b: int) -> tuple[list[tuple[str, int]], NDArray[np.int64], NDArray[np.int64]]:
@@ -194,7 +198,12 @@ def residual_and_jacobian(
     r = np.zeros(ns)
     jac = np.zeros((ns, ns)) if jacobian else None
     r_theta_dot = np.zeros((ns, len(rs.motors)))
+    r_theta = np.zeros((ns, len(rs.motors))) if jacobian else None
     mass = np.zeros((nv, nv)) if jacobian else None
+    layout = rs.servo
+    goal = np.atleast_1d(np.asarray(theta, dtype=float))
+    goal_dot = np.atleast_1d(np.asarray(theta_dot, dtype=float))
+    theta, theta_dot = layout.motor_state(u, v, goal, goal_dot)
     iv, il = nu, nu + nv  # row/column offsets of V and λ
     # Kinematics R_U = U − Ū − h T V.
     r[:nu] = u - u_bar
@@ -259,6 +268,19 @@ def residual_and_jacobian(
             jac[iv + zv.start : iv + zv.stop, iv + zv.start : iv + zv.stop] += damp
     if not min_det > 0.0:
         raise SimulationDiverged(0, 0.0, [], reason=f"inverted element in the cubature (min det F = {min_det:.3e})")
+    if layout.size:
+        # Servo coordinates: U̇ = V on the tail, the servo's V rows (the reaction C_θᵀλ comes with the blocks).
+        ut, vt = np.arange(nu - layout.size, nu), np.arange(nv - layout.size, nv)
+        r[ut] -= h * v[vt]
+        rows = servo_rows(layout, nu, u, v, v_bar, h, goal, goal_dot)
+        r[rows.rows] += rows.values
+        if jac is not None:
+            jac[ut, ut] = 1.0
+            jac[ut, iv + vt] = -h
+            np.add.at(jac, (rows.jac_rows, rows.jac_cols), rows.jac_values)
+            mass[rows.mass_index, rows.mass_index] += rows.mass_values
+            np.add.at(r_theta, (rows.goal_rows, rows.goal_motors), rows.goal_values)
+            np.add.at(r_theta_dot, (rows.goal_rows, rows.goal_motors), rows.goal_dot_values)
     # Constraints.
     for b, blk in enumerate(rs.constraints):
         segs, ui, vi = _block_layout(rs, b)
@@ -284,10 +306,32 @@ def residual_and_jacobian(
         r[il + l0 : il + l1] = cu @ ydot + baumgarte * c + c_theta * thd
         g = cu.T @ lb
         r[iv + vi] -= tl.T @ g
-        if has_motor:
+        servo = layout.motor_servo[blk.motor] if has_motor else -1
+        if servo >= 0:
+            # The motor row's reaction on the shaft: R_ω −= C_θᵀλ.
+            r[iv + layout.v_omega[servo]] -= c_theta @ lb
+        elif has_motor:
             r_theta_dot[il + l0 : il + l1, blk.motor] = c_theta
         if jac is None:
             continue
+        if has_motor:
+            # ∂/∂θ of the λ rows (∂C_y/∂θ ẏ + a C_θ + C_θθ θ̇) and of the V rows (−Tᵀ ∂C_yᵀ/∂θ λ), complex steps.
+            d_cy = cuc[-1].imag / _H
+            thc = np.array([complex(th, _H)])
+            c_thth = theta_derivative(blk, ul.astype(complex)[None], thc).imag[0] / _H
+            col_l = d_cy @ ydot + baumgarte * c_theta + c_thth * thd
+            col_v = -tl.T @ (d_cy.T @ lb)
+            if servo >= 0:
+                ct, cw = int(layout.u_theta[servo]), iv + int(layout.v_omega[servo])
+                jac[il + l0 : il + l1, ct] += col_l
+                jac[iv + vi, ct] += col_v
+                jac[il + l0 : il + l1, cw] += c_theta
+                jac[cw, il + l0 : il + l1] -= c_theta
+                jac[cw, ui] -= d_cy.T @ lb
+                jac[cw, ct] -= c_thth @ lb
+            else:
+                r_theta[il + l0 : il + l1, blk.motor] = col_l
+                r_theta[iv + vi, blk.motor] = col_v
         dcu = cuc[1 : 1 + n].imag / _H  # (n_j, m, n): ∂C_ul/∂ul_j
         # ∂(C_V V + a C + C_θ θ̇)/∂ul
         a3 = np.einsum("jmk,k->mj", dcu, ydot) + baumgarte * cu
@@ -308,7 +352,7 @@ def residual_and_jacobian(
         jac[np.ix_(il + np.arange(l0, l1), iv + vi)] += cv
         jac[np.ix_(iv + vi, ui)] -= hess
         jac[np.ix_(iv + vi, il + np.arange(l0, l1))] -= cv.T
-    return ReducedLinearization(r, jac, r_theta_dot, residual_norms(r, nu, nv), mass)
+    return ReducedLinearization(r, jac, r_theta_dot, residual_norms(r, nu, nv), mass, r_theta)
 
 
 def residual_norms(r: NDArray[np.float64], nu: int, nv: int) -> dict[str, float]:
@@ -511,6 +555,8 @@ def _newton_static(rs: ReducedSystem, th: NDArray[np.float64], u0: NDArray[np.fl
         linearize = _reference_linearization(rs)
     nu, nv, m = rs.n_u, rs.n_v, rs.n_lambda
     u = rs.reference_u() if u0 is None else np.asarray(u0, dtype=float).copy()
+    if u0 is None and rs.servo.n_servos:
+        u[rs.servo.u_theta] = th[rs.servo.motor_servo >= 0]  # shafts start at their goals
     lam = np.zeros(m)
     zv = np.zeros(nv)
     nb = rs.n_rigid

@@ -193,7 +193,7 @@ def load_model(robot: str | Path, mesh_axial: int | None = None, mesh_around: in
     if mesh_axial is None and mesh_around is None:
         return load_robot(path, name), cfg, fingerprint
     cfg2 = json.loads(json.dumps(cfg))
-    cfg2["urdf"] = str(urdf)
+    cfg2["urdf"] = str(urdf.resolve())  # the copy lives in a temporary folder: no relative path
     for part in cfg2.get("flexible_parts") or []:
         mesh = part.get("mesh") or {}
         if "file" in mesh:

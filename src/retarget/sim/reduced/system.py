@@ -1,7 +1,8 @@
 """The reduced system: rigid bodies in absolute coordinates, each deformable body in reduced relative coordinates.
 
-Layout of ``S = [U, V, λ]``: ``U = [c₀, q₀, …, z_A, z_B, …]`` (7 per rigid body, then r per deformable body),
-``V = [v₀, ω₀, …, ż_A, …]`` (world v, body-frame ω, then ż), ``λ`` in the constraint order of the absolute
+Layout of ``S = [U, V, λ]``: ``U = [c₀, q₀, …, z_A, z_B, …, θ_servo…, ι_servo…]`` (7 per rigid body, then r per
+deformable body, then the modelled servos' coordinates of :mod:`retarget.sim.servo`), ``V = [v₀, ω₀, …, ż_A, …,
+ω_servo…, e_servo…]`` (world v, body-frame ω, then ż, then the servos' rates), ``λ`` in the constraint order of the absolute
 :class:`retarget.sim.system.System` it is built from (joints, motors, couplings: the same blocks, so the same
 ``λ`` meaning). A deformable body lives in the frame of its *reference* rigid body: the coupled body closest to
 the world in the joint graph.
@@ -9,12 +10,15 @@ the world in the joint graph.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
 from retarget.errors import NotAvailableError
+from retarget.model.servo import ServoParams
+from retarget.sim.servo import ServoLayout, servo_layout
 from retarget.sim.constraints import CouplingConstraint, InterfaceSlot, JointConstraint, RigidSlot
 from retarget.sim.reduced.basis import ReducedBasis
 from retarget.sim.reduced.cubature import Cubature
@@ -22,7 +26,7 @@ from retarget.sim.reduced.tensors import InertiaTensors, ReducedInterface, inert
 from retarget.sim.system import RigidBody, System
 
 __all__ = ["ReducedBody", "ReducedSystem", "build_reduced_system", "loop_couplings", "reference_bodies",
-           "reference_couplings", "to_local_displacements", "with_stiffness_scale"]
+           "reference_couplings", "to_local_displacements", "with_servos", "with_stiffness_scale"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -77,6 +81,7 @@ class ReducedSystem:
         motors: motor names. gravity: (3,) [m/s²].
         z_offsets: start of each body's z in U (and of ż in V minus the rigid offset difference).
         lambda_offsets: per block start in λ (len blocks + 1).
+        servo: where the modelled servos' coordinates sit (after every z; :mod:`retarget.sim.servo`).
     """
 
     rigid: tuple[RigidBody, ...]
@@ -86,6 +91,7 @@ class ReducedSystem:
     motors: tuple[str, ...]
     gravity: NDArray[np.float64]
     lambda_offsets: tuple[int, ...]
+    servo: ServoLayout
 
     @property
     def n_rigid(self) -> int:
@@ -93,14 +99,19 @@ class ReducedSystem:
         return len(self.rigid)
 
     @property
+    def n_z(self) -> int:
+        """Σ r: reduced coordinates of every part."""
+        return sum(b.size for b in self.bodies)
+
+    @property
     def n_u(self) -> int:
         """Size of U."""
-        return 7 * self.n_rigid + sum(b.size for b in self.bodies)
+        return 7 * self.n_rigid + self.n_z + self.servo.size
 
     @property
     def n_v(self) -> int:
         """Size of V."""
-        return 6 * self.n_rigid + sum(b.size for b in self.bodies)
+        return 6 * self.n_rigid + self.n_z + self.servo.size
 
     @property
     def n_lambda(self) -> int:
@@ -110,7 +121,7 @@ class ReducedSystem:
     @property
     def z_slice(self) -> slice:
         """Slice of every part's z in U (and in S = [U, V, λ]), parts in order."""
-        return slice(7 * self.n_rigid, self.n_u)
+        return slice(7 * self.n_rigid, 7 * self.n_rigid + self.n_z)
 
     def z_slice_u(self, d: int) -> slice:
         """Slice of body d's z in U."""
@@ -285,10 +296,30 @@ def build_reduced_system(system: System, bases: list[ReducedBasis], cubatures: l
         else:
             assert all(isinstance(s, RigidSlot) for s in blk.slots)
             interfaces.append(None)
+    nb = len(system.rigid)
+    nz = sum(b.size for b in bodies)
+    servo = system.servo.shifted(7 * nb + nz - (7 * nb + system.n_deformable_dofs),
+                                 6 * nb + nz - (6 * nb + system.n_deformable_dofs))
     return ReducedSystem(
         system.rigid, tuple(bodies), system.constraints, tuple(interfaces), system.motors, system.gravity,
-        system.lambda_offsets,
+        system.lambda_offsets, servo,
     )
+
+
+def with_servos(system: ReducedSystem, servos: Sequence[ServoParams]) -> ReducedSystem:
+    """The same reduced model driven by other servos (one per motor, motor order).
+
+    The basis stays the one trained with the servos of its training run: a servo's loop moves the structure's
+    modes little, and the model card reports the coupled frequencies of the servos planned for.
+    """
+    from dataclasses import replace
+
+    prismatic = [False] * len(system.motors)
+    for blk in system.constraints:
+        if isinstance(blk, JointConstraint) and blk.motor >= 0:
+            prismatic[blk.motor] = blk.kind == "prismatic"
+    nb = system.n_rigid
+    return replace(system, servo=servo_layout(list(servos), prismatic, 7 * nb + system.n_z, 6 * nb + system.n_z))
 
 
 def with_stiffness_scale(system: ReducedSystem, factor: float) -> ReducedSystem:

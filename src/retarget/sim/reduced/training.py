@@ -321,7 +321,8 @@ def simulate_reduced(
     n_store = n_steps // store_every + 1
     time = np.zeros(n_store)
     poses = np.zeros((n_store, nb, 7))
-    coords = np.zeros((n_store, rs.n_u - 7 * nb))
+    nz = rs.n_z
+    coords = np.zeros((n_store, nz))
     lam = np.zeros((n_store, rs.n_lambda))
     iters = np.zeros(n_store, dtype=np.int64)
 
@@ -329,7 +330,7 @@ def simulate_reduced(
         time[j] = st.t
         poses[j] = st.u[: 7 * nb].reshape(nb, 7)
         poses[j, :, 3:] /= np.linalg.norm(poses[j, :, 3:], axis=1, keepdims=True)
-        coords[j] = st.u[7 * nb :]
+        coords[j] = st.u[7 * nb : 7 * nb + nz]
         lam[j] = st.lam
         iters[j] = it
 
