@@ -16,6 +16,7 @@ import io
 import math
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,7 @@ from retarget.motion.limits import RowLabel
 from retarget.motion.motion import Motion, validate_motion_arrays
 from retarget.motion.units import ANGLE_UNITS, TIME_UNITS
 
-__all__ = ["format_csv", "parse_csv", "read_csv", "write_csv"]
+__all__ = ["format_csv", "parse_csv", "read_comments", "read_csv", "write_csv"]
 
 _HEADER_CELL = re.compile(r"^\s*(?P<name>.*?)\s*\[\s*(?P<unit>[^\]]*?)\s*\]\s*$")
 
@@ -109,8 +110,9 @@ def read_csv(path: str | os.PathLike[str]) -> Motion:
     return parse_csv(path.read_text(encoding="utf-8"), source=str(path))[0]
 
 
-def format_csv(motion: Motion, *, unit: str = "deg", time_unit: str = "s") -> str:
-    """CSV text of a motion.
+def format_csv(motion: Motion, *, unit: str = "deg", time_unit: str = "s", comments: Sequence[str] = ()) -> str:
+    """CSV text of a motion, with optional ``# `` comment lines before the header (readers skip them;
+    :func:`read_comments` returns them).
 
     Numbers are written with Python's shortest round-trip ``repr``, so reading back gives the same floats (exactly
     for ``[rad]`` and ``[s]``; within one rounding of the unit conversion otherwise).
@@ -128,6 +130,9 @@ def format_csv(motion: Motion, *, unit: str = "deg", time_unit: str = "s") -> st
         if any(ch in name for ch in ',"[]\n'):
             raise MotionFormatError(f"joint name '{name}' cannot be written to a CSV header", joint=name)
     out = io.StringIO()
+    for line in comments:
+        for part in str(line).splitlines() or [""]:
+            out.write(f"# {part}\n")
     out.write(",".join([f"time [{time_unit}]"] + [f"{n} [{unit}]" for n in motion.joint_names]) + "\n")
     t = motion.time / TIME_UNITS[time_unit]
     q = np.degrees(motion.positions) if unit == "deg" else motion.positions
@@ -136,6 +141,24 @@ def format_csv(motion: Motion, *, unit: str = "deg", time_unit: str = "s") -> st
     return out.getvalue()
 
 
-def write_csv(path: str | os.PathLike[str], motion: Motion, *, unit: str = "deg", time_unit: str = "s") -> Path:
+def write_csv(path: str | os.PathLike[str], motion: Motion, *, unit: str = "deg", time_unit: str = "s",
+              comments: Sequence[str] = ()) -> Path:
     """Write a CSV motion file atomically (see :func:`format_csv`); returns the path."""
-    return write_text_atomic(path, format_csv(motion, unit=unit, time_unit=time_unit))
+    return write_text_atomic(path, format_csv(motion, unit=unit, time_unit=time_unit, comments=comments))
+
+
+def read_comments(path: str | os.PathLike[str]) -> list[str]:
+    """The ``# `` comment lines before a CSV motion file's header, without the ``# `` (empty when unreadable)."""
+    out = []
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                stripped = line.strip()
+                if not stripped:
+                    continue
+                if not stripped.startswith("#"):
+                    break
+                out.append(stripped[1:].strip())
+    except (OSError, UnicodeDecodeError):
+        return []
+    return out

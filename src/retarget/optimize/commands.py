@@ -238,8 +238,11 @@ def _plan_command(args: argparse.Namespace) -> int:
         float(motion.time[0]))
     written = []
     if args.out:
+        from retarget.optimize.variants import plan_comments
+
         path = Path(args.out)
-        written.append(save_motion(path, out_motion))
+        csv_options = {"comments": plan_comments(result)} if path.suffix.lower() == ".csv" else {}
+        written.append(save_motion(path, out_motion, **csv_options))
         if path.suffix.lower() not in (".yaml", ".yml"):
             written.append(save_motion(path.with_suffix(".yaml"), out_motion))
     if args.report:

@@ -182,7 +182,12 @@ def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedB
             names_beyond = sorted({names[m] for m in np.flatnonzero(np.any(beyond, axis=0))})
             _LOG.warning("holding the input's poses at rest asks more than the stall torque of %s",
                          ", ".join(names_beyond))
-        fit = fit_profiles(Motion(times, tuple(names), reference), options.knot_spacing, rest_from=rest_from)
+        # The same samples (hence the same spline space) as the input's fit: the input plus the holding offset
+        # (held beyond the simulated grid).
+        offset = np.stack([np.interp(m0.time, times, reference[:, m] - angles[:, m]) for m in range(len(names))],
+                          axis=1)
+        fit = fit_profiles(Motion(m0.time, tuple(names), m0.positions + offset), options.knot_spacing,
+                           rest_from=rest_from)
         start = engine.solve_static(fit.profiles.value(0.0), naive_start)
         naive_fit = input_fit
     tracking = TrackingObjective.build(times, bodies, targets.positions, targets.orientations)

@@ -27,7 +27,8 @@ from retarget.optimize.result import OptimizationResult
 
 
 __all__ = ["MIN_RING_OUT", "PlanResult", "Variant", "evaluation_variant", "measured_variant", "motion_stop_time",
-           "ring_out_s", "servo_metrics", "servo_summary", "shaped_baselines", "simulate_variant", "start_of",
+           "PLANNED_SERVOS_PREFIX", "declared_servos", "plan_comments", "planned_servos", "ring_out_s",
+           "servo_metrics", "servo_mismatches", "servo_refusal", "servo_summary", "shaped_baselines", "simulate_variant", "start_of",
            "training_range_of"]
 
 
@@ -249,6 +250,91 @@ def servo_summary(engine: Any) -> dict[str, Any]:
     if ideal:
         out["assumption"] = (f"ideal servo on {', '.join(ideal)}: the shafts follow their goals exactly whatever the "
                              "load (no position loop, sag or lag modelled)")
+    return out
+
+
+#: The comment line of a plan CSV (``retarget plan --out``) that records the servos the plan was made for.
+PLANNED_SERVOS_PREFIX = "servos planned for: "
+
+
+def plan_comments(result: PlanResult) -> list[str]:
+    """The comment lines a plan's CSV starts with: what wrote it and the servos it was planned for (one JSON
+    mapping of motor → the robot config's servo keys), which ``retarget play`` compares with the robot's."""
+    import json
+
+    servos = servo_summary(result.pp.problem.engine)
+    plain = {n: {k: v for k, v in m.items() if k != "description"} for n, m in servos["motors"].items()}
+    lines = ["retarget plan: optimized goal positions for the robot's servos (docs/optimize.md)",
+             PLANNED_SERVOS_PREFIX + json.dumps(plain, sort_keys=True)]
+    if "assumption" in servos:
+        lines.append("assumption: " + servos["assumption"])
+    return lines
+
+
+def planned_servos(path: Any) -> dict[str, dict[str, Any]] | None:
+    """The servos a plan CSV says it was planned for (motor → servo keys), or None when it does not say."""
+    import json
+
+    from retarget.motion.csv_format import read_comments
+
+    for line in read_comments(path):
+        if line.startswith(PLANNED_SERVOS_PREFIX):
+            try:
+                data = json.loads(line[len(PLANNED_SERVOS_PREFIX):])
+            except ValueError:
+                return None
+            return data if isinstance(data, dict) else None
+    return None
+
+
+def declared_servos(robot: Any) -> dict[str, Any]:
+    """Motor → :class:`~retarget.model.servo.ServoParams` the robot's config declares (its ``servo:`` section; read
+    without loading meshes)."""
+    from pathlib import Path
+
+    from retarget.model.library import resolve_robot
+    from retarget.model.loader import read_robot_yaml
+    from retarget.model.servo import servos_from_config
+
+    path = Path(robot) if Path(str(robot)).is_file() else resolve_robot(str(robot))
+    cfg = read_robot_yaml(path)
+    motors = [str(m) for m in cfg.get("motors") or []]
+    return dict(zip(motors, servos_from_config(cfg.get("servo"), motors)))
+
+
+def servo_refusal(metrics: dict[str, Any], robot: Any) -> str:
+    """Why a plan must not play on ``robot``: it was made for other servos than the robot's config declares
+    (``metrics``: :meth:`PlanResult.metrics`); "" when it was made for them."""
+    motors = (metrics.get("servos") or {}).get("motors")
+    if not motors:
+        return ""
+    planned = {n: {k: v for k, v in m.items() if k != "description"} for n, m in motors.items()}
+    diffs = servo_mismatches(planned, declared_servos(robot))
+    if not diffs:
+        return ""
+    return ("the plan was made for other servos than the robot's config declares (" + "; ".join(diffs)
+            + "): its goals pre-compensate those servos' sag and lag; not played")
+
+
+def servo_mismatches(planned: dict[str, dict[str, Any]], servos: dict[str, Any], rel: float = 0.02) -> list[str]:
+    """Where the servos a plan was made for differ from ``servos`` (motor → :class:`ServoParams`): one line per
+    motor and key (relative tolerance ``rel``; a model change or an ideal/modelled flip always counts)."""
+    out = []
+    for motor, params in servos.items():
+        was = planned.get(motor)
+        if was is None:
+            out.append(f"{motor}: the plan does not say which servo it was made for")
+            continue
+        now = params.to_config()
+        if str(was.get("model")) != str(now["model"]):
+            out.append(f"{motor}: planned for {was.get('model')}, the robot has {now['model']}")
+            continue
+        for key, value in now.items():
+            if key == "model" or key not in was:
+                continue
+            a, b = float(was[key]), float(value)
+            if abs(a - b) > rel * max(abs(a), abs(b), 1e-12):
+                out.append(f"{motor}: {key} planned {a:.4g}, the robot's {b:.4g}")
     return out
 
 

@@ -453,6 +453,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 _say(f"planner: model loaded and kernels compiled in {shown.began:.0f} s")
             from retarget_interfaces.action import Retarget
 
+            if code == Retarget.Result.SUCCESSFUL and not result.optimized.points:
+                report["error"] = f"planner answered without a trajectory ({text or 'no reason given'})"
+                _say(report["error"])
+                return report
             if code == Retarget.Result.SUCCESSFUL:
                 trajectory, source = result.optimized, "optimized trajectory"
                 report["planner"].update(iterations=result.iterations,

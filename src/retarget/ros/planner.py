@@ -184,6 +184,13 @@ class Planner(Node):
         except RetargetError as exc:
             handle.abort()
             return Result(error_code=Result.FAILED, error_string=str(exc), wall_time=time.monotonic() - started)
+        except Exception as exc:  # a bug: the goal fails with what happened (rclpy would answer an empty success)
+            import traceback
+
+            self.get_logger().error(f"planning failed: {traceback.format_exc()}")
+            handle.abort()
+            return Result(error_code=Result.FAILED, error_string=f"internal error: {type(exc).__name__}: {exc}",
+                          wall_time=time.monotonic() - started)
         result, metrics = self._result(outcome, started, float(motion.time[0]))
         if handle.is_cancel_requested:
             # The best iterate when the cancel came (or the finished plan, if it came at the very end): returned,
@@ -195,9 +202,10 @@ class Planner(Node):
             return result
         self._optimized.publish(result.optimized)
         if goal.execute:
+            from retarget.optimize.variants import servo_refusal
             from retarget.optimize.verification import execution_refusal
 
-            refused = execution_refusal(metrics)
+            refused = execution_refusal(metrics) or servo_refusal(metrics, goal.robot or self.robot_name)
             if refused:  # the plan is returned and published, for inspection; the robot does not play it
                 self.get_logger().error(refused)
                 handle.abort()

@@ -397,6 +397,25 @@ def _robot_of(motion: str, robot: str | None) -> str:
     raise InputError(f"which robot plays {motion}? give --robot (a library name ROBOT/MOTION names it)")
 
 
+def planned_servo_warnings(motion_file: Any, robot: str) -> list[str]:
+    """Warnings when a plan CSV says it was made for servos other than the robot config declares (a plan's goals
+    pre-compensate the sag and lag of the servos it was made for: on other gains it cuts less)."""
+    from pathlib import Path
+
+    from retarget.optimize.variants import declared_servos, planned_servos, servo_mismatches
+
+    if not Path(str(motion_file)).is_file():
+        return []
+    planned = planned_servos(motion_file)
+    if planned is None:
+        return []
+    diffs = servo_mismatches(planned, declared_servos(robot))
+    if not diffs:
+        return []
+    return [f"{motion_file} was planned for other servos than {robot}'s config declares ({'; '.join(diffs)}): its "
+            "goals pre-compensate those servos' sag and lag; plan again for this robot's servos"]
+
+
 def _play_command(args: Any) -> int:
     import json
     import math
@@ -419,6 +438,8 @@ def _play_command(args: Any) -> int:
     params = ros_parameters(robot)
     joints = [str(j) for j in params.get("joint_names") or []]
     motion = load_motion(args.motion).reorder(joints)
+    for line in planned_servo_warnings(args.motion, robot):
+        print(f"retarget play: warning: {line}", file=sys.stderr, flush=True)
     tolerance = float(params.get("default_goal_tolerance") or DEFAULT_START_TOLERANCE)
     missing = [c for c in ("rclpy", "control_msgs") if not components()[c]]
     if missing:

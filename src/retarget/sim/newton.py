@@ -667,7 +667,6 @@ def _servo_values(plan: NewtonPlan, p: dict[str, Any], pj: NDArray, pu: NDArray)
     a_out: list[NDArray] = []
     e_out: list[NDArray] = []
     for k, j in enumerate(plan.servo_joints):
-        m = int(pack.motors[j])
         w, th = int(lay.v_omega[k]), int(lay.u_theta[k])
         rx = reactions[k]
         okr = pack.rows[j] >= 0
@@ -691,7 +690,6 @@ def _servo_values(plan: NewtonPlan, p: dict[str, Any], pj: NDArray, pu: NDArray)
             j_wi = jac.get((nu + w, io), 0.0)
             a_out += [[h * j_wi], [1.0], [h]]
             e_out += [[j_wi], [1.0]]
-        del m
 
     def cat(x: list) -> NDArray:
         return np.concatenate([np.asarray(a, float).ravel() for a in x]) if x else np.zeros(0)
