@@ -112,6 +112,8 @@ class SimulationDrivenServos(ServoDynamics):
         self._mapped = np.zeros(local.n, dtype=bool)
         self._mapped[self._index] = True
         self._amps = local.amperes_per_newton_metre[self._index]
+        # The servos' own settings, for a command that carries no gains (the bus's commands always do).
+        self._own = ServoSettings.of([local.servos[i] for i in self._index])
         self._t = 0.0
         self.sent = 0
         self.dropped = 0
@@ -120,12 +122,10 @@ class SimulationDrivenServos(ServoDynamics):
 
     def _settings(self, command: ServoCommand) -> ServoSettings:
         k = self._index
-        gains = command.position_gains
-        pwm = command.pwm_limit
-        own = ServoSettings.of([self.local.servos[i] for i in k])
+        gains, pwm = command.position_gains, command.pwm_limit
         return ServoSettings(np.asarray(command.torque_enabled, dtype=bool)[k],
-                             own.gains if gains is None else np.asarray(gains, dtype=float)[k],
-                             own.pwm_limit if pwm is None else np.asarray(pwm, dtype=float)[k])
+                             self._own.gains if gains is None else np.asarray(gains, dtype=float)[k],
+                             self._own.pwm_limit if pwm is None else np.asarray(pwm, dtype=float)[k])
 
     def _send(self, command: ServoCommand) -> None:
         goal, rate = self.local.trajectory
