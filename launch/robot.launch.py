@@ -33,8 +33,8 @@ ARGUMENTS = (
     ("planner", "true", "start the planner node (true|false)"),
     ("mocap", "twin", "mocap node source: twin (simulated), natnet (OptiTrack Motive) or none"),
     ("namespace", "", "ROS namespace of every node (empty or /name)"),
-    ("twin", "first_order", "emulated servo dynamics: first_order, or reduced (the servos drive the reduced "
-                            "simulation, whose poses feed the mocap twin; docs/twin.md)"),
+    ("twin", "servo", "emulated servo dynamics: servo (each servo's loop alone), or reduced (the servos' loops run "
+                      "in the reduced simulation, whose poses feed the mocap twin; docs/twin.md)"),
     ("reduced", "", "reduced model file for twin:=reduced and the planner (empty: the newest fresh one found)"),
 )
 

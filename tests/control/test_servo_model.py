@@ -1,10 +1,9 @@
-"""First-order servo state: the emulated bus's servo law (forward Euler of the first-order loop), saturated."""
+"""First-order servo state (the servo twin node's stand-in law): forward Euler of the first-order loop, saturated."""
 from __future__ import annotations
 
 import numpy as np
 
 from retarget.control import ServoState, step_servos
-from retarget.dynamixel.dynamics import FirstOrderServo, ServoCommand
 
 
 def test_unsaturated_is_the_euler_first_order_loop() -> None:
@@ -27,16 +26,11 @@ def test_saturated_moves_at_max_velocity() -> None:
     np.testing.assert_allclose(s.velocities, [8.0])
 
 
-def test_steps_like_the_emulated_bus_servo() -> None:
-    """The same law as :class:`FirstOrderServo` with torque on and no profile limits, to the bit."""
-    rng = np.random.default_rng(0)
-    goals = rng.uniform(-2.0, 2.0, 3)
-    s = ServoState.at_rest(np.zeros(3)).replace(goals=goals)
-    servo = FirstOrderServo(3, time_constant=0.03, no_load_speed=5.0)
-    servo.reset(np.zeros(3))
-    command = ServoCommand(goals, np.ones(3, bool), np.full(3, np.inf), np.full(3, np.inf), np.zeros(3))
-    for _ in range(200):
-        s = step_servos(s, 0.004, 0.03, max_velocity=5.0)
-        feedback = servo.step(command, 0.004)
-        np.testing.assert_array_equal(s.positions, feedback.position)
-        np.testing.assert_array_equal(s.velocities, feedback.velocity)
+def test_never_overshoots_and_torque_off_holds() -> None:
+    from retarget.control.servo_model import first_order_step
+
+    x, v = first_order_step(np.array([0.0]), np.zeros(1), np.array([0.01]), 0.1, 0.02, 100.0)
+    assert x[0] == 0.01  # the remaining distance, not (g - x) dt / tau = 0.05
+    x, v = first_order_step(np.array([0.3]), np.array([1.0]), np.array([2.0]), 0.01, 0.02, 8.0,
+                            torque_enabled=False)
+    assert x[0] == 0.3 and v[0] == 0.0

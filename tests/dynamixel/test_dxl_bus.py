@@ -311,3 +311,87 @@ def test_a_late_reply_is_not_read_as_the_answer_to_the_next_request(emulated: Em
         with pytest.raises(NoReplyError, match="servo 1"):
             late_request()
         assert check(), f"check {k} after a late reply to {late}"
+
+
+def test_servo_gains_are_the_tables_of_the_servo_parameters_and_checked_before_writing(
+        driver: DynamixelBus, emulated: EmulatedBus) -> None:
+    from retarget.dynamixel.errors import GainOutOfRangeError
+    from retarget.model.servo import SERVO_MODELS
+
+    xm430 = SERVO_MODELS["XM430-W210"]
+    stiff = xm430.with_values(kp=2 * xm430.kp, kd=0.0138, duty_limit=0.5)
+    gains = driver.servo_gains([xm430, stiff, None])
+    assert gains == {1: {"Position P Gain": 800, "Position I Gain": 0, "Position D Gain": 0, "PWM Limit": 885},
+                     2: {"Position P Gain": 1600, "Position I Gain": 0, "Position D Gain": 100, "PWM Limit": 442}}
+    before = emulated.received_frames
+    too_stiff = r"servo 3: Position P Gain 20000 \(from XM430-W210: kp 345.3 .*outside .*\[0, 16383\]"
+    with pytest.raises(GainOutOfRangeError, match=too_stiff):
+        driver.servo_gains([xm430, xm430, xm430.with_values(kp=25 * xm430.kp)])
+    with pytest.raises(GainOutOfRangeError):
+        driver.write_servo_gains([xm430, xm430, xm430.with_values(kp=25 * xm430.kp)])
+    assert emulated.received_frames == before  # nothing sent
+    with pytest.raises(InputError, match="3 servos"):
+        driver.servo_gains([xm430])
+
+
+def test_gains_written_read_back_and_refused_with_torque_on(driver: DynamixelBus, emulated: EmulatedBus) -> None:
+    from retarget.model.servo import SERVO_MODELS
+
+    xm430 = SERVO_MODELS["XM430-W210"]
+    driver.configure(return_delay_us=0)
+    servos = [xm430.with_values(kp=0.5 * xm430.kp, ki=3.37, kd=0.0276), xm430, SERVO_MODELS["ideal"]]
+    written = driver.write_servo_gains(servos)
+    assert sorted(written) == [1, 2]
+    for servo_id, values in written.items():
+        for item, value in values.items():
+            assert emulated.servos[servo_id].get(item) == value
+    assert written[1] == {"Position P Gain": 400, "Position I Gain": 100, "Position D Gain": 200, "PWM Limit": 885}
+    driver.set_torque(True)
+    with pytest.raises(DeviceError, match="servo 1"):  # PWM Limit is EEPROM: torque must be off
+        driver.write_servo_gains(servos)
+
+
+def test_gains_that_do_not_read_back_are_a_mismatch(driver: DynamixelBus, emulated: EmulatedBus) -> None:
+    from retarget.dynamixel.errors import GainMismatchError
+    from retarget.model.servo import SERVO_MODELS
+
+    bus = DynamixelBus(LoopbackPort(emulated), [1, 2]).open()
+    bus.configure(return_delay_us=0)
+    xm430 = SERVO_MODELS["XM430-W210"]
+    original = emulated.servos[2].write
+
+    def ignore_p_gain(address: int, data: bytes) -> int:
+        return 0 if address == 84 else original(address, data)
+
+    emulated.servos[2].write = ignore_p_gain  # the servo acknowledges P Gain without taking it
+    with pytest.raises(GainMismatchError, match="servo 2: Position P Gain written 1600, read back 800"):
+        bus.write_servo_gains([xm430, xm430.with_values(kp=2 * xm430.kp)])
+
+
+def test_gains_over_the_real_sdk_on_a_pty_set_the_emulated_stiffness(tmp_path: Path) -> None:
+    """The driver core writes a robot's gains to the emulated bus over the real SDK on a pseudo-terminal, reads
+    them back equal, and the emulated servo's stiffness follows: under a constant load the steady error halves
+    when P Gain doubles."""
+    from retarget.dynamixel.servo_loop import ServoLoop
+    from retarget.model.servo import SERVO_MODELS
+
+    xm430 = SERVO_MODELS["XM430-W210"]
+    load = -0.8  # [N m]
+    emulated = EmulatedBus([1, 2], dynamics=ServoLoop.for_table(2, load_control_table(), load_torque=[load, load]),
+                           return_delay_us=0, boot_time=0.02)
+    with PtyEmulator(emulated, link=tmp_path / "ttyDXL") as emulator, \
+            DynamixelBus(emulator.port, [1, 2], baudrate=3_000_000, latency_timer_ms=100) as bus:
+        bus.configure(return_delay_us=0)
+        written = bus.write_servo_gains([xm430, xm430.with_values(kp=2 * xm430.kp)])
+        assert written[1]["Position P Gain"] == 800 and written[2]["Position P Gain"] == 1600
+        assert {i: {item: bus.read(i, item) for item in v} for i, v in written.items()} == written
+        bus.set_torque(True)
+        bus.write_goal_positions(np.array([0.5, 0.5]))
+        tick = 2 * math.pi / 4096
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            errors = bus.read_state().position - 0.5
+            if np.all(np.abs(errors - load / (xm430.kp * np.array([1.0, 2.0]))) <= tick):
+                break
+        np.testing.assert_allclose(errors, load / (xm430.kp * np.array([1.0, 2.0])), atol=tick)

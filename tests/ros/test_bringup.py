@@ -61,6 +61,8 @@ def test_node_set_is_complete(robot: str, tmp_path: Path) -> None:
     assert emulator.args[emulator.args.index("--ids") + 1] == ids
     assert emulator.args[emulator.args.index("--link") + 1] == plan.port == str(tmp_path / "ttyDXL")
     assert emulator.args[emulator.args.index("--return-delay-us") + 1] == "0"
+    # The emulated servos are the robot's: its description gives their models, its params file their joints.
+    assert emulator.args[emulator.args.index("--robot") + 1] == str(resolve_robot(robot).resolve())
     assert emulator.ready_path == plan.control_socket
     for node in plan.nodes:
         # Every node gets the robot's parameters, including the keys the trajectory server and servos need.
@@ -141,7 +143,7 @@ def test_bad_options_are_input_errors(kwargs: dict[str, str], text: str, tmp_pat
 def test_reduced_twin_uses_the_model_or_falls_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RETARGET_CACHE", str(tmp_path / "empty_cache"))
     plan = describe("single_rod", twin="reduced", run_dir=tmp_path)
-    assert plan.twin == "first_order" and "--twin" not in plan.processes[0].args
+    assert plan.twin == "servo" and "--twin" not in plan.processes[0].args
     assert "no reduced simulation" in plan.notes[0] and plan.notes[0] in plan.summary()
     assert "twin_motion" not in plan.node("mocap").parameters
     assert "reduced_file" not in plan.node("planner").parameters  # the planner looks for a model itself
@@ -263,7 +265,7 @@ def _run_launch_file(path: Path, monkeypatch: pytest.MonkeyPatch, configuration:
 @pytest.mark.parametrize("hardware", ["", "/dev/ttyUSB0"])
 def test_robot_launch_builds_the_described_nodes(hardware: str, monkeypatch: pytest.MonkeyPatch) -> None:
     configuration = {"robot": "drummer", "hardware": hardware, "planner": "true", "mocap": "twin",
-                     "namespace": "", "twin": "first_order", "reduced": ""}
+                     "namespace": "", "twin": "servo", "reduced": ""}
     launch_file = _run_launch_file(LAUNCH / "robot.launch.py", monkeypatch, configuration)
     description = launch_file["generate_launch_description"]()
     declared = [a.kwargs.get("name", a.args[0] if a.args else None) for a in description.args[0][:-1]]

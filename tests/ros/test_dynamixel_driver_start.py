@@ -1,5 +1,5 @@
 """The driver's start-up (in-process, a fake bus): lost replies are retried step by step until startup_timeout; servos
-of another model are a fault."""
+of another model are a fault; the robot's servo gains are written with torque off, before torque comes on."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from rclpy.parameter import Parameter
 
-from retarget.dynamixel import NoReplyError, WrongModelError
+from retarget.dynamixel import NoReplyError, WrongModelError, load_control_table
+from retarget.dynamixel.bus import DynamixelBus as RealBus
 
 
 class FlakyBus:
@@ -16,6 +17,7 @@ class FlakyBus:
 
     def __init__(self, port: str, ids: list[int], **_: object) -> None:
         self.port_name, self.ids, self.is_open = port, list(ids), False
+        self.table = load_control_table()
         self.lost = dict(FlakyBus.lost)
         self.calls: list[str] = []
 
@@ -48,6 +50,14 @@ class FlakyBus:
         return SimpleNamespace(position=np.zeros(n), velocity=np.zeros(n), current=np.zeros(n),
                                alert=np.zeros(n, dtype=bool))
 
+    def servo_gains(self, servos: object) -> dict:
+        return RealBus.servo_gains(self, servos)  # the real conversion and range check (pure)
+
+    def write_servo_gains(self, servos: object) -> dict:
+        self._step("servo gains")
+        self.gains = self.servo_gains(servos)
+        return self.gains
+
     def set_torque(self, enabled: bool, ids: object = None) -> None:
         self._step("torque on" if enabled else "torque off")
 
@@ -71,10 +81,11 @@ def start_driver(ros_context, monkeypatch):
     context, _ = ros_context
     made = []
 
-    def start(lost: dict[str, int], timeout: float = 5.0, model: int = 1030) -> DynamixelDriver:
+    def start(lost: dict[str, int], timeout: float = 5.0, model: int = 1030, robot: str = "",
+              joints: tuple[str, ...] = ("a", "b")) -> DynamixelDriver:
         FlakyBus.lost, FlakyBus.model = lost, model
-        params = [Parameter("joint_names", value=["a", "b"]), Parameter("dynamixel_ids", value=[1, 2]),
-                  Parameter("startup_timeout", value=timeout)]
+        params = [Parameter("joint_names", value=list(joints)), Parameter("dynamixel_ids", value=[1, 2]),
+                  Parameter("startup_timeout", value=timeout), Parameter("robot_name", value=robot)]
         made.append(DynamixelDriver(context=context, parameter_overrides=params))
         return made[-1]
 
@@ -105,3 +116,21 @@ def test_servos_of_another_model_are_a_fault_before_anything_is_written(start_dr
     assert "model number 1120 (XM540-W270), expected 1030 (XM430-W210)" in driver.fault.message
     assert "servo_model" in driver.fault.message
     assert "configure" not in driver.bus.calls and "torque on" not in driver.bus.calls
+
+
+def test_the_robots_servo_gains_are_written_with_torque_off_and_retried(start_driver) -> None:
+    """rapper's description declares XM430-W210s at factory settings: P 800, I 0, D 0, PWM 885 on each servo of a
+    joint it has a motor for (here shoulder_yaw on ID 1; joint "a" has none), written after configure (torque off),
+    before the first read and torque on; a lost reply is retried like every start-up step."""
+    driver = start_driver({"servo gains": 1}, robot="rapper", joints=("shoulder_yaw", "a"))
+    assert driver.fault is None, driver.fault
+    assert driver.bus.gains == {1: {"Position P Gain": 800, "Position I Gain": 0, "Position D Gain": 0,
+                                    "PWM Limit": 885}}
+    calls = [c for c in driver.bus.calls if c != "servo gains"]
+    assert calls == ["model check", "configure", "read", "torque on"]
+    assert driver.bus.calls.index("servo gains") == 2 and driver.bus.calls.count("servo gains") == 2
+
+
+def test_without_a_robot_the_gains_are_left_alone(start_driver) -> None:
+    driver = start_driver({})
+    assert driver.fault is None and "servo gains" not in driver.bus.calls

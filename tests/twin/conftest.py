@@ -2,7 +2,9 @@
 
 No full simulation: the basis is the rod's 6 rigid modes plus its lowest cantilever modes (base nodes clamped,
 computed on the coarse mesh ``--mesh-scale 0.2``), with a cubature trained on random modal states, written as a
-``retarget reduce``-format artifact (with its ``mesh_scale``) so the twin loads it exactly as a user's file.
+``retarget reduce``-format artifact (with its ``mesh_scale``) so the twin loads it exactly as a user's file. The
+artifact records the robot's servo (an XM430-W210 in the loop, config/single_rod.yaml) as a trained one does;
+``ideal=True`` records perfect position sources instead (a model trained before the servo model: stale).
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ MESH_SCALE = 0.2
 N_MODES = 4
 
 
-def cantilever_reduced_artifact(out: Path, n_modes: int = N_MODES, seed: int = 0) -> Path:
+def cantilever_reduced_artifact(out: Path, n_modes: int = N_MODES, seed: int = 0, ideal: bool = False) -> Path:
     """Write a single_rod artifact with rigid + clamped-base bending modes; returns its path."""
     import scipy.sparse.linalg as spla
 
@@ -45,6 +47,11 @@ def cantilever_reduced_artifact(out: Path, n_modes: int = N_MODES, seed: int = 0
         zs[:, 6:] = rng.normal(size=(40, n_modes)) * (0.05 / amp) / np.sqrt(n_modes)
         cubs.append(train_cubature(body.elastic, modes, zs, tolerance=1e-3))
         bases.append(ReducedBasis(modes, 6, 1.0, np.sqrt(np.sort(np.abs(vals))) / (2 * np.pi)))
+    if ideal:
+        from retarget.model.servo import IDEAL, SERVO_MODELS
+        from retarget.sim.system import with_servos
+
+        system = with_servos(system, [SERVO_MODELS[IDEAL]] * len(system.motors))
     return save_reduced(out, system, bases, cubs, yaml_path, model.name, {"mesh_scale": MESH_SCALE,
                                                                           "basis": "cantilever modes (tests)"})
 
@@ -53,6 +60,12 @@ def cantilever_reduced_artifact(out: Path, n_modes: int = N_MODES, seed: int = 0
 def rod_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The single_rod test artifact (coarse mesh, 4 cantilever modes)."""
     return cantilever_reduced_artifact(tmp_path_factory.mktemp("twin_model") / "single_rod_twin.npz")
+
+
+@pytest.fixture
+def ideal_rod_artifact(tmp_path: Path) -> Path:
+    """A single_rod artifact recording perfect position sources (1 mode: cheap), stale for the robot's servo."""
+    return cantilever_reduced_artifact(tmp_path / "single_rod_ideal.npz", n_modes=1, ideal=True)
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""Tests of the twin's pose channel (retarget.twin.channel): round trip, absent/restarted/stale writer, overrun."""
+"""Tests of the twin's channel (retarget.twin.channel): round trip of poses and servo shafts, the newest sample,
+absent/restarted/stale writer, overrun."""
 from __future__ import annotations
 
 import os
@@ -36,6 +37,27 @@ def test_round_trip_in_order(tmp_path: Path) -> None:
     # A clean writer exit removes the file: the reader reports the producer absent.
     assert not path.exists()
     assert reader.poll() == [] and reader.state == "absent"
+
+
+def test_shafts_round_trip_and_the_newest_sample(tmp_path: Path) -> None:
+    """Shaft rows (angle, speed, torque, duty per motor) travel with the poses; :meth:`latest` gives the newest
+    sample without changing what :meth:`poll` returns next, and None once the writer is gone."""
+    path = tmp_path / "twin.poses"
+    reader = PoseRingReader(path)
+    assert reader.latest() is None
+    with PoseRingWriter(path, ["tip"], ["shoulder", "elbow"], n_slots=4) as writer:
+        assert reader.latest() is None and reader.motors == ("shoulder", "elbow")
+        for k in range(6):
+            writer.write(0.001 * k, 0.0, _poses(k, 1), shafts=np.arange(8.0).reshape(2, 4) + k)
+        newest = reader.latest()
+        assert newest is not None and newest.sequence == 6 and newest.sim_time_s == pytest.approx(0.005)
+        np.testing.assert_array_equal(newest.shafts, np.arange(8.0).reshape(2, 4) + 5)
+        got = reader.poll()
+        assert [s.sequence for s in got] == [4, 5, 6]  # a ring of 4 keeps the newest, less one slot of margin
+        np.testing.assert_array_equal(got[0].shafts[1], [7.0, 8.0, 9.0, 10.0])
+        writer.write(0.006, 0.0, _poses(6, 1))  # no shafts given: zeros
+        assert np.all(reader.latest().shafts == 0.0)
+    assert reader.latest() is None and reader.state == "absent"
 
 
 def test_reader_that_falls_behind_skips_to_the_newest(tmp_path: Path) -> None:

@@ -1,4 +1,6 @@
-"""Tests of the reduced-model lookup (retarget.twin.model) and the simulation-driven servos (retarget.twin.servo)."""
+"""Tests of the reduced-model lookup (retarget.twin.model) and the simulation-driven servos (retarget.twin.servo):
+what the emulated bus sends the twin and reports back, and the acceptance test of the servo in the twin: a
+horizontal rod's sag reported as Present Position."""
 from __future__ import annotations
 
 import struct
@@ -7,12 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from retarget.dynamixel.control_table import load_control_table
 from retarget.dynamixel.emulator import EmulatedBus
+from retarget.dynamixel.servo_loop import ServoLoop
 from retarget.errors import InputError
+from retarget.twin.channel import PoseSample
 from retarget.twin.errors import TwinModelUnavailable
 from retarget.twin.model import find_reduced_model
 from retarget.twin.servo import SimulationDrivenServos, joint_mapping
-from retarget.twin.worker import record_size
+from retarget.twin.worker import record_size, unpack_command
 
 
 def test_lookup_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -68,23 +73,120 @@ def test_joint_mapping() -> None:
         joint_mapping(["a"], ["z"])
 
 
-def test_servos_stream_shaft_angles_and_report_them() -> None:
+def _bus_with(dynamics: SimulationDrivenServos, clock: list[float], **kwargs: object) -> EmulatedBus:
+    return EmulatedBus([1, 2], dynamics=dynamics, clock=lambda: clock[0], **kwargs)
+
+
+def test_servos_stream_goals_and_settings_and_report_the_simulated_shafts() -> None:
+    """Servo 2 drives motor j2 (joint = −(servo − 0.5)); the records carry its goal and loop settings in joint
+    space, the bus reports the simulated shaft in servo space (current by the XM430's torque constant), and the
+    servos' own loops report while the simulation does not."""
     records: list[bytes] = []
+    reported: list[PoseSample | None] = [None]
     index, offset, direction = joint_mapping(["j1", "j2"], ["j2"], [0.0, 0.5], [1.0, -1.0])
-    dynamics = SimulationDrivenServos(2, lambda r: records.append(r) or True, index, offset, direction)
+    local = ServoLoop.for_table(2, load_control_table())
+    dynamics = SimulationDrivenServos(local, lambda r: records.append(r) or True, lambda: reported[0], index,
+                                      offset, direction)
     clock = [0.0]
-    bus = EmulatedBus([1, 2], dynamics=dynamics, clock=lambda: clock[0])
-    bus.servos[2]._set("Torque Enable", 1)
-    bus.servos[2]._set("Goal Position", 2048 + 512)  # +π/4 on the shaft
+    bus = _bus_with(dynamics, clock)
+    table = bus.table
+    bus.servos[2].write(table["Torque Enable"].address, b"\x01")
+    bus.servos[2].write(table["Position P Gain"].address, (1200).to_bytes(2, "little"))
+    bus.servos[2].write(table["Goal Position"].address, (2048 + 512).to_bytes(4, "little"))  # +π/4 on the shaft
     clock[0] = 0.5
     bus.advance()
     size = record_size(1)
     assert all(len(r) == size for r in records)
-    header = struct.unpack("<3d", records[0])
-    assert header[0] < -1e9  # −(wall-clock time of motor time 0)
-    t, theta, rate = struct.unpack("<3d", records[-1])
-    present = bus.snapshot()["present_position"][1]
-    # Present Position is the shaft angle, and the simulation gets the joint angle direction·(x − offset).
-    assert present == pytest.approx(np.pi / 4, abs=2e-3)
-    assert t == pytest.approx(0.5) and theta == pytest.approx(-(present - 0.5), abs=1e-3) and abs(rate) < 1e-6
-    assert dynamics.sent == len(records) - 1 and dynamics.dropped == 0
+    assert struct.unpack("<d", records[0][:8])[0] < -1e9  # −(wall-clock time of motor time 0)
+    t, goal, rate, settings = unpack_command(records[-1], 1)
+    assert t == pytest.approx(0.5) and goal[0] == pytest.approx(-(np.pi / 4 - 0.5)) and rate[0] == 0.0
+    assert settings.torque_on.tolist() == [True] and settings.gains.tolist() == [[1200.0, 0.0, 0.0]]
+    assert settings.pwm_limit.tolist() == [885.0]
+    # No simulation yet: the local loop holds the goal (no load, no sag).
+    assert bus.snapshot()["present_position"][1] == pytest.approx(np.pi / 4, abs=2e-3)
+    assert dynamics.simulated_steps == 0 and dynamics.sent == len(records) - 1 and dynamics.dropped == 0
+    # The simulation reports joint j2 at 0.1 rad, 0.2 rad/s, motor torque 0.6 N m, duty 0.3.
+    reported[0] = PoseSample(1, 0.45, 0.0, 0.05, np.zeros((0, 7)), np.array([[0.1, 0.2, 0.6, 0.3]]))
+    clock[0] = 0.6
+    bus.advance()
+    snap = bus.snapshot()
+    assert snap["present_position"][1] == pytest.approx(0.4, abs=2e-3)  # −0.1 + 0.5
+    assert snap["present_velocity"][1] == pytest.approx(-0.2, abs=0.03)
+    assert snap["present_current"][1] == pytest.approx(-0.6 * 2.3 / 3.0, abs=3e-3)
+    assert snap["present_pwm"][1] == pytest.approx(-0.3, abs=1.5e-3)
+    assert dynamics.sim_time == 0.45
+    # Gone again: the local loop takes over from the simulated shaft and moves toward its goal.
+    reported[0] = None
+    clock[0] = 0.602
+    bus.advance()
+    assert bus.snapshot()["present_position"][1] == pytest.approx(0.4, abs=5e-3)
+    clock[0] = 1.5
+    bus.advance()
+    assert bus.snapshot()["present_position"][1] == pytest.approx(np.pi / 4, abs=2e-3)
+
+
+def test_a_model_trained_without_the_servo_in_the_loop_is_refused(ideal_rod_artifact: Path) -> None:
+    from retarget.sim.reduced.errors import StaleReducedModelError
+    from retarget.twin.model import ReducedModelSource, load_twin_model
+
+    with pytest.raises(StaleReducedModelError, match="servo_loop") as err:
+        load_twin_model("single_rod", ReducedModelSource(ideal_rod_artifact, "file"))
+    assert "train it again with the servos in the loop" in str(err.value)
+
+
+@pytest.fixture(scope="module")
+def full_fem_sag() -> float:
+    """The full FEM's static prediction (:func:`retarget.sim.statics.solve_static`, the robot's XM430 at factory
+    gains, mesh scale 0.05): how far the servo holding single_rod's rod horizontal (goal 90°) sags [rad]."""
+    from retarget.sim.engine import SystemEngine
+    from retarget.sim.reduced.store import load_robot_system
+    from retarget.sim.statics import solve_static
+
+    _path, _model, system = load_robot_system("single_rod", 0.05)
+    goal = np.array([np.pi / 2])
+    return float(SystemEngine(system).shaft_angles(solve_static(system, goal).s, goal)[0] - goal[0])
+
+
+def test_the_twin_bus_reports_the_sag_of_a_horizontal_rod(rod_twin_model, full_fem_sag: float) -> None:
+    """Acceptance: the emulated bus whose servo runs in the twin simulation (in process here: the worker's
+    :class:`TwinSimulation` fed by the bus's records, its shafts read back), holding single_rod's rod horizontal
+    at factory gains, reports a steady Present Position error equal to the full FEM's static sag (≈ 0.081 rad,
+    53 ticks: the rod's moment over kp) within a tick and 2 %; Present Current and PWM report the moment."""
+    from retarget.twin.simulation import TwinSimulation
+
+    sim = TwinSimulation(rod_twin_model)
+
+    def sink(record: bytes) -> bool:
+        t, goal, rate, settings = unpack_command(record, 1)
+        if t >= 0:
+            sim.push(t, goal, rate, settings)
+        return True
+
+    def shafts() -> PoseSample | None:
+        if not sim.started:
+            sim.start()
+        sim.advance(60.0)
+        return PoseSample(sim.stats.steps, sim.time, 0.0, sim.lag_s, sim.poses(), sim.shafts())
+
+    index, offset, direction = joint_mapping(["base_pitch"], ["base_pitch"])
+    table = load_control_table()
+    local = ServoLoop.for_table(1, table, list(sim.servos))
+    dynamics = SimulationDrivenServos(local, sink, shafts, index, offset, direction)
+    clock = [0.0]
+    bus = EmulatedBus([1], dynamics=dynamics, clock=lambda: clock[0], initial_positions=[np.pi / 2 - 0.3])
+    servo = bus.servos[1]
+    servo.write(table["Torque Enable"].address, b"\x01")
+    goal = 2048 + 1024
+    servo.write(table["Goal Position"].address, goal.to_bytes(4, "little"))
+    for _ in range(150):  # 3 s as a driver polls, 20 ms apart
+        clock[0] += 0.02
+        bus.advance()
+    assert dynamics.simulated_steps > 1000 and sim.stats.failures == 0 and sim.stats.resyncs == 0
+    tick = 2 * np.pi / 4096
+    error = (servo.get("Present Position") - goal) * tick
+    assert full_fem_sag == pytest.approx(0.081, rel=0.02)
+    assert abs(error - full_fem_sag) <= tick + 0.02 * full_fem_sag
+    # The moment the loop carries, τ = kp · sag, as current (torque constant 2.3 A / 3 N m) and duty (τ / 3 N m).
+    kp = 13.81
+    assert servo.get("Present Current") * 2.69e-3 == pytest.approx(-kp * error * 2.3 / 3.0, rel=0.03)
+    assert servo.get("Present PWM") / 885 == pytest.approx(-kp * error / 3.0, rel=0.03)

@@ -2,7 +2,7 @@
 
 Validation of FollowJointTrajectory goals (:func:`validate_trajectory`), time sampling with linear / cubic /
 quintic segments (:class:`TrajectorySampler`), tolerances (:func:`resolve_tolerances`), the per-tick execution of
-one goal (:class:`TrajectoryExecution`), URDF limits and a first-order servo model for the digital twin.
+one goal (:class:`TrajectoryExecution`), URDF limits and a first-order servo stand-in for the servo twin node.
 """
 from retarget.control.errors import ErrorCode, TrajectoryRejected
 from retarget.control.execution import ExecutionState, ExecutionStatus, ExecutionStep, TrajectoryExecution

@@ -5,6 +5,7 @@ core (no ROS).
 - :mod:`~retarget.dynamixel.control_table`: items, unit conversions, Hardware Error Status bits;
 - :mod:`~retarget.dynamixel.errors`: device-reported vs host-detected errors;
 - :mod:`~retarget.dynamixel.dynamics`: how emulated servos move (pluggable, for the digital twin);
+- :mod:`~retarget.dynamixel.servo_loop`: the servos' position loop on their rotors (imported lazily: numba);
 - :mod:`~retarget.dynamixel.emulator`: emulated servos on a pseudo-terminal, fault injection;
 - :mod:`~retarget.dynamixel.bus`: the driver core over ``dynamixel_sdk`` (imported lazily: it needs pyserial).
 """
@@ -18,12 +19,14 @@ from retarget.dynamixel.control_table import (
     ServoRatings,
     load_control_table,
 )
-from retarget.dynamixel.dynamics import CallbackDynamics, FirstOrderServo, ServoCommand, ServoDynamics, ServoFeedback
+from retarget.dynamixel.dynamics import CallbackDynamics, ServoCommand, ServoDynamics, ServoFeedback
 from retarget.dynamixel.errors import (
     CommunicationError,
     CrcError,
     DeviceError,
     DynamixelError,
+    GainMismatchError,
+    GainOutOfRangeError,
     GoalOutOfRangeError,
     HostError,
     MalformedPacketError,
@@ -43,7 +46,8 @@ __all__ = [
     "CrcError",
     "DeviceError",
     "DynamixelError",
-    "FirstOrderServo",
+    "GainMismatchError",
+    "GainOutOfRangeError",
     "GoalOutOfRangeError",
     "HardwareErrorStatus",
     "HostError",

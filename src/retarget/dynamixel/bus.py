@@ -62,6 +62,8 @@ from retarget.dynamixel.errors import (
     CrcError,
     DeviceError,
     DynamixelError,
+    GainMismatchError,
+    GainOutOfRangeError,
     GoalOutOfRangeError,
     NoReplyError,
     PortGoneError,
@@ -69,8 +71,12 @@ from retarget.dynamixel.errors import (
 )
 from retarget.dynamixel.protocol import ALERT_BIT
 from retarget.errors import InputError
+from retarget.model.servo import DEFAULT_CONTROL_PERIOD, ServoParams, table_from_si
 
-__all__ = ["BusState", "DynamixelBus"]
+__all__ = ["GAIN_ITEMS", "BusState", "DynamixelBus"]
+
+#: The control-table items that set a servo's position loop, written by :meth:`DynamixelBus.write_servo_gains`.
+GAIN_ITEMS: tuple[str, ...] = ("Position P Gain", "Position I Gain", "Position D Gain", "PWM Limit")
 
 T = TypeVar("T")
 
@@ -417,6 +423,63 @@ class DynamixelBus:
                 self.read(servo_id, "Min Position Limit"),
                 self.read(servo_id, "Max Position Limit"),
             )
+
+    def servo_gains(self, servos: Sequence[ServoParams | None],
+                    control_period: float = DEFAULT_CONTROL_PERIOD) -> dict[int, dict[str, int]]:
+        """The control-table values of :data:`GAIN_ITEMS` that give each servo's loop, validated (pure).
+
+        Args:
+            servos: per servo (the bus's order) its parameters (:func:`retarget.model.servo.table_from_si`);
+                None or an ideal one: nothing to write for that servo.
+            control_period: the period the I and D gains assume [s].
+
+        Returns:
+            ``{id: {item: value}}`` of the servos that have gains.
+
+        Raises:
+            InputError: not one entry per servo. GainOutOfRangeError: a value outside its item's range (names the
+                servo, item, value and range).
+        """
+        if len(servos) != len(self.ids):
+            raise InputError(f"expected servo parameters for {len(self.ids)} servos, got {len(servos)}")
+        out: dict[int, dict[str, int]] = {}
+        for servo_id, params in zip(self.ids, servos):
+            if params is None or params.ideal:
+                continue
+            values = table_from_si(params, control_period)
+            for item in GAIN_ITEMS:
+                spec = self.table[item]
+                if spec.minimum is not None and not spec.minimum <= values[item] <= spec.maximum:
+                    raise GainOutOfRangeError(servo_id, item, values[item], spec.minimum, spec.maximum,
+                                              params.describe())
+            out[servo_id] = {item: values[item] for item in GAIN_ITEMS}
+        return out
+
+    def write_servo_gains(self, servos: Sequence[ServoParams | None],
+                          control_period: float = DEFAULT_CONTROL_PERIOD) -> dict[int, dict[str, int]]:
+        """Write each servo's Position P/I/D Gain and PWM Limit from its parameters and read them back.
+
+        Every value is converted and checked before anything is written (:meth:`servo_gains`). PWM Limit is an
+        EEPROM item: call this with torque off (after :meth:`configure`); a servo with torque on answers an access
+        error (:class:`DeviceError`).
+
+        Returns:
+            ``{id: {item: value}}`` as written and read back.
+
+        Raises:
+            GainOutOfRangeError: nothing written. GainMismatchError: a value read back differs from the one written.
+            NoReplyError, CrcError, PortGoneError, DeviceError.
+        """
+        wanted = self.servo_gains(servos, control_period)
+        for servo_id, values in wanted.items():
+            for item, value in values.items():
+                self.write(servo_id, item, value)
+        for servo_id, values in wanted.items():
+            for item, value in values.items():
+                got = self.read(servo_id, item)
+                if got != value:
+                    raise GainMismatchError(servo_id, item, value, got)
+        return wanted
 
     def set_torque(self, enabled: bool, ids: Sequence[int] | None = None) -> None:
         """Torque Enable on (1) or off (0) for ``ids`` (default all), one acknowledged write each.

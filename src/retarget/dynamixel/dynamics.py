@@ -1,9 +1,11 @@
-"""How emulated servos move: the pluggable servo-dynamics interface and a rigid first-order model.
+"""How emulated servos move: the pluggable servo-dynamics interface.
 
 The emulated bus owns the wire protocol; a :class:`ServoDynamics` owns the physics. Each control period the bus
-hands it a :class:`ServoCommand` (goal positions of all servos in SI units, torque flags, profile limits) and
-receives a :class:`ServoFeedback` (present positions, velocities, currents). The digital twin plugs the robot
-simulation in through :class:`CallbackDynamics`: a function ``(command, dt) -> feedback``.
+hands it a :class:`ServoCommand` (goal positions of all servos in SI units, torque flags, profile limits, the
+position loop's gains) and receives a :class:`ServoFeedback` (present positions, velocities, currents, PWM). The
+servos' own loop is :class:`retarget.dynamixel.servo_loop.ServoLoop` (the servo law on each rotor, the bus's
+default); the digital twin drives the robot simulation with it (:mod:`retarget.twin.servo`);
+:class:`CallbackDynamics` plugs in any function ``(command, dt) -> feedback``.
 
 All angles are servo-shaft angles [rad] with tick 2048 = 0 rad (see :mod:`retarget.dynamixel.control_table`).
 """
@@ -15,23 +17,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from retarget.dynamixel.control_table import XM430_RATINGS, ServoRatings
-
 __all__ = [
-    "XM430_NO_LOAD_SPEED_RAD_S",
     "CallbackDynamics",
-    "FirstOrderServo",
     "ServoCommand",
     "ServoDynamics",
     "ServoFeedback",
-    "first_order_step",
 ]
-
-#: No-load speed of the XM430-W210 at 12 V: 77 rev/min [rad/s].
-XM430_NO_LOAD_SPEED_RAD_S = XM430_RATINGS.no_load_speed
-#: Stall torque at 12 V [N m] and the matching current [A] (e-manual: 3.0 N m at 2.3 A).
-_XM430_STALL_TORQUE_NM = XM430_RATINGS.stall_torque
-_XM430_STALL_CURRENT_A = XM430_RATINGS.stall_current
 
 
 @dataclass(frozen=True)
@@ -44,6 +35,9 @@ class ServoCommand:
         profile_velocity: Profile Velocity [rad/s]; ``inf`` when 0 (unlimited) on the servo.
         profile_acceleration: Profile Acceleration [rad/s²]; ``inf`` when 0 (unlimited) on the servo.
         velocity_limit: Velocity Limit [rad/s].
+        position_gains: Position P, I and D Gain of each servo, ``(n, 3)`` [control table units]; None: each
+            servo model's own.
+        pwm_limit: PWM Limit of each servo (0–885, 885 = full duty); None: each servo model's own.
     """
 
     goal_position: np.ndarray
@@ -51,6 +45,8 @@ class ServoCommand:
     profile_velocity: np.ndarray
     profile_acceleration: np.ndarray
     velocity_limit: np.ndarray
+    position_gains: np.ndarray | None = None
+    pwm_limit: np.ndarray | None = None
 
 
 @dataclass
@@ -60,12 +56,14 @@ class ServoFeedback:
     Attributes:
         position: Present Position [rad].
         velocity: Present Velocity [rad/s].
-        current: Present Current [A].
+        current: Present Current [A] (empty: none reported, 0 on the wire).
+        pwm: Present PWM as the duty, −1 … 1 (× 885 on the wire; empty: 0).
     """
 
     position: np.ndarray
     velocity: np.ndarray
     current: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    pwm: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 class ServoDynamics(abc.ABC):
@@ -90,142 +88,12 @@ class ServoDynamics(abc.ABC):
         return feedback
 
 
-def first_order_step(
-    position: np.ndarray,
-    velocity: np.ndarray,
-    goal: np.ndarray,
-    dt: float,
-    time_constant: float,
-    max_velocity: np.ndarray | float,
-    max_acceleration: np.ndarray | float = np.inf,
-    torque_enabled: np.ndarray | bool = True,
-) -> tuple[np.ndarray, np.ndarray]:
-    """One step of the first-order position loop of a rigid servo, saturated in velocity and acceleration.
-
-    Commanded velocity ``v* = clip((goal - x) / time_constant, ±max_velocity)``, never more than the remaining
-    distance per step; the velocity moves toward ``v*`` by at most ``max_acceleration dt``; ``x += v dt``
-    (forward Euler). A servo with torque off stops where it is. The one servo law of the package: used by
-    :class:`FirstOrderServo` and by :func:`retarget.control.servo_model.step_servos`.
-
-    Args:
-        position: Present positions [rad] ``(n,)``.
-        velocity: Present velocities [rad/s] ``(n,)``.
-        goal: Goal positions [rad] ``(n,)``.
-        dt: Step [s], > 0.
-        time_constant: Position-loop time constant [s], > 0.
-        max_velocity: Speed limit [rad/s], scalar or ``(n,)``.
-        max_acceleration: Acceleration limit [rad/s²], scalar or ``(n,)``; ``inf`` for none.
-        torque_enabled: Torque Enable, scalar or ``(n,)``.
-
-    Returns:
-        ``(position, velocity)`` after the step, [rad] and [rad/s] ``(n,)``.
-    """
-    on = np.asarray(torque_enabled, dtype=bool)
-    v_star = np.clip((goal - position) / time_constant, -max_velocity, max_velocity)
-    # A first-order loop cannot overshoot within one step: never ask for more than the remaining distance.
-    v_star = np.clip(v_star, -np.abs(goal - position) / dt, np.abs(goal - position) / dt)
-    dv = np.clip(v_star - velocity, -max_acceleration * dt, max_acceleration * dt)
-    new_velocity = np.where(on, velocity + dv, 0.0)
-    return position + new_velocity * dt, new_velocity
-
-
-class FirstOrderServo(ServoDynamics):
-    """A rigid servo: a first-order position loop, saturated in velocity and acceleration.
-
-    Commanded velocity ``v* = clip((goal - x) / time_constant, ±v_max)`` with ``v_max`` the smallest of the
-    no-load speed, the Velocity Limit and the Profile Velocity (when set); the actual velocity moves toward
-    ``v*`` no faster than the Profile Acceleration (when set); ``x += v dt``. With torque off the shaft stays
-    where it is (the load is not modelled); the law is :func:`first_order_step`. Current is the torque needed
-    to accelerate ``load_inertia`` through the gear, plus a no-load share proportional to speed, scaled by the
-    stall torque/current ratio and clipped to the stall current: a crude indicator, not a motor model. The defaults are the XM430-W210's;
-    :meth:`rated` takes another model's from its control table.
-
-    Args:
-        n: number of servos.
-        time_constant: position-loop time constant [s].
-        no_load_speed: top speed [rad/s] (77 rev/min at 12 V).
-        load_inertia: inertia seen at the output shaft [kg m²], for the current estimate.
-        stall_torque: [N m] (3.0 at 12 V).
-        stall_current: current at the stall torque [A] (2.3 at 12 V).
-    """
-
-    def __init__(
-        self,
-        n: int,
-        time_constant: float = 0.02,
-        no_load_speed: float = XM430_NO_LOAD_SPEED_RAD_S,
-        load_inertia: float = 1e-3,
-        stall_torque: float = _XM430_STALL_TORQUE_NM,
-        stall_current: float = _XM430_STALL_CURRENT_A,
-    ) -> None:
-        if min(time_constant, no_load_speed, stall_torque, stall_current) <= 0:
-            raise ValueError("time_constant, no_load_speed, stall_torque and stall_current must be positive")
-        self.n = n
-        self.time_constant = time_constant
-        self.no_load_speed = no_load_speed
-        self.load_inertia = load_inertia
-        self.stall_torque = stall_torque
-        self.stall_current = stall_current
-        self._position = np.zeros(n)
-        self._velocity = np.zeros(n)
-
-    @classmethod
-    def rated(cls, n: int, ratings: ServoRatings, **kwargs: float) -> FirstOrderServo:
-        """Servos of a model with these ratings (``ControlTable.ratings``); other arguments as the constructor's."""
-        return cls(n, no_load_speed=ratings.no_load_speed, stall_torque=ratings.stall_torque,
-                   stall_current=ratings.stall_current, **kwargs)
-
-    def reset(self, position: np.ndarray) -> ServoFeedback:
-        self._position = np.array(position, dtype=float).reshape(self.n)
-        self._velocity = np.zeros(self.n)
-        return self._feedback(np.zeros(self.n))
-
-    def step(self, command: ServoCommand, dt: float) -> ServoFeedback:
-        v_max = np.minimum.reduce(
-            [
-                np.full(self.n, self.no_load_speed),
-                np.where(command.velocity_limit > 0, command.velocity_limit, np.inf),
-                command.profile_velocity,
-            ]
-        )
-        position, velocity = first_order_step(self._position, self._velocity, command.goal_position, dt,
-                                              self.time_constant, v_max, command.profile_acceleration,
-                                              command.torque_enabled)
-        acceleration = (velocity - self._velocity) / dt
-        self._position = position
-        self._velocity = velocity
-        return self._feedback(np.where(np.asarray(command.torque_enabled, dtype=bool), acceleration, 0.0))
-
-    def advance(self, command: ServoCommand, dt: float, steps: int) -> ServoFeedback:
-        """As :meth:`ServoDynamics.advance`, ending early at a fixed point of the step (servos at rest at their goal).
-
-        :meth:`step` depends on the state and the command alone, so a step that leaves position and velocity
-        unchanged leaves them unchanged at every later step under the same command, with the same feedback (zero
-        acceleration): the result equals ``steps`` steps.
-        """
-        feedback = self.step(command, dt)
-        for _ in range(steps - 1):
-            position, velocity = self._position, self._velocity
-            feedback = self.step(command, dt)
-            if np.array_equal(self._position, position) and np.array_equal(self._velocity, velocity):
-                break
-        return feedback
-
-    def _feedback(self, acceleration: np.ndarray) -> ServoFeedback:
-        torque = self.load_inertia * acceleration
-        per_nm = self.stall_current / self.stall_torque
-        current = torque * per_nm + 0.1 * self.stall_current * self._velocity / self.no_load_speed
-        current = np.clip(current, -self.stall_current, self.stall_current)
-        return ServoFeedback(self._position.copy(), self._velocity.copy(), current)
-
-
 class CallbackDynamics(ServoDynamics):
     """Adapter for the digital twin: delegate stepping to a function.
 
     Args:
-        step_fn: ``(command, dt) -> ServoFeedback``, e.g. a wrapper that sets the simulation's motor angles to
-            ``command.goal_position`` (shaped by its own servo model), advances the simulation by ``dt`` and
-            returns the motor joints' angles, rates and a current estimate.
+        step_fn: ``(command, dt) -> ServoFeedback``, e.g. a wrapper that advances a simulation of the servos by
+            ``dt`` under ``command`` and returns their shafts' angles, rates, currents and duties.
         reset_fn: ``(position) -> ServoFeedback``, called once with the power-on positions; None to echo them.
     """
 

@@ -36,6 +36,7 @@ from retarget.dynamixel.control_table import (
 from retarget.dynamixel.dynamics import ServoCommand, ServoFeedback
 from retarget.dynamixel.protocol import ErrorNumber
 from retarget.errors import InputError
+from retarget.model.servo import PWM_FULL_SCALE
 
 __all__ = ["COMMAND_ITEMS", "EmulatedServo", "ServoFaults", "command_from_raw", "feedback_to_raw"]
 
@@ -256,40 +257,49 @@ class EmulatedServo:
             float(current_to_amperes(self.get("Present Current"))),
         )
 
-    def set_present_raw(self, position: int, velocity: int, current: int, tick_ms: int) -> None:
+    def set_present_raw(self, position: int, velocity: int, current: int, tick_ms: int, pwm: int = 0) -> None:
         """Store the dynamics' feedback, in raw units (:func:`feedback_to_raw`), in the RAM area with the derived
         Moving flag and the Realtime Tick ``tick_ms`` [ms] (modulo 32768)."""
         self._set("Present Position", position)
         self._set("Present Velocity", velocity)
         self._set("Present Current", current)
+        self._set("Present PWM", pwm)
         self._set("Moving", int(abs(velocity) > self.get("Moving Threshold")))
         self._set("Realtime Tick", tick_ms % 32768)
 
 
 #: The items a servo's controller acts on, in the column order of :func:`command_from_raw`.
-COMMAND_ITEMS = ("Goal Position", "Torque Enable", "Profile Velocity", "Profile Acceleration", "Velocity Limit")
+COMMAND_ITEMS = ("Goal Position", "Torque Enable", "Profile Velocity", "Profile Acceleration", "Velocity Limit",
+                 "Position P Gain", "Position I Gain", "Position D Gain", "PWM Limit")
 
 
 def command_from_raw(raw: np.ndarray) -> ServoCommand:
-    """The command of ``n`` servos in SI from their raw :data:`COMMAND_ITEMS`, shape ``(n, 5)``.
+    """The command of ``n`` servos in SI from their raw :data:`COMMAND_ITEMS`, shape ``(n, 9)``.
 
-    A profile value of 0 means unlimited (``inf``). Time-based profiles (Drive Mode bit 2) are not emulated.
+    A profile value of 0 means unlimited (``inf``). Time-based profiles (Drive Mode bit 2) are not emulated. The
+    gains and the PWM Limit stay in control-table units (the servo model converts them with its stall torque).
     """
-    goal, torque, profile_velocity, profile_acceleration, velocity_limit = np.asarray(raw, dtype=np.int64).T
+    raw = np.asarray(raw, dtype=np.int64)
+    goal, torque, profile_velocity, profile_acceleration, velocity_limit = raw[:, :5].T
     return ServoCommand(
         np.atleast_1d(position_to_radians(goal)),
         torque == 1,
         np.where(profile_velocity != 0, velocity_to_rad_s(profile_velocity), np.inf),
         np.where(profile_acceleration != 0, profile_acceleration_to_rad_s2(profile_acceleration), np.inf),
         np.atleast_1d(velocity_to_rad_s(velocity_limit)),
+        raw[:, 5:8].astype(float),
+        raw[:, 8].astype(float),
     )
 
 
-def feedback_to_raw(feedback: ServoFeedback) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Present Position, Present Velocity and Present Current of ``n`` servos in raw units, each ``(n,)`` int
-    (current clipped to the item's range; zero when the dynamics report none)."""
+def feedback_to_raw(feedback: ServoFeedback) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Present Position, Present Velocity, Present Current and Present PWM of ``n`` servos in raw units, each
+    ``(n,)`` int (current and PWM clipped to their ranges; zero when the dynamics report none)."""
     position = np.atleast_1d(radians_to_position(feedback.position))
     velocity = np.atleast_1d(rad_s_to_velocity(feedback.velocity))
-    current_a = feedback.current if len(feedback.current) else np.zeros(len(position))
+    n = len(position)
+    current_a = feedback.current if len(feedback.current) else np.zeros(n)
     current = np.clip(np.atleast_1d(amperes_to_current(current_a)), -32768, 32767)
-    return position, velocity, current
+    duty = feedback.pwm if len(feedback.pwm) else np.zeros(n)
+    pwm = np.clip(np.round(np.asarray(duty, dtype=float) * PWM_FULL_SCALE), -PWM_FULL_SCALE, PWM_FULL_SCALE)
+    return position, velocity, current, np.atleast_1d(pwm).astype(np.int64)

@@ -11,8 +11,10 @@ Three layers:
 - :func:`main` — ``python -m retarget.dynamixel.emulator --ids 1,2,3 --link /tmp/ttyDXL [--model XM540-W270]``.
 
 The servos are XM430-W210s unless another model of :data:`~retarget.dynamixel.control_table.SERVO_MODELS` is
-named: its control table (model number, limits) answers the wire and its ratings (speed, stall current) move
-the default first-order servos.
+named: its control table (model number, limits) answers the wire, and its servo model
+(:func:`retarget.dynamixel.servo_loop.factory_servo`, or the robot's ``servo:`` section with ``--robot``) moves
+the default servos, :class:`~retarget.dynamixel.servo_loop.ServoLoop`: the position loop the control table's
+gains set, on each servo's rotor.
 
 Bad CRC on an incoming unicast packet is answered with a status packet carrying error 0x03 (the e-manual's
 "CRC Error: CRC of the sent packet does not match"); a broadcast with a bad CRC gets no answer. Status Return
@@ -45,7 +47,7 @@ from retarget.dynamixel.control_table import (
     HardwareErrorStatus,
     load_control_table,
 )
-from retarget.dynamixel.dynamics import FirstOrderServo, ServoCommand, ServoDynamics, ServoFeedback
+from retarget.dynamixel.dynamics import ServoCommand, ServoDynamics, ServoFeedback
 from retarget.dynamixel.emulated_servo import EmulatedServo, command_from_raw, feedback_to_raw
 from retarget.dynamixel.errors import CrcError, MalformedPacketError
 from retarget.dynamixel.protocol import (
@@ -97,7 +99,8 @@ class EmulatedBus:
 
     Args:
         ids: servo IDs, in the order of the dynamics' arrays.
-        dynamics: the servo model; default :class:`FirstOrderServo` with the table's ratings.
+        dynamics: the servo model; default :class:`~retarget.dynamixel.servo_loop.ServoLoop` of the table's
+            model, unloaded.
         table: the control table (default: packaged XM430-W210).
         initial_positions: power-on shaft angles [rad], shape ``(n,)``; default 0.
         period: dynamics step [s].
@@ -127,7 +130,11 @@ class EmulatedBus:
         if return_delay_us is not None:
             for servo in self.servos.values():
                 servo._set("Return Delay Time", int(round(return_delay_us / 2.0)))
-        self.dynamics = dynamics or FirstOrderServo.rated(n, self.table.ratings)
+        if dynamics is None:
+            from retarget.dynamixel.servo_loop import ServoLoop  # numba: not for `retarget --help`
+
+            dynamics = ServoLoop.for_table(n, self.table)
+        self.dynamics = dynamics
         self.period = period
         self.clock = clock
         self.boot_time = boot_time
@@ -167,9 +174,9 @@ class EmulatedBus:
 
     def _store(self, feedback: ServoFeedback) -> None:
         tick_ms = int((self._t - self._t0) * 1000)
-        position, velocity, current = feedback_to_raw(feedback)
+        position, velocity, current, pwm = feedback_to_raw(feedback)
         for k, i in enumerate(self.ids):
-            self.servos[i].set_present_raw(int(position[k]), int(velocity[k]), int(current[k]), tick_ms)
+            self.servos[i].set_present_raw(int(position[k]), int(velocity[k]), int(current[k]), tick_ms, int(pwm[k]))
 
     # --- faults ----------------------------------------------------------------------------------------------
 
@@ -233,6 +240,7 @@ class EmulatedBus:
             out["present_position"] = [rows[i][1][0] for i in self.ids]
             out["present_velocity"] = [rows[i][1][1] for i in self.ids]
             out["present_current"] = [rows[i][1][2] for i in self.ids]
+            out["present_pwm"] = [self.servos[i].get("Present PWM") / 885.0 for i in self.ids]
             out["hardware_error"] = [self.servos[i].hardware_error for i in self.ids]
             return out
 
@@ -729,16 +737,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Return Delay Time at power-on [µs] (factory value 500)")
     parser.add_argument("--period", type=float, default=0.002, help="servo model step [s]")
     parser.add_argument("--json", action="store_true", help="print the ready line as JSON")
+    parser.add_argument("--robot", help="robot name or description YAML: the servos' joints, offsets and "
+                                        "directions come from its params file (in --ids order), their models "
+                                        "from its servo: section (default: the --model's factory servo)")
     twin = parser.add_argument_group("digital twin (docs/twin.md)")
-    twin.add_argument("--twin", choices=TWIN_CHOICES, default="first_order",
-                      help="first_order: rigid servos only; reduced: the servos also drive the robot's reduced "
-                           "simulation, whose body poses go to --twin-channel (falls back to first_order, with "
-                           "one log line, when there is no reduced model)")
-    twin.add_argument("--robot", help="robot name or description YAML (--twin reduced); the servos' joints, "
-                                      "offsets and directions come from its params file, in --ids order")
+    twin.add_argument("--twin", choices=TWIN_CHOICES, default="servo",
+                      help="servo: each servo's loop on its rotor alone; reduced: the servos' loops run in the "
+                           "robot's reduced simulation (needs --robot), which reports their shafts and writes the "
+                           "body poses to --twin-channel (the servos run alone, with one log line, when there is "
+                           "no reduced model)")
     twin.add_argument("--reduced", default=None, help="reduced model file (.npz from `retarget reduce` or "
                                                       "cached by retarget plan); default: the planner's cache")
-    twin.add_argument("--twin-channel", default=None, help="pose channel file the simulation writes "
+    twin.add_argument("--twin-channel", default=None, help="channel file the simulation writes "
                                                            "(default: LINK.poses)")
     twin.add_argument("--twin-dt", type=float, default=None, help="reduced engine step [s] (default 0.001)")
     twin.add_argument("--twin-max-lag", type=float, default=5.0,
@@ -754,60 +764,95 @@ def _servo_model(text: str) -> str:
 
 
 #: Values of ``--twin``.
-TWIN_CHOICES: tuple[str, ...] = ("first_order", "reduced")
+TWIN_CHOICES: tuple[str, ...] = ("servo", "reduced")
 
 
-def _twin_dynamics(args: argparse.Namespace, ids: list[int],
-                   table: ControlTable) -> tuple[ServoDynamics | None, Callable[[], None]]:
+@dataclass(frozen=True)
+class RobotBus:
+    """What a robot's files say about the emulated servos, in the bus's ``--ids`` order.
+
+    Attributes:
+        joints: the joint of each servo. offsets: servo angle at joint 0 [rad]. directions: ±1.
+        servos: each servo's model (the robot's ``servo:`` section; its ideal motors get the table model's factory
+            servo: the bus emulates a servo loop).
+    """
+
+    joints: tuple[str, ...]
+    offsets: tuple[float, ...]
+    directions: tuple[float, ...]
+    servos: tuple
+
+
+def robot_bus(robot: str | Path, ids: Sequence[int], table: ControlTable) -> RobotBus:
+    """The servos of ``robot`` on the IDs ``ids``: its params file's ``joint_names``, ``dynamixel_ids``,
+    ``offsets``, ``directions`` and its description's servos.
+
+    Raises:
+        InputError: ``ids`` are not the robot's ``dynamixel_ids``, unknown robot, invalid ``servo:`` section.
+    """
+    from retarget.dynamixel.robot_servos import servos_for_joints
+    from retarget.dynamixel.servo_loop import factory_servo
+    from retarget.model.library import read_ros_parameters, resolve_params
+
+    params = read_ros_parameters(resolve_params(robot))
+    joints = [str(j) for j in params.get("joint_names") or []]
+    robot_ids = [int(i) for i in params.get("dynamixel_ids") or []]
+    if sorted(robot_ids) != sorted(ids):
+        raise InputError(f"--ids {list(ids)} are not the robot's dynamixel_ids {robot_ids}")
+    at = [robot_ids.index(i) for i in ids]
+    servo_joints = tuple(joints[k] for k in at)
+    # The driver maps servo = direction * joint + offset; unset means 0 and +1 (docs/ros.md).
+    offsets = tuple(float((params.get("offsets") or [0.0] * len(joints))[k]) for k in at)
+    directions = tuple(float((params.get("directions") or [1.0] * len(joints))[k]) for k in at)
+    factory = factory_servo(table)
+    servos = tuple(s if s is not None and not s.ideal else factory for s in servos_for_joints(robot, servo_joints))
+    return RobotBus(servo_joints, offsets, directions, servos)
+
+
+def _twin_dynamics(args: argparse.Namespace, local: ServoDynamics,
+                   robot: RobotBus | None) -> tuple[ServoDynamics, Callable[[], None]]:
     """The servo dynamics for ``--twin`` and a function that stops what it started.
 
-    ``reduced``: :class:`retarget.twin.servo.SimulationDrivenServos` feeding a twin worker process; without a
-    reduced model (or with a bad option) one line on stderr says why and the first-order servos run alone.
+    ``reduced``: :class:`retarget.twin.servo.SimulationDrivenServos` with a twin worker process; without a reduced
+    model (or without ``--robot``) one line on stderr says why and the servos' own loops (``local``) run alone.
     """
     if args.twin != "reduced":
-        return None, lambda: None
+        return local, lambda: None
     from retarget.errors import RetargetError
-    from retarget.model.library import read_ros_parameters, resolve_params
     from retarget.twin.model import find_reduced_model, robot_name
-    from retarget.twin.servo import SimulationDrivenServos, joint_mapping, start_worker, stop_worker
+    from retarget.twin.servo import ChannelShafts, SimulationDrivenServos, joint_mapping, start_worker, stop_worker
 
     try:
-        if not args.robot:
+        if robot is None:
             raise InputError("--twin reduced needs --robot")
-        params = read_ros_parameters(resolve_params(args.robot))
-        joints = [str(j) for j in params.get("joint_names") or []]
-        robot_ids = [int(i) for i in params.get("dynamixel_ids") or []]
-        if sorted(robot_ids) != sorted(ids):
-            raise InputError(f"--ids {ids} are not the robot's dynamixel_ids {robot_ids}")
-        # The bus's arrays follow --ids; name each servo by the joint the robot gives that ID.
-        servo_joints = [joints[robot_ids.index(i)] for i in ids]
-        # The driver maps servo = direction * joint + offset; unset means 0 and +1 (docs/ros.md).
-        offsets = [float((params.get("offsets") or [0.0] * len(joints))[robot_ids.index(i)]) for i in ids]
-        directions = [float((params.get("directions") or [1.0] * len(joints))[robot_ids.index(i)]) for i in ids]
         source = find_reduced_model(args.robot, args.reduced)
     except RetargetError as exc:
-        print(f"twin: first_order servos only, no reduced simulation: {exc}", file=sys.stderr, flush=True)
-        return None, lambda: None
+        print(f"twin: the servos' own loops only, no reduced simulation: {exc}", file=sys.stderr, flush=True)
+        return local, lambda: None
     from retarget.model import library
     from retarget.model.loader import read_robot_yaml
 
     description = Path(args.robot) if Path(args.robot).is_file() else library.resolve_robot(args.robot)
     motors = [str(m) for m in read_robot_yaml(description).get("motors") or []]
-    index, offset, direction = joint_mapping(servo_joints, motors, offsets, directions)
+    index, offset, direction = joint_mapping(robot.joints, motors, robot.offsets, robot.directions)
     channel = args.twin_channel or (f"{args.link}.poses" if args.link else f"/tmp/{robot_name(args.robot)}.poses")
     proc, sink = start_worker(args.robot, channel, source.path, dt=args.twin_dt, max_lag=args.twin_max_lag)
     print(f"twin: reduced simulation of {robot_name(args.robot)} ({source.describe()}) in worker pid {proc.pid}, "
-          f"poses on {channel}", file=sys.stderr, flush=True)
-    servos = FirstOrderServo.rated(len(ids), table.ratings)
-    return SimulationDrivenServos(len(ids), sink, index, offset, direction, servos), lambda: stop_worker(proc)
+          f"poses and servo shafts on {channel}", file=sys.stderr, flush=True)
+    dynamics = SimulationDrivenServos(local, sink, ChannelShafts(channel, motors), index, offset, direction)
+    return dynamics, lambda: stop_worker(proc)
 
 
 def run(args: argparse.Namespace) -> int:
     """Start the emulator from parsed arguments and serve until SIGINT/SIGTERM."""
+    from retarget.dynamixel.servo_loop import ServoLoop
+
     ids = parse_ids(args.ids)
     control = args.control or (f"{args.link}.ctl" if args.link else None)
     table = load_control_table(model=args.model)
-    dynamics, stop_twin = _twin_dynamics(args, ids, table)
+    robot = robot_bus(args.robot, ids, table) if args.robot else None
+    local = ServoLoop.for_table(len(ids), table, robot.servos if robot else None)
+    dynamics, stop_twin = _twin_dynamics(args, local, robot)
     bus = EmulatedBus(ids, dynamics=dynamics, table=table, period=args.period, return_delay_us=args.return_delay_us)
     emulator = PtyEmulator(bus, link=args.link, control_path=control)
     stop = threading.Event()

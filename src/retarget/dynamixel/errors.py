@@ -18,6 +18,8 @@ __all__ = [
     "CrcError",
     "DeviceError",
     "DynamixelError",
+    "GainMismatchError",
+    "GainOutOfRangeError",
     "GoalOutOfRangeError",
     "HostError",
     "MalformedPacketError",
@@ -217,3 +219,38 @@ class GoalOutOfRangeError(DynamixelError, InputError):
         self.low = low
         self.high = high
         super().__init__(f"servo {servo_id}: goal {value!r} {unit} outside [{low:.4f}, {high:.4f}] {unit}")
+
+
+class GainOutOfRangeError(DynamixelError, InputError):
+    """A servo's parameters give a control-table value outside the item's range; nothing was written.
+
+    Args:
+        servo_id: the servo. item: the control table item (``"Position P Gain"``). value: the value the servo's
+            parameters give [table units]. low, high: the item's range. source: what the value was converted from.
+    """
+
+    def __init__(self, servo_id: int, item: str, value: int, low: int, high: int, source: str = "") -> None:
+        self.servo_id = servo_id
+        self.item = item
+        self.value = value
+        self.low = low
+        self.high = high
+        origin = f" (from {source})" if source else ""
+        super().__init__(f"servo {servo_id}: {item} {value}{origin} outside the control table's range "
+                         f"[{low}, {high}]")
+
+
+class GainMismatchError(DynamixelError):
+    """A gain written to a servo reads back as another value (the servo did not take it).
+
+    Args:
+        servo_id: the servo. item: the control table item. written, read: the raw values.
+    """
+
+    def __init__(self, servo_id: int, item: str, written: int, read: int) -> None:
+        self.servo_id = servo_id
+        self.item = item
+        self.written = written
+        self.read = read
+        super().__init__(f"servo {servo_id}: {item} written {written}, read back {read} (the servo runs a loop other "
+                         "than the robot's servo parameters declare)")

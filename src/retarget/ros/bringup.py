@@ -50,10 +50,11 @@ __all__ = [
 #: Values of the ``mocap`` option: the node's ``source`` parameter, or ``none`` for no mocap node.
 MOCAP_SOURCES: tuple[str, ...] = ("twin", "natnet", "none")
 
-#: Servo dynamics the emulated bus can run. ``first_order``: the emulator's rigid first-order servos alone;
-#: ``reduced``: the same servos also drive the robot's reduced simulation, whose body poses feed the mocap twin
-#: (docs/twin.md). Without a reduced model ``reduced`` falls back to ``first_order`` (see :attr:`Bringup.notes`).
-TWIN_DYNAMICS: tuple[str, ...] = ("first_order", "reduced")
+#: Servo dynamics the emulated bus can run. ``servo``: each servo's position loop on its rotor alone (the robot's
+#: servo parameters, no load); ``reduced``: the servos' loops run in the robot's reduced simulation, which reports
+#: their shafts and whose body poses feed the mocap twin (docs/twin.md). Without a reduced model ``reduced`` falls
+#: back to ``servo`` (see :attr:`Bringup.notes`).
+TWIN_DYNAMICS: tuple[str, ...] = ("servo", "reduced")
 
 #: Driver parameters on the emulated bus. The pty emulator is a Python process sharing two cores with the
 #: nodes: it answers within microseconds (no Return Delay Time needed). It misses a reply now and then under load,
@@ -171,9 +172,9 @@ class Bringup:
         processes: Non-ROS processes, started first, stopped last.
         nodes: ROS nodes.
         temporary_run_dir: :attr:`run_dir` was made for this run (removed by :meth:`Supervisor.stop`).
-        twin: The servo dynamics that will run (``reduced`` may have fallen back to ``first_order``).
+        twin: The servo dynamics that will run (``reduced`` may have fallen back to ``servo``).
         twin_channel: The pose channel the reduced simulation writes and the mocap node reads, or None.
-        notes: Lines to show the user (e.g. why the twin fell back to ``first_order``).
+        notes: Lines to show the user (e.g. why the twin fell back to ``servo``).
     """
 
     robot: str
@@ -188,7 +189,7 @@ class Bringup:
     processes: tuple[ProcessSpec, ...]
     nodes: tuple[NodeSpec, ...]
     temporary_run_dir: bool = False
-    twin: str = "first_order"
+    twin: str = "servo"
     twin_channel: Path | None = None
     notes: tuple[str, ...] = ()
 
@@ -238,7 +239,7 @@ class Bringup:
 
 
 def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = True, mocap: str = "twin",
-             namespace: str = "", run_dir: Path | None = None, twin: str = "first_order",
+             namespace: str = "", run_dir: Path | None = None, twin: str = "servo",
              reduced: str | Path | None = None, python: str | None = None,
              plan_time_budget: float = 0.0, verify_model: str | Path | None = None,
              plan_method: str | None = None) -> Bringup:
@@ -255,7 +256,7 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
             link).
         twin: Dynamics of the emulated servos, one of :data:`TWIN_DYNAMICS`. ``reduced`` needs a reduced model
             (``reduced``, else the planner's cache; :func:`retarget.twin.find_reduced_model`, file checks only);
-            without one it falls back to ``first_order`` and says why in :attr:`Bringup.notes` (and the log).
+            without one it falls back to ``servo`` and says why in :attr:`Bringup.notes` (and the log).
         reduced: Reduced model file (``.npz`` from ``retarget reduce`` or cached by ``retarget plan``) for ``twin="reduced"`` and the
             planner's ``reduced_file`` (None: each finds the newest fresh model itself).
         python: Interpreter for the processes (default: this one); only used in the emulator's command.
@@ -311,23 +312,23 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
         try:
             source = find_reduced_model(description, reduced)
         except TwinModelUnavailable as exc:
-            twin = "first_order"
-            notes.append(f"twin: first_order servos, no reduced simulation ({exc.reason})")
+            twin = "servo"
+            notes.append(f"twin: the servos' own loops, no reduced simulation ({exc.reason})")
             logging.getLogger(__name__).warning(notes[-1])
         else:
             channel = run_dir / "twin.poses"
-            twin_args = ("--twin", "reduced", "--robot", str(description), "--reduced", str(source.path),
-                         "--twin-channel", str(channel))
+            twin_args = ("--twin", "reduced", "--reduced", str(source.path), "--twin-channel", str(channel))
             notes.append(f"twin: reduced simulation, model {source.describe()}, poses on {channel}")
     elif not emulated:
-        twin = "first_order"
+        twin = "servo"
     if emulated:
         link = run_dir / "ttyDXL"
         control = run_dir / "ttyDXL.ctl"
         processes.append(ProcessSpec(
             "dynamixel_emulator", "retarget.dynamixel.emulator",
-            ("--ids", ",".join(map(str, ids)), "--model", servo_model, "--link", str(link), "--control",
-             str(control), "--return-delay-us", "0", "--json", *twin_args),
+            # --robot: the emulated servos are the robot's (its servo: section), mapped by its params file.
+            ("--ids", ",".join(map(str, ids)), "--model", servo_model, "--robot", str(description), "--link",
+             str(link), "--control", str(control), "--return-delay-us", "0", "--json", *twin_args),
             ready_path=control))
         port = str(link)
         driver.update(EMULATED_BUS_OVERRIDES)

@@ -103,9 +103,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--hardware", metavar="PORT", default="",
                         help="serial port of the real servos, e.g. /dev/ttyUSB0 (default: the emulated bus)")
     parser.add_argument("--no-planner", action="store_true", help="do not start the planner node")
-    parser.add_argument("--twin", choices=TWIN_DYNAMICS, default="first_order",
-                        help="emulated servo dynamics: first_order (rigid servos), or reduced (the servos drive the "
-                        "reduced simulation and the mocap twin shows the flexible parts; docs/twin.md)")
+    parser.add_argument("--twin", choices=TWIN_DYNAMICS, default="servo",
+                        help="emulated servo dynamics: servo (each servo's loop on its rotor alone), or reduced (the "
+                        "servos' loops run in the robot's reduced simulation, which reports their shafts; the mocap "
+                        "twin shows the flexible parts; docs/twin.md)")
     parser.add_argument("--reduced", default=None, metavar="FILE",
                         help="reduced model for --twin reduced and the planner (default: each uses the newest fresh "
                         "model of the robot it finds)")

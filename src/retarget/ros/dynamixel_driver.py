@@ -3,7 +3,11 @@
 Subscribes ``joint_commands`` (trajectory_msgs/JointTrajectory: one point = setpoint, several = interpolated at
 ``rate``); each tick of the control loop (its own thread, at ``rate``) Sync Writes the goal positions once commanded
 (when they changed, and at least every :data:`GOAL_REFRESH_S`) and Sync Reads present position/velocity/current,
-published on ``joint_states``. Torque on at start (``torque_on_start``), off at shutdown and on any fault. Lost or
+published on ``joint_states``. At start, after the model check and with torque off, it writes each servo's Position
+P/I/D Gain and PWM Limit from the robot's servo parameters (the ``servo:`` section of the description
+``robot_name`` names: :func:`retarget.dynamixel.robot_servos.servos_for_joints`) and reads them back
+(:meth:`retarget.dynamixel.bus.DynamixelBus.write_servo_gains`; a value read back otherwise is a fault). Torque on
+at start (``torque_on_start``), off at shutdown and on any fault. Lost or
 corrupt replies are retried every tick for ``comm_error_window`` seconds before they become a fault; a
 device-reported error (status error, Hardware Error Status bits) or a vanished port is a fault at once, latched as
 on the servo. A fault never crashes the node: it turns torque off where the bus still answers, stops commanding, and
@@ -38,6 +42,7 @@ from retarget.control import CommandFollower, TrajectoryRejected
 from retarget.dynamixel import (DEFAULT_SERVO_MODEL, SERVO_MODELS, CrcError, DeviceError, DynamixelError,
                                 GoalOutOfRangeError, HostError, MalformedPacketError, NoReplyError, OperatingMode,
                                 load_control_table)
+from retarget.dynamixel.robot_servos import servos_for_joints
 from retarget.errors import InputError
 from retarget.ros.conversions import goal_points
 from retarget.ros.params import declare
@@ -141,6 +146,11 @@ class DynamixelDriver(Node):
                                        "how long lost replies are retried while starting (model check, configure, "
                                        "first read, torque on) [s]",
                                        low=0.0, high=60.0)
+        robot = declare(self, "robot_name", T.STRING, "", "robot whose description (config/<robot>.yaml, servo: "
+                        "section) gives the servos' gains; empty: the servos' gains are left as they are")
+        self.write_gains = declare(self, "write_servo_gains", T.BOOL, True,
+                                   "write each servo's Position P/I/D Gain and PWM Limit from the robot's servo "
+                                   "parameters at start and read them back (needs robot_name)")
         self._comm_errors_since: float | None = None  # monotonic [s] of the first failed read of a run
         if not self.joint_names or len(ids) != len(self.joint_names):
             raise InputError(f"need one dynamixel_ids entry per joint: {len(ids)} ids for "
@@ -152,6 +162,12 @@ class DynamixelDriver(Node):
         self.return_delay_us = None if delay < 0 else delay
         self.bus = DynamixelBus(port, ids, baudrate=baudrate, offsets=offsets or None,
                                 directions=directions or None, table=load_control_table(model=model))
+        # The servos' loops as the robot declares them, per joint (None: a joint without servo parameters). Checked
+        # here, before anything is written: a gain outside the control table's range stops the node at once.
+        self.servo_params: tuple | None = None
+        if robot and self.write_gains:
+            self.servo_params = servos_for_joints(robot, self.joint_names)
+            self.bus.servo_gains(self.servo_params)
         self._lock = threading.Lock()
         self.fault: Fault | None = None
         self._follower: CommandFollower | None = None
@@ -193,6 +209,11 @@ class DynamixelDriver(Node):
             self._retry("model check", deadline, self.bus.check_models)
             self._retry("configure", deadline, lambda: self.bus.configure(self.operating_mode,
                                                                            return_delay_us=self.return_delay_us))
+            if self.servo_params is not None:
+                # Torque is off (configure): PWM Limit is an EEPROM item.
+                params = self.servo_params
+                written = self._retry("servo gains", deadline, lambda: self.bus.write_servo_gains(params))
+                self.get_logger().info("servo gains written and read back: " + _describe_gains(written))
             state = self._retry("first read", deadline, self.bus.read_state)
             self._follower = CommandFollower(self.joint_names, state.position)
             self._commanded = False
@@ -405,6 +426,16 @@ class DynamixelDriver(Node):
                     self.get_logger().warning(f"torque state unknown for servos {sorted(failed)}: torque off "
                                               "was neither acknowledged nor read back (torque stays as it was)")
                 self.bus.close()
+
+
+def _describe_gains(written: dict[int, dict[str, int]]) -> str:
+    """One line: the servos sharing each set of values (``P 800 I 0 D 0 PWM 885 on servos [1, 2]``)."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for servo_id, values in written.items():
+        groups.setdefault(tuple(values.values()), []).append(servo_id)
+    if not groups:
+        return "none (no joint has servo parameters)"
+    return "; ".join(f"P {p} I {i} D {d} PWM {w} on servos {ids}" for (p, i, d, w), ids in groups.items())
 
 
 def main(args: list[str] | None = None) -> None:

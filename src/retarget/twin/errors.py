@@ -11,7 +11,7 @@ class TwinError(RetargetError):
 
 
 class TwinModelUnavailable(TwinError):
-    """No reduced model can drive the twin (the emulated servos then run the first-order model alone).
+    """No reduced model can drive the twin (the emulated servos then run their own loops alone).
 
     Attributes:
         robot: the robot name.

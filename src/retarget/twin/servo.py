@@ -1,12 +1,20 @@
-"""The emulated servos of the twin: the first-order servo model drives the reduced simulation in another process.
+"""The emulated servos of the twin: the servos' loops run in the robot's reduced simulation, in another process.
 
 :class:`SimulationDrivenServos` is the :class:`~retarget.dynamixel.dynamics.ServoDynamics` the emulated bus runs
-with ``--twin reduced``: the servos' own model (:class:`~retarget.dynamixel.dynamics.FirstOrderServo`: first-order
-position loop with the XM430 velocity limit) gives the shaft angles θ(t) and rates θ̇(t); the feedback the bus
-reports (Present Position) is that angle — the encoder is on the shaft — and each sample is also sent, converted
-to joint angles in the simulation's motor order, to the twin worker (:mod:`retarget.twin.worker`), which moves the
-simulated robot. Sending never blocks: the pipe is non-blocking and a sample that does not fit is dropped and
-counted (the worker interpolates across gaps). If the worker is gone, the servos go on alone.
+with ``--twin reduced``. Every bus step it sends the twin worker (:mod:`retarget.twin.worker`), per simulated
+motor in joint space, what the servo's loop acts on: the goal after the servo's profile (Position and Velocity
+Trajectory) and the control-table values that set the loop (Torque Enable, Position P/I/D Gain, PWM Limit). The
+worker's reduced simulation moves each servo's shaft by the servo law against the structure; its newest shaft
+states come back on the twin channel (:meth:`retarget.twin.channel.PoseRingReader.latest`) and are what the bus
+reports: Present Position and Velocity the simulated shaft's (the encoder is on the shaft), Present PWM the loop's
+duty, Present Current the motor's electromagnetic torque times the torque constant of the servo's ratings. A
+simulation running behind appears as latency: the feedback is the state at the simulation's time.
+
+The servos' own loops (:class:`~retarget.dynamixel.servo_loop.ServoLoop`, on their rotors alone) compute the goal
+profiles and stand in whenever the simulation does not report (model loading, kernels compiling, a restart, no
+model, worker gone): they are kept at the simulated shafts while it reports, so either takes over where the other
+left off (without the robot's load the local loop holds its goal without sag). Sending never blocks: the pipe is
+non-blocking and a record that does not fit is dropped and counted (the worker interpolates across gaps).
 """
 from __future__ import annotations
 
@@ -19,11 +27,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import NDArray
 
-from retarget.dynamixel.dynamics import FirstOrderServo, ServoCommand, ServoDynamics, ServoFeedback
-from retarget.twin.worker import pack_sample
+from retarget.dynamixel.dynamics import ServoCommand, ServoDynamics, ServoFeedback
+from retarget.dynamixel.servo_loop import ServoLoop
+from retarget.twin.channel import PoseSample
+from retarget.twin.simulation import ServoSettings
+from retarget.twin.worker import pack_command, pack_epoch
 
-__all__ = ["SimulationDrivenServos", "joint_mapping", "start_worker", "stop_worker"]
+__all__ = ["ChannelShafts", "SimulationDrivenServos", "joint_mapping", "start_worker", "stop_worker"]
 
 
 def joint_mapping(servo_joints: Sequence[str], motors: Sequence[str], offsets: Sequence[float] | None = None,
@@ -56,47 +68,111 @@ def joint_mapping(servo_joints: Sequence[str], motors: Sequence[str], offsets: S
     return index, off[index], dirs[index]
 
 
+class ChannelShafts:
+    """The newest simulated shafts on the twin channel (a :class:`~retarget.twin.channel.PoseRingReader`), for
+    :class:`SimulationDrivenServos`: None while the simulation does not report or reports other motors."""
+
+    def __init__(self, path: str | Path, motors: Sequence[str]) -> None:
+        from retarget.twin.channel import PoseRingReader
+
+        self.reader = PoseRingReader(path)
+        self.motors = tuple(motors)
+
+    def __call__(self) -> PoseSample | None:
+        try:
+            sample = self.reader.latest()
+        except Exception:  # noqa: BLE001 - a foreign or half-created file: the servos go on alone
+            return None
+        return sample if sample is not None and self.reader.motors == self.motors else None
+
+
 class SimulationDrivenServos(ServoDynamics):
-    """First-order servos whose shaft angles are streamed to the twin simulation.
+    """Servos whose loops run in the twin simulation (module docstring).
 
     Args:
-        n: number of servos.
-        sink: receives each encoded sample (``bytes``); returns False when it was dropped.
+        local: the servos' own loops (the bus's order), which give the goal profiles and stand in while the
+            simulation does not report.
+        sink: receives each encoded command record (``bytes``); returns False when it was dropped.
+        shafts: returns the simulation's newest sample (its ``shafts`` in the motor order of ``index``), or None.
         index, offset, direction: from :func:`joint_mapping`.
-        servo: the servo model (default :class:`FirstOrderServo` ``(n)``).
 
     Attributes:
-        sent, dropped: samples handed to / refused by the sink.
+        sent, dropped: records handed to / refused by the sink.
+        simulated_steps: steps whose feedback came from the simulation (the others: the local loops).
+        sim_time: the simulation time of the last feedback taken from it [s on the bus's motor clock], or None.
     """
 
-    def __init__(self, n: int, sink: Callable[[bytes], bool], index: np.ndarray, offset: np.ndarray,
-                 direction: np.ndarray, servo: ServoDynamics | None = None) -> None:
-        self.servo = servo or FirstOrderServo(n)
+    def __init__(self, local: ServoLoop, sink: Callable[[bytes], bool], shafts: Callable[[], PoseSample | None],
+                 index: np.ndarray, offset: np.ndarray, direction: np.ndarray) -> None:
+        self.local = local
         self._sink = sink
-        self._index, self._offset, self._direction = index, offset, direction
+        self._shafts = shafts
+        self._index, self._offset, self._direction = (np.asarray(index, dtype=int), np.asarray(offset, dtype=float),
+                                                      np.asarray(direction, dtype=float))
+        self._mapped = np.zeros(local.n, dtype=bool)
+        self._mapped[self._index] = True
+        self._amps = local.amperes_per_newton_metre[self._index]
+        # The servos' own settings, for a command that carries no gains (the bus's commands always do).
+        self._own = ServoSettings.of([local.servos[i] for i in self._index])
         self._t = 0.0
         self.sent = 0
         self.dropped = 0
+        self.simulated_steps = 0
+        self.sim_time: float | None = None
 
-    def _send(self, feedback: ServoFeedback) -> ServoFeedback:
-        theta = self._direction * (feedback.position[self._index] - self._offset)
-        rate = self._direction * feedback.velocity[self._index]
-        if self._sink(pack_sample(self._t, theta, rate)):
+    def _settings(self, command: ServoCommand) -> ServoSettings:
+        k = self._index
+        gains, pwm = command.position_gains, command.pwm_limit
+        return ServoSettings(np.asarray(command.torque_enabled, dtype=bool)[k],
+                             self._own.gains if gains is None else np.asarray(gains, dtype=float)[k],
+                             self._own.pwm_limit if pwm is None else np.asarray(pwm, dtype=float)[k])
+
+    def _send(self, command: ServoCommand) -> None:
+        goal, rate = self.local.trajectory
+        k = self._index
+        record = pack_command(self._t, self._direction * (goal[k] - self._offset), self._direction * rate[k],
+                              self._settings(command))
+        if self._sink(record):
             self.sent += 1
         else:
             self.dropped += 1
-        return feedback
 
-    def reset(self, position: np.ndarray) -> ServoFeedback:
+    def _feedback(self, local: ServoFeedback) -> ServoFeedback:
+        sample = self._shafts()
+        if sample is None:
+            return local
+        k, d = self._index, self._direction
+        shafts = sample.shafts
+        position, velocity = local.position.copy(), local.velocity.copy()
+        current, pwm = local.current.copy(), local.pwm.copy()
+        position[k] = d * shafts[:, 0] + self._offset
+        velocity[k] = d * shafts[:, 1]
+        current[k] = d * shafts[:, 2] * self._amps
+        pwm[k] = d * shafts[:, 3]
+        # The local loops continue from the simulated shafts if the simulation stops reporting.
+        self.local.set_shafts(position, velocity, self._mapped)
+        self.simulated_steps += 1
+        self.sim_time = sample.sim_time_s
+        return ServoFeedback(position, velocity, current, pwm)
+
+    def reset(self, position: NDArray[np.float64]) -> ServoFeedback:
         self._t = 0.0
         # Motor time 0 on the wall clock, so the worker can stamp poses with the instant they belong to.
-        self._sink(pack_sample(-time.time(), np.zeros(len(self._index)), np.zeros(len(self._index))))
-        return self._send(self.servo.reset(position))
+        self._sink(pack_epoch(time.time(), len(self._index)))
+        feedback = self.local.reset(position)
+        self._send(self._command_at_rest(position))
+        return feedback
+
+    def _command_at_rest(self, position: NDArray[np.float64]) -> ServoCommand:
+        n = self.local.n
+        return ServoCommand(np.asarray(position, dtype=float), np.zeros(n, dtype=bool), np.full(n, np.inf),
+                            np.full(n, np.inf), np.full(n, np.inf))
 
     def step(self, command: ServoCommand, dt: float) -> ServoFeedback:
-        feedback = self.servo.step(command, dt)
+        local = self.local.step(command, dt)
         self._t += dt
-        return self._send(feedback)
+        self._send(command)
+        return self._feedback(local)
 
 
 class _PipeSink:

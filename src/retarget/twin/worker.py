@@ -1,17 +1,19 @@
-"""The twin's simulation process: motor samples in on stdin, simulated body poses out on the pose channel.
+"""The twin's simulation process: servo commands in on stdin, simulated bodies and shafts out on the channel.
 
 ``python -m retarget.twin.worker ROBOT --channel PATH [--reduced FILE] [--dt S] [--max-lag S]`` is started by the
 emulated servo bus (:class:`retarget.twin.servo.SimulationDrivenServos`). It runs in its own process, not a
 thread of the emulator, because the compiled engine holds the GIL for a whole step (numba kernels without
 ``nogil``; a drummer step takes ~20 ms): in a thread it would delay the bus's replies to the driver.
 
-Input: fixed-size binary records on stdin, ``<d`` time [s] then ``m`` angles [rad] and ``m`` rates [rad/s] in the
-model's motor order (:func:`pack_sample`); records are smaller than ``PIPE_BUF``, so each write is atomic. A first
-record with a negative time ``−T`` gives the wall-clock time ``T`` [s since the epoch] of motor time 0, so the
-poses can be stamped with the instant they belong to. End of
-input (the emulator exited) ends the worker. Output: every step's poses on a :class:`PoseRingWriter`; log lines
-on stderr (``twin: ...``), including the real-time factor and lag every ``--report`` seconds. Exit codes: 0 on end
-of input or SIGINT/SIGTERM, 2 when no usable reduced model (the line says why).
+Input: fixed-size binary records on stdin (:func:`pack_command`), ``<d`` time [s] then, per motor in the model's
+motor order and joint space, the goal [rad], its rate [rad/s], Torque Enable (0/1), Position P, I, D Gain and PWM
+Limit (control table units); records are smaller than ``PIPE_BUF`` (up to 73 motors), so each write is atomic. A
+first record with a negative time ``−T`` gives the wall-clock time ``T`` [s since the epoch] of motor time 0, so
+the poses can be stamped with the instant they belong to. End of input (the emulator exited) ends the worker.
+Output: every step's body poses and shafts (:meth:`TwinSimulation.shafts`) on a :class:`PoseRingWriter`, which
+the emulated bus reads back as its servos' state; log lines on stderr (``twin: ...``), including the real-time
+factor and lag every ``--report`` seconds. Exit codes: 0 on end of input or SIGINT/SIGTERM, 2 when no usable
+reduced model (the line says why: none found, or one trained without the robot's servos in the loop).
 """
 from __future__ import annotations
 
@@ -26,17 +28,40 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["main", "pack_sample", "record_size"]
+from retarget.twin.simulation import ServoSettings
+
+__all__ = ["main", "pack_command", "pack_epoch", "record_size", "unpack_command"]
+
+#: Doubles per motor in a record: goal, goal rate, Torque Enable, P, I, D Gain, PWM Limit.
+_PER_MOTOR = 7
 
 
 def record_size(n_motors: int) -> int:
     """Bytes of one input record."""
-    return 8 * (1 + 2 * n_motors)
+    return 8 * (1 + _PER_MOTOR * n_motors)
 
 
-def pack_sample(t: float, theta: np.ndarray, theta_dot: np.ndarray) -> bytes:
-    """One input record: time [s], angles [rad] ``(m,)``, rates [rad/s] ``(m,)``."""
-    return struct.pack(f"<{1 + 2 * len(theta)}d", t, *theta, *theta_dot)
+def pack_command(t: float, goal: np.ndarray, goal_rate: np.ndarray, settings: ServoSettings) -> bytes:
+    """One input record: time [s], goals [rad] ``(m,)``, their rates [rad/s] ``(m,)`` and the servo settings."""
+    m = len(goal)
+    values = np.concatenate([[t], goal, goal_rate, np.asarray(settings.torque_on, dtype=float),
+                             np.asarray(settings.gains, dtype=float).T.reshape(-1), settings.pwm_limit])
+    return struct.pack(f"<{1 + _PER_MOTOR * m}d", *values)
+
+
+def pack_epoch(wall_time: float, n_motors: int) -> bytes:
+    """The first record: the wall-clock time [s since the epoch] of motor time 0 (as a negative time)."""
+    return struct.pack(f"<{1 + _PER_MOTOR * n_motors}d", -wall_time, *np.zeros(_PER_MOTOR * n_motors))
+
+
+def unpack_command(record: bytes | memoryview, n_motors: int,
+                   offset: int = 0) -> tuple[float, np.ndarray, np.ndarray, ServoSettings]:
+    """The inverse of :func:`pack_command`: ``(t, goal, goal_rate, settings)``."""
+    m = n_motors
+    vals = np.frombuffer(record, dtype="<f8", count=1 + _PER_MOTOR * m, offset=offset)
+    gains = vals[1 + 3 * m : 1 + 6 * m].reshape(3, m).T.copy()
+    settings = ServoSettings(vals[1 + 2 * m : 1 + 3 * m] > 0.5, gains, vals[1 + 6 * m : 1 + 7 * m].copy())
+    return float(vals[0]), vals[1 : 1 + m].copy(), vals[1 + m : 1 + 2 * m].copy(), settings
 
 
 def _log(line: str) -> None:
@@ -58,8 +83,9 @@ def run(args: argparse.Namespace) -> int:
         source = find_reduced_model(args.robot, args.reduced)
         model = load_twin_model(args.robot, source, args.mesh_scale)
         sim = TwinSimulation(model, dt=args.dt, max_lag_s=args.max_lag, log=_log)
+        sim.warm_up()  # before the channel exists: meanwhile the bus's own servo loops report
     except RetargetError as exc:
-        _log(f"twin: cannot run the reduced simulation: {exc}; the servos keep the first-order model, no "
+        _log(f"twin: cannot run the reduced simulation: {exc}; the emulated servos run their own loops, no "
              "simulated mocap poses")
         return 2
     m = len(model.motors)
@@ -67,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     _log(f"twin: reduced model {source.describe()}, modes {model.info.get('modes')}, cubature elements "
          f"{model.info.get('cubature_elements')}, dt {sim.dt * 1e3:g} ms, bodies {list(model.bodies)} -> "
          f"{args.channel} (loaded in {time.perf_counter() - started:.1f} s)")
-    writer = PoseRingWriter(args.channel, list(model.bodies))
+    writer = PoseRingWriter(args.channel, list(model.bodies), list(model.motors))
     fd = sys.stdin.buffer.fileno()
     os.set_blocking(fd, False)
     buffer = b""
@@ -78,8 +104,26 @@ def run(args: argparse.Namespace) -> int:
     eof = False
     code = 0
 
-    def publish(t: float, poses: np.ndarray) -> None:
-        writer.write(t, (epoch or wall0) + t, poses, sim.lag_s)
+    def publish(t: float, poses: np.ndarray, shafts: np.ndarray) -> None:
+        writer.write(t, (epoch or wall0) + t, poses, sim.lag_s, shafts)
+
+    # What the bus sent while the model loaded is stale: the oldest records, as many as the pipe held (the bus
+    # dropped the rest). Keep the epoch and start on the first record that comes after.
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            break
+        if chunk == b"":
+            eof = True
+            break
+        buffer += chunk
+        n = len(buffer) // size
+        for k in range(n):
+            t = struct.unpack_from("<d", buffer, k * size)[0]
+            if epoch is None and t < 0:
+                epoch = -t
+        buffer = buffer[n * size :]
 
     try:
         while not stop and not eof:
@@ -93,16 +137,17 @@ def run(args: argparse.Namespace) -> int:
                 buffer += chunk
                 n = len(buffer) // size
                 for k in range(n):
-                    vals = struct.unpack_from(f"<{1 + 2 * m}d", buffer, k * size)
-                    if epoch is None and vals[0] < 0:  # header record: -epoch
-                        epoch = -vals[0]
+                    t, goal, rate, settings = unpack_command(buffer, m, k * size)
+                    if epoch is None and t < 0:  # header record: -epoch
+                        epoch = -t
                         continue
-                    sim.push(vals[0], np.asarray(vals[1 : 1 + m]), np.asarray(vals[1 + m :]))
+                    sim.push(t, goal, rate, settings)
                 buffer = buffer[n * size :]
             if not sim.started and len(sim.history):
                 sim.start()
-                publish(sim.time, sim.poses())
-                _log(f"twin: simulation started at t = {sim.time:.3f} s (quasi-static at the servo angles)")
+                publish(sim.time, sim.poses(), sim.shafts())
+                _log(f"twin: simulation started at t = {sim.time:.3f} s (quasi-static, the servos holding their "
+                     "goals)")
             before = sim.stats.step_wall_s
             report_steps += sim.advance(0.05, publish)
             report_wall += sim.stats.step_wall_s - before
