@@ -45,7 +45,8 @@ def register_check(sub: argparse._SubParsersAction) -> None:
     q.add_argument("robot", help="robot name (e.g. single_rod) or config YAML path")
     q.add_argument("--reduced", metavar="FILE.npz", default=None,
                    help="the card stored in this `retarget reduce` artifact (computed on the artifact's mesh when "
-                        "the artifact stores none)")
+                        "the artifact stores none); the servo rows are its reduced model's, against the full FEM "
+                        "of that mesh")
     q.add_argument("--mesh-scale", type=float, default=None,
                    help="scale the generated parts' axial element layers (as `retarget reduce --mesh-scale`)")
     q.add_argument("--mesh-axial", type=int, default=None,
