@@ -1,6 +1,6 @@
 """Tests of retarget.fem.model_card and `retarget check model`: the stiffness calibration brings the planner's
 coarse training mesh (20 layers x 6 around) within the fidelity gate, the gate names the failing part, the card's
-JSON is strict and the command's exit codes follow the gate."""
+JSON is strict, its servo rows round-trip and warn without gating, and the command's exit codes follow the gate."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,14 @@ import pytest
 from retarget.cli import main
 from retarget.errors import InputError
 from retarget.fem import get_material
-from retarget.fem.model_card import ModelCard, ModelFidelityError, check_fidelity, model_card
+from retarget.fem.model_card import (
+    SERVO_MODE_WARN,
+    ModelCard,
+    ModelFidelityError,
+    ServoModeCard,
+    check_fidelity,
+    model_card,
+)
 from retarget.model import library
 from retarget.model.loader import load_robot
 
@@ -87,18 +94,55 @@ def test_check_model_cli_exit_codes(capsys, tmp_path):
     assert main(args) == 0
     card = _last_json(capsys)
     assert card["robot"] == "single_rod" and card["passed"] is True
-    assert main([*args, "--no-calibration"]) == 1
+    # The servo rows: the XM430's coupled mode against beam theory (reported, not gated).
+    (servo,) = card["servo_modes"]
+    assert servo["motor"] == "base_pitch" and servo["servo"] == "XM430-W210" and servo["mode"] == 1
+    assert servo["reference"].startswith("Euler-Bernoulli") and abs(servo["error"]) < 0.01
+    assert servo["warning"] is False and card["servo_mode_warn"] == SERVO_MODE_WARN
+    assert main([*args, "--no-calibration", "--no-servo-modes"]) == 1
     raw = _last_json(capsys)
     assert raw["passed"] is False and raw["parts"][0]["stiffness_factor"] == 1.0
+    # Without the servo rows the JSON is the bending card alone (what other checks read: a superset with them).
+    assert "servo_modes" not in raw and set(raw) < set(card)
     assert main(["check", "model", "single_rod", "--mesh-axial", "0"]) == 2
     assert "--mesh-axial" in capsys.readouterr().err
+    assert main(["check", "model", "single_rod", "--servo-goals", "0.1,x"]) == 2
+    assert "--servo-goals" in capsys.readouterr().err
     assert main(["check", "model", "no_such_robot"]) == 2
     # --reduced: the card stored in an artifact's meta.
     art = tmp_path / "a.npz"
     np.savez_compressed(art, meta=np.array(json.dumps({"format_version": 3, "model_card": raw})))
-    assert main(["check", "model", "single_rod", "--reduced", str(art), "--json"]) == 1
+    assert main(["check", "model", "single_rod", "--reduced", str(art), "--json", "--no-servo-modes"]) == 1
     assert _last_json(capsys) == raw
     assert main(["check", "model", "single_rod", "--reduced", str(tmp_path / "missing.npz")]) == 2
+
+
+def _servo_row(**changes):
+    values = {"motor": "base_pitch", "servo": "XM430-W210", "goal": 0.0, "mode": 1, "f_model": 1.70,
+              "model": "reduced, 9 coordinates", "f_reference": 1.69, "reference": "full FEM, 21 094 DOF",
+              "error": 1.70 / 1.69 - 1.0, "damping_ratio": 0.115, "share": 0.79, "f_ideal_servo": 3.17, **changes}
+    return ServoModeCard(**values)
+
+
+def test_servo_rows_round_trip_and_warn_beyond_the_threshold(coarse_rods):
+    from dataclasses import replace
+
+    card = model_card(coarse_rods[0])
+    far = _servo_row(motor="elbow", f_model=1.80, error=1.80 / 1.69 - 1.0)
+    none = _servo_row(motor="wrist", f_reference=None, reference="no reference", error=None, damping_ratio=None,
+                      f_ideal_servo=None)
+    with_rows = replace(card, servo_modes=(_servo_row(), far, none))
+    data = json.loads(with_rows.to_json(), parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+    assert [m["warning"] for m in data["servo_modes"]] == [False, True, False]
+    assert ModelCard.from_dict(data) == with_rows and ModelCard.from_dict(data).to_dict() == data
+    assert with_rows.servo_warnings == ["elbow"] and with_rows.passed == card.passed  # reported, not gated
+    check_fidelity(with_rows)
+    table = with_rows.format()
+    assert "coupled servo-structure modes" in table and "WARNING" in table and "elbow" in table
+    assert "full FEM, 21 094 DOF" in table
+    # A card without servo rows (an older artifact's) still loads, and its JSON has no servo keys.
+    old = card.to_dict()
+    assert "servo_modes" not in old and ModelCard.from_dict(old).servo_modes == ()
 
 
 def test_a_mesh_file_part_is_not_calibrated_and_has_no_reference(tmp_path):

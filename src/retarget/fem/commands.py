@@ -1,6 +1,6 @@
 """``retarget check fem`` (the FEM rod against Euler-Bernoulli beam theory: tip deflection, frequencies) and
 ``retarget check model`` (a robot's model card: every flexible part's bending frequencies against a mesh-converged
-reference, gated)."""
+reference, gated; and each modelled servo's coupled servo-structure mode against its reference, reported)."""
 
 from __future__ import annotations
 
@@ -33,14 +33,20 @@ def register_check(sub: argparse._SubParsersAction) -> None:
         description="For every flexible part of the robot (clamped at its root interface), the first two bending "
         "frequencies per plane of the model's mesh after the stiffness calibration (f_model), the mesh-converged "
         "reference (Richardson over three refined meshes, f_reference), Euler-Bernoulli where it applies, and the "
-        "relative errors. Exit status: 0 when every part is within the gate (|f1 error| <= 1 %, |f2 error| <= "
-        "2 %), 1 when one is not, 2 on bad input. The first card of a new part computes its reference (seconds to "
-        "a minute; cached in $RETARGET_CACHE/cards or ~/.cache/retarget/cards).",
+        "relative errors. With modelled servos, per motor the coupled servo-structure mode (the mode of the robot "
+        "linearized at its static equilibrium with the most strain energy in that motor's servo spring): its "
+        "frequency, damping ratio and share, against Euler-Bernoulli theory for a rod on one servo, or, with "
+        "--reduced, the reduced model's against the full FEM; flagged beyond 5 %, not gated. Exit status: 0 when "
+        "every part is within the gate (|f1 error| <= 1 %, |f2 error| <= 2 %), 1 when one is not, 2 on bad "
+        "input. The first card of a new part computes its reference (seconds to a minute; cached in "
+        "$RETARGET_CACHE/cards or ~/.cache/retarget/cards); the servo modes cost a static solve and two "
+        "eigenvalue solves of the full FEM (seconds).",
     )
     q.add_argument("robot", help="robot name (e.g. single_rod) or config YAML path")
     q.add_argument("--reduced", metavar="FILE.npz", default=None,
                    help="the card stored in this `retarget reduce` artifact (computed on the artifact's mesh when "
-                        "the artifact stores none)")
+                        "the artifact stores none); the servo rows are its reduced model's, against the full FEM "
+                        "of that mesh")
     q.add_argument("--mesh-scale", type=float, default=None,
                    help="scale the generated parts' axial element layers (as `retarget reduce --mesh-scale`)")
     q.add_argument("--mesh-axial", type=int, default=None,
@@ -49,6 +55,11 @@ def register_check(sub: argparse._SubParsersAction) -> None:
                    help="corner nodes around every rod (as `retarget plan --mesh-around`)")
     q.add_argument("--no-calibration", action="store_true",
                    help="the card of the uncalibrated mesh (stiffness factor 1)")
+    q.add_argument("--servo-goals", metavar="RAD,...", default=None,
+                   help="the motors' goals [rad] (comma-separated, motor order) of the equilibrium the servo modes "
+                        "are linearized at (default: every goal 0, the reference pose)")
+    q.add_argument("--no-servo-modes", action="store_true",
+                   help="leave out the coupled servo-structure modes (the bending card only)")
     q.add_argument("--json", action="store_true", help="print the card as a JSON object as the last line")
     q.set_defaults(func=_check_model)
 
@@ -149,8 +160,15 @@ def _check_model(args: argparse.Namespace) -> int:
             raise InputError(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
     if args.mesh_scale is not None and not args.mesh_scale > 0:
         raise InputError(f"--mesh-scale must be positive, got {args.mesh_scale}")
+    goals = None
+    if args.servo_goals is not None:
+        try:
+            goals = [float(x) for x in args.servo_goals.split(",")]
+        except ValueError as exc:
+            raise InputError(f"--servo-goals: comma-separated numbers [rad], got {args.servo_goals!r}") from exc
     path = Path(args.robot) if Path(args.robot).is_file() else library.resolve_robot(args.robot)
     card = None
+    model = None
     note = ""
     scale = args.mesh_scale
     if args.reduced is not None:
@@ -171,6 +189,19 @@ def _check_model(args: argparse.Namespace) -> int:
         model = load_robot(path, path.stem.split(".")[0], mesh_scale=1.0 if scale is None else float(scale),
                            resolution=resolution or None, stiffness_calibration=not args.no_calibration)
         card = model_card(model)
+    if not args.no_servo_modes:
+        from dataclasses import replace
+
+        from retarget.sim.servo_modes import servo_card
+
+        if args.reduced is not None:
+            from retarget.sim.reduced.store import load_artifact
+
+            planning = load_artifact(path, args.reduced)
+            rows = servo_card(planning.model, planning.reduced, goals)
+        else:
+            rows = servo_card(model, None, goals)
+        card = replace(card, servo_modes=rows)
     print(card.format() + (f"\n  {note}" if note else ""))
     if args.json:
         print(card.to_json())

@@ -13,13 +13,20 @@ generated part's Young's modulus by c = (f1_ref / f1_mesh)², the geometric mean
 coarse mesh is uniformly too stiff in bending (f1 and f2 off by about the same fraction), so one factor per part
 removes most of the error while the training mesh stays cheap. Parts read from mesh files have no reference and
 are not calibrated (the card says "no reference").
+
+With modelled servos the card also lists, per motor, the coupled servo–structure mode (:class:`ServoModeCard`):
+the mode of the linearized robot whose strain energy lies most in that motor's servo spring, its frequency,
+damping ratio and share, beside a reference (the full FEM for a reduced model, Euler–Bernoulli theory for a rod
+on one servo) and the frequency of the structure's own mode it couples to (every servo ideal). The rows are
+computed in the simulator's layer (:func:`retarget.sim.servo_modes.servo_card`); this module only holds and
+prints them. They are reported, not gated: a row whose error exceeds :data:`SERVO_MODE_WARN` is flagged.
 """
 from __future__ import annotations
 
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from retarget.errors import InputError
@@ -39,6 +46,8 @@ __all__ = [
     "ModelCard",
     "ModelFidelityError",
     "PartCard",
+    "SERVO_MODE_WARN",
+    "ServoModeCard",
     "calibrate_stiffness",
     "check_fidelity",
     "model_card",
@@ -48,6 +57,53 @@ __all__ = [
 #: The gate: largest |f_model / f_reference − 1| of the first and of the second bending mode of every plane.
 DEFAULT_F1_TOLERANCE: float = 0.01
 DEFAULT_F2_TOLERANCE: float = 0.02
+
+
+#: A coupled servo–structure frequency further than this fraction from its reference is flagged on the card (a
+#: warning, not a gate: docs/fem.md "Servo modes").
+SERVO_MODE_WARN: float = 0.05
+
+
+@dataclass(frozen=True)
+class ServoModeCard:
+    """One motor's coupled servo–structure mode.
+
+    Attributes:
+        motor: the motor (joint) name.
+        servo: its servo model (``XM430-W210``, …).
+        goal: the motor's goal at the linearization's static equilibrium [rad].
+        mode: the mode's rank among the model's lowest undamped modes (1: the lowest).
+        f_model: its undamped frequency in the model the card is of [Hz].
+        model: that model (``"full FEM, 21 094 DOF"``, ``"reduced, 8+8 coordinates"``).
+        f_reference: the same motor's coupled frequency in the reference [Hz], None without one.
+        reference: the reference (``"full FEM, …"``, ``"Euler-Bernoulli rod on the servo spring …"``, ``"no
+            reference"``).
+        error: f_model / f_reference − 1, None without a reference.
+        damping_ratio: ζ of the mode in the model (the servo's back EMF, derivative gain and friction, the
+            structure's Rayleigh damping) [-]; None when no damped mode matches it.
+        share: the servo spring's share of the mode's strain energy, ``kp δθ² / δᵀKδ`` [-].
+        f_ideal_servo: the structure's own mode it couples to: with every servo ideal, the frequency of the mode most
+            like it (largest mass-weighted modal assurance, at least 0.5) [Hz]; None when none is (a mode mostly of
+            the servo's rotor on its own spring).
+    """
+
+    motor: str
+    servo: str
+    goal: float
+    mode: int
+    f_model: float
+    model: str
+    f_reference: float | None
+    reference: str
+    error: float | None
+    damping_ratio: float | None
+    share: float
+    f_ideal_servo: float | None
+
+    @property
+    def warning(self) -> bool:
+        """|error| > :data:`SERVO_MODE_WARN` (False without a reference)."""
+        return self.error is not None and abs(self.error) > SERVO_MODE_WARN
 
 
 @dataclass(frozen=True)
@@ -123,12 +179,15 @@ class ModelCard:
         robot: the model's name.
         parts: per flexible part.
         f1_tolerance, f2_tolerance: the gate the cards were judged with.
+        servo_modes: per modelled servo, its coupled servo–structure mode (empty: not computed, or every motor
+            ideal). Not part of the gate.
     """
 
     robot: str
     parts: tuple[PartCard, ...]
     f1_tolerance: float = DEFAULT_F1_TOLERANCE
     f2_tolerance: float = DEFAULT_F2_TOLERANCE
+    servo_modes: tuple[ServoModeCard, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -139,6 +198,12 @@ class ModelCard:
     def unchecked(self) -> list[str]:
         """Parts without a reference (meshes read from files)."""
         return [p.name for p in self.parts if p.passed is None]
+
+    @property
+    def servo_warnings(self) -> list[str]:
+        """Motors whose coupled servo–structure frequency is off its reference by more than
+        :data:`SERVO_MODE_WARN`."""
+        return [m.motor for m in self.servo_modes if m.warning]
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict (no NaN: missing values are None)."""
@@ -157,6 +222,9 @@ class ModelCard:
             for m, md in zip(p.modes, d["modes"]):
                 md["passed"] = m.passed
             out["parts"].append(d)
+        if self.servo_modes:
+            out["servo_mode_warn"] = SERVO_MODE_WARN
+            out["servo_modes"] = [{**asdict(m), "warning": m.warning} for m in self.servo_modes]
         return _finite(out)
 
     def to_json(self) -> str:
@@ -176,7 +244,10 @@ class ModelCard:
             parts.append(PartCard(p["name"], p["generator"], dict(p["resolution"]), int(p["n_dofs"]),
                                   p["clamped_interface"], float(p["stiffness_factor"]), modes, p["reference"],
                                   tuple(p.get("reference_levels") or ())))
-        return cls(str(data["robot"]), tuple(parts), float(data["f1_tolerance"]), float(data["f2_tolerance"]))
+        servo_fields = [f.name for f in fields(ServoModeCard)]
+        servo = tuple(ServoModeCard(**{k: m[k] for k in servo_fields}) for m in data.get("servo_modes") or ())
+        return cls(str(data["robot"]), tuple(parts), float(data["f1_tolerance"]), float(data["f2_tolerance"]),
+                   servo)
 
     def format(self) -> str:
         """A short table: per part and mode, f_model, f_reference, error, Euler–Bernoulli."""
@@ -198,7 +269,32 @@ class ModelCard:
         if self.unchecked:
             verdict += f"; no reference for {', '.join(self.unchecked)}"
         lines.append(f"  {verdict} (frequencies [Hz], clamped at the root interface; c: stiffness factor)")
+        if self.servo_modes:
+            lines += self._format_servo_modes()
         return "\n".join(lines)
+
+    def _format_servo_modes(self) -> list[str]:
+        """The servo rows of :meth:`format`."""
+        lines = ["  coupled servo-structure modes (per motor the mode with the most strain energy in its servo "
+                 f"spring; warned beyond {100 * SERVO_MODE_WARN:g} %, not gated)"]
+        lines.append(f"  {'motor':<21} {'servo':<12} {'goal':>7} {'mode':>4} {'f_model':>9} {'f_ref':>9} {'error':>8} "
+                     f"{'zeta':>6} {'share':>6} {'f_ideal':>9}")
+        models, references = [], []
+        for m in self.servo_modes:
+            ref = f"{m.f_reference:9.3f}" if m.f_reference is not None else f"{'-':>9}"
+            err = f"{100 * m.error:+7.2f}%" if m.error is not None else f"{'-':>8}"
+            zeta = f"{m.damping_ratio:6.3f}" if m.damping_ratio is not None else f"{'-':>6}"
+            ideal = f"{m.f_ideal_servo:9.3f}" if m.f_ideal_servo is not None else f"{'-':>9}"
+            lines.append(f"  {m.motor:<21} {m.servo:<12} {m.goal:7.3f} {m.mode:>4} {m.f_model:9.3f} {ref} {err} "
+                         f"{zeta} {m.share:6.3f} {ideal}{'  WARNING' if m.warning else ''}")
+            models += [m.model] if m.model not in models else []
+            references += [m.reference] if m.reference not in references else []
+        lines.append(f"  model: {'; '.join(models)}; reference: {'; '.join(references)} (goal [rad]; f_ideal: the "
+                     "structure's own mode, every servo ideal)")
+        if self.servo_warnings:
+            lines.append(f"  WARNING: the coupled frequency of {', '.join(self.servo_warnings)} is more than "
+                         f"{100 * SERVO_MODE_WARN:g} % from its reference")
+        return lines
 
 
 class ModelFidelityError(InputError):

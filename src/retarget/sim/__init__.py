@@ -2,7 +2,8 @@
 
 Build a :class:`System` from a :class:`retarget.model.RobotModel` (:func:`build_system`), then either run
 :func:`simulate` (→ :class:`SimulationResult`), step by hand (:func:`step`, :func:`initial_state`), or solve a
-quasi-static equilibrium (:func:`solve_static`). The BDF residual and its exact Jacobian
+quasi-static equilibrium (:func:`solve_static`), or the coupled servo–structure modes at one (:func:`servo_card`,
+:mod:`retarget.sim.servo_modes`). The BDF residual and its exact Jacobian
 (:func:`residual_and_jacobian`, :func:`history_jacobian`, :func:`linearize`) are public for the adjoint, and
 :class:`Engine` (:mod:`retarget.sim.engine`) is the stepping protocol with exact step sensitivities that either
 engine is driven through.
@@ -47,6 +48,7 @@ _EXPORTS: dict[str, str] = {
     "SplineMotors": "motors",
     "SimulationResult": "result",
     "simulate": "simulate",
+    "servo_card": "servo_modes",
     "solve_static": "statics",
     "DeformableBody": "system",
     "RigidBody": "system",
@@ -72,6 +74,7 @@ if TYPE_CHECKING:
     )
     from retarget.sim.motors import ConstantMotors, FunctionMotors, MotorTrajectory, SplineMotors
     from retarget.sim.result import SimulationResult
+    from retarget.sim.servo_modes import servo_card
     from retarget.sim.simulate import simulate
     from retarget.sim.statics import solve_static
     from retarget.sim.system import DeformableBody, RigidBody, System, build_system
@@ -122,6 +125,7 @@ __all__ = [
     "initial_state",
     "linearize",
     "residual_and_jacobian",
+    "servo_card",
     "simulate",
     "simulate_states",
     "solve_newton",
