@@ -85,10 +85,20 @@ MAX_PLAN_MODES: int = 32
 
 
 def _with_card(pm: PlanningModel) -> PlanningModel:
-    """``pm`` with ``info["model_card"]`` (the card of ``pm.model``: its meshes, materials, stiffness factors)."""
-    from retarget.fem.model_card import model_card
+    """``pm`` with ``info["model_card"]`` (the card of ``pm.model``: its meshes, materials, stiffness factors, and
+    each modelled servo's coupled mode in the planning model against the full FEM of its mesh)."""
+    from dataclasses import replace
 
-    return PlanningModel(pm.model, pm.config, pm.reduced, {**pm.info, "model_card": model_card(pm.model).to_dict()})
+    from retarget.fem.model_card import model_card
+    from retarget.sim.errors import SimulationError
+    from retarget.sim.servo_modes import servo_card
+
+    card = model_card(pm.model)
+    try:
+        card = replace(card, servo_modes=servo_card(pm.model, pm.reduced))
+    except (SimulationError, np.linalg.LinAlgError) as exc:  # no equilibrium at the reference pose: no servo rows
+        pm.info.setdefault("warnings", []).append(f"no servo rows on the model card: {exc}")
+    return PlanningModel(pm.model, pm.config, pm.reduced, {**pm.info, "model_card": card.to_dict()})
 
 
 #: A cached model trained on another motion of the robot is reused when this motion's naive playback deforms no
