@@ -227,23 +227,13 @@ def test_coupled_hub_beam_frequencies_match_the_exact_frequency_equation(rig) ->
 
 
 def test_simulated_ring_out_has_the_linearized_frequency_and_damping(rig) -> None:
-    from scipy.optimize import curve_fit
-
     plant = build_servo_beam(rig)
     modes = plant.modes(0.0)
     t = np.arange(0.0, 2.5, 1e-3)
     g, gd, _ = smooth_step(t, 0.05, 0.1, 0.02)
     run = plant.simulate(t, g, gd)
-    keep = t >= 0.3
-    x = run.tip_position_m[keep] @ rig.lateral_direction
-
-    def decay(tt, a, zeta, w, phase, c):
-        return a * np.exp(-zeta * w * (tt - 0.3)) * np.cos(w * np.sqrt(1 - zeta**2) * (tt - 0.3) + phase) + c
-
-    best = min((curve_fit(decay, t[keep], x, p0=[np.ptp(x) / 2, 0.1, 2 * np.pi * 1.7, ph, x[-1]], maxfev=20000)[0]
-                for ph in np.linspace(-3, 3, 7)), key=lambda p: np.sum((decay(t[keep], *p) - x) ** 2))
-    _, zeta, w, _, _ = best
-    assert w * np.sqrt(1 - zeta**2) / (2 * np.pi) == pytest.approx(modes.frequencies_hz[0], rel=2e-3)
+    frequency, zeta = fitted_ring(t, run.tip_position_m @ rig.lateral_direction, 0.3)
+    assert frequency == pytest.approx(modes.frequencies_hz[0], rel=2e-3)
     assert zeta == pytest.approx(modes.damping_ratios[0], rel=0.02)
 
 
@@ -338,3 +328,57 @@ def test_a_plant_needs_a_servo_with_a_loop(rig) -> None:
         build_servo_beam(rig, ServoParams("ideal"))
     with pytest.raises(PlantError, match="no servo"):
         build_servo_beam(replace(rig, servo=None))
+
+
+def fitted_ring(time: np.ndarray, x: np.ndarray, start: float) -> tuple[float, float]:
+    """Damped frequency [Hz] and damping ratio of a decaying oscillation after ``start`` (least squares)."""
+    from scipy.optimize import curve_fit
+
+    keep = time >= start
+
+    def decay(tt, a, zeta, w, phase, c):
+        return a * np.exp(-zeta * w * (tt - start)) * np.cos(w * np.sqrt(1 - zeta**2) * (tt - start) + phase) + c
+
+    y = x[keep]
+    fits = []
+    for phase in np.linspace(-3, 3, 7):
+        try:
+            p, _ = curve_fit(decay, time[keep], y, p0=[np.ptp(y) / 2, 0.1, 2 * np.pi * 1.7, phase, y[-1]],
+                             maxfev=20000)
+        except RuntimeError:
+            continue
+        fits.append((np.sum((decay(time[keep], *p) - y) ** 2), p))
+    _, (_, zeta, w, _, _) = min(fits, key=lambda f: f[0])
+    return w * np.sqrt(1 - zeta**2) / (2 * np.pi), zeta
+
+
+@pytest.mark.slow
+def test_small_step_matches_the_full_fem_with_the_servo(rig) -> None:
+    """The same goal step in the full FEM of single_rod (its own servo rows, BDF2, a 1/4-scale calibrated mesh) and
+    in the servo–beam plant: a different code, the same physics (~2 min)."""
+    from retarget.model.library import resolve_robot
+    from retarget.model.loader import load_robot
+    from retarget.sim import FunctionMotors, build_system, simulate
+
+    duration, dt = 1.6, 1e-3
+
+    def goal(t: float) -> np.ndarray:
+        return np.array([smooth_step(np.array([t]), 0.05, 0.1, 0.05)[0][0]])
+
+    def goal_rate(t: float) -> np.ndarray:
+        return np.array([smooth_step(np.array([t]), 0.05, 0.1, 0.05)[1][0]])
+
+    fem = simulate(build_system(load_robot(resolve_robot("single_rod"), mesh_scale=0.25)),
+                   FunctionMotors(goal, goal_rate), duration, dt)
+    t = np.arange(0.0, duration + 1e-9, dt)
+    g, gd, _ = smooth_step(t, 0.05, 0.1, 0.05)
+    run = build_servo_beam(rig).simulate(t, g, gd)
+    x_beam = run.tip_position_m @ rig.lateral_direction
+    x_fem = np.interp(t, fem.time, fem.body_position(rig.tip_link) @ rig.lateral_direction)
+    assert np.ptp(x_beam) > 0.06
+    assert np.abs(x_beam - x_fem).max() < 1e-3  # [m] of a 70 mm swing
+    assert np.abs(run.shaft - np.interp(t, fem.time, fem.shaft_angles[:, 0])).max() < 1e-3  # [rad]
+    f_beam, zeta_beam = fitted_ring(t, x_beam, 0.3)
+    f_fem, zeta_fem = fitted_ring(t, x_fem, 0.3)
+    assert f_beam == pytest.approx(f_fem, rel=5e-3)
+    assert zeta_beam == pytest.approx(zeta_fem, rel=0.05)
