@@ -305,7 +305,7 @@ def test_free_shaft_conserves_angular_momentum(rig) -> None:
     samples = range(1, len(t) - 1, 97)
     h = np.array([momentum(i) for i in samples])
     exchanged = np.abs(run.speed).max() * plant.shaft.inertia
-    assert np.abs(h).max() < 3e-3 * exchanged
+    assert np.abs(h).max() < 5e-4 * exchanged  # measured 1e-4: the terms of second order in the deflection
 
 
 # -- time step -----------------------------------------------------------------------------------------------------
