@@ -5,9 +5,12 @@ then :func:`fit_materials` (or :func:`build_problem` + :func:`solve` to inspect 
 :func:`record_twin_step_test` makes twin recordings with known parameters. :func:`design_identification_motion`
 builds the motion that separates α from β (second bending mode, within the servo's stall torque),
 :func:`predict_uncertainty` the 1σ a fit will reach before anything is recorded and :func:`choose_burst_count` the
-number of bursts from it. Imports no ROS. See docs/fit.md.
+number of bursts from it. :func:`build_servo_beam` puts the rig's beam on a shaft driven by a Dynamixel position
+loop (an independent plant), and :func:`replay` plays a plan and its naive input in it. Imports no ROS. See
+docs/fit.md.
 """
 from retarget.fit.align import Alignment, RestPose, align, detect_onset, kabsch, rest_pose, still_pose
+from retarget.fit.beam_servo import DynamixelLoop, PlantError, ServoBeam, ServoBeamRun, build_servo_beam
 from retarget.fit.design import (
     MATERIAL_RANGES,
     BurstChoice,
@@ -34,6 +37,7 @@ from retarget.fit.fitter import (
 )
 from retarget.fit.materials_file import default_materials_path, update_materials_file
 from retarget.fit.recording import TipRecording, read_recording
+from retarget.fit.replay import ReplayReport, replay
 from retarget.fit.rig import StepTestRig, load_rig
 from retarget.fit.simulators import (
     ENGINES,
@@ -55,6 +59,7 @@ __all__ = [
     "AlignmentError",
     "BeamEngine",
     "BurstChoice",
+    "DynamixelLoop",
     "FitCase",
     "FitError",
     "FitOptions",
@@ -63,9 +68,13 @@ __all__ = [
     "FullEngine",
     "IdentificationDesign",
     "MotorProfile",
+    "PlantError",
     "RecordingError",
+    "ReplayReport",
     "RestPose",
     "RigError",
+    "ServoBeam",
+    "ServoBeamRun",
     "StepTestRig",
     "StepTestSimulator",
     "TipRecording",
@@ -74,6 +83,7 @@ __all__ = [
     "UncertaintyPrediction",
     "align",
     "build_problem",
+    "build_servo_beam",
     "burst_torque_bound",
     "choose_burst_count",
     "default_materials_path",
@@ -89,6 +99,7 @@ __all__ = [
     "predict_uncertainty",
     "read_recording",
     "record_twin_step_test",
+    "replay",
     "rest_pose",
     "solve",
     "still_pose",

@@ -1,4 +1,5 @@
-"""CLI: ``retarget fit``, ``retarget twin-test``, ``retarget fit-motion`` and ``retarget check fit``."""
+"""CLI: ``retarget fit``, ``retarget twin-test``, ``retarget fit-motion``, ``retarget check fit``,
+``retarget check fit-surrogate`` and ``retarget check replay``."""
 from __future__ import annotations
 
 import argparse
@@ -9,7 +10,7 @@ from typing import Any
 
 from retarget.progress import counting_bar
 
-__all__ = ["register", "register_check"]
+__all__ = ["read_servo_file", "register", "register_check"]
 
 #: The acceptance sets of ``retarget check fit``: (E [Pa], α [1/s], β [s]).
 CHECK_SETS: tuple[tuple[float, float, float], ...] = ((200e9, 0.5, 4e-5), (185e9, 1.0, 1e-4), (215e9, 0.3, 2e-4))
@@ -188,6 +189,7 @@ def register_check(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     p.set_defaults(func=_check_fit)
     register_surrogate_check(subparsers)
+    register_replay_check(subparsers)
 
 
 def _motion(name: str | None, robot_name: str) -> Any:
@@ -696,4 +698,102 @@ def _check_surrogate(args: argparse.Namespace) -> int:
           f"{1e3 * summary['tip_difference_max_m']:.2f} mm (tip excursion up to {1e3 * swing.max():.0f} mm)")
     if args.json:
         print(_dumps(summary))
+    return 0
+
+
+def register_replay_check(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``retarget check replay`` (a plan and its naive input in the independent servo–beam plant)."""
+    p = subparsers.add_parser(
+        "replay",
+        help="replay a plan and its input in an independent plant: a beam model with the Dynamixel loop",
+        description="Plays the input motion (naive: its angles as the servo's goals) and a plan (the motion "
+        "`retarget plan --out` writes) in the servo-beam plant of a single-rod robot: Euler-Bernoulli beam "
+        "elements in the frame of the turning shaft, the shaft a degree of freedom driven by the Dynamixel position "
+        "loop (re-implemented from its definition), the robot's geometry; not the model the plan was optimized "
+        "on. Measures the tip's deviation from the intent (the quasi-static pose with the shaft at the input "
+        "angle), peak and RMS, the ratio plan/naive, the peak servo error and torque. Seconds.",
+    )
+    p.add_argument("robot", help="a robot with one motor and one rod carrying a tip (single_rod, fit_rig, or a "
+                   "config YAML)")
+    p.add_argument("--motion", required=True, metavar="INPUT",
+                   help="the input motion (file or <robot>/<motion>): the intent, and the naive goals")
+    p.add_argument("--plan", required=True, metavar="PLAN.csv", help="the plan to replay (.csv, .json or .yaml)")
+    p.add_argument("--servo", default=None, metavar="SERVO.yaml",
+                   help="the servo: a YAML with a robot config's `servo:` keys (at the top or under `servo:`; "
+                   "default: the robot's)")
+    p.add_argument("--p-gain", type=float, default=None, metavar="P",
+                   help="override the position P gain with this control-table value (800: factory; kp = P/128 x "
+                   "4096/2pi / 885 x stall)")
+    p.add_argument("--dt", type=float, default=1e-3, help="time step [s] (default 0.001)")
+    p.add_argument("--tail", type=float, default=1.0,
+                   help="time simulated after the later motion ends [s] (default 1)")
+    p.add_argument("--elements", type=int, default=12, help="beam elements (default 12)")
+    p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
+    p.set_defaults(func=_check_replay)
+
+
+def read_servo_file(path: str, motor: str) -> Any:
+    """The servo of ``motor`` from a YAML file holding a robot config's ``servo:`` keys (at the top level or under
+    ``servo:``).
+
+    Raises:
+        InputError: Unreadable file, not a mapping, or invalid servo keys (:class:`ServoError`).
+    """
+    from pathlib import Path
+
+    import yaml
+
+    from retarget.errors import InputError
+    from retarget.model.servo import servos_from_config
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError(f"--servo {path}: {exc}") from None
+    if isinstance(data, dict) and isinstance(data.get("servo"), dict):
+        data = data["servo"]
+    if not isinstance(data, dict):
+        raise InputError(f"--servo {path}: expected a mapping of servo keys (model, kp, p_gain, stall_torque, ...)")
+    return servos_from_config(data, [motor])[0]
+
+
+def _check_replay(args: argparse.Namespace) -> int:
+    from retarget.errors import InputError
+    from retarget.fit.replay import ACCEPTANCE_RATIO, replay
+    from retarget.fit.rig import load_rig
+    from retarget.model.servo import control_table_gains
+    from retarget.motion import load_motion
+
+    if args.elements < 2:
+        raise InputError(f"--elements must be at least 2, got {args.elements}")
+    rig = load_rig(args.robot)
+    servo = read_servo_file(args.servo, rig.motor) if args.servo else rig.servo
+    if args.p_gain is not None:
+        if not (args.p_gain > 0 and math.isfinite(args.p_gain)):
+            raise InputError(f"--p-gain must be positive, got {args.p_gain}")
+        if servo.ideal:
+            raise InputError("--p-gain needs a modelled servo; this one is ideal")
+        servo = servo.with_values(kp=control_table_gains(args.p_gain, 0.0, 0.0, servo.stall_torque)[0])
+    input_motion = load_motion(args.motion)
+    plan_motion = load_motion(args.plan)
+    report = replay(rig, input_motion, plan_motion, servo=servo, dt=args.dt, tail=args.tail,
+                    n_elements=args.elements)
+    print(f"{rig.name}: replay in the servo-beam plant ({report.n_elements} beam elements, trapezoidal rule, dt "
+          f"{report.dt:g} s, {report.time_s[0]:.3f}-{report.time_s[-1]:.3f} s)")
+    print(f"  servo {report.servo.describe()}")
+    print(f"  {'':6s} {'peak':>9s} {'RMS':>9s} {'ring-out':>9s} {'servo error':>12s} {'torque':>17s} "
+          f"{'clipped':>8s}")
+    for run in (report.naive, report.plan):
+        m = run.metrics
+        torque = ("n/a (ideal)" if m.peak_torque_nm is None
+                  else f"{m.peak_torque_nm:.3f} N m {m.peak_torque_ratio:.2f}x")
+        print(f"  {run.name:6s} {1e3 * m.peak_deviation_m:6.2f} mm {1e3 * m.rms_deviation_m:6.2f} mm "
+              f"{1e3 * m.ring_out_peak_m:6.2f} mm {math.degrees(m.peak_servo_error_rad):8.2f} deg "
+              f"{torque:>17s} {m.clipped_s:6.3f} s")
+    print(f"  plan / naive: peak {report.peak_ratio:.3f}, RMS {report.rms_ratio:.3f} (acceptance: peak ratio <= "
+          f"{ACCEPTANCE_RATIO:g}: {'passes' if report.passes else 'does not pass'})")
+    if args.json:
+        out = report.to_dict()
+        out.update(motion=str(args.motion), plan_file=str(args.plan))
+        print(_dumps(out))
     return 0

@@ -17,6 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from retarget.fit.errors import RigError
+from retarget.model.servo import ServoParams
 
 __all__ = ["StepTestRig", "load_rig", "resolve_rig_path"]
 
@@ -47,6 +48,12 @@ class StepTestRig:
         motor_limits: Lower and upper position limit of the motor joint [rad] (±inf if the URDF has none).
         max_velocity: The servo's speed limit [rad/s] (``servo.max_velocity`` of the robot file), or ``None``.
         stall_torque: The servo's stall torque [N m] (``servo.stall_torque``), or ``None``.
+        hub_mass: Mass of the rigid links that turn with the motor shaft (the horn and what is welded to it; not
+            the tip) [kg].
+        hub_com: Their centre of mass (3,) [m], world.
+        hub_inertia_axis: Their inertia about their centre of mass around ``axis`` [kg m²].
+        servo: The motor's servo (:class:`retarget.model.servo.ServoParams`; the robot's ``servo:`` section or
+            the XM430-W210 default), or ``None`` for a rig built in code without one.
     """
 
     name: str
@@ -70,6 +77,10 @@ class StepTestRig:
     motor_limits: tuple[float, float] = (-math.inf, math.inf)
     max_velocity: float | None = None
     stall_torque: float | None = None
+    hub_mass: float = 0.0
+    hub_com: NDArray[np.float64] | None = None
+    hub_inertia_axis: float = 0.0
+    servo: ServoParams | None = None
 
     @property
     def lateral_direction(self) -> NDArray[np.float64]:
@@ -164,6 +175,7 @@ def load_rig(robot: str | Path) -> StepTestRig:
     material_ref = spec.get("material", "spring_steel")
     material_name = material_ref if isinstance(material_ref, str) else str(material_ref.get("name", part.name))
     tip = model.link(ifaces[tip_i].link)
+    hub_mass, hub_com, hub_inertia = _hub(model, joint.child, tip.name, axis)
     return StepTestRig(
         name=model.name,
         path=path,
@@ -186,7 +198,36 @@ def load_rig(robot: str | Path) -> StepTestRig:
         motor_limits=(_limit(joint.lower, -math.inf), _limit(joint.upper, math.inf)),
         max_velocity=_servo_value(raw.get("servo"), "max_velocity", label),
         stall_torque=_servo_value(raw.get("servo"), "stall_torque", label),
+        hub_mass=hub_mass,
+        hub_com=hub_com,
+        hub_inertia_axis=hub_inertia,
+        servo=model.servo(joint.name),
     )
+
+
+def _hub(model: Any, first: str | None, tip: str, axis: NDArray[np.float64]
+         ) -> tuple[float, NDArray[np.float64] | None, float]:
+    """Mass [kg], centre of mass (3,) [m] and inertia about it around ``axis`` [kg m²] of the rigid links that
+    turn with the shaft: the motor's child link and every link welded to it by fixed joints (not the tip)."""
+    names = {first} if first is not None else set()
+    grown = True
+    while grown:
+        grown = False
+        for j in model.joints:
+            if j.kind == "fixed" and j.parent in names and j.child is not None and j.child not in names:
+                names.add(j.child)
+                grown = True
+    links = [link for link in model.links if link.name in names and link.name != tip and link.mass > 0.0]
+    if not links:
+        return 0.0, None, 0.0
+    mass = float(sum(link.mass for link in links))
+    com = sum(link.mass * np.asarray(link.com, dtype=float) for link in links) / mass
+    inertia = 0.0
+    for link in links:
+        r = np.asarray(link.com, dtype=float) - com
+        r_perp = r - (r @ axis) * axis
+        inertia += float(axis @ np.asarray(link.inertia, dtype=float) @ axis) + link.mass * float(r_perp @ r_perp)
+    return mass, com, inertia
 
 
 def _limit(value: float | None, default: float) -> float:
