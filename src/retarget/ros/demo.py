@@ -467,6 +467,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 report["planner"].update(budget_limited=limited,
                                          naive_rms_deviation_m=result.naive_rms_deviation,
                                          optimized_rms_deviation_m=result.optimized_rms_deviation)
+                servos = metrics.get("servos") or {}
+                if servos:
+                    report["planner"]["servos"] = servo_line(servos)
+                    _say(f"planner: planned for {report['planner']['servos']}")
                 verify = metrics.get("verify") or {}
                 checked = ""
                 if "peak_ratio" in verify:
@@ -583,6 +587,20 @@ def cut_verdict(verified: dict[str, Any] | None, cut: float = DEMO_CUT) -> dict[
             "verdict": (f"the plan reaches the demo's cut: peak {float(ratio):.2f} x naive <= {cut:g} x ({where})"
                         if reached else f"the plan does NOT reach the demo's cut: peak {float(ratio):.2f} x naive > "
                         f"{cut:g} x ({where})")}
+
+
+def servo_line(servos: dict[str, Any]) -> str:
+    """One line naming the servo model(s) a plan was made for (its report's ``servos``), the assumption of an ideal
+    servo where there is one."""
+    kinds: dict[str, list[str]] = {}
+    for name, m in (servos.get("motors") or {}).items():
+        label = ("ideal servo" if m.get("model") == "ideal"
+                 else f"{m.get('model')} at kp {float(m.get('kp', 0.0)):.3g} N m/rad")
+        kinds.setdefault(label, []).append(name)
+    parts = [f"{label} ({len(names)} motors)" if len(names) > 2 else f"{label} ({', '.join(names)})"
+             for label, names in kinds.items()]
+    line = "; ".join(parts) or "no servo information"
+    return line + (f" — assumption: {servos['assumption']}" if servos.get("assumption") else "")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
