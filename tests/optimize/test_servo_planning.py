@@ -114,3 +114,24 @@ def test_a_plan_of_part_of_the_motion_fits_goals_and_input_in_one_spline_space(t
     assert pp.fit.parametrization.n_parameters == pp.input_fit.parametrization.n_parameters
     assert pp.fit.profiles.t_end == pp.input_fit.profiles.t_end
     assert "naive" in result.variants
+
+
+def test_a_plan_for_an_infinitely_stiff_servo_is_the_ideal_servos_plan(tiny):
+    """The perfect-servo limit reproduces the ideal servo's plan (same targets, profiles and deviations)."""
+    robot, options = tiny
+    base = robot.read_text()
+    runs = {}
+    for name, servo in (("ideal", "{model: ideal}"),
+                        ("stiff", "{kp: 1.4e5, stall_torque: 1.0e4, max_velocity: 1.0e4, rotor_inertia: 2.3e-3}")):
+        path = robot.with_name(f"tiny_{name}.yaml")
+        path.write_text(base.replace("  motors: [m]\n", f"  motors: [m]\n  servo: {servo}\n"))
+        runs[name] = plan(path, _ramp(), replace(options, reduced_file=None, allow_training=True, modes=2,
+                                                 dt_train=0.002, mesh_axial=4, max_iterations=3))
+    ideal, stiff = runs["ideal"], runs["stiff"]
+    # (two models trained with their own servos in the loop: their bases differ slightly)
+    np.testing.assert_allclose(stiff.pp.targets.positions, ideal.pp.targets.positions, atol=1e-6)
+    t = ideal.pp.targets.times
+    np.testing.assert_allclose(stiff.profiles.evaluate(t), ideal.profiles.evaluate(t), atol=2e-4)
+    for variant in ("naive", "optimized"):
+        a, b = (r.variants[variant].metrics["peak_deviation_m"] for r in (ideal, stiff))
+        assert b == pytest.approx(a, rel=0.02)

@@ -100,3 +100,24 @@ def test_fast_newton_step_with_servos_equals_exact_step(dense):
     res = residual(plan, s, ub, vb, 1e-3, th, thd, 50.0, True, exact=True)
     ours = factorize_fast(plan, res).solve(res)
     assert np.linalg.norm(ours - ref) <= 1e-8 * np.linalg.norm(ref)
+
+
+def test_an_infinitely_stiff_servo_is_the_ideal_position_source():
+    """The perfect servo is the limit of infinite gain: the tip's path approaches the ideal motor's as 1/kp."""
+    from retarget.model.servo import IDEAL
+    from retarget.sim.motors import FunctionMotors
+    from retarget.sim.scenarios import build_rod_on_motor
+    from retarget.sim.simulate import simulate
+
+    model = build_rod_on_motor()
+    goals = FunctionMotors(lambda t: [0.3 * np.sin(10 * t) ** 2], lambda t: [3.0 * np.sin(20 * t)])
+    ideal = simulate(build_system(model.with_servos([SERVO_MODELS[IDEAL]])), goals, 0.1, 1e-3)
+    gaps = []
+    for scale in (1e2, 1e3, 1e4):
+        # Stiffer loops on a motor strong and fast enough never to saturate.
+        stiff = XM430.with_values(kp=XM430.kp * scale, stall_torque=1e4, max_velocity=1e4)
+        run = simulate(build_system(model.with_servos([stiff])), goals, 0.1, 1e-3)
+        gaps.append(np.abs(run.body_position("tip") - ideal.body_position("tip")).max())
+        assert np.abs(run.shaft_angles - ideal.motor_values).max() < 10.0 / (XM430.kp * scale)
+    assert gaps[1] < 0.2 * gaps[0] and gaps[2] < 0.2 * gaps[1]
+    assert gaps[2] < 1e-5  # [m] of a 3 cm swing
