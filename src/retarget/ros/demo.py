@@ -67,11 +67,11 @@ __all__ = ["DemoModel", "JointTracking", "TrackingFigures", "cut_verdict", "demo
 DEMO_DURATION_S = 3.0
 
 #: The demo's plan budget: optimizer iterations per receding-horizon window (the Retarget goal's ``max_iterations``;
-#: the drummer's planner cuts the 3 s into 5 windows of 1 s, 0.5 s apart: 5 iterations). A count, not a wall-clock
-#: figure: a busy machine takes longer over it and gets the same plan. Measured on the shipped model with L-BFGS-B
-#: (docs/ros.md "make demo"): 1 per window reaches 0.29 x naive at peak re-simulated at 1 ms, 2 reach 0.25 x at
-#: twice the optimization's time, 3 reach 0.24 x.
-DEMO_WINDOW_ITERATIONS = 1
+#: the drummer's planner cuts the 3 s into 5 windows of 1 s, 0.5 s apart: 10 iterations). A count, not a wall-clock
+#: figure: a busy machine takes longer over it and gets the same plan. Measured on the shipped models with the
+#: XM430-W210's loop modelled (docs/ros.md "make demo"): 1 per window reaches 0.349 x naive at peak in the
+#: verification model (143 s demo), 2 reach 0.27 x (168 s), beside other jobs on 2 cores.
+DEMO_WINDOW_ITERATIONS = 2
 
 #: The demo planner's optimizer in each window, over the params file's (the drummer's: Levenberg–Marquardt, for its
 #: 10 s plans): projected steepest descent, L-BFGS-B's first iteration with its line search on values alone (one
