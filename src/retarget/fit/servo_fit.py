@@ -30,11 +30,15 @@ How the recording becomes a simulation (:func:`prepare_step_test`):
 
 What is held (:attr:`ServoFitResult.held`, each with its reason): the data sheet and control table's values
 (stall_torque, max_velocity, duty_limit, kff1); ki when the servo has no integral action configured (a step test
-shows integral action only through a steady state, and factory servos have I = 0); and any of kd, ki and the
-frictions whose 1σ after a first fit exceeds its scale (the recording does not determine it: held at its starting
-value and the rest refitted). kp and the rotor inertia are always fitted; their uncertainties come from the
-Gauss–Newton covariance ``s² (JᵀJ)⁻¹`` with ``s² = max(1, Σr²/(n − p))`` (the quantization floor, or the residual
-when the model misses more than that).
+shows integral action only through a steady state, and factory servos have I = 0); what the caller fixes; and what
+the recording does not ask for. kp and the rotor inertia are always fitted; viscous friction, kd, Coulomb friction
+(and ki when configured) join one at a time, each kept only when it lowers the misfit χ² by more than
+:data:`SELECTION_GAIN` (forward selection; kp and kd trade off through the point where the duty leaves saturation,
+so a kd the recording does not demand is held rather than left to soak up kp). Uncertainties come from the Gauss–Newton covariance ``s² (JᵀJ)⁻¹`` with
+``s² = max(1, Σr²/(n_runs − p))`` (the quantization floor, or the residual when the model misses more than that;
+``n_runs`` the independent readings, :func:`run_weights`); kd and the frictions share one effect (damping), and
+those the recording does not separate (1σ beyond their scale) are named in a warning rather than dropped: holding
+one at a wrong value biases kp (measured, docs/fit.md).
 """
 from __future__ import annotations
 
@@ -87,6 +91,11 @@ HELD_PARAMETERS: dict[str, str] = {
     "duty_limit": "control table value (PWM Limit)",
     "kff1": "control table value (velocity feedforward; a step goal has no rate to show it)",
 }
+#: Fitted in every default fit; the other parameters join when the recording asks for them (:data:`SELECTION_GAIN`).
+ALWAYS_FITTED: tuple[str, ...] = ("kp", "rotor_inertia")
+#: A parameter joins a default fit when it lowers the misfit χ² (scaled by the residual variance) by more than this
+#: (χ² with one degree of freedom beyond 0.1 % is 10.8).
+SELECTION_GAIN: float = 10.0
 #: Fewest samples from the goal's first change on.
 MIN_SAMPLES: int = 20
 #: Smallest goal step a fit accepts [ticks].
@@ -99,7 +108,11 @@ MAX_DURATION_S: float = 10.0
 SHIFT_BOUNDS: tuple[float, float] = (-2.0, 1.0)
 #: Forward-difference step in internal coordinates.
 FD_STEP: float = 1e-3
-#: A fitted ki, kd or friction whose 1σ exceeds this many of its scales is not determined: held and refitted.
+#: Forward-difference step of the goal timing [sample intervals] (a secant across the simulation's grid).
+SHIFT_FD_STEP: float = 0.05
+#: The goal's changes are smoothsteps this long [s]: the Dynamixel's control period, over which its loop sees a jump.
+GOAL_RAMP_S: float = 1e-3
+#: A fitted ki, kd or friction whose 1σ exceeds this many of its scales is not determined by the recording (warned).
 UNDETERMINED: float = 1.0
 
 
@@ -330,7 +343,6 @@ class ServoFitOptions:
         max_evaluations: simulations allowed per least-squares run.
         fit_shift: fit the goal's timing within a sample interval (else: changes exactly at their samples).
         check_model: simulate the fitted servo in the full FEM too and report the difference (reduced engine).
-        hold_undetermined: hold ki, kd and frictions the recording does not determine and refit.
     """
 
     params: tuple[str, ...] | None = None
@@ -340,10 +352,9 @@ class ServoFitOptions:
     modes: int = 6
     max_duration: float = MAX_DURATION_S
     noise_std: float = QUANTIZATION_STD
-    max_evaluations: int = 200
+    max_evaluations: int = 120
     fit_shift: bool = True
     check_model: bool = True
-    hold_undetermined: bool = True
 
 
 @dataclass(frozen=True)
@@ -520,71 +531,85 @@ def parse_servo_fixed(items: Sequence[str]) -> dict[str, float]:
 
 
 class _Problem:
-    """Residuals and forward-difference Jacobian of one least-squares run (counts its simulations)."""
+    """Residuals and forward-difference Jacobian of one least-squares run (counts its simulations).
+
+    The goal's timing ``τ`` moves the comparison, not the goal: the simulation (goal changes at their samples, at rest
+    before) is read at ``t_i + τ``. Time-invariant and at rest before the step, that is the same as the goal changing
+    ``τ`` earlier, and it is smooth in ``τ`` — a goal moved on the simulation's grid changes a saturated response
+    only when a step crosses the duty's threshold — and costs no simulation of its own.
+    """
 
     def __init__(self, load: LoadSimulator, test: StepTest, servos: Sequence[ServoParams], motor: int,
-                 held: NDArray[np.float64], coords: Sequence[_Coordinate], fit_shift: bool, shift0: float, dt: float,
-                 sigma: float, progress: Callable[[], None] | None) -> None:
+                 held: NDArray[np.float64], coords: Sequence[_Coordinate], fit_shift: bool, dt: float, sigma: float,
+                 progress: Callable[[], None] | None) -> None:
         self.load, self.test, self.servos, self.motor, self.held = load, test, list(servos), motor, held
-        self.coords, self.fit_shift, self.shift0, self.dt, self.sigma = list(coords), fit_shift, shift0, dt, sigma
+        self.coords, self.fit_shift, self.dt, self.sigma = list(coords), fit_shift, dt, sigma
         self.progress = progress
         self.weight = run_weights(test.present) / sigma
         self.n_eff = float(np.sum((self.weight * sigma) ** 2))
+        self.goals = StepGoals(test, motor, held, 0.0, GOAL_RAMP_S)
+        self.duration = test.duration_s + SHIFT_BOUNDS[1] * test.sample_interval_s
         self.evaluations = 0
-        self._cache: tuple[bytes, NDArray[np.float64]] | None = None
+        self._trajectory: tuple[bytes, NDArray[np.float64], NDArray[np.float64]] | None = None
 
     def servo_at(self, x: NDArray[np.float64]) -> ServoParams:
         values = {c.name: c.value(float(v)) for c, v in zip(self.coords, x)}
         return self.servos[self.motor].with_values(**values)
 
     def shift_at(self, x: NDArray[np.float64]) -> float:
-        return float(x[-1]) * self.test.sample_interval_s if self.fit_shift else self.shift0
+        return float(x[-1]) * self.test.sample_interval_s if self.fit_shift else 0.0
 
-    def simulate(self, x: NDArray[np.float64]) -> NDArray[np.float64]:
-        """The simulated shaft angle at the test's sample times (m,) [rad]."""
+    def trajectory(self, x: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """The simulated shaft angle of the servo at ``x`` on the simulation's grid (times [s], angles [rad])."""
         from retarget.sim.errors import SimulationError
 
+        key = np.asarray(x[: len(self.coords)], dtype=float).tobytes()
+        if self._trajectory is not None and self._trajectory[0] == key:
+            return self._trajectory[1], self._trajectory[2]
         servos = list(self.servos)
         servos[self.motor] = self.servo_at(x)
-        goals = StepGoals(self.test, self.motor, self.held, self.shift_at(x), 2.0 * self.dt)
         self.evaluations += 1
         if self.progress is not None:
             self.progress()
         try:
-            t, shaft = self.load.shaft(servos, goals, self.test.duration_s, self.dt)
+            t, shaft = self.load.shaft(servos, self.goals, self.duration, self.dt)
         except SimulationError:
-            return np.full(len(self.test.time), np.nan)
-        return np.interp(self.test.time, t, shaft)
+            t, shaft = np.array([0.0, self.duration]), np.full(2, np.nan)
+        self._trajectory = (key, t, shaft)
+        return t, shaft
+
+    def simulate(self, x: NDArray[np.float64]) -> NDArray[np.float64]:
+        """The simulated shaft angle at the test's sample times (m,) [rad]."""
+        t, shaft = self.trajectory(x)
+        return np.interp(np.maximum(self.test.time + self.shift_at(x), 0.0), t, shaft)
 
     def residual(self, x: NDArray[np.float64]) -> NDArray[np.float64]:
-        key = np.asarray(x, dtype=float).tobytes()
-        if self._cache is not None and self._cache[0] == key:
-            return self._cache[1]
         r = (self.simulate(x) - self.test.present) * self.weight
-        r = np.where(np.isfinite(r), r, 1e6)  # a candidate the engine cannot simulate: rejected by its cost
-        self._cache = (key, r)
-        return r
+        return np.where(np.isfinite(r), r, 1e6)  # a candidate the engine cannot simulate: rejected by its cost
 
     def jacobian(self, x: NDArray[np.float64], lower: NDArray[np.float64],
                  upper: NDArray[np.float64]) -> NDArray[np.float64]:
         r0 = self.residual(x)
+        base = self._trajectory
         jac = np.empty((len(r0), len(x)))
         for k in range(len(x)):
-            h = FD_STEP if x[k] + FD_STEP <= upper[k] else -FD_STEP
+            step = SHIFT_FD_STEP if (self.fit_shift and k == len(x) - 1) else FD_STEP
+            h = step if x[k] + step <= upper[k] else -step
             xk = np.array(x, dtype=float)
             xk[k] += h
             rk = (self.simulate(xk) - self.test.present) * self.weight
             jac[:, k] = (np.where(np.isfinite(rk), rk, r0) - r0) / h
+            self._trajectory = base  # the next column perturbs the base point again
         return jac
 
 
 def _solve(problem: _Problem, x0: NDArray[np.float64], lower: NDArray[np.float64], upper: NDArray[np.float64],
-           max_evaluations: int) -> Any:
+           max_evaluations: int, n_simulated: int) -> Any:
     from scipy.optimize import least_squares
 
     x0 = np.clip(x0, lower + 1e-9, upper - 1e-9)
     return least_squares(problem.residual, x0, jac=lambda x: problem.jacobian(x, lower, upper), bounds=(lower, upper),
-                         method="trf", x_scale=1.0, max_nfev=max(5, max_evaluations // (len(x0) + 1)),
+                         method="trf", x_scale=1.0, max_nfev=max(5, max_evaluations // (n_simulated + 1)),
                          xtol=1e-6, ftol=1e-8, gtol=1e-8)
 
 
@@ -661,49 +686,47 @@ def fit_servo(model: Any, recording: ServoRecording, motor: str, options: ServoF
     held = np.array([other.get(name, 0.0) for name in motors], dtype=float)
     servos = list(model.servo_list)
     servos[m] = start
-    shift0 = 0.0
-    goals0 = StepGoals(test, m, held, shift0, 2.0 * options.dt)
-    load, full = make_load(model, servos, m, goals0, test.duration_s, options.engine, options.dt, options.modes)
+    goals0 = StepGoals(test, m, held, 0.0, GOAL_RAMP_S)
+    load, full = make_load(model, servos, m, goals0, test.duration_s + SHIFT_BOUNDS[1] * test.sample_interval_s,
+                           options.engine, options.dt, options.modes)
 
-    names = list(params)
-    fitted_names: list[str] = []
-    at_bound: dict[str, str] = {}
-    result = None
-    problem = None
-    evaluations = 0
-    current = start
-    shift_x = 0.0
-    for _round in range(2):
+    def run(names: Sequence[str], servo: ServoParams, shift_x: float) -> tuple[_Problem, Any]:
         coords = [_coordinate(n, start) for n in names]
         lower = np.array([c.lower for c in coords] + ([SHIFT_BOUNDS[0]] if options.fit_shift else []))
         upper = np.array([c.upper for c in coords] + ([SHIFT_BOUNDS[1]] if options.fit_shift else []))
-        x0 = np.array([c.internal(max(getattr(current, c.name), 0.1 * c.ref) if not c.log
-                                  else getattr(current, c.name)) for c in coords]
-                      + ([shift_x] if options.fit_shift else []))
-        problem = _Problem(load, test, servos, m, held, coords, options.fit_shift, shift0, options.dt,
-                           options.noise_std, progress)
-        r_start = problem.residual(np.clip(x0, lower + 1e-9, upper - 1e-9))
-        if not np.all(r_start < 1e6):
-            raise FitError("the step test cannot be simulated with the starting servo", start.to_config())
-        result = _solve(problem, x0, lower, upper, options.max_evaluations)
-        evaluations += problem.evaluations
-        current = problem.servo_at(result.x)
-        shift_x = float(result.x[-1]) if options.fit_shift else 0.0
-        free = (result.active_mask == 0)
-        cov, _ = _covariance(result.jac, result.fun, free, problem.n_eff)
-        std_x = np.sqrt(np.clip(np.diag(cov), 0.0, None))
-        undetermined = [c.name for k, c in enumerate(coords) if not c.log and free[k] and std_x[k] > UNDETERMINED]
-        if not (options.hold_undetermined and undetermined) or _round == 1:
-            break
-        for k, c in enumerate(coords):
-            if c.name in undetermined:
-                held_reason[c.name] = (f"not determined by this recording (1σ {std_x[k] * c.ref:.3g} in a first fit, "
-                                       f"more than its scale {c.ref:.3g}): held at the configured "
-                                       f"{getattr(start, c.name):g}")
-        current = current.with_values(**{n: getattr(start, n) for n in undetermined})
-        names = [n for n in names if n not in undetermined]
-    assert result is not None and problem is not None
+        # Terms that may vanish start a tenth of their scale in: a bound is where the trust region cannot turn.
+        x0 = np.array([c.internal(getattr(servo, c.name) if c.log else max(getattr(servo, c.name), 0.1 * c.ref))
+                       for c in coords] + ([shift_x] if options.fit_shift else []))
+        problem = _Problem(load, test, servos, m, held, coords, options.fit_shift, options.dt, options.noise_std,
+                           progress)
+        if not np.all(problem.residual(np.clip(x0, lower + 1e-9, upper - 1e-9)) < 1e6):
+            raise FitError("the step test cannot be simulated with the starting servo", servo.to_config())
+        return problem, _solve(problem, x0, lower, upper, options.max_evaluations, len(coords))
+
+    evaluations = 0
+    if options.params is not None:
+        chosen, candidates = list(params), []
+    else:  # forward selection: the always-fitted, then each other term if the recording asks for it
+        chosen = [p for p in params if p in ALWAYS_FITTED]
+        candidates = [p for p in params if p not in ALWAYS_FITTED]
+    problem, result = run(chosen, start, 0.0)
+    evaluations += problem.evaluations
+    for name in candidates:
+        trial_problem, trial = run([*chosen, name], problem.servo_at(result.x),
+                                   float(result.x[-1]) if options.fit_shift else 0.0)
+        evaluations += trial_problem.evaluations
+        s2 = max(1.0, 2.0 * trial.cost / max(trial_problem.n_eff - len(trial.x), 1.0))
+        gain = 2.0 * (result.cost - trial.cost) / s2
+        if gain > SELECTION_GAIN:
+            chosen.append(name)
+            problem, result = trial_problem, trial
+        else:
+            held_reason[name] = (f"not determined by this recording: fitting it lowered the misfit by "
+                                 f"{max(gain, 0.0):.1f} (χ², less than {SELECTION_GAIN:g}); held at the configured "
+                                 f"{getattr(start, name):g}")
     coords = problem.coords
+    current = problem.servo_at(result.x)
+    at_bound: dict[str, str] = {}
     fitted_names = [c.name for c in coords]
     free = (result.active_mask == 0)
     cov, _ = _covariance(result.jac, result.fun, free, problem.n_eff)
@@ -722,12 +745,18 @@ def fit_servo(model: Any, recording: ServoRecording, motor: str, options: ServoF
     correlation = np.nan_to_num(corr_all[:p, :p], nan=0.0)
     shift_std = (float(std_x[-1] * test.sample_interval_s) if options.fit_shift and free[-1] else None)
     shift_s = problem.shift_at(result.x)
+    before = problem.evaluations
     simulated = problem.simulate(result.x)
-    evaluations += 1
+    evaluations += problem.evaluations - before
     rms = float(np.sqrt(np.mean((simulated - test.present) ** 2)))
     for name, side in at_bound.items():
         warnings.append(f"{name} ended at its {side} bound: not an estimate (the recording pushes it there or does "
                         f"not constrain it); hold it with --fix {name}=VALUE")
+    vague = [f"{c.name} ±{std[c.name]:.2g}" for k, c in enumerate(coords)
+             if not c.log and std[c.name] is not None and std_x[k] > UNDETERMINED]
+    if vague:
+        warnings.append(f"not separated by this recording (1σ beyond their scale): {', '.join(vague)}; what they "
+                        "share (damping) is determined, each alone is not: --fix one to its known value")
     rel = {c.name: (std[c.name] / c.value(float(result.x[k])) if std[c.name] is not None and c.log else None)
            for k, c in enumerate(coords)}
     if rel.get("kp") is not None and rel["kp"] > 0.1:
@@ -752,10 +781,10 @@ def fit_servo(model: Any, recording: ServoRecording, motor: str, options: ServoF
         if options.check_model:
             servos_fit = list(servos)
             servos_fit[m] = current
-            goals = StepGoals(test, m, held, shift_s, 2.0 * options.dt)
-            t_full, shaft_full = full.shaft(servos_fit, goals, test.duration_s, options.dt)
+            t_full, shaft_full = full.shaft(servos_fit, problem.goals, problem.duration, options.dt)
             evaluations += 1
-            model_check = float(np.sqrt(np.mean((np.interp(test.time, t_full, shaft_full) - simulated) ** 2)))
+            at = np.maximum(test.time + shift_s, 0.0)
+            model_check = float(np.sqrt(np.mean((np.interp(at, t_full, shaft_full) - simulated) ** 2)))
             if model_check > options.noise_std:
                 warnings.append(f"the reduced load model differs from the full FEM by {model_check / TICK_RAD:.2f} "
                                 "ticks RMS at the fitted servo: compare with --engine full")
