@@ -27,7 +27,7 @@ XM430 = SERVO_MODELS["XM430-W210"]
 #: The servo our simulator records with (test 1): every fitted term away from the factory values.
 ROD_TRUTH = XM430.with_values(kp=10.0, kd=0.02, rotor_inertia=3.0e-3, coulomb_friction=0.03, viscous_friction=0.02)
 #: The independent plant's servo (test 2).
-ARM_TRUTH = dict(kp=11.0, kd=0.03, rotor_inertia=3.0e-3, coulomb_friction=0.04, viscous_friction=0.015)
+ARM_TRUTH = {"kp": 11.0, "kd": 0.03, "rotor_inertia": 3.0e-3, "coulomb_friction": 0.04, "viscous_friction": 0.015}
 #: Recordings start this late: their first second is missing.
 LATE_S = 1.0
 RATE_HZ = 100.0
@@ -196,7 +196,7 @@ def test_independent_plant_agrees_with_our_simulator_at_the_same_servo():
     from retarget.sim.simulate import simulate
     from retarget.sim.system import build_system
 
-    ts, goal, shaft = independent_arm_plant(step_at=0.3, t_end=0.9, servo={**ARM_TRUTH, "kd": 0.0}, first=0.0)
+    ts, _, shaft = independent_arm_plant(step_at=0.3, t_end=0.9, servo={**ARM_TRUTH, "kd": 0.0}, first=0.0)
     servo = XM430.with_values(**{**ARM_TRUTH, "kd": 0.0})
     motors = FunctionMotors(lambda t: [0.6 if t >= 0.3 else 0.0], lambda t: [0.0])
     result = simulate(build_system(_arm().with_servos([servo])), motors, 0.9, 2.5e-4)

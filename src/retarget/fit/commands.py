@@ -169,7 +169,8 @@ SERVO_MESH_SCALE = 0.5
 
 def register_fit_servo(subparsers: argparse._SubParsersAction) -> None:
     """Add ``retarget fit-servo``."""
-    from retarget.fit.servo_fit import FIT_PARAMETERS, MAX_DURATION_S, ServoFitOptions as D
+    from retarget.fit.servo_fit import FIT_PARAMETERS, MAX_DURATION_S
+    from retarget.fit.servo_fit import ServoFitOptions as D
 
     p = subparsers.add_parser(
         "fit-servo",

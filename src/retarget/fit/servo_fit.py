@@ -31,14 +31,15 @@ How the recording becomes a simulation (:func:`prepare_step_test`):
 What is held (:attr:`ServoFitResult.held`, each with its reason): the data sheet and control table's values
 (stall_torque, max_velocity, duty_limit, kff1); ki when the servo has no integral action configured (a step test
 shows integral action only through a steady state, and factory servos have I = 0); what the caller fixes; and what
-the recording does not ask for. kp and the rotor inertia are always fitted; viscous friction, kd, Coulomb friction
-(and ki when configured) join one at a time, each kept only when it lowers the misfit χ² by more than
-:data:`SELECTION_GAIN` (forward selection; kp and kd trade off through the point where the duty leaves saturation,
-so a kd the recording does not demand is held rather than left to soak up kp). Uncertainties come from the Gauss–Newton covariance ``s² (JᵀJ)⁻¹`` with
-``s² = max(1, Σr²/(n_runs − p))`` (the quantization floor, or the residual when the model misses more than that;
-``n_runs`` the independent readings, :func:`run_weights`); kd and the frictions share one effect (damping), and
-those the recording does not separate (1σ beyond their scale) are named in a warning rather than dropped: holding
-one at a wrong value biases kp (measured, docs/fit.md).
+the recording does not ask for. kp and the rotor inertia are always fitted; viscous friction, Coulomb friction, kd
+(and ki when configured) join one at a time in that order, each kept only when it lowers the misfit χ² by more than
+:data:`SELECTION_GAIN` (forward selection; kp and kd trade off through the error at which the duty leaves
+saturation, so a kd the recording does not demand is held rather than left to soak up kp).
+
+Uncertainties come from the Gauss–Newton covariance ``s² (JᵀJ)⁻¹`` with ``s² = max(1, Σr²/(n_runs − p))`` (the
+quantization floor, or the residual when the model misses more than that; ``n_runs`` the independent readings,
+:func:`run_weights`). Fitted terms the recording still does not separate (1σ beyond their scale) are named in a
+warning.
 """
 from __future__ import annotations
 
@@ -93,6 +94,9 @@ HELD_PARAMETERS: dict[str, str] = {
 }
 #: Fitted in every default fit; the other parameters join when the recording asks for them (:data:`SELECTION_GAIN`).
 ALWAYS_FITTED: tuple[str, ...] = ("kp", "rotor_inertia")
+#: The order in which the other parameters are offered to a default fit: the gearbox's friction before the gains
+#: that factory servos leave at 0.
+SELECTION_ORDER: tuple[str, ...] = ("viscous_friction", "coulomb_friction", "kd", "ki")
 #: A parameter joins a default fit when it lowers the misfit χ² (scaled by the residual variance) by more than this
 #: (χ² with one degree of freedom beyond 0.1 % is 10.8).
 SELECTION_GAIN: float = 10.0
@@ -287,7 +291,7 @@ class ReducedLoad(LoadSimulator):
         from retarget.optimize.adjoint import rollout
 
         engine = self.engine.with_servos(list(servos))
-        n = int(math.ceil(duration / dt - 1e-9))
+        n = math.ceil(duration / dt - 1e-9)
         run = rollout(engine, engine.solve_static(goals.value(0.0)), goals, dt, n)
         return run.times, run.matrix[:, engine.shaft_angle_index[self.motor]]
 
@@ -708,7 +712,7 @@ def fit_servo(model: Any, recording: ServoRecording, motor: str, options: ServoF
         chosen, candidates = list(params), []
     else:  # forward selection: the always-fitted, then each other term if the recording asks for it
         chosen = [p for p in params if p in ALWAYS_FITTED]
-        candidates = [p for p in params if p not in ALWAYS_FITTED]
+        candidates = [p for p in SELECTION_ORDER if p in params]
     problem, result = run(chosen, start, 0.0)
     evaluations += problem.evaluations
     for name in candidates:

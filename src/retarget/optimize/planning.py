@@ -118,9 +118,9 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
         PlanCancelled: the cancel came before there was anything to return.
         RetargetError: planning failed.
     """
+    from retarget.model.servo_file import servo_file_servos
     from retarget.motion.limits import check_plan_input
     from retarget.optimize.engines import planner_engine
-    from retarget.model.servo_file import servo_file_servos
     from retarget.optimize.planning_model import planning_model
     from retarget.optimize.verification import check_plan, gate_model  # noqa: PLC0415
     from retarget.sim.reduced.system import with_stiffness_scale
