@@ -410,7 +410,7 @@ def test_fit_servo_cli_contract(rod_recording, tmp_path, capsys):
     out = tmp_path / "servo.yaml"
     code = _cli(["fit-servo", str(folder / "tiny_rod.yaml"), "--recording", str(csv_path), "--motor", "m",
                  "--out", str(out), "--json", "--params", "kp,rotor_inertia", "--duration", "0.4",
-                 "--no-model-check"])
+                 "--no-model-check", "--mesh-axial", "4"])
     assert code == 0
     stdout = capsys.readouterr().out.strip().splitlines()
     data = json.loads(stdout[-1])

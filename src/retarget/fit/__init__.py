@@ -5,7 +5,8 @@ then :func:`fit_materials` (or :func:`build_problem` + :func:`solve` to inspect 
 :func:`record_twin_step_test` makes twin recordings with known parameters. :func:`design_identification_motion`
 builds the motion that separates α from β (second bending mode, within the servo's stall torque),
 :func:`predict_uncertainty` the 1σ a fit will reach before anything is recorded and :func:`choose_burst_count` the
-number of bursts from it. Imports no ROS. See docs/fit.md.
+number of bursts from it. :func:`fit_servo` identifies a servo's position loop from a step test
+(:func:`read_servo_recording`). Imports no ROS. See docs/fit.md.
 """
 from retarget.fit.align import Alignment, RestPose, align, detect_onset, kabsch, rest_pose, still_pose
 from retarget.fit.design import (
@@ -35,6 +36,8 @@ from retarget.fit.fitter import (
 from retarget.fit.materials_file import default_materials_path, update_materials_file
 from retarget.fit.recording import TipRecording, read_recording
 from retarget.fit.rig import StepTestRig, load_rig
+from retarget.fit.servo_fit import ServoFitOptions, ServoFitResult, fit_servo, prepare_step_test
+from retarget.fit.servo_recording import ServoRecording, read_servo_recording
 from retarget.fit.simulators import (
     ENGINES,
     BeamEngine,
@@ -66,6 +69,9 @@ __all__ = [
     "RecordingError",
     "RestPose",
     "RigError",
+    "ServoFitOptions",
+    "ServoFitResult",
+    "ServoRecording",
     "StepTestRig",
     "StepTestSimulator",
     "TipRecording",
@@ -80,6 +86,7 @@ __all__ = [
     "design_identification_motion",
     "detect_onset",
     "fit_materials",
+    "fit_servo",
     "kabsch",
     "load_rig",
     "load_torque",
@@ -87,7 +94,9 @@ __all__ = [
     "motor_profile",
     "parse_params",
     "predict_uncertainty",
+    "prepare_step_test",
     "read_recording",
+    "read_servo_recording",
     "record_twin_step_test",
     "rest_pose",
     "solve",

@@ -162,15 +162,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     m.set_defaults(func=_fit_motion)
 
 
-#: Default mesh scale of ``fit-servo``'s load model (a coarse mesh: the parts' stiffness is calibrated to keep their
-#: frequencies; the servo sees the load's inertia and first modes).
-SERVO_MESH_SCALE = 0.5
-
-
 def register_fit_servo(subparsers: argparse._SubParsersAction) -> None:
     """Add ``retarget fit-servo``."""
     from retarget.fit.servo_fit import FIT_PARAMETERS, MAX_DURATION_S
     from retarget.fit.servo_fit import ServoFitOptions as D
+    from retarget.optimize.options import PlanOptions
 
     p = subparsers.add_parser(
         "fit-servo",
@@ -196,8 +192,11 @@ def register_fit_servo(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--engine", choices=("auto", "reduced", "full"), default=D.engine,
                    help="load model: reduced (trained here from one full-FEM run of the step test), full, or auto "
                    "(reduced with flexible parts; default)")
-    p.add_argument("--mesh-scale", type=float, default=SERVO_MESH_SCALE, metavar="F",
-                   help=f"mesh scale of the robot's flexible parts (default {SERVO_MESH_SCALE:g})")
+    p.add_argument("--mesh-axial", type=int, default=PlanOptions.mesh_axial, metavar="N",
+                   help=f"element layers along each generated part of the load model (default {PlanOptions.mesh_axial}: "
+                   "the planner's training mesh; stiffness-calibrated)")
+    p.add_argument("--mesh-around", type=int, default=PlanOptions.mesh_around, metavar="N",
+                   help=f"corner nodes around each generated rod (default {PlanOptions.mesh_around})")
     p.add_argument("--dt", type=float, default=D.dt, metavar="S", help=f"simulation step [s] (default {D.dt:g})")
     p.add_argument("--modes", type=int, default=D.modes, help=f"reduced model modes per part (default {D.modes})")
     p.add_argument("--duration", type=float, default=MAX_DURATION_S, metavar="S",
@@ -221,11 +220,11 @@ def _fit_servo(args: argparse.Namespace) -> int:
     from retarget.fit.servo_recording import read_servo_recording
     from retarget.jsonsafe import dumps
     from retarget.model.library import resolve_robot
-    from retarget.model.loader import load_robot
     from retarget.model.servo_file import robot_servos, write_servo_file
+    from retarget.sim.reduced.store import load_model
 
-    if not (args.dt > 0 and args.duration > 0 and args.mesh_scale > 0 and args.modes > 0):
-        raise InputError("--dt, --duration, --mesh-scale and --modes must be positive")
+    if not (args.dt > 0 and args.duration > 0 and args.mesh_axial > 0 and args.mesh_around > 2 and args.modes > 0):
+        raise InputError("--dt, --duration, --mesh-axial and --modes must be positive, --mesh-around at least 3")
     fixed = parse_servo_fixed(args.fix)
     params = None
     if args.params is not None:
@@ -244,7 +243,7 @@ def _fit_servo(args: argparse.Namespace) -> int:
     print(f"recording {recording.source}: {recording.n_samples} samples"
           f"{f' ({recording.dropped} dropped)' if recording.dropped else ''}, goal step {test.step_rad:.4g} rad at "
           f"{test.onset_s:.3f} s, every {1e3 * test.sample_interval_s:.3g} ms", file=sys.stderr)
-    model = load_robot(path, mesh_scale=args.mesh_scale)
+    model, _, _ = load_model(path, args.mesh_axial, args.mesh_around)
     options = ServoFitOptions(params=params, fixed=fixed, engine=args.engine, dt=args.dt, modes=args.modes,
                               max_duration=args.duration, check_model=not args.no_model_check)
     bar = counting_bar("fit-servo", "sim")
