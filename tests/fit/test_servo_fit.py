@@ -393,6 +393,22 @@ def test_servo_file_round_trip_and_overlay(tmp_path):
         read_servo_file(tmp_path / "bad.yaml")
 
 
+def test_servo_file_servos_lay_a_file_over_a_robot_on_disk(tmp_path):
+    from tiny_robot import write_tiny_robot
+
+    from retarget.model.servo import ServoError
+    from retarget.model.servo_file import servo_file_servos, write_servo_file
+
+    folder = write_tiny_robot(tmp_path / "robot")
+    fitted = XM430.with_values(kp=9.25, rotor_inertia=2.7e-3)
+    path = write_servo_file(tmp_path / "servo.yaml", fitted.to_config())  # motor-wide keys: every motor
+    assert servo_file_servos(folder / "tiny_rod.yaml", path) == (fitted,)
+    bad = write_servo_file(tmp_path / "bad.yaml", {"motors": {"m": {"kp": 9.0}}})
+    bad.write_text(bad.read_text().replace("kp:", "kpp:"))
+    with pytest.raises(ServoError, match="unknown key kpp"):
+        servo_file_servos(folder / "tiny_rod.yaml", bad)
+
+
 # ---- (4) the command, (5) retarget plan --servo ------------------------------------------------------------------
 
 def _cli(argv):
