@@ -765,8 +765,13 @@ def fit_servo(model: Any, recording: ServoRecording, motor: str, options: ServoF
     rel = {c.name: (std[c.name] / c.value(float(result.x[k])) if std[c.name] is not None and c.log else None)
            for k, c in enumerate(coords)}
     if rel.get("kp") is not None and rel["kp"] > 0.1:
-        warnings.append(f"kp is determined to ±{100 * rel['kp']:.0f} % only: record a larger step (beyond the "
-                        f"duty's saturation at {current.saturation_error:.3g} rad of error)")
+        k = fitted_names.index("kp")
+        partner = max((j for j in range(len(coords)) if j != k), key=lambda j: abs(correlation[k, j]), default=None)
+        why = (f"record a larger step (beyond the duty's saturation at {current.saturation_error:.3g} rad of error)"
+               if test.step_rad < current.saturation_error or partner is None else
+               f"it trades off with {coords[partner].name} (correlation {correlation[k, partner]:+.3f}): --fix that "
+               "to its control-table value")
+        warnings.append(f"kp is determined to ±{100 * rel['kp']:.0f} % only: {why}")
     if rel.get("rotor_inertia") is not None and rel["rotor_inertia"] > 0.5:
         warnings.append(f"the rotor inertia is barely seen behind the load: ±{100 * rel['rotor_inertia']:.0f} % "
                         "(1σ); use its uncertainty, not the number")
