@@ -5,9 +5,10 @@ then :func:`fit_materials` (or :func:`build_problem` + :func:`solve` to inspect 
 :func:`record_twin_step_test` makes twin recordings with known parameters. :func:`design_identification_motion`
 builds the motion that separates α from β (second bending mode, within the servo's stall torque),
 :func:`predict_uncertainty` the 1σ a fit will reach before anything is recorded and :func:`choose_burst_count` the
-number of bursts from it. :func:`build_servo_beam` puts the rig's beam on a shaft driven by a Dynamixel position
-loop (an independent plant), and :func:`replay` plays a plan and its naive input in it. Imports no ROS. See
-docs/fit.md.
+number of bursts from it. :func:`fit_servo` identifies a servo's position loop from a step test
+(:func:`read_servo_recording`). :func:`build_servo_beam` puts the rig's beam on a shaft driven by a
+Dynamixel position loop (an independent plant), and :func:`replay` plays a plan and its naive input in it.
+Imports no ROS. See docs/fit.md.
 """
 from retarget.fit.align import Alignment, RestPose, align, detect_onset, kabsch, rest_pose, still_pose
 from retarget.fit.beam_servo import DynamixelLoop, PlantError, ServoBeam, ServoBeamRun, build_servo_beam
@@ -39,6 +40,8 @@ from retarget.fit.materials_file import default_materials_path, update_materials
 from retarget.fit.recording import TipRecording, read_recording
 from retarget.fit.replay import ReplayReport, replay
 from retarget.fit.rig import StepTestRig, load_rig
+from retarget.fit.servo_fit import ServoFitOptions, ServoFitResult, fit_servo, prepare_step_test
+from retarget.fit.servo_recording import ServoRecording, read_servo_recording
 from retarget.fit.simulators import (
     ENGINES,
     BeamEngine,
@@ -75,6 +78,9 @@ __all__ = [
     "RigError",
     "ServoBeam",
     "ServoBeamRun",
+    "ServoFitOptions",
+    "ServoFitResult",
+    "ServoRecording",
     "StepTestRig",
     "StepTestSimulator",
     "TipRecording",
@@ -90,6 +96,7 @@ __all__ = [
     "design_identification_motion",
     "detect_onset",
     "fit_materials",
+    "fit_servo",
     "kabsch",
     "load_rig",
     "load_torque",
@@ -97,7 +104,9 @@ __all__ = [
     "motor_profile",
     "parse_params",
     "predict_uncertainty",
+    "prepare_step_test",
     "read_recording",
+    "read_servo_recording",
     "record_twin_step_test",
     "replay",
     "rest_pose",

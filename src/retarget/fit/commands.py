@@ -1,5 +1,5 @@
-"""CLI: ``retarget fit``, ``retarget twin-test``, ``retarget fit-motion``, ``retarget check fit``,
-``retarget check fit-surrogate`` and ``retarget check replay``."""
+"""CLI: ``retarget fit``, ``retarget fit-servo``, ``retarget twin-test``, ``retarget fit-motion``, ``retarget check
+fit``, ``retarget check fit-surrogate`` and ``retarget check replay``."""
 from __future__ import annotations
 
 import argparse
@@ -31,7 +31,7 @@ DEFAULT_RIG = "fit_rig"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``fit``, ``twin-test`` and ``fit-motion`` to the top-level parser."""
+    """Add ``fit``, ``fit-servo``, ``twin-test`` and ``fit-motion`` to the top-level parser."""
     p = subparsers.add_parser(
         "fit",
         help="fit Young's modulus and Rayleigh damping of a rig's flexible part to recorded step tests",
@@ -111,6 +111,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     q.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     q.set_defaults(func=_twin_test)
 
+    register_fit_servo(subparsers)
+
     m = subparsers.add_parser(
         "fit-motion",
         help="design the identification motion of a step-test rig (excites the second bending mode)",
@@ -158,6 +160,132 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "material, 120 Hz, 1 mm and 0.005 rad noise")
     m.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     m.set_defaults(func=_fit_motion)
+
+
+def register_fit_servo(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``retarget fit-servo``."""
+    from retarget.fit.servo_fit import FIT_PARAMETERS, MAX_DURATION_S
+    from retarget.fit.servo_fit import ServoFitOptions as D
+    from retarget.optimize.options import PlanOptions
+
+    p = subparsers.add_parser(
+        "fit-servo",
+        help="identify a servo's position loop (kp, ki, kd, rotor inertia, friction) from a recorded step test",
+        description="Simulate the robot driven by the recorded goal with candidate servo parameters and fit them "
+        "to the recorded present position by bounded least squares (docs/fit.md, \"Servo identification\"). "
+        "The recording: a CSV with the columns 'time [s]', 'goal [rad]', 'present [rad]', or a bag of `retarget "
+        "play MOTION --record BAG --record-topics /joint_states /joint_commands`. Writes a servo file for "
+        "`retarget plan --servo` and the robot config's servo: section; prints which parameters it held and why.",
+    )
+    p.add_argument("robot", help="robot or rig name, or params YAML (the load the servo carried)")
+    p.add_argument("--recording", required=True, metavar="CSV_OR_BAG", help="the step test: CSV or rosbag2 bag")
+    p.add_argument("--motor", default=None, metavar="NAME",
+                   help="the motor tested (default: the robot's only motor); the servo file then holds it under "
+                   "servo.motors.NAME")
+    p.add_argument("--out", default=None, metavar="SERVO.yaml", help="servo file to write (atomically; nothing is "
+                   "written on error)")
+    p.add_argument("--params", default=None, metavar="P1,P2",
+                   help=f"parameters to fit among {','.join(FIT_PARAMETERS)} (default: all but ki when the servo "
+                   "has no integral action configured, and those given to --fix)")
+    p.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE",
+                   help="hold a servo parameter at VALUE [SI], e.g. --fix coulomb_friction=0; repeatable")
+    p.add_argument("--engine", choices=("auto", "reduced", "full"), default=D.engine,
+                   help="load model: reduced (trained here from one full-FEM run of the step test), full, or auto "
+                   "(reduced with flexible parts; default)")
+    p.add_argument("--mesh-axial", type=int, default=PlanOptions.mesh_axial, metavar="N",
+                   help=f"element layers along each generated part of the load model (default {PlanOptions.mesh_axial}: "
+                   "the planner's training mesh; stiffness-calibrated)")
+    p.add_argument("--mesh-around", type=int, default=PlanOptions.mesh_around, metavar="N",
+                   help=f"corner nodes around each generated rod (default {PlanOptions.mesh_around})")
+    p.add_argument("--dt", type=float, default=D.dt, metavar="S", help=f"simulation step [s] (default {D.dt:g})")
+    p.add_argument("--modes", type=int, default=D.modes, help=f"reduced model modes per part (default {D.modes})")
+    p.add_argument("--duration", type=float, default=MAX_DURATION_S, metavar="S",
+                   help=f"fit at most this long after the step [s] (default {MAX_DURATION_S:g})")
+    p.add_argument("--no-model-check", action="store_true",
+                   help="skip the full-FEM simulation of the fitted servo (reduced engine)")
+    p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
+    p.set_defaults(func=_fit_servo)
+
+
+def _fit_servo(args: argparse.Namespace) -> int:
+    from retarget.errors import InputError
+    from retarget.fit.servo_fit import (
+        TICK_RAD,
+        ServoFitOptions,
+        fit_servo,
+        parse_servo_fixed,
+        prepare_step_test,
+        servo_section,
+    )
+    from retarget.fit.servo_recording import read_servo_recording
+    from retarget.jsonsafe import dumps
+    from retarget.model.library import resolve_robot
+    from retarget.model.servo_file import robot_servos, write_servo_file
+    from retarget.sim.reduced.store import load_model
+
+    if not (args.dt > 0 and args.duration > 0 and args.mesh_axial > 0 and args.mesh_around > 2 and args.modes > 0):
+        raise InputError("--dt, --duration, --mesh-axial and --modes must be positive, --mesh-around at least 3")
+    fixed = parse_servo_fixed(args.fix)
+    params = None
+    if args.params is not None:
+        params = tuple(p.strip() for p in args.params.split(",") if p.strip())
+    path = resolve_robot(args.robot)
+    motors, _ = robot_servos(path)  # the motors, before any mesh work
+    if args.motor is not None and args.motor not in motors:
+        raise InputError(f"--motor {args.motor}: no such motor in {path.stem}; motors: {', '.join(motors)}")
+    if args.motor is None and len(motors) != 1:
+        raise InputError(f"{path.stem} has motors {', '.join(motors)}: name the one tested with --motor")
+    motor = args.motor or motors[0]
+    recording = read_servo_recording(args.recording, motor)
+    if recording.motor is not None and recording.motor != motor:
+        raise InputError(f"the recording is of joint {recording.motor!r}, the motor tested is {motor!r}")
+    test = prepare_step_test(recording, args.duration)  # a bad recording is refused before the mesh is built
+    print(f"recording {recording.source}: {recording.n_samples} samples"
+          f"{f' ({recording.dropped} dropped)' if recording.dropped else ''}, goal step {test.step_rad:.4g} rad at "
+          f"{test.onset_s:.3f} s, every {1e3 * test.sample_interval_s:.3g} ms", file=sys.stderr)
+    model, _, _ = load_model(path, args.mesh_axial, args.mesh_around)
+    options = ServoFitOptions(params=params, fixed=fixed, engine=args.engine, dt=args.dt, modes=args.modes,
+                              max_duration=args.duration, check_model=not args.no_model_check)
+    bar = counting_bar("fit-servo", "sim")
+    try:
+        result = fit_servo(model, recording, motor, options, progress=lambda: bar.update(1))
+    finally:
+        bar.close()
+    units = {"kp": "N m/rad", "ki": "N m/(rad s)", "kd": "N m s/rad", "rotor_inertia": "kg m^2",
+             "coulomb_friction": "N m", "viscous_friction": "N m s/rad", "kff1": "N m s/rad", "stall_torque": "N m",
+             "max_velocity": "rad/s", "duty_limit": "-"}
+    print(f"servo of {motor} on {model.name} ({result.servo.model}), {result.samples} samples, load model "
+          f"{result.engine['name']}:")
+    for name, unit in units.items():
+        value = getattr(result.servo, name)
+        if name in result.fitted:
+            s = result.std.get(name)
+            spread = f" ± {s:.2g}" if s is not None else " (at a bound)"
+            print(f"  {name:17s} = {value:.6g}{spread} {unit}")
+        else:
+            print(f"  {name:17s} = {value:.6g} {unit}  ({result.held[name]})")
+    shift_std = result.goal_shift_s[1]
+    noise_ticks = result.noise_std_rad / TICK_RAD
+    print(f"  residual RMS {result.residual_rms_rad / TICK_RAD:.2f} ticks (quantization {noise_ticks:.2f}); goal "
+          f"timing {1e3 * result.goal_shift_s[0]:+.2f}"
+          f"{f' ± {1e3 * shift_std:.2f}' if shift_std is not None else ''} ms; {result.evaluations} simulations, "
+          f"{result.wall_s:.1f} s")
+    if result.model_check_rad is not None:
+        print(f"  full FEM at the fitted servo: {result.model_check_rad / TICK_RAD:.3f} ticks RMS from the reduced "
+              "model")
+    for text in result.warnings:
+        print(f"  warning: {text}")
+    summary = {"robot": model.name, **result.to_json()}
+    if args.out:
+        written = write_servo_file(args.out, servo_section(result, per_motor=args.motor is not None),
+                                   comment=f"retarget fit-servo {model.name} --recording {args.recording}: the servo "
+                                   f"of {motor} (SI); fitted {', '.join(result.fitted)}; held "
+                                   f"{', '.join(result.held)}")
+        summary["out"] = str(written)
+        print(f"  wrote {written}")
+    if args.json:
+        print(dumps(summary))
+    return 0
 
 
 def register_check(subparsers: argparse._SubParsersAction) -> None:

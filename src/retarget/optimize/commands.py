@@ -183,6 +183,7 @@ def options_from_args(args: argparse.Namespace) -> Any:
                        verify_full_band=_factors(args.verify_full_band, "--verify-full-band"), modes=args.modes,
                        dt_train=args.dt_train,
                        mesh_axial=args.mesh_axial, mesh_around=args.mesh_around, reduced_file=args.reduced,
+                       servo_file=args.servo,
                        use_cache=not args.no_cache, allow_unverified_model=args.allow_unverified_model,
                        weights=tuple(args.weight or ()))
     for name, why in options.out_of_range():  # the settings' ranges, named as this command's flags
@@ -500,5 +501,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--verify-dt", type=float, default=None, metavar="S", help="re-simulate the naive and optimized "
                    "profiles at this finer step and warn when the improvement does not hold there (default: "
                    "--dt / 5; 0: no verification)")
+    p.add_argument("--servo", default=None, metavar="SERVO.yaml", help="plan for the servos of a servo file "
+                   "(`retarget fit-servo --out`) laid over the robot's: the motors it names take its values")
     _model_args(p)
     p.set_defaults(func=_plan_command)

@@ -137,6 +137,8 @@ class PlanOptions:
             default mesh). The parts' stiffness is calibrated against a mesh-converged reference
             (:mod:`retarget.fem.model_card`), so a coarse training mesh keeps the right frequencies.
         reduced_file: a reduced model to plan with (``retarget reduce`` artifact) instead of finding or training one.
+        servo_file: a servo file (``retarget fit-servo --out``, :mod:`retarget.model.servo_file`) laid over the
+            robot's servos: the plan is made for the servos it names.
         use_cache: read and write the model cache and search the model folders.
         allow_training: train a model in-process when none is given, cached or found (minutes); False: raise
             :class:`~retarget.errors.NotAvailableError` instead.
@@ -188,6 +190,7 @@ class PlanOptions:
     mesh_axial: int | None = 20
     mesh_around: int | None = 6
     reduced_file: str | None = None
+    servo_file: str | None = None
     use_cache: bool = True
     allow_training: bool = True
     allow_unverified_model: bool = False

@@ -118,6 +118,7 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
         PlanCancelled: the cancel came before there was anything to return.
         RetargetError: planning failed.
     """
+    from retarget.model.servo_file import servo_file_servos
     from retarget.motion.limits import check_plan_input
     from retarget.optimize.engines import planner_engine
     from retarget.optimize.planning_model import planning_model
@@ -150,7 +151,8 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
         pm = planning_model(robot, motion, n_modes=options.modes, dt_train=options.dt_train,
                             mesh_axial=options.mesh_axial, mesh_around=options.mesh_around,
                             reduced_file=options.reduced_file, use_cache=options.use_cache,
-                            allow_training=options.allow_training, progress=training)
+                            allow_training=options.allow_training, progress=training,
+                            servos=None if options.servo_file is None else servo_file_servos(robot, options.servo_file))
     except BudgetExhausted:
         raise TimeBudgetError("the time budget ran out while training the reduced model; build it once with "
                               "`retarget reduce` or `retarget plan` and plan again", stage="training",
