@@ -118,6 +118,34 @@ def test_hardware_and_options(tmp_path: Path) -> None:
     assert plan.follow_joint_trajectory_action == "/robot/trajectory_server/follow_joint_trajectory"
     natnet = describe("drummer", mocap="natnet", run_dir=tmp_path)
     assert natnet.node("mocap").parameters["source"] == "natnet"
+    assert "server_address" not in natnet.node("mocap").parameters  # the params file's, else the node's default
+    assert driver["baudrate"] == 1_000_000  # the driver's default, said out loud
+
+
+def test_baud_rate_and_mocap_address_options(tmp_path: Path) -> None:
+    plan = describe("drummer", baudrate=57_600, mocap="natnet", mocap_server="10.0.0.2", mocap_local="10.0.0.5",
+                    run_dir=tmp_path)
+    emulator = plan.processes[0]
+    # The emulated servos run at the rate the driver opens its port at.
+    assert emulator.args[emulator.args.index("--baud") + 1] == "57600"
+    assert plan.node("dynamixel_driver").parameters["baudrate"] == 57_600
+    mocap = plan.node("mocap").parameters
+    assert (mocap["server_address"], mocap["local_address"]) == ("10.0.0.2", "10.0.0.5")
+    with pytest.raises(InputError, match="baud rate 12345"):
+        describe("drummer", baudrate=12_345, run_dir=tmp_path)
+    with pytest.raises(InputError, match="for mocap natnet"):
+        describe("drummer", mocap_server="10.0.0.2", run_dir=tmp_path)
+    # A params file that names a rate sets both sides.
+    config = tmp_path / "config"
+    config.mkdir()
+    for suffix in (".yaml", ".params.yaml"):
+        shutil.copy(REPO / "config" / f"fit_rig{suffix}", config / f"fit_rig{suffix}")
+    params = config / "fit_rig.params.yaml"
+    params.write_text(params.read_text().replace("servo_model: XM540-W270",
+                                                 "servo_model: XM540-W270\n    baudrate: 3000000"))
+    rig = describe(config / "fit_rig.yaml", run_dir=tmp_path / "rig")
+    assert rig.processes[0].args[rig.processes[0].args.index("--baud") + 1] == "3000000"
+    assert rig.node("dynamixel_driver").parameters["baudrate"] == 3_000_000
 
 
 def test_planner_settings_come_from_the_params_file_unless_a_budget_is_given(tmp_path: Path) -> None:
@@ -264,12 +292,13 @@ def _run_launch_file(path: Path, monkeypatch: pytest.MonkeyPatch, configuration:
 
 @pytest.mark.parametrize("hardware", ["", "/dev/ttyUSB0"])
 def test_robot_launch_builds_the_described_nodes(hardware: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    configuration = {"robot": "drummer", "hardware": hardware, "planner": "true", "mocap": "twin",
-                     "namespace": "", "twin": "servo", "reduced": ""}
+    configuration = {"robot": "drummer", "hardware": hardware, "baud": "", "planner": "true", "mocap": "twin",
+                     "mocap_server": "", "mocap_local": "", "namespace": "", "twin": "servo", "reduced": ""}
     launch_file = _run_launch_file(LAUNCH / "robot.launch.py", monkeypatch, configuration)
     description = launch_file["generate_launch_description"]()
     declared = [a.kwargs.get("name", a.args[0] if a.args else None) for a in description.args[0][:-1]]
-    assert declared == ["robot", "hardware", "planner", "mocap", "namespace", "twin", "reduced"]
+    assert declared == ["robot", "hardware", "baud", "planner", "mocap", "mocap_server", "mocap_local", "namespace",
+                        "twin", "reduced"]
     made: list[Path] = []
     real_mkdtemp = tempfile.mkdtemp
     monkeypatch.setattr(tempfile, "mkdtemp", lambda **kw: made.append(Path(real_mkdtemp(**kw))) or str(made[-1]))
