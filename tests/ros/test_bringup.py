@@ -503,12 +503,17 @@ def test_supervisor_kills_a_stubborn_child_and_removes_its_shm(tmp_path: Path) -
 
 
 UNCLEAN = '''
-import signal, sys, threading, time
+import faulthandler, signal, sys, threading, time
 how = sys.argv[1]
 stop = threading.Event()
 signal.signal(signal.SIGINT, lambda *_: stop.set())
 print("up", flush=True)
 stop.wait(30)
+if how == "hang":  # a node whose stop hangs: its watchdog (retarget.ros.spinning) prints the stacks and ends it
+    faulthandler.dump_traceback_later(1.0, exit=True)
+    def stuck_in_teardown():
+        threading.Event().wait()
+    stuck_in_teardown()
 if how == "traceback":  # as the mocap node's receive thread did: the process itself still exits 0
     def fail():
         raise RuntimeError("handle used after shutdown")
@@ -528,17 +533,21 @@ def test_supervisor_reports_a_non_zero_exit_and_a_traceback_at_stop(tmp_path: Pa
     (tmp_path / "unclean_child.py").write_text(UNCLEAN)
     plan = describe("single_rod", hardware="/dev/null", planner=False, mocap="none", run_dir=tmp_path)
     plan = dataclasses.replace(plan, nodes=(), processes=tuple(
-        ProcessSpec(how, "unclean_child", (how,)) for how in ("clean", "code", "traceback")))
+        ProcessSpec(how, "unclean_child", (how,)) for how in ("clean", "code", "traceback", "hang")))
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     lines: list[str] = []
     with Supervisor(plan, env=env, sink=lines.append) as supervisor:
         supervisor.start()
         from ros_helpers import wait_for
 
-        wait_for(lambda: sum("up" in line for line in lines) == 3, 15.0, f"the children to start: {lines}")
+        wait_for(lambda: sum("up" in line for line in lines) == 4, 15.0, f"the children to start: {lines}")
         assert supervisor.stop(timeout=5.0) == []
     unclean = {e.name: e for e in supervisor.unclean_exits()}
-    assert set(unclean) == {"code", "traceback"}
+    assert set(unclean) == {"code", "traceback", "hang"}
+    hung = unclean["hang"]
+    assert hung.hung and hung.code == 1 and not hung.killed
+    assert hung.describe() == "hang did not stop within its stop timeout (its watchdog printed its stacks and ended it)"
+    assert hung.stacks.startswith("Timeout (0:00:01)!") and "stuck_in_teardown" in hung.stacks
     assert unclean["code"].describe() == "code exited with code 3"
     assert unclean["traceback"].code == 0
     assert unclean["traceback"].describe() == \

@@ -441,6 +441,12 @@ def _die_with_parent() -> None:
 
 #: The line Python prints before a traceback (an uncaught exception, in any thread of the child).
 _TRACEBACK = "Traceback (most recent call last):"
+#: What a node's stop watchdog prints first (faulthandler.dump_traceback_later), then every thread's stack.
+_WATCHDOG = "Timeout ("
+#: A thread's header in faulthandler's dump (the watchdog's or SIGUSR1's).
+_STACK_HEADER = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):")
+#: How many lines printed while stopping are kept per child.
+_STOP_OUTPUT_LINES = 400
 
 
 @dataclass(frozen=True)
@@ -452,23 +458,31 @@ class ChildExit:
         code: Its exit code (negative: killed by that signal), None while it runs.
         killed: The supervisor had to kill it (it did not stop within the timeout).
         traceback: The exception line of the last traceback it printed (``InvalidHandle: ...``), "" if none.
+        hung: Its stop watchdog fired: it did not end within its stop timeout and exited by itself with its
+            threads' stacks (:data:`retarget.ros.spinning.STOP_TIMEOUT_S`).
+        stacks: The threads' stacks it printed while stopping (its watchdog's, or on the supervisor's SIGUSR1
+            before a kill), "" if none.
     """
 
     name: str
     code: int | None
     killed: bool = False
     traceback: str = ""
+    hung: bool = False
+    stacks: str = ""
 
     @property
     def clean(self) -> bool:
         """Exited by itself with code 0 and printed no traceback."""
-        return self.code == 0 and not self.killed and not self.traceback
+        return self.code == 0 and not self.killed and not self.traceback and not self.hung
 
     def describe(self) -> str:
         """One phrase for the summary line, e.g. ``mocap printed a traceback (InvalidHandle: ...)``."""
         parts = []
         if self.killed:
             parts.append("was killed after the stop timeout")
+        elif self.hung:
+            parts.append("did not stop within its stop timeout (its watchdog printed its stacks and ended it)")
         elif self.code is None:
             parts.append("is still running")
         elif self.code < 0:
@@ -492,6 +506,9 @@ class _Child:
         self.killed = False
         self.traceback = ""  # exception line of the last traceback printed
         self._in_traceback = False
+        self.stopping = False  # set by Supervisor.stop: the lines after it are kept in stop_output
+        self.stop_output: list[str] = []
+        self.hung = False  # its stop watchdog fired
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, env=dict(env), start_new_session=True,
                                      preexec_fn=_die_with_parent if _LIBC_PRCTL is not None else None)
@@ -506,6 +523,9 @@ class _Child:
             line = raw.decode(errors="replace").rstrip("\n")
             self.tail = (self.tail + [line])[-40:]
             self._watch_traceback(line)
+            if self.stopping and len(self.stop_output) < _STOP_OUTPUT_LINES:
+                self.stop_output.append(line)
+                self.hung = self.hung or line.startswith(_WATCHDOG)
             text = f"[{self.name}] {line}"
             self._sink(text)
             if self._log_file is not None:
@@ -527,7 +547,14 @@ class _Child:
 
     def exit(self) -> ChildExit:
         """How it ended (``code`` None while it runs)."""
-        return ChildExit(self.name, self.proc.poll(), self.killed, self.traceback)
+        return ChildExit(self.name, self.proc.poll(), self.killed, self.traceback, self.hung, self.stacks())
+
+    def stacks(self) -> str:
+        """The threads' stacks among the lines printed while stopping (faulthandler's dump), "" if none."""
+        lines = self.stop_output
+        start = next((k for k, line in enumerate(lines)
+                      if line.startswith(_WATCHDOG) or _STACK_HEADER.match(line)), None)
+        return "" if start is None else "\n".join(lines[start:])
 
     def signal(self, signum: int) -> None:
         """Signal the child's process group (it leads its own process group, setsid), so helpers it started get it too."""
@@ -704,6 +731,7 @@ class Supervisor:
         for stage in stages:
             for child in stage:
                 child.expected_exit = child.expected_exit or child.alive()
+                child.stopping = True
                 if child.alive():
                     child.signal(signal.SIGINT)
             deadline = time.monotonic() + timeout
