@@ -68,8 +68,8 @@ R = TypeVar("R")
 LOOP_JOIN_S = 2.0
 BUS_WAIT_S = 1.5
 
-# Test hook (tests/ros/test_shutdown_cycles.py): after a stop signal, the control loop forces a full garbage
-# collection in the middle of its bus exchange, holding the bus.
+# Test hook (tests/ros/test_shutdown_cycles.py): when a stop ends the control loop, its last exchange runs a full
+# garbage collection between the Sync Write and the Sync Read, holding the bus.
 _TEST_STOP_GC = bool(os.environ.get(TEST_STOP_GC_ENV))
 
 
@@ -276,21 +276,41 @@ class DynamixelDriver(Node):
         """
         period = 1.0 / self.rate
         due = time.monotonic()
-        while not self._stop.wait(max(0.0, due - time.monotonic())):
-            try:
-                self._tick()
-            except Exception as exc:  # noqa: BLE001 - handed to the executor below
-                if self._stop.is_set() or not self.context.ok():
-                    return  # the context went down under the tick (Ctrl-C): the node is stopping anyway
-                self._loop_error = exc
+        try:
+            while not self._stop.wait(max(0.0, due - time.monotonic())):
                 try:
-                    self._loop_failed.trigger()
-                except Exception:  # noqa: BLE001 - the context went down meanwhile: stopping anyway
-                    pass
+                    self._tick()
+                except Exception as exc:  # noqa: BLE001 - handed to the executor below
+                    if self._stop.is_set() or not self.context.ok():
+                        return  # the context went down under the tick (Ctrl-C): the node is stopping anyway
+                    self._loop_error = exc
+                    try:
+                        self._loop_failed.trigger()
+                    except Exception:  # noqa: BLE001 - the context went down meanwhile: stopping anyway
+                        pass
+                    return
+                due += period
+                if due < time.monotonic() - period:  # more than a period late (a loaded host): skip missed ticks
+                    due = time.monotonic()
+        finally:
+            if _TEST_STOP_GC and (self._stop.is_set() or not self.context.ok()):
+                self._collect_mid_exchange()
+
+    def _collect_mid_exchange(self) -> None:
+        """Test hook (``RETARGET_TEST_STOP_GC``): the control loop's last exchange during a stop, with a full garbage
+        collection between its Sync Write and its Sync Read, holding the bus (the torque-off waits for it)."""
+        with self._lock:
+            if not self.bus.is_open or self.fault is not None or self._follower is None:
                 return
-            due += period
-            if due < time.monotonic() - period:  # more than a period late (a loaded host): skip the missed ticks
-                due = time.monotonic()
+            try:
+                if self._written is not None:
+                    self.bus.write_goal_positions(self._written)
+                gc.collect()
+                self.bus.read_state(raise_on_alert=False)
+            except DynamixelError:
+                return
+        print("test hook: full collection in the middle of a bus exchange, during the stop", file=sys.stderr,
+              flush=True)
 
     def _raise_loop_error(self) -> None:
         """Re-raise, in the executor, the error that ended the control loop: spinning fails as a timer's would."""
@@ -316,10 +336,6 @@ class DynamixelDriver(Node):
             try:
                 if self._commanded:
                     self._write_goal(self._follower.goal_at(self._now()))
-                if _TEST_STOP_GC and not self.context.ok():
-                    gc.collect()  # a collector pass with the bus held, mid-exchange, during the stop
-                    print("test hook: full collection in the middle of a bus exchange, during the stop",
-                          file=sys.stderr, flush=True)
                 state = self.bus.read_state()
             except TRANSIENT as exc:
                 # A lost or corrupt reply now and then is normal on a loaded host or a noisy bus, and a burst of
