@@ -80,7 +80,7 @@ from retarget.dynamixel.protocol import ping as ping_packet
 from retarget.errors import InputError
 from retarget.model.servo import DEFAULT_CONTROL_PERIOD, ServoParams, table_from_si
 
-__all__ = ["GAIN_ITEMS", "BroadcastPing", "BusState", "DynamixelBus"]
+__all__ = ["GAIN_ITEMS", "BroadcastPing", "BusState", "DynamixelBus", "servo_gain_values"]
 
 #: The control-table items that set a servo's position loop, written by :meth:`DynamixelBus.write_servo_gains`.
 GAIN_ITEMS: tuple[str, ...] = ("Position P Gain", "Position I Gain", "Position D Gain", "PWM Limit")
@@ -101,6 +101,40 @@ _ID, _LENGTH_L, _LENGTH_H, _INSTRUCTION, _ERROR, _PARAMETERS = 4, 5, 6, 7, 8, 9
 _INST_PING = 0x01
 _PING_PARAMETERS = 3  # model number (2 B), firmware version (1 B)
 _STATUS_OVERHEAD = 11  # header, reserved, ID, LEN, INST, ERR, CRC
+
+
+def servo_gain_values(table: ControlTable, ids: Sequence[int], servos: Sequence[ServoParams | None],
+                      control_period: float = DEFAULT_CONTROL_PERIOD) -> dict[int, dict[str, int]]:
+    """The control-table values of :data:`GAIN_ITEMS` that give each servo's loop, validated (pure).
+
+    Args:
+        table: the servos' control table (the items' ranges).
+        ids: the servos' IDs.
+        servos: per servo (``ids``' order) its parameters (:func:`retarget.model.servo.table_from_si`); None or an
+            ideal one: nothing to write for that servo.
+        control_period: the period the I and D gains assume [s].
+
+    Returns:
+        ``{id: {item: value}}`` of the servos that have gains.
+
+    Raises:
+        InputError: not one entry per servo. GainOutOfRangeError: a value outside its item's range (names the
+            servo, item, value and range).
+    """
+    if len(servos) != len(ids):
+        raise InputError(f"expected servo parameters for {len(ids)} servos, got {len(servos)}")
+    out: dict[int, dict[str, int]] = {}
+    for servo_id, params in zip(ids, servos):
+        if params is None or params.ideal:
+            continue
+        values = table_from_si(params, control_period)
+        for item in GAIN_ITEMS:
+            spec = table[item]
+            if spec.minimum is not None and not spec.minimum <= values[item] <= spec.maximum:
+                raise GainOutOfRangeError(servo_id, item, values[item], spec.minimum, spec.maximum,
+                                          params.describe())
+        out[servo_id] = {item: values[item] for item in GAIN_ITEMS}
+    return out
 
 
 class _PortHandler(PortHandler):
@@ -512,34 +546,9 @@ class DynamixelBus:
 
     def servo_gains(self, servos: Sequence[ServoParams | None],
                     control_period: float = DEFAULT_CONTROL_PERIOD) -> dict[int, dict[str, int]]:
-        """The control-table values of :data:`GAIN_ITEMS` that give each servo's loop, validated (pure).
-
-        Args:
-            servos: per servo (the bus's order) its parameters (:func:`retarget.model.servo.table_from_si`);
-                None or an ideal one: nothing to write for that servo.
-            control_period: the period the I and D gains assume [s].
-
-        Returns:
-            ``{id: {item: value}}`` of the servos that have gains.
-
-        Raises:
-            InputError: not one entry per servo. GainOutOfRangeError: a value outside its item's range (names the
-                servo, item, value and range).
-        """
-        if len(servos) != len(self.ids):
-            raise InputError(f"expected servo parameters for {len(self.ids)} servos, got {len(servos)}")
-        out: dict[int, dict[str, int]] = {}
-        for servo_id, params in zip(self.ids, servos):
-            if params is None or params.ideal:
-                continue
-            values = table_from_si(params, control_period)
-            for item in GAIN_ITEMS:
-                spec = self.table[item]
-                if spec.minimum is not None and not spec.minimum <= values[item] <= spec.maximum:
-                    raise GainOutOfRangeError(servo_id, item, values[item], spec.minimum, spec.maximum,
-                                              params.describe())
-            out[servo_id] = {item: values[item] for item in GAIN_ITEMS}
-        return out
+        """The control-table values of :data:`GAIN_ITEMS` that give each servo's loop, validated (pure):
+        :func:`servo_gain_values` for this bus's servos and table."""
+        return servo_gain_values(self.table, self.ids, servos, control_period)
 
     def write_servo_gains(self, servos: Sequence[ServoParams | None],
                           control_period: float = DEFAULT_CONTROL_PERIOD) -> dict[int, dict[str, int]]:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from retarget.dynamixel.bus import DynamixelBus
+from retarget.dynamixel.bus import DynamixelBus, servo_gain_values
 from retarget.dynamixel.control_table import (
     BAUD_RATES,
     DEFAULT_BAUD_RATE,
@@ -154,8 +154,7 @@ class RobotServos:
                              "cut at ±π (remount the horn nearer the range's middle, or use extended_position)")
             out["Min Position Limit"], out["Max Position Limit"] = clipped
         if joint.servo is not None and not joint.servo.ideal:
-            probe = DynamixelBus("unused", [joint.servo_id], table=table)
-            out.update(probe.servo_gains([joint.servo])[joint.servo_id])
+            out.update(servo_gain_values(table, [joint.servo_id], [joint.servo])[joint.servo_id])
         return {item: out[item] for item in SETUP_ITEMS if item in out}, notes
 
 

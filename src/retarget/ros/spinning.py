@@ -6,8 +6,9 @@ KeyboardInterrupt lands at whatever bytecode the main thread is running: inside 
 half-built ``Future`` whose ``__del__`` prints "Exception ignored ... AttributeError"), inside ``take_message``
 converting a message (``RuntimeError: Unable to convert call argument '0'``), or inside a callback. :func:`spin`
 therefore puts a Python SIGINT handler that only notes the signal under rclpy's while the executor spins (from the
-main thread, when rclpy handles SIGINT), so Ctrl-C ends spinning at the executor's wait alone; the previous handler
-is back before ``before_shutdown`` runs, so a second Ctrl-C can still interrupt the clean-up.
+main thread, when rclpy handles SIGINT), so Ctrl-C ends spinning at the executor's wait alone; outside a node's
+process (below) the previous handler is back before ``before_shutdown`` runs, so a second Ctrl-C can still
+interrupt the clean-up.
 
 The executor can still fail while the context is torn down under it (``InvalidHandle``, ``RCLError``), and a
 node's thread that triggers a guard condition gets ``InvalidHandle``. None of that is an error of the node: it was
@@ -23,9 +24,10 @@ A node's process (its ``main``) runs inside :func:`stopping_on_signals` and ends
 the first SIGINT (or SIGTERM) always ends it within :data:`STOP_TIMEOUT_S`:
 
 - from ``rclpy.init()`` on, not only while spinning, a signal only notes the stop (rclpy shuts the context down):
-  no KeyboardInterrupt lands in the constructor's bus I/O, an import, or a finalizer run by the garbage collector
-  (where Python would print it as "Exception ignored" and drop it: the stop would be lost); a start-up that sees
-  the context down stops early, and spinning does not begin;
+  no KeyboardInterrupt lands in the constructor's bus I/O or in a finalizer run by the garbage collector (where
+  Python would print it as "Exception ignored" and drop it: the stop would be lost); a start-up that sees the
+  context down stops early, and spinning does not begin; a second signal is noted too (the watchdog bounds the
+  clean-up);
 - the first signal arms a watchdog (:func:`faulthandler.dump_traceback_later`, a C thread that needs no GIL): if
   the process has not ended :data:`STOP_TIMEOUT_S` later, every thread's stack goes to stderr and the process
   exits with code 1 — before the supervisor's 8 s run out, so a node that hangs reports itself, with its stacks,
