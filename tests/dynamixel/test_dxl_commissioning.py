@@ -245,3 +245,11 @@ def test_a_range_beyond_the_servos_turn_is_reported(robot: Path) -> None:
     with DynamixelBus(LoopbackPort(bus), [1, 2, 3, 4], baudrate=1_000_000) as raw:
         result = calibrate(robot_servos(robot), raw, lambda _text: None)
     assert len(result.notes) == 1 and result.notes[0].startswith("base_yaw: its range")
+
+
+def test_servos_left_over_are_matched_in_id_order_and_the_plan_says_so(robot: Path) -> None:
+    bus = new_servos([31, 33, 32, 30])
+    plan = plan_setup(robot_servos(robot), scan(LoopbackPort(bus)), parse_assignments(["33=base_yaw"]))
+    assert {j: s.servo_id for j, s in plan.assignment.items()} == {
+        "base_yaw": 33, "shoulder_pitch": 30, "elbow_pitch": 31, "wrist_pitch": 32}
+    assert any(n.startswith("matched by ID order: servo 30 -> shoulder_pitch") for n in plan.notes)

@@ -126,9 +126,12 @@ def _calibrate(args: argparse.Namespace) -> int:
         if args.yes and not args.guided:
             return
         say("Press Enter when done.")
-        if not sys.stdin.readline():
-            raise InputError("stdin closed before the step was confirmed (use --yes when the robot already stands "
-                             "in its zero pose)")
+        if sys.stdin.readline():
+            return
+        if args.guided:
+            raise InputError("stdin closed before the joint was turned: --guided needs a person at the terminal")
+        # Nobody to ask (stdin closed): the robot is taken as it stands, as with --yes.
+        say("stdin closed: the robot is taken to stand in its zero pose now (as --yes)")
 
     baudrate = int(args.baud) if args.baud else robot.baudrate
     bus = DynamixelBus(args.port, [j.servo_id for j in robot.joints], baudrate=baudrate,
@@ -195,8 +198,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "setup", help="write IDs, baud rate, gains and limits from a robot's params file (shows the changes first)",
         description="Scan the port, compare each servo with what the robot's params file and servo: section "
         "declare, print the changes and, confirmed (--yes, or a prompt on a terminal), write them: items first, "
-        "then IDs, then baud rates, each read back. A servo not at its joint's ID needs --assign (unless it is the "
-        "only one left for the only joint left).")
+        "then IDs, then baud rates, each read back. A servo not at its joint's ID is matched by --assign, else, when "
+        "as many servos as joints are left, in ID order (the plan says so).")
     setup.add_argument("robot", help="robot name or description YAML")
     common(setup, "rates to scan, comma-separated [bit/s] (default: all the usual ones)")
     setup.add_argument("--assign", action="append", metavar="ID[@BAUD]=JOINT",
@@ -215,6 +218,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     common(cal, "the servos' rate [bit/s] (default: the params file's baudrate, else 1000000)")
     cal.add_argument("--guided", action="store_true", help="measure each joint's direction by a turn by hand")
     cal.add_argument("--directions", default=None, help="the directions, +1/-1 per joint in joint_names order")
-    cal.add_argument("--yes", action="store_true", help="the robot already stands in its zero pose: do not wait")
+    cal.add_argument("--yes", action="store_true", help="the robot already stands in its zero pose: do not wait "
+                     "(a closed stdin means the same)")
     cal.add_argument("--dry-run", action="store_true", help="measure and show, write nothing")
     cal.set_defaults(func=_calibrate)

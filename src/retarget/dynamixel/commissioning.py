@@ -17,8 +17,10 @@ section and its URDF limits say what each servo's control table must hold (:func
   check; uncalibrated, the factory limits stay).
 
 :func:`plan_setup` matches the servos a scan found (:mod:`retarget.dynamixel.scan`) with the joints — a servo at a
-joint's ID is that joint's; others need ``assign`` (``--assign 1@57600=spine_pitch``), except when exactly one
-servo and one joint are left — and lists every change before anything is written. :func:`apply_setup` writes them
+joint's ID is that joint's; ``assign`` says which joint others drive (``--assign 1@57600=spine_pitch``); servos
+still left are matched with the joints still without one in ID order when their counts agree (one new servo for
+one joint, or a chain numbered in joint order; the plan says so) — and lists every change before anything is
+written. :func:`apply_setup` writes them
 in an order that leaves the bus consistent if it stops half way: torque off and every other item first, at the
 servos' present IDs and rates; then the IDs (through a free ID when two servos swap); then the baud rates. Each
 write is read back (an ID by a ping at the new ID, a rate by a ping at the new rate). A failure stops it with
@@ -340,15 +342,24 @@ def plan_setup(robot: RobotServos, scan: ScanResult,
             claimed.add(here[0].key)
     left = [s for s in scan.servos if s.key not in claimed]
     missing = [j for j in robot.joints if j.joint not in assignment]
-    if len(left) == 1 and len(missing) == 1:  # one new servo on the bus, one joint without one: that is it
-        assignment[missing[0].joint] = left[0]
+    notes: list[str] = []
+    if left and len(left) == len(missing):
+        # As many servos left as joints without one (one new servo for one joint, or a chain numbered in joint
+        # order): matched in ID order, said in the plan, which is shown before anything is written.
+        pairs = list(zip(sorted(left, key=lambda s: (s.servo_id, s.baudrate)),
+                         sorted(missing, key=lambda j: j.servo_id)))
+        for servo, joint in pairs:
+            assignment[joint.joint] = servo
+        if len(pairs) > 1:
+            notes.append("matched by ID order: " + ", ".join(f"servo {s.servo_id} -> {j.joint}" for s, j in pairs)
+                         + "; if they are wired otherwise, say so with --assign ID@BAUD=JOINT")
         left, missing = [], []
     if left:
         raise InputError("servos on the bus that no joint claims: " + ", ".join(
             f"ID {s.servo_id} at {s.baudrate} bit/s" for s in left) + f" (joints without a servo: "
             f"{', '.join(j.joint for j in missing) or 'none'}); say which joint each drives with --assign "
             "ID@BAUD=JOINT, or unplug it")
-    notes = [f"joint {j.joint}: no servo on the bus, nothing done for it" for j in missing]
+    notes += [f"joint {j.joint}: no servo on the bus, nothing done for it" for j in missing]
     if not robot.calibrated:
         notes.append("position limits left as they are: the params file has no offsets yet (run `retarget servos "
                      "calibrate`, then setup again)")
