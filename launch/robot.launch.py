@@ -1,7 +1,7 @@
 """Bring up a retarget robot: Dynamixel driver (real port or emulated bus), trajectory server, planner, mocap.
 
-    ros2 launch retarget robot.launch.py robot:=drummer [hardware:=/dev/ttyUSB0] [planner:=true]
-        [mocap:=twin|natnet|none] [namespace:=/drummer]
+    ros2 launch retarget robot.launch.py robot:=drummer [hardware:=/dev/ttyUSB0] [baud:=1000000] [planner:=true]
+        [mocap:=twin|natnet|none] [mocap_server:=10.0.0.2] [mocap_local:=10.0.0.5] [namespace:=/drummer]
 
 The per-robot files (``drummer.launch.py`` ...) include this one with ``robot`` set. The node set and every
 parameter come from ``retarget.ros.bringup.describe`` — the same description ``retarget up`` starts without
@@ -30,8 +30,11 @@ PACKAGE = "retarget"
 ARGUMENTS = (
     ("robot", "drummer", "robot name: config/<robot>.yaml of the retarget package"),
     ("hardware", "", "serial port of the real servos (e.g. /dev/ttyUSB0); empty: the emulated servo bus"),
+    ("baud", "", "the servos' baud rate [bit/s] (empty: the params file's baudrate, else 1000000)"),
     ("planner", "true", "start the planner node (true|false)"),
     ("mocap", "twin", "mocap node source: twin (simulated), natnet (OptiTrack Motive) or none"),
+    ("mocap_server", "", "with mocap:=natnet, Motive's IP address (empty: the params file's, else 127.0.0.1)"),
+    ("mocap_local", "", "with mocap:=natnet, this machine's IP address on the mocap network"),
     ("namespace", "", "ROS namespace of every node (empty or /name)"),
     ("twin", "servo", "emulated servo dynamics: servo (each servo's loop alone), or reduced (the servos' loops run "
                       "in the reduced simulation, whose poses feed the mocap twin; docs/twin.md)"),
@@ -65,7 +68,8 @@ def launch_setup(context, *args, **kwargs):
     description = Path(get_package_share_directory(PACKAGE)) / "config" / f"{arg('robot')}.yaml"
     plan = describe(description, hardware=arg("hardware") or None, planner=_truthy(arg("planner")),
                     mocap=arg("mocap"), namespace=arg("namespace"), twin=arg("twin"),
-                    reduced=arg("reduced") or None)
+                    reduced=arg("reduced") or None, baudrate=int(arg("baud")) if arg("baud") else None,
+                    mocap_server=arg("mocap_server") or None, mocap_local=arg("mocap_local") or None)
     nodes = [_node(spec) for spec in plan.nodes]
     cleanup = []
     if plan.temporary_run_dir:

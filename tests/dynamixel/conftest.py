@@ -35,8 +35,8 @@ def emulated(clock: FakeClock) -> EmulatedBus:
 
 @pytest.fixture
 def pty_emulator(tmp_path: Path) -> Iterator[PtyEmulator]:
-    """Three real-time servos on a pseudo-terminal with a link and a control socket."""
-    bus = EmulatedBus([1, 2, 3], return_delay_us=0, boot_time=0.02)
+    """Three real-time servos at 3 Mbit/s on a pseudo-terminal with a link and a control socket."""
+    bus = EmulatedBus([1, 2, 3], return_delay_us=0, boot_time=0.02, baudrate=3_000_000)
     emulator = PtyEmulator(bus, link=tmp_path / "ttyDXL", control_path=tmp_path / "ttyDXL.ctl")
     with emulator:
         yield emulator

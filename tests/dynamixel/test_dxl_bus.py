@@ -378,7 +378,7 @@ def test_gains_over_the_real_sdk_on_a_pty_set_the_emulated_stiffness(tmp_path: P
     xm430 = SERVO_MODELS["XM430-W210"]
     load = -0.8  # [N m]
     emulated = EmulatedBus([1, 2], dynamics=ServoLoop.for_table(2, load_control_table(), load_torque=[load, load]),
-                           return_delay_us=0, boot_time=0.02)
+                           return_delay_us=0, boot_time=0.02, baudrate=3_000_000)
     with PtyEmulator(emulated, link=tmp_path / "ttyDXL") as emulator, \
             DynamixelBus(emulator.port, [1, 2], baudrate=3_000_000, latency_timer_ms=100) as bus:
         bus.configure(return_delay_us=0)

@@ -204,3 +204,69 @@ def test_unknown_model_is_refused_before_anything_starts(tmp_path: Path) -> None
     assert out.returncode == 2
     assert "unknown servo model 'XL330-M288'; known: XM430-W210, XM540-W270" in out.stderr
     assert not link.exists() and not link.is_symlink()
+
+
+def ask_at(bus: EmulatedBus, packet: p.InstructionPacket, baudrate: int) -> list[p.StatusPacket]:
+    return [p.decode_status(r.data) for r in bus.handle(p.encode_instruction(packet), baudrate)]
+
+
+def test_servos_hear_only_packets_at_their_baud_rate(clock) -> None:
+    bus = EmulatedBus([1, 2], clock=clock, return_delay_us=0, boot_time=0.0, baudrate=57_600)
+    assert [s.get("Baud Rate") for s in bus.servos.values()] == [1, 1]  # the e-manual's index of 57 600
+    assert ask_at(bus, p.ping(1), 1_000_000) == []
+    assert [r.servo_id for r in ask_at(bus, p.ping(p.BROADCAST_ID), 57_600)] == [1, 2]
+    # Servo 2 goes to 1 Mbit/s: its reply still leaves at the old rate, from then on it listens at the new one.
+    assert ask_at(bus, p.write(2, 8, b"\x03"), 57_600) == [p.StatusPacket(2, 0)]
+    assert ask_at(bus, p.ping(2), 57_600) == []
+    assert [r.servo_id for r in ask_at(bus, p.ping(p.BROADCAST_ID), 1_000_000)] == [2]
+    assert bus.snapshot()["baud_rates"] == [57_600, 1_000_000]
+    with pytest.raises(InputError, match="baud rate 12345"):
+        EmulatedBus([1], clock=clock, baudrate=12_345)
+
+
+def test_an_id_write_moves_the_servo_and_shared_ids_garble_the_replies(clock) -> None:
+    bus = EmulatedBus([1, 2, 3], clock=clock, return_delay_us=0, boot_time=0.0, initial_positions=[0.1, 0.2, 0.3])
+    assert ask(bus, p.write(1, 7, b"\x07")) == [p.StatusPacket(1, 0)]  # answered from the ID it was asked on
+    assert ask(bus, p.ping(1)) == []
+    assert ask(bus, p.ping(7))[0].servo_id == 7
+    assert bus.ids == [7, 2, 3]
+    # The dynamics keep their order: the servo now at 7 is the one that started at 0.1 rad.
+    assert bus.snapshot()["present_position"][0] == pytest.approx(0.1, abs=2e-3)
+    assert ask(bus, p.write(3, 7, b"\x02")) == [p.StatusPacket(3, 0)]  # now two servos answer to ID 2
+    (raw,) = bus.handle(p.encode_instruction(p.ping(2)))
+    with pytest.raises(CrcError):
+        p.decode_status(raw.data)
+    with pytest.raises(InputError, match="2 emulated servos share ID 2"):
+        bus.set_fault(2, drop_replies=True)
+    # Torque on: an EEPROM item, so the ID cannot change.
+    assert ask(bus, p.write(7, 64, b"\x01")) == [p.StatusPacket(7, 0)]
+    assert ask(bus, p.write(7, 7, b"\x09"))[0].error == p.ErrorNumber.ACCESS
+
+
+def test_a_hand_turns_a_shaft_only_with_torque_off(clock) -> None:
+    bus = EmulatedBus([4, 5], clock=clock, return_delay_us=0, boot_time=0.0)
+    bus.turn_by_hand(5, 0.75)
+    clock.tick(0.5)
+    assert bus.snapshot()["present_position"] == pytest.approx([0.0, 0.75], abs=2e-3)
+    (reply,) = ask(bus, p.read(5, 132, 4))
+    assert int.from_bytes(reply.params, "little", signed=True) == 2048 + round(0.75 / (2 * np.pi / 4096))
+    ask(bus, p.write(5, 64, b"\x01"))
+    with pytest.raises(InputError, match="torque on"):
+        bus.turn_by_hand(5, 0.0)
+
+
+def test_the_pty_emulator_answers_at_the_clients_termios_speed(tmp_path: Path) -> None:
+    bus = EmulatedBus([1], return_delay_us=0, boot_time=0.02, baudrate=57_600)
+    with PtyEmulator(bus, link=tmp_path / "ttyDXL", control_path=tmp_path / "ttyDXL.ctl") as emulator:
+        port = PatientPort(emulator.port)
+        handler = PacketHandler(2.0)
+        try:
+            assert port.openPort() and port.setBaudRate(1_000_000)
+            assert handler.ping(port, 1)[1] != COMM_SUCCESS
+            assert port.setBaudRate(57_600)
+            assert handler.ping(port, 1)[:2] == (1030, COMM_SUCCESS)
+        finally:
+            port.closePort()
+        send_control(tmp_path / "ttyDXL.ctl", {"cmd": "turn", "id": 1, "by": -0.5})
+        assert send_control(tmp_path / "ttyDXL.ctl", {"cmd": "status"})["present_position"][0] == \
+            pytest.approx(-0.5, abs=2e-3)

@@ -235,7 +235,7 @@ def test_demo_runs_end_to_end() -> None:
     out = proc.stdout
     report = json.loads(out.strip().splitlines()[-1])
     assert report["ok"] and report["goal"]["error_code"] == 0 and report["move_to_start"]["error_code"] == 0
-    assert report["stopped"] == {"killed": [], "died": []}
+    assert report["stopped"] == {"killed": [], "died": [], "unclean": [], "stacks": {}}
     planner = report["planner"]
     if planner["error_code"] == -2:  # NOT_AVAILABLE: the demo must say it plays the input
         assert report["executed"] == "input animation" and "executing the INPUT animation" in out

@@ -118,6 +118,34 @@ def test_hardware_and_options(tmp_path: Path) -> None:
     assert plan.follow_joint_trajectory_action == "/robot/trajectory_server/follow_joint_trajectory"
     natnet = describe("drummer", mocap="natnet", run_dir=tmp_path)
     assert natnet.node("mocap").parameters["source"] == "natnet"
+    assert "server_address" not in natnet.node("mocap").parameters  # the params file's, else the node's default
+    assert driver["baudrate"] == 1_000_000  # the driver's default, said out loud
+
+
+def test_baud_rate_and_mocap_address_options(tmp_path: Path) -> None:
+    plan = describe("drummer", baudrate=57_600, mocap="natnet", mocap_server="10.0.0.2", mocap_local="10.0.0.5",
+                    run_dir=tmp_path)
+    emulator = plan.processes[0]
+    # The emulated servos run at the rate the driver opens its port at.
+    assert emulator.args[emulator.args.index("--baud") + 1] == "57600"
+    assert plan.node("dynamixel_driver").parameters["baudrate"] == 57_600
+    mocap = plan.node("mocap").parameters
+    assert (mocap["server_address"], mocap["local_address"]) == ("10.0.0.2", "10.0.0.5")
+    with pytest.raises(InputError, match="baud rate 12345"):
+        describe("drummer", baudrate=12_345, run_dir=tmp_path)
+    with pytest.raises(InputError, match="for mocap natnet"):
+        describe("drummer", mocap_server="10.0.0.2", run_dir=tmp_path)
+    # A params file that names a rate sets both sides.
+    config = tmp_path / "config"
+    config.mkdir()
+    for suffix in (".yaml", ".params.yaml"):
+        shutil.copy(REPO / "config" / f"fit_rig{suffix}", config / f"fit_rig{suffix}")
+    params = config / "fit_rig.params.yaml"
+    params.write_text(params.read_text().replace("servo_model: XM540-W270",
+                                                 "servo_model: XM540-W270\n    baudrate: 3000000"))
+    rig = describe(config / "fit_rig.yaml", run_dir=tmp_path / "rig")
+    assert rig.processes[0].args[rig.processes[0].args.index("--baud") + 1] == "3000000"
+    assert rig.node("dynamixel_driver").parameters["baudrate"] == 3_000_000
 
 
 def test_planner_settings_come_from_the_params_file_unless_a_budget_is_given(tmp_path: Path) -> None:
@@ -264,12 +292,13 @@ def _run_launch_file(path: Path, monkeypatch: pytest.MonkeyPatch, configuration:
 
 @pytest.mark.parametrize("hardware", ["", "/dev/ttyUSB0"])
 def test_robot_launch_builds_the_described_nodes(hardware: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    configuration = {"robot": "drummer", "hardware": hardware, "planner": "true", "mocap": "twin",
-                     "namespace": "", "twin": "servo", "reduced": ""}
+    configuration = {"robot": "drummer", "hardware": hardware, "baud": "", "planner": "true", "mocap": "twin",
+                     "mocap_server": "", "mocap_local": "", "namespace": "", "twin": "servo", "reduced": ""}
     launch_file = _run_launch_file(LAUNCH / "robot.launch.py", monkeypatch, configuration)
     description = launch_file["generate_launch_description"]()
     declared = [a.kwargs.get("name", a.args[0] if a.args else None) for a in description.args[0][:-1]]
-    assert declared == ["robot", "hardware", "planner", "mocap", "namespace", "twin", "reduced"]
+    assert declared == ["robot", "hardware", "baud", "planner", "mocap", "mocap_server", "mocap_local", "namespace",
+                        "twin", "reduced"]
     made: list[Path] = []
     real_mkdtemp = tempfile.mkdtemp
     monkeypatch.setattr(tempfile, "mkdtemp", lambda **kw: made.append(Path(real_mkdtemp(**kw))) or str(made[-1]))
@@ -474,12 +503,17 @@ def test_supervisor_kills_a_stubborn_child_and_removes_its_shm(tmp_path: Path) -
 
 
 UNCLEAN = '''
-import signal, sys, threading, time
+import faulthandler, signal, sys, threading, time
 how = sys.argv[1]
 stop = threading.Event()
 signal.signal(signal.SIGINT, lambda *_: stop.set())
 print("up", flush=True)
 stop.wait(30)
+if how == "hang":  # a node whose stop hangs: its watchdog (retarget.ros.spinning) prints the stacks and ends it
+    faulthandler.dump_traceback_later(1.0, exit=True)
+    def stuck_in_teardown():
+        threading.Event().wait()
+    stuck_in_teardown()
 if how == "traceback":  # as the mocap node's receive thread did: the process itself still exits 0
     def fail():
         raise RuntimeError("handle used after shutdown")
@@ -499,17 +533,21 @@ def test_supervisor_reports_a_non_zero_exit_and_a_traceback_at_stop(tmp_path: Pa
     (tmp_path / "unclean_child.py").write_text(UNCLEAN)
     plan = describe("single_rod", hardware="/dev/null", planner=False, mocap="none", run_dir=tmp_path)
     plan = dataclasses.replace(plan, nodes=(), processes=tuple(
-        ProcessSpec(how, "unclean_child", (how,)) for how in ("clean", "code", "traceback")))
+        ProcessSpec(how, "unclean_child", (how,)) for how in ("clean", "code", "traceback", "hang")))
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     lines: list[str] = []
     with Supervisor(plan, env=env, sink=lines.append) as supervisor:
         supervisor.start()
         from ros_helpers import wait_for
 
-        wait_for(lambda: sum("up" in line for line in lines) == 3, 15.0, f"the children to start: {lines}")
+        wait_for(lambda: sum("up" in line for line in lines) == 4, 15.0, f"the children to start: {lines}")
         assert supervisor.stop(timeout=5.0) == []
     unclean = {e.name: e for e in supervisor.unclean_exits()}
-    assert set(unclean) == {"code", "traceback"}
+    assert set(unclean) == {"code", "traceback", "hang"}
+    hung = unclean["hang"]
+    assert hung.hung and hung.code == 1 and not hung.killed
+    assert hung.describe() == "hang did not stop within its stop timeout (its watchdog printed its stacks and ended it)"
+    assert hung.stacks.startswith("Timeout (0:00:01)!") and "stuck_in_teardown" in hung.stacks
     assert unclean["code"].describe() == "code exited with code 3"
     assert unclean["traceback"].code == 0
     assert unclean["traceback"].describe() == \

@@ -134,3 +134,33 @@ def test_the_robots_servo_gains_are_written_with_torque_off_and_retried(start_dr
 def test_without_a_robot_the_gains_are_left_alone(start_driver) -> None:
     driver = start_driver({})
     assert driver.fault is None and "servo gains" not in driver.bus.calls
+
+
+def test_a_stop_signal_during_start_up_ends_it_before_torque_comes_on(monkeypatch) -> None:
+    """SIGINT shuts the context down while configure's replies are being lost and retried: the start-up stops at
+    its next retry (no fault, no torque on, no wait for startup_timeout), and shutdown turns the torque off."""
+    import threading
+
+    import rclpy
+
+    import retarget.dynamixel.bus as bus_module
+    from retarget.ros.dynamixel_driver import DynamixelDriver
+
+    monkeypatch.setattr(bus_module, "DynamixelBus", FlakyBus)
+    FlakyBus.lost, FlakyBus.model = {"configure": 10**9}, 1030
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    stopper = threading.Timer(0.3, context.shutdown)  # as rclpy's signal handler does
+    stopper.start()
+    params = [Parameter("joint_names", value=["a", "b"]), Parameter("dynamixel_ids", value=[1, 2]),
+              Parameter("startup_timeout", value=60.0)]
+    driver = DynamixelDriver(context=context, parameter_overrides=params)
+    try:
+        assert not context.ok()
+        assert driver.fault is None and driver._follower is None
+        assert "torque on" not in driver.bus.calls and driver.bus.calls.count("configure") > 1
+        driver.shutdown()
+        assert driver.bus.calls[-1] == "safe torque off" and not driver.bus.is_open
+    finally:
+        stopper.cancel()
+        driver.destroy_node()

@@ -5,6 +5,14 @@ The races this catches: SIGINT shuts the rclpy context down from the signal hand
 taking a message (``RuntimeError: Unable to convert call argument '0'`` in ``take_message``) or while a node's
 own thread still uses a handle (``InvalidHandle``). They show only now and then, hence the cycles, with the stop
 at a random moment of the node's life (seeded) and traffic on its topics.
+
+Every stop also runs the garbage collector where a collection hurts most (``RETARGET_TEST_STOP_GC=1``,
+:mod:`retarget.ros.spinning`): a full collection in the signal path of every node (on its main thread, wherever
+the signal found it) and, in the driver, one in the middle of a bus exchange — its control loop's last exchange,
+after the Sync Write of the running goal's setpoint, before the Sync Read, holding the bus — while the torque-off
+waits for the bus (every driver stop must show it in its log). The driver runs 4 servos at 200 Hz, so its bus is
+busy when the signal comes. A node that does not end within its stop timeout (6 s) prints its threads' stacks and
+exits 1: the failure shows them.
 """
 from __future__ import annotations
 
@@ -22,18 +30,19 @@ from ros_helpers import wait_for
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 CYCLES = int(os.environ.get("RETARGET_SHUTDOWN_CYCLES", "34"))
-JOINTS = ["base_pitch"]
-IDS = [1]
+JOINTS = ["base_yaw", "shoulder_pitch", "elbow_pitch", "wrist_pitch"]
+IDS = [1, 2, 3, 4]
 NS = "/test_shutdown"
 #: What each cycled node logs once it is up (its executor spinning next).
 READY = {"trajectory_server": "ready:", "dynamixel_driver": "servos ready", "mocap": "mocap node: source"}
 
 
 def _clean(node: Any, code: int | None) -> str:
-    """An empty string when the node stopped cleanly, else what went wrong with its log."""
+    """An empty string when the node stopped cleanly, else what went wrong with its log (a watchdog's stacks
+    included)."""
     log = node.log()
-    if code != 0 or "Traceback" in log:
-        return f"exit code {code}; log:\n{log[-3000:]}"
+    if code != 0 or "Traceback" in log or "most recent call first" in log:
+        return f"exit code {code}; log:\n{log[-6000:]}"
     return ""
 
 
@@ -58,7 +67,7 @@ class GoalSender:
             return  # the SIGINT comes all the same; the goal only adds traffic
         goal = FollowJointTrajectory.Goal()
         goal.trajectory.joint_names = JOINTS
-        point = JointTrajectoryPoint(positions=[position])
+        point = JointTrajectoryPoint(positions=[position] * len(JOINTS))
         point.time_from_start.sec = 2
         goal.trajectory.points.append(point)
         self.action.send_goal_async(goal)
@@ -69,7 +78,11 @@ class GoalSender:
         self.node.destroy_node()
 
 
-def test_nodes_stop_cleanly_on_sigint_again_and_again(start_node, ros_context, tmp_path: Path) -> None:
+def test_nodes_stop_cleanly_on_sigint_again_and_again(start_node, ros_context, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from retarget.ros.spinning import TEST_STOP_GC_ENV
+
+    monkeypatch.setenv(TEST_STOP_GC_ENV, "1")  # inherited by the node processes
     rng = random.Random(29)
     link = tmp_path / "ttyDXL"
     emulator = start_node("retarget.dynamixel.emulator", None, "emulator",
@@ -82,25 +95,27 @@ def test_nodes_stop_cleanly_on_sigint_again_and_again(start_node, ros_context, t
         "trajectory_server": ("retarget.ros.trajectory_server",
                               {"joint_names": JOINTS, "control_rate": 100.0, "servo_max_velocity": 8.06}),
         "dynamixel_driver": ("retarget.ros.dynamixel_driver",
-                             {"joint_names": JOINTS, "dynamixel_ids": IDS, "port": str(link), "rate": 100.0,
+                             {"joint_names": JOINTS, "dynamixel_ids": IDS, "port": str(link), "rate": 200.0,
                               "return_delay_us": 0.0}),
         "mocap": ("retarget.ros.mocap_node", {"source": "twin"}),
     }
     failures: list[str] = []
+    mid_exchange: list[int] = []  # cycles whose driver stop ran a collection in the middle of a bus exchange
     sender = GoalSender(*ros_context)
     started = time.monotonic()
     try:
         for cycle in range(CYCLES):
-            _cycle(cycle, start_node, params, sender, rng, failures)
+            _cycle(cycle, start_node, params, sender, rng, failures, mid_exchange)
     finally:
         sender.close()
     elapsed = time.monotonic() - started
     assert not failures, f"{len(failures)} unclean stops in {CYCLES} cycles ({elapsed:.0f} s):\n" + \
         "\n\n".join(failures)
+    assert mid_exchange == list(range(CYCLES)), f"driver stops without a collection mid-exchange: {mid_exchange}"
 
 
 def _cycle(cycle: int, start_node: Any, params: dict, sender: GoalSender, rng: random.Random,
-           failures: list[str]) -> None:
+           failures: list[str], mid_exchange: list[int]) -> None:
     # The driver (on the emulated bus, in the same namespace: it follows the server's setpoints too) needs the bus
     # to itself, so every node of a cycle is stopped before the next cycle starts.
     nodes = {name: start_node(module, p, f"{name}-{cycle}", namespace=NS) for name, (module, p) in params.items()}
@@ -121,6 +136,8 @@ def _cycle(cycle: int, start_node: Any, params: dict, sender: GoalSender, rng: r
             except subprocess.TimeoutExpired:
                 hung = True
             problem = _clean(node, node.stop(timeout=5.0))
+            if name == "dynamixel_driver" and "full collection in the middle of a bus exchange" in node.log():
+                mid_exchange.append(cycle)
             if problem:
                 why = " (still running 10 s after its SIGINT: node.stop() sent a second one)" if hung else ""
                 failures.append(f"cycle {cycle}, {name}{why}: {problem}")

@@ -185,3 +185,75 @@ def test_a_spinning_node_prints_its_threads_stacks_on_sigusr1_and_goes_on() -> N
                          check=False, timeout=60)
     assert out.returncode == 0 and "stopped on SIGINT" in out.stdout, out.stderr
     assert "Current thread" in out.stderr and "File " in out.stderr, out.stderr
+
+
+_HANG_IN_THE_STOP = """
+import sys, threading
+import rclpy
+from rclpy.node import Node
+from retarget.ros.spinning import close_node, spin, stopping_on_signals
+
+def stuck_in_teardown():
+    threading.Event().wait()
+
+with rclpy.init(), stopping_on_signals(stop_timeout=1.0):
+    node = Node("hangs_in_its_stop")
+    node.create_timer(0.05, lambda: print("spinning", flush=True))
+    spin(node, before_shutdown=stuck_in_teardown if sys.argv[1] == "hang" else None)
+    close_node(node)
+print("stopped", flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["hang", "clean"])
+def test_a_node_whose_stop_hangs_prints_its_stacks_and_exits_within_its_stop_timeout(how: str) -> None:
+    """stopping_on_signals: the first SIGINT arms the stop watchdog; a stop that hangs ends with every thread's
+    stack and exit code 1 (not a kill from outside); a clean one ends with 0 and no dump."""
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", _HANG_IN_THE_STOP, how], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "spinning"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if how == "hang":
+        assert proc.returncode == 1 and "stopped" not in out
+        assert err.startswith("Timeout (0:00:01)!") and "stuck_in_teardown" in err, err
+    else:
+        assert proc.returncode == 0 and out.strip().endswith("stopped") and "Timeout" not in err, err
+
+
+_STOP_BEFORE_SPINNING = """
+import os, signal
+import rclpy
+from rclpy.node import Node
+from retarget.ros.spinning import close_node, spin, stop_requested, stopping_on_signals
+
+events = []
+with rclpy.init(), stopping_on_signals():
+    node = Node("stopped_while_starting")
+    os.kill(os.getpid(), signal.SIGINT)  # while the node is still starting: no KeyboardInterrupt here
+    for _ in range(1000):
+        sum(range(100))
+    events.append(f"context ok {node.context.ok()}, stop requested {stop_requested()}")
+    spin(node, before_shutdown=lambda: events.append("before shutdown"))
+    close_node(node)
+print(events)
+"""
+
+
+def test_a_stop_signal_before_spinning_ends_the_node_without_spinning() -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _STOP_BEFORE_SPINNING], capture_output=True, text=True,
+                         check=False, timeout=60)
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    assert out.stdout.strip() == "['context ok False, stop requested True', 'before shutdown']"

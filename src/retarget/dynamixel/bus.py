@@ -69,11 +69,18 @@ from retarget.dynamixel.errors import (
     PortGoneError,
     WrongModelError,
 )
-from retarget.dynamixel.protocol import ALERT_BIT
+from retarget.dynamixel.protocol import (
+    ALERT_BIT,
+    BROADCAST_ID,
+    PacketStream,
+    decode_status,
+    encode_instruction,
+)
+from retarget.dynamixel.protocol import ping as ping_packet
 from retarget.errors import InputError
 from retarget.model.servo import DEFAULT_CONTROL_PERIOD, ServoParams, table_from_si
 
-__all__ = ["GAIN_ITEMS", "BusState", "DynamixelBus"]
+__all__ = ["GAIN_ITEMS", "BroadcastPing", "BusState", "DynamixelBus", "servo_gain_values"]
 
 #: The control-table items that set a servo's position loop, written by :meth:`DynamixelBus.write_servo_gains`.
 GAIN_ITEMS: tuple[str, ...] = ("Position P Gain", "Position I Gain", "Position D Gain", "PWM Limit")
@@ -94,6 +101,40 @@ _ID, _LENGTH_L, _LENGTH_H, _INSTRUCTION, _ERROR, _PARAMETERS = 4, 5, 6, 7, 8, 9
 _INST_PING = 0x01
 _PING_PARAMETERS = 3  # model number (2 B), firmware version (1 B)
 _STATUS_OVERHEAD = 11  # header, reserved, ID, LEN, INST, ERR, CRC
+
+
+def servo_gain_values(table: ControlTable, ids: Sequence[int], servos: Sequence[ServoParams | None],
+                      control_period: float = DEFAULT_CONTROL_PERIOD) -> dict[int, dict[str, int]]:
+    """The control-table values of :data:`GAIN_ITEMS` that give each servo's loop, validated (pure).
+
+    Args:
+        table: the servos' control table (the items' ranges).
+        ids: the servos' IDs.
+        servos: per servo (``ids``' order) its parameters (:func:`retarget.model.servo.table_from_si`); None or an
+            ideal one: nothing to write for that servo.
+        control_period: the period the I and D gains assume [s].
+
+    Returns:
+        ``{id: {item: value}}`` of the servos that have gains.
+
+    Raises:
+        InputError: not one entry per servo. GainOutOfRangeError: a value outside its item's range (names the
+            servo, item, value and range).
+    """
+    if len(servos) != len(ids):
+        raise InputError(f"expected servo parameters for {len(ids)} servos, got {len(servos)}")
+    out: dict[int, dict[str, int]] = {}
+    for servo_id, params in zip(ids, servos):
+        if params is None or params.ideal:
+            continue
+        values = table_from_si(params, control_period)
+        for item in GAIN_ITEMS:
+            spec = table[item]
+            if spec.minimum is not None and not spec.minimum <= values[item] <= spec.maximum:
+                raise GainOutOfRangeError(servo_id, item, values[item], spec.minimum, spec.maximum,
+                                          params.describe())
+        out[servo_id] = {item: values[item] for item in GAIN_ITEMS}
+    return out
 
 
 class _PortHandler(PortHandler):
@@ -119,6 +160,21 @@ class _PortHandler(PortHandler):
             left_ms = self.packet_timeout - (self.getCurrentTime() - self.packet_start_time)
             select.select([self.ser.fileno()], [], [], min(max(left_ms, 0.0), 1000.0) * 1e-3)
         return self.ser.read(length)
+
+
+@dataclass(frozen=True)
+class BroadcastPing:
+    """What answered a broadcast ping at one baud rate.
+
+    Attributes:
+        baudrate: the rate [bit/s].
+        found: ``{ID: (model number, firmware version)}`` of the servos that answered.
+        garbled: IDs whose answers arrived corrupt (two servos sharing an ID garble each other; or noise).
+    """
+
+    baudrate: int
+    found: dict[int, tuple[int, int]]
+    garbled: frozenset[int]
 
 
 @dataclass(frozen=True)
@@ -227,6 +283,24 @@ class DynamixelBus:
         """Close and open again (after the port vanished and came back)."""
         self.close()
         self.open()
+
+    def set_baudrate(self, baudrate: int) -> None:
+        """Talk at ``baudrate`` [bit/s] from now on (the port is reopened at it if open).
+
+        Raises:
+            InputError: not a rate the SDK supports. PortGoneError.
+        """
+        if self._port.getCFlagBaud(int(baudrate)) <= 0:
+            raise InputError(f"baud rate {baudrate} is not supported by dynamixel_sdk")
+        self.baudrate = int(baudrate)
+        if self.is_open:
+            self.reopen()
+
+    @property
+    def port_handler(self) -> PortHandler:
+        """The SDK port this bus talks through (another :class:`DynamixelBus`, e.g. with another model's table,
+        can share it)."""
+        return self._port
 
     @property
     def is_open(self) -> bool:
@@ -384,6 +458,52 @@ class DynamixelBus:
             raise CommunicationError(None, result, self._packet.getTxRxResult(result))
         return {int(i): int(v[0]) for i, v in found.items()}
 
+    def broadcast_ping(self, wait_s: float | None = None) -> BroadcastPing:
+        """Ping every ID at once (Protocol 2.0 broadcast ping) and collect the answers at this baud rate.
+
+        Unlike the SDK's ``broadcastPing`` this keeps the IDs of answers that arrive corrupt: two servos sharing an
+        ID answer together and garble each other, and that is worth saying (``retarget servos scan``).
+
+        Args:
+            wait_s: how long to listen [s]; default the SDK's window for 253 answers of 14 bytes at this rate
+                plus 3 ms per ID (1.4 s at 57 600 bit/s, 0.8 s at 1 Mbit/s, 4.5 s at 9 600 bit/s).
+
+        Raises:
+            PortGoneError.
+        """
+        if wait_s is None:
+            byte_ms = 10_000.0 / self.baudrate
+            wait_s = (14 * 253 * byte_ms + 3.0 * 253 + 16.0) * 1e-3
+        frame = encode_instruction(ping_packet(BROADCAST_ID))
+        self._io(None, self._port.clearPort)
+        self._io(None, self._port.writePort, list(frame))
+        stream = PacketStream()
+        found: dict[int, tuple[int, int]] = {}
+        garbled: set[int] = set()
+        deadline = time.monotonic() + wait_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self._port.packet_start_time = self._port.getCurrentTime()
+            self._port.packet_timeout = left * 1e3
+            chunk = self._io(None, self._port.readPort, 4096)
+            if not chunk and not isinstance(self._port, _PortHandler):
+                time.sleep(min(left, 0.005))  # a port that does not wait for bytes (the loopback port)
+            for raw in stream.feed(bytes(chunk)):
+                try:
+                    status = decode_status(raw)
+                except CrcError as exc:
+                    if exc.servo_id is not None:
+                        garbled.add(int(exc.servo_id))
+                    continue
+                except DynamixelError:
+                    continue
+                if len(status.params) == _PING_PARAMETERS:
+                    found[status.servo_id] = (DXL_MAKEWORD(status.params[0], status.params[1]), status.params[2])
+        self._port.is_using = False
+        return BroadcastPing(self.baudrate, found, frozenset(garbled - set(found)))
+
     # --- all servos ---------------------------------------------------------------------------------------------
 
     def configure(
@@ -426,34 +546,9 @@ class DynamixelBus:
 
     def servo_gains(self, servos: Sequence[ServoParams | None],
                     control_period: float = DEFAULT_CONTROL_PERIOD) -> dict[int, dict[str, int]]:
-        """The control-table values of :data:`GAIN_ITEMS` that give each servo's loop, validated (pure).
-
-        Args:
-            servos: per servo (the bus's order) its parameters (:func:`retarget.model.servo.table_from_si`);
-                None or an ideal one: nothing to write for that servo.
-            control_period: the period the I and D gains assume [s].
-
-        Returns:
-            ``{id: {item: value}}`` of the servos that have gains.
-
-        Raises:
-            InputError: not one entry per servo. GainOutOfRangeError: a value outside its item's range (names the
-                servo, item, value and range).
-        """
-        if len(servos) != len(self.ids):
-            raise InputError(f"expected servo parameters for {len(self.ids)} servos, got {len(servos)}")
-        out: dict[int, dict[str, int]] = {}
-        for servo_id, params in zip(self.ids, servos):
-            if params is None or params.ideal:
-                continue
-            values = table_from_si(params, control_period)
-            for item in GAIN_ITEMS:
-                spec = self.table[item]
-                if spec.minimum is not None and not spec.minimum <= values[item] <= spec.maximum:
-                    raise GainOutOfRangeError(servo_id, item, values[item], spec.minimum, spec.maximum,
-                                              params.describe())
-            out[servo_id] = {item: values[item] for item in GAIN_ITEMS}
-        return out
+        """The control-table values of :data:`GAIN_ITEMS` that give each servo's loop, validated (pure):
+        :func:`servo_gain_values` for this bus's servos and table."""
+        return servo_gain_values(self.table, self.ids, servos, control_period)
 
     def write_servo_gains(self, servos: Sequence[ServoParams | None],
                           control_period: float = DEFAULT_CONTROL_PERIOD) -> dict[int, dict[str, int]]:

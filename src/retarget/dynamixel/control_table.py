@@ -38,7 +38,11 @@ __all__ = [
     "HardwareErrorStatus",
     "OperatingMode",
     "ServoRatings",
+    "BAUD_RATES",
+    "DEFAULT_BAUD_RATE",
+    "FACTORY_BAUD_RATE",
     "amperes_to_current",
+    "baud_rate_index",
     "current_to_amperes",
     "load_control_table",
     "model_name",
@@ -61,6 +65,29 @@ PROFILE_ACCELERATION_RAD_S2_PER_UNIT = 214.577 * 2.0 * math.pi / 3600.0
 SERVO_MODELS: tuple[str, ...] = ("XM430-W210", "XM540-W270")
 #: The model a bus, the driver and the emulator assume when none is named (every shipped robot's servos).
 DEFAULT_SERVO_MODEL = "XM430-W210"
+
+#: Baud Rate item (8) value → bus speed [bit/s] (X series, e-manual). A servo leaves the factory at index 1.
+BAUD_RATES: dict[int, int] = {0: 9600, 1: 57_600, 2: 115_200, 3: 1_000_000, 4: 2_000_000, 5: 3_000_000,
+                              6: 4_000_000, 7: 4_500_000}
+#: The speed servos leave the factory with [bit/s].
+FACTORY_BAUD_RATE = 57_600
+#: The speed the driver, the bring-up and the emulated bus use unless told otherwise [bit/s]: a 13-servo Sync Read
+#: at 57 600 bit/s alone takes ≈ 50 ms, too slow for a 100 Hz loop (``retarget servos setup`` raises it).
+DEFAULT_BAUD_RATE = 1_000_000
+
+
+def baud_rate_index(baudrate: int) -> int:
+    """The Baud Rate item value of a bus speed (``57600`` → 1).
+
+    Raises:
+        InputError: not one of :data:`BAUD_RATES`.
+    """
+    for index, rate in BAUD_RATES.items():
+        if rate == int(baudrate):
+            return index
+    raise InputError(f"baud rate {baudrate} is not one an X-series servo supports "
+                     f"({', '.join(str(r) for r in BAUD_RATES.values())})")
+
 
 # The unit block of a table YAML, checked against the conversions below (they are module constants: a table in
 # other units would be converted wrongly, so loading one is an error).

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import json
 import os
 import select
@@ -31,6 +32,7 @@ import signal
 import socket
 import struct
 import sys
+import termios
 import threading
 import time
 import tty
@@ -41,10 +43,13 @@ from pathlib import Path
 import numpy as np
 
 from retarget.dynamixel.control_table import (
+    BAUD_RATES,
+    DEFAULT_BAUD_RATE,
     DEFAULT_SERVO_MODEL,
     SERVO_MODELS,
     ControlTable,
     HardwareErrorStatus,
+    baud_rate_index,
     load_control_table,
 )
 from retarget.dynamixel.dynamics import ServoCommand, ServoDynamics, ServoFeedback
@@ -74,6 +79,7 @@ __all__ = [
     "add_arguments",
     "main",
     "parse_ids",
+    "pty_baudrate",
     "run",
     "send_control",
 ]
@@ -107,6 +113,13 @@ class EmulatedBus:
         clock: monotonic time source [s]; tests pass a fake one.
         boot_time: how long a servo stays silent after Reboot / Factory Reset [s].
         return_delay_us: Return Delay Time to set at power-on [µs] (the factory value is 500 µs), None to keep it.
+        baudrate: the servos' Baud Rate at power-on [bit/s] (one of
+            :data:`~retarget.dynamixel.control_table.BAUD_RATES`); a servo answers only packets that come at its
+            rate (:meth:`handle`).
+
+    The servos are addressed by the ID their control table holds: a write of ID moves a servo to another address
+    (and two servos given the same ID answer together, which garbles both replies, as on a real bus). The
+    dynamics' arrays stay in the order of ``ids`` at power-on, whatever the servos' IDs become.
     """
 
     def __init__(
@@ -119,16 +132,21 @@ class EmulatedBus:
         clock: Callable[[], float] = time.monotonic,
         boot_time: float = 0.05,
         return_delay_us: float | None = None,
+        baudrate: int = DEFAULT_BAUD_RATE,
     ) -> None:
         if len(set(ids)) != len(ids) or not ids:
             raise InputError(f"emulated bus needs distinct servo IDs, got {list(ids)}")
         self.table = table or load_control_table()
-        self.ids = [int(i) for i in ids]
-        n = len(self.ids)
+        baud_index = baud_rate_index(baudrate)
+        n = len(ids)
         start = np.zeros(n) if initial_positions is None else np.asarray(initial_positions, dtype=float)
-        self.servos = {i: EmulatedServo(i, self.table, float(p)) for i, p in zip(self.ids, start)}
-        if return_delay_us is not None:
-            for servo in self.servos.values():
+        if start.shape != (n,):
+            raise InputError(f"expected {n} initial positions [rad], got {np.shape(initial_positions)}")
+        # In the dynamics' order; a servo keeps its place when its ID changes.
+        self._slots = [EmulatedServo(int(i), self.table, float(p)) for i, p in zip(ids, start)]
+        for servo in self._slots:
+            servo._set("Baud Rate", baud_index)
+            if return_delay_us is not None:
                 servo._set("Return Delay Time", int(round(return_delay_us / 2.0)))
         if dynamics is None:
             from retarget.dynamixel.servo_loop import ServoLoop  # numba: not for `retarget --help`
@@ -141,11 +159,12 @@ class EmulatedBus:
         self.lock = threading.RLock()
         self._t0 = clock()
         self._t = self._t0
-        self._booting_until = {i: -np.inf for i in self.ids}
+        self._booting_until = [-np.inf] * n  # per slot
         feedback = self.dynamics.reset(start)
         self._store(feedback)
         self.received_frames = 0
         self.crc_errors_seen = 0
+        self._baudrate: int | None = None  # of the packet being handled
 
     # --- time ------------------------------------------------------------------------------------------------
 
@@ -167,16 +186,26 @@ class EmulatedBus:
                 self._t += dt  # summed as the steps were taken, not multiplied: the same clock to the last bit
             self._store(feedback)
 
+    @property
+    def ids(self) -> list[int]:
+        """The servos' IDs now (their ID items), in the dynamics' order."""
+        return [servo.servo_id for servo in self._slots]
+
+    @property
+    def servos(self) -> dict[int, EmulatedServo]:
+        """The servos by their ID now (of servos sharing an ID, the last in the dynamics' order)."""
+        return {servo.servo_id: servo for servo in self._slots}
+
     def _command(self) -> ServoCommand:
         # Raw values gathered per servo, converted for all at once (per-servo numpy conversions of scalars cost
         # most of an idle tick).
-        return command_from_raw(np.array([self.servos[i].command_raw() for i in self.ids], dtype=np.int64))
+        return command_from_raw(np.array([servo.command_raw() for servo in self._slots], dtype=np.int64))
 
     def _store(self, feedback: ServoFeedback) -> None:
         tick_ms = int((self._t - self._t0) * 1000)
         position, velocity, current, pwm = feedback_to_raw(feedback)
-        for k, i in enumerate(self.ids):
-            self.servos[i].set_present_raw(int(position[k]), int(velocity[k]), int(current[k]), tick_ms, int(pwm[k]))
+        for k, servo in enumerate(self._slots):
+            servo.set_present_raw(int(position[k]), int(velocity[k]), int(current[k]), tick_ms, int(pwm[k]))
 
     # --- faults ----------------------------------------------------------------------------------------------
 
@@ -216,62 +245,121 @@ class EmulatedBus:
     def clear_faults(self, servo_id: int | None = None) -> None:
         """Remove every injected fault (latched hardware errors stay until a reboot, as on a real servo)."""
         with self.lock:
-            for i in [servo_id] if servo_id is not None else self.ids:
-                servo = self._servo(i)
+            for servo in [self._servo(servo_id)] if servo_id is not None else self._slots:
                 servo.faults.drop_replies = servo.faults.corrupt_crc = servo.faults.disconnected = False
                 servo.faults.drop_next_replies = 0
                 servo.faults.persistent_hardware_error = 0
 
+    def turn_by_hand(self, servo_id: int, position_rad: float) -> None:
+        """Turn a servo's shaft to ``position_rad`` [rad] as a hand would (calibration): the servo must have its
+        torque off; it stays there at rest.
+
+        Raises:
+            InputError: no such servo, its torque is on, or the dynamics cannot place shafts (the digital twin's
+                shafts are the simulation's).
+        """
+        with self.lock:
+            self.advance()
+            servo = self._servo(servo_id)
+            if servo.torque_enabled:
+                raise InputError(f"servo {servo_id} has its torque on: it holds its goal, turn it off first")
+            place = getattr(self.dynamics, "set_shafts", None)
+            if place is None:
+                raise InputError(f"the emulated servos' dynamics ({type(self.dynamics).__name__}) do not let a "
+                                 "hand turn a shaft")
+            k = self._slots.index(servo)
+            n = len(self._slots)
+            which = np.zeros(n, dtype=bool)
+            which[k] = True
+            position = np.zeros(n)
+            position[k] = float(position_rad)
+            place(position, np.zeros(n), which)
+            feedback = self.dynamics.advance(self._command(), self.period, 1)
+            self._store(feedback)
+
     def _servo(self, servo_id: int) -> EmulatedServo:
-        try:
-            return self.servos[servo_id]
-        except KeyError as exc:
-            raise InputError(f"no emulated servo with ID {servo_id}; IDs: {self.ids}") from exc
+        found = [servo for servo in self._slots if servo.servo_id == servo_id]
+        if not found:
+            raise InputError(f"no emulated servo with ID {servo_id}; IDs: {self.ids}")
+        if len(found) > 1:
+            raise InputError(f"{len(found)} emulated servos share ID {servo_id}; IDs: {self.ids}")
+        return found[0]
 
     def snapshot(self) -> dict:
         """Goal and present state of every servo, in SI, and the count of frames received, for tests and the control
-        channel."""
+        channel. Lists are in the dynamics' order; ``ids`` are the servos' IDs now, ``baud_rates`` [bit/s] theirs."""
         with self.lock:
             self.advance()
             out: dict = {"ids": self.ids, "time": self._t - self._t0, "received_frames": self.received_frames}
-            rows = {i: (self.servos[i].command_si(), self.servos[i].present_si()) for i in self.ids}
-            out["goal_position"] = [rows[i][0][0] for i in self.ids]
-            out["torque_enabled"] = [rows[i][0][1] for i in self.ids]
-            out["present_position"] = [rows[i][1][0] for i in self.ids]
-            out["present_velocity"] = [rows[i][1][1] for i in self.ids]
-            out["present_current"] = [rows[i][1][2] for i in self.ids]
-            out["present_pwm"] = [self.servos[i].get("Present PWM") / 885.0 for i in self.ids]
-            out["hardware_error"] = [self.servos[i].hardware_error for i in self.ids]
+            rows = [(servo.command_si(), servo.present_si()) for servo in self._slots]
+            out["goal_position"] = [row[0][0] for row in rows]
+            out["torque_enabled"] = [row[0][1] for row in rows]
+            out["present_position"] = [row[1][0] for row in rows]
+            out["present_velocity"] = [row[1][1] for row in rows]
+            out["present_current"] = [row[1][2] for row in rows]
+            out["present_pwm"] = [servo.get("Present PWM") / 885.0 for servo in self._slots]
+            out["hardware_error"] = [servo.hardware_error for servo in self._slots]
+            out["baud_rates"] = [BAUD_RATES.get(servo.get("Baud Rate")) for servo in self._slots]
             return out
 
     # --- protocol --------------------------------------------------------------------------------------------
 
-    def handle(self, frame: bytes) -> list[Reply]:
-        """Process one received frame (header through CRC) and return the status packets to send, in order."""
+    def handle(self, frame: bytes, baudrate: int | None = None) -> list[Reply]:
+        """Process one received frame (header through CRC) and return the status packets to send, in order.
+
+        Args:
+            frame: the bytes of one instruction packet.
+            baudrate: the speed the frame came at [bit/s]: only servos whose Baud Rate is that speed hear it (a
+                servo at another rate sees noise and stays silent); None: every servo hears it (in-process tests).
+        """
         with self.lock:
             now = self.clock()
             self.advance(now)
             self.received_frames += 1
+            self._baudrate = baudrate
             try:
                 packet = decode_instruction(frame)
             except CrcError as exc:
                 self.crc_errors_seen += 1
-                servo = self._live(exc.servo_id, now)
-                if servo is None or servo.get("Status Return Level") == 0:
-                    return []
-                return self._reply(servo, ErrorNumber.CRC)
+                servos = [s for s in self._live(exc.servo_id, now) if s.get("Status Return Level") != 0]
+                return self._collide([r for s in servos for r in self._reply(s, ErrorNumber.CRC)])
             except MalformedPacketError:
                 return []
             return self._dispatch(packet.servo_id, packet.instruction, packet.params, now)
 
-    def _live(self, servo_id: int | None, now: float) -> EmulatedServo | None:
-        servo = self.servos.get(servo_id) if servo_id is not None else None
-        if servo is None or servo.faults.disconnected or now < self._booting_until[servo_id]:
-            return None
-        return servo
+    def _hears(self, k: int, now: float) -> bool:
+        """Whether the servo in slot ``k`` receives the packet being handled."""
+        servo = self._slots[k]
+        if servo.faults.disconnected or now < self._booting_until[k]:
+            return False
+        return self._baudrate is None or BAUD_RATES.get(servo.get("Baud Rate")) == self._baudrate
+
+    def _live(self, servo_id: int | None, now: float) -> list[EmulatedServo]:
+        """The servos with ID ``servo_id`` that hear the packet (more than one when IDs collide)."""
+        if servo_id is None:
+            return []
+        return [s for k, s in enumerate(self._slots) if s.servo_id == servo_id and self._hears(k, now)]
+
+    @staticmethod
+    def _collide(replies: list[Reply]) -> list[Reply]:
+        """Replies of servos sharing an ID go out at the same moment and garble each other: the client sees one
+        packet with a bad CRC (:class:`~retarget.dynamixel.errors.CrcError`)."""
+        by_id: dict[int, list[Reply]] = {}
+        for reply in replies:
+            by_id.setdefault(reply.servo_id, []).append(reply)
+        out: list[Reply] = []
+        for reply in replies:
+            same = by_id[reply.servo_id]
+            if len(same) == 1:
+                out.append(reply)
+            elif reply is same[0]:
+                data = reply.data[:-2] + bytes((reply.data[-2] ^ 0xA5, reply.data[-1] ^ 0x5A))
+                out.append(Reply(reply.servo_id, data, max(r.delay_s for r in same)))
+        return out
 
     def _reply(
-        self, servo: EmulatedServo, error: int, params: bytes = b"", alert: bool | None = None
+        self, servo: EmulatedServo, error: int, params: bytes = b"", alert: bool | None = None,
+        servo_id: int | None = None,
     ) -> list[Reply]:
         if servo.faults.drop_replies:
             return []
@@ -280,10 +368,11 @@ class EmulatedBus:
             return []
         alert = servo.alert if alert is None else alert
         err = int(error) | (ALERT_BIT if alert else 0)
-        data = encode_status(StatusPacket(servo.servo_id, err, params))
+        sender = servo.servo_id if servo_id is None else servo_id
+        data = encode_status(StatusPacket(sender, err, params))
         if servo.faults.corrupt_crc:
             data = data[:-2] + bytes((data[-2] ^ 0x5A, data[-1]))
-        return [Reply(servo.servo_id, data, servo.return_delay_s)]
+        return [Reply(sender, data, servo.return_delay_s)]
 
     @staticmethod
     def _answers(level: int, kind: str) -> bool:
@@ -300,23 +389,22 @@ class EmulatedBus:
             return self._bulk_read(params, now) if broadcast else []
         if instruction == Instruction.BULK_WRITE:
             return self._bulk_write(params, now) if broadcast else []
-        targets = self.ids if broadcast else [target]
         replies: list[Reply] = []
-        for servo_id in targets:
-            servo = self._live(servo_id, now)
-            if servo is None:
+        for k, servo in enumerate(self._slots):
+            if not (broadcast or servo.servo_id == target) or not self._hears(k, now):
                 continue
-            # Reboot and factory reset answer first and reset afterwards: the reply shows the state before.
-            alert_before, level_before = servo.alert, servo.get("Status Return Level")
+            # Reboot and factory reset answer first and reset afterwards: the reply shows the state before (and
+            # an ID write answers from the ID the packet was sent to).
+            alert_before, level_before, id_before = servo.alert, servo.get("Status Return Level"), servo.servo_id
             error, data, kind = self._unicast(servo, instruction, params, now)
             # Broadcast: only Ping answers (Read/Write never do, e-manual Protocol 2.0).
             if broadcast and instruction != Instruction.PING:
                 continue
             if self._answers(level_before, kind):
-                replies += self._reply(servo, error, data, alert_before if kind == "reset" else None)
+                replies += self._reply(servo, error, data, alert_before if kind == "reset" else None, id_before)
             if instruction in (Instruction.REBOOT, Instruction.FACTORY_RESET) and error == ErrorNumber.NONE:
-                self._booting_until[servo_id] = now + self.boot_time
-        return replies
+                self._booting_until[k] = now + self.boot_time
+        return self._collide(replies)
 
     def _unicast(self, servo: EmulatedServo, instruction: int, params: bytes, now: float) -> tuple[int, bytes, str]:
         """Execute one instruction on one servo; return (error number, reply params, reply kind)."""
@@ -359,12 +447,11 @@ class EmulatedBus:
             return []
         replies: list[Reply] = []
         for servo_id in ids:
-            servo = self._live(servo_id, now)
-            if servo is None or not self._answers(servo.get("Status Return Level"), "read"):
-                continue
-            error, data = servo.read(address, length)
-            replies += self._reply(servo, error, data)
-        return replies
+            for servo in self._live(servo_id, now):
+                if self._answers(servo.get("Status Return Level"), "read"):
+                    error, data = servo.read(address, length)
+                    replies += self._reply(servo, error, data)
+        return self._collide(replies)
 
     def _sync_write(self, params: bytes, now: float) -> list[Reply]:
         try:
@@ -372,8 +459,7 @@ class EmulatedBus:
         except MalformedPacketError:
             return []
         for servo_id, data in blocks.items():
-            servo = self._live(servo_id, now)
-            if servo is not None:
+            for servo in self._live(servo_id, now):
                 servo.write(address, data)
         return []
 
@@ -384,12 +470,11 @@ class EmulatedBus:
             return []
         replies: list[Reply] = []
         for servo_id, address, length in requests:
-            servo = self._live(servo_id, now)
-            if servo is None or not self._answers(servo.get("Status Return Level"), "read"):
-                continue
-            error, data = servo.read(address, length)
-            replies += self._reply(servo, error, data)
-        return replies
+            for servo in self._live(servo_id, now):
+                if self._answers(servo.get("Status Return Level"), "read"):
+                    error, data = servo.read(address, length)
+                    replies += self._reply(servo, error, data)
+        return self._collide(replies)
 
     def _bulk_write(self, params: bytes, now: float) -> list[Reply]:
         try:
@@ -397,8 +482,7 @@ class EmulatedBus:
         except MalformedPacketError:
             return []
         for servo_id, address, data in writes:
-            servo = self._live(servo_id, now)
-            if servo is not None:
+            for servo in self._live(servo_id, now):
                 servo.write(address, data)
         return []
 
@@ -588,8 +672,11 @@ class PtyEmulator:
                 # EIO: no slave side is open (the client closed the port); wait for the next wake-up.
                 time.sleep(self.bus.period)
                 continue
+            # The speed the client set on its side (master and slave share one termios): the servos hear only
+            # what comes at their Baud Rate.
+            baudrate = pty_baudrate(master)
             for frame in stream.feed(chunk):
-                self._send(master, self.bus.handle(frame))
+                self._send(master, self.bus.handle(frame, baudrate))
 
     def _send(self, master: int, replies: list[Reply]) -> None:
         """Write one frame's status packets, each after its Return Delay Time.
@@ -650,7 +737,8 @@ class PtyEmulator:
 
         Commands: ``status``; ``fault`` (id, drop_replies, drop_next_replies, corrupt_crc, disconnected);
         ``hardware_error`` (id, errors: names, persistent); ``clear_faults`` (id optional);
-        ``vanish``; ``restore``.
+        ``turn`` (id, position [rad] or by [rad]: a hand turns the shaft of a servo with torque off);
+        ``vanish``; ``restore``. Servos are named by their ID now.
 
         Raises:
             InputError: unknown command or bad arguments.
@@ -672,6 +760,13 @@ class PtyEmulator:
             )
         elif cmd == "clear_faults":
             self.bus.clear_faults(request.get("id"))
+        elif cmd == "turn":
+            servo_id = int(request["id"])
+            if "position" in request:
+                target = float(request["position"])
+            else:
+                target = self.bus.snapshot()["present_position"][self.bus.ids.index(servo_id)] + float(request["by"])
+            self.bus.turn_by_hand(servo_id, target)
         elif cmd == "vanish":
             self.vanish_port()
         elif cmd == "restore":
@@ -679,6 +774,29 @@ class PtyEmulator:
         else:
             raise InputError(f"unknown emulator control command {cmd!r}")
         return {"ok": True}
+
+
+#: termios speed constants (``termios.B57600`` ...) → bit/s.
+_TERMIOS_SPEEDS = {getattr(termios, name): int(name[1:]) for name in dir(termios)
+                   if name.startswith("B") and name[1:].isdigit()}
+_BOTHER = 0o010000  # Linux: the speed is in termios2's c_ispeed (a rate without a B constant)
+_TCGETS2 = 0x802C542A  # Linux ioctl: struct termios2 (44 bytes; c_ispeed at offset 36)
+
+
+def pty_baudrate(fd: int) -> int | None:
+    """The input speed [bit/s] set on a terminal (either side of a pseudo-terminal: they share one termios), or
+    None if it cannot be read."""
+    try:
+        code = termios.tcgetattr(fd)[4]
+    except termios.error:
+        return None
+    if code == _BOTHER:
+        try:
+            raw = fcntl.ioctl(fd, _TCGETS2, bytes(44))
+        except OSError:
+            return None
+        return struct.unpack_from("<I", raw, 36)[0]
+    return _TERMIOS_SPEEDS.get(code)
 
 
 def send_control(path: str | Path, request: dict, timeout: float = 10.0) -> dict:
@@ -735,6 +853,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--control", help="Unix socket for fault injection (default: LINK.ctl when --link is set)")
     parser.add_argument("--return-delay-us", type=float, default=None,
                         help="Return Delay Time at power-on [µs] (factory value 500)")
+    parser.add_argument("--baud", type=_baud_rate, default=DEFAULT_BAUD_RATE,
+                        help=f"the servos' Baud Rate at power-on [bit/s] (default {DEFAULT_BAUD_RATE}, the driver's; "
+                             "servos leave the factory at 57600): they answer only a client whose port is set to "
+                             "that rate")
+    parser.add_argument("--positions", default=None,
+                        help="power-on shaft angles [rad], one per ID, e.g. 0.3,-0.5 (default 0: tick 2048)")
     parser.add_argument("--period", type=float, default=0.002, help="servo model step [s]")
     parser.add_argument("--json", action="store_true", help="print the ready line as JSON")
     parser.add_argument("--robot", help="robot name or description YAML: the servos' joints, offsets and "
@@ -753,6 +877,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     twin.add_argument("--twin-dt", type=float, default=None, help="reduced engine step [s] (default 0.001)")
     twin.add_argument("--twin-max-lag", type=float, default=5.0,
                       help="simulation lag behind the servos that drops the backlog and restarts it at rest [s]")
+
+
+def _baud_rate(text: str) -> int:
+    """``--baud``: a rate of :data:`~retarget.dynamixel.control_table.BAUD_RATES` [bit/s]."""
+    try:
+        value = int(text)
+        baud_rate_index(value)
+    except (ValueError, InputError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
+def _positions(text: str | None, n: int) -> list[float] | None:
+    """``--positions``: ``n`` comma-separated angles [rad]."""
+    if text is None:
+        return None
+    try:
+        values = [float(x) for x in text.split(",")]
+    except ValueError as exc:
+        raise InputError(f"bad --positions {text!r}: comma-separated angles [rad]") from exc
+    if len(values) != n:
+        raise InputError(f"--positions has {len(values)} angles for {n} servos")
+    return values
 
 
 def _servo_model(text: str) -> str:
@@ -853,7 +1000,8 @@ def run(args: argparse.Namespace) -> int:
     robot = robot_bus(args.robot, ids, table) if args.robot else None
     local = ServoLoop.for_table(len(ids), table, robot.servos if robot else None)
     dynamics, stop_twin = _twin_dynamics(args, local, robot)
-    bus = EmulatedBus(ids, dynamics=dynamics, table=table, period=args.period, return_delay_us=args.return_delay_us)
+    bus = EmulatedBus(ids, dynamics=dynamics, table=table, period=args.period, return_delay_us=args.return_delay_us,
+                      baudrate=args.baud, initial_positions=_positions(args.positions, len(ids)))
     emulator = PtyEmulator(bus, link=args.link, control_path=control)
     stop = threading.Event()
 
@@ -864,9 +1012,9 @@ def run(args: argparse.Namespace) -> int:
     emulator.start()
     try:
         ready = {"port": emulator.port, "device": emulator.slave_name, "control": control, "ids": ids,
-                 "model": table.model}
-        print(json.dumps(ready) if args.json else f"emulating {table.model} {ids} on {emulator.port}"
-              f" (device {emulator.slave_name}, control {control}); Ctrl-C to stop", flush=True)
+                 "model": table.model, "baud": args.baud}
+        print(json.dumps(ready) if args.json else f"emulating {table.model} {ids} at {args.baud} bit/s on "
+              f"{emulator.port} (device {emulator.slave_name}, control {control}); Ctrl-C to stop", flush=True)
         while not stop.wait(0.2):
             pass
     finally:

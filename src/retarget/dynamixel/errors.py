@@ -123,7 +123,11 @@ class PortGoneError(HostError):
         self.reason = reason
         self.servo_id = servo_id
         at = f" while talking to {_servo(servo_id)}" if servo_id is not None else ""
-        super().__init__(f"port {port} is gone{at}: {reason or 'no such device'}")
+        hint = ""
+        if "Permission denied" in reason:
+            hint = (" (this user may not open serial ports: add it to the dialout group, `sudo usermod -aG dialout "
+                    "$USER`, and log in again; docs/bringup.md)")
+        super().__init__(f"port {port} is gone{at}: {reason or 'no such device'}{hint}")
 
 
 class CommunicationError(HostError):

@@ -2,7 +2,9 @@
 
 The fake port that unit tests pass in (no pseudo-terminal, no threads, no global patching): the SDK's packet
 handler and group classes run unchanged on top of it, so every byte they frame is decoded by the emulator and
-every reply they parse was framed by it. Return delays are not waited for.
+every reply they parse was framed by it. Return delays are not waited for. The port's baud rate (set by
+``PortHandler.setBaudRate`` / ``DynamixelBus.open``) is the rate the packets come at: servos at another Baud Rate
+stay silent, as on a wire.
 """
 from __future__ import annotations
 
@@ -68,6 +70,6 @@ class LoopbackPort(PortHandler):
         data = bytes(packet)
         self.sent.append(data)
         for frame in self._stream.feed(data):
-            for reply in self.bus.handle(frame):
+            for reply in self.bus.handle(frame, int(self.baudrate)):
                 self._rx.extend(reply.data)
         return len(data)

@@ -242,15 +242,15 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
              namespace: str = "", run_dir: Path | None = None, twin: str = "servo",
              reduced: str | Path | None = None, python: str | None = None,
              plan_time_budget: float = 0.0, verify_model: str | Path | None = None,
-             plan_method: str | None = None) -> Bringup:
+             plan_method: str | None = None, baudrate: int | None = None, mocap_server: str | None = None,
+             mocap_local: str | None = None) -> Bringup:
     """Compute a robot's node set.
 
     Args:
         robot: Robot name (``"drummer"``) or path to its params YAML.
         hardware: Serial port of the real servos (``/dev/ttyUSB0``); None or ``""``: the emulated bus.
         planner: Start the planner node.
-        mocap: ``twin`` (simulated mocap), ``natnet`` (OptiTrack Motive; set its address in the params file)
-            or ``none``.
+        mocap: ``twin`` (simulated mocap), ``natnet`` (OptiTrack Motive: ``mocap_server``) or ``none``.
         namespace: ROS namespace for every node (``""`` or ``/name``).
         run_dir: Folder for the run's files; a new temporary folder when None (emulated bus: holds the pty
             link).
@@ -264,6 +264,11 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
         verify_model: The planner node's ``verify_model`` (a verification model's file, ``full``, ``none``;
             None: the params file's, else ``auto``).
         plan_method: The planner node's ``method`` (``lbfgs``, ``gauss-newton``; None: the params file's).
+        baudrate: The servos' rate [bit/s]: the driver's ``baudrate`` and the emulated bus's Baud Rate (None: the
+            params file's ``baudrate``, else 1 000 000).
+        mocap_server: Motive's IP address, the mocap node's ``server_address`` (natnet only; None: the params
+            file's, else the node's default 127.0.0.1).
+        mocap_local: This machine's address on the mocap network, the node's ``local_address`` (natnet only).
 
     Returns:
         The node set.
@@ -273,7 +278,8 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
         InputError: Bad option, the params YAML lacks joint_names/dynamixel_ids of equal length, or names an
             unknown ``servo_model``.
     """
-    from retarget.dynamixel.control_table import DEFAULT_SERVO_MODEL, load_control_table
+    from retarget.dynamixel.control_table import (DEFAULT_BAUD_RATE, DEFAULT_SERVO_MODEL, baud_rate_index,
+                                                  load_control_table)
     from retarget.model.library import read_ros_parameters, resolve_params, resolve_robot, urdf_xml
 
     if mocap not in MOCAP_SOURCES:
@@ -282,6 +288,8 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
         raise InputError(f"twin dynamics {twin!r} not available; available: {', '.join(TWIN_DYNAMICS)}")
     if namespace and not _NAMESPACE.match(namespace):
         raise InputError(f"namespace {namespace!r}: expected '' or /name[/name...]")
+    if (mocap_server or mocap_local) and mocap != "natnet":
+        raise InputError(f"a mocap server or local address is for mocap natnet, not {mocap!r}")
     description = resolve_robot(robot).resolve()
     params_file = resolve_params(description).resolve()
     params = read_ros_parameters(params_file)
@@ -296,6 +304,11 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
         servo_model = load_control_table(model=str(params.get("servo_model") or DEFAULT_SERVO_MODEL)).model
     except InputError as exc:
         raise InputError(f"{params_file}: servo_model: {exc}") from None
+    rate = int(baudrate or params.get("baudrate") or DEFAULT_BAUD_RATE)
+    try:
+        baud_rate_index(rate)
+    except InputError as exc:
+        raise InputError(f"{params_file if baudrate is None else 'baud'}: {exc}") from None
     temporary = run_dir is None
     run_dir = Path(tempfile.mkdtemp(prefix=f"retarget-{name}-")) if run_dir is None else Path(run_dir)
     emulated = not hardware
@@ -328,13 +341,15 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
             "dynamixel_emulator", "retarget.dynamixel.emulator",
             # --robot: the emulated servos are the robot's (its servo: section), mapped by its params file.
             ("--ids", ",".join(map(str, ids)), "--model", servo_model, "--robot", str(description), "--link",
-             str(link), "--control", str(control), "--return-delay-us", "0", "--json", *twin_args),
+             str(link), "--control", str(control), "--return-delay-us", "0", "--baud", str(rate), "--json",
+             *twin_args),
             ready_path=control))
         port = str(link)
         driver.update(EMULATED_BUS_OVERRIDES)
     else:
         port = str(hardware)
     driver["port"] = port
+    driver["baudrate"] = rate
 
     def node(node_name: str, module: str, executable: str, overrides: Mapping[str, Any]) -> NodeSpec:
         merged = {**params, **BRINGUP_OVERRIDES.get(node_name, {}), **overrides}
@@ -361,6 +376,10 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
         mocap_params: dict[str, Any] = {"source": mocap}
         if mocap == "twin" and channel is not None:
             mocap_params["twin_motion"] = f"live:{channel}"
+        if mocap_server:
+            mocap_params["server_address"] = str(mocap_server)
+        if mocap_local:
+            mocap_params["local_address"] = str(mocap_local)
         nodes.append(node("mocap", "retarget.ros.mocap_node", "mocap", mocap_params))
     return Bringup(robot=name, params_file=params_file, joint_names=joints, dynamixel_ids=ids, port=port,
                    emulated=emulated, control_socket=control, run_dir=run_dir, namespace=namespace,
@@ -422,6 +441,12 @@ def _die_with_parent() -> None:
 
 #: The line Python prints before a traceback (an uncaught exception, in any thread of the child).
 _TRACEBACK = "Traceback (most recent call last):"
+#: What a node's stop watchdog prints first (faulthandler.dump_traceback_later), then every thread's stack.
+_WATCHDOG = "Timeout ("
+#: A thread's header in faulthandler's dump (the watchdog's or SIGUSR1's).
+_STACK_HEADER = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):")
+#: How many lines printed while stopping are kept per child.
+_STOP_OUTPUT_LINES = 400
 
 
 @dataclass(frozen=True)
@@ -433,23 +458,31 @@ class ChildExit:
         code: Its exit code (negative: killed by that signal), None while it runs.
         killed: The supervisor had to kill it (it did not stop within the timeout).
         traceback: The exception line of the last traceback it printed (``InvalidHandle: ...``), "" if none.
+        hung: Its stop watchdog fired: it did not end within its stop timeout and exited by itself with its
+            threads' stacks (:data:`retarget.ros.spinning.STOP_TIMEOUT_S`).
+        stacks: The threads' stacks it printed while stopping (its watchdog's, or on the supervisor's SIGUSR1
+            before a kill), "" if none.
     """
 
     name: str
     code: int | None
     killed: bool = False
     traceback: str = ""
+    hung: bool = False
+    stacks: str = ""
 
     @property
     def clean(self) -> bool:
         """Exited by itself with code 0 and printed no traceback."""
-        return self.code == 0 and not self.killed and not self.traceback
+        return self.code == 0 and not self.killed and not self.traceback and not self.hung
 
     def describe(self) -> str:
         """One phrase for the summary line, e.g. ``mocap printed a traceback (InvalidHandle: ...)``."""
         parts = []
         if self.killed:
             parts.append("was killed after the stop timeout")
+        elif self.hung:
+            parts.append("did not stop within its stop timeout (its watchdog printed its stacks and ended it)")
         elif self.code is None:
             parts.append("is still running")
         elif self.code < 0:
@@ -473,6 +506,9 @@ class _Child:
         self.killed = False
         self.traceback = ""  # exception line of the last traceback printed
         self._in_traceback = False
+        self.stopping = False  # set by Supervisor.stop: the lines after it are kept in stop_output
+        self.stop_output: list[str] = []
+        self.hung = False  # its stop watchdog fired
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, env=dict(env), start_new_session=True,
                                      preexec_fn=_die_with_parent if _LIBC_PRCTL is not None else None)
@@ -487,6 +523,9 @@ class _Child:
             line = raw.decode(errors="replace").rstrip("\n")
             self.tail = (self.tail + [line])[-40:]
             self._watch_traceback(line)
+            if self.stopping and len(self.stop_output) < _STOP_OUTPUT_LINES:
+                self.stop_output.append(line)
+                self.hung = self.hung or line.startswith(_WATCHDOG)
             text = f"[{self.name}] {line}"
             self._sink(text)
             if self._log_file is not None:
@@ -508,7 +547,14 @@ class _Child:
 
     def exit(self) -> ChildExit:
         """How it ended (``code`` None while it runs)."""
-        return ChildExit(self.name, self.proc.poll(), self.killed, self.traceback)
+        return ChildExit(self.name, self.proc.poll(), self.killed, self.traceback, self.hung, self.stacks())
+
+    def stacks(self) -> str:
+        """The threads' stacks among the lines printed while stopping (faulthandler's dump), "" if none."""
+        lines = self.stop_output
+        start = next((k for k, line in enumerate(lines)
+                      if line.startswith(_WATCHDOG) or _STACK_HEADER.match(line)), None)
+        return "" if start is None else "\n".join(lines[start:])
 
     def signal(self, signum: int) -> None:
         """Signal the child's process group (it leads its own process group, setsid), so helpers it started get it too."""
@@ -685,6 +731,7 @@ class Supervisor:
         for stage in stages:
             for child in stage:
                 child.expected_exit = child.expected_exit or child.alive()
+                child.stopping = True
                 if child.alive():
                     child.signal(signal.SIGINT)
             deadline = time.monotonic() + timeout

@@ -17,7 +17,8 @@ def _up(args: argparse.Namespace) -> int:
     from retarget.ros.bringup import BringupError, Supervisor, describe
 
     plan = describe(args.robot, hardware=args.hardware, planner=not args.no_planner, mocap=args.mocap,
-                    namespace=args.namespace, twin=args.twin, reduced=args.reduced)
+                    namespace=args.namespace, twin=args.twin, reduced=args.reduced, baudrate=args.baud,
+                    mocap_server=args.mocap_server, mocap_local=args.mocap_local)
     # The emulated bus and its nodes all live on this machine: keep discovery on loopback unless the user
     # chose otherwise.
     if "ROS_AUTOMATIC_DISCOVERY_RANGE" not in os.environ and plan.emulated:
@@ -102,6 +103,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("robot", help="robot name (retarget robots) or path to its params YAML")
     parser.add_argument("--hardware", metavar="PORT", default="",
                         help="serial port of the real servos, e.g. /dev/ttyUSB0 (default: the emulated bus)")
+    parser.add_argument("--baud", type=int, default=None, metavar="BIT_S",
+                        help="the servos' baud rate: the driver's (and the emulated bus's) (default: the params "
+                        "file's baudrate, else 1000000; `retarget servos setup` sets the servos to it)")
     parser.add_argument("--no-planner", action="store_true", help="do not start the planner node")
     parser.add_argument("--twin", choices=TWIN_DYNAMICS, default="servo",
                         help="emulated servo dynamics: servo (each servo's loop on its rotor alone), or reduced (the "
@@ -112,6 +116,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "model of the robot it finds)")
     parser.add_argument("--mocap", choices=MOCAP_SOURCES, default="twin",
                         help="mocap node source: twin (simulated), natnet (OptiTrack Motive) or none")
+    parser.add_argument("--mocap-server", default=None, metavar="ADDRESS",
+                        help="with --mocap natnet: Motive's IP address (the mocap node's server_address; default "
+                        "the params file's, else 127.0.0.1)")
+    parser.add_argument("--mocap-local", default=None, metavar="ADDRESS",
+                        help="with --mocap natnet: this machine's IP address on the mocap network (local_address)")
     parser.add_argument("--namespace", default="", help="ROS namespace of every node (e.g. /drummer)")
     parser.add_argument("--duration", type=float, default=0.0,
                         help="stop after this many seconds once ready [s] (default: run until Ctrl-C)")

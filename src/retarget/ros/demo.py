@@ -547,13 +547,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             client.close()
         killed = supervisor.stop()
         dead = supervisor.dead()
-        report["stopped"] = {"killed": killed, "died": [name for name, _ in dead]}
-        if killed or dead:
+        # A process that had to be killed, that its stop watchdog ended, that exited non-zero or printed a
+        # traceback is a bug: reported by name, with the stacks it printed while stopping.
+        unclean = supervisor.unclean_exits()
+        report["stopped"] = {"killed": killed, "died": [name for name, _ in dead],
+                             "unclean": [e.describe() for e in unclean],
+                             "stacks": {e.name: e.stacks for e in unclean if e.stacks}}
+        if killed or dead or unclean:
             report["ok"] = False
-            report.setdefault("error", f"processes did not stop cleanly: killed {killed}, died {dead}")
+            report.setdefault("error", "processes did not stop cleanly: " + "; ".join(
+                [e.describe() for e in unclean] or [f"killed {killed}, died {dead}"]))
         report["wall_time_s"] = round(time.monotonic() - started, 2)
         report["log"] = str(log_path)
-    how = "all exited on SIGINT" if not killed else "killed: " + ", ".join(killed)
+    for exit_ in unclean:
+        _say(f"{exit_.describe()}" + (f"; its stacks:\n{exit_.stacks}" if exit_.stacks else ""))
+    how = "all exited on SIGINT" if not unclean else "not cleanly: " + ", ".join(e.name for e in unclean)
     _say(f"stopped every process ({how}); "
          f"total {report['wall_time_s']:.1f} s")
     return report

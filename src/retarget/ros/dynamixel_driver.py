@@ -19,10 +19,14 @@ position.
 from __future__ import annotations
 
 import array
+import gc
 import math
+import os
 import signal
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -46,7 +50,7 @@ from retarget.dynamixel.robot_servos import servos_for_joints
 from retarget.errors import InputError
 from retarget.ros.conversions import goal_points
 from retarget.ros.params import declare
-from retarget.ros.spinning import spin
+from retarget.ros.spinning import TEST_STOP_GC_ENV, close_node, spin, stopping_on_signals
 
 __all__ = ["DRIVER_STATUS_QOS", "DynamixelDriver", "Fault", "main"]
 
@@ -58,6 +62,19 @@ TRANSIENT = (NoReplyError, CrcError, MalformedPacketError)
 #: bus (Sync Write has no reply) is repaired within this time.
 GOAL_REFRESH_S = 1.0
 R = TypeVar("R")
+
+#: How long :meth:`DynamixelDriver.shutdown` waits for the control loop to end its tick [s], and then for the bus
+#: [s]: a tick is a Sync Write and a Sync Read (milliseconds; a few reply timeouts of 34 ms when replies are lost).
+LOOP_JOIN_S = 2.0
+BUS_WAIT_S = 1.5
+
+# Test hook (tests/ros/test_shutdown_cycles.py): when a stop ends the control loop, its last exchange runs a full
+# garbage collection between the Sync Write and the Sync Read, holding the bus.
+_TEST_STOP_GC = bool(os.environ.get(TEST_STOP_GC_ENV))
+
+
+class _StartInterrupted(Exception):
+    """The context went down (a stop signal) while the servos were being started."""
 
 #: ``driver_status``: the latest status only, kept for late subscribers (a trajectory server started after a fault).
 DRIVER_STATUS_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
@@ -227,10 +244,15 @@ class DynamixelDriver(Node):
             self._publish_diagnostics()
         except DynamixelError as exc:
             self._enter_fault(exc)
+        except _StartInterrupted:
+            # Stopped while starting: nothing more is started; shutdown() turns the torque off and closes.
+            self._follower = None
 
     def _retry(self, what: str, deadline: float, step: Callable[[], R]) -> R:
         """``step()``, again after a lost or corrupt reply until ``deadline`` (monotonic [s]) has passed."""
         while True:
+            if not self.context.ok():
+                raise _StartInterrupted(what)
             try:
                 return step()
             except TRANSIENT as exc:
@@ -254,21 +276,41 @@ class DynamixelDriver(Node):
         """
         period = 1.0 / self.rate
         due = time.monotonic()
-        while not self._stop.wait(max(0.0, due - time.monotonic())):
-            try:
-                self._tick()
-            except Exception as exc:  # noqa: BLE001 - handed to the executor below
-                if self._stop.is_set() or not self.context.ok():
-                    return  # the context went down under the tick (Ctrl-C): the node is stopping anyway
-                self._loop_error = exc
+        try:
+            while not self._stop.wait(max(0.0, due - time.monotonic())):
                 try:
-                    self._loop_failed.trigger()
-                except Exception:  # noqa: BLE001 - the context went down meanwhile: stopping anyway
-                    pass
+                    self._tick()
+                except Exception as exc:  # noqa: BLE001 - handed to the executor below
+                    if self._stop.is_set() or not self.context.ok():
+                        return  # the context went down under the tick (Ctrl-C): the node is stopping anyway
+                    self._loop_error = exc
+                    try:
+                        self._loop_failed.trigger()
+                    except Exception:  # noqa: BLE001 - the context went down meanwhile: stopping anyway
+                        pass
+                    return
+                due += period
+                if due < time.monotonic() - period:  # more than a period late (a loaded host): skip missed ticks
+                    due = time.monotonic()
+        finally:
+            if _TEST_STOP_GC and (self._stop.is_set() or not self.context.ok()):
+                self._collect_mid_exchange()
+
+    def _collect_mid_exchange(self) -> None:
+        """Test hook (``RETARGET_TEST_STOP_GC``): the control loop's last exchange during a stop, with a full garbage
+        collection between its Sync Write and its Sync Read, holding the bus (the torque-off waits for it)."""
+        with self._lock:
+            if not self.bus.is_open or self.fault is not None or self._follower is None:
                 return
-            due += period
-            if due < time.monotonic() - period:  # more than a period late (a loaded host): skip the missed ticks
-                due = time.monotonic()
+            try:
+                if self._written is not None:
+                    self.bus.write_goal_positions(self._written)
+                gc.collect()
+                self.bus.read_state(raise_on_alert=False)
+            except DynamixelError:
+                return
+        print("test hook: full collection in the middle of a bus exchange, during the stop", file=sys.stderr,
+              flush=True)
 
     def _raise_loop_error(self) -> None:
         """Re-raise, in the executor, the error that ended the control loop: spinning fails as a timer's would."""
@@ -415,17 +457,33 @@ class DynamixelDriver(Node):
         self._diagnostics.publish(msg)
 
     def shutdown(self) -> None:
-        """Stop the control loop, torque off and close the port (called by :func:`main` on exit; idempotent)."""
+        """Stop the control loop, torque off and close the port (called by :func:`main` on exit; idempotent).
+
+        Bounded: the control loop gets :data:`LOOP_JOIN_S` to end its tick and the bus :data:`BUS_WAIT_S` more; a
+        loop that still holds the bus then (a bug) is logged with its stack, and the port is left to the process's
+        exit (torque as it was).
+        """
         self._stop.set()
-        if self._loop is not None and self._loop is not threading.current_thread():
-            self._loop.join(timeout=2.0)
-        with self._lock:
+        loop = self._loop
+        if loop is not None and loop is not threading.current_thread():
+            loop.join(timeout=LOOP_JOIN_S)
+            if loop.is_alive():
+                frame = sys._current_frames().get(loop.ident or -1)
+                where = "".join(traceback.format_stack(frame)) if frame is not None else "(no stack)"
+                self.get_logger().error(f"the control loop did not end its tick within {LOOP_JOIN_S:g} s:\n{where}")
+        if not self._lock.acquire(timeout=BUS_WAIT_S):
+            self.get_logger().error("the control loop still holds the bus: torque state unknown on every servo "
+                                    "(torque stays as it was); the port closes with the process")
+            return
+        try:
             if self.bus.is_open:
                 failed = self.bus.safe_torque_off()
                 if failed:
                     self.get_logger().warning(f"torque state unknown for servos {sorted(failed)}: torque off "
                                               "was neither acknowledged nor read back (torque stays as it was)")
                 self.bus.close()
+        finally:
+            self._lock.release()
 
 
 def _describe_gains(written: dict[int, dict[str, int]]) -> str:
@@ -439,24 +497,28 @@ def _describe_gains(written: dict[int, dict[str, int]]) -> str:
 
 
 def main(args: list[str] | None = None) -> None:
-    """Run the driver until Ctrl-C or external shutdown; torque goes off on the way out."""
+    """Run the driver until Ctrl-C, SIGTERM or external shutdown; torque goes off on the way out.
+
+    From ``rclpy.init()`` on, a stop signal only stops the node (:func:`retarget.ros.spinning.stopping_on_signals`:
+    no KeyboardInterrupt in the middle of a bus exchange, a stop during start-up ends it early, and the process
+    ends within ``STOP_TIMEOUT_S`` of the first signal or reports where it hangs).
+    """
     node: DynamixelDriver | None = None
-
-    def shutdown() -> None:
-        # A second Ctrl-C must not interrupt the torque-off writes half way (SIGTERM/SIGKILL still end it).
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        if node is not None:
-            node.shutdown()
-
     try:
-        with rclpy.init(args=args):
+        with rclpy.init(args=args), stopping_on_signals():
             node = DynamixelDriver()
-            node.start_control_loop()
-            spin(node, before_shutdown=shutdown)
+            if node.context.ok():
+                node.start_control_loop()
+            spin(node, before_shutdown=node.shutdown)
+            close_node(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
-        shutdown()  # idempotent: torque off also when the node failed before spinning
+        if node is not None:
+            # Idempotent: torque off also when the node failed before spinning. A Ctrl-C out here must not
+            # interrupt the torque-off writes half way (SIGTERM/SIGKILL still end it).
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            node.shutdown()
 
 
 if __name__ == "__main__":

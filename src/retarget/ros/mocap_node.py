@@ -48,7 +48,7 @@ from retarget.mocap import (
 from retarget.mocap.bags import pose_topic
 from retarget.mocap.twin import LiveTwinSource, PoseFunction
 from retarget.ros.params import declare
-from retarget.ros.spinning import spin
+from retarget.ros.spinning import close_node, spin, stopping_on_signals
 
 __all__ = ["MocapNode", "NodeStats", "load_twin_motion", "builtin_step_motion", "looped", "tf_frame_name", "main"]
 
@@ -486,10 +486,11 @@ def main(args: list[str] | None = None) -> None:
     """Run the mocap node until Ctrl-C or external shutdown; a configuration error exits with code 2."""
     node: MocapNode | None = None
     try:
-        with rclpy.init(args=args):
+        with rclpy.init(args=args), stopping_on_signals():
             node = MocapNode()
             # The receive thread stops before the context goes (it triggers a guard condition of the context).
             spin(node, before_shutdown=node.shutdown)
+            close_node(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except RetargetError as exc:

@@ -12,7 +12,8 @@ it worse than the input or beyond the stall torque (then FAILED, the plan still 
 :func:`retarget.optimize.verification.execution_refusal`). A cancel stops the optimizer as
 Ctrl-C stops ``retarget plan``: the result is ``CANCELED`` and carries the best trajectory evaluated so far (with
 its metrics), which is neither published nor executed; cancelled before the optimizer's first simulation finished,
-it carries none.
+it carries none. A stop signal (SIGINT, SIGTERM) ends a running plan the same way, at its next cancel poll, so the
+node stops (:mod:`retarget.ros.spinning`).
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ from retarget.optimize.errors import PlanCancelled
 from retarget.optimize.options import REST_AFTER_S, PlanOptions
 from retarget.ros.conversions import goal_points
 from retarget.ros.params import declare
+from retarget.ros.spinning import close_node, spin, stopping_on_signals
 
 __all__ = ["Planner", "main"]
 
@@ -173,6 +175,9 @@ class Planner(Node):
             outcome = plan(goal.robot or self.robot_name, motion, self._options(goal),
                            self._plan_progress(handle, started))
         except PlanCancelled as exc:
+            if not self.context.ok():  # stopped by a signal: nobody is left to answer
+                return Result(error_code=Result.CANCELED, error_string="the planner stopped",
+                              wall_time=time.monotonic() - started)
             handle.canceled()
             return Result(error_code=Result.CANCELED, error_string=f"{exc} (no optimized trajectory yet)",
                           wall_time=time.monotonic() - started)
@@ -192,6 +197,9 @@ class Planner(Node):
             return Result(error_code=Result.FAILED, error_string=f"internal error: {type(exc).__name__}: {exc}",
                           wall_time=time.monotonic() - started)
         result, metrics = self._result(outcome, started, float(motion.time[0]))
+        if not self.context.ok():  # stopped by a signal during the plan: neither published nor executed
+            result.error_code, result.error_string = Result.CANCELED, "the planner stopped"
+            return result
         if handle.is_cancel_requested:
             # The best iterate when the cancel came (or the finished plan, if it came at the very end): returned,
             # but neither published nor executed.
@@ -255,7 +263,7 @@ class Planner(Node):
 
         return PlanProgress(steps=steps, iteration=lambda info: self._progress(handle, started, info),
                             message=lambda text: self.get_logger().info(text),
-                            cancelled=lambda: handle.is_cancel_requested)
+                            cancelled=lambda: handle.is_cancel_requested or not self.context.ok())
 
     def _result(self, outcome: Any, started: float, start_time: float) -> tuple[Result, dict[str, Any]]:
         """The action's result of a finished plan, and the plan's metrics it carries as ``metrics_json``."""
@@ -293,11 +301,11 @@ class Planner(Node):
 def main(args: list[str] | None = None) -> None:
     """Run the planner until Ctrl-C or external shutdown."""
     try:
-        with rclpy.init(args=args):
+        with rclpy.init(args=args), stopping_on_signals():
             node = Planner()
-            executor = MultiThreadedExecutor()
-            executor.add_node(node)
-            executor.spin()
+            # Two threads: the optimization runs inside the goal callback, a cancel needs the other one.
+            spin(node, MultiThreadedExecutor)
+            close_node(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
 

@@ -19,7 +19,7 @@ from retarget.control import CommandFollower, ServoState, TrajectoryRejected, st
 from retarget.errors import InputError
 from retarget.ros.conversions import goal_points
 from retarget.ros.params import declare
-from retarget.ros.spinning import spin
+from retarget.ros.spinning import close_node, spin, stopping_on_signals
 
 __all__ = ["ServoTwin", "main"]
 
@@ -74,8 +74,10 @@ class ServoTwin(Node):
 def main(args: list[str] | None = None) -> None:
     """Run the servo twin until Ctrl-C or external shutdown."""
     try:
-        with rclpy.init(args=args):
-            spin(ServoTwin())
+        with rclpy.init(args=args), stopping_on_signals():
+            node = ServoTwin()
+            spin(node)
+            close_node(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
 

@@ -42,7 +42,7 @@ from retarget.errors import InputError
 from retarget.motion.limits import JointLimit
 from retarget.ros.conversions import goal_points, goal_tolerances, point_msg, setpoint_msg, time_to_seconds
 from retarget.ros.params import declare
-from retarget.ros.spinning import spin
+from retarget.ros.spinning import close_node, spin, stopping_on_signals
 
 __all__ = ["TrajectoryServer", "main"]
 
@@ -356,12 +356,13 @@ class TrajectoryServer(Node):
 def main(args: list[str] | None = None) -> None:
     """Run the trajectory server until Ctrl-C or external shutdown."""
     try:
-        with rclpy.init(args=args):
+        with rclpy.init(args=args), stopping_on_signals():
             node = TrajectoryServer()
             # One thread: goal execution is async (awaits, holds no thread). rclpy's MultiThreadedExecutor kept this
             # node at ≈ 98 % of a core with its 100 Hz timer (busy re-waking on a timer whose callback was in flight),
             # which on 2 cores starved joint_states for seconds (flaky cross-process tests); single-threaded: ≈ 16 %.
-            spin(node, SingleThreadedExecutor())
+            spin(node, SingleThreadedExecutor)
+            close_node(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
 
