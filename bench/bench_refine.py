@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--beta", type=float, default=3e-5)
     p.add_argument("--kp-factor", type=float, default=1.3)
     p.add_argument("--latency", type=float, default=0.015)
+    p.add_argument("--robot-clock", action="store_true", help="the takes' time column is the robot's clock (0 at the "
+                   "motion's start) instead of Motive's (0 at the take's first frame)")
     p.add_argument("--refine-args", default="", help="extra arguments for `retarget refine`")
     p.add_argument("--result", default=None, help="JSON result (default bench/results/refine-<robot>-<motion>.json)")
     args = p.parse_args(argv)
@@ -99,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         if k < args.trials:
             capture = CaptureSettings(body="tip", rate_hz=120.0, noise_m=3e-4, rotation_rpy_deg=(7.0, -12.0, 35.0),
                                       offset_m=(0.4, 0.9, -1.7), lead_s=leads[(k - 1) % len(leads)], tail_s=0.4,
-                                      seed=100 + k)
+                                      seed=100 + k, robot_clock=args.robot_clock)
             take = write_take(run, capture, folder / f"take{k}.csv")
             nxt = folder / f"plan{k + 1}.csv"
             cmd = ["refine", args.robot, "--motion", args.motion, "--plan", str(current), "--recording", str(take),
@@ -136,7 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     result = {"what": "three trials of retarget refine on the servo-beam plant with a model error",
               "robot": args.robot, "motion": args.motion, "perturbation": asdict(perturbation),
               "capture": "Motive CSV 1.23, mm, 120 Hz, 0.3 mm noise, Y up then rpy (7, -12, 35) deg, offset "
-                         "(0.4, 0.9, -1.7) m, capture start (s before the motion) " + str(list(leads[:args.trials])),
+                         "(0.4, 0.9, -1.7) m, capture start (s before the motion) " + str(list(leads[:args.trials]))
+                         + (", time column in the robot's clock" if args.robot_clock else
+                            ", time column from the take's first frame (Motive's)"),
+              "command": "python bench/bench_refine.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "naive": asdict(naive.metrics), "trials": trials, "acceptance": acceptance, "commands": commands}
     out = Path(args.result) if args.result else ROOT / "bench" / "results" / \
         f"refine-{args.robot}-{Path(str(args.motion)).stem}.json"

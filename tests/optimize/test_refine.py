@@ -200,6 +200,9 @@ def test_the_learning_quadratic_is_the_derivative_of_the_predicted_objective(ser
     rng = np.random.default_rng(1)
     x = pp.fit.parameters + 0.01 * rng.normal(size=pp.fit.parameters.size)
     run = evaluate(problem, x, gradient=False)
+    tau = run.rollout.matrix[:, engine.motor_torque_index]
+    assert problem.torque_penalty.evaluate(tau, problem.torque_penalty.speeds(run.rollout.matrix))[0] > 0.0, \
+        "the torque penalty's rows are active"
     measured = run.positions + 2e-3 * rng.normal(size=run.positions.shape)
     measured[5:8] = np.nan  # not measured there
     quad = learning_quadratic([problem], x, [run], measured, damping=0.0)

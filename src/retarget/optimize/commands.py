@@ -531,6 +531,9 @@ def _register_refine(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--motion-start", type=float, default=None, metavar="S", help="the plan's motion started S "
                    "seconds after the take's first sample (a take on a clock shared with the robot): the time offset "
                    "is taken as given, so a latency is measured too (default: found by alignment)")
+    p.add_argument("--clock-snap", type=float, default=R.clock_snap_s, metavar="S", help="a time offset found within "
+                   f"S of zero is taken as zero: the take's clock is read as the plan's (default {R.clock_snap_s:g} s; "
+                   "0: never)")
     p.add_argument("--trust-region", type=float, default=R.trust_region_rad, metavar="RAD", help="the first trial's "
                    f"trust region: no control point moves by more (default {R.trust_region_rad:g} rad; later trials "
                    "take theirs from the history)")
@@ -596,9 +599,11 @@ def _refine_command(args: argparse.Namespace) -> int:
         raise InputError("--out must differ from --plan: CURRENT stays as it was played")
     options = RefineOptions(trust_region_rad=args.trust_region, damping=args.damping,
                             robust=_factors(args.robust, "--robust"), max_missing=args.max_missing,
-                            motion_start_s=args.motion_start)
+                            motion_start_s=args.motion_start, clock_snap_s=args.clock_snap)
+    flags = {"trust_region_rad": "--trust-region", "damping": "--damping", "max_missing": "--max-missing",
+             "clock_snap_s": "--clock-snap"}
     for name, why in options.out_of_range():
-        raise InputError(f"--{name.replace('_rad', '').replace('_', '-')} {why}")
+        raise InputError(f"{flags.get(name, name)} {why}")
     plan_options = _refine_plan_options(args)
     try:
         plan = read_plan(args.plan)
@@ -624,7 +629,7 @@ def _refine_command(args: argparse.Namespace) -> int:
         written.extend(write_refine_report(result, args.report))
     a, m, s = result.alignment, result.measurement, result.step
     angle = float(np.degrees(np.arccos(np.clip((np.trace(a.rotation) - 1.0) / 2.0, -1.0, 1.0))))
-    print(f"take aligned: offset {a.offset_s:+.4f} s{' (given)' if a.offset_given else ''}, mocap -> robot rotation "
+    print(f"take aligned: offset {a.offset_s:+.4f} s ({a.offset_source}), mocap -> robot rotation "
           f"{angle:.2f} deg, translation {np.round(a.translation, 4).tolist()} m; residual "
           f"{1e3 * a.residual_rms_m:.2f} mm RMS ({a.residual_ratio:.3f} x the travel); "
           f"{100 * a.missing_fraction:.1f} % frames missing")

@@ -107,10 +107,16 @@ HISTORY_SUFFIX = ".history.json"
 #: Gaps of more than this many frames in a take are not interpolated across: the grid points in them are left out.
 MAX_GAP_FRAMES = 3
 
-#: The alignment's coarse offset grid [s] and the half-width of its refinement [s].
+#: The alignment's coarse offset grid [s] (refined to 1e-5 s within 1.5 steps).
 OFFSET_STEP_S = 0.01
 
-#: Successive trials' peaks within this fraction count as "no change" (marker noise, the plant's own spread).
+#: The onset of a take: its body leaves the rest it starts in (the first ONSET_REST_S of it) by at least this [m].
+ONSET_MIN_M = 2e-3
+ONSET_REST_S = 0.15
+#: ... and by this fraction of the prediction's largest distance from its first pose.
+ONSET_FRACTION = 0.05
+
+#: A coordinate exactly constant for this many frames while the body moves is a saturated (frozen) stream.
 FLAT_RUN_FRAMES = 6
 
 
@@ -160,6 +166,9 @@ class RefineOptions:
         fit_tolerance_rad: CURRENT's samples must be reproduced this closely by its parameters [rad].
         motion_start_s: when the plan's motion started, in seconds of the take's clock after its first sample (a
             recording with a clock shared with the robot): the time offset is then this, not searched.
+        clock_snap_s: a searched time offset within this of zero is taken as zero: the take's own clock then reads
+            as the plan's (a take stamped in the robot's clock, or one started with the motion), within one latency
+            of the truth either way [s]; 0: never.
         robust: stiffness factors of further models whose sensitivities the step is averaged over (empty: the
             nominal model alone).
         refit: re-fit the model's stiffness and servo gain to the take before the step (:func:`refit_model`).
@@ -179,6 +188,7 @@ class RefineOptions:
     refit_frequency_tolerance: float = 0.1
     fit_tolerance_rad: float = 1e-6
     motion_start_s: float | None = None
+    clock_snap_s: float = 0.05
     robust: tuple[float, ...] = ()
     refit: bool = True
     refit_bounds: tuple[float, float] = (0.5, 2.0)
@@ -200,6 +210,13 @@ class RefineOptions:
             out.append(("damping", f"must be 0 or more, got {self.damping}"))
         if not self.max_residual_ratio > 0:
             out.append(("max_residual_ratio", f"must be positive, got {self.max_residual_ratio}"))
+        if not (self.clock_snap_s >= 0 and math.isfinite(self.clock_snap_s)):
+            out.append(("clock_snap_s", f"must be 0 or more, got {self.clock_snap_s}"))
+        low, high = self.refit_bounds
+        if not 0 < low <= 1 <= high:
+            out.append(("refit_bounds", f"must enclose 1 and be positive, got {self.refit_bounds}"))
+        if not 0 <= self.refit_gain < 1:
+            out.append(("refit_gain", f"must lie in [0, 1), got {self.refit_gain}"))
         return out
 
 
@@ -381,10 +398,13 @@ class TakeAlignment:
         rotation: mocap → robot (3, 3). translation: (3,) [m]: ``x_robot = R x_mocap + t``.
         residual_rms_m: RMS distance of the aligned take to the prediction of CURRENT within the plan [m].
         travel_rms_m: the prediction's RMS distance to its mean within the plan [m] (the scale of the residual).
-        naive_residual_rms_m: the same take aligned onto the naive playback's prediction [m] (None: not checked).
+        closest_rms_m: the take's closest fit onto the prediction of CURRENT, at any time offset [m].
+        naive_residual_rms_m: its closest fit onto the naive playback's prediction [m] (None: not checked).
         missing_fraction: frames of the plan's span within the take that miss a body [-].
         coverage: the fraction of the plan's moving span the take covers [-].
-        offset_given: the offset came from :attr:`RefineOptions.motion_start_s`.
+        offset_source: ``onset`` (the take's departure from its first rest on the prediction's), ``searched`` (the
+            smallest residual: a take that starts moving), ``given`` (:attr:`RefineOptions.motion_start_s`) or
+            ``take clock`` (an offset within :attr:`RefineOptions.clock_snap_s` of zero, taken as zero).
     """
 
     offset_s: float
@@ -392,10 +412,16 @@ class TakeAlignment:
     translation: NDArray[np.float64]
     residual_rms_m: float
     travel_rms_m: float
+    closest_rms_m: float
     naive_residual_rms_m: float | None
     missing_fraction: float
     coverage: float
-    offset_given: bool = False
+    offset_source: str = "searched"
+
+    @property
+    def offset_given(self) -> bool:
+        """The offset was given, or read from the take's own clock."""
+        return self.offset_source in ("given", "take clock")
 
     @property
     def residual_ratio(self) -> float:
@@ -406,9 +432,10 @@ class TakeAlignment:
         """Plain JSON values (SI)."""
         return {"offset_s": self.offset_s, "rotation": self.rotation.tolist(), "translation_m":
                 self.translation.tolist(), "residual_rms_m": self.residual_rms_m, "travel_rms_m": self.travel_rms_m,
+                "closest_rms_m": self.closest_rms_m,
                 "residual_ratio": self.residual_ratio, "naive_residual_rms_m": self.naive_residual_rms_m,
                 "missing_fraction": self.missing_fraction, "coverage": self.coverage,
-                "offset_given": self.offset_given}
+                "offset_source": self.offset_source}
 
 
 def _kabsch(src: NDArray[np.float64], dst: NDArray[np.float64]) -> tuple[NDArray, NDArray, float]:
@@ -460,9 +487,69 @@ def _best_offset(points: _Points, take: Take, duration: float) -> float:
     return best + float(res.x) if float(res.fun) <= float(scores.min()) else best
 
 
+def _noise(values: NDArray[np.float64]) -> float:
+    """Per-axis noise std of evenly sampled positions (n, 3) from their fourth differences (robust; NaN rows
+    skipped) [m]: white noise σ gives ``√70 σ`` there, a smooth motion almost nothing."""
+    d4 = values[4:] - 4 * values[3:-1] + 6 * values[2:-2] - 4 * values[1:-3] + values[:-4]
+    d4 = d4[np.isfinite(d4).all(axis=1)]
+    if len(d4) < 10:
+        return 0.0
+    return float(np.mean(np.median(np.abs(d4 - np.median(d4, axis=0)), axis=0)) * 1.4826 / math.sqrt(70.0))
+
+
+def _onset_offset(take: Take, times: NDArray[np.float64], predicted: NDArray[np.float64]) -> float | None:
+    """The offset that puts the take's onset — where its body first leaves the rest it starts in by
+    ``max(ONSET_MIN_M, 8 σ, ONSET_FRACTION × reach)`` for three frames — on the prediction's (the same distance from
+    its first pose); None when the take does not start at rest for :data:`ONSET_REST_S` or the prediction never
+    moves that far."""
+    j = int(np.argmax([_travel_rms(predicted[:, [i]]) for i in range(predicted.shape[1])]))
+    ok = take.tracked[:, j]
+    t, pos = take.time_s[ok], take.positions_m[ok, j]
+    first = t <= t[0] + ONSET_REST_S
+    if first.sum() < 5 or len(t) < 20:
+        return None
+    rest = np.median(pos[first], axis=0)
+    pred_dist = np.linalg.norm(predicted[:, j] - predicted[0, j], axis=1)
+    # Above the noise and above the small corrections a plan makes before its motion (a fraction of its reach).
+    threshold = max(ONSET_MIN_M, 8.0 * _noise(take.positions_m[:, j]), ONSET_FRACTION * float(pred_dist.max()))
+    if np.max(np.linalg.norm(pos[first] - rest, axis=1)) > 0.5 * threshold:
+        return None  # not at rest
+    away = np.linalg.norm(pos - rest, axis=1) > threshold
+    run = np.convolve(away.astype(int), np.ones(3, dtype=int), mode="valid") == 3
+    if not run.any():
+        return None
+    i = int(np.argmax(run))
+    if i == 0 or t[i] <= t[0] + ONSET_REST_S:
+        return None  # moving already: no rest to leave
+
+    def crossing(tt: NDArray[np.float64], dist: NDArray[np.float64], k: int) -> float:
+        return float(tt[k - 1] + (threshold - dist[k - 1]) / max(dist[k] - dist[k - 1], 1e-15) * (tt[k] - tt[k - 1]))
+
+    dist = np.linalg.norm(pos - rest, axis=1)
+    beyond = np.flatnonzero(pred_dist > threshold)
+    if beyond.size == 0 or beyond[0] == 0:
+        return None
+    return crossing(t, dist, i) - crossing(times, pred_dist, int(beyond[0]))
+
+
+def _found_offset(points: _Points, take: Take, times: NDArray[np.float64], predicted: NDArray[np.float64]
+                  ) -> tuple[float, str, float]:
+    """The take's time offset, how it was found, and the closest fit's residual [m]: its onset on the prediction's,
+    unless that is far off the closest fit (an onset of something else), else the closest fit
+    (:func:`_best_offset`)."""
+    best = _best_offset(points, take, float(times[-1] - times[0]))
+    closest = points.residual(best)
+    onset = _onset_offset(take, times, predicted)
+    # The onset, where the body has barely started, hardly sees the lag a model error puts on the motion, which the
+    # closest fit would partly take for a clock offset and so never measure.
+    if onset is not None and points.residual(onset) <= 1.5 * closest + 2e-3:
+        return onset, "onset", closest
+    return best, "searched", closest
+
+
 def align_take(take: Take, times: NDArray[np.float64], predicted: NDArray[np.float64],
                moving: tuple[float, float], naive: NDArray[np.float64] | None = None,
-               motion_start_s: float | None = None) -> TakeAlignment:
+               motion_start_s: float | None = None, clock_snap_s: float = 0.0) -> TakeAlignment:
     """Align ``take`` onto a prediction (module docstring, step 3).
 
     Args:
@@ -472,6 +559,7 @@ def align_take(take: Take, times: NDArray[np.float64], predicted: NDArray[np.flo
         moving: the plan's moving span ``(first motion, settled)`` [s] (what the take must cover).
         naive: the naive playback's prediction (n_t, k, 3) [m], to align onto as well (None: not checked).
         motion_start_s: the offset is ``take.time_s[0] + motion_start_s`` (None: searched).
+        clock_snap_s: a searched offset within this of zero is taken as zero [s].
 
     Raises:
         RefineRefused: too few tracked frames to align.
@@ -480,9 +568,11 @@ def align_take(take: Take, times: NDArray[np.float64], predicted: NDArray[np.flo
     if len(points.time) < 20:
         raise RefineRefused(Refusal.MISSING_FRAMES, f"the take {take.source} has {len(points.time)} tracked "
                             "samples: too few to align", samples=len(points.time))
-    duration = float(times[-1] - times[0])
-    given = motion_start_s is not None
-    offset = float(take.time_s[0]) + float(motion_start_s) if given else _best_offset(points, take, duration)
+    offset, source, closest = _found_offset(points, take, times, predicted)
+    if motion_start_s is not None:
+        offset, source = float(take.time_s[0]) + float(motion_start_s), "given"
+    elif abs(offset) <= clock_snap_s:
+        offset, source = 0.0, "take clock"
     src, dst = points.at(offset)
     rot_inv, trans_inv, _ = _kabsch(src, dst)
     inside_src, inside_dst = points.at(offset, inside_only=True)
@@ -492,13 +582,7 @@ def align_take(take: Take, times: NDArray[np.float64], predicted: NDArray[np.flo
     naive_rms = None
     if naive is not None:
         naive_points = _Points(take, times, naive)
-        n_off = float(take.time_s[0]) + float(motion_start_s) if given else _best_offset(naive_points, take,
-                                                                                          duration)
-        n_src, n_dst = naive_points.at(n_off)
-        rot_n, trans_n, _ = _kabsch(n_src, n_dst)
-        s_in, d_in = naive_points.at(n_off, inside_only=True)
-        naive_rms = float(np.sqrt(np.mean(np.sum((s_in @ rot_n.T + trans_n - d_in) ** 2, axis=1)))) \
-            if len(s_in) else math.inf
+        naive_rms = naive_points.residual(_best_offset(naive_points, take, float(times[-1] - times[0])))
     # Frames: those of the take's own span within the plan, at its rate; the take's cover of the moving span.
     t_plan = take.time_s - offset
     first, last = max(float(t_plan[0]), float(times[0])), min(float(t_plan[-1]), float(times[-1]))
@@ -509,7 +593,7 @@ def align_take(take: Take, times: NDArray[np.float64], predicted: NDArray[np.flo
     a, b = moving
     covered = max(0.0, min(b, float(t_plan[-1])) - max(a, float(t_plan[0])))
     coverage = covered / (b - a) if b > a else 1.0
-    return TakeAlignment(offset, rot_inv, trans_inv, residual, travel, naive_rms, missing, coverage, given)
+    return TakeAlignment(offset, rot_inv, trans_inv, residual, travel, closest, naive_rms, missing, coverage, source)
 
 
 def _travel_rms(predicted: NDArray[np.float64]) -> float:
@@ -548,14 +632,16 @@ def _check_take(take: Take, alignment: TakeAlignment, options: RefineOptions, ti
     """The refusals that read the aligned take (module docstring, step 4)."""
     source = take.source
     if alignment.naive_residual_rms_m is not None \
-            and alignment.naive_residual_rms_m < options.naive_ratio * alignment.residual_rms_m:
+            and alignment.naive_residual_rms_m < options.naive_ratio * alignment.closest_rms_m:
         raise RefineRefused(Refusal.NAIVE_TAKE, f"the take {source} is a take of the input played as authored (the "
-                            f"naive playback), not of CURRENT: it is {1e3 * alignment.naive_residual_rms_m:.1f} mm RMS "
-                            f"from the model's naive playback and {1e3 * alignment.residual_rms_m:.1f} mm from its "
-                            "prediction of CURRENT", naive_residual_rms_m=alignment.naive_residual_rms_m,
-                            residual_rms_m=alignment.residual_rms_m)
+                            f"naive playback), not of CURRENT: it comes within {1e3 * alignment.naive_residual_rms_m:.1f}"
+                            f" mm RMS of the model's naive playback and within {1e3 * alignment.closest_rms_m:.1f} mm "
+                            "of its prediction of CURRENT", naive_residual_rms_m=alignment.naive_residual_rms_m,
+                            closest_rms_m=alignment.closest_rms_m)
     if alignment.residual_ratio > options.max_residual_ratio:
-        what = ("the given motion start is off, or it is not a take of this plan" if alignment.offset_given else
+        what = ("the take's clock is not the plan's (give --motion-start), or it is not a take of this plan"
+                if alignment.offset_source == "take clock" else
+                "the given motion start is off, or it is not a take of this plan" if alignment.offset_given else
                 "a take of another robot or motion, or one whose clock does not run at its stated rate")
         raise RefineRefused(Refusal.MISALIGNED, f"the take {source} does not follow CURRENT: aligned in time and "
                             f"space, it is {1e3 * alignment.residual_rms_m:.1f} mm RMS from the model's prediction, "
@@ -843,7 +929,7 @@ def _measure(context: RefineContext, point: _PlanPoint, take: Take, options: Ref
     first = float(times[moving_rows[0]]) if moving_rows.size else float(times[0])
     moving = (first, max(settled, float(times[min(moving_rows[-1] + 1, len(times) - 1)]) if moving_rows.size
                          else settled))
-    alignment = align_take(take, times, predicted, moving, naive, options.motion_start_s)
+    alignment = align_take(take, times, predicted, moving, naive, options.motion_start_s, options.clock_snap_s)
     _check_take(take, alignment, options, times, predicted, moving)
     sampled = _resample(take, alignment, times)
     measured = np.full(point.run.positions.shape, np.nan)
