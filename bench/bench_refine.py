@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict
+from itertools import pairwise
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,10 +109,10 @@ def main(argv: list[str] | None = None) -> int:
                    "--body", "tip_mass=tip", "--out", str(nxt), "--json", *args.refine_args.split()]
             code, out, wall = _cli(cmd)
             commands.append({"command": "retarget " + " ".join(cmd), "exit": code, "wall_s": wall})
-            entry["refine"] = {key: out.get(key) for key in ("measured_peak_deviation_m", "predicted_peak_deviation_m",
-                                                             "peak_torque_ratio", "measured_rms_deviation_m",
-                                                             "measured_ring_out_peak_m", "decision", "route",
-                                                             "message")}
+            entry["refine"] = {key: out.get(key) for key in (
+                "measured_peak_deviation_m", "predicted_peak_deviation_m", "peak_torque_ratio",
+                "measured_rms_deviation_m", "measured_ring_out_peak_m", "decision", "route", "route_reason",
+                "model_fit", "message")}
             entry["refine"]["alignment"] = out.get("alignment")
             entry["refine"]["step"] = out.get("step")
             entry["refine"]["wall_s"] = wall
@@ -127,11 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     acceptance = {
         "final_over_naive": peaks[-1] / naive_peak,
         "final_over_trial1": peaks[-1] / peaks[0],
-        "never_rising": all(b <= a for a, b in zip(peaks, peaks[1:])),
+        "never_rising": all(b <= a for a, b in pairwise(peaks)),
         "within_stall": all(t["plant"]["peak_torque_ratio"] <= 1.0 for t in trials),
         "delayed_final_over_naive": delayed[-1] / naive.metrics.delayed_peak_deviation_m,
         "delayed_final_over_trial1": delayed[-1] / delayed[0],
-        "delayed_never_rising": all(b <= a for a, b in zip(delayed, delayed[1:])),
+        "delayed_never_rising": all(b <= a for a, b in pairwise(delayed)),
     }
     acceptance["passes"] = (acceptance["final_over_naive"] <= 0.05 and acceptance["final_over_trial1"] <= 0.5
                             and acceptance["never_rising"] and acceptance["within_stall"])

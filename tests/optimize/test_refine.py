@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from retarget.optimize.options import RefineOptions
 from retarget.optimize.refine import (
     Decision,
     History,
-    RefineOptions,
     RefineRefused,
     Refusal,
     Take,
@@ -101,11 +101,11 @@ def test_read_take_reads_a_motive_export_and_names_what_it_has(tmp_path):
 def test_read_take_falls_back_to_a_rigid_bodys_markers(tmp_path):
     """A markers-only export: the body is the centroid of the markers named after it (NaN where one is missing)."""
     n = 40
-    lines = ["Format Version,1.23,Take Name,t,Capture Frame Rate,100.000000,Export Frame Rate,100.000000,"
-             "Rotation Type,Quaternion,Length Units,Millimeters,Coordinate Space,Global", "",
-             ",Type,Marker,Marker,Marker,Marker,Marker,Marker", ",Name,tip:Marker1,tip:Marker1,tip:Marker1,"
-             "tip:Marker2,tip:Marker2,tip:Marker2", ",ID,1,1,1,2,2,2", ",,Position,Position,Position,Position,"
-             "Position,Position", "Frame,Time (Seconds),X,Y,Z,X,Y,Z"]
+    lines = [("Format Version,1.23,Take Name,t,Capture Frame Rate,100.000000,Export Frame Rate,100.000000,"
+              "Rotation Type,Quaternion,Length Units,Millimeters,Coordinate Space,Global"), "",
+             ",Type,Marker,Marker,Marker,Marker,Marker,Marker",
+             ",Name,tip:Marker1,tip:Marker1,tip:Marker1,tip:Marker2,tip:Marker2,tip:Marker2", ",ID,1,1,1,2,2,2",
+             ",,Position,Position,Position,Position,Position,Position", "Frame,Time (Seconds),X,Y,Z,X,Y,Z"]
     for i in range(n):
         second = "" if i == 5 else f"{20.0 + i},0,0"
         lines.append(f"{i},{i / 100:.6f},{10.0 + i},0,0," + (second if second else ",,"))
@@ -126,6 +126,33 @@ def test_read_take_reads_a_bag(tmp_path):
     assert take.rate_hz == pytest.approx(100.0) and np.allclose(take.positions_m[:, 0], pos, atol=1e-12)
     with pytest.raises(RefineRefused, match="no topic '/mocap/wand/pose'"):
         read_take(tmp_path / "bag", [("tip_mass", "wand")])
+
+
+def test_a_plan_file_records_its_settings_and_a_plan_of_another_input_is_refused(tmp_path):
+    """The plan CSV's ``# plan settings:`` line (knots, step, rest, the input's digest) rebuilds the planner's
+    parametrization; a plan whose recorded input is not --motion is refused before any model work."""
+    from tiny_robot import write_tiny_robot
+
+    from retarget.motion import Motion, load_motion, save_motion
+    from retarget.optimize.options import PlanOptions
+    from retarget.optimize.refine import plan_options_for, read_plan, refine_context
+    from retarget.optimize.variants import PLAN_SETTINGS_PREFIX, motion_digest
+
+    folder = write_tiny_robot(tmp_path)
+    ramp = load_motion(folder / "ramp.csv")
+    settings = {"knot_spacing_s": 0.04, "dt_s": 0.004, "duration_s": 0.2, "rest_from_s": 0.16,
+                "input_sha256": motion_digest(ramp)}
+    other = Motion(ramp.time, ramp.joint_names, 0.5 * ramp.positions)
+    save_motion(folder / "plan.csv", ramp, comments=[PLAN_SETTINGS_PREFIX + json.dumps(settings)])
+    plan = read_plan(folder / "plan.csv")
+    assert plan.settings() == settings
+    options = plan_options_for(plan, PlanOptions(), ramp)
+    assert (options.knot_spacing, options.dt, options.duration) == (0.04, 0.004, 0.2)
+    assert options.rest_after == pytest.approx(0.16 - 0.1)  # the ramp stops at 0.1 s
+    assert motion_digest(other) != settings["input_sha256"]
+    with pytest.raises(RefineRefused) as err:
+        refine_context(folder / "tiny_rod.yaml", other, plan)
+    assert err.value.reason is Refusal.WRONG_MOTION and "another input" in str(err.value)
 
 
 # -- the step's building blocks ------------------------------------------------------------------------------------
@@ -296,6 +323,7 @@ def test_refine_lowers_the_deviation_on_the_plant_and_keeps_the_history(loop, ca
     for key in ("measured_peak_deviation_m", "predicted_peak_deviation_m", "peak_torque_ratio"):
         assert np.isfinite(first[key])
     assert first["decision"] == "first trial" and first["trial"] == 1
+    assert first["step"]["step_rad"] <= first["step"]["trust_region_rad"] + 1e-12
     assert first["measured_peak_deviation_m"] == pytest.approx(loop["trial1"].metrics.peak_deviation_m, rel=0.5)
     assert {p.name for p in (folder / "report").iterdir()} >= {"trials.png", "trial.png", "index.html",
                                                                "refine.json"}
@@ -305,6 +333,13 @@ def test_refine_lowers_the_deviation_on_the_plant_and_keeps_the_history(loop, ca
     assert two.peak_torque_ratio < 1.0
     history = History.load(folder / "plan2.history.json")
     assert [t.trial for t in history.trials] == [1] and history.trials[0].next_plan.endswith("plan2.csv")
+
+    # A correction is never larger than the trust region: no goal moves by more than it (a convex combination of
+    # control points that each moved at most that much).
+    assert _refine(loop, folder / "plan.csv", folder / "take1.csv", folder / "small.csv", "--trust-region",
+                   "0.002") == 0
+    change = load_motion(folder / "small.csv").positions - load_motion(folder / "plan.csv").positions
+    assert 0.0 < np.abs(change).max() <= 0.002 + 1e-9
 
     write_take(trial2, replace(loop["capture"], seed=7, lead_s=0.35), folder / "take2.csv")
     assert _refine(loop, folder / "plan2.csv", folder / "take2.csv", folder / "plan3.csv") == 0

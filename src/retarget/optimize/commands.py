@@ -404,7 +404,8 @@ def _check_gradient(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``retarget plan`` (its defaults are :class:`~retarget.optimize.options.PlanOptions`')."""
-    from retarget.optimize.options import METHODS, PlanOptions as D
+    from retarget.optimize.options import METHODS
+    from retarget.optimize.options import PlanOptions as D
 
     p = sub.add_parser("plan", help="optimize a motion so the robot follows it without vibrating",
                        description="Fits B-spline motor profiles to the motion, builds (or loads) the reduced "
@@ -509,7 +510,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _register_refine(sub: argparse._SubParsersAction) -> None:
     """Add ``retarget refine`` (its defaults are :class:`~retarget.optimize.refine.RefineOptions`')."""
     from retarget.optimize.options import PlanOptions as D
-    from retarget.optimize.refine import RefineOptions as R
+    from retarget.optimize.options import RefineOptions as R
 
     p = sub.add_parser("refine", help="the next plan from a take of what the robot did while a plan played",
                        description="Aligns a motion-capture take (Motive CSV export or rosbag2) of the plan CURRENT "
@@ -539,6 +540,9 @@ def _register_refine(sub: argparse._SubParsersAction) -> None:
                    "take theirs from the history)")
     p.add_argument("--damping", type=float, default=R.damping, metavar="MU", help="Levenberg-Marquardt damping on "
                    f"diag(J^T J) (default {R.damping:g})")
+    p.add_argument("--no-refit", action="store_true", help="take the step on the planning model as it is (default: "
+                   "on the model with its stiffness and servo gain re-fitted to the take when that explains it "
+                   "better)")
     p.add_argument("--robust", default="none", metavar="F,F", help="stiffness factors of further models the step's "
                    "sensitivities are averaged over (default none)")
     p.add_argument("--max-missing", type=float, default=R.max_missing, metavar="F", help="refuse a take with more "
@@ -584,9 +588,9 @@ def _refine_command(args: argparse.Namespace) -> int:
 
     from retarget.errors import InputError
     from retarget.jsonsafe import dumps
+    from retarget.optimize.options import RefineOptions
     from retarget.optimize.refine import (
         History,
-        RefineOptions,
         RefineRefused,
         history_path,
         read_plan,
@@ -599,7 +603,7 @@ def _refine_command(args: argparse.Namespace) -> int:
         raise InputError("--out must differ from --plan: CURRENT stays as it was played")
     options = RefineOptions(trust_region_rad=args.trust_region, damping=args.damping,
                             robust=_factors(args.robust, "--robust"), max_missing=args.max_missing,
-                            motion_start_s=args.motion_start, clock_snap_s=args.clock_snap)
+                            motion_start_s=args.motion_start, clock_snap_s=args.clock_snap, refit=not args.no_refit)
     flags = {"trust_region_rad": "--trust-region", "damping": "--damping", "max_missing": "--max-missing",
              "clock_snap_s": "--clock-snap"}
     for name, why in options.out_of_range():

@@ -10,11 +10,12 @@ learning step that applies the planner's own sensitivities to the *measured* dev
    :attr:`RefineOptions.fit_tolerance_rad` — otherwise CURRENT is not a plan of this input (refused).
 2. **The model's prediction** of CURRENT (and of the input played as authored, the naive playback) on the planning
    grid ``t_n = n Δt``.
-3. **Alignment** of the take onto the prediction (:func:`align_take`): a time offset (a scan over every offset at
-   10 ms, refined to 1e-5 s; or the motion's start in the take's clock, given) and one rigid transform mocap →
-   robot for every tracked body (Kabsch), both minimizing the RMS distance over every tracked sample (before the
-   motion the robot rests at its first pose, after it at its last). A pure delay of the whole motion cannot be
-   told from a clock offset without a shared clock, so it is not measured.
+3. **Alignment** of the take onto the prediction (:func:`align_take`): one rigid transform mocap → robot for every
+   tracked body (Kabsch over every tracked sample; before the plan the robot rests at its first pose, after it at
+   its last) and a time offset: where the take leaves the rest it starts in, put on the prediction's departure
+   (the onset; else, for a take that starts moving, the offset of the closest fit), or the motion's start given in
+   the take's clock. A pure delay of the whole motion cannot be told from a clock offset without a shared clock,
+   so it is not measured.
 4. **Refusals** (:class:`RefineRefused`, nothing is written): a plan or take of another robot or motion, a take
    that does not follow the plan (alignment residual over :attr:`RefineOptions.max_residual_ratio` of the
    prediction's travel), more than :attr:`RefineOptions.max_missing` of its frames missing, a body lost at the
@@ -22,7 +23,10 @@ learning step that applies the planner's own sensitivities to the *measured* dev
    CURRENT, a take already used by an earlier trial.
 5. **The measured deviation** ``e_n = c_meas(t_n) − c̄(t_n)`` from the planner's intent (the quasi-static targets),
    the aligned take resampled on the grid (cubic), gaps longer than :data:`MAX_GAP_FRAMES` frames left out.
-6. **The learning step** (:func:`learning_step`): with ``J`` the exact tangent-linear sensitivities of the tracked
+6. **The re-fitted model** (:func:`refit_model`): the flexible parts' stiffness and the servos' P gain scaled so
+   that the model's run of CURRENT comes closest to the take; used when it explains the take clearly better (a
+   model with the right frequencies has the right sensitivities), and the take aligned again onto it.
+7. **The learning step** (:func:`learning_step`): with ``J`` the exact tangent-linear sensitivities of the tracked
    positions to the B-spline parameters at CURRENT (:func:`~retarget.optimize.gauss_newton.tangent_least_squares`,
    weighted as the planner's tracking term) and the plan's own regularizers and torque penalty::
 
@@ -33,13 +37,13 @@ learning step that applies the planner's own sensitivities to the *measured* dev
    objective (the measurement plus the model's change) does not fall, that asks more torque than
    ``(1 − margin)`` × stall on the servo's torque–speed line (or more than CURRENT did), or leaves a speed limit,
    is halved until it holds.
-7. **The trend** (:class:`History`, ``NEXT.history.json``): each trial's measured peak, RMS and ring-out. A peak
+8. **The trend** (:class:`History`, ``NEXT.history.json``): each trial's measured peak, RMS and ring-out. A peak
    that fell by less than :attr:`RefineOptions.plateau` since the last trial says the loop stopped improving and
    halves the trust region; one that rose steps again from the best trial's plan and take with half the radius.
-8. **The route**: the learning step, always; a ring-out whose frequency differs from the model's by more than
-   :attr:`RefineOptions.refit_frequency_tolerance` says the model is off, and that re-fitting the materials
-   (``retarget fit``) and the servo (``retarget fit-servo``) and planning again is advised (the step then takes half
-   the trust region).
+9. **The route**: the learning step, on the re-fitted model when it is used; a ring-out whose frequency still
+   differs from the model's by more than :attr:`RefineOptions.refit_frequency_tolerance` says the model is off and
+   that re-fitting the materials (``retarget fit``) and the servo (``retarget fit-servo``) and planning again is
+   advised (the step then takes half the trust region).
 
 :func:`refine` takes arrays and paths and returns a typed :class:`Refinement`; :func:`write_refinement` writes NEXT,
 its JointTrajectory YAML and its history atomically. ``retarget refine`` and a ROS node are shells over both.
@@ -53,7 +57,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -71,7 +75,7 @@ from retarget.optimize.bspline import ProfileParametrization
 from retarget.optimize.errors import OptimizeError
 from retarget.optimize.gauss_newton import parameter_hessian, tangent_least_squares
 from retarget.optimize.limits import MotorLimits, TorquePenalty, check_profile_limits
-from retarget.optimize.options import PlanOptions
+from retarget.optimize.options import PlanOptions, RefineOptions
 from retarget.optimize.problem import PlanProblem, build_plan_problem
 from retarget.optimize.variants import motion_digest
 from retarget.optimize.verification import commanded_stop_time
@@ -79,8 +83,11 @@ from retarget.sim.errors import SimulationError
 
 __all__ = [
     "HISTORY_SUFFIX",
+    "Decision",
     "History",
+    "LearningQuadratic",
     "LearningStep",
+    "ModelFit",
     "PlanFile",
     "RefineContext",
     "RefineOptions",
@@ -93,11 +100,15 @@ __all__ = [
     "TrialRecord",
     "align_take",
     "history_path",
+    "learning_quadratic",
     "learning_step",
+    "plan_parameters",
     "read_plan",
     "read_take",
     "refine",
     "refine_context",
+    "refit_model",
+    "scaled_problem",
     "write_refinement",
 ]
 
@@ -144,80 +155,6 @@ class RefineRefused(OptimizeError, InputError):
         super().__init__(f"{reason.value}: {message}")
         self.reason = reason
         self.details = details
-
-
-@dataclass(frozen=True)
-class RefineOptions:
-    """Settings of the learning step and of the take's checks.
-
-    Attributes:
-        trust_region_rad: the first trial's trust region: no control point moves by more [rad].
-        damping: Levenberg–Marquardt's ``μ`` on ``diag(JᵀJ)`` [-]: damps the directions the take hardly shows.
-        shrinks: how many times a step is halved before NEXT is CURRENT (no safe step).
-        plateau: a peak that falls by less than this fraction between trials has stopped improving [-].
-        max_missing: the largest fraction of missing frames (within the take's span of the plan) [-].
-        min_coverage: the take must cover this fraction of the plan's moving span (first motion to settled) [-].
-        max_residual_ratio: the largest alignment residual (RMS) over the prediction's travel (RMS about its mean):
-            beyond it the take does not follow this plan [-].
-        naive_ratio: a take whose alignment residual onto the naive playback's prediction is below this fraction
-            of its residual onto CURRENT's is a take of the naive motion [-].
-        refit_frequency_tolerance: a measured ring-out frequency this far (relative) from the model's advises a
-            re-fit [-].
-        fit_tolerance_rad: CURRENT's samples must be reproduced this closely by its parameters [rad].
-        motion_start_s: when the plan's motion started, in seconds of the take's clock after its first sample (a
-            recording with a clock shared with the robot): the time offset is then this, not searched.
-        clock_snap_s: a searched time offset within this of zero is taken as zero: the take's own clock then reads
-            as the plan's (a take stamped in the robot's clock, or one started with the motion), within one latency
-            of the truth either way [s]; 0: never.
-        robust: stiffness factors of further models whose sensitivities the step is averaged over (empty: the
-            nominal model alone).
-        refit: re-fit the model's stiffness and servo gain to the take before the step (:func:`refit_model`).
-        refit_bounds: the re-fitted factors' range [-].
-        refit_gain: the re-fitted model is used when it explains the take by at least this fraction better (RMS) [-].
-        refit_simulations: at most this many forward runs for the re-fit.
-    """
-
-    trust_region_rad: float = 0.05
-    damping: float = 0.1
-    shrinks: int = 6
-    plateau: float = 0.05
-    max_missing: float = 0.2
-    min_coverage: float = 0.8
-    max_residual_ratio: float = 0.25
-    naive_ratio: float = 0.6
-    refit_frequency_tolerance: float = 0.1
-    fit_tolerance_rad: float = 1e-6
-    motion_start_s: float | None = None
-    clock_snap_s: float = 0.05
-    robust: tuple[float, ...] = ()
-    refit: bool = True
-    refit_bounds: tuple[float, float] = (0.5, 2.0)
-    refit_gain: float = 0.25
-    refit_simulations: int = 24
-
-    def out_of_range(self) -> list[tuple[str, str]]:
-        """Each setting outside its range as (field, what it must be and what it is)."""
-        out = []
-        for name in ("trust_region_rad", "fit_tolerance_rad"):
-            value = getattr(self, name)
-            if not (value > 0 and math.isfinite(value)):
-                out.append((name, f"must be positive, got {value}"))
-        for name in ("max_missing", "plateau", "naive_ratio", "min_coverage"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                out.append((name, f"must lie in [0, 1], got {value}"))
-        if not (self.damping >= 0 and math.isfinite(self.damping)):
-            out.append(("damping", f"must be 0 or more, got {self.damping}"))
-        if not self.max_residual_ratio > 0:
-            out.append(("max_residual_ratio", f"must be positive, got {self.max_residual_ratio}"))
-        if not (self.clock_snap_s >= 0 and math.isfinite(self.clock_snap_s)):
-            out.append(("clock_snap_s", f"must be 0 or more, got {self.clock_snap_s}"))
-        low, high = self.refit_bounds
-        if not 0 < low <= 1 <= high:
-            out.append(("refit_bounds", f"must enclose 1 and be positive, got {self.refit_bounds}"))
-        if not 0 <= self.refit_gain < 1:
-            out.append(("refit_gain", f"must lie in [0, 1), got {self.refit_gain}"))
-        return out
 
 
 # -- inputs -------------------------------------------------------------------------------------------------------
@@ -586,7 +523,7 @@ def align_take(take: Take, times: NDArray[np.float64], predicted: NDArray[np.flo
     # Frames: those of the take's own span within the plan, at its rate; the take's cover of the moving span.
     t_plan = take.time_s - offset
     first, last = max(float(t_plan[0]), float(times[0])), min(float(t_plan[-1]), float(times[-1]))
-    expected = max(int(round((last - first) * take.rate_hz)) + 1, 1) if last > first else 1
+    expected = max(round((last - first) * take.rate_hz) + 1, 1) if last > first else 1
     inside = (t_plan >= first - 1e-9) & (t_plan <= last + 1e-9)
     present = int(np.sum(take.tracked[inside].all(axis=1)))
     missing = max(0.0, 1.0 - present / expected) if last > first else 1.0
@@ -634,8 +571,9 @@ def _check_take(take: Take, alignment: TakeAlignment, options: RefineOptions, ti
     if alignment.naive_residual_rms_m is not None \
             and alignment.naive_residual_rms_m < options.naive_ratio * alignment.closest_rms_m:
         raise RefineRefused(Refusal.NAIVE_TAKE, f"the take {source} is a take of the input played as authored (the "
-                            f"naive playback), not of CURRENT: it comes within {1e3 * alignment.naive_residual_rms_m:.1f}"
-                            f" mm RMS of the model's naive playback and within {1e3 * alignment.closest_rms_m:.1f} mm "
+                            "naive playback), not of CURRENT: it comes within "
+                            f"{1e3 * alignment.naive_residual_rms_m:.1f} mm RMS of the model's naive playback and "
+                            f"within {1e3 * alignment.closest_rms_m:.1f} mm "
                             "of its prediction of CURRENT", naive_residual_rms_m=alignment.naive_residual_rms_m,
                             closest_rms_m=alignment.closest_rms_m)
     if alignment.residual_ratio > options.max_residual_ratio:
@@ -721,17 +659,22 @@ class RefineContext:
     warnings: tuple[str, ...] = ()
 
 
-def plan_options_for(plan: PlanFile, options: PlanOptions) -> PlanOptions:
-    """``options`` with the knot spacing, step, duration and rest a plan file records (when it does)."""
+def plan_options_for(plan: PlanFile, options: PlanOptions, motion: Motion | None = None) -> PlanOptions:
+    """``options`` with the knot spacing, step, duration and rest a plan file records (when it does; the rest needs
+    the input ``motion``: it is recorded as the time the motors hold still from)."""
+    from retarget.optimize.problem import motion_stop_time
+
     settings = plan.settings()
     if not settings:
         return options
-    rest = settings.get("rest_from_s")
     changes: dict[str, Any] = {"knot_spacing": float(settings.get("knot_spacing_s", options.knot_spacing)),
                                "dt": float(settings.get("dt_s", options.dt))}
     if settings.get("duration_s") is not None:
         changes["duration"] = float(settings["duration_s"])
-    changes["rest_after"] = None if rest is None else max(float(rest), 0.0)  # resolved in refine_context
+    if motion is not None and "rest_from_s" in settings:
+        rest = settings["rest_from_s"]
+        stop = motion_stop_time(motion.shifted(-float(motion.time[0])))
+        changes["rest_after"] = None if rest is None else max(float(rest) - stop, 0.0)
     return replace(options, **changes)
 
 
@@ -749,9 +692,9 @@ def refine_context(robot: Any, motion: Motion, plan: PlanFile, options: PlanOpti
     from retarget.optimize.engines import planner_engine
     from retarget.optimize.planning import _tracked_bodies
     from retarget.optimize.planning_model import planning_model
-    from retarget.optimize.problem import limits_for, motion_stop_time
-    from retarget.optimize.verification import gate_model
+    from retarget.optimize.problem import limits_for
     from retarget.optimize.variants import declared_servos
+    from retarget.optimize.verification import gate_model
     from retarget.sim.reduced.system import with_stiffness_scale
 
     options = PlanOptions() if options is None else options
@@ -760,11 +703,15 @@ def refine_context(robot: Any, motion: Motion, plan: PlanFile, options: PlanOpti
     _check_plan_for(plan, motion, motors)
     check_plan_input(robot, motion)
     settings = plan.settings() or {}
-    run = plan_options_for(plan, options)
-    if settings.get("rest_from_s") is not None:
-        stop = motion_stop_time(motion.shifted(-float(motion.time[0])))
-        run = replace(run, rest_after=max(float(settings["rest_from_s"]) - stop, 0.0))
-    run = replace(run, stiffness_band=(), band=(), baselines=False)
+    digest = settings.get("input_sha256")
+    start = float(motion.time[0])
+    ordered = Motion(motion.time - start, tuple(motors),
+                     np.stack([motion.positions[:, motion.joint_index(m)] for m in motors], axis=1))
+    if digest and digest != motion_digest(ordered):
+        raise RefineRefused(Refusal.WRONG_MOTION, f"the plan {plan.path} was made for another input than "
+                            "--motion (the input digest it records differs): refine the plan of this motion, or give "
+                            "the motion it was made for", plan=str(plan.path))
+    run = replace(plan_options_for(plan, options, motion), stiffness_band=(), band=(), baselines=False)
     pm = planning_model(robot, motion, n_modes=options.modes, dt_train=options.dt_train,
                         mesh_axial=options.mesh_axial, mesh_around=options.mesh_around,
                         reduced_file=options.reduced_file, use_cache=options.use_cache,
@@ -783,11 +730,6 @@ def refine_context(robot: Any, motion: Motion, plan: PlanFile, options: PlanOpti
     bodies = _tracked_bodies(pm.config, run)
     pp = build_plan_problem(engine, motion, bodies, limits, run,
                             None if progress is None else (lambda stage, k, n: progress(stage, k, n)))
-    digest = settings.get("input_sha256")
-    if digest and digest != motion_digest(pp.motion):
-        raise RefineRefused(Refusal.WRONG_MOTION, f"the plan {plan.path} was made for another input than "
-                            "--motion (its recorded input digest differs): refine the plan of this motion, or give "
-                            "the motion it was made for", plan=str(plan.path))
     naive = evaluate(pp.naive_problem, pp.input_fit.parameters, gradient=False,
                      progress=None if progress is None else (lambda k, n: progress("naive playback", k, n)))
     return RefineContext(robot, motion, pp, limits, engine_factory, naive, dict(pm.info), float(run.torque_margin),
@@ -1573,7 +1515,7 @@ def refine(robot: Any, motion: Motion, plan: PlanFile, take: Take, options: Refi
     message = (f"trial {record.trial}: {trend_text}; NEXT predicted at "
                f"{1e3 * step.report.predicted_peak_deviation_m:.2f} mm peak ({step.report.message}, "
                f"trust region {step.report.trust_region_rad:.3g} rad, limited by {step.report.limited_by})")
-    comments = _next_comments(plan, record, step.report)
+    comments = _next_comments(plan, record, step.report, context.pp)
     times = pp.targets.times
     return Refinement(
         next_plan=next_plan, comments=comments, record=record, history=history, alignment=current.alignment,
@@ -1636,12 +1578,18 @@ def _best_trial(context: RefineContext, history: History, fit: ModelFit | None, 
 REFINED_PREFIX = "retarget refine: "
 
 
-def _next_comments(plan: PlanFile, record: TrialRecord, step: LearningStep) -> tuple[str, ...]:
-    """NEXT's comment lines: CURRENT's (the servos and settings it was planned with), and where NEXT came from."""
+def _next_comments(plan: PlanFile, record: TrialRecord, step: LearningStep, pp: PlanProblem) -> tuple[str, ...]:
+    """NEXT's comment lines: where NEXT came from, CURRENT's (the servos it was planned for) and the plan settings
+    (CURRENT's, or the problem's when CURRENT does not record them)."""
+    from retarget.optimize.variants import PLAN_SETTINGS_PREFIX, plan_settings
+
     kept = [c for c in plan.comments if not c.startswith(REFINED_PREFIX)]
-    return (f"{REFINED_PREFIX}trial {record.trial}: {Path(record.plan).name} refined from the take "
-            f"{Path(record.recording).name} (measured peak {1e3 * record.measured_peak_deviation_m:.2f} mm, predicted "
-            f"{1e3 * step.predicted_peak_deviation_m:.2f} mm; docs/refine.md)", *kept)
+    if not any(c.startswith(PLAN_SETTINGS_PREFIX) for c in kept):
+        kept.append(PLAN_SETTINGS_PREFIX + json.dumps(plan_settings(pp), sort_keys=True))
+    first = (f"{REFINED_PREFIX}trial {record.trial}: {Path(record.plan).name} refined from the take "
+             f"{Path(record.recording).name} (measured peak {1e3 * record.measured_peak_deviation_m:.2f} mm, "
+             f"predicted {1e3 * step.predicted_peak_deviation_m:.2f} mm; docs/refine.md)")
+    return (first, *kept)
 
 
 def write_refinement(refinement: Refinement, out: str | Path) -> tuple[Path, ...]:
