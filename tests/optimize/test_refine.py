@@ -406,3 +406,45 @@ def test_refine_refuses_takes_and_plans_that_do_not_belong_together(loop, capsys
     wobble = resampled.positions + 0.01 * np.sin(40 * resampled.time)[:, None]
     save_motion(tmp_path / "wobble.csv", Motion(resampled.time, resampled.joint_names, wobble))
     assert "not a plan of this input" in _refused(loop, capsys, tmp_path / "wobble.csv", take, Refusal.WRONG_MOTION)
+
+
+@pytest.mark.slow
+def test_a_trial_that_rose_steps_again_from_the_best_one(loop, capsys):
+    """The history says trial 1 measured far less than this take: the peak rose, and NEXT is stepped from trial 1's
+    plan and take with half its trust region."""
+    import shutil
+
+    from retarget.fit.plant_trial import write_take
+    from retarget.optimize.refine import _file_digest
+
+    folder = loop["folder"]
+    write_take(loop["trial1"], replace(loop["capture"], seed=11), folder / "take1b.csv")
+    shutil.copy(folder / "plan.csv", folder / "again.csv")
+    best = replace(_record(1, 1e-4, 0.04), plan=str(folder / "plan.csv"),
+                   plan_sha256=_file_digest(folder / "plan.csv"), recording=str(folder / "take1b.csv"),
+                   recording_sha256=_file_digest(folder / "take1b.csv"), bodies={"tip": "tip"},
+                   next_plan=str(folder / "again.csv"), next_plan_sha256=_file_digest(folder / "again.csv"))
+    (folder / "again.history.json").write_text(json.dumps(History((best,)).to_json()))
+    capsys.readouterr()
+    assert _refine(loop, folder / "again.csv", folder / "take1.csv", folder / "after_rise.csv") == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["decision"] == "rose" and out["stopped_improving"] is True
+    assert "stepping again from the best trial" in out["message"]
+    assert out["step"]["trust_region_rad"] <= 0.02 + 1e-12
+    assert [t["trial"] for t in out["history"]] == [1] and out["trial"] == 2
+
+
+@pytest.mark.slow
+def test_a_frozen_coordinate_is_refused_as_saturated(loop, capsys, tmp_path):
+    folder = loop["folder"]
+    lines = (folder / "take1.csv").read_text().splitlines()
+    head = next(i for i, ln in enumerate(lines) if ln.startswith("Frame,")) + 1
+    body = lines[head:]
+    # 12 frames from 0.35 s into the take (the motion, 0.15 s after it starts): x held at its first value.
+    frozen = body[42].split(",")[6]
+    for i in range(42, 54):
+        cells = body[i].split(",")
+        cells[6] = frozen
+        body[i] = ",".join(cells)
+    (tmp_path / "frozen.csv").write_text("\n".join(lines[:head] + body) + "\n")
+    assert "saturated" in _refused(loop, capsys, folder / "plan.csv", tmp_path / "frozen.csv", Refusal.CLIPPED)
