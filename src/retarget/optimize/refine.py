@@ -64,22 +64,37 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy.interpolate import make_interp_spline
+from scipy.optimize import least_squares, lsq_linear, minimize_scalar
 
 from retarget.errors import InputError
-from retarget.mocap.bags import pose_topic, read_pose_series
+from retarget.mocap.bags import bag_info, pose_topic, read_pose_series
 from retarget.mocap.errors import MocapError
 from retarget.mocap.motive_csv import MotiveTake, read_motive_csv
+from retarget.motion.csv_format import read_comments
+from retarget.motion.io import load_motion, save_motion
+from retarget.motion.limits import check_plan_input
 from retarget.motion.motion import Motion
 from retarget.optimize.adjoint import AdjointProblem, Evaluation, evaluate
 from retarget.optimize.bspline import ProfileParametrization
-from retarget.optimize.errors import OptimizeError
+from retarget.optimize.engines import planner_engine
+from retarget.optimize.errors import OptimizeError, ShapingError
 from retarget.optimize.gauss_newton import parameter_hessian, tangent_least_squares
 from retarget.optimize.limits import MotorLimits, TorquePenalty, check_profile_limits
 from retarget.optimize.options import PlanOptions, RefineOptions
-from retarget.optimize.problem import PlanProblem, build_plan_problem
-from retarget.optimize.variants import motion_digest
-from retarget.optimize.verification import commanded_stop_time
+from retarget.optimize.planning_model import planning_model
+from retarget.optimize.problem import PlanProblem, build_plan_problem, limits_for, motion_stop_time
+from retarget.optimize.shaping import identify_from_trajectory
+from retarget.optimize.variants import (
+    PLAN_SETTINGS_PREFIX,
+    declared_servos,
+    motion_digest,
+    plan_settings,
+)
+from retarget.optimize.verification import commanded_stop_time, gate_model
+from retarget.optimize.weights import merge_tracked_weights, parse_tracked_bodies
 from retarget.sim.errors import SimulationError
+from retarget.sim.reduced.system import with_stiffness_scale
 
 __all__ = [
     "HISTORY_SUFFIX",
@@ -186,8 +201,6 @@ class PlanFile:
 
     def settings(self) -> dict[str, Any] | None:
         """The plan settings it records (:data:`~retarget.optimize.variants.PLAN_SETTINGS_PREFIX`), or None."""
-        from retarget.optimize.variants import PLAN_SETTINGS_PREFIX
-
         for line in self.comments:
             if line.startswith(PLAN_SETTINGS_PREFIX):
                 try:
@@ -204,8 +217,6 @@ def read_plan(path: str | Path) -> PlanFile:
     Raises:
         InputError: no such file, or a file that is not a motion.
     """
-    from retarget.motion import load_motion
-    from retarget.motion.csv_format import read_comments
 
     p = Path(path)
     if not p.is_file():
@@ -300,8 +311,6 @@ def read_take(path: str | Path, bodies: Sequence[tuple[str, str]]) -> Take:
 def _bag_bodies(path: Path, names: Sequence[str]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Stamps of the first body's poses and every body's positions at them (others matched to the nearest pose
     within half a period, NaN beyond)."""
-    from retarget.mocap.bags import bag_info
-
     topics = {t.name for t in bag_info(path).topics}
     series = []
     for name in names:
@@ -413,7 +422,6 @@ class _Points:
 
 def _best_offset(points: _Points, take: Take, duration: float) -> float:
     """The offset of the smallest rigid-fit residual: a scan at :data:`OFFSET_STEP_S`, then refined."""
-    from scipy.optimize import minimize_scalar
 
     lo, hi = float(take.time_s[0]) - duration, float(take.time_s[-1])
     grid = np.arange(lo, hi + OFFSET_STEP_S, OFFSET_STEP_S)
@@ -542,7 +550,6 @@ def _travel_rms(predicted: NDArray[np.float64]) -> float:
 def _resample(take: Take, alignment: TakeAlignment, times: NDArray[np.float64]) -> NDArray[np.float64]:
     """The aligned take on the plan's grid (n_t, k, 3) [m], robot frame: a cubic spline through each body's tracked
     samples; NaN outside the take and in gaps of more than :data:`MAX_GAP_FRAMES` frames."""
-    from scipy.interpolate import make_interp_spline
 
     out = np.full((len(times), len(take.links), 3), np.nan)
     gap = (MAX_GAP_FRAMES + 0.5) / take.rate_hz
@@ -662,8 +669,6 @@ class RefineContext:
 def plan_options_for(plan: PlanFile, options: PlanOptions, motion: Motion | None = None) -> PlanOptions:
     """``options`` with the knot spacing, step, duration and rest a plan file records (when it does; the rest needs
     the input ``motion``: it is recorded as the time the motors hold still from)."""
-    from retarget.optimize.problem import motion_stop_time
-
     settings = plan.settings()
     if not settings:
         return options
@@ -688,15 +693,6 @@ def refine_context(robot: Any, motion: Motion, plan: PlanFile, options: PlanOpti
     Raises:
         RefineRefused: a plan of another robot or motion.
     """
-    from retarget.motion.limits import check_plan_input
-    from retarget.optimize.engines import planner_engine
-    from retarget.optimize.planning import _tracked_bodies
-    from retarget.optimize.planning_model import planning_model
-    from retarget.optimize.problem import limits_for
-    from retarget.optimize.variants import declared_servos
-    from retarget.optimize.verification import gate_model
-    from retarget.sim.reduced.system import with_stiffness_scale
-
     options = PlanOptions() if options is None else options
     say = say or (lambda _text: None)
     motors = list(declared_servos(robot))
@@ -727,7 +723,8 @@ def refine_context(robot: Any, motion: Motion, plan: PlanFile, options: PlanOpti
         return scaled[factor]
 
     limits = limits_for(pm.model, pm.config)
-    bodies = _tracked_bodies(pm.config, run)
+    bodies = run.bodies if run.bodies is not None else merge_tracked_weights(
+        parse_tracked_bodies(pm.config.get("tracked_bodies")), list(run.weights))
     pp = build_plan_problem(engine, motion, bodies, limits, run,
                             None if progress is None else (lambda stage, k, n: progress(stage, k, n)))
     naive = evaluate(pp.naive_problem, pp.input_fit.parameters, gradient=False,
@@ -902,8 +899,6 @@ def _ring_frequencies(times: NDArray[np.float64], measured: NDArray[np.float64],
                       ) -> tuple[float | None, float | None]:
     """The first mode of the ring-out after ``settled``, measured and in the model, for the body that rings most
     (None where it rings less than 2 mm or cannot be identified)."""
-    from retarget.optimize.errors import ShapingError
-    from retarget.optimize.shaping import identify_from_trajectory
 
     after = times >= settled + 0.05
     if after.sum() < 40:
@@ -968,7 +963,6 @@ def refit_model(context: RefineContext, problem: AdjointProblem, x: NDArray[np.f
     """Fit the stiffness and servo-gain factors (:class:`ModelFit`) by least squares on the measured positions
     (Levenberg–Marquardt in the factors' logarithms, finite differences, within :attr:`RefineOptions.refit_bounds`),
     from ``start`` (the last trial's factors)."""
-    from scipy.optimize import least_squares
 
     tr = problem.tracking
     sq = np.sqrt(tr.quadrature[:, None] * tr.position_weights)
@@ -1084,7 +1078,6 @@ def _solve_box_qp(hessian: NDArray[np.float64], gradient: NDArray[np.float64], l
                   upper: NDArray[np.float64]) -> NDArray[np.float64]:
     """``argmin ½ΔxᵀHΔx + gᵀΔx`` over ``lower ≤ Δx ≤ upper`` (H symmetric positive definite): the bounded least
     squares ``|LᵀΔx + L⁻¹g|²`` with ``H = LLᵀ``, solved exactly (BVLS)."""
-    from scipy.optimize import lsq_linear
 
     factor = np.linalg.cholesky(hessian)
     rhs = -np.linalg.solve(factor, gradient)
@@ -1581,8 +1574,6 @@ REFINED_PREFIX = "retarget refine: "
 def _next_comments(plan: PlanFile, record: TrialRecord, step: LearningStep, pp: PlanProblem) -> tuple[str, ...]:
     """NEXT's comment lines: where NEXT came from, CURRENT's (the servos it was planned for) and the plan settings
     (CURRENT's, or the problem's when CURRENT does not record them)."""
-    from retarget.optimize.variants import PLAN_SETTINGS_PREFIX, plan_settings
-
     kept = [c for c in plan.comments if not c.startswith(REFINED_PREFIX)]
     if not any(c.startswith(PLAN_SETTINGS_PREFIX) for c in kept):
         kept.append(PLAN_SETTINGS_PREFIX + json.dumps(plan_settings(pp), sort_keys=True))
@@ -1603,7 +1594,6 @@ def write_refinement(refinement: Refinement, out: str | Path) -> tuple[Path, ...
     Raises:
         InputError: an ``out`` that is not .csv, .json or .yaml.
     """
-    from retarget.motion import save_motion
 
     path = Path(out)
     suffix = path.suffix.lower()
