@@ -448,3 +448,25 @@ def test_a_frozen_coordinate_is_refused_as_saturated(loop, capsys, tmp_path):
         body[i] = ",".join(cells)
     (tmp_path / "frozen.csv").write_text("\n".join(lines[:head] + body) + "\n")
     assert "saturated" in _refused(loop, capsys, folder / "plan.csv", tmp_path / "frozen.csv", Refusal.CLIPPED)
+
+
+def test_bad_input_exits_2_with_the_json_line_and_writes_nothing(tmp_path, capsys):
+    from tiny_robot import write_tiny_robot
+
+    from retarget.cli import main
+
+    folder = write_tiny_robot(tmp_path)
+    base = ["refine", str(folder / "tiny_rod.yaml"), "--motion", str(folder / "ramp.csv"), "--plan",
+            str(folder / "ramp.csv"), "--json"]
+    for extra, says in ((["--recording", str(folder / "none.csv"), "--out", str(folder / "next.csv")], "no such"),
+                        (["--recording", str(folder / "ramp.csv"), "--body", "tip", "--out", str(folder / "next.csv")],
+                         "LINK=NAME"),
+                        (["--recording", str(folder / "ramp.csv"), "--out", str(folder / "ramp.csv")], "differ"),
+                        (["--recording", str(folder / "ramp.csv"), "--out", str(folder / "next.csv"),
+                          "--trust-region", "0"], "--trust-region")):
+        capsys.readouterr()
+        assert main(base + extra) == 2
+        last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert last == {"refused": False, "reason": "error", "message": last["message"], "files": []}
+        assert says in last["message"]
+        assert not list(folder.glob("next*")) and not list(folder.glob(".next*"))

@@ -586,7 +586,7 @@ def _refine_command(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from retarget.errors import InputError
+    from retarget.errors import InputError, RetargetError
     from retarget.jsonsafe import dumps
     from retarget.optimize.options import RefineOptions
     from retarget.optimize.refine import (
@@ -599,17 +599,17 @@ def _refine_command(args: argparse.Namespace) -> int:
         write_refinement,
     )
 
-    if Path(args.out).resolve() == Path(args.plan).resolve():
-        raise InputError("--out must differ from --plan: CURRENT stays as it was played")
-    options = RefineOptions(trust_region_rad=args.trust_region, damping=args.damping,
-                            robust=_factors(args.robust, "--robust"), max_missing=args.max_missing,
-                            motion_start_s=args.motion_start, clock_snap_s=args.clock_snap, refit=not args.no_refit)
-    flags = {"trust_region_rad": "--trust-region", "damping": "--damping", "max_missing": "--max-missing",
-             "clock_snap_s": "--clock-snap"}
-    for name, why in options.out_of_range():
-        raise InputError(f"{flags.get(name, name)} {why}")
-    plan_options = _refine_plan_options(args)
     try:
+        if Path(args.out).resolve() == Path(args.plan).resolve():
+            raise InputError("--out must differ from --plan: CURRENT stays as it was played")
+        options = RefineOptions(trust_region_rad=args.trust_region, damping=args.damping,
+                                robust=_factors(args.robust, "--robust"), max_missing=args.max_missing,
+                                motion_start_s=args.motion_start, clock_snap_s=args.clock_snap,
+                                refit=not args.no_refit)
+        flags = {"trust_region_rad": "--trust-region", "damping": "--damping", "max_missing": "--max-missing",
+                 "clock_snap_s": "--clock-snap"}
+        for name, why in options.out_of_range():
+            raise InputError(f"{flags.get(name, name)} {why}")
         plan = read_plan(args.plan)
         take = read_take(args.recording, _body_pairs(args.robot, args.body))
         motion = _motion_announcing_model(args)
@@ -619,12 +619,16 @@ def _refine_command(args: argparse.Namespace) -> int:
             if n > 1:
                 bars.setdefault(stage, _bar(stage))(k, n)
 
-        result = refine(args.robot, motion, plan, take, options, plan_options, History.load(history_path(args.plan)),
-                        say=lambda text: print(text, file=sys.stderr), progress=steps)
-    except RefineRefused as exc:
-        print(f"error: refused, nothing written: {exc}", file=sys.stderr)
+        result = refine(args.robot, motion, plan, take, options, _refine_plan_options(args),
+                        History.load(history_path(args.plan)), say=lambda text: print(text, file=sys.stderr),
+                        progress=steps)
+    except RetargetError as exc:
+        # Nothing is written before this point; the contract's last line says why.
+        refused = isinstance(exc, RefineRefused)
+        print(f"error: {'refused, ' if refused else ''}nothing written: {exc}", file=sys.stderr)
         if args.json:
-            print(dumps({"refused": True, "reason": exc.reason.value, "message": str(exc), "files": []}))
+            print(dumps({"refused": refused, "reason": exc.reason.value if refused else "error",
+                         "message": str(exc), "files": []}))
         return 2
     written = list(write_refinement(result, args.out))
     if args.report:
