@@ -401,6 +401,9 @@ def test_refine_refuses_takes_and_plans_that_do_not_belong_together(loop, capsys
     save_motion(tmp_path / "other_robot.csv", Motion(other.time, ("shoulder",), other.positions))
     _refused(loop, capsys, tmp_path / "other_robot.csv", take, Refusal.WRONG_ROBOT)
     _refused(loop, capsys, plan, take, Refusal.WRONG_ROBOT, body="tip=wand")
+    # A plan made for other servos (another robot of the same motors, or this one before its servos changed).
+    (tmp_path / "xm540.csv").write_text(plan.read_text().replace('"model": "XM430-W210"', '"model": "XM540-W270"'))
+    assert "other servos" in _refused(loop, capsys, tmp_path / "xm540.csv", take, Refusal.WRONG_ROBOT)
     # Another motion: a plan of the input at another knot spacing.
     resampled = load_motion(plan)
     wobble = resampled.positions + 0.01 * np.sin(40 * resampled.time)[:, None]

@@ -90,6 +90,8 @@ from retarget.optimize.variants import (
     declared_servos,
     motion_digest,
     plan_settings,
+    planned_servos,
+    servo_mismatches,
 )
 from retarget.optimize.verification import commanded_stop_time, gate_model
 from retarget.optimize.weights import merge_tracked_weights, parse_tracked_bodies
@@ -695,8 +697,16 @@ def refine_context(robot: Any, motion: Motion, plan: PlanFile, options: PlanOpti
     """
     options = PlanOptions() if options is None else options
     say = say or (lambda _text: None)
-    motors = list(declared_servos(robot))
+    declared = declared_servos(robot)
+    motors = list(declared)
     _check_plan_for(plan, motion, motors)
+    planned = planned_servos(plan.path) if plan.path.suffix.lower() == ".csv" else None
+    if planned is not None:
+        differ = servo_mismatches(planned, declared)
+        if differ:
+            raise RefineRefused(Refusal.WRONG_ROBOT, f"the plan {plan.path} was made for other servos than the robot's "
+                                f"config declares ({'; '.join(differ)}): a plan of another robot, or of this one "
+                                "before its servos changed (plan again)", mismatches=differ)
     check_plan_input(robot, motion)
     settings = plan.settings() or {}
     digest = settings.get("input_sha256")
