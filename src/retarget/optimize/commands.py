@@ -1,4 +1,5 @@
-"""CLI: ``retarget plan``, ``retarget check gradient``, ``retarget check profile-fit``, ``retarget check shaper``."""
+"""CLI: ``retarget plan``, ``retarget refine``, ``retarget check gradient``, ``retarget check profile-fit``,
+``retarget check shaper``."""
 from __future__ import annotations
 
 import argparse
@@ -404,7 +405,8 @@ def _check_gradient(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``retarget plan`` (its defaults are :class:`~retarget.optimize.options.PlanOptions`')."""
-    from retarget.optimize.options import METHODS, PlanOptions as D
+    from retarget.optimize.options import METHODS
+    from retarget.optimize.options import PlanOptions as D
 
     p = sub.add_parser("plan", help="optimize a motion so the robot follows it without vibrating",
                        description="Fits B-spline motor profiles to the motion, builds (or loads) the reduced "
@@ -505,3 +507,167 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(`retarget fit-servo --out`) laid over the robot's: the motors it names take its values")
     _model_args(p)
     p.set_defaults(func=_plan_command)
+    _register_refine(sub)
+
+
+def _register_refine(sub: argparse._SubParsersAction) -> None:
+    """Add ``retarget refine`` (its defaults are :class:`~retarget.optimize.refine.RefineOptions`')."""
+    from retarget.optimize.options import PlanOptions as D
+    from retarget.optimize.options import RefineOptions as R
+
+    p = sub.add_parser("refine", help="the next plan from a take of what the robot did while a plan played",
+                       description="Aligns a motion-capture take (Motive CSV export or rosbag2) of the plan CURRENT "
+                       "with the model's prediction, measures the tracked bodies' deviation from the input's intent, "
+                       "and writes NEXT: a Gauss-Newton step of the planner's sensitivities on the measured deviation, "
+                       "within a trust region, the servos' limits and stall torque (docs/refine.md). Takes and plans "
+                       "that do not belong together are refused and nothing is written (exit 2).")
+    p.add_argument("robot", help="robot name (e.g. single_rod) or params YAML")
+    p.add_argument("--motion", required=True, help="the input motion the plan was made for (name or file)")
+    p.add_argument("--plan", required=True, metavar="CURRENT", help="the plan that was played (as `retarget plan "
+                   "--out` or `retarget refine --out` wrote it)")
+    p.add_argument("--recording", required=True, metavar="TAKE", help="what the robot did while CURRENT played: a "
+                   "Motive CSV export or a rosbag2 of PoseStamped topics")
+    p.add_argument("--out", required=True, metavar="NEXT", help="the next plan (.csv, .json or .yaml; a "
+                   "JointTrajectory YAML beside a csv/json, the history in NEXT.history.json)")
+    p.add_argument("--body", action="append", metavar="LINK=NAME", help="a tracked body of the robot and its name in "
+                   "the take: a rigid body or marker of the export, a bag's /mocap/NAME/pose or a /topic (repeatable; "
+                   "default: every tracked body under its link name)")
+    p.add_argument("--motion-start", type=float, default=None, metavar="S", help="the plan's motion started S "
+                   "seconds after the take's first sample (a take on a clock shared with the robot): the time offset "
+                   "is taken as given, so a latency is measured too (default: found by alignment)")
+    p.add_argument("--clock-snap", type=float, default=R.clock_snap_s, metavar="S", help="a time offset found within "
+                   f"S of zero is taken as zero: the take's clock is read as the plan's (default {R.clock_snap_s:g} s; "
+                   "0: never)")
+    p.add_argument("--trust-region", type=float, default=R.trust_region_rad, metavar="RAD", help="the first trial's "
+                   f"trust region: no control point moves by more (default {R.trust_region_rad:g} rad; later trials "
+                   "take theirs from the history)")
+    p.add_argument("--damping", type=float, default=R.damping, metavar="MU", help="Levenberg-Marquardt damping on "
+                   f"diag(J^T J) (default {R.damping:g})")
+    p.add_argument("--no-refit", action="store_true", help="take the step on the planning model as it is (default: "
+                   "on the model with its stiffness and servo gain re-fitted to the take when that explains it "
+                   "better)")
+    p.add_argument("--robust", default="none", metavar="F,F", help="stiffness factors of further models the step's "
+                   "sensitivities are averaged over (default none)")
+    p.add_argument("--max-missing", type=float, default=R.max_missing, metavar="F", help="refuse a take with more "
+                   f"than this fraction of its frames missing (default {R.max_missing:g})")
+    p.add_argument("--knot-spacing", type=float, default=D.knot_spacing, help="the plan's knot spacing [s] when its "
+                   f"file does not record it (default {D.knot_spacing:g})")
+    p.add_argument("--rest-after", type=float, default=D.rest_after, metavar="S", help="the plan's --rest-after when "
+                   f"its file does not record it (default {D.rest_after:g}; negative: none)")
+    p.add_argument("--report", default=None, metavar="DIR", help="write the trials side by side (plots, page, JSON) "
+                   "here")
+    p.add_argument("--json", action="store_true", help="print a JSON object as the last line (on a refusal too)")
+    _model_args(p)
+    p.set_defaults(func=_refine_command)
+
+
+def _body_pairs(robot: str, bodies: list[str] | None) -> list[tuple[str, str]]:
+    """``--body LINK=NAME`` as pairs; none given: the robot's tracked bodies under their own names."""
+    from retarget.errors import InputError
+
+    if bodies:
+        pairs = []
+        for text in bodies:
+            link, sep, name = text.partition("=")
+            if not sep or not link.strip() or not name.strip():
+                raise InputError(f"--body takes LINK=NAME (a tracked body and its name in the take), got {text!r}")
+            pairs.append((link.strip(), name.strip()))
+        return pairs
+    from pathlib import Path
+
+    from retarget.model.library import resolve_robot
+    from retarget.model.loader import read_robot_yaml
+    from retarget.optimize.weights import parse_tracked_bodies
+
+    path = Path(robot) if Path(robot).is_file() else resolve_robot(robot)
+    return [(b.link, b.link) for b in parse_tracked_bodies(read_robot_yaml(path).get("tracked_bodies"))]
+
+
+def _refine_command(args: argparse.Namespace) -> int:
+    """`retarget refine`: read CURRENT and TAKE, refine, write NEXT and its history; a refusal writes nothing."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from retarget.errors import InputError, RetargetError
+    from retarget.jsonsafe import dumps
+    from retarget.optimize.options import RefineOptions
+    from retarget.optimize.refine import (
+        History,
+        RefineRefused,
+        history_path,
+        read_plan,
+        read_take,
+        refine,
+        write_refinement,
+    )
+
+    try:
+        if Path(args.out).resolve() == Path(args.plan).resolve():
+            raise InputError("--out must differ from --plan: CURRENT stays as it was played")
+        options = RefineOptions(trust_region_rad=args.trust_region, damping=args.damping,
+                                robust=_factors(args.robust, "--robust"), max_missing=args.max_missing,
+                                motion_start_s=args.motion_start, clock_snap_s=args.clock_snap,
+                                refit=not args.no_refit)
+        flags = {"trust_region_rad": "--trust-region", "damping": "--damping", "max_missing": "--max-missing",
+                 "clock_snap_s": "--clock-snap"}
+        for name, why in options.out_of_range():
+            raise InputError(f"{flags.get(name, name)} {why}")
+        plan = read_plan(args.plan)
+        take = read_take(args.recording, _body_pairs(args.robot, args.body))
+        motion = _motion_announcing_model(args)
+        bars: dict[str, Any] = {}
+
+        def steps(stage: str, k: int, n: int) -> None:
+            if n > 1:
+                bars.setdefault(stage, _bar(stage))(k, n)
+
+        result = refine(args.robot, motion, plan, take, options, _refine_plan_options(args),
+                        History.load(history_path(args.plan)), say=lambda text: print(text, file=sys.stderr),
+                        progress=steps)
+    except RetargetError as exc:
+        # Nothing is written before this point; the contract's last line says why.
+        refused = isinstance(exc, RefineRefused)
+        print(f"error: {'refused, ' if refused else ''}nothing written: {exc}", file=sys.stderr)
+        if args.json:
+            print(dumps({"refused": refused, "reason": exc.reason.value if refused else "error",
+                         "message": str(exc), "files": []}))
+        return 2
+    written = list(write_refinement(result, args.out))
+    if args.report:
+        from retarget.report.refine import write_refine_report
+
+        written.extend(write_refine_report(result, args.report))
+    a, m, s = result.alignment, result.measurement, result.step
+    angle = float(np.degrees(np.arccos(np.clip((np.trace(a.rotation) - 1.0) / 2.0, -1.0, 1.0))))
+    print(f"take aligned: offset {a.offset_s:+.4f} s ({a.offset_source}), mocap -> robot rotation "
+          f"{angle:.2f} deg, translation {np.round(a.translation, 4).tolist()} m; residual "
+          f"{1e3 * a.residual_rms_m:.2f} mm RMS ({a.residual_ratio:.3f} x the travel); "
+          f"{100 * a.missing_fraction:.1f} % frames missing")
+    print(f"measured:  peak {1e3 * m.peak_deviation_m:7.2f} mm  RMS {1e3 * m.rms_deviation_m:7.2f} mm  ring-out "
+          f"{1e3 * m.ring_out_peak_m:7.2f} mm   (the model predicted peak {1e3 * m.model_peak_deviation_m:.2f} mm)")
+    print(f"next plan: peak {1e3 * s.predicted_peak_deviation_m:7.2f} mm  RMS {1e3 * s.predicted_rms_deviation_m:7.2f} "
+          f"mm predicted (model alone {1e3 * s.model_peak_deviation_m:.2f} mm); torque {s.peak_torque_ratio:.2f} x "
+          f"stall; step {s.step_rad:.4f} rad in a trust region of {s.trust_region_rad:.4f} rad ({s.limited_by})")
+    print(f"route: {result.route}: {result.route_reason}")
+    print(result.message)
+    if result.stopped_improving:
+        print(f"refine: {result.decision.value}", file=sys.stderr)
+    for w in result.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    print("wrote " + ", ".join(str(w) for w in written))
+    if args.json:
+        print(dumps({**result.to_json(), "files": [str(w) for w in written]}))
+    return 0
+
+
+def _refine_plan_options(args: argparse.Namespace) -> Any:
+    """The planner's settings ``retarget refine`` builds the plan's problem with (``retarget plan``'s defaults,
+    the model options, and the knot spacing, step and rest the plan file does not record)."""
+    from retarget.optimize.options import PlanOptions
+
+    return PlanOptions(knot_spacing=args.knot_spacing, dt=args.dt,
+                       rest_after=None if args.rest_after < 0 else args.rest_after, modes=args.modes,
+                       dt_train=args.dt_train, mesh_axial=args.mesh_axial, mesh_around=args.mesh_around,
+                       reduced_file=args.reduced, use_cache=not args.no_cache,
+                       allow_unverified_model=args.allow_unverified_model)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -9,7 +10,8 @@ from typing import Any
 from retarget.errors import InputError
 
 __all__ = ["EVALUATION_FORWARD_RUNS", "METHODS", "NODE_PARAMETERS", "REST_AFTER_S", "VERIFY_COST_FACTOR",
-           "PlanOptions", "band_offloaded", "checks_reserve", "options_from_parameters", "verification_reserve"]
+           "PlanOptions", "RefineOptions", "band_offloaded", "checks_reserve", "options_from_parameters",
+           "verification_reserve"]
 
 
 #: Default :attr:`PlanOptions.rest_after` [s]: about one period of the single rod's first mode with its tip mass
@@ -325,3 +327,77 @@ def options_from_parameters(parameters: Mapping[str, Any], **overrides: Any) -> 
     for name, why in options.out_of_range():
         raise InputError(f"{name} {why}")
     return options
+
+
+@dataclass(frozen=True)
+class RefineOptions:
+    """Settings of the learning step and of the take's checks.
+
+    Attributes:
+        trust_region_rad: the first trial's trust region: no control point moves by more [rad].
+        damping: Levenberg–Marquardt's ``μ`` on ``diag(JᵀJ)`` [-]: damps the directions the take hardly shows.
+        shrinks: how many times a step is halved before NEXT is CURRENT (no safe step).
+        plateau: a peak that falls by less than this fraction between trials has stopped improving [-].
+        max_missing: the largest fraction of missing frames (within the take's span of the plan) [-].
+        min_coverage: the take must cover this fraction of the plan's moving span (first motion to settled) [-].
+        max_residual_ratio: the largest alignment residual (RMS) over the prediction's travel (RMS about its mean):
+            beyond it the take does not follow this plan [-].
+        naive_ratio: a take whose alignment residual onto the naive playback's prediction is below this fraction
+            of its residual onto CURRENT's is a take of the naive motion [-].
+        refit_frequency_tolerance: a measured ring-out frequency this far (relative) from the model's advises a
+            re-fit [-].
+        fit_tolerance_rad: CURRENT's samples must be reproduced this closely by its parameters [rad].
+        motion_start_s: when the plan's motion started, in seconds of the take's clock after its first sample (a
+            recording with a clock shared with the robot): the time offset is then this, not searched.
+        clock_snap_s: a searched time offset within this of zero is taken as zero: the take's own clock then reads
+            as the plan's (a take stamped in the robot's clock, or one started with the motion), within one latency
+            of the truth either way [s]; 0: never.
+        robust: stiffness factors of further models whose sensitivities the step is averaged over (empty: the
+            nominal model alone).
+        refit: re-fit the model's stiffness and servo gain to the take before the step (:func:`refit_model`).
+        refit_bounds: the re-fitted factors' range [-].
+        refit_gain: the re-fitted model is used when it explains the take by at least this fraction better (RMS) [-].
+        refit_simulations: at most this many forward runs for the re-fit.
+    """
+
+    trust_region_rad: float = 0.05
+    damping: float = 0.1
+    shrinks: int = 6
+    plateau: float = 0.05
+    max_missing: float = 0.2
+    min_coverage: float = 0.8
+    max_residual_ratio: float = 0.25
+    naive_ratio: float = 0.6
+    refit_frequency_tolerance: float = 0.1
+    fit_tolerance_rad: float = 1e-6
+    motion_start_s: float | None = None
+    clock_snap_s: float = 0.05
+    robust: tuple[float, ...] = ()
+    refit: bool = True
+    refit_bounds: tuple[float, float] = (0.5, 2.0)
+    refit_gain: float = 0.25
+    refit_simulations: int = 24
+
+    def out_of_range(self) -> list[tuple[str, str]]:
+        """Each setting outside its range as (field, what it must be and what it is)."""
+        out = []
+        for name in ("trust_region_rad", "fit_tolerance_rad"):
+            value = getattr(self, name)
+            if not (value > 0 and math.isfinite(value)):
+                out.append((name, f"must be positive, got {value}"))
+        for name in ("max_missing", "plateau", "naive_ratio", "min_coverage"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                out.append((name, f"must lie in [0, 1], got {value}"))
+        if not (self.damping >= 0 and math.isfinite(self.damping)):
+            out.append(("damping", f"must be 0 or more, got {self.damping}"))
+        if not self.max_residual_ratio > 0:
+            out.append(("max_residual_ratio", f"must be positive, got {self.max_residual_ratio}"))
+        if not (self.clock_snap_s >= 0 and math.isfinite(self.clock_snap_s)):
+            out.append(("clock_snap_s", f"must be 0 or more, got {self.clock_snap_s}"))
+        low, high = self.refit_bounds
+        if not 0 < low <= 1 <= high:
+            out.append(("refit_bounds", f"must enclose 1 and be positive, got {self.refit_bounds}"))
+        if not 0 <= self.refit_gain < 1:
+            out.append(("refit_gain", f"must lie in [0, 1), got {self.refit_gain}"))
+        return out

@@ -27,7 +27,8 @@ from retarget.optimize.result import OptimizationResult
 
 
 __all__ = ["MIN_RING_OUT", "PlanResult", "Variant", "evaluation_variant", "measured_variant", "motion_stop_time",
-           "PLANNED_SERVOS_PREFIX", "declared_servos", "plan_comments", "planned_servos", "ring_out_s",
+           "PLANNED_SERVOS_PREFIX", "PLAN_SETTINGS_PREFIX", "declared_servos", "motion_digest", "plan_comments",
+           "plan_settings", "planned_servos", "recorded_plan_settings", "ring_out_s",
            "servo_metrics", "servo_mismatches", "servo_refusal", "servo_summary", "shaped_baselines", "simulate_variant", "start_of",
            "training_range_of"]
 
@@ -256,6 +257,12 @@ def servo_summary(engine: Any) -> dict[str, Any]:
 #: The comment line of a plan CSV (``retarget plan --out``) that records the servos the plan was made for.
 PLANNED_SERVOS_PREFIX = "servos planned for: "
 
+#: The comment line of a plan CSV that records how its profiles were parametrized and which input they plan
+#: (``retarget refine`` rebuilds the plan's parameters from it): JSON with ``knot_spacing_s``, ``dt_s``,
+#: ``duration_s``, ``rest_from_s`` (the motors hold still from there on, from the input's start; null: only the
+#: end is at rest) and ``input_sha256`` (:func:`motion_digest` of the input in the planner's motor order).
+PLAN_SETTINGS_PREFIX = "plan settings: "
+
 
 def plan_comments(result: PlanResult) -> list[str]:
     """The comment lines a plan's CSV starts with: what wrote it and the servos it was planned for (one JSON
@@ -265,10 +272,47 @@ def plan_comments(result: PlanResult) -> list[str]:
     servos = servo_summary(result.pp.problem.engine)
     plain = {n: {k: v for k, v in m.items() if k != "description"} for n, m in servos["motors"].items()}
     lines = ["retarget plan: optimized goal positions for the robot's servos (docs/optimize.md)",
-             PLANNED_SERVOS_PREFIX + json.dumps(plain, sort_keys=True)]
+             PLANNED_SERVOS_PREFIX + json.dumps(plain, sort_keys=True),
+             PLAN_SETTINGS_PREFIX + json.dumps(plan_settings(result.pp), sort_keys=True)]
     if "assumption" in servos:
         lines.append("assumption: " + servos["assumption"])
     return lines
+
+
+def plan_settings(pp: PlanProblem) -> dict[str, Any]:
+    """The parametrization and input of a plan problem as its CSV records them (:data:`PLAN_SETTINGS_PREFIX`)."""
+    profiles, par = pp.problem.template, pp.problem.parametrization
+    rest = None if par.rest_control is None else profiles.t0 + int(par.rest_control) * profiles.knot_spacing
+    return {"knot_spacing_s": float(profiles.knot_spacing), "dt_s": float(pp.problem.dt),
+            "duration_s": float(pp.problem.n_steps * pp.problem.dt), "rest_from_s": rest,
+            "input_sha256": motion_digest(pp.motion)}
+
+
+def motion_digest(motion: Motion) -> str:
+    """A SHA-256 of a motion's joint names, times and angles (rounded to 1e-9 s and rad: a motion read back from
+    any of its file formats has the same digest)."""
+    import hashlib
+
+    digest = hashlib.sha256(",".join(motion.joint_names).encode())
+    digest.update(np.round(np.asarray(motion.time, dtype=float) * 1e9).astype(np.int64).tobytes())
+    digest.update(np.round(np.asarray(motion.positions, dtype=float) * 1e9).astype(np.int64).tobytes())
+    return digest.hexdigest()
+
+
+def recorded_plan_settings(path: Any) -> dict[str, Any] | None:
+    """The settings a plan CSV records (:data:`PLAN_SETTINGS_PREFIX`), or None when it does not say."""
+    import json
+
+    from retarget.motion.csv_format import read_comments
+
+    for line in read_comments(path):
+        if line.startswith(PLAN_SETTINGS_PREFIX):
+            try:
+                data = json.loads(line[len(PLAN_SETTINGS_PREFIX):])
+            except ValueError:
+                return None
+            return data if isinstance(data, dict) else None
+    return None
 
 
 def planned_servos(path: Any) -> dict[str, dict[str, Any]] | None:
