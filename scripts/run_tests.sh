@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
-# Runs pytest over tests/; fails on any failure and on zero tests collected (pytest exit 5).
+# Runs pytest over tests/ on pytest-xdist workers (docs/testing.md); fails on any failure and on zero tests
+# collected (pytest exit 5). RETARGET_TEST_WORKERS sets the number of workers (default 2, one per core of the
+# project's machines; 0 runs in this process, as plain pytest). Extra arguments go to pytest.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-.venv/bin/python -m pytest tests "$@"
+workers=${RETARGET_TEST_WORKERS:-2}
+parallel=()
+if [ "$workers" != 0 ]; then
+  # loadfile: a test module runs on one worker, so its module-scoped fixtures (node processes, planned rods) are
+  # built once.
+  parallel=(-n "$workers" --dist loadfile)
+fi
+.venv/bin/python -m pytest tests "${parallel[@]}" "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "run_tests: pytest collected no tests — treated as a failure" >&2

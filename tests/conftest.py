@@ -1,12 +1,21 @@
-"""Test-wide settings: DDS kept on loopback and isolated per run, one BLAS thread, shared test data lookup."""
+"""Test-wide settings: DDS kept on loopback and isolated per run (and per xdist worker), one BLAS thread, shared
+test data lookup, and the ``integration`` marker enforced: a test that starts a process, opens an internet
+(UDP/TCP) socket or a pseudo-terminal, or initialises rclpy (DDS) fails unless it is marked ``integration``, so
+``make test-fast`` (``-m "not slow and not integration"``) never starts one."""
 from __future__ import annotations
 
+import _posixsubprocess
 import atexit
+import importlib.util
 import os
 import shutil
 import signal
+import socket
+import sys
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +29,12 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 # Loopback-only discovery and a per-run domain keep parallel runs (and other developers) apart;
 # ROS_LOCALHOST_ONLY is ignored by Kilted.
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-os.environ.setdefault("ROS_DOMAIN_ID", str(1 + os.getpid() % 100))
+_DOMAIN = int(os.environ.setdefault("ROS_DOMAIN_ID", str(1 + os.getpid() % 100)))
+# pytest-xdist's workers inherit the controller's environment, its domain included: worker gwN takes the N + 1-th
+# domain after it, so two workers' nodes never discover each other.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _WORKER.startswith("gw"):
+    os.environ["ROS_DOMAIN_ID"] = str(1 + (_DOMAIN + int(_WORKER[2:])) % 100)
 os.environ.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
 for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
     os.environ.setdefault(var, "1")
@@ -70,3 +84,76 @@ def shared_data() -> Path:
 @pytest.fixture(autouse=True, scope="session")
 def _ros_log_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ.setdefault("ROS_LOG_DIR", str(tmp_path_factory.mktemp("ros_log")))
+
+
+# --- the integration marker, enforced ---------------------------------------------------------------------------
+
+#: The unmarked test running now (None: none, or one marked ``integration``), and what it was caught doing.
+_unmarked: pytest.Item | None = None
+_violations: dict[str, list[str]] = {}
+
+#: Audit events (sys.addaudithook) that start a process.
+_PROCESS_EVENTS = {"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.system", "os.exec"}
+
+
+def _violation(what: str) -> None:
+    """Record that the running unmarked test did ``what`` and stop it (``pytest.fail`` is a BaseException: an
+    ``except Exception`` in the code under test does not swallow it)."""
+    item = _unmarked
+    if item is None:
+        return
+    _violations.setdefault(item.nodeid, []).append(what)
+    pytest.fail(f"{item.nodeid} {what} but is not marked @pytest.mark.integration (tests/conftest.py)",
+                pytrace=False)
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if _unmarked is None:
+        return
+    if event in _PROCESS_EVENTS:
+        _violation(f"starts a process ({event} {str(args[:2])[:120]})")
+    elif event == "socket.__new__" and args[1] in (socket.AF_INET, socket.AF_INET6):
+        _violation("opens an internet socket")
+
+
+def _guarded(function: Callable[..., Any], what: str) -> Callable[..., Any]:
+    def guard(*args: Any, **kwargs: Any) -> Any:
+        _violation(what)
+        return function(*args, **kwargs)
+
+    guard.__wrapped__ = function  # type: ignore[attr-defined]
+    return guard
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    sys.addaudithook(_audit)
+    # Not audited: multiprocessing's spawn and forkserver start methods (they exec through fork_exec directly), the
+    # pseudo-terminal, and rclpy's context (DDS).
+    _posixsubprocess.fork_exec = _guarded(_posixsubprocess.fork_exec, "starts a process (fork_exec)")
+    os.openpty = _guarded(os.openpty, "opens a pseudo-terminal")
+    if importlib.util.find_spec("rclpy") is not None:
+        from rclpy.context import Context
+
+        Context.init = _guarded(Context.init, "initialises rclpy (DDS)")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    global _unmarked
+    _unmarked = None if item.get_closest_marker("integration") else item
+    try:
+        return (yield)
+    finally:
+        _unmarked = None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    """Fails a phase in which the test broke the rule even when the code under test caught the failure."""
+    report = yield
+    caught = _violations.pop(item.nodeid, None)
+    if caught and report.outcome != "failed":
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} {caught[0]} but is not marked @pytest.mark.integration "
+                           "(tests/conftest.py)")
+    return report

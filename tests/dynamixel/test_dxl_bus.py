@@ -189,6 +189,7 @@ def test_a_bus_of_another_model_needs_its_table(clock) -> None:
         DynamixelBus(LoopbackPort(xm430), [1]).open().write(1, "Current Limit", 2000)
 
 
+@pytest.mark.integration
 def test_end_to_end_over_pty_with_faults_from_another_channel(pty_emulator: PtyEmulator, tmp_path) -> None:
     ctl = tmp_path / "ttyDXL.ctl"
     with DynamixelBus(pty_emulator.port, [1, 2, 3], baudrate=3_000_000, latency_timer_ms=100) as bus:
@@ -220,6 +221,7 @@ def test_end_to_end_over_pty_with_faults_from_another_channel(pty_emulator: PtyE
         assert bus.read_state().position.shape == (3,)
 
 
+@pytest.mark.integration
 def test_port_changes_run_on_the_serving_thread(pty_emulator: PtyEmulator, monkeypatch) -> None:
     # Closing the master from another thread would free its descriptor number while the serving thread still
     # selects on it; the next socket (a control connection) would take the number and have its request read as
@@ -235,6 +237,7 @@ def test_port_changes_run_on_the_serving_thread(pty_emulator: PtyEmulator, monke
     assert [t.name for t in threads] == ["dxl-emulator", "dxl-emulator"]
 
 
+@pytest.mark.integration
 def test_vanish_and_restore_cycles_while_the_client_talks(pty_emulator: PtyEmulator, tmp_path) -> None:
     ctl = tmp_path / "ttyDXL.ctl"
     stop = threading.Event()
@@ -368,6 +371,7 @@ def test_gains_that_do_not_read_back_are_a_mismatch(driver: DynamixelBus, emulat
         bus.write_servo_gains([xm430, xm430.with_values(kp=2 * xm430.kp)])
 
 
+@pytest.mark.integration
 def test_gains_over_the_real_sdk_on_a_pty_set_the_emulated_stiffness(tmp_path: Path) -> None:
     """The driver core writes a robot's gains to the emulated bus over the real SDK on a pseudo-terminal, reads
     them back equal, and the emulated servo's stiffness follows: under a constant load the steady error halves

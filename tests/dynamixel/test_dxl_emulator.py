@@ -127,6 +127,7 @@ def test_parse_ids() -> None:
             parse_ids(bad)
 
 
+@pytest.mark.integration
 def test_real_sdk_over_pty(pty_emulator: PtyEmulator) -> None:
     port = PatientPort(pty_emulator.port)
     assert port.openPort() and port.setBaudRate(3_000_000)
@@ -156,6 +157,7 @@ def test_real_sdk_over_pty(pty_emulator: PtyEmulator) -> None:
         port.closePort()
 
 
+@pytest.mark.integration
 def test_control_channel_and_vanish(pty_emulator: PtyEmulator, tmp_path: Path) -> None:
     ctl = tmp_path / "ttyDXL.ctl"
     status = send_control(ctl, {"cmd": "status"})
@@ -170,6 +172,7 @@ def test_control_channel_and_vanish(pty_emulator: PtyEmulator, tmp_path: Path) -
     assert (tmp_path / "ttyDXL").is_symlink()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("model, number", [(None, 1030), ("XM540-W270", 1120)])
 def test_module_process_serves_and_cleans_up_on_sigterm(model: str | None, number: int, tmp_path: Path) -> None:
     link = tmp_path / "ttyDXL"
@@ -197,6 +200,7 @@ def test_module_process_serves_and_cleans_up_on_sigterm(model: str | None, numbe
     assert not Path(f"{link}.ctl").exists()
 
 
+@pytest.mark.integration
 def test_unknown_model_is_refused_before_anything_starts(tmp_path: Path) -> None:
     link = tmp_path / "ttyDXL"
     out = subprocess.run([sys.executable, "-m", "retarget.dynamixel.emulator", "--ids", "1", "--link", str(link),

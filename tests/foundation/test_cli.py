@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from retarget import cli
 
 
@@ -23,6 +25,7 @@ def test_status_json(capsys):
     assert status["rclpy"] is True and status["retarget_interfaces"] is True
 
 
+@pytest.mark.integration
 def test_console_script_runs():
     out = subprocess.run([sys.executable, "-m", "retarget.cli", "--version"], capture_output=True, text=True,
                          check=True)
@@ -43,6 +46,7 @@ def test_retarget_error_exits_2(capsys, monkeypatch):
     assert "bad thing in row 3" in capsys.readouterr().err
 
 
+@pytest.mark.integration
 def test_help_does_not_import_the_numerical_stack():
     """`retarget --help` (every command registered) stays light: the packages import their public names lazily
     (retarget._lazy), so neither numba, scipy, matplotlib nor rclpy is loaded (measured 1.0 s -> 0.4 s)."""

@@ -166,6 +166,7 @@ def test_the_demo_budgets_its_plan_by_iterations() -> None:
         demo.main(["--max-iterations", "0"])
 
 
+@pytest.mark.integration
 def test_demo_model_without_training_and_a_failed_training_leave_nothing(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("RETARGET_CACHE", str(tmp_path))
     path = demo_model_path("single_rod", "single_rod/step_30", 0.05, 1.0)
@@ -221,7 +222,7 @@ def test_demo_runs_end_to_end() -> None:
     pytest.importorskip("rclpy", reason="rclpy is not installed (make setup)")
     env = os.environ.copy()
     # Its own domain: the demo's nodes use the root namespace.
-    env["ROS_DOMAIN_ID"] = str(1 + (os.getpid() + 50) % 100)
+    env["ROS_DOMAIN_ID"] = str(1 + (int(os.environ["ROS_DOMAIN_ID"]) + 50) % 100)
     env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     started = time.monotonic()
     # The whole 10 s drumming; no model training and not the shipped model (tests/conftest.py isolates the cache: no
@@ -258,7 +259,7 @@ def test_demo_trains_its_model_plans_and_executes_the_optimized_trajectory(tmp_p
     plan over ROS within the budget, execute the optimized trajectory; a second demo reuses the model."""
     pytest.importorskip("rclpy", reason="rclpy is not installed (make setup)")
     env = os.environ.copy()
-    env["ROS_DOMAIN_ID"] = str(1 + (os.getpid() + 70) % 100)
+    env["ROS_DOMAIN_ID"] = str(1 + (int(os.environ["ROS_DOMAIN_ID"]) + 70) % 100)
     env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     env["RETARGET_CACHE"] = str(tmp_path)
     command = [sys.executable, "-m", "retarget.ros.demo", "--json", "--no-progress", "--robot", "single_rod",

@@ -23,6 +23,7 @@ def _pair(info: ServerInfo, models: ModelDefinitions | None = None) -> tuple[Nat
     return server, client
 
 
+@pytest.mark.integration
 def test_replayed_motive_packets_arrive_decoded(natnet_dir: Path) -> None:
     """A sender replaying the real Motive packets: the client yields the ground-truth pose under its name."""
     info = decode_packet((natnet_dir / "serverinfo_packet_v3.bin").read_bytes())
@@ -51,6 +52,7 @@ def test_replayed_motive_packets_arrive_decoded(natnet_dir: Path) -> None:
     assert client.stats.malformed == 1 and client.stats.frames == 1
 
 
+@pytest.mark.integration
 def test_frames_stream_and_reordering_is_dropped() -> None:
     info = default_server_info(data_port=0, natnet_version=(4, 1, 0, 0))
     server, client = _pair(info, model_definitions_for({5: "tip"}))
@@ -67,6 +69,7 @@ def test_frames_stream_and_reordering_is_dropped() -> None:
     assert client.stats.ignored >= 2 and client.stats.malformed == 0
 
 
+@pytest.mark.integration
 def test_connect_timeout_names_the_server() -> None:
     # A bound but silent socket stands in for a server that never answers.
     import socket

@@ -19,6 +19,7 @@ def test_frame_of_data_encodes_latency_and_validity() -> None:
     assert data.system_latency_s(TWIN_CLOCK_HZ) == pytest.approx(0.01)
 
 
+@pytest.mark.integration
 def test_echo_and_garbage_commands() -> None:
     with NatNetServer(default_server_info(0)) as server, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.settimeout(2.0)

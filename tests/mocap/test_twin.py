@@ -77,6 +77,7 @@ def test_interpolated_poses() -> None:
         interpolated_poses(np.array([0.0, 0.0]), {})
 
 
+@pytest.mark.integration
 def test_twin_streams_through_natnet_to_the_client() -> None:
     twin = TwinSource(_still, noise=TwinNoise(0.001, 0.0, 0.0, 0.006), seed=1, start_time_s=1e9)
     ids = twin.body_ids

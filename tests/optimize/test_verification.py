@@ -3,10 +3,9 @@ reduced rod on a motor: at the planning step it reproduces the plan; finer, it g
 cancel that comes first skips it with a warning. (The full-FEM check and the stiffness band: test_robust.py.)"""
 from __future__ import annotations
 
-import time
-
 import pytest
 from rod_plan import OPTIONS, ramp, rod_limits, tip
+from virtual_clock import VirtualClock
 
 from retarget.optimize.engines import reduced_engine
 from retarget.optimize.errors import PlanCancelled
@@ -38,19 +37,20 @@ def test_verify_plan_at_the_planning_step_reproduces_the_plan_and_runs_finer(rod
         verify_plan(result, 0.0)
 
 
-def test_verify_metrics_at_a_finer_step_and_skipped_when_out_of_time_or_cancelled(rod_plan):
+def test_verify_metrics_at_a_finer_step_and_skipped_when_out_of_time_or_cancelled(rod_plan, monkeypatch):
     """``verify_metrics`` reports the verification, or a warning (in ``result.warnings`` too) when the deadline
-    passed or a cancel came first."""
+    passed or a cancel came first (virtual clock: the check's run takes no time)."""
     from dataclasses import replace
 
+    clock = VirtualClock(monkeypatch)
     stages: list[str] = []
     result = replace(rod_plan, warnings=list(rod_plan.warnings))
-    out = verify_metrics(result, 0.001, time.perf_counter() + 600.0, lambda stage, k, n: stages.append(stage))
+    out = verify_metrics(result, 0.001, clock.now + 1.0, lambda stage, k, n: stages.append(stage))
     assert out["verify"]["dt_s"] == 0.001 and out["verify"]["steps"] == 200 and set(stages) == {"verifying"}
     assert out["warnings"] == result.warnings
 
     late = replace(rod_plan, warnings=list(rod_plan.warnings))
-    out = verify_metrics(late, 0.001, deadline=time.perf_counter() - 1.0)
+    out = verify_metrics(late, 0.001, deadline=clock.now - 1.0)
     assert "verify" not in out and "not verified at dt 0.001 s: the time budget ran out" in out["warnings"]
     assert late.warnings == out["warnings"]
 

@@ -25,11 +25,14 @@ TANGENT_S = 2.0
 
 class VirtualClock:
     """Stands in for the ``time`` module in :data:`MODULES`: ``perf_counter`` returns the virtual time, ``sleep``
-    advances it, :meth:`PlanProblem.evaluate` and the tangent pass advance it by :data:`EVALUATION_S` (a forward
-    run: a third of it) and :data:`TANGENT_S`, and the checks' runs (:mod:`retarget.optimize.verification`'s) by
-    ``forward_step_s`` per step."""
+    advances it, :meth:`PlanProblem.evaluate` and the tangent pass advance it by ``evaluation_s`` (a forward run: a
+    third of it) and ``tangent_s``, and the checks' runs (:mod:`retarget.optimize.verification`'s) by
+    ``forward_step_s`` per step. With ``evaluation_s = tangent_s = 0`` the computation itself takes no time and a
+    test paces it step by step (:meth:`advance` in a step progress callback: the per-step times the budget
+    measures)."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, forward_step_s: float = 0.0) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, forward_step_s: float = 0.0,
+                 evaluation_s: float = EVALUATION_S, tangent_s: float = TANGENT_S) -> None:
         self.now = 0.0
         self.evaluations = 0
         for name in MODULES:
@@ -39,7 +42,7 @@ class VirtualClock:
         def charged_evaluate(pp: PlanProblem, x: Any, gradient: bool = True, progress: Any = None) -> Any:
             result = evaluate(pp, x, gradient=gradient, progress=progress)
             self.evaluations += 1
-            self.advance(EVALUATION_S if gradient else EVALUATION_S / EVALUATION_FORWARD_RUNS)
+            self.advance(evaluation_s if gradient else evaluation_s / EVALUATION_FORWARD_RUNS)
             return result
 
         monkeypatch.setattr(PlanProblem, "evaluate", charged_evaluate)
@@ -48,7 +51,7 @@ class VirtualClock:
 
         def charged_normal_equations(*args: Any, **kwargs: Any) -> Any:
             result = normal_equations(*args, **kwargs)
-            self.advance(TANGENT_S)
+            self.advance(tangent_s)
             return result
 
         monkeypatch.setattr(gauss_newton, "ensemble_gauss_newton", charged_normal_equations)

@@ -11,6 +11,8 @@ from rclpy.parameter import Parameter
 from retarget.dynamixel import NoReplyError, WrongModelError, load_control_table
 from retarget.dynamixel.bus import DynamixelBus as RealBus
 
+pytestmark = pytest.mark.integration  # DDS (rclpy)
+
 
 class FlakyBus:
     """Stands in for DynamixelBus: each start-up step loses its first ``lost[step]`` replies."""

@@ -197,6 +197,7 @@ def _still(name: str, position: tuple[float, float, float]) -> Any:
     return lambda t: {name: (np.array(position), np.array([0.0, 0.0, 0.0, 1.0]))}
 
 
+@pytest.mark.integration
 def test_node_publishes_valid_bodies_with_latency_corrected_stamps(ros_context: Any, node_factory: Any) -> None:
     """A frame with a tracked, an untracked, a non-finite and a filtered-out body: only the first is published."""
     source = TwinSource(_still("unused", (0.0, 0.0, 0.0)), rate_hz=1.0, realtime=True,
@@ -229,6 +230,7 @@ def test_node_publishes_valid_bodies_with_latency_corrected_stamps(ros_context: 
         listener.close()
 
 
+@pytest.mark.integration
 def test_node_streams_a_live_twin_source(ros_context: Any, node_factory: Any) -> None:
     """The receive thread feeds the executor: ~rate frames a second, stamps = capture times, diagnostics OK."""
     source = TwinSource(_still("tip", (0.0, 0.0, 0.7)), rate_hz=100.0, noise=TwinNoise(latency_s=0.004),
@@ -252,6 +254,7 @@ def test_node_streams_a_live_twin_source(ros_context: Any, node_factory: Any) ->
         listener.close()
 
 
+@pytest.mark.integration
 def test_tf_carries_the_same_poses(ros_context: Any, node_factory: Any) -> None:
     """publish_tf: one /tf message per frame, frame_id -> body (skipped where tf2_msgs is not installed)."""
     tf2 = pytest.importorskip("tf2_msgs.msg", reason="no tf2_msgs here (no PyPI wheel): TF is disabled")
@@ -278,6 +281,7 @@ def test_tf_carries_the_same_poses(ros_context: Any, node_factory: Any) -> None:
         watcher.destroy_node()
 
 
+@pytest.mark.integration
 def test_malformed_datagrams_are_counted_and_reported(node_factory: Any) -> None:
     """Garbage into the client's decode path: counted, the status turns WARN and names the count."""
     client = NatNetClient(NatNetClientConfig(command_port=9, data_port=0, multicast_address=None))
@@ -294,6 +298,7 @@ def test_malformed_datagrams_are_counted_and_reported(node_factory: Any) -> None
     assert values["server"] == "not connected"
 
 
+@pytest.mark.integration
 def test_unknown_source_is_rejected(ros_context: Any) -> None:
     from rclpy.parameter import Parameter
 
@@ -458,6 +463,7 @@ def test_record_the_natnet_node_into_mcap(natnet_node: Any, tmp_path: Path) -> N
     assert node.proc.poll() is None
 
 
+@pytest.mark.integration
 def test_configuration_errors_exit_with_code_2(tmp_path: Path) -> None:
     """A bad twin motion file stops the node process at start with a one-line reason, not a traceback."""
     run = subprocess.run([sys.executable, "-m", "retarget.ros.mocap_node", "--ros-args", "-p", "source:=twin",

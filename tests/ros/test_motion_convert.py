@@ -23,6 +23,7 @@ def test_round_trip_through_a_real_message(motion: Motion) -> None:
     np.testing.assert_allclose(back.time, motion.time, rtol=0, atol=1e-9)
 
 
+@pytest.mark.integration
 def test_the_conversion_imports_no_ros_until_used() -> None:
     code = ("import sys, retarget.motion, retarget.motion.io, retarget.motion.bvh, retarget.ros.motion_convert; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('rclpy', 'trajectory_msgs', 'sensor_msgs')]; "

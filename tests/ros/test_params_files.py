@@ -10,6 +10,8 @@ from retarget.model.library import robots_then_rigs, resolve_params, ros_paramet
 
 pytest.importorskip("rclpy", reason="rclpy is installed by `make setup`")
 
+pytestmark = pytest.mark.integration  # DDS (rclpy), child processes
+
 PROBE = """
 import sys, rclpy
 rclpy.init(args=["probe", "--ros-args", "--params-file", sys.argv[1]])

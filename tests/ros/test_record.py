@@ -103,6 +103,7 @@ def _record_in_thread(result: dict[str, Any], *args: Any, **kwargs: Any) -> thre
     return thread
 
 
+@pytest.mark.integration
 def test_record_several_types_in_process(ros_context: Any, tmp_path: Path) -> None:
     """PoseStamped, JointState, JointTrajectory, DiagnosticArray, a latched topic and a project type."""
     from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
@@ -189,6 +190,7 @@ def test_record_several_types_in_process(ros_context: Any, tmp_path: Path) -> No
     np.testing.assert_allclose(series.time_s, [100, 101, 102, 103, 104])
 
 
+@pytest.mark.integration
 def test_duration_counts_from_the_first_message(ros_context: Any, tmp_path: Path) -> None:
     """A publisher that starts sending 1.5 s after the recorder subscribed still yields --duration s of messages."""
     from geometry_msgs.msg import PoseStamped
@@ -218,6 +220,7 @@ def test_duration_counts_from_the_first_message(ros_context: Any, tmp_path: Path
     assert bag_times[-1] - bag_times[0] >= 0.9 and len(bag_times) >= 20
 
 
+@pytest.mark.integration
 def test_a_silent_topic_with_a_duration_fails_and_leaves_no_bag(ros_context: Any, tmp_path: Path) -> None:
     from geometry_msgs.msg import PoseStamped
     from rclpy.node import Node
@@ -347,6 +350,7 @@ def _run_record(args: list[str]) -> subprocess.CompletedProcess:
                           text=True, timeout=30, env=os.environ.copy())
 
 
+@pytest.mark.integration
 def test_user_errors_exit_with_code_2_and_leave_no_bag(tmp_path: Path) -> None:
     (tmp_path / "taken").mkdir()
     run = _run_record(["--topics", "/x", "--out", str(tmp_path / "taken"), "--duration", "1"])

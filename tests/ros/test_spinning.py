@@ -8,6 +8,8 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy", reason="rclpy is not installed (ROS 2 Kilted wheels: make setup)")
 
+pytestmark = pytest.mark.integration  # DDS (rclpy) and child processes
+
 
 @pytest.fixture
 def node() -> Any:

@@ -21,6 +21,8 @@ import pytest
 
 from ros_helpers import wait_for
 
+pytestmark = pytest.mark.integration  # DDS (rclpy) and node processes
+
 REPO = Path(__file__).resolve().parents[2]
 GOAL_RAD = np.pi / 2
 

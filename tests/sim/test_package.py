@@ -2,7 +2,10 @@
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.integration
 def test_every_public_name_resolves_and_simulate_stays_the_function():
     code = (
         "import sys, types\n"
