@@ -877,6 +877,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     twin.add_argument("--twin-dt", type=float, default=None, help="reduced engine step [s] (default 0.001)")
     twin.add_argument("--twin-max-lag", type=float, default=5.0,
                       help="simulation lag behind the servos that drops the backlog and restarts it at rest [s]")
+    twin.add_argument("--twin-perturb", default="", metavar="KEY=VALUE,...",
+                      help="the simulation runs a perturbed model: stiffness, damping, servo_kp, servo_kd factors, "
+                           "latency [s] (docs/twin.md \"A twin that differs from the planner's model\")")
 
 
 def _baud_rate(text: str) -> int:
@@ -983,7 +986,8 @@ def _twin_dynamics(args: argparse.Namespace, local: ServoDynamics,
     motors = [str(m) for m in read_robot_yaml(description).get("motors") or []]
     index, offset, direction = joint_mapping(robot.joints, motors, robot.offsets, robot.directions)
     channel = args.twin_channel or (f"{args.link}.poses" if args.link else f"/tmp/{robot_name(args.robot)}.poses")
-    proc, sink = start_worker(args.robot, channel, source.path, dt=args.twin_dt, max_lag=args.twin_max_lag)
+    proc, sink = start_worker(args.robot, channel, source.path, dt=args.twin_dt, max_lag=args.twin_max_lag,
+                              perturb=args.twin_perturb)
     print(f"twin: reduced simulation of {robot_name(args.robot)} ({source.describe()}) in worker pid {proc.pid}, "
           f"poses and servo shafts on {channel}", file=sys.stderr, flush=True)
     dynamics = SimulationDrivenServos(local, sink, ChannelShafts(channel, motors), index, offset, direction)

@@ -177,12 +177,13 @@ class RefineRefused(OptimizeError, InputError):
 # -- inputs -------------------------------------------------------------------------------------------------------
 
 
-def _file_digest(path: Path) -> str:
-    """SHA-256 of a file, or of a folder's files (a bag) in name order."""
+def _file_digest(path: Path, name: str | None = None) -> str:
+    """SHA-256 of a file, or of a folder's files (a bag) in name order; ``name``: the file's name to hash in place
+    of its own (a file written under a temporary name, digested as the name it is renamed to)."""
     digest = hashlib.sha256()
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
     for p in files:
-        digest.update(p.name.encode())
+        digest.update((name if name is not None and not path.is_dir() else p.name).encode())
         digest.update(p.read_bytes())
     return digest.hexdigest()
 
@@ -1618,7 +1619,7 @@ def write_refinement(refinement: Refinement, out: str | Path) -> tuple[Path, ...
             options = {"comments": list(refinement.comments)} if target.suffix.lower() == ".csv" else {}
             save_motion(tmp, refinement.next_plan, **options)
             temps.append((tmp, target))
-        record = replace(refinement.record, next_plan=str(path.resolve()), next_plan_sha256=_file_digest(temps[0][0]))
+        record = replace(refinement.record, next_plan=str(path.resolve()), next_plan_sha256=_file_digest(temps[0][0], path.name))
         history = History((*refinement.history.trials, record))
         hist = history_path(path)
         tmp = hist.with_name(f".{hist.name}.partial-{tag}")
