@@ -185,6 +185,34 @@ def test_reduced_twin_uses_the_model_or_falls_back(tmp_path: Path, monkeypatch: 
     assert plan.node("planner").parameters["reduced_file"] == str(model.resolve())  # one model for both
 
 
+
+def test_a_perturbed_twin_reaches_the_worker_the_mocap_noise_and_the_servers_tolerance(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from retarget.twin.perturbation import parse_perturbation
+
+    monkeypatch.setenv("RETARGET_CACHE", str(tmp_path / "empty_cache"))
+    model = tmp_path / "rod.npz"
+    model.write_bytes(b"x")
+    perturb = parse_perturbation("stiffness=1.07,damping=1.5,servo_kp=1.3,latency=0.01,marker_noise=0.0003")
+    plan = describe("single_rod", twin="reduced", reduced=model, run_dir=tmp_path, perturb=perturb, twin_dt=0.002,
+                    twin_max_lag=30.0)
+    args = plan.processes[0].args
+    assert parse_perturbation(args[args.index("--twin-perturb") + 1]) == perturb
+    assert args[args.index("--twin-dt") + 1] == "0.002" and args[args.index("--twin-max-lag") + 1] == "30.0"
+    assert plan.node("mocap").parameters["twin_position_noise_m"] == 0.0003
+    assert plan.node("trajectory_server").parameters["goal_time_tolerance"] == 30.0  # feedback as late as the twin
+    assert any("perturbed (stiffness=1.07" in line for line in plan.summary())
+    plain = describe("single_rod", twin="reduced", reduced=model, run_dir=tmp_path)
+    assert "--twin-perturb" not in plain.processes[0].args
+    for kwargs, named in [({"twin": "servo"}, "--twin reduced"), ({"twin": "reduced", "hardware": "/dev/ttyUSB0"},
+                                                                  "--twin reduced"),
+                          ({"twin": "reduced", "mocap": "none"}, "needs --mocap twin"),
+                          ({"twin": "reduced", "reduced": None}, "needs the reduced twin's model")]:
+        with pytest.raises(InputError, match=named):
+            describe("single_rod", run_dir=tmp_path, perturb=perturb, **{"reduced": model, **kwargs})
+    with pytest.raises(InputError, match="twin_dt must be positive"):
+        describe("single_rod", twin="reduced", reduced=model, run_dir=tmp_path, twin_dt=0.0)
+
 def test_unknown_robot_names_the_known_ones() -> None:
     with pytest.raises(InputError, match="drummer"):
         describe("no_such_robot")

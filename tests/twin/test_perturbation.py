@@ -8,6 +8,7 @@ delayed by L.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 import numpy as np
@@ -58,7 +59,7 @@ def test_reduced_scales_stiffness_and_rayleigh_damping(rod_twin_model) -> None:
 def _run(model, perturbation: TwinPerturbation, duration: float, goal_of, sample=None):
     """The tip's positions (n, 3) [m] at the simulation's steps, goals ``goal_of(t)`` sent every bus period."""
     sim = TwinSimulation(model, perturbation=perturbation)
-    n = int(round(duration / BUS_PERIOD_S))
+    n = round(duration / BUS_PERIOD_S)
     sim.push(0.0, np.array([goal_of(0.0)]), np.zeros(1))
     sim.start()
     t, x = [sim.time], [sim.poses()[0, :3]]
@@ -75,7 +76,7 @@ def _ring(t: np.ndarray, x: np.ndarray, after: float) -> tuple[float, float]:
     tt, xs = t[keep], x[keep, 0] - x[keep, 0].mean()
     up = np.flatnonzero((xs[:-1] < 0) & (xs[1:] >= 0))
     crossings = tt[up] - xs[up] * (tt[up + 1] - tt[up]) / (xs[up + 1] - xs[up])
-    peaks = np.array([np.max(xs[a:b]) for a, b in zip(up[:-1], up[1:])])
+    peaks = np.array([np.max(xs[a:b]) for a, b in itertools.pairwise(up)])
     period = float(np.mean(np.diff(crossings)))
     slope = np.polyfit(np.arange(peaks.size), np.log(peaks), 1)[0]
     return 1.0 / period, -float(slope)

@@ -27,6 +27,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +139,7 @@ class RefineServer:
 
     def _check_plan(self, robot: str, plan: Any) -> None:
         """A plan of this node's motors, made for the servos the robot declares (when its file says)."""
-        from retarget.optimize.refine import Refusal, RefineRefused
+        from retarget.optimize.refine import RefineRefused, Refusal
         from retarget.optimize.variants import declared_servos, planned_servos, servo_mismatches
 
         joints = list(self.node.joint_names)
@@ -227,7 +228,9 @@ class RefineServer:
             from retarget.optimize.options import RefineOptions
 
             self._check_plan(robot, plan)
-            options = RefineOptions() if goal.trust_region == 0 else RefineOptions(trust_region_rad=goal.trust_region)
+            options = RefineOptions(refit=not goal.no_refit)
+            if goal.trust_region > 0:
+                options = replace(options, trust_region_rad=float(goal.trust_region))
             plan_options = self._plan_options()
             feedback("loading")
             context = self._context(robot, motion, plan, plan_options, progress)
@@ -257,7 +260,7 @@ class RefineServer:
             return ended(Result.INVALID_GOAL, str(exc))
         except RetargetError as exc:
             return ended(Result.FAILED, str(exc))
-        except Exception as exc:  # a bug: the goal fails with what happened (rclpy would answer an empty success)
+        except Exception as exc:  # noqa: BLE001 (a bug: the goal fails with it; rclpy would answer a success)
             import traceback
 
             self.node.get_logger().error(f"refine failed: {traceback.format_exc()}")

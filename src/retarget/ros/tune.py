@@ -173,6 +173,8 @@ def register_tune(subparsers: Any) -> None:
     p.add_argument("--namespace", default="", help="the robot's ROS namespace (as given to retarget up)")
     p.add_argument("--trust-region", type=float, default=0.0, metavar="RAD", help="the first refinement's trust "
                    "region (0: refine's default; later trials take theirs from the history)")
+    p.add_argument("--no-refit", action="store_true", help="refine on the planning model as it is (retarget "
+                   "refine --no-refit; default: on the model re-fitted to each take when that explains it better)")
     p.add_argument("--record-tail", type=float, default=1.0, metavar="S", help="seconds recorded after each play's "
                    "goal ended (retarget play's --record-tail; default 1)")
     p.add_argument("--report", action="store_true", help="also write each trial's report page and plots "
@@ -327,14 +329,15 @@ def _trial(client: _Client, args: argparse.Namespace, robot: str, k: int, plan: 
         command += ["--namespace", args.namespace]
     _say(f"trial {k}: playing {plan.name}, recording {', '.join(topics)} into {take.name}")
     started = time.monotonic()
-    played = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy())
+    played = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy(), check=False)
     play_s = time.monotonic() - started
     (out / f"play{k}.log").write_text(played.stdout + played.stderr, encoding="utf-8")
     if played.returncode != 0:
         last = (played.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise _Failed(f"trial {k}: `retarget play` exited {played.returncode}: {last} (log: {out}/play{k}.log)")
     goal = Refine.Goal(robot=robot, motion=str(args.motion), plan_file=str(plan), recording=str(take),
-                       bodies=bodies, trust_region=float(args.trust_region), out=str(out / f"plan{k + 1}.csv"),
+                       bodies=bodies, trust_region=float(args.trust_region), no_refit=bool(args.no_refit),
+                       out=str(out / f"plan{k + 1}.csv"),
                        report_dir=str(out / f"trial{k}") if args.report else "")
     _say(f"trial {k}: refining from {take.name} on the planner node")
     started = time.monotonic()
