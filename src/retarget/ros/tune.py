@@ -323,8 +323,8 @@ def _trial(client: _Client, args: argparse.Namespace, robot: str, k: int, plan: 
     if take.exists():
         raise _Failed(f"{take} exists: give a new --out folder")
     command = [sys.executable, "-m", "retarget.cli", "play", str(plan), "--robot", args.robot, "--record", str(take),
-               "--record-topics", *topics, "--record-tail", str(args.record_tail), "--no-progress", "--json",
-               "--wait", str(args.wait)]
+               "--record-topics", *topics, "--record-tail", str(args.record_tail), "--goal-tolerance", "-1",
+               "--no-progress", "--json", "--wait", str(args.wait)]
     if args.namespace:
         command += ["--namespace", args.namespace]
     _say(f"trial {k}: playing {plan.name}, recording {', '.join(topics)} into {take.name}")
