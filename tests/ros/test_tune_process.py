@@ -100,6 +100,7 @@ def test_tune_lowers_the_measured_peak_each_trial_on_a_perturbed_twin(tmp_path: 
                               capture_output=True, text=True, env=env, timeout=600, check=False)
         log = f"tune:\n{tune.stdout}\n{tune.stderr}\nup:\n{''.join(lines[-60:])}"
         assert tune.returncode == 0, log
+        print(tune.stdout.strip().splitlines()[:3])  # the trials' lines (pytest -s): the measurement
         summary = json.loads(tune.stdout.strip().splitlines()[-1])
         peaks = [t["measured_peak_deviation_m"] for t in summary["trials"]]
         assert len(peaks) == 3 and all(b < a for a, b in itertools.pairwise(peaks)), (peaks, log)

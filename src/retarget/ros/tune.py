@@ -335,7 +335,9 @@ def _trial(client: _Client, args: argparse.Namespace, robot: str, k: int, plan: 
     if played.returncode != 0:
         last = (played.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise _Failed(f"trial {k}: `retarget play` exited {played.returncode}: {last} (log: {out}/play{k}.log)")
-    goal = Refine.Goal(robot=robot, motion=str(args.motion), plan_file=str(plan), recording=str(take),
+    # A file by its absolute path: the node's working folder is not this one.
+    motion = str(Path(args.motion).resolve()) if Path(args.motion).is_file() else str(args.motion)
+    goal = Refine.Goal(robot=robot, motion=motion, plan_file=str(plan), recording=str(take),
                        bodies=bodies, trust_region=float(args.trust_region), no_refit=bool(args.no_refit),
                        out=str(out / f"plan{k + 1}.csv"),
                        report_dir=str(out / f"trial{k}") if args.report else "")
