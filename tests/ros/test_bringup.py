@@ -213,6 +213,33 @@ def test_a_perturbed_twin_reaches_the_worker_the_mocap_noise_and_the_servers_tol
     with pytest.raises(InputError, match="twin_dt must be positive"):
         describe("single_rod", twin="reduced", reduced=model, run_dir=tmp_path, twin_dt=0.0)
 
+
+@pytest.mark.integration  # picks two free UDP ports
+def test_natnet_on_the_reduced_twin_without_a_motive_address_is_a_simulated_motive(tmp_path: Path,
+                                                                                   monkeypatch: pytest.MonkeyPatch
+                                                                                   ) -> None:
+    from retarget.twin.perturbation import parse_perturbation
+
+    monkeypatch.setenv("RETARGET_CACHE", str(tmp_path / "empty_cache"))
+    model = tmp_path / "rod.npz"
+    model.write_bytes(b"x")
+    perturb = parse_perturbation("marker_noise=0.0003")
+    served = describe("single_rod", twin="reduced", reduced=model, run_dir=tmp_path, mocap="natnet", perturb=perturb)
+    server = served.processes[1]
+    assert (server.name, server.module) == ("mocap_twin_natnet", "retarget.mocap.twin_server")
+    mocap = served.node("mocap").parameters
+    assert mocap["source"] == "natnet" and mocap["multicast_address"] == "" and mocap["server_address"] == "127.0.0.1"
+    assert server.args[server.args.index("--command-port") + 1] == str(mocap["command_port"])
+    assert server.args[server.args.index("--data-port") + 1] == str(mocap["data_port"])
+    assert server.args[server.args.index("--position-noise") + 1] == "0.0003"
+    assert server.args[server.args.index("--channel") + 1] == str(served.twin_channel)
+    real = describe("single_rod", twin="reduced", reduced=model, run_dir=tmp_path, mocap="natnet",
+                    mocap_server="10.0.0.2")
+    assert len(real.processes) == 1 and real.node("mocap").parameters["server_address"] == "10.0.0.2"
+    with pytest.raises(InputError, match="a real Motive"):
+        describe("single_rod", twin="reduced", reduced=model, run_dir=tmp_path, mocap="natnet",
+                 mocap_server="10.0.0.2", perturb=perturb)
+
 def test_unknown_robot_names_the_known_ones() -> None:
     with pytest.raises(InputError, match="drummer"):
         describe("no_such_robot")

@@ -2,8 +2,8 @@
 
 ``retarget up single_rod --twin reduced --perturb ...`` runs the emulated bus whose servo's loop runs in the
 reduced simulation of a perturbed copy of the planner's model (stiffness × 1.07, Rayleigh damping × 1.5, servo P
-gain × 1.3, 10 ms latency on the goals) and the mocap twin with 0.3 mm of seeded marker noise; the planner node
-plans on the model itself. ``retarget tune --trials 3`` (a separate process) plans on the node, then per trial
+gain × 1.3, 10 ms latency on the goals) and a simulated Motive streaming the simulated bodies over NatNet to the
+mocap node (0.3 mm of seeded marker noise); the planner node plans on the model itself. ``retarget tune --trials 3`` (a separate process) plans on the node, then per trial
 plays the plan with ``retarget play --record`` (a rosbag2 of the tip's PoseStamped) and refines it on the node's
 ``~/refine`` action: the measured peak must fall from each trial to the next. Real processes, real DDS.
 
@@ -83,7 +83,7 @@ def test_tune_lowers_the_measured_peak_each_trial_on_a_perturbed_twin(tmp_path: 
     env = {**os.environ, "RETARGET_CACHE": str(tmp_path / "cache"), "RETARGET_MODELS": str(tmp_path / "models")}
     up = subprocess.Popen([sys.executable, "-m", "retarget.cli", "up", "single_rod", "--namespace", NAMESPACE,
                            "--twin", "reduced", "--reduced", str(model), "--perturb", PERTURB, "--twin-dt", "0.002",
-                           "--twin-max-lag", "30", "--verify-model", "none", "--json"],
+                           "--twin-max-lag", "30", "--verify-model", "none", "--mocap", "natnet", "--json"],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                           start_new_session=True)
     lines: list[str] = []
@@ -94,6 +94,7 @@ def test_tune_lowers_the_measured_peak_each_trial_on_a_perturbed_twin(tmp_path: 
                  "retarget up single_rod to be ready")
         assert up.poll() is None, "".join(lines[-40:])
         assert any("perturbed (stiffness=1.07" in line for line in lines), "".join(lines[-40:])
+        assert any("a simulated Motive streams" in line for line in lines), "".join(lines[-40:])
         tune = subprocess.run([sys.executable, "-m", "retarget.cli", "tune", "single_rod", "--motion", str(motion),
                                "--trials", "3", "--max-iterations", "3", "--no-refit", "--namespace", NAMESPACE,
                                "--out", str(out), "--json"],

@@ -277,8 +277,9 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
             file's, else the node's default 127.0.0.1).
         mocap_local: This machine's address on the mocap network, the node's ``local_address`` (natnet only).
         perturb: How the reduced twin differs from its model (:mod:`retarget.twin.perturbation`: the emulator's
-            ``--twin-perturb``; its ``marker_noise`` the mocap twin's ``twin_position_noise_m``). Needs the
-            emulated bus, ``twin="reduced"`` with a model, and for ``marker_noise`` ``mocap="twin"``.
+            ``--twin-perturb``; its ``marker_noise`` the simulated mocap's noise). Needs the emulated bus,
+            ``twin="reduced"`` with a model, and for ``marker_noise`` the simulated mocap (``mocap="twin"``, or
+            ``"natnet"`` served by the twin).
         twin_dt: The reduced twin's engine step [s] (the emulator's ``--twin-dt``; None: 1 ms).
         twin_max_lag: How far the reduced twin's simulation may run behind the bus before it restarts at rest [s]
             (the emulator's ``--twin-max-lag``; None: 5 s). The trajectory server's ``goal_time_tolerance`` is
@@ -309,8 +310,8 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
             raise InputError(f"{name} must be positive [s], got {value}")
     if perturb is not None and (hardware or twin != "reduced"):
         raise InputError("a perturbation (--perturb) is for the reduced twin: the emulated bus with --twin reduced")
-    if perturb is not None and perturb.marker_noise is not None and mocap != "twin":
-        raise InputError(f"the perturbation's marker_noise is the mocap twin's noise: it needs --mocap twin, not "
+    if perturb is not None and perturb.marker_noise is not None and mocap not in ("twin", "natnet"):
+        raise InputError(f"the perturbation's marker_noise is the simulated mocap's noise: it needs --mocap twin, not "
                          f"{mocap!r}")
     description = resolve_robot(robot).resolve()
     params_file = resolve_params(description).resolve()
@@ -406,8 +407,25 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
         if plan_method:
             planner_params["method"] = str(plan_method)
         nodes.append(node("planner", "retarget.ros.planner", "planner", planner_params))
+    # The emulated bus, the reduced twin and natnet without a Motive address: a simulated Motive streams the twin.
+    simulated_natnet = mocap == "natnet" and channel is not None and not (mocap_server or mocap_local)
+    noise = None if perturb is None else perturb.marker_noise
+    if noise is not None and mocap == "natnet" and not simulated_natnet:
+        raise InputError("the perturbation's marker_noise is the simulated mocap's noise: a real Motive "
+                         "(--mocap-server) has its own")
+    if simulated_natnet:
+        command_port, data_port = _free_udp_ports(2)
+        processes.append(ProcessSpec(
+            "mocap_twin_natnet", "retarget.mocap.twin_server",
+            ("--channel", str(channel), "--command-port", str(command_port), "--data-port", str(data_port),
+             *(("--position-noise", repr(float(noise))) if noise is not None else ()))))
+        notes.append(f"mocap: a simulated Motive streams the twin's bodies over NatNet (127.0.0.1:{command_port}, "
+                     f"data port {data_port})")
     if mocap != "none":
         mocap_params: dict[str, Any] = {"source": mocap}
+        if simulated_natnet:
+            mocap_params.update(server_address="127.0.0.1", local_address="127.0.0.1", command_port=command_port,
+                                data_port=data_port, multicast_address="")
         if mocap == "twin" and channel is not None:
             mocap_params["twin_motion"] = f"live:{channel}"
         if mocap == "twin" and perturb is not None and perturb.marker_noise is not None:
@@ -421,6 +439,20 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
                    emulated=emulated, control_socket=control, run_dir=run_dir, namespace=namespace,
                    processes=tuple(processes), nodes=tuple(nodes), temporary_run_dir=temporary, twin=twin,
                    twin_channel=channel, notes=tuple(notes))
+
+
+def _free_udp_ports(count: int) -> list[int]:
+    """``count`` distinct UDP ports free on loopback now (bound together, then released)."""
+    import socket
+
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def fastdds_shm_files(pids: set[int], shm: Path = Path("/dev/shm")) -> set[Path]:

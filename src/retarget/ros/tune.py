@@ -31,6 +31,10 @@ from retarget.errors import InputError
 
 __all__ = ["TrialLine", "register_tune"]
 
+#: Each play's goal tolerance [rad] (``--goal-tolerance``): above the sag a plan pre-compensates (single_rod's
+#: XM430 at 20°: about 0.02 rad), so the goal ends when the robot — or a twin running behind — has arrived.
+GOAL_TOLERANCE_RAD = 0.1
+
 #: Default folder of a tune run (``--out``).
 DEFAULT_OUT = "tune-{robot}"
 
@@ -175,6 +179,10 @@ def register_tune(subparsers: Any) -> None:
                    "region (0: refine's default; later trials take theirs from the history)")
     p.add_argument("--no-refit", action="store_true", help="refine on the planning model as it is (retarget "
                    "refine --no-refit; default: on the model re-fitted to each take when that explains it better)")
+    p.add_argument("--goal-tolerance", type=float, default=GOAL_TOLERANCE_RAD, metavar="RAD", help="each play's "
+                   "position tolerance at the end [rad]: the goal ends once every joint is this close to its last "
+                   "goal, and the recording's tail starts then (a plan's last goals pre-compensate the servos' sag: "
+                   f"keep it above that; -1: none, the goal ends with its last point; default {GOAL_TOLERANCE_RAD:g})")
     p.add_argument("--record-tail", type=float, default=1.0, metavar="S", help="seconds recorded after each play's "
                    "goal ended (retarget play's --record-tail; default 1)")
     p.add_argument("--report", action="store_true", help="also write each trial's report page and plots "
@@ -211,6 +219,8 @@ def _tune_command(args: argparse.Namespace) -> int:
         raise InputError(f"--trials must be 1 or more, got {args.trials}")
     if args.max_iterations < 0:
         raise InputError(f"--max-iterations must be 0 (the node's) or more, got {args.max_iterations}")
+    if not (args.goal_tolerance > 0 or args.goal_tolerance == -1):
+        raise InputError(f"--goal-tolerance must be positive or -1 (none), got {args.goal_tolerance}")
     if args.record_tail < 0:
         raise InputError(f"--record-tail must be 0 or more [s], got {args.record_tail}")
     for flag, value in (("--wait", args.wait), ("--plan-timeout", args.plan_timeout),
@@ -323,7 +333,8 @@ def _trial(client: _Client, args: argparse.Namespace, robot: str, k: int, plan: 
     if take.exists():
         raise _Failed(f"{take} exists: give a new --out folder")
     command = [sys.executable, "-m", "retarget.cli", "play", str(plan), "--robot", args.robot, "--record", str(take),
-               "--record-topics", *topics, "--record-tail", str(args.record_tail), "--goal-tolerance", "-1",
+               "--record-topics", *topics, "--record-tail", str(args.record_tail), "--goal-tolerance",
+               str(args.goal_tolerance),
                "--no-progress", "--json", "--wait", str(args.wait)]
     if args.namespace:
         command += ["--namespace", args.namespace]
