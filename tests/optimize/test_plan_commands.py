@@ -14,6 +14,7 @@ def _run(argv):
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 def test_plan_cli_prints_the_contract_keys_and_writes_files(tiny_robot, capsys):
     out_csv = tiny_robot / "optimized.csv"
     code = _run(["plan", str(tiny_robot / "tiny_rod.yaml"), "--motion", str(tiny_robot / "ramp.csv"), "--json",

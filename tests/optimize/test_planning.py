@@ -320,6 +320,7 @@ def test_plan_stops_on_a_model_outside_the_fidelity_gate_unless_allowed(tiny):
                for w in result.warnings)
 
 
+@pytest.mark.integration
 def test_plan_with_the_node_defaults(tiny):
     """The planner node's defaults (no parameter set but the gate's opt-out and the model): the robust objective
     over stiffness x0.9 and x1.1, verification at dt / 5, the stiffness band and, the tiny rod's full FEM being

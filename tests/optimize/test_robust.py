@@ -18,6 +18,9 @@ from retarget.optimize.weights import TrackedBodyWeights, WeightSchedule
 from retarget.sim.reduced.system import with_stiffness_scale
 from tests.optimize.test_adjoint import _problem
 
+# The plans these tests run fork worker processes (the full-FEM checks, the robust members).
+pytestmark = pytest.mark.integration
+
 OPTIONS = PlanOptions(knot_spacing=0.04, dt=0.005, max_iterations=2, baselines=False, stiffness_band=())
 
 

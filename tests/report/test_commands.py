@@ -7,6 +7,9 @@ import shutil
 
 from retarget.cli import main
 
+# The plans these tests run fork worker processes (the full-FEM checks, the robust members).
+pytestmark = pytest.mark.integration
+
 
 def test_view_rebuilds_missing_views_only(tiny_report, tmp_path, capsys):
     folder = tmp_path / "report"
