@@ -56,12 +56,12 @@ def _report(tiny_artifact, tmp_path, monkeypatch) -> dict[str, list[str]]:
                           verify_model="full", verify_full_band=(0.9,), verify_dt=0.0025, settle_iterations=1,
                           workers=1)
     result = plan(robot, motion, options)
-    report = json.loads(dumps(result.metrics(), default=float))
+    report = json.loads(dumps(result.to_json(), default=float))
     own = verify_reduced(result, load_artifact(robot, npz), options.dt)
     reduced = json.loads(dumps(getattr(own, "to_json", lambda: own)(), default=float))
     unverified = plan(robot, motion, replace(options, max_iterations=0, verify_model="none"))
     return {"plan": list(paths(report)), "verify_reduced": list(paths(reduced)),
-            "no_other_model": list(paths(json.loads(dumps(unverified.metrics(), default=float))))}
+            "no_other_model": list(paths(json.loads(dumps(unverified.to_json(), default=float))))}
 
 
 @pytest.mark.slow

@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from retarget.optimize.checks import StiffnessBand
 from retarget.ros.player import (  # noqa: F401 (re-exported: JointTracking, LAG_GRID_S, ...)
     LAG_GRID_S,
     MOVE_TO_START_S,
@@ -477,11 +478,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     report["planner"]["verify"] = {k: verify.get(k) for k in ("dt_s", "peak_ratio", "holds")}
                     checked = (f"; re-simulated at {verify['dt_s'] * 1e3:g} ms: {verify['peak_ratio']:.2f} x naive"
                                f"{'' if verify.get('holds') else ' (the improvement does NOT hold)'}")
-                band = metrics.get("band") or {}
-                if band.get("worst_peak_ratio") is not None:  # the plan re-simulated with the parts' stiffness scaled
-                    report["planner"]["band_worst_peak_ratio"] = band["worst_peak_ratio"]
-                    factors = ", ".join(key[1:] for key in band if key.startswith("x"))
-                    checked += f"; stiffness x {factors}: at worst {band['worst_peak_ratio']:.2f} x naive"
+                band = StiffnessBand.from_json(metrics.get("band"))
+                if band.worst_peak_ratio is not None:  # the plan re-simulated with the parts' stiffness scaled
+                    report["planner"]["band_worst_peak_ratio"] = band.worst_peak_ratio
+                    factors = ", ".join(f"{f:g}" for f in band.factors)
+                    checked += f"; stiffness x {factors}: at worst {band.worst_peak_ratio:.2f} x naive"
                 if shown.began is not None:  # the optimization and the checks after it
                     report["planner"]["after_preparation_s"] = round(report["planner"]["wall_time_s"] - shown.began, 1)
                 stages = {**(metrics.get("timings_s") or {}), **(metrics.get("check_timings_s") or {})}
