@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from retarget.errors import InputError, RetargetError
+from retarget.processes import die_with_parent
 
 __all__ = [
     "BRINGUP_OVERRIDES",
@@ -422,21 +423,8 @@ def fastdds_shm_files(pids: set[int], shm: Path = Path("/dev/shm")) -> set[Path]
     return found
 
 
-_LIBC_PRCTL: Callable[..., int] | None = None
-try:
-    import ctypes
-
-    _LIBC_PRCTL = ctypes.CDLL(None, use_errno=True).prctl
-except (OSError, AttributeError):
-    _LIBC_PRCTL = None
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: get SIGINT (as from stop()) if the supervisor dies (e.g. SIGKILL)."""
-    if _LIBC_PRCTL is not None:
-        _LIBC_PRCTL(_PR_SET_PDEATHSIG, signal.SIGINT)
+#: In each child before exec: SIGINT (as from stop()) when the supervisor dies (e.g. SIGKILL).
+_DIE_WITH_PARENT = die_with_parent(signal.SIGINT)
 
 
 #: The line Python prints before a traceback (an uncaught exception, in any thread of the child).
@@ -511,7 +499,7 @@ class _Child:
         self.hung = False  # its stop watchdog fired
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, env=dict(env), start_new_session=True,
-                                     preexec_fn=_die_with_parent if _LIBC_PRCTL is not None else None)
+                                     preexec_fn=_DIE_WITH_PARENT)
         self._sink = sink
         self._log_file = log_file
         self._reader = threading.Thread(target=self._forward, name=f"log-{name}", daemon=True)
