@@ -42,13 +42,9 @@ KNOWN_UPWARD_IMPORTS: dict[tuple[str, str], str] = {
     "the mesh-converged reference",
 }
 
-#: Imports that close a cycle between packages today: (importer, imported module) → why.
-KNOWN_CYCLE_IMPORTS: dict[tuple[str, str], str] = {
-    ("retarget.dynamixel.emulator", "retarget.twin.model"): "the emulator process's `--twin reduced` starts the twin "
-    "(which builds on dynamixel's servo loop) in emulator.run; moving that entry into twin renames the process "
-    "`retarget up` and the launch files start (docs/ros.md)",
-    ("retarget.dynamixel.emulator", "retarget.twin.servo"): "the same: the simulation-driven servos of `--twin reduced`",
-}
+#: Imports that close a cycle between packages today: (importer, imported module) → why. None since the emulator
+#: is given the twin's ``--twin reduced`` (retarget.twin.emulator) instead of importing it.
+KNOWN_CYCLE_IMPORTS: dict[tuple[str, str], str] = {}
 
 
 def is_ros(module: str) -> bool:

@@ -339,7 +339,8 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
         link = run_dir / "ttyDXL"
         control = run_dir / "ttyDXL.ctl"
         processes.append(ProcessSpec(
-            "dynamixel_emulator", "retarget.dynamixel.emulator",
+            # The twin builds on the emulator: its entry runs the emulator with --twin reduced available.
+            "dynamixel_emulator", "retarget.twin.emulator" if twin_args else "retarget.dynamixel.emulator",
             # --robot: the emulated servos are the robot's (its servo: section), mapped by its params file.
             ("--ids", ",".join(map(str, ids)), "--model", servo_model, "--robot", str(description), "--link",
              str(link), "--control", str(control), "--return-delay-us", "0", "--baud", str(rate), "--json",
