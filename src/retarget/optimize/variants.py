@@ -26,7 +26,9 @@ from retarget.optimize.problem import PlanProblem, motion_stop_time
 from retarget.optimize.result import OptimizationResult
 
 if TYPE_CHECKING:  # pragma: no cover
+    from retarget.optimize.bspline import MotorProfiles
     from retarget.optimize.checks import NaiveAtFinerStep, PlanChecks, Verdict
+    from retarget.optimize.settle import SettleReport
 
 __all__ = ["MIN_RING_OUT", "PlanResult", "Variant", "evaluation_variant", "measured_variant", "motion_stop_time",
            "PLANNED_SERVOS_PREFIX", "PLAN_SETTINGS_PREFIX", "declared_servos", "motion_digest", "plan_comments",
@@ -163,7 +165,7 @@ class PlanResult:
 
     pp: PlanProblem
     optimization: OptimizationResult
-    profiles: Any
+    profiles: MotorProfiles
     variants: dict[str, Variant]
     torque: TorqueReport
     warnings: list[str] = field(default_factory=list)
@@ -173,7 +175,7 @@ class PlanResult:
     model_info: dict[str, Any] = field(default_factory=dict)
     cancelled: bool = False
     wall_s: float | None = None
-    settle: Any = None
+    settle: SettleReport | None = None
     verify_naive: NaiveAtFinerStep | None = None
     naive_evaluation: Evaluation | None = None
 

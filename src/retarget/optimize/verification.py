@@ -58,7 +58,16 @@ from retarget.optimize.parallel import default_workers, fork_pool, run_shared
 from retarget.optimize.variants import start_of
 
 if TYPE_CHECKING:  # pragma: no cover
+    from retarget.model.robot import RobotModel
+    from retarget.optimize.adjoint import TrackedPoses
+    from retarget.optimize.bspline import MotorProfiles
+    from retarget.optimize.options import PlanOptions
+    from retarget.optimize.planning_model import PlanningModel
+    from retarget.optimize.problem import PlanProblem
     from retarget.optimize.variants import PlanResult
+    from retarget.sim.engine import Engine
+    from retarget.sim.motors import SplineMotors
+    from retarget.sim.reduced.store import ReducedRobotModel
 
 __all__ = [
     "MEANINGFUL_CUT",
@@ -85,7 +94,7 @@ __all__ = [
 VERIFIED_VARIANTS: tuple[str, ...] = ("naive", "zvd", "optimized")
 
 
-def variant_motors(times: NDArray[np.float64], angles: NDArray[np.float64]) -> Any:
+def variant_motors(times: NDArray[np.float64], angles: NDArray[np.float64]) -> SplineMotors:
     """A motor trajectory through a variant's commanded angles on the planning grid (cubic spline, C²)."""
     from retarget.sim.motors import SplineMotors
 
@@ -133,7 +142,7 @@ def commanded_stop_time(times: NDArray[np.float64], angles: NDArray[np.float64],
     return float(t[min(away[-1] + 1, len(t) - 1)]) if away.size else float(t[0])
 
 
-def scaled_stiffness_model(model: Any, factor: float) -> Any:
+def scaled_stiffness_model(model: RobotModel, factor: float) -> RobotModel:
     """``model`` (a :class:`retarget.model.RobotModel`) with every flexible part's Young's modulus × ``factor``."""
     if factor == 1.0:
         return model
@@ -142,12 +151,12 @@ def scaled_stiffness_model(model: Any, factor: float) -> Any:
     return replace(model, flexible_parts=parts)
 
 
-def deformable_dofs(model: Any) -> int:
+def deformable_dofs(model: RobotModel) -> int:
     """Deformable DOFs of ``model``'s flexible parts on their meshes (3 per node)."""
     return int(sum(3 * p.mesh.n_nodes for p in model.flexible_parts))
 
 
-def full_verification_cost(model: Any, duration: float, dt: float, runs: int = 3) -> float:
+def full_verification_cost(model: RobotModel, duration: float, dt: float, runs: int = 3) -> float:
     """A rough estimate of :func:`verify_full`'s wall time [s] on one core: the full engine's measured cost per step
     grows about linearly with the deformable DOFs (≈ 1.9e-5 s per DOF and step at 2 337 DOFs, 2.3e-5 at 10 575, on a
     shared 2-core machine)."""
@@ -155,7 +164,7 @@ def full_verification_cost(model: Any, duration: float, dt: float, runs: int = 3
     return runs * (duration / dt) * 2.2e-5 * max(dofs, 500)
 
 
-def verify_full(result: PlanResult, model: Any, dt: float, stiffness: float = 1.0,
+def verify_full(result: PlanResult, model: RobotModel, dt: float, stiffness: float = 1.0,
                 variants: Sequence[str] = VERIFIED_VARIANTS,
                 progress: Callable[[str, int, int], None] | None = None,
                 workers: int | None = None) -> Verification:
@@ -215,7 +224,7 @@ def _full_run(shared: Any, name: str, progress: Callable[[int, int], None] | Non
                               stop, limits)
 
 
-def verify_reduced(result: PlanResult, verification: Any, dt: float, stiffness: float = 1.0,
+def verify_reduced(result: PlanResult, verification: ReducedRobotModel, dt: float, stiffness: float = 1.0,
                    variants: Sequence[str] = VERIFIED_VARIANTS,
                    progress: Callable[[str, int, int], None] | None = None) -> Verification:
     """Re-simulate the plan's variants in another reduced model of the robot at step ``dt`` [s].
@@ -250,7 +259,8 @@ def verify_reduced(result: PlanResult, verification: Any, dt: float, stiffness: 
                         str(verification.info.get("file", "")), None if modes is None else tuple(int(m) for m in modes))
 
 
-def load_verification_model(robot: Any, path: str | Path, planning_info: Mapping[str, Any]) -> Any:
+def load_verification_model(robot: str | Path, path: str | Path,
+                            planning_info: Mapping[str, Any]) -> ReducedRobotModel:
     """The verification artifact at ``path`` for ``robot``, checked to be another model than the planning one.
 
     Raises:
@@ -271,7 +281,7 @@ def load_verification_model(robot: Any, path: str | Path, planning_info: Mapping
                                                       "modes": modes})
 
 
-def stiffness_band(result: PlanResult, factors: Sequence[float], engine_factory: Callable[[float], Any],
+def stiffness_band(result: PlanResult, factors: Sequence[float], engine_factory: Callable[[float], Engine],
                    variants: Sequence[str] = VERIFIED_VARIANTS) -> StiffnessBand:
     """The plan's variants re-simulated in the planning model with the flexible parts' stiffness scaled.
 
@@ -297,7 +307,8 @@ def _band_entries(shared: tuple[Any, ...], factors: Sequence[float]) -> tuple[Ba
                                           variants), float(factor)) for factor in factors)
 
 
-def _variant_runs(result: PlanResult, engine: Any, poses: Any, dt: float, n_steps: int, variants: Sequence[str],
+def _variant_runs(result: PlanResult, engine: Engine, poses: TrackedPoses, dt: float, n_steps: int,
+                  variants: Sequence[str],
                   stage: str = "", progress: Callable[[str, int, int], None] | None = None) -> dict[str, RunFigures]:
     """The plan's ``variants`` (those it has) simulated in a reduced ``engine`` from its static start at the first
     commanded pose, ``n_steps`` of ``dt`` [s]: :func:`trajectory_metrics` per variant (``poses``: the tracked bodies
@@ -320,7 +331,8 @@ def _variant_runs(result: PlanResult, engine: Any, poses: Any, dt: float, n_step
     return out
 
 
-def _finer_run(pp: Any, profiles: Any, dt: float, progress: Callable[[int, int], None] | None) -> RunFigures:
+def _finer_run(pp: PlanProblem, profiles: MotorProfiles, dt: float,
+               progress: Callable[[int, int], None] | None) -> RunFigures:
     """``profiles`` simulated in the planning model at the finer step ``dt`` [s]: deviation metrics against the
     targets (interpolated, cubic) and the peak torque ratio."""
     from scipy.interpolate import CubicSpline
@@ -335,7 +347,7 @@ def _finer_run(pp: Any, profiles: Any, dt: float, progress: Callable[[int, int],
                                               pp.limits).ratio)))
 
 
-def naive_at_finer_step(pp: Any, dt: float,
+def naive_at_finer_step(pp: PlanProblem, dt: float,
                         progress: Callable[[int, int], None] | None = None) -> NaiveAtFinerStep:
     """The naive playback (the input's fit) at the finer step ``dt`` [s], as :func:`verify_plan` measures it, and
     its wall time (what one verification run costs). A budgeted plan runs it
@@ -409,7 +421,7 @@ def verify_metrics(result: PlanResult, dt: float, deadline: float | None = None,
     return check
 
 
-def gate_model(pm: Any, allow: bool, say: Callable[[str], None]) -> str:
+def gate_model(pm: PlanningModel, allow: bool, say: Callable[[str], None]) -> str:
     """Report the planning model's card (``say``) and stop on a model outside the fidelity gate.
 
     Returns:
@@ -434,9 +446,9 @@ def gate_model(pm: Any, allow: bool, say: Callable[[str], None]) -> str:
     return ""
 
 
-def check_plan(result: PlanResult, model: Any, options: Any, engine_factory: Callable[[float], Any],
+def check_plan(result: PlanResult, model: RobotModel, options: PlanOptions, engine_factory: Callable[[float], Engine],
                steps: Callable[[str, int, int], None] | None = None, say: Callable[[str], None] | None = None,
-               deadline: float | None = None, robot: Any = None,
+               deadline: float | None = None, robot: str | Path | None = None,
                planning_info: Mapping[str, Any] | None = None) -> PlanChecks:
     """The plan measured in models it was not optimized on, and its headline (:class:`PlanChecks`).
 
