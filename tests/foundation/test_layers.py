@@ -7,7 +7,8 @@
   functions alike (an import inside a function is an edge all the same; only ``if TYPE_CHECKING:`` blocks, which never
   run, are left out); the ``commands`` modules sit on top with the CLI;
 - the packages' imports form no cycle (``retarget.<package>`` as one node; ``ros``, the CLI and the ``commands``
-  modules, which sit on top, left out).
+  modules, which sit on top, left out);
+- no module imports another package's private (``_``-prefixed) names.
 
 Each rule lists today's exceptions explicitly, with the reason, so that it passes now and fails on any new one.
 """
@@ -255,6 +256,22 @@ def test_only_the_known_modules_outside_ros_import_ros_at_all():
     assert not gone, f"{gone} no longer import ROS: remove them from KNOWN_ROS_IMPORTERS"
 
 
+def private_imports(src: Path = SRC) -> set[tuple[str, str]]:
+    """(importer, ``module.name``) for every ``from retarget.x import _name`` of another package's private name."""
+    out = set()
+    for name, path in modules(src).items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if (isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("retarget.")
+                    and package(node.module or "") != package(name)):
+                out |= {(name, f"{node.module}.{a.name}") for a in node.names if a.name.startswith("_")}
+    return out
+
+
+def test_no_package_imports_another_packages_private_names():
+    found = private_imports()
+    assert found == set(), f"private names imported across packages: {sorted(found)}; make them public there"
+
+
 def test_packages_form_no_cycle():
     found = package_cycles(allowed=frozenset(KNOWN_CYCLE_IMPORTS))
     assert found == [], f"cycles between packages: {found}; import at the top of a lower package only"
@@ -294,7 +311,9 @@ def test_the_checks_see_direct_transitive_lazy_and_relative_imports(tmp_path):
         "fem/mesh.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from retarget.optimize import x\n"
                        "def f():\n    from sensor_msgs.msg import JointState\n",
         "fem/material.py": "class M:\n    def f(self):\n        from retarget.sim import system\n",
-        "fem/commands.py": "from retarget import optimize\n",
+        "fem/commands.py": "from retarget import optimize\nfrom retarget.motion.io import _private\n",
+        "motion/__init__.py": "",
+        "motion/io.py": "_private = 1\n",
         "twin/__init__.py": "",
         "twin/servo.py": "from retarget.dynamixel import bus\n",
         "dynamixel/__init__.py": "",
@@ -311,6 +330,7 @@ def test_the_checks_see_direct_transitive_lazy_and_relative_imports(tmp_path):
                                     ("retarget.fem.material", "retarget.sim.system")}
     assert package_cycles(src) == [["retarget.dynamixel", "retarget.twin"]]
     assert package_cycles(src, frozenset({("retarget.dynamixel.bus", "retarget.twin.servo")})) == []
+    assert private_imports(src) == {("retarget.fem.commands", "retarget.motion.io._private")}
 
 
 @pytest.mark.parametrize(("module", "expected"), [("rclpy.action", True), ("trajectory_msgs.msg", True),
