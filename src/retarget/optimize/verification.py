@@ -510,21 +510,23 @@ def check_plan(result: PlanResult, model: RobotModel, options: PlanOptions, engi
     robot = model.name if robot is None else robot
     planning_info = planning_info or {}
     dofs = deformable_dofs(model)
-    mode, vm = str(options.verify_model), None
+    # The model the plan is verified in (None: none).
+    kind: ModelKind | None = ModelKind.FULL_FEM if options.verify_model is VerifyModel.FULL else None
+    vm: ReducedRobotModel | None = None
     if options.verify_file is not None:
         vm = load_verification_model(robot, options.verify_file, planning_info)
-        mode = "reduced"
-    if mode == VerifyModel.AUTO:
+        kind = ModelKind.REDUCED
+    elif options.verify_model is VerifyModel.AUTO:
         room = options.verify_full_max_s if deadline is None else min(options.verify_full_max_s,
                                                                       deadline - time.perf_counter())
-        mode = "full" if estimate <= room else "none"
-        if mode == "none":
+        kind = ModelKind.FULL_FEM if estimate <= room else None
+        if kind is None:
             from retarget.sim.reduced.store import find_artifact, verification_candidates
 
             vm, skipped = find_artifact(robot, model.name, verification_candidates(model.name),
                                         lambda r, path: load_verification_model(r, path, planning_info))
-            mode = "reduced" if vm is not None else "none"
-            if mode == "none":
+            kind = None if vm is None else ModelKind.REDUCED
+            if vm is None:
                 from retarget.sim.reduced.store import VERIFY_SUBDIR, artifact_dirs
 
                 folders = ", ".join(str(d / VERIFY_SUBDIR) for d in artifact_dirs())
@@ -535,7 +537,7 @@ def check_plan(result: PlanResult, model: RobotModel, options: PlanOptions, engi
                     + f"; build one with `retarget reduce {model.name} --train-motion {model.name}/MOTION "
                     f"--mesh-scale 0.5 --out .cache-models/{VERIFY_SUBDIR}/{model.name}-MOTION.npz`. The plan's "
                     "figures are the planning model's")
-    if mode == "full":
+    if kind is ModelKind.FULL_FEM:
         tell(f"verifying in the full FEM ({dofs} deformable DOFs, dt {options.verify_full_dt:g} s, about "
              f"{estimate:.0f} s): naive, ZVD and optimized")
         verified = verify_full(result, model, options.verify_full_dt, progress=steps, workers=options.workers)
@@ -543,7 +545,7 @@ def check_plan(result: PlanResult, model: RobotModel, options: PlanOptions, engi
             tell(f"verifying in the full FEM with the parts' Young's modulus x {factor:g}")
             verified_band.append(verify_full(result, model, options.verify_full_dt, stiffness=float(factor),
                                              progress=steps, workers=options.workers))
-    if mode == "reduced":
+    if kind is ModelKind.REDUCED and vm is not None:
         verify_file = vm.info.get("file")
         tell(f"verifying in the verification model {verify_file} ({vm.info['full_dofs']} deformable DOFs on its "
              f"mesh, the planning model's {dofs}; modes {vm.info['modes']}): naive, ZVD and optimized")
