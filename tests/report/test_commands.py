@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
+
 from retarget.cli import main
 
 # The plans these tests run fork worker processes (the full-FEM checks, the robust members).
