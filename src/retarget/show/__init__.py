@@ -16,5 +16,7 @@ _EXPORTS: dict[str, str] = {
     "plan_outcome": "results",
     "JobEvent": "runner", "ShowSummary": "runner", "connect": "runner", "run_show": "runner",
 }
-__all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+
+__all__ = ["JobEvent", "JobRow", "JobStatus", "PlanOutcome", "ResultsFolder", "Show", "ShowJob", "ShowSummary",
+           "connect", "job_key", "load_show", "plan_outcome", "run_show"]

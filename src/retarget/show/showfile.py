@@ -40,6 +40,9 @@ SHOW_WORKERS = 1
 #: Option fields that name files: resolved relative to the show file, their contents part of the job's key.
 _FILE_OPTIONS: tuple[str, ...] = ("reduced_file", "servo_file")
 
+#: Option fields with a fixed set of values.
+_CHOICES: dict[str, tuple[str, ...]] = {"method": METHODS, "start": ("feasible", "input")}
+
 #: Option fields a show file cannot set: ``bodies`` holds typed objects (``weights`` takes the same in text).
 _NOT_IN_SHOW: dict[str, str] = {"bodies": "not settable in a show file; use weights (LINK:pos=W[,ori=W])"}
 
@@ -149,6 +152,8 @@ def plan_options(where: str, given: Any, folder: Path, problems: list[str]) -> P
             problems.append(f"{spot}: {_NOT_IN_SHOW[name]}")
             continue
         values[name] = _coerce(spot, str(fields[name].type), value, problems)
+        if name in _CHOICES and values[name] is not None and values[name] not in _CHOICES[name]:
+            problems.append(f"{spot}: expected one of {', '.join(_CHOICES[name])}, got {values[name]!r}")
     if len(problems) > before:
         return None
     for name in _FILE_OPTIONS:
@@ -164,10 +169,6 @@ def plan_options(where: str, given: Any, folder: Path, problems: list[str]) -> P
             problems.append(f"{where}.verify_model: expected auto, full, none or an existing reduced-model artifact "
                             f"(.npz), got {verify!r}")
         values["verify_model"] = str(path)
-    if values.get("method") is not None and values["method"] not in METHODS:
-        problems.append(f"{where}.method: expected one of {', '.join(METHODS)}, got {values['method']!r}")
-    if values.get("start") is not None and values["start"] not in ("feasible", "input"):
-        problems.append(f"{where}.start: expected feasible or input, got {values['start']!r}")
     if values.get("workers") is not None and values["workers"] < 1:
         problems.append(f"{where}.workers: must be 1 or more, got {values['workers']}")
     if len(problems) > before:

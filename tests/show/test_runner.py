@@ -1,0 +1,188 @@
+"""A show on a real local Ray instance (retarget.show.runner; no mocks): three jobs on the tiny robot complete and
+equal ``plan()`` in-process; a finished show's second run skips every job; a worker killed mid-job is retried; an
+interrupted show resumes without planning its finished jobs again; a failing job is reported and the rest finish.
+
+One Ray instance with 2 CPUs for the module, one model cache (the tiny robot's model is trained once, by the first
+show's training task), tiny budgets (one iteration, no robust members, no verification models).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tiny_robot import write_tiny_robot
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ray = pytest.importorskip("ray")
+
+#: Plan options of every job: the tiny robot's 2-mode model, one iteration, no robust members or band, the
+#: verification at dt / 5 in the planning model only.
+OPTIONS = ("max_iterations: 1, dt: 0.005, modes: 2, mesh_axial: 4, dt_train: 0.002, knot_spacing: 0.04, "
+           "allow_unverified_model: true, stiffness_band: [], band: [], settle_band: [], verify_model: none, "
+           "verify_dt: 0.001")
+
+
+def _show(folder: Path, name: str, jobs: list[str]) -> Path:
+    path = folder / name
+    path.write_text("jobs:\n" + "".join(f"  - {{robot: tiny_rod.yaml, motion: {motion}, options: {{{OPTIONS}"
+                                        f"{', ' + extra if extra else ''}}}}}\n"
+                                        for motion, extra in (j.split("|") for j in jobs)))
+    return path
+
+
+#: Three jobs on one model: the planning model is trained once for them.
+THREE = ["ramp.csv|", "ramp.csv|knot_spacing: 0.05", "ramp.csv|max_iterations: 2"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """(robot folder): Ray with 2 CPUs, the tiny robot on disk, a private model cache for the module."""
+    folder = write_tiny_robot(tmp_path_factory.mktemp("show"))
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("RETARGET_CACHE", str(folder / "cache"))
+        env.setenv("RETARGET_MODELS", str(folder / "models"))
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        try:
+            yield folder
+        finally:
+            ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def first_show(cluster):
+    """The three-job show planned through ``retarget show plan --json``: (show file, results folder, JSON)."""
+    from retarget.cli import main
+
+    show = _show(cluster, "three.yaml", THREE)
+    out = cluster / "three-results"
+    import contextlib
+    import io
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = main(["show", "plan", str(show), "--out", str(out), "--json"])
+    assert code == 0
+    return show, out, json.loads(printed.getvalue().strip().splitlines()[-1])
+
+
+def test_a_three_job_show_completes_with_its_summary_and_index(first_show):
+    _, out, report = first_show
+    assert [j["status"] for j in report["jobs"]] == ["done"] * 3 and report["done"] == 3
+    for job in report["jobs"]:
+        assert {"robot", "motion", "verified_ratio", "torque_ratio", "wall_s"} <= set(job) and "error" not in job
+        assert job["robot"] == "tiny_rod.yaml" and job["motion"] == "ramp.csv" and job["wall_s"] > 0
+        assert job["torque_ratio"] > 0 and job["attempts"] == 1
+        folder = out / job["folder"]
+        for name in ("result.json", "optimized.csv", "optimized.yaml", "profile.npz", "report/motors.png",
+                     "report/trajectories.npz"):
+            assert (folder / name).is_file(), name
+    # No verification model asked for (verify_model none): no verified ratio, as `retarget plan` reports it.
+    assert all(j["verified_ratio"] is None for j in report["jobs"])
+    index = (out / "index.html").read_text()
+    assert all(f'href="{j["folder"]}/report/"' in index for j in report["jobs"])
+    assert json.loads((out / "summary.json").read_text())["jobs"] == report["jobs"]
+    # One planning model for the three jobs: one artifact in the cache.
+    assert len(list((Path(os.environ["RETARGET_CACHE"]) / "reduced").glob("*.npz"))) == 1
+
+
+def test_a_show_job_equals_plan_in_process(first_show):
+    """The same options, the same cached model: the profiles and metrics of the show's job 2 and of ``plan()``
+    called here agree within 1e-9."""
+    from retarget.motion import load_motion
+    from retarget.optimize.planning import plan
+    from retarget.show.showfile import load_show
+
+    show, out, report = first_show
+    job = load_show(show).jobs[2]
+    result = plan(job.robot_path, load_motion(job.motion_path), job.options)
+    with np.load(out / report["jobs"][2]["folder"] / "profile.npz") as saved:
+        np.testing.assert_allclose(saved["parameters"], result.optimization.x, rtol=0, atol=1e-9)
+        names, times, positions = result.trajectory(0.0)
+        assert list(saved["joint_names"]) == list(names)
+        np.testing.assert_allclose(saved["positions"], positions, rtol=0, atol=1e-9)
+        np.testing.assert_allclose(saved["times"], times, rtol=0, atol=1e-12)
+    metrics = json.loads((out / report["jobs"][2]["folder"] / "result.json").read_text())["metrics"]
+    here = result.metrics()
+    for key in ("objective_initial", "objective_final", "iterations"):
+        assert metrics[key] == pytest.approx(here[key], rel=1e-9, abs=1e-12), key
+    for key in ("peak_deviation_m", "rms_deviation_m", "peak_torque_ratio"):
+        assert metrics["optimized"][key] == pytest.approx(here["optimized"][key], rel=1e-9, abs=1e-12), key
+    assert metrics["verify"]["optimized"] == pytest.approx(here["verify"]["optimized"], rel=1e-9, abs=1e-12)
+
+
+def test_a_second_run_skips_every_finished_job(first_show):
+    from retarget.show.runner import run_show
+    from retarget.show.showfile import load_show
+
+    show, out, report = first_show
+    stamps = {j["folder"]: (out / j["folder"] / "result.json").stat().st_mtime_ns for j in report["jobs"]}
+    again = run_show(load_show(show), out).to_json()
+    assert [j["status"] for j in again["jobs"]] == ["skipped"] * 3
+    assert [j["verified_ratio"] for j in again["jobs"]] == [j["verified_ratio"] for j in report["jobs"]]
+    assert stamps == {f: (out / f / "result.json").stat().st_mtime_ns for f in stamps}
+
+
+def test_a_worker_killed_during_a_job_is_retried_and_the_show_completes(cluster):
+    from retarget.show.runner import run_show
+    from retarget.show.showfile import load_show
+
+    show = load_show(_show(cluster, "kill.yaml", ["ramp.csv|max_iterations: 3"]))
+    killed: list[int] = []
+
+    def on_event(event):
+        if event.kind == "started" and event.attempt == 1 and not killed:
+            killed.append(event.pid)
+            os.kill(event.pid, signal.SIGKILL)
+
+    summary = run_show(show, cluster / "kill-results", on_event=on_event)
+    (row,) = summary.rows
+    assert killed and row.status.value == "done" and row.attempts == 2, row
+
+
+def test_an_interrupted_show_resumes_without_planning_its_finished_jobs_again(cluster):
+    from retarget.show.runner import run_show
+    from retarget.show.showfile import load_show
+
+    show = load_show(_show(cluster, "stop.yaml", ["ramp.csv|max_iterations: 1", "ramp.csv|max_iterations: 2",
+                                                   "ramp.csv|knot_spacing: 0.05, max_iterations: 2"]))
+    out = cluster / "stop-results"
+
+    def stop_after_the_first(event):
+        if event.kind == "done":
+            raise KeyboardInterrupt
+
+    first = run_show(show, out, on_event=stop_after_the_first)
+    statuses = [r.status.value for r in first.rows]
+    assert first.interrupted and statuses.count("done") == 1 and statuses.count("cancelled") == 2
+    (finished,) = [r for r in first.rows if r.status.value == "done"]
+    stamp = (out / finished.folder / "result.json").stat().st_mtime_ns
+    assert not any((out / "jobs").glob(".*.tmp")) and len(list((out / "jobs").iterdir())) == 1
+    started: list[int] = []
+    second = run_show(show, out, on_event=lambda e: started.append(e.index) if e.kind == "started" else None)
+    assert not second.interrupted
+    assert [r.status.value for r in second.rows] == ["skipped" if r.index == finished.index else "done"
+                                                     for r in second.rows]
+    assert finished.index not in started and (out / finished.folder / "result.json").stat().st_mtime_ns == stamp
+    assert json.loads((out / "summary.json").read_text())["skipped"] == 1
+
+
+def test_a_failing_job_is_reported_and_the_rest_finish(cluster):
+    from retarget.motion import Motion, save_motion
+    from retarget.show.runner import run_show
+    from retarget.show.showfile import load_show
+
+    t = np.linspace(0.0, 0.2, 41)
+    save_motion(cluster / "other_joint.csv", Motion(t, ("elbow",), (0.1 * t)[:, None]))
+    show = load_show(_show(cluster, "fail.yaml", ["other_joint.csv|", "ramp.csv|knot_spacing: 0.05"]))
+    summary = run_show(show, cluster / "fail-results")
+    failed, done = summary.rows
+    assert failed.status.value == "failed" and "no column for motors" in failed.error and not failed.folder
+    assert done.status.value == "done", done.error
+    assert (cluster / "fail-results" / done.folder / "result.json").is_file()
+    report = summary.to_json()
+    assert report["failed"] == 1 and report["jobs"][0]["error"] == failed.error
