@@ -35,6 +35,8 @@ def test_a_show_file_loads_with_paths_relative_to_it_and_its_options_typed(folde
     assert first.options.stiffness_band == (0.9, 1.1) and first.options.rest_after is None
     assert first.options.workers == SHOW_WORKERS and first.label == "tiny_rod ramp"
     assert second.robot_path.name == "single_rod.yaml" and second.options.max_iterations == 50
+    # Verified at dt / 5 unless told, as `retarget plan` does.
+    assert first.options.verify_dt == pytest.approx(0.002) and second.options.verify_dt == pytest.approx(0.001)
 
 
 def test_every_problem_is_reported_at_once_naming_the_job_and_the_field(folder):

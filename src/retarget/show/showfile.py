@@ -133,7 +133,8 @@ def plan_options(where: str, given: Any, folder: Path, problems: list[str]) -> P
     """The :class:`PlanOptions` of one job's ``options`` mapping; every problem appended (``where.field: …``).
 
     File options (``reduced_file``, ``servo_file``, an artifact in ``verify_model``) are resolved relative to
-    ``folder``; ``workers`` defaults to :data:`SHOW_WORKERS`.
+    ``folder``; ``workers`` defaults to :data:`SHOW_WORKERS`; ``verify_dt`` to ``dt / 5`` as in ``retarget plan``
+    (0 or null: none).
     """
     if given is None:
         given = {}
@@ -156,6 +157,11 @@ def plan_options(where: str, given: Any, folder: Path, problems: list[str]) -> P
             problems.append(f"{spot}: expected one of {', '.join(_CHOICES[name])}, got {values[name]!r}")
     if len(problems) > before:
         return None
+    # As `retarget plan`: verified at dt / 5 unless told (0 or null: no verification at a finer step).
+    if "verify_dt" not in values:
+        values["verify_dt"] = float(values.get("dt", PlanOptions.dt)) / 5.0
+    elif values["verify_dt"] is not None and values["verify_dt"] == 0.0:
+        values["verify_dt"] = None
     for name in _FILE_OPTIONS:
         if values.get(name) is not None:
             path = (folder / values[name]).resolve()
