@@ -1,15 +1,18 @@
-"""A show on a real local Ray instance (retarget.show.runner; no mocks): three jobs on the tiny robot complete and
-equal ``plan()`` in-process; a finished show's second run skips every job; a worker killed mid-job is retried; an
-interrupted show resumes without planning its finished jobs again; a failing job is reported and the rest finish.
+"""A show on a real Ray cluster of two nodes on this machine (retarget.show.runner; no mocks): three jobs on the
+tiny robot complete and equal ``plan()`` in-process; a finished show's second run skips every job; a worker killed
+mid-job is retried; an interrupted show resumes without planning its finished jobs again; a failing job is reported
+and the rest finish; ``retarget show plan --address`` from another process joins the cluster and uses both nodes.
 
-One Ray instance with 2 CPUs for the module, one model cache (the tiny robot's model is trained once, by the first
-show's training task), tiny budgets (one iteration, no robust members, no verification models).
+One Ray cluster with 2 CPUs for the module (two nodes of one CPU each), one model cache (the tiny robot's model is
+trained once, by the first show's training task), tiny budgets (one or a few iterations, no robust members, no
+verification model).
 """
 from __future__ import annotations
 
 import json
 import os
 import signal
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -41,25 +44,35 @@ THREE = ["ramp.csv|", "ramp.csv|knot_spacing: 0.05", "ramp.csv|max_iterations: 2
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """(robot folder): Ray with 2 CPUs, the tiny robot on disk, a private model cache for the module."""
+    """(robot folder, cluster address): a Ray cluster of two nodes on this machine with one CPU each (2 CPUs in all;
+    Ray's own ``cluster_utils``: real raylets, stopped with the module), this process its driver, the tiny robot on
+    disk and a private model cache for the module."""
+    from ray.cluster_utils import Cluster
+
     folder = write_tiny_robot(tmp_path_factory.mktemp("show"))
     with pytest.MonkeyPatch.context() as env:
         env.setenv("RETARGET_CACHE", str(folder / "cache"))
         env.setenv("RETARGET_MODELS", str(folder / "models"))
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
         try:
-            yield folder
+            nodes.add_node(num_cpus=1)
+            nodes.wait_for_nodes()
+            ray.init(address=nodes.address, log_to_driver=False, logging_level="ERROR")
+            yield folder, nodes.address
         finally:
             ray.shutdown()
+            nodes.shutdown()
 
 
 @pytest.fixture(scope="module")
 def first_show(cluster):
-    """The three-job show planned through ``retarget show plan --json``: (show file, results folder, JSON)."""
+    """The three-job show planned through ``retarget show plan --json`` (on the Ray this process has):
+    (show file, results folder, JSON)."""
     from retarget.cli import main
 
-    show = _show(cluster, "three.yaml", THREE)
-    out = cluster / "three-results"
+    folder, _ = cluster
+    show = _show(folder, "three.yaml", THREE)
+    out = folder / "three-results"
     import contextlib
     import io
 
@@ -128,10 +141,11 @@ def test_a_second_run_skips_every_finished_job(first_show):
 
 
 def test_a_worker_killed_during_a_job_is_retried_and_the_show_completes(cluster):
+    folder, _ = cluster
     from retarget.show.runner import run_show
     from retarget.show.showfile import load_show
 
-    show = load_show(_show(cluster, "kill.yaml", ["ramp.csv|max_iterations: 3"]))
+    show = load_show(_show(folder, "kill.yaml", ["ramp.csv|max_iterations: 3"]))
     killed: list[int] = []
 
     def on_event(event):
@@ -139,18 +153,19 @@ def test_a_worker_killed_during_a_job_is_retried_and_the_show_completes(cluster)
             killed.append(event.pid)
             os.kill(event.pid, signal.SIGKILL)
 
-    summary = run_show(show, cluster / "kill-results", on_event=on_event)
+    summary = run_show(show, folder / "kill-results", on_event=on_event)
     (row,) = summary.rows
     assert killed and row.status.value == "done" and row.attempts == 2, row
 
 
 def test_an_interrupted_show_resumes_without_planning_its_finished_jobs_again(cluster):
+    folder, _ = cluster
     from retarget.show.runner import run_show
     from retarget.show.showfile import load_show
 
-    show = load_show(_show(cluster, "stop.yaml", ["ramp.csv|max_iterations: 1", "ramp.csv|max_iterations: 2",
+    show = load_show(_show(folder, "stop.yaml", ["ramp.csv|max_iterations: 1", "ramp.csv|max_iterations: 2",
                                                    "ramp.csv|knot_spacing: 0.05, max_iterations: 2"]))
-    out = cluster / "stop-results"
+    out = folder / "stop-results"
 
     def stop_after_the_first(event):
         if event.kind == "done":
@@ -172,17 +187,37 @@ def test_an_interrupted_show_resumes_without_planning_its_finished_jobs_again(cl
 
 
 def test_a_failing_job_is_reported_and_the_rest_finish(cluster):
+    folder, _ = cluster
     from retarget.motion import Motion, save_motion
     from retarget.show.runner import run_show
     from retarget.show.showfile import load_show
 
     t = np.linspace(0.0, 0.2, 41)
-    save_motion(cluster / "other_joint.csv", Motion(t, ("elbow",), (0.1 * t)[:, None]))
-    show = load_show(_show(cluster, "fail.yaml", ["other_joint.csv|", "ramp.csv|knot_spacing: 0.05"]))
-    summary = run_show(show, cluster / "fail-results")
+    save_motion(folder / "other_joint.csv", Motion(t, ("elbow",), (0.1 * t)[:, None]))
+    show = load_show(_show(folder, "fail.yaml", ["other_joint.csv|", "ramp.csv|knot_spacing: 0.05"]))
+    summary = run_show(show, folder / "fail-results")
     failed, done = summary.rows
     assert failed.status.value == "failed" and "no column for motors" in failed.error and not failed.folder
     assert done.status.value == "done", done.error
-    assert (cluster / "fail-results" / done.folder / "result.json").is_file()
+    assert (folder / "fail-results" / done.folder / "result.json").is_file()
     report = summary.to_json()
     assert report["failed"] == 1 and report["jobs"][0]["error"] == failed.error
+
+
+def test_a_show_joins_a_cluster_by_address_and_runs_jobs_on_both_nodes(cluster, tmp_path):
+    """`retarget show plan --address` in another process (a driver of its own) joins the two-node cluster; its jobs
+    run on both nodes."""
+    import subprocess
+
+    folder, address = cluster
+    show = _show(folder, "two-nodes.yaml", ["ramp.csv|max_iterations: 1, knot_spacing: 0.05",
+                                            "ramp.csv|max_iterations: 2, knot_spacing: 0.05",
+                                            "ramp.csv|max_iterations: 3, knot_spacing: 0.05"])
+    run = subprocess.run([sys.executable, "-m", "retarget.cli", "show", "plan", str(show), "--out",
+                          str(tmp_path / "results"), "--address", address, "--json"],
+                         capture_output=True, text=True, timeout=600, check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    assert [j["status"] for j in report["jobs"]] == ["done"] * 3
+    assert report["ray"]["nodes"] == 2 and report["ray"]["address"] == address
+    assert len({j["node"] for j in report["jobs"]}) == 2
