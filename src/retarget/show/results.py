@@ -145,7 +145,7 @@ class JobRow:
         attempts: how many times a worker started the job in this run (more than 1: a worker died and Ray retried
             it); 0 for a skipped job.
         node: the Ray node that ran the job's last attempt ("" when none did).
-        task_s: the job's task from its start in a worker to its result written back [s] (None: not run).
+        task_s: the job's task from its start in a worker to its return, files zipped [s] (None: not run).
     """
 
     index: int

@@ -275,8 +275,8 @@ def run_show(show: Show, out: str | Path, address: str | None = None,
         out: the results folder (:mod:`retarget.show.results`).
         address: Ray to use when this process has none initialised (:func:`connect`); it is shut down at the end
             when this call started it.
-        on_event: told of every job's progress (:class:`JobEvent`); an exception it raises (KeyboardInterrupt)
-            stops the show like Ctrl-C.
+        on_event: told of every job's progress (:class:`JobEvent`); a KeyboardInterrupt it raises stops the show
+            as Ctrl-C does; any other exception cancels the running tasks and propagates.
 
     Returns:
         The :class:`ShowSummary` (also written as ``summary.json`` and ``index.html``); ``interrupted`` after Ctrl-C,
@@ -330,7 +330,7 @@ def _run_jobs(todo: list[ShowJob], keys: dict[int, str], folder: ResultsFolder, 
     board = _Board.options(num_cpus=0).remote()
     motions = {job.index: load_motion(job.motion_path) for job in todo}
     trainings: dict[tuple[Any, ...], Any] = {}
-    pending: dict[Any, tuple[ShowJob, float]] = {}
+    pending: dict[Any, ShowJob] = {}
     for job in todo:
         group = training_group(job, hashlib.sha256(job.motion_path.read_bytes()).hexdigest())
         artifact = None
@@ -339,20 +339,22 @@ def _run_jobs(todo: list[ShowJob], keys: dict[int, str], folder: ResultsFolder, 
                 trainings[group] = train.remote(job, motions[job.index], store_env)
             artifact = trainings[group]
         ref = plan_remote.remote(job, motions[job.index], artifact, store_env, board)
-        pending[ref] = (job, time.perf_counter())
+        pending[ref] = job
     seen: dict[int, dict[str, Any]] = {}
     try:
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=PROGRESS_PERIOD_S)
             _relay(ray.get(board.snapshot.remote()), seen, emit)
             for ref in ready:
-                job, _ = pending.pop(ref)
+                job = pending.pop(ref)
                 rows[job.index] = _collect(ref, job, keys[job.index], folder, seen.get(job.index, {}))
                 emit(JobEvent(job.index, rows[job.index].status.value, row=rows[job.index]))
-    except KeyboardInterrupt:
+    except BaseException as exc:
         for ref in pending:
             ray.cancel(ref, force=True)
-        for ref, (job, _) in pending.items():
+        if not isinstance(exc, KeyboardInterrupt):
+            raise
+        for job in pending.values():
             rows[job.index] = JobRow(job.index, job.robot, job.motion, JobStatus.CANCELLED, error="interrupted",
                                      key=keys[job.index], attempts=int(seen.get(job.index, {}).get("attempt", 0)))
             emit(JobEvent(job.index, "cancelled", row=rows[job.index]))
