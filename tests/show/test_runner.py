@@ -17,11 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import ray
 from tiny_robot import write_tiny_robot
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-ray = pytest.importorskip("ray")
 
 #: Plan options of every job: the tiny robot's 2-mode model, one iteration, no robust members or band, the
 #: verification at dt / 5 in the planning model only.
