@@ -19,6 +19,11 @@ job: the model artifact, the motion, the result (zip of its files).
 
     OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 \\
         .venv/bin/python bench/bench_show.py --result bench/results/show-tiny.json
+    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 \\
+        .venv/bin/python bench/bench_show.py --show bench/show-examples.yaml --result bench/results/show-examples.json
+
+``bench/show-examples.yaml`` is the four fastest examples of ``bench/bench_examples.py`` with their planner-node
+settings (about 40 minutes of planning one after another; the characters plan on their ``.cache-models/`` artifacts).
 
 Prints the thread settings, and one JSON object as the last line.
 """
@@ -119,8 +124,9 @@ def main() -> int:
     from retarget.show.showfile import load_show
 
     work = Path(tempfile.mkdtemp(prefix="bench-show-"))
-    os.environ.setdefault("RETARGET_CACHE", str(work / "cache"))
-    os.environ.setdefault("RETARGET_MODELS", str(work / "models"))
+    if args.show is None:  # the tiny robots: a private model cache; a show file: the user's caches and folders
+        os.environ.setdefault("RETARGET_CACHE", str(work / "cache"))
+        os.environ.setdefault("RETARGET_MODELS", str(work / "models"))
     show = load_show(args.show or tiny_show(work, args.jobs))
     started = time.perf_counter()
     artifacts = set()

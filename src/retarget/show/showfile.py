@@ -69,9 +69,9 @@ class ShowJob:
 
     @property
     def label(self) -> str:
-        """``<robot> <motion>`` as a person reads it: the names as written, files by their stems."""
+        """``<robot> <motion>`` as a person reads it: files by their stems, a library motion by its own name."""
         robot = Path(self.robot).stem if Path(self.robot).suffix else self.robot
-        motion = Path(self.motion).stem if Path(self.motion).suffix else self.motion
+        motion = Path(self.motion).stem if Path(self.motion).suffix else Path(self.motion).name
         return f"{robot} {motion}"
 
 
