@@ -27,7 +27,7 @@ import os
 import re
 import shutil
 import zipfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -162,7 +162,6 @@ class JobRow:
     attempts: int = 0
     node: str = ""
     task_s: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The row as ``--json`` prints it."""
@@ -170,8 +169,6 @@ class JobRow:
         out["status"] = self.status.value
         if not self.error:
             del out["error"]
-        extra = out.pop("extra")
-        out.update(extra)
         return out
 
 
