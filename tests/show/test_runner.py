@@ -20,7 +20,10 @@ import pytest
 import ray
 from tiny_robot import write_tiny_robot
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+def on_ray(test):
+    """The marks of a test that plans on the module's Ray cluster (it starts processes, and takes seconds)."""
+    return pytest.mark.integration(pytest.mark.slow(test))
 
 #: Plan options of every job: the tiny robot's 2-mode model, one iteration, no robust members or band, the
 #: verification at dt / 5 in the planning model only.
@@ -82,6 +85,7 @@ def first_show(cluster):
     return show, out, json.loads(printed.getvalue().strip().splitlines()[-1])
 
 
+@on_ray
 def test_a_three_job_show_completes_with_its_summary_and_index(first_show):
     _, out, report = first_show
     assert [j["status"] for j in report["jobs"]] == ["done"] * 3 and report["done"] == 3
@@ -102,6 +106,7 @@ def test_a_three_job_show_completes_with_its_summary_and_index(first_show):
     assert len(list((Path(os.environ["RETARGET_CACHE"]) / "reduced").glob("*.npz"))) == 1
 
 
+@on_ray
 def test_a_show_job_equals_plan_in_process(first_show):
     """The same options, the same cached model: the profiles and metrics of the show's job 2 and of ``plan()``
     called here agree within 1e-9."""
@@ -127,6 +132,7 @@ def test_a_show_job_equals_plan_in_process(first_show):
     assert metrics["verify"]["optimized"] == pytest.approx(here["verify"]["optimized"], rel=1e-9, abs=1e-12)
 
 
+@on_ray
 def test_a_second_run_skips_every_finished_job(first_show):
     from retarget.show.runner import run_show
     from retarget.show.showfile import load_show
@@ -139,6 +145,7 @@ def test_a_second_run_skips_every_finished_job(first_show):
     assert stamps == {f: (out / f / "result.json").stat().st_mtime_ns for f in stamps}
 
 
+@on_ray
 def test_a_worker_killed_during_a_job_is_retried_and_the_show_completes(cluster):
     folder, _ = cluster
     from retarget.show.runner import run_show
@@ -157,6 +164,7 @@ def test_a_worker_killed_during_a_job_is_retried_and_the_show_completes(cluster)
     assert killed and row.status.value == "done" and row.attempts == 2, row
 
 
+@on_ray
 def test_an_interrupted_show_resumes_without_planning_its_finished_jobs_again(cluster):
     folder, _ = cluster
     from retarget.show.runner import run_show
@@ -185,6 +193,7 @@ def test_an_interrupted_show_resumes_without_planning_its_finished_jobs_again(cl
     assert json.loads((out / "summary.json").read_text())["skipped"] == 1
 
 
+@on_ray
 def test_a_failing_job_is_reported_and_the_rest_finish(cluster):
     folder, _ = cluster
     from retarget.motion import Motion, save_motion
@@ -203,6 +212,7 @@ def test_a_failing_job_is_reported_and_the_rest_finish(cluster):
     assert report["failed"] == 1 and report["jobs"][0]["error"] == failed.error
 
 
+@on_ray
 def test_a_show_joins_a_cluster_by_address_and_runs_jobs_on_both_nodes(cluster, tmp_path):
     """`retarget show plan --address` in another process (a driver of its own) joins the two-node cluster; its jobs
     run on both nodes."""
@@ -220,3 +230,25 @@ def test_a_show_joins_a_cluster_by_address_and_runs_jobs_on_both_nodes(cluster, 
     assert [j["status"] for j in report["jobs"]] == ["done"] * 3
     assert report["ray"]["nodes"] == 2 and report["ray"]["address"] == address
     assert len({j["node"] for j in report["jobs"]}) == 2
+
+
+def test_a_model_artifact_lands_where_the_planner_looks_unless_it_is_there(tmp_path, monkeypatch):
+    """The cache's artifact into the model cache; a model folder's into the first model folder, unless a model
+    folder holds the same bytes (no copy beside the original, no newer file than it)."""
+    import hashlib
+
+    from retarget.show.runner import ModelArtifact, _land
+
+    monkeypatch.setenv("RETARGET_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("RETARGET_MODELS", os.pathsep.join([str(tmp_path / "first"), str(tmp_path / "second")]))
+    data = b"not really an npz, bytes are bytes"
+    digest = hashlib.sha256(data).hexdigest()
+    _land(ModelArtifact("robot-abc-def.npz", data, digest, "cache"))
+    assert (tmp_path / "cache" / "reduced" / "robot-abc-def.npz").read_bytes() == data
+    (tmp_path / "second").mkdir()
+    (tmp_path / "second" / "robot-motion.npz").write_bytes(data)
+    _land(ModelArtifact("robot-motion.npz", data, digest, "models"))
+    assert not (tmp_path / "first" / "robot-motion.npz").exists()
+    _land(ModelArtifact("robot-other.npz", data, digest, "models"))
+    assert (tmp_path / "first" / "robot-other.npz").read_bytes() == data
+    assert not list(tmp_path.rglob("*.tmp"))

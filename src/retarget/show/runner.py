@@ -7,11 +7,12 @@
 2. Ray: the instance already initialised in this process, else :func:`connect` (a local instance sized to the machine
    without an address; with one, the cluster's);
 3. one training task per planning model the jobs need (robot, training motion, training settings): it finds or
-   trains the model as :func:`~retarget.optimize.planning_model.planning_model` does and returns the cached
-   artifact (:class:`ModelArtifact`, the ``.npz`` bytes), which Ray keeps in its object store;
+   trains the model as :func:`~retarget.optimize.planning_model.planning_model` does and returns its artifact
+   (:class:`ModelArtifact`, the ``.npz`` bytes), which Ray keeps in its object store;
 4. one plan task per job, taking its model's artifact as an argument: Ray starts it once the model exists, on any
-   node; the task lands the artifact in that node's model cache (:func:`retarget.sim.reduced.store.cache_dir`) when
-   missing, and :func:`~retarget.optimize.planning.plan` then finds it there, as ``retarget plan`` does;
+   node; the task lands the artifact where that node's planner looks (the model cache,
+   :func:`retarget.sim.reduced.store.cache_dir`, or a model folder) when missing, and
+   :func:`~retarget.optimize.planning.plan` then finds it there, as ``retarget plan`` does;
 5. each result is written as it arrives (:class:`~retarget.show.results.ResultsFolder`); a failed job is a row with
    its error; a worker that dies is retried by Ray (:data:`MAX_RETRIES`); Ctrl-C cancels what is left.
 
@@ -58,11 +59,19 @@ PROGRESS_PERIOD_S = 0.5
 
 @dataclass(frozen=True)
 class ModelArtifact:
-    """A planning model travelling through Ray's object store: the cache file's name and its ``.npz`` bytes."""
+    """A planning model travelling through Ray's object store.
+
+    Attributes:
+        name: its file name (the cache's key, or the model folder's name).
+        data: the ``.npz`` artifact's bytes.
+        digest: their SHA-256 (hex).
+        where: ``cache`` (a model the planner cached) or ``models`` (found in a model folder).
+    """
 
     name: str
     data: bytes
     digest: str
+    where: str = "cache"
 
 
 @dataclass(frozen=True)
@@ -191,26 +200,40 @@ class _Board:
 
 
 def _train_task(job: ShowJob, motion: Any, store_env: Mapping[str, str | None]) -> ModelArtifact | None:
-    """Find or train the planning model of ``job`` (:func:`~retarget.optimize.planning_model.planning_model`, into
-    the model cache) and return the cached artifact (None: the model came from a model folder, nothing cached)."""
+    """Find or train the planning model of ``job`` as :func:`~retarget.optimize.planning_model.planning_model` does
+    (the cache, the model folders, or a training run into the cache) and return its artifact file: the cache's, or
+    the model folder's (None: a model without a file)."""
     from retarget.optimize.planning_model import planning_model
 
     with _environment(store_env):
         pm = planning_model(job.robot_path, motion, use_cache=True, allow_training=True, **_model_arguments(job))
-    cached = pm.info.get("cache_file")
-    if not cached or not Path(cached).is_file():
+    cached, found = pm.info.get("cache_file"), pm.info.get("file")
+    source, where = (cached, "cache") if cached else (found, "models")
+    if not source or not Path(source).is_file():
         return None
-    data = Path(cached).read_bytes()
-    return ModelArtifact(Path(cached).name, data, hashlib.sha256(data).hexdigest())
+    data = Path(source).read_bytes()
+    return ModelArtifact(Path(source).name, data, hashlib.sha256(data).hexdigest(), where)
+
+
+def _same_file(path: Path, digest: str) -> bool:
+    return path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == digest
 
 
 def _land(artifact: ModelArtifact) -> None:
-    """Write ``artifact`` into this node's model cache unless the same file is there (temporary name, rename)."""
-    from retarget.sim.reduced.store import cache_dir
+    """Write ``artifact`` where this node's planner looks for it, unless the same file is there: the model cache
+    (:func:`~retarget.sim.reduced.store.cache_dir`), or the first model folder
+    (:func:`~retarget.sim.reduced.store.artifact_dirs`) when no model folder has it. Temporary name, then rename."""
+    from retarget.sim.reduced.store import artifact_dirs, cache_dir
 
-    path = cache_dir() / artifact.name
-    if path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == artifact.digest:
-        return
+    if artifact.where == "cache":
+        path = cache_dir() / artifact.name
+        if _same_file(path, artifact.digest):
+            return
+    else:
+        folders = artifact_dirs()
+        if not folders or any(_same_file(folder / artifact.name, artifact.digest) for folder in folders):
+            return
+        path = folders[0] / artifact.name
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_bytes(artifact.data)
