@@ -26,12 +26,12 @@ def test_a_show_file_loads_with_paths_relative_to_it_and_its_options_typed(folde
     show = load_show(_show(folder, """jobs:
   - robot: tiny_rod.yaml
     motion: ramp.csv
-    options: {max_iterations: 2, dt: 0.01, stiffness_band: [0.9, 1.1], rest_after: null}
+    options: {max_iterations: 2, dt: 1e-2, stiffness_band: [0.9, 1.1], rest_after: null}
   - {robot: single_rod, motion: single_rod/step_30}
 """))
     first, second = show.jobs
     assert first.robot_path == (folder / "tiny_rod.yaml").resolve() and first.motion_path.name == "ramp.csv"
-    assert first.options.max_iterations == 2 and first.options.dt == 0.01
+    assert first.options.max_iterations == 2 and first.options.dt == 0.01  # 1e-2: text to YAML 1.1, a number here
     assert first.options.stiffness_band == (0.9, 1.1) and first.options.rest_after is None
     assert first.options.workers == SHOW_WORKERS and first.label == "tiny_rod ramp"
     assert second.robot_path.name == "single_rod.yaml" and second.options.max_iterations == 50

@@ -179,7 +179,7 @@ def training_group(job: ShowJob, motion_digest: str) -> tuple[Any, ...] | None:
     return (str(job.robot_path), motion_digest, *sorted(_model_arguments(job).items()))
 
 
-@ray.remote(num_cpus=1)
+@ray.remote(num_cpus=0)
 class _Board:
     """Where tasks post their progress and the driver reads it (no CPU while idle)."""
 
@@ -350,7 +350,7 @@ def _run_jobs(todo: list[ShowJob], keys: dict[int, str], folder: ResultsFolder, 
     options = {"runtime_env": {"env_vars": dict(THREAD_ENV)}, "max_retries": MAX_RETRIES}
     train = ray.remote(num_cpus=1)(_train_task).options(**options)
     plan_remote = ray.remote(num_cpus=1)(_plan_task).options(**options, retry_exceptions=False)
-    board = _Board.options(num_cpus=0).remote()
+    board = _Board.remote()
     motions = {job.index: load_motion(job.motion_path) for job in todo}
     trainings: dict[tuple[Any, ...], Any] = {}
     pending: dict[Any, ShowJob] = {}

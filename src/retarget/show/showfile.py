@@ -110,6 +110,11 @@ def _coerce(where: str, annotation: str, value: Any, problems: list[str]) -> Any
     if base == "float":
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads 5e-3 (no dot) as text
+            try:
+                return float(value)
+            except ValueError:
+                pass
         problems.append(_type_error(where, "a number", value))
         return None
     if base == "str":
