@@ -77,6 +77,11 @@ class _Line:
         self.bar.set_description_str(f"{self.label}: {text}")
 
 
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return 2
+
+
 def _num(value: float | None, spec: str = ".3g") -> str:
     return "–" if value is None else format(value, spec)
 
@@ -87,7 +92,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                           description="A show file lists jobs (robot, motion, plan options); `show plan` plans them "
                           "all on a local Ray instance or a Ray cluster (docs/show.md).")
     show_sub = show.add_subparsers(dest="show_command", metavar="COMMAND")
-    show.set_defaults(func=lambda args: (show.print_help(sys.stderr), 2)[1])
+    show.set_defaults(func=lambda args: _usage(show))
     p = show_sub.add_parser("plan", help="plan every job of a show file; a second run resumes",
                             description="Trains each robot's planning model once per training motion, plans each "
                             "job as a Ray task (a failed job does not stop the others; a killed worker's job is "
