@@ -124,7 +124,7 @@ def test_a_show_job_equals_plan_in_process(first_show):
         np.testing.assert_allclose(saved["positions"], positions, rtol=0, atol=1e-9)
         np.testing.assert_allclose(saved["times"], times, rtol=0, atol=1e-12)
     metrics = json.loads((out / report["jobs"][2]["folder"] / "result.json").read_text())["metrics"]
-    here = result.metrics()
+    here = result.to_json()
     for key in ("objective_initial", "objective_final", "iterations"):
         assert metrics[key] == pytest.approx(here[key], rel=1e-9, abs=1e-12), key
     for key in ("peak_deviation_m", "rms_deviation_m", "peak_torque_ratio"):

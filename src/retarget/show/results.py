@@ -80,7 +80,7 @@ def plan_outcome(result: Any, start_time: float = 0.0) -> PlanOutcome:
     motion's first time (the optimized trajectory is reported on the input's clock)."""
     from retarget.jsonsafe import dumps
 
-    metrics = json.loads(dumps(result.metrics(), default=float))
+    metrics = json.loads(dumps(result.to_json(), default=float))
     torque = metrics.get("optimized_peak_torque_ratio")
     if torque is None:
         torque = (metrics.get("optimized") or {}).get("peak_torque_ratio")
