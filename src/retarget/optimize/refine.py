@@ -87,6 +87,7 @@ from retarget.optimize.problem import PlanProblem, build_plan_problem, limits_fo
 from retarget.optimize.shaping import identify_from_trajectory
 from retarget.optimize.variants import (
     PLAN_SETTINGS_PREFIX,
+    comment_json,
     declared_servos,
     motion_digest,
     plan_settings,
@@ -204,14 +205,7 @@ class PlanFile:
 
     def settings(self) -> dict[str, Any] | None:
         """The plan settings it records (:data:`~retarget.optimize.variants.PLAN_SETTINGS_PREFIX`), or None."""
-        for line in self.comments:
-            if line.startswith(PLAN_SETTINGS_PREFIX):
-                try:
-                    data = json.loads(line[len(PLAN_SETTINGS_PREFIX):])
-                except ValueError:
-                    return None
-                return data if isinstance(data, dict) else None
-        return None
+        return comment_json(self.comments, PLAN_SETTINGS_PREFIX)
 
 
 def read_plan(path: str | Path) -> PlanFile:
