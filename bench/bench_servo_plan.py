@@ -93,7 +93,7 @@ def main() -> int:
         out["fitted_servo"] = {k: fitted.get(k) for k in ("kp", "ki", "kd", "rotor_inertia", "coulomb_friction",
                                                           "viscous_friction")}
         out["fit_held"] = fitted.get("held")
-        true_file = folder / "true.yaml"
+        true_file = folder / "true_servo.yaml"  # not true.yaml: plan --out true.csv writes its trajectory there
         true_file.write_text(yaml.safe_dump({"servo": true.to_config()}))
         # The true servo's robot: the robot's config with the true servo section.
         cfg = yaml.safe_load(Path(resolve_robot(args.robot)).read_text())
