@@ -83,7 +83,7 @@ def test_the_progress_bar_counts_iterations_over_the_windows_and_time_from_the_e
     stage after the preparation (loading the model, compiling the kernels)."""
     from types import SimpleNamespace
 
-    from retarget.ros.demo import PREPARATION_STAGES, _PlannerProgress
+    from retarget.ros.demo import PREPARATION_STAGES, PlannerProgress
     from retarget.optimize.control import FEEDBACK_STAGES, TRAINING_STAGE
     from retarget.optimize.planning import WARM_UP_STAGE
 
@@ -93,7 +93,7 @@ def test_the_progress_bar_counts_iterations_over_the_windows_and_time_from_the_e
     def fb(stage: str, elapsed: float, iteration: int = 0) -> SimpleNamespace:
         return SimpleNamespace(stage=stage, elapsed_time=elapsed, iteration=iteration, objective=1e-3)
 
-    with _PlannerProgress(2, 5, disable=True) as bar:
+    with PlannerProgress(2, 5, disable=True) as bar:
         assert bar.bar.total == 10
         for stage, elapsed in (("validating", 0.0), ("loading", 0.1), (WARM_UP_STAGE, 3.0), (WARM_UP_STAGE, 150.0)):
             bar(fb(stage, elapsed))

@@ -243,7 +243,7 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
              reduced: str | Path | None = None, python: str | None = None,
              plan_time_budget: float = 0.0, verify_model: str | Path | None = None,
              plan_method: str | None = None, baudrate: int | None = None, mocap_server: str | None = None,
-             mocap_local: str | None = None) -> Bringup:
+             mocap_local: str | None = None, planner_parameters: Mapping[str, Any] | None = None) -> Bringup:
     """Compute a robot's node set.
 
     Args:
@@ -269,6 +269,8 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
         mocap_server: Motive's IP address, the mocap node's ``server_address`` (natnet only; None: the params
             file's, else the node's default 127.0.0.1).
         mocap_local: This machine's address on the mocap network, the node's ``local_address`` (natnet only).
+        planner_parameters: Further planner parameters over the params file's (the demo's ``allow_training``,
+            ``shipped_model``).
 
     Returns:
         The node set.
@@ -371,6 +373,7 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
                                               if str(verify_model).lower().endswith(".npz") else str(verify_model))
         if plan_method:
             planner_params["method"] = str(plan_method)
+        planner_params.update(planner_parameters or {})
         nodes.append(node("planner", "retarget.ros.planner", "planner", planner_params))
     if mocap != "none":
         mocap_params: dict[str, Any] = {"source": mocap}

@@ -82,13 +82,15 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``retarget up``, ``retarget record`` and ``retarget play``."""
+    """Add ``retarget up``, ``retarget record``, ``retarget play``, ``retarget goal`` and ``retarget demo``."""
     from retarget.ros.bringup import MOCAP_SOURCES, TWIN_DYNAMICS
+    from retarget.ros.goal import register_goal
     from retarget.ros.player import register_play
     from retarget.ros.record import register_record
 
     register_record(sub)
     register_play(sub)
+    register_goal(sub)
 
     parser = sub.add_parser(
         "up",
