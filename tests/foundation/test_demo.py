@@ -262,7 +262,7 @@ def test_demo_trains_its_model_plans_and_executes_the_optimized_trajectory(tmp_p
     env["ROS_DOMAIN_ID"] = str(1 + (int(os.environ["ROS_DOMAIN_ID"]) + 70) % 100)
     env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     env["RETARGET_CACHE"] = str(tmp_path)
-    command = [sys.executable, "-m", "retarget.ros.demo", "--json", "--no-progress", "--robot", "single_rod",
+    command = [sys.executable, "-m", "retarget.ros.demo", "single_rod", "--json", "--no-progress",
                "--motion", "single_rod/step_30", "--duration", "1.5", "--train-duration", "1.5",
                "--train-mesh-scale", "0.05", "--max-iterations", "5", "--plan-timeout", "200"]
     # A fresh install compiles the full and reduced engines (training) and the planner's kernels first: minutes.

@@ -1,5 +1,5 @@
-"""The planner as a process: invalid goals are INVALID_GOAL; a valid goal for a robot without a cached reduced
-model is NOT_AVAILABLE (with the command that builds one) unless the node may train in-process; with a model it
+"""The planner as a process: invalid goals are INVALID_GOAL; a valid goal for a robot without a cached or shipped
+reduced model is NOT_AVAILABLE (saying what to pass) when the node may not train in-process; with a model it
 plans (SUCCESSFUL, published) and a cancel answers CANCELED with the best trajectory so far; the node's plan is
 :func:`retarget.optimize.plan`'s on the same inputs."""
 from __future__ import annotations
@@ -53,12 +53,14 @@ def test_planner_results(start_node, ros_context, tmp_path, monkeypatch) -> None
     from retarget_interfaces.action import Retarget
 
     monkeypatch.setenv("RETARGET_CACHE", str(tmp_path / "empty-cache"))  # no reduced model cached
-    proc = start_node("retarget.ros.planner", {"robot_name": "single_rod", "joint_names": JOINTS},
-                      namespace="/test_planner")
+    proc = start_node("retarget.ros.planner", {"robot_name": "single_rod", "joint_names": JOINTS,
+                                               "allow_training": False}, namespace="/test_planner")
     with _retarget_client(ros_context, "planner_client", "/test_planner/planner/retarget") as client:
         assert client.wait_for_server(timeout_sec=15.0), proc.log()
         valid = _goal(JOINTS, [(0.5, [0.1]), (1.0, [0.0])])
-        cases = [(valid, Retarget.Result.NOT_AVAILABLE, "retarget plan single_rod"),
+        # No model and no training: the result says exactly what to pass.
+        cases = [(valid, Retarget.Result.NOT_AVAILABLE, "`retarget up single_rod --reduced FILE.npz`"),
+                 (valid, Retarget.Result.NOT_AVAILABLE, "allow_training: true in config/single_rod.params.yaml"),
                  (_goal(["j1"], [(1.0, [0.1])]), Retarget.Result.INVALID_GOAL, "j1"),
                  (_goal(JOINTS, []), Retarget.Result.INVALID_GOAL, "empty")]
         for goal, code, text in cases:
@@ -141,7 +143,10 @@ def test_planner_plans_and_cancel_answers_with_the_best_so_far(start_node, ros_c
         assert 1 <= done.iterations <= 4 and len(done.optimized.points) > 10  # 2 per window
         assert "windows" in json.loads(done.metrics_json)["method"]
         stages = [f.stage for f in first]
-        assert stages[:3] == ["validating", "loading", "targets"] and "optimizing window 1 of 2" in stages, stages
+        # The plan's estimate of each stage comes before the work.
+        assert stages[:2] == ["validating", "loading"] and stages[2].startswith("estimated targets ~"), stages
+        assert "optimization ~" in stages[2] and "; total ~" in stages[2], stages
+        assert stages[3] == "targets" and "optimizing window 1 of 2" in stages, stages
         assert done.objective_final <= done.objective_initial
         assert done.optimized_peak_deviation > 0.0 and done.naive_peak_deviation > 0.0
         wait_for(lambda: len(published) == 1, 10.0, "the optimized trajectory on ~/optimized_trajectory")

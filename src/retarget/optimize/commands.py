@@ -9,6 +9,7 @@ import sys
 import time
 from typing import Any
 
+from retarget.cliargs import add_motion, add_robot
 from retarget.progress import progress_bar
 
 
@@ -61,7 +62,7 @@ def register_check(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("profile-fit", help="fit C² cubic B-spline motor profiles to a motion: fit error per joint",
                        description="Least-squares fit of uniform cubic B-spline profiles (start and end at rest) "
                        "to a motion; reports max and RMS error per joint.")
-    p.add_argument("motion", help="motion file or library name such as single_rod/step_30")
+    add_motion(p, "motion file or library name such as single_rod/step_30")
     p.add_argument("--knot-spacing", type=float, default=D.knot_spacing, help="knot spacing [s] (default 0.05)")
     p.add_argument("--smoothing", type=float, default=0.0, help="acceleration smoothing weight [s^4] (default 0)")
     p.add_argument("--free-start", action="store_true", help="do not hold the first pose at rest")
@@ -80,7 +81,7 @@ def register_check(sub: argparse._SubParsersAction) -> None:
     g = sub.add_parser("gradient", help="adjoint gradient vs central finite differences on random directions",
                        description="Simulates a segment of the motion with the reduced model and compares the "
                        "discrete-adjoint gradient with central differences (step chosen by a sweep).")
-    g.add_argument("--robot", required=True, help="robot name or params YAML")
+    add_robot(g, "robot name or params YAML")
     g.add_argument("--motion", required=True, help="motion name (robot/motion) or file")
     g.add_argument("--start", type=float, default=0.0, help="segment start after the motion's start [s]")
     g.add_argument("--duration", type=float, default=0.8, help="segment length [s] (default 0.8)")

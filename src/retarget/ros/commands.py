@@ -91,6 +91,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     register_record(sub)
     register_play(sub)
     register_goal(sub)
+    _register_demo(sub)
 
     parser = sub.add_parser(
         "up",
@@ -133,6 +134,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true",
                         help="print a JSON line when ready and one when stopped (the last line)")
     parser.set_defaults(func=_up)
+
+
+def _register_demo(sub: argparse._SubParsersAction) -> None:
+    """Add ``retarget demo`` (what ``make demo`` runs; the same as ``python -m retarget.ros.demo``)."""
+    from retarget.ros.demo import add_demo_arguments
+
+    parser = sub.add_parser(
+        "demo", help="the drummer retargeted end to end on the emulated bus (what `make demo` runs)",
+        description="Find (or train once) the demo's reduced model, bring up the robot's nodes on the emulated "
+        "Dynamixel bus, ask the planner for an optimized trajectory of the motion's first seconds, play it and "
+        "print the tracking figures, then stop every process (docs/ros.md \"make demo\"). Exit 0 only if every "
+        "step worked and every process stopped cleanly.")
+    add_demo_arguments(parser)
+    parser.set_defaults(func=_demo)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from retarget.ros.demo import demo_command
+
+    return demo_command(args)
 
 
 def _path(text: str) -> object:

@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from retarget.cliargs import add_robot, resolve_legacy
 from retarget.ros.goal import PREPARATION_STAGES, PlannerProgress, preparing  # noqa: F401 (re-exported)
 from retarget.ros.player import (  # noqa: F401 (re-exported: JointTracking, LAG_GRID_S, ...)
     LAG_GRID_S,
@@ -60,8 +61,8 @@ from retarget.ros.player import (  # noqa: F401 (re-exported: JointTracking, LAG
 )
 from retarget.sim.reduced.store import SHIPPED_DIR
 
-__all__ = ["DemoModel", "JointTracking", "TrackingFigures", "cut_verdict", "demo_model", "demo_model_path", "excerpt",
-           "main", "tracking_figures", "window_count"]
+__all__ = ["DemoModel", "JointTracking", "TrackingFigures", "add_demo_arguments", "cut_verdict", "demo_command",
+           "demo_model", "demo_model_path", "excerpt", "main", "tracking_figures", "window_count"]
 
 #: How much of the motion the demo plans and executes by default [s]: the first 3 s of the drummer's drumming (the
 #: whole 10 s needs the planner's 15-minute windowed settings, docs/optimize.md).
@@ -573,10 +574,9 @@ def servo_line(servos: dict[str, Any]) -> str:
     return line + (f" — assumption: {servos['assumption']}" if servos.get("assumption") else "")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m retarget.ros.demo``; exit 0 only if every step worked."""
-    parser = argparse.ArgumentParser(prog="python -m retarget.ros.demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--robot", default="drummer", help="robot name (default: drummer)")
+def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
+    """The demo's options (``retarget demo`` and ``python -m retarget.ros.demo`` take the same)."""
+    add_robot(parser, "robot name", default="drummer")
     parser.add_argument("--motion", default="drummer/drumming", help="motion name or file (default: drummer/drumming)")
     parser.add_argument("--duration", type=float, default=DEMO_DURATION_S,
                         help=f"plan and execute the motion's first S seconds; 0: all of it (default "
@@ -614,11 +614,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--json", action="store_true",
                         help="print the report as one JSON line (the last line)")
-    args = parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m retarget.ros.demo`` (the same as ``retarget demo``); exit 0 only if every step worked."""
+    parser = argparse.ArgumentParser(prog="python -m retarget.ros.demo", description=__doc__.split("\n\n")[0])
+    add_demo_arguments(parser)
+    return demo_command(parser.parse_args(argv))
+
+
+def demo_command(args: argparse.Namespace) -> int:
+    """Run the demo for parsed options; exit 0 only if every step worked, 2 for an option out of range."""
+    from retarget.errors import RetargetError
+
+    try:
+        resolve_legacy(args)  # --robot R: the robot first now
+    except RetargetError as exc:
+        print(f"demo: error: {exc}", file=sys.stderr, flush=True)
+        return 2
     for name in ("max_iterations", "plan_timeout", "prepare_timeout", "train_duration", "train_mesh_scale"):
         if not getattr(args, name) > 0:
-            parser.error(f"--{name.replace('_', '-')} must be positive")
-    from retarget.errors import RetargetError
+            print(f"demo: error: --{name.replace('_', '-')} must be positive", file=sys.stderr, flush=True)
+            return 2
 
     try:
         report = run(args)
