@@ -68,7 +68,7 @@ def add_motion(parser: Any, help: str, required: bool = True, positional: bool =
         if args.motion is None and required:
             from retarget.errors import InputError
 
-            raise InputError(f"which motion? give `--motion M` (retarget motions ROBOT)")
+            raise InputError("which motion? give `--motion M` (retarget motions ROBOT)")
         return note
 
     _chain(parser, legacy)
