@@ -94,6 +94,7 @@ def test_unknown_model_file_types_are_rejected(tiny_artifact, isolated):
         planning_model(folder / "tiny_rod.yaml", load_motion(folder / "ramp.csv"), reduced_file=bad)
 
 
+@pytest.mark.integration  # the robust objective's models run in forked workers
 def test_plan_cli_runs_on_an_artifact_and_reports_stale_ones(tiny_artifact, isolated, capsys):
     from retarget.cli import main
 

@@ -16,14 +16,13 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from ros_helpers import wait_for
 
 pytest.importorskip("rclpy", reason="rclpy is not installed (ROS 2 Kilted wheels: make setup)")
 pytest.importorskip("retarget_interfaces", reason="retarget_interfaces is not built (make setup)")
-
-pytestmark = pytest.mark.integration
 
 NAMESPACE = "/test_goal"
 
@@ -58,6 +57,7 @@ def drummer(isolated_env: dict[str, str]) -> Iterator[list[str]]:
             proc.wait(5.0)
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_goal_plans_with_no_model_passed_shows_progress_and_plays(drummer: list[str],
                                                                    isolated_env: dict[str, str]) -> None:
@@ -83,6 +83,7 @@ def test_goal_plans_with_no_model_passed_shows_progress_and_plays(drummer: list[
     assert "planner: estimated" in out.stderr  # the stages as lines where no bar is drawn
 
 
+@pytest.mark.integration
 def test_no_planner_node_is_exit_2_naming_what_is_missing(isolated_env: dict[str, str]) -> None:
     out = subprocess.run([sys.executable, "-m", "retarget.cli", "goal", "drummer", "--motion", "drummer/drumming",
                           "--namespace", "/nobody_plans_here", "--wait", "2", "--json"], capture_output=True,
@@ -94,8 +95,44 @@ def test_no_planner_node_is_exit_2_naming_what_is_missing(isolated_env: dict[str
     assert summary["ok"] is False and "no planner node" in summary["error"]
 
 
+@pytest.mark.integration
 def test_a_motion_of_another_robot_is_exit_2(isolated_env: dict[str, str], tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "retarget.cli", "goal", "drummer", "--motion", "fit_rig/step_30",
                           "--namespace", "/nobody_plans_here", "--wait", "1"], capture_output=True, text=True,
                          timeout=120, env=isolated_env)
     assert out.returncode == 2 and "retarget: error:" in out.stderr, out.stderr
+
+
+def test_the_result_as_plain_data_with_its_metrics() -> None:
+    from retarget.ros.goal import goal_summary
+
+    result = SimpleNamespace(error_code=-2, error_string="no model", iterations=0, objective_initial=0.0,
+                             objective_final=0.0, naive_peak_deviation=0.0, optimized_peak_deviation=0.0,
+                             naive_rms_deviation=0.0, optimized_rms_deviation=0.0, wall_time=1.5,
+                             optimized=SimpleNamespace(points=[]), metrics_json="")
+    summary = goal_summary(result)
+    assert summary["status"] == "NOT_AVAILABLE" and summary["points"] == 0 and summary["metrics"] == {}
+    result.error_code, result.metrics_json, result.optimized.points = 0, '{"iterations": 5}', [1, 2]
+    summary = goal_summary(result)
+    assert summary["status"] == "SUCCESSFUL" and summary["metrics"] == {"iterations": 5} and summary["points"] == 2
+    json.dumps(summary)  # plain data
+
+
+def test_progress_prints_each_new_stage_where_no_bar_is_drawn(capsys: pytest.CaptureFixture[str]) -> None:
+    from retarget.ros.goal import PlannerProgress, preparing
+
+    def fb(stage: str, elapsed: float, iteration: int = 0) -> SimpleNamespace:
+        return SimpleNamespace(stage=stage, elapsed_time=elapsed, iteration=iteration, objective=1e-3)
+
+    with PlannerProgress(1, 5, disable=True, lines=True) as shown:
+        for stage, elapsed, it in (("validating", 0.0, 0), ("loading", 0.1, 0),
+                                   ("training reduced model: full simulation 10 % (step 1 of 10)", 5.0, 0),
+                                   ("training reduced model: full simulation 50 % (step 5 of 10)", 9.0, 0),
+                                   ("estimated targets ~2 s; total ~1 min", 20.0, 0), ("targets", 21.0, 0),
+                                   ("optimizing window 1 of 5", 30.0, 1), ("optimizing window 1 of 5", 31.0, 1)):
+            shown(fb(stage, elapsed, it))
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "planner: validating (0 s)" and len(err) == 7  # the repeated stage once
+    assert err[4] == "planner: estimated targets ~2 s; total ~1 min (20 s)"
+    assert shown.began == 21.0 and shown.iteration == 1 and len(shown.stages) == 7
+    assert preparing("estimated x") and preparing("training reduced model: ...") and not preparing("targets")

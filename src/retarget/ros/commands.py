@@ -115,8 +115,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "servos' loops run in the robot's reduced simulation, which reports their shafts; the mocap "
                         "twin shows the flexible parts; docs/twin.md)")
     parser.add_argument("--reduced", default=None, metavar="FILE",
-                        help="reduced model for --twin reduced and the planner (default: each uses the newest fresh "
-                        "model of the robot it finds)")
+                        help="reduced model for --twin reduced and the planner (default: the planner uses one cached "
+                        "or in the model folders, else the one shipped for the robot, else trains one on the first "
+                        "goal; the twin the newest fresh model it finds)")
     parser.add_argument("--mocap", choices=MOCAP_SOURCES, default="twin",
                         help="mocap node source: twin (simulated), natnet (OptiTrack Motive) or none")
     parser.add_argument("--mocap-server", default=None, metavar="ADDRESS",
