@@ -79,17 +79,21 @@ def test_a_setting_out_of_range_is_named_as_its_flag(argv: tuple[str, ...], mess
 
 
 def test_a_budget_limited_look_skips_what_was_not_asked_for_and_says_so() -> None:
-    quick, skipped = _options("--quick")
+    quick, skipped = _options("--quick", "--window", "0")
     assert quick.max_iterations == QUICK_ITERATIONS and quick.settle_iterations == 0
     assert quick.stiffness_band == () and quick.verify_model == "none" and quick.verified_torque_rounds == 0
     assert all(line.startswith("--quick: skipping ") for line in skipped) and len(skipped) == 4
     assert any("settle refinement" in line for line in skipped)
-    looked, skipped = _options("--max-iterations", "2")
+    # The drummer's windows run neither the robust objective, the settle refinement nor the torque round: not said.
+    windowed, skipped = _options("--quick")
+    assert windowed.settle_iterations == 0
+    assert skipped == ["--quick: skipping the verification in another model (--verify-model auto|full|FILE runs it)"]
+    looked, skipped = _options("--max-iterations", "2", "--window", "0")
     assert looked.max_iterations == 2 and looked.settle_iterations == 0 and looked.verify_model == "auto"
     assert looked.stiffness_band == PlanOptions.stiffness_band  # only --quick drops the robust objective
     assert skipped[0] == "--max-iterations 2: skipping the settle refinement (--settle-iterations N runs it)"
     asked, skipped = _options("--quick", "--settle-iterations", "4", "--verify-full-band", "0.9,1.1",
-                              "--verify-model", "full", "--robust", "0.9,1.1")
+                              "--verify-model", "full", "--robust", "0.9,1.1", "--window", "0")
     assert asked.settle_iterations == 4 and asked.verify_full_band == (0.9, 1.1) and asked.verify_model == "full"
     assert asked.stiffness_band == (0.9, 1.1)
     assert not any("settle" in line or "Young" in line or "another model" in line for line in skipped)

@@ -227,17 +227,20 @@ def plan_options_from_args(args: argparse.Namespace) -> tuple[Any, list[str]]:
     skipped: list[str] = []
     if quick or args.max_iterations is not None:
         look = "--quick" if quick else f"--max-iterations {args.max_iterations}"
+        whole = options.window is None  # windows run neither of the next two
         if args.settle_iterations is None and options.settle_iterations > 0:
             options = replace(options, settle_iterations=0)
-            skipped.append("the settle refinement (--settle-iterations N runs it)")
+            if whole:
+                skipped.append("the settle refinement (--settle-iterations N runs it)")
         if options.verified_torque_rounds > 0:
             options = replace(options, verified_torque_rounds=0)
-            skipped.append("the re-optimization when the verification model needs more torque than planned "
-                           "(and its second verification)")
+            if whole and options.torque_weight > 0:
+                skipped.append("the re-optimization when the verification model needs more torque than planned "
+                               "(and its second verification)")
         if args.verify_full_band is None and options.verify_full_band:
             options = replace(options, verify_full_band=())
             skipped.append("the full-FEM verifications at other Young's moduli (--verify-full-band F,F runs them)")
-        if quick and args.robust is None and PlanOptions.stiffness_band:
+        if quick and args.robust is None and PlanOptions.stiffness_band and whole:
             skipped.append("the robust objective's stiffness-scaled models (--robust F,F keeps them)")
         if quick and args.verify_model is None and options.verify_model == "auto":
             options = replace(options, verify_model="none")
