@@ -138,16 +138,17 @@ def plan_estimate(options: PlanOptions, duration: float, n_state: int, n_paramet
     forward = (duration / options.dt) * step  # one forward run of the whole motion [s]
     stages: list[StageEstimate] = [] if training is None else [training]
     per_iteration = ITERATION_FORWARD_RUNS.get(options.method, ITERATION_FORWARD_RUNS["lbfgs"])
+    iterations = f"{options.max_iterations} {options.method} iteration{'s' if options.max_iterations != 1 else ''}"
     members = 1 + (0 if options.window is not None else len([f for f in options.stiffness_band if f != 1.0]))
     if options.window is not None and options.window > 0:
         stride = max(options.window - options.window_overlap, options.dt)
         windows = max(1, math.ceil(max(duration - options.window, 0.0) / stride) + 1)
         span = min(options.window + options.window_tail, duration)
         optimization = windows * options.max_iterations * per_iteration * (span / options.dt) * step
-        note = f"{options.max_iterations} {options.method} iterations in each of about {windows} windows"
+        note = f"{iterations} in each of about {windows} windows"
     else:
         optimization = options.max_iterations * per_iteration * forward * members
-        note = (f"at most {options.max_iterations} {options.method} iterations"
+        note = (f"at most {iterations}"
                 + (f", {members} models (robust objective)" if members > 1 else ""))
     targets = (duration / options.dt / max(options.target_stride, 1)) * 10.0 * step
     stages.append(StageEstimate("targets", targets, "quasi-static targets"))
