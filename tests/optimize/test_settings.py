@@ -3,6 +3,7 @@ parameters come from one table, and ``retarget plan ROBOT`` with no flags plans 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -52,7 +53,10 @@ def test_plan_with_no_flags_uses_the_robots_params_file() -> None:
         0.002, 1.0, 0.5, 0.5, 5, "gauss-newton", 900.0, 0.001)
     # Everything the file does not say is PlanOptions' default, as on the node (which also may train).
     node = options_from_parameters({k: v for k, v in params.items() if k not in CLI_PARAMETERS_IGNORED})
-    assert options == replace(node, allow_training=True)
+    assert options == replace(node, allow_training=True, fallback_models=options.fallback_models)
+    # Before training, the model shipped for the drummer (as on the node); not with --reduced or --no-cache.
+    assert [Path(f).parent.name for f in options.fallback_models] == ["demo"]
+    assert _options("--reduced", "m.npz")[0].fallback_models == _options("--no-cache")[0].fallback_models == ()
 
 
 def test_a_flag_wins_over_the_params_file() -> None:

@@ -241,3 +241,49 @@ def test_the_node_plans_as_plan_does_on_the_same_inputs(start_node, ros_context,
               if not np.isclose(node_figures[k], direct_figures[k], rtol=1e-9, atol=0.0)}
     assert differ == {}
     assert result.objective_final == direct.metrics()["objective_final"] > 0.0
+
+
+@pytest.mark.slow
+def test_with_no_model_the_node_trains_on_the_first_goal_and_says_how_far(start_node, ros_context, tmp_path,
+                                                                           monkeypatch) -> None:
+    """No model given, cached, in the model folders or shipped, and training allowed (the default): the first goal
+    trains one — its feedback says the training's estimated cost first, then how far the full simulation is, the
+    time left and the budget — plans on it and caches it; the next goal plans on the cached model."""
+    import json
+
+    from retarget_interfaces.action import Retarget
+    from tiny_robot import write_tiny_robot
+
+    folder = write_tiny_robot(tmp_path / "robot")
+    monkeypatch.setenv("RETARGET_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("RETARGET_MODELS", str(tmp_path / "models"))
+    proc = start_node("retarget.ros.planner", {"robot_name": str(folder / "tiny_rod.yaml"), "joint_names": ["m"],
+                                               "dt": 0.005, "time_budget": 1200.0, "verify": False,
+                                               "verify_model": "none", "allow_unverified_model": True},
+                      namespace="/test_planner_trains")
+    times = [0.005 * k for k in range(41)]
+    with _retarget_client(ros_context, "planner_trains_client", "/test_planner_trains/planner/retarget") as client:
+        assert client.wait_for_server(timeout_sec=15.0), proc.log()
+
+        def plan_once() -> tuple[Any, list]:
+            goal = _goal(["m"], [(t, [0.2 * min(t / 0.1, 1.0)]) for t in times])
+            goal.execute = False
+            goal.max_iterations, goal.knot_spacing = 1, 0.04
+            feedback: list = []
+            got = sent_goal(client, goal, proc.log, feedback_callback=lambda f: feedback.append(f.feedback))
+            result = got.get_result_async()
+            wait_for(result.done, 900.0, "result")
+            return result.result().result, [f.stage for f in feedback]
+
+        first, stages = plan_once()
+        assert first.error_code == Retarget.Result.SUCCESSFUL, (first.error_string, proc.log())
+        training = [s for s in stages if s.startswith("training reduced model")]
+        assert training[0].startswith("training reduced model: training: about "), stages
+        assert "full simulation of 0.2 s at dt 0.002 s" in training[0]
+        progress = [s for s in training[1:] if "full simulation" in s and "% (step" in s]
+        assert progress and all("time budget 20 min" in s for s in progress), training
+        assert json.loads(first.metrics_json)["model"]["source"] == "trained"
+        again, stages = plan_once()
+        assert again.error_code == Retarget.Result.SUCCESSFUL, again.error_string
+        assert not any(s.startswith("training") for s in stages)
+        assert json.loads(again.metrics_json)["model"]["source"] == "cache"

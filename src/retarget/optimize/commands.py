@@ -122,7 +122,8 @@ def _model_args(p: Any, settings: bool = True) -> None:
                        "frequencies miss the model card's gate (expert use: the plan's figures then rest on a model "
                        "whose frequencies are wrong)")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the reduced-model cache, nor "
-                   "search the model folders ($RETARGET_MODELS, $RETARGET_CACHE/models, .cache-models/)")
+                   "search the model folders ($RETARGET_MODELS, $RETARGET_CACHE/models, .cache-models/), nor use "
+                   "the model shipped for the robot (retarget plan: a model is trained)")
 
 
 def _motion_announcing_model(args: argparse.Namespace) -> Any:
@@ -136,10 +137,27 @@ def _motion_announcing_model(args: argparse.Namespace) -> Any:
     motion = load_motion(path)
     if args.reduced:
         print(f"model: {args.robot}, reduced model {args.reduced}", file=sys.stderr)
-    else:
-        print(f"model: {args.robot}, {args.modes} modes, training mesh {args.mesh_axial}x{args.mesh_around} "
-              f"(stiffness calibrated), training dt {args.dt_train} s (cached by content hash)", file=sys.stderr)
+        return motion
+    shipped = _shipped_models(args)
+    found = ("one cached or in the model folders, else the model shipped with retarget "
+             f"({Path(shipped[0]).name}; `retarget reduce` builds your own), else one trained here: ") if shipped \
+        else ""
+    print(f"model: {args.robot}, {found}{args.modes} modes, training mesh {args.mesh_axial}x{args.mesh_around} "
+          f"(stiffness calibrated), training dt {args.dt_train} s (cached by content hash)", file=sys.stderr)
     return motion
+
+
+def _shipped_models(args: argparse.Namespace) -> tuple[str, ...]:
+    """The models shipped with retarget for the robot (:func:`retarget.sim.reduced.store.shipped_candidates`): the
+    plan's fallback before training, unless ``--reduced`` or ``--no-cache`` (which trains) is given."""
+    from pathlib import Path
+
+    from retarget.sim.reduced.store import shipped_candidates
+
+    if getattr(args, "reduced", None) or getattr(args, "no_cache", False):
+        return ()
+    name = Path(args.robot).name.split(".")[0] if Path(args.robot).is_file() else str(args.robot)
+    return tuple(str(p) for p in shipped_candidates(name))
 
 
 def _load(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -216,7 +234,8 @@ def plan_options_from_args(args: argparse.Namespace) -> tuple[Any, list[str]]:
             verify_full_dt=args.verify_full_dt, verify_full_max_s=args.verify_full_max_s,
             verify_full_band=_factors(args.verify_full_band or "none", "--verify-full-band"), modes=args.modes,
             dt_train=args.dt_train, mesh_axial=args.mesh_axial, mesh_around=args.mesh_around,
-            servo_file=args.servo, use_cache=not args.no_cache, weights=tuple(args.weight or ()))
+            servo_file=args.servo, use_cache=not args.no_cache, weights=tuple(args.weight or ()),
+            fallback_models=_shipped_models(args))
     except InputError as exc:  # named as the node's parameter: say the flag
         name, _, why = str(exc).partition(" ")
         try:

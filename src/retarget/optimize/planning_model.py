@@ -14,7 +14,9 @@ Sources, in order (:func:`planning_model`):
 3. an artifact of the robot in the model folders (:func:`artifact_dirs`: ``$RETARGET_MODELS``, else
    ``$RETARGET_CACHE/models`` and the checkout's ``.cache-models/``), newest first; stale ones are skipped and
    listed in ``info["skipped"]``;
-4. training in-process: a full simulation of the input motion on the training mesh, mass-PCA + cubature
+4. the ``fallback`` artifacts (``retarget plan`` and the planner node: the models shipped with retarget for the robot,
+   :func:`retarget.sim.reduced.store.shipped_candidates`), stale ones skipped;
+5. training in-process: a full simulation of the input motion on the training mesh, mass-PCA + cubature
    (:func:`retarget.sim.reduced.training.build_checked_by_replay`: the cubature is retrained until the reduced model
    replays the input within :data:`PLAN_REPLAY_TOLERANCE` of the tracked travel), written into the cache of 2 as an
    artifact.

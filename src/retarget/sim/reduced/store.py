@@ -122,7 +122,8 @@ def artifact_candidates(name: str) -> list[Path]:
 
 #: Reduced models shipped with retarget (``retarget/data/demo/``): the drummer's coarse demo model, so that a first
 #: plan on the drummer needs no training (``retarget/data/demo/README.md`` has the command that rebuilds it). Not a
-#: model folder (:func:`artifact_dirs`): ``retarget plan`` trains its own; the planner node falls back on it.
+#: model folder (:func:`artifact_dirs`): the planner (``retarget plan``, the planner node) falls back on it after the
+#: cache and the model folders, before training.
 SHIPPED_DIR = Path(__file__).resolve().parents[2] / "data" / "demo"
 
 
