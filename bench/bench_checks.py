@@ -77,9 +77,9 @@ def main() -> int:
                 t0 = time.perf_counter()
                 out = check_plan(result, pm.model, replace(checks, workers=workers), factory)
                 rounds.append({"round": r + 1, "workers": workers, "wall_s": time.perf_counter() - t0,
-                               "stages_s": out["check_timings_s"],
-                               "band_worst_peak_ratio": out["band"]["worst_peak_ratio"],
-                               "verify_peak_ratio": (out.get("verify") or {}).get("peak_ratio")})
+                               "stages_s": dict(out.timings_s),
+                               "band_worst_peak_ratio": None if out.band is None else out.band.worst_peak_ratio,
+                               "verify_peak_ratio": None if out.verify is None else out.verify.peak_ratio})
                 print(json.dumps(rounds[-1]), file=sys.stderr)
     finally:
         for proc in busy:

@@ -95,7 +95,7 @@ def main() -> int:
         except RetargetError as exc:
             line.update(error=str(exc), planning_wall_s=time.perf_counter() - started)
         else:
-            m = result.metrics()
+            m = result.to_json()
             line.update({k: m.get(k) for k in ("verified_peak_ratio", "planning_peak_ratio", "verification_model",
                                                "optimized_peak_torque_ratio", "iterations", "evaluations",
                                                "cut_reached", "within_stall", "cut_verdict", "budget_limited",

@@ -46,7 +46,7 @@ def main() -> int:
     for method in methods:
         started = time.perf_counter()
         result = plan(args.robot, motion, replace(options, method=method), quiet)
-        m = result.metrics()
+        m = result.to_json()
         runs[method] = {"optimization_s": m["timings_s"]["optimization"], "plan_wall_s": time.perf_counter() - started,
                         "iterations": m["iterations"], "evaluations": m["evaluations"],
                         "value_evaluations": m.get("value_evaluations", 0), "objective_initial": m["objective_initial"],

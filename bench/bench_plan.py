@@ -67,7 +67,7 @@ def main() -> int:
     result = plan(args.robot, motion, options,
                   PlanProgress(iteration=iteration, message=lambda text: print(text, file=sys.stderr)))
     out = {"example": f"{args.robot}/{os.path.basename(str(args.motion)).split('.')[0]}", "robot": args.robot,
-           "motion": args.motion, **result.metrics(), "planning_wall_s": time.perf_counter() - started,
+           "motion": args.motion, **result.to_json(), "planning_wall_s": time.perf_counter() - started,
            "threads": threads, "load_average": os.getloadavg(), "argv": argv}
     emit(out, result_file)
     return 0

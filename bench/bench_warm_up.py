@@ -69,7 +69,7 @@ def main() -> int:
             stages.append({"stage": name, "at_s": round(time.perf_counter() - started, 1),
                            "numba_compiles": compiles.count})
 
-    metrics = plan(args.robot, motion, options, PlanProgress(steps=steps)).metrics()
+    metrics = plan(args.robot, motion, options, PlanProgress(steps=steps)).to_json()
     wall = time.perf_counter() - started
     budget_start = next((s["at_s"] for s in stages if s["stage"] == "targets"), None)
     print(json.dumps({

@@ -259,6 +259,7 @@ def test_a_hand_turns_a_shaft_only_with_torque_off(clock) -> None:
         bus.turn_by_hand(5, 0.0)
 
 
+@pytest.mark.integration
 def test_the_pty_emulator_answers_at_the_clients_termios_speed(tmp_path: Path) -> None:
     bus = EmulatedBus([1], return_delay_us=0, boot_time=0.02, baudrate=57_600)
     with PtyEmulator(bus, link=tmp_path / "ttyDXL", control_path=tmp_path / "ttyDXL.ctl") as emulator:

@@ -186,7 +186,7 @@ def test_fixed_values_are_held_and_a_parameter_at_its_bound_is_flagged() -> None
 def test_finite_or_none_makes_strict_json() -> None:
     import json
 
-    from retarget.fit.fitter import finite_or_none
+    from retarget.jsonsafe import finite_or_none
 
     value = {"a": float("nan"), "b": [1.0, float("inf"), (np.float64("nan"), np.int64(3))], "c": np.array([1.5])}
     assert json.dumps(finite_or_none(value), allow_nan=False) == '{"a": null, "b": [1.0, null, [null, 3]], "c": [1.5]}'

@@ -450,6 +450,7 @@ def test_fit_servo_cli_contract(rod_recording, tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 def test_plan_with_a_servo_file_plans_for_its_servos(tmp_path, monkeypatch, capsys):
     from tiny_robot import reduce_tiny_robot, write_tiny_robot
 

@@ -135,15 +135,22 @@ def yaml_parameters(relative: str) -> dict:
 
 
 def test_the_cut_is_judged_in_the_verification_model_and_missing_verification_is_no_cut() -> None:
+    from retarget.optimize.checks import ModelKind, RunFigures, Verification
     from retarget.ros.demo import DEMO_CUT, cut_verdict
 
-    reached = cut_verdict({"model": "reduced model drummer-drumming.npz", "peak_ratio": 0.29})
+    def verification(ratio: float | None, kind: ModelKind, file: str | None = None) -> Verification:
+        runs = {"naive": RunFigures(0.1, 0.05, 0.5, 0.01)}
+        if ratio is not None:
+            runs["optimized"] = RunFigures(0.1 * ratio, 0.02, 0.6, 0.001)
+        return Verification(runs, kind, 0.002, file=file)
+
+    reached = cut_verdict(verification(0.29, ModelKind.REDUCED, "/models/verify/drummer-drumming.npz"))
     assert reached["reached"] and reached["limit"] == DEMO_CUT == 0.35
     assert "reaches the demo's cut: peak 0.29 x naive <= 0.35 x (in reduced model drummer-drumming.npz)" in \
         reached["verdict"]
-    missed = cut_verdict({"model": "full FEM", "peak_ratio": 1.0})
+    missed = cut_verdict(verification(1.0, ModelKind.FULL_FEM))
     assert not missed["reached"] and "does NOT reach" in missed["verdict"] and "full FEM" in missed["verdict"]
-    for verified in ({}, None):
+    for verified in (verification(None, ModelKind.FULL_FEM), None):
         unverified = cut_verdict(verified)
         assert not unverified["reached"] and unverified["peak_ratio"] is None and "NOT verified" in unverified["verdict"]
 

@@ -11,6 +11,7 @@ import pytest
 from rod_plan import OPTIONS, ramp, recorded, rod_limits, tip
 from virtual_clock import EVALUATION_S, VirtualClock
 
+from retarget.errors import InputError
 from retarget.optimize.adjoint import evaluate
 from retarget.optimize.engines import reduced_engine
 from retarget.optimize.errors import OptimizeError, TimeBudgetError
@@ -52,8 +53,8 @@ def test_keyboard_interrupt_returns_the_best_point(rod_problem, method):
 def test_method_default_auto_and_unknown(rod_problem):
     assert optimize(rod_problem, replace(OPTIONS, max_iterations=1)).method == "lbfgs"  # the default
     assert optimize(rod_problem, replace(OPTIONS, max_iterations=1, method="auto")).method == "gauss-newton"
-    with pytest.raises(OptimizeError, match="unknown method"):
-        optimize(rod_problem, replace(OPTIONS, method="newton"))
+    with pytest.raises(InputError, match="unknown method 'newton': choose lbfgs, descent, gauss-newton, auto"):
+        replace(OPTIONS, method="newton")
 
 
 def test_time_budget_returns_the_best_iterate_flagged(rod_problem, monkeypatch):

@@ -47,14 +47,3 @@ def test_plan_cli_prints_the_contract_keys_and_writes_files(tiny_robot, capsys):
     assert len(list((tiny_robot / "cache" / "reduced").glob("*.npz"))) == 1
 
 
-@pytest.mark.parametrize(("metrics", "code", "says"), [
-    ({"cut_reached": True, "within_stall": True, "cut_verdict": "0.2 x"}, 0, ""),
-    ({"cut_reached": False, "within_stall": True, "cut_verdict": "0.95 x"}, 3, "no meaningful cut: 0.95 x"),
-    ({"cut_reached": True, "within_stall": False, "cut_verdict": "0.3 x; 1.9 x the stall torque"}, 3,
-     "beyond the servos' torque: 0.3 x; 1.9 x the stall torque"),
-])
-def test_plan_exits_3_for_no_cut_and_for_a_motion_beyond_stall(metrics, code, says):
-    """A plan the planner node would not play (beyond stall) is not a success of `retarget plan` either."""
-    from retarget.optimize.commands import plan_exit_status
-
-    assert plan_exit_status(metrics) == (code, says)

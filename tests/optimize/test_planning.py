@@ -16,6 +16,7 @@ from virtual_clock import EVALUATION_S, VirtualClock
 from retarget.errors import InputError
 from retarget.motion.motion import Motion
 from retarget.optimize.adjoint import evaluate
+from retarget.optimize.checks import RunFigures, Verification
 from retarget.optimize.control import FEEDBACK_STAGES, TRAINING_STAGE
 from retarget.optimize.engines import reduced_engine
 from retarget.optimize.errors import OptimizeError, PlanCancelled, TimeBudgetError
@@ -42,7 +43,7 @@ def test_plan_lowers_the_objective_and_respects_position_limits(rod_systems, eng
     assert opt.iterations >= 1 and opt.method == method
     assert opt.objective_final < 0.9 * opt.objective_initial
     assert np.all(result.profiles.control_points <= 0.3 + 1e-12)
-    m = result.metrics()
+    m = result.to_json()
     for key in ("objective_initial", "objective_final", "iterations", "wall_s", "optimized", "peak_torque_nm"):
         assert key in m
     assert m["optimized"]["peak_deviation_m"] > 0
@@ -81,7 +82,7 @@ def test_a_too_fast_input_starts_from_its_speed_feasible_projection(engine, wind
     limits = rod_limits(servo=ServoSpec("slow", 2.0, 3.0))
     options = replace(OPTIONS, window=window, window_tail=0.04)
     result = run_plan(engine, ramp(), tip(), limits, options)
-    m = result.metrics()
+    m = result.to_json()
     assert m["start"] == "speed-feasible" and list(result.variants)[:2] == ["naive", "speed_limited"]
     assert any("exceeds the speed limit of m" in w for w in result.warnings)
     pp = result.pp
@@ -98,17 +99,17 @@ def test_a_too_fast_input_starts_from_its_speed_feasible_projection(engine, wind
     files = write_plan_report(result, tmp_path)
     assert "speed_limited_angles" in np.load(files[-1]) and all(f.stat().st_size > 0 for f in files)
     plain = run_plan(engine, ramp(), tip(), limits, replace(options, start="input", max_iterations=0))
-    assert "speed_limited" not in plain.variants and plain.metrics()["start"] == "input"
-    assert plain.metrics()["objective_initial"] == pytest.approx(naive_j, rel=1e-12)
+    assert "speed_limited" not in plain.variants and plain.to_json()["start"] == "input"
+    assert plain.to_json()["objective_initial"] == pytest.approx(naive_j, rel=1e-12)
     # Its optimum is the too-fast input itself: returned on the speed-feasible projection, re-simulated.
     assert any("the optimum exceeded the speed limit of m: returned on the closest speed-feasible profiles" in w
                for w in plain.warnings)
     assert [v for v in check_profile_limits(plain.profiles, limits) if v.kind == "velocity"] == []
     projected = evaluate(pp.problem, plain.optimization.x, gradient=False).value
-    assert plain.metrics()["objective_final"] == pytest.approx(projected, rel=1e-12)
+    assert plain.to_json()["objective_final"] == pytest.approx(projected, rel=1e-12)
     np.testing.assert_allclose(plain.variants["optimized"].angles, plain.profiles.evaluate(pp.targets.times))
-    with pytest.raises(OptimizeError, match="unknown start"):
-        run_plan(engine, ramp(), tip(), limits, replace(options, start="slow"))
+    with pytest.raises(InputError, match="unknown start"):
+        replace(options, start="slow")
 
 
 def _weak_servo(engine) -> tuple:
@@ -125,15 +126,15 @@ def test_torque_penalty_keeps_the_plan_nearer_the_stall_torque(engine):
     options = replace(OPTIONS, max_iterations=6)
     off = run_plan(engine, ramp(), tip(), weak, replace(options, torque_weight=0.0))
     on = run_plan(engine, ramp(), tip(), weak, replace(options, torque_weight=1e3))
-    peak_off, peak_on = (r.metrics()["peak_torque_nm"]["m"] for r in (off, on))
+    peak_off, peak_on = (r.to_json()["peak_torque_nm"]["m"] for r in (off, on))
     # Measured: naive 0.541 N m, stall 0.325, off 0.336, on 0.294 (about the threshold, 0.9 x stall = 0.292).
     assert peak_off > stall and peak_on <= stall
     for result in (off, on):  # the input itself is beyond this servo, and each plan says so
         assert any(w.startswith("input as authored (naive playback): motor 'm' needs") for w in result.warnings)
-        assert result.metrics()["naive"]["peak_torque_ratio"] == pytest.approx(1 / 0.6, rel=1e-9)
+        assert result.to_json()["naive"]["peak_torque_ratio"] == pytest.approx(1 / 0.6, rel=1e-9)
     assert any(w.startswith("motor 'm' needs") for w in off.warnings)
     assert not any(w.startswith("motor 'm' needs") for w in on.warnings)
-    assert on.metrics()["optimized"]["peak_torque_ratio"] <= 1.0 < off.metrics()["optimized"]["peak_torque_ratio"]
+    assert on.to_json()["optimized"]["peak_torque_ratio"] <= 1.0 < off.to_json()["optimized"]["peak_torque_ratio"]
 
 
 def test_the_default_torque_penalty_keeps_the_plan_within_stall_and_continues_when_it_does_not(engine):
@@ -147,18 +148,18 @@ def test_the_default_torque_penalty_keeps_the_plan_within_stall_and_continues_wh
     options = replace(OPTIONS, max_iterations=6)
     assert (options.torque_weight, options.torque_rounds) == (defaults.torque_weight, defaults.torque_rounds)
     default = run_plan(engine, ramp(), tip(), weak, options)
-    assert default.metrics()["optimized"]["peak_torque_ratio"] <= 1.0
+    assert default.to_json()["optimized"]["peak_torque_ratio"] <= 1.0
     assert not any("optimizing again" in w for w in default.warnings)
     light = replace(options, torque_weight=0.01)
     single = run_plan(engine, ramp(), tip(), weak, replace(light, torque_rounds=0))
-    assert single.metrics()["optimized"]["peak_torque_ratio"] > 1.0
+    assert single.to_json()["optimized"]["peak_torque_ratio"] > 1.0
     result = run_plan(engine, ramp(), tip(), weak, light)
     rounds = [w for w in result.warnings if "optimizing again with the torque penalty's weight at" in w]
     assert 1 <= len(rounds) <= 2 and rounds[0].endswith("weight at 0.1")
     opt = result.optimization
     assert opt.iterations > single.optimization.iterations and len(opt.history) == opt.iterations + 1 + len(rounds)
     assert opt.objective_initial == pytest.approx(result.objective_naive, rel=1e-12)
-    assert result.metrics()["optimized"]["peak_torque_ratio"] <= 1.0
+    assert result.to_json()["optimized"]["peak_torque_ratio"] <= 1.0
 
 
 def test_the_budget_keeps_time_for_the_verification(engine, monkeypatch):
@@ -174,10 +175,10 @@ def test_the_budget_keeps_time_for_the_verification(engine, monkeypatch):
     budget = 6.0 * EVALUATION_S
     kept = run_plan(engine, ramp(), tip(), rod_limits(), replace(options, time_budget=budget, verify_dt=0.0005))
     assert kept.optimization.budget_limited and kept.optimization.evaluations == 1
-    assert kept.verify_naive is not None and kept.verify_naive["wall_s"] == pytest.approx(10.0 / 3.0)
+    assert kept.verify_naive is not None and kept.verify_naive.wall_s == pytest.approx(10.0 / 3.0)
     started = clock.now
     check = verify_plan(kept, 0.0005)
-    assert check["naive"] == kept.verify_naive["naive"]  # reused, and only the optimized run simulated
+    assert check.naive == kept.verify_naive.naive  # reused, and only the optimized run simulated
     assert clock.now - started == pytest.approx(10.0 / 3.0)
     spent = run_plan(engine, ramp(), tip(), rod_limits(), replace(options, time_budget=budget))
     assert spent.optimization.budget_limited and spent.optimization.evaluations >= 3 and spent.verify_naive is None
@@ -320,6 +321,7 @@ def test_plan_stops_on_a_model_outside_the_fidelity_gate_unless_allowed(tiny):
                for w in result.warnings)
 
 
+@pytest.mark.integration
 def test_plan_with_the_node_defaults(tiny):
     """The planner node's defaults (no parameter set but the gate's opt-out and the model): the robust objective
     over stiffness x0.9 and x1.1, verification at dt / 5, the stiffness band and, the tiny rod's full FEM being
@@ -330,7 +332,7 @@ def test_plan_with_the_node_defaults(tiny):
     assert (options.stiffness_band, options.band, options.verify_model) == ((0.9, 1.1), (0.9, 1.1), "auto")
     result = plan(robot, _tiny_ramp(), options)
     assert result.pp.ensemble is not None and result.pp.ensemble.factors == (0.9, 1.1)
-    m = result.metrics()
+    m = result.to_json()
     assert m["verify"]["dt_s"] == pytest.approx(0.001) and m["verify"]["steps"] == 200
     assert {"x0.9", "x1.1"} <= set(m["band"]) and m["verification_model"] == "full FEM"
     assert m["verified_peak_ratio"] == pytest.approx(m["verified"]["peak_ratio"], rel=1e-12)
@@ -353,7 +355,7 @@ def test_plan_budget_too_small_for_the_targets(tiny):
 def test_plan_with_windows(tiny):
     robot, options = tiny
     result = plan(robot, _tiny_ramp(), replace(options, window=0.1, window_tail=0.05))
-    m = result.metrics()
+    m = result.to_json()
     assert m["method"] == "lbfgs-windows" and "2 windows of 0.1 s (+0.05 s tail)" in m["message"]
     assert m["objective_final"] <= m["objective_initial"]
 
@@ -372,7 +374,7 @@ def test_plan_cancelled_returns_the_best_iterate_so_far(tiny):
     progress = PlanProgress(steps=steps, iteration=iterations.append, cancelled=lambda: bool(iterations),
                             cancel_poll_s=0.0)
     result = plan(robot, _tiny_ramp(), options, progress)
-    m = result.metrics()
+    m = result.to_json()
     assert m["cancelled"] and m["interrupted"] and m["iterations"] == 1 == len(iterations)
     # A modelled servo's naive playback is a run of its own (the optimizer starts from its holding goals).
     after = [s for s in stages[1:] if s != "naive playback"]
@@ -382,7 +384,7 @@ def test_plan_cancelled_returns_the_best_iterate_so_far(tiny):
     names, times, positions = result.trajectory(0.0)
     assert names == ("m",) and len(times) == len(positions) > 10
     never = plan(robot, _tiny_ramp(), replace(options, max_iterations=1),
-                 PlanProgress(cancelled=lambda: False, cancel_poll_s=0.0)).metrics()
+                 PlanProgress(cancelled=lambda: False, cancel_poll_s=0.0)).to_json()
     assert not never["cancelled"] and not never["interrupted"]
 
 
@@ -395,13 +397,13 @@ def test_plan_verifies_at_a_finer_step_as_the_node_asks(tiny):
     stages: list[str] = []
     result = plan(robot, _tiny_ramp(), options_from_parameters(node, **extra),
                   PlanProgress(steps=lambda stage, k, n: stages.append(stage)))
-    m = result.metrics()
+    m = result.to_json()
     assert m["verify"]["dt_s"] == pytest.approx(0.001) and m["verify"]["steps"] == 200
     assert set(m["verify"]) >= {"naive", "optimized", "peak_ratio", "holds"} and stages[-1] == "verifying"
     assert "verify" not in plan(robot, _tiny_ramp(), options_from_parameters(node | {"verify": False},
-                                                                              **extra)).metrics()
+                                                                              **extra)).to_json()
     finer = plan(robot, _tiny_ramp(), options_from_parameters(node | {"verify_dt": 0.0025}, **extra))
-    assert finer.metrics()["verify"]["steps"] == 80
+    assert finer.to_json()["verify"]["steps"] == 80
 
 
 def test_plan_cancelled_before_any_result_raises(tiny):
@@ -461,8 +463,8 @@ def test_the_budget_starts_after_the_warm_up(tiny, monkeypatch):
     result = plan(robot, _tiny_ramp(), replace(options, time_budget=2.0), PlanProgress(steps=steps))
     warm = [i for i, s in enumerate(stages) if s == WARM_UP_STAGE]
     assert warm[0] == 0 and slept and len(warm) > 1  # the warm-up's own stages are reported as its stage
-    assert "targets" in stages[warm[-1]:] and "verify" in result.metrics()
-    timings = result.metrics()["timings_s"]  # the model's loading and the warm-up are reported beside the plan's
+    assert "targets" in stages[warm[-1]:] and "verify" in result.to_json()
+    timings = result.to_json()["timings_s"]  # the model's loading and the warm-up are reported beside the plan's
     assert list(timings)[:3] == ["model", "warm_up", "targets"] and timings["warm_up"] >= 2.5
     assert len(result.trajectory()[2]) > 10
     stages.clear()
@@ -494,7 +496,7 @@ def test_plan_verified_in_an_independently_trained_reduced_model(tiny, tmp_path,
     monkeypatch.setenv("RETARGET_MODELS", str(tmp_path / "models"))
     auto = replace(options, verify_model="auto", verify_full_max_s=0.0)
     result = plan(robot, _tiny_ramp(), auto)
-    m = result.metrics()
+    m = result.to_json()
     assert m["verification_model"] == "reduced model tiny_rod-ramp.npz"
     verified = m["verified"]
     assert verified["file"] == str(finer) and verified["modes"] == [3]
@@ -508,19 +510,24 @@ def test_plan_verified_in_an_independently_trained_reduced_model(tiny, tmp_path,
     assert verified["naive"]["peak_deviation_m"] == pytest.approx(naive_plan, rel=0.3)
     # Given explicitly, and with the stiffness band: the same nominal figures.
     explicit = plan(robot, _tiny_ramp(), replace(options, verify_model=str(finer), verify_full_band=(0.9,)))
-    e = explicit.metrics()
+    e = explicit.to_json()
     assert e["verified"]["naive"] == pytest.approx(verified["naive"], rel=1e-9)
     assert e["verified_band"]["x0.9"]["stiffness_factor"] == 0.9
     assert e["verified_band"]["x0.9"]["naive"]["peak_deviation_m"] != verified["naive"]["peak_deviation_m"]
     # At the planning step, the planning model re-simulated this way reproduces the plan's own figures.
     own = verify_reduced(explicit, load_artifact(robot, options.reduced_file), options.dt)
     for name in ("naive", "optimized"):
-        assert own[name]["peak_deviation_m"] == pytest.approx(explicit.variants[name].metrics["peak_deviation_m"],
+        assert own.runs[name].peak_deviation_m == pytest.approx(explicit.variants[name].metrics["peak_deviation_m"],
                                                               rel=1e-6)
     with pytest.raises(InputError, match="it is the planning model"):
         plan(robot, _tiny_ramp(), replace(options, verify_model=str(options.reduced_file)))
     with pytest.raises(InputError, match="verify_model"):
         plan(robot, _tiny_ramp(), replace(options, verify_model=str(tmp_path / "missing.npz")))
+
+
+def _verified(torque: float) -> Verification:
+    """A verification whose optimized run needs ``torque`` × stall."""
+    return Verification({"optimized": RunFigures(0.01, 0.005, torque, 0.001)})
 
 
 def test_verified_torque_margin_scales_the_threshold_by_the_two_models_torques(tiny):
@@ -529,11 +536,11 @@ def test_verified_torque_margin_scales_the_threshold_by_the_two_models_torques(t
     robot, options = tiny
     result = plan(robot, _tiny_ramp(), options)
     planned = result.variants["optimized"].metrics["peak_torque_ratio"]
-    over = {"verified": {"optimized": {"peak_torque_ratio": 1.25 * max(planned, 0.9)}}}
-    margin = verified_torque_margin(result, over, 0.1)
-    assert 1.0 - margin == pytest.approx(0.9 * planned / over["verified"]["optimized"]["peak_torque_ratio"])
-    assert verified_torque_margin(result, {"verified": {"optimized": {"peak_torque_ratio": 0.99}}}, 0.1) is None
-    assert verified_torque_margin(result, {}, 0.1) is None
+    over = 1.25 * max(planned, 0.9)
+    margin = verified_torque_margin(result, _verified(over), 0.1)
+    assert 1.0 - margin == pytest.approx(0.9 * planned / over)
+    assert verified_torque_margin(result, _verified(0.99), 0.1) is None
+    assert verified_torque_margin(result, None, 0.1) is None
 
 
 def test_a_plan_the_verification_model_finds_beyond_stall_is_optimized_again_from_its_optimum(tiny, monkeypatch):
@@ -557,8 +564,7 @@ def test_a_plan_the_verification_model_finds_beyond_stall_is_optimized_again_fro
     def read_higher(result, *args, **kwargs):
         out = real_check(result, *args, **kwargs)
         verified.append(1.5 * result.variants["optimized"].metrics["peak_torque_ratio"])
-        out["verified"] = {"optimized": {"peak_torque_ratio": verified[-1]}}
-        return out
+        return replace(out, verified=_verified(verified[-1]))
 
     monkeypatch.setattr(verification, "check_plan", read_higher)
     rounds, real_run = [], planning.run_plan
@@ -577,7 +583,7 @@ def test_a_plan_the_verification_model_finds_beyond_stall_is_optimized_again_fro
     assert result.variants.keys() == first.variants.keys()  # the second start is not a speed-limited variant
     # One plan: the iterations and evaluations of both rounds.
     assert [r.optimization.iterations for r in rounds] == [r.iterations for r in rounds_opt]
-    m = result.metrics()
+    m = result.to_json()
     assert m["iterations"] == sum(r.iterations for r in rounds_opt) > rounds_opt[0].iterations
     assert m["evaluations"] == sum(r.evaluations for r in rounds_opt)
 
@@ -593,7 +599,7 @@ def test_a_plan_beyond_the_stall_torque_says_so_in_its_verdict(tiny, monkeypatch
     real_limits = planning.limits_for
     monkeypatch.setattr(planning, "limits_for", lambda *a, **k: replace(
         real_limits(*a, **k), stall_torque=np.asarray(real_limits(*a, **k).stall_torque) * needed / 4.0))
-    m = plan(robot, _tiny_ramp(), opts).metrics()
+    m = plan(robot, _tiny_ramp(), opts).to_json()
     assert m["optimized_peak_torque_ratio"] == pytest.approx(4.0, rel=0.05) and not m["within_stall"]
     assert m["cut_verdict"].endswith("x the stall torque in the planning model (not verified elsewhere): the "
                                      "servos cannot play it as planned")

@@ -18,6 +18,9 @@ from retarget.optimize.weights import TrackedBodyWeights, WeightSchedule
 from retarget.sim.reduced.system import with_stiffness_scale
 from tests.optimize.test_adjoint import _problem
 
+# The plans these tests run fork worker processes (the full-FEM checks, the robust members).
+pytestmark = pytest.mark.integration
+
 OPTIONS = PlanOptions(knot_spacing=0.04, dt=0.005, max_iterations=2, baselines=False, stiffness_band=())
 
 
@@ -171,10 +174,11 @@ def test_robust_plan_averages_the_band_and_reports_it(rod_systems):
     assert result.pp.ensemble is not None and result.pp.ensemble.factors == (0.9, 1.1)
     assert result.optimization.objective_final <= result.optimization.objective_initial
     band = stiffness_band(result, (0.9, 1.1), factory, variants=("naive", "optimized"))
-    for key in ("x0.9", "x1.1"):
-        assert band[key]["naive"]["peak_deviation_m"] > 0
-        assert np.isfinite(band[key]["peak_ratio"])
-    assert band["worst_peak_ratio"] == max(band["x0.9"]["peak_ratio"], band["x1.1"]["peak_ratio"])
+    assert band.factors == (0.9, 1.1)
+    for entry in band.results:
+        assert entry.naive is not None and entry.naive.peak_deviation_m > 0
+        assert entry.peak_ratio is not None and np.isfinite(entry.peak_ratio)
+    assert band.worst_peak_ratio == max(entry.peak_ratio for entry in band.results)
     with pytest.raises(Exception, match="engine factory"):
         run_plan(reduced_engine(rs, 1e-10), _motion(), _bodies(), limits, options)
 
@@ -199,11 +203,10 @@ def test_the_checks_run_half_the_band_in_a_worker_with_the_same_figures(rod_syst
     assert not any("worker process" in s for s in said)
     beside = check_plan(result, rod_on_motor(), replace(options, workers=2), factory, say=said.append)
     assert any("x 0.9, 1.1 in a worker process" in s for s in said), said
-    assert list(beside["band"]) == ["x0.9", "x1.1", "x1.2", "worst_peak_ratio"]
-    for key in ("x0.9", "x1.1", "x1.2"):
-        assert beside["band"][key] == alone["band"][key]
-    assert beside["band"]["worst_peak_ratio"] == alone["band"]["worst_peak_ratio"]
-    assert beside["verify"]["peak_ratio"] == alone["verify"]["peak_ratio"]
+    assert beside.band is not None and beside.band.factors == (0.9, 1.1, 1.2)
+    assert beside.band == alone.band and beside.band.worst_peak_ratio == alone.band.worst_peak_ratio
+    assert beside.verify is not None and alone.verify is not None
+    assert beside.verify.peak_ratio == alone.verify.peak_ratio
 
 
 def test_full_verification_reproduces_the_naive_run_of_the_training_model(rod_systems):
@@ -216,14 +219,16 @@ def test_full_verification_reproduces_the_naive_run_of_the_training_model(rod_sy
     limits = MotorLimits.build(["m"], {"m": (-1.0, 1.0, 0.0)})
     result = run_plan(reduced_engine(rs, 1e-10), _motion(), _bodies(), limits, OPTIONS)
     out = verify_full(result, rod_on_motor(), 0.002, variants=("naive", "optimized"))
-    assert out["model"] == "full FEM" and out["deformable_dofs"] > 100
+    assert out.model == "full FEM" and out.deformable_dofs > 100
+    naive, optimized = out.naive, out.optimized
+    assert naive is not None and optimized is not None
     naive_reduced = result.variants["naive"].metrics["peak_deviation_m"]
-    assert out["naive"]["peak_deviation_m"] == pytest.approx(naive_reduced, rel=0.25)
-    assert out["peak_ratio"] == pytest.approx(out["optimized"]["peak_deviation_m"] / out["naive"]["peak_deviation_m"])
-    assert 0.0 <= out["naive"]["ring_out_peak_m"] <= out["naive"]["peak_deviation_m"]
+    assert naive.peak_deviation_m == pytest.approx(naive_reduced, rel=0.25)
+    assert out.peak_ratio == pytest.approx(optimized.peak_deviation_m / naive.peak_deviation_m)
+    assert 0.0 <= naive.ring_out_peak_m <= naive.peak_deviation_m
     stiff = verify_full(result, rod_on_motor(), 0.002, stiffness=1.5, variants=("naive",))
-    assert stiff["stiffness_factor"] == 1.5
-    assert stiff["naive"]["peak_deviation_m"] != pytest.approx(out["naive"]["peak_deviation_m"], rel=1e-6)
+    assert stiff.stiffness_factor == 1.5 and stiff.naive is not None and stiff.optimized is None
+    assert stiff.naive.peak_deviation_m != pytest.approx(naive.peak_deviation_m, rel=1e-6)
 
 
 def test_commanded_stop_time_is_when_the_motors_settle():

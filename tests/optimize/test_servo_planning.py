@@ -56,7 +56,7 @@ def test_the_plan_starts_from_the_goals_that_hold_the_targets_and_the_naive_play
     assert naive.shaft_angles[0, 0] == pytest.approx(0.3 - load / XM430.kp, rel=0.0, abs=0.01 * abs(load) / XM430.kp)
     assert naive.metrics["peak_servo_error_deg"] > 0.0 and 0.0 < naive.metrics["peak_duty"] <= 1.0
     # The report states the servo model planned for.
-    servos = result.metrics()["servos"]
+    servos = result.to_json()["servos"]
     assert servos["modelled"] == ["m"] and "assumption" not in servos
     assert servos["motors"]["m"]["kp"] == pytest.approx(XM430.kp)
 
@@ -68,7 +68,7 @@ def test_an_ideal_servo_is_stated_as_an_assumption(tiny, tmp_path):
     ideal_robot.write_text(text)
     result = plan(ideal_robot, _ramp(), replace(options, reduced_file=None, allow_training=True, modes=2,
                                                 dt_train=0.002, mesh_axial=4))
-    servos = result.metrics()["servos"]
+    servos = result.to_json()["servos"]
     assert servos["modelled"] == [] and "ideal servo on m" in servos["assumption"]
     assert result.pp.naive_fit is None
 
@@ -96,12 +96,12 @@ def test_the_plan_csv_records_its_servos_and_play_warns_on_other_gains(tiny, tmp
     planned = planned_servos(path)
     assert planned["m"]["kp"] == pytest.approx(XM430.kp)
     assert planned_servo_warnings(path, str(robot)) == []
-    assert servo_refusal(result.metrics(), robot) == ""
+    assert servo_refusal(result.to_json(), robot) == ""
     stiffer = robot.with_name("tiny_p2400.yaml")
     stiffer.write_text(robot.read_text().replace("  motors: [m]\n", "  motors: [m]\n  servo: {p_gain: 2400}\n"))
     warnings = planned_servo_warnings(path, str(stiffer))
     assert len(warnings) == 1 and "kp planned 13.81" in warnings[0]
-    assert "kp planned" in servo_refusal(result.metrics(), stiffer)
+    assert "kp planned" in servo_refusal(result.to_json(), stiffer)
     assert servo_mismatches(planned, {"m": XM430.with_values(kp=XM430.kp * 1.01)}) == []  # within 2 %
 
 

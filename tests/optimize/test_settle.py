@@ -86,7 +86,7 @@ def test_plan_runs_the_refinement_and_reports_it(rod_systems):
     bodies = [TrackedBodyWeights("tip", WeightSchedule.constant(1.0), WeightSchedule.constant(0.0))]
     result = run_plan(factory(1.0), motion, bodies, limits, options, engine_factory=factory)
     assert result.settle is not None and result.settle.factors == (1.0, 0.9, 1.1)
-    m = result.metrics()
+    m = result.to_json()
     assert m["settle"]["ring_after_m"] <= m["settle"]["ring_before_m"]
     assert "settle" in result.timings
     # The optimized variant is the refined point's simulation.
@@ -94,7 +94,7 @@ def test_plan_runs_the_refinement_and_reports_it(rod_systems):
                                np.asarray(result.profiles.evaluate(result.pp.targets.times)))
     off = run_plan(factory(1.0), motion, bodies, limits, replace(options, settle_iterations=0),
                    engine_factory=factory)
-    assert off.settle is None and "settle" not in off.metrics()
+    assert off.settle is None and "settle" not in off.to_json()
 
 
 def test_norm_directions_bound_planar_deviations_within_two_percent():

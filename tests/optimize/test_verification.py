@@ -7,10 +7,11 @@ import pytest
 from rod_plan import OPTIONS, ramp, rod_limits, tip
 from virtual_clock import VirtualClock
 
+from retarget.optimize.checks import ExitStatus, RunFigures, Verdict, Verification
 from retarget.optimize.engines import reduced_engine
 from retarget.optimize.errors import PlanCancelled
 from retarget.optimize.planning import run_plan
-from retarget.optimize.verification import execution_refusal, finer_step_holds, verify_metrics, verify_plan
+from retarget.optimize.verification import finer_step_holds, verify_metrics, verify_plan
 
 
 @pytest.fixture(scope="module")
@@ -24,21 +25,21 @@ def test_verify_plan_at_the_planning_step_reproduces_the_plan_and_runs_finer(rod
     the same profiles give a verdict (``holds``) from the two peak ratios."""
     result = rod_plan
     same = verify_plan(result, OPTIONS.dt)
-    assert same["steps"] == result.pp.problem.n_steps
+    assert same.steps == result.pp.problem.n_steps
     for name in ("naive", "optimized"):
         for key, value in result.variants[name].metrics.items():
-            assert same[name][key] == pytest.approx(value, rel=1e-9, abs=1e-12), (name, key)
-    assert same["peak_ratio"] == pytest.approx(same["planning_peak_ratio"], rel=1e-9) and same["holds"]
+            assert getattr(same, name).to_json()[key] == pytest.approx(value, rel=1e-9, abs=1e-12), (name, key)
+    assert same.peak_ratio == pytest.approx(same.planning_peak_ratio, rel=1e-9) and same.holds
     fine = verify_plan(result, OPTIONS.dt / 5)
-    assert fine["steps"] == 5 * result.pp.problem.n_steps and fine["dt_s"] == OPTIONS.dt / 5
-    ratio, planned = fine["peak_ratio"], fine["planning_peak_ratio"]
-    assert fine["holds"] == finer_step_holds(ratio, planned)
+    assert fine.steps == 5 * result.pp.problem.n_steps and fine.dt_s == OPTIONS.dt / 5
+    assert fine.holds == finer_step_holds(fine.peak_ratio, fine.planning_peak_ratio)
+    assert type(fine).from_json(fine.to_json()) == fine
     with pytest.raises(ValueError, match="positive"):
         verify_plan(result, 0.0)
 
 
 def test_verify_metrics_at_a_finer_step_and_skipped_when_out_of_time_or_cancelled(rod_plan, monkeypatch):
-    """``verify_metrics`` reports the verification, or a warning (in ``result.warnings`` too) when the deadline
+    """``verify_metrics`` returns the verification, or None and a warning in ``result.warnings`` when the deadline
     passed or a cancel came first (virtual clock: the check's run takes no time)."""
     from dataclasses import replace
 
@@ -46,20 +47,19 @@ def test_verify_metrics_at_a_finer_step_and_skipped_when_out_of_time_or_cancelle
     stages: list[str] = []
     result = replace(rod_plan, warnings=list(rod_plan.warnings))
     out = verify_metrics(result, 0.001, clock.now + 1.0, lambda stage, k, n: stages.append(stage))
-    assert out["verify"]["dt_s"] == 0.001 and out["verify"]["steps"] == 200 and set(stages) == {"verifying"}
-    assert out["warnings"] == result.warnings
+    assert out is not None and out.dt_s == 0.001 and out.steps == 200 and set(stages) == {"verifying"}
+    assert not any("not verified" in w for w in result.warnings)
 
     late = replace(rod_plan, warnings=list(rod_plan.warnings))
-    out = verify_metrics(late, 0.001, deadline=clock.now - 1.0)
-    assert "verify" not in out and "not verified at dt 0.001 s: the time budget ran out" in out["warnings"]
-    assert late.warnings == out["warnings"]
+    assert verify_metrics(late, 0.001, deadline=clock.now - 1.0) is None
+    assert "not verified at dt 0.001 s: the time budget ran out" in late.warnings
 
     def cancel(stage: str, k: int, n: int) -> None:
         raise PlanCancelled(stage)
 
     cancelled = replace(rod_plan, warnings=list(rod_plan.warnings))
-    out = verify_metrics(cancelled, 0.001, None, cancel)
-    assert "verify" not in out and "not verified at dt 0.001 s: cancelled" in out["warnings"]
+    assert verify_metrics(cancelled, 0.001, None, cancel) is None
+    assert "not verified at dt 0.001 s: cancelled" in cancelled.warnings
 
 
 @pytest.mark.parametrize(("peak_ratio", "planning_peak_ratio", "holds"), [
@@ -71,15 +71,48 @@ def test_finer_step_verdict(peak_ratio, planning_peak_ratio, holds):
     assert finer_step_holds(peak_ratio, planning_peak_ratio) is holds
 
 
-@pytest.mark.parametrize(("metrics", "refused"), [
-    ({"verified_peak_ratio": 0.3, "planning_peak_ratio": 0.2, "within_stall": True}, ""),
-    ({"verified_peak_ratio": None, "planning_peak_ratio": 0.95, "within_stall": True}, ""),  # no cut, no harm
-    ({"verified_peak_ratio": 4.57, "planning_peak_ratio": 0.98, "within_stall": False},
-     "does worse than the input"),  # judged in the verification model, not the planning model
-    ({"verified_peak_ratio": None, "planning_peak_ratio": 1.2, "within_stall": True}, "does worse than the input"),
-    ({"verified_peak_ratio": 0.5, "planning_peak_ratio": 0.4, "within_stall": False}, "not executed: "),
+@pytest.mark.parametrize(("verified", "planned", "torque", "refused"), [
+    (0.3, 0.2, 0.8, ""),
+    (None, 0.95, 0.8, ""),  # no cut, no harm
+    (4.57, 0.98, 1.3, "does worse than the input"),  # judged in the verification model, not the planning model
+    (None, 1.2, 0.8, "does worse than the input"),
+    (0.5, 0.4, 1.3, "not executed: "),
 ])
-def test_execution_refusal(metrics, refused):
-    metrics["cut_verdict"] = "the verdict"
-    got = execution_refusal(metrics)
-    assert (got == "") if not refused else (refused in got and "the verdict" in got)
+def test_execution_refusal(verified, planned, torque, refused):
+    verdict = Verdict(planned, verified, "none" if verified is None else "full FEM", 0.5, torque)
+    got = verdict.execution_refusal
+    assert (got == "") if not refused else (refused in got and verdict.text in got)
+    assert Verdict.no_result().execution_refusal == ""
+
+
+@pytest.mark.parametrize(("verdict", "code", "says"), [
+    (Verdict(0.2, None, "none", 0.5, 0.5), ExitStatus.PLANNED, ""),
+    (Verdict(0.95, None, "none", 0.5, 0.5), ExitStatus.NOT_PLAYABLE, ("no meaningful cut: optimized peak deviation "
+     "0.950 x naive in the planning model (not verified elsewhere), above 0.9 x")),
+    (Verdict(0.2, 0.3, "full FEM", 0.5, 1.9), ExitStatus.NOT_PLAYABLE, ("beyond the servos' torque: optimized peak "
+     "deviation 0.300 x naive in the full FEM; the optimized motion needs 1.90 x the stall torque in the full FEM")),
+    (Verdict(0.95, None, "none", 1.9, 1.9), ExitStatus.NOT_PLAYABLE, "no meaningful cut: "),
+    (Verdict.no_result(), ExitStatus.NOT_PLAYABLE, "no meaningful cut: no optimized result"),
+])
+def test_exit_status(verdict, code, says):
+    """``retarget plan`` exits 3 for a plan the planner node would not play (beyond stall) and for one without a
+    meaningful cut; the error line says which, the cut first."""
+    assert verdict.exit_status is code
+    assert verdict.exit_message.startswith(says) and (verdict.exit_message == "") == (code is ExitStatus.PLANNED)
+
+
+def test_the_checks_round_trip_through_their_json():
+    """A verification received as JSON (the planner node's ``metrics_json``) reads back into the same results."""
+    from retarget.optimize.checks import BandResult, ModelKind, StiffnessBand
+
+    runs = {"naive": RunFigures(0.02, 0.01, 0.7, 0.004), "zvd": RunFigures(0.03, 0.005, 0.6, 0.001),
+            "optimized": RunFigures(0.004, 0.002, 0.8, 0.0005)}
+    band = StiffnessBand((BandResult(runs, 0.9), BandResult({"naive": runs["naive"]}, 1.1)))
+    assert StiffnessBand.from_json(band.to_json()) == band and band.factors == (0.9, 1.1)
+    assert band.worst_peak_ratio == pytest.approx(0.2) and "peak_ratio" not in band.to_json()["x1.1"]
+    full = Verification(runs, ModelKind.FULL_FEM, 0.002, 1.0, 2337, 12.0)
+    reduced = Verification(runs, ModelKind.REDUCED, 0.002, 0.9, None, 3.0, "/m/verify/drummer.npz", (3, 4))
+    for verification in (full, reduced):
+        assert Verification.from_json(verification.to_json()) == verification
+    assert reduced.model == "reduced model drummer.npz" and full.model == "full FEM"
+    assert full.zvd_rms_ratio == pytest.approx(0.4) and full.peak_ratio == pytest.approx(0.2)

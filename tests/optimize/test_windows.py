@@ -73,7 +73,7 @@ def test_windows_lower_the_whole_objective_and_respect_limits(engine):
     assert opt.best.value == opt.objective_final and opt.history == [opt.objective_initial, opt.objective_final]
     assert np.all(result.profiles.control_points <= 0.3 + 1e-12)
     assert result.variants["optimized"].positions.shape == result.variants["naive"].positions.shape
-    windows = result.metrics()["windows"]
+    windows = result.to_json()["windows"]
     assert [w["window"] for w in windows] == [1, 2, 3] and windows[0]["start_s"] == 0.0
     assert sum(w.get("iterations", 0) for w in windows) == opt.iterations
     assert all(w["objective_final"] <= w["objective_initial"] for w in windows if "objective_final" in w)

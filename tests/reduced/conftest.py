@@ -1,7 +1,6 @@
 """Shared fixtures for the reduced-simulation tests: a small steel rod body (513 DOF) and random states."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from retarget.fem import ElasticBody, get_material, rod_mesh

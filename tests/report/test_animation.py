@@ -9,6 +9,9 @@ import tiny_robot  # the optimizer tests' tiny robot (tests/optimize is on the p
 from retarget.errors import InputError
 from retarget.report.animation import CENTRE_LINE_POINTS, load_animation
 
+# The plans these tests run fork worker processes (the full-FEM checks, the robust members).
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def animation(tiny_report):

@@ -5,7 +5,12 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
+
 from retarget.cli import main
+
+# The plans these tests run fork worker processes (the full-FEM checks, the robust members).
+pytestmark = pytest.mark.integration
 
 
 def test_view_rebuilds_missing_views_only(tiny_report, tmp_path, capsys):

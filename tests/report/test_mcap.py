@@ -9,6 +9,9 @@ import pytest
 
 from retarget.report.animation import CENTRE_LINE_POINTS, load_animation
 
+# The plans these tests run fork worker processes (the full-FEM checks, the robust members).
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def bag(tiny_report):

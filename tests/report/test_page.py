@@ -16,6 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# The plans these tests run fork worker processes (the full-FEM checks, the robust members).
+pytestmark = pytest.mark.integration
+
 
 def _chromium() -> str | None:
     for name in ("chromium", "chromium-browser", "google-chrome"):

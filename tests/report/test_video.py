@@ -9,6 +9,9 @@ from retarget.errors import InputError
 from retarget.report.animation import load_animation
 from retarget.report.video import video_frame_times, write_video
 
+# The plans these tests run fork worker processes (the full-FEM checks, the robust members).
+pytestmark = pytest.mark.integration
+
 DURATION_S = 0.6  # the tiny report's motion (conftest.write_visual_robot)
 
 

@@ -172,6 +172,7 @@ def test_reduced_twin_uses_the_model_or_falls_back(tmp_path: Path, monkeypatch: 
     monkeypatch.setenv("RETARGET_CACHE", str(tmp_path / "empty_cache"))
     plan = describe("single_rod", twin="reduced", run_dir=tmp_path)
     assert plan.twin == "servo" and "--twin" not in plan.processes[0].args
+    assert plan.processes[0].module == "retarget.dynamixel.emulator"
     assert "no reduced simulation" in plan.notes[0] and plan.notes[0] in plan.summary()
     assert "twin_motion" not in plan.node("mocap").parameters
     assert "reduced_file" not in plan.node("planner").parameters  # the planner looks for a model itself
@@ -180,6 +181,7 @@ def test_reduced_twin_uses_the_model_or_falls_back(tmp_path: Path, monkeypatch: 
     plan = describe("single_rod", twin="reduced", reduced=model, run_dir=tmp_path)
     args = plan.processes[0].args
     assert plan.twin == "reduced" and args[args.index("--twin") + 1] == "reduced"
+    assert plan.processes[0].module == "retarget.twin.emulator"  # the emulator given the twin
     assert args[args.index("--reduced") + 1] == str(model.resolve())
     assert plan.node("mocap").parameters["twin_motion"] == f"live:{plan.twin_channel}"
     assert plan.node("planner").parameters["reduced_file"] == str(model.resolve())  # one model for both

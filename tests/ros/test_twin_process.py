@@ -44,7 +44,7 @@ def test_a_servo_step_to_horizontal_swings_the_tip_and_the_bus_reports_the_sag(r
 
     artifact = _artifact(tmp_path)
     link, channel = tmp_path / "ttyDXL", tmp_path / "twin.poses"
-    emulator = start_node("retarget.dynamixel.emulator", None, name="emulator", argv=[
+    emulator = start_node("retarget.twin.emulator", None, name="emulator", argv=[
         "--ids", "1", "--link", str(link), "--return-delay-us", "0", "--json", "--twin", "reduced",
         "--robot", "single_rod", "--reduced", str(artifact), "--twin-channel", str(channel),
         # A loaded test machine may run this model slower than real time: let it run behind, not drop the step.

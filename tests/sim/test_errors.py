@@ -24,6 +24,7 @@ def _fail(_shared):
     raise SimulationDiverged(3, 0.006, NORMS, "non-finite iterate")
 
 
+@pytest.mark.integration
 def test_a_failure_in_a_forked_worker_arrives_as_the_simulation_error():
     with fork_pool((), 2) as pool:
         if pool is None:

@@ -10,8 +10,9 @@ from typing import Any
 
 def _emulate_bus(args: argparse.Namespace) -> int:
     from retarget.dynamixel.emulator import run
+    from retarget.twin.emulator import reduced_twin
 
-    return run(args)
+    return run(args, twin=reduced_twin)
 
 
 def _rates(text: str | None) -> tuple[int, ...]:

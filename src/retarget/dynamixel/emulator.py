@@ -956,42 +956,27 @@ def robot_bus(robot: str | Path, ids: Sequence[int], table: ControlTable) -> Rob
     return RobotBus(servo_joints, offsets, directions, servos)
 
 
-def _twin_dynamics(args: argparse.Namespace, local: ServoDynamics,
-                   robot: RobotBus | None) -> tuple[ServoDynamics, Callable[[], None]]:
-    """The servo dynamics for ``--twin`` and a function that stops what it started.
+#: What starts ``--twin reduced``: ``twin(args, local, robot)`` → the servo dynamics and a function that stops what it
+#: started (:func:`retarget.twin.emulator.reduced_twin`; the twin builds on this package, so it is passed in).
+TwinStart = Callable[[argparse.Namespace, ServoDynamics, RobotBus | None], tuple[ServoDynamics, Callable[[], None]]]
 
-    ``reduced``: :class:`retarget.twin.servo.SimulationDrivenServos` with a twin worker process; without a reduced
-    model (or without ``--robot``) one line on stderr says why and the servos' own loops (``local``) run alone.
-    """
+
+def _twin_dynamics(args: argparse.Namespace, local: ServoDynamics, robot: RobotBus | None,
+                   twin: TwinStart | None) -> tuple[ServoDynamics, Callable[[], None]]:
+    """The servo dynamics for ``--twin`` and a function that stops what it started: the servos' own loops
+    (``local``), or for ``reduced`` what ``twin`` starts (without one, one line on stderr says where it runs)."""
     if args.twin != "reduced":
         return local, lambda: None
-    from retarget.errors import RetargetError
-    from retarget.twin.model import find_reduced_model, robot_name
-    from retarget.twin.servo import ChannelShafts, SimulationDrivenServos, joint_mapping, start_worker, stop_worker
-
-    try:
-        if robot is None:
-            raise InputError("--twin reduced needs --robot")
-        source = find_reduced_model(args.robot, args.reduced)
-    except RetargetError as exc:
-        print(f"twin: the servos' own loops only, no reduced simulation: {exc}", file=sys.stderr, flush=True)
+    if twin is None:
+        print("twin: the servos' own loops only: --twin reduced runs in `python -m retarget.twin.emulator` "
+              "(or `retarget emulate-bus`)", file=sys.stderr, flush=True)
         return local, lambda: None
-    from retarget.model import library
-    from retarget.model.loader import read_robot_yaml
-
-    description = Path(args.robot) if Path(args.robot).is_file() else library.resolve_robot(args.robot)
-    motors = [str(m) for m in read_robot_yaml(description).get("motors") or []]
-    index, offset, direction = joint_mapping(robot.joints, motors, robot.offsets, robot.directions)
-    channel = args.twin_channel or (f"{args.link}.poses" if args.link else f"/tmp/{robot_name(args.robot)}.poses")
-    proc, sink = start_worker(args.robot, channel, source.path, dt=args.twin_dt, max_lag=args.twin_max_lag)
-    print(f"twin: reduced simulation of {robot_name(args.robot)} ({source.describe()}) in worker pid {proc.pid}, "
-          f"poses and servo shafts on {channel}", file=sys.stderr, flush=True)
-    dynamics = SimulationDrivenServos(local, sink, ChannelShafts(channel, motors), index, offset, direction)
-    return dynamics, lambda: stop_worker(proc)
+    return twin(args, local, robot)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Start the emulator from parsed arguments and serve until SIGINT/SIGTERM."""
+def run(args: argparse.Namespace, twin: TwinStart | None = None) -> int:
+    """Start the emulator from parsed arguments and serve until SIGINT/SIGTERM (``twin``: what starts
+    ``--twin reduced``)."""
     from retarget.dynamixel.servo_loop import ServoLoop
 
     ids = parse_ids(args.ids)
@@ -999,7 +984,7 @@ def run(args: argparse.Namespace) -> int:
     table = load_control_table(model=args.model)
     robot = robot_bus(args.robot, ids, table) if args.robot else None
     local = ServoLoop.for_table(len(ids), table, robot.servos if robot else None)
-    dynamics, stop_twin = _twin_dynamics(args, local, robot)
+    dynamics, stop_twin = _twin_dynamics(args, local, robot, twin)
     bus = EmulatedBus(ids, dynamics=dynamics, table=table, period=args.period, return_delay_us=args.return_delay_us,
                       baudrate=args.baud, initial_positions=_positions(args.positions, len(ids)))
     emulator = PtyEmulator(bus, link=args.link, control_path=control)
@@ -1025,17 +1010,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m retarget.dynamixel.emulator``."""
+def main(argv: Sequence[str] | None = None, twin: TwinStart | None = None,
+         prog: str = "python -m retarget.dynamixel.emulator") -> int:
+    """``python -m retarget.dynamixel.emulator`` (``twin``: what starts ``--twin reduced``,
+    :mod:`retarget.twin.emulator`)."""
     parser = argparse.ArgumentParser(
-        prog="python -m retarget.dynamixel.emulator",
+        prog=prog,
         description="Emulated Dynamixel X-series servos (XM430-W210 by default) answering Protocol 2.0 on a "
                     "pseudo-terminal.",
     )
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        return run(args)
+        return run(args, twin)
     except InputError as exc:
         print(f"emulator: error: {exc}", file=sys.stderr)
         return 2

@@ -38,6 +38,7 @@ from retarget.fem.modal import (
     reference_frequencies,
     root_interface,
 )
+from retarget.jsonsafe import finite_or_none
 
 __all__ = [
     "DEFAULT_F1_TOLERANCE",
@@ -225,7 +226,7 @@ class ModelCard:
         if self.servo_modes:
             out["servo_mode_warn"] = SERVO_MODE_WARN
             out["servo_modes"] = [{**asdict(m), "warning": m.warning} for m in self.servo_modes]
-        return _finite(out)
+        return finite_or_none(out)
 
     def to_json(self) -> str:
         """Strict JSON (``allow_nan=False``)."""
@@ -321,13 +322,6 @@ class ModelFidelityError(InputError):
         )
         self.part, self.mode, self.f_model, self.f_reference = part, mode, f_model, f_reference
         self.error, self.tolerance = error, tolerance
-
-
-def _finite(value: Any) -> Any:
-    """``value`` with every non-finite float replaced by None (strict JSON)."""
-    from retarget.jsonsafe import finite_or_none
-
-    return finite_or_none(value)
 
 
 def check_fidelity(card: ModelCard, f1_tol: float = DEFAULT_F1_TOLERANCE, f2_tol: float = DEFAULT_F2_TOLERANCE

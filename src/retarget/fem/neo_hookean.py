@@ -35,6 +35,7 @@ from numpy.typing import NDArray
 __all__ = [
     "NUMBA_AVAILABLE",
     "energy_density",
+    "forces_stiffness_kernel",
     "forces_stiffness_numba",
     "forces_stiffness_product_numba",
     "forces_stiffness_numpy",
@@ -300,7 +301,7 @@ if NUMBA_AVAILABLE:
                 am[ij, kl] = val
 
     @numba.njit(cache=True, fastmath=False, nogil=True)
-    def _forces_stiffness_numba(
+    def forces_stiffness_kernel(
         u: NDArray[np.float64],
         tets: NDArray[np.int64],
         grad: NDArray[np.float64],
@@ -405,7 +406,7 @@ def forces_stiffness_numba(
     """
     if not NUMBA_AVAILABLE:
         raise RuntimeError("numba is not installed; use the numpy backend")
-    return _forces_stiffness_numba(
+    return forces_stiffness_kernel(
         u, tets, grad, weights, float(mu), float(lam), scatter, int(nnz), with_stiffness
     )
 

@@ -464,7 +464,7 @@ ANGLE_MISMATCH = 3.0
 
 def _dumps(summary: dict[str, Any]) -> str:
     """Strict JSON (never NaN or Infinity: such values are null)."""
-    from retarget.fit.fitter import finite_or_none
+    from retarget.jsonsafe import finite_or_none
 
     return json.dumps(finite_or_none(summary), allow_nan=False, default=float)
 

@@ -34,9 +34,10 @@ from retarget.fit.align import Alignment, align, kabsch
 from retarget.fit.errors import FitError
 from retarget.fit.recording import TipRecording
 from retarget.fit.simulators import StepTestSimulator, TipTrajectory, motor_profile
+from retarget.jsonsafe import finite_or_none
 
 __all__ = ["PARAMETERS", "FitCase", "FitOptions", "FitProblem", "FitResult", "build_problem", "check_fixed",
-           "finite_or_none", "fit_materials", "parse_fixed", "parse_params", "solve"]
+           "fit_materials", "parse_fixed", "parse_params", "solve"]
 
 #: Material parameters the fitter can estimate, by their ``config/materials.yaml`` key (α, β abbreviated).
 PARAMETERS: tuple[str, ...] = ("youngs_modulus", "alpha", "beta")
@@ -225,24 +226,6 @@ class FitResult:
             message=self.message,
         )
         return finite_or_none(out)
-
-
-def finite_or_none(value: object) -> object:
-    """``value`` with every float that is not finite (NaN, ±inf) replaced by None, through dicts, lists and
-    tuples (tuples become lists): what ``json.dumps(..., allow_nan=False)`` accepts."""
-    if isinstance(value, dict):
-        return {k: finite_or_none(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite_or_none(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return finite_or_none(value.tolist())
-    if isinstance(value, (float, np.floating)):
-        return float(value) if np.isfinite(value) else None
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.bool_):
-        return bool(value)
-    return value
 
 
 class _Evaluator:

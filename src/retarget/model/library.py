@@ -233,19 +233,13 @@ def resolve_urdf(robot: str | Path) -> Path:
         UnknownNameError: Unknown robot.
         InputError: The YAML has no ``retarget.urdf`` or the file does not exist.
     """
+    from retarget.model.loader import resolve_urdf as resolve_entry
+
     path = resolve_robot(robot)
     entry = robot_config(path)["retarget"].get("urdf")
     if not entry:
         raise InputError(f"{path}: retarget.urdf is missing")
-    urdf = Path(entry)
-    if urdf.is_absolute():
-        candidates = [urdf]
-    else:
-        candidates = [path.resolve().parent.parent / "urdf" / urdf, share_dir() / "urdf" / urdf]
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
-    raise InputError(f"{path}: retarget.urdf {entry!r} not found (looked in {[str(c) for c in candidates]})")
+    return resolve_entry(str(entry), path.resolve())
 
 
 def urdf_xml(robot: str | Path) -> str:
@@ -255,17 +249,9 @@ def urdf_xml(robot: str | Path) -> str:
         UnknownNameError: Unknown robot.
         InputError: Missing file, or xacro failed (the message carries xacro's).
     """
-    path = resolve_urdf(robot)
-    if not path.name.endswith(".xacro"):
-        return path.read_text()
-    import xacro
+    from retarget.model.loader import urdf_text
 
-    args = robot_config(robot)["retarget"].get("xacro_args") or {}
-    try:
-        doc = xacro.process_file(str(path), mappings={str(k): str(v) for k, v in args.items()})
-    except xacro.XacroException as exc:
-        raise InputError(f"{path}: xacro failed: {exc}") from exc
-    return doc.toprettyxml(indent="  ")
+    return urdf_text(resolve_urdf(robot), robot_config(robot)["retarget"].get("xacro_args") or {})
 
 
 def _motion_files() -> dict[str, Path]:

@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 from retarget.model.robot import MeshGenerator, ModelError, RobotBuilder, RobotModel
 from retarget.model.servo import ServoError, servos_from_config
 
-__all__ = ["load_robot", "parse_origin", "read_robot_yaml", "resolve_urdf"]
+__all__ = ["load_robot", "parse_origin", "read_robot_yaml", "resolve_urdf", "urdf_text"]
 
 _LOOP_JOINT_KEYS = {"name", "type", "parent", "child", "origin", "parent_origin", "child_origin", "axis", "axis2"}
 
@@ -30,8 +30,10 @@ _URDF_KINDS = {"revolute": "hinge", "continuous": "hinge", "prismatic": "prismat
 
 
 def _repo_share() -> Path:
-    """The package share root in a source checkout (the repo root holding urdf/, config/)."""
-    return Path(__file__).resolve().parents[3]
+    """The folder holding ``urdf/`` and ``config/`` (:func:`retarget.model.library.share_dir`)."""
+    from retarget.model.library import share_dir
+
+    return share_dir()
 
 
 def parse_origin(origin: Mapping[str, Any] | None) -> NDArray[np.float64]:
@@ -79,7 +81,12 @@ def resolve_urdf(name: str, yaml_path: Path) -> Path:
     raise ModelError(f"URDF {name!r} not found (tried {', '.join(str(c) for c in candidates)})")
 
 
-def _urdf_xml(path: Path, args: Mapping[str, Any]) -> str:
+def urdf_text(path: Path, args: Mapping[str, Any]) -> str:
+    """The URDF at ``path`` as XML text, expanded by xacro (with ``args``) when it is a ``.xacro`` file.
+
+    Raises:
+        ModelError: xacro failed (its message included).
+    """
     if path.suffix != ".xacro":
         return path.read_text()
     import xacro
@@ -265,7 +272,7 @@ def load_robot(
     except ServoError as exc:
         raise ModelError(f"{yaml_path}: {exc}") from exc
     urdf_path = resolve_urdf(str(cfg["urdf"]), yaml_path)
-    robot = _parse_urdf(_urdf_xml(urdf_path, cfg.get("xacro_args") or {}), urdf_path.parent).robot
+    robot = _parse_urdf(urdf_text(urdf_path, cfg.get("xacro_args") or {}), urdf_path.parent).robot
     link_names = {link.name for link in robot.links}
     root = str(cfg.get("root_link", "world"))
     if root not in link_names:

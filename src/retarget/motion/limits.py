@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from retarget.motion.motion import Motion
 
 __all__ = ["JointLimit", "LimitViolation", "RowLabel", "as_joint_limits", "check_plan_input", "find_limit_violations",
-           "robot_position_limits"]
+           "robot_position_limits", "true_runs"]
 
 #: Maps a sample index to how the user sees that row (``"row 12"``, ``"line 14"``).
 RowLabel = Callable[[int], str]
@@ -109,7 +109,7 @@ class LimitViolation:
         return f"joint '{self.joint}' at {label} (t = {self.time:.4g} s): {what}{span}"
 
 
-def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+def true_runs(mask: np.ndarray) -> list[tuple[int, int]]:
     """Inclusive ``(first, last)`` index pairs of the True runs of a boolean vector."""
     padded = np.concatenate(([False], mask, [False]))
     edges = np.flatnonzero(np.diff(padded.astype(np.int8)))
@@ -145,14 +145,14 @@ def find_limit_violations(time: np.ndarray, joint_names: tuple[str, ...], positi
         q = positions[:, j]
         for kind, bound, mask in (("lower", lim.lower, q < lim.lower - position_tolerance),
                                   ("upper", lim.upper, q > lim.upper + position_tolerance)):
-            for a, b in _runs(mask):
+            for a, b in true_runs(mask):
                 seg = q[a:b + 1]
                 worst = a + int(np.argmin(seg) if kind == "lower" else np.argmax(seg))
                 out.append(LimitViolation(name, kind, worst, float(time[worst]), float(q[worst]), float(bound),
                                           float(time[a]), float(time[b])))
         if math.isfinite(lim.velocity) and len(slopes):
             speed = np.abs(slopes[:, j])
-            for a, b in _runs(speed > lim.velocity * (1.0 + velocity_tolerance)):
+            for a, b in true_runs(speed > lim.velocity * (1.0 + velocity_tolerance)):
                 worst = a + int(np.argmax(speed[a:b + 1]))
                 out.append(LimitViolation(name, "velocity", worst + 1, float(time[worst + 1]), float(speed[worst]),
                                           float(lim.velocity), float(time[a]), float(time[b + 1])))
@@ -163,12 +163,12 @@ def _robot_description(robot: str | Path) -> tuple[dict[str, Any], str]:
     """The robot YAML's ``retarget:`` section and its URDF as XML, found as the model loader finds them (a URDF
     beside the YAML, in ``../urdf`` or in the package's ``urdf/``; xacro run with the YAML's ``xacro_args``)."""
     from retarget.model import library
-    from retarget.model.loader import _urdf_xml, read_robot_yaml, resolve_urdf
+    from retarget.model.loader import read_robot_yaml, resolve_urdf, urdf_text
 
     path = Path(robot) if Path(robot).is_file() else library.resolve_robot(str(robot))
     cfg = read_robot_yaml(path)
     urdf = resolve_urdf(str(cfg.get("urdf", "")), path)
-    return cfg, _urdf_xml(urdf, cfg.get("xacro_args") or {})
+    return cfg, urdf_text(urdf, cfg.get("xacro_args") or {})
 
 
 def robot_position_limits(robot: str | Path) -> dict[str, JointLimit]:

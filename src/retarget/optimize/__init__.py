@@ -15,7 +15,8 @@ gradient), :mod:`~retarget.optimize.targets` (quasi-static targets), :mod:`~reta
 :mod:`~retarget.optimize.windows` (receding-horizon windows), :mod:`~retarget.optimize.robust` (the objective
 over stiffness-scaled models),
 :mod:`~retarget.optimize.variants` (naive, ZV/ZVD and optimized runs; ``PlanResult``),
-:mod:`~retarget.optimize.verification` (the plan in models it was not optimized on),
+:mod:`~retarget.optimize.verification` (the plan in models it was not optimized on; what it finds and the plan's
+verdict: :mod:`~retarget.optimize.checks`),
 :mod:`~retarget.optimize.planning` (:func:`plan`, the one orchestration the CLI, the ROS node and the benchmarks
 call) and :mod:`~retarget.optimize.planning_model` (the reduced model it runs on: loaded, cached or trained).
 """
@@ -66,6 +67,16 @@ _EXPORTS: dict[str, str] = {
     "StepSensitivity": "engines",
     "OptimizationResult": "result",
     "PlanOptions": "options",
+    "Method": "options",
+    "Start": "options",
+    "VerifyModel": "options",
+    "PlanChecks": "checks",
+    "Verdict": "checks",
+    "Verification": "checks",
+    "StiffnessBand": "checks",
+    "BandResult": "checks",
+    "FinerStepCheck": "checks",
+    "RunFigures": "checks",
     "PlanProblem": "problem",
     "PlanProgress": "planning",
     "PlanResult": "variants",
@@ -133,7 +144,16 @@ if TYPE_CHECKING:
         StepSensitivity,
     )
     from retarget.optimize.lbfgs import optimize
-    from retarget.optimize.options import PlanOptions
+    from retarget.optimize.checks import (
+        BandResult,
+        FinerStepCheck,
+        PlanChecks,
+        RunFigures,
+        StiffnessBand,
+        Verdict,
+        Verification,
+    )
+    from retarget.optimize.options import Method, PlanOptions, Start, VerifyModel
     from retarget.optimize.planning import PlanProgress, plan, run_plan
     from retarget.optimize.problem import PlanProblem, build_plan_problem, limits_for
     from retarget.optimize.result import OptimizationResult
@@ -165,15 +185,19 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 __all__ = [
     "AbsoluteEngine",
     "AdjointProblem",
+    "BandResult",
     "Engine",
     "EngineState",
     "Evaluation",
+    "FinerStepCheck",
+    "Method",
     "MotorLimits",
     "MotorProfiles",
     "MotorRegularizer",
     "OptimizationResult",
     "OptimizeError",
     "PlanCancelled",
+    "PlanChecks",
     "PlanOptions",
     "PlanProblem",
     "PlanProgress",
@@ -184,10 +208,13 @@ __all__ = [
     "ReferenceReducedEngine",
     "RegularizerValue",
     "Rollout",
+    "RunFigures",
     "ServoSpec",
     "Shaper",
     "ShapingError",
+    "Start",
     "StepSensitivity",
+    "StiffnessBand",
     "Targets",
     "TimeBudgetError",
     "TorqueReport",
@@ -197,6 +224,9 @@ __all__ = [
     "TrackingValue",
     "Variant",
     "VelocityPenalty",
+    "Verdict",
+    "Verification",
+    "VerifyModel",
     "VibrationEstimate",
     "WeightSchedule",
     "WeightSyntaxError",

@@ -326,7 +326,7 @@ def _plan_command(args: argparse.Namespace) -> int:
     result = plan(args.robot, motion, options, PlanProgress(steps=steps, iteration=iteration, message=message,
                                                             estimate=estimate))
     bar.close()
-    metrics = result.metrics()
+    metrics = result.to_json()
     rate = 1.0 / float(np.median(np.diff(motion.time))) if motion.num_samples > 1 else 100.0
     t_stop = float(result.pp.targets.times[-1])
     out_motion = result.profiles.to_motion(result.pp.motion.joint_names, rate, t_stop=t_stop).shifted(
@@ -360,28 +360,20 @@ def _plan_command(args: argparse.Namespace) -> int:
             lag = f", lag {m['lag_s']:.3f} s" if "lag_s" in m else ""
             print(f"  {name:13s} peak {1e3 * m['peak_deviation_m']:7.2f} mm  RMS {1e3 * m['rms_deviation_m']:7.2f} mm"
                   f"  torque {m['peak_torque_ratio']:.2f} x stall{lag}", file=out)
-    _print_checks(metrics, out)
+    _print_checks(result, out)
     for w in result.warnings:
         print(f"warning: {w}", file=sys.stderr)
     if args.json:
         from retarget.jsonsafe import dumps
 
         print(dumps(metrics, default=float))
-    code, error = plan_exit_status(metrics)
-    if error:
-        print(f"error: {error}", file=sys.stderr)
-    return code
-
-
-def plan_exit_status(metrics: dict[str, Any]) -> tuple[int, str]:
-    """``retarget plan``'s exit status for a plan's metrics, and its error line ("" with 0): 3 when the plan reached
-    no meaningful cut, or when its optimized motion needs more than the servos' stall torque (the planner node does
-    not play such a plan either, :func:`~retarget.optimize.verification.execution_refusal`)."""
-    if not metrics.get("cut_reached", True):
-        return 3, f"no meaningful cut: {metrics['cut_verdict']}"
-    if metrics.get("within_stall") is False:
-        return 3, f"beyond the servos' torque: {metrics['cut_verdict']}"
-    return 0, ""
+    # The verdict's exit status: 3 without a meaningful cut or beyond the servos' stall torque (a cancelled plan,
+    # not checked, exits 0 with its best iterate).
+    if result.verdict is None:
+        return 0
+    if result.verdict.exit_message:
+        print(f"error: {result.verdict.exit_message}", file=sys.stderr)
+    return int(result.verdict.exit_status)
 
 
 def _factors(text: str | None, option: str) -> tuple[float, ...]:
@@ -399,40 +391,39 @@ def _factors(text: str | None, option: str) -> tuple[float, ...]:
     return values
 
 
-def _print_checks(metrics: dict[str, Any], out: Any = None) -> None:
-    """The verification and robustness figures, after the planning model's, on ``out`` (default stdout)."""
+def _print_checks(result: Any, out: Any = None) -> None:
+    """The verification and robustness figures of a :class:`~retarget.optimize.variants.PlanResult`, after the
+    planning model's, on ``out`` (default stdout)."""
     import builtins
     import functools
 
     print = functools.partial(builtins.print, file=sys.stdout if out is None else out)
-    settle = metrics.get("settle")
-    if settle:
-        print(f"  settle refinement (stiffness x {', '.join(f'{f:g}' for f in settle['factors'])}): largest ring-out "
-              f"{1e3 * settle['ring_before_m']:.2f} -> {1e3 * settle['ring_after_m']:.2f} mm, peak "
-              f"{1e3 * settle['peak_before_m']:.2f} -> {1e3 * settle['peak_after_m']:.2f} mm, "
-              f"{settle['iterations']} steps, {settle['wall_s']:.0f} s ({settle['message']})")
-    ver = metrics.get("verified")
-    if ver:
-        print(f"  verified in the full FEM ({ver['deformable_dofs']} DOFs, dt {ver['dt_s']:g} s):")
-        for name in ("naive", "zvd", "optimized"):
-            if name in ver:
-                m = ver[name]
-                print(f"    {name:11s} peak {1e3 * m['peak_deviation_m']:7.2f} mm  RMS "
-                      f"{1e3 * m['rms_deviation_m']:7.2f} mm  ring-out {1e3 * m['ring_out_peak_m']:7.2f} mm  "
-                      f"torque {m['peak_torque_ratio']:.2f} x stall")
-    for key, entry in (metrics.get("verified_band") or {}).items():
-        if "peak_ratio" in entry:
-            ring = {n: 1e3 * entry[n]["ring_out_peak_m"] for n in ("naive", "zvd", "optimized") if n in entry}
-            print(f"  full FEM, Young's modulus {key}: optimized peak {entry['peak_ratio']:.3f} x naive; ring-out "
-                  + ", ".join(f"{n} {v:.1f} mm" for n, v in ring.items()))
-    band = metrics.get("band") or {}
-    for key, entry in band.items():
-        if isinstance(entry, dict) and "peak_ratio" in entry:
-            zvd = f", ZVD {entry['zvd']['peak_deviation_m'] / entry['naive']['peak_deviation_m']:.3f} x" \
-                if "zvd" in entry else ""
-            print(f"  stiffness {key}: optimized peak {entry['peak_ratio']:.3f} x naive{zvd}")
-    if "cut_verdict" in metrics:
-        print(f"  headline: {metrics['cut_verdict']}")
+    settle = result.settle
+    if settle is not None:
+        print(f"  settle refinement (stiffness x {', '.join(f'{f:g}' for f in settle.factors)}): largest ring-out "
+              f"{1e3 * settle.ring_before_m:.2f} -> {1e3 * settle.ring_after_m:.2f} mm, peak "
+              f"{1e3 * settle.peak_before_m:.2f} -> {1e3 * settle.peak_after_m:.2f} mm, "
+              f"{settle.iterations} steps, {settle.wall_s:.0f} s ({settle.message})")
+    checks = result.checks
+    if checks is None:
+        return
+    ver = checks.verified
+    if ver is not None:
+        print(f"  verified in the {ver.model} ({ver.deformable_dofs} DOFs, dt {ver.dt_s:g} s):")
+        for name, m in ver.runs.items():
+            print(f"    {name:11s} peak {1e3 * m.peak_deviation_m:7.2f} mm  RMS "
+                  f"{1e3 * m.rms_deviation_m:7.2f} mm  ring-out {1e3 * (m.ring_out_peak_m or 0.0):7.2f} mm  "
+                  f"torque {m.peak_torque_ratio:.2f} x stall")
+    for entry in checks.verified_band:
+        if entry.peak_ratio is not None:
+            ring = {n: 1e3 * (m.ring_out_peak_m or 0.0) for n, m in entry.runs.items()}
+            print(f"  {entry.model}, stiffness x {entry.stiffness_factor:g}: optimized peak {entry.peak_ratio:.3f} x "
+                  "naive; ring-out " + ", ".join(f"{n} {v:.1f} mm" for n, v in ring.items()))
+    for band in checks.band.results if checks.band is not None else ():
+        if band.peak_ratio is not None and band.naive is not None:
+            zvd = f", ZVD {band.zvd.peak_deviation_m / band.naive.peak_deviation_m:.3f} x" if band.zvd else ""
+            print(f"  stiffness x {band.stiffness_factor:g}: optimized peak {band.peak_ratio:.3f} x naive{zvd}")
+    print(f"  headline: {checks.verdict.text}")
 
 
 def _check_gradient(args: argparse.Namespace) -> int:

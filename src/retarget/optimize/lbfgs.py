@@ -21,7 +21,7 @@ from retarget.optimize.control import (
 )
 from retarget.optimize.errors import OptimizeError
 from retarget.optimize.gauss_newton import levenberg_marquardt
-from retarget.optimize.options import EVALUATION_FORWARD_RUNS, METHODS, PlanOptions
+from retarget.optimize.options import EVALUATION_FORWARD_RUNS, Method, PlanOptions
 from retarget.optimize.problem import PlanProblem
 from retarget.optimize.result import OptimizationResult, SearchState
 
@@ -262,22 +262,21 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
                               curvature=state.secant, value_evaluations=state.values, tangent_s=state.tangent_s)
 
 
-def choose_method(pp: PlanProblem, options: PlanOptions) -> str:
-    """``"gauss-newton"``, ``"descent"`` or ``"lbfgs"`` from ``options.method`` (see :class:`PlanOptions`)."""
+def choose_method(pp: PlanProblem, options: PlanOptions) -> Method:
+    """:attr:`Method.GAUSS_NEWTON`, ``DESCENT`` or ``LBFGS`` from ``options.method`` (see :class:`PlanOptions`)."""
     from retarget.optimize.gauss_newton import MAX_PARAMETERS, supports_tangent
 
-    if options.method not in METHODS:
-        raise OptimizeError(f"unknown method {options.method!r}: choose {', '.join(METHODS)}")
-    if options.method in ("lbfgs", "descent"):
+    if options.method in (Method.LBFGS, Method.DESCENT):
         return options.method
-    if options.method == "auto" and pp.ensemble is not None:
-        return "lbfgs"
+    if options.method is Method.AUTO and pp.ensemble is not None:
+        return Method.LBFGS
     tangent = supports_tangent(pp.problem)
-    if options.method == "gauss-newton":
+    if options.method is Method.GAUSS_NEWTON:
         if not tangent:
             raise OptimizeError("the engine has no forward sensitivities: use --method lbfgs")
-        return "gauss-newton"
-    return "gauss-newton" if tangent and pp.problem.parametrization.n_parameters <= MAX_PARAMETERS else "lbfgs"
+        return Method.GAUSS_NEWTON
+    return (Method.GAUSS_NEWTON if tangent and pp.problem.parametrization.n_parameters <= MAX_PARAMETERS
+            else Method.LBFGS)
 
 
 def _descent(options: PlanOptions, state: SearchState, first: Evaluation, lower: NDArray[np.float64],

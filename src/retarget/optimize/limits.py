@@ -34,7 +34,7 @@ import scipy.sparse as sp
 from numpy.typing import ArrayLike, NDArray
 
 from retarget.errors import InputError
-from retarget.motion.limits import LimitViolation, as_joint_limits
+from retarget.motion.limits import LimitViolation, as_joint_limits, true_runs
 from retarget.optimize.bspline import MotorProfiles, ProfileParametrization
 from retarget.optimize.errors import ProfileError
 
@@ -464,12 +464,6 @@ class TorquePenalty:
         return np.where(idx >= 0, np.asarray(states)[:, np.maximum(idx, 0)], 0.0)
 
 
-def _runs(mask: NDArray[np.bool_]) -> list[tuple[int, int]]:
-    """Inclusive ``(first, last)`` indices of the True runs of a boolean vector."""
-    edges = np.flatnonzero(np.diff(np.concatenate(([0], mask.astype(np.int8), [0]))))
-    return [(int(a), int(b) - 1) for a, b in zip(edges[::2], edges[1::2])]
-
-
 def check_profile_limits(profiles: MotorProfiles, limits: MotorLimits, *, rate: float = 1000.0,
                          position_tolerance: float = 1e-9, velocity_tolerance: float = 1e-9
                          ) -> list[LimitViolation]:
@@ -497,7 +491,7 @@ def check_profile_limits(profiles: MotorProfiles, limits: MotorLimits, *, rate: 
                   ("velocity", speed[:, m] > limits.max_velocity[m] * (1 + velocity_tolerance), speed[:, m],
                    limits.max_velocity[m], 1))
         for kind, mask, values, limit, sign in checks:
-            for a, b in _runs(mask):
+            for a, b in true_runs(mask):
                 worst = a + int(np.argmax(sign * values[a:b + 1]))
                 out.append(LimitViolation(name, kind, worst, float(t[worst]), float(values[worst]), float(limit),
                                           float(t[a]), float(t[b])))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -9,9 +10,9 @@ from typing import Any
 
 from retarget.errors import InputError
 
-__all__ = ["EVALUATION_FORWARD_RUNS", "METHODS", "NODE_PARAMETERS", "REST_AFTER_S", "VERIFY_COST_FACTOR",
-           "PlanOptions", "RefineOptions", "band_offloaded", "checks_reserve", "options_from_parameters",
-           "verification_reserve"]
+__all__ = ["EVALUATION_FORWARD_RUNS", "METHODS", "NODE_PARAMETERS", "REST_AFTER_S", "VERIFY_COST_FACTOR", "Method",
+           "PlanOptions", "RefineOptions", "Start", "VerifyModel", "band_offloaded", "checks_reserve",
+           "options_from_parameters", "verification_reserve"]
 
 
 #: Default :attr:`PlanOptions.rest_after` [s]: about one period of the single rod's first mode with its tip mass
@@ -19,8 +20,40 @@ __all__ = ["EVALUATION_FORWARD_RUNS", "METHODS", "NODE_PARAMETERS", "REST_AFTER_
 REST_AFTER_S = 0.3
 
 
-#: The optimizers :attr:`PlanOptions.method` names (:func:`retarget.optimize.lbfgs.choose_method`).
-METHODS: tuple[str, ...] = ("lbfgs", "descent", "gauss-newton", "auto")
+class Method(enum.StrEnum):
+    """The optimizer :attr:`PlanOptions.method` names (:func:`retarget.optimize.lbfgs.choose_method`)."""
+
+    LBFGS = "lbfgs"
+    DESCENT = "descent"
+    GAUSS_NEWTON = "gauss-newton"
+    AUTO = "auto"
+
+
+class Start(enum.StrEnum):
+    """Where the optimizer starts (:attr:`PlanOptions.start`)."""
+
+    FEASIBLE = "feasible"
+    INPUT = "input"
+
+
+class VerifyModel(enum.StrEnum):
+    """The model a plan is verified in (:attr:`PlanOptions.verify_model`), besides a verification model's file."""
+
+    AUTO = "auto"
+    FULL = "full"
+    NONE = "none"
+
+
+#: The optimizers' names, for the command line's choices.
+METHODS: tuple[str, ...] = tuple(m.value for m in Method)
+
+
+def _choice(kind: type[enum.StrEnum], name: str, value: Any) -> Any:
+    """``value`` as a member of ``kind``; an unknown one raises :class:`InputError` naming ``name`` and the choices."""
+    try:
+        return kind(value)
+    except ValueError:
+        raise InputError(f"unknown {name} {value!r}: choose {', '.join(m.value for m in kind)}") from None
 
 
 @dataclass(frozen=True)
@@ -177,16 +210,16 @@ class PlanOptions:
     target_stride: int = 1
     lbfgs_memory: int = 50
     time_budget: float | None = None
-    method: str = "lbfgs"
+    method: Method = Method.LBFGS
     first_step: float | None = None
     window: float | None = None
     window_tail: float = 0.5
     window_overlap: float = 0.0
-    start: str = "feasible"
+    start: Start = Start.FEASIBLE
     verify_dt: float | None = None
     stiffness_band: tuple[float, ...] = (0.9, 1.1)
     band: tuple[float, ...] = (0.9, 1.1)
-    verify_model: str = "auto"
+    verify_model: VerifyModel | str = VerifyModel.AUTO
     verify_full_dt: float = 0.002
     verify_full_max_s: float = 600.0
     verify_full_band: tuple[float, ...] = ()
@@ -203,6 +236,22 @@ class PlanOptions:
     weights: tuple[str, ...] = ()
     bodies: tuple[Any, ...] | None = None
     workers: int | None = None
+
+    def __post_init__(self) -> None:
+        """The choices as their enums (a string names one: the command line's, the node parameters', JSON's).
+
+        Raises:
+            InputError: an unknown method or start.
+        """
+        object.__setattr__(self, "method", _choice(Method, "method", self.method))
+        object.__setattr__(self, "start", _choice(Start, "start", self.start))
+        if self.verify_model in {m.value for m in VerifyModel}:
+            object.__setattr__(self, "verify_model", VerifyModel(self.verify_model))
+
+    @property
+    def verify_file(self) -> str | None:
+        """The verification model's file :attr:`verify_model` names (None: it names a :class:`VerifyModel`)."""
+        return None if isinstance(self.verify_model, VerifyModel) else str(self.verify_model)
 
     def out_of_range(self) -> list[tuple[str, str]]:
         """Each setting outside its range as (field, what it must be and what it is), for the shells to raise in

@@ -24,6 +24,7 @@ from numpy.typing import NDArray
 
 from retarget.errors import InputError
 from retarget.motion.motion import Motion
+from retarget.optimize.checks import NaiveAtFinerStep, Verification
 from retarget.optimize.control import (
     CANCEL_POLL_S,
     TRAINING_STAGE,
@@ -42,7 +43,7 @@ from retarget.optimize.limits import (
     speed_feasible_parameters,
     torque_report,
 )
-from retarget.optimize.options import PlanOptions, checks_reserve
+from retarget.optimize.options import PlanOptions, Start, VerifyModel, checks_reserve
 from retarget.optimize.parallel import default_workers, fork_pool
 from retarget.optimize.problem import PlanProblem, build_plan_problem, limits_for
 from retarget.optimize.result import OptimizationResult
@@ -133,9 +134,9 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
     progress = PlanProgress() if progress is None else progress
     started = time.perf_counter()
     check_plan_input(robot, motion)
-    if options.verify_model not in ("auto", "full", "none") and not (
-            Path(options.verify_model).suffix.lower() == ".npz" and Path(options.verify_model).is_file()):
-        raise InputError(f"verify_model {options.verify_model!r}: expected auto, full, none or an existing reduced-"
+    if options.verify_file is not None and not (Path(options.verify_file).suffix.lower() == ".npz"
+                                                and Path(options.verify_file).is_file()):
+        raise InputError(f"verify_model {options.verify_file!r}: expected auto, full, none or an existing reduced-"
                          "model artifact (.npz)")
     cancel = None if progress.cancelled is None else CancelCheck(progress.cancelled, progress.cancel_poll_s)
 
@@ -207,14 +208,16 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
                       follow_playback=loops)
     result.warnings.extend(w for w in (gate_warning, replay_warning) if w)
     fired = cancel is not None and cancel.fired
-    checks = {} if fired else check_plan(result, pm.model, run_options, engine_factory, steps, say, deadline,
-                                         robot=robot, planning_info=pm.info)
+    checks = None if fired else check_plan(result, pm.model, run_options, engine_factory, steps, say, deadline,
+                                           robot=robot, planning_info=pm.info)
     for _ in range(int(options.verified_torque_rounds) if run_options.torque_weight > 0
                    and run_options.window is None else 0):
-        margin = verified_torque_margin(result, checks, run_options.torque_margin)
-        if margin is None or fired or (deadline is not None and time.perf_counter() > deadline):
+        verified = None if checks is None else checks.verified
+        margin = verified_torque_margin(result, verified, run_options.torque_margin)
+        if margin is None or verified is None or verified.optimized is None or fired or (
+                deadline is not None and time.perf_counter() > deadline):
             break
-        message = (f"the verification model needs {checks['verified']['optimized']['peak_torque_ratio']:.2f} x the "
+        message = (f"the verification model needs {verified.optimized.peak_torque_ratio:.2f} x the "
                    f"stall torque where the planning model needed "
                    f"{result.variants['optimized'].metrics['peak_torque_ratio']:.2f} x: optimizing again from the "
                    f"optimum with the torque penalty from {1.0 - margin:.2f} x stall on, then verifying again")
@@ -226,8 +229,8 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
         # One plan: the iterations and evaluations of both rounds.
         again = replace(again, optimization=continued(result.optimization, again.optimization))
         fired = cancel is not None and cancel.fired
-        result, checks = again, ({} if fired else check_plan(again, pm.model, run_options, engine_factory, steps, say,
-                                                              deadline, robot=robot, planning_info=pm.info))
+        result, checks = again, (None if fired else check_plan(again, pm.model, run_options, engine_factory, steps,
+                                                                say, deadline, robot=robot, planning_info=pm.info))
     info = dict(pm.info)
     return replace(result, checks=checks, model_info=info, cancelled=fired, wall_s=time.perf_counter() - started,
                    timings={**prepared, **result.timings})
@@ -243,19 +246,21 @@ def estimate_for(pm: Any, engine: Engine, motion: Motion, options: PlanOptions) 
 
     duration = float(motion.duration if options.duration is None else min(options.duration, motion.duration))
     n_parameters = (int(duration / options.knot_spacing) + 3) * len(pm.model.motors)
-    full = options.verify_model == "full" or (
-        options.verify_model == "auto"
+    full = options.verify_model is VerifyModel.FULL or (
+        options.verify_model is VerifyModel.AUTO
         and full_verification_cost(pm.model, duration, options.verify_full_dt) <= options.verify_full_max_s)
     settles = options.settle_iterations > 0 and options.window is None and n_parameters <= MAX_PARAMETERS
     return plan_estimate(options, duration, int(engine.n_state), n_parameters, deformable_dofs(pm.model), full,
                          settles)
 
 
-def verified_torque_margin(result: PlanResult, checks: dict[str, Any], margin: float) -> float | None:
+def verified_torque_margin(result: PlanResult, verification: Verification | None, margin: float) -> float | None:
     """The torque penalty's margin for another round when the verification model measured the optimum above the
     stall torque and the planning model below it: the threshold ``(1 − margin)`` × stall scaled by the ratio of the
-    two models' peak torques; None when no round is needed (or the models do not disagree that way)."""
-    verified = ((checks.get("verified") or {}).get("optimized") or {}).get("peak_torque_ratio")
+    two models' peak torques; None when no round is needed (or the models do not disagree that way, or the plan
+    was not verified in another model)."""
+    run = None if verification is None else verification.optimized
+    verified = None if run is None else run.peak_torque_ratio
     planned = result.variants["optimized"].metrics.get("peak_torque_ratio") if "optimized" in result.variants \
         else None
     if verified is None or planned is None or not verified > 1.0 or not 0.0 < planned < verified:
@@ -282,7 +287,7 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
              callback: Callable[[dict[str, float]], None] | None = None,
              engine_factory: Callable[[float], Engine] | None = None,
              x0: NDArray[np.float64] | None = None, follow_playback: bool = False,
-             verify_naive: dict[str, Any] | None = None) -> PlanResult:
+             verify_naive: NaiveAtFinerStep | None = None) -> PlanResult:
     """Build, optimize, and simulate the baselines and the result.
 
     Args:
@@ -322,8 +327,6 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     deadline = None if options.time_budget is None else t0 + float(options.time_budget)
-    if options.start not in ("feasible", "input"):
-        raise OptimizeError(f"unknown start {options.start!r}: choose feasible or input")
     members: list[tuple[float, Engine]] = []
     if options.stiffness_band and options.window is None:
         if engine_factory is None:
@@ -336,7 +339,7 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
         try:
             verify_naive = naive_at_finer_step(pp, float(options.verify_dt), deadline_progress(
                 deadline, None if progress is None else (lambda k, n: progress("naive playback at verify_dt", k, n))))
-            timings["naive_at_verify_dt"] = verify_naive["wall_s"]
+            timings["naive_at_verify_dt"] = verify_naive.wall_s
         except BudgetExhausted:
             warnings.append(f"the time budget ran out timing the naive playback at dt {options.verify_dt:g} s: "
                             "the verification's time is not kept")
@@ -354,7 +357,7 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
     if x0 is not None:
         x_start = np.asarray(x0, dtype=float)
         naive = naive_playback()
-    elif options.start == "feasible":
+    elif options.start is Start.FEASIBLE:
         projection = speed_feasible_parameters(pp.fit.profiles, pp.fit.parametrization, pp.fit.parameters, limits,
                                                pp.bounds)
         if projection.changed:
@@ -379,7 +382,7 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
     baselines = options.baselines and ring_out_s(pp) >= MIN_RING_OUT
     timed = verify_naive is not None
     reserve = (1.6 if baselines else 0.0) + checks_reserve(options, baselines, verification_timed=timed)
-    reserve_s = float(verify_naive["wall_s"]) if timed else 0.0
+    reserve_s = float(verify_naive.wall_s) if verify_naive is not None else 0.0
     ensemble = pp.ensemble
     with fork_pool(None if ensemble is None else ensemble.members, workers if ensemble is not None else 0) as pool:
         if pool is not None and ensemble is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -25,6 +25,10 @@ from retarget.optimize.objective import deviation_metrics
 from retarget.optimize.problem import PlanProblem, motion_stop_time
 from retarget.optimize.result import OptimizationResult
 
+if TYPE_CHECKING:  # pragma: no cover
+    from retarget.optimize.bspline import MotorProfiles
+    from retarget.optimize.checks import NaiveAtFinerStep, PlanChecks, Verdict
+    from retarget.optimize.settle import SettleReport
 
 __all__ = ["MIN_RING_OUT", "PlanResult", "Variant", "evaluation_variant", "measured_variant", "motion_stop_time",
            "PLANNED_SERVOS_PREFIX", "PLAN_SETTINGS_PREFIX", "declared_servos", "motion_digest", "plan_comments",
@@ -147,8 +151,8 @@ class PlanResult:
         warnings: human-readable warnings (torque, limits, identification).
         timings: wall time per stage [s].
         objective_naive: ``J`` of the naive playback (the input's fit); None: the optimizer's start.
-        checks: the plan measured in other models (:func:`retarget.optimize.verification.check_plan`): ``verify``,
-            ``verified``, ``band``, ``verified_peak_ratio``, ``planning_peak_ratio``, ``cut_reached``, ``cut_verdict``…
+        checks: the plan measured in other models and its verdict
+            (:func:`retarget.optimize.verification.check_plan`); None: not checked (cancelled, or not yet).
         model_info: how the planning model was obtained, with its ``model_card``.
         cancelled: a cancel request stopped the optimizer.
         wall_s: the whole plan's wall time [s], model included (None: the sum of ``timings``).
@@ -161,18 +165,18 @@ class PlanResult:
 
     pp: PlanProblem
     optimization: OptimizationResult
-    profiles: Any
+    profiles: MotorProfiles
     variants: dict[str, Variant]
     torque: TorqueReport
     warnings: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     objective_naive: float | None = None
-    checks: dict[str, Any] = field(default_factory=dict)
+    checks: PlanChecks | None = None
     model_info: dict[str, Any] = field(default_factory=dict)
     cancelled: bool = False
     wall_s: float | None = None
-    settle: Any = None
-    verify_naive: dict[str, Any] | None = None
+    settle: SettleReport | None = None
+    verify_naive: NaiveAtFinerStep | None = None
     naive_evaluation: Evaluation | None = None
 
     def trajectory(self, start_time: float = 0.0) -> tuple[tuple[str, ...], NDArray[np.float64], NDArray[np.float64]]:
@@ -181,9 +185,15 @@ class PlanResult:
         t = self.pp.targets.times
         return tuple(self.pp.motion.joint_names), t + float(start_time), np.asarray(self.profiles.evaluate(t))
 
-    def metrics(self) -> dict[str, Any]:
-        """The JSON report (``retarget plan --json``): ``objective_initial`` is ``J`` of the naive playback,
-        ``objective_start`` that of the optimizer's start (they differ with a speed-feasible start)."""
+    @property
+    def verdict(self) -> Verdict | None:
+        """The checks' :class:`~retarget.optimize.checks.Verdict` (None: the plan was not checked)."""
+        return None if self.checks is None else self.checks.verdict
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON report (``retarget plan --json``, the planner node's ``metrics_json``, the benchmarks'):
+        ``objective_initial`` is ``J`` of the naive playback, ``objective_start`` that of the optimizer's start (they
+        differ with a speed-feasible start)."""
         opt = self.optimization
         out: dict[str, Any] = {
             "objective_initial": opt.objective_initial if self.objective_naive is None else self.objective_naive,
@@ -217,7 +227,8 @@ class PlanResult:
         }
         if self.wall_s is not None:
             out["wall_s"] = self.wall_s
-        out.update(self.checks)
+        if self.checks is not None:
+            out.update(self.checks.to_json())
         out["warnings"] = list(self.warnings)
         out["cancelled"] = self.cancelled
         if self.settle is not None:
@@ -348,7 +359,7 @@ def declared_servos(robot: Any) -> dict[str, Any]:
 
 def servo_refusal(metrics: dict[str, Any], robot: Any) -> str:
     """Why a plan must not play on ``robot``: it was made for other servos than the robot's config declares
-    (``metrics``: :meth:`PlanResult.metrics`); "" when it was made for them."""
+    (``metrics``: :meth:`PlanResult.to_json`); "" when it was made for them."""
     motors = (metrics.get("servos") or {}).get("motors")
     if not motors:
         return ""

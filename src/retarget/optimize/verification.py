@@ -34,24 +34,49 @@ import numpy as np
 from numpy.typing import NDArray
 
 from retarget.optimize.adjoint import rollout
-from retarget.optimize.variants import start_of
+from retarget.optimize.checks import (
+    MEANINGFUL_CUT,
+    NO_CUT_SLACK,
+    BandResult,
+    FinerStepCheck,
+    ModelKind,
+    NaiveAtFinerStep,
+    PlanChecks,
+    RunFigures,
+    StiffnessBand,
+    Verdict,
+    Verification,
+    band_from_entries,
+    finer_step_holds,
+)
 from retarget.optimize.control import BudgetExhausted, deadline_progress
 from retarget.optimize.errors import PlanCancelled
 from retarget.optimize.limits import MotorLimits, torque_report
 from retarget.optimize.objective import deviation_metrics
-from retarget.optimize.options import band_offloaded
+from retarget.optimize.options import VerifyModel, band_offloaded
 from retarget.optimize.parallel import default_workers, fork_pool, run_shared
+from retarget.optimize.variants import start_of
 
 if TYPE_CHECKING:  # pragma: no cover
+    from retarget.model.robot import RobotModel
+    from retarget.optimize.adjoint import TrackedPoses
+    from retarget.optimize.bspline import MotorProfiles
+    from retarget.optimize.options import PlanOptions
+    from retarget.optimize.planning_model import PlanningModel
+    from retarget.optimize.problem import PlanProblem
     from retarget.optimize.variants import PlanResult
+    from retarget.sim.engine import Engine
+    from retarget.sim.motors import SplineMotors
+    from retarget.sim.reduced.store import ReducedRobotModel
 
 __all__ = [
     "MEANINGFUL_CUT",
+    "NO_CUT_SLACK",
     "VERIFIED_VARIANTS",
     "check_plan",
     "commanded_stop_time",
     "deformable_dofs",
-    "execution_refusal",
+    "finer_step_holds",
     "full_verification_cost",
     "gate_model",
     "naive_at_finer_step",
@@ -69,7 +94,7 @@ __all__ = [
 VERIFIED_VARIANTS: tuple[str, ...] = ("naive", "zvd", "optimized")
 
 
-def variant_motors(times: NDArray[np.float64], angles: NDArray[np.float64]) -> Any:
+def variant_motors(times: NDArray[np.float64], angles: NDArray[np.float64]) -> SplineMotors:
     """A motor trajectory through a variant's commanded angles on the planning grid (cubic spline, C²)."""
     from retarget.sim.motors import SplineMotors
 
@@ -78,7 +103,7 @@ def variant_motors(times: NDArray[np.float64], angles: NDArray[np.float64]) -> A
 
 def trajectory_metrics(times: NDArray[np.float64], positions: NDArray[np.float64], torques: NDArray[np.float64],
                        target_times: NDArray[np.float64], target_positions: NDArray[np.float64], stop_time: float,
-                       limits: MotorLimits) -> dict[str, float]:
+                       limits: MotorLimits) -> RunFigures:
     """Deviation and torque figures of one simulated run.
 
     Args:
@@ -91,8 +116,7 @@ def trajectory_metrics(times: NDArray[np.float64], positions: NDArray[np.float64
         limits: motor limits (stall torques).
 
     Returns:
-        ``peak_deviation_m``, ``rms_deviation_m``, ``ring_out_peak_m`` and ``peak_torque_ratio`` (max over motors
-        of peak |τ| / stall).
+        The run's figures, with its ring-out.
     """
     from scipy.interpolate import CubicSpline
 
@@ -100,12 +124,12 @@ def trajectory_metrics(times: NDArray[np.float64], positions: NDArray[np.float64
     keep = t <= float(target_times[-1]) + 1e-9
     t, pos = t[keep], np.asarray(positions)[keep]
     target = CubicSpline(target_times, target_positions, axis=0)(t)
-    out = deviation_metrics(pos, target)
+    deviation = deviation_metrics(pos, target)
     after = t >= stop_time
     dist = np.linalg.norm(pos - target, axis=-1)
-    out["ring_out_peak_m"] = float(dist[after].max()) if after.any() else 0.0
-    out["peak_torque_ratio"] = float(max(torque_report(t, np.asarray(torques)[keep], limits).ratio))
-    return out
+    return RunFigures(deviation["peak_deviation_m"], deviation["rms_deviation_m"],
+                      float(max(torque_report(t, np.asarray(torques)[keep], limits).ratio)),
+                      float(dist[after].max()) if after.any() else 0.0)
 
 
 def commanded_stop_time(times: NDArray[np.float64], angles: NDArray[np.float64], tolerance: float = 1e-3) -> float:
@@ -118,7 +142,7 @@ def commanded_stop_time(times: NDArray[np.float64], angles: NDArray[np.float64],
     return float(t[min(away[-1] + 1, len(t) - 1)]) if away.size else float(t[0])
 
 
-def scaled_stiffness_model(model: Any, factor: float) -> Any:
+def scaled_stiffness_model(model: RobotModel, factor: float) -> RobotModel:
     """``model`` (a :class:`retarget.model.RobotModel`) with every flexible part's Young's modulus × ``factor``."""
     if factor == 1.0:
         return model
@@ -127,12 +151,12 @@ def scaled_stiffness_model(model: Any, factor: float) -> Any:
     return replace(model, flexible_parts=parts)
 
 
-def deformable_dofs(model: Any) -> int:
+def deformable_dofs(model: RobotModel) -> int:
     """Deformable DOFs of ``model``'s flexible parts on their meshes (3 per node)."""
     return int(sum(3 * p.mesh.n_nodes for p in model.flexible_parts))
 
 
-def full_verification_cost(model: Any, duration: float, dt: float, runs: int = 3) -> float:
+def full_verification_cost(model: RobotModel, duration: float, dt: float, runs: int = 3) -> float:
     """A rough estimate of :func:`verify_full`'s wall time [s] on one core: the full engine's measured cost per step
     grows about linearly with the deformable DOFs (≈ 1.9e-5 s per DOF and step at 2 337 DOFs, 2.3e-5 at 10 575, on a
     shared 2-core machine)."""
@@ -140,9 +164,10 @@ def full_verification_cost(model: Any, duration: float, dt: float, runs: int = 3
     return runs * (duration / dt) * 2.2e-5 * max(dofs, 500)
 
 
-def verify_full(result: PlanResult, model: Any, dt: float, stiffness: float = 1.0,
+def verify_full(result: PlanResult, model: RobotModel, dt: float, stiffness: float = 1.0,
                 variants: Sequence[str] = VERIFIED_VARIANTS,
-                progress: Callable[[str, int, int], None] | None = None, workers: int | None = None) -> dict[str, Any]:
+                progress: Callable[[str, int, int], None] | None = None,
+                workers: int | None = None) -> Verification:
     """Re-simulate the plan's variants in the full FEM of ``model`` at step ``dt`` [s].
 
     Args:
@@ -156,9 +181,8 @@ def verify_full(result: PlanResult, model: Any, dt: float, stiffness: float = 1.
             core; 1: all here, one after another).
 
     Returns:
-        ``model`` ("full FEM"), ``deformable_dofs``, ``dt_s``, ``stiffness_factor``, one metrics mapping per variant
-        (:func:`trajectory_metrics`), ``peak_ratio`` and ``rms_ratio`` (optimized over naive), ``zvd_rms_ratio``
-        (optimized over ZVD, when there is one) and ``wall_s``.
+        The :class:`Verification` (:class:`ModelKind` ``FULL_FEM``): each variant's figures
+        (:func:`trajectory_metrics`) and their ratios.
     """
     from retarget.sim.system import build_system
 
@@ -170,8 +194,7 @@ def verify_full(result: PlanResult, model: Any, dt: float, stiffness: float = 1.
 
     rows = motor_rows(system.constraints, system.lambda_offsets, len(system.motors))
     duration = float(pp.targets.times[-1])
-    out: dict[str, Any] = {"model": "full FEM", "deformable_dofs": int(system.n_deformable_dofs), "dt_s": float(dt),
-                           "stiffness_factor": float(stiffness)}
+    out: dict[str, RunFigures] = {}
     names = [name for name in variants if name in result.variants]
     runs = {name: (variant_motors(pp.targets.times, result.variants[name].angles), duration, dt,
                    commanded_stop_time(pp.targets.times, result.variants[name].angles)) for name in names}
@@ -185,12 +208,11 @@ def verify_full(result: PlanResult, model: Any, dt: float, stiffness: float = 1.
             out[name] = _full_run(shared, name, cb)
         for name, future in futures.items():
             out[name] = future.result()
-    _ratios(out)
-    out["wall_s"] = time.perf_counter() - started
-    return out
+    return Verification({name: out[name] for name in names}, ModelKind.FULL_FEM, float(dt), float(stiffness),
+                        int(system.n_deformable_dofs), time.perf_counter() - started)
 
 
-def _full_run(shared: Any, name: str, progress: Callable[[int, int], None] | None = None) -> dict[str, float]:
+def _full_run(shared: Any, name: str, progress: Callable[[int, int], None] | None = None) -> RunFigures:
     """One variant in the full FEM (in a worker or here): its :func:`trajectory_metrics`."""
     from retarget.sim.simulate import simulate
 
@@ -202,9 +224,9 @@ def _full_run(shared: Any, name: str, progress: Callable[[int, int], None] | Non
                               stop, limits)
 
 
-def verify_reduced(result: PlanResult, verification: Any, dt: float, stiffness: float = 1.0,
+def verify_reduced(result: PlanResult, verification: ReducedRobotModel, dt: float, stiffness: float = 1.0,
                    variants: Sequence[str] = VERIFIED_VARIANTS,
-                   progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+                   progress: Callable[[str, int, int], None] | None = None) -> Verification:
     """Re-simulate the plan's variants in another reduced model of the robot at step ``dt`` [s].
 
     Args:
@@ -217,9 +239,8 @@ def verify_reduced(result: PlanResult, verification: Any, dt: float, stiffness: 
         progress: ``progress(stage, step, n_steps)``.
 
     Returns:
-        ``model`` ("reduced model <file>"), ``file``, ``deformable_dofs`` (of its mesh), ``modes`` per part,
-        ``dt_s``, ``stiffness_factor``, one metrics mapping per variant (:func:`trajectory_metrics`), the ratios of
-        :func:`verify_full` and ``wall_s``.
+        The :class:`Verification` (:class:`ModelKind` ``REDUCED``: its ``file``, the ``deformable_dofs`` of its
+        mesh and its ``modes`` per part): each variant's figures (:func:`trajectory_metrics`) and their ratios.
     """
     from retarget.optimize.adjoint import TrackedPoses
     from retarget.optimize.engines import planner_engine
@@ -231,18 +252,15 @@ def verify_reduced(result: PlanResult, verification: Any, dt: float, stiffness: 
     engine = planner_engine(system)
     poses = TrackedPoses.build(engine, list(pp.problem.tracking.links))
     n = int(round(float(pp.targets.times[-1]) / dt))
-    file = str(verification.info.get("file", ""))
-    out: dict[str, Any] = {"model": f"reduced model {Path(file).name}" if file else "reduced model", "file": file,
-                           "deformable_dofs": int(verification.info.get("full_dofs", 0)) or None,
-                           "modes": verification.info.get("modes"), "dt_s": float(dt),
-                           "stiffness_factor": float(stiffness)}
-    out.update(_variant_runs(result, engine, poses, dt, n, variants, "verification model", progress))
-    _ratios(out)
-    out["wall_s"] = time.perf_counter() - started
-    return out
+    runs = _variant_runs(result, engine, poses, dt, n, variants, "verification model", progress)
+    modes = verification.info.get("modes")
+    return Verification(runs, ModelKind.REDUCED, float(dt), float(stiffness),
+                        int(verification.info.get("full_dofs", 0)) or None, time.perf_counter() - started,
+                        str(verification.info.get("file", "")), None if modes is None else tuple(int(m) for m in modes))
 
 
-def load_verification_model(robot: Any, path: str | Path, planning_info: Mapping[str, Any]) -> Any:
+def load_verification_model(robot: str | Path, path: str | Path,
+                            planning_info: Mapping[str, Any]) -> ReducedRobotModel:
     """The verification artifact at ``path`` for ``robot``, checked to be another model than the planning one.
 
     Raises:
@@ -263,8 +281,8 @@ def load_verification_model(robot: Any, path: str | Path, planning_info: Mapping
                                                       "modes": modes})
 
 
-def stiffness_band(result: PlanResult, factors: Sequence[float], engine_factory: Callable[[float], Any],
-                   variants: Sequence[str] = VERIFIED_VARIANTS) -> dict[str, Any]:
+def stiffness_band(result: PlanResult, factors: Sequence[float], engine_factory: Callable[[float], Engine],
+                   variants: Sequence[str] = VERIFIED_VARIANTS) -> StiffnessBand:
     """The plan's variants re-simulated in the planning model with the flexible parts' stiffness scaled.
 
     Args:
@@ -274,39 +292,30 @@ def stiffness_band(result: PlanResult, factors: Sequence[float], engine_factory:
         variants: which variants.
 
     Returns:
-        One entry per factor (key ``"x0.9"`` …): metrics per variant, ``peak_ratio``, ``rms_ratio`` and
-        ``zvd_rms_ratio``; plus ``worst_peak_ratio`` (the largest optimized/naive peak ratio over the band).
+        One :class:`BandResult` per factor, in order (the variants' figures and their ratios), and the
+        ``worst_peak_ratio`` over the band.
     """
-    return _band_summary(_band_entries((result, engine_factory, tuple(variants)), factors))
+    return StiffnessBand(_band_entries((result, engine_factory, tuple(variants)), factors))
 
 
-def _band_entries(shared: tuple[Any, ...], factors: Sequence[float]) -> dict[str, Any]:
+def _band_entries(shared: tuple[Any, ...], factors: Sequence[float]) -> tuple[BandResult, ...]:
     """:func:`stiffness_band`'s runs of ``factors`` (in a worker or here; ``shared``: the plan, the engine factory
-    and the variants): one metrics entry per factor, keyed ``"x0.9"`` …"""
+    and the variants)."""
     result, engine_factory, variants = shared
     prob = result.pp.problem
-    out: dict[str, Any] = {}
-    for factor in factors:
-        entry = _variant_runs(result, engine_factory(float(factor)), prob.poses, prob.dt, prob.n_steps, variants)
-        _ratios(entry)
-        out[f"x{float(factor):g}"] = entry
-    return out
+    return tuple(BandResult(_variant_runs(result, engine_factory(float(factor)), prob.poses, prob.dt, prob.n_steps,
+                                          variants), float(factor)) for factor in factors)
 
 
-def _band_summary(entries: dict[str, Any]) -> dict[str, Any]:
-    """The band's entries with ``worst_peak_ratio`` (the largest optimized/naive peak ratio over them)."""
-    ratios = [e["peak_ratio"] for e in entries.values() if isinstance(e, Mapping) and "peak_ratio" in e]
-    return {**entries, "worst_peak_ratio": max(ratios) if ratios else None}
-
-
-def _variant_runs(result: PlanResult, engine: Any, poses: Any, dt: float, n_steps: int, variants: Sequence[str],
-                  stage: str = "", progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+def _variant_runs(result: PlanResult, engine: Engine, poses: TrackedPoses, dt: float, n_steps: int,
+                  variants: Sequence[str],
+                  stage: str = "", progress: Callable[[str, int, int], None] | None = None) -> dict[str, RunFigures]:
     """The plan's ``variants`` (those it has) simulated in a reduced ``engine`` from its static start at the first
     commanded pose, ``n_steps`` of ``dt`` [s]: :func:`trajectory_metrics` per variant (``poses``: the tracked bodies
     in that engine's state; ``progress(f"{stage}: {variant}", step, n_steps)``)."""
     pp = result.pp
     starts: dict[bytes, Any] = {}
-    out: dict[str, Any] = {}
+    out: dict[str, RunFigures] = {}
     for name in (v for v in variants if v in result.variants):
         angles = result.variants[name].angles
         cb = None if progress is None else (lambda k, m, s=name: progress(f"{stage}: {s}", k, m))
@@ -322,18 +331,8 @@ def _variant_runs(result: PlanResult, engine: Any, poses: Any, dt: float, n_step
     return out
 
 
-def _ratios(entry: dict[str, Any]) -> None:
-    """Add optimized-over-naive (and over-ZVD) ratios to a metrics mapping, in place."""
-    if "optimized" in entry and "naive" in entry:
-        naive, opt = entry["naive"], entry["optimized"]
-        entry["peak_ratio"] = opt["peak_deviation_m"] / max(naive["peak_deviation_m"], 1e-300)
-        entry["rms_ratio"] = opt["rms_deviation_m"] / max(naive["rms_deviation_m"], 1e-300)
-    if "optimized" in entry and "zvd" in entry:
-        entry["zvd_rms_ratio"] = entry["optimized"]["rms_deviation_m"] / max(entry["zvd"]["rms_deviation_m"], 1e-300)
-        entry["zvd_peak_ratio"] = entry["optimized"]["peak_deviation_m"] / max(entry["zvd"]["peak_deviation_m"], 1e-300)
-
-
-def _finer_run(pp: Any, profiles: Any, dt: float, progress: Callable[[int, int], None] | None) -> dict[str, Any]:
+def _finer_run(pp: PlanProblem, profiles: MotorProfiles, dt: float,
+               progress: Callable[[int, int], None] | None) -> RunFigures:
     """``profiles`` simulated in the planning model at the finer step ``dt`` [s]: deviation metrics against the
     targets (interpolated, cubic) and the peak torque ratio."""
     from scipy.interpolate import CubicSpline
@@ -342,15 +341,16 @@ def _finer_run(pp: Any, profiles: Any, dt: float, progress: Callable[[int, int],
     n = int(round(prob.n_steps * prob.dt / dt))
     target = CubicSpline(pp.targets.times, pp.targets.positions, axis=0)(np.arange(n + 1) * dt)
     run = rollout(prob.engine, start_of(prob, profiles.value(0.0)), profiles, dt, n, progress)
-    out = deviation_metrics(prob.poses.positions(run.matrix), target)
-    out["peak_torque_ratio"] = max(torque_report(run.times, run.matrix[:, prob.engine.motor_torque_index],
-                                                 pp.limits).ratio)
-    return out
+    deviation = deviation_metrics(prob.poses.positions(run.matrix), target)
+    return RunFigures(deviation["peak_deviation_m"], deviation["rms_deviation_m"],
+                      float(max(torque_report(run.times, run.matrix[:, prob.engine.motor_torque_index],
+                                              pp.limits).ratio)))
 
 
-def naive_at_finer_step(pp: Any, dt: float, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """The naive playback (the input's fit) at the finer step ``dt`` [s], as :func:`verify_plan` measures it:
-    ``dt_s``, ``naive`` (its metrics) and ``wall_s`` (what one verification run costs). A budgeted plan runs it
+def naive_at_finer_step(pp: PlanProblem, dt: float,
+                        progress: Callable[[int, int], None] | None = None) -> NaiveAtFinerStep:
+    """The naive playback (the input's fit) at the finer step ``dt`` [s], as :func:`verify_plan` measures it, and
+    its wall time (what one verification run costs). A budgeted plan runs it
     before the optimization, to keep the measured time of the optimized run for the verification, and
     :func:`verify_plan` uses it instead of simulating the naive playback again.
 
@@ -361,10 +361,10 @@ def naive_at_finer_step(pp: Any, dt: float, progress: Callable[[int, int], None]
         raise ValueError(f"verification step must be positive, got {dt}")
     started = time.perf_counter()
     naive = _finer_run(pp, pp.input_fit.profiles, dt, progress)
-    return {"dt_s": float(dt), "naive": naive, "wall_s": time.perf_counter() - started}
+    return NaiveAtFinerStep(float(dt), naive, time.perf_counter() - started)
 
 
-def verify_plan(result: PlanResult, dt: float, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+def verify_plan(result: PlanResult, dt: float, progress: Callable[[int, int], None] | None = None) -> FinerStepCheck:
     """Re-simulate the naive and optimized profiles at a finer step ``dt`` [s] and measure them against the targets.
 
     The optimizer sees the robot only at the planning step; profiles it tuned there may excite modes that BDF2 at
@@ -375,9 +375,8 @@ def verify_plan(result: PlanResult, dt: float, progress: Callable[[int, int], No
     (:func:`naive_at_finer_step`).
 
     Returns:
-        ``dt_s``, ``steps``, ``naive`` and ``optimized`` deviation metrics at ``dt``, ``peak_ratio`` (optimized over
-        naive at ``dt``), ``planning_peak_ratio`` (the same at the planning step), ``holds``
-        (:func:`finer_step_holds`) and ``wall_s``.
+        The naive and optimized figures at ``dt`` and the peak ratio at the planning step: the
+        :class:`FinerStepCheck` (its ``peak_ratio`` and ``holds``, :func:`finer_step_holds`).
 
     Raises:
         ValueError: ``dt`` not positive.
@@ -387,89 +386,42 @@ def verify_plan(result: PlanResult, dt: float, progress: Callable[[int, int], No
     started = time.perf_counter()
     pp = result.pp
     prob = pp.problem
-    out: dict[str, Any] = {"dt_s": float(dt), "steps": int(round(prob.n_steps * prob.dt / dt))}
     early = result.verify_naive
-    if early is not None and early["dt_s"] == float(dt):
-        out["naive"] = early["naive"]
+    if early is not None and early.dt_s == float(dt):
+        naive = early.naive
     else:
-        out["naive"] = _finer_run(pp, pp.input_fit.profiles, dt, progress)
-    out["optimized"] = _finer_run(pp, result.profiles, dt, progress)
-    out["peak_ratio"] = out["optimized"]["peak_deviation_m"] / out["naive"]["peak_deviation_m"]
+        naive = _finer_run(pp, pp.input_fit.profiles, dt, progress)
+    optimized = _finer_run(pp, result.profiles, dt, progress)
     plan_ratio = (result.variants["optimized"].metrics["peak_deviation_m"]
                   / result.variants["naive"].metrics["peak_deviation_m"])
-    out["planning_peak_ratio"] = plan_ratio
-    out["holds"] = finer_step_holds(out["peak_ratio"], plan_ratio)
-    out["wall_s"] = time.perf_counter() - started
-    return out
-
-
-#: How much worse than its planning-step figure a plan that claims no reduction may do at the finer step.
-NO_CUT_SLACK = 1.1
-
-
-def finer_step_holds(peak_ratio: float, planning_peak_ratio: float) -> bool:
-    """Whether a plan's figure holds at the finer step: a plan that cuts the peak (``planning_peak_ratio`` < 1)
-    keeps at least half its reduction there, ``1 − peak_ratio ≥ ½ (1 − planning_peak_ratio)``; one that claims no
-    reduction is not more than :data:`NO_CUT_SLACK` × worse there (a rapper plan at 1.01 × naive at 2.5 ms was
-    2.32 × at 1 ms: its profiles drove the arm where the planning step did not show it)."""
-    if planning_peak_ratio >= 1.0:
-        return bool(peak_ratio <= NO_CUT_SLACK * planning_peak_ratio)
-    return bool(1.0 - peak_ratio >= 0.5 * (1.0 - planning_peak_ratio))
+    return FinerStepCheck(float(dt), int(round(prob.n_steps * prob.dt / dt)), naive, optimized, plan_ratio,
+                          time.perf_counter() - started)
 
 
 def verify_metrics(result: PlanResult, dt: float, deadline: float | None = None,
-                   progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
-    """:func:`verify_plan` for the plan's metrics: ``verify``, and a warning appended to ``result.warnings`` (and
-    the returned ``warnings``) when the improvement does not hold, the ``deadline`` passed first, or a cancel
+                   progress: Callable[[str, int, int], None] | None = None) -> FinerStepCheck | None:
+    """:func:`verify_plan` for the plan's checks, with a warning appended to ``result.warnings`` when the
+    improvement does not hold; None (and a warning) when the ``deadline`` passed first, or a cancel
     (:class:`PlanCancelled` from ``progress``) came first."""
     warnings = result.warnings
     planning_dt = result.pp.problem.dt
     step_progress = deadline_progress(deadline, None if progress is None
                                        else (lambda k, n: progress("verifying", k, n)))
-    out: dict[str, Any] = {}
     try:
-        out["verify"] = check = verify_plan(result, dt, step_progress)
+        check = verify_plan(result, dt, step_progress)
     except (BudgetExhausted, PlanCancelled) as exc:
         why = "cancelled" if isinstance(exc, PlanCancelled) else "the time budget ran out"
         warnings.append(f"not verified at dt {dt:g} s: {why}")
-    else:
-        if not check["holds"]:
-            what = ("improvement does not hold" if check["planning_peak_ratio"] < 1.0
-                    else "peak deviation is worse")
-            warnings.append(f"the optimized profiles' {what} at dt {dt:g} s: peak deviation "
-                            f"{check['peak_ratio']:.2f}x naive there, {check['planning_peak_ratio']:.2f}x at the "
-                            f"planning dt {planning_dt:g} s - plan with a smaller dt")
-    return {**out, "warnings": list(warnings)}
+        return None
+    if not check.holds:
+        what = "improvement does not hold" if check.planning_peak_ratio < 1.0 else "peak deviation is worse"
+        warnings.append(f"the optimized profiles' {what} at dt {dt:g} s: peak deviation "
+                        f"{check.peak_ratio:.2f}x naive there, {check.planning_peak_ratio:.2f}x at the "
+                        f"planning dt {planning_dt:g} s - plan with a smaller dt")
+    return check
 
 
-#: Seconds of the motion :func:`warm_up` plans (one iteration): enough for every stage of a plan to run once.
-
-
-def execution_refusal(metrics: dict[str, Any]) -> str:
-    """Why a plan's optimized trajectory must not be played on the robot as asked (``""``: it may be).
-
-    A plan judged worse than the input (headline peak ratio above 1: the verification model's, else the planning
-    model's), or one whose optimized motion needs more than the stall torque there, is not played: a plan about as
-    good as the input in its planning model can be far worse in another model (a 4-bar driven near its change point
-    can fold onto its other branch there).
-    """
-    verified = metrics.get("verified_peak_ratio")
-    headline = verified if verified is not None else metrics.get("planning_peak_ratio")
-    verdict = metrics.get("cut_verdict", "")
-    if headline is not None and headline > 1.0:
-        return f"not executed: the optimized trajectory does worse than the input ({verdict})"
-    if metrics.get("within_stall") is False:
-        return f"not executed: {verdict}"
-    return ""
-
-
-#: A plan whose optimized peak deviation (in the verification model, else the planning model) is above this fraction
-#: of naive playback's has not reached a meaningful cut: ``cut_reached`` is false and ``retarget plan`` exits 3 (as it
-#: does when the optimized motion needs more than the stall torque: ``within_stall`` false).
-MEANINGFUL_CUT = 0.9
-
-
-def gate_model(pm: Any, allow: bool, say: Callable[[str], None]) -> str:
+def gate_model(pm: PlanningModel, allow: bool, say: Callable[[str], None]) -> str:
     """Report the planning model's card (``say``) and stop on a model outside the fidelity gate.
 
     Returns:
@@ -494,11 +446,11 @@ def gate_model(pm: Any, allow: bool, say: Callable[[str], None]) -> str:
     return ""
 
 
-def check_plan(result: PlanResult, model: Any, options: Any, engine_factory: Callable[[float], Any],
+def check_plan(result: PlanResult, model: RobotModel, options: PlanOptions, engine_factory: Callable[[float], Engine],
                steps: Callable[[str, int, int], None] | None = None, say: Callable[[str], None] | None = None,
-               deadline: float | None = None, robot: Any = None,
-               planning_info: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The plan measured in models it was not optimized on, and its headline.
+               deadline: float | None = None, robot: str | Path | None = None,
+               planning_info: Mapping[str, Any] | None = None) -> PlanChecks:
+    """The plan measured in models it was not optimized on, and its headline (:class:`PlanChecks`).
 
     ``verify`` (the planning model at the finer ``options.verify_dt``: a numerical check), ``band`` (the planning
     model with the parts' stiffness × each of ``options.band``), ``verified`` (the full FEM,
@@ -507,20 +459,22 @@ def check_plan(result: PlanResult, model: Any, options: Any, engine_factory: Cal
     reduced model, :func:`verify_reduced`), ``robot`` (name or YAML, for loading a verification model; default
     ``model.name``) and ``planning_info`` (the planning model's ``info``: its file is refused as verification model),
     ``verified_band`` (the full FEM again with every part's Young's modulus × each of ``options.verify_full_band``:
-    the robustness of the cut in the model that was not optimized), and the
-    headline: ``verified_peak_ratio`` (None when not verified in another model), ``planning_peak_ratio``,
-    ``verification_model``, ``optimized_peak_torque_ratio``, ``cut_reached`` (headline ≤ :data:`MEANINGFUL_CUT`),
-    ``within_stall`` (the optimized motion's peak torque, in the model the headline comes from, within the servos'
-    stall torque), ``cut_verdict`` (which says so when it is not) and ``check_timings_s`` (wall time of each check run:
-    ``verify``, ``band``, ``verified`` with its band). Warnings go to ``result.warnings``.
+    the robustness of the cut in the model that was not optimized), the timings of each check (``verify``, ``band``,
+    ``verified`` with its band), and the :class:`Verdict`: the headline (the verification model's optimized/naive
+    peak ratio, else the planning model's), whether it is a meaningful cut (≤ :data:`MEANINGFUL_CUT`) and whether
+    the optimized motion's peak torque, in the model the headline comes from, is within the servos' stall torque.
+    Warnings go to ``result.warnings``.
     """
     def tell(text: str) -> None:
         if say is not None:
             say(text)
 
-    out: dict[str, Any] = {}
     if "optimized" not in result.variants or "naive" not in result.variants:
-        return {"cut_reached": False, "cut_verdict": "no optimized result", "verified_peak_ratio": None}
+        return PlanChecks(Verdict.no_result())
+    check: FinerStepCheck | None = None
+    band: StiffnessBand | None = None
+    verified: Verification | None = None
+    verified_band: list[Verification] = []
     clock = time.perf_counter()
     stages: dict[str, float] = {}
 
@@ -541,37 +495,38 @@ def check_plan(result: PlanResult, model: Any, options: Any, engine_factory: Cal
                                                           partial(_band_entries, factors=factors[:offloaded]))
         if verify:
             tell(f"verifying the plan at dt {options.verify_dt:g} s (naive and optimized re-simulated)")
-            out.update({k: v for k, v in verify_metrics(result, options.verify_dt, deadline, steps).items()
-                        if k != "warnings"})
+            check = verify_metrics(result, options.verify_dt, deadline, steps)
             lap("verify")
         if factors:
             there = f"; x {', '.join(f'{f:g}' for f in factors[:offloaded])} in a worker process" if beside else ""
             tell(f"robustness band: stiffness x {', '.join(f'{f:g}' for f in factors)} (planning model{there})")
             entries = _band_entries(band_shared, factors if beside is None else factors[offloaded:])
             if beside is not None:
-                entries.update(beside.result())
-            out["band"] = _band_summary({f"x{f:g}": entries[f"x{f:g}"] for f in factors})
+                entries += beside.result()
+            band = band_from_entries(entries, factors)
             lap("band")
     duration = float(result.pp.targets.times[-1])
     estimate = full_verification_cost(model, duration, options.verify_full_dt)
     robot = model.name if robot is None else robot
     planning_info = planning_info or {}
     dofs = deformable_dofs(model)
-    mode, vm = options.verify_model, None
-    if mode not in ("auto", "full", "none"):
-        vm = load_verification_model(robot, mode, planning_info)
-        mode = "reduced"
-    if mode == "auto":
+    # The model the plan is verified in (None: none).
+    kind: ModelKind | None = ModelKind.FULL_FEM if options.verify_model is VerifyModel.FULL else None
+    vm: ReducedRobotModel | None = None
+    if options.verify_file is not None:
+        vm = load_verification_model(robot, options.verify_file, planning_info)
+        kind = ModelKind.REDUCED
+    elif options.verify_model is VerifyModel.AUTO:
         room = options.verify_full_max_s if deadline is None else min(options.verify_full_max_s,
                                                                       deadline - time.perf_counter())
-        mode = "full" if estimate <= room else "none"
-        if mode == "none":
+        kind = ModelKind.FULL_FEM if estimate <= room else None
+        if kind is None:
             from retarget.sim.reduced.store import find_artifact, verification_candidates
 
             vm, skipped = find_artifact(robot, model.name, verification_candidates(model.name),
                                         lambda r, path: load_verification_model(r, path, planning_info))
-            mode = "reduced" if vm is not None else "none"
-            if mode == "none":
+            kind = None if vm is None else ModelKind.REDUCED
+            if vm is None:
                 from retarget.sim.reduced.store import VERIFY_SUBDIR, artifact_dirs
 
                 folders = ", ".join(str(d / VERIFY_SUBDIR) for d in artifact_dirs())
@@ -582,51 +537,44 @@ def check_plan(result: PlanResult, model: Any, options: Any, engine_factory: Cal
                     + f"; build one with `retarget reduce {model.name} --train-motion {model.name}/MOTION "
                     f"--mesh-scale 0.5 --out .cache-models/{VERIFY_SUBDIR}/{model.name}-MOTION.npz`. The plan's "
                     "figures are the planning model's")
-    if mode == "full":
+    if kind is ModelKind.FULL_FEM:
         tell(f"verifying in the full FEM ({dofs} deformable DOFs, dt {options.verify_full_dt:g} s, about "
              f"{estimate:.0f} s): naive, ZVD and optimized")
-        out["verified"] = verify_full(result, model, options.verify_full_dt, progress=steps, workers=options.workers)
+        verified = verify_full(result, model, options.verify_full_dt, progress=steps, workers=options.workers)
         for factor in options.verify_full_band:
             tell(f"verifying in the full FEM with the parts' Young's modulus x {factor:g}")
-            out.setdefault("verified_band", {})[f"x{factor:g}"] = verify_full(
-                result, model, options.verify_full_dt, stiffness=float(factor), progress=steps,
-                workers=options.workers)
-    if mode == "reduced":
+            verified_band.append(verify_full(result, model, options.verify_full_dt, stiffness=float(factor),
+                                             progress=steps, workers=options.workers))
+    if kind is ModelKind.REDUCED and vm is not None:
         verify_file = vm.info.get("file")
         tell(f"verifying in the verification model {verify_file} ({vm.info['full_dofs']} deformable DOFs on its "
              f"mesh, the planning model's {dofs}; modes {vm.info['modes']}): naive, ZVD and optimized")
         if vm.info["full_dofs"] <= dofs:
             result.warnings.append(f"the verification model {verify_file} is on a mesh no finer than the planning "
                                    f"model's ({vm.info['full_dofs']} vs {dofs} deformable DOFs)")
-        out["verified"] = verify_reduced(result, vm, options.verify_full_dt, progress=steps)
+        verified = verify_reduced(result, vm, options.verify_full_dt, progress=steps)
         for factor in options.verify_full_band:
             tell(f"verifying in the verification model with the parts' stiffness x {factor:g}")
-            out.setdefault("verified_band", {})[f"x{factor:g}"] = verify_reduced(
-                result, vm, options.verify_full_dt, stiffness=float(factor), progress=steps)
-    if "verified" in out:
+            verified_band.append(verify_reduced(result, vm, options.verify_full_dt, stiffness=float(factor),
+                                                progress=steps))
+    if verified is not None:
         lap("verified")
-    out["check_timings_s"] = stages
+    verdict = plan_verdict(result, verified)
+    if not verdict.cut_reached:
+        result.warnings.append(f"no meaningful cut: {verdict.cut_text}")
+    return PlanChecks(verdict, check, band, verified, tuple(verified_band), stages)
+
+
+def plan_verdict(result: PlanResult, verified: Verification | None) -> Verdict:
+    """The :class:`Verdict` of a plan with both a naive and an optimized variant: its headline from ``verified``
+    when the plan was verified in another model (and the optimized motion's torque there), else from the planning
+    model."""
     naive = result.variants["naive"].metrics["peak_deviation_m"]
     planned = result.variants["optimized"].metrics["peak_deviation_m"] / max(naive, 1e-300)
-    verified = out.get("verified", {}).get("peak_ratio")
-    out["planning_peak_ratio"] = planned
-    out["verified_peak_ratio"] = verified
-    out["verification_model"] = out["verified"]["model"] if verified is not None else "none"
-    out["optimized_peak_torque_ratio"] = result.variants["optimized"].metrics["peak_torque_ratio"]
-    headline = verified if verified is not None else planned
-    out["cut_reached"] = bool(headline <= MEANINGFUL_CUT)
-    where = f"in the {out['verification_model']}" if verified is not None else \
-        "in the planning model (not verified elsewhere)"
-    out["cut_verdict"] = (f"optimized peak deviation {headline:.3f} x naive {where}"
-                          + ("" if out["cut_reached"] else f", above {MEANINGFUL_CUT:g} x: nothing worth playing was "
-                             "gained (try a finer dt, more iterations, or a servo-feasible motion)"))
-    if not out["cut_reached"]:
-        result.warnings.append(f"no meaningful cut: {out['cut_verdict']}")
+    torque = float(result.variants["optimized"].metrics["peak_torque_ratio"])
+    ratio = None if verified is None else verified.peak_ratio
+    if ratio is None:
+        return Verdict(planned, None, "none", torque, torque)
     # The torque where the cut is judged: a cut the servos cannot drive is not played as planned.
-    torque = ((out.get("verified") or {}).get("optimized") or {}).get("peak_torque_ratio",
-                                                                       out["optimized_peak_torque_ratio"])
-    out["within_stall"] = bool(torque <= 1.0)
-    if not out["within_stall"]:
-        out["cut_verdict"] += (f"; the optimized motion needs {torque:.2f} x the stall torque {where}: the servos "
-                               "cannot play it as planned")
-    return out
+    judged = torque if verified.optimized is None else verified.optimized.peak_torque_ratio
+    return Verdict(planned, ratio, verified.model, torque, judged)

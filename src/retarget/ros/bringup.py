@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from retarget.errors import InputError, RetargetError
+from retarget.processes import die_with_parent
 
 __all__ = [
     "BRINGUP_OVERRIDES",
@@ -340,7 +341,8 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
         link = run_dir / "ttyDXL"
         control = run_dir / "ttyDXL.ctl"
         processes.append(ProcessSpec(
-            "dynamixel_emulator", "retarget.dynamixel.emulator",
+            # The twin builds on the emulator: its entry runs the emulator with --twin reduced available.
+            "dynamixel_emulator", "retarget.twin.emulator" if twin_args else "retarget.dynamixel.emulator",
             # --robot: the emulated servos are the robot's (its servo: section), mapped by its params file.
             ("--ids", ",".join(map(str, ids)), "--model", servo_model, "--robot", str(description), "--link",
              str(link), "--control", str(control), "--return-delay-us", "0", "--baud", str(rate), "--json",
@@ -425,21 +427,8 @@ def fastdds_shm_files(pids: set[int], shm: Path = Path("/dev/shm")) -> set[Path]
     return found
 
 
-_LIBC_PRCTL: Callable[..., int] | None = None
-try:
-    import ctypes
-
-    _LIBC_PRCTL = ctypes.CDLL(None, use_errno=True).prctl
-except (OSError, AttributeError):
-    _LIBC_PRCTL = None
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: get SIGINT (as from stop()) if the supervisor dies (e.g. SIGKILL)."""
-    if _LIBC_PRCTL is not None:
-        _LIBC_PRCTL(_PR_SET_PDEATHSIG, signal.SIGINT)
+#: In each child before exec: SIGINT (as from stop()) when the supervisor dies (e.g. SIGKILL).
+_DIE_WITH_PARENT = die_with_parent(signal.SIGINT)
 
 
 #: The line Python prints before a traceback (an uncaught exception, in any thread of the child).
@@ -514,7 +503,7 @@ class _Child:
         self.hung = False  # its stop watchdog fired
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, env=dict(env), start_new_session=True,
-                                     preexec_fn=_die_with_parent if _LIBC_PRCTL is not None else None)
+                                     preexec_fn=_DIE_WITH_PARENT)
         self._sink = sink
         self._log_file = log_file
         self._reader = threading.Thread(target=self._forward, name=f"log-{name}", daemon=True)

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from retarget.cliargs import add_robot, resolve_legacy
+from retarget.optimize.checks import FinerStepCheck, StiffnessBand, Verification
 from retarget.ros.goal import PREPARATION_STAGES, PlannerProgress, preparing  # noqa: F401 (re-exported)
 from retarget.ros.player import (  # noqa: F401 (re-exported: JointTracking, LAG_GRID_S, ...)
     LAG_GRID_S,
@@ -434,17 +435,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 if servos:
                     report["planner"]["servos"] = servo_line(servos)
                     _say(f"planner: planned for {report['planner']['servos']}")
-                verify = metrics.get("verify") or {}
+                # The plan's checks, read back from the result's JSON.
+                verify = FinerStepCheck.from_json(metrics["verify"]) if metrics.get("verify") else None
                 checked = ""
-                if "peak_ratio" in verify:
-                    report["planner"]["verify"] = {k: verify.get(k) for k in ("dt_s", "peak_ratio", "holds")}
-                    checked = (f"; re-simulated at {verify['dt_s'] * 1e3:g} ms: {verify['peak_ratio']:.2f} x naive"
-                               f"{'' if verify.get('holds') else ' (the improvement does NOT hold)'}")
-                band = metrics.get("band") or {}
-                if band.get("worst_peak_ratio") is not None:  # the plan re-simulated with the parts' stiffness scaled
-                    report["planner"]["band_worst_peak_ratio"] = band["worst_peak_ratio"]
-                    factors = ", ".join(key[1:] for key in band if key.startswith("x"))
-                    checked += f"; stiffness x {factors}: at worst {band['worst_peak_ratio']:.2f} x naive"
+                if verify is not None:
+                    report["planner"]["verify"] = {"dt_s": verify.dt_s, "peak_ratio": verify.peak_ratio,
+                                                   "holds": verify.holds}
+                    checked = (f"; re-simulated at {verify.dt_s * 1e3:g} ms: {verify.peak_ratio:.2f} x naive"
+                               f"{'' if verify.holds else ' (the improvement does NOT hold)'}")
+                band = StiffnessBand.from_json(metrics.get("band"))
+                if band.worst_peak_ratio is not None:  # the plan re-simulated with the parts' stiffness scaled
+                    report["planner"]["band_worst_peak_ratio"] = band.worst_peak_ratio
+                    factors = ", ".join(f"{f:g}" for f in band.factors)
+                    checked += f"; stiffness x {factors}: at worst {band.worst_peak_ratio:.2f} x naive"
                 if shown.began is not None:  # the optimization and the checks after it
                     report["planner"]["after_preparation_s"] = round(report["planner"]["wall_time_s"] - shown.began, 1)
                 stages = {**(metrics.get("timings_s") or {}), **(metrics.get("check_timings_s") or {})}
@@ -456,17 +459,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                      f"{result.optimized_peak_deviation * 100:.1f} cm optimized, RMS "
                      f"{result.naive_rms_deviation * 100:.2f} -> {result.optimized_rms_deviation * 100:.2f} cm"
                      f"{checked}")
-                verified = metrics.get("verified") or {}
-                if verified.get("peak_ratio") is not None:
-                    report["planner"]["verified"] = {"model": verified.get("model"),
-                                                     "peak_ratio": verified["peak_ratio"],
-                                                     "naive_peak_deviation_m": verified["naive"]["peak_deviation_m"],
-                                                     "optimized_peak_deviation_m":
-                                                         verified["optimized"]["peak_deviation_m"]}
-                    _say(f"planner: verified in {verified.get('model')}: peak "
-                         f"{verified['naive']['peak_deviation_m'] * 100:.1f} cm naive -> "
-                         f"{verified['optimized']['peak_deviation_m'] * 100:.1f} cm optimized "
-                         f"({verified['peak_ratio']:.2f} x)")
+                verified = Verification.from_json(metrics["verified"]) if metrics.get("verified") else None
+                if verified is not None and verified.naive and verified.optimized and verified.peak_ratio is not None:
+                    report["planner"]["verified"] = {"model": verified.model, "peak_ratio": verified.peak_ratio,
+                                                     "naive_peak_deviation_m": verified.naive.peak_deviation_m,
+                                                     "optimized_peak_deviation_m": verified.optimized.peak_deviation_m}
+                    _say(f"planner: verified in {verified.model}: peak "
+                         f"{verified.naive.peak_deviation_m * 100:.1f} cm naive -> "
+                         f"{verified.optimized.peak_deviation_m * 100:.1f} cm optimized "
+                         f"({verified.peak_ratio:.2f} x)")
                 report["planner"]["cut"] = cut_verdict(verified, DEMO_CUT)
                 _say(report["planner"]["cut"]["verdict"])
             elif code == Retarget.Result.NOT_AVAILABLE:
@@ -543,17 +544,17 @@ def _planned_windows(plan: Any, duration: float) -> int:
     return window_count(duration, dt, float(params.get("window") or 0.0), float(params.get("window_overlap") or 0.0))
 
 
-def cut_verdict(verified: dict[str, Any] | None, cut: float = DEMO_CUT) -> dict[str, Any]:
+def cut_verdict(verified: Verification | None, cut: float = DEMO_CUT) -> dict[str, Any]:
     """Whether the plan reached ``cut``: its optimized peak deviation over the naive one, re-simulated in a model it
-    was not optimized on (the planner's ``verified`` metrics: ``model``, ``peak_ratio``), at most ``cut``. A plan not
-    verified in another model has not reached it."""
-    ratio = verified.get("peak_ratio") if verified else None
+    was not optimized on (the planner's ``verified``), at most ``cut``. A plan not verified in another model has not
+    reached it."""
+    ratio = None if verified is None else verified.peak_ratio
     if ratio is None:
         return {"limit": cut, "peak_ratio": None, "reached": False,
                 "verdict": f"the demo's cut ({cut:g} x naive at peak) is NOT verified: the planner did not "
                            "re-simulate the plan in a model it was not optimized on (no verification model)"}
     reached = bool(float(ratio) <= cut)
-    where = f"in {verified.get('model') or 'the verification model'}"
+    where = f"in {verified.model}" if verified is not None else "in the verification model"
     return {"limit": cut, "peak_ratio": float(ratio), "reached": reached,
             "verdict": (f"the plan reaches the demo's cut: peak {float(ratio):.2f} x naive <= {cut:g} x ({where})"
                         if reached else f"the plan does NOT reach the demo's cut: peak {float(ratio):.2f} x naive > "

@@ -9,7 +9,7 @@ When no reduced model of the robot is available (and ``allow_training`` is false
 before the first evaluated trajectory, the result is ``NOT_AVAILABLE`` with the reason — never a fake success. With
 ``execute: true`` an optimized trajectory is forwarded to the trajectory server, unless the plan's checks judge
 it worse than the input or beyond the stall torque (then FAILED, the plan still returned and published: see
-:func:`retarget.optimize.verification.execution_refusal`). A cancel stops the optimizer as
+:attr:`retarget.optimize.checks.Verdict.execution_refusal`). A cancel stops the optimizer as
 Ctrl-C stops ``retarget plan``: the result is ``CANCELED`` and carries the best trajectory evaluated so far (with
 its metrics), which is neither published nor executed; cancelled before the optimizer's first simulation finished,
 it carries none. A stop signal (SIGINT, SIGTERM) ends a running plan the same way, at its next cancel poll, so the
@@ -173,9 +173,9 @@ class Planner(Node):
         self._optimized.publish(result.optimized)
         if goal.execute:
             from retarget.optimize.variants import servo_refusal
-            from retarget.optimize.verification import execution_refusal
 
-            refused = execution_refusal(metrics) or servo_refusal(metrics, goal.robot or self.robot_name)
+            refused = ((outcome.verdict.execution_refusal if outcome.verdict is not None else "")
+                       or servo_refusal(metrics, goal.robot or self.robot_name))
             if refused:  # the plan is returned and published, for inspection; the robot does not play it
                 self.get_logger().error(refused)
                 handle.abort()
@@ -253,7 +253,7 @@ class Planner(Node):
         names, times, positions = outcome.trajectory(start_time)
         traj = JointTrajectory(joint_names=list(names))
         traj.points = [point_msg(q, time_from_start=t) for t, q in zip(times.tolist(), positions.tolist())]
-        metrics = outcome.metrics()
+        metrics = outcome.to_json()
         for warning in metrics.get("warnings", []):  # also in metrics_json; the log is where operators look
             self.get_logger().warning(f"plan: {warning}")
         return Result(error_code=Result.SUCCESSFUL, optimized=traj,

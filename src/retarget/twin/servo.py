@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -31,6 +32,7 @@ from numpy.typing import NDArray
 
 from retarget.dynamixel.dynamics import ServoCommand, ServoDynamics, ServoFeedback
 from retarget.dynamixel.servo_loop import ServoLoop
+from retarget.processes import die_with_parent
 from retarget.twin.channel import PoseSample
 from retarget.twin.simulation import ServoSettings
 from retarget.twin.worker import pack_command, pack_epoch
@@ -218,16 +220,8 @@ def start_worker(robot: str | Path, channel: str | Path, reduced: str | Path | N
         argv += ["--max-lag", str(max_lag)]
     # stdout=stderr: the emulator's stdout carries only its ready line (launch files parse it).
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=sys.stderr.fileno(), stderr=None,
-                            preexec_fn=_die_with_parent)
+                            preexec_fn=die_with_parent(signal.SIGTERM))
     return proc, _PipeSink(proc)
-
-
-def _die_with_parent() -> None:
-    """In the worker before exec: SIGTERM if the emulator dies without closing the pipe (SIGKILL)."""
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, 15)
 
 
 def stop_worker(proc: subprocess.Popen, timeout: float = 5.0) -> int | None:

@@ -55,10 +55,10 @@ def _urdf_digests(robot_yaml: Path) -> tuple[str, str]:
     the checkout sits in (an artifact built in one clone was "stale" in another). The first is what artifacts
     record; the second is accepted from artifacts written before.
     """
-    from retarget.model.loader import _urdf_xml, read_robot_yaml, resolve_urdf
+    from retarget.model.loader import read_robot_yaml, resolve_urdf, urdf_text
 
     cfg = read_robot_yaml(robot_yaml)
-    xml = _urdf_xml(resolve_urdf(str(cfg["urdf"]), robot_yaml), cfg.get("xacro_args") or {})
+    xml = urdf_text(resolve_urdf(str(cfg["urdf"]), robot_yaml), cfg.get("xacro_args") or {})
     return _sha(re.sub(r"<!--.*?-->", "", xml, flags=re.S).encode()), _sha(xml.encode())
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import nnls
 
-from retarget.fem.neo_hookean import _forces_stiffness_numba, first_piola_point, first_piola_tangent_point
+from retarget.fem.neo_hookean import first_piola_point, first_piola_tangent_point, forces_stiffness_kernel
 from retarget.sim.reduced.errors import TrainingDataError
 
 __all__ = [
@@ -110,7 +110,7 @@ def cubature_forces(
     r = z.shape[0]
     u = basis_rows @ z
     scatter = np.arange(900 * k).reshape(k, 900)
-    fe, ke, _, min_det = _forces_stiffness_numba(u, _local_tets(k), grad, qweights, mu, lam, scatter, 900 * k, True)
+    fe, ke, _, min_det = forces_stiffness_kernel(u, _local_tets(k), grad, qweights, mu, lam, scatter, 900 * k, True)
     f = np.zeros(r)
     kz = np.zeros((r, r))
     for e in range(k):
@@ -442,7 +442,7 @@ def element_reduced_forces(
                  for i in range(nq)]
     out = []
     for grad, qweights in parts:
-        fe, _, _, min_det = _forces_stiffness_numba(
+        fe, _, _, min_det = forces_stiffness_kernel(
             u, local, grad, qweights, body.mu, body.lam, scatter, 0, False  # type: ignore[attr-defined]
         )
         if min_det <= 0.0:

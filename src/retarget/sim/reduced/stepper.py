@@ -28,7 +28,7 @@ import numpy as np
 import scipy.linalg as sla
 from numpy.typing import NDArray
 
-from retarget.sim.constraints import CouplingConstraint, RigidSlot, theta_derivative
+from retarget.sim.constraints import CouplingConstraint, theta_derivative
 from retarget.sim.errors import NewtonFailed, SimulationDiverged
 from retarget.sim.statics import CONTINUATION_STEP
 from retarget.sim.reduced.compiled import REFACTOR_COST, charge, converged, refactor
