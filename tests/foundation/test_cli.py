@@ -49,10 +49,10 @@ def test_retarget_error_exits_2(capsys, monkeypatch):
 @pytest.mark.integration
 def test_help_does_not_import_the_numerical_stack():
     """`retarget --help` (every command registered) stays light: the packages import their public names lazily
-    (retarget._lazy), so neither numba, scipy, matplotlib nor rclpy is loaded (measured 1.0 s -> 0.4 s)."""
+    (retarget._lazy), so neither numba, scipy, matplotlib, rclpy nor ray is loaded (measured 1.0 s -> 0.4 s)."""
     code = ("import contextlib, io, sys\nfrom retarget.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             "    try:\n        main(['--help'])\n    except SystemExit:\n        pass\n"
-            "print(sorted(m for m in ('numba', 'scipy', 'matplotlib', 'rclpy') if m in sys.modules))")
+            "print(sorted(m for m in ('numba', 'scipy', 'matplotlib', 'rclpy', 'ray') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -32,7 +32,7 @@ ROS_PACKAGES = frozenset({"rclpy", "rosbag2_py", "rosidl_runtime_py", "launch", 
 KNOWN_ROS_IMPORTERS: dict[str, frozenset[str]] = {}
 
 #: The core layers, lowest first: a module may import (at module level) its own layer and those below.
-LAYERS: dict[str, int] = {"model": 0, "fem": 1, "sim": 2, "optimize": 3, "ros": 4, "cli": 4}
+LAYERS: dict[str, int] = {"model": 0, "fem": 1, "sim": 2, "optimize": 3, "ros": 4, "cli": 4, "show": 4}
 
 #: Imports of a higher layer that exist today: (importer, imported module) → why.
 KNOWN_UPWARD_IMPORTS: dict[tuple[str, str], str] = {

@@ -473,3 +473,15 @@ def test_bad_input_exits_2_with_the_json_line_and_writes_nothing(tmp_path, capsy
         assert last == {"refused": False, "reason": "error", "message": last["message"], "files": []}
         assert says in last["message"]
         assert not list(folder.glob("next*")) and not list(folder.glob(".next*"))
+
+
+def test_a_file_written_under_a_temporary_name_has_the_digest_of_its_final_name(tmp_path):
+    """NEXT's digest in its history is taken before the rename: it must be the digest of NEXT as read later (else
+    the next trial warns that CURRENT is not the plan the chain wrote)."""
+    from retarget.optimize.refine import _file_digest
+
+    tmp = tmp_path / ".next.partial-1234.csv"
+    tmp.write_text("time,m\n0,0\n", encoding="utf-8")
+    expected = _file_digest(tmp, "next.csv")
+    tmp.rename(tmp_path / "next.csv")
+    assert _file_digest(tmp_path / "next.csv") == expected != _file_digest(tmp_path / "next.csv", "other.csv")

@@ -187,6 +187,61 @@ def test_reduced_twin_uses_the_model_or_falls_back(tmp_path: Path, monkeypatch: 
     assert plan.node("planner").parameters["reduced_file"] == str(model.resolve())  # one model for both
 
 
+
+def test_a_perturbed_twin_reaches_the_worker_the_mocap_noise_and_the_servers_tolerance(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from retarget.twin.perturbation import parse_perturbation
+
+    monkeypatch.setenv("RETARGET_CACHE", str(tmp_path / "empty_cache"))
+    model = tmp_path / "rod.npz"
+    model.write_bytes(b"x")
+    perturb = parse_perturbation("stiffness=1.07,damping=1.5,servo_kp=1.3,latency=0.01,marker_noise=0.0003")
+    plan = describe("single_rod", twin="reduced", reduced=model, run_dir=tmp_path, perturb=perturb, twin_dt=0.002,
+                    twin_max_lag=30.0)
+    args = plan.processes[0].args
+    assert parse_perturbation(args[args.index("--twin-perturb") + 1]) == perturb
+    assert args[args.index("--twin-dt") + 1] == "0.002" and args[args.index("--twin-max-lag") + 1] == "30.0"
+    assert plan.node("mocap").parameters["twin_position_noise_m"] == 0.0003
+    assert plan.node("trajectory_server").parameters["goal_time_tolerance"] == 30.0  # feedback as late as the twin
+    assert any("perturbed (stiffness=1.07" in line for line in plan.summary())
+    plain = describe("single_rod", twin="reduced", reduced=model, run_dir=tmp_path)
+    assert "--twin-perturb" not in plain.processes[0].args
+    for kwargs, named in [({"twin": "servo"}, "--twin reduced"), ({"twin": "reduced", "hardware": "/dev/ttyUSB0"},
+                                                                  "--twin reduced"),
+                          ({"twin": "reduced", "mocap": "none"}, "needs --mocap twin"),
+                          ({"twin": "reduced", "reduced": None}, "needs the reduced twin's model")]:
+        with pytest.raises(InputError, match=named):
+            describe("single_rod", run_dir=tmp_path, perturb=perturb, **{"reduced": model, **kwargs})
+    with pytest.raises(InputError, match="twin_dt must be positive"):
+        describe("single_rod", twin="reduced", reduced=model, run_dir=tmp_path, twin_dt=0.0)
+
+
+@pytest.mark.integration  # picks two free UDP ports
+def test_natnet_on_the_reduced_twin_without_a_motive_address_is_a_simulated_motive(tmp_path: Path,
+                                                                                   monkeypatch: pytest.MonkeyPatch
+                                                                                   ) -> None:
+    from retarget.twin.perturbation import parse_perturbation
+
+    monkeypatch.setenv("RETARGET_CACHE", str(tmp_path / "empty_cache"))
+    model = tmp_path / "rod.npz"
+    model.write_bytes(b"x")
+    perturb = parse_perturbation("marker_noise=0.0003")
+    served = describe("single_rod", twin="reduced", reduced=model, run_dir=tmp_path, mocap="natnet", perturb=perturb)
+    server = served.processes[1]
+    assert (server.name, server.module) == ("mocap_twin_natnet", "retarget.mocap.twin_server")
+    mocap = served.node("mocap").parameters
+    assert mocap["source"] == "natnet" and mocap["multicast_address"] == "" and mocap["server_address"] == "127.0.0.1"
+    assert server.args[server.args.index("--command-port") + 1] == str(mocap["command_port"])
+    assert server.args[server.args.index("--data-port") + 1] == str(mocap["data_port"])
+    assert server.args[server.args.index("--position-noise") + 1] == "0.0003"
+    assert server.args[server.args.index("--channel") + 1] == str(served.twin_channel)
+    real = describe("single_rod", twin="reduced", reduced=model, run_dir=tmp_path, mocap="natnet",
+                    mocap_server="10.0.0.2")
+    assert len(real.processes) == 1 and real.node("mocap").parameters["server_address"] == "10.0.0.2"
+    with pytest.raises(InputError, match="a real Motive"):
+        describe("single_rod", twin="reduced", reduced=model, run_dir=tmp_path, mocap="natnet",
+                 mocap_server="10.0.0.2", perturb=perturb)
+
 def test_unknown_robot_names_the_known_ones() -> None:
     with pytest.raises(InputError, match="drummer"):
         describe("no_such_robot")

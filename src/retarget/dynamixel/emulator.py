@@ -877,6 +877,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     twin.add_argument("--twin-dt", type=float, default=None, help="reduced engine step [s] (default 0.001)")
     twin.add_argument("--twin-max-lag", type=float, default=5.0,
                       help="simulation lag behind the servos that drops the backlog and restarts it at rest [s]")
+    twin.add_argument("--twin-perturb", default="", metavar="KEY=VALUE,...",
+                      help="the simulation runs a perturbed model: stiffness, damping, servo_kp, servo_kd factors, "
+                           "latency [s] (docs/twin.md \"A twin that differs from the planner's model\")")
 
 
 def _baud_rate(text: str) -> int:

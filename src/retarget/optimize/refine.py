@@ -87,6 +87,7 @@ from retarget.optimize.problem import PlanProblem, build_plan_problem, limits_fo
 from retarget.optimize.shaping import identify_from_trajectory
 from retarget.optimize.variants import (
     PLAN_SETTINGS_PREFIX,
+    comment_json,
     declared_servos,
     motion_digest,
     plan_settings,
@@ -177,12 +178,13 @@ class RefineRefused(OptimizeError, InputError):
 # -- inputs -------------------------------------------------------------------------------------------------------
 
 
-def _file_digest(path: Path) -> str:
-    """SHA-256 of a file, or of a folder's files (a bag) in name order."""
+def _file_digest(path: Path, name: str | None = None) -> str:
+    """SHA-256 of a file, or of a folder's files (a bag) in name order; ``name``: the file's name to hash in place
+    of its own (a file written under a temporary name, digested as the name it is renamed to)."""
     digest = hashlib.sha256()
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
     for p in files:
-        digest.update(p.name.encode())
+        digest.update((name if name is not None and not path.is_dir() else p.name).encode())
         digest.update(p.read_bytes())
     return digest.hexdigest()
 
@@ -203,14 +205,7 @@ class PlanFile:
 
     def settings(self) -> dict[str, Any] | None:
         """The plan settings it records (:data:`~retarget.optimize.variants.PLAN_SETTINGS_PREFIX`), or None."""
-        for line in self.comments:
-            if line.startswith(PLAN_SETTINGS_PREFIX):
-                try:
-                    data = json.loads(line[len(PLAN_SETTINGS_PREFIX):])
-                except ValueError:
-                    return None
-                return data if isinstance(data, dict) else None
-        return None
+        return comment_json(self.comments, PLAN_SETTINGS_PREFIX)
 
 
 def read_plan(path: str | Path) -> PlanFile:
@@ -1618,7 +1613,7 @@ def write_refinement(refinement: Refinement, out: str | Path) -> tuple[Path, ...
             options = {"comments": list(refinement.comments)} if target.suffix.lower() == ".csv" else {}
             save_motion(tmp, refinement.next_plan, **options)
             temps.append((tmp, target))
-        record = replace(refinement.record, next_plan=str(path.resolve()), next_plan_sha256=_file_digest(temps[0][0]))
+        record = replace(refinement.record, next_plan=str(path.resolve()), next_plan_sha256=_file_digest(temps[0][0], path.name))
         history = History((*refinement.history.trials, record))
         hist = history_path(path)
         tmp = hist.with_name(f".{hist.name}.partial-{tag}")

@@ -310,36 +310,32 @@ def motion_digest(motion: Motion) -> str:
     return digest.hexdigest()
 
 
-def recorded_plan_settings(path: Any) -> dict[str, Any] | None:
-    """The settings a plan CSV records (:data:`PLAN_SETTINGS_PREFIX`), or None when it does not say."""
+def comment_json(lines: Any, prefix: str) -> dict[str, Any] | None:
+    """The JSON object on the first of ``lines`` that starts with ``prefix``, or None (none, or not a JSON object)."""
     import json
 
-    from retarget.motion.csv_format import read_comments
-
-    for line in read_comments(path):
-        if line.startswith(PLAN_SETTINGS_PREFIX):
+    for line in lines:
+        if line.startswith(prefix):
             try:
-                data = json.loads(line[len(PLAN_SETTINGS_PREFIX):])
+                data = json.loads(line[len(prefix):])
             except ValueError:
                 return None
             return data if isinstance(data, dict) else None
     return None
+
+
+def recorded_plan_settings(path: Any) -> dict[str, Any] | None:
+    """The settings a plan CSV records (:data:`PLAN_SETTINGS_PREFIX`), or None when it does not say."""
+    from retarget.motion.csv_format import read_comments
+
+    return comment_json(read_comments(path), PLAN_SETTINGS_PREFIX)
 
 
 def planned_servos(path: Any) -> dict[str, dict[str, Any]] | None:
     """The servos a plan CSV says it was planned for (motor → servo keys), or None when it does not say."""
-    import json
-
     from retarget.motion.csv_format import read_comments
 
-    for line in read_comments(path):
-        if line.startswith(PLANNED_SERVOS_PREFIX):
-            try:
-                data = json.loads(line[len(PLANNED_SERVOS_PREFIX):])
-            except ValueError:
-                return None
-            return data if isinstance(data, dict) else None
-    return None
+    return comment_json(read_comments(path), PLANNED_SERVOS_PREFIX)
 
 
 def declared_servos(robot: Any) -> dict[str, Any]:

@@ -28,10 +28,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from retarget.errors import InputError, RetargetError
 from retarget.processes import die_with_parent
+
+if TYPE_CHECKING:
+    from retarget.twin.perturbation import TwinPerturbation
 
 __all__ = [
     "BRINGUP_OVERRIDES",
@@ -67,6 +70,9 @@ BRINGUP_OVERRIDES: Mapping[str, Mapping[str, Any]] = {
     # A 13-servo Sync Read takes a while on a busy host; 2 s without joint_states still means a dead driver.
     "trajectory_server": {"state_timeout": 2.0},
 }
+
+#: The reduced twin's default max lag [s] (the emulator's ``--twin-max-lag``).
+TWIN_MAX_LAG_S = 5.0
 
 _NAMESPACE = re.compile(r"^(/[A-Za-z_][A-Za-z0-9_]*)*$")
 
@@ -244,7 +250,9 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
              reduced: str | Path | None = None, python: str | None = None,
              plan_time_budget: float = 0.0, verify_model: str | Path | None = None,
              plan_method: str | None = None, baudrate: int | None = None, mocap_server: str | None = None,
-             mocap_local: str | None = None, planner_parameters: Mapping[str, Any] | None = None) -> Bringup:
+             mocap_local: str | None = None, perturb: TwinPerturbation | None = None,
+             twin_dt: float | None = None, twin_max_lag: float | None = None,
+             planner_parameters: Mapping[str, Any] | None = None) -> Bringup:
     """Compute a robot's node set.
 
     Args:
@@ -270,6 +278,14 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
         mocap_server: Motive's IP address, the mocap node's ``server_address`` (natnet only; None: the params
             file's, else the node's default 127.0.0.1).
         mocap_local: This machine's address on the mocap network, the node's ``local_address`` (natnet only).
+        perturb: How the reduced twin differs from its model (:mod:`retarget.twin.perturbation`: the emulator's
+            ``--twin-perturb``; its ``marker_noise`` the simulated mocap's noise). Needs the emulated bus,
+            ``twin="reduced"`` with a model, and for ``marker_noise`` the simulated mocap (``mocap="twin"``, or
+            ``"natnet"`` served by the twin).
+        twin_dt: The reduced twin's engine step [s] (the emulator's ``--twin-dt``; None: 1 ms).
+        twin_max_lag: How far the reduced twin's simulation may run behind the bus before it restarts at rest [s]
+            (the emulator's ``--twin-max-lag``; None: 5 s). The trajectory server's ``goal_time_tolerance`` is
+            raised to it: the bus reports the simulation's shafts, as late as the simulation runs.
         planner_parameters: Further planner parameters over the params file's (the demo's ``allow_training``,
             ``shipped_model``).
 
@@ -293,6 +309,14 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
         raise InputError(f"namespace {namespace!r}: expected '' or /name[/name...]")
     if (mocap_server or mocap_local) and mocap != "natnet":
         raise InputError(f"a mocap server or local address is for mocap natnet, not {mocap!r}")
+    for name, value in (("twin_dt", twin_dt), ("twin_max_lag", twin_max_lag)):
+        if value is not None and not value > 0:
+            raise InputError(f"{name} must be positive [s], got {value}")
+    if perturb is not None and (hardware or twin != "reduced"):
+        raise InputError("a perturbation (--perturb) is for the reduced twin: the emulated bus with --twin reduced")
+    if perturb is not None and perturb.marker_noise is not None and mocap not in ("twin", "natnet"):
+        raise InputError(f"the perturbation's marker_noise is the simulated mocap's noise: it needs --mocap twin, not "
+                         f"{mocap!r}")
     description = resolve_robot(robot).resolve()
     params_file = resolve_params(description).resolve()
     params = read_ros_parameters(params_file)
@@ -328,6 +352,8 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
         try:
             source = find_reduced_model(description, reduced)
         except TwinModelUnavailable as exc:
+            if perturb is not None:  # asked for a twin that differs from the model: there is none to perturb
+                raise InputError(f"--perturb needs the reduced twin's model: {exc.reason}") from None
             twin = "servo"
             notes.append(f"twin: the servos' own loops, no reduced simulation ({exc.reason})")
             logging.getLogger(__name__).warning(notes[-1])
@@ -335,6 +361,13 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
             channel = run_dir / "twin.poses"
             twin_args = ("--twin", "reduced", "--reduced", str(source.path), "--twin-channel", str(channel))
             notes.append(f"twin: reduced simulation, model {source.describe()}, poses on {channel}")
+            if twin_dt is not None:
+                twin_args += ("--twin-dt", repr(float(twin_dt)))
+            if twin_max_lag is not None:
+                twin_args += ("--twin-max-lag", repr(float(twin_max_lag)))
+            if perturb is not None and perturb.to_text():
+                twin_args += ("--twin-perturb", perturb.to_text())
+                notes.append(f"twin: perturbed ({perturb.to_text()}; docs/twin.md)")
     elif not emulated:
         twin = "servo"
     if emulated:
@@ -359,9 +392,12 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
         merged = {**params, **BRINGUP_OVERRIDES.get(node_name, {}), **overrides}
         return NodeSpec(node_name, module, executable, merged, namespace)
 
+    server: dict[str, Any] = {"robot_description": urdf_xml(description)}
+    if twin == "reduced":  # a goal is judged on the simulated shafts, which arrive as late as the simulation runs
+        server["goal_time_tolerance"] = max(float(params.get("goal_time_tolerance") or 0.0),
+                                            TWIN_MAX_LAG_S if twin_max_lag is None else float(twin_max_lag))
     nodes = [node("dynamixel_driver", "retarget.ros.dynamixel_driver", "dynamixel_driver", driver),
-             node("trajectory_server", "retarget.ros.trajectory_server", "trajectory_server",
-                  {"robot_description": urdf_xml(description)})]
+             node("trajectory_server", "retarget.ros.trajectory_server", "trajectory_server", server)]
     if planner:
         planner_params: dict[str, Any] = {"robot_name": name, "trajectory_server_action": f"{namespace}/"
                                                                                           "trajectory_server/"
@@ -377,10 +413,29 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
             planner_params["method"] = str(plan_method)
         planner_params.update(planner_parameters or {})
         nodes.append(node("planner", "retarget.ros.planner", "planner", planner_params))
+    # The emulated bus, the reduced twin and natnet without a Motive address: a simulated Motive streams the twin.
+    simulated_natnet = mocap == "natnet" and channel is not None and not (mocap_server or mocap_local)
+    noise = None if perturb is None else perturb.marker_noise
+    if noise is not None and mocap == "natnet" and not simulated_natnet:
+        raise InputError("the perturbation's marker_noise is the simulated mocap's noise: a real Motive "
+                         "(--mocap-server) has its own")
+    if simulated_natnet:
+        command_port, data_port = _free_udp_ports(2)
+        processes.append(ProcessSpec(
+            "mocap_twin_natnet", "retarget.mocap.twin_server",
+            ("--channel", str(channel), "--command-port", str(command_port), "--data-port", str(data_port),
+             *(("--position-noise", repr(float(noise))) if noise is not None else ()))))
+        notes.append(f"mocap: a simulated Motive streams the twin's bodies over NatNet (127.0.0.1:{command_port}, "
+                     f"data port {data_port})")
     if mocap != "none":
         mocap_params: dict[str, Any] = {"source": mocap}
+        if simulated_natnet:
+            mocap_params.update(server_address="127.0.0.1", local_address="127.0.0.1", command_port=command_port,
+                                data_port=data_port, multicast_address="")
         if mocap == "twin" and channel is not None:
             mocap_params["twin_motion"] = f"live:{channel}"
+        if mocap == "twin" and perturb is not None and perturb.marker_noise is not None:
+            mocap_params["twin_position_noise_m"] = float(perturb.marker_noise)
         if mocap_server:
             mocap_params["server_address"] = str(mocap_server)
         if mocap_local:
@@ -390,6 +445,20 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
                    emulated=emulated, control_socket=control, run_dir=run_dir, namespace=namespace,
                    processes=tuple(processes), nodes=tuple(nodes), temporary_run_dir=temporary, twin=twin,
                    twin_channel=channel, notes=tuple(notes))
+
+
+def _free_udp_ports(count: int) -> list[int]:
+    """``count`` distinct UDP ports free on loopback now (bound together, then released)."""
+    import socket
+
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def fastdds_shm_files(pids: set[int], shm: Path = Path("/dev/shm")) -> set[Path]:

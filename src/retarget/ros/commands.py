@@ -1,4 +1,5 @@
-"""``retarget up ROBOT``: start a robot's node set without ``ros2 launch`` (and the ``record`` / ``play`` commands).
+"""``retarget up ROBOT``: start a robot's node set without ``ros2 launch`` (and the ``record`` / ``play`` / ``tune``
+commands).
 
 The set is the one ``launch/<robot>.launch.py`` starts: both come from :func:`retarget.ros.bringup.describe`.
 """
@@ -15,10 +16,13 @@ def _up(args: argparse.Namespace) -> int:
     import time
 
     from retarget.ros.bringup import BringupError, Supervisor, describe
+    from retarget.twin.perturbation import parse_perturbation
 
+    perturb = parse_perturbation(args.perturb) if args.perturb is not None else None
     plan = describe(args.robot, hardware=args.hardware, planner=not args.no_planner, mocap=args.mocap,
                     namespace=args.namespace, twin=args.twin, reduced=args.reduced, baudrate=args.baud,
-                    mocap_server=args.mocap_server, mocap_local=args.mocap_local)
+                    mocap_server=args.mocap_server, mocap_local=args.mocap_local, perturb=perturb,
+                    verify_model=args.verify_model, twin_dt=args.twin_dt, twin_max_lag=args.twin_max_lag)
     # The emulated bus and its nodes all live on this machine: keep discovery on loopback unless the user
     # chose otherwise.
     if "ROS_AUTOMATIC_DISCOVERY_RANGE" not in os.environ and plan.emulated:
@@ -82,14 +86,17 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``retarget up``, ``retarget record``, ``retarget play``, ``retarget goal`` and ``retarget demo``."""
+    """Add ``retarget up``, ``retarget record``, ``retarget play``, ``retarget tune``, ``retarget goal`` and
+    ``retarget demo``."""
     from retarget.ros.bringup import MOCAP_SOURCES, TWIN_DYNAMICS
     from retarget.ros.goal import register_goal
     from retarget.ros.player import register_play
     from retarget.ros.record import register_record
+    from retarget.ros.tune import register_tune
 
     register_record(sub)
     register_play(sub)
+    register_tune(sub)
     register_goal(sub)
     _register_demo(sub)
 
@@ -118,6 +125,20 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="reduced model for --twin reduced and the planner (default: the planner uses one cached "
                         "or in the model folders, else the one shipped for the robot, else trains one on the first "
                         "goal; the twin the newest fresh model it finds)")
+    parser.add_argument("--perturb", default=None, metavar="KEY=VALUE,...",
+                        help="with --twin reduced: the twin differs from the model the planner uses, e.g. "
+                        "stiffness=1.07,damping=1.5,servo_kp=1.3,latency=0.01,marker_noise=0.0003 (factors on the "
+                        "parts' stiffness, their Rayleigh damping, the servos' P gain (servo_kd: D gain); the goals' "
+                        "latency [s]; the mocap twin's noise [m]; docs/twin.md)")
+    parser.add_argument("--twin-dt", type=float, default=None, metavar="S",
+                        help="with --twin reduced: the simulation's step [s] (default 0.001)")
+    parser.add_argument("--twin-max-lag", type=float, default=None, metavar="S",
+                        help="with --twin reduced: how far the simulation may run behind the servos before it "
+                        "restarts at rest [s] (default 5); the trajectory server's goal_time_tolerance is raised to "
+                        "it")
+    parser.add_argument("--verify-model", default=None, metavar="auto|full|none|FILE.npz",
+                        help="the planner node's verify_model: the model its plans are verified in (default: the "
+                        "params file's, else auto)")
     parser.add_argument("--mocap", choices=MOCAP_SOURCES, default="twin",
                         help="mocap node source: twin (simulated), natnet (OptiTrack Motive) or none")
     parser.add_argument("--mocap-server", default=None, metavar="ADDRESS",

@@ -1,6 +1,7 @@
 """The planner node: the ``retarget_interfaces/action/Retarget`` action over the optimizer.
 
-Action ``~/retarget``: the goal's animation is validated against the robot's joints; the optimizer
+Action ``~/refine`` (:mod:`retarget.ros.refine_server`): ``retarget refine`` through ROS, the next plan from a take
+of the plan played. Action ``~/retarget``: the goal's animation is validated against the robot's joints; the optimizer
 (:func:`retarget.optimize.plan`, the same orchestration as ``retarget plan``, with
 :class:`~retarget.optimize.PlanOptions` built from the node's parameters and the goal) runs with per-iteration
 feedback; the result carries the optimized
@@ -42,6 +43,7 @@ from retarget.optimize.estimate import TRAINING_BUILD_FACTOR, StageEstimate, for
 from retarget.optimize.settings import PLAN_SETTINGS
 from retarget.ros.conversions import goal_points
 from retarget.ros.params import declare
+from retarget.ros.refine_server import RefineServer
 from retarget.ros.spinning import close_node, spin, stopping_on_signals
 
 __all__ = ["Planner", "TrainingFeedback", "fallback_models", "main"]
@@ -74,6 +76,7 @@ class Planner(Node):
         self._server = ActionServer(self, Retarget, "~/retarget", execute_callback=self._execute,
                                     goal_callback=lambda _goal: GoalResponse.ACCEPT,
                                     cancel_callback=lambda _handle: CancelResponse.ACCEPT, callback_group=group)
+        self._refine = RefineServer(self, group)  # ~/refine: retarget refine through ROS (ros/refine_server.py)
         self.get_logger().info(f"ready: robot {self.robot_name or '(unset)'}, {len(self.joint_names)} joints")
 
     def _feedback(self, handle: ServerGoalHandle, started: float, stage: str, iteration: int = 0,

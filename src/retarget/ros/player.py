@@ -248,8 +248,11 @@ class RobotClient:
             time.sleep(0.05)
         return future.result()
 
-    def execute(self, trajectory: Any, start: float, timeout: float, progress: Any = None) -> Any:
+    def execute(self, trajectory: Any, start: float, timeout: float, progress: Any = None,
+                goal_tolerance: float = 0.0) -> Any:
         """FollowJointTrajectory of ``trajectory`` from ``start`` [s, node clock]; returns the result.
+
+        ``goal_tolerance`` [rad] is sent as every joint's position goal tolerance (0: the server's default, -1: none).
 
         ``progress(elapsed [s])`` is called while waiting. A Ctrl-C (KeyboardInterrupt) or no result within
         ``timeout`` [s] cancels the goal (the trajectory server stops the robot where it is) and re-raises; a
@@ -263,6 +266,11 @@ class RobotClient:
         from control_msgs.action import FollowJointTrajectory
 
         goal = FollowJointTrajectory.Goal(trajectory=trajectory)
+        if goal_tolerance:
+            from control_msgs.msg import JointTolerance
+
+            goal.goal_tolerance = [JointTolerance(name=j, position=float(goal_tolerance))
+                                   for j in trajectory.joint_names]
         ns = int(round(start * 1e9))
         goal.trajectory.header.stamp = Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
         handle = self._wait(self.follow.send_goal_async(goal), 10.0, "trajectory goal response")
@@ -293,7 +301,7 @@ class RobotClient:
         home = point_trajectory(self.recorder.joint_names, positions, seconds)
         return self.execute(home, self.now() + START_LEAD_S, seconds + 10.0)
 
-    def play(self, trajectory: Any, show_progress: bool = True) -> tuple[Any, float]:
+    def play(self, trajectory: Any, show_progress: bool = True, goal_tolerance: float = 0.0) -> tuple[Any, float]:
         """Execute ``trajectory`` starting :data:`START_LEAD_S` from now, with a progress bar on stderr (none when
         ``show_progress`` is false or stderr is not a terminal); waits up to its duration + 20 s. Returns the result
         and the start [s, node clock]. Raises as :meth:`execute`."""
@@ -307,7 +315,7 @@ class RobotClient:
             def progress(elapsed: float) -> None:
                 bar.update(round(min(max(elapsed, 0.0), duration), 1) - bar.n)
 
-            return self.execute(trajectory, start, duration + 20.0, progress), start
+            return self.execute(trajectory, start, duration + 20.0, progress, goal_tolerance), start
 
 
 def trajectory_arrays(trajectory: Any) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -383,6 +391,10 @@ def register_play(subparsers: Any) -> None:
     rec.add_argument("--record-tail", type=float, default=1.0, metavar="S",
                      help="seconds recorded after the goal ended (default 1)")
     rec.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap", help="bag storage (default mcap)")
+    p.add_argument("--goal-tolerance", type=float, default=0.0, metavar="RAD",
+                   help="every joint's position tolerance at the end of the motion, sent with the goal [rad] "
+                   "(default 0: the server's default_goal_tolerance; -1: none, the goal ends with its last point — "
+                   "a plan whose goals pre-compensate the servos' sag ends that sag away from them)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     p.set_defaults(func=_play_command)
@@ -451,6 +463,8 @@ def _play_command(args: Any) -> int:
 
     if args.move_to_start <= 0 or args.wait <= 0:
         raise InputError("--move-to-start and --wait must be positive")
+    if not (args.goal_tolerance >= 0 or args.goal_tolerance == -1):
+        raise InputError(f"--goal-tolerance must be 0 or more, or -1 (none), got {args.goal_tolerance}")
     if (args.record is None) != (args.record_topics is None):
         raise InputError("--record BAG and --record-topics TOPIC ... go together")
     if args.record_lead < 0 or args.record_tail < 0:
@@ -515,7 +529,8 @@ def _play_command(args: Any) -> int:
         print(f"playing {args.motion} on {name} ({duration:.2f} s, {len(times)} points, {len(joints)} joints)",
               file=sys.stderr, flush=True)
         try:
-            result, start = client.play(trajectory, show_progress=not args.no_progress)
+            result, start = client.play(trajectory, show_progress=not args.no_progress,
+                                        goal_tolerance=args.goal_tolerance)
         except (RuntimeError, TimeoutError) as exc:
             return fail(str(exc))
         report["goal"] = {"error_code": result.error_code, "error_string": result.error_string}

@@ -48,7 +48,8 @@ def reduced_twin(args: argparse.Namespace, local: ServoDynamics,
     motors = [str(m) for m in read_robot_yaml(description).get("motors") or []]
     index, offset, direction = joint_mapping(robot.joints, motors, robot.offsets, robot.directions)
     channel = args.twin_channel or (f"{args.link}.poses" if args.link else f"/tmp/{robot_name(args.robot)}.poses")
-    proc, sink = start_worker(args.robot, channel, source.path, dt=args.twin_dt, max_lag=args.twin_max_lag)
+    proc, sink = start_worker(args.robot, channel, source.path, dt=args.twin_dt, max_lag=args.twin_max_lag,
+                              perturb=args.twin_perturb)
     print(f"twin: reduced simulation of {robot_name(args.robot)} ({source.describe()}) in worker pid {proc.pid}, "
           f"poses and servo shafts on {channel}", file=sys.stderr, flush=True)
     dynamics = SimulationDrivenServos(local, sink, ChannelShafts(channel, motors), index, offset, direction)

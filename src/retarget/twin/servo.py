@@ -202,8 +202,10 @@ class _PipeSink:
 
 def start_worker(robot: str | Path, channel: str | Path, reduced: str | Path | None = None,
                  dt: float | None = None, mesh_scale: float | None = None, python: str | None = None,
-                 max_lag: float | None = None) -> tuple[subprocess.Popen, Callable[[bytes], bool]]:
-    """Start ``python -m retarget.twin.worker`` (its log lines go to this process's stderr).
+                 max_lag: float | None = None,
+                 perturb: str = "") -> tuple[subprocess.Popen, Callable[[bytes], bool]]:
+    """Start ``python -m retarget.twin.worker`` (its log lines go to this process's stderr); ``perturb``: its
+    ``--perturb`` (:func:`retarget.twin.perturbation.parse_perturbation`), empty: the model as it is.
 
     Returns:
         The process and a non-blocking sink for :class:`SimulationDrivenServos`; closing the process's stdin
@@ -218,6 +220,8 @@ def start_worker(robot: str | Path, channel: str | Path, reduced: str | Path | N
         argv += ["--mesh-scale", str(mesh_scale)]
     if max_lag:
         argv += ["--max-lag", str(max_lag)]
+    if perturb:
+        argv += ["--perturb", str(perturb)]
     # stdout=stderr: the emulator's stdout carries only its ready line (launch files parse it).
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=sys.stderr.fileno(), stderr=None,
                             preexec_fn=die_with_parent(signal.SIGTERM))

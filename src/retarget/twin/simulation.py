@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from numpy.typing import NDArray
 
 from retarget.model.servo import DEFAULT_CONTROL_PERIOD, ServoParams, table_from_si
 from retarget.twin.model import TwinModel
+from retarget.twin.perturbation import TwinPerturbation
 
 __all__ = ["MotorHistory", "ServoSettings", "SimulationStats", "TwinSimulation", "static_state"]
 
@@ -186,13 +187,20 @@ class TwinSimulation:
         max_lag_s: lag beyond which the backlog is dropped and the simulation restarts at rest [s].
         log: receives one line per notable event (restart, failure).
         control_period: the period the control tables' I and D gains assume [s].
+        perturbation: how this twin differs from ``model`` (:mod:`retarget.twin.perturbation`): its stiffness and
+            damping, its servos' P and D gains, the latency of their goals. None: the model as it is.
     """
 
     def __init__(self, model: TwinModel, dt: float | None = None, tolerance: float = 1e-10,
                  max_lag_s: float = 5.0, log: Callable[[str], None] | None = None,
-                 control_period: float = DEFAULT_CONTROL_PERIOD) -> None:
+                 control_period: float = DEFAULT_CONTROL_PERIOD,
+                 perturbation: TwinPerturbation | None = None) -> None:
         from retarget.sim.reduced.engine import DEFAULT_DT, CompiledReducedEngine
 
+        self.perturbation = perturbation or TwinPerturbation()
+        #: The goals act this late [s]: a sample pushed at t is the goal at t + latency_s.
+        self.latency_s = float(self.perturbation.latency)
+        model = replace(model, reduced=self.perturbation.reduced(model.reduced))
         self.model = model
         self.dt = float(dt if dt is not None else DEFAULT_DT)
         self.max_lag_s = float(max_lag_s)
@@ -203,6 +211,8 @@ class TwinSimulation:
         self.history = MotorHistory(len(model.motors))
         self._settings: list[tuple[float, ServoSettings]] = []
         self.settings = ServoSettings.of(self.servos, control_period=self.control_period)
+        if self.perturbation.servo_kp != 1.0 or self.perturbation.servo_kd != 1.0:
+            self._base = self._base.with_servos(self.loop_servos(self.settings))
         self._engines: dict[bytes, object] = {self.settings.key: self._base}
         self.engine = self._base
         self.stats = SimulationStats()
@@ -229,13 +239,14 @@ class TwinSimulation:
 
     @property
     def lag_s(self) -> float:
-        """Newest goal sample time − simulation time [s]."""
-        return self.history.latest_time - self.time if self.started else 0.0
+        """Newest goal sample time − simulation time [s] (the latency aside)."""
+        return self.history.latest_time - self.latency_s - self.time if self.started else 0.0
 
     def push(self, t: float, goal: NDArray[np.float64], goal_rate: NDArray[np.float64],
              settings: ServoSettings | None = None) -> None:
         """Record the goals [rad] and their rates [rad/s] at ``t`` [s], in the model's motor order ``(m,)``, and
-        the servo settings from ``t`` on (None: unchanged)."""
+        the servo settings from ``t`` on (None: unchanged). With a latency they act from ``t + latency_s``."""
+        t = float(t) + self.latency_s
         if self.history.latest_time >= t:
             return
         self.history.append(t, goal, goal_rate)
@@ -255,9 +266,16 @@ class TwinSimulation:
         """The servo per motor these settings give (:func:`retarget.dynamixel.servo_loop.loop_params`)."""
         from retarget.dynamixel.servo_loop import loop_params
 
-        return [sv if sv.ideal else loop_params(sv, *settings.gains[m], settings.pwm_limit[m],
-                                                bool(settings.torque_on[m]), self.control_period)
-                for m, sv in enumerate(self.servos)]
+        servos = []
+        for m, sv in enumerate(self.servos):
+            if sv.ideal:
+                servos.append(sv)
+                continue
+            loop = loop_params(sv, *settings.gains[m], settings.pwm_limit[m], bool(settings.torque_on[m]),
+                               self.control_period)
+            driven = bool(settings.torque_on[m]) and settings.pwm_limit[m] > 0
+            servos.append(self.perturbation.servo(loop) if driven else loop)  # the perturbed robot's loop
+        return servos
 
     def _engine_for(self, settings: ServoSettings):  # a CompiledReducedEngine
         engine = self._engines.get(settings.key)
@@ -346,7 +364,7 @@ class TwinSimulation:
             self.start(latest)
         began = time.perf_counter()
         steps = 0
-        while self.time + self.dt <= self.history.latest_time + 1e-12:
+        while self.time + self.dt <= self.history.latest_time - self.latency_s + 1e-12:
             settings = self._settings_at(self.time + self.dt)
             if settings.key != self.settings.key:
                 self._use(settings)

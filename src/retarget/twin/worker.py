@@ -1,6 +1,7 @@
 """The twin's simulation process: servo commands in on stdin, simulated bodies and shafts out on the channel.
 
-``python -m retarget.twin.worker ROBOT --channel PATH [--reduced FILE] [--dt S] [--max-lag S]`` is started by the
+``python -m retarget.twin.worker ROBOT --channel PATH [--reduced FILE] [--dt S] [--max-lag S] [--perturb K=V,...]``
+is started by the
 emulated servo bus (:class:`retarget.twin.servo.SimulationDrivenServos`). It runs in its own process, not a
 thread of the emulator, because the compiled engine holds the GIL for a whole step (numba kernels without
 ``nogil``; a drummer step takes ~20 ms): in a thread it would delay the bus's replies to the driver.
@@ -73,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     from retarget.errors import RetargetError
     from retarget.twin.channel import PoseRingWriter
     from retarget.twin.model import find_reduced_model, load_twin_model
+    from retarget.twin.perturbation import parse_perturbation
     from retarget.twin.simulation import TwinSimulation
 
     stop: list[int] = []
@@ -82,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         source = find_reduced_model(args.robot, args.reduced)
         model = load_twin_model(args.robot, source, args.mesh_scale)
-        sim = TwinSimulation(model, dt=args.dt, max_lag_s=args.max_lag, log=_log)
+        perturbation = parse_perturbation(args.perturb or "")
+        sim = TwinSimulation(model, dt=args.dt, max_lag_s=args.max_lag, log=_log, perturbation=perturbation)
         sim.warm_up()  # before the channel exists: meanwhile the bus's own servo loops report
     except RetargetError as exc:
         _log(f"twin: cannot run the reduced simulation: {exc}; the emulated servos run their own loops, no "
@@ -92,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
     size = record_size(m)
     _log(f"twin: reduced model {source.describe()}, modes {model.info.get('modes')}, cubature elements "
          f"{model.info.get('cubature_elements')}, dt {sim.dt * 1e3:g} ms, bodies {list(model.bodies)} -> "
-         f"{args.channel} (loaded in {time.perf_counter() - started:.1f} s)")
+         f"{args.channel} (loaded in {time.perf_counter() - started:.1f} s)"
+         + ("" if perturbation.is_identity else f"; perturbed: {perturbation.to_text()}"))
     writer = PoseRingWriter(args.channel, list(model.bodies), list(model.motors))
     fd = sys.stdin.buffer.fileno()
     os.set_blocking(fd, False)
@@ -178,6 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dt", type=float, default=None, help="engine step [s] (default 0.001)")
     parser.add_argument("--max-lag", type=float, default=5.0, help="lag that triggers a restart at rest [s]")
     parser.add_argument("--report", type=float, default=5.0, help="real-time factor report period [s]")
+    parser.add_argument("--perturb", default="", metavar="KEY=VALUE,...", help="run a perturbed model: stiffness, "
+                        "damping, servo_kp, servo_kd factors, latency [s] (retarget.twin.perturbation)")
     return run(parser.parse_args(argv))
 
 
