@@ -24,7 +24,7 @@ test-fast: setup
 	@bash scripts/run_tests.sh -m "not slow and not integration"
 
 demo: setup
-	@$(PY) -m retarget.ros.demo
+	@$(PY) -m retarget.cli demo
 
 # The benchmarks that run without arguments (the others measure a named robot and motion: see their --help and
 # bench/results/README.md for the commands behind each result). Thread settings as the benchmarks expect on 2 cores.

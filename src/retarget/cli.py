@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from retarget import __version__
+from retarget.cliargs import resolve_legacy
 from retarget.errors import RetargetError
 
 #: Subpackages whose ``commands`` module is listed first in ``--help``; others follow alphabetically.
@@ -73,6 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         return _missing(parser)
     try:
+        resolve_legacy(args)  # an old spelling (--robot R, a positional motion): rewritten, with a note
         return int(args.func(args) or 0)
     except RetargetError as exc:
         print(f"retarget: error: {exc}", file=sys.stderr)

@@ -11,13 +11,13 @@ from retarget.cli import main
 
 def test_twin_test_then_fit_json_plot_write(tmp_path, capsys) -> None:
     bag = tmp_path / "twin"
-    assert main(["twin-test", "--robot", "single_rod", "--youngs-modulus", "1.9e11", "--noise", "0.001",
+    assert main(["twin-test", "single_rod", "--youngs-modulus", "1.9e11", "--noise", "0.001",
                  "--seed", "4", "--dt", "0.002", "--out", str(bag), "--json"]) == 0
     twin = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert twin["youngs_modulus"] == 1.9e11 and twin["topic"] == "/mocap/tip/pose"
     materials = tmp_path / "materials.yaml"
     plot = tmp_path / "fit.png"
-    assert main(["fit", "--robot", "single_rod", "--recording", str(bag), "--body", "tip", "--params",
+    assert main(["fit", "single_rod", "--recording", str(bag), "--body", "tip", "--params",
                  "youngs_modulus", "--dt", "0.002", "--plot", str(plot), "--write", "--materials", str(materials),
                  "--json"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
@@ -32,16 +32,16 @@ def test_twin_test_then_fit_json_plot_write(tmp_path, capsys) -> None:
 
 
 def test_user_errors_exit_2(tmp_path, capsys) -> None:
-    assert main(["fit", "--robot", "single_rod", "--recording", str(tmp_path / "none"), "--body", "tip"]) == 2
+    assert main(["fit", "single_rod", "--recording", str(tmp_path / "none"), "--body", "tip"]) == 2
     assert "no such file" in capsys.readouterr().err
-    assert main(["fit", "--robot", "two_rods", "--recording", str(tmp_path), "--body", "tip"]) == 2
-    assert main(["fit", "--robot", "single_rod", "--recording", str(tmp_path), "--body", "tip",
+    assert main(["fit", "two_rods", "--recording", str(tmp_path), "--body", "tip"]) == 2
+    assert main(["fit", "single_rod", "--recording", str(tmp_path), "--body", "tip",
                  "--params", "gamma"]) == 2
 
 
 def test_fit_motion_writes_the_identification_motion(tmp_path, capsys) -> None:
     out = tmp_path / "ident.yaml"
-    assert main(["fit-motion", "--robot", "single_rod", "--cycles", "3", "--bursts", "2", "--out", str(out),
+    assert main(["fit-motion", "single_rod", "--cycles", "3", "--bursts", "2", "--out", str(out),
                  "--json"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["frequencies_hz"][1] == pytest.approx(32.5, rel=0.01)
@@ -50,13 +50,13 @@ def test_fit_motion_writes_the_identification_motion(tmp_path, capsys) -> None:
     assert summary["torque_limit_nm"] == pytest.approx(0.8 * summary["stall_torque_nm"])
     assert summary["burst_torque_nm"] <= summary["torque_limit_nm"]
     assert yaml.safe_load(out.read_text())["joints"] == ["base_pitch"]
-    assert main(["fit-motion", "--robot", "single_rod", "--cycles", "3", "--bursts", "2", "--torque-fraction", "0",
+    assert main(["fit-motion", "single_rod", "--cycles", "3", "--bursts", "2", "--torque-fraction", "0",
                  "--json"]) == 0
     speed_only = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert speed_only["torque_limit_nm"] is None
     assert speed_only["amplitude_rad"] > 5 * summary["amplitude_rad"]
     # Another servo (an XM540-W270: 10.6 N m, 30 rpm): the design and the report use its values, not the rig's.
-    assert main(["fit-motion", "--robot", "single_rod", "--cycles", "3", "--bursts", "2", "--stall-torque", "10.6",
+    assert main(["fit-motion", "single_rod", "--cycles", "3", "--bursts", "2", "--stall-torque", "10.6",
                  "--max-velocity", "3.14", "--json"]) == 0
     captured = capsys.readouterr()
     bigger = json.loads(captured.out.strip().splitlines()[-1])
@@ -64,8 +64,8 @@ def test_fit_motion_writes_the_identification_motion(tmp_path, capsys) -> None:
     assert "= 80% of stall" in captured.out and "servo stall torque 10.60 N m" in captured.out
     assert bigger["peak_rate_rad_s"] <= bigger["max_velocity"] == pytest.approx(3.14)
     assert bigger["amplitude_rad"] == pytest.approx(summary["amplitude_rad"] * 10.6 / 3.0, rel=0.02)
-    assert main(["fit-motion", "--robot", "single_rod", "--step-deg", "120"]) == 2
-    assert main(["fit-motion", "--robot", "single_rod", "--choose", "--candidates", "2,x"]) == 2
+    assert main(["fit-motion", "single_rod", "--step-deg", "120"]) == 2
+    assert main(["fit-motion", "single_rod", "--choose", "--candidates", "2,x"]) == 2
 
 
 def test_check_sets_builtin_explicit_and_random() -> None:
@@ -106,13 +106,13 @@ def test_own_rig_motive_csv_from_elsewhere(own_rig, tmp_path, capsys) -> None:
     Motive CSV in a rotated and offset frame, 5 % of the frames missing, the capture starting 0.6 s into the motion
     (no rest at its start), noisy orientation (0.03 rad). The documented commands fit it; the JSON is strict."""
     take = tmp_path / "take.csv"
-    assert main(["twin-test", "--robot", str(own_rig), "--motion", "fit_rig/step_30", "--youngs-modulus", "1.95e11",
+    assert main(["twin-test", str(own_rig), "--motion", "fit_rig/step_30", "--youngs-modulus", "1.95e11",
                  "--alpha", "0", "--beta", "3e-4", "--lead", "-0.6", "--frame-rpy", "12,-25,70", "--frame-xyz",
                  "0.4,1.1,-2.3", "--occlusion", "0.05", "--rotation-noise", "0.03", "--seed", "11", "--dt", "0.002",
                  "--out", str(take), "--json"]) == 0
     twin = _strict(capsys.readouterr().out.strip().splitlines()[-1])
     assert twin["occluded"] > 0 and take.read_text().startswith("Format Version,1.23,")
-    assert main(["fit", "--robot", str(own_rig), "--recording", str(take), "--motion", "fit_rig/step_30", "--body",
+    assert main(["fit", str(own_rig), "--recording", str(take), "--motion", "fit_rig/step_30", "--body",
                  "tip", "--fix", "alpha=0", "--dt", "0.002", "--json"]) == 0
     out = capsys.readouterr().out
     summary = _strict(out.strip().splitlines()[-1])
@@ -124,7 +124,7 @@ def test_own_rig_motive_csv_from_elsewhere(own_rig, tmp_path, capsys) -> None:
     assert "orientation: used in 1 of 1 recording(s), weight 1 (the default)" in out
     assert summary["orientation_weight"] == 1.0 and summary["orientation_used"] == [True]
     # Positions only, α fitted although the truth is 0: it ends at its lower bound, and says so.
-    assert main(["fit", "--robot", str(own_rig), "--recording", str(take), "--motion", "fit_rig/step_30", "--body",
+    assert main(["fit", str(own_rig), "--recording", str(take), "--motion", "fit_rig/step_30", "--body",
                  "tip", "--params", "youngs_modulus,alpha", "--fix", "beta=3e-4", "--orientation-weight", "0",
                  "--dt", "0.002", "--json"]) == 0
     out = capsys.readouterr().out
@@ -136,7 +136,7 @@ def test_own_rig_motive_csv_from_elsewhere(own_rig, tmp_path, capsys) -> None:
 
 def test_fit_option_errors_exit_2(own_rig, tmp_path, capsys) -> None:
     take = tmp_path / "none.csv"
-    base = ["fit", "--robot", str(own_rig), "--recording", str(take), "--body", "tip", "--motion", "fit_rig/step_30"]
+    base = ["fit", str(own_rig), "--recording", str(take), "--body", "tip", "--motion", "fit_rig/step_30"]
     for extra, message in ((["--fix", "gamma=1"], "unknown parameter 'gamma'"),
                            (["--fix", "alpha=x"], "'x' is not a number"),
                            (["--fix", "alpha=0", "--params", "alpha,beta"], "alpha is both fitted and fixed"),
@@ -146,6 +146,6 @@ def test_fit_option_errors_exit_2(own_rig, tmp_path, capsys) -> None:
         assert main(base + extra) == 2
         assert message in capsys.readouterr().err
     # A rig outside the library has no default step test: the error says to give the motion.
-    assert main(["fit", "--robot", str(own_rig), "--recording", str(take), "--body", "tip"]) == 2
+    assert main(["fit", str(own_rig), "--recording", str(take), "--body", "tip"]) == 2
     assert "the motion library has no my_rig/step_30: give the motion the rig played with --motion FILE" in \
         capsys.readouterr().err

@@ -83,7 +83,7 @@ def test_the_progress_bar_counts_iterations_over_the_windows_and_time_from_the_e
     stage after the preparation (loading the model, compiling the kernels)."""
     from types import SimpleNamespace
 
-    from retarget.ros.demo import PREPARATION_STAGES, _PlannerProgress
+    from retarget.ros.demo import PREPARATION_STAGES, PlannerProgress
     from retarget.optimize.control import FEEDBACK_STAGES, TRAINING_STAGE
     from retarget.optimize.planning import WARM_UP_STAGE
 
@@ -93,7 +93,7 @@ def test_the_progress_bar_counts_iterations_over_the_windows_and_time_from_the_e
     def fb(stage: str, elapsed: float, iteration: int = 0) -> SimpleNamespace:
         return SimpleNamespace(stage=stage, elapsed_time=elapsed, iteration=iteration, objective=1e-3)
 
-    with _PlannerProgress(2, 5, disable=True) as bar:
+    with PlannerProgress(2, 5, disable=True) as bar:
         assert bar.bar.total == 10
         for stage, elapsed in (("validating", 0.0), ("loading", 0.1), (WARM_UP_STAGE, 3.0), (WARM_UP_STAGE, 150.0)):
             bar(fb(stage, elapsed))
@@ -169,8 +169,7 @@ def test_the_demo_budgets_its_plan_by_iterations() -> None:
     from retarget.ros import demo
 
     assert demo.DEMO_WINDOW_ITERATIONS >= 1 and demo.DEMO_PLAN_TIMEOUT_S >= 900.0
-    with pytest.raises(SystemExit):
-        demo.main(["--max-iterations", "0"])
+    assert demo.main(["--max-iterations", "0"]) == 2  # an option out of range: exit 2, nothing started
 
 
 @pytest.mark.integration
@@ -269,7 +268,7 @@ def test_demo_trains_its_model_plans_and_executes_the_optimized_trajectory(tmp_p
     env["ROS_DOMAIN_ID"] = str(1 + (int(os.environ["ROS_DOMAIN_ID"]) + 70) % 100)
     env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     env["RETARGET_CACHE"] = str(tmp_path)
-    command = [sys.executable, "-m", "retarget.ros.demo", "--json", "--no-progress", "--robot", "single_rod",
+    command = [sys.executable, "-m", "retarget.ros.demo", "single_rod", "--json", "--no-progress",
                "--motion", "single_rod/step_30", "--duration", "1.5", "--train-duration", "1.5",
                "--train-mesh-scale", "0.05", "--max-iterations", "5", "--plan-timeout", "200"]
     # A fresh install compiles the full and reduced engines (training) and the planner's kernels first: minutes.

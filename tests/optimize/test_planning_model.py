@@ -60,6 +60,27 @@ def test_the_model_folder_is_searched_and_stale_artifacts_are_skipped(tiny_artif
     assert str(npz) in str(info.value) and "robot_yaml" in str(info.value)
 
 
+def test_a_fallback_model_is_used_after_the_cache_and_the_folders_and_stale_ones_are_skipped(tiny_artifact,
+                                                                                              isolated):
+    """The planner node's shipped models: tried when none is given, cached or found, before training; a stale one
+    is skipped, and without training the error names what was searched (NoPlanningModelError)."""
+    from retarget.optimize.errors import NoPlanningModelError
+
+    folder, npz = tiny_artifact
+    motion = load_motion(folder / "ramp.csv")
+    with pytest.raises(NoPlanningModelError) as info:
+        planning_model(folder / "tiny_rod.yaml", motion, allow_training=False)
+    assert info.value.robot == "tiny_rod" and str(isolated / "models") in info.value.searched
+    pm = planning_model(folder / "tiny_rod.yaml", motion, allow_training=False, fallback=(str(npz),))
+    assert pm.info["source"] == "fallback" and pm.info["file"] == str(npz)
+    shutil.copy(folder / "tiny_rod.urdf", isolated / "tiny_rod.urdf")
+    changed = isolated / "tiny_rod.yaml"
+    changed.write_text((folder / "tiny_rod.yaml").read_text() + "# edited\n")
+    with pytest.raises(NoPlanningModelError) as info:
+        planning_model(changed, motion, allow_training=False, fallback=(str(npz),))
+    assert any(str(npz) in line and "robot_yaml" in line for line in info.value.skipped)
+
+
 def test_an_isolated_cache_sees_no_other_model_folder(isolated, monkeypatch):
     monkeypatch.delenv("RETARGET_MODELS")
     assert artifact_dirs() == [isolated / "cache" / "models"]
@@ -73,7 +94,7 @@ def test_unknown_model_file_types_are_rejected(tiny_artifact, isolated):
         planning_model(folder / "tiny_rod.yaml", load_motion(folder / "ramp.csv"), reduced_file=bad)
 
 
-@pytest.mark.integration
+@pytest.mark.integration  # the robust objective's models run in forked workers
 def test_plan_cli_runs_on_an_artifact_and_reports_stale_ones(tiny_artifact, isolated, capsys):
     from retarget.cli import main
 

@@ -36,7 +36,7 @@ def check_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
     # A module-scoped fixture cannot use capsys: capture stdout directly.
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        rc = main(["check", "reduced", "--robot", str(ROBOT), "--train-motion", str(MOTION), "--test-motion",
+        rc = main(["check", "reduced", str(ROBOT), "--train-motion", str(MOTION), "--test-motion",
                    str(MOTION), *COMMON, "--targets", "5", "--save-model", str(model), "--json"])
     assert rc == 0
     return json.loads(buf.getvalue().strip().splitlines()[-1]), model
@@ -108,7 +108,7 @@ def test_saved_model_equals_retarget_reduce_and_is_reusable(
                                  ["--replay-tolerance", "-1"], ["--cubature-tolerance", "0"],
                                  ["--cubature-tolerance", "1"], ["--modal-derivatives", "-1"]])
 def test_bad_arguments_exit_2(bad: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["check", "reduced", "--robot", str(ROBOT), "--train-motion", str(MOTION), "--test-motion", str(MOTION)]
+    args = ["check", "reduced", str(ROBOT), "--train-motion", str(MOTION), "--test-motion", str(MOTION)]
     assert main(args + bad) == 2
     assert "must be" in capsys.readouterr().err
 
@@ -152,7 +152,7 @@ def test_check_with_a_saved_model_reproduces_the_training_run(
 ) -> None:
     """``--model`` skips training: the saved model gives the same reduced run, so the same errors."""
     out, saved = check_run
-    args = ["check", "reduced", "--robot", str(ROBOT), "--model", str(saved), "--test-motion", str(MOTION),
+    args = ["check", "reduced", str(ROBOT), "--model", str(saved), "--test-motion", str(MOTION),
             "--dt", "0.002", "--mesh-scale", "0.5", "--targets", "5", "--json"]
     assert main(args) == 0
     again = _last_json(capsys)
@@ -245,7 +245,7 @@ def test_reduce_with_cubature_points_records_and_reloads_them(tmp_path: Path,
     assert main(["simulate-reduced", str(ROBOT), "--reduced", str(out), "--motion", str(MOTION), "--dt", "0.002",
                  "--mesh-scale", "0.5", "--json"]) == 0
     capsys.readouterr()
-    args = ["check", "reduced", "--robot", str(ROBOT), "--model", str(out), "--test-motion", str(MOTION),
+    args = ["check", "reduced", str(ROBOT), "--model", str(out), "--test-motion", str(MOTION),
             "--mesh-scale", "0.5", "--dt", "0.002", "--cubature-points"]
     assert main(args) == 2
     assert "--cubature-points" in capsys.readouterr().err
@@ -268,7 +268,7 @@ def test_reduce_with_modal_derivatives_records_and_reloads_them(tmp_path: Path,
     basis = load_reduced(out, system, path).bodies[0].basis
     assert basis.n_derivatives == 3 and basis.n_pca == 2 and basis.size == 6 + 5
     # A trained model cannot be given derivatives afterwards.
-    args = ["check", "reduced", "--robot", str(ROBOT), "--model", str(out), "--test-motion", str(MOTION),
+    args = ["check", "reduced", str(ROBOT), "--model", str(out), "--test-motion", str(MOTION),
             "--mesh-scale", "0.5", "--dt", "0.002", "--modal-derivatives", "1"]
     assert main(args) == 2
     assert "--modal-derivatives" in capsys.readouterr().err

@@ -70,6 +70,23 @@ def test_the_cubature_is_tightened_once_the_variance_is_exhausted(training) -> N
     assert _replay_error(rs, motors, dt, full) == pytest.approx(trials[best].error_rel, rel=1e-9)
 
 
+def test_a_check_that_cannot_pass_stops_at_its_bound_and_says_so(training) -> None:
+    """An unreachable tolerance with ``max_trials`` 2: two models, the more accurate kept, and a log line saying the
+    check did not pass within the bound (``retarget reduce --max-replay-trials``)."""
+    from retarget.sim.reduced.training import build_checked_by_replay
+
+    system, motors, dt, full = training
+    lines: list[str] = []
+    rs, _, _, trials = build_checked_by_replay(system, full, motors, dt, ["tip"], variance=0.5, tolerance=1e-12,
+                                               max_trials=2, log=lines.append)
+    assert len(trials) == 2 and sum(t.kept for t in trials) == 1
+    kept = next(t for t in trials if t.kept)
+    assert kept.error_rel == min(t.error_rel for t in trials)
+    assert lines[-1].startswith("replay check: not within 1e-10 % after 2 trials (the bound): keeping the most "
+                                "accurate model")
+    assert _replay_error(rs, motors, dt, full) == pytest.approx(kept.error_rel, rel=1e-9)
+
+
 def test_a_first_model_within_tolerance_is_kept(training) -> None:
     from retarget.sim.reduced.training import build_checked_by_replay, build_from_result
 

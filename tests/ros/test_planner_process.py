@@ -1,5 +1,5 @@
-"""The planner as a process: invalid goals are INVALID_GOAL; a valid goal for a robot without a cached reduced
-model is NOT_AVAILABLE (with the command that builds one) unless the node may train in-process; with a model it
+"""The planner as a process: invalid goals are INVALID_GOAL; a valid goal for a robot without a cached or shipped
+reduced model is NOT_AVAILABLE (saying what to pass) when the node may not train in-process; with a model it
 plans (SUCCESSFUL, published) and a cancel answers CANCELED with the best trajectory so far; the node's plan is
 :func:`retarget.optimize.plan`'s on the same inputs."""
 from __future__ import annotations
@@ -53,12 +53,14 @@ def test_planner_results(start_node, ros_context, tmp_path, monkeypatch) -> None
     from retarget_interfaces.action import Retarget
 
     monkeypatch.setenv("RETARGET_CACHE", str(tmp_path / "empty-cache"))  # no reduced model cached
-    proc = start_node("retarget.ros.planner", {"robot_name": "single_rod", "joint_names": JOINTS},
-                      namespace="/test_planner")
+    proc = start_node("retarget.ros.planner", {"robot_name": "single_rod", "joint_names": JOINTS,
+                                               "allow_training": False}, namespace="/test_planner")
     with _retarget_client(ros_context, "planner_client", "/test_planner/planner/retarget") as client:
         assert client.wait_for_server(timeout_sec=15.0), proc.log()
         valid = _goal(JOINTS, [(0.5, [0.1]), (1.0, [0.0])])
-        cases = [(valid, Retarget.Result.NOT_AVAILABLE, "retarget plan single_rod"),
+        # No model and no training: the result says exactly what to pass.
+        cases = [(valid, Retarget.Result.NOT_AVAILABLE, "`retarget up single_rod --reduced FILE.npz`"),
+                 (valid, Retarget.Result.NOT_AVAILABLE, "allow_training: true in config/single_rod.params.yaml"),
                  (_goal(["j1"], [(1.0, [0.1])]), Retarget.Result.INVALID_GOAL, "j1"),
                  (_goal(JOINTS, []), Retarget.Result.INVALID_GOAL, "empty")]
         for goal, code, text in cases:
@@ -69,7 +71,7 @@ def test_planner_results(start_node, ros_context, tmp_path, monkeypatch) -> None
                 sent = client.send_goal_async(goal, feedback_callback=feedback.append)
                 wait_for(sent.done, 5.0, "goal response")
                 got = sent.result().get_result_async()
-                wait_for(got.done, 10.0, "result")
+                wait_for(got.done, 60.0, "result")  # no model: the robot is loaded first (seconds on a busy host)
                 return got.result().result
 
             try:
@@ -141,7 +143,10 @@ def test_planner_plans_and_cancel_answers_with_the_best_so_far(start_node, ros_c
         assert 1 <= done.iterations <= 4 and len(done.optimized.points) > 10  # 2 per window
         assert "windows" in json.loads(done.metrics_json)["method"]
         stages = [f.stage for f in first]
-        assert stages[:3] == ["validating", "loading", "targets"] and "optimizing window 1 of 2" in stages, stages
+        # The plan's estimate of each stage comes before the work.
+        assert stages[:2] == ["validating", "loading"] and stages[2].startswith("estimated targets ~"), stages
+        assert "optimization ~" in stages[2] and "; total ~" in stages[2], stages
+        assert stages[3] == "targets" and "optimizing window 1 of 2" in stages, stages
         assert done.objective_final <= done.objective_initial
         assert done.optimized_peak_deviation > 0.0 and done.naive_peak_deviation > 0.0
         wait_for(lambda: len(published) == 1, 10.0, "the optimized trajectory on ~/optimized_trajectory")
@@ -236,3 +241,49 @@ def test_the_node_plans_as_plan_does_on_the_same_inputs(start_node, ros_context,
               if not np.isclose(node_figures[k], direct_figures[k], rtol=1e-9, atol=0.0)}
     assert differ == {}
     assert result.objective_final == direct.to_json()["objective_final"] > 0.0
+
+
+@pytest.mark.slow
+def test_with_no_model_the_node_trains_on_the_first_goal_and_says_how_far(start_node, ros_context, tmp_path,
+                                                                           monkeypatch) -> None:
+    """No model given, cached, in the model folders or shipped, and training allowed (the default): the first goal
+    trains one — its feedback says the training's estimated cost first, then how far the full simulation is, the
+    time left and the budget — plans on it and caches it; the next goal plans on the cached model."""
+    import json
+
+    from retarget_interfaces.action import Retarget
+    from tiny_robot import write_tiny_robot
+
+    folder = write_tiny_robot(tmp_path / "robot")
+    monkeypatch.setenv("RETARGET_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("RETARGET_MODELS", str(tmp_path / "models"))
+    proc = start_node("retarget.ros.planner", {"robot_name": str(folder / "tiny_rod.yaml"), "joint_names": ["m"],
+                                               "dt": 0.005, "time_budget": 1200.0, "verify": False,
+                                               "verify_model": "none", "allow_unverified_model": True},
+                      namespace="/test_planner_trains")
+    times = [0.005 * k for k in range(41)]
+    with _retarget_client(ros_context, "planner_trains_client", "/test_planner_trains/planner/retarget") as client:
+        assert client.wait_for_server(timeout_sec=15.0), proc.log()
+
+        def plan_once() -> tuple[Any, list]:
+            goal = _goal(["m"], [(t, [0.2 * min(t / 0.1, 1.0)]) for t in times])
+            goal.execute = False
+            goal.max_iterations, goal.knot_spacing = 1, 0.04
+            feedback: list = []
+            got = sent_goal(client, goal, proc.log, feedback_callback=lambda f: feedback.append(f.feedback))
+            result = got.get_result_async()
+            wait_for(result.done, 900.0, "result")
+            return result.result().result, [f.stage for f in feedback]
+
+        first, stages = plan_once()
+        assert first.error_code == Retarget.Result.SUCCESSFUL, (first.error_string, proc.log())
+        training = [s for s in stages if s.startswith("training reduced model")]
+        assert training[0].startswith("training reduced model: training: about "), stages
+        assert "full simulation of 0.2 s at dt 0.002 s" in training[0]
+        progress = [s for s in training[1:] if "full simulation" in s and "% (step" in s]
+        assert progress and all("time budget 20 min" in s for s in progress), training
+        assert json.loads(first.metrics_json)["model"]["source"] == "trained"
+        again, stages = plan_once()
+        assert again.error_code == Retarget.Result.SUCCESSFUL, again.error_string
+        assert not any(s.startswith("training") for s in stages)
+        assert json.loads(again.metrics_json)["model"]["source"] == "cache"

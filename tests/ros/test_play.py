@@ -62,8 +62,9 @@ def rig() -> Iterator[list[str]]:
 
 
 def test_a_library_motion_plays_and_reports_its_tracking(rig: list[str]) -> None:
-    out = _play("fit_rig/step_30", "--json")
+    out = _play("fit_rig", "--motion", "fit_rig/step_30", "--json")
     assert out.returncode == 0, out.stderr + "".join(rig[-20:])
+    assert "deprecated" not in out.stderr
     summary = _summary(out)
     assert summary["ok"] and summary["robot"] == "fit_rig" and summary["goal"]["error_code"] == 0
     assert summary["action"] == f"{NAMESPACE}/trajectory_server/follow_joint_trajectory"
@@ -81,7 +82,7 @@ def test_record_takes_the_rest_the_motion_and_the_tail_into_one_bag(rig: list[st
 
     bag = tmp_path / "take30"
     topic = f"{NAMESPACE}/joint_states"
-    out = _play("fit_rig/step_30", "--record", str(bag), "--record-topics", topic, "--record-lead", "0.5",
+    out = _play("fit_rig", "--motion", "fit_rig/step_30", "--record", str(bag), "--record-topics", topic, "--record-lead", "0.5",
                 "--record-tail", "0.5", "--json")
     assert out.returncode == 0, out.stderr
     summary = _summary(out)
@@ -100,7 +101,7 @@ def test_record_takes_the_rest_the_motion_and_the_tail_into_one_bag(rig: list[st
 def test_a_motion_away_from_the_current_pose_moves_there_first(rig: list[str], tmp_path: Path) -> None:
     motion = tmp_path / "tilted.csv"
     motion.write_text("time [s],base_pitch [rad]\n0.0,0.4\n0.5,0.5\n1.0,0.4\n")
-    out = _play(str(motion), "--robot", "fit_rig", "--move-to-start", "1.0", "--json")
+    out = _play("fit_rig", "--motion", str(motion), "--move-to-start", "1.0", "--json")
     assert out.returncode == 0, out.stderr
     summary = _summary(out)
     assert summary["moved_to_start"] and summary["ok"]
@@ -109,14 +110,14 @@ def test_a_motion_away_from_the_current_pose_moves_there_first(rig: list[str], t
     # Back at rest for the other tests: already at 0.4 rad, this one moves only to the start it is at.
     back = tmp_path / "back.csv"
     back.write_text("time [s],base_pitch [rad]\n0.0,0.4\n0.5,0.0\n")
-    again = _play(str(back), "--robot", "fit_rig", "--json")
+    again = _play("fit_rig", "--motion", str(back), "--json")
     assert again.returncode == 0 and not _summary(again)["moved_to_start"], again.stderr
 
 
 def test_ctrl_c_cancels_the_goal_and_the_servo_stops(rig: list[str]) -> None:
     """fit_rig/ident_mode2 lasts 22 s; SIGINT after 3 s ends the play (exit 130) having cancelled the goal (the
     trajectory server then holds the measured position), and the rig takes the next goal at once."""
-    proc = subprocess.Popen([sys.executable, "-m", "retarget.cli", "play", "fit_rig/ident_mode2", "--namespace",
+    proc = subprocess.Popen([sys.executable, "-m", "retarget.cli", "play", "fit_rig", "--motion", "fit_rig/ident_mode2", "--namespace",
                              NAMESPACE, "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=os.environ.copy())
     errors: list[str] = []
@@ -134,25 +135,28 @@ def test_ctrl_c_cancels_the_goal_and_the_servo_stops(rig: list[str]) -> None:
             proc.wait(5.0)
     reader.join(5.0)
     # A new goal is accepted at once (the old one is gone) and the rig plays it from where it stopped.
+    # The old spelling (the motion first) still plays, with a deprecation note.
     out = _play("fit_rig/step_30", "--json")
     assert out.returncode == 0, out.stderr
     assert _summary(out)["ok"]
+    assert "retarget: deprecated: `retarget play fit_rig/step_30` is deprecated" in out.stderr
 
 
 def test_bad_input_exits_2_and_a_missing_robot_1(rig: list[str], tmp_path: Path) -> None:
-    wrong = _play("drummer/drumming", "--robot", "fit_rig")
+    wrong = _play("fit_rig", "--motion", "drummer/drumming")
     assert wrong.returncode == 2 and "missing joints ['base_pitch']" in wrong.stderr, wrong.stderr
     nameless = tmp_path / "m.csv"
     nameless.write_text("time [s],base_pitch [rad]\n0.0,0.0\n1.0,0.1\n")
-    unnamed = _play(str(nameless))
-    assert unnamed.returncode == 2 and "give --robot" in unnamed.stderr, unnamed.stderr
-    clash = _play("fit_rig/step_30", "--record", str(tmp_path), "--record-topics", "/x")
+    unnamed = _play("--motion", str(nameless))
+    assert unnamed.returncode == 2 and "give it first, `retarget play ROBOT --motion" in unnamed.stderr, \
+        unnamed.stderr
+    clash = _play("fit_rig", "--motion", "fit_rig/step_30", "--record", str(tmp_path), "--record-topics", "/x")
     assert clash.returncode == 2 and "exists: give a new bag folder" in clash.stderr, clash.stderr
-    half = _play("fit_rig/step_30", "--record", str(tmp_path / "bag"))
+    half = _play("fit_rig", "--motion", "fit_rig/step_30", "--record", str(tmp_path / "bag"))
     assert half.returncode == 2 and "go together" in half.stderr, half.stderr
-    absent = subprocess.run([sys.executable, "-m", "retarget.cli", "play", "fit_rig/step_30", "--namespace",
-                             "/nobody_here", "--wait", "2", "--json"], capture_output=True, text=True, timeout=60,
-                            env=os.environ.copy())
+    absent = subprocess.run([sys.executable, "-m", "retarget.cli", "play", "fit_rig", "--motion", "fit_rig/step_30",
+                             "--namespace", "/nobody_here", "--wait", "2", "--json"], capture_output=True, text=True,
+                            timeout=60, env=os.environ.copy())
     assert absent.returncode == 1, absent.stderr
     assert "no trajectory server at /nobody_here/trajectory_server/follow_joint_trajectory within 2 s" in absent.stderr
     assert _summary(absent)["ok"] is False

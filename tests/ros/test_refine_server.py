@@ -41,8 +41,9 @@ def test_refine_goals_that_cannot_be_refined_end_with_their_reason(start_node, r
 
     monkeypatch.setenv("RETARGET_CACHE", str(tmp_path / "empty-cache"))
     monkeypatch.setenv("RETARGET_MODELS", str(tmp_path / "no-models"))
-    proc = start_node("retarget.ros.planner", {"robot_name": "single_rod", "joint_names": ["base_pitch"]},
-                      namespace="/test_refine")
+    # No model and no training (the node trains on a first goal by default): NOT_AVAILABLE below.
+    proc = start_node("retarget.ros.planner", {"robot_name": "single_rod", "joint_names": ["base_pitch"],
+                                               "allow_training": False}, namespace="/test_refine")
     context, executor = ros_context
     node = Node("refine_client", context=context)
     client = ActionClient(node, Refine, "/test_refine/planner/refine")

@@ -11,24 +11,48 @@ import pytest
 
 def test_a_goal_left_unset_plans_with_the_planner_defaults() -> None:
     action = pytest.importorskip("retarget_interfaces.action", reason="retarget_interfaces not built (make setup)")
-    from retarget.optimize.options import NODE_PARAMETERS, PlanOptions
+    from retarget.optimize.options import PlanOptions
+    from retarget.optimize.settings import PLAN_SETTINGS
     from retarget.ros.planner import Planner
 
     goal = action.Retarget.Goal()
     assert goal.deviation_weight < 0 and goal.acceleration_weight < 0
-    # The node's parameters at their declared defaults ("0: the default", verification on).
-    declared = {"verify": True, "target_stride": 1, "window_tail": 0.5, "torque_weight": 10.0, "torque_margin": 0.1,
-                "reduced_file": "", "allow_training": False, "allow_unverified_model": False}
+    # The node's parameters at their declared defaults ("0: the default", verification on, training allowed).
     defaults = PlanOptions()
-    declared.update(rest_after=defaults.rest_after, settle_weight=defaults.settle_weight,
-                    settle_iterations=defaults.settle_iterations,
-                    settle_peak_allowance=defaults.settle_peak_allowance)
-    node = SimpleNamespace(**{name: declared.get(name, 0.0) for name in NODE_PARAMETERS})
+    node = SimpleNamespace(robot_name="", shipped_model=True, **{s.name: s.default for s in PLAN_SETTINGS})
     options = Planner._options(node, goal)
-    assert options == replace(defaults, verify_dt=options.verify_dt, allow_training=False)  # the node trains only if asked
+    assert options == replace(defaults, verify_dt=options.verify_dt)
     assert options.deviation_weight == defaults.deviation_weight
     assert options.acceleration_weight == defaults.acceleration_weight
     assert options.knot_spacing == defaults.knot_spacing and options.max_iterations == defaults.max_iterations
     goal.deviation_weight, goal.acceleration_weight = 0.0, 2e-8  # 0 is a weight a client may choose
     options = Planner._options(node, goal)
     assert options.deviation_weight == 0.0 and options.acceleration_weight == 2e-8
+
+
+def test_the_node_falls_back_on_the_shipped_model_unless_given_one_or_told_not_to() -> None:
+    pytest.importorskip("retarget_interfaces.action", reason="retarget_interfaces not built (make setup)")
+    from retarget.ros.planner import fallback_models
+    from retarget.sim.reduced.store import SHIPPED_DIR
+
+    shipped = fallback_models("drummer", "", True)
+    assert shipped and all(p.startswith(str(SHIPPED_DIR)) and "/verify/" not in p for p in shipped)
+    assert fallback_models("drummer", "my.npz", True) == ()  # a given model wins
+    assert fallback_models("drummer", "", False) == ()  # shipped_model: false
+    assert fallback_models("single_rod", "", True) == ()  # nothing shipped for it
+
+
+def test_training_feedback_says_how_far_the_time_left_and_the_budget() -> None:
+    pytest.importorskip("retarget_interfaces.action", reason="retarget_interfaces not built (make setup)")
+    from retarget.ros.planner import TRAINING_FEEDBACK_S, TrainingFeedback
+
+    feedback = TrainingFeedback(900.0)
+    feedback.expected_s = 300.0
+    first = feedback.stage(0, 1000, now=10.0)
+    assert first.startswith("training reduced model: full simulation 0 % (step 0 of 1000)")
+    assert "expected about 5 min" in first and "time budget 15 min" in first
+    assert feedback.stage(1, 1000, now=10.5) == ""  # at most one text per TRAINING_FEEDBACK_S
+    later = feedback.stage(100, 1000, now=10.0 + 20.0 + TRAINING_FEEDBACK_S - 2.0)
+    # 10 % in 20 s: 180 s of simulation left, and 0.6 x the simulation's 200 s for mass-PCA and cubature.
+    assert "10 % (step 100 of 1000)" in later and "about 5 min left" in later
+    assert "no time budget" in TrainingFeedback(None).stage(0, 10, now=0.0)

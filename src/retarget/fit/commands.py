@@ -8,6 +8,7 @@ import math
 import sys
 from typing import Any
 
+from retarget.cliargs import add_robot
 from retarget.progress import counting_bar
 
 __all__ = ["read_servo_file", "register", "register_check"]
@@ -38,8 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Align recorded tip motion (rosbag2 PoseStamped or Motive CSV) with a simulated step test of "
         "the rig and fit E, alpha, beta by bounded least squares; prints the values with uncertainties.",
     )
-    p.add_argument("--robot", required=True, metavar="RIG", help="rig params YAML or robot name (one motor, one "
-                   "flexible part, a tip body), e.g. fit_rig or single_rod")
+    add_robot(p, "rig params YAML or robot name (one motor, one flexible part, a tip body), e.g. fit_rig or "
+              "single_rod")
     p.add_argument("--recording", required=True, action="append", metavar="BAG_OR_CSV",
                    help="recording (bag folder or Motive CSV); repeat to fit several recordings jointly")
     p.add_argument("--body", required=True,
@@ -80,8 +81,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Rehearse material fitting without hardware: simulate the rig's step test with known "
         "parameters and write what OptiTrack would record (noise, occlusion, a Y-up mocap frame, a clock offset).",
     )
-    q.add_argument("--robot", default=DEFAULT_RIG, metavar="RIG",
-                   help=f"rig params YAML or robot name (default {DEFAULT_RIG})")
+    add_robot(q, "rig params YAML or robot name", default=DEFAULT_RIG)
     q.add_argument("--motion", default=None, help="motion (default <robot>/step_30)")
     q.add_argument("--youngs-modulus", type=float, default=None, help="true E [Pa] (default: the rig's material)")
     q.add_argument("--alpha", type=float, default=None, help="true Rayleigh alpha [1/s] (default: the rig's)")
@@ -120,8 +120,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "motor oscillations at the rig's second bending frequency (from its beam model) within the servo's speed "
         "limit, with ring-outs between (docs/fit.md). Optionally predict the 1-sigma of a fit with it.",
     )
-    m.add_argument("--robot", default=DEFAULT_RIG, metavar="RIG",
-                   help=f"rig params YAML or robot name (default {DEFAULT_RIG})")
+    add_robot(m, "rig params YAML or robot name", default=DEFAULT_RIG)
     m.add_argument("--youngs-modulus", type=float, default=None,
                    help="E [Pa] for the mode frequencies (default: the rig's material; better: a value fitted "
                    "from a step test)")
@@ -297,7 +296,7 @@ def register_check(subparsers: argparse._SubParsersAction) -> None:
         "(1 mm position noise, 0.005 rad orientation noise, 120 Hz), fit them jointly and compare with the truth "
         "(acceptance: E within 2 percent, alpha and beta within 10 percent). Minutes per set.",
     )
-    p.add_argument("--robot", default=DEFAULT_RIG, metavar="RIG", help=f"rig (default {DEFAULT_RIG})")
+    add_robot(p, "rig params YAML or robot name", default=DEFAULT_RIG)
     p.add_argument("--noise", type=float, default=0.001, help="position noise std [m] (default 0.001)")
     p.add_argument("--sets", type=int, default=len(CHECK_SETS), help=f"how many of the {len(CHECK_SETS)} "
                    "built-in parameter sets to run")
@@ -777,7 +776,7 @@ def register_surrogate_check(subparsers: argparse._SubParsersAction) -> None:
         description="Simulate the start of a step test with the beam surrogate and with the full engine (coarse "
         "mesh) and report the tip difference and both first frequencies. Slow: minutes per simulated second.",
     )
-    p.add_argument("--robot", default="single_rod", metavar="RIG", help="rig (default single_rod)")
+    add_robot(p, "rig params YAML or robot name", default="single_rod")
     p.add_argument("--motion", default=None, help="motion (default <robot>/step_30)")
     p.add_argument("--duration", type=float, default=1.2, help="simulated time [s] (default 1.2)")
     p.add_argument("--axial", type=int, default=40, help="full engine: element layers along the rod (default 40)")

@@ -1,4 +1,4 @@
-"""CLI: ``retarget motion-info FILE`` and ``retarget import-bvh FILE --robot NAME --map MAP.yaml --out FILE``."""
+"""CLI: ``retarget motion-info FILE`` and ``retarget import-bvh ROBOT FILE --map MAP.yaml --out FILE``."""
 from __future__ import annotations
 
 import argparse
@@ -85,6 +85,21 @@ def _import_bvh(args: argparse.Namespace) -> int:
     return 0
 
 
+def _import_bvh_legacy(args: argparse.Namespace) -> str:
+    """``import-bvh FILE --robot R`` (the old spelling) as ``import-bvh R FILE``, with its deprecation note."""
+    from retarget.errors import InputError
+
+    if args.robot_option is None:
+        if args.file is None:
+            raise InputError("give the robot, then the BVH file: `retarget import-bvh ROBOT FILE.bvh --map ...`")
+        return ""
+    if args.file is not None:
+        raise InputError(f"two robots: {args.robot} and --robot {args.robot_option}")
+    args.file, args.robot = args.robot, args.robot_option
+    return (f"`retarget import-bvh {args.file} --robot {args.robot}` is deprecated: give the robot first, "
+            f"`retarget import-bvh {args.robot} {args.file} ...`")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("motion-info", help="duration, joints, ranges and peak speeds of a motion file",
                        description="Print a motion's duration, joint ranges and peak speeds (vs. a robot's "
@@ -98,8 +113,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("import-bvh", help="retarget a BVH character animation onto a robot rig (IK rig)",
                        description="Map a humanoid BVH clip onto a robot by an IK rig (hands, elbows by pole "
                        "vectors, head), scaled to the robot, within its joint limits; write any motion format.")
-    p.add_argument("file", help="BVH file")
-    p.add_argument("--robot", required=True, help="robot name (drummer, boxer) or params YAML")
+    p.add_argument("robot", help="robot name (drummer, boxer) or params YAML")
+    p.add_argument("file", nargs="?", default=None, help="BVH file")
+    p.add_argument("--robot", dest="robot_option", default=None, help=argparse.SUPPRESS)
+    p.set_defaults(legacy_form=_import_bvh_legacy)
     p.add_argument("--map", required=True, help="joint map YAML, or a shipped map name "
                    "(cmu_cgspeed_to_humanoid13, iclone_cc_base_to_humanoid13)")
     p.add_argument("--out", required=True, help="output motion file (.csv .json .yaml .mcap .db3)")

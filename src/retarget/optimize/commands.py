@@ -9,6 +9,7 @@ import sys
 import time
 from typing import Any
 
+from retarget.cliargs import add_motion, add_robot
 from retarget.progress import progress_bar
 
 
@@ -61,7 +62,7 @@ def register_check(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("profile-fit", help="fit C² cubic B-spline motor profiles to a motion: fit error per joint",
                        description="Least-squares fit of uniform cubic B-spline profiles (start and end at rest) "
                        "to a motion; reports max and RMS error per joint.")
-    p.add_argument("motion", help="motion file or library name such as single_rod/step_30")
+    add_motion(p, "motion file or library name such as single_rod/step_30")
     p.add_argument("--knot-spacing", type=float, default=D.knot_spacing, help="knot spacing [s] (default 0.05)")
     p.add_argument("--smoothing", type=float, default=0.0, help="acceleration smoothing weight [s^4] (default 0)")
     p.add_argument("--free-start", action="store_true", help="do not hold the first pose at rest")
@@ -80,7 +81,7 @@ def register_check(sub: argparse._SubParsersAction) -> None:
     g = sub.add_parser("gradient", help="adjoint gradient vs central finite differences on random directions",
                        description="Simulates a segment of the motion with the reduced model and compares the "
                        "discrete-adjoint gradient with central differences (step chosen by a sweep).")
-    g.add_argument("--robot", required=True, help="robot name or params YAML")
+    add_robot(g, "robot name or params YAML")
     g.add_argument("--motion", required=True, help="motion name (robot/motion) or file")
     g.add_argument("--start", type=float, default=0.0, help="segment start after the motion's start [s]")
     g.add_argument("--duration", type=float, default=0.8, help="segment length [s] (default 0.8)")
@@ -96,28 +97,33 @@ def register_check(sub: argparse._SubParsersAction) -> None:
 _bar = progress_bar
 
 
-def _model_args(p: argparse.ArgumentParser) -> None:
+def _model_args(p: Any, settings: bool = True) -> None:
+    """The model options (``settings`` false: without ``--dt``, ``--reduced`` and ``--allow-unverified-model``,
+    which ``retarget plan`` declares with the planner's settings, :mod:`retarget.optimize.settings`)."""
     from retarget.optimize.options import PlanOptions as D
 
     p.add_argument("--modes", type=int, default=D.modes,
                    help=f"at most N deformation modes per flexible part of a model trained here (default "
                         f"{D.modes})")
-    p.add_argument("--dt", type=float, default=D.dt, help="simulation step of the planner [s] (default 0.005, as "
-                   "the planner node; `retarget plan` re-simulates the result at a finer step, --verify-dt)")
+    if settings:
+        p.add_argument("--dt", type=float, default=D.dt, help="simulation step of the planner [s] (default 0.005, "
+                       "as the planner node; `retarget plan` re-simulates the result at a finer step, --verify-dt)")
     p.add_argument("--mesh-axial", type=int, default=D.mesh_axial,
                    help="rod mesh layers of the training mesh (default 20)")
     p.add_argument("--mesh-around", type=int, default=D.mesh_around, help="rod mesh corner nodes around (default 6)")
     p.add_argument("--dt-train", type=float, default=D.dt_train,
                    help="step of the full training simulation [s] (default "
                    "0.002)")
-    p.add_argument("--reduced", default=None, metavar="FILE", help="reduced model to use: a `retarget reduce` "
-                   "artifact (.npz, from `retarget reduce` or cached by `retarget plan`; its own mesh: the --mesh-* "
-                   "options are ignored)")
-    p.add_argument("--allow-unverified-model", action="store_true", help="plan even when a flexible part's "
-                   "frequencies miss the model card's gate (expert use: the plan's figures then rest on a model "
-                   "whose frequencies are wrong)")
+    if settings:
+        p.add_argument("--reduced", default=None, metavar="FILE", help="reduced model to use: a `retarget reduce` "
+                       "artifact (.npz, from `retarget reduce` or cached by `retarget plan`; its own mesh: the "
+                       "--mesh-* options are ignored)")
+        p.add_argument("--allow-unverified-model", action="store_true", help="plan even when a flexible part's "
+                       "frequencies miss the model card's gate (expert use: the plan's figures then rest on a model "
+                       "whose frequencies are wrong)")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the reduced-model cache, nor "
-                   "search the model folders ($RETARGET_MODELS, $RETARGET_CACHE/models, .cache-models/)")
+                   "search the model folders ($RETARGET_MODELS, $RETARGET_CACHE/models, .cache-models/), nor use "
+                   "the model shipped for the robot (retarget plan: a model is trained)")
 
 
 def _motion_announcing_model(args: argparse.Namespace) -> Any:
@@ -131,10 +137,27 @@ def _motion_announcing_model(args: argparse.Namespace) -> Any:
     motion = load_motion(path)
     if args.reduced:
         print(f"model: {args.robot}, reduced model {args.reduced}", file=sys.stderr)
-    else:
-        print(f"model: {args.robot}, {args.modes} modes, training mesh {args.mesh_axial}x{args.mesh_around} "
-              f"(stiffness calibrated), training dt {args.dt_train} s (cached by content hash)", file=sys.stderr)
+        return motion
+    shipped = _shipped_models(args)
+    found = ("one cached or in the model folders, else the model shipped with retarget "
+             f"({Path(shipped[0]).name}; `retarget reduce` builds your own), else one trained here: ") if shipped \
+        else ""
+    print(f"model: {args.robot}, {found}{args.modes} modes, training mesh {args.mesh_axial}x{args.mesh_around} "
+          f"(stiffness calibrated), training dt {args.dt_train} s (cached by content hash)", file=sys.stderr)
     return motion
+
+
+def _shipped_models(args: argparse.Namespace) -> tuple[str, ...]:
+    """The models shipped with retarget for the robot (:func:`retarget.sim.reduced.store.shipped_candidates`): the
+    plan's fallback before training, unless ``--reduced`` or ``--no-cache`` (which trains) is given."""
+    from pathlib import Path
+
+    from retarget.sim.reduced.store import shipped_candidates
+
+    if getattr(args, "reduced", None) or getattr(args, "no_cache", False):
+        return ()
+    name = Path(args.robot).name.split(".")[0] if Path(args.robot).is_file() else str(args.robot)
+    return tuple(str(p) for p in shipped_candidates(name))
 
 
 def _load(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -159,37 +182,96 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     return pm, motion
 
 
-def options_from_args(args: argparse.Namespace) -> Any:
-    """:class:`~retarget.optimize.options.PlanOptions` from ``retarget plan``'s arguments."""
+#: ``--quick``'s iterations (per window with windows), unless ``--max-iterations`` is given.
+QUICK_ITERATIONS = 3
+
+
+def _params_file_settings(robot: str) -> dict[str, Any]:
+    """The robot's params-file values (``config/<robot>.params.yaml``), or none when it has no params file."""
+    from retarget.errors import InputError
+    from retarget.model.library import ros_parameters
+
+    try:
+        return ros_parameters(robot)
+    except InputError:  # a robot YAML without a params file beside it (unknown names fail later, with the list)
+        return {}
+
+
+def plan_options_from_args(args: argparse.Namespace) -> tuple[Any, list[str]]:
+    """:class:`~retarget.optimize.options.PlanOptions` from ``retarget plan``'s arguments over the robot's
+    params-file planner settings (:func:`retarget.optimize.settings.resolve_plan_options`), and one line per stage
+    a budget-limited look (``--quick``, ``--max-iterations``) skips because the user did not ask for it.
+
+    Raises:
+        InputError: a setting out of its range, named as its flag.
+    """
+    from dataclasses import replace
+
     from retarget.errors import InputError
     from retarget.optimize.options import PlanOptions
+    from retarget.optimize.settings import parameters_from_flags, resolve_plan_options, setting
 
+    for flag in ("dt", "time_budget", "max_iterations"):
+        value = getattr(args, flag)
+        if value is not None and not value > 0:
+            raise InputError(f"--{flag.replace('_', '-')} must be positive, got {value}")
+    if args.window is not None and args.window < 0:
+        raise InputError(f"--window must be positive (or 0: the whole motion at once), got {args.window}")
     if args.verify_dt is not None and args.verify_dt < 0:
         raise InputError(f"--verify-dt must be positive (or 0: no verification), got {args.verify_dt}")
-    verify_dt = args.dt / 5 if args.verify_dt is None else args.verify_dt
-    options = PlanOptions(knot_spacing=args.knot_spacing, dt=args.dt, max_iterations=args.max_iterations,
-                       relative_tolerance=args.relative_tolerance, deviation_weight=args.deviation_weight,
-                       acceleration_weight=args.acceleration_weight, duration=args.duration,
-                       time_budget=args.time_budget, target_stride=args.target_stride, method=args.method,
-                       first_step=args.first_step, window=args.window or None, window_tail=args.window_tail,
-                       window_overlap=args.window_overlap, torque_weight=args.torque_weight,
-                       settle_weight=args.settle_weight, settle_iterations=args.settle_iterations,
-                       settle_peak_allowance=args.settle_peak_allowance,
-                       rest_after=None if args.rest_after < 0 else args.rest_after,
-                       torque_margin=args.torque_margin, start=args.start,
-                       verify_dt=verify_dt if verify_dt > 0 else None,
-                       stiffness_band=_factors(args.robust, "--robust"), band=_factors(args.band, "--band"),
-                       verify_model=args.verify_model, verify_full_dt=args.verify_full_dt,
-                       verify_full_max_s=args.verify_full_max_s,
-                       verify_full_band=_factors(args.verify_full_band, "--verify-full-band"), modes=args.modes,
-                       dt_train=args.dt_train,
-                       mesh_axial=args.mesh_axial, mesh_around=args.mesh_around, reduced_file=args.reduced,
-                       servo_file=args.servo,
-                       use_cache=not args.no_cache, allow_unverified_model=args.allow_unverified_model,
-                       weights=tuple(args.weight or ()))
-    for name, why in options.out_of_range():  # the settings' ranges, named as this command's flags
-        raise InputError(f"--{name.replace('_', '-')} {why}")
-    return options
+    quick = bool(getattr(args, "quick", False))
+    flags = parameters_from_flags(args)
+    if quick and args.max_iterations is None:
+        flags["max_iterations"] = QUICK_ITERATIONS
+    robust = args.robust if args.robust is not None else ("none" if quick else "0.9,1.1")
+    try:
+        options = resolve_plan_options(
+            _params_file_settings(args.robot), flags, allow_training=True,
+            knot_spacing=args.knot_spacing, relative_tolerance=args.relative_tolerance,
+            deviation_weight=args.deviation_weight, acceleration_weight=args.acceleration_weight,
+            duration=args.duration, first_step=args.first_step, start=args.start,
+            stiffness_band=_factors(robust, "--robust"), band=_factors(args.band, "--band"),
+            verify_full_dt=args.verify_full_dt, verify_full_max_s=args.verify_full_max_s,
+            verify_full_band=_factors(args.verify_full_band or "none", "--verify-full-band"), modes=args.modes,
+            dt_train=args.dt_train, mesh_axial=args.mesh_axial, mesh_around=args.mesh_around,
+            servo_file=args.servo, use_cache=not args.no_cache, weights=tuple(args.weight or ()),
+            fallback_models=_shipped_models(args))
+    except InputError as exc:  # named as the node's parameter: say the flag
+        name, _, why = str(exc).partition(" ")
+        try:
+            flag = setting(name).flag
+        except KeyError:
+            raise exc from None
+        raise InputError(f"{flag or name} {why}") from None
+    skipped: list[str] = []
+    if quick or args.max_iterations is not None:
+        look = "--quick" if quick else f"--max-iterations {args.max_iterations}"
+        whole = options.window is None  # windows run neither of the next two
+        if args.settle_iterations is None and options.settle_iterations > 0:
+            options = replace(options, settle_iterations=0)
+            if whole:
+                skipped.append("the settle refinement (--settle-iterations N runs it)")
+        if options.verified_torque_rounds > 0:
+            options = replace(options, verified_torque_rounds=0)
+            if whole and options.torque_weight > 0:
+                skipped.append("the re-optimization when the verification model needs more torque than planned "
+                               "(and its second verification)")
+        if args.verify_full_band is None and options.verify_full_band:
+            options = replace(options, verify_full_band=())
+            skipped.append("the full-FEM verifications at other Young's moduli (--verify-full-band F,F runs them)")
+        if quick and args.robust is None and PlanOptions.stiffness_band and whole:
+            skipped.append("the robust objective's stiffness-scaled models (--robust F,F keeps them)")
+        if quick and args.verify_model is None and options.verify_model == "auto":
+            options = replace(options, verify_model="none")
+            skipped.append("the verification in another model (--verify-model auto|full|FILE runs it)")
+        skipped = [f"{look}: skipping {what}" for what in skipped]
+    return options, skipped
+
+
+def options_from_args(args: argparse.Namespace) -> Any:
+    """:class:`~retarget.optimize.options.PlanOptions` from ``retarget plan``'s arguments
+    (:func:`plan_options_from_args`)."""
+    return plan_options_from_args(args)[0]
 
 
 def _plan_command(args: argparse.Namespace) -> int:
@@ -210,10 +292,12 @@ def _plan_command(args: argparse.Namespace) -> int:
     from retarget.motion.limits import check_plan_input
 
     check_plan_input(args.robot, args.motion)
-    options = options_from_args(args)
+    options, skipped = plan_options_from_args(args)
+    for line in skipped:
+        print(line, file=sys.stderr)
     motion = _motion_announcing_model(args)
     # With windows, max_iterations is per window and their number is known only once the problem is built.
-    bar = tqdm(total=None if args.window else args.max_iterations, desc="optimize", unit="it", file=sys.stderr)
+    bar = tqdm(total=None if options.window else options.max_iterations, desc="optimize", unit="it", file=sys.stderr)
     stage_bars: dict[str, Any] = {}
 
     def steps(stage: str, k: int, n: int) -> None:
@@ -231,7 +315,16 @@ def _plan_command(args: argparse.Namespace) -> int:
     def message(text: str) -> None:
         print(text, file=sys.stderr)
 
-    result = plan(args.robot, motion, options, PlanProgress(steps=steps, iteration=iteration, message=message))
+    def estimate(what: Any) -> None:
+        from retarget.optimize.estimate import StageEstimate
+
+        lines = [what.line()] if isinstance(what, StageEstimate) else what.lines()
+        print("estimated before the work (rough; docs/optimize.md \"Cost\"):", file=sys.stderr)
+        for line in lines:
+            print(f"  {line}", file=sys.stderr)
+
+    result = plan(args.robot, motion, options, PlanProgress(steps=steps, iteration=iteration, message=message,
+                                                            estimate=estimate))
     bar.close()
     metrics = result.to_json()
     rate = 1.0 / float(np.median(np.diff(motion.time))) if motion.num_samples > 1 else 100.0
@@ -256,15 +349,18 @@ def _plan_command(args: argparse.Namespace) -> int:
                                         ViewOptions(page=not args.no_page, video=not args.no_video,
                                                     mcap=not args.no_mcap)))
     metrics["files"] = [str(w) for w in written]
+    # With --json stdout is the one JSON line; the summary goes to stderr.
+    out = sys.stderr if args.json else sys.stdout
     print(f"{result.model_info.get('robot') or args.robot}: J {metrics['objective_initial']:.4e} -> "
-          f"{metrics['objective_final']:.4e} in {metrics['iterations']} iterations ({metrics['wall_s']:.0f} s)")
+          f"{metrics['objective_final']:.4e} in {metrics['iterations']} iterations ({metrics['wall_s']:.0f} s)",
+          file=out)
     for name in ("naive", "speed_limited", "zv", "zvd", "optimized"):
         if name in metrics:
             m = metrics[name]
             lag = f", lag {m['lag_s']:.3f} s" if "lag_s" in m else ""
             print(f"  {name:13s} peak {1e3 * m['peak_deviation_m']:7.2f} mm  RMS {1e3 * m['rms_deviation_m']:7.2f} mm"
-                  f"  torque {m['peak_torque_ratio']:.2f} x stall{lag}")
-    _print_checks(result)
+                  f"  torque {m['peak_torque_ratio']:.2f} x stall{lag}", file=out)
+    _print_checks(result, out)
     for w in result.warnings:
         print(f"warning: {w}", file=sys.stderr)
     if args.json:
@@ -295,9 +391,13 @@ def _factors(text: str | None, option: str) -> tuple[float, ...]:
     return values
 
 
-def _print_checks(result: Any) -> None:
+def _print_checks(result: Any, out: Any = None) -> None:
     """The verification and robustness figures of a :class:`~retarget.optimize.variants.PlanResult`, after the
-    planning model's."""
+    planning model's, on ``out`` (default stdout)."""
+    import builtins
+    import functools
+
+    print = functools.partial(builtins.print, file=sys.stdout if out is None else out)
     settle = result.settle
     if settle is not None:
         print(f"  settle refinement (stiffness x {', '.join(f'{f:g}' for f in settle.factors)}): largest ring-out "
@@ -394,109 +494,88 @@ def _check_gradient(args: argparse.Namespace) -> int:
     return 0
 
 
+#: ``retarget plan``'s exit statuses (its --help's epilog).
+PLAN_EXIT_STATUSES = """exit status:
+  0    the plan reached a meaningful cut within the servos' stall torque
+  1    an unexpected error (a bug: the traceback says where)
+  2    bad input (robot, motion, option) or nothing available: no model and no training, a time budget that ran
+       out before the first result
+  3    the plan reached no meaningful cut, or its optimized motion needs more than the servos' stall torque
+  130  interrupted before there was a result (Ctrl-C during an optimization returns the best result so far)"""
+
+
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``retarget plan`` (its defaults are :class:`~retarget.optimize.options.PlanOptions`')."""
-    from retarget.optimize.options import METHODS
+    """Add ``retarget plan``: the planner's settings from :data:`~retarget.optimize.settings.PLAN_SETTINGS` (over the
+    robot's params file), the rest with :class:`~retarget.optimize.options.PlanOptions`' defaults."""
     from retarget.optimize.options import PlanOptions as D
+    from retarget.optimize.settings import add_setting_flags
 
     p = sub.add_parser("plan", help="optimize a motion so the robot follows it without vibrating",
                        description="Fits B-spline motor profiles to the motion, builds (or loads) the reduced "
-                       "model, minimizes the tracking objective with L-BFGS-B and adjoint gradients (or --method "
-                       "gauss-newton: Levenberg-Marquardt with exact forward sensitivities), and compares "
-                       "with naive playback and ZV/ZVD input shaping. Ctrl-C returns the best result so far.")
+                       "model, minimizes the tracking objective with adjoint gradients, and compares with naive "
+                       "playback and ZV/ZVD input shaping. The planner's settings come from the robot's params file "
+                       "(config/ROBOT.params.yaml, as its planner node uses them) unless a flag gives them. Says the "
+                       "estimated time of each stage before the work. Ctrl-C returns the best result so far.",
+                       epilog=PLAN_EXIT_STATUSES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("robot", help="robot name (e.g. single_rod) or params YAML")
     p.add_argument("--motion", required=True, help="motion name (robot/motion) or file")
-    p.add_argument("--out", default=None, help="optimized motion (.csv, .json or .yaml JointTrajectory); "
-                   "a JointTrajectory YAML is written beside a csv/json")
-    p.add_argument("--report", default=None, metavar="DIR", help="write PNG plots, trajectories.npz and the "
-                   "animation (animation.npz, .html page, .mp4 video, .mcap for Foxglove; `retarget view DIR`) here")
-    p.add_argument("--no-page", action="store_true", help="--report without the animated page")
-    p.add_argument("--no-video", action="store_true", help="--report without the video (the slowest view)")
-    p.add_argument("--no-mcap", action="store_true", help="--report without the MCAP recording")
-    p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
-    p.add_argument("--knot-spacing", type=float, default=D.knot_spacing,
-                   help="B-spline knot spacing [s] (default 0.05)")
-    p.add_argument("--max-iterations", type=int, default=D.max_iterations, help="optimizer iterations (default 50)")
-    p.add_argument("--method", choices=METHODS, default=D.method,
-                   help="optimizer: lbfgs (L-BFGS-B, adjoint gradient; default), descent (projected steepest "
-                   "descent, line search on values alone: one iteration costs one gradient; for --max-iterations 1), "
-                   "gauss-newton (Levenberg-Marquardt, exact tangent-linear Jacobian; with --window, in each window) "
-                   "or auto (gauss-newton up to 200 parameters)")
-    p.add_argument("--relative-tolerance", type=float, default=D.relative_tolerance, help="stop when an iteration "
-                   f"lowers J by less than this fraction of J at the start (default {D.relative_tolerance:g})")
-    p.add_argument("--first-step", type=float, default=None, metavar="RAD",
-                   help="length of L-BFGS-B's first trial step over all parameters [rad] (default: measured from "
-                   "the objective's curvature with one extra simulation)")
-    p.add_argument("--window", type=float, default=None, metavar="S", help="optimize in receding-horizon windows "
-                   "of S seconds, one after another (for long motions; --max-iterations per window; default or 0: the "
-                   "whole motion at once)")
-    p.add_argument("--window-tail", type=float, default=D.window_tail,
-                   metavar="S", help="how far past its span a window's "
-                   "objective reaches [s] (default 0.5)")
-    p.add_argument("--window-overlap", type=float, default=D.window_overlap,
-                   metavar="S", help="how much of each window the next "
-                   "one optimizes again [s] (default 0: windows side by side)")
-    p.add_argument("--settle-weight", type=float, default=D.settle_weight, metavar="F", help="factor on the tracked "
-                   f"bodies' weights once the input stops moving: the ring-out after the motion (default "
-                   f"{D.settle_weight:g})")
-    p.add_argument("--settle-iterations", type=int, default=D.settle_iterations, metavar="N", help="steps of the "
-                   "settle refinement after the optimizer: lowers the largest ring-out after the motion across "
-                   "stiffness x " + ", ".join(f"{f:g}" for f in (1.0, *D.settle_band)) + " without raising a peak "
-                   f"deviation or torque beyond --settle-peak-allowance (default {D.settle_iterations}; 0: off; "
-                   "plans of at most 200 parameters)")
-    p.add_argument("--settle-peak-allowance", type=float, default=D.settle_peak_allowance, metavar="F",
-                   help="factor by which the settle refinement may raise the peak deviation to lower the ring-out "
-                   f"(default {D.settle_peak_allowance:g}; 1: not raised)")
-    p.add_argument("--rest-after", type=float, default=D.rest_after, metavar="S", help="the optimized motors come to "
-                   "rest S seconds after the input stops and hold one pose from the next knot on: no corrections "
-                   "tuned to the planning model's ringing after the motion (default "
-                   f"{D.rest_after:g}; negative: only the end of the motion is at rest)")
-    p.add_argument("--torque-weight", type=float, default=D.torque_weight,
-                   metavar="W", help="penalty on simulated motor "
-                   "torques above (1 - torque margin) x the servos' stall torque [1/(N^2 m^2 s)] (default 10; when the "
-                   "optimum still exceeds stall it is optimized again with the weight x 10, at most twice; 0: torques "
-                   "are only reported, with a warning above stall)")
-    p.add_argument("--torque-margin", type=float, default=D.torque_margin,
-                   metavar="F", help="fraction of the stall torque "
-                   "the torque penalty keeps free (default 0.1)")
-    p.add_argument("--start", choices=("feasible", "input"), default=D.start, help="where the optimizer starts: "
-                   "feasible (default) = the input, with motors faster than their speed limit replaced by their "
-                   "closest speed-feasible profiles (reported as the speed_limited variant; naive still plays the "
-                   "input as authored); input = the input's fit as it is")
-    p.add_argument("--weight", action="append", metavar="LINK:pos=W[,ori=W]", help="tracked body weights "
-                   "(repeatable; schedules like step(0:1, 2:10) allowed)")
-    p.add_argument("--deviation-weight", default=D.deviation_weight, help="w_dev [1/(rad^2 s)] (default 1e-3)")
-    p.add_argument("--acceleration-weight", default=D.acceleration_weight, help="w_acc [s^3/rad^2] (default 1e-8)")
-    p.add_argument("--duration", type=float, default=None, help="simulate only this much of the motion [s]")
-    p.add_argument("--target-stride", type=int, default=D.target_stride,
-                   metavar="N", help="solve the quasi-static targets every "
-                   "N steps and interpolate between (default 1: every step; for long, always-moving motions)")
-    p.add_argument("--time-budget", type=float, default=None, metavar="S", help="wall-time budget of the planning "
-                   "[s] (targets, optimization, baselines, verification; not the model, nor the warm-up that "
-                   "compiles the kernels first): the best iterate when it runs out")
-    p.add_argument("--robust", default="0.9,1.1", metavar="F,F", help="stiffness factors of the robust objective's "
-                   "other models: J is averaged over the nominal model and these (default 0.9,1.1: frequencies "
-                   "about -5 %% and +5 %%; 'none': the nominal model alone; not with --window)")
-    p.add_argument("--band", default="0.9,1.1", metavar="F,F", help="stiffness factors at which the plan's cut is "
-                   "reported beside ZVD's (default 0.9,1.1; 'none': no band)")
-    p.add_argument("--verify-model", default="auto", metavar="auto|full|none|FILE.npz", help="re-simulate naive, "
-                   "ZVD and optimized in a model the optimizer never saw: 'full' the full FEM; FILE.npz an "
-                   "independently trained reduced model of the robot (`retarget reduce` on a finer mesh); 'auto' "
-                   "(default) the full FEM when its estimated cost is within --verify-full-max-s, else the newest "
-                   "verification model in the model folders' verify/ subfolder")
-    p.add_argument("--verify-full-dt", type=float, default=D.verify_full_dt, metavar="S", help="step of the full-FEM "
-                   "verification [s] (default 0.002)")
-    p.add_argument("--verify-full-max-s", type=float, default=D.verify_full_max_s,
-                   metavar="S", help="largest estimated cost of "
-                   "the automatic full-FEM verification [s] (default 600)")
-    p.add_argument("--verify-full-band", default="none", metavar="F,F", help="repeat the full-FEM verification with "
-                   "every flexible part's Young's modulus times these factors (e.g. 0.9,1.1; default none)")
-    p.add_argument("--verify-dt", type=float, default=None, metavar="S", help="re-simulate the naive and optimized "
-                   "profiles at this finer step and warn when the improvement does not hold there (default: "
-                   "--dt / 5; 0: no verification)")
-    p.add_argument("--servo", default=None, metavar="SERVO.yaml", help="plan for the servos of a servo file "
-                   "(`retarget fit-servo --out`) laid over the robot's: the motors it names take its values")
-    _model_args(p)
+    groups = {name: p.add_argument_group(title) for name, title in (
+        ("model", "model (the reduced model planned on)"),
+        ("objective", "objective (what is optimized)"),
+        ("budget", "budget (how much optimization)"),
+        ("verification", "verification (the checks after the optimization)"),
+        ("output", "output"))}
+    add_setting_flags(groups)
+    model, objective, budget, checks, output = (groups[k] for k in ("model", "objective", "budget", "verification",
+                                                                     "output"))
+    _model_args(model, settings=False)
+    model.add_argument("--servo", default=None, metavar="SERVO.yaml", help="plan for the servos of a servo file "
+                       "(`retarget fit-servo --out`) laid over the robot's: the motors it names take its values")
+    objective.add_argument("--knot-spacing", type=float, default=D.knot_spacing,
+                           help="B-spline knot spacing [s] (default 0.05)")
+    objective.add_argument("--weight", action="append", metavar="LINK:pos=W[,ori=W]", help="tracked body weights "
+                           "(repeatable; schedules like step(0:1, 2:10) allowed)")
+    objective.add_argument("--deviation-weight", default=D.deviation_weight,
+                           help="w_dev [1/(rad^2 s)] (default 1e-3)")
+    objective.add_argument("--acceleration-weight", default=D.acceleration_weight,
+                           help="w_acc [s^3/rad^2] (default 1e-8)")
+    objective.add_argument("--duration", type=float, default=None, help="simulate only this much of the motion [s]")
+    objective.add_argument("--start", choices=("feasible", "input"), default=D.start, help="where the optimizer "
+                           "starts: feasible (default) = the input, with motors faster than their speed limit "
+                           "replaced by their closest speed-feasible profiles (reported as the speed_limited variant; "
+                           "naive still plays the input as authored); input = the input's fit as it is")
+    objective.add_argument("--robust", default=None, metavar="F,F", help="stiffness factors of the robust "
+                           "objective's other models: J is averaged over the nominal model and these (default "
+                           "0.9,1.1: frequencies about -5 %% and +5 %%; 'none': the nominal model alone; not with "
+                           "windows)")
+    budget.add_argument("--quick", action="store_true", help=f"a first look: {QUICK_ITERATIONS} iterations (per "
+                        "window) unless --max-iterations, no robust objective, no settle refinement, no verification "
+                        "in another model, unless their flags are given (each skip is said on stderr). Any "
+                        "--max-iterations also skips the settle refinement and the extra full-FEM runs unless asked")
+    budget.add_argument("--relative-tolerance", type=float, default=D.relative_tolerance, help="stop when an "
+                        f"iteration lowers J by less than this fraction of J at the start (default "
+                        f"{D.relative_tolerance:g})")
+    budget.add_argument("--first-step", type=float, default=None, metavar="RAD",
+                        help="length of L-BFGS-B's first trial step over all parameters [rad] (default: measured "
+                        "from the objective's curvature with one extra simulation)")
+    checks.add_argument("--band", default="0.9,1.1", metavar="F,F", help="stiffness factors at which the plan's cut "
+                        "is reported beside ZVD's (default 0.9,1.1; 'none': no band)")
+    checks.add_argument("--verify-full-dt", type=float, default=D.verify_full_dt, metavar="S", help="step of the "
+                        "full-FEM verification [s] (default 0.002)")
+    checks.add_argument("--verify-full-max-s", type=float, default=D.verify_full_max_s, metavar="S", help="largest "
+                        "estimated cost of the automatic full-FEM verification [s] (default 600)")
+    checks.add_argument("--verify-full-band", default=None, metavar="F,F", help="repeat the full-FEM verification "
+                        "with every flexible part's Young's modulus times these factors (e.g. 0.9,1.1; default none)")
+    output.add_argument("--out", default=None, help="optimized motion (.csv, .json or .yaml JointTrajectory); "
+                        "a JointTrajectory YAML is written beside a csv/json")
+    output.add_argument("--report", default=None, metavar="DIR", help="write PNG plots, trajectories.npz and the "
+                        "animation (animation.npz, .html page, .mp4 video, .mcap for Foxglove; `retarget view DIR`) "
+                        "here")
+    output.add_argument("--no-page", action="store_true", help="--report without the animated page")
+    output.add_argument("--no-video", action="store_true", help="--report without the video (the slowest view)")
+    output.add_argument("--no-mcap", action="store_true", help="--report without the MCAP recording")
+    output.add_argument("--json", action="store_true", help="print one JSON object on stdout (the summary goes to "
+                        "stderr)")
     p.set_defaults(func=_plan_command)
     _register_refine(sub)
 

@@ -3,11 +3,29 @@ from __future__ import annotations
 
 from retarget.errors import InputError, NotAvailableError, RetargetError
 
-__all__ = ["OptimizeError", "PlanCancelled", "ProfileError", "ShapingError", "TimeBudgetError", "WeightSyntaxError"]
+__all__ = ["NoPlanningModelError", "OptimizeError", "PlanCancelled", "ProfileError", "ShapingError", "TimeBudgetError",
+           "WeightSyntaxError"]
 
 
 class OptimizeError(RetargetError):
     """Root of the optimizer's errors."""
+
+
+class NoPlanningModelError(OptimizeError, NotAvailableError):
+    """No reduced model of the robot was given, cached, found in the model folders or shipped, and training was not
+    allowed: each shell says what to pass in its own spelling (``--reduced``, the node's ``reduced_file``).
+
+    Attributes:
+        robot: The robot's name.
+        searched: The folders looked in.
+        skipped: One line per model file skipped (stale, foreign or unreadable).
+    """
+
+    def __init__(self, message: str, robot: str, searched: tuple[str, ...] = (), skipped: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.robot = robot
+        self.searched = searched
+        self.skipped = skipped
 
 
 class ProfileError(OptimizeError, InputError):

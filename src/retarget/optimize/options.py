@@ -172,6 +172,9 @@ class PlanOptions:
             default mesh). The parts' stiffness is calibrated against a mesh-converged reference
             (:mod:`retarget.fem.model_card`), so a coarse training mesh keeps the right frequencies.
         reduced_file: a reduced model to plan with (``retarget reduce`` artifact) instead of finding or training one.
+        fallback_models: artifacts to plan with when none is given, cached or found in the model folders, before
+            training (the planner node's: the models shipped with retarget, :func:`retarget.sim.reduced.store.
+            shipped_candidates`); a stale one is skipped.
         servo_file: a servo file (``retarget fit-servo --out``, :mod:`retarget.model.servo_file`) laid over the
             robot's servos: the plan is made for the servos it names.
         use_cache: read and write the model cache and search the model folders.
@@ -225,6 +228,7 @@ class PlanOptions:
     mesh_axial: int | None = 20
     mesh_around: int | None = 6
     reduced_file: str | None = None
+    fallback_models: tuple[str, ...] = ()
     servo_file: str | None = None
     use_cache: bool = True
     allow_training: bool = True

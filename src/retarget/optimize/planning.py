@@ -43,7 +43,7 @@ from retarget.optimize.limits import (
     speed_feasible_parameters,
     torque_report,
 )
-from retarget.optimize.options import PlanOptions, Start, checks_reserve
+from retarget.optimize.options import PlanOptions, Start, VerifyModel, checks_reserve
 from retarget.optimize.parallel import default_workers, fork_pool
 from retarget.optimize.problem import PlanProblem, build_plan_problem, limits_for
 from retarget.optimize.result import OptimizationResult
@@ -60,7 +60,7 @@ from retarget.optimize.verification import naive_at_finer_step, verify_plan
 from retarget.optimize.weights import TrackedBodyWeights
 from retarget.optimize.windows import optimize_windows
 
-__all__ = ["WARM_UP_S", "WARM_UP_STAGE", "PlanProgress", "plan", "run_plan", "warm_up"]
+__all__ = ["WARM_UP_S", "WARM_UP_STAGE", "PlanProgress", "estimate_for", "plan", "run_plan", "warm_up"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,9 @@ class PlanProgress:
         cancelled: polled during simulations and per iteration (at most every ``cancel_poll_s`` [s]); once true the
             optimizer stops and the best parameters so far are returned, flagged ``cancelled``.
         cancel_poll_s: the shortest interval between two polls of ``cancelled`` [s].
+        estimate: ``estimate(e)`` before the work: a :class:`~retarget.optimize.estimate.StageEstimate` before an
+            in-process training, a :class:`~retarget.optimize.estimate.PlanEstimate` (every stage) once the model
+            is ready.
     """
 
     steps: Callable[[str, int, int], None] | None = None
@@ -85,6 +88,7 @@ class PlanProgress:
     message: Callable[[str], None] | None = None
     cancelled: Callable[[], bool] | None = None
     cancel_poll_s: float = CANCEL_POLL_S
+    estimate: Callable[[Any], None] | None = None
 
 
 def _tracked_bodies(config: dict[str, Any], options: PlanOptions) -> list[TrackedBodyWeights]:
@@ -153,7 +157,8 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
                             mesh_axial=options.mesh_axial, mesh_around=options.mesh_around,
                             reduced_file=options.reduced_file, use_cache=options.use_cache,
                             allow_training=options.allow_training, progress=training,
-                            servos=None if options.servo_file is None else servo_file_servos(robot, options.servo_file))
+                            servos=None if options.servo_file is None else servo_file_servos(robot, options.servo_file),
+                            fallback=options.fallback_models, announce=progress.estimate)
     except BudgetExhausted:
         raise TimeBudgetError("the time budget ran out while training the reduced model; build it once with "
                               "`retarget reduce` or `retarget plan` and plan again", stage="training",
@@ -178,6 +183,8 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
         return scaled[factor]
 
     limits = limits_for(pm.model, pm.config)
+    if progress.estimate is not None:
+        progress.estimate(estimate_for(pm, engine, motion, options))
     run_options = options
     if options.time_budget is not None:
         # The budget starts once the model is loaded and the kernels are compiled (an in-process training counts).
@@ -227,6 +234,24 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
     info = dict(pm.info)
     return replace(result, checks=checks, model_info=info, cancelled=fired, wall_s=time.perf_counter() - started,
                    timings={**prepared, **result.timings})
+
+
+def estimate_for(pm: Any, engine: Engine, motion: Motion, options: PlanOptions) -> Any:
+    """The :class:`~retarget.optimize.estimate.PlanEstimate` of planning ``motion`` with ``options`` on the
+    planning model ``pm`` (its ``engine`` built): the stages after the model, as :func:`run_plan` and the checks will
+    run them."""
+    from retarget.optimize.estimate import plan_estimate
+    from retarget.optimize.gauss_newton import MAX_PARAMETERS
+    from retarget.optimize.verification import deformable_dofs, full_verification_cost
+
+    duration = float(motion.duration if options.duration is None else min(options.duration, motion.duration))
+    n_parameters = (int(duration / options.knot_spacing) + 3) * len(pm.model.motors)
+    full = options.verify_model is VerifyModel.FULL or (
+        options.verify_model is VerifyModel.AUTO
+        and full_verification_cost(pm.model, duration, options.verify_full_dt) <= options.verify_full_max_s)
+    settles = options.settle_iterations > 0 and options.window is None and n_parameters <= MAX_PARAMETERS
+    return plan_estimate(options, duration, int(engine.n_state), n_parameters, deformable_dofs(pm.model), full,
+                         settles)
 
 
 def verified_torque_margin(result: PlanResult, verification: Verification | None, margin: float) -> float | None:

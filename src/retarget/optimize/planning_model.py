@@ -14,7 +14,9 @@ Sources, in order (:func:`planning_model`):
 3. an artifact of the robot in the model folders (:func:`artifact_dirs`: ``$RETARGET_MODELS``, else
    ``$RETARGET_CACHE/models`` and the checkout's ``.cache-models/``), newest first; stale ones are skipped and
    listed in ``info["skipped"]``;
-4. training in-process: a full simulation of the input motion on the training mesh, mass-PCA + cubature
+4. the ``fallback`` artifacts (``retarget plan`` and the planner node: the models shipped with retarget for the robot,
+   :func:`retarget.sim.reduced.store.shipped_candidates`), stale ones skipped;
+5. training in-process: a full simulation of the input motion on the training mesh, mass-PCA + cubature
    (:func:`retarget.sim.reduced.training.build_checked_by_replay`: the cubature is retrained until the reduced model
    replays the input within :data:`PLAN_REPLAY_TOLERANCE` of the tracked travel), written into the cache of 2 as an
    artifact.
@@ -34,8 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from retarget.errors import InputError, NotAvailableError
+from retarget.errors import InputError
 from retarget.motion.motion import Motion
+from retarget.optimize.errors import NoPlanningModelError
 from retarget.optimize.options import PlanOptions
 
 # Finding, loading and caching artifacts is the model store's (retarget.sim.reduced.store); its names are
@@ -160,12 +163,15 @@ def motion_training_range(pm: PlanningModel, motion: Motion, dt: float = 5e-3) -
 def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = None, dt_train: float = 2e-3,
                    mesh_axial: int | None = None, mesh_around: int | None = None, reduced_file: str | Path | None = None,
                    use_cache: bool = True, progress: Callable[[int, int], None] | None = None,
-                   allow_training: bool = True, servos: Sequence[Any] | None = None) -> PlanningModel:
+                   allow_training: bool = True, servos: Sequence[Any] | None = None,
+                   fallback: Sequence[str | Path] = (), announce: Callable[[Any], None] | None = None
+                   ) -> PlanningModel:
     """The reduced model for planning ``motion`` on ``robot``.
 
     Sources, in order: ``reduced_file``; the cache (:func:`cache_dir`) — a model trained with these settings on this
     motion, else on another motion of the robot whose training covers this one (:func:`motion_training_range` ≤
-    :data:`REUSE_TRAINING_RANGE` for every part); the model folders (:func:`artifact_dirs`); training in-process.
+    :data:`REUSE_TRAINING_RANGE` for every part); the model folders (:func:`artifact_dirs`); the ``fallback`` files
+    (the planner node's: the models shipped with retarget); training in-process.
     Every model file is a ``retarget reduce`` artifact (``.npz``: versioned, with the hashes of what it was built
     from, no pickled objects).
 
@@ -184,9 +190,13 @@ def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = N
             file). A model trained with the robot's own servos is used with these (its basis saw the servo loop;
             other gains move the structure's modes little); a model trained with other servos in the loop is
             one trained with the servos modelled at all (see :func:`retarget.sim.reduced.artifact.servo_loop`).
+        fallback: artifacts tried, in order, when none is given, cached or found (a stale one is skipped);
+            ``info["source"]`` is then ``"fallback"``.
+        announce: called with the training's :class:`~retarget.optimize.estimate.StageEstimate` before it starts.
 
     Raises:
-        NotAvailableError: no model given, cached or found and ``allow_training`` is False.
+        NoPlanningModelError: no model given, cached, found or in ``fallback`` and ``allow_training`` is False (a
+            :class:`NotAvailableError`).
         StaleReducedModelError: the given artifact does not match the robot (an InputError naming what changed).
         InputError: a file that is not a model artifact, or motors that differ from the robot's.
     """
@@ -203,7 +213,8 @@ def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = N
     if servos is not None:
         found = planning_model(robot, motion, n_modes=n_modes, dt_train=dt_train, mesh_axial=mesh_axial,
                                mesh_around=mesh_around, reduced_file=reduced_file, use_cache=use_cache,
-                               progress=progress, allow_training=allow_training)
+                               progress=progress, allow_training=allow_training, fallback=fallback,
+                               announce=announce)
         return with_servo_override(found, servos)
     if reduced_file is not None:
         if Path(reduced_file).suffix.lower() != ".npz":
@@ -260,15 +271,28 @@ def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = N
         if found is not None:
             info = {**found.info, "skipped": skipped}
             return _with_card(PlanningModel(found.model, found.config, found.reduced, info))
+    for file in fallback:
+        try:
+            kept = load_artifact(robot, file)
+        except (ReducedModelError, InputError) as exc:
+            skipped.append(f"{file}: {exc}")
+            continue
+        return _with_card(PlanningModel(kept.model, kept.config, kept.reduced,
+                                        {**kept.info, "source": "fallback", "skipped": skipped}))
     if not allow_training:
-        folders = ", ".join(str(d) for d in artifact_dirs())
+        folders = [str(d) for d in artifact_dirs()]
         stale = ("; skipped: " + "; ".join(skipped)) if skipped else ""
-        raise NotAvailableError(
+        raise NoPlanningModelError(
             f"no reduced model of {model.name}: none cached for this motion in {cache_dir()} and no fresh "
-            f"artifact {model.name}[-*].npz in {folders}{stale}. Build one with `retarget reduce {model.name} "
-            f"--train-motion ... --out <folder>/{model.name}-<motion>.npz` or run `retarget plan {model.name} "
-            "--motion ...` once (it trains and caches a model; minutes to hours)")
+            f"artifact {model.name}[-*].npz in {', '.join(folders)}{stale}. Build one with `retarget reduce "
+            f"{model.name} --train-motion ... --out <folder>/{model.name}-<motion>.npz` or run `retarget plan "
+            f"{model.name} --motion ...` once (it trains and caches a model; minutes to hours)",
+            robot=model.name, searched=(str(cache_dir()), *folders), skipped=tuple(skipped))
     system = build_system(model)
+    if announce is not None:
+        from retarget.optimize.estimate import training_estimate
+
+        announce(training_estimate(int(system.n_deformable_dofs), m0.duration, dt_train))
     started = time.perf_counter()
     full = simulate(system, SplineMotors(m0.time, cols), m0.duration, dt_train, progress=progress)
     wall_train = time.perf_counter() - started

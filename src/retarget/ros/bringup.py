@@ -251,7 +251,8 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
              plan_time_budget: float = 0.0, verify_model: str | Path | None = None,
              plan_method: str | None = None, baudrate: int | None = None, mocap_server: str | None = None,
              mocap_local: str | None = None, perturb: TwinPerturbation | None = None,
-             twin_dt: float | None = None, twin_max_lag: float | None = None) -> Bringup:
+             twin_dt: float | None = None, twin_max_lag: float | None = None,
+             planner_parameters: Mapping[str, Any] | None = None) -> Bringup:
     """Compute a robot's node set.
 
     Args:
@@ -285,6 +286,8 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
         twin_max_lag: How far the reduced twin's simulation may run behind the bus before it restarts at rest [s]
             (the emulator's ``--twin-max-lag``; None: 5 s). The trajectory server's ``goal_time_tolerance`` is
             raised to it: the bus reports the simulation's shafts, as late as the simulation runs.
+        planner_parameters: Further planner parameters over the params file's (the demo's ``allow_training``,
+            ``shipped_model``).
 
     Returns:
         The node set.
@@ -408,6 +411,7 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
                                               if str(verify_model).lower().endswith(".npz") else str(verify_model))
         if plan_method:
             planner_params["method"] = str(plan_method)
+        planner_params.update(planner_parameters or {})
         nodes.append(node("planner", "retarget.ros.planner", "planner", planner_params))
     # The emulated bus, the reduced twin and natnet without a Motive address: a simulated Motive streams the twin.
     simulated_natnet = mocap == "natnet" and channel is not None and not (mocap_server or mocap_local)

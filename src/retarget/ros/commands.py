@@ -86,8 +86,10 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``retarget up``, ``retarget record``, ``retarget play`` and ``retarget tune``."""
+    """Add ``retarget up``, ``retarget record``, ``retarget play``, ``retarget tune``, ``retarget goal`` and
+    ``retarget demo``."""
     from retarget.ros.bringup import MOCAP_SOURCES, TWIN_DYNAMICS
+    from retarget.ros.goal import register_goal
     from retarget.ros.player import register_play
     from retarget.ros.record import register_record
     from retarget.ros.tune import register_tune
@@ -95,6 +97,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     register_record(sub)
     register_play(sub)
     register_tune(sub)
+    register_goal(sub)
+    _register_demo(sub)
 
     parser = sub.add_parser(
         "up",
@@ -118,8 +122,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "servos' loops run in the robot's reduced simulation, which reports their shafts; the mocap "
                         "twin shows the flexible parts; docs/twin.md)")
     parser.add_argument("--reduced", default=None, metavar="FILE",
-                        help="reduced model for --twin reduced and the planner (default: each uses the newest fresh "
-                        "model of the robot it finds)")
+                        help="reduced model for --twin reduced and the planner (default: the planner uses one cached "
+                        "or in the model folders, else the one shipped for the robot, else trains one on the first "
+                        "goal; the twin the newest fresh model it finds)")
     parser.add_argument("--perturb", default=None, metavar="KEY=VALUE,...",
                         help="with --twin reduced: the twin differs from the model the planner uses, e.g. "
                         "stiffness=1.07,damping=1.5,servo_kp=1.3,latency=0.01,marker_noise=0.0003 (factors on the "
@@ -151,6 +156,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true",
                         help="print a JSON line when ready and one when stopped (the last line)")
     parser.set_defaults(func=_up)
+
+
+def _register_demo(sub: argparse._SubParsersAction) -> None:
+    """Add ``retarget demo`` (what ``make demo`` runs; the same as ``python -m retarget.ros.demo``)."""
+    from retarget.ros.demo import add_demo_arguments
+
+    parser = sub.add_parser(
+        "demo", help="the drummer retargeted end to end on the emulated bus (what `make demo` runs)",
+        description="Find (or train once) the demo's reduced model, bring up the robot's nodes on the emulated "
+        "Dynamixel bus, ask the planner for an optimized trajectory of the motion's first seconds, play it and "
+        "print the tracking figures, then stop every process (docs/ros.md \"make demo\"). Exit 0 only if every "
+        "step worked and every process stopped cleanly.")
+    add_demo_arguments(parser)
+    parser.set_defaults(func=_demo)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from retarget.ros.demo import demo_command
+
+    return demo_command(args)
 
 
 def _path(text: str) -> object:

@@ -39,7 +39,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,7 +47,9 @@ from typing import Any
 
 import numpy as np
 
+from retarget.cliargs import add_robot, resolve_legacy
 from retarget.optimize.checks import FinerStepCheck, StiffnessBand, Verification
+from retarget.ros.goal import PREPARATION_STAGES, PlannerProgress, preparing  # noqa: F401 (re-exported)
 from retarget.ros.player import (  # noqa: F401 (re-exported: JointTracking, LAG_GRID_S, ...)
     LAG_GRID_S,
     MOVE_TO_START_S,
@@ -59,9 +60,10 @@ from retarget.ros.player import (  # noqa: F401 (re-exported: JointTracking, LAG
     trajectory_arrays,
     tracking_figures,
 )
+from retarget.sim.reduced.store import SHIPPED_DIR
 
-__all__ = ["DemoModel", "JointTracking", "TrackingFigures", "cut_verdict", "demo_model", "demo_model_path", "excerpt",
-           "main", "tracking_figures", "window_count"]
+__all__ = ["DemoModel", "JointTracking", "TrackingFigures", "add_demo_arguments", "cut_verdict", "demo_command",
+           "demo_model", "demo_model_path", "excerpt", "main", "tracking_figures", "window_count"]
 
 #: How much of the motion the demo plans and executes by default [s]: the first 3 s of the drummer's drumming (the
 #: whole 10 s needs the planner's 15-minute windowed settings, docs/optimize.md).
@@ -97,9 +99,6 @@ DEMO_PLAN_TIMEOUT_S = 1500.0
 #: (bench/results/warm-up-drummer-drumming.json; docs/ros.md "make demo").
 DEMO_PREPARE_TIMEOUT_S = 900.0
 
-#: The planner's feedback stages before its time budget starts (:func:`retarget.optimize.plan`).
-PREPARATION_STAGES = frozenset({"validating", "loading", "compiling kernels"})
-
 #: The demo model's training motion per robot (the paper's transfer experiment: the drummer learns from boxing);
 #: robots not listed train on the demo motion itself.
 DEMO_TRAINING_MOTION: dict[str, str] = {"drummer": "boxer/boxing", "boxer": "boxer/boxing"}
@@ -113,7 +112,7 @@ DEMO_TRAIN_MESH_SCALE = 0.25
 #: drummer's, so that a first demo need not train it (5-8 min on 2 cores). Checked against the robot's description
 #: like a cached one; a stale one is retrained into the cache. ``retarget/data/demo/README.md`` has the command
 #: that rebuilds it.
-SHIPPED_MODEL_DIR = Path(__file__).resolve().parents[1] / "data" / "demo"
+SHIPPED_MODEL_DIR = SHIPPED_DIR
 
 #: Verification models shipped for the demo (``<SHIPPED_MODEL_DIR>/verify/<robot>-*.npz``): trained independently of
 #: the planning model, on a finer mesh and on the demo's segment of the motion itself; the planner re-simulates
@@ -148,7 +147,7 @@ class _Client(RobotClient):
         budget_began: list[float] = []
 
         def on_feedback(msg: Any) -> None:
-            if not budget_began and msg.feedback.stage not in PREPARATION_STAGES:
+            if not budget_began and not preparing(msg.feedback.stage):
                 budget_began.append(time.monotonic())
             if feedback is not None:
                 feedback(msg.feedback)
@@ -174,45 +173,6 @@ class _Client(RobotClient):
             return None, None, str(exc)
         result = response.result
         return result.error_code, result, result.error_string
-
-
-class _PlannerProgress:
-    """The planner's feedback as a progress bar over the plan's iteration budget: ``per_window`` iterations in each
-    of ``windows`` windows (the count is corrected from the feedback's ``optimizing window K of N``); stage,
-    iteration, objective and the seconds since the preparation (:data:`PREPARATION_STAGES`) ended."""
-
-    def __init__(self, per_window: int, windows: int, disable: bool) -> None:
-        from tqdm import tqdm
-
-        self.per_window = max(int(per_window), 1)
-        # disable=None: no bar when stderr is not a terminal (CI logs).
-        self.bar = tqdm(total=self.per_window * max(int(windows), 1), unit="it", file=sys.stderr, mininterval=0.5,
-                        disable=True if disable else None, desc="planner",
-                        bar_format="{desc}: {bar}| {n}/{total} iterations {postfix}")
-        self.lock = threading.Lock()
-        self.began: float | None = None  # the feedback's elapsed time when the preparation ended [s]
-        self.spent = 0.0  # since then [s]
-        self.iteration = 0  # the latest iteration reported (counted over the windows)
-
-    def __enter__(self) -> _PlannerProgress:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.bar.close()
-
-    def __call__(self, fb: Any) -> None:
-        with self.lock:
-            if self.began is None and fb.stage not in PREPARATION_STAGES:
-                self.began = float(fb.elapsed_time)
-            self.spent = 0.0 if self.began is None else float(fb.elapsed_time) - self.began
-            windows = re.search(r"window \d+ of (\d+)", fb.stage)
-            if windows and self.per_window * int(windows.group(1)) != self.bar.total:
-                self.bar.total = self.per_window * int(windows.group(1))
-            if fb.iteration > self.iteration:
-                self.bar.update(int(fb.iteration) - self.iteration)
-                self.iteration = int(fb.iteration)
-            text = fb.stage + (f", iteration {fb.iteration}, objective {fb.objective:.3g}" if fb.iteration else "")
-            self.bar.set_postfix_str(f"{text}, {self.spent:.0f} s", refresh=False)
 
 
 def window_count(duration: float, dt: float, window: float, overlap: float) -> int:
@@ -409,8 +369,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         verify_model = None if shipped is None else str(shipped)
         _say(f"verification model (shipped): {shipped}" if shipped is not None else
              f"no shipped verification model ({why}): the planner verifies where its settings say (auto)")
+    # Without a model of its own the planner looks for one itself: --no-train and --no-shipped-model hold for it too.
+    planner_parameters = {"allow_training": not args.no_train, "shipped_model": not args.no_shipped_model}
     plan = describe(args.robot, mocap="twin", planner=True, plan_time_budget=budget,
-                    reduced=None if model is None else model.path, verify_model=verify_model, plan_method=DEMO_METHOD)
+                    reduced=None if model is None else model.path, verify_model=verify_model, plan_method=DEMO_METHOD,
+                    planner_parameters=planner_parameters)
     if list(motion.joint_names) != list(plan.joint_names):
         motion = motion.reorder(list(plan.joint_names))
     windows = _planned_windows(plan, motion.duration)
@@ -442,7 +405,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             _say(f"asking the planner for an optimized trajectory: it loads the model and compiles its kernels "
                  f"(up to 5 min after an install or update, seconds after), then plans {what} (safety net: "
                  f"{budget:.0f} s) and verifies the plan")
-            with _PlannerProgress(per_window, windows, disable=args.no_progress) as shown:
+            with PlannerProgress(per_window, windows, disable=args.no_progress) as shown:
                 code, result, text = client.plan_trajectory(plan.robot, animation, args.plan_timeout, shown,
                                                             prepare_timeout=args.prepare_timeout,
                                                             max_iterations=per_window)
@@ -612,10 +575,9 @@ def servo_line(servos: dict[str, Any]) -> str:
     return line + (f" — assumption: {servos['assumption']}" if servos.get("assumption") else "")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m retarget.ros.demo``; exit 0 only if every step worked."""
-    parser = argparse.ArgumentParser(prog="python -m retarget.ros.demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--robot", default="drummer", help="robot name (default: drummer)")
+def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
+    """The demo's options (``retarget demo`` and ``python -m retarget.ros.demo`` take the same)."""
+    add_robot(parser, "robot name", default="drummer")
     parser.add_argument("--motion", default="drummer/drumming", help="motion name or file (default: drummer/drumming)")
     parser.add_argument("--duration", type=float, default=DEMO_DURATION_S,
                         help=f"plan and execute the motion's first S seconds; 0: all of it (default "
@@ -653,11 +615,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--json", action="store_true",
                         help="print the report as one JSON line (the last line)")
-    args = parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m retarget.ros.demo`` (the same as ``retarget demo``); exit 0 only if every step worked."""
+    parser = argparse.ArgumentParser(prog="python -m retarget.ros.demo", description=__doc__.split("\n\n")[0])
+    add_demo_arguments(parser)
+    return demo_command(parser.parse_args(argv))
+
+
+def demo_command(args: argparse.Namespace) -> int:
+    """Run the demo for parsed options; exit 0 only if every step worked, 2 for an option out of range."""
+    from retarget.errors import RetargetError
+
+    try:
+        resolve_legacy(args)  # --robot R: the robot first now
+    except RetargetError as exc:
+        print(f"demo: error: {exc}", file=sys.stderr, flush=True)
+        return 2
     for name in ("max_iterations", "plan_timeout", "prepare_timeout", "train_duration", "train_mesh_scale"):
         if not getattr(args, name) > 0:
-            parser.error(f"--{name.replace('_', '-')} must be positive")
-    from retarget.errors import RetargetError
+            print(f"demo: error: --{name.replace('_', '-')} must be positive", file=sys.stderr, flush=True)
+            return 2
 
     try:
         report = run(args)

@@ -18,6 +18,7 @@ node stops (:mod:`retarget.ros.spinning`).
 """
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -37,14 +38,15 @@ from trajectory_msgs.msg import JointTrajectory
 from retarget.control import TrajectoryRejected, validate_trajectory
 from retarget.errors import InputError, NotAvailableError, RetargetError
 from retarget.jsonsafe import dumps
-from retarget.optimize.errors import PlanCancelled
-from retarget.optimize.options import REST_AFTER_S, PlanOptions
+from retarget.optimize.errors import NoPlanningModelError, PlanCancelled
+from retarget.optimize.estimate import TRAINING_BUILD_FACTOR, StageEstimate, format_seconds
+from retarget.optimize.settings import PLAN_SETTINGS
 from retarget.ros.conversions import goal_points
 from retarget.ros.params import declare
 from retarget.ros.refine_server import RefineServer
 from retarget.ros.spinning import close_node, spin, stopping_on_signals
 
-__all__ = ["Planner", "main"]
+__all__ = ["Planner", "TrainingFeedback", "fallback_models", "main"]
 
 Result = Retarget.Result
 
@@ -59,65 +61,13 @@ class Planner(Node):
         self.server_action = declare(self, "trajectory_server_action", T.STRING,
                                      "/trajectory_server/follow_joint_trajectory",
                                      "FollowJointTrajectory action used when a goal asks to execute")
-        self.reduced_file = declare(self, "reduced_file", T.STRING, "",
-                                    "reduced model to plan with (.npz from `retarget reduce` or cached by "
-                                    "`retarget plan`); "
-                                    "empty: the newest fresh model of the robot in the model folders and cache")
-        self.allow_training = declare(self, "allow_training", T.BOOL, False,
-                                      "train a reduced model in-process when none is cached (minutes to hours); "
-                                      "false: such goals end NOT_AVAILABLE with the command to build one")
-        self.time_budget = declare(self, "time_budget", T.DOUBLE, 0.0,
-                                   "wall-time budget of one plan [s] (model, targets, optimization); when it runs "
-                                   "out the best iterate is returned (metrics budget_limited), or NOT_AVAILABLE "
-                                   "if there is none yet; 0: no limit", low=0.0)
-        self.dt = declare(self, "dt", T.DOUBLE, 0.0, "simulation time step of the plan [s]; 0: the optimizer's "
-                          "default", low=0.0)
-        self.target_stride = declare(self, "target_stride", T.INTEGER, 1, "solve the quasi-static targets every N "
-                                     "steps and interpolate between (long motions: 5)", low=1, high=1000)
-        self.window = declare(self, "window", T.DOUBLE, 0.0, "optimize in receding-horizon windows of this length "
-                              "[s], one after another (long motions); 0: the whole motion at once", low=0.0)
-        self.window_tail = declare(self, "window_tail", T.DOUBLE, 0.5, "how far past its span a window's "
-                                   "objective reaches [s]", low=0.0)
-        self.window_overlap = declare(self, "window_overlap", T.DOUBLE, 0.0, "how much of each window the next "
-                                      "one optimizes again [s]", low=0.0)
-        self.torque_weight = declare(self, "torque_weight", T.DOUBLE, 10.0, "penalty on simulated motor torques "
-                                     "above (1 - torque_margin) x stall [1/(N^2 m^2 s)], e.g. 10; 0: only report "
-                                     "and warn", low=0.0)
-        self.torque_margin = declare(self, "torque_margin", T.DOUBLE, 0.1, "fraction of the stall torque the "
-                                     "torque penalty keeps free", low=0.0, high=0.99)
-        self.verify = declare(self, "verify", T.BOOL, True,
-                              "re-simulate the naive and optimized trajectories at verify_dt and warn when the "
-                              "improvement does not hold there (as `retarget plan`); time_budget keeps time for it "
-                              "(skipped if it runs out all the same)")
-        self.verify_dt = declare(self, "verify_dt", T.DOUBLE, 0.0, "verification step [s]; 0: the planning dt / 5",
-                                 low=0.0)
-        self.verify_model = declare(self, "verify_model", T.STRING, "", "the model the plan is verified in, one it "
-                                    "was not optimized on: auto (the full FEM where affordable, else the newest "
-                                    "verification model in the model folders' verify/), full, none, or a "
-                                    "verification model's .npz; empty: auto")
-        self.method = declare(self, "method", T.STRING, "", "optimizer: lbfgs (L-BFGS-B, adjoint gradient), "
-                              "descent (projected steepest descent, line search on values alone), gauss-newton "
-                              "(Levenberg-Marquardt, exact forward sensitivities) or auto; empty: lbfgs")
-        self.max_iterations = declare(self, "max_iterations", T.INTEGER, 0, "optimizer iterations (per window with "
-                                      "windows); 0: the optimizer's default (50)", low=0, high=100000)
-        defaults = PlanOptions()
-        self.rest_after = declare(self, "rest_after", T.DOUBLE, REST_AFTER_S, "the optimized motors come to rest "
-                                  "this long [s] after the input stops and hold one pose from the next knot on; "
-                                  "negative: only the end of the motion is at rest")
-        self.settle_weight = declare(self, "settle_weight", T.DOUBLE, defaults.settle_weight, "factor on the "
-                                     "tracked bodies' weights once the input stops moving (its ring-out)", low=0.0,
-                                     high=1e6)
-        self.settle_iterations = declare(self, "settle_iterations", T.INTEGER, defaults.settle_iterations,
-                                         "steps of the settle refinement after the optimizer (lowers the largest "
-                                         "ring-out across the stiffness band; whole-motion plans of at most 200 "
-                                         "parameters); 0: off", low=0, high=1000)
-        self.settle_peak_allowance = declare(self, "settle_peak_allowance", T.DOUBLE,
-                                             defaults.settle_peak_allowance, "factor by which the settle "
-                                             "refinement may raise the peak deviation (1: not raised)", low=1.0,
-                                             high=100.0)
-        self.allow_unverified_model = declare(self, "allow_unverified_model", T.BOOL, False,
-                                              "plan even when a flexible part's frequencies miss the model card's "
-                                              "gate (the plan's figures then rest on wrong frequencies; warned)")
+        kinds = {float: T.DOUBLE, int: T.INTEGER, bool: T.BOOL, str: T.STRING}
+        for setting in PLAN_SETTINGS:  # the planner settings, each declared once (retarget.optimize.settings)
+            setattr(self, setting.name, declare(self, setting.name, kinds[setting.kind], setting.default,
+                                                setting.description(), low=setting.low, high=setting.high))
+        self.shipped_model = declare(self, "shipped_model", T.BOOL, True,
+                                     "with no reduced_file and no model cached or in the model folders, plan on the "
+                                     "model shipped with retarget for this robot (the drummer's demo model)")
         group = ReentrantCallbackGroup()
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
                              reliability=ReliabilityPolicy.RELIABLE)
@@ -134,6 +84,17 @@ class Planner(Node):
         handle.publish_feedback(Retarget.Feedback(stage=stage, iteration=iteration, objective=float(objective),
                                                   gradient_norm=float(gradient_norm),
                                                   elapsed_time=time.monotonic() - started))
+
+    def _model_text(self, exc: NoPlanningModelError) -> str:
+        """The NOT_AVAILABLE text of a goal without a model: what was searched and exactly what to pass."""
+        robot = exc.robot or self.robot_name
+        return (f"no reduced model of {robot} to plan with: none given (parameter reduced_file), none cached or in "
+                f"the model folders ({', '.join(exc.searched)}), none shipped, and allow_training is false. Pass "
+                f"one: `retarget up {robot} --reduced FILE.npz`, `ros2 launch retarget {robot}.launch.py "
+                f"reduced:=FILE.npz` or the planner parameter reduced_file: FILE.npz (build it with `retarget reduce "
+                f"{robot} --train-motion {robot}/MOTION --out FILE.npz`); or set allow_training: true in "
+                f"config/{robot}.params.yaml to train one on the first goal"
+                + (f" (skipped: {'; '.join(exc.skipped)})" if exc.skipped else ""))
 
     def _progress(self, handle: ServerGoalHandle, started: float, info: dict[str, Any]) -> None:
         """Feedback when a stage begins and per optimizer iteration (with windows the stage names the window)."""
@@ -185,9 +146,10 @@ class Planner(Node):
             return Result(error_code=Result.CANCELED, error_string=f"{exc} (no optimized trajectory yet)",
                           wall_time=time.monotonic() - started)
         except NotAvailableError as exc:  # includes a time budget that ran out before any result
-            self.get_logger().warning(str(exc))
+            text = self._model_text(exc) if isinstance(exc, NoPlanningModelError) else str(exc)
+            self.get_logger().warning(text)
             handle.abort()
-            return Result(error_code=Result.NOT_AVAILABLE, error_string=str(exc),
+            return Result(error_code=Result.NOT_AVAILABLE, error_string=text,
                           wall_time=time.monotonic() - started)
         except RetargetError as exc:
             handle.abort()
@@ -246,7 +208,9 @@ class Planner(Node):
                            for link, w in zip(goal.tracked_bodies, weights))
         parameters = {name: getattr(self, name) for name in NODE_PARAMETERS}
         return options_from_parameters(
-            parameters, knot_spacing=given(goal.knot_spacing), max_iterations=given(goal.max_iterations),
+            parameters, fallback_models=fallback_models(goal.robot or self.robot_name, self.reduced_file,
+                                                        self.shipped_model),
+            knot_spacing=given(goal.knot_spacing), max_iterations=given(goal.max_iterations),
             relative_tolerance=given(goal.relative_tolerance),
             deviation_weight=goal.deviation_weight if goal.deviation_weight >= 0 else None,
             acceleration_weight=goal.acceleration_weight if goal.acceleration_weight >= 0 else None, bodies=bodies)
@@ -254,19 +218,36 @@ class Planner(Node):
     def _plan_progress(self, handle: ServerGoalHandle, started: float) -> Any:
         """Feedback when a stage begins and per optimizer iteration; the goal's cancel request."""
         from retarget.optimize import PlanProgress
-        from retarget.optimize.control import FEEDBACK_STAGES
+        from retarget.optimize.control import FEEDBACK_STAGES, TRAINING_STAGE
 
         current: list[str] = []
+        training = TrainingFeedback(self.time_budget or None)
 
         def steps(stage: str, done: int, total: int) -> None:
+            if stage == TRAINING_STAGE:
+                text = training.stage(done, total, time.monotonic())
+                if text:
+                    current[:] = [TRAINING_STAGE]
+                    self._feedback(handle, started, text)
+                return
             name = FEEDBACK_STAGES.get(stage, stage)
             if current != [name]:
                 current[:] = [name]
                 self._progress(handle, started, {"stage": name})
 
+        def estimate(what: Any) -> None:
+            if isinstance(what, StageEstimate):  # the training, before it starts
+                training.expected_s = what.seconds
+                text = f"{TRAINING_STAGE}: {what.line()}"
+            else:
+                text = what.summary()
+            self.get_logger().info(text)
+            self._feedback(handle, started, text)
+
         return PlanProgress(steps=steps, iteration=lambda info: self._progress(handle, started, info),
                             message=lambda text: self.get_logger().info(text),
-                            cancelled=lambda: handle.is_cancel_requested or not self.context.ok())
+                            cancelled=lambda: handle.is_cancel_requested or not self.context.ok(),
+                            estimate=estimate)
 
     def _result(self, outcome: Any, started: float, start_time: float) -> tuple[Result, dict[str, Any]]:
         """The action's result of a finished plan, and the plan's metrics it carries as ``metrics_json``."""
@@ -299,6 +280,51 @@ class Planner(Node):
         if response.result.error_code != 0:
             return f"execution failed ({response.result.error_code}): {response.result.error_string}"
         return ""
+
+
+def fallback_models(robot: str, reduced_file: str, shipped: bool) -> tuple[str, ...]:
+    """The models the node plans with when no ``reduced_file`` is given and none is cached or in the model folders:
+    the ones shipped with retarget for ``robot`` (none when ``shipped`` is false or a file is given)."""
+    from retarget.sim.reduced.store import shipped_candidates
+
+    if reduced_file or not shipped or not robot:
+        return ()
+    return tuple(str(p) for p in shipped_candidates(robot))
+
+
+class TrainingFeedback:
+    """The feedback stage of an in-process training: how far its full simulation is, the time left (from the
+    estimate, then from the measured rate), and the plan's time budget; at most one text per
+    :data:`TRAINING_FEEDBACK_S`."""
+
+    def __init__(self, time_budget: float | None) -> None:
+        self.time_budget = time_budget
+        self.expected_s: float | None = None
+        self._began: float | None = None
+        self._last = -math.inf
+
+    def stage(self, done: int, total: int, now: float) -> str:
+        """The text for step ``done`` of ``total`` at ``now`` [s, monotonic], or "" when the last is recent."""
+        if self._began is None:
+            self._began = now
+        if now - self._last < TRAINING_FEEDBACK_S and done < total:
+            return ""
+        self._last = now
+        fraction = done / total if total > 0 else 0.0
+        if fraction > 0.02:  # the simulation's rest, then mass-PCA and cubature
+            simulation = (now - self._began) / fraction
+            left = simulation * (1.0 - fraction) + (TRAINING_BUILD_FACTOR - 1.0) * simulation
+            eta = f"about {format_seconds(left)} left"
+        elif self.expected_s is not None:
+            eta = f"expected about {format_seconds(self.expected_s)}"
+        else:
+            eta = "time left not known yet"
+        budget = "no time budget" if not self.time_budget else f"time budget {format_seconds(self.time_budget)}"
+        return f"training reduced model: full simulation {100 * fraction:.0f} % (step {done} of {total}), {eta}; {budget}"
+
+
+#: Shortest interval between two training feedback messages [s].
+TRAINING_FEEDBACK_S = 2.0
 
 
 def main(args: list[str] | None = None) -> None:

@@ -6,6 +6,7 @@ positions with the executed reference. rclpy and the message packages are import
 """
 from __future__ import annotations
 
+import argparse
 import sys
 import threading
 import time
@@ -369,9 +370,12 @@ def register_play(subparsers: Any) -> None:
         "after it. Ctrl-C cancels the goal: the robot stops where it is (a recording is finished cleanly). Exit 0 "
         "when the goal succeeded, 1 when it failed or no robot answered, 2 on bad input.",
     )
-    p.add_argument("motion", help="motion file or bag, or library name ROBOT/MOTION (retarget motions ROBOT)")
-    p.add_argument("--robot", default=None,
+    p.add_argument("robot", nargs="?", default=None,
                    help="robot or rig name or params YAML (default: the ROBOT part of a library motion name)")
+    p.add_argument("--motion", default=None,
+                   help="motion file or bag, or library name ROBOT/MOTION (retarget motions ROBOT)")
+    p.add_argument("--robot", dest="robot_option", default=None, help=argparse.SUPPRESS)
+    p.set_defaults(legacy_form=_play_legacy)
     p.add_argument("--namespace", default="", help="the robot's ROS namespace (as given to retarget up)")
     p.add_argument("--move-to-start", type=float, default=MOVE_TO_START_S, metavar="S",
                    help=f"duration of the move to the first pose [s] (default {MOVE_TO_START_S:g})")
@@ -396,6 +400,25 @@ def register_play(subparsers: Any) -> None:
     p.set_defaults(func=_play_command)
 
 
+def _play_legacy(args: Any) -> str:
+    """``play MOTION [--robot R]`` (the old spelling) as ``play [R] --motion MOTION``, with its deprecation note."""
+    from retarget.errors import InputError
+
+    note = ""
+    if args.motion is None:
+        if args.robot is None:
+            raise InputError("which motion? `retarget play ROBOT --motion M` (retarget motions ROBOT)")
+        args.motion, args.robot = args.robot, args.robot_option
+        note = (f"`retarget play {args.motion}{' --robot ' + args.robot if args.robot else ''}` is deprecated: "
+                f"`retarget play {args.robot or 'ROBOT'} --motion {args.motion}`")
+    elif args.robot_option is not None:
+        if args.robot is not None and args.robot != args.robot_option:
+            raise InputError(f"two robots: {args.robot} and --robot {args.robot_option}")
+        args.robot = args.robot_option
+        note = f"`--robot {args.robot}` is deprecated: `retarget play {args.robot} --motion {args.motion}`"
+    return note
+
+
 def _robot_of(motion: str, robot: str | None) -> str:
     """The ``--robot`` given, else the ROBOT of a library name ``ROBOT/MOTION`` that is not a path."""
     from retarget.errors import InputError
@@ -406,7 +429,8 @@ def _robot_of(motion: str, robot: str | None) -> str:
     head = str(motion).split("/", 1)[0]
     if not Path(motion).exists() and "/" in str(motion) and head in robots_then_rigs():
         return head
-    raise InputError(f"which robot plays {motion}? give --robot (a library name ROBOT/MOTION names it)")
+    raise InputError(f"which robot plays {motion}? give it first, `retarget play ROBOT --motion {motion}` (a library "
+                     "name ROBOT/MOTION names it)")
 
 
 def planned_servo_warnings(motion_file: Any, robot: str) -> list[str]:

@@ -332,7 +332,7 @@ def _trial(client: _Client, args: argparse.Namespace, robot: str, k: int, plan: 
     take = out / f"take{k}"
     if take.exists():
         raise _Failed(f"{take} exists: give a new --out folder")
-    command = [sys.executable, "-m", "retarget.cli", "play", str(plan), "--robot", args.robot, "--record", str(take),
+    command = [sys.executable, "-m", "retarget.cli", "play", args.robot, "--motion", str(plan), "--record", str(take),
                "--record-topics", *topics, "--record-tail", str(args.record_tail), "--goal-tolerance",
                str(args.goal_tolerance),
                "--no-progress", "--json", "--wait", str(args.wait)]

@@ -7,6 +7,7 @@ import sys
 import time
 from typing import Any
 
+from retarget.cliargs import add_robot
 from retarget.progress import progress_bar
 
 # The model store's robot loader (used by `reduce`, `simulate-reduced`, `check reduced`; importable from here too).
@@ -18,7 +19,12 @@ __all__ = ["register", "register_check"]
 def _add_basis_options(p: argparse.ArgumentParser) -> None:
     """--modes, --variance, --replay-tolerance, --cubature-tolerance, --modal-derivatives, --cubature-points: how the
     basis and cubature are chosen (shared by `reduce` and `check reduced`)."""
-    from retarget.sim.reduced.defaults import DEFAULT_CUBATURE_TOLERANCE, DEFAULT_REPLAY_TOLERANCE, DEFAULT_VARIANCE
+    from retarget.sim.reduced.defaults import (
+        DEFAULT_CUBATURE_TOLERANCE,
+        DEFAULT_MAX_REPLAY_TRIALS,
+        DEFAULT_REPLAY_TOLERANCE,
+        DEFAULT_VARIANCE,
+    )
 
     p.add_argument("--modes", type=int, default=None,
                    help="at most N PCA deformation modes per component, fewer when the training run supports fewer "
@@ -31,6 +37,10 @@ def _add_basis_options(p: argparse.ArgumentParser) -> None:
                         "tracked bodies' RMS error is within F x their peak travel (default "
                         f"{DEFAULT_REPLAY_TOLERANCE:g}; 0: no replay check); with --modes the mode count stays and "
                         "only the cubature is tightened")
+    p.add_argument("--max-replay-trials", type=int, default=DEFAULT_MAX_REPLAY_TRIALS, metavar="N",
+                   help="build and replay at most N models in the replay check; when none is within "
+                        "--replay-tolerance the most accurate is kept and the command says so (default "
+                        f"{DEFAULT_MAX_REPLAY_TRIALS})")
     p.add_argument("--cubature-tolerance", type=float, default=DEFAULT_CUBATURE_TOLERANCE, metavar="F",
                    help="relative training error of the cubature (default "
                         f"{DEFAULT_CUBATURE_TOLERANCE:g}); once --variance has all the modes the snapshots support "
@@ -57,7 +67,7 @@ def register_check(subparsers: argparse._SubParsersAction) -> None:
         "full run's peak deviation from the quasi-static targets), tracked_max_error_m, modes (per component), "
         "full_steps_per_s, reduced_steps_per_s, speedup, sim_seconds, wall_s_reduced, and more.",
     )
-    p.add_argument("--robot", required=True, help="robot name (e.g. single_rod) or config YAML path")
+    add_robot(p, "robot name (e.g. single_rod) or config YAML path")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--train-motion", metavar="M1", action="append",
                      help="motion name (robot/motion) or file; repeat to train on several motions")
@@ -332,13 +342,23 @@ def _train(system: Any, full: Any, motors: Any, tracked: list[str], args: argpar
                                   cubature_tolerance=args.cubature_tolerance, modal_derivatives=args.modal_derivatives,
                                   cubature_points=args.cubature_points)
         return (*built, [], {"variance": args.variance, "cubature_tolerance": args.cubature_tolerance})
+    if not args.max_replay_trials > 0:
+        from retarget.errors import InputError
+
+        raise InputError(f"--max-replay-trials must be positive, got {args.max_replay_trials}")
     rs, bases, cubs, trials = build_checked_by_replay(system, full, motors, args.dt, tracked, variance=args.variance,
                                                       tolerance=args.replay_tolerance, n_modes=args.modes,
+                                                      max_trials=args.max_replay_trials,
                                                       log=lambda m: print(m, file=sys.stderr, flush=True),
                                                       cubature_tolerance=args.cubature_tolerance,
                                                       modal_derivatives=args.modal_derivatives,
                                                       cubature_points=args.cubature_points)
     kept = next(t for t in trials if t.kept)
+    if kept.error_rel > args.replay_tolerance:
+        print(f"warning: the replay check did not pass: the kept model replays its training motion with "
+              f"{100 * kept.error_rel:.3g} % of the peak travel (tolerance {100 * args.replay_tolerance:.3g} %) after "
+              f"{len(trials)} trials; more --modes, a gentler or longer training motion, or --max-replay-trials",
+              file=sys.stderr, flush=True)
     return rs, bases, cubs, [asdict(t) for t in trials], {"variance": kept.variance,
                                                           "cubature_tolerance": kept.cubature_tolerance}
 
@@ -433,6 +453,7 @@ def _reduce(args: argparse.Namespace) -> int:
         "captured_variance": [b.captured_variance for b in bases],
         "cubature_elements": [int(len(c.elements)) for c in cubs], "full_dofs": system.n_deformable_dofs,
         "wall_s_full": wall_full, "replay_checks": replay,
+        "replay_passed": not replay or any(t["kept"] and t["error_rel"] <= args.replay_tolerance for t in replay),
     }
     print(f"{model.name}: wrote {out} (modes {res['modes']}, cubature elements {res['cubature_elements']})")
     if args.json:

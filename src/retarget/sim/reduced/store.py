@@ -33,6 +33,7 @@ import numpy as np
 from retarget.errors import InputError
 
 __all__ = [
+    "SHIPPED_DIR",
     "VERIFY_SUBDIR",
     "ReducedRobotModel",
     "artifact_candidates",
@@ -45,6 +46,7 @@ __all__ = [
     "load_model",
     "load_robot_system",
     "robot_yaml_path",
+    "shipped_candidates",
     "verification_candidates",
 ]
 
@@ -115,6 +117,23 @@ def artifact_candidates(name: str) -> list[Path]:
     for folder in artifact_dirs():
         if folder.is_dir():
             found |= {p for p in folder.glob("*.npz") if p.stem == name or p.stem.startswith(f"{name}-")}
+    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+#: Reduced models shipped with retarget (``retarget/data/demo/``): the drummer's coarse demo model, so that a first
+#: plan on the drummer needs no training (``retarget/data/demo/README.md`` has the command that rebuilds it). Not a
+#: model folder (:func:`artifact_dirs`): the planner (``retarget plan``, the planner node) falls back on it after the
+#: cache and the model folders, before training.
+SHIPPED_DIR = Path(__file__).resolve().parents[2] / "data" / "demo"
+
+
+def shipped_candidates(name: str, folder: Path | None = None) -> list[Path]:
+    """Planning models of robot ``name`` shipped in ``folder`` (default :data:`SHIPPED_DIR`): ``<name>.npz`` or
+    ``<name>-*.npz``, not its ``verify/`` subfolder; newest first."""
+    folder = SHIPPED_DIR if folder is None else folder
+    if not folder.is_dir():
+        return []
+    found = [p for p in folder.glob("*.npz") if p.stem == name or p.stem.startswith(f"{name}-")]
     return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
 
 

@@ -183,6 +183,7 @@ def build_checked_by_replay(
     modal_derivatives: int = 0,
     cubature_points: bool = False,
     n_modes: int | None = None,
+    max_trials: int | None = None,
 ) -> tuple[ReducedSystem, list[ReducedBasis], list[Cubature], list[ReplayCheck]]:
     """Bases chosen by variance, tightened until the reduced model replays its own training motion (each of them).
 
@@ -211,6 +212,9 @@ def build_checked_by_replay(
         modal_derivatives: as :func:`build_from_result` (every trial's bases get them).
         cubature_points: as :func:`build_from_result`.
         n_modes: at most this many PCA modes per body, as :func:`build_from_result` (``variance`` is then unused).
+        max_trials: at most this many models built and replayed (None: until the variance and the cubature
+            tolerance are exhausted); when the last one is still off, the most accurate is returned and ``log`` says
+            that the check did not pass.
 
     Returns:
         The reduced system, bases, cubatures, and every trial (the returned model's marked ``kept``).
@@ -262,6 +266,12 @@ def build_checked_by_replay(
             if best is None or trial.error_rel < trials[best[0]].error_rel:
                 best = (len(trials) - 1, built)
             if trial.error_rel <= tolerance:
+                break
+            if max_trials is not None and len(trials) >= max_trials:
+                if log is not None:
+                    kept = trials[best[0]] if best is not None else trial
+                    log(f"replay check: not within {100 * tolerance:.3g} % after {len(trials)} trials (the bound): "
+                        f"keeping the most accurate model, {100 * kept.error_rel:.3g} % of the peak travel")
                 break
         all_modes = n_modes is not None or v >= 1.0 or all(b.n_pca >= len(b.spectrum) for b in built[1])
         if not all_modes and tightenings < max_tightenings:

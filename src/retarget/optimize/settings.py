@@ -1,0 +1,204 @@
+"""The planner settings a robot's params file carries, each declared once: type, unit, range, default and help.
+
+``retarget plan``'s flags (:func:`add_setting_flags`) and the planner node's parameters
+(``retarget.ros.planner``) are generated from :data:`PLAN_SETTINGS`; :func:`resolve_plan_options` merges a params
+file's values, the flags given and the command's other options into :class:`~retarget.optimize.options.PlanOptions`
+(through :func:`~retarget.optimize.options.options_from_parameters`, the node's convention: 0 or "" for "the
+default"). So ``retarget plan ROBOT`` with no flags plans with the settings the robot's planner node uses.
+"""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from retarget.optimize.options import METHODS, REST_AFTER_S, PlanOptions, options_from_parameters
+
+__all__ = ["CLI_PARAMETERS_IGNORED", "PLAN_SETTINGS", "PlanSetting", "add_setting_flags", "parameters_from_flags",
+           "resolve_plan_options", "setting"]
+
+
+@dataclass(frozen=True)
+class PlanSetting:
+    """One planner setting as a params file, the node and ``retarget plan`` know it.
+
+    Attributes:
+        name: the node's parameter name (the :class:`PlanOptions` field it sets, except ``verify``).
+        kind: ``float``, ``int``, ``bool`` or ``str``.
+        default: the node parameter's default (0 or "" mean "the default": :attr:`meaning`).
+        help: what it does (without the unit or the default).
+        unit: e.g. ``s``; "" for none.
+        low, high: inclusive range of a number (the node's descriptor; the flag's check).
+        group: ``retarget plan --help``'s group: model, objective, budget, verification.
+        meaning: what the default means, for the help (``"0.005 s"``, ``"none"``).
+        flag: ``retarget plan``'s flag; "" for a setting that is not a flag.
+        choices: the allowed values of a text setting.
+        metavar: the flag's value in ``--help`` ("" : from the unit and type).
+    """
+
+    name: str
+    kind: type
+    default: Any
+    help: str
+    unit: str = ""
+    low: float | None = None
+    high: float | None = None
+    group: str = "objective"
+    meaning: str = ""
+    flag: str = ""
+    choices: tuple[str, ...] = ()
+    metavar: str = ""
+
+    @property
+    def dest(self) -> str:
+        """The argparse destination of :attr:`flag`."""
+        return self.flag.lstrip("-").replace("-", "_")
+
+    def description(self) -> str:
+        """The node parameter's description: help, unit, and what the default means."""
+        unit = f" [{self.unit}]" if self.unit else ""
+        if not self.meaning:
+            return f"{self.help}{unit}"
+        if self.meaning.startswith("0:"):
+            return f"{self.help}{unit}; {self.meaning}"
+        if not isinstance(self.default, bool) and self.default in (0, ""):  # the node's 0 or empty: the default
+            return f"{self.help}{unit}; {'empty' if self.kind is str else '0'}: {self.meaning}"
+        return f"{self.help}{unit}; default: {self.meaning}"
+
+
+_D = PlanOptions()
+
+#: Every planner setting of the params files (:data:`~retarget.optimize.options.NODE_PARAMETERS`), declared once.
+PLAN_SETTINGS: tuple[PlanSetting, ...] = (
+    PlanSetting("reduced_file", str, "", "reduced model to plan with (.npz from `retarget reduce` or cached by "
+                "`retarget plan`)", group="model", flag="--reduced", metavar="FILE",
+                meaning="the cache, the model folders, else trained (the planner node: the model shipped for the "
+                "robot before training)"),
+    PlanSetting("allow_training", bool, True, "train a reduced model in-process when none is given, cached or found "
+                "(minutes to hours)", group="model", meaning="true"),
+    PlanSetting("allow_unverified_model", bool, False, "plan even when a flexible part's frequencies miss the model "
+                "card's gate (the plan's figures then rest on wrong frequencies)", group="model",
+                flag="--allow-unverified-model", meaning="false"),
+    PlanSetting("dt", float, 0.0, "simulation step of the plan", "s", 0.0, 1.0, "objective",
+                f"{_D.dt:g} s", "--dt"),
+    PlanSetting("target_stride", int, 1, "solve the quasi-static targets every N steps and interpolate between (long "
+                "motions: 5)", "", 1, 1000, "objective", "1: every step", "--target-stride"),
+    PlanSetting("window", float, 0.0, "optimize in receding-horizon windows of this length, one after another (long "
+                "motions; max_iterations per window)", "s", 0.0, 1e4, "objective", "0: the whole motion at once",
+                "--window"),
+    PlanSetting("window_tail", float, _D.window_tail, "how far past its span a window's objective reaches", "s", 0.0,
+                1e4, "objective", f"{_D.window_tail:g} s", "--window-tail"),
+    PlanSetting("window_overlap", float, _D.window_overlap, "how much of each window the next one optimizes again",
+                "s", 0.0, 1e4, "objective", "0: windows side by side", "--window-overlap"),
+    PlanSetting("torque_weight", float, _D.torque_weight, "penalty on simulated motor torques above (1 - "
+                "torque_margin) x the servos' stall torque (0: only reported, warned above stall)", "1/(N^2 m^2 s)",
+                0.0, 1e12, "objective", f"{_D.torque_weight:g}", "--torque-weight"),
+    PlanSetting("torque_margin", float, _D.torque_margin, "fraction of the stall torque the torque penalty keeps "
+                "free", "", 0.0, 0.99, "objective", f"{_D.torque_margin:g}", "--torque-margin"),
+    PlanSetting("rest_after", float, REST_AFTER_S, "the optimized motors come to rest this long after the input "
+                "stops and hold one pose from the next knot on (negative: only the end of the motion at rest)", "s",
+                None, None, "objective", f"{REST_AFTER_S:g} s", "--rest-after"),
+    PlanSetting("settle_weight", float, _D.settle_weight, "factor on the tracked bodies' weights once the input stops "
+                "moving (its ring-out)", "", 0.0, 1e6, "objective", f"{_D.settle_weight:g}", "--settle-weight"),
+    PlanSetting("method", str, "", "optimizer: lbfgs (L-BFGS-B, adjoint gradient), descent (projected steepest "
+                "descent, line search on values alone), gauss-newton (Levenberg-Marquardt, exact tangent-linear "
+                "Jacobian; with windows in each) or auto (gauss-newton up to 200 parameters)", group="budget",
+                meaning=_D.method, flag="--method", choices=METHODS),
+    PlanSetting("max_iterations", int, 0, "optimizer iterations (per window with windows)", "", 0, 100000, "budget",
+                f"{_D.max_iterations}", "--max-iterations"),
+    PlanSetting("time_budget", float, 0.0, "wall-time budget of the plan (targets, optimization, checks; not the "
+                "model, nor the warm-up that compiles the kernels first): the best iterate when it runs out", "s",
+                0.0, 1e7, "budget", "0: none", "--time-budget"),
+    PlanSetting("settle_iterations", int, _D.settle_iterations, "steps of the settle refinement after the optimizer: "
+                "lowers the largest ring-out across the stiffness band (whole-motion plans of at most 200 "
+                "parameters; 0: off)", "", 0, 1000, "budget", f"{_D.settle_iterations}", "--settle-iterations"),
+    PlanSetting("settle_peak_allowance", float, _D.settle_peak_allowance, "factor by which the settle refinement may "
+                "raise the peak deviation (1: not raised)", "", 1.0, 100.0, "budget",
+                f"{_D.settle_peak_allowance:g}", "--settle-peak-allowance"),
+    PlanSetting("verify", bool, True, "re-simulate the naive and optimized trajectories at verify_dt and warn when "
+                "the improvement does not hold there", group="verification", meaning="true"),
+    PlanSetting("verify_dt", float, 0.0, "re-simulate the naive and optimized trajectories at this finer step (with "
+                "verify) and warn when the improvement does not hold there (`retarget plan --verify-dt 0`: no "
+                "re-simulation)", "s", 0.0, 1.0, "verification", "dt / 5", "--verify-dt"),
+    PlanSetting("verify_model", str, "", "the model the plan is verified in, one it was not optimized on: auto (the "
+                "full FEM where its estimated cost fits, else the newest verification model in the model folders' "
+                "verify/), full, none, or a verification model's .npz", group="verification", meaning="auto",
+                flag="--verify-model", metavar="auto|full|none|FILE.npz"),
+)
+
+#: Params-file settings ``retarget plan`` does not take from the file: where the node's model comes from and whether
+#: it may train are the node's deployment (the command takes ``--reduced`` and trains when it must).
+CLI_PARAMETERS_IGNORED: frozenset[str] = frozenset({"reduced_file", "allow_training"})
+
+_GROUP_TITLES = {"model": "model", "objective": "objective", "budget": "budget", "verification": "verification"}
+
+
+def setting(name: str) -> PlanSetting:
+    """The declaration of ``name``.
+
+    Raises:
+        KeyError: no such setting.
+    """
+    for s in PLAN_SETTINGS:
+        if s.name == name:
+            return s
+    raise KeyError(name)
+
+
+def add_setting_flags(groups: Mapping[str, Any]) -> None:
+    """Add a flag for every setting that has one to its ``groups[setting.group]`` (an argparse parser or group).
+
+    Each flag's default is None (not given), so the params file's value, else the setting's default, applies; its
+    help says the unit and both.
+    """
+    for s in PLAN_SETTINGS:
+        if not s.flag:
+            continue
+        target = groups[s.group]
+        fallback = (f"(default: {s.meaning})" if s.name in CLI_PARAMETERS_IGNORED
+                    else f"(default: the params file's {s.name}, else {s.meaning})")
+        if s.kind is bool:
+            target.add_argument(s.flag, action="store_true", default=None, help=f"{s.help} {fallback}")
+            continue
+        unit = f" [{s.unit}]" if s.unit else ""
+        kwargs: dict[str, Any] = {"default": None, "help": f"{s.help}{unit} {fallback}"}
+        if s.choices:
+            kwargs["choices"] = s.choices
+        else:
+            kwargs["type"] = s.kind
+            kwargs["metavar"] = s.metavar or ("S" if s.unit == "s" else ("N" if s.kind is int else
+                                                                        ("X" if s.kind is float else "TEXT")))
+        target.add_argument(s.flag, **kwargs)
+
+
+def parameters_from_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings given as flags, as node parameter values (``--verify-dt 0``: ``verify`` false)."""
+    given: dict[str, Any] = {}
+    for s in PLAN_SETTINGS:
+        if not s.flag:
+            continue
+        value = getattr(args, s.dest, None)
+        if value is None:
+            continue
+        if s.name == "verify_dt" and value == 0:
+            given["verify"] = False
+            continue
+        given[s.name] = value
+    return given
+
+
+def resolve_plan_options(params_file: Mapping[str, Any], flags: Mapping[str, Any], **others: Any) -> PlanOptions:
+    """:class:`PlanOptions` from a robot's params-file values (its planner settings; the others and
+    :data:`CLI_PARAMETERS_IGNORED` are ignored), over them the settings given as flags (node parameter values,
+    :func:`parameters_from_flags`), and ``others`` (options that are not params-file settings; None: not given).
+
+    Raises:
+        InputError: a setting out of its range, named as the parameter.
+    """
+    names = {s.name for s in PLAN_SETTINGS} - CLI_PARAMETERS_IGNORED
+    merged = {k: v for k, v in params_file.items() if k in names}
+    merged.update(flags)
+    if flags.get("verify_dt"):  # a step given on the command line verifies, whatever the file says
+        merged["verify"] = True
+    return options_from_parameters(merged, **others)

@@ -1,0 +1,126 @@
+"""The planner settings declared once (:mod:`retarget.optimize.settings`): ``retarget plan``'s flags and the node's
+parameters come from one table, and ``retarget plan ROBOT`` with no flags plans with the robot's params file."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from retarget.cli import build_parser
+from retarget.errors import InputError
+from retarget.optimize.commands import QUICK_ITERATIONS, plan_options_from_args
+from retarget.optimize.options import NODE_PARAMETERS, PlanOptions, options_from_parameters
+from retarget.optimize.settings import CLI_PARAMETERS_IGNORED, PLAN_SETTINGS, resolve_plan_options, setting
+
+DRUMMER = ["plan", "drummer", "--motion", "drummer/drumming"]
+
+
+def _options(*argv: str) -> tuple[PlanOptions, list[str]]:
+    return plan_options_from_args(build_parser().parse_args([*DRUMMER, *argv]))
+
+
+def test_every_params_file_setting_is_declared_once() -> None:
+    names = [s.name for s in PLAN_SETTINGS]
+    assert sorted(names) == sorted(NODE_PARAMETERS) and len(set(names)) == len(names)
+    fields = set(PlanOptions.__dataclass_fields__)
+    assert {s.name for s in PLAN_SETTINGS} - fields == {"verify"}  # verify: verify_dt or none
+    for s in PLAN_SETTINGS:
+        assert s.group in ("model", "objective", "budget", "verification")
+        assert s.kind in (float, int, bool, str) and isinstance(s.default, s.kind)
+        if s.low is not None and s.high is not None:
+            assert s.low <= s.default <= s.high, s.name
+    # The node's description carries the unit and what its 0 means.
+    assert setting("dt").description().endswith("[s]; 0: 0.005 s")
+    assert setting("window").description().endswith("[s]; 0: the whole motion at once")
+    assert setting("method").description().endswith("; empty: lbfgs")
+    assert setting("torque_margin").description().endswith("; default: 0.1")
+    with pytest.raises(KeyError):
+        setting("nonsense")
+
+
+def test_plan_with_no_flags_uses_the_robots_params_file() -> None:
+    """`retarget plan drummer --motion drummer/drumming`: the settings of config/drummer.params.yaml, the node's."""
+    from retarget.model.library import ros_parameters
+
+    params = ros_parameters("drummer")
+    options, skipped = _options()
+    assert skipped == []
+    assert (options.dt, options.window, options.window_tail, options.window_overlap, options.target_stride,
+            options.method, options.time_budget, options.verify_dt) == (
+        params["dt"], params["window"], params["window_tail"], params["window_overlap"], params["target_stride"],
+        params["method"], params["time_budget"], params["verify_dt"]) == (
+        0.002, 1.0, 0.5, 0.5, 5, "gauss-newton", 900.0, 0.001)
+    # Everything the file does not say is PlanOptions' default, as on the node (which also may train).
+    node = options_from_parameters({k: v for k, v in params.items() if k not in CLI_PARAMETERS_IGNORED})
+    assert options == replace(node, allow_training=True, fallback_models=options.fallback_models)
+    # Before training, the model shipped for the drummer (as on the node); not with --reduced or --no-cache.
+    assert [Path(f).parent.name for f in options.fallback_models] == ["demo"]
+    assert _options("--reduced", "m.npz")[0].fallback_models == _options("--no-cache")[0].fallback_models == ()
+
+
+def test_a_flag_wins_over_the_params_file() -> None:
+    options, _ = _options("--dt", "0.004", "--method", "descent", "--window", "0", "--time-budget", "60")
+    assert (options.dt, options.method, options.window, options.time_budget) == (0.004, "descent", None, 60.0)
+    assert options.verify_dt == 0.001  # the file's verification step stays
+    assert _options("--verify-dt", "0")[0].verify_dt is None  # 0 on the command line: no verification
+    assert _options("--reduced", "m.npz")[0].reduced_file == "m.npz"
+    # A robot without windows in its file plans the whole motion at once with PlanOptions' defaults.
+    rod = plan_options_from_args(build_parser().parse_args(["plan", "single_rod", "--motion",
+                                                            "single_rod/step_30"]))[0]
+    assert rod.window is None and rod.dt == PlanOptions.dt and rod.method == PlanOptions.method
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (("--dt", "0"), "--dt must be positive"), (("--time-budget", "-5"), "--time-budget must be positive"),
+    (("--max-iterations", "0"), "--max-iterations must be positive"),
+    (("--window-overlap", "2"), "--window-overlap must be at least 0 and less than the window"),
+    (("--settle-weight", "-1"), "--settle-weight must be 0 or more"),
+])
+def test_a_setting_out_of_range_is_named_as_its_flag(argv: tuple[str, ...], message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        _options(*argv)
+
+
+def test_a_budget_limited_look_skips_what_was_not_asked_for_and_says_so() -> None:
+    quick, skipped = _options("--quick", "--window", "0")
+    assert quick.max_iterations == QUICK_ITERATIONS and quick.settle_iterations == 0
+    assert quick.stiffness_band == () and quick.verify_model == "none" and quick.verified_torque_rounds == 0
+    assert all(line.startswith("--quick: skipping ") for line in skipped) and len(skipped) == 4
+    assert any("settle refinement" in line for line in skipped)
+    # The drummer's windows run neither the robust objective, the settle refinement nor the torque round: not said.
+    windowed, skipped = _options("--quick")
+    assert windowed.settle_iterations == 0
+    assert skipped == ["--quick: skipping the verification in another model (--verify-model auto|full|FILE runs it)"]
+    looked, skipped = _options("--max-iterations", "2", "--window", "0")
+    assert looked.max_iterations == 2 and looked.settle_iterations == 0 and looked.verify_model == "auto"
+    assert looked.stiffness_band == PlanOptions.stiffness_band  # only --quick drops the robust objective
+    assert skipped[0] == "--max-iterations 2: skipping the settle refinement (--settle-iterations N runs it)"
+    asked, skipped = _options("--quick", "--settle-iterations", "4", "--verify-full-band", "0.9,1.1",
+                              "--verify-model", "full", "--robust", "0.9,1.1", "--window", "0")
+    assert asked.settle_iterations == 4 and asked.verify_full_band == (0.9, 1.1) and asked.verify_model == "full"
+    assert asked.stiffness_band == (0.9, 1.1)
+    assert not any("settle" in line or "Young" in line or "another model" in line for line in skipped)
+    # A full plan runs every stage.
+    assert _options()[0].settle_iterations == PlanOptions.settle_iterations
+
+
+def test_plan_help_groups_the_options_and_lists_the_exit_statuses() -> None:
+    parser = build_parser()
+    plan = parser._subparsers._group_actions[0].choices["plan"]
+    titles = [g.title for g in plan._action_groups]
+    for title in ("model", "objective", "budget", "verification", "output"):
+        assert any(t.startswith(title) for t in titles), titles
+    text = plan.format_help()
+    assert "exit status:" in text and "  3 " in text and "  2 " in text
+    assert "(default: the params file's dt, else 0.005 s)" in " ".join(text.split())
+    group_of = {a.dest: g.title.split()[0] for g in plan._action_groups for a in g._group_actions}
+    for s in PLAN_SETTINGS:
+        if s.flag:
+            assert group_of[s.dest] == s.group, s.name
+
+
+def test_resolve_ignores_the_nodes_deployment_settings() -> None:
+    options = resolve_plan_options({"reduced_file": "node.npz", "allow_training": False, "dt": 0.004}, {},
+                                   allow_training=True)
+    assert options.reduced_file is None and options.allow_training and options.dt == 0.004
