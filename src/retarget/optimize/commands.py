@@ -278,7 +278,6 @@ def _plan_command(args: argparse.Namespace) -> int:
     """`retarget plan`: arguments → :class:`PlanOptions`, :func:`retarget.optimize.plan`, outputs and exit status."""
     from pathlib import Path
 
-    import numpy as np
     from tqdm import tqdm
 
     from retarget.errors import InputError
@@ -327,10 +326,7 @@ def _plan_command(args: argparse.Namespace) -> int:
                                                             estimate=estimate))
     bar.close()
     metrics = result.to_json()
-    rate = 1.0 / float(np.median(np.diff(motion.time))) if motion.num_samples > 1 else 100.0
-    t_stop = float(result.pp.targets.times[-1])
-    out_motion = result.profiles.to_motion(result.pp.motion.joint_names, rate, t_stop=t_stop).shifted(
-        float(motion.time[0]))
+    out_motion = result.output_motion(motion)
     written = []
     if args.out:
         from retarget.optimize.variants import plan_comments

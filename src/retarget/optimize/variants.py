@@ -185,6 +185,13 @@ class PlanResult:
         t = self.pp.targets.times
         return tuple(self.pp.motion.joint_names), t + float(start_time), np.asarray(self.profiles.evaluate(t))
 
+    def output_motion(self, motion: Motion) -> Motion:
+        """The optimized motor profiles as a motion at ``motion``'s sample rate, from its first time to the end of
+        the plan: what ``retarget plan --out`` writes (``motion`` is the input that was planned)."""
+        rate = 1.0 / float(np.median(np.diff(motion.time))) if motion.num_samples > 1 else 100.0
+        t_stop = float(self.pp.targets.times[-1])
+        return self.profiles.to_motion(self.pp.motion.joint_names, rate, t_stop=t_stop).shifted(float(motion.time[0]))
+
     @property
     def verdict(self) -> Verdict | None:
         """The checks' :class:`~retarget.optimize.checks.Verdict` (None: the plan was not checked)."""

@@ -104,10 +104,7 @@ def write_job_files(result: Any, motion: Any, folder: Path) -> bytes:
     from retarget.report.plots import write_plan_report
 
     folder.mkdir(parents=True, exist_ok=True)
-    rate = 1.0 / float(np.median(np.diff(motion.time))) if motion.num_samples > 1 else 100.0
-    t_stop = float(result.pp.targets.times[-1])
-    out_motion = result.profiles.to_motion(result.pp.motion.joint_names, rate, t_stop=t_stop).shifted(
-        float(motion.time[0]))
+    out_motion = result.output_motion(motion)
     save_motion(folder / "optimized.csv", out_motion, comments=plan_comments(result))
     save_motion(folder / "optimized.yaml", out_motion)
     write_plan_report(result, folder / "report")
