@@ -627,28 +627,6 @@ def _register_refine(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_refine_command)
 
 
-def _body_pairs(robot: str, bodies: list[str] | None) -> list[tuple[str, str]]:
-    """``--body LINK=NAME`` as pairs; none given: the robot's tracked bodies under their own names."""
-    from retarget.errors import InputError
-
-    if bodies:
-        pairs = []
-        for text in bodies:
-            link, sep, name = text.partition("=")
-            if not sep or not link.strip() or not name.strip():
-                raise InputError(f"--body takes LINK=NAME (a tracked body and its name in the take), got {text!r}")
-            pairs.append((link.strip(), name.strip()))
-        return pairs
-    from pathlib import Path
-
-    from retarget.model.library import resolve_robot
-    from retarget.model.loader import read_robot_yaml
-    from retarget.optimize.weights import parse_tracked_bodies
-
-    path = Path(robot) if Path(robot).is_file() else resolve_robot(robot)
-    return [(b.link, b.link) for b in parse_tracked_bodies(read_robot_yaml(path).get("tracked_bodies"))]
-
-
 def _refine_command(args: argparse.Namespace) -> int:
     """`retarget refine`: read CURRENT and TAKE, refine, write NEXT and its history; a refusal writes nothing."""
     from pathlib import Path
@@ -661,6 +639,7 @@ def _refine_command(args: argparse.Namespace) -> int:
     from retarget.optimize.refine import (
         History,
         RefineRefused,
+        body_pairs,
         history_path,
         read_plan,
         read_take,
@@ -680,7 +659,7 @@ def _refine_command(args: argparse.Namespace) -> int:
         for name, why in options.out_of_range():
             raise InputError(f"{flags.get(name, name)} {why}")
         plan = read_plan(args.plan)
-        take = read_take(args.recording, _body_pairs(args.robot, args.body))
+        take = read_take(args.recording, body_pairs(args.robot, args.body, option="--body takes"))
         motion = _motion_announcing_model(args)
         bars: dict[str, Any] = {}
 

@@ -101,6 +101,7 @@ from retarget.sim.reduced.system import with_stiffness_scale
 
 __all__ = [
     "HISTORY_SUFFIX",
+    "body_pairs",
     "Decision",
     "History",
     "LearningQuadratic",
@@ -207,6 +208,28 @@ class PlanFile:
         """The plan settings it records (:data:`~retarget.optimize.variants.PLAN_SETTINGS_PREFIX`), or None."""
         return comment_json(self.comments, PLAN_SETTINGS_PREFIX)
 
+
+
+def body_pairs(robot: str | Path, bodies: Sequence[str] | None, option: str = "bodies take") -> list[tuple[str, str]]:
+    """``LINK=NAME`` entries as (tracked body, its name in the take) pairs; none given: the robot's tracked bodies
+    under their own names.
+
+    Raises:
+        InputError: an entry that is not ``LINK=NAME`` (the message starts with ``option``, e.g. ``--body takes``).
+    """
+    if bodies:
+        pairs = []
+        for text in bodies:
+            link, sep, name = str(text).partition("=")
+            if not sep or not link.strip() or not name.strip():
+                raise InputError(f"{option} LINK=NAME (a tracked body and its name in the take), got {text!r}")
+            pairs.append((link.strip(), name.strip()))
+        return pairs
+    from retarget.model.library import resolve_robot
+    from retarget.model.loader import read_robot_yaml
+
+    path = Path(robot) if Path(str(robot)).is_file() else resolve_robot(str(robot))
+    return [(b.link, b.link) for b in parse_tracked_bodies(read_robot_yaml(path).get("tracked_bodies"))]
 
 def read_plan(path: str | Path) -> PlanFile:
     """Read a plan file (any motion format; a CSV's comment lines are kept).

@@ -26,7 +26,6 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,7 @@ from retarget_interfaces.action import Refine
 from retarget.errors import InputError, NotAvailableError, RetargetError
 from retarget.jsonsafe import dumps
 
-__all__ = ["CONTEXTS_KEPT", "RefineServer", "body_pairs"]
+__all__ = ["CONTEXTS_KEPT", "RefineServer"]
 
 Result = Refine.Result
 
@@ -51,28 +50,6 @@ _STAGES = {"model training": "loading", "targets": "loading", "naive playback": 
 
 class _Cancelled(Exception):
     """Raised from the progress callback when the goal's cancel is requested (or the node stops)."""
-
-
-def body_pairs(robot: Any, bodies: Sequence[str]) -> list[tuple[str, str]]:
-    """``LINK=NAME`` entries as pairs; none: the robot's tracked bodies under their own names.
-
-    Raises:
-        InputError: an entry that is not ``LINK=NAME``.
-    """
-    if bodies:
-        pairs = []
-        for text in bodies:
-            link, sep, name = str(text).partition("=")
-            if not sep or not link.strip() or not name.strip():
-                raise InputError(f"bodies take LINK=NAME (a tracked body and its name in the take), got {text!r}")
-            pairs.append((link.strip(), name.strip()))
-        return pairs
-    from retarget.model.library import resolve_robot
-    from retarget.model.loader import read_robot_yaml
-    from retarget.optimize.weights import parse_tracked_bodies
-
-    path = Path(robot) if Path(str(robot)).is_file() else resolve_robot(robot)
-    return [(b.link, b.link) for b in parse_tracked_bodies(read_robot_yaml(path).get("tracked_bodies"))]
 
 
 class RefineServer:
@@ -206,7 +183,7 @@ class RefineServer:
                 self.node.get_logger().warning(f"refine: {text}")
             return Result(error_code=code, error_string=text, wall_time=time.monotonic() - started, **fields)
 
-        from retarget.optimize.refine import History, RefineRefused, history_path, read_take, refine
+        from retarget.optimize.refine import History, RefineRefused, body_pairs, history_path, read_take, refine
 
         feedback("validating")
         try:

@@ -238,7 +238,7 @@ def _tune_command(args: argparse.Namespace) -> int:
     missing = [c for c in ("rclpy", "control_msgs") if not components()[c]]
     if missing:
         raise InputError(f"retarget tune needs ROS 2 ({', '.join(missing)} missing): run `make setup`")
-    from retarget.ros.refine_server import body_pairs
+    from retarget.optimize.refine import body_pairs
 
     namespace = args.namespace.rstrip("/")
     pairs = body_pairs(args.robot, args.body or [])
