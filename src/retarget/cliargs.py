@@ -7,11 +7,14 @@ No heavy imports here: ``retarget --help`` builds every parser.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-__all__ = ["add_motion", "add_robot", "resolve_legacy"]
+from retarget.errors import InputError
+
+__all__ = ["add_motion", "add_robot", "parse_assignments", "resolve_legacy"]
 
 #: ``args`` attribute of the per-command rewrite of an old spelling (``legacy(args) -> note or ""``).
 _LEGACY = "legacy_form"
@@ -98,3 +101,41 @@ def resolve_legacy(args: argparse.Namespace) -> None:
     note = legacy(args)
     if note:
         print(f"retarget: deprecated: {note}", file=sys.stderr)
+
+
+def parse_assignments(items: Iterable[str], names: Sequence[str], what: str, units: str = "") -> dict[str, float]:
+    """``["alpha=0", " beta = 4e-5"]`` → ``{"alpha": 0.0, "beta": 4e-05}``: the ``NAME=VALUE`` arguments of an
+    option such as ``--fix`` or ``--perturb`` (blank items skipped).
+
+    Args:
+        items: the ``NAME=VALUE`` texts.
+        names: the names allowed, listed in the messages.
+        what: how the messages name the option (``--fix``, ``perturbation``).
+        units: said after "is not a number" (e.g. ``SI units``).
+
+    Raises:
+        InputError: an item that is not ``NAME=VALUE``, an unknown or repeated name, a value that is not a finite
+            number — each naming ``what``, the item and the allowed names.
+    """
+    allowed = ", ".join(names)
+    out: dict[str, float] = {}
+    for item in items:
+        if not item.strip():
+            continue
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise InputError(f"{what} {item.strip()!r}: expected NAME=VALUE (names: {allowed})")
+        if name not in names:
+            raise InputError(f"{what} {item.strip()!r}: unknown name {name!r} (names: {allowed})")
+        if name in out:
+            raise InputError(f"{what} {name!r} given twice")
+        try:
+            value = float(text)
+        except ValueError:
+            raise InputError(f"{what} {item.strip()!r}: {text.strip()!r} is not a number"
+                             + (f" ({units})" if units else "")) from None
+        if not math.isfinite(value):
+            raise InputError(f"{what} {item.strip()!r}: not a finite number")
+        out[name] = value
+    return out

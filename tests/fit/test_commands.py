@@ -137,7 +137,7 @@ def test_own_rig_motive_csv_from_elsewhere(own_rig, tmp_path, capsys) -> None:
 def test_fit_option_errors_exit_2(own_rig, tmp_path, capsys) -> None:
     take = tmp_path / "none.csv"
     base = ["fit", str(own_rig), "--recording", str(take), "--body", "tip", "--motion", "fit_rig/step_30"]
-    for extra, message in ((["--fix", "gamma=1"], "unknown parameter 'gamma'"),
+    for extra, message in ((["--fix", "gamma=1"], "unknown name 'gamma'"),
                            (["--fix", "alpha=x"], "'x' is not a number"),
                            (["--fix", "alpha=0", "--params", "alpha,beta"], "alpha is both fitted and fixed"),
                            (["--fix", "youngs_modulus=2e11", "--fix", "alpha=0", "--fix", "beta=0"], "nothing to fit"),

@@ -143,7 +143,7 @@ def test_parse_and_check_fixed_values() -> None:
     from retarget.fit.fitter import check_fixed, parse_fixed
 
     assert parse_fixed(["alpha=0", " beta = 4e-5"]) == {"alpha": 0.0, "beta": 4e-5}
-    for bad, match in ((["alpha"], "NAME=VALUE"), (["gamma=1"], "unknown parameter 'gamma'"),
+    for bad, match in ((["alpha"], "NAME=VALUE"), (["gamma=1"], "unknown name 'gamma'"),
                        (["alpha=x"], "'x' is not a number"), (["alpha=1", "alpha=2"], "given twice")):
         with pytest.raises(InputError, match=match):
             parse_fixed(bad)

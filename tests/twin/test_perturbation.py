@@ -31,14 +31,14 @@ def test_parse_reads_every_key_and_round_trips() -> None:
 
 
 @pytest.mark.parametrize(("text", "named"), [
-    ("stifness=1.1", "'stifness' unknown (keys: stiffness, damping, servo_kp, servo_kd, latency, marker_noise)"),
-    ("stiffness=abc", "stiffness='abc': not a number"),
+    ("stifness=1.1", "unknown name 'stifness' (names: stiffness, damping, servo_kp, servo_kd, latency, marker_noise)"),
+    ("stiffness=abc", "'stiffness=abc': 'abc' is not a number"),
     ("stiffness=0", "stiffness=0.0: must be a positive factor"),
     ("servo_kp=-1", "servo_kp=-1.0: must be a positive factor"),
     ("damping=-0.5", "damping=-0.5: must be a factor of 0 or more"),
     ("latency=2", "latency=2.0: must be within 0 and 1 s"),
-    ("marker_noise=nan", "marker_noise=nan: must be a standard deviation"),
-    ("stiffness", "'stiffness': expected KEY=VALUE"),
+    ("marker_noise=nan", "'marker_noise=nan': not a finite number"),
+    ("stiffness", "'stiffness': expected NAME=VALUE"),
     ("damping=1,damping=2", "'damping' given twice"),
 ])
 def test_parse_names_the_bad_key_or_value(text: str, named: str) -> None:

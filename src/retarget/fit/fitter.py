@@ -367,23 +367,11 @@ def parse_fixed(items: Sequence[str]) -> dict[str, float]:
     """``["alpha=0", "beta=4e-5"]`` → ``{"alpha": 0.0, "beta": 4e-05}`` (``--fix NAME=VALUE``, SI units).
 
     Raises:
-        InputError: Not ``NAME=VALUE``, an unknown name, a repeated name, or a value that is not a number.
+        InputError: Not ``NAME=VALUE``, an unknown name, a repeated name, or a value that is not a finite number.
     """
-    out: dict[str, float] = {}
-    for item in items:
-        name, sep, text = item.partition("=")
-        name = name.strip()
-        if not sep or not name:
-            raise InputError(f"--fix {item!r}: expected NAME=VALUE, e.g. alpha=0 (names: {list(PARAMETERS)})")
-        if name not in PARAMETERS:
-            raise InputError(f"--fix {item!r}: unknown parameter {name!r}; choose from {list(PARAMETERS)}")
-        if name in out:
-            raise InputError(f"--fix {name} given twice")
-        try:
-            out[name] = float(text)
-        except ValueError:
-            raise InputError(f"--fix {item!r}: {text.strip()!r} is not a number (SI units: Pa, 1/s, s)") from None
-    return out
+    from retarget.cliargs import parse_assignments
+
+    return parse_assignments(items, PARAMETERS, "--fix", units="SI units: Pa, 1/s, s")
 
 
 def _recorded_angle(recording: TipRecording, alignment: Alignment, axis: NDArray[np.float64]

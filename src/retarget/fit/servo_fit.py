@@ -517,22 +517,9 @@ def parse_servo_fixed(items: Sequence[str]) -> dict[str, float]:
     Raises:
         InputError: not ``NAME=VALUE``, an unknown or repeated name, a value that is not a finite number.
     """
-    known = (*FIT_PARAMETERS, *HELD_PARAMETERS)
-    out: dict[str, float] = {}
-    for item in items:
-        name, sep, text = item.partition("=")
-        name = name.strip()
-        if not sep or name not in known:
-            raise InputError(f"--fix {item!r}: expected NAME=VALUE with NAME one of {', '.join(known)}")
-        if name in out:
-            raise InputError(f"--fix {name} given twice")
-        try:
-            out[name] = float(text)
-        except ValueError:
-            raise InputError(f"--fix {item!r}: {text.strip()!r} is not a number (SI units)") from None
-        if not math.isfinite(out[name]):
-            raise InputError(f"--fix {item!r}: not a finite number")
-    return out
+    from retarget.cliargs import parse_assignments
+
+    return parse_assignments(items, (*FIT_PARAMETERS, *HELD_PARAMETERS), "--fix", units="SI units")
 
 
 class _Problem:

@@ -114,23 +114,11 @@ def parse_perturbation(text: str) -> TwinPerturbation:
     """``stiffness=1.07,damping=1.5,servo_kp=1.3,latency=0.01,marker_noise=0.0003`` (any subset, any order).
 
     Raises:
-        InputError: an unknown key (the known ones listed), a key given twice, a value that is not a number, or
-            one out of its range (:meth:`TwinPerturbation.out_of_range`), each named.
+        InputError: an item that is not KEY=VALUE, an unknown key (the known ones listed), a key given twice, a
+            value that is not a finite number (:func:`retarget.cliargs.parse_assignments`), or one out of its range
+            (:meth:`TwinPerturbation.out_of_range`), each named.
     """
-    values: dict[str, float] = {}
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
-        key, sep, raw = item.partition("=")
-        key = key.strip()
-        if not sep:
-            raise InputError(f"perturbation {item!r}: expected KEY=VALUE (keys: {', '.join(PERTURBATION_KEYS)})")
-        if key not in PERTURBATION_KEYS:
-            raise InputError(f"perturbation key {key!r} unknown (keys: {', '.join(PERTURBATION_KEYS)})")
-        if key in values:
-            raise InputError(f"perturbation key {key!r} given twice")
-        try:
-            values[key] = float(raw)
-        except ValueError:
-            raise InputError(f"perturbation {key}={raw.strip()!r}: not a number") from None
+    from retarget.cliargs import parse_assignments
+
+    values = parse_assignments(text.split(","), PERTURBATION_KEYS, "perturbation")
     return TwinPerturbation(**values)
