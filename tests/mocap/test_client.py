@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from retarget.mocap.client import NatNetClient, NatNetClientConfig
+from retarget.mocap.client import CaptureClock, NatNetClient, NatNetClientConfig
 from retarget.mocap.errors import NatNetTimeoutError
 from retarget.mocap.natnet import FrameOfData, ModelDefinitions, ServerInfo, decode_packet
 from retarget.mocap.server import NatNetServer, default_server_info, model_definitions_for
@@ -47,8 +47,8 @@ def test_replayed_motive_packets_arrive_decoded(natnet_dir: Path) -> None:
     np.testing.assert_allclose(body.position_m, (0.1744466, 1.4471314, -0.7343040), atol=1e-6)
     np.testing.assert_allclose(body.orientation_xyzw, (-0.05459423, 0.5099482, 0.04370357, -0.8573577), atol=1e-6)
     # Stamp = receive time - system latency (5.495 ms for this frame).
-    assert frame.latency_s == pytest.approx(18204 / 3312787, rel=1e-9)
-    assert frame.receive_time_s - frame.stamp_s == pytest.approx(frame.latency_s)
+    assert frame.latency_s == pytest.approx(18204 / 3312787, abs=1e-6)
+    assert frame.receive_time_s - frame.stamp_s == pytest.approx(frame.latency_s, abs=1e-6)
     assert client.stats.malformed == 1 and client.stats.frames == 1
 
 
@@ -97,3 +97,36 @@ def test_handle_datagram_never_raises_on_garbage() -> None:
 def test_unnamed_bodies_get_a_default_name() -> None:
     client = NatNetClient(NatNetClientConfig(rigid_body_names={3: "base"}))
     assert client.body_name(3) == "base" and client.body_name(4) == "rigid_body_4"
+
+
+def test_capture_clock_stamps_late_frames_at_their_capture_instant() -> None:
+    """Frames at 120 Hz on the sender's clock, received 1000 s later on the receiver's, each after a delay of
+    0.2 ms plus an exponential 5 ms (tens of ms at times): every stamp after the first few frames is the capture
+    instant plus the offset and the smallest delay, within 0.3 ms (the estimate creeps up by its drift allowance
+    between frames of small delay); the receive times were up to 29 ms late."""
+    rng = np.random.default_rng(3)
+    capture = 50.0 + np.arange(1200) / 120.0
+    delay = 2e-4 + rng.exponential(5e-3, capture.size)
+    clock = CaptureClock()
+    stamps = np.array([clock.stamp(c, c + 1000.0 + d) for c, d in zip(capture, delay)])
+    settled = capture > capture[0] + 1.0
+    assert np.max(delay[settled]) > 0.02
+    np.testing.assert_allclose(stamps[settled] - capture[settled], 1000.0 + 2e-4, atol=3e-4)
+    assert np.all(np.diff(stamps) > 0)
+
+
+def test_capture_clock_follows_a_drifting_clock_and_a_restarted_sender() -> None:
+    clock = CaptureClock(drift=1e-4)
+    capture = np.arange(6000) / 100.0  # 60 s
+    # The receiver's clock runs 50 ppm slow against the sender's: its offset falls by 3 ms over the minute.
+    for c in capture:
+        stamp = clock.stamp(c, 7.0 + c * (1.0 - 5e-5) + 1e-3)
+        assert stamp == pytest.approx(7.0 + c * (1.0 - 5e-5) + 1e-3, abs=1e-9)
+    # 50 ppm fast: the offset rises by 3 ms; the estimate follows it within drift x the time between frames.
+    clock = CaptureClock(drift=1e-4)
+    for c in capture:
+        stamp = clock.stamp(c, 7.0 + c * (1.0 + 5e-5))
+        assert stamp == pytest.approx(7.0 + c * (1.0 + 5e-5), abs=1e-6)
+    # The sender restarts (its clock starts over): the estimate starts afresh.
+    assert clock.stamp(0.5, 200.0) == pytest.approx(200.0)
+    assert clock.stamp(0.51, 200.03) == pytest.approx(200.01)

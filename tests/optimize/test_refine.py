@@ -182,12 +182,23 @@ def test_trend_keeps_improving_halves_a_plateau_and_steps_back_from_a_rise():
     options = RefineOptions()
     assert _trend(History(), 0.04, options)[:2] == (Decision.FIRST, options.trust_region_rad)
     history = History((_record(1, 0.040, 0.02),))
-    decision, radius, text = _trend(history, 0.020, options)
-    assert decision is Decision.IMPROVING and radius == pytest.approx(0.03) and "-50.0 %" in text
-    decision, radius, text = _trend(history, 0.0395, options)
+    decision, radius, text, from_best = _trend(history, 0.020, options)
+    assert decision is Decision.IMPROVING and radius == pytest.approx(0.03) and "-50.0 %" in text and not from_best
+    decision, radius, text, from_best = _trend(history, 0.0395, options)
     assert decision is Decision.STOPPED and radius == pytest.approx(0.01) and "stopped improving" in text
-    decision, radius, _ = _trend(history, 0.050, options)
-    assert decision is Decision.ROSE and radius == pytest.approx(0.01)
+    assert not from_best
+    decision, radius, _, from_best = _trend(history, 0.050, options)
+    assert decision is Decision.ROSE and radius == pytest.approx(0.01) and from_best
+    # Measured against the best earlier trial, not only the last: a peak below the last trial's but above the
+    # best's steps again from the best, and one within the plateau above it stops there.
+    history = History((_record(1, 0.040, 0.02), _record(2, 0.010, 0.03), _record(3, 0.020, 0.02)))
+    decision, radius, text, from_best = _trend(history, 0.015, options)
+    assert decision is Decision.ROSE and from_best and radius == pytest.approx(0.01)
+    assert "-25.0 % since trial 3" in text and "+50.0 % above the best trial 2" in text
+    decision, radius, text, from_best = _trend(history, 0.0102, options)
+    assert decision is Decision.STOPPED and from_best and "stepping again from the best trial" in text
+    decision, radius, text, from_best = _trend(history, 0.009, options)
+    assert decision is Decision.IMPROVING and not from_best
 
 
 def test_history_round_trips_beside_the_plan(tmp_path):

@@ -1,8 +1,12 @@
 """Turning ``joint_commands`` messages into servo goal positions over time (shared by the driver and the twin).
 
-A one-point command is a setpoint, applied at once. A multi-point command is a trajectory started when it is
-received, sampled at the control rate from the current goal (linear / cubic / quintic as in
-:mod:`retarget.control.interpolation`). Joints a command does not name keep their current goal, as
+A one-point command is a setpoint, applied at once. A setpoint that carries velocities and the instant it was
+sampled at (the trajectory server's stream: ``header.stamp``) is held on its own clock: the goal at ``t`` is
+``p + v (t − stamp)``, for at most :data:`MAX_EXTRAPOLATION_S` past the stamp, so a setpoint that arrives late
+(delivery, an executor busy on a loaded host, the sender's tick late) or that is written between two of the
+sender's ticks is the trajectory at the instant the goal is written, not the sender's sample held. A multi-point
+command is a trajectory started when it is received, sampled at the control rate from the current goal (linear /
+cubic / quintic as in :mod:`retarget.control.interpolation`). Joints a command does not name keep their current goal, as
 joint_trajectory_controller fills partial goals.
 """
 from __future__ import annotations
@@ -16,7 +20,11 @@ from retarget.control.interpolation import TrajectorySampler
 from retarget.control.trajectory import GoalPoint, validate_trajectory
 from retarget.motion.limits import JointLimit
 
-__all__ = ["CommandFollower"]
+__all__ = ["MAX_EXTRAPOLATION_S", "CommandFollower"]
+
+#: Longest a stamped setpoint is extrapolated along its velocity past its stamp [s]: ten of the trajectory server's
+#: 100 Hz ticks, beyond which the goal holds (a stream that stopped mid-motion must not run on).
+MAX_EXTRAPOLATION_S: float = 0.1
 
 
 class CommandFollower:
@@ -37,14 +45,19 @@ class CommandFollower:
         self._max_velocity = max_velocity
         self._sampler: TrajectorySampler | None = None
         self._start = 0.0
+        self._rate: np.ndarray | None = None  # a stamped setpoint's velocities [rad/s] and stamp [s]
+        self._stamp = 0.0
 
-    def command(self, names: Sequence[str], points: Sequence[GoalPoint], now: float) -> None:
+    def command(self, names: Sequence[str], points: Sequence[GoalPoint], now: float,
+                stamp: float | None = None) -> None:
         """Take a new command, replacing any trajectory in progress.
 
         Args:
             names: Joints named by the command (a subset of ``joint_names``, any order).
             points: Its points; one point = setpoint.
             now: Receipt time [s].
+            stamp: the instant a setpoint was sampled at [s, the clock of ``now``] (None or 0: unknown); with
+                the point's velocities it is held on its own clock (module docstring).
 
         Raises:
             TrajectoryRejected: Unknown or duplicate joints, malformed points, limits exceeded. The goal is unchanged.
@@ -60,19 +73,31 @@ class CommandFollower:
                             list(p.velocities) + [0.0] * len(missing) * bool(len(p.velocities)),
                             list(p.accelerations) + [0.0] * len(missing) * bool(len(p.accelerations)), p.effort)
                   for p in points]
+        rate = None
         if len(filled) == 1:
-            filled = [GoalPoint(0.0, filled[0].positions)]  # a setpoint: its time and derivatives do not matter
+            if stamp and len(filled[0].velocities) == len(full_names):
+                rate = np.array([filled[0].velocities[full_names.index(n)] for n in self.joint_names], dtype=float)
+                rate = rate if np.all(np.isfinite(rate)) else None
+            filled = [GoalPoint(0.0, filled[0].positions)]  # a setpoint: its time does not matter
         traj = validate_trajectory(full_names, filled, controller_joints=self.joint_names, limits=self._limits,
                                    max_velocity=self._max_velocity, now=now)
+        self._rate = None
         if len(traj.time) == 1:
             self._goal = traj.positions[0].copy()
             self._sampler = None
+            if rate is not None and np.any(rate != 0.0):
+                self._rate, self._stamp = rate, float(stamp)
         else:
             self._sampler = TrajectorySampler(traj, current)
             self._start = now
 
     def goal_at(self, now: float) -> np.ndarray:
         """Goal positions [rad] ``(m,)`` at time ``now`` [s]."""
+        if self._rate is not None:
+            goal = self._goal + self._rate * min(max(now - self._stamp, 0.0), MAX_EXTRAPOLATION_S)
+            lower = [self._limits[n].lower if n in self._limits else -np.inf for n in self.joint_names]
+            upper = [self._limits[n].upper if n in self._limits else np.inf for n in self.joint_names]
+            return np.clip(goal, lower, upper)
         if self._sampler is not None:
             sample = self._sampler.sample(now - self._start)
             self._goal = sample.positions

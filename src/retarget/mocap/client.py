@@ -10,9 +10,14 @@ multicast group (default 239.255.42.99) or unicast to each connected client. The
 3. requests model definitions to map rigid-body ids to names (again whenever a frame says the models changed),
 4. decodes frames from either socket, counts malformed packets and skips them, never raising on bad input.
 
-Latency: a NatNet 3+ frame reports camera mid-exposure and transmit ticks, so the capture time on the local clock
-is the receive time minus that system latency (network transit, typically < 1 ms on a LAN, is not measurable
-without clock sync and is configurable as ``extra_latency_s``).
+Stamps: a NatNet 3+ frame reports its camera mid-exposure and transmit instants on Motive's high-resolution clock,
+so each frame's capture instant is known exactly on Motive's clock. :class:`CaptureClock` maps that clock onto the
+local one by the smallest ``receive time − system latency − capture instant`` seen so far (allowed to creep up by
+the clocks' drift): a frame received late (network transit, this process descheduled on a loaded host, a batch of
+datagrams read at once) keeps the stamp of its capture instant instead of taking its delay into the stamp. The
+stamp is the capture instant on the local clock, to within the smallest transit (not measurable without clock
+sync; ``extra_latency_s`` is added to it). Without the ticks (NatNet 2, a server without a clock rate) the stamp is
+the receive time minus ``extra_latency_s``.
 """
 from __future__ import annotations
 
@@ -39,7 +44,7 @@ from retarget.mocap.natnet import (
 )
 from retarget.mocap.source import BodyPose, MocapFrame
 
-__all__ = ["NatNetClientConfig", "ClientStats", "NatNetClient"]
+__all__ = ["CaptureClock", "NatNetClientConfig", "ClientStats", "NatNetClient"]
 
 _MAX_DATAGRAM = 65535 + 4
 
@@ -71,6 +76,36 @@ class NatNetClientConfig:
     extra_latency_s: float = 0.0
     keep_alive_interval_s: float = 1.0
     rigid_body_names: dict[int, str] = field(default_factory=dict)
+
+
+class CaptureClock:
+    """Capture instants on the sender's clock → the receiver's clock, by the smallest delay seen.
+
+    Every frame gives ``d = receive − capture`` (the clocks' offset plus that frame's delay, never less than the
+    offset plus the smallest delay). The estimate is the running minimum of ``d``, allowed to rise by ``drift``
+    × the capture time elapsed (so it follows clocks that run at slightly different rates); a capture clock that
+    goes backwards (the sender restarted) starts the estimate afresh.
+
+    Args:
+        drift: largest relative rate difference of the two clocks it follows [-] (1e-4: 0.1 ms per second).
+    """
+
+    def __init__(self, drift: float = 1e-4) -> None:
+        self.drift = float(drift)
+        self.offset_s: float | None = None
+        self._last_capture_s: float | None = None
+
+    def stamp(self, capture_s: float, receive_s: float) -> float:
+        """The capture instant ``capture_s`` [s, sender's clock] on the receiver's clock [s]; ``receive_s``: when
+        it arrived there, less any delay the sender reported."""
+        delay = receive_s - capture_s
+        last = self._last_capture_s
+        if self.offset_s is None or last is None or capture_s < last:
+            self.offset_s = delay
+        else:
+            self.offset_s = min(self.offset_s + self.drift * (capture_s - last), delay)
+        self._last_capture_s = capture_s
+        return capture_s + self.offset_s
 
 
 @dataclass
@@ -118,6 +153,7 @@ class NatNetClient:
         self.model_definitions: ModelDefinitions | None = None
         self.version: Version = self.config.natnet_version
         self._names: dict[int, str] = dict(self.config.rigid_body_names)
+        self._capture_clock = CaptureClock()
         self._last_keep_alive = 0.0
         self._last_frame_number: int | None = None
 
@@ -286,12 +322,15 @@ class NatNetClient:
         return self.to_mocap_frame(packet, receive_time_s)
 
     def to_mocap_frame(self, frame: FrameOfData, receive_time_s: float) -> MocapFrame:
-        """Convert a decoded frame: name the bodies, subtract the latency from the receive time."""
-        latency = self.config.extra_latency_s
-        if self.server_info is not None and self.server_info.high_resolution_clock_hz > 0:
-            system = frame.system_latency_s(self.server_info.high_resolution_clock_hz)
-            if 0.0 <= system < 1.0:  # a garbled tick counter must not shift stamps by hours
-                latency += system
+        """Convert a decoded frame: name the bodies, stamp it with its capture instant on the local clock (module
+        docstring: :class:`CaptureClock` over the camera mid-exposure ticks)."""
+        stamp = receive_time_s - self.config.extra_latency_s
+        clock_hz = self.server_info.high_resolution_clock_hz if self.server_info is not None else 0
+        if clock_hz > 0 and frame.camera_mid_exposure_ticks > 0:
+            system = frame.system_latency_s(clock_hz)
+            if 0.0 <= system < 60.0:  # a twin may run seconds behind; a garbled tick counter hours
+                stamp = self._capture_clock.stamp(frame.camera_mid_exposure_ticks / clock_hz, stamp - system)
+        latency = receive_time_s - stamp
         bodies = tuple(
             BodyPose(
                 name=self.body_name(rb.id),
@@ -303,7 +342,7 @@ class NatNetClient:
             )
             for rb in frame.rigid_bodies
         )
-        return MocapFrame(frame.frame_number, receive_time_s - latency, receive_time_s, latency, bodies)
+        return MocapFrame(frame.frame_number, stamp, receive_time_s, latency, bodies)
 
     def body_name(self, body_id: int) -> str:
         """Name of rigid body ``body_id`` from the model definitions, else ``rigid_body_<id>``."""

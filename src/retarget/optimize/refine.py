@@ -38,8 +38,10 @@ learning step that applies the planner's own sensitivities to the *measured* dev
    ``(1 − margin)`` × stall on the servo's torque–speed line (or more than CURRENT did), or leaves a speed limit,
    is halved until it holds.
 8. **The trend** (:class:`History`, ``NEXT.history.json``): each trial's measured peak, RMS and ring-out. A peak
-   that fell by less than :attr:`RefineOptions.plateau` since the last trial says the loop stopped improving and
-   halves the trust region; one that rose steps again from the best trial's plan and take with half the radius.
+   above the best earlier trial's steps again from the best trial's plan and take with half the radius (``rose``
+   when more than :attr:`RefineOptions.plateau` above it, else ``stopped improving``): the loop never steps on
+   from a plan that measured worse than its best. A peak that fell by less than the plateau since the last trial
+   says the loop stopped improving and halves the trust region.
 9. **The route**: the learning step, on the re-fitted model when it is used; a ring-out whose frequency still
    differs from the model's by more than :attr:`RefineOptions.refit_frequency_tolerance` says the model is off and
    that re-fitting the materials (``retarget fit``) and the servo (``retarget fit-servo``) and planning again is
@@ -1357,22 +1359,31 @@ def history_path(plan: str | Path) -> Path:
     return p.with_name(p.stem + HISTORY_SUFFIX)
 
 
-def _trend(history: History, peak: float, options: RefineOptions) -> tuple[Decision, float, str]:
-    """The decision, the trust region and the sentence that says why."""
+def _trend(history: History, peak: float, options: RefineOptions) -> tuple[Decision, float, str, bool]:
+    """The decision, the trust region, the sentence that says why, and whether the step starts from the best
+    earlier trial (a peak above the best one's: the loop never steps on from a plan that measured worse)."""
     if not history.trials:
-        return Decision.FIRST, options.trust_region_rad, "first trial"
-    prev = history.trials[-1]
+        return Decision.FIRST, options.trust_region_rad, "first trial", False
+    prev, best = history.trials[-1], history.best
+    assert best is not None
     change = peak / prev.measured_peak_deviation_m - 1.0
     text = (f"measured peak {1e3 * peak:.2f} mm, {100 * change:+.1f} % since trial {prev.trial} "
             f"({1e3 * prev.measured_peak_deviation_m:.2f} mm)")
-    if change > options.plateau:
-        return Decision.ROSE, 0.5 * prev.trust_region_rad, text + ": it rose; stepping again from the best trial " \
-            "with half the trust region"
+    halved = 0.5 * prev.trust_region_rad
+    if peak > best.measured_peak_deviation_m:
+        above = peak / best.measured_peak_deviation_m - 1.0
+        if best is not prev:
+            text += (f", {100 * above:+.1f} % above the best trial {best.trial} "
+                     f"({1e3 * best.measured_peak_deviation_m:.2f} mm)")
+        again = "stepping again from the best trial with half the trust region"
+        if above > options.plateau:
+            return Decision.ROSE, halved, f"{text}: it rose; {again}", True
+        return Decision.STOPPED, halved, f"{text}: stopped improving; {again}", True
     if change > -options.plateau:
-        return Decision.STOPPED, 0.5 * prev.trust_region_rad, text + (f": stopped improving (less than "
-                                                                      f"{100 * options.plateau:g} %); the trust "
-                                                                      "region is halved")
-    return Decision.IMPROVING, min(options.trust_region_rad, 1.5 * prev.trust_region_rad), text + ": improving"
+        return Decision.STOPPED, halved, text + (f": stopped improving (less than {100 * options.plateau:g} %); the "
+                                                 "trust region is halved"), False
+    return Decision.IMPROVING, min(options.trust_region_rad, 1.5 * prev.trust_region_rad), text + ": improving", \
+        False
 
 
 # -- the result ---------------------------------------------------------------------------------------------------
@@ -1505,12 +1516,12 @@ def refine(robot: Any, motion: Motion, plan: PlanFile, take: Take, options: Refi
             current = _measure(context, _on_model(point, scaled_problem(context, point.problem, fit.stiffness_factor,
                                                                         fit.kp_factor)), take, options)
     measurement = current.measurement
-    decision, radius, trend_text = _trend(history, measurement.peak_deviation_m, options)
+    decision, radius, trend_text, from_best = _trend(history, measurement.peak_deviation_m, options)
     route, route_reason = _route(fit, measurement, options)
     if route.endswith("advised"):
         radius *= 0.5
     basis = current
-    if decision is Decision.ROSE:
+    if from_best:
         basis = _best_trial(context, history, fit, options, progress, warnings) or current
     step = learning_step(context, basis.point.problem, basis.point.x, basis.point.run, basis.measured, radius,
                          options, progress)

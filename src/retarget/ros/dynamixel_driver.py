@@ -324,7 +324,8 @@ class DynamixelDriver(Node):
                                           throttle_duration_sec=1.0)
                 return
             try:
-                self._follower.command(msg.joint_names, goal_points(msg), self._now())
+                stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+                self._follower.command(msg.joint_names, goal_points(msg), self._now(), stamp=stamp or None)
                 self._commanded = True
             except TrajectoryRejected as exc:
                 self.get_logger().error(f"joint_commands rejected: {exc}")

@@ -315,13 +315,15 @@ class TrajectoryServer(Node):
                 self._finish(active, ExecutionStatus.ABORTED, ErrorCode.PATH_TOLERANCE_VIOLATED,
                              f"joint_states stopped: none within the last {self.state_timeout:g} s")
                 return
-            step = active.execution.update(self._now(), measured)
+            now = self.get_clock().now()
+            step = active.execution.update(now.nanoseconds * 1e-9, measured)
             if step.status is ExecutionStatus.ABORTED:
                 self._hold(measured.positions)
             else:
                 self._last_command = step.desired.positions.copy()
+                # Stamped with the instant it samples: the driver holds it on that clock (control/setpoints.py).
                 self._commands.publish(setpoint_msg(self.joint_names, step.desired.positions,
-                                                    step.desired.velocities, self.get_clock().now().to_msg()))
+                                                    step.desired.velocities, now.to_msg()))
             every = max(1, round(self.control_rate / self.feedback_rate))
             if active.ticks % every == 0 or step.status is not ExecutionStatus.RUNNING:
                 self._feedback(active, step, measured)
