@@ -43,6 +43,30 @@ def _doc_lines(path: Path) -> list[tuple[int, str, bool]]:
     return out
 
 
+def _prose(path: Path) -> list[tuple[int, str]]:
+    """(first line number, text) of each prose paragraph outside fenced blocks, its lines joined with spaces (a code
+    span may wrap onto the next line, as Markdown allows); a table row is a paragraph of its own."""
+    out: list[tuple[int, str]] = []
+    current: tuple[int, str] | None = None
+    for number, line, fenced in _doc_lines(path):
+        text = line.strip()
+        joins = not fenced and text and not text.startswith("|")
+        if current is not None and (not joins or text.startswith(("#", "- ", "* ")) or re.match(r"\d+\. ", text)):
+            out.append(current)
+            current = None
+        if fenced or not text:
+            continue
+        if text.startswith("|"):
+            out.append((number, text))
+        elif current is None:
+            current = (number, text)
+        else:
+            current = (current[0], current[1] + " " + text)
+    if current is not None:
+        out.append(current)
+    return out
+
+
 def _command_lines(path: Path) -> list[tuple[int, str]]:
     """``retarget …`` command lines: fenced lines starting with it (continuations joined) and code spans."""
     found: list[tuple[int, str]] = []
@@ -63,10 +87,10 @@ def _command_lines(path: Path) -> list[tuple[int, str]]:
                     pending = (number, text.rstrip("\\"))
                 else:
                     found.append((number, text))
-        else:
-            for span in SPAN.findall(line):
-                if span.startswith("retarget ") and not span.startswith("retarget."):
-                    found.append((number, span))
+    for number, text in _prose(path):
+        for span in SPAN.findall(text):
+            if span.startswith("retarget ") and not span.startswith("retarget."):
+                found.append((number, span))
     return found
 
 
@@ -128,7 +152,8 @@ def _cited_paths(path: Path) -> list[tuple[int, str]]:
             if not re.match(r"[a-z]+:", target):
                 cited.append((number, str((path.parent / target).resolve().relative_to(ROOT))
                                if (path.parent / target).resolve().is_relative_to(ROOT) else target))
-        for span in SPAN.findall(line):
+    for number, text in _prose(path):
+        for span in SPAN.findall(text):
             span = span.strip()
             if span.startswith(TREE_ROOTS) and not re.search(r"[*<>{}…$ ]|\.\.\.|[A-Z]{3,}", span):
                 cited.append((number, span.split(":")[0].rstrip("/.,")))
