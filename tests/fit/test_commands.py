@@ -39,6 +39,7 @@ def test_user_errors_exit_2(tmp_path, capsys) -> None:
                  "--params", "gamma"]) == 2
 
 
+@pytest.mark.slow
 def test_fit_motion_writes_the_identification_motion(tmp_path, capsys) -> None:
     out = tmp_path / "ident.yaml"
     assert main(["fit-motion", "single_rod", "--cycles", "3", "--bursts", "2", "--out", str(out),

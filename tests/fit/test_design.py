@@ -93,6 +93,7 @@ def test_torque_bound_of_one_burst_is_its_peak(rig: StepTestRig, engine: BeamEng
                                                                                                         rel=1e-9)
 
 
+@pytest.mark.slow
 def test_step_ramps_are_lengthened_until_the_step_is_within_the_torque_limit() -> None:
     """The step after the bursts rises in the shortest ramp (speed-limited ramp x 1.15^k) whose predicted peak
     load torque is within the limit; the ramp before it is not. On the fitting rig (XM540-W270, 3.14 rad/s) the
@@ -118,6 +119,7 @@ def test_step_ramps_are_lengthened_until_the_step_is_within_the_torque_limit() -
                                      stall_torque=0.05)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["single_rod", "fit_rig"])
 def test_shipped_motion_is_the_design_for_the_rig(name: str) -> None:
     rig = load_rig(name)
@@ -155,6 +157,7 @@ def test_bad_designs_are_rejected(rig: StepTestRig) -> None:
         design_identification_motion(rig, torque_fraction=1.5)
 
 
+@pytest.mark.slow
 def test_burst_count_is_chosen_from_the_predicted_uncertainty(rig: StepTestRig, engine: BeamEngine) -> None:
     kw = dict(cycles=4, gap_s=0.5, hold_s=0.3, tail_s=0.3, step_deg=10.0, torque_moduli=(2e11,))
     corner = [(2e11, 0.5, 4e-5)]

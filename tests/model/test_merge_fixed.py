@@ -57,6 +57,7 @@ def test_references_move_to_the_merged_body_and_exceptions_stay_separate():
         model.link("bracket")
 
 
+@pytest.mark.slow
 def test_merged_and_separate_links_simulate_the_same_motion():
     """The weld's 6 constraint rows and the welded body's 6 coordinates describe exactly the rigid composite: the
     two discretizations of the same motion differ by O(dt²), ~1e-3 of the time-discretization error itself

@@ -116,6 +116,7 @@ def test_a_plan_of_part_of_the_motion_fits_goals_and_input_in_one_spline_space(t
     assert "naive" in result.variants
 
 
+@pytest.mark.slow
 def test_a_plan_for_an_infinitely_stiff_servo_is_the_ideal_servos_plan(tiny):
     """The perfect-servo limit reproduces the ideal servo's plan (same targets, profiles and deviations)."""
     robot, options = tiny

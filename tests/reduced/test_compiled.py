@@ -293,7 +293,7 @@ def test_predictor_satisfies_kinematic_rows(pca_reduced):
     h = 2 * dt / 3
     u_bar = (4 * states[1, :nu] - states[0, :nu]) / 3
     v_bar = (4 * states[1, nu : nu + nv] - states[0, nu : nu + nv]) / 3
-    guess = ck._predict(packed, states, 1, u_bar, h, dt)
+    guess = ck._predict(packed, states, 1, u_bar, h, dt, 2)
     assert np.allclose(guess[nu:], 2 * states[1, nu:] - states[0, nu:], rtol=0, atol=1e-15)
     res = residual_compiled(packed, guess, u_bar, v_bar, h, np.zeros(2), np.zeros(2), 1 / h, jacobian=False).residual
     c_rows = np.concatenate([np.arange(7 * i, 7 * i + 3) for i in range(nb)])
@@ -414,12 +414,13 @@ def test_a_bad_newton_start_falls_back_to_a_safer_one(pca_reduced):
     # The start's elastic coordinates are z̄ + h ż*, ż* = 3ż_k − 3ż_{k−1} + ż_{k−2}: far beyond inversion.
     states[k - 2, rs.n_u + 6 * rs.n_rigid + 6 : rs.n_u + rs.n_v] += 5e4
     iters = np.zeros(n + 1, dtype=np.int64)
-    spoiled = ck._predict(packed, states, k, (4 * states[k, : rs.n_u] - states[k - 1, : rs.n_u]) / 3, 2 * dt / 3, dt)
+    spoiled = ck._predict(packed, states, k, (4 * states[k, : rs.n_u] - states[k - 1, : rs.n_u]) / 3, 2 * dt / 3, dt, 2)
     res = residual_compiled(packed, spoiled, (4 * states[k, : rs.n_u] - states[k - 1, : rs.n_u]) / 3,
                             (4 * states[k, rs.n_u : rs.n_u + rs.n_v] - states[k - 1, rs.n_u : rs.n_u + rs.n_v]) / 3,
                             2 * dt / 3, thetas[k + 1], theta_dots[k + 1], 1.5 / dt, jacobian=False)
     assert not res.min_det > 0, "the spoiled start must be one the engine refuses"
-    status, at = ck.run_chunk(packed, states, iters, k, k + 1, dt, thetas, theta_dots, 1e-12, 30, ck.make_workspace(packed))
+    status, at = ck.run_chunk(packed, states, iters, k, k + 1, dt, thetas, theta_dots, 1e-12, 30,
+                              ck.make_workspace(packed), True, False)
     assert (status, at) == (0, k + 1)
     nu = rs.n_u
     assert np.max(np.abs(states[k + 1, :nu] - run.states[k + 1, :nu])) < 1e-10

@@ -119,6 +119,7 @@ def rod_on_servo(request):
     return build_system(build_rod_on_motor().with_servos([servo]))
 
 
+@pytest.mark.slow
 def test_full_space_reduced_statics_and_dynamics_equal_absolute_with_servos(rod_on_servo):
     absolute = rod_on_servo
     rs = _reduced(absolute, full=True)

@@ -131,6 +131,7 @@ def test_full_space_statics_equal_absolute(absolute):
     assert np.allclose(st_abs.lam, st_red.lam, rtol=1e-6, atol=1e-8 * np.abs(st_abs.lam).max())
 
 
+@pytest.mark.slow
 def test_far_motor_angles_are_reached_by_continuation(absolute):
     """Newton from the reference diverges at ±1.5 rad; the solve then walks the motors there, as the full one."""
     from retarget.sim.errors import NewtonFailed
@@ -165,6 +166,7 @@ def _damped(absolute, alpha, beta):
     return dataclasses.replace(absolute, deformable=bodies)
 
 
+@pytest.mark.slow
 def test_full_space_dynamics_converge_to_absolute_at_second_order(absolute):
     # The stiffness-proportional damping β K ż differs in kind between the engines (docs/reduced.md): compare the
     # undamped systems, where the two formulations are the same DAE in different coordinates.
@@ -181,6 +183,7 @@ def test_full_space_dynamics_converge_to_absolute_at_second_order(absolute):
     assert errs[0] / errs[1] > 3.0  # second order: 4x per halving (BDF1 start and Baumgarte cost a little)
 
 
+@pytest.mark.slow
 def test_mass_damping_acts_on_absolute_velocities_as_in_the_absolute_engine(absolute):
     """``α M u̇`` of the absolute engine damps the nodes' absolute velocities, rigid motion of the part included; the
     reduced engines apply the same force (the generalized mass times α [v, ω, ż]), so with a strong α the full-space

@@ -161,6 +161,7 @@ def test_predictor_and_error_estimate_keep_the_newton_tolerance():
     assert np.abs(est.displacements - ref.displacements).max() < 1e-7
 
 
+@pytest.mark.slow
 def test_failed_steps_are_redone_in_half_steps_on_the_same_grid(caplog):
     """Without the predictor and damping the whip at the end of the rise fails at dt = 1 ms (step ≈ 103); with
     ``max_halvings`` those steps are redone as half steps and the path matches a dt = 0.5 ms run."""

@@ -853,7 +853,7 @@ def charge(life: NDArray, iterations: float) -> bool:
 
 
 @numba.njit(cache=True)
-def _predict(p: Packed, states: NDArray, k: int, u_bar: NDArray, h: float, dt: float, order: int = 2) -> NDArray:
+def _predict(p: Packed, states: NDArray, k: int, u_bar: NDArray, h: float, dt: float, order: int) -> NDArray:
     """Newton start of step ``k → k+1``.
 
     BDF2 steps: V and λ extrapolated from the stored states — cubically (``order`` 3, ``4S_k − 6S_{k−1} +
@@ -961,8 +961,8 @@ def run_chunk(
     tol: float,
     max_iter: int,
     ws: Workspace,
-    estimate: bool = True,
-    exact_chord: bool = False,
+    estimate: bool,
+    exact_chord: bool,
 ) -> tuple[int, int]:
     """Advance steps ``k0 … k1−1`` → ``states[k0+1 … k1]`` (BDF1 for step 0, BDF2 after); returns (status, step).
 
@@ -975,8 +975,11 @@ def run_chunk(
         tol: Newton tolerance on ``max(|δU|∞, dt |δV|∞)``. max_iter: Newton iteration cap.
         ws: the chord factorization cache (in place).
         estimate: stop on the estimated remaining error too (:func:`converged`).
-        exact_chord: factorize the exact Jacobian for the chord iterations (default: without its curvature and
+        exact_chord: factorize the exact Jacobian for the chord iterations (False: without its curvature and
             damping-derivative terms, :func:`residual_jacobian`; same converged states, cheaper refactorizations).
+
+    No argument has a default: numba compiles a call that omits one as another signature, and this function's
+    whole call tree with it (minutes of compile in each process that makes such a call).
     """
     nu, nv = p.sizes[0], p.sizes[1]
     for k in range(k0, k1):
