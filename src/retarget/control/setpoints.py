@@ -47,6 +47,9 @@ class CommandFollower:
         self._start = 0.0
         self._rate: np.ndarray | None = None  # a stamped setpoint's velocities [rad/s] and stamp [s]
         self._stamp = 0.0
+        # The joints' position limits in wire order (±inf without one): where an extrapolated setpoint stops.
+        self._lower = np.array([self._limits[n].lower if n in self._limits else -np.inf for n in self.joint_names])
+        self._upper = np.array([self._limits[n].upper if n in self._limits else np.inf for n in self.joint_names])
 
     def command(self, names: Sequence[str], points: Sequence[GoalPoint], now: float,
                 stamp: float | None = None) -> None:
@@ -95,9 +98,7 @@ class CommandFollower:
         """Goal positions [rad] ``(m,)`` at time ``now`` [s]."""
         if self._rate is not None:
             goal = self._goal + self._rate * min(max(now - self._stamp, 0.0), MAX_EXTRAPOLATION_S)
-            lower = [self._limits[n].lower if n in self._limits else -np.inf for n in self.joint_names]
-            upper = [self._limits[n].upper if n in self._limits else np.inf for n in self.joint_names]
-            return np.clip(goal, lower, upper)
+            return np.clip(goal, self._lower, self._upper)
         if self._sampler is not None:
             sample = self._sampler.sample(now - self._start)
             self._goal = sample.positions

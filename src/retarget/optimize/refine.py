@@ -211,7 +211,6 @@ class PlanFile:
         return comment_json(self.comments, PLAN_SETTINGS_PREFIX)
 
 
-
 def body_pairs(robot: str | Path, bodies: Sequence[str] | None, option: str = "bodies take") -> list[tuple[str, str]]:
     """``LINK=NAME`` entries as (tracked body, its name in the take) pairs; none given: the robot's tracked bodies
     under their own names.
@@ -232,6 +231,7 @@ def body_pairs(robot: str | Path, bodies: Sequence[str] | None, option: str = "b
 
     path = Path(robot) if Path(str(robot)).is_file() else resolve_robot(str(robot))
     return [(b.link, b.link) for b in parse_tracked_bodies(read_robot_yaml(path).get("tracked_bodies"))]
+
 
 def read_plan(path: str | Path) -> PlanFile:
     """Read a plan file (any motion format; a CSV's comment lines are kept).
