@@ -130,3 +130,21 @@ def test_capture_clock_follows_a_drifting_clock_and_a_restarted_sender() -> None
     # The sender restarts (its clock starts over): the estimate starts afresh.
     assert clock.stamp(0.5, 200.0) == pytest.approx(200.0)
     assert clock.stamp(0.51, 200.03) == pytest.approx(200.01)
+
+
+def test_frames_whose_capture_ticks_repeat_are_stamped_at_receipt() -> None:
+    """A server replaying one recorded packet under fresh frame numbers repeats its camera ticks: those frames
+    carry no capture instant, so each is stamped when it arrived less the system latency it reports (5 ms) and the
+    configured latency, never all at the one recorded instant."""
+    client = NatNetClient(NatNetClientConfig(multicast_address=None, data_port=0, extra_latency_s=0.002))
+    client.server_info = default_server_info(data_port=0)
+    clock_hz = client.server_info.high_resolution_clock_hz
+    assert clock_hz > 0
+    receive = 100.0 + np.arange(6) * 0.01
+    frames = [client.to_mocap_frame(FrameOfData(k, camera_mid_exposure_ticks=10 * clock_hz,
+                                                transmit_ticks=10 * clock_hz + clock_hz // 200), t)
+              for k, t in enumerate(receive)]
+    stamps = np.array([f.stamp_s for f in frames])
+    assert stamps[0] == pytest.approx(receive[0] - 0.002 - 0.005, abs=1e-6)  # ticks new: the capture instant
+    np.testing.assert_allclose(stamps[1:], receive[1:] - 0.002 - 0.005, atol=1e-6)
+    assert np.all(np.diff(stamps) > 0)

@@ -16,8 +16,10 @@ local one by the smallest ``receive time − system latency − capture instant`
 the clocks' drift): a frame received late (network transit, this process descheduled on a loaded host, a batch of
 datagrams read at once) keeps the stamp of its capture instant instead of taking its delay into the stamp. The
 stamp is the capture instant on the local clock, to within the smallest transit (not measurable without clock
-sync; ``extra_latency_s`` is added to it). Without the ticks (NatNet 2, a server without a clock rate) the stamp is
-the receive time minus ``extra_latency_s``.
+sync; ``extra_latency_s`` is added to it). A frame whose ticks repeat the previous frame's (a server replaying one
+recorded packet under fresh frame numbers) has no capture instant of its own: its stamp is the receive time minus
+the system latency it reports and ``extra_latency_s``. Without the ticks (NatNet 2, a server without a clock rate)
+the stamp is the receive time minus ``extra_latency_s``.
 """
 from __future__ import annotations
 
@@ -154,6 +156,7 @@ class NatNetClient:
         self.version: Version = self.config.natnet_version
         self._names: dict[int, str] = dict(self.config.rigid_body_names)
         self._capture_clock = CaptureClock()
+        self._last_ticks = 0
         self._last_keep_alive = 0.0
         self._last_frame_number: int | None = None
 
@@ -326,10 +329,15 @@ class NatNetClient:
         docstring: :class:`CaptureClock` over the camera mid-exposure ticks)."""
         stamp = receive_time_s - self.config.extra_latency_s
         clock_hz = self.server_info.high_resolution_clock_hz if self.server_info is not None else 0
-        if clock_hz > 0 and frame.camera_mid_exposure_ticks > 0:
+        ticks, last_ticks = frame.camera_mid_exposure_ticks, self._last_ticks
+        self._last_ticks = ticks
+        if clock_hz > 0 and ticks > 0:
             system = frame.system_latency_s(clock_hz)
             if 0.0 <= system < 60.0:  # a twin may run seconds behind; a garbled tick counter hours
-                stamp = self._capture_clock.stamp(frame.camera_mid_exposure_ticks / clock_hz, stamp - system)
+                if ticks != last_ticks:
+                    stamp = self._capture_clock.stamp(ticks / clock_hz, stamp - system)
+                else:  # no capture instant of its own: its reported latency before receipt
+                    stamp -= system
         latency = receive_time_s - stamp
         bodies = tuple(
             BodyPose(
