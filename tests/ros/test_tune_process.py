@@ -100,7 +100,7 @@ def test_tune_lowers_the_measured_peak_each_trial_on_a_perturbed_twin(tmp_path: 
         assert any("perturbed (stiffness=1.07" in line for line in lines), "".join(lines[-40:])
         assert any("a simulated Motive streams" in line for line in lines), "".join(lines[-40:])
         tune = subprocess.run([sys.executable, "-m", "retarget.cli", "tune", "single_rod", "--motion", str(motion),
-                               "--trials", "3", "--max-iterations", "3", "--no-refit", "--namespace", NAMESPACE,
+                               "--trials", "3", "--all-trials", "--max-iterations", "3", "--no-refit", "--namespace", NAMESPACE,
                                "--out", str(out), "--json"],
                               capture_output=True, text=True, env=env, timeout=600, check=False)
         log = f"tune:\n{tune.stdout}\n{tune.stderr}\nup:\n{''.join(lines[-60:])}"

@@ -8,7 +8,8 @@ the planner node's (``~/retarget``, not executed) or a plan file (``--plan``); e
 per trial on stdout (trial, measured peak, NEXT's predicted peak and torque, the trend); ``DIR/history.json``
 (the trials) and per trial ``DIR/planK.csv``, ``DIR/takeK/`` (the bag) and ``DIR/trialK.json`` (the refinement's
 report); ``planK.history.json`` beside each plan is the refine chain's own history. The last trial is refined too
-(its measurement needs it): ``DIR/plan<N+1>.csv`` is the plan to play next.
+(its measurement needs it): ``DIR/plan<N+1>.csv`` is the plan to play next. The loop ends before the N trials
+when a refinement says it stopped improving (each play costs the robot a run; ``--all-trials`` plays them all).
 
 Exit codes: 0 after the N trials; 1 when a trial fails (the plan, the play or the refinement: a refusal says
 why); 2 on bad input or when no planner node or trajectory server answers (the message names which);
@@ -29,7 +30,7 @@ from typing import Any
 
 from retarget.errors import InputError
 
-__all__ = ["TrialLine", "register_tune"]
+__all__ = ["TrialLine", "register_tune", "stops_the_loop"]
 
 #: Each play's goal tolerance [rad] (``--goal-tolerance``): above the sag a plan pre-compensates (single_rod's
 #: XM430 at 20°: about 0.02 rad), so the goal ends when the robot — or a twin running behind — has arrived.
@@ -175,6 +176,8 @@ def register_tune(subparsers: Any) -> None:
     p.add_argument("--out", default=None, metavar="DIR", help="folder of the run (default tune-ROBOT; must not "
                    "hold a history.json)")
     p.add_argument("--namespace", default="", help="the robot's ROS namespace (as given to retarget up)")
+    p.add_argument("--all-trials", action="store_true", help="play every trial even after a refinement says the "
+                   "loop stopped improving (default: stop there; its NEXT is still written)")
     p.add_argument("--trust-region", type=float, default=0.0, metavar="RAD", help="the first refinement's trust "
                    "region (0: refine's default; later trials take theirs from the history)")
     p.add_argument("--no-refit", action="store_true", help="refine on the planning model as it is (retarget "
@@ -285,6 +288,11 @@ def _tune_command(args: argparse.Namespace) -> int:
             print(trial.line(), flush=True)
             _write_json(out / "history.json", summary)
             plan = Path(trial.next_plan)
+            if k < args.trials and stops_the_loop(trial.decision, args.all_trials):
+                summary["stopped_after"] = k
+                _say(f"stopped after trial {k} of {args.trials}: the refinement says the loop stopped improving "
+                     f"({plan.name} is the plan to play next; --all-trials plays every trial)")
+                break
         summary["next_plan"] = str(plan)
         return finish(0)
     except _Failed as exc:
@@ -294,6 +302,14 @@ def _tune_command(args: argparse.Namespace) -> int:
         return 130
     finally:
         client.close()
+
+
+def stops_the_loop(decision: str, all_trials: bool) -> bool:
+    """Whether ``retarget tune`` ends after a trial whose refinement decided ``decision``: when the loop
+    stopped improving, unless every trial is to be played."""
+    from retarget.optimize.refine import Decision
+
+    return not all_trials and decision == Decision.STOPPED.value
 
 
 def _plan_on_node(client: _Client, robot: str, motion: Any, out: Path, timeout: float, max_iterations: int) -> None:
