@@ -40,7 +40,7 @@ class _Handle:
 
 def _client(handle: _Handle) -> RobotClient:
     client = object.__new__(RobotClient)  # no rclpy context: only execute() is exercised
-    client.follow = SimpleNamespace(send_goal_async=lambda goal: _Future(handle))
+    client.follow = SimpleNamespace(send_goal_async=lambda goal, feedback_callback=None: _Future(handle))
     return client
 
 
@@ -109,3 +109,58 @@ def test_a_missing_result_with_an_unanswered_cancel_says_so(monkeypatch: pytest.
     monkeypatch.setattr(player, "CANCEL_TIMEOUT_S", 0.1)
     with pytest.raises(TimeoutError, match="no trajectory result within 0.2 s; its cancel was not confirmed"):
         _client(_DeafHandle(_Future(done=False))).execute(_trajectory(), 0.0, 0.2)
+
+
+class _Clock:
+    """A monotonic clock that advances only when slept on."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_a_late_result_is_waited_for_while_the_servers_feedback_comes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A robot (or a twin running behind the bus) still settling past the timeout: the server's feedback keeps
+    coming, so the result is waited for; once the feedback falls silent for FEEDBACK_SILENCE_S, the wait ends."""
+    from retarget.ros import player
+
+    clock = _Clock()
+    monkeypatch.setattr(player, "time", clock)
+    result = _Future(done=False)
+    handle = _Handle(result)
+    feed: list[Any] = []
+    client = object.__new__(RobotClient)
+
+    def send(goal: Any, feedback_callback: Any = None) -> _Future:
+        feed.append(feedback_callback)
+        return _Future(handle)
+
+    client.follow = SimpleNamespace(send_goal_async=send)
+    client.now = lambda: clock.now
+
+    def progress(_elapsed: float) -> None:  # feedback every tick until 30 s after the send, the result at 25 s
+        if clock.now < 130.0:
+            feed[0](object())
+        if clock.now >= 125.0:
+            result._done, result.value = True, SimpleNamespace(result="done")
+
+    assert client.execute(_trajectory(), 0.0, 10.0, progress=progress) == "done"
+    assert 125.0 <= clock.now < 125.2 and not handle.cancelled.is_set()
+
+    clock.now, feed[:] = 100.0, []
+    result._done = False
+
+    def fed_until_30(_elapsed: float) -> None:
+        if clock.now < 130.0:
+            feed[0](object())
+
+    with pytest.raises(TimeoutError, match=r"no trajectory result within 10.0 s \(waited 2\d\.\d s more while "
+                       r"its feedback came\); the goal was cancelled"):
+        client.execute(_trajectory(), 0.0, 10.0, progress=fed_until_30)
+    assert 130.0 + player.FEEDBACK_SILENCE_S <= clock.now < 130.0 + player.FEEDBACK_SILENCE_S + 0.2
+    assert handle.cancelled.is_set()

@@ -7,10 +7,11 @@ positions with the executed reference. rclpy and the message packages are import
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,12 @@ MOVE_TO_START_S = 2.0
 
 #: Longest wait for the trajectory server to confirm a goal's cancel (after a Ctrl-C or a missing result) [s].
 CANCEL_TIMEOUT_S = 5.0
+
+#: A goal whose result is late is still waited for while the trajectory server sends its feedback (a robot, or a
+#: twin running behind the bus, still within the server's goal_time_tolerance): until this long without any [s] ...
+FEEDBACK_SILENCE_S = 5.0
+#: ... and at most this long past the result's own timeout [s].
+LATE_RESULT_LIMIT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -237,12 +244,19 @@ class RobotClient:
         return self.node.get_clock().now().nanoseconds * 1e-9
 
     @staticmethod
-    def _wait(future: Any, timeout: float, what: str, tick: Any = None) -> Any:
-        """The future's result, polling ``tick()`` (which may raise) every 50 ms; TimeoutError after ``timeout``."""
+    def _wait(future: Any, timeout: float, what: str, tick: Any = None,
+              alive: Callable[[], float] | None = None) -> Any:
+        """The future's result, polling ``tick()`` (which may raise) every 50 ms; TimeoutError after ``timeout``
+        [s], or, when ``alive()`` (the monotonic instant the other side last showed it is at work) is given, once
+        it has also been silent for :data:`FEEDBACK_SILENCE_S` (at most :data:`LATE_RESULT_LIMIT_S` later)."""
         deadline = time.monotonic() + timeout
         while not future.done():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no {what} within {timeout} s")
+            now = time.monotonic()
+            if now > deadline:
+                last = alive() if alive is not None else -math.inf
+                if now - last > FEEDBACK_SILENCE_S or now > deadline + LATE_RESULT_LIMIT_S:
+                    fed = "" if last == -math.inf else f" (waited {now - deadline:.1f} s more while its feedback came)"
+                    raise TimeoutError(f"no {what} within {timeout} s{fed}")
             if tick is not None:
                 tick()
             time.sleep(0.05)
@@ -255,7 +269,8 @@ class RobotClient:
         ``goal_tolerance`` [rad] is sent as every joint's position goal tolerance (0: the server's default, -1: none).
 
         ``progress(elapsed [s])`` is called while waiting. A Ctrl-C (KeyboardInterrupt) or no result within
-        ``timeout`` [s] cancels the goal (the trajectory server stops the robot where it is) and re-raises; a
+        ``timeout`` [s] — or later, while the server's feedback still comes (:data:`FEEDBACK_SILENCE_S`) — cancels
+        the goal (the trajectory server stops the robot where it is) and re-raises; a
         cancel not confirmed within :data:`CANCEL_TIMEOUT_S` is said on stderr (a Ctrl-C) or in the TimeoutError.
 
         Raises:
@@ -273,12 +288,19 @@ class RobotClient:
                                    for j in trajectory.joint_names]
         ns = int(round(start * 1e9))
         goal.trajectory.header.stamp = Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
-        handle = self._wait(self.follow.send_goal_async(goal), 10.0, "trajectory goal response")
+        fed = [-math.inf]  # the last feedback's arrival (written on the executor's thread)
+
+        def on_feedback(_: Any) -> None:
+            fed[0] = time.monotonic()
+
+        handle = self._wait(self.follow.send_goal_async(goal, feedback_callback=on_feedback), 10.0,
+                            "trajectory goal response")
         if not handle.accepted:
             raise RuntimeError("the trajectory server did not accept the goal")
         tick = (lambda: progress(self.now() - start)) if progress is not None else None
         try:
-            return self._wait(handle.get_result_async(), timeout, "trajectory result", tick).result
+            return self._wait(handle.get_result_async(), timeout, "trajectory result", tick,
+                              alive=lambda: fed[0]).result
         except (KeyboardInterrupt, TimeoutError) as exc:
             # The robot must not go on moving without anyone waiting for it.
             try:
@@ -303,7 +325,8 @@ class RobotClient:
 
     def play(self, trajectory: Any, show_progress: bool = True, goal_tolerance: float = 0.0) -> tuple[Any, float]:
         """Execute ``trajectory`` starting :data:`START_LEAD_S` from now, with a progress bar on stderr (none when
-        ``show_progress`` is false or stderr is not a terminal); waits up to its duration + 20 s. Returns the result
+        ``show_progress`` is false or stderr is not a terminal); waits up to its duration + 20 s, longer while the
+        server's feedback comes (:meth:`execute`). Returns the result
         and the start [s, node clock]. Raises as :meth:`execute`."""
         from tqdm import tqdm
 
