@@ -14,10 +14,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
@@ -62,7 +62,9 @@ from retarget.optimize.weights import TrackedBodyWeights
 from retarget.optimize.windows import optimize_windows
 
 if TYPE_CHECKING:
+    from retarget.optimize.estimate import PlanEstimate, StageEstimate
     from retarget.optimize.planning_model import PlanningModel
+    from retarget.optimize.settle import SettleReport
     from retarget.sim.reduced.system import ReducedSystem
 
 __all__ = ["WARM_UP_S", "WARM_UP_STAGE", "PlanProgress", "estimate_for", "plan", "run_plan", "warm_up"]
@@ -89,14 +91,14 @@ class PlanProgress:
     """
 
     steps: Callable[[str, int, int], None] | None = None
-    iteration: Callable[[dict[str, Any]], None] | None = None
+    iteration: Callable[[dict[str, float]], None] | None = None
     message: Callable[[str], None] | None = None
     cancelled: Callable[[], bool] | None = None
     cancel_poll_s: float = CANCEL_POLL_S
-    estimate: Callable[[Any], None] | None = None
+    estimate: Callable[[StageEstimate | PlanEstimate], None] | None = None
 
 
-def _tracked_bodies(config: dict[str, Any], options: PlanOptions) -> list[TrackedBodyWeights]:
+def _tracked_bodies(config: Mapping[str, object], options: PlanOptions) -> list[TrackedBodyWeights]:
     """The tracked bodies: ``options.bodies``, else the robot's merged with ``options.weights``."""
     from retarget.optimize.weights import merge_tracked_weights, parse_tracked_bodies
 
@@ -310,7 +312,7 @@ def _verified_torque_rounds(rounds: _Rounds, result: PlanResult, options: PlanOp
         result, checks = again, (None if fired else rounds.check(again, run_options))
     return result, checks, fired
 
-def estimate_for(pm: Any, engine: Engine, motion: Motion, options: PlanOptions) -> Any:
+def estimate_for(pm: PlanningModel, engine: Engine, motion: Motion, options: PlanOptions) -> PlanEstimate:
     """The :class:`~retarget.optimize.estimate.PlanEstimate` of planning ``motion`` with ``options`` on the
     planning model ``pm`` (its ``engine`` built): the stages after the model, as :func:`run_plan` and the checks will
     run them."""
@@ -342,7 +344,7 @@ def verified_torque_margin(result: PlanResult, verification: Verification | None
     return 1.0 - (1.0 - float(margin)) * float(planned) / float(verified)
 
 
-def replay_check_warning(info: dict[str, Any]) -> str:
+def replay_check_warning(info: Mapping[str, object]) -> str:
     """A warning when a model trained by the planner replays its training motion worse than
     :data:`~retarget.optimize.planning_model.REPLAY_WARN` of the tracked travel, else ""."""
     from retarget.optimize.planning_model import REPLAY_WARN
@@ -551,7 +553,7 @@ def _variants(pp: PlanProblem, options: PlanOptions, opt: OptimizationResult, na
     variants["optimized"] = evaluation_variant(pp, "optimized", opt.x, opt.best)
     return variants
 
-def _within_speed_limits(pp: PlanProblem, opt: OptimizationResult, limits: Any,
+def _within_speed_limits(pp: PlanProblem, opt: OptimizationResult, limits: MotorLimits,
                          warnings: list[str]) -> OptimizationResult:
     """The optimum, with the motors it drives faster than their servos' speed limit projected onto their closest
     speed-feasible profiles (:func:`~retarget.optimize.limits.speed_feasible_parameters`) and re-simulated.
@@ -587,7 +589,7 @@ def _settles(pp: PlanProblem, options: PlanOptions, engine_factory: Callable[[fl
 
 def _settle(pp: PlanProblem, options: PlanOptions, opt: OptimizationResult,
             engine_factory: Callable[[float], Engine], workers: int, deadline: float | None,
-            progress: Callable[[str, int, int], None] | None) -> tuple[OptimizationResult, Any]:
+            progress: Callable[[str, int, int], None] | None) -> tuple[OptimizationResult, SettleReport]:
     """The settle refinement of ``opt.x`` (:mod:`retarget.optimize.settle`); the result carries the refined point,
     its objective (every model of the robust objective, forward only) and the refinement's report."""
     from retarget.optimize.problem import motion_stop_time
@@ -621,7 +623,9 @@ def _settle(pp: PlanProblem, options: PlanOptions, opt: OptimizationResult,
 
 
 def _optimize_within_torque(pp: PlanProblem, options: PlanOptions, minimize: Callable[..., OptimizationResult],
-                            x_start: Any, callback: Any, step_cb: Any, deadline: float | None, reserve: float,
+                            x_start: NDArray[np.float64] | None,
+                            callback: Callable[[dict[str, float]], None] | None,
+                            step_cb: Callable[[int, int], None] | None, deadline: float | None, reserve: float,
                             warnings: list[str], reserve_s: float = 0.0) -> tuple[OptimizationResult, PlanProblem]:
     """Optimize; while the optimum asks more than the stall torque, optimize again from it with the torque
     penalty's weight × 10 (at most ``options.torque_rounds`` times). Returns the result and the problem last used.

@@ -392,7 +392,8 @@ def _train(run: _TrainingRun, progress: Callable[[int, int], None] | None,
              "replay_error_rel": kept.error_rel, "replay_error_m": kept.error_m,
              "cubature_tolerance": kept.cubature_tolerance}
     info = {"source": "trained", "cache_file": str(run.path), "full_dofs": int(system.n_deformable_dofs),
-            "modes": [int(b.size - b.n_rigid) for b in bases], "cubature_elements": [int(len(c.elements)) for c in cubs],
+            "modes": [int(b.size - b.n_rigid) for b in bases],
+            "cubature_elements": [int(len(c.elements)) for c in cubs],
             "wall_s_train_full": wall_train, "wall_s_build": time.perf_counter() - started, "dt_train": dt_train,
             "training": extra, "skipped": run.skipped}
     pm = _with_card(PlanningModel(model, run.config, rs, info))

@@ -6,9 +6,9 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
@@ -37,6 +37,9 @@ from retarget.optimize.weights import TrackedBodyWeights, WeightSchedule
 from retarget.sim.engine import Engine, EngineState
 from retarget.sim.errors import SimulationError
 from retarget.sim.servo import holding_goals
+
+if TYPE_CHECKING:
+    from retarget.model.robot import RobotModel
 
 __all__ = ["PlanProblem", "build_plan_problem", "limits_for"]
 
@@ -69,7 +72,7 @@ class PlanProblem:
     limits: MotorLimits
     ensemble: Ensemble | None = None
     naive_fit: ProfileFit | None = None
-    naive_start: Any = None
+    naive_start: EngineState | None = None
 
     @property
     def input_fit(self) -> ProfileFit:
@@ -248,7 +251,7 @@ def settled(tracking: TrackingObjective, stop: float, factor: float) -> Tracking
                    orientation_weights=tracking.orientation_weights * scale)
 
 
-def limits_for(model: Any, config: dict[str, Any] | None = None) -> MotorLimits:
+def limits_for(model: RobotModel, config: Mapping[str, object] | None = None) -> MotorLimits:
     """Motor limits from the model's joints (URDF position limits) and its servos (stall torque, no-load speed:
     :attr:`retarget.model.RobotModel.servos`, from the YAML's ``servo:`` section)."""
     from retarget.optimize.limits import ServoSpec

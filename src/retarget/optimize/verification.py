@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
@@ -65,9 +65,19 @@ if TYPE_CHECKING:  # pragma: no cover
     from retarget.optimize.planning_model import PlanningModel
     from retarget.optimize.problem import PlanProblem
     from retarget.optimize.variants import PlanResult
-    from retarget.sim.engine import Engine
+    from retarget.sim.engine import Engine, EngineState
     from retarget.sim.motors import SplineMotors
     from retarget.sim.reduced.store import ReducedRobotModel
+    from retarget.sim.system import System
+
+    #: What the full-FEM runs share with their workers (:func:`verify_full`): the system, the tracked links, the
+    #: motor rows of λ, per variant (motors, duration [s], dt [s], stop time [s]), the target times [s] and
+    #: positions [m], and the motor limits.
+    _FullShared = tuple[System, list[str], NDArray[np.int64], dict[str, tuple[SplineMotors, float, float, float]],
+                        NDArray[np.float64], NDArray[np.float64], MotorLimits]
+    #: What the band's runs share with their workers (:func:`stiffness_band`): the plan, the engine factory and the
+    #: variants.
+    _BandShared = tuple[PlanResult, Callable[[float], Engine], tuple[str, ...]]
 
 __all__ = [
     "MEANINGFUL_CUT",
@@ -212,7 +222,7 @@ def verify_full(result: PlanResult, model: RobotModel, dt: float, stiffness: flo
                         int(system.n_deformable_dofs), time.perf_counter() - started)
 
 
-def _full_run(shared: Any, name: str, progress: Callable[[int, int], None] | None = None) -> RunFigures:
+def _full_run(shared: _FullShared, name: str, progress: Callable[[int, int], None] | None = None) -> RunFigures:
     """One variant in the full FEM (in a worker or here): its :func:`trajectory_metrics`."""
     from retarget.sim.simulate import simulate
 
@@ -260,7 +270,7 @@ def verify_reduced(result: PlanResult, verification: ReducedRobotModel, dt: floa
 
 
 def load_verification_model(robot: str | Path, path: str | Path,
-                            planning_info: Mapping[str, Any]) -> ReducedRobotModel:
+                            planning_info: Mapping[str, object]) -> ReducedRobotModel:
     """The verification artifact at ``path`` for ``robot``, checked to be another model than the planning one.
 
     Raises:
@@ -298,7 +308,7 @@ def stiffness_band(result: PlanResult, factors: Sequence[float], engine_factory:
     return StiffnessBand(_band_entries((result, engine_factory, tuple(variants)), factors))
 
 
-def _band_entries(shared: tuple[Any, ...], factors: Sequence[float]) -> tuple[BandResult, ...]:
+def _band_entries(shared: _BandShared, factors: Sequence[float]) -> tuple[BandResult, ...]:
     """:func:`stiffness_band`'s runs of ``factors`` (in a worker or here; ``shared``: the plan, the engine factory
     and the variants)."""
     result, engine_factory, variants = shared
@@ -314,7 +324,7 @@ def _variant_runs(result: PlanResult, engine: Engine, poses: TrackedPoses, dt: f
     commanded pose, ``n_steps`` of ``dt`` [s]: :func:`trajectory_metrics` per variant (``poses``: the tracked bodies
     in that engine's state; ``progress(f"{stage}: {variant}", step, n_steps)``)."""
     pp = result.pp
-    starts: dict[bytes, Any] = {}
+    starts: dict[bytes, EngineState] = {}
     out: dict[str, RunFigures] = {}
     for name in (v for v in variants if v in result.variants):
         angles = result.variants[name].angles
@@ -449,7 +459,7 @@ def gate_model(pm: PlanningModel, allow: bool, say: Callable[[str], None]) -> st
 def check_plan(result: PlanResult, model: RobotModel, options: PlanOptions, engine_factory: Callable[[float], Engine],
                steps: Callable[[str, int, int], None] | None = None, say: Callable[[str], None] | None = None,
                deadline: float | None = None, robot: str | Path | None = None,
-               planning_info: Mapping[str, Any] | None = None) -> PlanChecks:
+               planning_info: Mapping[str, object] | None = None) -> PlanChecks:
     """The plan measured in models it was not optimized on, and its headline (:class:`PlanChecks`).
 
     ``verify`` (the planning model at the finer ``options.verify_dt``: a numerical check), ``band`` (the planning
