@@ -6,7 +6,8 @@ import argparse
 import json
 import math
 import sys
-from typing import TYPE_CHECKING, Any, TypedDict
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, TypedDict, TypeVar
 
 from retarget.cliargs import add_robot
 from retarget.progress import counting_bar
@@ -15,6 +16,10 @@ if TYPE_CHECKING:
     from retarget.fit.design import BurstChoice, IdentificationDesign
     from retarget.fit.rig import StepTestRig
     from retarget.fit.simulators import BeamEngine
+    import numpy as np
+    from numpy.typing import NDArray
+
+    from retarget.model.servo import ServoParams
     from retarget.motion.motion import Motion
 
 __all__ = ["read_servo_file", "register", "register_check"]
@@ -35,6 +40,9 @@ ORIENTATION_WEIGHT = 1.0
 #: The default rig of ``twin-test``, ``fit-motion`` and ``check fit``: single_rod's rod on an XM540-W270
 #: (docs/fit.md, "The fitting rig").
 DEFAULT_RIG = "fit_rig"
+
+_T = TypeVar("_T")
+_N = TypeVar("_N", int, float)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -337,7 +345,7 @@ def register_check(subparsers: argparse._SubParsersAction) -> None:
     register_replay_check(subparsers)
 
 
-def _motion(name: str | None, robot_name: str) -> Any:
+def _motion(name: str | None, robot_name: str) -> Motion:
     """The motion ``name`` (file or library name), by default the library's ``<robot>/step_30``.
 
     Raises:
@@ -356,7 +364,7 @@ def _motion(name: str | None, robot_name: str) -> Any:
     return load_motion(resolve_motion(name))
 
 
-def _step_motion(name: str | None, robot_name: str) -> Any:
+def _step_motion(name: str | None, robot_name: str) -> Motion | None:
     """The step test ``name``, else the library's ``<robot>/step_30``, else None (a rig outside the library)."""
     from retarget.model.library import UnknownNameError, resolve_motion
     from retarget.motion import load_motion
@@ -480,14 +488,14 @@ def _fit(args: argparse.Namespace) -> int:
 ANGLE_MISMATCH = 3.0
 
 
-def _dumps(summary: dict[str, Any]) -> str:
+def _dumps(summary: Mapping[str, object]) -> str:
     """Strict JSON (never NaN or Infinity: such values are null)."""
     from retarget.jsonsafe import finite_or_none
 
     return json.dumps(finite_or_none(summary), allow_nan=False, default=float)
 
 
-def _per_recording(values: list[Any], flag: str, n: int) -> list[Any]:
+def _per_recording(values: list[_T], flag: str, n: int) -> list[_T]:
     """One value for all recordings or one per recording."""
     from retarget.errors import InputError
 
@@ -509,7 +517,7 @@ def _twin_test(args: argparse.Namespace) -> int:
     b = mat.rayleigh_beta if args.beta is None else args.beta
     if not (e > 0 and a >= 0 and b >= 0 and args.noise >= 0 and args.rate > 0 and args.rotation_noise >= 0):
         raise InputError("need E > 0, alpha >= 0, beta >= 0, noise >= 0, rotation noise >= 0 and rate > 0")
-    frame: Any = args.mocap_frame
+    frame: str | tuple[NDArray[np.float64], list[float]] = args.mocap_frame
     if args.frame_rpy is not None:
         from scipy.spatial.transform import Rotation
 
@@ -820,7 +828,7 @@ def _predicted(engine: BeamEngine, values: tuple[float, float, float], design: I
               f"{100 * r['alpha']:.2f} %, beta {100 * r['beta']:.2f} % (corr {pred.correlation[1, 2]:+.3f})")
     return {k: v.to_dict() for k, v in predictions.items()}
 
-def _numbers(text: str, kind: type, flag: str) -> list[Any]:
+def _numbers(text: str, kind: type[_N], flag: str) -> list[_N]:
     from retarget.errors import InputError
 
     try:
@@ -832,7 +840,7 @@ def _numbers(text: str, kind: type, flag: str) -> list[Any]:
     return values
 
 
-def _corner(truth: Any) -> str:
+def _corner(truth: Sequence[float]) -> str:
     e, a, b = truth
     return f"E {e / 1e9:.0f} GPa, alpha {a:g}, beta {b:g}"
 
@@ -928,7 +936,7 @@ def register_replay_check(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_check_replay)
 
 
-def read_servo_file(path: str, motor: str) -> Any:
+def read_servo_file(path: str, motor: str) -> ServoParams:
     """The servo of ``motor`` from a YAML file holding a robot config's ``servo:`` keys (at the top level or under
     ``servo:``).
 
