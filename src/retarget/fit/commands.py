@@ -6,10 +6,21 @@ import argparse
 import json
 import math
 import sys
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, TypedDict, TypeVar
 
 from retarget.cliargs import add_robot
 from retarget.progress import counting_bar
+
+if TYPE_CHECKING:
+    from retarget.fit.design import BurstChoice, IdentificationDesign
+    from retarget.fit.rig import StepTestRig
+    from retarget.fit.simulators import BeamEngine
+    import numpy as np
+    from numpy.typing import NDArray
+
+    from retarget.model.servo import ServoParams
+    from retarget.motion.motion import Motion
 
 __all__ = ["read_servo_file", "register", "register_check"]
 
@@ -30,9 +41,20 @@ ORIENTATION_WEIGHT = 1.0
 #: (docs/fit.md, "The fitting rig").
 DEFAULT_RIG = "fit_rig"
 
+_T = TypeVar("_T")
+_N = TypeVar("_N", int, float)
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``fit``, ``fit-servo``, ``twin-test`` and ``fit-motion`` to the top-level parser."""
+    _register_fit(subparsers)
+    _register_twin_test(subparsers)
+    register_fit_servo(subparsers)
+    _register_fit_motion(subparsers)
+
+
+def _register_fit(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``retarget fit``."""
     p = subparsers.add_parser(
         "fit",
         help="fit Young's modulus and Rayleigh damping of a rig's flexible part to recorded step tests",
@@ -75,6 +97,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     p.set_defaults(func=_fit)
 
+
+def _register_twin_test(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``retarget twin-test``."""
     q = subparsers.add_parser(
         "twin-test",
         help="record a simulated step test with known E, alpha, beta (plus mocap noise) to a bag",
@@ -111,8 +136,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     q.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     q.set_defaults(func=_twin_test)
 
-    register_fit_servo(subparsers)
 
+def _register_fit_motion(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``retarget fit-motion``."""
     m = subparsers.add_parser(
         "fit-motion",
         help="design the identification motion of a step-test rig (excites the second bending mode)",
@@ -319,7 +345,7 @@ def register_check(subparsers: argparse._SubParsersAction) -> None:
     register_replay_check(subparsers)
 
 
-def _motion(name: str | None, robot_name: str) -> Any:
+def _motion(name: str | None, robot_name: str) -> Motion:
     """The motion ``name`` (file or library name), by default the library's ``<robot>/step_30``.
 
     Raises:
@@ -338,7 +364,7 @@ def _motion(name: str | None, robot_name: str) -> Any:
     return load_motion(resolve_motion(name))
 
 
-def _step_motion(name: str | None, robot_name: str) -> Any:
+def _step_motion(name: str | None, robot_name: str) -> Motion | None:
     """The step test ``name``, else the library's ``<robot>/step_30``, else None (a rig outside the library)."""
     from retarget.model.library import UnknownNameError, resolve_motion
     from retarget.motion import load_motion
@@ -462,14 +488,14 @@ def _fit(args: argparse.Namespace) -> int:
 ANGLE_MISMATCH = 3.0
 
 
-def _dumps(summary: dict[str, Any]) -> str:
+def _dumps(summary: Mapping[str, object]) -> str:
     """Strict JSON (never NaN or Infinity: such values are null)."""
     from retarget.jsonsafe import finite_or_none
 
     return json.dumps(finite_or_none(summary), allow_nan=False, default=float)
 
 
-def _per_recording(values: list[Any], flag: str, n: int) -> list[Any]:
+def _per_recording(values: list[_T], flag: str, n: int) -> list[_T]:
     """One value for all recordings or one per recording."""
     from retarget.errors import InputError
 
@@ -491,7 +517,7 @@ def _twin_test(args: argparse.Namespace) -> int:
     b = mat.rayleigh_beta if args.beta is None else args.beta
     if not (e > 0 and a >= 0 and b >= 0 and args.noise >= 0 and args.rate > 0 and args.rotation_noise >= 0):
         raise InputError("need E > 0, alpha >= 0, beta >= 0, noise >= 0, rotation noise >= 0 and rate > 0")
-    frame: Any = args.mocap_frame
+    frame: str | tuple[NDArray[np.float64], list[float]] = args.mocap_frame
     if args.frame_rpy is not None:
         from scipy.spatial.transform import Rotation
 
@@ -630,46 +656,28 @@ def _fit_motion(args: argparse.Namespace) -> int:
     import math
     from pathlib import Path
 
-    from retarget.fit.design import design_identification_motion
+    from retarget.fit.design import (
+        DEFAULT_BURSTS,
+        DEFAULT_GAP_S,
+        DEFAULT_HOLD_S,
+        TORQUE_FRACTION,
+        design_identification_motion,
+    )
     from retarget.fit.rig import load_rig
 
     rig = load_rig(args.robot)
     step_motion = _step_motion(args.step_motion, rig.name)
-    from retarget.fit.design import DEFAULT_BURSTS, DEFAULT_GAP_S, DEFAULT_HOLD_S, TORQUE_FRACTION
-
     fraction = TORQUE_FRACTION if args.torque_fraction is None else args.torque_fraction
     gap = DEFAULT_GAP_S if args.gap is None else args.gap
-    kwargs: dict[str, Any] = dict(
+    kwargs: _DesignArgs = dict(
         youngs_modulus=args.youngs_modulus, step_deg=args.step_deg, cycles=args.cycles,
         speed_fraction=args.speed_fraction, max_velocity=args.max_velocity,
         torque_fraction=fraction if fraction > 0 else None, stall_torque=args.stall_torque,
         hold_s=DEFAULT_HOLD_S if args.hold is None else args.hold)
     choice = None
     if args.choose:
-        from retarget.fit.design import choose_burst_count, material_corners
-
-        candidates = _numbers(args.candidates, int, "--candidates")
-        gaps = _numbers(args.gaps, float, "--gaps") if args.gaps else [gap]
-        bar = counting_bar("predict", "prediction")
-        try:
-            choice = choose_burst_count(rig, [m for m in (step_motion,) if m is not None],
-                                        target_std=args.target_std,
-                                        max_duration_s=args.max_duration, candidates=candidates, gaps_s=gaps,
-                                        progress=lambda: bar.update(1), **kwargs)
-        finally:
-            bar.close()
+        choice = _chosen_design(args, rig, step_motion, gap, kwargs)
         design = choice.design
-        print(f"choosing bursts: worst predicted 1-sigma over the {len(material_corners())} corners of the "
-              f"material ranges (step_30 + the motion, 120 Hz, 1 mm, 0.005 rad), target {100 * args.target_std:g} %")
-        for row in choice.rows:
-            w = row["worst"]
-            print(f"  {row['bursts']:3d} bursts, gap {row['gap_s']:.2f} s, {row['duration_s']:5.1f} s, "
-                  f"±{math.degrees(row['amplitude_rad']):.3f} deg: worst alpha {100 * w['alpha']:.2f} %, beta "
-                  f"{100 * w['beta']:.2f} % (hardest corner {_corner(row['worst_corner'])})"
-                  f"{'  <- chosen' if row.get('chosen') else ''}")
-        if not choice.met:
-            print(f"  target {100 * args.target_std:g} % not reached within {args.max_duration:g} s; chose the "
-                  "smallest worst case")
     else:
         design = design_identification_motion(rig, bursts=DEFAULT_BURSTS if args.bursts is None else args.bursts,
                                               gap_s=gap, **kwargs)
@@ -680,6 +688,86 @@ def _fit_motion(args: argparse.Namespace) -> int:
           f"{design.youngs_modulus / 1e9:.1f} GPa; {design.bursts} x {design.cycles} cycles of "
           f"±{math.degrees(design.amplitude_rad):.3f} deg about the rest angle{then}; peak "
           f"{design.peak_rate_rad_s:.2f} rad/s (limit {design.max_velocity:.2f}); {design.duration_s:.2f} s")
+    ticks = _print_torque_bounds(design)
+    summary: dict[str, object] = {
+        "robot": rig.name, "youngs_modulus": design.youngs_modulus,
+        "frequencies_hz": list(design.frequencies_hz), "amplitude_rad": design.amplitude_rad,
+        "step_rad": design.step_rad, "cycles": design.cycles, "bursts": design.bursts,
+        "peak_rate_rad_s": design.peak_rate_rad_s, "max_velocity": design.max_velocity,
+        "duration_s": design.duration_s, "burst_torque_nm": design.burst_torque_nm,
+        "torque_limit_nm": design.torque_limit_nm,
+        "torque_damping": list(design.torque_damping), "amplitude_ticks": ticks,
+        "step_ramp_s": design.step_ramp_s, "step_torque_nm": design.step_torque_nm}
+    if choice is not None:
+        summary["choice"] = {"target_std": choice.target_std, "met": choice.met, "rows": choice.rows}
+    from retarget.fit.simulators import BeamEngine
+
+    mat = rig.material
+    values = (mat.youngs_modulus, mat.rayleigh_alpha, mat.rayleigh_beta)
+    engine = BeamEngine(rig)
+    summary["peak_load_torque_nm"] = _print_load_torques(engine, values, design, step_motion)
+    summary["stall_torque_nm"] = design.stall_torque_nm
+    if args.out:
+        from retarget.fit.design import write_identification_motion
+
+        path = write_identification_motion(design, Path(args.out))
+        summary["path"] = str(path)
+        print(f"  wrote {path}")
+    if args.predict:
+        summary["predicted"] = _predicted(engine, values, design, step_motion)
+    if args.json:
+        print(_dumps(summary))
+    return 0
+
+
+class _DesignArgs(TypedDict):
+    """The keyword arguments of ``fit-motion`` for :func:`retarget.fit.design.design_identification_motion`."""
+
+    youngs_modulus: float | None
+    step_deg: float
+    cycles: int
+    speed_fraction: float
+    max_velocity: float | None
+    torque_fraction: float | None
+    stall_torque: float | None
+    hold_s: float
+
+
+def _chosen_design(args: argparse.Namespace, rig: StepTestRig, step_motion: Motion | None, gap: float,
+                   kwargs: _DesignArgs) -> BurstChoice:
+    """``fit-motion --choose``: the number of bursts (and the ring-out among ``--gaps``) from the predicted 1σ at
+    the corners of the material ranges, each candidate printed."""
+    import math
+
+    from retarget.fit.design import choose_burst_count, material_corners
+
+    candidates = _numbers(args.candidates, int, "--candidates")
+    gaps = _numbers(args.gaps, float, "--gaps") if args.gaps else [gap]
+    bar = counting_bar("predict", "prediction")
+    try:
+        choice = choose_burst_count(rig, [m for m in (step_motion,) if m is not None],
+                                    target_std=args.target_std,
+                                    max_duration_s=args.max_duration, candidates=candidates, gaps_s=gaps,
+                                    progress=lambda: bar.update(1), **kwargs)
+    finally:
+        bar.close()
+    print(f"choosing bursts: worst predicted 1-sigma over the {len(material_corners())} corners of the "
+          f"material ranges (step_30 + the motion, 120 Hz, 1 mm, 0.005 rad), target {100 * args.target_std:g} %")
+    for row in choice.rows:
+        w = row["worst"]
+        print(f"  {row['bursts']:3d} bursts, gap {row['gap_s']:.2f} s, {row['duration_s']:5.1f} s, "
+              f"±{math.degrees(row['amplitude_rad']):.3f} deg: worst alpha {100 * w['alpha']:.2f} %, beta "
+              f"{100 * w['beta']:.2f} % (hardest corner {_corner(row['worst_corner'])})"
+              f"{'  <- chosen' if row.get('chosen') else ''}")
+    if not choice.met:
+        print(f"  target {100 * args.target_std:g} % not reached within {args.max_duration:g} s; chose the "
+              "smallest worst case")
+    return choice
+
+
+def _print_torque_bounds(design: IdentificationDesign) -> float:
+    """Print the design's load-torque bounds (and a warning for an amplitude below two position ticks); returns
+    the burst amplitude in Dynamixel position ticks."""
     from retarget.dynamixel.control_table import POSITION_RAD_PER_TICK
 
     ticks = design.amplitude_rad / POSITION_RAD_PER_TICK
@@ -694,22 +782,16 @@ def _fit_motion(args: argparse.Namespace) -> int:
     if ticks < 2.0:
         print(f"  warning: the burst amplitude is {ticks:.2f} position ticks of a Dynamixel (4096 per turn): a servo "
               "in position mode cannot render it faithfully (docs/fit.md)")
-    summary: dict[str, Any] = {"robot": rig.name, "youngs_modulus": design.youngs_modulus,
-                               "frequencies_hz": list(design.frequencies_hz), "amplitude_rad": design.amplitude_rad,
-                               "step_rad": design.step_rad, "cycles": design.cycles, "bursts": design.bursts,
-                               "peak_rate_rad_s": design.peak_rate_rad_s, "max_velocity": design.max_velocity,
-                               "duration_s": design.duration_s, "burst_torque_nm": design.burst_torque_nm,
-                               "torque_limit_nm": design.torque_limit_nm,
-                               "torque_damping": list(design.torque_damping), "amplitude_ticks": ticks,
-                               "step_ramp_s": design.step_ramp_s, "step_torque_nm": design.step_torque_nm}
-    if choice is not None:
-        summary["choice"] = {"target_std": choice.target_std, "met": choice.met, "rows": choice.rows}
-    from retarget.fit.design import load_torque
-    from retarget.fit.simulators import BeamEngine
+    return ticks
 
-    mat = rig.material
-    values = (mat.youngs_modulus, mat.rayleigh_alpha, mat.rayleigh_beta)
-    engine = BeamEngine(rig)
+
+def _print_load_torques(engine: BeamEngine, values: tuple[float, float, float], design: IdentificationDesign,
+                        step_motion: Motion | None) -> dict[str, float | None]:
+    """The peak load torques [N m] of the step test and the identification motion in the beam model at the rig's
+    material ``values`` (E, α, β), printed against the stall torque."""
+    from retarget.fit.design import load_torque
+
+    stall_nm = design.stall_torque_nm
     torques = {"step_30": None if step_motion is None
                else float(abs(load_torque(engine, *values, step_motion)[1]).max()),
                "identification": float(abs(load_torque(engine, *values, design.motion())[1]).max())}
@@ -718,40 +800,35 @@ def _fit_motion(args: argparse.Namespace) -> int:
     print(f"  peak load torque (beam model, rod and tip only, rotor excluded): {step_text}, "
           f"this motion {torques['identification']:.1f} N m; servo stall torque {stall} (the twin drives the motor "
           "angle exactly, see docs/fit.md)")
-    summary["peak_load_torque_nm"] = torques
-    summary["stall_torque_nm"] = stall_nm
-    if args.out:
-        from retarget.fit.design import write_identification_motion
-
-        path = write_identification_motion(design, Path(args.out))
-        summary["path"] = str(path)
-        print(f"  wrote {path}")
-    if args.predict:
-        from retarget.fit.design import predict_uncertainty
-
-        predictions = {}
-        if not (values[1] > 0 and values[2] > 0):
-            # A prediction needs damping to weigh (log-parameters): the least damping of the design ranges.
-            values = (values[0], *design.torque_damping)
-            print(f"  the rig's material has alpha {mat.rayleigh_alpha:g} 1/s, beta {mat.rayleigh_beta:g} s: "
-                  f"predicting at alpha {values[1]:g} 1/s, beta {values[2]:g} s")
-        if step_motion is not None:
-            predictions["step_30"] = predict_uncertainty(engine, [step_motion], *values)
-            predictions["step_30+motion"] = predict_uncertainty(engine, [step_motion, design.motion()], *values)
-        else:
-            predictions["motion"] = predict_uncertainty(engine, [design.motion()], *values)
-        labels = {"step_30": "step_30 alone", "step_30+motion": "step_30 + this motion", "motion": "this motion"}
-        for key, pred in predictions.items():
-            r = pred.relative_std
-            print(f"  predicted 1-sigma, {labels[key]}: E {100 * r['youngs_modulus']:.4f} %, alpha "
-                  f"{100 * r['alpha']:.2f} %, beta {100 * r['beta']:.2f} % (corr {pred.correlation[1, 2]:+.3f})")
-        summary["predicted"] = {k: v.to_dict() for k, v in predictions.items()}
-    if args.json:
-        print(_dumps(summary))
-    return 0
+    return torques
 
 
-def _numbers(text: str, kind: type, flag: str) -> list[Any]:
+def _predicted(engine: BeamEngine, values: tuple[float, float, float], design: IdentificationDesign,
+               step_motion: Motion | None) -> dict[str, dict[str, object]]:
+    """``fit-motion --predict``: the fit's predicted 1σ (Cramér–Rao) with the step test, with it and this motion,
+    or with this motion alone, printed; at the least damping of the design ranges when the rig's material has
+    none."""
+    from retarget.fit.design import predict_uncertainty
+
+    predictions = {}
+    if not (values[1] > 0 and values[2] > 0):
+        # A prediction needs damping to weigh (log-parameters): the least damping of the design ranges.
+        print(f"  the rig's material has alpha {values[1]:g} 1/s, beta {values[2]:g} s: "
+              f"predicting at alpha {design.torque_damping[0]:g} 1/s, beta {design.torque_damping[1]:g} s")
+        values = (values[0], *design.torque_damping)
+    if step_motion is not None:
+        predictions["step_30"] = predict_uncertainty(engine, [step_motion], *values)
+        predictions["step_30+motion"] = predict_uncertainty(engine, [step_motion, design.motion()], *values)
+    else:
+        predictions["motion"] = predict_uncertainty(engine, [design.motion()], *values)
+    labels = {"step_30": "step_30 alone", "step_30+motion": "step_30 + this motion", "motion": "this motion"}
+    for key, pred in predictions.items():
+        r = pred.relative_std
+        print(f"  predicted 1-sigma, {labels[key]}: E {100 * r['youngs_modulus']:.4f} %, alpha "
+              f"{100 * r['alpha']:.2f} %, beta {100 * r['beta']:.2f} % (corr {pred.correlation[1, 2]:+.3f})")
+    return {k: v.to_dict() for k, v in predictions.items()}
+
+def _numbers(text: str, kind: type[_N], flag: str) -> list[_N]:
     from retarget.errors import InputError
 
     try:
@@ -763,7 +840,7 @@ def _numbers(text: str, kind: type, flag: str) -> list[Any]:
     return values
 
 
-def _corner(truth: Any) -> str:
+def _corner(truth: Sequence[float]) -> str:
     e, a, b = truth
     return f"E {e / 1e9:.0f} GPa, alpha {a:g}, beta {b:g}"
 
@@ -859,7 +936,7 @@ def register_replay_check(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_check_replay)
 
 
-def read_servo_file(path: str, motor: str) -> Any:
+def read_servo_file(path: str, motor: str) -> ServoParams:
     """The servo of ``motor`` from a YAML file holding a robot config's ``servo:`` keys (at the top level or under
     ``servo:``).
 

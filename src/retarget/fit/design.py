@@ -38,6 +38,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
@@ -45,6 +46,9 @@ from numpy.typing import NDArray
 from retarget.errors import InputError
 from retarget.fit.rig import StepTestRig
 from retarget.fit.simulators import StepTestSimulator, TipTrajectory
+
+if TYPE_CHECKING:
+    from retarget.motion.motion import Motion
 
 __all__ = [
     "DEFAULT_BURSTS",
@@ -234,7 +238,7 @@ def _keyframes(lead_s: float, half: float, amp: float, cycles: int, bursts: int,
     return times, angles, burst_end
 
 
-def _motion_of(motor: str, times: Sequence[float], angles: Sequence[float], robot: str) -> object:
+def _motion_of(motor: str, times: Sequence[float], angles: Sequence[float], robot: str) -> Motion:
     from retarget.motion.keyframes import Keyframes
 
     return Keyframes((motor,), np.asarray(times, dtype=float), np.asarray(angles, dtype=float)[:, None], "pchip",
@@ -355,15 +359,7 @@ def design_identification_motion(
         raise InputError(f"speed_fraction must be in (0, 1], got {speed_fraction}")
     if min(gap_s, hold_s, tail_s) <= 0.0 or lead_s < 0.3:
         raise InputError("gap, hold and tail must be positive and the lead at least 0.3 s (the rest pose)")
-    limit = None
-    stall = rig.stall_torque if stall_torque is None else float(stall_torque)
-    if torque_fraction is not None:
-        if stall is None or not stall > 0:
-            raise InputError(f"rig {rig.name!r} gives no servo.stall_torque; pass stall_torque [N m] or "
-                             "torque_fraction=None")
-        if not 0.0 < torque_fraction <= 1.0:
-            raise InputError(f"torque_fraction must be in (0, 1], got {torque_fraction}")
-        limit = torque_fraction * stall
+    limit, stall = _torque_limit(rig, stall_torque, torque_fraction)
     e = float(rig.material.youngs_modulus if youngs_modulus is None else youngs_modulus)
     damping = ((MATERIAL_RANGES["alpha"][0], MATERIAL_RANGES["beta"][0]) if torque_damping is None
                else (float(torque_damping[0]), float(torque_damping[1])))
@@ -401,14 +397,42 @@ def design_identification_motion(
         raise InputError(f"identification motion spans [{math.degrees(min(angles)):.1f}, "
                          f"{math.degrees(max(angles)):.1f}] deg, outside the joint limits "
                          f"[{math.degrees(lo):.1f}, {math.degrees(hi):.1f}] deg; lower step_deg")
-    motion = _motion_of(rig.motor, times, angles, rig.name)
-    rate = np.abs(np.diff(np.asarray(motion.positions)[:, 0]) / np.diff(np.asarray(motion.time)))  # type: ignore
-    peak = float(rate.max())
-    if peak > vmax:
-        raise InputError(f"identification motion peaks at {peak:.2f} rad/s, above the servo limit {vmax:.2f} rad/s")
+    peak = _peak_speed(_motion_of(rig.motor, times, angles, rig.name), vmax)
     return IdentificationDesign(rig.name, rig.motor, e, (f1, f2), step, amp, int(cycles), int(bursts), peak, vmax,
                                 np.asarray(times), np.asarray(angles), end, limit, torque, damping, ramp, step_torque,
                                 stall)
+
+
+def _torque_limit(rig: StepTestRig, stall_torque: float | None,
+                  torque_fraction: float | None) -> tuple[float | None, float | None]:
+    """The bursts' load-torque limit [N m] (None: no torque bound) and the servo's stall torque [N m] (the argument,
+    else the rig file's).
+
+    Raises:
+        InputError: a torque bound without a stall torque known, or a fraction outside (0, 1].
+    """
+    stall = rig.stall_torque if stall_torque is None else float(stall_torque)
+    if torque_fraction is None:
+        return None, stall
+    if stall is None or not stall > 0:
+        raise InputError(f"rig {rig.name!r} gives no servo.stall_torque; pass stall_torque [N m] or "
+                         "torque_fraction=None")
+    if not 0.0 < torque_fraction <= 1.0:
+        raise InputError(f"torque_fraction must be in (0, 1], got {torque_fraction}")
+    return torque_fraction * stall, stall
+
+
+def _peak_speed(motion: Motion, vmax: float) -> float:
+    """The motion's peak speed [rad/s] between samples.
+
+    Raises:
+        InputError: above the servo's limit ``vmax`` [rad/s].
+    """
+    rate = np.abs(np.diff(np.asarray(motion.positions)[:, 0]) / np.diff(np.asarray(motion.time)))
+    peak = float(rate.max())
+    if peak > vmax:
+        raise InputError(f"identification motion peaks at {peak:.2f} rad/s, above the servo limit {vmax:.2f} rad/s")
+    return peak
 
 
 #: Longest step ramp the torque-limited design tries [s], and the factor between the ramps it tries.

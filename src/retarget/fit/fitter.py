@@ -25,6 +25,7 @@ from __future__ import annotations
 import time as _time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
@@ -35,6 +36,9 @@ from retarget.fit.errors import FitError
 from retarget.fit.recording import TipRecording
 from retarget.fit.simulators import StepTestSimulator, TipTrajectory, motor_profile
 from retarget.jsonsafe import finite_or_none
+
+if TYPE_CHECKING:
+    from scipy.optimize import OptimizeResult
 
 __all__ = ["PARAMETERS", "FitCase", "FitOptions", "FitProblem", "FitResult", "build_problem", "check_fixed",
            "fit_materials", "parse_fixed", "parse_params", "solve"]
@@ -418,13 +422,71 @@ def solve(problem: FitProblem, progress: Callable[[], None] | None = None) -> Fi
     Raises:
         FitError: The least squares failed or every trial simulation diverged.
     """
-    from scipy.optimize import least_squares
-
     t_start = _time.perf_counter()
     opts = problem.options
     ev = _Evaluator(problem, progress)
     values = dict(problem.start)
-    offsets0 = np.array([a.offset_s for a in problem.alignments])
+    ringout = _ringout_start(problem, ev, values)
+    offsets0 = _bracketed(problem, ev, values)
+    start_values = dict(values)
+    names = opts.params
+    e_ref = values["youngs_modulus"]
+    bounds_si = {**_BOUNDS, "youngs_modulus": (0.25 * e_ref, 4.0 * e_ref)}
+    n_p, n_c = len(names), len(problem.cases)
+    lsq = _LogSpaceFit(ev, values, offsets0, names, n_c, opts.fd_step, opts.offset_fd_step_s)
+    lo = np.concatenate([[np.log(bounds_si[p][0]) for p in names], -opts.offset_window_s * np.ones(n_c)])
+    hi = np.concatenate([[np.log(bounds_si[p][1]) for p in names], opts.offset_window_s * np.ones(n_c)])
+    res = lsq.solve(lo, hi, opts.max_evaluations)
+    fitted, offsets = lsq.unpack(res.x)
+    r = res.fun
+    pos_part, ang_part = ev.parts(*lsq.unpack(res.x))
+    n_res = r.size
+    dof = max(n_res - res.x.size, 1)
+    sigma2 = float(r @ r) / dof
+    jm = res.jac
+    cov = sigma2 * np.linalg.pinv(jm.T @ jm)
+    log_std = np.sqrt(np.maximum(np.diag(cov)[:n_p], 0.0))
+    std = {p: fitted[p] * float(log_std[i]) for i, p in enumerate(names)}
+    sub = cov[:n_p, :n_p]
+    d = np.sqrt(np.maximum(np.diag(sub), 1e-300))
+    corr = sub / np.outer(d, d)
+    sims = ev.simulate(fitted)
+    final_al = _final_alignments(problem, sims, offsets)
+    noise = float(np.mean([a.rest.noise_std_m for a in problem.alignments]))
+    used = tuple(bool(problem.angles) and problem.angles[k] is not None for k in range(n_c))
+    angle_noise = [n for n, u in zip(problem.angle_noise, used) if u]
+    return FitResult(
+        values=fitted,
+        std=std,
+        correlation=corr,
+        fitted=names,
+        start=start_values,
+        ringout=ringout,
+        residual_rms_m=float(np.sqrt(np.mean(pos_part**2))),
+        angle_residual_rms_rad=_angle_rms(problem, ang_part),
+        noise_std_m=noise,
+        offsets_s=tuple(float(o) for o in offsets),
+        alignments=final_al,
+        simulations=sims,
+        iterations=int(res.njev or 0),
+        evaluations=ev.count,
+        wall_s=_time.perf_counter() - t_start,
+        message=str(res.message),
+        cases=problem.cases,
+        angle_noise_std_rad=float(np.mean(angle_noise)) if angle_noise else None,
+        orientation_weight=float(opts.orientation_weight),
+        orientation_used=used,
+        fixed={p: float(values[p]) for p in PARAMETERS if p not in names},
+        bounds={p: bounds_si[p] for p in names},
+        at_bound=_at_bound(res, names, lo, hi),
+    )
+
+
+def _ringout_start(problem: FitProblem, ev: _Evaluator, values: dict[str, float]) -> dict[str, float]:
+    """Move the fitted ones of ``values`` (in place) to what the recorded ring-out says: E by the ratio of the
+    measured to the simulated frequency squared, the damping from the measured damping ratio; returns the ring-out
+    measured (``frequency_hz``, ``damping_ratio``; empty without one)."""
+    opts = problem.options
     ringout: dict[str, float] = {}
     est = _ringout(problem, ev.simulate(values))
     if est is not None:
@@ -442,6 +504,14 @@ def solve(problem: FitProblem, progress: Callable[[], None] | None = None) -> Fi
                 values["beta"] = max((2.0 * zeta - values["alpha"] / omega) / omega, 1e-7)
     for p in ("alpha", "beta"):
         values[p] = float(np.clip(values[p], *_BOUNDS[p])) if p in opts.params else values[p]
+    return ringout
+
+
+def _bracketed(problem: FitProblem, ev: _Evaluator, values: dict[str, float]) -> NDArray[np.float64]:
+    """The recordings' time offsets [s] after a common shift that best fits ``values``; with E fitted and
+    ``bracket_points``, E (in ``values``, in place) is first the best of a grid around its start."""
+    opts = problem.options
+    offsets0 = np.array([a.offset_s for a in problem.alignments])
 
     def cost(v: dict[str, float]) -> tuple[float, float]:
         """Residual sum of squares at ``v``, minimized over a common shift of the offsets (no new simulation):
@@ -459,59 +529,68 @@ def solve(problem: FitProblem, progress: Callable[[], None] | None = None) -> Fi
         scans = [cost({**values, "youngs_modulus": float(e)}) for e in grid]
         best = int(np.argmin([c for c, _ in scans]))
         values["youngs_modulus"] = float(grid[best])
-        offsets0 = offsets0 + scans[best][1]
-    else:
-        offsets0 = offsets0 + cost(values)[1]
-    start_values = dict(values)
-    names = opts.params
-    e_ref = values["youngs_modulus"]
-    bounds_si = {**_BOUNDS, "youngs_modulus": (0.25 * e_ref, 4.0 * e_ref)}
-    n_p, n_c = len(names), len(problem.cases)
+        return offsets0 + scans[best][1]
+    return offsets0 + cost(values)[1]
 
-    def unpack(x: NDArray[np.float64]) -> tuple[dict[str, float], NDArray[np.float64]]:
-        v = dict(values)
-        for i, p in enumerate(names):
+
+@dataclass(frozen=True, eq=False)
+class _LogSpaceFit:
+    """The bounded least squares over ``x = [log p for p in names] + [offset changes]``: the fitted parameters in
+    log space, then one time-offset change [s] per case from ``offsets0``; ``values`` holds the others."""
+
+    ev: _Evaluator
+    values: dict[str, float]
+    offsets0: NDArray[np.float64]
+    names: tuple[str, ...]
+    n_cases: int
+    fd_step: float
+    offset_fd_step_s: float
+
+    def unpack(self, x: NDArray[np.float64]) -> tuple[dict[str, float], NDArray[np.float64]]:
+        """The material values and the offsets [s] at ``x``."""
+        v = dict(self.values)
+        for i, p in enumerate(self.names):
             v[p] = float(np.exp(x[i]))
-        return v, offsets0 + x[n_p:]
+        return v, self.offsets0 + x[len(self.names):]
 
-    def fun(x: NDArray[np.float64]) -> NDArray[np.float64]:
-        v, off = unpack(x)
-        return ev.residual(v, off)
+    def fun(self, x: NDArray[np.float64]) -> NDArray[np.float64]:
+        v, off = self.unpack(x)
+        return self.ev.residual(v, off)
 
-    def jac(x: NDArray[np.float64]) -> NDArray[np.float64]:
-        r0 = fun(x)
+    def jac(self, x: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Forward differences of :meth:`fun`."""
+        n_p = len(self.names)
+        r0 = self.fun(x)
         cols = []
-        for j in range(n_p + n_c):
-            h = opts.fd_step if j < n_p else opts.offset_fd_step_s
+        for j in range(n_p + self.n_cases):
+            h = self.fd_step if j < n_p else self.offset_fd_step_s
             xj = x.copy()
             xj[j] += h
-            cols.append((fun(xj) - r0) / h)
+            cols.append((self.fun(xj) - r0) / h)
         return np.stack(cols, axis=1)
 
-    x0 = np.concatenate([[np.log(values[p]) for p in names], np.zeros(n_c)])
-    lo = np.concatenate([[np.log(bounds_si[p][0]) for p in names], -opts.offset_window_s * np.ones(n_c)])
-    hi = np.concatenate([[np.log(bounds_si[p][1]) for p in names], opts.offset_window_s * np.ones(n_c)])
-    x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
-    scale = np.concatenate([np.ones(n_p), 0.01 * np.ones(n_c)])
-    try:
-        res = least_squares(fun, x0, jac=jac, bounds=(lo, hi), x_scale=scale, method="trf",
-                            max_nfev=opts.max_evaluations, xtol=1e-8, ftol=1e-9, gtol=1e-9)
-    except Exception as exc:
-        raise FitError(f"least squares stopped: {type(exc).__name__}: {exc}", values) from exc
-    fitted, offsets = unpack(res.x)
-    r = res.fun
-    pos_part, ang_part = ev.parts(*unpack(res.x))
-    n_res = r.size
-    dof = max(n_res - res.x.size, 1)
-    sigma2 = float(r @ r) / dof
-    jm = res.jac
-    cov = sigma2 * np.linalg.pinv(jm.T @ jm)
-    log_std = np.sqrt(np.maximum(np.diag(cov)[:n_p], 0.0))
-    std = {p: fitted[p] * float(log_std[i]) for i, p in enumerate(names)}
-    sub = cov[:n_p, :n_p]
-    d = np.sqrt(np.maximum(np.diag(sub), 1e-300))
-    corr = sub / np.outer(d, d)
-    sims = ev.simulate(fitted)
+    def solve(self, lo: NDArray[np.float64], hi: NDArray[np.float64], max_evaluations: int) -> OptimizeResult:
+        """scipy's trust-region least squares within ``[lo, hi]`` from the start values and offsets.
+
+        Raises:
+            FitError: the least squares stopped with an error.
+        """
+        from scipy.optimize import least_squares
+
+        n_p = len(self.names)
+        x0 = np.concatenate([[np.log(self.values[p]) for p in self.names], np.zeros(self.n_cases)])
+        x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
+        scale = np.concatenate([np.ones(n_p), 0.01 * np.ones(self.n_cases)])
+        try:
+            return least_squares(self.fun, x0, jac=self.jac, bounds=(lo, hi), x_scale=scale, method="trf",
+                                 max_nfev=max_evaluations, xtol=1e-8, ftol=1e-9, gtol=1e-9)
+        except Exception as exc:
+            raise FitError(f"least squares stopped: {type(exc).__name__}: {exc}", self.values) from exc
+
+
+def _final_alignments(problem: FitProblem, sims: Sequence[TipTrajectory],
+                      offsets: NDArray[np.float64]) -> tuple[Alignment, ...]:
+    """Each recording aligned again (rotation, translation) to its simulation at the fitted values and offsets."""
     final_al = []
     for case, sim, off, al0 in zip(problem.cases, sims, offsets, problem.alignments):
         idx = np.flatnonzero(case.recording.valid)
@@ -521,7 +600,12 @@ def solve(problem: FitProblem, progress: Callable[[], None] | None = None) -> Fi
         rot, trans = kabsch(src, dst)
         rms = float(np.sqrt(np.mean(np.sum((src @ rot.T + trans - dst) ** 2, axis=1))))
         final_al.append(Alignment(float(off), rot, trans, rms, al0.rest))
-    noise = float(np.mean([a.rest.noise_std_m for a in problem.alignments]))
+    return tuple(final_al)
+
+
+def _at_bound(res: OptimizeResult, names: Sequence[str], lo: NDArray[np.float64],
+              hi: NDArray[np.float64]) -> dict[str, str]:
+    """The fitted parameters that ended at a bound, each with its side (``lower`` or ``upper``)."""
     at_bound = {}
     for i, p in enumerate(names):
         # Within 1e-3 in log space (0.1 %) of a bound counts: the trust region stops just inside it.
@@ -529,34 +613,7 @@ def solve(problem: FitProblem, progress: Callable[[], None] | None = None) -> Fi
             at_bound[p] = "lower"
         elif res.active_mask[i] > 0 or hi[i] - res.x[i] < 1e-3:
             at_bound[p] = "upper"
-    used = tuple(bool(problem.angles) and problem.angles[k] is not None for k in range(n_c))
-    angle_noise = [n for n, u in zip(problem.angle_noise, used) if u]
-    return FitResult(
-        values=fitted,
-        std=std,
-        correlation=corr,
-        fitted=names,
-        start=start_values,
-        ringout=ringout,
-        residual_rms_m=float(np.sqrt(np.mean(pos_part**2))),
-        angle_residual_rms_rad=_angle_rms(problem, ang_part),
-        noise_std_m=noise,
-        offsets_s=tuple(float(o) for o in offsets),
-        alignments=tuple(final_al),
-        simulations=sims,
-        iterations=int(res.njev or 0),
-        evaluations=ev.count,
-        wall_s=_time.perf_counter() - t_start,
-        message=str(res.message),
-        cases=problem.cases,
-        angle_noise_std_rad=float(np.mean(angle_noise)) if angle_noise else None,
-        orientation_weight=float(opts.orientation_weight),
-        orientation_used=used,
-        fixed={p: float(values[p]) for p in PARAMETERS if p not in names},
-        bounds={p: bounds_si[p] for p in names},
-        at_bound=at_bound,
-    )
-
+    return at_bound
 
 def _angle_rms(problem: FitProblem, weighted: NDArray[np.float64]) -> float | None:
     """RMS of the angle residual [rad] with the per-case weights taken out (None when no angle is fitted)."""

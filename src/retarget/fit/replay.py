@@ -18,7 +18,7 @@ shaft is prescribed (the goal itself) and the beam alone is simulated.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
@@ -28,6 +28,9 @@ from retarget.fit.beam import BeamModel, build_beam_model
 from retarget.fit.beam_servo import ServoBeam, build_servo_beam, quasi_static_tip
 from retarget.fit.rig import StepTestRig
 from retarget.model.servo import ServoParams
+
+if TYPE_CHECKING:
+    from retarget.motion.motion import Motion
 
 __all__ = [
     "ACCEPTANCE_RATIO",
@@ -45,7 +48,7 @@ ACCEPTANCE_RATIO: float = 0.15
 STOP_TOLERANCE: float = 1e-3
 
 
-def motor_column(motion: Any, motor: str, what: str) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+def motor_column(motion: Motion, motor: str, what: str) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Times (n,) [s] and angles (n,) [rad] of ``motor`` in a motion made for the rig.
 
     Raises:
@@ -162,7 +165,7 @@ class ReplayReport:
         """Whether the plan's peak is within :data:`ACCEPTANCE_RATIO` of the naive one's."""
         return self.peak_ratio <= ACCEPTANCE_RATIO
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The report as plain JSON-able values (SI units)."""
         return {
             "robot": self.rig.name,
@@ -219,7 +222,7 @@ def _run(name: str, plant: ServoBeam | BeamModel, material: tuple[float, float, 
     return ReplayRun(name, goal, shaft, tip, dev, torque, metrics)
 
 
-def replay(rig: StepTestRig, input_motion: Any, plan_motion: Any, servo: ServoParams | None = None,
+def replay(rig: StepTestRig, input_motion: Motion, plan_motion: Motion, servo: ServoParams | None = None,
            dt: float = 1e-3, tail: float = 1.0, n_elements: int = 12) -> ReplayReport:
     """Replay the naive input and a plan in the servo–beam plant of ``rig`` (module docstring).
 

@@ -9,15 +9,20 @@ what the adapters of the full and reduced engines use to name the tracked body.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
 
 from retarget.fit.errors import RigError
 from retarget.model.servo import ServoParams
+
+if TYPE_CHECKING:
+    from retarget.fem.material import Material
+    from retarget.model.robot import RobotModel
 
 __all__ = ["StepTestRig", "load_rig", "resolve_rig_path"]
 
@@ -66,7 +71,7 @@ class StepTestRig:
     length: float
     area: float
     second_moment: float
-    material: Any
+    material: Material
     material_name: str
     part: str
     tip_link: str
@@ -103,7 +108,7 @@ def resolve_rig_path(robot: str | Path) -> Path:
     return Path(resolve_robot(robot))
 
 
-def _section(spec: dict[str, Any], nodes: NDArray[np.float64], axis: NDArray[np.float64],
+def _section(spec: Mapping[str, object], nodes: NDArray[np.float64], axis: NDArray[np.float64],
              lateral: NDArray[np.float64], robot: str) -> tuple[float, float]:
     mesh = spec.get("mesh") or {}
     gen = mesh.get("generator")
@@ -205,7 +210,7 @@ def load_rig(robot: str | Path) -> StepTestRig:
     )
 
 
-def _hub(model: Any, first: str | None, tip: str, axis: NDArray[np.float64]
+def _hub(model: RobotModel, first: str | None, tip: str, axis: NDArray[np.float64]
          ) -> tuple[float, NDArray[np.float64] | None, float]:
     """Mass [kg], centre of mass (3,) [m] and inertia about it around ``axis`` [kg m²] of the rigid links that
     turn with the shaft: the motor's child link and every link welded to it by fixed joints (not the tip)."""
@@ -234,7 +239,7 @@ def _limit(value: float | None, default: float) -> float:
     return default if value is None else float(value)
 
 
-def _servo_value(servo: Any, key: str, robot: str) -> float | None:
+def _servo_value(servo: object, key: str, robot: str) -> float | None:
     """``servo.<key>`` of the robot file (SI), or None when the file does not give it."""
     if not isinstance(servo, dict) or servo.get(key) is None:
         return None

@@ -47,7 +47,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
@@ -56,6 +56,13 @@ from retarget.errors import InputError
 from retarget.fit.errors import FitError, RecordingError
 from retarget.fit.servo_recording import ServoRecording
 from retarget.model.servo import IDEAL, SERVO_MODELS, ServoParams
+
+if TYPE_CHECKING:
+    from scipy.optimize import OptimizeResult
+
+    from retarget.model.robot import RobotModel
+    from retarget.sim.reduced.system import ReducedSystem
+    from retarget.sim.system import System
 
 __all__ = [
     "FIT_PARAMETERS",
@@ -262,7 +269,7 @@ class FullLoad(LoadSimulator):
 
     name = "full"
 
-    def __init__(self, system: Any, motor: int) -> None:
+    def __init__(self, system: System, motor: int) -> None:
         self.system = system
         self.motor = motor
 
@@ -280,7 +287,7 @@ class ReducedLoad(LoadSimulator):
 
     name = "reduced"
 
-    def __init__(self, reduced: Any, motor: int, info: Mapping[str, Any]) -> None:
+    def __init__(self, reduced: ReducedSystem, motor: int, info: Mapping[str, object]) -> None:
         from retarget.optimize.engines import planner_engine
 
         self.engine = planner_engine(reduced)
@@ -297,7 +304,7 @@ class ReducedLoad(LoadSimulator):
         return run.times, run.matrix[:, engine.shaft_angle_index[self.motor]]
 
 
-def make_load(model: Any, servos: Sequence[ServoParams], motor: int, goals: StepGoals, duration: float,
+def make_load(model: RobotModel, servos: Sequence[ServoParams], motor: int, goals: StepGoals, duration: float,
               engine: str = "auto", dt: float = 1e-3, modes: int = 6) -> tuple[LoadSimulator, FullLoad]:
     """The load simulator a fit runs and the full-FEM one that checks it.
 
@@ -402,7 +409,7 @@ class ServoFitResult:
     samples: int
     step_rad: float
     onset_s: float
-    engine: Mapping[str, Any]
+    engine: Mapping[str, object]
     model_check_rad: float | None
     at_bound: Mapping[str, str]
     evaluations: int
@@ -419,7 +426,7 @@ class ServoFitResult:
             out[name] = None if s is None or v == 0.0 else s / abs(v)
         return out
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """Plain data: the servo's config keys at top level (``kp``, ``ki``, … in SI), then the fit's figures."""
         corr = {f"{a}|{b}": float(self.correlation[i, j]) for i, a in enumerate(self.fitted)
                 for j, b in enumerate(self.fitted) if j > i}
@@ -448,7 +455,7 @@ class ServoFitResult:
         }
 
 
-def servo_section(result: ServoFitResult, per_motor: bool) -> dict[str, Any]:
+def servo_section(result: ServoFitResult, per_motor: bool) -> dict[str, object]:
     """The ``servo:`` mapping of a servo file for ``result``: every SI key of the fitted servo, robot-wide or under
     ``motors: {NAME: ...}`` (:mod:`retarget.model.servo_file`)."""
     keys = result.servo.to_config()
@@ -596,7 +603,7 @@ class _Problem:
 
 
 def _solve(problem: _Problem, x0: NDArray[np.float64], lower: NDArray[np.float64], upper: NDArray[np.float64],
-           max_evaluations: int, n_simulated: int) -> Any:
+           max_evaluations: int, n_simulated: int) -> OptimizeResult:
     from scipy.optimize import least_squares
 
     x0 = np.clip(x0, lower + 1e-9, upper - 1e-9)
@@ -618,7 +625,7 @@ def _covariance(jac: NDArray[np.float64], residual: NDArray[np.float64], free: N
     return cov, s2
 
 
-def fit_servo(model: Any, recording: ServoRecording, motor: str, options: ServoFitOptions | None = None,
+def fit_servo(model: RobotModel, recording: ServoRecording, motor: str, options: ServoFitOptions | None = None,
               held_goals: Mapping[str, float] | None = None,
               progress: Callable[[], None] | None = None) -> ServoFitResult:
     """Fit the servo of ``motor`` carrying ``model`` to a step-test recording (module docstring).
@@ -647,26 +654,8 @@ def fit_servo(model: Any, recording: ServoRecording, motor: str, options: ServoF
         raise InputError("dt, max_duration and noise_std must be positive")
     configured = model.servo_list[m]
     start, warnings = _starting_servo(configured, options.fixed)
-    params = options.params if options.params is not None else _default_params(start, options.fixed)
-    unknown = sorted(set(params) - set(FIT_PARAMETERS))
-    if unknown:
-        raise InputError(f"cannot fit {', '.join(unknown)}: fittable parameters {', '.join(FIT_PARAMETERS)}")
-    if "kp" not in params:
-        raise InputError("kp is always fitted: give it in the parameters (and --fix the others)")
-    held_reason = {name: reason for name, reason in HELD_PARAMETERS.items()}
-    for name in FIT_PARAMETERS:
-        if name in params:
-            continue
-        if name in options.fixed:
-            held_reason[name] = f"held at {options.fixed[name]:g} (given)"
-        elif name == "ki" and start.ki == 0.0:
-            held_reason[name] = ("held at 0: the servo has no integral action configured (I gain 0), and a step test "
-                                 "shows one only through its steady state; fit it with --params including ki")
-        else:
-            held_reason[name] = f"held at the configured {getattr(start, name):g} (not among the fitted parameters)"
-    for name in HELD_PARAMETERS:
-        if name in options.fixed:
-            held_reason[name] = f"held at {options.fixed[name]:g} (given)"
+    params = _fitted_parameters(options, start)
+    held_reason = _held_reasons(params, options, start)
     test = prepare_step_test(recording, options.max_duration)
     if test.truncated_s > 0.0:
         warnings.append(f"fitted the first {options.max_duration:g} s after the step; {test.truncated_s:.2f} s of the "
@@ -681,31 +670,129 @@ def fit_servo(model: Any, recording: ServoRecording, motor: str, options: ServoF
     goals0 = StepGoals(test, m, held, 0.0, GOAL_RAMP_S)
     load, full = make_load(model, servos, m, goals0, test.duration_s + SHIFT_BOUNDS[1] * test.sample_interval_s,
                            options.engine, options.dt, options.modes)
+    setup = _FitSetup(load, test, servos, m, held, start, options, progress)
+    problem, result, evaluations = _select_terms(setup, params, held_reason)
+    coords = problem.coords
+    current = problem.servo_at(result.x)
+    fitted_names = [c.name for c in coords]
+    spread = _spread(problem, result)
+    shift_s = problem.shift_at(result.x)
+    before = problem.evaluations
+    simulated = problem.simulate(result.x)
+    evaluations += problem.evaluations - before
+    rms = float(np.sqrt(np.mean((simulated - test.present) ** 2)))
+    warnings += _fit_warnings(coords, result, spread, current, test, rms, options.noise_std)
+    engine_info: dict[str, object] = {"name": load.name, "dt_s": options.dt, "mesh_dofs": int(full.system.n_v)}
+    model_check = None
+    if isinstance(load, ReducedLoad):
+        engine_info["modes"] = load.info["modes"]
+        engine_info["training_wall_s"] = load.info["training_wall_s"]
+        if options.check_model:
+            model_check = _full_fem_check(setup, full, problem, current, shift_s, simulated)
+            evaluations += 1
+            if model_check > options.noise_std:
+                warnings.append(f"the reduced load model differs from the full FEM by {model_check / TICK_RAD:.2f} "
+                                "ticks RMS at the fitted servo: compare with --engine full")
+    shift_std = (float(spread.std_x[-1] * test.sample_interval_s) if options.fit_shift and spread.free[-1]
+                 else None)
+    return ServoFitResult(
+        motor=motor, servo=current, start=start, fitted=tuple(fitted_names),
+        held={k: v for k, v in held_reason.items() if k not in fitted_names}, std=spread.std,
+        correlation=spread.correlation, goal_shift_s=(shift_s, shift_std), residual_rms_rad=rms,
+        noise_std_rad=options.noise_std, samples=len(test.time), step_rad=test.step_rad, onset_s=test.onset_s,
+        engine=engine_info, model_check_rad=model_check, at_bound=spread.at_bound, evaluations=evaluations,
+        wall_s=time.perf_counter() - started, warnings=tuple(warnings),
+        simulated=(test.time + test.start_s, test.present, simulated))
 
-    def run(names: Sequence[str], servo: ServoParams, shift_x: float) -> tuple[_Problem, Any]:
-        coords = [_coordinate(n, start) for n in names]
+
+def _fitted_parameters(options: ServoFitOptions, start: ServoParams) -> tuple[str, ...]:
+    """The parameters to fit: ``options.params``, else :data:`FIT_PARAMETERS` less the fixed ones (and ki when
+    ``start`` has none).
+
+    Raises:
+        InputError: an unknown parameter, or kp not among them.
+    """
+    params = options.params if options.params is not None else _default_params(start, options.fixed)
+    unknown = sorted(set(params) - set(FIT_PARAMETERS))
+    if unknown:
+        raise InputError(f"cannot fit {', '.join(unknown)}: fittable parameters {', '.join(FIT_PARAMETERS)}")
+    if "kp" not in params:
+        raise InputError("kp is always fitted: give it in the parameters (and --fix the others)")
+    return params
+
+
+def _held_reasons(params: Sequence[str], options: ServoFitOptions, start: ServoParams) -> dict[str, str]:
+    """Per parameter not in ``params``, why and where it is held."""
+    held_reason = {name: reason for name, reason in HELD_PARAMETERS.items()}
+    for name in FIT_PARAMETERS:
+        if name in params:
+            continue
+        if name in options.fixed:
+            held_reason[name] = f"held at {options.fixed[name]:g} (given)"
+        elif name == "ki" and start.ki == 0.0:
+            held_reason[name] = ("held at 0: the servo has no integral action configured (I gain 0), and a step test "
+                                 "shows one only through its steady state; fit it with --params including ki")
+        else:
+            held_reason[name] = f"held at the configured {getattr(start, name):g} (not among the fitted parameters)"
+    for name in HELD_PARAMETERS:
+        if name in options.fixed:
+            held_reason[name] = f"held at {options.fixed[name]:g} (given)"
+    return held_reason
+
+
+@dataclass(frozen=True, eq=False)
+class _FitSetup:
+    """What every least-squares run of :func:`fit_servo` shares: the load simulator, the step test, the servos
+    (the tested one, index ``motor``, at ``start``), the other motors' held goals [rad], the options and the
+    per-simulation progress."""
+
+    load: LoadSimulator
+    test: StepTest
+    servos: list[ServoParams]
+    motor: int
+    held: NDArray[np.float64]
+    start: ServoParams
+    options: ServoFitOptions
+    progress: Callable[[], None] | None
+
+    def run(self, names: Sequence[str], servo: ServoParams, shift_x: float) -> tuple[_Problem, OptimizeResult]:
+        """Fit the parameters ``names`` from ``servo`` (and the goal's timing from ``shift_x`` samples).
+
+        Raises:
+            FitError: the step test cannot be simulated with ``servo``.
+        """
+        options = self.options
+        coords = [_coordinate(n, self.start) for n in names]
         lower = np.array([c.lower for c in coords] + ([SHIFT_BOUNDS[0]] if options.fit_shift else []))
         upper = np.array([c.upper for c in coords] + ([SHIFT_BOUNDS[1]] if options.fit_shift else []))
         # Terms that may vanish start a tenth of their scale in: a bound is where the trust region cannot turn.
         x0 = np.array([c.internal(getattr(servo, c.name) if c.log else max(getattr(servo, c.name), 0.1 * c.ref))
                        for c in coords] + ([shift_x] if options.fit_shift else []))
-        problem = _Problem(load, test, servos, m, held, coords, options.fit_shift, options.dt, options.noise_std,
-                           progress)
+        problem = _Problem(self.load, self.test, self.servos, self.motor, self.held, coords, options.fit_shift,
+                           options.dt, options.noise_std, self.progress)
         if not np.all(problem.residual(np.clip(x0, lower + 1e-9, upper - 1e-9)) < 1e6):
             raise FitError("the step test cannot be simulated with the starting servo", servo.to_config())
         return problem, _solve(problem, x0, lower, upper, options.max_evaluations, len(coords))
 
+
+def _select_terms(setup: _FitSetup, params: Sequence[str],
+                  held_reason: dict[str, str]) -> tuple[_Problem, OptimizeResult, int]:
+    """The fit of ``params`` as given, else by forward selection: the always-fitted, then each other term if the
+    recording asks for it (a term left out gets its reason in ``held_reason``). Returns the last problem, its
+    least-squares result and the simulations run."""
+    options, start = setup.options, setup.start
     evaluations = 0
+    candidates: list[str]
     if options.params is not None:
         chosen, candidates = list(params), []
-    else:  # forward selection: the always-fitted, then each other term if the recording asks for it
+    else:
         chosen = [p for p in params if p in ALWAYS_FITTED]
         candidates = [p for p in SELECTION_ORDER if p in params]
-    problem, result = run(chosen, start, 0.0)
+    problem, result = setup.run(chosen, start, 0.0)
     evaluations += problem.evaluations
     for name in candidates:
-        trial_problem, trial = run([*chosen, name], problem.servo_at(result.x),
-                                   float(result.x[-1]) if options.fit_shift else 0.0)
+        trial_problem, trial = setup.run([*chosen, name], problem.servo_at(result.x),
+                                         float(result.x[-1]) if options.fit_shift else 0.0)
         evaluations += trial_problem.evaluations
         s2 = max(1.0, 2.0 * trial.cost / max(trial_problem.n_eff - len(trial.x), 1.0))
         gain = 2.0 * (result.cost - trial.cost) / s2
@@ -716,10 +803,26 @@ def fit_servo(model: Any, recording: ServoRecording, motor: str, options: ServoF
             held_reason[name] = (f"not determined by this recording: fitting it lowered the misfit by "
                                  f"{max(gain, 0.0):.1f} (χ², less than {SELECTION_GAIN:g}); held at the configured "
                                  f"{getattr(start, name):g}")
+    return problem, result, evaluations
+
+
+@dataclass(frozen=True)
+class _Spread:
+    """The fit's uncertainty: which coordinates are ``free`` (not at a bound; the others' side in ``at_bound``),
+    their 1σ in internal coordinates ``std_x`` and per fitted parameter in SI (``std``; None at a bound), and the
+    parameters' correlation matrix."""
+
+    free: NDArray[np.bool_]
+    std_x: NDArray[np.float64]
+    std: dict[str, float | None]
+    at_bound: dict[str, str]
+    correlation: NDArray[np.float64]
+
+
+def _spread(problem: _Problem, result: OptimizeResult) -> _Spread:
+    """The uncertainty of ``result`` (:func:`_covariance`)."""
     coords = problem.coords
-    current = problem.servo_at(result.x)
     at_bound: dict[str, str] = {}
-    fitted_names = [c.name for c in coords]
     free = (result.active_mask == 0)
     cov, _ = _covariance(result.jac, result.fun, free, problem.n_eff)
     std_x = np.sqrt(np.clip(np.diag(cov), 0.0, None))
@@ -735,13 +838,17 @@ def fit_servo(model: Any, recording: ServoRecording, motor: str, options: ServoF
     corr_all = cov / np.outer(d, d)
     p = len(coords)
     correlation = np.nan_to_num(corr_all[:p, :p], nan=0.0)
-    shift_std = (float(std_x[-1] * test.sample_interval_s) if options.fit_shift and free[-1] else None)
-    shift_s = problem.shift_at(result.x)
-    before = problem.evaluations
-    simulated = problem.simulate(result.x)
-    evaluations += problem.evaluations - before
-    rms = float(np.sqrt(np.mean((simulated - test.present) ** 2)))
-    for name, side in at_bound.items():
+    return _Spread(free, std_x, std, at_bound, correlation)
+
+
+def _fit_warnings(coords: Sequence[_Coordinate], result: OptimizeResult, spread: _Spread, current: ServoParams,
+                  test: StepTest, rms: float, noise_std: float) -> list[str]:
+    """What to trust of the fit: parameters at a bound or not separated, a vague kp or rotor inertia, a residual
+    beyond the noise, a step within the loop's linear range."""
+    warnings: list[str] = []
+    std, std_x, correlation = spread.std, spread.std_x, spread.correlation
+    fitted_names = [c.name for c in coords]
+    for name, side in spread.at_bound.items():
         warnings.append(f"{name} ended at its {side} bound: not an estimate (the recording pushes it there or does "
                         f"not constrain it); hold it with --fix {name}=VALUE")
     vague = [f"{c.name} ±{std[c.name]:.2g}" for k, c in enumerate(coords)
@@ -751,49 +858,38 @@ def fit_servo(model: Any, recording: ServoRecording, motor: str, options: ServoF
                         "share (damping) is determined, each alone is not: --fix one to its known value")
     rel = {c.name: (std[c.name] / c.value(float(result.x[k])) if std[c.name] is not None and c.log else None)
            for k, c in enumerate(coords)}
-    if rel.get("kp") is not None and rel["kp"] > 0.1:
+    kp_rel, inertia_rel = rel.get("kp"), rel.get("rotor_inertia")
+    if kp_rel is not None and kp_rel > 0.1:
         k = fitted_names.index("kp")
         partner = max((j for j in range(len(coords)) if j != k), key=lambda j: abs(correlation[k, j]), default=None)
         why = (f"record a larger step (beyond the duty's saturation at {current.saturation_error:.3g} rad of error)"
                if test.step_rad < current.saturation_error or partner is None else
                f"it trades off with {coords[partner].name} (correlation {correlation[k, partner]:+.3f}): --fix that "
                "to its control-table value")
-        warnings.append(f"kp is determined to ±{100 * rel['kp']:.0f} % only: {why}")
-    if rel.get("rotor_inertia") is not None and rel["rotor_inertia"] > 0.5:
-        warnings.append(f"the rotor inertia is barely seen behind the load: ±{100 * rel['rotor_inertia']:.0f} % "
+        warnings.append(f"kp is determined to ±{100 * kp_rel:.0f} % only: {why}")
+    if inertia_rel is not None and inertia_rel > 0.5:
+        warnings.append(f"the rotor inertia is barely seen behind the load: ±{100 * inertia_rel:.0f} % "
                         "(1σ); use its uncertainty, not the number")
-    if rms > 3.0 * options.noise_std:
-        warnings.append(f"the residual ({rms / TICK_RAD:.1f} ticks RMS) is {rms / options.noise_std:.1f} x the "
+    if rms > 3.0 * noise_std:
+        warnings.append(f"the residual ({rms / TICK_RAD:.1f} ticks RMS) is {rms / noise_std:.1f} x the "
                         "quantization noise: the model misses part of the response; the uncertainties are scaled "
                         "by it")
     if test.step_rad < current.saturation_error:
         warnings.append(f"the step ({test.step_rad:.3g} rad) stays within the loop's linear range (the duty saturates "
                         f"beyond {current.saturation_error:.3g} rad of error): kp rests on the modelled load's inertia "
                         "and gravity; a larger step pins it by the stall torque")
-    engine_info: dict[str, Any] = {"name": load.name, "dt_s": options.dt, "mesh_dofs": int(full.system.n_v)}
-    model_check = None
-    if isinstance(load, ReducedLoad):
-        engine_info["modes"] = load.info["modes"]
-        engine_info["training_wall_s"] = load.info["training_wall_s"]
-        if options.check_model:
-            servos_fit = list(servos)
-            servos_fit[m] = current
-            t_full, shaft_full = full.shaft(servos_fit, problem.goals, problem.duration, options.dt)
-            evaluations += 1
-            at = np.maximum(test.time + shift_s, 0.0)
-            model_check = float(np.sqrt(np.mean((np.interp(at, t_full, shaft_full) - simulated) ** 2)))
-            if model_check > options.noise_std:
-                warnings.append(f"the reduced load model differs from the full FEM by {model_check / TICK_RAD:.2f} "
-                                "ticks RMS at the fitted servo: compare with --engine full")
-    return ServoFitResult(
-        motor=motor, servo=current, start=start, fitted=tuple(fitted_names),
-        held={k: v for k, v in held_reason.items() if k not in fitted_names}, std=std, correlation=correlation,
-        goal_shift_s=(shift_s, shift_std), residual_rms_rad=rms, noise_std_rad=options.noise_std,
-        samples=len(test.time), step_rad=test.step_rad, onset_s=test.onset_s, engine=engine_info,
-        model_check_rad=model_check, at_bound=at_bound, evaluations=evaluations,
-        wall_s=time.perf_counter() - started, warnings=tuple(warnings),
-        simulated=(test.time + test.start_s, test.present, simulated))
+    return warnings
 
+
+def _full_fem_check(setup: _FitSetup, full: FullLoad, problem: _Problem, current: ServoParams, shift_s: float,
+                    simulated: NDArray[np.float64]) -> float:
+    """The RMS difference [rad] between the full FEM and the fitted load model at the fitted servo ``current``
+    (one full simulation)."""
+    servos_fit = list(setup.servos)
+    servos_fit[setup.motor] = current
+    t_full, shaft_full = full.shaft(servos_fit, problem.goals, problem.duration, setup.options.dt)
+    at = np.maximum(setup.test.time + shift_s, 0.0)
+    return float(np.sqrt(np.mean((np.interp(at, t_full, shaft_full) - simulated) ** 2)))
 
 def with_fitted(servos: Sequence[ServoParams], motors: Sequence[str], result: ServoFitResult) -> list[ServoParams]:
     """``servos`` (one per motor) with the tested motor's replaced by the fitted one."""

@@ -22,12 +22,15 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
 from retarget.fit.errors import RecordingError
+
+if TYPE_CHECKING:
+    from rosbags.typesys.store import Typestore
 
 __all__ = ["CSV_COLUMNS", "GOAL_TOPIC", "STATE_TOPIC", "ServoRecording", "read_servo_bag", "read_servo_csv",
            "read_servo_recording"]
@@ -135,13 +138,28 @@ def read_servo_csv(path: str | Path) -> ServoRecording:
     return ServoRecording(t, g, p, str(path), None, {}, dropped)
 
 
-def _typestore() -> Any:
+def _typestore() -> Typestore:
     from retarget.mocap.bags import typestore
 
     return typestore()
 
 
-def _stamp_ns(msg: Any) -> int:
+class _Stamp(Protocol):
+    sec: int
+    nanosec: int
+
+
+class _Header(Protocol):
+    stamp: _Stamp
+
+
+class _Stamped(Protocol):
+    """A deserialized message with a ``std_msgs/Header`` (JointState, JointTrajectory)."""
+
+    header: _Header
+
+
+def _stamp_ns(msg: _Stamped) -> int:
     return int(msg.header.stamp.sec) * 1_000_000_000 + int(msg.header.stamp.nanosec)
 
 

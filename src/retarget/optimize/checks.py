@@ -21,7 +21,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
 
 __all__ = ["MEANINGFUL_CUT", "NO_CUT_SLACK", "BandResult", "CutStatus", "ExitStatus", "FinerStepCheck",
            "ModelKind", "NaiveAtFinerStep", "PlanChecks", "RunFigures", "StiffnessBand", "Verdict", "Verification",
@@ -39,7 +39,7 @@ NO_CUT_SLACK = 1.1
 _TINY = 1e-300
 
 #: A JSON mapping as the report holds it.
-JsonObject = dict[str, Any]
+JsonObject = dict[str, object]
 
 
 def finer_step_holds(peak_ratio: float, planning_peak_ratio: float) -> bool:
@@ -87,7 +87,7 @@ class RunFigures:
         return out
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RunFigures:
+    def from_json(cls, data: Mapping[str, object]) -> RunFigures:
         ring = data.get("ring_out_peak_m")
         return cls(float(data["peak_deviation_m"]), float(data["rms_deviation_m"]),
                    float(data["peak_torque_ratio"]), None if ring is None else float(ring))
@@ -149,7 +149,7 @@ class _Runs:
         return out
 
 
-def _runs_from_json(data: Mapping[str, Any]) -> dict[str, RunFigures]:
+def _runs_from_json(data: Mapping[str, object]) -> dict[str, RunFigures]:
     return {name: RunFigures.from_json(data[name]) for name in _VARIANTS if isinstance(data.get(name), Mapping)}
 
 
@@ -184,7 +184,7 @@ class StiffnessBand:
                 "worst_peak_ratio": self.worst_peak_ratio}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any] | None) -> StiffnessBand:
+    def from_json(cls, data: Mapping[str, object] | None) -> StiffnessBand:
         """The band of a report (``{}`` or None: an empty band)."""
         return cls(tuple(BandResult(_runs_from_json(entry), _factor_of(key)) for key, entry in (data or {}).items()
                          if key != "worst_peak_ratio" and isinstance(entry, Mapping)))
@@ -240,7 +240,7 @@ class Verification(_Runs):
         return out
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Verification:
+    def from_json(cls, data: Mapping[str, object]) -> Verification:
         reduced = "file" in data
         modes = data.get("modes")
         return cls(_runs_from_json(data), ModelKind.REDUCED if reduced else ModelKind.FULL_FEM,
@@ -299,7 +299,7 @@ class FinerStepCheck:
                 "planning_peak_ratio": self.planning_peak_ratio, "holds": self.holds, "wall_s": self.wall_s}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> FinerStepCheck:
+    def from_json(cls, data: Mapping[str, object]) -> FinerStepCheck:
         return cls(float(data["dt_s"]), int(data["steps"]), RunFigures.from_json(data["naive"]),
                    RunFigures.from_json(data["optimized"]), float(data["planning_peak_ratio"]),
                    float(data.get("wall_s", 0.0)))

@@ -7,10 +7,21 @@ import json
 import math
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TextIO
 
 from retarget.cliargs import add_motion, add_robot
 from retarget.progress import progress_bar
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+
+    from retarget.motion.motion import Motion
+    from retarget.optimize.estimate import PlanEstimate, StageEstimate
+    from retarget.optimize.options import PlanOptions
+    from retarget.optimize.planning_model import PlanningModel
+    from retarget.optimize.variants import PlanResult
 
 
 def _profile_fit(args: argparse.Namespace) -> int:
@@ -97,7 +108,7 @@ def register_check(sub: argparse._SubParsersAction) -> None:
 _bar = progress_bar
 
 
-def _model_args(p: Any, settings: bool = True) -> None:
+def _model_args(p: argparse._ActionsContainer, settings: bool = True) -> None:
     """The model options (``settings`` false: without ``--dt``, ``--reduced`` and ``--allow-unverified-model``,
     which ``retarget plan`` declares with the planner's settings, :mod:`retarget.optimize.settings`)."""
     from retarget.optimize.options import PlanOptions as D
@@ -126,7 +137,7 @@ def _model_args(p: Any, settings: bool = True) -> None:
                    "the model shipped for the robot (retarget plan: a model is trained)")
 
 
-def _motion_announcing_model(args: argparse.Namespace) -> Any:
+def _motion_announcing_model(args: argparse.Namespace) -> Motion:
     """The motion of ``--motion`` (a file or a library name), after saying on stderr which model will be used."""
     from pathlib import Path
 
@@ -160,7 +171,7 @@ def _shipped_models(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(str(p) for p in shipped_candidates(name))
 
 
-def _load(args: argparse.Namespace) -> tuple[Any, Any]:
+def _load(args: argparse.Namespace) -> tuple[PlanningModel, Motion]:
     """The planning model (gated, its card printed) and the motion of ``retarget check gradient``'s arguments."""
     from retarget.errors import InputError
     from retarget.optimize.planning_model import planning_model
@@ -186,7 +197,7 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
 QUICK_ITERATIONS = 3
 
 
-def _params_file_settings(robot: str) -> dict[str, Any]:
+def _params_file_settings(robot: str) -> dict[str, object]:
     """The robot's params-file values (``config/<robot>.params.yaml``), or none when it has no params file."""
     from retarget.errors import InputError
     from retarget.model.library import ros_parameters
@@ -197,7 +208,7 @@ def _params_file_settings(robot: str) -> dict[str, Any]:
         return {}
 
 
-def plan_options_from_args(args: argparse.Namespace) -> tuple[Any, list[str]]:
+def plan_options_from_args(args: argparse.Namespace) -> tuple[PlanOptions, list[str]]:
     """:class:`~retarget.optimize.options.PlanOptions` from ``retarget plan``'s arguments over the robot's
     params-file planner settings (:func:`retarget.optimize.settings.resolve_plan_options`), and one line per stage
     a budget-limited look (``--quick``, ``--max-iterations``) skips because the user did not ask for it.
@@ -268,7 +279,7 @@ def plan_options_from_args(args: argparse.Namespace) -> tuple[Any, list[str]]:
     return options, skipped
 
 
-def options_from_args(args: argparse.Namespace) -> Any:
+def options_from_args(args: argparse.Namespace) -> PlanOptions:
     """:class:`~retarget.optimize.options.PlanOptions` from ``retarget plan``'s arguments
     (:func:`plan_options_from_args`)."""
     return plan_options_from_args(args)[0]
@@ -297,7 +308,7 @@ def _plan_command(args: argparse.Namespace) -> int:
     motion = _motion_announcing_model(args)
     # With windows, max_iterations is per window and their number is known only once the problem is built.
     bar = tqdm(total=None if options.window else options.max_iterations, desc="optimize", unit="it", file=sys.stderr)
-    stage_bars: dict[str, Any] = {}
+    stage_bars: dict[str, Callable[[int, int], None]] = {}
 
     def steps(stage: str, k: int, n: int) -> None:
         if n <= 0:
@@ -314,7 +325,7 @@ def _plan_command(args: argparse.Namespace) -> int:
     def message(text: str) -> None:
         print(text, file=sys.stderr)
 
-    def estimate(what: Any) -> None:
+    def estimate(what: StageEstimate | PlanEstimate) -> None:
         from retarget.optimize.estimate import StageEstimate
 
         lines = [what.line()] if isinstance(what, StageEstimate) else what.lines()
@@ -387,7 +398,7 @@ def _factors(text: str | None, option: str) -> tuple[float, ...]:
     return values
 
 
-def _print_checks(result: Any, out: Any = None) -> None:
+def _print_checks(result: PlanResult, out: TextIO | None = None) -> None:
     """The verification and robustness figures of a :class:`~retarget.optimize.variants.PlanResult`, after the
     planning model's, on ``out`` (default stdout)."""
     import builtins
@@ -459,7 +470,7 @@ def _check_gradient(args: argparse.Namespace) -> int:
     n_evals = 2 * len(steps) + 2 * (args.directions - 1)
     bar = tqdm(total=n_evals, desc="finite differences", unit="sim", file=sys.stderr)
 
-    def central(d: Any, eps: float) -> float:
+    def central(d: NDArray[np.float64], eps: float) -> float:
         fp = evaluate(pp.problem, x + eps * d, gradient=False).value
         fm = evaluate(pp.problem, x - eps * d, gradient=False).value
         bar.update(2)
@@ -661,7 +672,7 @@ def _refine_command(args: argparse.Namespace) -> int:
         plan = read_plan(args.plan)
         take = read_take(args.recording, body_pairs(args.robot, args.body, option="--body takes"))
         motion = _motion_announcing_model(args)
-        bars: dict[str, Any] = {}
+        bars: dict[str, Callable[[int, int], None]] = {}
 
         def steps(stage: str, k: int, n: int) -> None:
             if n > 1:
@@ -706,7 +717,7 @@ def _refine_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _refine_plan_options(args: argparse.Namespace) -> Any:
+def _refine_plan_options(args: argparse.Namespace) -> PlanOptions:
     """The planner's settings ``retarget refine`` builds the plan's problem with (``retarget plan``'s defaults,
     the model options, and the knot spacing, step and rest the plan file does not record)."""
     from retarget.optimize.options import PlanOptions

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
 
 from retarget.optimize.adjoint import Evaluation, evaluate
 from retarget.optimize.errors import PlanCancelled, TimeBudgetError
+
+if TYPE_CHECKING:
+    from retarget.optimize.adjoint import AdjointProblem
+    from retarget.optimize.problem import PlanProblem
 
 __all__ = ["CANCEL_POLL_S", "FEEDBACK_STAGES", "TRAINING_STAGE", "BudgetExhausted", "CancelCheck", "deadline_progress",
            "first_evaluation", "interruption_reason"]
@@ -81,7 +85,7 @@ def deadline_progress(deadline: float | None, step_progress: Callable[[int, int]
     return guarded
 
 
-def first_evaluation(pp: Any, x: NDArray[np.float64], gradient: bool,
+def first_evaluation(pp: PlanProblem | AdjointProblem, x: NDArray[np.float64], gradient: bool,
                       progress: Callable[[int, int], None] | None) -> Evaluation:
     """The evaluation at the start ``x`` (with :func:`deadline_progress`'s ``progress``): of the plan's objective
     (robust when it has an ensemble) for a :class:`PlanProblem`, of the one model for an ``AdjointProblem``.

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.linalg as sla
@@ -25,6 +25,14 @@ from numpy.typing import NDArray
 
 # The protocol and its types are the simulator's; re-exported for the optimizer's users.
 from retarget.sim.engine import Engine, EngineState, StepSensitivity, SystemEngine, bdf_history, motor_rows, warm_u
+
+if TYPE_CHECKING:
+    from scipy.sparse import csr_matrix
+
+    from retarget.sim.motors import MotorTrajectory
+    from retarget.sim.reduced.stepper import ReducedState
+    from retarget.sim.reduced.system import ReducedSystem
+    from retarget.sim.system import System
 
 __all__ = [
     "AbsoluteEngine", "Engine", "EngineState", "ReferenceReducedEngine", "StepSensitivity",
@@ -47,7 +55,7 @@ def sensitivity_workers() -> int:
     return max(1, min(int(numba.config.NUMBA_NUM_THREADS), cores))
 
 
-def step_sensitivities(engine: Engine, states: Sequence[EngineState], dt: float, motors: Any,
+def step_sensitivities(engine: Engine, states: Sequence[EngineState], dt: float, motors: MotorTrajectory,
                        steps: Iterable[int], workers: int | None = None) -> Iterator[StepSensitivity]:
     """``engine.sensitivity`` of each step in ``steps`` (in that order) at the stored ``states``.
 
@@ -93,15 +101,15 @@ class ReferenceReducedEngine(SystemEngine):
             as :class:`~retarget.sim.reduced.CompiledReducedEngine`.
     """
 
-    def __init__(self, system: Any, tolerance: float = 1e-12, estimate: bool = False) -> None:
+    def __init__(self, system: ReducedSystem, tolerance: float = 1e-12, estimate: bool = False) -> None:
         super().__init__(system)
         self.tolerance = float(tolerance)
         self.estimate = bool(estimate)
 
-    def _wrap(self, st: Any) -> EngineState:
+    def _wrap(self, st: ReducedState) -> EngineState:
         return EngineState(float(st.t), st.s, st)
 
-    def _on(self, system: Any) -> ReferenceReducedEngine:
+    def _on(self, system: ReducedSystem) -> ReferenceReducedEngine:
         return ReferenceReducedEngine(system, self.tolerance, self.estimate)
 
     def solve_static(self, theta: NDArray[np.float64], warm: EngineState | None = None) -> EngineState:
@@ -116,7 +124,7 @@ class ReferenceReducedEngine(SystemEngine):
         rs = self.system
         return self._wrap(ReducedState(0.0, rs.reference_u(), np.zeros(rs.n_v), np.zeros(rs.n_lambda)))
 
-    def step(self, prev: EngineState, prev2: EngineState | None, dt: float, motors: Any, index: int,
+    def step(self, prev: EngineState, prev2: EngineState | None, dt: float, motors: MotorTrajectory, index: int,
              cache: dict) -> EngineState:
         from retarget.sim.reduced.stepper import step
 
@@ -125,7 +133,7 @@ class ReferenceReducedEngine(SystemEngine):
         return self._wrap(new)
 
     def sensitivity(self, new: EngineState, prev: EngineState, prev2: EngineState | None, dt: float,
-                    motors: Any) -> StepSensitivity:
+                    motors: MotorTrajectory) -> StepSensitivity:
         from retarget.sim.reduced.stepper import BDF1, BDF2, linearize
 
         rs = self.system
@@ -159,14 +167,14 @@ class AbsoluteEngine(SystemEngine):
         tolerance: Newton tolerance (see :class:`retarget.sim.StepOptions`).
     """
 
-    def __init__(self, system: Any, tolerance: float = 1e-12) -> None:
+    def __init__(self, system: System, tolerance: float = 1e-12) -> None:
         from retarget.sim.integrator import StepOptions
 
         super().__init__(system)
         self.options = StepOptions(tolerance=float(tolerance), max_iterations=40)
-        self._history: dict[tuple[float, float], Any] = {}
+        self._history: dict[tuple[float, float], csr_matrix] = {}
 
-    def _on(self, system: Any) -> AbsoluteEngine:
+    def _on(self, system: System) -> AbsoluteEngine:
         return AbsoluteEngine(system, self.options.tolerance)
 
     def solve_static(self, theta: NDArray[np.float64], warm: EngineState | None = None) -> EngineState:
@@ -184,7 +192,7 @@ class AbsoluteEngine(SystemEngine):
         st = initial_state(self.system)
         return EngineState(0.0, st.s, st)
 
-    def step(self, prev: EngineState, prev2: EngineState | None, dt: float, motors: Any, index: int,
+    def step(self, prev: EngineState, prev2: EngineState | None, dt: float, motors: MotorTrajectory, index: int,
              cache: dict) -> EngineState:
         from retarget.sim.integrator import FactorizationCache, step
 
@@ -194,7 +202,7 @@ class AbsoluteEngine(SystemEngine):
         return EngineState(float(new.t), new.s, new)
 
     def sensitivity(self, new: EngineState, prev: EngineState, prev2: EngineState | None, dt: float,
-                    motors: Any) -> StepSensitivity:
+                    motors: MotorTrajectory) -> StepSensitivity:
         import scipy.sparse.linalg as spla
 
         from retarget.sim.dae import history_jacobian
@@ -227,7 +235,8 @@ class AbsoluteEngine(SystemEngine):
                                history)
 
 
-def reduced_engine(system: Any, tolerance: float = 1e-12, compiled: bool = True, estimate: bool = False) -> Engine:
+def reduced_engine(system: ReducedSystem, tolerance: float = 1e-12, compiled: bool = True,
+                   estimate: bool = False) -> Engine:
     """The optimizer's engine on a reduced model: the compiled one (same states, Jacobians and gradients as
     :class:`ReferenceReducedEngine` to round-off, about 10x faster), or the reference stepper with ``compiled=False``.
     The planner's runs take :func:`planner_engine`.
@@ -249,7 +258,7 @@ def reduced_engine(system: Any, tolerance: float = 1e-12, compiled: bool = True,
 PLAN_TOLERANCE = 1e-10
 
 
-def planner_engine(system: Any) -> Engine:
+def planner_engine(system: ReducedSystem) -> Engine:
     """The compiled engine with the planner's Newton settings: :data:`PLAN_TOLERANCE`, stopping on the estimated
     remaining error too (``reduced_engine(estimate=True)``)."""
     return reduced_engine(system, tolerance=PLAN_TOLERANCE, estimate=True)

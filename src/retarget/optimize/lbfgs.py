@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
@@ -78,10 +79,6 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
     Raises:
         TimeBudgetError: the deadline passed before the first evaluation (at ``x₀``) completed.
     """
-    from scipy.optimize import minimize
-
-    from retarget.sim.errors import SimulationError
-
     if options.first_step is not None and not options.first_step > 0.0:
         raise OptimizeError(f"the first step must be a positive length [rad], not {options.first_step}")
     if deadline is None and options.time_budget is not None:
@@ -93,33 +90,80 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
     # Levenberg–Marquardt takes its gradient from the tangent pass: its start needs the forward run only (an
     # adjoint costs about three forward runs on the drummer's windows), and its trials are forward runs too.
     first = first_evaluation(pp, x_start, method != "gauss-newton", progress)
-    scale = 1.0 / first.value if first.value > 0 else 1.0
     state = SearchState(best=first, best_x=x_start, last=first, last_x=x_start,
                         duration=time.perf_counter() - started, tangent_s=tangent_s)
-    history: list[float] = [first.value]
+    lower, upper = pp.bound_arrays()
+    search = _Search(pp=pp, options=options, state=state, first=first, x_start=x_start, history=[first.value],
+                     callback=callback, progress=progress, deadline=deadline,
+                     reserve_evaluations=reserve_evaluations, reserve_s=reserve_s, curvature=curvature,
+                     lower=lower, upper=upper)
+    run = _run_method(search, method, step_progress)
+    return OptimizationResult(x=state.best_x, objective_initial=first.value, objective_final=state.best.value,
+                              iterations=state.iterations, evaluations=state.evaluations, history=search.history,
+                              interruption=run.interruption, message=run.message, best=state.best, initial=first,
+                              budget_limited=run.budget_limited, evaluation_s=state.duration,
+                              failed_simulations=state.failed, restarts=run.restarts, method=method,
+                              first_step=run.length, curvature=state.secant, value_evaluations=state.values,
+                              tangent_s=state.tangent_s)
 
-    # The reserve is in evaluations with the adjoint; Levenberg–Marquardt's latest evaluation is a forward run.
-    per_evaluation = EVALUATION_FORWARD_RUNS if first.gradient is None else 1.0
 
-    first_steps = steady_step_times(first.rollout)
+@dataclass(eq=False)
+class _Search:
+    """One :func:`optimize` run's evaluations of ``J``, shared by its methods: the time budget, the best and latest
+    points (in ``state``), the objective history and the per-iteration callback.
 
-    def affordable(seconds: float) -> None:
+    Attributes:
+        first: the evaluation at ``x_start``; ``J`` is scaled by ``1/J(x₀)`` inside L-BFGS-B (:attr:`scale`).
+        lower, upper: the position bounds as arrays, ``(n_parameters,)`` [rad].
+        per_evaluation: the reserve's unit — evaluations with the adjoint, or forward runs for Levenberg–Marquardt
+            (whose latest evaluation is a forward run).
+        first_steps: the start's per-step simulation times (to scale ``reserve_s`` to the best point's profiles).
+    """
+
+    pp: PlanProblem
+    options: PlanOptions
+    state: SearchState
+    first: Evaluation
+    x_start: NDArray[np.float64]
+    history: list[float]
+    callback: Callable[[dict[str, float]], None] | None
+    progress: Callable[[int, int], None] | None
+    deadline: float | None
+    reserve_evaluations: float
+    reserve_s: float
+    curvature: float | None
+    lower: NDArray[np.float64]
+    upper: NDArray[np.float64]
+    scale: float = field(init=False)
+    per_evaluation: float = field(init=False)
+    first_steps: NDArray[np.float64] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.scale = 1.0 / self.first.value if self.first.value > 0 else 1.0
+        self.per_evaluation = EVALUATION_FORWARD_RUNS if self.first.gradient is None else 1.0
+        self.first_steps = steady_step_times(self.first.rollout)
+
+    def affordable(self, seconds: float) -> None:
         """Stop (``BudgetExhausted``) before work of ``seconds`` that, with the reserve, would end past the deadline.
         ``reserve_s`` (runs measured on the start's profiles) scales by how much longer the best point's profiles
         take to simulate than the start's (rough profiles take more Newton iterations per step)."""
-        if deadline is None:
+        if self.deadline is None:
             return
-        ratio = run_time_ratio(first_steps, 0, state.best.rollout) if reserve_s > 0.0 else None
-        if time.perf_counter() + seconds + state.duration * per_evaluation * reserve_evaluations + \
-                reserve_s * (1.0 if ratio is None else ratio) > deadline:
+        state = self.state
+        ratio = run_time_ratio(self.first_steps, 0, state.best.rollout) if self.reserve_s > 0.0 else None
+        if time.perf_counter() + seconds + state.duration * self.per_evaluation * self.reserve_evaluations + \
+                self.reserve_s * (1.0 if ratio is None else ratio) > self.deadline:
             raise BudgetExhausted
 
-    def simulated(x: NDArray[np.float64], gradient: bool) -> Evaluation | None:
+    def simulated(self, x: NDArray[np.float64], gradient: bool) -> Evaluation | None:
         """``J`` (and with ``gradient`` its gradient) at ``x``, recorded as maybe the best point; None (counted as
         failed) when the model cannot simulate ``x``. The time budget counts it as a full evaluation."""
-        affordable(state.duration)
+        from retarget.sim.errors import SimulationError
+
+        state = self.state
+        self.affordable(state.duration)
         try:
-            ev = pp.evaluate(x, gradient=gradient, progress=progress)
+            ev = self.pp.evaluate(x, gradient=gradient, progress=self.progress)
         except SimulationError:
             state.failed += 1
             return None
@@ -127,68 +171,72 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
             state.best, state.best_x = ev, x.copy()
         return ev
 
-    def evaluated(x: NDArray[np.float64]) -> Evaluation | None:
-        """:func:`simulated` with the gradient, cached for the latest point and recorded as the latest."""
+    def evaluated(self, x: NDArray[np.float64]) -> Evaluation | None:
+        """:meth:`simulated` with the gradient, cached for the latest point and recorded as the latest."""
+        state = self.state
         if np.array_equal(x, state.last_x):
             return state.last
         t0 = time.perf_counter()
-        ev = simulated(x, True)
+        ev = self.simulated(x, True)
         if ev is None:
             return None
         state.evaluations += 1
         state.duration = time.perf_counter() - t0
-        if not state.secant_measured and ev.gradient is not None and first.gradient is not None:
+        if not state.secant_measured and ev.gradient is not None and self.first.gradient is not None:
             # The first point after x₀ (the probe or the first trial): J's curvature along that step.
-            s = x - x_start
-            c = float((ev.gradient - first.gradient) @ s) / float(s @ s)
+            s = x - self.x_start
+            c = float((ev.gradient - self.first.gradient) @ s) / float(s @ s)
             state.secant = c if c > 0.0 and math.isfinite(c) else None
             state.secant_measured = True
         state.last, state.last_x = ev, x.copy()
         return ev
 
-    def valued(x: NDArray[np.float64]) -> Evaluation | None:
-        """:func:`simulated` without the gradient (a forward run; the ``descent`` line search)."""
-        ev = simulated(x, False)
+    def valued(self, x: NDArray[np.float64]) -> Evaluation | None:
+        """:meth:`simulated` without the gradient (a forward run; the ``descent`` line search)."""
+        ev = self.simulated(x, False)
         if ev is not None:
-            state.values += 1
+            self.state.values += 1
         return ev
 
-    def fun(x: NDArray[np.float64]) -> tuple[float, NDArray[np.float64]]:
-        ev = evaluated(x)
+    def fun(self, x: NDArray[np.float64]) -> tuple[float, NDArray[np.float64]]:
+        """The scaled ``J`` and its gradient at ``x``, as L-BFGS-B asks for them."""
+        ev = self.evaluated(x)
         if ev is None:
             # A trial point too violent to simulate: a large value makes the line search back off.
-            return 10.0 * max(1.0, state.best.value * scale), state.last.gradient * scale
+            return 10.0 * max(1.0, self.state.best.value * self.scale), self.state.last.gradient * self.scale
         assert ev.gradient is not None
-        return ev.value * scale, ev.gradient * scale
+        return ev.value * self.scale, ev.gradient * self.scale
 
-    def on_iteration(xk: NDArray[np.float64]) -> None:
+    def on_iteration(self, xk: NDArray[np.float64]) -> None:
+        """Count an L-BFGS-B iteration ending at ``xk``, record its objective and report it to the callback."""
+        state = self.state
         state.iterations += 1
         ev = state.last if np.array_equal(xk, state.last_x) else state.best
-        history.append(ev.value)
-        if callback is not None:
-            callback({"iteration": state.iterations, "objective": float(ev.value),
-                      "gradient_norm": float(np.linalg.norm(ev.gradient))})
+        self.history.append(ev.value)
+        if self.callback is not None:
+            self.callback({"iteration": state.iterations, "objective": float(ev.value),
+                           "gradient_norm": float(np.linalg.norm(ev.gradient))})
 
-    lower, upper = pp.bound_arrays()
+    def projected_gradient_norm(self, x: NDArray[np.float64], g: NDArray[np.float64]) -> float:
+        """``|x − clip(x − g)|``: the gradient's norm within the bounds."""
+        return float(np.linalg.norm(x - np.clip(x - g, self.lower, self.upper)))
 
-    def projected_gradient_norm(x: NDArray[np.float64], g: NDArray[np.float64]) -> float:
-        return float(np.linalg.norm(x - np.clip(x - g, lower, upper)))
-
-    def first_step() -> float:
+    def first_step(self) -> float:
         """The first trial step's length [rad] (``options.first_step``; None: from ``curvature`` or a probe)."""
-        if options.first_step is not None:
-            return float(options.first_step)
-        g0 = first.gradient
+        if self.options.first_step is not None:
+            return float(self.options.first_step)
+        x_start, lower, upper = self.x_start, self.lower, self.upper
+        g0 = self.first.gradient
         direction = np.clip(x_start - g0, lower, upper) - x_start
         norm = float(np.linalg.norm(direction))
         if norm == 0.0:
             return 1.0
-        if curvature is not None and curvature > 0.0:
+        if self.curvature is not None and self.curvature > 0.0:
             slope = float(g0 @ direction) / norm
-            return 1.0 if slope >= 0.0 else min(1.0, -slope / curvature)
+            return 1.0 if slope >= 0.0 else min(1.0, -slope / self.curvature)
         x_probe = np.clip(x_start + FIRST_STEP_PROBE / norm * direction, lower, upper)
         step = x_probe - x_start
-        probe = evaluated(x_probe)
+        probe = self.evaluated(x_probe)
         if probe is None:
             return FIRST_STEP_PROBE
         probe_length = float(np.linalg.norm(step))
@@ -198,68 +246,87 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
             return 1.0
         return min(1.0, -slope / measured)
 
-    g_first = 0.0 if first.gradient is None else projected_gradient_norm(x_start, first.gradient)
-    interruption, budget_limited = "", False
-    message = ""
-    restarts = 0
-    length = 1.0
+
+@dataclass
+class _Run:
+    """How a method's run ended: its stop ``message``, the first step's ``length`` [rad], L-BFGS-B ``restarts``,
+    the ``interruption`` (Ctrl-C or cancel; "" for none) and whether the time budget stopped it."""
+
+    message: str = ""
+    length: float = 1.0
+    restarts: int = 0
+    interruption: str = ""
+    budget_limited: bool = False
+
+
+def _run_method(search: _Search, method: Method, step_progress: Callable[[int, int], None] | None) -> _Run:
+    """Run ``method`` on ``search``; a Ctrl-C, a cancel or the time budget ends it with the best point so far."""
+    state = search.state
+    run = _Run()
     try:
         if method == "gauss-newton":
-            message = levenberg_marquardt(pp, options, x_start, state, history, callback, progress, affordable,
-                                           lower, upper, paid_progress=step_progress)
+            run.message = levenberg_marquardt(search.pp, search.options, search.x_start, state, search.history,
+                                              search.callback, search.progress, search.affordable, search.lower,
+                                              search.upper, paid_progress=step_progress)
         if method == "descent":
-            message, length = _descent(options, state, first, lower, upper, curvature, evaluated, valued, history,
-                                       callback)
+            run.message, run.length = _descent(search.options, state, search.first, search.lower, search.upper,
+                                               search.curvature, search.evaluated, search.valued, search.history,
+                                               search.callback)
         if method == "lbfgs":
-            length = first_step()
-        boxed = all(lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi)
-                    for lo, hi in pp.bounds)
-        while method == "lbfgs":
-            # L-BFGS-B on y with x = centre + σ y. Its first trial step (fresh memory, B = I) is the steepest-descent
-            # step −∇_y = −σ ∇_x when every parameter has both bounds ("boxed"), else a unit step in y: σ makes
-            # either one `length` long in x.
-            centre = state.best_x.copy()
-            g_norm = float(np.linalg.norm(state.best.gradient)) * scale
-            sigma = math.sqrt(length / g_norm) if boxed and g_norm > 0.0 else length
-
-            def fun_y(y: NDArray[np.float64], c: NDArray[np.float64] = centre,
-                      sg: float = sigma) -> tuple[float, NDArray[np.float64]]:
-                value, grad = fun(c + sg * y)
-                return value, sg * grad
-
-            bounds_y = [(None if lo is None else (lo - c) / sigma, None if hi is None else (hi - c) / sigma)
-                        for (lo, hi), c in zip(pp.bounds, centre)]
-            res = minimize(fun_y, np.zeros_like(centre), jac=True, method="L-BFGS-B", bounds=bounds_y,
-                           callback=lambda y, c=centre, sg=sigma: on_iteration(c + sg * y),
-                           options={"maxiter": int(options.max_iterations) - state.iterations,
-                                    "ftol": float(options.relative_tolerance), "gtol": 1e-12,
-                                    "maxcor": int(options.lbfgs_memory)})
-            message = str(res.message)
-            # A line search that only finds tiny steps (a trial point the model cannot simulate, or curvature
-            # pairs that no longer fit) ends L-BFGS-B through its f-reduction test or abnormally, while the
-            # gradient is still far from zero: restart from the best point with fresh memory, at most twice.
-            stalled = res.status == 2 or "REDUCTION OF F" in message.upper().replace("_", " ")
-            g_best = projected_gradient_norm(state.best_x, state.best.gradient)
-            if not stalled or restarts >= 2 or state.iterations >= options.max_iterations \
-                    or g_best < 1e-2 * g_first:
-                break
-            restarts += 1
+            run.length = search.first_step()
+            _lbfgs_restarts(search, run)
     except KeyboardInterrupt as exc:
-        interruption = interruption_reason(exc)
-        message = f"interrupted ({interruption}): returning the best parameters evaluated so far"
+        run.interruption = interruption_reason(exc)
+        run.message = f"interrupted ({run.interruption}): returning the best parameters evaluated so far"
     except BudgetExhausted:
-        budget_limited = True
-        message = (f"time budget reached after {state.iterations} iterations ({state.evaluations} evaluations, the "
-                   f"latest {state.duration:.1f} s): returning the best parameters evaluated so far")
-    best = state.best
-    if restarts:
-        message += f" (after {restarts} restart{'s' if restarts > 1 else ''} of a stalled line search)"
-    return OptimizationResult(x=state.best_x, objective_initial=first.value, objective_final=best.value,
-                              iterations=state.iterations, evaluations=state.evaluations, history=history,
-                              interruption=interruption, message=message, best=best, initial=first,
-                              budget_limited=budget_limited, evaluation_s=state.duration,
-                              failed_simulations=state.failed, restarts=restarts, method=method, first_step=length,
-                              curvature=state.secant, value_evaluations=state.values, tangent_s=state.tangent_s)
+        run.budget_limited = True
+        run.message = (f"time budget reached after {state.iterations} iterations ({state.evaluations} evaluations, "
+                       f"the latest {state.duration:.1f} s): returning the best parameters evaluated so far")
+    if run.restarts:
+        run.message += f" (after {run.restarts} restart{'s' if run.restarts > 1 else ''} of a stalled line search)"
+    return run
+
+
+def _lbfgs_restarts(search: _Search, run: _Run) -> None:
+    """L-BFGS-B from the best point, restarted with fresh memory (at most twice) after a stalled line search;
+    ``run`` gets the stop message and the restart count."""
+    from scipy.optimize import minimize
+
+    pp, options, state = search.pp, search.options, search.state
+    g_first = 0.0 if search.first.gradient is None else search.projected_gradient_norm(search.x_start,
+                                                                                        search.first.gradient)
+    boxed = all(lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi)
+                for lo, hi in pp.bounds)
+    while True:
+        # L-BFGS-B on y with x = centre + σ y. Its first trial step (fresh memory, B = I) is the steepest-descent
+        # step −∇_y = −σ ∇_x when every parameter has both bounds ("boxed"), else a unit step in y: σ makes
+        # either one `length` long in x.
+        centre = state.best_x.copy()
+        g_norm = float(np.linalg.norm(state.best.gradient)) * search.scale
+        sigma = math.sqrt(run.length / g_norm) if boxed and g_norm > 0.0 else run.length
+
+        def fun_y(y: NDArray[np.float64], c: NDArray[np.float64] = centre,
+                  sg: float = sigma) -> tuple[float, NDArray[np.float64]]:
+            value, grad = search.fun(c + sg * y)
+            return value, sg * grad
+
+        bounds_y = [(None if lo is None else (lo - c) / sigma, None if hi is None else (hi - c) / sigma)
+                    for (lo, hi), c in zip(pp.bounds, centre)]
+        res = minimize(fun_y, np.zeros_like(centre), jac=True, method="L-BFGS-B", bounds=bounds_y,
+                       callback=lambda y, c=centre, sg=sigma: search.on_iteration(c + sg * y),
+                       options={"maxiter": int(options.max_iterations) - state.iterations,
+                                "ftol": float(options.relative_tolerance), "gtol": 1e-12,
+                                "maxcor": int(options.lbfgs_memory)})
+        run.message = str(res.message)
+        # A line search that only finds tiny steps (a trial point the model cannot simulate, or curvature
+        # pairs that no longer fit) ends L-BFGS-B through its f-reduction test or abnormally, while the
+        # gradient is still far from zero: restart from the best point with fresh memory, at most twice.
+        stalled = res.status == 2 or "REDUCTION OF F" in run.message.upper().replace("_", " ")
+        g_best = search.projected_gradient_norm(state.best_x, state.best.gradient)
+        if not stalled or run.restarts >= 2 or state.iterations >= options.max_iterations \
+                or g_best < 1e-2 * g_first:
+            return
+        run.restarts += 1
 
 
 def choose_method(pp: PlanProblem, options: PlanOptions) -> Method:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
@@ -37,6 +37,9 @@ from retarget.errors import InputError
 from retarget.motion.limits import LimitViolation, as_joint_limits, true_runs
 from retarget.optimize.bspline import MotorProfiles, ProfileParametrization
 from retarget.optimize.errors import ProfileError
+
+if TYPE_CHECKING:
+    from retarget.model.servo import ServoParams
 
 __all__ = [
     "XM430_W210",
@@ -77,7 +80,7 @@ class ServoSpec:
                 raise InputError(f"servo {name} must be a positive number, got {value!r}")
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any] | None, default: ServoSpec | None = None) -> ServoSpec:
+    def from_mapping(cls, data: Mapping[str, object] | None, default: ServoSpec | None = None) -> ServoSpec:
         """From the robot YAML's ``servo`` mapping (``model``, ``max_velocity`` [rad/s], ``stall_torque`` [N·m]);
         missing keys come from ``default`` (the XM430-W210)."""
         base = default or XM430_W210
@@ -115,7 +118,7 @@ class MotorLimits:
     stall_torque: NDArray[np.float64]
 
     @classmethod
-    def build(cls, joint_names: Sequence[str], joint_limits: Mapping[str, Any] | None = None,
+    def build(cls, joint_names: Sequence[str], joint_limits: Mapping[str, object] | None = None,
               servos: ServoSpec | Mapping[str, ServoSpec] | None = None) -> MotorLimits:
         """Combine URDF joint limits and servo specs.
 
@@ -405,7 +408,8 @@ class TorquePenalty:
 
     @classmethod
     def build(cls, dt: float, limits: MotorLimits, weight: float, margin: float = 0.1,
-              servos: Sequence[Any] | None = None, speed_index: Any = None) -> TorquePenalty:
+              servos: Sequence[ServoParams] | None = None,
+              speed_index: ArrayLike | None = None) -> TorquePenalty:
         """The penalty for the motors of ``limits`` on a grid of step ``dt``.
 
         Args:
@@ -531,7 +535,7 @@ class TorqueReport:
                 for n, p, t, s in zip(self.joint_names, self.peak_torque, self.peak_time, self.stall_torque)
                 if p > s]
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, object]:
         """JSON-friendly form."""
         return {"peak_torque_nm": dict(zip(self.joint_names, self.peak_torque)),
                 "stall_torque_nm": dict(zip(self.joint_names, self.stall_torque)),

@@ -6,9 +6,12 @@ import enum
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 from retarget.errors import InputError
+
+if TYPE_CHECKING:
+    from retarget.optimize.weights import TrackedBodyWeights, WeightSpec
 
 __all__ = ["EVALUATION_FORWARD_RUNS", "METHODS", "NODE_PARAMETERS", "REST_AFTER_S", "VERIFY_COST_FACTOR", "Method",
            "PlanOptions", "RefineOptions", "Start", "VerifyModel", "band_offloaded", "checks_reserve",
@@ -48,7 +51,10 @@ class VerifyModel(enum.StrEnum):
 METHODS: tuple[str, ...] = tuple(m.value for m in Method)
 
 
-def _choice(kind: type[enum.StrEnum], name: str, value: Any) -> Any:
+_Choice = TypeVar("_Choice", bound=enum.StrEnum)
+
+
+def _choice(kind: type[_Choice], name: str, value: object) -> _Choice:
     """``value`` as a member of ``kind``; an unknown one raises :class:`InputError` naming ``name`` and the choices."""
     try:
         return kind(value)
@@ -192,8 +198,8 @@ class PlanOptions:
     dt: float = 0.005
     max_iterations: int = 50
     relative_tolerance: float = 1e-9
-    deviation_weight: Any = 1e-3
-    acceleration_weight: Any = 1e-8
+    deviation_weight: WeightSpec = 1e-3
+    acceleration_weight: WeightSpec = 1e-8
     velocity_weight: float = 10.0
     settle_weight: float = 1.0
     rest_after: float | None = REST_AFTER_S
@@ -234,7 +240,7 @@ class PlanOptions:
     allow_training: bool = True
     allow_unverified_model: bool = False
     weights: tuple[str, ...] = ()
-    bodies: tuple[Any, ...] | None = None
+    bodies: tuple[TrackedBodyWeights, ...] | None = None
     workers: int | None = None
 
     def __post_init__(self) -> None:
@@ -330,7 +336,7 @@ NODE_PARAMETERS: tuple[str, ...] = ("dt", "target_stride", "window", "window_tai
                                     "settle_peak_allowance")
 
 
-def options_from_parameters(parameters: Mapping[str, Any], **overrides: Any) -> PlanOptions:
+def options_from_parameters(parameters: Mapping[str, object], **overrides: object) -> PlanOptions:
     """:class:`PlanOptions` from the planner node's parameters (:data:`NODE_PARAMETERS`; others are ignored), then
     ``overrides`` (e.g. a goal's fields; None: not given).
 
@@ -346,7 +352,7 @@ def options_from_parameters(parameters: Mapping[str, Any], **overrides: Any) -> 
     defaults = PlanOptions()
     p = dict(parameters)
 
-    def given(name: str, default: Any) -> Any:
+    def given(name: str, default: object) -> object:
         value = p.get(name)
         if value is None or value == "" or (isinstance(value, (int, float)) and not isinstance(value, bool)
                                             and value <= 0):
@@ -355,7 +361,7 @@ def options_from_parameters(parameters: Mapping[str, Any], **overrides: Any) -> 
 
     dt = float(given("dt", defaults.dt))
     verify = bool(p.get("verify", True))
-    values: dict[str, Any] = {
+    values: dict[str, object] = {
         "dt": dt, "target_stride": int(given("target_stride", defaults.target_stride)),
         "window": given("window", None), "window_tail": float(p.get("window_tail", defaults.window_tail)),
         "window_overlap": float(p.get("window_overlap", defaults.window_overlap)),

@@ -18,15 +18,18 @@ import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
 from contextlib import contextmanager
-from typing import Any
+from typing import TypeVar
 
 import numpy as np
 
 __all__ = ["default_workers", "fork_pool", "run_shared"]
 
 #: What the workers inherit: jobs registered before the fork, looked up by key in the child.
-_SHARED: dict[int, Any] = {}
+_SHARED: dict[int, object] = {}
 _NEXT_KEY = [0]
+
+_R = TypeVar("_R")
+_V = TypeVar("_V")
 
 
 def default_workers() -> int:
@@ -35,7 +38,7 @@ def default_workers() -> int:
 
 
 @contextmanager
-def fork_pool(shared: Any, workers: int, least: int = 2) -> Iterator[tuple[Executor, int] | None]:
+def fork_pool(shared: object, workers: int, least: int = 2) -> Iterator[tuple[Executor, int] | None]:
     """A pool of ``workers`` forked processes that see ``shared`` (passed to :func:`run_shared` by key).
 
     ``least``: the fewest workers worth a pool (2: callers that count the planning process among their ``workers``;
@@ -58,11 +61,11 @@ def fork_pool(shared: Any, workers: int, least: int = 2) -> Iterator[tuple[Execu
         _SHARED.pop(key, None)
 
 
-def run_shared(key: int, job: Callable[[Any], Any]) -> Any:
+def run_shared(key: int, job: Callable[..., _R]) -> _R:
     """In a worker: ``job(shared)`` with the object registered under ``key`` before the fork."""
     return job(_SHARED[key])
 
 
-def as_arrays(value: Any) -> Any:
+def as_arrays(value: _V) -> _V:
     """Plain arrays for the way back (numpy views of shared memory are copied)."""
     return np.array(value, copy=True) if isinstance(value, np.ndarray) else value

@@ -14,17 +14,18 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
 
 from retarget.errors import InputError
 from retarget.motion.motion import Motion
-from retarget.optimize.checks import NaiveAtFinerStep, Verification
+from retarget.optimize.adjoint import Evaluation
+from retarget.optimize.checks import NaiveAtFinerStep, PlanChecks, Verification
 from retarget.optimize.control import (
     CANCEL_POLL_S,
     TRAINING_STAGE,
@@ -60,6 +61,12 @@ from retarget.optimize.verification import naive_at_finer_step, verify_plan
 from retarget.optimize.weights import TrackedBodyWeights
 from retarget.optimize.windows import optimize_windows
 
+if TYPE_CHECKING:
+    from retarget.optimize.estimate import PlanEstimate, StageEstimate
+    from retarget.optimize.planning_model import PlanningModel
+    from retarget.optimize.settle import SettleReport
+    from retarget.sim.reduced.system import ReducedSystem
+
 __all__ = ["WARM_UP_S", "WARM_UP_STAGE", "PlanProgress", "estimate_for", "plan", "run_plan", "warm_up"]
 
 
@@ -84,14 +91,14 @@ class PlanProgress:
     """
 
     steps: Callable[[str, int, int], None] | None = None
-    iteration: Callable[[dict[str, Any]], None] | None = None
+    iteration: Callable[[dict[str, float]], None] | None = None
     message: Callable[[str], None] | None = None
     cancelled: Callable[[], bool] | None = None
     cancel_poll_s: float = CANCEL_POLL_S
-    estimate: Callable[[Any], None] | None = None
+    estimate: Callable[[StageEstimate | PlanEstimate], None] | None = None
 
 
-def _tracked_bodies(config: dict[str, Any], options: PlanOptions) -> list[TrackedBodyWeights]:
+def _tracked_bodies(config: Mapping[str, object], options: PlanOptions) -> list[TrackedBodyWeights]:
     """The tracked bodies: ``options.bodies``, else the robot's merged with ``options.weights``."""
     from retarget.optimize.weights import merge_tracked_weights, parse_tracked_bodies
 
@@ -123,12 +130,9 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
         PlanCancelled: the cancel came before there was anything to return.
         RetargetError: planning failed.
     """
-    from retarget.model.servo_file import servo_file_servos
     from retarget.motion.limits import check_plan_input
     from retarget.optimize.engines import planner_engine
-    from retarget.optimize.planning_model import planning_model
-    from retarget.optimize.verification import check_plan, gate_model  # noqa: PLC0415
-    from retarget.sim.reduced.system import with_stiffness_scale
+    from retarget.optimize.verification import gate_model  # noqa: PLC0415
 
     options = PlanOptions() if options is None else options
     progress = PlanProgress() if progress is None else progress
@@ -138,50 +142,18 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
                                                 and Path(options.verify_file).is_file()):
         raise InputError(f"verify_model {options.verify_file!r}: expected auto, full, none or an existing reduced-"
                          "model artifact (.npz)")
-    cancel = None if progress.cancelled is None else CancelCheck(progress.cancelled, progress.cancel_poll_s)
-
-    def steps(stage: str, done: int = 0, total: int = 0) -> None:
-        if progress.steps is not None:
-            progress.steps(stage, done, total)
-        if cancel is not None:
-            cancel(stage, done, total)
-
-    def say(text: str) -> None:
-        if progress.message is not None:
-            progress.message(text)
-
-    budget_end = None if options.time_budget is None else started + float(options.time_budget)
-    training = deadline_progress(budget_end, lambda done, total: steps(TRAINING_STAGE, done, total))
-    try:
-        pm = planning_model(robot, motion, n_modes=options.modes, dt_train=options.dt_train,
-                            mesh_axial=options.mesh_axial, mesh_around=options.mesh_around,
-                            reduced_file=options.reduced_file, use_cache=options.use_cache,
-                            allow_training=options.allow_training, progress=training,
-                            servos=None if options.servo_file is None else servo_file_servos(robot, options.servo_file),
-                            fallback=options.fallback_models, announce=progress.estimate)
-    except BudgetExhausted:
-        raise TimeBudgetError("the time budget ran out while training the reduced model; build it once with "
-                              "`retarget reduce` or `retarget plan` and plan again", stage="training",
-                              elapsed_s=time.perf_counter() - started) from None
-    gate_warning = gate_model(pm, options.allow_unverified_model, say)
+    reports = _Reports(progress)
+    pm = _load_planning_model(robot, motion, options, reports, started)
+    gate_warning = gate_model(pm, options.allow_unverified_model, reports.say)
     replay_warning = replay_check_warning(pm.info)
     if replay_warning:
-        say(replay_warning)
+        reports.say(replay_warning)
     bodies = _tracked_bodies(pm.config, options)
     prepared = {"model": time.perf_counter() - started}  # loaded (or trained) and gated
     if options.time_budget is not None:
-        steps(WARM_UP_STAGE)  # building the engine compiles too
+        reports.steps(WARM_UP_STAGE)  # building the engine compiles too
     engine = planner_engine(pm.reduced)
-
-    scaled: dict[float, Engine] = {1.0: engine}
-
-    def engine_factory(factor: float) -> Engine:
-        """The planning model at ``factor`` × stiffness, built once: the robust objective's members and the
-        stiffness band share their engines."""
-        if factor not in scaled:
-            scaled[factor] = planner_engine(with_stiffness_scale(pm.reduced, factor))
-        return scaled[factor]
-
+    engine_factory = _ScaledEngines(pm.reduced, engine)
     limits = limits_for(pm.model, pm.config)
     if progress.estimate is not None:
         progress.estimate(estimate_for(pm, engine, motion, options))
@@ -191,52 +163,156 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
         if pm.info.get("source") == "trained":
             run_options = replace(options, time_budget=max(float(options.time_budget)
                                                            - (time.perf_counter() - started), 0.0))
-        say("warming up: compiling the plan's kernels (not counted in the time budget)")
-        warm_up(engine, motion, bodies, limits, run_options, lambda stage, done, total: steps(WARM_UP_STAGE, done,
-                                                                                                total))
+        reports.say("warming up: compiling the plan's kernels (not counted in the time budget)")
+        warm_up(engine, motion, bodies, limits, run_options,
+                lambda stage, done, total: reports.steps(WARM_UP_STAGE, done, total))
         prepared["warm_up"] = time.perf_counter() - started - prepared["model"]  # the engine built, compiled
-
-    def on_iteration(info: dict[str, Any]) -> None:
-        if progress.iteration is not None:
-            progress.iteration(info)
-        if cancel is not None:
-            cancel("optimizing")
-
     deadline = None if run_options.time_budget is None else time.perf_counter() + float(run_options.time_budget)
-    loops = bool(pm.config.get("loop_joints"))  # two assembly branches meet at a loop's change points
-    result = run_plan(engine, motion, bodies, limits, run_options, steps, on_iteration, engine_factory,
-                      follow_playback=loops)
+    rounds = _Rounds(robot=robot, motion=motion, pm=pm, engine=engine, engine_factory=engine_factory, bodies=bodies,
+                     limits=limits, reports=reports, deadline=deadline,
+                     loops=bool(pm.config.get("loop_joints")))  # two assembly branches meet at a loop's change points
+    result = run_plan(engine, motion, bodies, limits, run_options, reports.steps, reports.on_iteration,
+                      engine_factory, follow_playback=rounds.loops)
     result.warnings.extend(w for w in (gate_warning, replay_warning) if w)
-    fired = cancel is not None and cancel.fired
-    checks = None if fired else check_plan(result, pm.model, run_options, engine_factory, steps, say, deadline,
-                                           robot=robot, planning_info=pm.info)
+    result, checks, fired = _verified_torque_rounds(rounds, result, options, run_options)
+    info = dict(pm.info)
+    return replace(result, checks=checks, model_info=info, cancelled=fired,
+                   wall_s=time.perf_counter() - started, timings={**prepared, **result.timings})
+
+
+class _Reports:
+    """:func:`plan`'s side of a :class:`PlanProgress`: the step reports (which also poll the cancel), the messages
+    and the per-iteration reports."""
+
+    def __init__(self, progress: PlanProgress) -> None:
+        self.progress = progress
+        self.cancel = None if progress.cancelled is None else CancelCheck(progress.cancelled, progress.cancel_poll_s)
+
+    def steps(self, stage: str, done: int = 0, total: int = 0) -> None:
+        """Report ``done`` of ``total`` steps of ``stage``; raises :class:`PlanCancelled` once cancelled."""
+        if self.progress.steps is not None:
+            self.progress.steps(stage, done, total)
+        if self.cancel is not None:
+            self.cancel(stage, done, total)
+
+    def say(self, text: str) -> None:
+        """Pass a human-readable line on."""
+        if self.progress.message is not None:
+            self.progress.message(text)
+
+    def on_iteration(self, info: dict[str, float]) -> None:
+        """Report an optimizer iteration; raises :class:`PlanCancelled` once cancelled."""
+        if self.progress.iteration is not None:
+            self.progress.iteration(info)
+        if self.cancel is not None:
+            self.cancel("optimizing")
+
+    @property
+    def fired(self) -> bool:
+        """Whether the cancel came."""
+        return self.cancel is not None and self.cancel.fired
+
+
+class _ScaledEngines:
+    """The planning model at ``factor`` × stiffness (``engines(factor)``), each built once: the robust objective's
+    members and the stiffness band share their engines."""
+
+    def __init__(self, reduced: ReducedSystem, engine: Engine) -> None:
+        self.reduced = reduced
+        self.scaled: dict[float, Engine] = {1.0: engine}
+
+    def __call__(self, factor: float) -> Engine:
+        from retarget.optimize.engines import planner_engine
+        from retarget.sim.reduced.system import with_stiffness_scale
+
+        if factor not in self.scaled:
+            self.scaled[factor] = planner_engine(with_stiffness_scale(self.reduced, factor))
+        return self.scaled[factor]
+
+
+def _load_planning_model(robot: str | Path, motion: Motion, options: PlanOptions, reports: _Reports,
+                         started: float) -> PlanningModel:
+    """The planning model (:func:`~retarget.optimize.planning_model.planning_model`) with ``options``' settings; an
+    in-process training counts against the time budget from ``started``.
+
+    Raises:
+        TimeBudgetError: the budget ran out while training the model.
+    """
+    from retarget.model.servo_file import servo_file_servos
+    from retarget.optimize.planning_model import planning_model
+
+    budget_end = None if options.time_budget is None else started + float(options.time_budget)
+    training = deadline_progress(budget_end, lambda done, total: reports.steps(TRAINING_STAGE, done, total))
+    try:
+        return planning_model(robot, motion, n_modes=options.modes, dt_train=options.dt_train,
+                              mesh_axial=options.mesh_axial, mesh_around=options.mesh_around,
+                              reduced_file=options.reduced_file, use_cache=options.use_cache,
+                              allow_training=options.allow_training, progress=training,
+                              servos=None if options.servo_file is None
+                              else servo_file_servos(robot, options.servo_file),
+                              fallback=options.fallback_models, announce=reports.progress.estimate)
+    except BudgetExhausted:
+        raise TimeBudgetError("the time budget ran out while training the reduced model; build it once with "
+                              "`retarget reduce` or `retarget plan` and plan again", stage="training",
+                              elapsed_s=time.perf_counter() - started) from None
+
+
+@dataclass(frozen=True, eq=False)
+class _Rounds:
+    """What :func:`plan` runs its plan and the checks with, round after round: the planning model ``pm``, its
+    ``engine`` and stiffness-scaled engines, the tracked bodies, the motor limits, the reports, the deadline
+    (``time.perf_counter()``; None: no budget) and whether the robot has loop joints."""
+
+    robot: str | Path
+    motion: Motion
+    pm: PlanningModel
+    engine: Engine
+    engine_factory: Callable[[float], Engine]
+    bodies: Sequence[TrackedBodyWeights]
+    limits: MotorLimits
+    reports: _Reports
+    deadline: float | None
+    loops: bool
+
+    def check(self, result: PlanResult, options: PlanOptions) -> PlanChecks:
+        """The checks of ``result`` in other models (:func:`~retarget.optimize.verification.check_plan`)."""
+        from retarget.optimize.verification import check_plan
+
+        return check_plan(result, self.pm.model, options, self.engine_factory, self.reports.steps, self.reports.say,
+                          self.deadline, robot=self.robot, planning_info=self.pm.info)
+
+def _verified_torque_rounds(rounds: _Rounds, result: PlanResult, options: PlanOptions,
+                            run_options: PlanOptions) -> tuple[PlanResult, PlanChecks | None, bool]:
+    """Check ``result``; while the verification model measures the optimum above the stall torque where the
+    planning model did not (:func:`verified_torque_margin`), optimize again from it with the torque penalty's
+    margin moved and check again (at most ``options.verified_torque_rounds`` times). Returns the last result, its
+    checks (None when cancelled before them) and whether the cancel had come when the last round ended."""
+    fired = rounds.reports.fired
+    checks = None if fired else rounds.check(result, run_options)
     for _ in range(int(options.verified_torque_rounds) if run_options.torque_weight > 0
                    and run_options.window is None else 0):
         verified = None if checks is None else checks.verified
         margin = verified_torque_margin(result, verified, run_options.torque_margin)
         if margin is None or verified is None or verified.optimized is None or fired or (
-                deadline is not None and time.perf_counter() > deadline):
+                rounds.deadline is not None and time.perf_counter() > rounds.deadline):
             break
         message = (f"the verification model needs {verified.optimized.peak_torque_ratio:.2f} x the "
                    f"stall torque where the planning model needed "
                    f"{result.variants['optimized'].metrics['peak_torque_ratio']:.2f} x: optimizing again from the "
                    f"optimum with the torque penalty from {1.0 - margin:.2f} x stall on, then verifying again")
-        say(message)
+        rounds.reports.say(message)
         run_options = replace(run_options, torque_margin=margin)
-        again = run_plan(engine, motion, bodies, limits, run_options, steps, on_iteration, engine_factory,
-                         x0=result.optimization.x, follow_playback=loops, verify_naive=result.verify_naive)
+        again = run_plan(rounds.engine, rounds.motion, rounds.bodies, rounds.limits, run_options,
+                         rounds.reports.steps, rounds.reports.on_iteration, rounds.engine_factory,
+                         x0=result.optimization.x, follow_playback=rounds.loops, verify_naive=result.verify_naive)
         again.warnings[:0] = [*result.warnings, message]
         # One plan: the iterations and evaluations of both rounds.
         again = replace(again, optimization=continued(result.optimization, again.optimization))
-        fired = cancel is not None and cancel.fired
-        result, checks = again, (None if fired else check_plan(again, pm.model, run_options, engine_factory, steps,
-                                                                say, deadline, robot=robot, planning_info=pm.info))
-    info = dict(pm.info)
-    return replace(result, checks=checks, model_info=info, cancelled=fired, wall_s=time.perf_counter() - started,
-                   timings={**prepared, **result.timings})
+        fired = rounds.reports.fired
+        result, checks = again, (None if fired else rounds.check(again, run_options))
+    return result, checks, fired
 
-
-def estimate_for(pm: Any, engine: Engine, motion: Motion, options: PlanOptions) -> Any:
+def estimate_for(pm: PlanningModel, engine: Engine, motion: Motion, options: PlanOptions) -> PlanEstimate:
     """The :class:`~retarget.optimize.estimate.PlanEstimate` of planning ``motion`` with ``options`` on the
     planning model ``pm`` (its ``engine`` built): the stages after the model, as :func:`run_plan` and the checks will
     run them."""
@@ -268,7 +344,7 @@ def verified_torque_margin(result: PlanResult, verification: Verification | None
     return 1.0 - (1.0 - float(margin)) * float(planned) / float(verified)
 
 
-def replay_check_warning(info: dict[str, Any]) -> str:
+def replay_check_warning(info: Mapping[str, object]) -> str:
     """A warning when a model trained by the planner replays its training motion worse than
     :data:`~retarget.optimize.planning_model.REPLAY_WARN` of the tracked travel, else ""."""
     from retarget.optimize.planning_model import REPLAY_WARN
@@ -336,24 +412,77 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
     timings["targets"] = time.perf_counter() - t0
     warnings: list[str] = []
     if verify_naive is None and deadline is not None and options.verify_dt is not None and options.verify_dt > 0:
-        try:
-            verify_naive = naive_at_finer_step(pp, float(options.verify_dt), deadline_progress(
-                deadline, None if progress is None else (lambda k, n: progress("naive playback at verify_dt", k, n))))
-            timings["naive_at_verify_dt"] = verify_naive.wall_s
-        except BudgetExhausted:
-            warnings.append(f"the time budget ran out timing the naive playback at dt {options.verify_dt:g} s: "
-                            "the verification's time is not kept")
-    variants: dict[str, Variant] = {}
+        verify_naive = _timed_naive_at_verify_dt(pp, options, deadline, progress, timings, warnings)
     t0 = time.perf_counter()
-    # One evaluation steps forward through the motion, then backward (the adjoint): its bar counts both.
-    step_cb = None if progress is None else (lambda k, n: progress("evaluation (forward + adjoint)", k, n))
-    x_start, naive = None, None
+    x_start, naive = _start_point(pp, options, limits, x0, deadline, progress, warnings)
+    workers = default_workers() if options.workers is None else int(options.workers)
+    if follow_playback and pp.ensemble is not None:
+        ensemble, dropped = without_other_branches(
+            pp.ensemble, pp.fit.parameters if x_start is None else x_start, workers, deadline_progress(
+                deadline, None if progress is None else (lambda k, n: progress("robust models at the start", k, n))))
+        warnings.extend(dropped)
+        pp = replace(pp, ensemble=ensemble if ensemble.members else None)
+    opt, pp = _optimize_pooled(pp, options, x_start, callback, progress, deadline, workers, verify_naive, warnings)
+    timings["optimization"] = time.perf_counter() - t0
+    settle = None
+    if _settles(pp, options, engine_factory, opt, ring_out_s(pp) >= MIN_RING_OUT):
+        t0 = time.perf_counter()
+        assert engine_factory is not None
+        opt, settle = _settle(pp, options, opt, engine_factory, workers, deadline, progress)
+        timings["settle"] = time.perf_counter() - t0
+    if opt.interrupted or opt.budget_limited:
+        warnings.append(opt.message)
+    if not opt.interrupted:
+        t0 = time.perf_counter()
+        opt = _within_speed_limits(pp, opt, limits, warnings)
+        timings["speed_projection"] = time.perf_counter() - t0
+    naive = opt.initial if naive is None else naive
+    variants = _variants(pp, options, opt, naive, x_start if x0 is None else None, limits, progress, deadline,
+                         timings, warnings)
+    profiles = pp.problem.profiles(opt.x)
+    report = torque_report(pp.targets.times, variants["optimized"].torques, limits)
+    warnings.extend(report.warnings())
+    for v in check_profile_limits(profiles, limits):
+        warnings.append(f"optimized profile leaves a limit: {v}")
+    from retarget.sim.reduced.training import training_range_warning
 
-    def naive_playback() -> Any:
+    beyond = training_range_warning(variants["optimized"].training_range)
+    if beyond:
+        warnings.append(f"optimized trajectory: {beyond}")
+    return PlanResult(pp, opt, profiles, variants, report, warnings, timings, naive.value, settle=settle,
+                      verify_naive=verify_naive, naive_evaluation=naive)
+
+
+def _timed_naive_at_verify_dt(pp: PlanProblem, options: PlanOptions, deadline: float,
+                              progress: Callable[[str, int, int], None] | None, timings: dict[str, float],
+                              warnings: list[str]) -> NaiveAtFinerStep | None:
+    """The naive playback at ``options.verify_dt``, its wall time in ``timings``; None (with a warning) when the
+    budget ran out first."""
+    assert options.verify_dt is not None
+    try:
+        verify_naive = naive_at_finer_step(pp, float(options.verify_dt), deadline_progress(
+            deadline, None if progress is None else (lambda k, n: progress("naive playback at verify_dt", k, n))))
+    except BudgetExhausted:
+        warnings.append(f"the time budget ran out timing the naive playback at dt {options.verify_dt:g} s: "
+                        "the verification's time is not kept")
+        return None
+    timings["naive_at_verify_dt"] = verify_naive.wall_s
+    return verify_naive
+
+
+def _start_point(pp: PlanProblem, options: PlanOptions, limits: MotorLimits, x0: NDArray[np.float64] | None,
+                 deadline: float | None, progress: Callable[[str, int, int], None] | None,
+                 warnings: list[str]) -> tuple[NDArray[np.float64] | None, Evaluation | None]:
+    """The optimizer's start (None: the fit) and the naive playback when it is a run of its own (None: the
+    optimizer's first evaluation is the naive playback)."""
+
+    def naive_playback() -> Evaluation:
         """The input as authored played on the model: one forward run of its own."""
         return first_evaluation(pp.naive_problem, pp.input_fit.parameters, False, deadline_progress(
             deadline, None if progress is None else (lambda k, n: progress("naive playback", k, n))))
 
+    x_start: NDArray[np.float64] | None = None
+    naive: Evaluation | None = None
     if x0 is not None:
         x_start = np.asarray(x0, dtype=float)
         naive = naive_playback()
@@ -368,13 +497,18 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
         # Modelled servos: the optimizer starts from the goals that hold the targets (sag pre-compensated), the
         # naive playback is the input itself.
         naive = naive_playback()
-    workers = default_workers() if options.workers is None else int(options.workers)
-    if follow_playback and pp.ensemble is not None:
-        ensemble, dropped = without_other_branches(
-            pp.ensemble, pp.fit.parameters if x_start is None else x_start, workers, deadline_progress(
-                deadline, None if progress is None else (lambda k, n: progress("robust models at the start", k, n))))
-        warnings.extend(dropped)
-        pp = replace(pp, ensemble=ensemble if ensemble.members else None)
+    return x_start, naive
+
+
+def _optimize_pooled(pp: PlanProblem, options: PlanOptions, x_start: NDArray[np.float64] | None,
+                     callback: Callable[[dict[str, float]], None] | None,
+                     progress: Callable[[str, int, int], None] | None, deadline: float | None, workers: int,
+                     verify_naive: NaiveAtFinerStep | None,
+                     warnings: list[str]) -> tuple[OptimizationResult, PlanProblem]:
+    """The optimization (:func:`_optimize_within_torque`), with the robust objective's models in worker processes
+    and the reserve for the baselines and checks kept before the deadline."""
+    # One evaluation steps forward through the motion, then backward (the adjoint): its bar counts both.
+    step_cb = None if progress is None else (lambda k, n: progress("evaluation (forward + adjoint)", k, n))
     # Two forward simulations (ZV, ZVD) cost about 1.6 forward + adjoint evaluations; none are kept when the
     # motion leaves too little ring-out for the baselines to run. The caller's checks (verification, band) are
     # kept too: the verification's optimized run at its measured time when the naive one ran above.
@@ -397,46 +531,29 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
                                           warnings, reserve_s)
     if pp.ensemble is not None:
         pp = replace(pp, ensemble=replace(pp.ensemble, pool=None))
-    timings["optimization"] = time.perf_counter() - t0
-    settle = None
-    if _settles(pp, options, engine_factory, opt, ring_out_s(pp) >= MIN_RING_OUT):
-        t0 = time.perf_counter()
-        assert engine_factory is not None
-        opt, settle = _settle(pp, options, opt, engine_factory, workers, deadline, progress)
-        timings["settle"] = time.perf_counter() - t0
-    if opt.interrupted or opt.budget_limited:
-        warnings.append(opt.message)
-    if not opt.interrupted:
-        t0 = time.perf_counter()
-        opt = _within_speed_limits(pp, opt, limits, warnings)
-        timings["speed_projection"] = time.perf_counter() - t0
-    naive = opt.initial if naive is None else naive
+    return opt, pp
+
+
+def _variants(pp: PlanProblem, options: PlanOptions, opt: OptimizationResult, naive: Evaluation,
+              speed_limited: NDArray[np.float64] | None, limits: MotorLimits,
+              progress: Callable[[str, int, int], None] | None, deadline: float | None, timings: dict[str, float],
+              warnings: list[str]) -> dict[str, Variant]:
+    """The plan's variants: the naive playback, the ``speed_limited`` start (when the optimizer started from a
+    speed-feasible projection), the ZV/ZVD baselines (their wall time in ``timings``) and the optimized one."""
+    variants: dict[str, Variant] = {}
     variants["naive"] = evaluation_variant(pp, "naive", pp.input_fit.parameters, naive, pp.naive_problem)
-    if x_start is not None and x0 is None:
-        variants["speed_limited"] = evaluation_variant(pp, "speed_limited", x_start, opt.initial)
+    if speed_limited is not None:
+        variants["speed_limited"] = evaluation_variant(pp, "speed_limited", speed_limited, opt.initial)
     warnings.extend(f"input as authored (naive playback): {w}"
                     for w in torque_report(pp.targets.times, variants["naive"].torques, limits).warnings())
     t0 = time.perf_counter()
     if options.baselines:
         variants.update(shaped_baselines(pp, variants["naive"], progress, warnings, deadline))
     timings["baselines"] = time.perf_counter() - t0
-    profiles = pp.problem.profiles(opt.x)
     variants["optimized"] = evaluation_variant(pp, "optimized", opt.x, opt.best)
-    tau = variants["optimized"].torques
-    report = torque_report(pp.targets.times, tau, limits)
-    warnings.extend(report.warnings())
-    for v in check_profile_limits(profiles, limits):
-        warnings.append(f"optimized profile leaves a limit: {v}")
-    from retarget.sim.reduced.training import training_range_warning
+    return variants
 
-    beyond = training_range_warning(variants["optimized"].training_range)
-    if beyond:
-        warnings.append(f"optimized trajectory: {beyond}")
-    return PlanResult(pp, opt, profiles, variants, report, warnings, timings, naive.value, settle=settle,
-                      verify_naive=verify_naive, naive_evaluation=naive)
-
-
-def _within_speed_limits(pp: PlanProblem, opt: OptimizationResult, limits: Any,
+def _within_speed_limits(pp: PlanProblem, opt: OptimizationResult, limits: MotorLimits,
                          warnings: list[str]) -> OptimizationResult:
     """The optimum, with the motors it drives faster than their servos' speed limit projected onto their closest
     speed-feasible profiles (:func:`~retarget.optimize.limits.speed_feasible_parameters`) and re-simulated.
@@ -472,7 +589,7 @@ def _settles(pp: PlanProblem, options: PlanOptions, engine_factory: Callable[[fl
 
 def _settle(pp: PlanProblem, options: PlanOptions, opt: OptimizationResult,
             engine_factory: Callable[[float], Engine], workers: int, deadline: float | None,
-            progress: Callable[[str, int, int], None] | None) -> tuple[OptimizationResult, Any]:
+            progress: Callable[[str, int, int], None] | None) -> tuple[OptimizationResult, SettleReport]:
     """The settle refinement of ``opt.x`` (:mod:`retarget.optimize.settle`); the result carries the refined point,
     its objective (every model of the robust objective, forward only) and the refinement's report."""
     from retarget.optimize.problem import motion_stop_time
@@ -506,7 +623,9 @@ def _settle(pp: PlanProblem, options: PlanOptions, opt: OptimizationResult,
 
 
 def _optimize_within_torque(pp: PlanProblem, options: PlanOptions, minimize: Callable[..., OptimizationResult],
-                            x_start: Any, callback: Any, step_cb: Any, deadline: float | None, reserve: float,
+                            x_start: NDArray[np.float64] | None,
+                            callback: Callable[[dict[str, float]], None] | None,
+                            step_cb: Callable[[int, int], None] | None, deadline: float | None, reserve: float,
                             warnings: list[str], reserve_s: float = 0.0) -> tuple[OptimizationResult, PlanProblem]:
     """Optimize; while the optimum asks more than the stall torque, optimize again from it with the torque
     penalty's weight × 10 (at most ``options.torque_rounds`` times). Returns the result and the problem last used.

@@ -31,10 +31,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import NDArray
 
 from retarget.errors import InputError
 from retarget.motion.motion import Motion
@@ -54,6 +56,17 @@ from retarget.sim.reduced.store import (
     load_model,
     robot_yaml_path,
 )
+
+if TYPE_CHECKING:
+    from retarget.model.robot import RobotModel
+    from retarget.model.servo import ServoParams
+    from retarget.optimize.estimate import StageEstimate
+    from retarget.sim.reduced.basis import ReducedBasis
+    from retarget.sim.reduced.cubature import Cubature
+    from retarget.sim.reduced.system import ReducedSystem
+    from retarget.sim.reduced.training import ReplayCheck
+    from retarget.sim.simulate import SimulationResult
+    from retarget.sim.system import System
 
 __all__ = ["DEFAULT_PLAN_MODES", "MAX_PLAN_MODES", "PLAN_REPLAY_TOLERANCE", "REPLAY_WARN",
            "REUSE_TRAINING_RANGE", "TRAINING_METHOD", "PlanningModel", "artifact_candidates",
@@ -109,7 +122,7 @@ def _with_card(pm: PlanningModel) -> PlanningModel:
 REUSE_TRAINING_RANGE: float = 1.0
 
 
-def with_servo_override(pm: PlanningModel, servos: Sequence[Any]) -> PlanningModel:
+def with_servo_override(pm: PlanningModel, servos: Sequence[ServoParams]) -> PlanningModel:
     """``pm`` planning for ``servos`` (one per motor) instead of the robot's; ``info["servo_override"]`` records the
     servos the model was trained with and those planned for.
 
@@ -163,8 +176,8 @@ def motion_training_range(pm: PlanningModel, motion: Motion, dt: float = 5e-3) -
 def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = None, dt_train: float = 2e-3,
                    mesh_axial: int | None = None, mesh_around: int | None = None, reduced_file: str | Path | None = None,
                    use_cache: bool = True, progress: Callable[[int, int], None] | None = None,
-                   allow_training: bool = True, servos: Sequence[Any] | None = None,
-                   fallback: Sequence[str | Path] = (), announce: Callable[[Any], None] | None = None
+                   allow_training: bool = True, servos: Sequence[ServoParams] | None = None,
+                   fallback: Sequence[str | Path] = (), announce: Callable[[StageEstimate], None] | None = None
                    ) -> PlanningModel:
     """The reduced model for planning ``motion`` on ``robot``.
 
@@ -200,16 +213,6 @@ def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = N
         StaleReducedModelError: the given artifact does not match the robot (an InputError naming what changed).
         InputError: a file that is not a model artifact, or motors that differ from the robot's.
     """
-    import time
-
-    from retarget.sim.errors import SimulationError
-    from retarget.sim.motors import SplineMotors
-    from retarget.sim.reduced.artifact import save_reduced
-    from retarget.sim.reduced.errors import ReducedModelError
-    from retarget.sim.reduced.training import build_checked_by_replay
-    from retarget.sim.simulate import simulate
-    from retarget.sim.system import build_system
-
     if servos is not None:
         found = planning_model(robot, motion, n_modes=n_modes, dt_train=dt_train, mesh_axial=mesh_axial,
                                mesh_around=mesh_around, reduced_file=reduced_file, use_cache=use_cache,
@@ -222,12 +225,42 @@ def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = N
                              "reduce` or cached by `retarget plan`)")
         return _with_card(load_artifact(robot, reduced_file))
     model, cfg, fingerprint = load_model(robot, mesh_axial, mesh_around)
-    names = list(model.motors)
+    m0, cols = _motor_columns(motion, list(model.motors))
+    family, samples = _cache_names(model, fingerprint, n_modes, dt_train, m0, cols)
+    path = cache_dir() / f"{family}-{samples[:12]}.npz"
+    skipped: list[str] = []
+    if use_cache:
+        pm = _cached(robot, motion, model.name, path, family, skipped)
+        if pm is not None:
+            return pm
+    pm = _fallback(robot, fallback, skipped)
+    if pm is not None:
+        return pm
+    if not allow_training:
+        raise _no_model(model.name, skipped)
+    trained = _TrainingRun(robot=robot, model=model, config=cfg, motion=motion, m0=m0, cols=cols, path=path,
+                           samples=samples, n_modes=n_modes, dt_train=dt_train, mesh_axial=mesh_axial,
+                           mesh_around=mesh_around, use_cache=use_cache, skipped=skipped)
+    return _train(trained, progress, announce)
+
+
+def _motor_columns(motion: Motion, names: Sequence[str]) -> tuple[Motion, NDArray[np.float64]]:
+    """``motion`` shifted to start at 0 s and its motor columns ``(n_samples, len(names))`` [rad].
+
+    Raises:
+        InputError: the motion lacks a motor of ``names``.
+    """
     missing = [m for m in names if m not in motion.joint_names]
     if missing:
         raise InputError(f"the motion has no column for motors {missing} (it has {list(motion.joint_names)})")
     m0 = motion.shifted(-float(motion.time[0]))
     cols = np.stack([m0.positions[:, m0.joint_index(n)] for n in names], axis=1)
+    return m0, cols
+
+
+def _cache_names(model: RobotModel, fingerprint: str, n_modes: int | None, dt_train: float, m0: Motion,
+                 cols: NDArray[np.float64]) -> tuple[str, str]:
+    """The cache's family name ``<robot>-<settings hash>`` and the hex SHA-256 of the motion's samples."""
     settings = hashlib.sha256()
     settings.update(fingerprint.encode())
     settings.update(json.dumps([n_modes, dt_train, TRAINING_METHOD]).encode())  # the training method's version
@@ -237,40 +270,54 @@ def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = N
     # The servos in the training runs' loop: their parameters shape the trained modes.
     settings.update(json.dumps([s.to_config() for s in model.servo_list]).encode())
     samples = hashlib.sha256(np.ascontiguousarray(m0.time).tobytes() + np.ascontiguousarray(cols).tobytes())
-    family = f"{model.name}-{settings.hexdigest()[:16]}"
-    path = cache_dir() / f"{family}-{samples.hexdigest()[:12]}.npz"
-    skipped: list[str] = []
-    if use_cache:
-        if path.is_file():
-            try:
-                pm = load_artifact(robot, path)
-                return _with_card(PlanningModel(pm.model, pm.config, pm.reduced,
-                                                {**pm.info, "source": "cache", "cache_file": str(path)}))
-            except (ReducedModelError, InputError) as exc:
-                skipped.append(f"{path}: {exc}")
-        others = sorted((p for p in cache_dir().glob(f"{family}-*.npz") if p != path),
-                        key=lambda p: p.stat().st_mtime, reverse=True)
-        for other in others:
-            try:
-                pm = load_artifact(robot, other)
-                ranges = motion_training_range(pm, motion)
-            except (ReducedModelError, InputError, SimulationError) as exc:
-                skipped.append(f"{other}: {exc}")
-                continue
-            trained_on = pm.info.get("training", {}).get("train_motion", "another motion")
-            if ranges and max(ranges.values()) <= REUSE_TRAINING_RANGE:
-                info = {**pm.info, "source": "cache (trained on another motion)", "cache_file": str(other),
-                        "trained_on": trained_on, "motion_training_range": ranges, "skipped": skipped}
-                return _with_card(PlanningModel(pm.model, pm.config, pm.reduced, info))
-            worst = max(ranges, key=ranges.get) if ranges else "?"
-            skipped.append(f"{other} (trained on {trained_on}): this motion deforms {worst} "
-                           f"{ranges.get(worst, float('nan')):.2f} x as far as its training did (reused up to "
-                           f"{REUSE_TRAINING_RANGE:g} x)")
-        found, more = find_artifact(robot, model.name)
-        skipped += more
-        if found is not None:
-            info = {**found.info, "skipped": skipped}
-            return _with_card(PlanningModel(found.model, found.config, found.reduced, info))
+    return f"{model.name}-{settings.hexdigest()[:16]}", samples.hexdigest()
+
+
+def _cached(robot: str | Path, motion: Motion, name: str, path: Path, family: str,
+            skipped: list[str]) -> PlanningModel | None:
+    """The cached model trained on this motion (``path``), else one of the ``family`` trained on another motion
+    that covers this one, else the newest fresh artifact in the model folders; None if none. Files passed over
+    are added to ``skipped`` with the reason."""
+    from retarget.sim.errors import SimulationError
+    from retarget.sim.reduced.errors import ReducedModelError
+
+    if path.is_file():
+        try:
+            pm = load_artifact(robot, path)
+            return _with_card(PlanningModel(pm.model, pm.config, pm.reduced,
+                                            {**pm.info, "source": "cache", "cache_file": str(path)}))
+        except (ReducedModelError, InputError) as exc:
+            skipped.append(f"{path}: {exc}")
+    others = sorted((p for p in cache_dir().glob(f"{family}-*.npz") if p != path),
+                    key=lambda p: p.stat().st_mtime, reverse=True)
+    for other in others:
+        try:
+            pm = load_artifact(robot, other)
+            ranges = motion_training_range(pm, motion)
+        except (ReducedModelError, InputError, SimulationError) as exc:
+            skipped.append(f"{other}: {exc}")
+            continue
+        trained_on = pm.info.get("training", {}).get("train_motion", "another motion")
+        if ranges and max(ranges.values()) <= REUSE_TRAINING_RANGE:
+            info = {**pm.info, "source": "cache (trained on another motion)", "cache_file": str(other),
+                    "trained_on": trained_on, "motion_training_range": ranges, "skipped": skipped}
+            return _with_card(PlanningModel(pm.model, pm.config, pm.reduced, info))
+        worst = max(ranges, key=ranges.__getitem__) if ranges else "?"
+        skipped.append(f"{other} (trained on {trained_on}): this motion deforms {worst} "
+                       f"{ranges.get(worst, float('nan')):.2f} x as far as its training did (reused up to "
+                       f"{REUSE_TRAINING_RANGE:g} x)")
+    found, more = find_artifact(robot, name)
+    skipped += more
+    if found is not None:
+        info = {**found.info, "skipped": skipped}
+        return _with_card(PlanningModel(found.model, found.config, found.reduced, info))
+    return None
+
+
+def _fallback(robot: str | Path, fallback: Sequence[str | Path], skipped: list[str]) -> PlanningModel | None:
+    """The first fresh artifact of ``fallback``; None if none (the stale ones are added to ``skipped``)."""
+    from retarget.sim.reduced.errors import ReducedModelError
+
     for file in fallback:
         try:
             kept = load_artifact(robot, file)
@@ -279,15 +326,56 @@ def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = N
             continue
         return _with_card(PlanningModel(kept.model, kept.config, kept.reduced,
                                         {**kept.info, "source": "fallback", "skipped": skipped}))
-    if not allow_training:
-        folders = [str(d) for d in artifact_dirs()]
-        stale = ("; skipped: " + "; ".join(skipped)) if skipped else ""
-        raise NoPlanningModelError(
-            f"no reduced model of {model.name}: none cached for this motion in {cache_dir()} and no fresh "
-            f"artifact {model.name}[-*].npz in {', '.join(folders)}{stale}. Build one with `retarget reduce "
-            f"{model.name} --train-motion ... --out <folder>/{model.name}-<motion>.npz` or run `retarget plan "
-            f"{model.name} --motion ...` once (it trains and caches a model; minutes to hours)",
-            robot=model.name, searched=(str(cache_dir()), *folders), skipped=tuple(skipped))
+    return None
+
+
+def _no_model(name: str, skipped: list[str]) -> NoPlanningModelError:
+    """The error for no model of robot ``name`` anywhere, with the files ``skipped`` and how to build one."""
+    folders = [str(d) for d in artifact_dirs()]
+    stale = ("; skipped: " + "; ".join(skipped)) if skipped else ""
+    return NoPlanningModelError(
+        f"no reduced model of {name}: none cached for this motion in {cache_dir()} and no fresh "
+        f"artifact {name}[-*].npz in {', '.join(folders)}{stale}. Build one with `retarget reduce "
+        f"{name} --train-motion ... --out <folder>/{name}-<motion>.npz` or run `retarget plan "
+        f"{name} --motion ...` once (it trains and caches a model; minutes to hours)",
+        robot=name, searched=(str(cache_dir()), *folders), skipped=tuple(skipped))
+
+
+@dataclass(frozen=True, eq=False)
+class _TrainingRun:
+    """What the in-process training of :func:`planning_model` needs: the robot, the motion shifted to 0 s (``m0``)
+    and its motor columns ``cols`` [rad], the cache file to write (``path``, with the samples' hash ``samples``),
+    the training settings, and the files ``skipped`` on the way."""
+
+    robot: str | Path
+    model: RobotModel
+    config: dict[str, object]
+    motion: Motion
+    m0: Motion
+    cols: NDArray[np.float64]
+    path: Path
+    samples: str
+    n_modes: int | None
+    dt_train: float
+    mesh_axial: int | None
+    mesh_around: int | None
+    use_cache: bool
+    skipped: list[str]
+
+
+def _train(run: _TrainingRun, progress: Callable[[int, int], None] | None,
+           announce: Callable[[StageEstimate], None] | None) -> PlanningModel:
+    """Train a planning model on ``run.motion``: a full simulation on the training mesh, then the reduced model
+    with the mode cap doubled (up to :data:`MAX_PLAN_MODES`) until it replays the motion within
+    :data:`PLAN_REPLAY_TOLERANCE`; cached with ``run.use_cache``."""
+    import time
+
+    from retarget.sim.motors import SplineMotors
+    from retarget.sim.reduced.artifact import save_reduced
+    from retarget.sim.simulate import simulate
+    from retarget.sim.system import build_system
+
+    model, m0, cols, dt_train = run.model, run.m0, run.cols, run.dt_train
     system = build_system(model)
     if announce is not None:
         from retarget.optimize.estimate import training_estimate
@@ -297,13 +385,41 @@ def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = N
     full = simulate(system, SplineMotors(m0.time, cols), m0.duration, dt_train, progress=progress)
     wall_train = time.perf_counter() - started
     started = time.perf_counter()
-    tracked = [t.link for t in model.tracked_bodies]
-    caps = [n_modes]
+    (rs, bases, cubs, _), kept, n_modes_used = _replaying_build(system, full, run)
+    label = str(getattr(run.motion, "name", "") or "") or f"{m0.duration:.2f} s motion {run.samples[:12]}"
+    extra = {"mesh_axial": run.mesh_axial, "mesh_around": run.mesh_around, "modes": n_modes_used,
+             "dt_train": dt_train, "train_motion": label, "trained_by": "retarget plan",
+             "replay_error_rel": kept.error_rel, "replay_error_m": kept.error_m,
+             "cubature_tolerance": kept.cubature_tolerance}
+    info = {"source": "trained", "cache_file": str(run.path), "full_dofs": int(system.n_deformable_dofs),
+            "modes": [int(b.size - b.n_rigid) for b in bases],
+            "cubature_elements": [int(len(c.elements)) for c in cubs],
+            "wall_s_train_full": wall_train, "wall_s_build": time.perf_counter() - started, "dt_train": dt_train,
+            "training": extra, "skipped": run.skipped}
+    pm = _with_card(PlanningModel(model, run.config, rs, info))
+    if run.use_cache:
+        save_reduced(run.path, system, bases, cubs, robot_yaml_path(run.robot), model.name, extra,
+                     pm.info["model_card"])
+    return pm
+
+
+def _replaying_build(system: System, full: SimulationResult, run: _TrainingRun
+                     ) -> tuple[tuple[ReducedSystem, list[ReducedBasis], list[Cubature], list[ReplayCheck]],
+                                ReplayCheck, int | None]:
+    """The reduced model built from the full run ``full`` that replays it best: the mode cap ``run.n_modes``,
+    doubled up to :data:`MAX_PLAN_MODES` while the replay is off by more than :data:`PLAN_REPLAY_TOLERANCE` and
+    the snapshots support more modes. Returns the build, its kept replay check and the cap used."""
+    from retarget.sim.motors import SplineMotors
+    from retarget.sim.reduced.training import build_checked_by_replay
+
+    tracked = [t.link for t in run.model.tracked_bodies]
+    caps = [run.n_modes]
     while caps[-1] is not None and 2 * caps[-1] <= MAX_PLAN_MODES:
         caps.append(2 * caps[-1])
-    best: tuple | None = None
+    best: tuple[tuple[ReducedSystem, list[ReducedBasis], list[Cubature], list[ReplayCheck]], ReplayCheck,
+                int | None] | None = None
     for cap in caps:
-        built = build_checked_by_replay(system, full, SplineMotors(m0.time, cols), dt_train, tracked,
+        built = build_checked_by_replay(system, full, SplineMotors(run.m0.time, run.cols), run.dt_train, tracked,
                                         tolerance=PLAN_REPLAY_TOLERANCE, n_modes=cap)
         kept = next(t for t in built[3] if t.kept)
         if best is None or kept.error_rel < best[1].error_rel:
@@ -311,16 +427,4 @@ def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = N
         if kept.error_rel <= PLAN_REPLAY_TOLERANCE or (cap is not None and max(kept.modes, default=0) < cap):
             break  # within tolerance, or the snapshots support no more modes than this cap gave
     assert best is not None
-    (rs, bases, cubs, trials), kept, n_modes_used = best
-    label = str(getattr(motion, "name", "") or "") or f"{m0.duration:.2f} s motion {samples.hexdigest()[:12]}"
-    extra = {"mesh_axial": mesh_axial, "mesh_around": mesh_around, "modes": n_modes_used, "dt_train": dt_train,
-             "train_motion": label, "trained_by": "retarget plan", "replay_error_rel": kept.error_rel,
-             "replay_error_m": kept.error_m, "cubature_tolerance": kept.cubature_tolerance}
-    info = {"source": "trained", "cache_file": str(path), "full_dofs": int(system.n_deformable_dofs),
-            "modes": [int(b.size - b.n_rigid) for b in bases], "cubature_elements": [int(len(c.elements)) for c in cubs],
-            "wall_s_train_full": wall_train, "wall_s_build": time.perf_counter() - started, "dt_train": dt_train,
-            "training": extra, "skipped": skipped}
-    pm = _with_card(PlanningModel(model, cfg, rs, info))
-    if use_cache:
-        save_reduced(path, system, bases, cubs, robot_yaml_path(robot), model.name, extra, pm.info["model_card"])
-    return pm
+    return best

@@ -6,9 +6,9 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
@@ -34,9 +34,12 @@ from retarget.optimize.options import PlanOptions
 from retarget.optimize.robust import Ensemble, evaluate_ensemble
 from retarget.optimize.targets import Targets, quasi_static_targets
 from retarget.optimize.weights import TrackedBodyWeights, WeightSchedule
-from retarget.sim.engine import Engine
+from retarget.sim.engine import Engine, EngineState
 from retarget.sim.errors import SimulationError
 from retarget.sim.servo import holding_goals
+
+if TYPE_CHECKING:
+    from retarget.model.robot import RobotModel
 
 __all__ = ["PlanProblem", "build_plan_problem", "limits_for"]
 
@@ -69,7 +72,7 @@ class PlanProblem:
     limits: MotorLimits
     ensemble: Ensemble | None = None
     naive_fit: ProfileFit | None = None
-    naive_start: Any = None
+    naive_start: EngineState | None = None
 
     @property
     def input_fit(self) -> ProfileFit:
@@ -150,44 +153,14 @@ def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedB
     input_fit = fit_profiles(m0, options.knot_spacing, rest_from=rest_from)
     angles = m0.sample(times)
     poses = TrackedPoses.build(engine, [b.link for b in bodies])
-    started = time.perf_counter()
-
-    def cb(k: int, n: int) -> None:
-        if deadline is not None and time.perf_counter() > deadline:
-            raise TimeBudgetError(f"the time budget ran out while solving the quasi-static targets ({k} of {n} "
-                                  "solves)", stage="targets", elapsed_s=time.perf_counter() - started)
-        if progress is not None:
-            progress("targets", k, n)
-
     naive_start = engine.solve_static(input_fit.profiles.value(0.0))
-    warm_states = None
-    if follow_playback:
-        try:
-            warm_states = rollout(engine, naive_start, input_fit.profiles, options.dt, n_steps,
-                                  None if progress is None else
-                                  (lambda k, n: progress("input playback (target branches)", k, n))).states
-        except SimulationError as exc:
-            _LOG.warning("the input's playback could not be simulated (%s): the targets are continued from sample "
-                         "to sample", exc)
-    # The intent: the poses with every shaft at its input angle (a modelled servo's own sag is not intended).
-    targets = quasi_static_targets(engine.ideal_servos(), poses, times, angles, cb, options.target_stride,
-                                   warm_states)
+    targets = _targets(engine, poses, input_fit, naive_start, times, angles, options, progress, deadline,
+                       follow_playback)
     fit, start, reference, naive_fit = input_fit, naive_start, angles, None
     if not engine.servos.ideal:
         # The servos' goals that hold the target poses at rest (sag pre-compensated): the optimizer's start and
         # the regularizer's reference; the naive playback stays the input as authored.
-        assert targets.torques is not None
-        reference, beyond = holding_goals(engine.servos.per_motor, angles, -targets.torques)
-        if np.any(beyond):
-            names_beyond = sorted({names[m] for m in np.flatnonzero(np.any(beyond, axis=0))})
-            _LOG.warning("holding the input's poses at rest asks more than the stall torque of %s",
-                         ", ".join(names_beyond))
-        # The same samples (hence the same spline space) as the input's fit: the input plus the holding offset
-        # (held beyond the simulated grid).
-        offset = np.stack([np.interp(m0.time, times, reference[:, m] - angles[:, m]) for m in range(len(names))],
-                          axis=1)
-        fit = fit_profiles(Motion(m0.time, tuple(names), m0.positions + offset), options.knot_spacing,
-                           rest_from=rest_from)
+        fit, reference = _holding_fit(engine, m0, times, angles, targets, options.knot_spacing, rest_from)
         start = engine.solve_static(fit.profiles.value(0.0), naive_start)
         naive_fit = input_fit
     tracking = TrackingObjective.build(times, bodies, targets.positions, targets.orientations)
@@ -211,6 +184,58 @@ def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedB
                        naive_start if naive_fit is not None else None)
 
 
+def _targets(engine: Engine, poses: TrackedPoses, input_fit: ProfileFit, naive_start: EngineState,
+             times: NDArray[np.float64], angles: NDArray[np.float64], options: PlanOptions,
+             progress: Callable[[str, int, int], None] | None, deadline: float | None,
+             follow_playback: bool) -> Targets:
+    """The quasi-static targets at ``times`` [s]: the tracked poses with every shaft at its input angle
+    (``angles``: (n_t, n_motors) [rad]; a modelled servo's own sag is not intended), with ``follow_playback`` each
+    solved from the state the input's playback reaches there.
+
+    Raises:
+        TimeBudgetError: the targets were not solved by ``deadline``.
+    """
+    started = time.perf_counter()
+
+    def cb(k: int, n: int) -> None:
+        if deadline is not None and time.perf_counter() > deadline:
+            raise TimeBudgetError(f"the time budget ran out while solving the quasi-static targets ({k} of {n} "
+                                  "solves)", stage="targets", elapsed_s=time.perf_counter() - started)
+        if progress is not None:
+            progress("targets", k, n)
+
+    warm_states = None
+    if follow_playback:
+        try:
+            warm_states = rollout(engine, naive_start, input_fit.profiles, options.dt, len(times) - 1,
+                                  None if progress is None else
+                                  (lambda k, n: progress("input playback (target branches)", k, n))).states
+        except SimulationError as exc:
+            _LOG.warning("the input's playback could not be simulated (%s): the targets are continued from sample "
+                         "to sample", exc)
+    return quasi_static_targets(engine.ideal_servos(), poses, times, angles, cb, options.target_stride, warm_states)
+
+
+def _holding_fit(engine: Engine, m0: Motion, times: NDArray[np.float64], angles: NDArray[np.float64],
+                 targets: Targets, knot_spacing: float,
+                 rest_from: float | None) -> tuple[ProfileFit, NDArray[np.float64]]:
+    """Modelled servos: the fit of the goals that hold the target poses at rest (the input plus the holding
+    offset, on the input's samples: the same spline space as the input's fit) and those goals at ``times``
+    ((n_t, n_motors) [rad])."""
+    names = list(engine.motor_names)
+    assert targets.torques is not None
+    reference, beyond = holding_goals(engine.servos.per_motor, angles, -targets.torques)
+    if np.any(beyond):
+        names_beyond = sorted({names[m] for m in np.flatnonzero(np.any(beyond, axis=0))})
+        _LOG.warning("holding the input's poses at rest asks more than the stall torque of %s",
+                     ", ".join(names_beyond))
+    # Held beyond the simulated grid.
+    offset = np.stack([np.interp(m0.time, times, reference[:, m] - angles[:, m]) for m in range(len(names))],
+                      axis=1)
+    fit = fit_profiles(Motion(m0.time, tuple(names), m0.positions + offset), knot_spacing, rest_from=rest_from)
+    return fit, reference
+
+
 def motion_stop_time(motion: Motion, tolerance: float = 1e-6) -> float:
     """Last time the input moves [s] (start of the free ring-out)."""
     moving = np.flatnonzero(np.any(np.abs(np.diff(motion.positions, axis=0)) > tolerance, axis=1))
@@ -226,7 +251,7 @@ def settled(tracking: TrackingObjective, stop: float, factor: float) -> Tracking
                    orientation_weights=tracking.orientation_weights * scale)
 
 
-def limits_for(model: Any, config: dict[str, Any] | None = None) -> MotorLimits:
+def limits_for(model: RobotModel, config: Mapping[str, object] | None = None) -> MotorLimits:
     """Motor limits from the model's joints (URDF position limits) and its servos (stall torque, no-load speed:
     :attr:`retarget.model.RobotModel.servos`, from the YAML's ``servo:`` section)."""
     from retarget.optimize.limits import ServoSpec

@@ -62,7 +62,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from enum import Enum
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -99,6 +98,7 @@ from retarget.optimize.variants import (
 from retarget.optimize.verification import commanded_stop_time, gate_model
 from retarget.optimize.weights import merge_tracked_weights, parse_tracked_bodies
 from retarget.sim.errors import SimulationError
+from retarget.sim.engine import Engine
 from retarget.sim.reduced.system import with_stiffness_scale
 
 __all__ = [
@@ -172,7 +172,7 @@ class RefineRefused(OptimizeError, InputError):
         details: the offending values, by name.
     """
 
-    def __init__(self, reason: Refusal, message: str, **details: Any) -> None:
+    def __init__(self, reason: Refusal, message: str, **details: object) -> None:
         super().__init__(f"{reason.value}: {message}")
         self.reason = reason
         self.details = details
@@ -206,7 +206,7 @@ class PlanFile:
     comments: tuple[str, ...]
     sha256: str
 
-    def settings(self) -> dict[str, Any] | None:
+    def settings(self) -> dict[str, object] | None:
         """The plan settings it records (:data:`~retarget.optimize.variants.PLAN_SETTINGS_PREFIX`), or None."""
         return comment_json(self.comments, PLAN_SETTINGS_PREFIX)
 
@@ -396,7 +396,7 @@ class TakeAlignment:
         """``residual_rms_m / travel_rms_m``."""
         return self.residual_rms_m / max(self.travel_rms_m, 1e-12)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """Plain JSON values (SI)."""
         return {"offset_s": self.offset_s, "rotation": self.rotation.tolist(), "translation_m":
                 self.translation.tolist(), "residual_rms_m": self.residual_rms_m, "travel_rms_m": self.travel_rms_m,
@@ -677,13 +677,13 @@ class RefineContext:
         warnings: from loading the model.
     """
 
-    robot: Any
+    robot: str | Path
     motion: Motion
     pp: PlanProblem
     limits: MotorLimits
-    engine_factory: Callable[[float], Any]
+    engine_factory: Callable[[float], Engine]
     naive: Evaluation
-    model_info: dict[str, Any]
+    model_info: dict[str, object]
     torque_margin: float = 0.1
     warnings: tuple[str, ...] = ()
 
@@ -694,7 +694,7 @@ def plan_options_for(plan: PlanFile, options: PlanOptions, motion: Motion | None
     settings = plan.settings()
     if not settings:
         return options
-    changes: dict[str, Any] = {"knot_spacing": float(settings.get("knot_spacing_s", options.knot_spacing)),
+    changes: dict[str, float | None] = {"knot_spacing": float(settings.get("knot_spacing_s", options.knot_spacing)),
                                "dt": float(settings.get("dt_s", options.dt))}
     if settings.get("duration_s") is not None:
         changes["duration"] = float(settings["duration_s"])
@@ -705,7 +705,7 @@ def plan_options_for(plan: PlanFile, options: PlanOptions, motion: Motion | None
     return replace(options, **changes)
 
 
-def refine_context(robot: Any, motion: Motion, plan: PlanFile, options: PlanOptions | None = None,
+def refine_context(robot: str | Path, motion: Motion, plan: PlanFile, options: PlanOptions | None = None,
                    say: Callable[[str], None] | None = None,
                    progress: Callable[[str, int, int], None] | None = None) -> RefineContext:
     """Load the planning model of ``robot`` and ``motion`` as ``retarget plan`` does and build the problem with the
@@ -745,9 +745,9 @@ def refine_context(robot: Any, motion: Motion, plan: PlanFile, options: PlanOpti
                         progress=None if progress is None else (lambda k, n: progress("model training", k, n)))
     gate_warning = gate_model(pm, options.allow_unverified_model, say)
     engine = planner_engine(pm.reduced)
-    scaled: dict[float, Any] = {1.0: engine}
+    scaled: dict[float, Engine] = {1.0: engine}
 
-    def engine_factory(factor: float) -> Any:
+    def engine_factory(factor: float) -> Engine:
         if factor not in scaled:
             scaled[factor] = planner_engine(with_stiffness_scale(pm.reduced, factor))
         return scaled[factor]
@@ -1308,7 +1308,7 @@ class TrialRecord:
     time_utc: str = ""
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> TrialRecord:
+    def from_json(cls, data: Mapping[str, object]) -> TrialRecord:
         """A record from its JSON mapping (unknown keys ignored).
 
         Raises:
@@ -1343,7 +1343,7 @@ class History:
         except (ValueError, KeyError, TypeError) as exc:
             raise InputError(f"{p} is not a refine history ({exc})") from None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """``{"trials": [...]}``."""
         return {"trials": [asdict(t) for t in self.trials]}
 
@@ -1439,7 +1439,7 @@ class Refinement:
         """The trend says the loop stopped improving (or got worse)."""
         return self.decision in (Decision.STOPPED, Decision.ROSE)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The report (SI; ``retarget refine --json``'s last line): the measured and predicted peak deviation and
         NEXT's ``peak_torque_ratio`` at the top, then the details."""
         m, s = self.measurement, self.step
@@ -1470,7 +1470,7 @@ class Refinement:
 # -- the orchestration --------------------------------------------------------------------------------------------
 
 
-def refine(robot: Any, motion: Motion, plan: PlanFile, take: Take, options: RefineOptions | None = None,
+def refine(robot: str | Path, motion: Motion, plan: PlanFile, take: Take, options: RefineOptions | None = None,
            plan_options: PlanOptions | None = None, history: History | None = None,
            context: RefineContext | None = None, say: Callable[[str], None] | None = None,
            progress: Callable[[str, int, int], None] | None = None) -> Refinement:

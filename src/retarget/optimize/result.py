@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 from numpy.typing import NDArray
@@ -14,7 +14,28 @@ from retarget.optimize.adjoint import (
 )
 
 
-__all__ = ["OptimizationResult", "SearchState"]
+__all__ = ["OptimizationResult", "SearchState", "WindowSummary"]
+
+
+class WindowSummary(TypedDict, total=False):
+    """One window of :func:`~retarget.optimize.windows.optimize_windows` (:attr:`OptimizationResult.windows`):
+    its number, span [s] and free parameters always; the rest once it ran (or why it did not, ``stopped``)."""
+
+    window: int
+    start_s: float
+    end_s: float
+    parameters: int
+    stopped: str
+    share_s: float
+    iterations: int
+    evaluations: int
+    value_evaluations: int
+    objective_initial: float
+    objective_final: float
+    wall_s: float
+    first_step_rad: float
+    curvature_from: str
+    forward_ratio: float
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,7 +89,7 @@ class OptimizationResult:
     restarts: int = 0
     method: str = "lbfgs"
     first_step: float = 1.0
-    windows: list[dict[str, Any]] | None = None
+    windows: list[WindowSummary] | None = None
     curvature: float | None = None
     value_evaluations: int = 0
     tangent_s: float | None = None

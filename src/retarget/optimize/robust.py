@@ -24,12 +24,12 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from retarget.optimize.adjoint import AdjointProblem, Evaluation, evaluate
+from retarget.optimize.limits import TorquePenalty
 from retarget.optimize.parallel import fork_pool, run_shared
 
 __all__ = ["BRANCH_RATIO", "Ensemble", "evaluate_ensemble", "without_other_branches"]
@@ -119,13 +119,15 @@ class _Member:
 
 
 def _member_job(members: Sequence[AdjointProblem], index: int, x: NDArray[np.float64], gradient: bool,
-                torque_penalty: Any) -> tuple[float, float, dict[str, float], NDArray[np.float64] | None]:
+                torque_penalty: TorquePenalty | None
+                ) -> tuple[float, float, dict[str, float], NDArray[np.float64] | None]:
     """In a worker: member ``index``'s ``J`` (and gradient) at ``x``, with the parent's current torque penalty."""
     ev = evaluate(forked_member(members, index, torque_penalty), x, gradient=gradient)
     return ev.value, ev.tracking, dict(ev.parts), ev.gradient
 
 
-def forked_member(members: Sequence[AdjointProblem], index: int, torque_penalty: Any) -> AdjointProblem:
+def forked_member(members: Sequence[AdjointProblem], index: int,
+                  torque_penalty: TorquePenalty | None) -> AdjointProblem:
     """In a worker: member ``index`` as forked, with the parent's current torque penalty (the continuation raises
     its weight after the fork)."""
     return replace(members[index], torque_penalty=torque_penalty)

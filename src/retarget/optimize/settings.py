@@ -11,12 +11,15 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from retarget.optimize.options import METHODS, REST_AFTER_S, PlanOptions, options_from_parameters
 
 __all__ = ["CLI_PARAMETERS_IGNORED", "PLAN_SETTINGS", "PlanSetting", "add_setting_flags", "parameters_from_flags",
            "resolve_plan_options", "setting"]
+
+
+#: A setting's value as a node parameter holds it.
+ParamValue = bool | int | float | str
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,7 @@ class PlanSetting:
 
     name: str
     kind: type
-    default: Any
+    default: ParamValue
     help: str
     unit: str = ""
     low: float | None = None
@@ -146,7 +149,7 @@ def setting(name: str) -> PlanSetting:
     raise KeyError(name)
 
 
-def add_setting_flags(groups: Mapping[str, Any]) -> None:
+def add_setting_flags(groups: Mapping[str, argparse._ActionsContainer]) -> None:
     """Add a flag for every setting that has one to its ``groups[setting.group]`` (an argparse parser or group).
 
     Each flag's default is None (not given), so the params file's value, else the setting's default, applies; its
@@ -162,7 +165,7 @@ def add_setting_flags(groups: Mapping[str, Any]) -> None:
             target.add_argument(s.flag, action="store_true", default=None, help=f"{s.help} {fallback}")
             continue
         unit = f" [{s.unit}]" if s.unit else ""
-        kwargs: dict[str, Any] = {"default": None, "help": f"{s.help}{unit} {fallback}"}
+        kwargs: dict[str, object] = {"default": None, "help": f"{s.help}{unit} {fallback}"}
         if s.choices:
             kwargs["choices"] = s.choices
         else:
@@ -172,9 +175,9 @@ def add_setting_flags(groups: Mapping[str, Any]) -> None:
         target.add_argument(s.flag, **kwargs)
 
 
-def parameters_from_flags(args: argparse.Namespace) -> dict[str, Any]:
+def parameters_from_flags(args: argparse.Namespace) -> dict[str, object]:
     """The settings given as flags, as node parameter values (``--verify-dt 0``: ``verify`` false)."""
-    given: dict[str, Any] = {}
+    given: dict[str, object] = {}
     for s in PLAN_SETTINGS:
         if not s.flag:
             continue
@@ -188,7 +191,8 @@ def parameters_from_flags(args: argparse.Namespace) -> dict[str, Any]:
     return given
 
 
-def resolve_plan_options(params_file: Mapping[str, Any], flags: Mapping[str, Any], **others: Any) -> PlanOptions:
+def resolve_plan_options(params_file: Mapping[str, object], flags: Mapping[str, object],
+                         **others: object) -> PlanOptions:
     """:class:`PlanOptions` from a robot's params-file values (its planner settings; the others and
     :data:`CLI_PARAMETERS_IGNORED` are ignored), over them the settings given as flags (node parameter values,
     :func:`parameters_from_flags`), and ``others`` (options that are not params-file settings; None: not given).

@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from functools import partial
 
@@ -258,15 +259,7 @@ def settle_refinement(problems: Sequence[tuple[float, AdjointProblem]], x: NDArr
     ring = problems[0][1].tracking.times >= ring_from - 1e-12
     with fork_pool(tuple(p for _, p in problems[1:]), min(int(workers), len(problems) - 1)) as pool:
         def run(at: NDArray[np.float64], tangents: bool) -> list[BandLinearization]:
-            futures = [] if pool is None else [
-                pool[0].submit(run_shared, pool[1], partial(_band_job, index=i, x=at, tangents=tangents))
-                for i in range(len(problems) - 1)]
-            first = linearize(problems[0][1], at, tangents, keep_evaluation=True)
-            if pool is None:
-                rest = [linearize(p, at, tangents) for _, p in problems[1:]]
-            else:
-                rest = [BandLinearization(*f.result()) for f in futures]
-            return [first, *rest]
+            return _linearized_band(problems, pool, at, tangents)
 
         band = run(x, iterations > 0)
         # The nominal model's peak may not rise (beyond the allowance); a band model's may, up to the band's
@@ -305,13 +298,8 @@ def settle_refinement(problems: Sequence[tuple[float, AdjointProblem]], x: NDArr
                     continue
                 trial = run(x_trial, False)
                 ring_now = max(lin.peak(ring) for lin in trial)
-                peaks_ok = all(lin.peak() <= cap * (1.0 + TOLERANCE) for lin, cap in zip(trial, caps))
-                tau_ok = all(np.all(np.abs(t.torque).max(axis=0)
-                                    <= np.maximum(torque_caps, np.abs(b.torque).max(axis=0)) * (1.0 + TOLERANCE))
-                             for t, b in zip(trial, band))
-                _LOG.debug("settle step: ring-out %.3e -> %.3e m (predicted %.3e), radius %.2e, peaks %s, "
-                           "torques %s", current, ring_now, predicted, radius, peaks_ok, tau_ok)
-                if ring_now < current and peaks_ok and tau_ok:
+                within = _within_caps(trial, band, caps, torque_caps, current, ring_now, predicted, radius)
+                if ring_now < current and within:
                     x = x_trial
                     gain = (current - ring_now) / max(current - predicted, 1e-300)
                     radius = radius * 2.0 if gain > 0.5 and np.max(np.abs(step)) > 0.9 * radius else radius
@@ -330,3 +318,32 @@ def settle_refinement(problems: Sequence[tuple[float, AdjointProblem]], x: NDArr
                           tuple(lin.peak(ring) for lin in band), taken, rejected, time.perf_counter() - started,
                           message)
     return x, nominal, report
+
+
+def _linearized_band(problems: Sequence[tuple[float, AdjointProblem]], pool: tuple[Executor, int] | None,
+                     at: NDArray[np.float64], tangents: bool) -> list[BandLinearization]:
+    """Every model of the band linearized at ``at`` (:func:`linearize`; with ``tangents`` their tangent-linear
+    sensitivities too), the nominal one keeping its evaluation: the others in the ``pool``'s workers, if any."""
+    futures = [] if pool is None else [
+        pool[0].submit(run_shared, pool[1], partial(_band_job, index=i, x=at, tangents=tangents))
+        for i in range(len(problems) - 1)]
+    first = linearize(problems[0][1], at, tangents, keep_evaluation=True)
+    if pool is None:
+        rest = [linearize(p, at, tangents) for _, p in problems[1:]]
+    else:
+        rest = [BandLinearization(*f.result()) for f in futures]
+    return [first, *rest]
+
+
+def _within_caps(trial: Sequence[BandLinearization], band: Sequence[BandLinearization], caps: Sequence[float],
+                 torque_caps: NDArray[np.float64], current: float, ring_now: float, predicted: float,
+                 radius: float) -> bool:
+    """Whether a trial step keeps every model's peak deviation within its cap [m] and every motor's torque within
+    ``torque_caps`` (or the peak before the step, if higher) [N m]."""
+    peaks_ok = all(lin.peak() <= cap * (1.0 + TOLERANCE) for lin, cap in zip(trial, caps))
+    tau_ok = all(np.all(np.abs(t.torque).max(axis=0)
+                        <= np.maximum(torque_caps, np.abs(b.torque).max(axis=0)) * (1.0 + TOLERANCE))
+                 for t, b in zip(trial, band))
+    _LOG.debug("settle step: ring-out %.3e -> %.3e m (predicted %.3e), radius %.2e, peaks %s, "
+               "torques %s", current, ring_now, predicted, radius, peaks_ok, tau_ok)
+    return peaks_ok and tau_ok

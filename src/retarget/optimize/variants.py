@@ -4,15 +4,17 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, TypedDict, cast
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from retarget.motion.motion import Motion
 from retarget.optimize.adjoint import (
+    AdjointProblem,
     Evaluation,
     rollout,
 )
@@ -24,11 +26,14 @@ from retarget.optimize.limits import (
 from retarget.optimize.objective import deviation_metrics
 from retarget.optimize.problem import PlanProblem, motion_stop_time
 from retarget.optimize.result import OptimizationResult
+from retarget.sim.engine import Engine, EngineState
 
 if TYPE_CHECKING:  # pragma: no cover
     from retarget.optimize.bspline import MotorProfiles
     from retarget.optimize.checks import NaiveAtFinerStep, PlanChecks, Verdict
+    from retarget.model.servo import ServoParams
     from retarget.optimize.settle import SettleReport
+    from retarget.sim.motors import MotorTrajectory
 
 __all__ = ["MIN_RING_OUT", "PlanResult", "Variant", "evaluation_variant", "measured_variant", "motion_stop_time",
            "PLANNED_SERVOS_PREFIX", "PLAN_SETTINGS_PREFIX", "declared_servos", "motion_digest", "plan_comments",
@@ -69,7 +74,7 @@ class Variant:
         return self.angles if self.shafts is None else self.shafts
 
 
-def simulate_variant(pp: PlanProblem, name: str, motors: Any, extra: dict[str, float] | None = None,
+def simulate_variant(pp: PlanProblem, name: str, motors: MotorTrajectory, extra: dict[str, float] | None = None,
                      progress: Callable[[int, int], None] | None = None) -> Variant:
     """Simulate motor trajectory ``motors`` (``value``/``derivative``) on the problem's grid and measure it."""
     prob = pp.problem
@@ -78,7 +83,7 @@ def simulate_variant(pp: PlanProblem, name: str, motors: Any, extra: dict[str, f
     return measured_variant(pp, name, angles, prob.poses.positions(run.matrix), run.matrix, extra)
 
 
-def start_of(problem: Any, goal: Any) -> Any:
+def start_of(problem: AdjointProblem, goal: ArrayLike) -> EngineState:
     """The state a run of ``problem``'s engine commanded from ``goal`` (n_motors,) starts from: the problem's own
     start when it holds that goal, else the static equilibrium there (modelled servos: the naive playback starts
     from the input's first pose held as a goal, the plan from its sag-compensated one)."""
@@ -104,7 +109,7 @@ def measured_variant(pp: PlanProblem, name: str, angles: NDArray[np.float64], po
     return Variant(name, angles, positions, tau, metrics, training_range_of(pp.problem.engine, states), shafts)
 
 
-def servo_metrics(engine: Any, times: NDArray[np.float64], goals: NDArray[np.float64],
+def servo_metrics(engine: Engine, times: NDArray[np.float64], goals: NDArray[np.float64],
                   states: NDArray[np.float64]) -> dict[str, float]:
     """How a run's modelled servos followed their goals: ``peak_servo_error_deg`` (largest goal − shaft over the
     run and the motors) and ``peak_duty`` (largest PWM duty the loops commanded, as a fraction of full duty: at the
@@ -128,7 +133,7 @@ def servo_metrics(engine: Any, times: NDArray[np.float64], goals: NDArray[np.flo
     return {"peak_servo_error_deg": float(np.degrees(error.max())) if error.size else 0.0, "peak_duty": float(duty)}
 
 
-def training_range_of(engine: Any, states: Any) -> dict[str, float]:
+def training_range_of(engine: Engine, states: ArrayLike) -> dict[str, float]:
     """Per flexible part, the largest deformation in ``states`` over the reduced model's largest training one."""
     from retarget.sim.reduced.system import ReducedSystem
     from retarget.sim.reduced.training import training_range
@@ -172,7 +177,7 @@ class PlanResult:
     timings: dict[str, float] = field(default_factory=dict)
     objective_naive: float | None = None
     checks: PlanChecks | None = None
-    model_info: dict[str, Any] = field(default_factory=dict)
+    model_info: dict[str, object] = field(default_factory=dict)
     cancelled: bool = False
     wall_s: float | None = None
     settle: SettleReport | None = None
@@ -197,12 +202,12 @@ class PlanResult:
         """The checks' :class:`~retarget.optimize.checks.Verdict` (None: the plan was not checked)."""
         return None if self.checks is None else self.checks.verdict
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The JSON report (``retarget plan --json``, the planner node's ``metrics_json``, the benchmarks'):
         ``objective_initial`` is ``J`` of the naive playback, ``objective_start`` that of the optimizer's start (they
         differ with a speed-feasible start)."""
         opt = self.optimization
-        out: dict[str, Any] = {
+        out: dict[str, object] = {
             "objective_initial": opt.objective_initial if self.objective_naive is None else self.objective_naive,
             "objective_start": opt.objective_initial,
             "start": "speed-feasible" if "speed_limited" in self.variants else "input",
@@ -244,9 +249,10 @@ class PlanResult:
             out["model"] = dict(self.model_info)
         out["servos"] = servo_summary(self.pp.problem.engine)
         for name, v in self.variants.items():
-            out[name] = dict(v.metrics)
+            entry: dict[str, object] = dict(v.metrics)
             if v.training_range:
-                out[name]["training_range_ratio"] = dict(v.training_range)
+                entry["training_range_ratio"] = dict(v.training_range)
+            out[name] = entry
         # The Retarget action's result fields (docs/ros.md).
         for name in ("naive", "optimized"):
             if name in self.variants:
@@ -255,14 +261,23 @@ class PlanResult:
         return out
 
 
-def servo_summary(engine: Any) -> dict[str, Any]:
+class ServoSummary(TypedDict, total=False):
+    """The servos a plan was made for (:func:`servo_summary`): per motor its config keys and ``description``, the
+    modelled motors, and the ``assumption`` of a perfect position source where a motor is ideal."""
+
+    motors: dict[str, dict[str, object]]
+    modelled: list[str]
+    assumption: str
+
+
+def servo_summary(engine: Engine) -> ServoSummary:
     """The servo model a plan was made for: per motor its parameters (SI, the robot config's keys) and one line;
     ``assumption`` names the perfect position source where a motor is ideal (the report of every plan that rests on
     it says so)."""
     per_motor = engine.servos.per_motor
     names = list(engine.motor_names)
     ideal = [n for n, s in zip(names, per_motor) if s.ideal]
-    out: dict[str, Any] = {
+    out: ServoSummary = {
         "motors": {n: {**s.to_config(), "description": s.describe()} for n, s in zip(names, per_motor)},
         "modelled": [n for n, s in zip(names, per_motor) if not s.ideal],
     }
@@ -297,7 +312,7 @@ def plan_comments(result: PlanResult) -> list[str]:
     return lines
 
 
-def plan_settings(pp: PlanProblem) -> dict[str, Any]:
+def plan_settings(pp: PlanProblem) -> dict[str, object]:
     """The parametrization and input of a plan problem as its CSV records them (:data:`PLAN_SETTINGS_PREFIX`)."""
     profiles, par = pp.problem.template, pp.problem.parametrization
     rest = None if par.rest_control is None else profiles.t0 + int(par.rest_control) * profiles.knot_spacing
@@ -317,7 +332,7 @@ def motion_digest(motion: Motion) -> str:
     return digest.hexdigest()
 
 
-def comment_json(lines: Any, prefix: str) -> dict[str, Any] | None:
+def comment_json(lines: Iterable[str], prefix: str) -> dict[str, object] | None:
     """The JSON object on the first of ``lines`` that starts with ``prefix``, or None (none, or not a JSON object)."""
     import json
 
@@ -331,25 +346,23 @@ def comment_json(lines: Any, prefix: str) -> dict[str, Any] | None:
     return None
 
 
-def recorded_plan_settings(path: Any) -> dict[str, Any] | None:
+def recorded_plan_settings(path: str | Path) -> dict[str, object] | None:
     """The settings a plan CSV records (:data:`PLAN_SETTINGS_PREFIX`), or None when it does not say."""
     from retarget.motion.csv_format import read_comments
 
     return comment_json(read_comments(path), PLAN_SETTINGS_PREFIX)
 
 
-def planned_servos(path: Any) -> dict[str, dict[str, Any]] | None:
+def planned_servos(path: str | Path) -> dict[str, dict[str, object]] | None:
     """The servos a plan CSV says it was planned for (motor → servo keys), or None when it does not say."""
     from retarget.motion.csv_format import read_comments
 
-    return comment_json(read_comments(path), PLANNED_SERVOS_PREFIX)
+    return cast("dict[str, dict[str, object]] | None", comment_json(read_comments(path), PLANNED_SERVOS_PREFIX))
 
 
-def declared_servos(robot: Any) -> dict[str, Any]:
+def declared_servos(robot: str | Path) -> dict[str, ServoParams]:
     """Motor → :class:`~retarget.model.servo.ServoParams` the robot's config declares (its ``servo:`` section; read
     without loading meshes)."""
-    from pathlib import Path
-
     from retarget.model.library import resolve_robot
     from retarget.model.loader import read_robot_yaml
     from retarget.model.servo import servos_from_config
@@ -360,7 +373,7 @@ def declared_servos(robot: Any) -> dict[str, Any]:
     return dict(zip(motors, servos_from_config(cfg.get("servo"), motors)))
 
 
-def servo_refusal(metrics: dict[str, Any], robot: Any) -> str:
+def servo_refusal(metrics: Mapping[str, object], robot: str | Path) -> str:
     """Why a plan must not play on ``robot``: it was made for other servos than the robot's config declares
     (``metrics``: :meth:`PlanResult.to_json`); "" when it was made for them."""
     motors = (metrics.get("servos") or {}).get("motors")
@@ -374,7 +387,8 @@ def servo_refusal(metrics: dict[str, Any], robot: Any) -> str:
             + "): its goals pre-compensate those servos' sag and lag; not played")
 
 
-def servo_mismatches(planned: dict[str, dict[str, Any]], servos: dict[str, Any], rel: float = 0.02) -> list[str]:
+def servo_mismatches(planned: Mapping[str, Mapping[str, object]], servos: Mapping[str, ServoParams],
+                     rel: float = 0.02) -> list[str]:
     """Where the servos a plan was made for differ from ``servos`` (motor → :class:`ServoParams`): one line per
     motor and key (relative tolerance ``rel``; a model change or an ideal/modelled flip always counts)."""
     out = []
@@ -458,7 +472,7 @@ def shaped_baselines(pp: PlanProblem, naive: Variant, progress: Callable[[str, i
 
 
 def evaluation_variant(pp: PlanProblem, name: str, x: NDArray[np.float64], ev: Evaluation,
-                       problem: Any = None) -> Variant:
+                       problem: AdjointProblem | None = None) -> Variant:
     """The variant an evaluation of ``problem`` (default: the plan's) simulated (no new simulation)."""
     problem = pp.problem if problem is None else problem
     angles = np.asarray(problem.profiles(x).evaluate(pp.targets.times))

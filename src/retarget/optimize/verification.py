@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
@@ -65,9 +65,19 @@ if TYPE_CHECKING:  # pragma: no cover
     from retarget.optimize.planning_model import PlanningModel
     from retarget.optimize.problem import PlanProblem
     from retarget.optimize.variants import PlanResult
-    from retarget.sim.engine import Engine
+    from retarget.sim.engine import Engine, EngineState
     from retarget.sim.motors import SplineMotors
     from retarget.sim.reduced.store import ReducedRobotModel
+    from retarget.sim.system import System
+
+    #: What the full-FEM runs share with their workers (:func:`verify_full`): the system, the tracked links, the
+    #: motor rows of λ, per variant (motors, duration [s], dt [s], stop time [s]), the target times [s] and
+    #: positions [m], and the motor limits.
+    _FullShared = tuple[System, list[str], NDArray[np.int64], dict[str, tuple[SplineMotors, float, float, float]],
+                        NDArray[np.float64], NDArray[np.float64], MotorLimits]
+    #: What the band's runs share with their workers (:func:`stiffness_band`): the plan, the engine factory and the
+    #: variants.
+    _BandShared = tuple[PlanResult, Callable[[float], Engine], tuple[str, ...]]
 
 __all__ = [
     "MEANINGFUL_CUT",
@@ -212,7 +222,7 @@ def verify_full(result: PlanResult, model: RobotModel, dt: float, stiffness: flo
                         int(system.n_deformable_dofs), time.perf_counter() - started)
 
 
-def _full_run(shared: Any, name: str, progress: Callable[[int, int], None] | None = None) -> RunFigures:
+def _full_run(shared: _FullShared, name: str, progress: Callable[[int, int], None] | None = None) -> RunFigures:
     """One variant in the full FEM (in a worker or here): its :func:`trajectory_metrics`."""
     from retarget.sim.simulate import simulate
 
@@ -260,7 +270,7 @@ def verify_reduced(result: PlanResult, verification: ReducedRobotModel, dt: floa
 
 
 def load_verification_model(robot: str | Path, path: str | Path,
-                            planning_info: Mapping[str, Any]) -> ReducedRobotModel:
+                            planning_info: Mapping[str, object]) -> ReducedRobotModel:
     """The verification artifact at ``path`` for ``robot``, checked to be another model than the planning one.
 
     Raises:
@@ -298,7 +308,7 @@ def stiffness_band(result: PlanResult, factors: Sequence[float], engine_factory:
     return StiffnessBand(_band_entries((result, engine_factory, tuple(variants)), factors))
 
 
-def _band_entries(shared: tuple[Any, ...], factors: Sequence[float]) -> tuple[BandResult, ...]:
+def _band_entries(shared: _BandShared, factors: Sequence[float]) -> tuple[BandResult, ...]:
     """:func:`stiffness_band`'s runs of ``factors`` (in a worker or here; ``shared``: the plan, the engine factory
     and the variants)."""
     result, engine_factory, variants = shared
@@ -314,7 +324,7 @@ def _variant_runs(result: PlanResult, engine: Engine, poses: TrackedPoses, dt: f
     commanded pose, ``n_steps`` of ``dt`` [s]: :func:`trajectory_metrics` per variant (``poses``: the tracked bodies
     in that engine's state; ``progress(f"{stage}: {variant}", step, n_steps)``)."""
     pp = result.pp
-    starts: dict[bytes, Any] = {}
+    starts: dict[bytes, EngineState] = {}
     out: dict[str, RunFigures] = {}
     for name in (v for v in variants if v in result.variants):
         angles = result.variants[name].angles
@@ -449,7 +459,7 @@ def gate_model(pm: PlanningModel, allow: bool, say: Callable[[str], None]) -> st
 def check_plan(result: PlanResult, model: RobotModel, options: PlanOptions, engine_factory: Callable[[float], Engine],
                steps: Callable[[str, int, int], None] | None = None, say: Callable[[str], None] | None = None,
                deadline: float | None = None, robot: str | Path | None = None,
-               planning_info: Mapping[str, Any] | None = None) -> PlanChecks:
+               planning_info: Mapping[str, object] | None = None) -> PlanChecks:
     """The plan measured in models it was not optimized on, and its headline (:class:`PlanChecks`).
 
     ``verify`` (the planning model at the finer ``options.verify_dt``: a numerical check), ``band`` (the planning
@@ -471,19 +481,41 @@ def check_plan(result: PlanResult, model: RobotModel, options: PlanOptions, engi
 
     if "optimized" not in result.variants or "naive" not in result.variants:
         return PlanChecks(Verdict.no_result())
+    laps = _Laps()
+    check, band = _planning_model_checks(result, options, engine_factory, steps, tell, deadline, laps)
+    duration = float(result.pp.targets.times[-1])
+    estimate = full_verification_cost(model, duration, options.verify_full_dt)
+    robot = model.name if robot is None else robot
+    kind, vm = _verification_model(result, model, options, deadline, robot, planning_info or {}, estimate)
+    verified, verified_band = _verify_in(kind, vm, result, model, options, steps, tell, estimate)
+    if verified is not None:
+        laps.lap("verified")
+    verdict = plan_verdict(result, verified)
+    if not verdict.cut_reached:
+        result.warnings.append(f"no meaningful cut: {verdict.cut_text}")
+    return PlanChecks(verdict, check, band, verified, tuple(verified_band), laps.stages)
+
+
+class _Laps:
+    """The wall time of each check [s] (``stages``), each lap from the end of the one before."""
+
+    def __init__(self) -> None:
+        self.clock = time.perf_counter()
+        self.stages: dict[str, float] = {}
+
+    def lap(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.stages[stage] = now - self.clock
+        self.clock = now
+
+
+def _planning_model_checks(result: PlanResult, options: PlanOptions, engine_factory: Callable[[float], Engine],
+                           steps: Callable[[str, int, int], None] | None, tell: Callable[[str], None],
+                           deadline: float | None, laps: _Laps) -> tuple[FinerStepCheck | None, StiffnessBand | None]:
+    """The checks in the planning model: at the finer ``options.verify_dt`` and with the parts' stiffness × each
+    of ``options.band`` (part of the band in a forked worker while this process runs the rest)."""
     check: FinerStepCheck | None = None
     band: StiffnessBand | None = None
-    verified: Verification | None = None
-    verified_band: list[Verification] = []
-    clock = time.perf_counter()
-    stages: dict[str, float] = {}
-
-    def lap(stage: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        stages[stage] = now - clock
-        clock = now
-
     verify = options.verify_dt is not None and options.verify_dt > 0
     factors = tuple(float(f) for f in options.band or ())
     # Both cores busy: part of the band in a forked worker while this process verifies and runs the rest.
@@ -496,7 +528,7 @@ def check_plan(result: PlanResult, model: RobotModel, options: PlanOptions, engi
         if verify:
             tell(f"verifying the plan at dt {options.verify_dt:g} s (naive and optimized re-simulated)")
             check = verify_metrics(result, options.verify_dt, deadline, steps)
-            lap("verify")
+            laps.lap("verify")
         if factors:
             there = f"; x {', '.join(f'{f:g}' for f in factors[:offloaded])} in a worker process" if beside else ""
             tell(f"robustness band: stiffness x {', '.join(f'{f:g}' for f in factors)} (planning model{there})")
@@ -504,13 +536,16 @@ def check_plan(result: PlanResult, model: RobotModel, options: PlanOptions, engi
             if beside is not None:
                 entries += beside.result()
             band = band_from_entries(entries, factors)
-            lap("band")
-    duration = float(result.pp.targets.times[-1])
-    estimate = full_verification_cost(model, duration, options.verify_full_dt)
-    robot = model.name if robot is None else robot
-    planning_info = planning_info or {}
-    dofs = deformable_dofs(model)
-    # The model the plan is verified in (None: none).
+            laps.lap("band")
+    return check, band
+
+
+def _verification_model(result: PlanResult, model: RobotModel, options: PlanOptions, deadline: float | None,
+                        robot: str | Path, planning_info: Mapping[str, object], estimate: float
+                        ) -> tuple[ModelKind | None, ReducedRobotModel | None]:
+    """The kind of model the plan is verified in (None: none; with a warning why in ``result.warnings``) and, for
+    a reduced one, the model: ``options.verify_file``, else with ``verify_model`` auto the full FEM when its
+    ``estimate`` [s] fits, else a verification artifact of the robot."""
     kind: ModelKind | None = ModelKind.FULL_FEM if options.verify_model is VerifyModel.FULL else None
     vm: ReducedRobotModel | None = None
     if options.verify_file is not None:
@@ -537,6 +572,17 @@ def check_plan(result: PlanResult, model: RobotModel, options: PlanOptions, engi
                     + f"; build one with `retarget reduce {model.name} --train-motion {model.name}/MOTION "
                     f"--mesh-scale 0.5 --out .cache-models/{VERIFY_SUBDIR}/{model.name}-MOTION.npz`. The plan's "
                     "figures are the planning model's")
+    return kind, vm
+
+
+def _verify_in(kind: ModelKind | None, vm: ReducedRobotModel | None, result: PlanResult, model: RobotModel,
+               options: PlanOptions, steps: Callable[[str, int, int], None] | None, tell: Callable[[str], None],
+               estimate: float) -> tuple[Verification | None, list[Verification]]:
+    """The plan verified in the model of ``kind`` (the full FEM, or the reduced ``vm``), then again with the
+    parts' stiffness × each of ``options.verify_full_band``; None and [] without one."""
+    verified: Verification | None = None
+    verified_band: list[Verification] = []
+    dofs = deformable_dofs(model)
     if kind is ModelKind.FULL_FEM:
         tell(f"verifying in the full FEM ({dofs} deformable DOFs, dt {options.verify_full_dt:g} s, about "
              f"{estimate:.0f} s): naive, ZVD and optimized")
@@ -557,13 +603,7 @@ def check_plan(result: PlanResult, model: RobotModel, options: PlanOptions, engi
             tell(f"verifying in the verification model with the parts' stiffness x {factor:g}")
             verified_band.append(verify_reduced(result, vm, options.verify_full_dt, stiffness=float(factor),
                                                 progress=steps))
-    if verified is not None:
-        lap("verified")
-    verdict = plan_verdict(result, verified)
-    if not verdict.cut_reached:
-        result.warnings.append(f"no meaningful cut: {verdict.cut_text}")
-    return PlanChecks(verdict, check, band, verified, tuple(verified_band), stages)
-
+    return verified, verified_band
 
 def plan_verdict(result: PlanResult, verified: Verification | None) -> Verdict:
     """The :class:`Verdict` of a plan with both a naive and an optimized variant: its headline from ``verified``

@@ -28,7 +28,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -39,6 +38,7 @@ __all__ = [
     "SCHEDULE_KINDS",
     "TrackedBodyWeights",
     "WeightSchedule",
+    "WeightSpec",
     "merge_tracked_weights",
     "parse_tracked_bodies",
     "parse_weight_option",
@@ -133,7 +133,7 @@ class WeightSchedule:
         return f"{self.kind}(" + ", ".join(f"{a:g}:{b:g}" for a, b in zip(self.times, self.values)) + ")"
 
     @classmethod
-    def parse(cls, spec: Any) -> WeightSchedule:
+    def parse(cls, spec: object) -> WeightSchedule:
         """A schedule from YAML data or command-line text.
 
         Accepted forms::
@@ -190,7 +190,7 @@ class WeightSchedule:
         return cls(kind, *_split_points(pairs, text))
 
 
-def _number(value: Any, context: Any) -> float:
+def _number(value: object, context: object) -> float:
     if isinstance(value, bool):
         raise WeightSyntaxError("expected a number, got a boolean", context)
     try:
@@ -203,11 +203,15 @@ def _number(value: Any, context: Any) -> float:
 
 
 def _split_points(points: Sequence[tuple[float, float]],
-                  context: Any = None) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+                  context: object = None) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     arr = np.asarray(points, dtype=np.float64)
     if arr.ndim != 2 or arr.shape[1] != 2 or arr.shape[0] == 0:
         raise WeightSyntaxError("a schedule needs one or more (time, weight) points", context or points)
     return arr[:, 0].copy(), arr[:, 1].copy()
+
+
+#: What :meth:`WeightSchedule.parse` reads: a number, command-line text, a YAML schedule mapping or a schedule.
+WeightSpec = float | str | Mapping[str, object] | WeightSchedule
 
 
 @dataclass(frozen=True)
@@ -232,7 +236,7 @@ class TrackedBodyWeights:
 _KEYS = {"pos": "position", "position": "position", "ori": "orientation", "orientation": "orientation"}
 
 
-def parse_tracked_bodies(entries: Iterable[Mapping[str, Any]] | None) -> list[TrackedBodyWeights]:
+def parse_tracked_bodies(entries: Iterable[Mapping[str, object]] | None) -> list[TrackedBodyWeights]:
     """Tracked bodies from the robot YAML's ``retarget.tracked_bodies`` list.
 
     Args:
