@@ -130,8 +130,9 @@ def _font(size: int) -> FreeTypeFont | ImageFont:
         return ImageFont.load_default()
 
 
-def _draw_run(draw: ImageDraw, ghost_draw: ImageDraw, camera: _Camera, faces: list[_Faces], ghost_faces: list[_Faces],
-              animation: PlanAnimation, v: int, f: int, ghost_rot: NDArray, rot: NDArray) -> None:
+def _draw_run(draw: ImageDraw, ghost_draw: ImageDraw, camera: _Camera, faces: list[_Faces],
+              ghost_faces: list[_Faces], animation: PlanAnimation, v: int, f: int, ghost_rot: NDArray,
+              rot: NDArray) -> None:
     """One run at frame ``f`` onto ``draw`` (ghosts onto ``ghost_draw``)."""
     pos = animation.link_positions[v, f].astype(float)
     items: list[tuple[float, int, NDArray[np.float64], tuple[int, ...]]] = []

@@ -313,7 +313,8 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
     channel = None if reduced_twin is None else reduced_twin.channel
     if emulated:
         link, control = run_dir / "ttyDXL", run_dir / "ttyDXL.ctl"
-        processes.append(_emulator_process(config, link, control, () if reduced_twin is None else reduced_twin.args))
+        twin_args = () if reduced_twin is None else reduced_twin.args
+        processes.append(_emulator_process(config, link, control, twin_args))
         port = str(link)
     else:
         control, port = None, str(hardware)

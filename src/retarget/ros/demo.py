@@ -140,7 +140,8 @@ class _Client(RobotClient):
     def plan_trajectory(self, robot: str, animation: JointTrajectory, timeout: float,
                         feedback: Callable[[Retarget.Feedback], None] | None = None,
                         prepare_timeout: float = DEMO_PREPARE_TIMEOUT_S,
-                        max_iterations: int = DEMO_WINDOW_ITERATIONS) -> tuple[int | None, Retarget.Result | None, str]:
+                        max_iterations: int = DEMO_WINDOW_ITERATIONS
+                        ) -> tuple[int | None, Retarget.Result | None, str]:
         """Ask the planner for at most ``max_iterations`` optimizer iterations (per window when it plans in windows);
         returns (error_code or None on timeout, result or None, text). ``feedback`` gets each feedback message (on
         the executor's thread).

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from sensor_msgs.msg import JointState
     from trajectory_msgs.msg import JointTrajectory
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 __all__ = ["CANCEL_TIMEOUT_S", "LAG_GRID_S", "MOVE_TO_START_S", "START_LEAD_S", "JointStateRecorder",
            "JointTracking", "RobotClient", "TrackingFigures", "point_trajectory", "print_figures", "trajectory_arrays",
@@ -246,7 +246,7 @@ class RobotClient:
         return self.node.get_clock().now().nanoseconds * 1e-9
 
     @staticmethod
-    def _wait(future: Future[T], timeout: float, what: str, tick: Callable[[], None] | None = None) -> T:
+    def _wait(future: Future[_T], timeout: float, what: str, tick: Callable[[], None] | None = None) -> _T:
         """The future's result, polling ``tick()`` (which may raise) every 50 ms; TimeoutError after ``timeout``."""
         deadline = time.monotonic() + timeout
         while not future.done():

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     from retarget.motion.motion import Motion
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 __all__ = ["TrialLine", "register_tune"]
 
@@ -146,7 +146,7 @@ class _Client:
             raise
 
     @staticmethod
-    def _wait(future: Future[T], timeout: float, what: str) -> T:
+    def _wait(future: Future[_T], timeout: float, what: str) -> _T:
         deadline = time.monotonic() + timeout
         while not future.done():
             if time.monotonic() > deadline:
@@ -309,7 +309,8 @@ def _tune_command(args: argparse.Namespace) -> int:
         client.close()
 
 
-def _plan_on_node(client: _Client, robot: str, motion: Motion, out: Path, timeout: float, max_iterations: int) -> None:
+def _plan_on_node(client: _Client, robot: str, motion: Motion, out: Path, timeout: float,
+                  max_iterations: int) -> None:
     """Trial 1's plan from the planner node's ``~/retarget`` (not executed), written to ``out``."""
     from retarget_interfaces.action import Retarget
 
