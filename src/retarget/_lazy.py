@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from typing import Any
 
 
 def lazy_exports(
-    package: str, exports: Mapping[str, str], namespace: dict[str, Any]
-) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    package: str, exports: Mapping[str, str], namespace: dict[str, object]
+) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
     """The module-level ``__getattr__`` and ``__dir__`` of ``package`` (its ``globals()`` is ``namespace``).
 
     Example (in a package's ``__init__.py``)::
@@ -17,7 +16,7 @@ def lazy_exports(
         __getattr__, __dir__ = lazy_exports(__name__, {"load_robot": "loader"}, globals())
     """
 
-    def __getattr__(name: str) -> Any:
+    def __getattr__(name: str) -> object:
         module = exports.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")

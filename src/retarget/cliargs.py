@@ -10,7 +10,6 @@ import argparse
 import math
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 
 from retarget.errors import InputError
 
@@ -20,7 +19,7 @@ __all__ = ["add_motion", "add_robot", "parse_assignments", "resolve_legacy"]
 _LEGACY = "legacy_form"
 
 
-def add_robot(parser: Any, help: str, default: str | None = None, required: bool = True) -> None:
+def add_robot(parser: argparse.ArgumentParser, help: str, default: str | None = None, required: bool = True) -> None:
     """The robot as the first positional argument (``default`` when not given; else required unless ``required``
     is false), and the old ``--robot R``, hidden from ``--help``, accepted with a deprecation note."""
     more = f" (default {default})" if default else ""
@@ -50,7 +49,8 @@ def add_robot(parser: Any, help: str, default: str | None = None, required: bool
     _chain(parser, legacy)
 
 
-def add_motion(parser: Any, help: str, required: bool = True, positional: bool = True, **kwargs: Any) -> None:
+def add_motion(parser: argparse.ArgumentParser, help: str, required: bool = True, positional: bool = True,
+               **kwargs: object) -> None:
     """The motion as ``--motion M``; with ``positional`` the old spelling (the motion as a positional argument)
     is accepted with a deprecation note."""
     parser.add_argument("--motion", default=None, help=help, **kwargs)
@@ -77,7 +77,7 @@ def add_motion(parser: Any, help: str, required: bool = True, positional: bool =
     _chain(parser, legacy)
 
 
-def _chain(parser: Any, legacy: Callable[[argparse.Namespace], str]) -> None:
+def _chain(parser: argparse.ArgumentParser, legacy: Callable[[argparse.Namespace], str]) -> None:
     """Run ``legacy`` after the rewrites already set on ``parser``."""
     before = parser.get_default(_LEGACY)
 

@@ -3,12 +3,18 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import TypeAlias
 
-__all__ = ["dumps", "finite_or_none"]
+__all__ = ["JSONObject", "JSONValue", "dumps", "finite_or_none"]
+
+#: A JSON value as ``json.loads`` returns it.
+JSONValue: TypeAlias = "str | int | float | bool | None | list[JSONValue] | dict[str, JSONValue]"
+
+#: A JSON object as ``json.loads`` returns it (a report read back, a message's ``*_json`` field).
+JSONObject: TypeAlias = "dict[str, JSONValue]"
 
 
-def finite_or_none(value: Any) -> Any:
+def finite_or_none(value: object) -> JSONValue:
     """``value`` with every non-finite float (NaN, ±inf) replaced by None, through dicts, lists and tuples; numpy
     scalars and arrays become Python numbers and lists."""
     if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
@@ -19,9 +25,9 @@ def finite_or_none(value: Any) -> Any:
         return {k: finite_or_none(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [finite_or_none(v) for v in value]
-    return value
+    return value  # str, int, bool or None (anything else json.dumps refuses)
 
 
-def dumps(value: Any, **kwargs: Any) -> str:
+def dumps(value: object, **kwargs: object) -> str:
     """``json.dumps`` of :func:`finite_or_none` (``value``), refusing anything that would not be strict JSON."""
     return json.dumps(finite_or_none(value), allow_nan=False, **kwargs)

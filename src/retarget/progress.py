@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 __all__ = ["counting_bar", "progress_bar", "stage_bars"]
 
@@ -36,7 +39,7 @@ def progress_bar(desc: str, unit: str = "step") -> Callable[[int, int], None]:
     """
     from tqdm import tqdm
 
-    state: dict[str, Any] = {}
+    state: dict[str, tqdm] = {}
 
     def update(done: int, total: int) -> None:
         bar = state.get("bar")
@@ -71,7 +74,7 @@ def stage_bars(unit: str = "step") -> Callable[[str, int, int], None]:
     return update
 
 
-def counting_bar(desc: str, unit: str, total: int | None = None) -> Any:
+def counting_bar(desc: str, unit: str, total: int | None = None) -> tqdm:
     """A tqdm bar on stderr counting units of work one ``bar.update(1)`` at a time; close it with ``bar.close()``.
 
     Args:

@@ -30,7 +30,7 @@ import termios
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import serial
@@ -314,7 +314,7 @@ class DynamixelBus:
 
     # --- SDK call wrapper -------------------------------------------------------------------------------------
 
-    def _io(self, servo_id: int | None, fn: Callable[..., T], *args: Any) -> T:
+    def _io(self, servo_id: int | None, fn: Callable[..., T], *args: object) -> T:
         """Run one SDK call; turn OS/pyserial failures into PortGoneError and release the SDK's port lock."""
         if not self._port.is_open:
             raise PortGoneError(self.port_name, "port is not open", servo_id)
@@ -340,7 +340,7 @@ class DynamixelBus:
             raise CrcError(servo_id)
         raise CommunicationError(servo_id, result, self._packet.getTxRxResult(result))
 
-    def _send(self, servo_id: int, fn: Callable[..., int], *args: Any) -> None:
+    def _send(self, servo_id: int, fn: Callable[..., int], *args: object) -> None:
         """Send one instruction packet through the SDK (``fn`` returns its result code)."""
         result = self._io(servo_id, fn, *args)
         if result != COMM_SUCCESS:

@@ -24,8 +24,6 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
 import numpy as np
 
 from retarget.dynamixel.bus import DynamixelBus
@@ -58,7 +56,7 @@ class Calibration:
     how: str
     notes: tuple[str, ...] = ()
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {"joints": list(self.joints), "offsets": [round(o, 6) for o in self.offsets],
                 "directions": list(self.directions), "directions_from": self.how, "notes": list(self.notes)}
 

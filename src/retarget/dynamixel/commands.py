@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from collections.abc import Callable
 
 
 def _emulate_bus(args: argparse.Namespace) -> int:
@@ -27,7 +27,7 @@ def _rates(text: str | None) -> tuple[int, ...]:
         raise InputError(f"bad --baud {text!r}: comma-separated rates in bit/s, e.g. 57600,1000000") from None
 
 
-def _say(args: argparse.Namespace) -> Any:
+def _say(args: argparse.Namespace) -> Callable[[str], None]:
     """Progress lines: to stderr with --json (stdout carries the JSON line), else to stdout."""
     stream = sys.stderr if getattr(args, "json", False) else sys.stdout
     return lambda line: print(line, file=stream, flush=True)
@@ -77,7 +77,7 @@ def _setup(args: argparse.Namespace) -> int:
     plan = plan_setup(robot, scan, assign)
     for line in plan.lines():
         say(line)
-    report: dict[str, Any] = {"plan": plan.as_dict(), "applied": False}
+    report: dict[str, object] = {"plan": plan.as_dict(), "applied": False}
     code = 0
     if plan.changes or plan.torque_off:
         if args.dry_run or not _confirm(args, f"write these {len(plan.changes)} change(s)?"):

@@ -32,7 +32,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from retarget.dynamixel.bus import DynamixelBus, servo_gain_values
 from retarget.dynamixel.control_table import (
@@ -48,6 +48,9 @@ from retarget.dynamixel.errors import CrcError, DynamixelError, NoReplyError
 from retarget.dynamixel.scan import FoundServo, ScanResult
 from retarget.errors import InputError, RetargetError
 from retarget.model.servo import ServoParams
+
+if TYPE_CHECKING:
+    from dynamixel_sdk import PortHandler
 
 __all__ = [
     "LIMIT_MARGIN_RAD",
@@ -231,7 +234,7 @@ class Change:
             old, new = f"{2 * old} us", f"{2 * new} us"
         return f"servo {self.servo_id} at {self.baudrate} bit/s ({self.joint}): {self.item} {old} -> {new}"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {"joint": self.joint, "id": self.servo_id, "baud_rate": self.baudrate, "item": self.item,
                 "old": self.old, "new": self.new}
 
@@ -272,7 +275,7 @@ class SetupPlan:
             lines += [f"  {c.describe()}" for c in self.changes]
         return lines
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {"robot": self.robot.robot, "params_file": str(self.robot.params_file),
                 "assignment": {j: {"id": s.servo_id, "baud_rate": s.baudrate} for j, s in self.assignment.items()},
                 "changes": [c.as_dict() for c in self.changes],
@@ -458,7 +461,7 @@ class SetupReport:
     where: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
 
-def apply_setup(plan: SetupPlan, port: str | Any, *, latency_timer_ms: float = 16.0,
+def apply_setup(plan: SetupPlan, port: str | PortHandler, *, latency_timer_ms: float = 16.0,
                 progress: Callable[[str], None] | None = None) -> SetupReport:
     """Make the changes of ``plan`` on ``port``, each read back (module docstring for the order).
 

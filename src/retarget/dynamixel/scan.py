@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from retarget.dynamixel.bus import DynamixelBus
 from retarget.dynamixel.control_table import (
@@ -26,6 +26,9 @@ from retarget.dynamixel.control_table import (
 )
 from retarget.dynamixel.errors import DynamixelError, PortGoneError
 from retarget.errors import InputError
+
+if TYPE_CHECKING:
+    from dynamixel_sdk import PortHandler
 
 __all__ = ["SCAN_BAUD_RATES", "SCAN_ITEMS", "FoundServo", "ScanResult", "scan_bus"]
 
@@ -68,10 +71,10 @@ class FoundServo:
         """``(ID, baud rate)``: what tells two servos apart on one bus."""
         return self.servo_id, self.baudrate
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         """JSON-ready: ``id``, ``model``, ``model_number``, ``baud_rate``, ``firmware``, ``gains`` (table units) and
         the other items (SI where it helps: the present position in rad, the return delay in µs)."""
-        out: dict[str, Any] = {"id": self.servo_id, "model": self.model, "model_number": self.model_number,
+        out: dict[str, object] = {"id": self.servo_id, "model": self.model, "model_number": self.model_number,
                                "baud_rate": self.baudrate, "firmware": self.firmware}
         items = self.items
         if items:
@@ -120,7 +123,7 @@ class ScanResult:
                              + (": give the rate as ID@BAUD" if len(matches) > 1 else ""))
         return matches[0]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         """JSON-ready (``retarget servos scan --json``)."""
         return {"port": self.port, "baud_rates": list(self.baud_rates),
                 "servos": [s.as_dict() for s in self.servos],
@@ -157,7 +160,7 @@ def _mode_name(value: int) -> str:
         return str(value)
 
 
-def scan_bus(port: str | Any, baud_rates: Sequence[int] = SCAN_BAUD_RATES, *, latency_timer_ms: float = 16.0,
+def scan_bus(port: str | PortHandler, baud_rates: Sequence[int] = SCAN_BAUD_RATES, *, latency_timer_ms: float = 16.0,
              wait_s: float | None = None, progress: Callable[[str], None] | None = None) -> ScanResult:
     """Find every servo on ``port`` at each of ``baud_rates``.
 

@@ -13,12 +13,17 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Self, TypedDict
 
 import numpy as np
 from numpy.typing import NDArray
 
 from retarget.mocap.errors import BagError
+
+if TYPE_CHECKING:
+    from rosbags.interfaces import Connection
+    from rosbags.rosbag2 import Reader
+    from rosbags.typesys.store import Typestore
 
 __all__ = [
     "POSE_STAMPED",
@@ -26,6 +31,8 @@ __all__ = [
     "PoseSeries",
     "TopicInfo",
     "BagInfo",
+    "BagSummary",
+    "TopicSummary",
     "PoseBagWriter",
     "RawBagWriter",
     "typestore",
@@ -41,7 +48,7 @@ STORAGES = ("mcap", "sqlite3")
 _BAG_VERSION = 9
 
 
-def typestore() -> Any:
+def typestore() -> Typestore:
     """The rosbags typestore used for every bag: ROS 2 Kilted (Jazzy if this rosbags has no Kilted)."""
     from rosbags.typesys import Stores, get_typestore
 
@@ -92,6 +99,27 @@ class TopicInfo:
     count: int
 
 
+class TopicSummary(TypedDict):
+    """A topic of a bag as :meth:`BagInfo.to_dict` gives it."""
+
+    name: str
+    type: str
+    count: int
+
+
+class BagSummary(TypedDict):
+    """:meth:`BagInfo.to_dict`: a bag's summary (``retarget mocap ... --json``); times in [ns] and [s]."""
+
+    path: str
+    storage: str
+    version: int
+    start_ns: int
+    end_ns: int
+    duration_s: float
+    message_count: int
+    topics: list[TopicSummary]
+
+
 @dataclass(frozen=True)
 class BagInfo:
     """Summary of a bag.
@@ -118,7 +146,7 @@ class BagInfo:
         """``end - start`` [s]."""
         return (self.end_ns - self.start_ns) * 1e-9
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> BagSummary:
         """JSON-ready summary."""
         return {
             "path": str(self.path),
@@ -157,7 +185,7 @@ class RawBagWriter:
         self,
         path: Path | str,
         storage: str = "mcap",
-        resolve_type: Callable[[Any, str], None] | None = None,
+        resolve_type: Callable[[Typestore, str], None] | None = None,
     ) -> None:
         from rosbags.rosbag2 import StoragePlugin, Writer
 
@@ -175,7 +203,7 @@ class RawBagWriter:
         plugin = StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3
         self._writer = Writer(self._tmp, version=_BAG_VERSION, storage_plugin=plugin)
         self._writer.open()
-        self._connections: dict[str, Any] = {}
+        self._connections: dict[str, Connection] = {}
         self.types: dict[str, str] = {}
         self.counts: dict[str, int] = {}
         self.first_ns: int | None = None
@@ -317,7 +345,7 @@ def write_pose_bag(path: Path | str, streams: Mapping[str, PoseSeries], storage:
     return bag_info(path)
 
 
-def _reader(path: Path) -> Any:
+def _reader(path: Path) -> Reader:
     from rosbags.rosbag2 import Reader
 
     if not Path(path).exists():
@@ -330,7 +358,7 @@ def _reader(path: Path) -> Any:
     return reader
 
 
-def _metadata(path: Path) -> dict[str, Any]:
+def _metadata(path: Path) -> dict[str, object]:
     import yaml
 
     try:
@@ -357,7 +385,7 @@ def bag_info(path: Path | str) -> BagInfo:
     return BagInfo(path, storage, version, start, end, count, topics)
 
 
-def iter_messages(path: Path | str, topics: Iterable[str] | None = None) -> Iterator[tuple[str, str, int, Any]]:
+def iter_messages(path: Path | str, topics: Iterable[str] | None = None) -> Iterator[tuple[str, str, int, object]]:
     """Deserialized messages of a bag in time order: ``(topic, msgtype, bag time [ns], message)``.
 
     Message types not in the typestore are registered from the definitions stored in the bag.
@@ -382,7 +410,7 @@ def iter_messages(path: Path | str, topics: Iterable[str] | None = None) -> Iter
         reader.close()
 
 
-def _storage_connections(reader: Any) -> list[Any]:
+def _storage_connections(reader: Reader) -> list[Connection]:
     """Connections as the storage files declare them.
 
     rosbags matches the metadata.yaml connections to the storage's by topic, type *and* QoS; real bags (e.g.
@@ -395,7 +423,7 @@ def _storage_connections(reader: Any) -> list[Any]:
     return [c for storage in storages for c in storage.connections]
 
 
-def _register_missing_types(store: Any, connections: list[Any]) -> None:
+def _register_missing_types(store: Typestore, connections: list[Connection]) -> None:
     from rosbags.typesys import get_types_from_msg
 
     missing = {}

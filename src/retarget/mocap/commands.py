@@ -4,7 +4,10 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from retarget.mocap.bags import BagSummary
 
 __all__ = ["register"]
 
@@ -83,14 +86,15 @@ def _mocap_import(args: argparse.Namespace) -> int:
     skipped = {
         pose_topic(n, args.prefix): int(np.count_nonzero(~take.rigid_bodies[n].tracked)) for n in names
     }
-    summary: dict[str, Any] = info.to_dict() | {"source": str(args.csv), "untracked_frames_skipped": skipped}
-    _print_info(summary)
+    bag = info.to_dict()
+    summary: dict[str, object] = {**bag, "source": str(args.csv), "untracked_frames_skipped": skipped}
+    _print_info(bag)
     if args.json:
         print(json.dumps(summary))
     return 0
 
 
-def _print_info(summary: dict[str, Any]) -> None:
+def _print_info(summary: BagSummary) -> None:
     print(f"bag:      {summary['path']}")
     print(f"storage:  {summary['storage']} (rosbag2 v{summary['version']})")
     print(f"duration: {summary['duration_s']:.3f} s, {summary['message_count']} messages")

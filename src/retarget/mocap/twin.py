@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
@@ -25,6 +25,9 @@ from numpy.typing import NDArray
 from retarget.errors import InputError
 from retarget.mocap.source import BodyPose, MocapFrame
 from retarget.sim.rotation import quat_multiply
+
+if TYPE_CHECKING:
+    from retarget.twin.channel import PoseSample
 
 __all__ = ["LiveTwinSource", "TwinNoise", "TwinSource", "PoseFunction", "interpolated_poses"]
 
@@ -284,7 +287,7 @@ class LiveTwinSource:
             self.state = state
         self._pending.extend(samples)
 
-    def _frame_from(self, sample: Any) -> MocapFrame:
+    def _frame_from(self, sample: PoseSample) -> MocapFrame:
         poses = {name: (sample.poses[i, :3], sample.poses[i, 3:]) for i, name in enumerate(self._reader.bodies)}
         bodies = self._measurement.bodies(poses)
         receive = max(time.time(), sample.stamp_s + self.noise.latency_s)

@@ -28,12 +28,18 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
 
 from retarget.errors import InputError, NotAvailableError, RetargetError
+
+if TYPE_CHECKING:
+    from yourdfpy import URDF
+
+    from retarget.optimize.variants import PlanResult
+    from retarget.sim.reduced.system import ReducedSystem
 
 __all__ = ["ANIMATION_FILE", "CENTRE_LINE_POINTS", "DEFAULT_VARIANTS", "LinkVisuals", "PlanAnimation", "UrdfLinks",
            "build_plan_animation", "link_visuals", "load_animation", "rotation_to_quaternion"]
@@ -249,7 +255,7 @@ class UrdfLinks:
     visuals: LinkVisuals
 
 
-def _load_urdf(robot: str | Path) -> Any:
+def _load_urdf(robot: str | Path) -> URDF:
     """The robot's URDF by yourdfpy, found as the simulator finds it (beside the params YAML, in ``../urdf``, in the
     package's ``urdf/``; xacro expanded with the YAML's ``xacro_args``)."""
     import yourdfpy
@@ -383,7 +389,8 @@ def _centre_line_operator(rest: NDArray[np.float64], points: int = CENTRE_LINE_P
 
 # --- states of the plan's runs ----------------------------------------------------------------------------------
 
-def _variant_states(result: Any, name: str, progress: Callable[[int, int], None] | None) -> tuple[NDArray, str]:
+def _variant_states(result: PlanResult, name: str, progress: Callable[[int, int], None] | None
+                    ) -> tuple[NDArray[np.float64], str]:
     """The simulated states (n_t, n_S) of variant ``name``, and where they came from."""
     from retarget.optimize.adjoint import rollout
     from retarget.optimize.variants import start_of
@@ -406,10 +413,10 @@ def _variant_states(result: Any, name: str, progress: Callable[[int, int], None]
     return np.asarray(run.matrix), f"simulated again from its motor angles (tracked bodies within {gap:.1e} m)"
 
 
-def build_plan_animation(result: Any, robot: str | Path, variants: Sequence[str] = DEFAULT_VARIANTS,
+def build_plan_animation(result: PlanResult, robot: str | Path, variants: Sequence[str] = DEFAULT_VARIANTS,
                          fps: float = 50.0, progress: Callable[[str, int, int], None] | None = None
                          ) -> PlanAnimation:
-    """The animation of a :class:`retarget.optimize.planner.PlanResult` (module docstring).
+    """The animation of a :class:`retarget.optimize.variants.PlanResult` (module docstring).
 
     Args:
         result: the plan.
@@ -479,28 +486,14 @@ def build_plan_animation(result: Any, robot: str | Path, variants: Sequence[str]
         centres, rotations = _rigid_poses(s, len(rigid_names), rotation_matrix)
         pos, rot = _link_poses(urdf, body_index, com0, centres, rotations)
         link_pos[v], link_quat[v] = pos, rotation_to_quaternion(rot)
-        for d, body in enumerate(system.bodies):
-            operator, _ = operators[d]
-            z = s[:, system.z_slice_u(d)]
-            local = operator @ np.asarray(body.rest_local)  # (n_c, 3)
-            modes = np.einsum("pn,ndr->pdr", operator, np.asarray(body.basis.modes).reshape(-1, 3, body.size))
-            deformed = local[None] + np.einsum("pdr,fr->fpd", modes, z)
-            lines[v, :, d] = centres[:, body.reference, None, :] + np.einsum(
-                "fij,fpj->fpi", rotations[:, body.reference], deformed)
+        lines[v] = _part_lines(system, [operator for operator, _ in operators], s, centres, rotations)
         positions = np.asarray(result.variants[name].positions)
         tracked_pos[v] = positions[frames]
         deviations[v] = np.linalg.norm(positions - pp.targets.positions, axis=-1)
         metrics[name] = {k: float(result.variants[name].metrics[k]) for k in ("peak_deviation_m", "rms_deviation_m")}
 
     ghost = np.array([i for i, b in enumerate(urdf.body) if b in tracked], dtype=np.int64)
-    target_rot = np.asarray(pp.targets.orientations)[frames]  # link frames (n_f, k, 3, 3)
-    body_rot = np.einsum("fkij,klj->fkil", target_rot,
-                         np.array([system.rigid[b].frame_rotation for b in tracked_body]).reshape(-1, 3, 3))
-    centres = np.zeros((n_f, len(rigid_names), 3))
-    rotations = np.tile(np.eye(3), (n_f, len(rigid_names), 1, 1))
-    centres[:, tracked_body] = np.asarray(pp.targets.positions)[frames]
-    rotations[:, tracked_body] = body_rot
-    g_pos, g_rot = _link_poses(urdf, body_index, com0, centres, rotations)
+    g_pos, g_rot = _target_link_poses(result, system, urdf, body_index, com0, tracked_body, frames)
     return PlanAnimation(
         robot=str(robot), times=times[frames], variants=tuple(names), links=urdf.names,
         link_positions=link_pos, link_quaternions=link_quat, visuals=urdf.visuals,
@@ -509,6 +502,40 @@ def build_plan_animation(result: Any, robot: str | Path, variants: Sequence[str]
         tracked_positions=tracked_pos, ghost_links=ghost, ghost_positions=g_pos[:, ghost].astype(np.float32),
         ghost_quaternions=rotation_to_quaternion(g_rot[:, ghost]).astype(np.float32), deviation_times=times,
         deviations=deviations, metrics=metrics, sources=sources)
+
+
+def _part_lines(system: ReducedSystem, operators: Sequence[NDArray[np.float64]], states: NDArray[np.float64],
+                centres: NDArray[np.float64], rotations: NDArray[np.float64]) -> NDArray[np.float64]:
+    """The flexible parts' deformed centre lines (n_f, n_parts, :data:`CENTRE_LINE_POINTS`, 3) [m] in ``states``
+    (n_f, n_S), from their centre-line ``operators`` (:func:`_centre_line_operator`) and the rigid bodies' centres
+    (n_f, n_b, 3) [m] and rotations (n_f, n_b, 3, 3)."""
+    lines = np.zeros((len(states), len(system.bodies), CENTRE_LINE_POINTS, 3))
+    for d, body in enumerate(system.bodies):
+        operator = operators[d]
+        z = states[:, system.z_slice_u(d)]
+        local = operator @ np.asarray(body.rest_local)  # (n_c, 3)
+        modes = np.einsum("pn,ndr->pdr", operator, np.asarray(body.basis.modes).reshape(-1, 3, body.size))
+        deformed = local[None] + np.einsum("pdr,fr->fpd", modes, z)
+        lines[:, d] = centres[:, body.reference, None, :] + np.einsum(
+            "fij,fpj->fpi", rotations[:, body.reference], deformed)
+    return lines
+
+
+def _target_link_poses(result: PlanResult, system: ReducedSystem, urdf: UrdfLinks, body_index: NDArray[np.int64],
+                       com0: NDArray[np.float64], tracked_body: Sequence[int], frames: NDArray[np.int64]
+                       ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Every link's position (n_f, n_l, 3) [m] and rotation (n_f, n_l, 3, 3) with the tracked bodies at their
+    targets (the others at the origin, unrotated) on ``frames``: the ghosts' poses."""
+    pp = result.pp
+    n_f, n_rigid = len(frames), len(system.rigid)
+    target_rot = np.asarray(pp.targets.orientations)[frames]  # link frames (n_f, k, 3, 3)
+    body_rot = np.einsum("fkij,klj->fkil", target_rot,
+                         np.array([system.rigid[b].frame_rotation for b in tracked_body]).reshape(-1, 3, 3))
+    centres = np.zeros((n_f, n_rigid, 3))
+    rotations = np.tile(np.eye(3), (n_f, n_rigid, 1, 1))
+    centres[:, tracked_body] = np.asarray(pp.targets.positions)[frames]
+    rotations[:, tracked_body] = body_rot
+    return _link_poses(urdf, body_index, com0, centres, rotations)
 
 
 def _rigid_poses(states: NDArray[np.float64], n_rigid: int, rotation_matrix: Callable[[NDArray], NDArray]

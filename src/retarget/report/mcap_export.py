@@ -26,14 +26,25 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from retarget.errors import RetargetError
 from retarget.report.animation import PlanAnimation, rotation_to_quaternion
+
+if TYPE_CHECKING:
+    from rosbags.typesys.stores.ros2_kilted import builtin_interfaces__msg__Time as Time
+    from rosbags.typesys.stores.ros2_kilted import geometry_msgs__msg__Point as Point
+    from rosbags.typesys.stores.ros2_kilted import geometry_msgs__msg__TransformStamped as TransformStamped
+    from rosbags.typesys.stores.ros2_kilted import std_msgs__msg__Float64 as Float64
+    from rosbags.typesys.stores.ros2_kilted import std_msgs__msg__Header as Header
+    from rosbags.typesys.stores.ros2_kilted import tf2_msgs__msg__TFMessage as TFMessage
+    from rosbags.typesys.stores.ros2_kilted import visualization_msgs__msg__Marker as Marker
+    from rosbags.typesys.stores.ros2_kilted import visualization_msgs__msg__MarkerArray as MarkerArray
 
 __all__ = ["TOPIC_TYPES", "panel_offsets", "write_mcap"]
 
@@ -68,13 +79,13 @@ class _Messages:
         self.store = get_typestore(Stores.ROS2_KILTED)
         self.t = self.store.types
 
-    def stamp(self, ns: int) -> Any:
+    def stamp(self, ns: int) -> Time:
         return self.t["builtin_interfaces/msg/Time"](sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
 
-    def header(self, ns: int, frame: str) -> Any:
+    def header(self, ns: int, frame: str) -> Header:
         return self.t["std_msgs/msg/Header"](stamp=self.stamp(ns), frame_id=frame)
 
-    def transform(self, ns: int, parent: str, child: str, xyz: Any, xyzw: Any) -> Any:
+    def transform(self, ns: int, parent: str, child: str, xyz: ArrayLike, xyzw: ArrayLike) -> TransformStamped:
         t = self.t
         return t["geometry_msgs/msg/TransformStamped"](
             header=self.header(ns, parent), child_frame_id=child,
@@ -83,15 +94,15 @@ class _Messages:
                 rotation=t["geometry_msgs/msg/Quaternion"](x=float(xyzw[0]), y=float(xyzw[1]), z=float(xyzw[2]),
                                                            w=float(xyzw[3]))))
 
-    def tf(self, transforms: list[Any]) -> Any:
+    def tf(self, transforms: list[TransformStamped]) -> TFMessage:
         return self.t["tf2_msgs/msg/TFMessage"](transforms=transforms)
 
-    def point(self, xyz: Any) -> Any:
+    def point(self, xyz: ArrayLike) -> Point:
         return self.t["geometry_msgs/msg/Point"](x=float(xyz[0]), y=float(xyz[1]), z=float(xyz[2]))
 
     def marker(self, ns: int, frame: str, namespace: str, ident: int, kind: int, matrix: np.ndarray | None = None,
-               scale: Any = (1.0, 1.0, 1.0), rgba: Any = (1.0, 1.0, 1.0, 1.0), points: Any = (),
-               frame_locked: bool = False) -> Any:
+               scale: ArrayLike = (1.0, 1.0, 1.0), rgba: ArrayLike = (1.0, 1.0, 1.0, 1.0),
+               points: Sequence[ArrayLike] | np.ndarray = (), frame_locked: bool = False) -> Marker:
         t = self.t
         matrix = np.eye(4) if matrix is None else matrix
         q = rotation_to_quaternion(matrix[:3, :3])
@@ -111,18 +122,18 @@ class _Messages:
             mesh_file=t["visualization_msgs/msg/MeshFile"](filename="", data=np.zeros(0, dtype=np.uint8)),
             mesh_use_embedded_materials=False)
 
-    def markers(self, markers: list[Any]) -> Any:
+    def markers(self, markers: list[Marker]) -> MarkerArray:
         return self.t["visualization_msgs/msg/MarkerArray"](markers=markers)
 
-    def float64(self, value: float) -> Any:
+    def float64(self, value: float) -> Float64:
         return self.t["std_msgs/msg/Float64"](data=float(value))
 
 
-def _visual_markers(msg: _Messages, animation: PlanAnimation, ns: int) -> list[Any]:
+def _visual_markers(msg: _Messages, animation: PlanAnimation, ns: int) -> list[Marker]:
     """Frame-locked markers of the URDF visuals, per run at its links and (translucent) at its ghost links."""
-    Marker = msg.t["visualization_msgs/msg/Marker"]
+    marker_type = msg.t["visualization_msgs/msg/Marker"]
     vis = animation.visuals
-    kinds = {0: Marker.CUBE, 1: Marker.CYLINDER, 2: Marker.SPHERE}
+    kinds = {0: marker_type.CUBE, 1: marker_type.CYLINDER, 2: marker_type.SPHERE}
     ghosts = {int(g) for g in animation.ghost_links}
     out = []
     for run in animation.variants:
@@ -160,7 +171,7 @@ def write_mcap(animation: PlanAnimation, path: str | Path,
         with Writer(bag, version=9, storage_plugin=StoragePlugin.MCAP) as writer:
             conns = {topic: writer.add_connection(topic, kind, typestore=store) for topic, kind in TOPIC_TYPES.items()}
 
-            def write(topic: str, ns: int, message: Any) -> None:
+            def write(topic: str, ns: int, message: TFMessage | MarkerArray | Float64) -> None:
                 conn = conns[topic]
                 writer.write(conn, int(ns), store.serialize_cdr(message, conn.msgtype))
 

@@ -16,9 +16,9 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from retarget.report.animation import CENTRE_LINE_POINTS, VARIANT_LABELS, PlanAnimation
 
@@ -37,7 +37,7 @@ def camera_direction(elevation_deg: float = 20.0, azimuth_deg: float = -50.0) ->
 CAMERA_DIRECTION = camera_direction()
 
 
-def _b64(array: Any) -> str:
+def _b64(array: ArrayLike) -> str:
     return base64.b64encode(np.ascontiguousarray(array, dtype="<f4").tobytes()).decode("ascii")
 
 

@@ -8,9 +8,15 @@ started from the speed-limited input shows it too (``speed_limited``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import NDArray
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from retarget.optimize.variants import PlanResult
 
 __all__ = ["write_plan_report"]
 
@@ -25,7 +31,7 @@ _STYLE = {
 }
 
 
-def _figure(rows: int, cols: int = 1, height: float = 2.6) -> tuple[Any, Any]:
+def _figure(rows: int, cols: int = 1, height: float = 2.6) -> tuple[Figure, NDArray[np.object_]]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -35,8 +41,8 @@ def _figure(rows: int, cols: int = 1, height: float = 2.6) -> tuple[Any, Any]:
     return fig, axes[:, 0]
 
 
-def write_plan_report(result: Any, folder: str | Path) -> list[Path]:
-    """Write the report of a :class:`retarget.optimize.plan.PlanResult` into ``folder`` (created).
+def write_plan_report(result: PlanResult, folder: str | Path) -> list[Path]:
+    """Write the report of a :class:`retarget.optimize.variants.PlanResult` into ``folder`` (created).
 
     Returns:
         The written files.
@@ -113,7 +119,7 @@ def write_plan_report(result: Any, folder: str | Path) -> list[Path]:
     fig.savefig(files[-1], dpi=110)
     plt.close(fig)
 
-    arrays: dict[str, Any] = {"time": t, "target_positions": target, "input_angles": pp.targets.angles,
+    arrays: dict[str, np.ndarray] = {"time": t, "target_positions": target, "input_angles": pp.targets.angles,
                               "links": np.array(links), "motors": np.array(names)}
     for n in order:
         arrays[f"{n}_positions"] = variants[n].positions

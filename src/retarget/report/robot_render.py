@@ -16,9 +16,13 @@ import argparse
 import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+    from yourdfpy import URDF, Visual
 
 __all__ = ["VIEWS", "load_urdf", "render_robot", "robot_polygons", "save_robot_picture"]
 
@@ -30,7 +34,7 @@ _DEFAULT_COLOUR = (0.6, 0.6, 0.6, 1.0)
 _LIGHT = np.array([0.4, -0.5, 0.75]) / np.linalg.norm([0.4, -0.5, 0.75])
 
 
-def load_urdf(robot: str | Path) -> Any:
+def load_urdf(robot: str | Path) -> URDF:
     """The robot's URDF loaded by yourdfpy (xacro expanded, no meshes loaded).
 
     Returns:
@@ -74,7 +78,7 @@ def _transform(faces: list[np.ndarray], matrix: np.ndarray) -> list[np.ndarray]:
     return [f @ matrix[:3, :3].T + matrix[:3, 3] for f in faces]
 
 
-def _origin_matrix(origin: Mapping[str, Any] | None) -> np.ndarray:
+def _origin_matrix(origin: Mapping[str, Sequence[float]] | None) -> np.ndarray:
     """4x4 transform of a YAML ``{xyz, rpy}`` origin (rpy = fixed-axis roll, pitch, yaw [rad], as in URDF)."""
     origin = origin or {}
     x, y, z = (float(v) for v in origin.get("xyz", (0.0, 0.0, 0.0)))
@@ -91,7 +95,7 @@ def _origin_matrix(origin: Mapping[str, Any] | None) -> np.ndarray:
     return out
 
 
-def _material_colours(urdf: Any) -> dict[str, tuple[float, ...]]:
+def _material_colours(urdf: URDF) -> dict[str, tuple[float, ...]]:
     colours = {}
     for material in getattr(urdf.robot, "materials", None) or []:
         if material.color is not None:
@@ -99,7 +103,7 @@ def _material_colours(urdf: Any) -> dict[str, tuple[float, ...]]:
     return colours
 
 
-def _visual_colour(visual: Any, named: Mapping[str, tuple[float, ...]]) -> tuple[float, ...]:
+def _visual_colour(visual: Visual, named: Mapping[str, tuple[float, ...]]) -> tuple[float, ...]:
     material = visual.material
     if material is None:
         return _DEFAULT_COLOUR
@@ -195,7 +199,7 @@ def _shade(faces: list[np.ndarray], colours: list[tuple[float, ...]]) -> np.ndar
 
 def render_robot(robot: str | Path, joints: Mapping[str, float] | None = None,
                  views: Sequence[str] = ("front", "side", "3/4"), title: str | None = None,
-                 panel_size: float = 3.6) -> Any:
+                 panel_size: float = 3.6) -> Figure:
     """A matplotlib figure of the robot, one panel per view.
 
     Args:

@@ -15,13 +15,18 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
+    from PIL.ImageDraw import ImageDraw
+    from PIL.ImageFont import FreeTypeFont, ImageFont
 
 from retarget.errors import InputError
 from retarget.report.animation import VARIANT_LABELS, PlanAnimation
@@ -116,7 +121,7 @@ class _Camera:
         return np.stack([x, y], axis=-1), p @ self.forward
 
 
-def _font(size: int) -> Any:
+def _font(size: int) -> FreeTypeFont | ImageFont:
     from PIL import ImageFont
 
     try:
@@ -125,11 +130,12 @@ def _font(size: int) -> Any:
         return ImageFont.load_default()
 
 
-def _draw_run(draw: Any, ghost_draw: Any, camera: _Camera, faces: list[_Faces], ghost_faces: list[_Faces],
-              animation: PlanAnimation, v: int, f: int, ghost_rot: NDArray, rot: NDArray) -> None:
+def _draw_run(draw: ImageDraw, ghost_draw: ImageDraw, camera: _Camera, faces: list[_Faces],
+              ghost_faces: list[_Faces], animation: PlanAnimation, v: int, f: int, ghost_rot: NDArray,
+              rot: NDArray) -> None:
     """One run at frame ``f`` onto ``draw`` (ghosts onto ``ghost_draw``)."""
     pos = animation.link_positions[v, f].astype(float)
-    items: list[tuple[float, int, Any, Any]] = []
+    items: list[tuple[float, int, NDArray[np.float64], tuple[int, ...]]] = []
     for group in faces:
         r = rot[group.link]
         world = np.einsum("nij,nmj->nmi", r, group.points) + pos[group.link][:, None, :]
@@ -173,7 +179,7 @@ def _draw_run(draw: Any, ghost_draw: Any, camera: _Camera, faces: list[_Faces], 
 
 
 def render_frames(animation: PlanAnimation, fps: float = 25.0, panel_width: int = 480,
-                  progress: Callable[[str, int, int], None] | None = None) -> Any:
+                  progress: Callable[[str, int, int], None] | None = None) -> Iterator[Image]:
     """Yield the video's frames as RGB ``PIL.Image`` objects (module docstring), all the same even size."""
     from PIL import Image, ImageDraw
 

@@ -18,7 +18,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from retarget.progress import stage_bars
 from retarget.report.animation import (
@@ -27,6 +27,9 @@ from retarget.report.animation import (
     PlanAnimation,
     build_plan_animation,
 )
+
+if TYPE_CHECKING:
+    from retarget.optimize.variants import PlanResult
 
 __all__ = ["MCAP_FILE", "PAGE_FILE", "VIDEO_FILE", "ViewOptions", "write_plan_views", "write_views"]
 
@@ -89,7 +92,7 @@ def write_views(animation: PlanAnimation, folder: str | Path, options: ViewOptio
     return files
 
 
-def write_plan_views(result: Any, robot: str | Path, folder: str | Path, options: ViewOptions | None = None
+def write_plan_views(result: PlanResult, robot: str | Path, folder: str | Path, options: ViewOptions | None = None
                      ) -> list[Path]:
     """Write ``animation.npz`` of a plan and its views (:func:`write_views`) into ``folder``.
 

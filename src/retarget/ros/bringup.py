@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 from retarget.errors import InputError, RetargetError
 from retarget.processes import die_with_parent
@@ -63,10 +63,10 @@ TWIN_DYNAMICS: tuple[str, ...] = ("servo", "reduced")
 #: Driver parameters on the emulated bus. The pty emulator is a Python process sharing two cores with the
 #: nodes: it answers within microseconds (no Return Delay Time needed). It misses a reply now and then under load,
 #: which the driver's ``comm_error_window`` retries as on a real bus.
-EMULATED_BUS_OVERRIDES: Mapping[str, Any] = {"return_delay_us": 0.0}
+EMULATED_BUS_OVERRIDES: Mapping[str, object] = {"return_delay_us": 0.0}
 
 #: Parameters every bring-up sets on top of the params YAML, per node.
-BRINGUP_OVERRIDES: Mapping[str, Mapping[str, Any]] = {
+BRINGUP_OVERRIDES: Mapping[str, Mapping[str, object]] = {
     # A 13-servo Sync Read takes a while on a busy host; 2 s without joint_states still means a dead driver.
     "trajectory_server": {"state_timeout": 2.0},
 }
@@ -109,7 +109,7 @@ class NodeSpec:
     name: str
     module: str
     executable: str
-    parameters: Mapping[str, Any] = field(default_factory=dict)
+    parameters: Mapping[str, object] = field(default_factory=dict)
     namespace: str = ""
     remappings: tuple[tuple[str, str], ...] = ()
 
@@ -252,7 +252,7 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
              plan_method: str | None = None, baudrate: int | None = None, mocap_server: str | None = None,
              mocap_local: str | None = None, perturb: TwinPerturbation | None = None,
              twin_dt: float | None = None, twin_max_lag: float | None = None,
-             planner_parameters: Mapping[str, Any] | None = None) -> Bringup:
+             planner_parameters: Mapping[str, object] | None = None) -> Bringup:
     """Compute a robot's node set.
 
     Args:
@@ -297,10 +297,59 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
         InputError: Bad option, the params YAML lacks joint_names/dynamixel_ids of equal length, or names an
             unknown ``servo_model``.
     """
-    from retarget.dynamixel.control_table import (DEFAULT_BAUD_RATE, DEFAULT_SERVO_MODEL, baud_rate_index,
-                                                  load_control_table)
-    from retarget.model.library import read_ros_parameters, resolve_params, resolve_robot, urdf_xml
+    _check_options(hardware=hardware, mocap=mocap, namespace=namespace, twin=twin, mocap_server=mocap_server,
+                   mocap_local=mocap_local, twin_dt=twin_dt, twin_max_lag=twin_max_lag, perturb=perturb)
+    config = _robot_config(robot, baudrate)
+    temporary = run_dir is None
+    run_dir = Path(tempfile.mkdtemp(prefix=f"retarget-{config.name}-")) if run_dir is None else Path(run_dir)
+    emulated = not hardware
+    processes: list[ProcessSpec] = []
+    notes: list[str] = []
+    reduced_twin: _ReducedTwin | None = None
+    if emulated and twin == "reduced":
+        reduced_twin = _reduced_twin(config.description, reduced, run_dir, perturb=perturb, twin_dt=twin_dt,
+                                     twin_max_lag=twin_max_lag, notes=notes)
+    twin = "reduced" if reduced_twin is not None else "servo"
+    channel = None if reduced_twin is None else reduced_twin.channel
+    if emulated:
+        link, control = run_dir / "ttyDXL", run_dir / "ttyDXL.ctl"
+        twin_args = () if reduced_twin is None else reduced_twin.args
+        processes.append(_emulator_process(config, link, control, twin_args))
+        port = str(link)
+    else:
+        control, port = None, str(hardware)
+    driver = {**(EMULATED_BUS_OVERRIDES if emulated else {}), "port": port, "baudrate": config.rate}
 
+    def node(node_name: str, module: str, executable: str, overrides: Mapping[str, object]) -> NodeSpec:
+        merged = {**config.params, **BRINGUP_OVERRIDES.get(node_name, {}), **overrides}
+        return NodeSpec(node_name, module, executable, merged, namespace)
+
+    nodes = [node("dynamixel_driver", "retarget.ros.dynamixel_driver", "dynamixel_driver", driver),
+             node("trajectory_server", "retarget.ros.trajectory_server", "trajectory_server",
+                  _server_parameters(config, twin, twin_max_lag))]
+    if planner:
+        nodes.append(node("planner", "retarget.ros.planner", "planner", _planner_parameters(
+            config.name, namespace, plan_time_budget=plan_time_budget, reduced=reduced, verify_model=verify_model,
+            plan_method=plan_method, planner_parameters=planner_parameters)))
+    natnet_ports = _simulated_natnet(mocap, channel, perturb=perturb, mocap_server=mocap_server,
+                                     mocap_local=mocap_local, processes=processes, notes=notes)
+    if mocap != "none":
+        nodes.append(node("mocap", "retarget.ros.mocap_node", "mocap", _mocap_parameters(
+            mocap, channel, natnet_ports, perturb=perturb, mocap_server=mocap_server, mocap_local=mocap_local)))
+    return Bringup(robot=config.name, params_file=config.params_file, joint_names=config.joints,
+                   dynamixel_ids=config.ids, port=port, emulated=emulated, control_socket=control, run_dir=run_dir,
+                   namespace=namespace, processes=tuple(processes), nodes=tuple(nodes), temporary_run_dir=temporary,
+                   twin=twin, twin_channel=channel, notes=tuple(notes))
+
+
+def _check_options(*, hardware: str | None, mocap: str, namespace: str, twin: str, mocap_server: str | None,
+                   mocap_local: str | None, twin_dt: float | None, twin_max_lag: float | None,
+                   perturb: TwinPerturbation | None) -> None:
+    """Refuse :func:`describe`'s options that contradict each other or name nothing known.
+
+    Raises:
+        InputError: The first bad option.
+    """
     if mocap not in MOCAP_SOURCES:
         raise InputError(f"mocap {mocap!r}: expected one of {', '.join(MOCAP_SOURCES)}")
     if twin not in TWIN_DYNAMICS:
@@ -317,6 +366,44 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
     if perturb is not None and perturb.marker_noise is not None and mocap not in ("twin", "natnet"):
         raise InputError(f"the perturbation's marker_noise is the simulated mocap's noise: it needs --mocap twin, not "
                          f"{mocap!r}")
+
+
+@dataclass(frozen=True)
+class _RobotConfig:
+    """What :func:`describe` reads from a robot's files.
+
+    Attributes:
+        description: The robot's description YAML.
+        params_file: Its ROS 2 params file.
+        params: The params file's ``/**: ros__parameters``.
+        name: Robot name.
+        joints: Motor names in wire order, ``(m,)``.
+        ids: Servo ID per joint, ``(m,)``.
+        servo_model: The servos' control-table model (the emulated bus answers as it).
+        rate: The bus's baud rate [bit/s].
+    """
+
+    description: Path
+    params_file: Path
+    params: Mapping[str, object]
+    name: str
+    joints: tuple[str, ...]
+    ids: tuple[int, ...]
+    servo_model: str
+    rate: int
+
+
+def _robot_config(robot: str | Path, baudrate: int | None) -> _RobotConfig:
+    """Read and check a robot's description and params file (``baudrate``: :func:`describe`'s option).
+
+    Raises:
+        UnknownNameError: Unknown robot.
+        InputError: No joint_names/dynamixel_ids of equal length, an unknown ``servo_model`` or baud rate.
+    """
+    from retarget.dynamixel.control_table import (DEFAULT_BAUD_RATE, DEFAULT_SERVO_MODEL, baud_rate_index,
+                                                  load_control_table)
+    from retarget.model.library import read_ros_parameters, resolve_params, resolve_robot
+
     description = resolve_robot(robot).resolve()
     params_file = resolve_params(description).resolve()
     params = read_ros_parameters(params_file)
@@ -336,115 +423,145 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
         baud_rate_index(rate)
     except InputError as exc:
         raise InputError(f"{params_file if baudrate is None else 'baud'}: {exc}") from None
-    temporary = run_dir is None
-    run_dir = Path(tempfile.mkdtemp(prefix=f"retarget-{name}-")) if run_dir is None else Path(run_dir)
-    emulated = not hardware
-    processes: list[ProcessSpec] = []
-    driver: dict[str, Any] = {}
-    control = None
-    notes: list[str] = []
-    channel: Path | None = None
-    twin_args: tuple[str, ...] = ()
-    if emulated and twin == "reduced":
-        from retarget.twin.errors import TwinModelUnavailable
-        from retarget.twin.model import find_reduced_model
+    return _RobotConfig(description, params_file, params, name, joints, ids, servo_model, rate)
 
-        try:
-            source = find_reduced_model(description, reduced)
-        except TwinModelUnavailable as exc:
-            if perturb is not None:  # asked for a twin that differs from the model: there is none to perturb
-                raise InputError(f"--perturb needs the reduced twin's model: {exc.reason}") from None
-            twin = "servo"
-            notes.append(f"twin: the servos' own loops, no reduced simulation ({exc.reason})")
-            logging.getLogger(__name__).warning(notes[-1])
-        else:
-            channel = run_dir / "twin.poses"
-            twin_args = ("--twin", "reduced", "--reduced", str(source.path), "--twin-channel", str(channel))
-            notes.append(f"twin: reduced simulation, model {source.describe()}, poses on {channel}")
-            if twin_dt is not None:
-                twin_args += ("--twin-dt", repr(float(twin_dt)))
-            if twin_max_lag is not None:
-                twin_args += ("--twin-max-lag", repr(float(twin_max_lag)))
-            if perturb is not None and perturb.to_text():
-                twin_args += ("--twin-perturb", perturb.to_text())
-                notes.append(f"twin: perturbed ({perturb.to_text()}; docs/twin.md)")
-    elif not emulated:
-        twin = "servo"
-    if emulated:
-        link = run_dir / "ttyDXL"
-        control = run_dir / "ttyDXL.ctl"
-        processes.append(ProcessSpec(
-            # The twin builds on the emulator: its entry runs the emulator with --twin reduced available.
-            "dynamixel_emulator", "retarget.twin.emulator" if twin_args else "retarget.dynamixel.emulator",
-            # --robot: the emulated servos are the robot's (its servo: section), mapped by its params file.
-            ("--ids", ",".join(map(str, ids)), "--model", servo_model, "--robot", str(description), "--link",
-             str(link), "--control", str(control), "--return-delay-us", "0", "--baud", str(rate), "--json",
-             *twin_args),
-            ready_path=control))
-        port = str(link)
-        driver.update(EMULATED_BUS_OVERRIDES)
-    else:
-        port = str(hardware)
-    driver["port"] = port
-    driver["baudrate"] = rate
 
-    def node(node_name: str, module: str, executable: str, overrides: Mapping[str, Any]) -> NodeSpec:
-        merged = {**params, **BRINGUP_OVERRIDES.get(node_name, {}), **overrides}
-        return NodeSpec(node_name, module, executable, merged, namespace)
+@dataclass(frozen=True)
+class _ReducedTwin:
+    """The reduced twin a bring-up runs.
 
-    server: dict[str, Any] = {"robot_description": urdf_xml(description)}
+    Attributes:
+        channel: The pose channel the simulation writes.
+        args: The emulator's ``--twin ...`` arguments.
+    """
+
+    channel: Path
+    args: tuple[str, ...]
+
+
+def _reduced_twin(description: Path, reduced: str | Path | None, run_dir: Path, *, perturb: TwinPerturbation | None,
+                  twin_dt: float | None, twin_max_lag: float | None, notes: list[str]) -> _ReducedTwin | None:
+    """The reduced twin for ``description``, or None (the servos' own loops) without a reduced model.
+
+    Appends to ``notes`` what runs, or why the twin fell back to the servos' loops (also logged).
+
+    Raises:
+        InputError: A perturbation was asked for and there is no model to perturb.
+    """
+    from retarget.twin.errors import TwinModelUnavailable
+    from retarget.twin.model import find_reduced_model
+
+    try:
+        source = find_reduced_model(description, reduced)
+    except TwinModelUnavailable as exc:
+        if perturb is not None:  # asked for a twin that differs from the model: there is none to perturb
+            raise InputError(f"--perturb needs the reduced twin's model: {exc.reason}") from None
+        notes.append(f"twin: the servos' own loops, no reduced simulation ({exc.reason})")
+        logging.getLogger(__name__).warning(notes[-1])
+        return None
+    channel = run_dir / "twin.poses"
+    twin_args: tuple[str, ...] = ("--twin", "reduced", "--reduced", str(source.path), "--twin-channel", str(channel))
+    notes.append(f"twin: reduced simulation, model {source.describe()}, poses on {channel}")
+    if twin_dt is not None:
+        twin_args += ("--twin-dt", repr(float(twin_dt)))
+    if twin_max_lag is not None:
+        twin_args += ("--twin-max-lag", repr(float(twin_max_lag)))
+    if perturb is not None and perturb.to_text():
+        twin_args += ("--twin-perturb", perturb.to_text())
+        notes.append(f"twin: perturbed ({perturb.to_text()}; docs/twin.md)")
+    return _ReducedTwin(channel, twin_args)
+
+
+def _emulator_process(config: _RobotConfig, link: Path, control: Path, twin_args: tuple[str, ...]) -> ProcessSpec:
+    """The emulated servo bus serving ``link``, with its control socket ``control`` (``twin_args``: the reduced
+    twin's, or none)."""
+    return ProcessSpec(
+        # The twin builds on the emulator: its entry runs the emulator with --twin reduced available.
+        "dynamixel_emulator", "retarget.twin.emulator" if twin_args else "retarget.dynamixel.emulator",
+        # --robot: the emulated servos are the robot's (its servo: section), mapped by its params file.
+        ("--ids", ",".join(map(str, config.ids)), "--model", config.servo_model, "--robot", str(config.description),
+         "--link", str(link), "--control", str(control), "--return-delay-us", "0", "--baud", str(config.rate),
+         "--json", *twin_args),
+        ready_path=control)
+
+
+def _server_parameters(config: _RobotConfig, twin: str, twin_max_lag: float | None) -> dict[str, object]:
+    """The trajectory server's parameters over the params file's (``twin``: the dynamics that run)."""
+    from retarget.model.library import urdf_xml
+
+    server: dict[str, object] = {"robot_description": urdf_xml(config.description)}
     if twin == "reduced":  # a goal is judged on the simulated shafts, which arrive as late as the simulation runs
-        server["goal_time_tolerance"] = max(float(params.get("goal_time_tolerance") or 0.0),
+        server["goal_time_tolerance"] = max(float(config.params.get("goal_time_tolerance") or 0.0),
                                             TWIN_MAX_LAG_S if twin_max_lag is None else float(twin_max_lag))
-    nodes = [node("dynamixel_driver", "retarget.ros.dynamixel_driver", "dynamixel_driver", driver),
-             node("trajectory_server", "retarget.ros.trajectory_server", "trajectory_server", server)]
-    if planner:
-        planner_params: dict[str, Any] = {"robot_name": name, "trajectory_server_action": f"{namespace}/"
-                                                                                          "trajectory_server/"
-                                                                                          "follow_joint_trajectory"}
-        if plan_time_budget > 0:  # else the params file's (the drummer's and boxer's: 15 minutes)
-            planner_params["time_budget"] = float(plan_time_budget)
-        if reduced:
-            planner_params["reduced_file"] = str(Path(reduced).expanduser().resolve())
-        if verify_model:
-            planner_params["verify_model"] = (str(Path(verify_model).expanduser().resolve())
-                                              if str(verify_model).lower().endswith(".npz") else str(verify_model))
-        if plan_method:
-            planner_params["method"] = str(plan_method)
-        planner_params.update(planner_parameters or {})
-        nodes.append(node("planner", "retarget.ros.planner", "planner", planner_params))
+    return server
+
+
+def _simulated_natnet(mocap: str, channel: Path | None, *, perturb: TwinPerturbation | None,
+                      mocap_server: str | None, mocap_local: str | None, processes: list[ProcessSpec],
+                      notes: list[str]) -> tuple[int, int] | None:
+    """The command and data ports of a simulated Motive streaming the twin's bodies from ``channel``, or None
+    without one; appends its process to ``processes`` and says so in ``notes`` (the rest: :func:`describe`'s).
+
+    Raises:
+        InputError: Marker noise asked of a real Motive.
+    """
     # The emulated bus, the reduced twin and natnet without a Motive address: a simulated Motive streams the twin.
     simulated_natnet = mocap == "natnet" and channel is not None and not (mocap_server or mocap_local)
     noise = None if perturb is None else perturb.marker_noise
     if noise is not None and mocap == "natnet" and not simulated_natnet:
         raise InputError("the perturbation's marker_noise is the simulated mocap's noise: a real Motive "
                          "(--mocap-server) has its own")
-    if simulated_natnet:
-        command_port, data_port = _free_udp_ports(2)
-        processes.append(ProcessSpec(
-            "mocap_twin_natnet", "retarget.mocap.twin_server",
-            ("--channel", str(channel), "--command-port", str(command_port), "--data-port", str(data_port),
-             *(("--position-noise", repr(float(noise))) if noise is not None else ()))))
-        notes.append(f"mocap: a simulated Motive streams the twin's bodies over NatNet (127.0.0.1:{command_port}, "
-                     f"data port {data_port})")
-    if mocap != "none":
-        mocap_params: dict[str, Any] = {"source": mocap}
-        if simulated_natnet:
-            mocap_params.update(server_address="127.0.0.1", local_address="127.0.0.1", command_port=command_port,
-                                data_port=data_port, multicast_address="")
-        if mocap == "twin" and channel is not None:
-            mocap_params["twin_motion"] = f"live:{channel}"
-        if mocap == "twin" and perturb is not None and perturb.marker_noise is not None:
-            mocap_params["twin_position_noise_m"] = float(perturb.marker_noise)
-        if mocap_server:
-            mocap_params["server_address"] = str(mocap_server)
-        if mocap_local:
-            mocap_params["local_address"] = str(mocap_local)
-        nodes.append(node("mocap", "retarget.ros.mocap_node", "mocap", mocap_params))
-    return Bringup(robot=name, params_file=params_file, joint_names=joints, dynamixel_ids=ids, port=port,
-                   emulated=emulated, control_socket=control, run_dir=run_dir, namespace=namespace,
-                   processes=tuple(processes), nodes=tuple(nodes), temporary_run_dir=temporary, twin=twin,
-                   twin_channel=channel, notes=tuple(notes))
+    if not simulated_natnet or channel is None:
+        return None
+    command_port, data_port = _free_udp_ports(2)
+    processes.append(ProcessSpec(
+        "mocap_twin_natnet", "retarget.mocap.twin_server",
+        ("--channel", str(channel), "--command-port", str(command_port), "--data-port", str(data_port),
+         *(("--position-noise", repr(float(noise))) if noise is not None else ()))))
+    notes.append(f"mocap: a simulated Motive streams the twin's bodies over NatNet (127.0.0.1:{command_port}, "
+                 f"data port {data_port})")
+    return command_port, data_port
+
+
+def _planner_parameters(name: str, namespace: str, *, plan_time_budget: float, reduced: str | Path | None,
+                        verify_model: str | Path | None, plan_method: str | None,
+                        planner_parameters: Mapping[str, object] | None) -> dict[str, object]:
+    """The planner node's parameters over the params file's (arguments: :func:`describe`'s)."""
+    planner_params: dict[str, object] = {"robot_name": name,
+                                         "trajectory_server_action": f"{namespace}/trajectory_server/"
+                                                                     "follow_joint_trajectory"}
+    if plan_time_budget > 0:  # else the params file's (the drummer's and boxer's: 15 minutes)
+        planner_params["time_budget"] = float(plan_time_budget)
+    if reduced:
+        planner_params["reduced_file"] = str(Path(reduced).expanduser().resolve())
+    if verify_model:
+        planner_params["verify_model"] = (str(Path(verify_model).expanduser().resolve())
+                                          if str(verify_model).lower().endswith(".npz") else str(verify_model))
+    if plan_method:
+        planner_params["method"] = str(plan_method)
+    planner_params.update(planner_parameters or {})
+    return planner_params
+
+
+def _mocap_parameters(mocap: str, channel: Path | None, natnet_ports: tuple[int, int] | None, *,
+                      perturb: TwinPerturbation | None, mocap_server: str | None,
+                      mocap_local: str | None) -> dict[str, object]:
+    """The mocap node's parameters over the params file's (``natnet_ports``: the simulated Motive's command and
+    data ports, None without one; the rest: :func:`describe`'s)."""
+    mocap_params: dict[str, object] = {"source": mocap}
+    if natnet_ports is not None:
+        command_port, data_port = natnet_ports
+        mocap_params.update(server_address="127.0.0.1", local_address="127.0.0.1", command_port=command_port,
+                            data_port=data_port, multicast_address="")
+    if mocap == "twin" and channel is not None:
+        mocap_params["twin_motion"] = f"live:{channel}"
+    if mocap == "twin" and perturb is not None and perturb.marker_noise is not None:
+        mocap_params["twin_position_noise_m"] = float(perturb.marker_noise)
+    if mocap_server:
+        mocap_params["server_address"] = str(mocap_server)
+    if mocap_local:
+        mocap_params["local_address"] = str(mocap_local)
+    return mocap_params
 
 
 def _free_udp_ports(count: int) -> list[int]:
@@ -737,7 +854,7 @@ class Supervisor:
         rclpy.init(context=context)
         node = Node("retarget_up_probe", context=context)
         executor = SingleThreadedExecutor(context=context)
-        clients: list[Any] = []
+        clients: list[ActionClient] = []
         try:
             states: list[int] = []
             node.create_subscription(JointState, self.plan.joint_states_topic,

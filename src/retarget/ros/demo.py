@@ -40,14 +40,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from retarget.cliargs import add_robot, resolve_legacy
+from retarget.jsonsafe import JSONObject
 from retarget.optimize.checks import FinerStepCheck, StiffnessBand, Verification
 from retarget.ros.goal import PREPARATION_STAGES, PlannerProgress, preparing  # noqa: F401 (re-exported)
 from retarget.ros.player import (  # noqa: F401 (re-exported: JointTracking, LAG_GRID_S, ...)
@@ -61,6 +62,13 @@ from retarget.ros.player import (  # noqa: F401 (re-exported: JointTracking, LAG
     tracking_figures,
 )
 from retarget.sim.reduced.store import SHIPPED_DIR
+
+if TYPE_CHECKING:
+    from retarget_interfaces.action import Retarget
+    from trajectory_msgs.msg import JointTrajectory
+
+    from retarget.motion.motion import Motion
+    from retarget.ros.bringup import Bringup, ChildExit, Supervisor
 
 __all__ = ["DemoModel", "JointTracking", "TrackingFigures", "add_demo_arguments", "cut_verdict", "demo_command",
            "demo_model", "demo_model_path", "excerpt", "main", "tracking_figures", "window_count"]
@@ -123,15 +131,17 @@ SHIPPED_VERIFY_DIR = SHIPPED_MODEL_DIR / "verify"
 class _Client(RobotClient):
     """The demo's rclpy node: the trajectory server's and the planner's action clients, a joint_states recorder."""
 
-    def __init__(self, plan: Any) -> None:
+    def __init__(self, plan: Bringup) -> None:
         # joint_states are recorded from the execution on: while the planner plans, receiving them would take a
         # seventh of a core from it.
         super().__init__(plan.joint_names, plan.joint_states_topic, plan.follow_joint_trajectory_action,
                          plan.retarget_action, node_name="retarget_demo", record=False)
 
-    def plan_trajectory(self, robot: str, animation: Any, timeout: float, feedback: Any = None,
+    def plan_trajectory(self, robot: str, animation: JointTrajectory, timeout: float,
+                        feedback: Callable[[Retarget.Feedback], None] | None = None,
                         prepare_timeout: float = DEMO_PREPARE_TIMEOUT_S,
-                        max_iterations: int = DEMO_WINDOW_ITERATIONS) -> tuple[int | None, Any, str]:
+                        max_iterations: int = DEMO_WINDOW_ITERATIONS
+                        ) -> tuple[int | None, Retarget.Result | None, str]:
         """Ask the planner for at most ``max_iterations`` optimizer iterations (per window when it plans in windows);
         returns (error_code or None on timeout, result or None, text). ``feedback`` gets each feedback message (on
         the executor's thread).
@@ -146,7 +156,7 @@ class _Client(RobotClient):
                              acceleration_weight=-1.0, max_iterations=int(max_iterations))
         budget_began: list[float] = []
 
-        def on_feedback(msg: Any) -> None:
+        def on_feedback(msg: Retarget.Impl.FeedbackMessage) -> None:
             if not budget_began and not preparing(msg.feedback.stage):
                 budget_began.append(time.monotonic())
             if feedback is not None:
@@ -199,7 +209,7 @@ def _isolate_dds() -> tuple[str, str]:
     return os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"], os.environ["ROS_DOMAIN_ID"]
 
 
-def excerpt(motion: Any, seconds: float | None) -> Any:
+def excerpt(motion: Motion, seconds: float | None) -> Motion:
     """The first ``seconds`` of ``motion`` (the end sample interpolated); the motion itself when ``seconds`` is
     None, not positive, or not shorter than it."""
     from retarget.motion.motion import Motion
@@ -332,14 +342,14 @@ def _say(text: str) -> None:
     print(f"demo: {text}", flush=True)
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace) -> dict[str, object]:
     """The demo's steps; returns the report (``ok`` tells whether everything worked)."""
     from retarget.info import components
     from retarget.motion import load_motion
     from retarget.ros.motion_convert import to_joint_trajectory_msg
-    from retarget.ros.bringup import BringupError, Supervisor, describe
+    from retarget.ros.bringup import BringupError, Supervisor
 
-    report: dict[str, Any] = {"ok": False, "robot": args.robot, "motion": args.motion}
+    report: dict[str, object] = {"ok": False, "robot": args.robot, "motion": args.motion}
     started = time.monotonic()
     missing = [name for name in ("rclpy", "control_msgs", "retarget_interfaces") if not components()[name]]
     if missing:
@@ -350,30 +360,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     motion = load_motion(args.motion)
     whole = motion.duration
     motion = excerpt(motion, args.duration)
-    model = None
-    if not args.no_plan:
-        train_motion = args.train_motion or DEMO_TRAINING_MOTION.get(args.robot, args.motion)
-        model = demo_model(args.robot, train_motion, mesh_scale=args.train_mesh_scale,
-                           duration=args.train_duration, given=args.reduced, train=not args.no_train,
-                           quiet=args.no_progress, shipped=None if args.no_shipped_model else SHIPPED_MODEL_DIR)
-        if model is not None:
-            report["model"] = {"file": str(model.path), "source": model.source, "train_s": round(model.train_s, 1)}
-            if model.source != "trained":
-                _say(f"reduced model ({model.source}): {model.path}")
+    model = None if args.no_plan else _find_model(args, report)
     # The iterations end the plan; the time budget is a safety net that stops the planner (with its best iterate so
     # far) before the demo stops waiting.
     budget = max(args.plan_timeout - 20.0, 10.0)
-    verify_model = args.verify_model
-    if verify_model is None and not args.no_plan:
-        shipped, why = demo_verification_model(args.robot)
-        verify_model = None if shipped is None else str(shipped)
-        _say(f"verification model (shipped): {shipped}" if shipped is not None else
-             f"no shipped verification model ({why}): the planner verifies where its settings say (auto)")
-    # Without a model of its own the planner looks for one itself: --no-train and --no-shipped-model hold for it too.
-    planner_parameters = {"allow_training": not args.no_train, "shipped_model": not args.no_shipped_model}
-    plan = describe(args.robot, mocap="twin", planner=True, plan_time_budget=budget,
-                    reduced=None if model is None else model.path, verify_model=verify_model, plan_method=DEMO_METHOD,
-                    planner_parameters=planner_parameters)
+    plan = _describe(args, model, budget)
     if list(motion.joint_names) != list(plan.joint_names):
         motion = motion.reorder(list(plan.joint_names))
     windows = _planned_windows(plan, motion.duration)
@@ -396,133 +387,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         animation = to_joint_trajectory_msg(motion)
         trajectory, source = animation, "input animation"
         if client.retarget is not None and not args.no_plan:
-            if not client.retarget.wait_for_server(timeout_sec=10.0):
-                raise BringupError("the planner's action is not visible to the demo client")
-            t0 = time.monotonic()
-            per_window = args.max_iterations
-            what = f"{per_window} iteration{'s' if per_window != 1 else ''} of {DEMO_METHOD}"
-            what += f" in each of its {windows} windows" if windows > 1 else ""
-            _say(f"asking the planner for an optimized trajectory: it loads the model and compiles its kernels "
-                 f"(up to 5 min after an install or update, seconds after), then plans {what} (safety net: "
-                 f"{budget:.0f} s) and verifies the plan")
-            with PlannerProgress(per_window, windows, disable=args.no_progress) as shown:
-                code, result, text = client.plan_trajectory(plan.robot, animation, args.plan_timeout, shown,
-                                                            prepare_timeout=args.prepare_timeout,
-                                                            max_iterations=per_window)
-            report["planner"] = {"error_code": code, "error_string": text,
-                                 "wall_time_s": time.monotonic() - t0, "max_iterations_per_window": per_window,
-                                 "windows": windows, "time_budget_s": budget}
-            if shown.began is not None:
-                report["planner"]["prepare_s"] = round(shown.began, 1)
-                _say(f"planner: model loaded and kernels compiled in {shown.began:.0f} s")
-            from retarget_interfaces.action import Retarget
-
-            if code == Retarget.Result.SUCCESSFUL and not result.optimized.points:
-                report["error"] = f"planner answered without a trajectory ({text or 'no reason given'})"
-                _say(report["error"])
+            planned = _plan(client, plan, animation, args, windows=windows, budget=budget, report=report)
+            if planned is None:
                 return report
-            if code == Retarget.Result.SUCCESSFUL:
-                trajectory, source = result.optimized, "optimized trajectory"
-                report["planner"].update(iterations=result.iterations,
-                                         naive_peak_deviation_m=result.naive_peak_deviation,
-                                         optimized_peak_deviation_m=result.optimized_peak_deviation)
-                metrics = json.loads(result.metrics_json or "{}")
-                limited = bool(metrics.get("budget_limited", False))
-                report["planner"].update(budget_limited=limited,
-                                         naive_rms_deviation_m=result.naive_rms_deviation,
-                                         optimized_rms_deviation_m=result.optimized_rms_deviation)
-                servos = metrics.get("servos") or {}
-                if servos:
-                    report["planner"]["servos"] = servo_line(servos)
-                    _say(f"planner: planned for {report['planner']['servos']}")
-                # The plan's checks, read back from the result's JSON.
-                verify = FinerStepCheck.from_json(metrics["verify"]) if metrics.get("verify") else None
-                checked = ""
-                if verify is not None:
-                    report["planner"]["verify"] = {"dt_s": verify.dt_s, "peak_ratio": verify.peak_ratio,
-                                                   "holds": verify.holds}
-                    checked = (f"; re-simulated at {verify.dt_s * 1e3:g} ms: {verify.peak_ratio:.2f} x naive"
-                               f"{'' if verify.holds else ' (the improvement does NOT hold)'}")
-                band = StiffnessBand.from_json(metrics.get("band"))
-                if band.worst_peak_ratio is not None:  # the plan re-simulated with the parts' stiffness scaled
-                    report["planner"]["band_worst_peak_ratio"] = band.worst_peak_ratio
-                    factors = ", ".join(f"{f:g}" for f in band.factors)
-                    checked += f"; stiffness x {factors}: at worst {band.worst_peak_ratio:.2f} x naive"
-                if shown.began is not None:  # the optimization and the checks after it
-                    report["planner"]["after_preparation_s"] = round(report["planner"]["wall_time_s"] - shown.began, 1)
-                stages = {**(metrics.get("timings_s") or {}), **(metrics.get("check_timings_s") or {})}
-                report["planner"]["stages_s"] = {k: round(float(v), 1) for k, v in stages.items()}
-                _say(f"planner: optimized in {result.iterations} iterations"
-                     f"{' (stopped by its time budget: best iterate so far)' if limited else ''}; "
-                     "tracked-body deviation, peak "
-                     f"{result.naive_peak_deviation * 100:.1f} cm naive -> "
-                     f"{result.optimized_peak_deviation * 100:.1f} cm optimized, RMS "
-                     f"{result.naive_rms_deviation * 100:.2f} -> {result.optimized_rms_deviation * 100:.2f} cm"
-                     f"{checked}")
-                verified = Verification.from_json(metrics["verified"]) if metrics.get("verified") else None
-                if verified is not None and verified.naive and verified.optimized and verified.peak_ratio is not None:
-                    report["planner"]["verified"] = {"model": verified.model, "peak_ratio": verified.peak_ratio,
-                                                     "naive_peak_deviation_m": verified.naive.peak_deviation_m,
-                                                     "optimized_peak_deviation_m": verified.optimized.peak_deviation_m}
-                    _say(f"planner: verified in {verified.model}: peak "
-                         f"{verified.naive.peak_deviation_m * 100:.1f} cm naive -> "
-                         f"{verified.optimized.peak_deviation_m * 100:.1f} cm optimized "
-                         f"({verified.peak_ratio:.2f} x)")
-                report["planner"]["cut"] = cut_verdict(verified, DEMO_CUT)
-                _say(report["planner"]["cut"]["verdict"])
-            elif code == Retarget.Result.NOT_AVAILABLE:
-                _say(f"planner answered NOT_AVAILABLE ({text}): executing the INPUT animation, not an "
-                     "optimized trajectory")
-            else:
-                report["error"] = f"planner failed ({code}): {text}"
-                _say(f"planner failed ({code}): {text}")
-                return report
+            trajectory, source = planned
         else:
             _say("planner skipped (--no-plan): executing the INPUT animation")
-        report["executed"] = source
-        times, positions = trajectory_arrays(trajectory)
-        if not client.record(wait=10.0):
-            raise BringupError(f"no joint_states of the robot on {plan.joint_states_topic} within 10 s")
-        current = client.recorder.latest()
-        result = client.move_to(positions[0], MOVE_TO_START_S)
-        report["move_to_start"] = {"error_code": result.error_code, "error_string": result.error_string}
-        if result.error_code != 0:
-            report["error"] = f"move to the first pose failed ({result.error_code}): {result.error_string}"
+        if not _execute(client, plan, supervisor, trajectory, source, args, report):
             return report
-        _say(f"moved to the first pose in {MOVE_TO_START_S:.1f} s (largest joint move "
-             f"{np.degrees(np.max(np.abs(positions[0] - current))) if current is not None else 0.0:.1f} deg)")
-        duration = float(times[-1])
-        _say(f"executing the {source} ({duration:.2f} s, {len(times)} points) with FollowJointTrajectory")
-        result, start = client.play(trajectory, show_progress=not args.no_progress)
-        report["goal"] = {"error_code": result.error_code, "error_string": result.error_string}
-        sample_time, sample_positions = client.recorder.arrays()
-        figures = tracking_figures(plan.joint_names, times + start, positions, sample_time, sample_positions)
-        report["tracking"] = figures.as_dict()
-        print_figures(figures, result)
-        supervisor.check_alive()
-        report["ok"] = result.error_code == 0
-        if result.error_code != 0:
-            report["error"] = f"goal ended with error {result.error_code}: {result.error_string}"
     except (BringupError, TimeoutError, RuntimeError) as exc:
         report["error"] = str(exc)
         _say(f"error: {exc}")
     finally:
         if client is not None:
             client.close()
-        killed = supervisor.stop()
-        dead = supervisor.dead()
-        # A process that had to be killed, that its stop watchdog ended, that exited non-zero or printed a
-        # traceback is a bug: reported by name, with the stacks it printed while stopping.
-        unclean = supervisor.unclean_exits()
-        report["stopped"] = {"killed": killed, "died": [name for name, _ in dead],
-                             "unclean": [e.describe() for e in unclean],
-                             "stacks": {e.name: e.stacks for e in unclean if e.stacks}}
-        if killed or dead or unclean:
-            report["ok"] = False
-            report.setdefault("error", "processes did not stop cleanly: " + "; ".join(
-                [e.describe() for e in unclean] or [f"killed {killed}, died {dead}"]))
-        report["wall_time_s"] = round(time.monotonic() - started, 2)
-        report["log"] = str(log_path)
+        unclean = _stop(supervisor, report, started, log_path)
     for exit_ in unclean:
         _say(f"{exit_.describe()}" + (f"; its stacks:\n{exit_.stacks}" if exit_.stacks else ""))
     how = "all exited on SIGINT" if not unclean else "not cleanly: " + ", ".join(e.name for e in unclean)
@@ -531,7 +410,197 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
-def _planned_windows(plan: Any, duration: float) -> int:
+def _find_model(args: argparse.Namespace, report: dict[str, object]) -> DemoModel | None:
+    """The demo's reduced model (:func:`demo_model` with the demo's options), recorded in ``report["model"]``."""
+    train_motion = args.train_motion or DEMO_TRAINING_MOTION.get(args.robot, args.motion)
+    model = demo_model(args.robot, train_motion, mesh_scale=args.train_mesh_scale,
+                       duration=args.train_duration, given=args.reduced, train=not args.no_train,
+                       quiet=args.no_progress, shipped=None if args.no_shipped_model else SHIPPED_MODEL_DIR)
+    if model is not None:
+        report["model"] = {"file": str(model.path), "source": model.source, "train_s": round(model.train_s, 1)}
+        if model.source != "trained":
+            _say(f"reduced model ({model.source}): {model.path}")
+    return model
+
+
+def _describe(args: argparse.Namespace, model: DemoModel | None, budget: float) -> Bringup:
+    """The demo's node set: the robot's, its planner given ``model``, the verification model and a time ``budget``
+    [s]."""
+    from retarget.ros.bringup import describe
+
+    verify_model = args.verify_model
+    if verify_model is None and not args.no_plan:
+        shipped, why = demo_verification_model(args.robot)
+        verify_model = None if shipped is None else str(shipped)
+        _say(f"verification model (shipped): {shipped}" if shipped is not None else
+             f"no shipped verification model ({why}): the planner verifies where its settings say (auto)")
+    # Without a model of its own the planner looks for one itself: --no-train and --no-shipped-model hold for it too.
+    planner_parameters = {"allow_training": not args.no_train, "shipped_model": not args.no_shipped_model}
+    return describe(args.robot, mocap="twin", planner=True, plan_time_budget=budget,
+                    reduced=None if model is None else model.path, verify_model=verify_model, plan_method=DEMO_METHOD,
+                    planner_parameters=planner_parameters)
+
+
+def _plan(client: _Client, plan: Bringup, animation: JointTrajectory, args: argparse.Namespace, *, windows: int,
+          budget: float, report: dict[str, object]) -> tuple[JointTrajectory, str] | None:
+    """Ask the planner for the optimized trajectory; returns the trajectory to execute and what it is (the input
+    ``animation`` when the planner answers NOT_AVAILABLE), or None when the planner failed (``report["error"]``).
+    The planner's answer goes to ``report["planner"]``.
+
+    Raises:
+        BringupError: The planner's action is not visible.
+        TimeoutError: No answer from the planner in time.
+    """
+    from retarget_interfaces.action import Retarget
+
+    from retarget.ros.bringup import BringupError
+
+    assert client.retarget is not None
+    if not client.retarget.wait_for_server(timeout_sec=10.0):
+        raise BringupError("the planner's action is not visible to the demo client")
+    t0 = time.monotonic()
+    per_window = args.max_iterations
+    what = f"{per_window} iteration{'s' if per_window != 1 else ''} of {DEMO_METHOD}"
+    what += f" in each of its {windows} windows" if windows > 1 else ""
+    _say(f"asking the planner for an optimized trajectory: it loads the model and compiles its kernels "
+         f"(up to 5 min after an install or update, seconds after), then plans {what} (safety net: "
+         f"{budget:.0f} s) and verifies the plan")
+    with PlannerProgress(per_window, windows, disable=args.no_progress) as shown:
+        code, result, text = client.plan_trajectory(plan.robot, animation, args.plan_timeout, shown,
+                                                    prepare_timeout=args.prepare_timeout,
+                                                    max_iterations=per_window)
+    planner: dict[str, object] = {"error_code": code, "error_string": text, "wall_time_s": time.monotonic() - t0,
+                                  "max_iterations_per_window": per_window, "windows": windows,
+                                  "time_budget_s": budget}
+    report["planner"] = planner
+    if shown.began is not None:
+        planner["prepare_s"] = round(shown.began, 1)
+        _say(f"planner: model loaded and kernels compiled in {shown.began:.0f} s")
+    if code == Retarget.Result.SUCCESSFUL and result is not None and not result.optimized.points:
+        report["error"] = f"planner answered without a trajectory ({text or 'no reason given'})"
+        _say(report["error"])
+        return None
+    if code == Retarget.Result.SUCCESSFUL and result is not None:
+        _report_optimized(result, shown.began, planner, wall_time_s=float(planner["wall_time_s"]))
+        return result.optimized, "optimized trajectory"
+    if code == Retarget.Result.NOT_AVAILABLE:
+        _say(f"planner answered NOT_AVAILABLE ({text}): executing the INPUT animation, not an "
+             "optimized trajectory")
+        return animation, "input animation"
+    report["error"] = f"planner failed ({code}): {text}"
+    _say(f"planner failed ({code}): {text}")
+    return None
+
+
+def _report_optimized(result: Retarget.Result, began: float | None, planner: dict[str, object], *,
+                      wall_time_s: float) -> None:
+    """Add a successful plan's figures and checks (read back from the result's JSON) to ``planner`` (the report's
+    ``planner`` entry) and say them; ``began``: when the planner's preparation ended [s] (None: not seen);
+    ``wall_time_s``: the plan's wall time [s]."""
+    planner.update(iterations=result.iterations, naive_peak_deviation_m=result.naive_peak_deviation,
+                   optimized_peak_deviation_m=result.optimized_peak_deviation)
+    metrics = json.loads(result.metrics_json or "{}")
+    limited = bool(metrics.get("budget_limited", False))
+    planner.update(budget_limited=limited, naive_rms_deviation_m=result.naive_rms_deviation,
+                   optimized_rms_deviation_m=result.optimized_rms_deviation)
+    servos = metrics.get("servos") or {}
+    if servos:
+        planner["servos"] = servo_line(servos)
+        _say(f"planner: planned for {planner['servos']}")
+    verify = FinerStepCheck.from_json(metrics["verify"]) if metrics.get("verify") else None
+    checked = ""
+    if verify is not None:
+        planner["verify"] = {"dt_s": verify.dt_s, "peak_ratio": verify.peak_ratio, "holds": verify.holds}
+        checked = (f"; re-simulated at {verify.dt_s * 1e3:g} ms: {verify.peak_ratio:.2f} x naive"
+                   f"{'' if verify.holds else ' (the improvement does NOT hold)'}")
+    band = StiffnessBand.from_json(metrics.get("band"))
+    if band.worst_peak_ratio is not None:  # the plan re-simulated with the parts' stiffness scaled
+        planner["band_worst_peak_ratio"] = band.worst_peak_ratio
+        factors = ", ".join(f"{f:g}" for f in band.factors)
+        checked += f"; stiffness x {factors}: at worst {band.worst_peak_ratio:.2f} x naive"
+    if began is not None:  # the optimization and the checks after it
+        planner["after_preparation_s"] = round(wall_time_s - began, 1)
+    stages = {**(metrics.get("timings_s") or {}), **(metrics.get("check_timings_s") or {})}
+    planner["stages_s"] = {k: round(float(v), 1) for k, v in stages.items()}
+    _say(f"planner: optimized in {result.iterations} iterations"
+         f"{' (stopped by its time budget: best iterate so far)' if limited else ''}; "
+         "tracked-body deviation, peak "
+         f"{result.naive_peak_deviation * 100:.1f} cm naive -> "
+         f"{result.optimized_peak_deviation * 100:.1f} cm optimized, RMS "
+         f"{result.naive_rms_deviation * 100:.2f} -> {result.optimized_rms_deviation * 100:.2f} cm"
+         f"{checked}")
+    verified = Verification.from_json(metrics["verified"]) if metrics.get("verified") else None
+    if verified is not None and verified.naive and verified.optimized and verified.peak_ratio is not None:
+        planner["verified"] = {"model": verified.model, "peak_ratio": verified.peak_ratio,
+                               "naive_peak_deviation_m": verified.naive.peak_deviation_m,
+                               "optimized_peak_deviation_m": verified.optimized.peak_deviation_m}
+        _say(f"planner: verified in {verified.model}: peak "
+             f"{verified.naive.peak_deviation_m * 100:.1f} cm naive -> "
+             f"{verified.optimized.peak_deviation_m * 100:.1f} cm optimized "
+             f"({verified.peak_ratio:.2f} x)")
+    cut = cut_verdict(verified, DEMO_CUT)
+    planner["cut"] = cut
+    _say(cut["verdict"])
+
+
+def _execute(client: _Client, plan: Bringup, supervisor: Supervisor, trajectory: JointTrajectory, source: str,
+             args: argparse.Namespace, report: dict[str, object]) -> bool:
+    """Move to the trajectory's first pose, execute it recording joint_states, and report how the servos followed;
+    False when the move to the first pose failed (``report["error"]``).
+
+    Raises:
+        BringupError: No joint_states of the robot, or a process died.
+    """
+    from retarget.ros.bringup import BringupError
+
+    report["executed"] = source
+    times, positions = trajectory_arrays(trajectory)
+    if not client.record(wait=10.0):
+        raise BringupError(f"no joint_states of the robot on {plan.joint_states_topic} within 10 s")
+    current = client.recorder.latest()
+    result = client.move_to(positions[0], MOVE_TO_START_S)
+    report["move_to_start"] = {"error_code": result.error_code, "error_string": result.error_string}
+    if result.error_code != 0:
+        report["error"] = f"move to the first pose failed ({result.error_code}): {result.error_string}"
+        return False
+    _say(f"moved to the first pose in {MOVE_TO_START_S:.1f} s (largest joint move "
+         f"{np.degrees(np.max(np.abs(positions[0] - current))) if current is not None else 0.0:.1f} deg)")
+    duration = float(times[-1])
+    _say(f"executing the {source} ({duration:.2f} s, {len(times)} points) with FollowJointTrajectory")
+    result, start = client.play(trajectory, show_progress=not args.no_progress)
+    report["goal"] = {"error_code": result.error_code, "error_string": result.error_string}
+    sample_time, sample_positions = client.recorder.arrays()
+    figures = tracking_figures(plan.joint_names, times + start, positions, sample_time, sample_positions)
+    report["tracking"] = figures.as_dict()
+    print_figures(figures, result)
+    supervisor.check_alive()
+    report["ok"] = result.error_code == 0
+    if result.error_code != 0:
+        report["error"] = f"goal ended with error {result.error_code}: {result.error_string}"
+    return True
+
+
+def _stop(supervisor: Supervisor, report: dict[str, object], started: float, log_path: Path) -> list[ChildExit]:
+    """Stop every process and report how they stopped (``report["stopped"]``, ``ok`` false unless cleanly), the
+    wall time since ``started`` and the log; returns the unclean exits."""
+    killed = supervisor.stop()
+    dead = supervisor.dead()
+    # A process that had to be killed, that its stop watchdog ended, that exited non-zero or printed a
+    # traceback is a bug: reported by name, with the stacks it printed while stopping.
+    unclean = supervisor.unclean_exits()
+    report["stopped"] = {"killed": killed, "died": [name for name, _ in dead],
+                         "unclean": [e.describe() for e in unclean],
+                         "stacks": {e.name: e.stacks for e in unclean if e.stacks}}
+    if killed or dead or unclean:
+        report["ok"] = False
+        report.setdefault("error", "processes did not stop cleanly: " + "; ".join(
+            [e.describe() for e in unclean] or [f"killed {killed}, died {dead}"]))
+    report["wall_time_s"] = round(time.monotonic() - started, 2)
+    report["log"] = str(log_path)
+    return unclean
+
+
+def _planned_windows(plan: Bringup, duration: float) -> int:
     """How many windows the bring-up's planner cuts a ``duration`` [s] plan into (its ``dt``, ``window`` and
     ``window_overlap`` parameters; 1 without a planner or windows)."""
     from retarget.optimize.options import PlanOptions
@@ -544,7 +613,7 @@ def _planned_windows(plan: Any, duration: float) -> int:
     return window_count(duration, dt, float(params.get("window") or 0.0), float(params.get("window_overlap") or 0.0))
 
 
-def cut_verdict(verified: Verification | None, cut: float = DEMO_CUT) -> dict[str, Any]:
+def cut_verdict(verified: Verification | None, cut: float = DEMO_CUT) -> dict[str, object]:
     """Whether the plan reached ``cut``: its optimized peak deviation over the naive one, re-simulated in a model it
     was not optimized on (the planner's ``verified``), at most ``cut``. A plan not verified in another model has not
     reached it."""
@@ -561,7 +630,7 @@ def cut_verdict(verified: Verification | None, cut: float = DEMO_CUT) -> dict[st
                         f"{cut:g} x ({where})")}
 
 
-def servo_line(servos: dict[str, Any]) -> str:
+def servo_line(servos: JSONObject) -> str:
     """One line naming the servo model(s) a plan was made for (its report's ``servos``), the assumption of an ideal
     servo where there is one."""
     kinds: dict[str, list[str]] = {}

@@ -16,10 +16,18 @@ import math
 import re
 import sys
 import threading
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, TextIO, TypedDict
 
-__all__ = ["GOAL_RESULT_NAMES", "PlannerProgress", "goal_summary", "register_goal"]
+from retarget.jsonsafe import JSONObject
+
+if TYPE_CHECKING:
+    from retarget_interfaces.action import Retarget
+    from trajectory_msgs.msg import JointTrajectory
+
+    from retarget.ros.player import RobotClient
+
+__all__ = ["GOAL_RESULT_NAMES", "GoalSummary", "PlannerProgress", "goal_summary", "register_goal"]
 
 #: The Retarget result's error codes by name.
 GOAL_RESULT_NAMES = {0: "SUCCESSFUL", -1: "INVALID_GOAL", -2: "NOT_AVAILABLE", -3: "FAILED", -4: "CANCELED"}
@@ -64,7 +72,7 @@ class PlannerProgress:
     def __exit__(self, *exc: object) -> None:
         self.bar.close()
 
-    def __call__(self, fb: Any) -> None:
+    def __call__(self, fb: Retarget.Feedback) -> None:
         with self.lock:
             if self.began is None and not preparing(fb.stage):
                 self.began = float(fb.elapsed_time)
@@ -83,7 +91,25 @@ class PlannerProgress:
             self.bar.set_postfix_str(f"{text}, {self.spent:.0f} s", refresh=False)
 
 
-def goal_summary(result: Any) -> dict[str, Any]:
+class GoalSummary(TypedDict):
+    """A Retarget result's figures as plain data (:func:`goal_summary`); deviations in [m], times in [s]."""
+
+    error_code: int
+    status: str
+    error_string: str
+    iterations: int
+    objective_initial: float
+    objective_final: float
+    naive_peak_deviation_m: float
+    optimized_peak_deviation_m: float
+    naive_rms_deviation_m: float
+    optimized_rms_deviation_m: float
+    wall_time_s: float
+    points: int
+    metrics: JSONObject
+
+
+def goal_summary(result: Retarget.Result) -> GoalSummary:
     """The Retarget result's figures as plain data: ``error_code``, ``status``, ``error_string``, ``iterations``,
     the deviations [m], ``wall_time_s``, ``points`` (of the optimized trajectory) and ``metrics`` (its
     ``metrics_json``)."""
@@ -101,11 +127,11 @@ def goal_summary(result: Any) -> dict[str, Any]:
             "wall_time_s": result.wall_time, "points": len(result.optimized.points), "metrics": metrics}
 
 
-def _print_result(summary: dict[str, Any], robot: str, out: Any = None) -> None:
+def _print_result(summary: GoalSummary, robot: str, out: TextIO | None = None) -> None:
     """The result's figures, on ``out`` (default stdout)."""
     out = sys.stdout if out is None else out
 
-    def print(*parts: Any, **kwargs: Any) -> None:  # every line goes to ``out``
+    def print(*parts: object, **kwargs: object) -> None:  # every line goes to ``out``
         kwargs.setdefault("file", out)
         builtins.print(*parts, **kwargs)
 
@@ -159,8 +185,8 @@ def _goal_command(args: argparse.Namespace) -> int:
     namespace = args.namespace.rstrip("/")
     action = f"{namespace}/planner/retarget"
     follow = f"{namespace}/trajectory_server/follow_joint_trajectory"
-    report: dict[str, Any] = {"robot": name, "motion": str(args.motion), "action": action,
-                              "duration_s": round(float(motion.duration), 3), "execute": bool(args.execute)}
+    report: dict[str, object] = {"robot": name, "motion": str(args.motion), "action": action,
+                                 "duration_s": round(float(motion.duration), 3), "execute": bool(args.execute)}
 
     def finish(code: int, error: str = "") -> int:
         if error:
@@ -227,7 +253,8 @@ def _goal_command(args: argparse.Namespace) -> int:
         client.close()
 
 
-def _move_to_start(client: Any, animation: Any, params: dict[str, Any], args: argparse.Namespace, name: str) -> str:
+def _move_to_start(client: RobotClient, animation: JointTrajectory, params: Mapping[str, object],
+                   args: argparse.Namespace, name: str) -> str:
     """Move the robot to the animation's first pose when it is further than its goal tolerance: the planner plays
     the plan from there. Returns an error text, "" when it is there."""
     import numpy as np
@@ -254,7 +281,7 @@ def _move_to_start(client: Any, animation: Any, params: dict[str, Any], args: ar
     return ""
 
 
-def register_goal(subparsers: Any) -> None:
+def register_goal(subparsers: argparse._SubParsersAction) -> None:
     """Add ``retarget goal`` to the top-level ``retarget`` parser."""
     from retarget.ros.player import MOVE_TO_START_S
 

@@ -22,7 +22,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import rclpy
@@ -49,6 +49,10 @@ from retarget.mocap.bags import pose_topic
 from retarget.mocap.twin import LiveTwinSource, PoseFunction
 from retarget.ros.params import declare
 from retarget.ros.spinning import close_node, spin, stopping_on_signals
+
+if TYPE_CHECKING:
+    from geometry_msgs.msg import TransformStamped
+    from tf2_msgs.msg import TFMessage
 
 __all__ = ["MocapNode", "NodeStats", "load_twin_motion", "builtin_step_motion", "looped", "tf_frame_name", "main"]
 
@@ -194,6 +198,28 @@ def looped(pose_at: PoseFunction, period_s: float) -> PoseFunction:
     return lambda t: pose_at(math.fmod(t, period_s))
 
 
+@dataclass(frozen=True)
+class _SourceParameters:
+    """The parameters of the node's mocap source (declared by :class:`MocapNode`, which describes each)."""
+
+    server_address: str
+    local_address: str
+    multicast_address: str
+    command_port: int
+    data_port: int
+    extra_latency_s: float
+    connect_timeout_s: float
+    reconnect_interval_s: float
+    twin_motion: str
+    twin_loop: bool
+    twin_rate: float
+    twin_position_noise_m: float
+    twin_rotation_noise_rad: float
+    twin_occlusion: float
+    twin_latency_s: float
+    twin_seed: int
+
+
 class MocapNode(Node):
     """Publishes the tracked bodies of a mocap source as PoseStamped (and optionally TF).
 
@@ -236,52 +262,52 @@ class MocapNode(Node):
 
     # -- set-up ----------------------------------------------------------------------------------------------
 
-    def _declare_source_parameters(self) -> dict[str, Any]:
+    def _declare_source_parameters(self) -> _SourceParameters:
         T = Parameter.Type
-        p: dict[str, Any] = {}
-        p["server_address"] = declare(self, "server_address", T.STRING, "127.0.0.1", "Motive's IP address")
-        p["local_address"] = declare(self, "local_address", T.STRING, "127.0.0.1",
-                                     "this machine's IP address on the mocap network")
-        p["multicast_address"] = declare(self, "multicast_address", T.STRING, "239.255.42.99",
-                                         "multicast group of the stream; '' = unicast")
-        p["command_port"] = declare(self, "command_port", T.INTEGER, 1510, "Motive's command port", low=1,
-                                    high=65535)
-        p["data_port"] = declare(self, "data_port", T.INTEGER, 1511, "data port frames arrive on", low=1,
-                                 high=65535)
-        p["extra_latency_s"] = declare(self, "extra_latency_s", T.DOUBLE, 0.0,
-                                       "network transit added to Motive's reported latency [s]", low=0.0, high=1.0)
-        p["connect_timeout_s"] = declare(self, "connect_timeout_s", T.DOUBLE, 0.5,
-                                         "wait for each answer of Motive [s]", low=0.01, high=10.0)
-        p["reconnect_interval_s"] = declare(self, "reconnect_interval_s", T.DOUBLE, 2.0,
-                                            "retry period while Motive does not answer [s]", low=0.1, high=60.0)
-        p["twin_motion"] = declare(self, "twin_motion", T.STRING, "builtin:step",
-                                   "twin body poses: builtin:step, a .npz/.csv file (see load_twin_motion), or "
-                                   "live:<channel file> (the running reduced simulation, docs/twin.md)")
-        p["twin_loop"] = declare(self, "twin_loop", T.BOOL, True, "repeat the twin motion when it ends")
-        p["twin_rate"] = declare(self, "twin_rate", T.DOUBLE, 120.0, "twin capture rate [Hz]", low=1.0,
-                                 high=2000.0)
-        p["twin_position_noise_m"] = declare(self, "twin_position_noise_m", T.DOUBLE, 0.0005,
-                                             "std of the twin's position noise per axis [m]", low=0.0, high=1.0)
-        p["twin_rotation_noise_rad"] = declare(self, "twin_rotation_noise_rad", T.DOUBLE, 0.0,
-                                               "std of the twin's rotation noise per axis [rad]", low=0.0,
-                                               high=1.0)
-        p["twin_occlusion"] = declare(self, "twin_occlusion", T.DOUBLE, 0.0,
-                                      "probability that a twin body is untracked in a frame", low=0.0, high=1.0)
-        p["twin_latency_s"] = declare(self, "twin_latency_s", T.DOUBLE, 0.005, "twin capture latency [s]",
-                                      low=0.0, high=1.0)
-        p["twin_seed"] = declare(self, "twin_seed", T.INTEGER, 0, "seed of the twin's noise")
-        return p
+        return _SourceParameters(
+            server_address=declare(self, "server_address", T.STRING, "127.0.0.1", "Motive's IP address"),
+            local_address=declare(self, "local_address", T.STRING, "127.0.0.1",
+                                  "this machine's IP address on the mocap network"),
+            multicast_address=declare(self, "multicast_address", T.STRING, "239.255.42.99",
+                                      "multicast group of the stream; '' = unicast"),
+            command_port=declare(self, "command_port", T.INTEGER, 1510, "Motive's command port", low=1,
+                                 high=65535),
+            data_port=declare(self, "data_port", T.INTEGER, 1511, "data port frames arrive on", low=1,
+                              high=65535),
+            extra_latency_s=declare(self, "extra_latency_s", T.DOUBLE, 0.0,
+                                    "network transit added to Motive's reported latency [s]", low=0.0, high=1.0),
+            connect_timeout_s=declare(self, "connect_timeout_s", T.DOUBLE, 0.5,
+                                      "wait for each answer of Motive [s]", low=0.01, high=10.0),
+            reconnect_interval_s=declare(self, "reconnect_interval_s", T.DOUBLE, 2.0,
+                                         "retry period while Motive does not answer [s]", low=0.1, high=60.0),
+            twin_motion=declare(self, "twin_motion", T.STRING, "builtin:step",
+                                "twin body poses: builtin:step, a .npz/.csv file (see load_twin_motion), or "
+                                "live:<channel file> (the running reduced simulation, docs/twin.md)"),
+            twin_loop=declare(self, "twin_loop", T.BOOL, True, "repeat the twin motion when it ends"),
+            twin_rate=declare(self, "twin_rate", T.DOUBLE, 120.0, "twin capture rate [Hz]", low=1.0,
+                              high=2000.0),
+            twin_position_noise_m=declare(self, "twin_position_noise_m", T.DOUBLE, 0.0005,
+                                          "std of the twin's position noise per axis [m]", low=0.0, high=1.0),
+            twin_rotation_noise_rad=declare(self, "twin_rotation_noise_rad", T.DOUBLE, 0.0,
+                                            "std of the twin's rotation noise per axis [rad]", low=0.0,
+                                            high=1.0),
+            twin_occlusion=declare(self, "twin_occlusion", T.DOUBLE, 0.0,
+                                   "probability that a twin body is untracked in a frame", low=0.0, high=1.0),
+            twin_latency_s=declare(self, "twin_latency_s", T.DOUBLE, 0.005, "twin capture latency [s]",
+                                   low=0.0, high=1.0),
+            twin_seed=declare(self, "twin_seed", T.INTEGER, 0, "seed of the twin's noise"),
+        )
 
     def _build_source(self) -> MocapSource:
         p = self._source_params
         if self.source_kind == "natnet":
             config = NatNetClientConfig(
-                server_address=p["server_address"],
-                local_address=p["local_address"],
-                command_port=p["command_port"],
-                data_port=p["data_port"],
-                multicast_address=p["multicast_address"] or None,
-                extra_latency_s=p["extra_latency_s"],
+                server_address=p.server_address,
+                local_address=p.local_address,
+                command_port=p.command_port,
+                data_port=p.data_port,
+                multicast_address=p.multicast_address or None,
+                extra_latency_s=p.extra_latency_s,
             )
             client = NatNetClient(config)
             try:
@@ -292,12 +318,12 @@ class MocapNode(Node):
                                  f": {exc}") from None
             return client
         if self.source_kind == "twin":
-            motion = p["twin_motion"]
-            noise = TwinNoise(p["twin_position_noise_m"], p["twin_rotation_noise_rad"], p["twin_occlusion"],
-                              p["twin_latency_s"])
+            motion = p.twin_motion
+            noise = TwinNoise(p.twin_position_noise_m, p.twin_rotation_noise_rad, p.twin_occlusion,
+                              p.twin_latency_s)
             if motion.startswith("live:"):
                 # The running reduced simulation (docs/twin.md): poses from its channel file.
-                return LiveTwinSource(motion[len("live:"):], p["twin_rate"], noise, seed=p["twin_seed"],
+                return LiveTwinSource(motion[len("live:"):], p.twin_rate, noise, seed=p.twin_seed,
                                       log=lambda line: self.get_logger().info(line))
             if motion == "builtin:step":
                 pose_at, period = builtin_step_motion()
@@ -305,11 +331,11 @@ class MocapNode(Node):
                 raise InputError(f"twin_motion {motion!r}: the only built-in motion is builtin:step")
             else:
                 pose_at, period = load_twin_motion(motion)
-            return TwinSource(looped(pose_at, period) if p["twin_loop"] else pose_at, p["twin_rate"], noise,
-                              seed=p["twin_seed"], realtime=True)
+            return TwinSource(looped(pose_at, period) if p.twin_loop else pose_at, p.twin_rate, noise,
+                              seed=p.twin_seed, realtime=True)
         raise InputError(f"parameter 'source' is {self.source_kind!r}; use natnet or twin")
 
-    def _make_tf_publisher(self) -> tuple[Publisher | None, Any]:
+    def _make_tf_publisher(self) -> tuple[Publisher | None, tuple[type[TFMessage], type[TransformStamped]] | None]:
         if not self.publish_tf:
             return None, None
         try:
@@ -357,8 +383,8 @@ class MocapNode(Node):
         now = time.monotonic()
         if now < self._next_connect:
             return
-        self._next_connect = now + self._source_params["reconnect_interval_s"]
-        timeout = self._source_params["connect_timeout_s"]
+        self._next_connect = now + self._source_params.reconnect_interval_s
+        timeout = self._source_params.connect_timeout_s
         try:
             if client.server_info is None:
                 info = client.connect(timeout_s=timeout)
@@ -436,7 +462,7 @@ class MocapNode(Node):
         elapsed = max(now - last_time, 1e-9)
         rate = (self.stats.frames - last_frames) / elapsed
         self._last_report = (now, self.stats.frames, malformed)
-        hardware = (f"{self._source_params['server_address']}:{self._source_params['command_port']}"
+        hardware = (f"{self._source_params.server_address}:{self._source_params.command_port}"
                     if self._natnet is not None else "twin")
         status = DiagnosticStatus(name=f"mocap: {self.source_kind}", hardware_id=hardware)
         values = {

@@ -6,15 +6,18 @@ Reading works on any object with the message's attributes
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from retarget.motion.motion import Motion
+
+if TYPE_CHECKING:
+    from trajectory_msgs.msg import JointTrajectory
 from retarget.motion.trajectory import motion_from_trajectory, motion_to_trajectory_dict
 
 __all__ = ["from_joint_trajectory_msg", "to_joint_trajectory_msg"]
 
 
-def to_joint_trajectory_msg(motion: Motion, *, velocities: bool = False, frame_id: str = "") -> Any:
+def to_joint_trajectory_msg(motion: Motion, *, velocities: bool = False, frame_id: str = "") -> JointTrajectory:
     """A ``trajectory_msgs.msg.JointTrajectory`` of the motion (header stamp zero: "start now").
 
     Args:
@@ -39,6 +42,6 @@ def to_joint_trajectory_msg(motion: Motion, *, velocities: bool = False, frame_i
     return msg
 
 
-def from_joint_trajectory_msg(msg: Any) -> Motion:
+def from_joint_trajectory_msg(msg: JointTrajectory) -> Motion:
     """The motion of a ``trajectory_msgs.msg.JointTrajectory`` (or any object with its attributes)."""
     return motion_from_trajectory(msg, source="JointTrajectory message")[0]

@@ -1,7 +1,7 @@
 """Typed, documented parameter declaration shared by the nodes."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TypeVar
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 from rclpy.exceptions import ParameterUninitializedException
@@ -10,11 +10,14 @@ from rclpy.parameter import Parameter
 
 from retarget.errors import InputError
 
-__all__ = ["declare"]
+__all__ = ["ParameterValue", "declare"]
+
+#: A parameter's value, of the type of its default: what :func:`declare` returns.
+ParameterValue = TypeVar("ParameterValue", bool, int, float, str, list[bool], list[int], list[float], list[str])
 
 
-def declare(node: Node, name: str, kind: Parameter.Type, default: Any, description: str, *,
-            low: float | None = None, high: float | None = None, read_only: bool = True) -> Any:
+def declare(node: Node, name: str, kind: Parameter.Type, default: ParameterValue, description: str, *,
+            low: float | None = None, high: float | None = None, read_only: bool = True) -> ParameterValue:
     """Declare a parameter with a :class:`ParameterDescriptor` and return its value.
 
     Args:

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import rclpy
@@ -45,6 +46,12 @@ from retarget.ros.conversions import goal_points
 from retarget.ros.params import declare
 from retarget.ros.refine_server import RefineServer
 from retarget.ros.spinning import close_node, spin, stopping_on_signals
+
+if TYPE_CHECKING:
+    from retarget.optimize.estimate import PlanEstimate
+    from retarget.optimize.options import PlanOptions
+    from retarget.optimize.planning import PlanProgress
+    from retarget.optimize.variants import PlanResult
 
 __all__ = ["Planner", "TrainingFeedback", "fallback_models", "main"]
 
@@ -96,7 +103,7 @@ class Planner(Node):
                 f"config/{robot}.params.yaml to train one on the first goal"
                 + (f" (skipped: {'; '.join(exc.skipped)})" if exc.skipped else ""))
 
-    def _progress(self, handle: ServerGoalHandle, started: float, info: dict[str, Any]) -> None:
+    def _progress(self, handle: ServerGoalHandle, started: float, info: Mapping[str, object]) -> None:
         """Feedback when a stage begins and per optimizer iteration (with windows the stage names the window)."""
         if "iteration" not in info:
             self._feedback(handle, started, str(info.get("stage", "optimizing")))
@@ -193,12 +200,12 @@ class Planner(Node):
         handle.succeed()
         return result
 
-    def _options(self, goal: Retarget.Goal) -> Any:
+    def _options(self, goal: Retarget.Goal) -> PlanOptions:
         """The plan's options: the node's parameters, then the goal's fields (0, negative or empty: the default)."""
         from retarget.optimize import TrackedBodyWeights, WeightSchedule
         from retarget.optimize.options import NODE_PARAMETERS, options_from_parameters
 
-        def given(value: Any) -> Any:
+        def given(value: float) -> float | None:
             return value if isinstance(value, (int, float)) and value > 0 else None
 
         bodies = None
@@ -215,7 +222,7 @@ class Planner(Node):
             deviation_weight=goal.deviation_weight if goal.deviation_weight >= 0 else None,
             acceleration_weight=goal.acceleration_weight if goal.acceleration_weight >= 0 else None, bodies=bodies)
 
-    def _plan_progress(self, handle: ServerGoalHandle, started: float) -> Any:
+    def _plan_progress(self, handle: ServerGoalHandle, started: float) -> PlanProgress:
         """Feedback when a stage begins and per optimizer iteration; the goal's cancel request."""
         from retarget.optimize import PlanProgress
         from retarget.optimize.control import FEEDBACK_STAGES, TRAINING_STAGE
@@ -235,7 +242,7 @@ class Planner(Node):
                 current[:] = [name]
                 self._progress(handle, started, {"stage": name})
 
-        def estimate(what: Any) -> None:
+        def estimate(what: StageEstimate | PlanEstimate) -> None:
             if isinstance(what, StageEstimate):  # the training, before it starts
                 training.expected_s = what.seconds
                 text = f"{TRAINING_STAGE}: {what.line()}"
@@ -249,7 +256,7 @@ class Planner(Node):
                             cancelled=lambda: handle.is_cancel_requested or not self.context.ok(),
                             estimate=estimate)
 
-    def _result(self, outcome: Any, started: float, start_time: float) -> tuple[Result, dict[str, Any]]:
+    def _result(self, outcome: PlanResult, started: float, start_time: float) -> tuple[Result, dict[str, object]]:
         """The action's result of a finished plan, and the plan's metrics it carries as ``metrics_json``."""
         from retarget.ros.conversions import point_msg
 

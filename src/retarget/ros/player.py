@@ -14,10 +14,19 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
+
+if TYPE_CHECKING:
+    from control_msgs.action import FollowJointTrajectory
+    from rclpy.subscription import Subscription
+    from rclpy.task import Future
+    from sensor_msgs.msg import JointState
+    from trajectory_msgs.msg import JointTrajectory
+
+_T = TypeVar("_T")
 
 __all__ = ["CANCEL_TIMEOUT_S", "LAG_GRID_S", "MOVE_TO_START_S", "START_LEAD_S", "JointStateRecorder",
            "JointTracking", "RobotClient", "TrackingFigures", "point_trajectory", "print_figures", "trajectory_arrays",
@@ -84,7 +93,7 @@ class TrackingFigures:
     lag_s: float
     rms_lag_compensated_deg: float
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         """Plain data for JSON."""
         return {"samples": self.samples, "duration_s": self.duration_s, "rms_deg": self.rms_deg,
                 "peak_deg": self.peak_deg, "lag_s": self.lag_s,
@@ -154,7 +163,7 @@ class JointStateRecorder:
     positions: list[list[float]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def __call__(self, msg: Any) -> None:
+    def __call__(self, msg: JointState) -> None:
         index = {name: i for i, name in enumerate(msg.name)}
         if not all(name in index for name in self.joint_names):
             return
@@ -200,7 +209,7 @@ class RobotClient:
         self.node = Node(node_name, context=self.context)
         self.recorder = JointStateRecorder(tuple(joint_names))
         self._joint_states_topic = joint_states_topic
-        self._subscription: Any = None
+        self._subscription: Subscription | None = None
         self.follow = ActionClient(self.node, FollowJointTrajectory, follow_action)
         self.retarget = None
         if retarget_action:
@@ -244,8 +253,8 @@ class RobotClient:
         return self.node.get_clock().now().nanoseconds * 1e-9
 
     @staticmethod
-    def _wait(future: Any, timeout: float, what: str, tick: Any = None,
-              alive: Callable[[], float] | None = None) -> Any:
+    def _wait(future: Future[_T], timeout: float, what: str, tick: Callable[[], None] | None = None,
+              alive: Callable[[], float] | None = None) -> _T:
         """The future's result, polling ``tick()`` (which may raise) every 50 ms; TimeoutError after ``timeout``
         [s], or, when ``alive()`` (the monotonic instant the other side last showed it is at work) is given, once
         it has also been silent for :data:`FEEDBACK_SILENCE_S` (at most :data:`LATE_RESULT_LIMIT_S` later)."""
@@ -262,8 +271,9 @@ class RobotClient:
             time.sleep(0.05)
         return future.result()
 
-    def execute(self, trajectory: Any, start: float, timeout: float, progress: Any = None,
-                goal_tolerance: float = 0.0) -> Any:
+    def execute(self, trajectory: JointTrajectory, start: float, timeout: float,
+                progress: Callable[[float], None] | None = None,
+                goal_tolerance: float = 0.0) -> FollowJointTrajectory.Result:
         """FollowJointTrajectory of ``trajectory`` from ``start`` [s, node clock]; returns the result.
 
         ``goal_tolerance`` [rad] is sent as every joint's position goal tolerance (0: the server's default, -1: none).
@@ -290,7 +300,7 @@ class RobotClient:
         goal.trajectory.header.stamp = Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
         fed = [-math.inf]  # the last feedback's arrival (written on the executor's thread)
 
-        def on_feedback(_: Any) -> None:
+        def on_feedback(_: FollowJointTrajectory.Feedback) -> None:
             fed[0] = time.monotonic()
 
         handle = self._wait(self.follow.send_goal_async(goal, feedback_callback=on_feedback), 10.0,
@@ -317,13 +327,14 @@ class RobotClient:
                 raise TimeoutError(f"{exc}; the goal was cancelled") from None
             raise
 
-    def move_to(self, positions: NDArray[np.float64], seconds: float) -> Any:
+    def move_to(self, positions: NDArray[np.float64], seconds: float) -> FollowJointTrajectory.Result:
         """Reach ``positions`` [rad] (the recorder's joint order) in ``seconds`` s from wherever the robot is: a
         one-point goal starting :data:`START_LEAD_S` from now; returns the result. Raises as :meth:`execute`."""
         home = point_trajectory(self.recorder.joint_names, positions, seconds)
         return self.execute(home, self.now() + START_LEAD_S, seconds + 10.0)
 
-    def play(self, trajectory: Any, show_progress: bool = True, goal_tolerance: float = 0.0) -> tuple[Any, float]:
+    def play(self, trajectory: JointTrajectory, show_progress: bool = True,
+             goal_tolerance: float = 0.0) -> tuple[FollowJointTrajectory.Result, float]:
         """Execute ``trajectory`` starting :data:`START_LEAD_S` from now, with a progress bar on stderr (none when
         ``show_progress`` is false or stderr is not a terminal); waits up to its duration + 20 s, longer while the
         server's feedback comes (:meth:`execute`). Returns the result
@@ -341,14 +352,14 @@ class RobotClient:
             return self.execute(trajectory, start, duration + 20.0, progress, goal_tolerance), start
 
 
-def trajectory_arrays(trajectory: Any) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+def trajectory_arrays(trajectory: JointTrajectory) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """A JointTrajectory's times ``(n,)`` [s] and positions ``(n, m)`` [rad]."""
     times = np.array([p.time_from_start.sec + 1e-9 * p.time_from_start.nanosec for p in trajectory.points])
     positions = np.array([list(p.positions) for p in trajectory.points])
     return times, positions
 
 
-def point_trajectory(joint_names: Sequence[str], positions: NDArray[np.float64], at: float) -> Any:
+def point_trajectory(joint_names: Sequence[str], positions: NDArray[np.float64], at: float) -> JointTrajectory:
     """A one-point JointTrajectory: reach ``positions`` [rad] ``at`` s after the start."""
     from trajectory_msgs.msg import JointTrajectory
 
@@ -359,7 +370,7 @@ def point_trajectory(joint_names: Sequence[str], positions: NDArray[np.float64],
     return msg
 
 
-def print_figures(figures: TrackingFigures, result: Any) -> None:
+def print_figures(figures: TrackingFigures, result: FollowJointTrajectory.Result) -> None:
     """The goal's outcome and the tracking figures, a table per joint, on stdout."""
     outcome = "SUCCESSFUL" if result.error_code == 0 else f"error {result.error_code}: {result.error_string}"
     print(f"tracking: goal {outcome}; {figures.samples} joint_states over {figures.duration_s:.2f} s; "
@@ -379,7 +390,7 @@ def print_figures(figures: TrackingFigures, result: Any) -> None:
 DEFAULT_START_TOLERANCE = 0.02
 
 
-def register_play(subparsers: Any) -> None:
+def register_play(subparsers: argparse._SubParsersAction) -> None:
     """Add ``retarget play`` to the top-level ``retarget`` parser."""
     p = subparsers.add_parser(
         "play",
@@ -423,7 +434,7 @@ def register_play(subparsers: Any) -> None:
     p.set_defaults(func=_play_command)
 
 
-def _play_legacy(args: Any) -> str:
+def _play_legacy(args: argparse.Namespace) -> str:
     """``play MOTION [--robot R]`` (the old spelling) as ``play [R] --motion MOTION``, with its deprecation note."""
     from retarget.errors import InputError
 
@@ -456,7 +467,7 @@ def _robot_of(motion: str, robot: str | None) -> str:
                      "name ROBOT/MOTION names it)")
 
 
-def planned_servo_warnings(motion_file: Any, robot: str) -> list[str]:
+def planned_servo_warnings(motion_file: str | Path, robot: str) -> list[str]:
     """Warnings when a plan CSV says it was made for servos other than the robot config declares (a plan's goals
     pre-compensate the sag and lag of the servos it was made for: on other gains it cuts less)."""
     from pathlib import Path
@@ -475,25 +486,15 @@ def planned_servo_warnings(motion_file: Any, robot: str) -> list[str]:
             "goals pre-compensate those servos' sag and lag; plan again for this robot's servos"]
 
 
-def _play_command(args: Any) -> int:
+def _play_command(args: argparse.Namespace) -> int:
     import json
-    import math
 
     from retarget.errors import InputError
     from retarget.info import components
     from retarget.model.library import resolve_robot, ros_parameters
     from retarget.motion import load_motion
 
-    if args.move_to_start <= 0 or args.wait <= 0:
-        raise InputError("--move-to-start and --wait must be positive")
-    if not (args.goal_tolerance >= 0 or args.goal_tolerance == -1):
-        raise InputError(f"--goal-tolerance must be 0 or more, or -1 (none), got {args.goal_tolerance}")
-    if (args.record is None) != (args.record_topics is None):
-        raise InputError("--record BAG and --record-topics TOPIC ... go together")
-    if args.record_lead < 0 or args.record_tail < 0:
-        raise InputError("--record-lead and --record-tail must be >= 0")
-    if args.record is not None and args.record.exists():
-        raise InputError(f"{args.record} exists: give a new bag folder")
+    _check_play_options(args)
     robot = _robot_of(args.motion, args.robot)
     name = resolve_robot(robot).name.removesuffix(".yaml")
     params = ros_parameters(robot)
@@ -509,8 +510,8 @@ def _play_command(args: Any) -> int:
 
     namespace = args.namespace.rstrip("/")
     follow = f"{namespace}/trajectory_server/follow_joint_trajectory"
-    report: dict[str, Any] = {"ok": False, "robot": name, "motion": str(args.motion), "action": follow,
-                              "duration_s": round(float(motion.time[-1]), 3), "moved_to_start": False}
+    report: dict[str, object] = {"ok": False, "robot": name, "motion": str(args.motion), "action": follow,
+                                 "duration_s": round(float(motion.time[-1]), 3), "moved_to_start": False}
 
     def fail(text: str) -> int:
         report["error"] = text
@@ -520,7 +521,7 @@ def _play_command(args: Any) -> int:
         return 1
 
     client = RobotClient(joints, f"{namespace}/joint_states", follow, node_name="retarget_play")
-    recording = None
+    recording: _Recording | None = None
     try:
         if not client.follow.wait_for_server(timeout_sec=args.wait):
             return fail(f"no trajectory server at {follow} within {args.wait:g} s: is `retarget up {name}` (or "
@@ -529,18 +530,9 @@ def _play_command(args: Any) -> int:
             return fail(f"no joint_states of {joints} on {namespace}/joint_states within {args.wait:g} s")
         current = client.recorder.latest()
         trajectory = to_joint_trajectory_msg(motion)
-        times, positions = trajectory_arrays(trajectory)
-        away = float(np.max(np.abs(positions[0] - current)))
-        if away > tolerance:
-            print(f"moving to the first pose ({math.degrees(away):.1f} deg away) in {args.move_to_start:g} s",
-                  file=sys.stderr, flush=True)
-            try:
-                result = client.move_to(positions[0], args.move_to_start)
-            except (RuntimeError, TimeoutError) as exc:
-                return fail(f"the move to the first pose failed: {exc}")
-            report["moved_to_start"] = True
-            if result.error_code != 0:
-                return fail(f"the move to the first pose failed ({result.error_code}): {result.error_string}")
+        error = _move_to_start(client, trajectory, current, tolerance, args.move_to_start, report)
+        if error is not None:
+            return fail(error)
         if args.record is not None:
             recording = _Recording(args.record, args.record_topics, args.storage, args.wait)
             if not recording.started():
@@ -548,29 +540,9 @@ def _play_command(args: Any) -> int:
             print(f"recording {', '.join(args.record_topics)} into {args.record}; {args.record_lead:g} s at rest "
                   "first", file=sys.stderr, flush=True)
             time.sleep(args.record_lead)
-        duration = float(times[-1])
-        print(f"playing {args.motion} on {name} ({duration:.2f} s, {len(times)} points, {len(joints)} joints)",
-              file=sys.stderr, flush=True)
-        try:
-            result, start = client.play(trajectory, show_progress=not args.no_progress,
-                                        goal_tolerance=args.goal_tolerance)
-        except (RuntimeError, TimeoutError) as exc:
-            return fail(str(exc))
-        report["goal"] = {"error_code": result.error_code, "error_string": result.error_string}
-        if recording is not None:
-            time.sleep(args.record_tail)
-            report["record"] = recording.finish()
-        sample_time, sample_positions = client.recorder.arrays()
-        try:
-            figures = tracking_figures(joints, times + start, positions, sample_time, sample_positions)
-        except InputError as exc:  # no joint_states during the goal: say so, the goal's result still stands
-            print(f"no tracking figures: {exc}", file=sys.stderr, flush=True)
-        else:
-            report["tracking"] = figures.as_dict()
-            print_figures(figures, result)
-        report["ok"] = result.error_code == 0
-        if not report["ok"]:
-            return fail(f"the goal ended with error {result.error_code}: {result.error_string}")
+        error = _play_take(client, trajectory, args, name, recording, report)
+        if error is not None:
+            return fail(error)
         if args.json:
             print(json.dumps(report), flush=True)
         return 0
@@ -578,6 +550,82 @@ def _play_command(args: Any) -> int:
         if recording is not None:
             recording.finish()  # after a failure or Ctrl-C too: the bag is finished cleanly
         client.close()
+
+
+def _check_play_options(args: argparse.Namespace) -> None:
+    """Refuse ``retarget play`` options out of range or missing their partner.
+
+    Raises:
+        InputError: The first bad option.
+    """
+    from retarget.errors import InputError
+
+    if args.move_to_start <= 0 or args.wait <= 0:
+        raise InputError("--move-to-start and --wait must be positive")
+    if not (args.goal_tolerance >= 0 or args.goal_tolerance == -1):
+        raise InputError(f"--goal-tolerance must be 0 or more, or -1 (none), got {args.goal_tolerance}")
+    if (args.record is None) != (args.record_topics is None):
+        raise InputError("--record BAG and --record-topics TOPIC ... go together")
+    if args.record_lead < 0 or args.record_tail < 0:
+        raise InputError("--record-lead and --record-tail must be >= 0")
+    if args.record is not None and args.record.exists():
+        raise InputError(f"{args.record} exists: give a new bag folder")
+
+
+def _move_to_start(client: RobotClient, trajectory: JointTrajectory, current: NDArray[np.float64] | None,
+                   tolerance: float, seconds: float, report: dict[str, object]) -> str | None:
+    """Move the robot to the trajectory's first pose in ``seconds`` [s] when it is farther than ``tolerance``
+    [rad] from ``current``; what failed, or None (``report["moved_to_start"]`` says whether it moved)."""
+    import math
+
+    positions = trajectory_arrays(trajectory)[1]
+    away = float(np.max(np.abs(positions[0] - current)))
+    if away <= tolerance:
+        return None
+    print(f"moving to the first pose ({math.degrees(away):.1f} deg away) in {seconds:g} s",
+          file=sys.stderr, flush=True)
+    try:
+        result = client.move_to(positions[0], seconds)
+    except (RuntimeError, TimeoutError) as exc:
+        return f"the move to the first pose failed: {exc}"
+    report["moved_to_start"] = True
+    if result.error_code != 0:
+        return f"the move to the first pose failed ({result.error_code}): {result.error_string}"
+    return None
+
+
+def _play_take(client: RobotClient, trajectory: JointTrajectory, args: argparse.Namespace, name: str,
+               recording: _Recording | None, report: dict[str, object]) -> str | None:
+    """Play ``trajectory`` on robot ``name``, finish the ``recording`` after its tail, and report the goal and how
+    the servos followed; what failed, or None when the goal succeeded."""
+    from retarget.errors import InputError
+
+    times, positions = trajectory_arrays(trajectory)
+    joints = client.recorder.joint_names
+    duration = float(times[-1])
+    print(f"playing {args.motion} on {name} ({duration:.2f} s, {len(times)} points, {len(joints)} joints)",
+          file=sys.stderr, flush=True)
+    try:
+        result, start = client.play(trajectory, show_progress=not args.no_progress,
+                                    goal_tolerance=args.goal_tolerance)
+    except (RuntimeError, TimeoutError) as exc:
+        return str(exc)
+    report["goal"] = {"error_code": result.error_code, "error_string": result.error_string}
+    if recording is not None:
+        time.sleep(args.record_tail)
+        report["record"] = recording.finish()
+    sample_time, sample_positions = client.recorder.arrays()
+    try:
+        figures = tracking_figures(joints, times + start, positions, sample_time, sample_positions)
+    except InputError as exc:  # no joint_states during the goal: say so, the goal's result still stands
+        print(f"no tracking figures: {exc}", file=sys.stderr, flush=True)
+    else:
+        report["tracking"] = figures.as_dict()
+        print_figures(figures, result)
+    report["ok"] = result.error_code == 0
+    if result.error_code != 0:
+        return f"the goal ended with error {result.error_code}: {result.error_string}"
+    return None
 
 
 class _Recording:
@@ -588,7 +636,7 @@ class _Recording:
 
         self.bag = bag
         self.error: str | None = None
-        self.summary: dict[str, Any] | None = None
+        self.summary: dict[str, object] | None = None
         self._stop = threading.Event()
         self._first = threading.Event()
 
@@ -619,7 +667,7 @@ class _Recording:
                 return False
         return True
 
-    def finish(self) -> dict[str, Any] | None:
+    def finish(self) -> dict[str, object] | None:
         """Stop and close the bag (idempotent); its summary, or None when it failed."""
         self._stop.set()
         self._thread.join(30.0)

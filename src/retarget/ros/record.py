@@ -26,11 +26,20 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, TypeAlias
 
 from retarget.errors import RetargetError
 from retarget.mocap.bags import STORAGES, RawBagWriter
 from retarget.mocap.errors import BagError
+
+if TYPE_CHECKING:
+    from rclpy.executors import Executor
+    from rclpy.node import Node
+    from rclpy.qos import QoSProfile
+    from rclpy.subscription import Subscription
+    from rosbags.typesys.store import Typestore
+    from tqdm import tqdm
 
 __all__ = [
     "NoTopicError",
@@ -49,6 +58,9 @@ _BUILTIN_TYPES = {
     "bool", "byte", "char", "float32", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32",
     "int64", "uint64", "string", "wstring", "time", "duration",
 }
+#: What ``signal.signal`` returns: the handler it replaced.
+_SignalHandler: TypeAlias = "Callable[[int, FrameType | None], object] | int | signal.Handlers | None"
+
 #: How often the graph is searched for requested topics that have not appeared yet [s].
 _DISCOVERY_PERIOD_S = 0.25
 
@@ -106,7 +118,7 @@ def _definition_text(msgtype: str) -> str | None:
     return None
 
 
-def _register_definition(store: Any, msgtype: str, seen: set[str] | None = None) -> None:
+def _register_definition(store: Typestore, msgtype: str, seen: set[str] | None = None) -> None:
     """Add ``msgtype`` (and the message types it uses) to the rosbags typestore from installed ``.msg`` files.
 
     Raises:
@@ -170,7 +182,7 @@ class RecordSummary:
         """All messages in the bag."""
         return sum(count for _, count in self.topics.values())
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready summary."""
         return {
             "path": str(self.path),
@@ -197,12 +209,12 @@ class TopicRecorder:
         depth: subscription history depth (messages buffered while the executor is busy).
     """
 
-    def __init__(self, node: Any, topics: Iterable[str], writer: RawBagWriter, depth: int = 1000) -> None:
+    def __init__(self, node: Node, topics: Iterable[str], writer: RawBagWriter, depth: int = 1000) -> None:
         self.node = node
         self.writer = writer
         self.depth = depth
         self.pending = [_absolute(t) for t in dict.fromkeys(topics)]
-        self._subscriptions: dict[str, Any] = {}
+        self._subscriptions: dict[str, Subscription] = {}
         self._lock = threading.Lock()
 
     def discover(self) -> list[str]:
@@ -227,7 +239,7 @@ class TopicRecorder:
             found.append(topic)
         return found
 
-    def _qos_for(self, topic: str) -> Any:
+    def _qos_for(self, topic: str) -> QoSProfile:
         """Reliable unless a publisher is best effort; transient-local only if every publisher is (latched)."""
         from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
@@ -313,7 +325,7 @@ def record(
         reason["value"] = "signal"
         stop.set()
 
-    previous: dict[int, Any] = {}
+    previous: dict[int, _SignalHandler] = {}
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM):
             previous[signum] = signal.signal(signum, on_signal)
@@ -329,39 +341,10 @@ def record(
         executor.add_node(node)
         recorder = TopicRecorder(node, topics, writer)
         bar = _progress_bar(duration_s) if progress else None
-        next_discovery = 0.0
-        # The duration counts from the first message: discovery and the DDS match with a running publisher take
-        # ~1 s on an idle machine and have taken ~3 s on two loaded cores.
-        first_subscription: float | None = None
-        first_at: float | None = None
         try:
-            while not stop.is_set():
-                now = time.monotonic()
-                if first_at is None and writer.message_count:
-                    first_at = now
-                    if first_message is not None:
-                        first_message.set()
-                if first_subscription is None:
-                    if wait_s is not None and now - started >= wait_s:
-                        raise NoTopicError(recorder.pending, wait_s, [t for t, _ in node.get_topic_names_and_types()])
-                elif first_at is None:
-                    if duration_s is not None and wait_s is not None and now - first_subscription >= wait_s:
-                        raise NoTopicError(list(writer.types), wait_s, [], subscribed=True)
-                elif duration_s is not None and now - first_at >= duration_s:
-                    reason["value"] = "duration"
-                    break
-                if now >= next_discovery:
-                    for topic in recorder.discover():
-                        node.get_logger().info(f"recording {topic} ({writer.types[topic]})")
-                        if first_subscription is None:
-                            first_subscription = time.monotonic()
-                    next_discovery = now + _DISCOVERY_PERIOD_S
-                executor.spin_once(timeout_sec=0.05)
-                if bar is not None:
-                    recorded = 0.0 if first_at is None else now - first_at
-                    bar.n = round(min(recorded, duration_s), 1) if duration_s else writer.message_count
-                    bar.set_postfix(messages=writer.message_count, refresh=False)
-                    bar.refresh()
+            if _spin_until_done(executor, recorder, stop, started=started, duration_s=duration_s, wait_s=wait_s,
+                                first_message=first_message, bar=bar):
+                reason["value"] = "duration"
         finally:
             if bar is not None:
                 bar.close()
@@ -388,7 +371,53 @@ def record(
     )
 
 
-def _progress_bar(duration_s: float | None) -> Any:
+def _spin_until_done(executor: Executor, recorder: TopicRecorder, stop: threading.Event, *, started: float,
+                     duration_s: float | None, wait_s: float | None, first_message: threading.Event | None,
+                     bar: tqdm | None) -> bool:
+    """Spin the recorder's node, subscribing to topics as they appear, until ``stop`` is set or ``duration_s`` [s]
+    has passed since the first message (arguments: :func:`record`'s; ``started``: its start on the monotonic
+    clock [s]). Returns whether the duration ended it.
+
+    Raises:
+        NoTopicError: None of the topics appeared within ``wait_s``, or with a ``duration_s`` none sent a message
+            within ``wait_s`` of subscribing.
+    """
+    node, writer = recorder.node, recorder.writer
+    next_discovery = 0.0
+    # The duration counts from the first message: discovery and the DDS match with a running publisher take
+    # ~1 s on an idle machine and have taken ~3 s on two loaded cores.
+    first_subscription: float | None = None
+    first_at: float | None = None
+    while not stop.is_set():
+        now = time.monotonic()
+        if first_at is None and writer.message_count:
+            first_at = now
+            if first_message is not None:
+                first_message.set()
+        if first_subscription is None:
+            if wait_s is not None and now - started >= wait_s:
+                raise NoTopicError(recorder.pending, wait_s, [t for t, _ in node.get_topic_names_and_types()])
+        elif first_at is None:
+            if duration_s is not None and wait_s is not None and now - first_subscription >= wait_s:
+                raise NoTopicError(list(writer.types), wait_s, [], subscribed=True)
+        elif duration_s is not None and now - first_at >= duration_s:
+            return True
+        if now >= next_discovery:
+            for topic in recorder.discover():
+                node.get_logger().info(f"recording {topic} ({writer.types[topic]})")
+                if first_subscription is None:
+                    first_subscription = time.monotonic()
+            next_discovery = now + _DISCOVERY_PERIOD_S
+        executor.spin_once(timeout_sec=0.05)
+        if bar is not None:
+            recorded = 0.0 if first_at is None else now - first_at
+            bar.n = round(min(recorded, duration_s), 1) if duration_s else writer.message_count
+            bar.set_postfix(messages=writer.message_count, refresh=False)
+            bar.refresh()
+    return False
+
+
+def _progress_bar(duration_s: float | None) -> tqdm:
     from tqdm import tqdm
 
     if duration_s is not None:

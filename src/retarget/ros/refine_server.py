@@ -26,9 +26,10 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.action.server import ServerGoalHandle
@@ -36,6 +37,14 @@ from retarget_interfaces.action import Refine
 
 from retarget.errors import InputError, NotAvailableError, RetargetError
 from retarget.jsonsafe import dumps
+
+if TYPE_CHECKING:
+    from rclpy.callback_groups import CallbackGroup
+
+    from retarget.motion.motion import Motion
+    from retarget.optimize.options import PlanOptions
+    from retarget.optimize.refine import PlanFile, RefineContext
+    from retarget.ros.planner import Planner
 
 __all__ = ["CONTEXTS_KEPT", "RefineServer"]
 
@@ -60,10 +69,11 @@ class RefineServer:
         work_dir: where a JointTrajectory CURRENT is written as a plan file (default: a temporary folder).
     """
 
-    def __init__(self, node: Any, callback_group: Any = None, work_dir: Path | None = None) -> None:
+    def __init__(self, node: Planner, callback_group: CallbackGroup | None = None,
+                 work_dir: Path | None = None) -> None:
         self.node = node
         self._work_dir = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="retarget-refine-"))
-        self._contexts: OrderedDict[str, Any] = OrderedDict()
+        self._contexts: OrderedDict[str, RefineContext] = OrderedDict()
         self._lock = threading.Lock()
         self._server = ActionServer(node, Refine, "~/refine", execute_callback=self._execute,
                                     goal_callback=lambda _goal: GoalResponse.ACCEPT,
@@ -84,7 +94,7 @@ class RefineServer:
             raise InputError("no robot: the goal names none and the planner has no robot_name parameter")
         return robot
 
-    def _motion(self, goal: Refine.Goal) -> Any:
+    def _motion(self, goal: Refine.Goal) -> Motion:
         from retarget.model import library
         from retarget.motion import load_motion
         from retarget.ros.motion_convert import from_joint_trajectory_msg
@@ -96,7 +106,7 @@ class RefineServer:
             raise InputError("no input: give motion (a file or ROBOT/MOTION) or the animation")
         return from_joint_trajectory_msg(goal.animation)
 
-    def _plan(self, goal: Refine.Goal) -> Any:
+    def _plan(self, goal: Refine.Goal) -> PlanFile:
         """CURRENT as a :class:`~retarget.optimize.refine.PlanFile` (a JointTrajectory written to the work folder)."""
         from retarget.motion.io import save_motion
         from retarget.optimize.refine import read_plan
@@ -114,7 +124,7 @@ class RefineServer:
             save_motion(path, motion)
         return read_plan(path)
 
-    def _check_plan(self, robot: str, plan: Any) -> None:
+    def _check_plan(self, robot: str, plan: PlanFile) -> None:
         """A plan of this node's motors, made for the servos the robot declares (when its file says)."""
         from retarget.optimize.refine import RefineRefused, Refusal
         from retarget.optimize.variants import declared_servos, planned_servos, servo_mismatches
@@ -131,12 +141,13 @@ class RefineServer:
                                     f"robot's config declares ({'; '.join(differ)}): plan again",
                                     mismatches=differ)
 
-    def _plan_options(self) -> Any:
+    def _plan_options(self) -> PlanOptions:
         from retarget.optimize.options import NODE_PARAMETERS, options_from_parameters
 
         return options_from_parameters({name: getattr(self.node, name) for name in NODE_PARAMETERS})
 
-    def _context(self, robot: str, motion: Any, plan: Any, options: Any, progress: Any) -> Any:
+    def _context(self, robot: str, motion: Motion, plan: PlanFile, options: PlanOptions,
+                 progress: Callable[[str, int, int], None]) -> RefineContext:
         """The kept :func:`refine_context` of this robot, input and plan settings, or a new one."""
         from retarget.optimize.refine import plan_options_for, refine_context
         from retarget.optimize.variants import motion_digest
@@ -172,7 +183,7 @@ class RefineServer:
                 raise _Cancelled()
             feedback(_STAGES.get(stage, stage))
 
-        def ended(code: int, text: str, **fields: Any) -> Result:
+        def ended(code: int, text: str, **fields: object) -> Result:
             if code == Result.SUCCESSFUL:
                 handle.succeed()
             elif code == Result.CANCELED and self.node.context.ok():

@@ -24,11 +24,21 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 from retarget.errors import InputError
+
+if TYPE_CHECKING:
+    from rclpy.action import ActionClient
+    from rclpy.task import Future
+    from retarget_interfaces.action import Refine, Retarget
+
+    from retarget.motion.motion import Motion
+
+_T = TypeVar("_T")
 
 __all__ = ["TrialLine", "register_tune", "stops_the_loop"]
 
@@ -115,7 +125,9 @@ class _Client:
                 missing.append(self.names[key])
         return missing
 
-    def call(self, client: Any, goal: Any, timeout: float, what: str, feedback: Any = None) -> Any:
+    def call(self, client: ActionClient, goal: Retarget.Goal | Refine.Goal, timeout: float, what: str,
+             feedback: Callable[[Retarget.Impl.FeedbackMessage], None] | None = None
+             ) -> Retarget.Result | Refine.Result:
         """Send ``goal`` and wait for its result; a Ctrl-C or no result within ``timeout`` [s] cancels it.
 
         Raises:
@@ -135,7 +147,7 @@ class _Client:
             raise
 
     @staticmethod
-    def _wait(future: Any, timeout: float, what: str) -> Any:
+    def _wait(future: Future[_T], timeout: float, what: str) -> _T:
         deadline = time.monotonic() + timeout
         while not future.done():
             if time.monotonic() > deadline:
@@ -152,7 +164,7 @@ class _Client:
         self.context.try_shutdown()
 
 
-def register_tune(subparsers: Any) -> None:
+def register_tune(subparsers: argparse._SubParsersAction) -> None:
     """Add ``retarget tune`` to the top-level ``retarget`` parser."""
     p = subparsers.add_parser(
         "tune",
@@ -199,7 +211,7 @@ def register_tune(subparsers: Any) -> None:
     p.set_defaults(func=_tune_command)
 
 
-def _write_json(path: Path, data: Any) -> None:
+def _write_json(path: Path, data: object) -> None:
     """``data`` as strict JSON, atomically."""
     from retarget.jsonsafe import dumps
 
@@ -250,8 +262,9 @@ def _tune_command(args: argparse.Namespace) -> int:
     out = Path(args.out or DEFAULT_OUT.format(robot=robot)).resolve()
     if (out / "history.json").exists():
         raise InputError(f"{out} holds a tune run already (history.json): give a new --out folder")
-    summary: dict[str, Any] = {"ok": False, "robot": robot, "motion": str(args.motion), "out": str(out),
-                               "namespace": namespace, "bodies": bodies, "trials": []}
+    trials: list[dict[str, object]] = []
+    summary: dict[str, object] = {"ok": False, "robot": robot, "motion": str(args.motion), "out": str(out),
+                                  "namespace": namespace, "bodies": bodies, "trials": trials}
 
     def finish(code: int, error: str = "") -> int:
         if error:
@@ -284,7 +297,7 @@ def _tune_command(args: argparse.Namespace) -> int:
         summary["first_plan"] = str(plan)
         for k in range(1, args.trials + 1):
             trial = _trial(client, args, robot, k, plan, out, topics, bodies)
-            summary["trials"].append(asdict(trial))
+            trials.append(asdict(trial))
             print(trial.line(), flush=True)
             _write_json(out / "history.json", summary)
             plan = Path(trial.next_plan)
@@ -312,7 +325,8 @@ def stops_the_loop(decision: str, all_trials: bool) -> bool:
     return not all_trials and decision == Decision.STOPPED.value
 
 
-def _plan_on_node(client: _Client, robot: str, motion: Any, out: Path, timeout: float, max_iterations: int) -> None:
+def _plan_on_node(client: _Client, robot: str, motion: Motion, out: Path, timeout: float,
+                  max_iterations: int) -> None:
     """Trial 1's plan from the planner node's ``~/retarget`` (not executed), written to ``out``."""
     from retarget_interfaces.action import Retarget
 
@@ -323,7 +337,7 @@ def _plan_on_node(client: _Client, robot: str, motion: Any, out: Path, timeout: 
                          max_iterations=int(max_iterations))
     stages: list[str] = []
 
-    def feedback(message: Any) -> None:
+    def feedback(message: Retarget.Impl.FeedbackMessage) -> None:
         stage = message.feedback.stage
         if not stages or stages[-1] != stage:
             stages.append(stage)

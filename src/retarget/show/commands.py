@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 
 def _show_plan(args: argparse.Namespace) -> int:
@@ -22,7 +25,7 @@ def _show_plan(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path(args.show).with_suffix("").with_name(Path(args.show).stem + "-results")
     n = len(show.jobs)
     overall = tqdm(total=n, desc="show", unit="job", file=sys.stderr, position=0, dynamic_ncols=True)
-    bars: dict[int, Any] = {}
+    bars: dict[int, tqdm] = {}
     labels = {job.index: f"{job.index:>3} {job.label}"[:48] for job in show.jobs}
     for job in show.jobs:
         bars[job.index] = tqdm(total=0, desc=f"{labels[job.index]}: queued", bar_format="{desc}", file=sys.stderr,
@@ -70,7 +73,7 @@ def _show_plan(args: argparse.Namespace) -> int:
 class _Line:
     """A job's progress line: its label and its state."""
 
-    def __init__(self, bar: Any, label: str) -> None:
+    def __init__(self, bar: tqdm, label: str) -> None:
         self.bar, self.label = bar, label
 
     def set_postfix_str(self, text: str) -> None:

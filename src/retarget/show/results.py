@@ -28,11 +28,18 @@ import re
 import shutil
 import zipfile
 from dataclasses import asdict, dataclass
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
+
+from retarget.jsonsafe import JSONObject
+
+if TYPE_CHECKING:
+    from retarget.motion.motion import Motion
+    from retarget.optimize.variants import PlanResult
 
 __all__ = ["JobRow", "JobStatus", "PlanOutcome", "ResultsFolder", "plan_outcome", "unpack_files",
            "write_job_files"]
@@ -68,14 +75,14 @@ class PlanOutcome:
     torque_ratio: float | None
     cut_reached: bool | None
     wall_s: float
-    metrics: dict[str, Any]
+    metrics: JSONObject
     joint_names: tuple[str, ...]
     times: NDArray[np.float64]
     positions: NDArray[np.float64]
     parameters: NDArray[np.float64]
 
 
-def plan_outcome(result: Any, start_time: float = 0.0) -> PlanOutcome:
+def plan_outcome(result: PlanResult, start_time: float = 0.0) -> PlanOutcome:
     """The :class:`PlanOutcome` of a :class:`~retarget.optimize.variants.PlanResult`; ``start_time`` [s]: the input
     motion's first time (the optimized trajectory is reported on the input's clock)."""
     from retarget.jsonsafe import dumps
@@ -92,7 +99,7 @@ def plan_outcome(result: Any, start_time: float = 0.0) -> PlanOutcome:
                        parameters=np.asarray(result.optimization.x, dtype=float))
 
 
-def write_job_files(result: Any, motion: Any, folder: Path) -> bytes:
+def write_job_files(result: PlanResult, motion: Motion, folder: Path) -> bytes:
     """Write what ``retarget plan --out folder/optimized.csv --report folder/report`` writes for ``result`` (a plan
     of ``motion``) into ``folder``, and return the folder's files as zip bytes (what travels back from a worker).
 
@@ -160,7 +167,7 @@ class JobRow:
     node: str = ""
     task_s: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         """The row as ``--json`` prints it."""
         out = asdict(self)
         out["status"] = self.status.value
@@ -184,7 +191,7 @@ class ResultsFolder:
         """The folder of a finished job (``jobs/<label>-<key16>``)."""
         return self.jobs / f"{_slug(label)}-{key[:16]}"
 
-    def finished(self, label: str, key: str) -> dict[str, Any] | None:
+    def finished(self, label: str, key: str) -> JSONObject | None:
         """The ``result.json`` of the finished job with this key, or None."""
         path = self.job_folder(label, key) / "result.json"
         if not path.is_file():
@@ -194,8 +201,8 @@ class ResultsFolder:
         except (OSError, ValueError):
             return None
 
-    def commit(self, label: str, key: str, files: bytes, result: dict[str, Any],
-               more: dict[str, bytes] | None = None) -> Path:
+    def commit(self, label: str, key: str, files: bytes, result: Mapping[str, object],
+               more: Mapping[str, bytes] | None = None) -> Path:
         """Write a finished job: its files (zip bytes, and ``more`` by name), and ``result.json``, under a temporary
         name, then renamed into place (a complete folder or none). Returns the folder."""
         from retarget.jsonsafe import dumps
@@ -216,7 +223,7 @@ class ResultsFolder:
             shutil.rmtree(staging, ignore_errors=True)
         return final
 
-    def write_summary(self, summary: dict[str, Any]) -> tuple[Path, Path]:
+    def write_summary(self, summary: JSONObject) -> tuple[Path, Path]:
         """``summary.json`` and ``index.html``, each written to a temporary name and renamed."""
         from retarget.jsonsafe import dumps
 
@@ -229,11 +236,11 @@ class ResultsFolder:
         return paths
 
 
-def _figure(value: Any, digits: int = 3) -> str:
+def _figure(value: object, digits: int = 3) -> str:
     return "–" if value is None else f"{value:.{digits}g}" if isinstance(value, float) else html.escape(str(value))
 
 
-def index_html(summary: dict[str, Any]) -> str:
+def index_html(summary: JSONObject) -> str:
     """A small page: one table row per job (robot, motion, status, verified ratio, torque ratio, wall time, error)
     linking its report folder."""
     rows = []

@@ -27,17 +27,22 @@ import io
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 import ray
 
-from retarget.jsonsafe import dumps
+from retarget.jsonsafe import JSONObject, dumps
 from retarget.show.results import JobRow, JobStatus, PlanOutcome, ResultsFolder
 from retarget.show.showfile import Show, ShowJob, job_key
+
+if TYPE_CHECKING:
+    from ray.actor import ActorHandle
+
+    from retarget.motion.motion import Motion
 
 __all__ = ["MAX_RETRIES", "THREAD_ENV", "JobEvent", "ModelArtifact", "ShowSummary", "connect", "run_show"]
 
@@ -98,6 +103,34 @@ class JobEvent:
     row: JobRow | None = None
 
 
+class RayInfo(TypedDict, total=False):
+    """The Ray a show ran on, as its summary records it.
+
+    Attributes:
+        address: ``local`` (started for the show), ``existing`` (initialised in this process already), or the
+            address joined.
+        start_s: time to start or join it [s] (not for ``existing``).
+        nodes: live nodes.
+        cpus: CPUs of the cluster.
+    """
+
+    address: str
+    start_s: float
+    nodes: int
+    cpus: float
+
+
+class _BoardEntry(TypedDict, total=False):
+    """A job's latest attempt as tasks post it on the board."""
+
+    attempt: int
+    pid: int
+    node: str
+    stage: str
+    done: int
+    total: int
+
+
 @dataclass(frozen=True)
 class ShowSummary:
     """A show's outcome: a row per job, in the show file's order, and how it ran."""
@@ -107,19 +140,19 @@ class ShowSummary:
     rows: tuple[JobRow, ...]
     wall_s: float
     interrupted: bool = False
-    ray: dict[str, Any] = field(default_factory=dict)
+    ray: RayInfo = field(default_factory=RayInfo)
 
     def count(self, status: JobStatus) -> int:
         return sum(1 for r in self.rows if r.status is status)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         """The summary as ``summary.json`` and ``--json`` have it."""
         return {"show": self.show, "out": self.out, "jobs": [r.to_json() for r in self.rows],
                 **{s.value: self.count(s) for s in JobStatus}, "wall_s": self.wall_s,
                 "interrupted": self.interrupted, "ray": self.ray}
 
 
-def connect(address: str | None = None) -> dict[str, Any]:
+def connect(address: str | None = None) -> RayInfo:
     """Start or join Ray; returns what the summary records (address, nodes, CPUs, start-up time).
 
     Args:
@@ -128,19 +161,19 @@ def connect(address: str | None = None) -> dict[str, Any]:
             cluster through Ray Client.
     """
     started = time.perf_counter()
-    kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": "ERROR", "include_dashboard": False}
+    kwargs: dict[str, bool | str] = {"log_to_driver": False, "logging_level": "ERROR", "include_dashboard": False}
     if address is None:
         ray.init(num_cpus=os.cpu_count(), **kwargs)
     else:
         kwargs.pop("include_dashboard")
         ray.init(address=address, **kwargs)
-    return {"address": address or "local", "start_s": time.perf_counter() - started, **cluster_info()}
+    return RayInfo(address=address or "local", start_s=time.perf_counter() - started, **cluster_info())
 
 
-def cluster_info() -> dict[str, Any]:
+def cluster_info() -> RayInfo:
     """The cluster's live nodes and CPUs."""
     nodes = [n for n in ray.nodes() if n.get("Alive")]
-    return {"nodes": len(nodes), "cpus": float(ray.cluster_resources().get("CPU", 0.0))}
+    return RayInfo(nodes=len(nodes), cpus=float(ray.cluster_resources().get("CPU", 0.0)))
 
 
 @contextlib.contextmanager
@@ -163,14 +196,14 @@ def _environment(values: Mapping[str, str | None]) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def _model_arguments(job: ShowJob) -> dict[str, Any]:
+def _model_arguments(job: ShowJob) -> dict[str, int | float | None]:
     """The arguments :func:`~retarget.optimize.planning.plan` passes to ``planning_model`` (servo file aside: a
     model is trained with the robot's servos and used with the file's)."""
     o = job.options
     return {"n_modes": o.modes, "dt_train": o.dt_train, "mesh_axial": o.mesh_axial, "mesh_around": o.mesh_around}
 
 
-def training_group(job: ShowJob, motion_digest: str) -> tuple[Any, ...] | None:
+def training_group(job: ShowJob, motion_digest: str) -> tuple[Hashable, ...] | None:
     """The planning model ``job`` needs, as a key shared by every job that needs the same one (None: the job's plan
     gets its model itself — a given ``reduced_file``, no cache, or no training allowed)."""
     o = job.options
@@ -184,7 +217,7 @@ class _Board:
     """Where tasks post their progress and the driver reads it (no CPU while idle)."""
 
     def __init__(self) -> None:
-        self.state: dict[int, dict[str, Any]] = {}
+        self.state: dict[int, _BoardEntry] = {}
 
     def started(self, index: int, pid: int, node: str) -> int:
         entry = self.state.setdefault(index, {"attempt": 0})
@@ -195,11 +228,11 @@ class _Board:
         entry = self.state.setdefault(index, {"attempt": 0})
         entry.update(stage=stage, done=done, total=total)
 
-    def snapshot(self) -> dict[int, dict[str, Any]]:
-        return {k: dict(v) for k, v in self.state.items()}
+    def snapshot(self) -> dict[int, _BoardEntry]:
+        return {k: _BoardEntry(**v) for k, v in self.state.items()}
 
 
-def _train_task(job: ShowJob, motion: Any, store_env: Mapping[str, str | None]) -> ModelArtifact | None:
+def _train_task(job: ShowJob, motion: Motion, store_env: Mapping[str, str | None]) -> ModelArtifact | None:
     """Find or train the planning model of ``job`` as :func:`~retarget.optimize.planning_model.planning_model` does
     (the cache, the model folders, or a training run into the cache) and return its artifact file: the cache's, or
     the model folder's (None: a model without a file)."""
@@ -250,8 +283,8 @@ class _TaskOutput:
     node: str
 
 
-def _plan_task(job: ShowJob, motion: Any, artifact: ModelArtifact | None, store_env: Mapping[str, str | None],
-               board: Any) -> _TaskOutput:
+def _plan_task(job: ShowJob, motion: Motion, artifact: ModelArtifact | None, store_env: Mapping[str, str | None],
+               board: ActorHandle) -> _TaskOutput:
     """Plan one job in a worker: the model landed, :func:`~retarget.optimize.planning.plan`, the job's files."""
     from retarget.optimize.planning import PlanProgress, plan
     from retarget.show.results import plan_outcome, write_job_files
@@ -267,7 +300,7 @@ def _plan_task(job: ShowJob, motion: Any, artifact: ModelArtifact | None, store_
             last[0] = now
             board.progress.remote(job.index, stage, int(done), int(total))
 
-    def iteration(info: dict[str, Any]) -> None:
+    def iteration(info: Mapping[str, float]) -> None:
         board.progress.remote(job.index, "optimizing", int(info.get("iteration", 0)), int(job.options.max_iterations))
 
     with _environment(store_env):
@@ -322,7 +355,7 @@ def run_show(show: Show, out: str | Path, address: str | None = None,
                                  done.get("torque_ratio"), done.get("cut_reached"), done.get("wall_s"),
                                  key=keys[job.index], folder=done.get("folder", ""))
         emit(JobEvent(job.index, "skipped", row=rows[job.index]))
-    ray_info: dict[str, Any] = {}
+    ray_info = RayInfo()
     owned = False
     interrupted = False
     if todo:
@@ -330,7 +363,7 @@ def run_show(show: Show, out: str | Path, address: str | None = None,
             ray_info = connect(address)
             owned = True
         else:
-            ray_info = {"address": "existing", **cluster_info()}
+            ray_info = RayInfo(address="existing", **cluster_info())
     try:
         if todo:
             interrupted = _run_jobs(todo, keys, folder, rows, emit, load_motion)
@@ -344,7 +377,7 @@ def run_show(show: Show, out: str | Path, address: str | None = None,
 
 
 def _run_jobs(todo: list[ShowJob], keys: dict[int, str], folder: ResultsFolder, rows: dict[int, JobRow],
-              emit: Callable[[JobEvent], None], load_motion: Callable[[Path], Any]) -> bool:
+              emit: Callable[[JobEvent], None], load_motion: Callable[[Path], Motion]) -> bool:
     """Submit the training and plan tasks of ``todo``, collect them into ``rows``; True when interrupted."""
     store_env = {k: os.environ.get(k) for k in STORE_ENV}
     options = {"runtime_env": {"env_vars": dict(THREAD_ENV)}, "max_retries": MAX_RETRIES}
@@ -352,8 +385,8 @@ def _run_jobs(todo: list[ShowJob], keys: dict[int, str], folder: ResultsFolder, 
     plan_remote = ray.remote(num_cpus=1)(_plan_task).options(**options, retry_exceptions=False)
     board = _Board.remote()
     motions = {job.index: load_motion(job.motion_path) for job in todo}
-    trainings: dict[tuple[Any, ...], Any] = {}
-    pending: dict[Any, ShowJob] = {}
+    trainings: dict[tuple[Hashable, ...], ray.ObjectRef] = {}
+    pending: dict[ray.ObjectRef, ShowJob] = {}
     for job in todo:
         group = training_group(job, hashlib.sha256(job.motion_path.read_bytes()).hexdigest())
         artifact = None
@@ -363,7 +396,7 @@ def _run_jobs(todo: list[ShowJob], keys: dict[int, str], folder: ResultsFolder, 
             artifact = trainings[group]
         ref = plan_remote.remote(job, motions[job.index], artifact, store_env, board)
         pending[ref] = job
-    seen: dict[int, dict[str, Any]] = {}
+    seen: dict[int, _BoardEntry] = {}
     try:
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=PROGRESS_PERIOD_S)
@@ -387,7 +420,7 @@ def _run_jobs(todo: list[ShowJob], keys: dict[int, str], folder: ResultsFolder, 
     return False
 
 
-def _relay(state: dict[int, dict[str, Any]], seen: dict[int, dict[str, Any]],
+def _relay(state: Mapping[int, _BoardEntry], seen: dict[int, _BoardEntry],
            emit: Callable[[JobEvent], None]) -> None:
     """Events for what changed on the board since the last look."""
     for index, entry in sorted(state.items()):
@@ -399,10 +432,10 @@ def _relay(state: dict[int, dict[str, Any]], seen: dict[int, dict[str, Any]],
             emit(JobEvent(index, "progress", stage=str(entry.get("stage", "")), done=int(entry.get("done", 0)),
                           total=int(entry.get("total", 0)), attempt=int(entry.get("attempt", 0)),
                           pid=int(entry.get("pid", 0))))
-        seen[index] = dict(entry)
+        seen[index] = _BoardEntry(**entry)
 
 
-def _collect(ref: Any, job: ShowJob, key: str, folder: ResultsFolder, board: Mapping[str, Any]) -> JobRow:
+def _collect(ref: ray.ObjectRef, job: ShowJob, key: str, folder: ResultsFolder, board: _BoardEntry) -> JobRow:
     """The row of a finished task: its files committed to the results folder, or its error."""
     attempts = int(board.get("attempt", 0))
     try:

@@ -23,9 +23,9 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from retarget.errors import InputError
+from retarget.jsonsafe import JSONObject
 from retarget.optimize.options import METHODS, PlanOptions
 
 __all__ = ["JOB_KEYS", "SHOW_WORKERS", "Show", "ShowJob", "job_key", "load_show", "plan_options"]
@@ -83,11 +83,11 @@ class Show:
     jobs: tuple[ShowJob, ...]
 
 
-def _type_error(where: str, expected: str, value: Any) -> str:
+def _type_error(where: str, expected: str, value: object) -> str:
     return f"{where}: expected {expected}, got {value!r}"
 
 
-def _coerce(where: str, annotation: str, value: Any, problems: list[str]) -> Any:
+def _coerce(where: str, annotation: str, value: object, problems: list[str]) -> object:
     """``value`` as a value of a :class:`PlanOptions` field annotated ``annotation`` (the dataclass's annotation
     text), or None after appending a problem."""
     optional = annotation.endswith("| None")
@@ -131,10 +131,10 @@ def _coerce(where: str, annotation: str, value: Any, problems: list[str]) -> Any
         before = len(problems)
         out = tuple(_coerce(f"{where}[{k}]", item, v, problems) for k, v in enumerate(items))
         return out if len(problems) == before else None
-    return value  # ``Any``: a number, schedule text or mapping (the planner checks it)
+    return value  # a field of any type: a number, schedule text or mapping (the planner checks it)
 
 
-def plan_options(where: str, given: Any, folder: Path, problems: list[str]) -> PlanOptions | None:
+def plan_options(where: str, given: object, folder: Path, problems: list[str]) -> PlanOptions | None:
     """The :class:`PlanOptions` of one job's ``options`` mapping; every problem appended (``where.field: …``).
 
     File options (``reduced_file``, ``servo_file``, an artifact in ``verify_model``) are resolved relative to
@@ -148,7 +148,7 @@ def plan_options(where: str, given: Any, folder: Path, problems: list[str]) -> P
         return None
     fields = {f.name: f for f in dataclasses.fields(PlanOptions)}
     before = len(problems)
-    values: dict[str, Any] = {"workers": SHOW_WORKERS}
+    values: dict[str, object] = {"workers": SHOW_WORKERS}
     for name, value in given.items():
         spot = f"{where}.{name}"
         if name not in fields:
@@ -189,7 +189,7 @@ def plan_options(where: str, given: Any, folder: Path, problems: list[str]) -> P
     return options if len(problems) == before else None
 
 
-def _resolve(where: str, text: Any, folder: Path, kind: str, problems: list[str]) -> Path | None:
+def _resolve(where: str, text: object, folder: Path, kind: str, problems: list[str]) -> Path | None:
     """The file of a job's ``robot`` or ``motion``: a path relative to the show file, else a library name."""
     from retarget.model import library
 
@@ -278,7 +278,7 @@ def _robot_digests(path: Path) -> dict[str, str]:
     return out
 
 
-def _options_record(options: PlanOptions) -> dict[str, Any]:
+def _options_record(options: PlanOptions) -> JSONObject:
     """Every field of ``options`` as JSON-able values (tuples as lists)."""
     return json.loads(json.dumps(dataclasses.asdict(options), default=str, sort_keys=True))
 

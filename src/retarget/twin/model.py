@@ -15,10 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from retarget.errors import InputError
 from retarget.twin.errors import TwinModelUnavailable
+
+if TYPE_CHECKING:
+    from retarget.sim.reduced.system import ReducedSystem
 
 __all__ = ["ReducedModelSource", "TwinModel", "find_reduced_model", "load_twin_model", "robot_name"]
 
@@ -54,11 +57,11 @@ class TwinModel:
     """
 
     robot: str
-    reduced: Any
+    reduced: ReducedSystem
     motors: tuple[str, ...]
     bodies: tuple[str, ...]
     source: ReducedModelSource
-    info: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, object] = field(default_factory=dict)
 
 
 def robot_name(robot: str | Path) -> str:
@@ -127,7 +130,7 @@ def load_twin_model(robot: str | Path, source: ReducedModelSource, mesh_scale: f
 
     name = robot_name(robot)
     path = source.path
-    info: dict[str, Any] = {}
+    info: dict[str, object] = {}
     if path.suffix != ".npz":
         raise InputError(f"reduced model {path}: expected a model artifact (.npz, written by `retarget reduce` or "
                          "cached by `retarget plan`)")

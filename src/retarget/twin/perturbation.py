@@ -23,10 +23,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from retarget.errors import InputError
 from retarget.model.servo import ServoParams
+
+if TYPE_CHECKING:
+    from retarget.sim.reduced.system import ReducedSystem
 
 __all__ = ["PERTURBATION_KEYS", "TwinPerturbation", "parse_perturbation"]
 
@@ -85,11 +88,11 @@ class TwinPerturbation:
         return ",".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)
                         if getattr(self, f.name) != getattr(default, f.name))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, float | None]:
         """Every key and its value."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
-    def reduced(self, system: Any) -> Any:
+    def reduced(self, system: ReducedSystem) -> ReducedSystem:
         """A :class:`~retarget.sim.reduced.ReducedSystem` with this stiffness and damping (servos unchanged)."""
         from retarget.sim.reduced.system import with_stiffness_scale
 
