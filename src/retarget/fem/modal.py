@@ -479,7 +479,9 @@ def reference_key(generator: MeshGenerator, material: Material, clamp: Clamp) ->
     )
 
 
-def reference_frequencies(generator: MeshGenerator, material: Material, clamp: Clamp, use_cache: bool = True) -> Reference:
+def reference_frequencies(
+    generator: MeshGenerator, material: Material, clamp: Clamp, use_cache: bool = True
+) -> Reference:
     """Mesh-converged bending frequencies of a generated part: three refined meshes, Richardson per mode.
 
     Args:

@@ -390,7 +390,9 @@ def calibrate_stiffness(model: RobotModel) -> RobotModel:
     return replace(model, flexible_parts=tuple(parts))
 
 
-def model_card(model: RobotModel, f1_tol: float = DEFAULT_F1_TOLERANCE, f2_tol: float = DEFAULT_F2_TOLERANCE) -> ModelCard:
+def model_card(
+    model: RobotModel, f1_tol: float = DEFAULT_F1_TOLERANCE, f2_tol: float = DEFAULT_F2_TOLERANCE
+) -> ModelCard:
     """The :class:`ModelCard` of a :class:`retarget.model.RobotModel` (its meshes, materials and factors).
 
     References and mesh frequencies are cached on disk (:func:`retarget.fem.modal.cards_dir`); the first card of

@@ -27,8 +27,16 @@ if TYPE_CHECKING:
 
     from retarget.fem.mesh import TetMesh
 
-__all__ = ["FlexiblePartSpec", "RobotFile", "RobotSection", "load_robot", "parse_origin", "read_robot_yaml", "resolve_urdf",
-           "urdf_text"]
+__all__ = [
+    "FlexiblePartSpec",
+    "RobotFile",
+    "RobotSection",
+    "load_robot",
+    "parse_origin",
+    "read_robot_yaml",
+    "resolve_urdf",
+    "urdf_text",
+]
 
 
 class FlexiblePartSpec(TypedDict, total=False):

@@ -207,7 +207,9 @@ TABLE_KEYS: tuple[str, ...] = ("p_gain", "i_gain", "d_gain", "pwm_limit", "contr
 CONFIG_KEYS: tuple[str, ...] = ("model", *SI_KEYS, *TABLE_KEYS, "motors")
 
 
-def servo_params(data: Mapping[str, object] | None, base: ServoParams | None = None, where: str = "servo") -> ServoParams:
+def servo_params(
+    data: Mapping[str, object] | None, base: ServoParams | None = None, where: str = "servo"
+) -> ServoParams:
     """One servo's parameters from a ``servo:`` mapping over ``base`` (default: the named model's factory values).
 
     Args:

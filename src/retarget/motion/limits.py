@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from retarget.model.loader import RobotSection
     from retarget.motion.motion import Motion
 
-__all__ = ["JointLimit", "LimitLike", "LimitViolation", "RowLabel", "as_joint_limits", "check_plan_input", "find_limit_violations",
+__all__ = ["JointLimit", "LimitLike", "LimitViolation", "RowLabel", "as_joint_limits", "check_plan_input",
+           "find_limit_violations",
            "robot_position_limits", "true_runs"]
 
 #: Maps a sample index to how the user sees that row (``"row 12"``, ``"line 14"``).

@@ -22,7 +22,8 @@ from retarget.motion.errors import MotionFormatError
 from retarget.motion.limits import RowLabel
 from retarget.motion.motion import Motion, validate_motion_arrays
 
-__all__ = ["DurationDict", "TrajectoryDict", "TrajectoryPointDict", "duration_to_seconds", "format_trajectory_yaml", "is_trajectory_dict", "motion_from_trajectory",
+__all__ = ["DurationDict", "TrajectoryDict", "TrajectoryPointDict", "duration_to_seconds", "format_trajectory_yaml",
+           "is_trajectory_dict", "motion_from_trajectory",
            "motion_to_trajectory_dict", "parse_trajectory_yaml", "read_trajectory_yaml", "seconds_to_duration",
            "write_trajectory_yaml"]
 

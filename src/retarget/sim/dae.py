@@ -471,7 +471,8 @@ def _rigid_rows(
         jvv.add(np.arange(6 * i, 6 * i + 3), np.arange(6 * i, 6 * i + 3), body.mass / h * np.eye(3))
         wx = np.array([[0, -w[2], w[1]], [w[2], 0, -w[0]], [-w[1], w[0], 0]])
         iwx = np.array([[0, -iw[2], iw[1]], [iw[2], 0, -iw[0]], [-iw[1], iw[0], 0]])
-        jvv.add(np.arange(6 * i + 3, 6 * i + 6), np.arange(6 * i + 3, 6 * i + 6), body.inertia / h + wx @ body.inertia - iwx)
+        jvv.add(np.arange(6 * i + 3, 6 * i + 6), np.arange(6 * i + 3, 6 * i + 6),
+                body.inertia / h + wx @ body.inertia - iwx)
 
 
 def residual_and_jacobian(

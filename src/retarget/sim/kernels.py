@@ -117,7 +117,8 @@ def _gather_sides(
                 ydot[7 * side + k] = v[6 * body + k]
             for k in range(4):
                 ydot[7 * side + 3 + k] = (
-                    tq[side, k, 0] * v[6 * body + 3] + tq[side, k, 1] * v[6 * body + 4] + tq[side, k, 2] * v[6 * body + 5]
+                    tq[side, k, 0] * v[6 * body + 3] + tq[side, k, 1] * v[6 * body + 4]
+                    + tq[side, k, 2] * v[6 * body + 5]
                 )
         else:
             for k in range(7):

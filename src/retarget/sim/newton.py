@@ -518,7 +518,9 @@ def residual(
     return Residual(r_u, r_v, r_l, pieces)
 
 
-def _damping_derivative_data(elastic: ElasticBody, u: NDArray[np.float64], v: NDArray[np.float64]) -> NDArray[np.float64]:
+def _damping_derivative_data(
+    elastic: ElasticBody, u: NDArray[np.float64], v: NDArray[np.float64]
+) -> NDArray[np.float64]:
     """``dK(u)[v]`` on the stiffness pattern's data array (nnz,): a central difference of ``K`` along ``v``
     (relative error ≈ 1e-8); zeros when ``v = 0``."""
     vn = float(np.max(np.abs(v), initial=0.0))

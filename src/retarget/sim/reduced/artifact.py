@@ -37,7 +37,8 @@ from retarget.sim.reduced.system import ReducedSystem, build_reduced_system
 if TYPE_CHECKING:
     from retarget.sim.system import System
 
-__all__ = ["FORMAT_VERSION", "READS_FORMATS", "ArtifactMeta", "BodyDetails", "built_for", "load_reduced", "provenance", "save_reduced"]
+__all__ = ["FORMAT_VERSION", "READS_FORMATS", "ArtifactMeta", "BodyDetails", "built_for", "load_reduced", "provenance",
+           "save_reduced"]
 
 class BodyDetails(TypedDict):
     """A deformable body's mesh size and simulated material (after the stiffness calibration) in the meta."""
