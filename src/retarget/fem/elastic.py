@@ -174,7 +174,7 @@ class ElasticBody:
 
         Args:
             u: Displacements [m], ``(3n,)``.
-            v: Any vector in displacement layout (e.g. a velocity [m/s]), ``(3n,)``.
+            v: a vector in displacement layout (e.g. a velocity [m/s]), ``(3n,)``.
 
         Raises:
             InvertedElementError: det F <= 0 at some quadrature point.

@@ -12,7 +12,6 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from retarget.errors import InputError
 
@@ -61,7 +60,7 @@ class Material:
         e, nu = self.youngs_modulus, self.poisson_ratio
         return e / (2.0 * (1.0 + nu)), e * nu / ((1.0 + nu) * (1.0 - 2.0 * nu))
 
-    def with_overrides(self, values: Mapping[str, Any]) -> Material:
+    def with_overrides(self, values: Mapping[str, object]) -> Material:
         """A copy with some of :data:`MATERIAL_KEYS` replaced (validated)."""
         return material_from_mapping(values, name=self.name, base=self)
 
@@ -106,7 +105,7 @@ MATERIALS: dict[str, Material] = {
 
 
 def material_from_mapping(
-    values: Mapping[str, Any], name: str = "custom", base: Material | None = None
+    values: Mapping[str, object], name: str = "custom", base: Material | None = None
 ) -> Material:
     """Build a material from an inline mapping with keys from :data:`MATERIAL_KEYS`.
 
@@ -153,7 +152,7 @@ def material_from_mapping(
     return Material(name=name, **fields)
 
 
-def _read_overrides(path: Path) -> dict[str, Any]:
+def _read_overrides(path: Path) -> dict[str, Mapping[str, object]]:
     import yaml
 
     try:
@@ -170,7 +169,7 @@ def _read_overrides(path: Path) -> dict[str, Any]:
 
 
 def get_material(
-    name_or_mapping: str | Mapping[str, Any], overrides_path: str | Path | None = None
+    name_or_mapping: str | Mapping[str, object], overrides_path: str | Path | None = None
 ) -> Material:
     """Resolve a material given by library name or inline mapping.
 
@@ -193,7 +192,7 @@ def get_material(
     if not isinstance(name_or_mapping, str):
         raise InputError(f"material must be a name or a mapping, got {type(name_or_mapping).__name__}")
     name = name_or_mapping
-    overrides: dict[str, Any] = {}
+    overrides: dict[str, Mapping[str, object]] = {}
     if overrides_path is not None and Path(overrides_path).is_file():
         overrides = _read_overrides(Path(overrides_path))
     base = MATERIALS.get(name)

@@ -25,7 +25,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse.linalg as spla
@@ -37,6 +37,11 @@ from retarget.fem.beam_theory import euler_bernoulli_frequencies, round_section
 from retarget.fem.elastic import ElasticBody
 from retarget.fem.material import Material
 from retarget.fem.mesh import TetMesh, bar_mesh, plate_mesh, rod_mesh
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
+
+    from retarget.model.robot import FlexiblePart, MeshGenerator, RobotModel
 
 __all__ = [
     "BENDING_PLANES",
@@ -108,7 +113,7 @@ class Clamp:
         assert self.box is not None
         return mesh.nodes_in_box(*self.box)
 
-    def key(self) -> list[Any]:
+    def key(self) -> list[object]:
         """JSON-able identity (for cache keys), rounded to 1e-12 m."""
         if self.end is not None:
             return ["end", round(self.end, 12)]
@@ -144,7 +149,7 @@ class Reference:
     """
 
     frequencies: BendingFrequencies
-    levels: tuple[Mapping[str, Any], ...]
+    levels: tuple[Mapping[str, object], ...]
     orders: Mapping[str, tuple[float, ...]]
 
 
@@ -155,13 +160,13 @@ def cards_dir() -> Path:
 
 
 #: Results computed or read in this process (the values are deterministic functions of their key).
-_MEMO: dict[str, dict[str, Any]] = {}
+_MEMO: dict[str, dict[str, object]] = {}
 #: References of the library robots' parts, shipped with the package (same keys and layout as the disk cache;
 #: written by :func:`write_packaged_references`), so that loading a library robot computes none.
 PACKAGED_REFERENCES: Path = Path(__file__).with_name("modal_references.json")
 
 
-def _packaged() -> dict[str, Any]:
+def _packaged() -> dict[str, object]:
     if "__packaged__" not in _MEMO:
         try:
             _MEMO["__packaged__"] = dict(json.loads(PACKAGED_REFERENCES.read_text()))
@@ -170,7 +175,7 @@ def _packaged() -> dict[str, Any]:
     return _MEMO["__packaged__"]
 
 
-def _read_cache(key: str) -> dict[str, Any] | None:
+def _read_cache(key: str) -> dict[str, object] | None:
     if key in _MEMO:
         return _MEMO[key]
     if key in _packaged():
@@ -198,7 +203,7 @@ def write_packaged_references(keys: Sequence[str] | None = None) -> int:
     return len(table)
 
 
-def _write_cache(key: str, value: Mapping[str, Any]) -> None:
+def _write_cache(key: str, value: Mapping[str, object]) -> None:
     """Write atomically (temporary file, then rename): a reader never sees half a file."""
     _MEMO[key] = dict(value)
     folder = cards_dir()
@@ -212,7 +217,7 @@ def _write_cache(key: str, value: Mapping[str, Any]) -> None:
         pass  # a read-only cache only costs recomputation
 
 
-def _digest(*parts: Any) -> str:
+def _digest(*parts: object) -> str:
     h = hashlib.sha256()
     for p in parts:
         h.update(p if isinstance(p, bytes) else json.dumps(p, sort_keys=True).encode())
@@ -286,7 +291,7 @@ def bending_frequencies(
 
 
 def _classify(
-    vals: NDArray[np.float64], vecs: NDArray[np.float64], m_scalar: Any, rot: NDArray[np.float64]
+    vals: NDArray[np.float64], vecs: NDArray[np.float64], m_scalar: sp.csr_matrix, rot: NDArray[np.float64]
 ) -> dict[str, list[float]]:
     """Bending frequencies [Hz] per plane from M-orthonormal modes ``vecs`` (free DOFs, node-major)."""
     found: dict[str, list[float]] = {p: [] for p in BENDING_PLANES}
@@ -314,7 +319,7 @@ def _classify(
     return found
 
 
-def root_interface(model: Any, part: Any) -> int:
+def root_interface(model: RobotModel, part: FlexiblePart) -> int:
     """Index in ``part.interfaces`` of the root interface: the one whose link is nearest the robot's root.
 
     Distance is the number of joints from the world in the model's joint graph (the world itself: -1; a link
@@ -351,7 +356,7 @@ def root_interface(model: Any, part: Any) -> int:
     return min(range(len(part.interfaces)), key=rank)
 
 
-def clamp_of(part: Any, interface: int) -> Clamp:
+def clamp_of(part: FlexiblePart, interface: int) -> Clamp:
     """The clamp of ``part`` at ``part.interfaces[interface]`` in the part's frame (an end face, else a box)."""
     local = (np.asarray(part.mesh.nodes) - part.pose[:3, 3]) @ part.pose[:3, :3]
     ids = np.unique(part.interfaces[interface].nodes)
@@ -365,7 +370,7 @@ def clamp_of(part: Any, interface: int) -> Clamp:
     return Clamp(None, (tuple(sel.min(axis=0).tolist()), tuple(sel.max(axis=0).tolist())))  # type: ignore[arg-type]
 
 
-def mesh_frequencies(part: Any, clamp_interface: int, material: Material | None = None) -> BendingFrequencies:
+def mesh_frequencies(part: FlexiblePart, clamp_interface: int, material: Material | None = None) -> BendingFrequencies:
     """The bending frequencies of ``part``'s own mesh clamped at one interface, cached on disk.
 
     Args:
@@ -465,7 +470,7 @@ def _generate(kind: str, length: float, diameter: float, width: float, thickness
     return maker(length, width, thickness, res["axial"], res["width"], res["thickness"])
 
 
-def reference_key(generator: Any, material: Material, clamp: Clamp) -> str:
+def reference_key(generator: MeshGenerator, material: Material, clamp: Clamp) -> str:
     """The cache key of a part's reference: its generator and dimensions, ν, the clamp, :data:`GENERATOR_VERSION`."""
     g = generator
     return "reference-" + _digest(
@@ -474,7 +479,9 @@ def reference_key(generator: Any, material: Material, clamp: Clamp) -> str:
     )
 
 
-def reference_frequencies(generator: Any, material: Material, clamp: Clamp, use_cache: bool = True) -> Reference:
+def reference_frequencies(
+    generator: MeshGenerator, material: Material, clamp: Clamp, use_cache: bool = True
+) -> Reference:
     """Mesh-converged bending frequencies of a generated part: three refined meshes, Richardson per mode.
 
     Args:
@@ -517,7 +524,7 @@ def reference_frequencies(generator: Any, material: Material, clamp: Clamp, use_
     return Reference(BendingFrequencies(freqs, int(levels[-1]["n_dofs"])), out_levels, orders)
 
 
-def euler_bernoulli_bending(generator: Any, material: Material, clamp: Clamp) -> BendingFrequencies | None:
+def euler_bernoulli_bending(generator: MeshGenerator, material: Material, clamp: Clamp) -> BendingFrequencies | None:
     """Clamped-free Euler–Bernoulli frequencies (β_k L)² / (2π L²) √(E I / (ρ A)) per plane, first two modes.
 
     Rods: I = π D⁴ / 64 in both planes; bars and plates: I = t w³ / 12 in plane x (bending along the width),

@@ -27,11 +27,14 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from retarget.errors import InputError
 from retarget.fem.modal import (
     BENDING_PLANES,
+    BendingFrequencies,
+    Clamp,
+    Reference,
     clamp_of,
     euler_bernoulli_bending,
     mesh_frequencies,
@@ -39,6 +42,9 @@ from retarget.fem.modal import (
     root_interface,
 )
 from retarget.jsonsafe import finite_or_none
+
+if TYPE_CHECKING:
+    from retarget.model.robot import FlexiblePart, RobotModel
 
 __all__ = [
     "DEFAULT_F1_TOLERANCE",
@@ -161,7 +167,7 @@ class PartCard:
     stiffness_factor: float
     modes: tuple[ModeCard, ...]
     reference: str
-    reference_levels: tuple[Mapping[str, Any], ...] = ()
+    reference_levels: tuple[Mapping[str, object], ...] = ()
 
     @property
     def passed(self) -> bool | None:
@@ -206,7 +212,7 @@ class ModelCard:
         :data:`SERVO_MODE_WARN`."""
         return [m.motor for m in self.servo_modes if m.warning]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """A JSON-able dict (no NaN: missing values are None)."""
         out = {
             "robot": self.robot,
@@ -233,7 +239,7 @@ class ModelCard:
         return json.dumps(self.to_dict(), allow_nan=False)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ModelCard:
+    def from_dict(cls, data: Mapping[str, object]) -> ModelCard:
         """The card from :meth:`to_dict`'s output (e.g. an artifact's metadata)."""
         parts = []
         for p in data["parts"]:
@@ -345,7 +351,9 @@ def check_fidelity(card: ModelCard, f1_tol: float = DEFAULT_F1_TOLERANCE, f2_tol
         raise ModelFidelityError(card.robot, p.name, m.mode, m.f_model, m.f_reference, m.error, tol)
 
 
-def _part_reference(model: Any, part: Any) -> tuple[int, Any, Any, Any]:
+def _part_reference(
+    model: RobotModel, part: FlexiblePart
+) -> tuple[int, Clamp, Reference | None, BendingFrequencies | None]:
     """(root interface index, its clamp, the reference or None, Euler–Bernoulli or None) of a part."""
     root = root_interface(model, part)
     clamp = clamp_of(part, root)
@@ -363,7 +371,7 @@ def stiffness_factor(f_mesh: Mapping[str, tuple[float, ...]], f_reference: Mappi
     return float(f"{math.prod(ratios) ** (2.0 / len(ratios)):.6g}")
 
 
-def calibrate_stiffness(model: Any) -> Any:
+def calibrate_stiffness(model: RobotModel) -> RobotModel:
     """The model with each generated part's Young's modulus scaled by its :func:`stiffness_factor`.
 
     Parts without a generator (mesh files) are unchanged (factor 1). The part's ``material`` becomes the scaled
@@ -382,7 +390,9 @@ def calibrate_stiffness(model: Any) -> Any:
     return replace(model, flexible_parts=tuple(parts))
 
 
-def model_card(model: Any, f1_tol: float = DEFAULT_F1_TOLERANCE, f2_tol: float = DEFAULT_F2_TOLERANCE) -> ModelCard:
+def model_card(
+    model: RobotModel, f1_tol: float = DEFAULT_F1_TOLERANCE, f2_tol: float = DEFAULT_F2_TOLERANCE
+) -> ModelCard:
     """The :class:`ModelCard` of a :class:`retarget.model.RobotModel` (its meshes, materials and factors).
 
     References and mesh frequencies are cached on disk (:func:`retarget.fem.modal.cards_dir`); the first card of

@@ -4,12 +4,33 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
-__all__ = ["motion_summary", "register", "robot_summary"]
+__all__ = ["MotionSummary", "RobotSummary", "motion_summary", "register", "robot_summary"]
 
 
-def robot_summary(robot: str) -> dict[str, Any]:
+class RobotSummary(TypedDict):
+    """One row of ``retarget robots --json`` (:func:`robot_summary`)."""
+
+    name: str
+    dof: int
+    motors: list[str]
+    flexible_parts: list[str | None]
+    tracked_bodies: list[str | None]
+    mass_kg: float
+
+
+class MotionSummary(TypedDict):
+    """One row of ``retarget motions --json`` (:func:`motion_summary`); None where the file does not say."""
+
+    name: str
+    file: str
+    duration_s: float | None
+    joints: list[str] | None
+    description: str
+
+
+def robot_summary(robot: str) -> RobotSummary:
     """Name, DOF, motors, flexible parts, tracked bodies and total mass of a shipped robot.
 
     The mass [kg] is the sum of the URDF inertials; flexible parts count with their placeholder inertial,
@@ -33,15 +54,15 @@ def robot_summary(robot: str) -> dict[str, Any]:
     }
 
 
-def motion_summary(name: str) -> dict[str, Any]:
+def motion_summary(name: str) -> MotionSummary:
     """Name, file, duration [s], joints and description of a shipped motion (keyframes YAML or other file)."""
     import yaml
 
     from retarget.model.library import resolve_motion
 
     path = resolve_motion(name)
-    info: dict[str, Any] = {"name": name, "file": str(path), "duration_s": None, "joints": None,
-                            "description": ""}
+    info: MotionSummary = {"name": name, "file": str(path), "duration_s": None, "joints": None,
+                           "description": ""}
     if path.suffix in (".yaml", ".yml"):
         data = yaml.safe_load(path.read_text()) or {}
         keys = data.get("keyframes") or []
@@ -84,7 +105,7 @@ def _motions(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``retarget robots`` and ``retarget motions`` to the top-level CLI."""
     robots = subparsers.add_parser(
         "robots", help="list the shipped robots and test rigs (DOF, motors, flexible parts, mass)",

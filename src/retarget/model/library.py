@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from retarget.errors import InputError
+
+if TYPE_CHECKING:
+    from retarget.model.loader import RobotFile
 
 __all__ = [
     "MOTION_SUFFIXES",
@@ -175,7 +178,7 @@ def resolve_params(robot: str | Path) -> Path:
     return path
 
 
-def ros_parameters(robot: str | Path) -> dict[str, Any]:
+def ros_parameters(robot: str | Path) -> dict[str, object]:
     """The ``/**: ros__parameters`` mapping of a robot's params file (see :func:`resolve_params`).
 
     Raises:
@@ -185,7 +188,7 @@ def ros_parameters(robot: str | Path) -> dict[str, Any]:
     return read_ros_parameters(resolve_params(robot))
 
 
-def read_ros_parameters(path: Path) -> dict[str, Any]:
+def read_ros_parameters(path: Path) -> dict[str, object]:
     """The ``/**: ros__parameters`` mapping of a ROS 2 params file.
 
     Raises:
@@ -203,7 +206,7 @@ def read_ros_parameters(path: Path) -> dict[str, Any]:
     return params
 
 
-def robot_config(robot: str | Path) -> dict[str, Any]:
+def robot_config(robot: str | Path) -> RobotFile:
     """The parsed description YAML of a robot (its ``retarget:`` section; the ROS parameters are in
     :func:`ros_parameters`).
 

@@ -13,7 +13,7 @@ import io
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 import yaml
@@ -22,7 +22,54 @@ from numpy.typing import NDArray
 from retarget.model.robot import MeshGenerator, ModelError, RobotBuilder, RobotModel
 from retarget.model.servo import ServoError, servos_from_config
 
-__all__ = ["load_robot", "parse_origin", "read_robot_yaml", "resolve_urdf", "urdf_text"]
+if TYPE_CHECKING:
+    import yourdfpy
+
+    from retarget.fem.mesh import TetMesh
+
+__all__ = [
+    "FlexiblePartSpec",
+    "RobotFile",
+    "RobotSection",
+    "load_robot",
+    "parse_origin",
+    "read_robot_yaml",
+    "resolve_urdf",
+    "urdf_text",
+]
+
+
+class FlexiblePartSpec(TypedDict, total=False):
+    """One ``flexible_parts`` entry of a robot's ``retarget:`` section (docs/robot-description.md)."""
+
+    name: str
+    link: str
+    origin: dict[str, list[float]]
+    mesh: dict[str, object]
+    material: str
+    interfaces: list[dict[str, object]]
+
+
+class RobotSection(TypedDict, total=False):
+    """The ``retarget:`` section of a robot params file as read (docs/robot-description.md); ``urdf`` is required
+    by :func:`load_robot`, every other key optional."""
+
+    urdf: str
+    xacro_args: dict[str, str]
+    root_link: str
+    gravity: list[float]
+    motors: list[str]
+    servo: dict[str, object]
+    flexible_parts: list[FlexiblePartSpec]
+    tracked_bodies: list[dict[str, object]]
+    loop_joints: list[dict[str, object]]
+
+
+class RobotFile(TypedDict):
+    """A robot description YAML as read (:func:`retarget.model.library.robot_config`): its ``retarget:`` section
+    (the ROS parameters under ``/**`` are read by :func:`retarget.model.library.ros_parameters`)."""
+
+    retarget: RobotSection
 
 _LOOP_JOINT_KEYS = {"name", "type", "parent", "child", "origin", "parent_origin", "child_origin", "axis", "axis2"}
 
@@ -36,7 +83,7 @@ def _repo_share() -> Path:
     return share_dir()
 
 
-def parse_origin(origin: Mapping[str, Any] | None) -> NDArray[np.float64]:
+def parse_origin(origin: Mapping[str, object] | None) -> NDArray[np.float64]:
     """A 4×4 transform from ``{xyz: [..], rpy: [..]}`` (URDF convention: R = Rz(y) Ry(p) Rx(r))."""
     origin = origin or {}
     xyz = np.asarray(origin.get("xyz", [0, 0, 0]), dtype=float)
@@ -55,7 +102,7 @@ def parse_origin(origin: Mapping[str, Any] | None) -> NDArray[np.float64]:
     return t
 
 
-def read_robot_yaml(path: str | Path) -> dict[str, Any]:
+def read_robot_yaml(path: str | Path) -> RobotSection:
     """The ``retarget:`` section of a robot params file."""
     path = Path(path)
     try:
@@ -81,7 +128,7 @@ def resolve_urdf(name: str, yaml_path: Path) -> Path:
     raise ModelError(f"URDF {name!r} not found (tried {', '.join(str(c) for c in candidates)})")
 
 
-def urdf_text(path: Path, args: Mapping[str, Any]) -> str:
+def urdf_text(path: Path, args: Mapping[str, object]) -> str:
     """The URDF at ``path`` as XML text, expanded by xacro (with ``args``) when it is a ``.xacro`` file.
 
     Raises:
@@ -98,7 +145,7 @@ def urdf_text(path: Path, args: Mapping[str, Any]) -> str:
     return doc.toxml()
 
 
-def _parse_urdf(xml: str, base: Path) -> Any:
+def _parse_urdf(xml: str, base: Path) -> yourdfpy.URDF:
     import yourdfpy
 
     def handler(fname: str) -> str:
@@ -113,10 +160,10 @@ def _parse_urdf(xml: str, base: Path) -> Any:
         raise ModelError(f"cannot parse URDF: {exc}") from exc
 
 
-def _link_poses(robot: Any, root: str) -> dict[str, NDArray[np.float64]]:
+def _link_poses(robot: yourdfpy.Robot, root: str) -> dict[str, NDArray[np.float64]]:
     """World transform (4, 4) of every link at zero joint values."""
     poses = {root: np.eye(4)}
-    children: dict[str, list[Any]] = {}
+    children: dict[str, list[yourdfpy.Joint]] = {}
     for j in robot.joints:
         children.setdefault(j.parent, []).append(j)
     stack = [root]
@@ -136,12 +183,12 @@ def _scaled(count: int | None, default: int, scale: float) -> int:
 
 
 def _flexible_mesh(
-    spec: Mapping[str, Any],
+    spec: FlexiblePartSpec,
     part: str,
     yaml_path: Path,
     mesh_scale: float = 1.0,
-    resolution: Mapping[str, Any] | None = None,
-) -> tuple[Any, float, MeshGenerator | None]:
+    resolution: Mapping[str, int] | None = None,
+) -> tuple[TetMesh, float, MeshGenerator | None]:
     """The part's rest mesh in its own frame, its length along +z [m] and how it was generated (None: a file).
 
     ``resolution`` (keys ``axial``, ``around`` for rods; ``axial``, ``width``, ``thickness`` for bars and plates)
@@ -209,7 +256,7 @@ def _flexible_mesh(
     raise ModelError(f"flexible part {part!r}: mesh needs 'file' or generator rod|bar|plate, got {mesh_spec!r}")
 
 
-def _interface_nodes(mesh: Any, length: float, region: Mapping[str, Any], part: str) -> NDArray[np.int64]:
+def _interface_nodes(mesh: TetMesh, length: float, region: Mapping[str, object], part: str) -> NDArray[np.int64]:
     if "end" in region:
         if region["end"] not in ("start", "end"):
             raise ModelError(f"flexible part {part!r}: region end must be start|end")
@@ -218,6 +265,179 @@ def _interface_nodes(mesh: Any, length: float, region: Mapping[str, Any], part: 
         lo, hi = region["box"]
         return mesh.nodes_in_box(lo, hi)
     raise ModelError(f"flexible part {part!r}: interface region must be {{end: start|end}} or {{box: [lo, hi]}}")
+
+
+class _Welds:
+    """Which rigid body each URDF link belongs to.
+
+    A massless link welded by a fixed joint merges into its parent; so does a link with mass when ``merge_fixed``,
+    except into the world or into/out of a tracked link or a link a flexible part replaces. ``alias``: link → its
+    body's name, or None = the world (filled as links are resolved); ``massive``: the links with mass, by name.
+    """
+
+    def __init__(self, robot: yourdfpy.Robot, root: str, replaced: set[str], tracked: set[str],
+                 merge_fixed: bool) -> None:
+        self.alias: dict[str, str | None] = {root: None}
+        self.parent_joint = {j.child: j for j in robot.joints}
+        self.massive: dict[str, yourdfpy.Link] = {}
+        for link in robot.links:
+            if link.name == root or link.name in replaced:
+                continue
+            if link.inertial is not None and link.inertial.mass and link.inertial.mass > 0:
+                self.massive[link.name] = link
+        self.replaced = replaced
+        self.tracked = tracked
+        self.merge_fixed = merge_fixed
+
+    def resolve(self, n: str) -> str | None:
+        """The body link ``n`` belongs to (None: the world).
+
+        Raises:
+            ModelError: fixed joints form a cycle, or a massless link is not welded to a parent.
+        """
+        alias, massive, tracked = self.alias, self.massive, self.tracked
+        chain: list[str] = []
+        cur = n
+        while cur not in alias:
+            if cur in chain:
+                raise ModelError(f"link {n!r}: fixed joints form a cycle")
+            chain.append(cur)
+            j = self.parent_joint.get(cur)
+            welded = j is not None and j.type == "fixed"
+            if cur in massive:
+                if not (self.merge_fixed and welded and cur not in tracked and j.parent not in self.replaced):
+                    alias[cur] = cur
+                    break
+                up = self.resolve(j.parent)
+                if up is None or up in tracked:
+                    alias[cur] = cur
+                    break
+                alias[cur] = up
+                break
+            if not welded:
+                raise ModelError(f"link {cur!r} has no mass and is not welded to a parent: give it an inertial")
+            cur = j.parent
+        for c in chain:
+            alias[c] = alias[cur]
+        return alias[n]
+
+
+def _add_rigid_bodies(b: RobotBuilder, robot: yourdfpy.Robot, poses: dict[str, NDArray[np.float64]],
+                      welds: _Welds) -> None:
+    """One rigid body per group of links with mass welded together (mass, centre of mass and inertia combined;
+    the body's name and frame are those of the group's body link)."""
+    groups: dict[str, list[str]] = {}
+    for n in [lk.name for lk in robot.links]:
+        if n in welds.massive:
+            groups.setdefault(str(welds.resolve(n)), []).append(n)
+    for body, members in groups.items():
+        parts = []
+        for n in members:
+            inr = welds.massive[n].inertial
+            t_in = poses[n] @ (inr.origin if inr.origin is not None else np.eye(4))
+            rot = t_in[:3, :3]
+            parts.append((float(inr.mass), t_in[:3, 3], rot @ np.asarray(inr.inertia, dtype=float) @ rot.T))
+        mass, com, inertia = _composite(parts)
+        t = poses[body]
+        b.add_link(body, mass, com, inertia, t[:3, 3], t[:3, :3])
+
+
+def _add_urdf_joints(b: RobotBuilder, robot: yourdfpy.Robot, poses: dict[str, NDArray[np.float64]],
+                     replaced: set[str], welds: _Welds) -> None:
+    """The URDF's joints between bodies (merged welds, floating joints and joints of replaced links left out).
+
+    Raises:
+        ModelError: an unsupported URDF joint type.
+    """
+    for j in robot.joints:
+        if j.parent in replaced or j.child in replaced:
+            continue
+        if j.type == "floating":
+            continue
+        if j.type not in _URDF_KINDS:
+            raise ModelError(f"joint {j.name!r}: URDF type {j.type!r} is not supported")
+        pa, ch = welds.resolve(j.parent), welds.resolve(j.child)
+        if j.type == "fixed" and welds.alias[j.child] != j.child:
+            continue  # merged
+        if pa == ch:
+            continue
+        t = poses[j.child]
+        axis = t[:3, :3] @ (np.asarray(j.axis, dtype=float) if j.axis is not None else np.array([1.0, 0, 0]))
+        lim = j.limit
+        lower = float(lim.lower) if lim is not None and lim.lower is not None else -np.inf
+        upper = float(lim.upper) if lim is not None and lim.upper is not None else np.inf
+        b.add_joint(j.name, _URDF_KINDS[j.type], pa, ch, t[:3, 3], axis, motor=False, lower=lower, upper=upper)
+
+
+def _add_loop_joint(b: RobotBuilder, lj: Mapping[str, object], poses: dict[str, NDArray[np.float64]], root: str,
+                    welds: _Welds) -> None:
+    """One ``loop_joints`` entry of the robot YAML.
+
+    Raises:
+        ModelError: missing or unknown keys, unknown links, or parent and child points that do not coincide.
+    """
+    try:
+        jname, kind, parent, child = str(lj["name"]), str(lj["type"]), lj["parent"], lj["child"]
+    except KeyError as exc:
+        raise ModelError(f"loop joint {lj!r} needs {exc}") from exc
+    unknown = set(lj) - _LOOP_JOINT_KEYS
+    if unknown:
+        raise ModelError(f"loop joint {jname!r}: unknown keys {sorted(unknown)} (known: {sorted(_LOOP_JOINT_KEYS)})")
+    if "origin" in lj and "parent_origin" in lj:
+        raise ModelError(f"loop joint {jname!r}: give 'origin' or its alias 'parent_origin', not both")
+    kind = {"revolute": "hinge", "spherical": "ball"}.get(kind, kind)
+    frame_link = parent if parent is not None else child
+    for link_name in (parent, child):
+        if link_name is not None and link_name not in poses:
+            raise ModelError(f"loop joint {jname!r}: unknown link {link_name!r}")
+    t = poses[frame_link] @ parse_origin(lj.get("origin", lj.get("parent_origin")))
+    if "child_origin" in lj and parent is not None and child is not None:
+        # The same joint point given in the child frame must coincide at the reference configuration.
+        tc = poses[child] @ parse_origin(lj["child_origin"])
+        gap = float(np.linalg.norm(tc[:3, 3] - t[:3, 3]))
+        if gap > 1e-6:
+            raise ModelError(f"loop joint {jname!r} does not close at zero joint values: its parent and child "
+                             f"points are {gap * 1e3:.3f} mm apart")
+    axis = t[:3, :3] @ np.asarray(lj.get("axis", [0, 0, 1]), dtype=float)
+    axis2 = t[:3, :3] @ np.asarray(lj["axis2"], dtype=float) if "axis2" in lj else None
+    pa = welds.resolve(parent) if parent is not None and parent != root else None
+    ch = welds.resolve(child) if child is not None and child != root else None
+    b.add_joint(jname, kind, pa, ch, t[:3, 3], axis, axis2=axis2)
+
+
+def _add_flexible_part(
+    b: RobotBuilder,
+    f: FlexiblePartSpec,
+    poses: dict[str, NDArray[np.float64]],
+    root: str,
+    welds: _Welds,
+    yaml_path: Path,
+    materials_path: Path,
+    mesh_scale: float,
+    resolution: Mapping[str, int] | None,
+) -> None:
+    """One ``flexible_parts`` entry of the robot YAML: its mesh in the world frame, interfaces and material.
+
+    Raises:
+        ModelError: an unknown link or a bad mesh or interface specification.
+    """
+    from retarget.fem.material import get_material
+    from retarget.fem.mesh import TetMesh
+
+    part = str(f.get("name", ""))
+    link = str(f.get("link", ""))
+    if link not in poses:
+        raise ModelError(f"flexible part {part!r}: link {link!r} is not a URDF link")
+    mesh, length, generator = _flexible_mesh(f, part, yaml_path, mesh_scale, resolution)
+    t = poses[link] @ parse_origin(f.get("origin"))
+    world = TetMesh(mesh.nodes @ t[:3, :3].T + t[:3, 3], mesh.tets)
+    ifaces = []
+    for itf in f.get("interfaces") or []:
+        il = itf.get("link")
+        nodes = _interface_nodes(mesh, length, itf.get("region") or {}, part)
+        ifaces.append((welds.resolve(il) if il is not None and il != root else None, nodes))
+    material = get_material(f.get("material", "spring_steel"), overrides_path=materials_path)
+    b.add_flexible_part(part, world, material, ifaces, replaces=link, generator=generator, pose=t)
 
 
 def load_robot(
@@ -256,9 +476,6 @@ def load_robot(
     """
     if not (isinstance(mesh_scale, (int, float)) and math.isfinite(mesh_scale) and mesh_scale > 0):
         raise ModelError(f"mesh_scale must be a positive number, got {mesh_scale!r}")
-    from retarget.fem.material import get_material
-    from retarget.fem.mesh import TetMesh
-
     yaml_path = Path(path)
     cfg = read_robot_yaml(yaml_path)
     # Fitted materials (`retarget fit --write`) live beside the robot files and override the library.
@@ -285,120 +502,17 @@ def load_robot(
     replaced = {str(f.get("link", "")) for f in flex_specs}
     b = RobotBuilder(name or robot.name or yaml_path.stem, gravity=cfg.get("gravity", [0.0, 0.0, -9.81]))
     # Massless links welded by fixed joints merge into their parent; so do links with mass (merge_fixed), except
-    # into the world or into/out of a tracked link. alias: link -> its body's name, or None = the world.
-    alias: dict[str, str | None] = {root: None}
-    parent_joint = {j.child: j for j in robot.joints}
-    massive = {}
-    for link in robot.links:
-        if link.name == root or link.name in replaced:
-            continue
-        if link.inertial is not None and link.inertial.mass and link.inertial.mass > 0:
-            massive[link.name] = link
-    order = [lk.name for lk in robot.links]
+    # into the world or into/out of a tracked link.
     tracked = {str(tb.get("link", "")) for tb in cfg.get("tracked_bodies") or [] if isinstance(tb, Mapping)}
-
-    def resolve(n: str) -> str | None:
-        chain: list[str] = []
-        cur = n
-        while cur not in alias:
-            if cur in chain:
-                raise ModelError(f"link {n!r}: fixed joints form a cycle")
-            chain.append(cur)
-            j = parent_joint.get(cur)
-            welded = j is not None and j.type == "fixed"
-            if cur in massive:
-                if not (merge_fixed and welded and cur not in tracked and j.parent not in replaced):
-                    alias[cur] = cur
-                    break
-                up = resolve(j.parent)
-                if up is None or up in tracked:
-                    alias[cur] = cur
-                    break
-                alias[cur] = up
-                break
-            if not welded:
-                raise ModelError(f"link {cur!r} has no mass and is not welded to a parent: give it an inertial")
-            cur = j.parent
-        for c in chain:
-            alias[c] = alias[cur]
-        return alias[n]
-
-    groups: dict[str, list[str]] = {}
-    for n in order:
-        if n in massive:
-            groups.setdefault(str(resolve(n)), []).append(n)
-    for body, members in groups.items():
-        parts = []
-        for n in members:
-            inr = massive[n].inertial
-            t_in = poses[n] @ (inr.origin if inr.origin is not None else np.eye(4))
-            rot = t_in[:3, :3]
-            parts.append((float(inr.mass), t_in[:3, 3], rot @ np.asarray(inr.inertia, dtype=float) @ rot.T))
-        mass, com, inertia = _composite(parts)
-        t = poses[body]
-        b.add_link(body, mass, com, inertia, t[:3, 3], t[:3, :3])
-    merged = {n: str(alias[n]) for n in massive if alias[n] != n}
-    for j in robot.joints:
-        if j.parent in replaced or j.child in replaced:
-            continue
-        if j.type == "floating":
-            continue
-        if j.type not in _URDF_KINDS:
-            raise ModelError(f"joint {j.name!r}: URDF type {j.type!r} is not supported")
-        pa, ch = resolve(j.parent), resolve(j.child)
-        if j.type == "fixed" and alias[j.child] != j.child:
-            continue  # merged
-        if pa == ch:
-            continue
-        t = poses[j.child]
-        axis = t[:3, :3] @ (np.asarray(j.axis, dtype=float) if j.axis is not None else np.array([1.0, 0, 0]))
-        lim = j.limit
-        lower = float(lim.lower) if lim is not None and lim.lower is not None else -np.inf
-        upper = float(lim.upper) if lim is not None and lim.upper is not None else np.inf
-        b.add_joint(j.name, _URDF_KINDS[j.type], pa, ch, t[:3, 3], axis, motor=False, lower=lower, upper=upper)
+    welds = _Welds(robot, root, replaced, tracked, merge_fixed)
+    _add_rigid_bodies(b, robot, poses, welds)
+    merged = {n: str(welds.alias[n]) for n in welds.massive if welds.alias[n] != n}
+    _add_urdf_joints(b, robot, poses, replaced, welds)
     for lj in cfg.get("loop_joints") or []:
-        try:
-            jname, kind, parent, child = str(lj["name"]), str(lj["type"]), lj["parent"], lj["child"]
-        except KeyError as exc:
-            raise ModelError(f"loop joint {lj!r} needs {exc}") from exc
-        unknown = set(lj) - _LOOP_JOINT_KEYS
-        if unknown:
-            raise ModelError(f"loop joint {jname!r}: unknown keys {sorted(unknown)} (known: {sorted(_LOOP_JOINT_KEYS)})")
-        if "origin" in lj and "parent_origin" in lj:
-            raise ModelError(f"loop joint {jname!r}: give 'origin' or its alias 'parent_origin', not both")
-        kind = {"revolute": "hinge", "spherical": "ball"}.get(kind, kind)
-        frame_link = parent if parent is not None else child
-        for link_name in (parent, child):
-            if link_name is not None and link_name not in poses:
-                raise ModelError(f"loop joint {jname!r}: unknown link {link_name!r}")
-        t = poses[frame_link] @ parse_origin(lj.get("origin", lj.get("parent_origin")))
-        if "child_origin" in lj and parent is not None and child is not None:
-            # The same joint point given in the child frame must coincide at the reference configuration.
-            tc = poses[child] @ parse_origin(lj["child_origin"])
-            gap = float(np.linalg.norm(tc[:3, 3] - t[:3, 3]))
-            if gap > 1e-6:
-                raise ModelError(f"loop joint {jname!r} does not close at zero joint values: its parent and child "
-                                 f"points are {gap * 1e3:.3f} mm apart")
-        axis = t[:3, :3] @ np.asarray(lj.get("axis", [0, 0, 1]), dtype=float)
-        axis2 = t[:3, :3] @ np.asarray(lj["axis2"], dtype=float) if "axis2" in lj else None
-        pa = resolve(parent) if parent is not None and parent != root else None
-        ch = resolve(child) if child is not None and child != root else None
-        b.add_joint(jname, kind, pa, ch, t[:3, 3], axis, axis2=axis2)
+        _add_loop_joint(b, lj, poses, root, welds)
     for f in flex_specs:
-        part = str(f.get("name", ""))
-        link = str(f.get("link", ""))
-        if link not in poses:
-            raise ModelError(f"flexible part {part!r}: link {link!r} is not a URDF link")
-        mesh, length, generator = _flexible_mesh(f, part, yaml_path, float(mesh_scale), (resolution or {}).get(part))
-        t = poses[link] @ parse_origin(f.get("origin"))
-        world = TetMesh(mesh.nodes @ t[:3, :3].T + t[:3, 3], mesh.tets)
-        ifaces = []
-        for itf in f.get("interfaces") or []:
-            il = itf.get("link")
-            nodes = _interface_nodes(mesh, length, itf.get("region") or {}, part)
-            ifaces.append((resolve(il) if il is not None and il != root else None, nodes))
-        material = get_material(f.get("material", "spring_steel"), overrides_path=materials_path)
-        b.add_flexible_part(part, world, material, ifaces, replaces=link, generator=generator, pose=t)
+        _add_flexible_part(b, f, poses, root, welds, yaml_path, materials_path, float(mesh_scale),
+                           (resolution or {}).get(str(f.get("name", ""))))
     b.set_motors(motors)
     for motor, servo in zip(motors, servos):
         b.set_servo(motor, servo)

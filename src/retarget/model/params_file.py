@@ -19,16 +19,19 @@ import re
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Union
 
 import yaml
 
 from retarget.errors import InputError
 
-__all__ = ["format_value", "set_ros_parameters"]
+__all__ = ["ParamValue", "format_value", "set_ros_parameters"]
+
+#: A ROS 2 parameter value as written here: a bool, int, float or string, or a list (or tuple) of one of them.
+ParamValue = Union[bool, int, float, str, "list[bool]", "list[int]", "list[float]", "list[str]", "tuple[float, ...]"]
 
 
-def format_value(value: Any, digits: int = 6) -> str:
+def format_value(value: ParamValue, digits: int = 6) -> str:
     """A parameter value as YAML flow text: ``[0.3, -0.25]``, ``[1, -1]``, ``0.0``, ``true``, ``'a b'``.
 
     Args:
@@ -59,7 +62,7 @@ def format_value(value: Any, digits: int = 6) -> str:
     raise InputError(f"cannot write a parameter of type {type(value).__name__}")
 
 
-def set_ros_parameters(path: str | Path, values: Mapping[str, Any], *, after: str | None = None,
+def set_ros_parameters(path: str | Path, values: Mapping[str, ParamValue], *, after: str | None = None,
                        comments: Mapping[str, str] | None = None, write: bool = True) -> str:
     """Set ``values`` in the ``/**: ros__parameters`` block of the params file at ``path``.
 
@@ -101,7 +104,7 @@ def set_ros_parameters(path: str | Path, values: Mapping[str, Any], *, after: st
             block = (block[0], block[1] + 1)
     new_text = "".join(lines)
     try:
-        after_edit: dict[str, Any] | None = _parameters(new_text, path)
+        after_edit: dict[str, object] | None = _parameters(new_text, path)
     except InputError:  # the edit broke the YAML
         after_edit = None
     expected = {**before, **{k: _plain(v) for k, v in values.items()}}
@@ -113,12 +116,12 @@ def set_ros_parameters(path: str | Path, values: Mapping[str, Any], *, after: st
     return new_text
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: ParamValue) -> object:
     """The value as YAML reads back what :func:`format_value` wrote."""
     return yaml.safe_load(format_value(value))
 
 
-def _parameters(text: str, path: Path) -> dict[str, Any]:
+def _parameters(text: str, path: Path) -> dict[str, object]:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -194,7 +197,7 @@ def _line_comment(line: str) -> str | None:
     return None
 
 
-def _line(indent: int, key: str, value: Any, comment: str | None) -> str:
+def _line(indent: int, key: str, value: ParamValue, comment: str | None) -> str:
     text = f"{' ' * indent}{key}: {format_value(value)}"
     return text + (f"  # {comment}" if comment else "") + "\n"
 

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from retarget.errors import InputError
 from retarget.model.servo import IDEAL, SERVO_MODELS, ServoParams
+
+if TYPE_CHECKING:
+    from retarget.fem.material import Material
+    from retarget.fem.mesh import TetMesh
 
 __all__ = [
     "FlexiblePart",
@@ -149,8 +153,8 @@ class FlexiblePart:
     """
 
     name: str
-    mesh: Any
-    material: Any
+    mesh: TetMesh
+    material: Material
     interfaces: tuple[Interface, ...]
     replaces: str = ""
     generator: MeshGenerator | None = None
@@ -158,7 +162,7 @@ class FlexiblePart:
     stiffness_factor: float = 1.0
 
     @property
-    def nominal_material(self) -> Any:
+    def nominal_material(self) -> Material:
         """The material before calibration (Young's modulus divided by ``stiffness_factor``)."""
         if self.stiffness_factor == 1.0:
             return self.material
@@ -341,8 +345,8 @@ class RobotBuilder:
     def add_flexible_part(
         self,
         name: str,
-        mesh: Any,
-        material: Any,
+        mesh: TetMesh,
+        material: Material,
         interfaces: Iterable[tuple[str | None, ArrayLike]],
         replaces: str = "",
         generator: MeshGenerator | None = None,

@@ -31,7 +31,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any
 
 from retarget.errors import InputError
 
@@ -135,7 +134,7 @@ class ServoParams:
         """A copy with some fields changed (validated)."""
         return replace(self, **changes)  # type: ignore[arg-type]
 
-    def to_config(self) -> dict[str, Any]:
+    def to_config(self) -> dict[str, float | str]:
         """The ``servo:`` mapping that reproduces these parameters (SI keys)."""
         out = asdict(self)
         return {k: (v if k == "model" else float(v)) for k, v in out.items()}
@@ -208,7 +207,9 @@ TABLE_KEYS: tuple[str, ...] = ("p_gain", "i_gain", "d_gain", "pwm_limit", "contr
 CONFIG_KEYS: tuple[str, ...] = ("model", *SI_KEYS, *TABLE_KEYS, "motors")
 
 
-def servo_params(data: Mapping[str, Any] | None, base: ServoParams | None = None, where: str = "servo") -> ServoParams:
+def servo_params(
+    data: Mapping[str, object] | None, base: ServoParams | None = None, where: str = "servo"
+) -> ServoParams:
     """One servo's parameters from a ``servo:`` mapping over ``base`` (default: the named model's factory values).
 
     Args:
@@ -241,7 +242,7 @@ def servo_params(data: Mapping[str, Any] | None, base: ServoParams | None = None
     for si, table in (("kp", "p_gain"), ("ki", "i_gain"), ("kd", "d_gain"), ("duty_limit", "pwm_limit")):
         if si in raw and table in raw:
             raise ServoError(f"{where}: give {si} (SI) or {table} (control table), not both")
-    values: dict[str, Any] = {}
+    values: dict[str, float] = {}
     for key, value in raw.items():
         if key == "control_period":
             continue
@@ -270,7 +271,7 @@ def servo_params(data: Mapping[str, Any] | None, base: ServoParams | None = None
         raise ServoError(f"{where}: {exc}") from exc
 
 
-def servos_from_config(section: Mapping[str, Any] | None, motors: Sequence[str],
+def servos_from_config(section: Mapping[str, object] | None, motors: Sequence[str],
                        default_model: str = "XM430-W210") -> tuple[ServoParams, ...]:
     """Per motor (in ``motors`` order), the servo of a robot config's ``servo:`` section.
 

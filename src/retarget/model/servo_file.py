@@ -18,7 +18,6 @@ import os
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -27,7 +26,7 @@ from retarget.model.servo import ServoError, ServoParams, servo_params, servos_f
 __all__ = ["read_servo_file", "robot_servos", "servo_file_servos", "servos_with_file", "write_servo_file"]
 
 
-def read_servo_file(path: str | Path) -> dict[str, Any]:
+def read_servo_file(path: str | Path) -> dict[str, object]:
     """The ``servo:`` mapping of a servo file.
 
     Raises:
@@ -45,7 +44,7 @@ def read_servo_file(path: str | Path) -> dict[str, Any]:
     return dict(section)
 
 
-def servos_with_file(base: Sequence[ServoParams], motors: Sequence[str], section: Mapping[str, Any],
+def servos_with_file(base: Sequence[ServoParams], motors: Sequence[str], section: Mapping[str, object],
                      where: str = "servo file") -> tuple[ServoParams, ...]:
     """Per motor (``motors`` order) its servo in ``base`` with ``section`` (a servo file's mapping) laid over it.
 
@@ -106,7 +105,7 @@ def servo_file_servos(robot: str | Path, path: str | Path) -> tuple[ServoParams,
     return servos_with_file(base, motors, read_servo_file(path), where=f"servo file {path}")
 
 
-def write_servo_file(path: str | Path, section: Mapping[str, Any], comment: str = "") -> Path:
+def write_servo_file(path: str | Path, section: Mapping[str, object], comment: str = "") -> Path:
     """Write ``{"servo": section}`` to ``path`` atomically (a temporary file beside it, renamed into place).
 
     Args:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,6 +19,11 @@ from retarget.motion.errors import MotionFormatError
 from retarget.motion.limits import RowLabel
 from retarget.motion.motion import Motion, validate_motion_arrays
 from retarget.motion.trajectory import motion_from_trajectory, seconds_to_duration
+
+if TYPE_CHECKING:
+    from rosbags.typesys.store import Typestore
+    from rosbags.typesys.stores.ros2_kilted import sensor_msgs__msg__JointState as JointStateMsg
+    from rosbags.typesys.stores.ros2_kilted import trajectory_msgs__msg__JointTrajectory as JointTrajectoryMsg
 
 __all__ = ["JOINT_STATE", "JOINT_TRAJECTORY", "STORAGES", "bag_topics", "read_bag", "write_bag"]
 
@@ -29,7 +34,7 @@ STORAGES: tuple[str, ...] = ("mcap", "sqlite3")
 _SUPPORTED = (JOINT_TRAJECTORY, JOINT_STATE)
 
 
-def _typestore() -> Any:
+def _typestore() -> Typestore:
     from rosbags.typesys import Stores, get_typestore
 
     return get_typestore(Stores.ROS2_KILTED)
@@ -99,7 +104,7 @@ def read_bag(path: str | os.PathLike[str], *, topic: str | None = None,
     return _joint_states(messages, source)
 
 
-def _joint_states(messages: list[tuple[int, Any]], source: str) -> tuple[Motion, RowLabel]:
+def _joint_states(messages: list[tuple[int, JointStateMsg]], source: str) -> tuple[Motion, RowLabel]:
     names = [str(n) for n in messages[0][1].name]
     stamps: list[int] = []
     q = np.empty((len(messages), len(names)))
@@ -128,7 +133,7 @@ def _joint_states(messages: list[tuple[int, Any]], source: str) -> tuple[Motion,
     return Motion(tt, nn, qq), row_label
 
 
-def _trajectory_message(store: Any, motion: Motion) -> Any:
+def _trajectory_message(store: Typestore, motion: Motion) -> JointTrajectoryMsg:
     types = store.types
     header = types["std_msgs/msg/Header"](stamp=types["builtin_interfaces/msg/Time"](sec=0, nanosec=0),
                                           frame_id="")

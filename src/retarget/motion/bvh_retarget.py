@@ -20,9 +20,9 @@ maps for the CMU cgspeed and iClone CC_Base skeletons onto the humanoid13 rig sh
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import yaml
@@ -206,7 +206,7 @@ def retarget_bvh(clip: BvhClip, kinematics: RigKinematics, rig: RetargetMap, *, 
     angles = np.empty((n, m))
     hands = np.empty((n, 2, 3))
     targets = np.empty((n, 2, 3))
-    frames_iter: Any = range(n)
+    frames_iter: Iterable[int] = range(n)
     if progress:
         from tqdm import tqdm
 

@@ -10,15 +10,19 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Union
 
 import yaml
 
 from retarget.motion.errors import MotionFormatError
-from retarget.motion.limits import RowLabel, default_row_label
+from retarget.motion.limits import LimitLike, RowLabel, default_row_label
 from retarget.motion.motion import Motion
 
-__all__ = ["FORMATS", "detect_format", "load_motion", "resolve_motion_path", "save_motion"]
+__all__ = ["FORMATS", "WriterOption", "detect_format", "load_motion", "resolve_motion_path", "save_motion"]
+
+#: A writer option of :func:`save_motion` (``time_unit``, ``velocities``, ``robot``, ``description``, ``topic``,
+#: ``msgtype``, ``storage``, ``start_time_ns``).
+WriterOption = Union[str, bool, int, float, None]
 
 #: Format names accepted by :func:`save_motion` (``fmt=``) and :func:`load_motion` (``fmt=``).
 FORMATS: tuple[str, ...] = ("csv", "json", "trajectory", "keyframes", "bag")
@@ -99,7 +103,7 @@ def _read(path: Path, fmt: str, topic: str | None, index: int) -> tuple[Motion, 
     raise MotionFormatError(f"unknown motion format '{fmt}', use one of {list(FORMATS)}")
 
 
-def load_motion(path_or_name: str | os.PathLike[str], *, joint_limits: Mapping[str, Any] | None = None,
+def load_motion(path_or_name: str | os.PathLike[str], *, joint_limits: Mapping[str, LimitLike] | None = None,
                 fmt: str | None = None, topic: str | None = None, index: int = 0) -> Motion:
     """Read a motion from a file, a bag or the motion library.
 
@@ -127,8 +131,8 @@ def load_motion(path_or_name: str | os.PathLike[str], *, joint_limits: Mapping[s
 
 
 def save_motion(path: str | os.PathLike[str], motion: Motion, fmt: str | None = None, *,
-                joint_limits: Mapping[str, Any] | None = None, unit: str | None = None,
-                **options: Any) -> Path:
+                joint_limits: Mapping[str, LimitLike] | None = None, unit: str | None = None,
+                **options: WriterOption) -> Path:
     """Write a motion atomically: on any error nothing is written.
 
     Args:

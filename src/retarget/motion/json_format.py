@@ -9,7 +9,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
@@ -19,16 +19,25 @@ from retarget.motion.limits import RowLabel, default_row_label
 from retarget.motion.motion import Motion, validate_motion_arrays
 from retarget.motion.units import ANGLE_UNITS
 
-__all__ = ["format_json", "motion_from_dict", "motion_to_dict", "read_json", "write_json"]
+__all__ = ["MotionDict", "format_json", "motion_from_dict", "motion_to_dict", "read_json", "write_json"]
 
 
-def _number(value: Any, where: str, source: str | None, row: str, joint: str | None) -> float:
+class MotionDict(TypedDict):
+    """The JSON object form of a motion (module docstring): times [s], one position row per sample in ``unit``."""
+
+    joint_names: list[str]
+    time: list[float]
+    positions: list[list[float]]
+    unit: str
+
+
+def _number(value: object, where: str, source: str | None, row: str, joint: str | None) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise MotionFormatError(f"{where}: expected a number, got {value!r}", source=source, row=row, joint=joint)
     return float(value)
 
 
-def motion_from_dict(data: Any, *, source: str | None = None) -> tuple[Motion, RowLabel]:
+def motion_from_dict(data: object, *, source: str | None = None) -> tuple[Motion, RowLabel]:
     """Build a motion from the JSON object form.
 
     Returns:
@@ -67,7 +76,7 @@ def motion_from_dict(data: Any, *, source: str | None = None) -> tuple[Motion, R
     return Motion(t, n, q), default_row_label
 
 
-def motion_to_dict(motion: Motion, *, unit: str = "rad") -> dict[str, Any]:
+def motion_to_dict(motion: Motion, *, unit: str = "rad") -> MotionDict:
     """The JSON object form of a motion (plain Python lists and floats)."""
     if unit not in ANGLE_UNITS:
         raise MotionFormatError(f"unknown unit '{unit}', use one of {list(ANGLE_UNITS)}")

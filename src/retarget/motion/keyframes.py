@@ -21,7 +21,6 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import yaml
@@ -65,7 +64,7 @@ class Keyframes:
         return keys if self.rate is None else keys.resample(self.rate, self.interpolation)
 
 
-def _number(value: Any, index: int, col: int, joints: list[str], source: str | None) -> float:
+def _number(value: object, index: int, col: int, joints: list[str], source: str | None) -> float:
     """A keyframe entry as float; numeric strings are accepted because YAML 1.1 reads ``1e-3`` as a string."""
     if not isinstance(value, bool):
         if isinstance(value, (int, float)):
@@ -89,12 +88,12 @@ def _yaml_float(value: float) -> str:
     return text
 
 
-def is_keyframes_dict(data: Any) -> bool:
+def is_keyframes_dict(data: object) -> bool:
     """Whether a parsed YAML object looks like a keyframes file (has ``joints`` and ``keyframes``)."""
     return isinstance(data, dict) and "keyframes" in data and "joints" in data
 
 
-def parse_keyframes(data: Any, *, source: str | None = None) -> tuple[Keyframes, RowLabel]:
+def parse_keyframes(data: object, *, source: str | None = None) -> tuple[Keyframes, RowLabel]:
     """Validate a parsed keyframes YAML object.
 
     Returns:
@@ -162,7 +161,7 @@ def format_keyframes(motion: Motion, *, unit: str = "rad", robot: str | None = N
     if unit not in ANGLE_UNITS:
         raise MotionFormatError(f"unknown unit '{unit}', use one of {list(ANGLE_UNITS)}")
     q = motion.positions if unit == "rad" else np.degrees(motion.positions)
-    doc: dict[str, Any] = {}
+    doc: dict[str, str | list[str]] = {}
     if robot:
         doc["robot"] = robot
     doc.update({"description": description, "unit": unit, "interpolation": "linear",
@@ -173,7 +172,7 @@ def format_keyframes(motion: Motion, *, unit: str = "rad", robot: str | None = N
     return head + "\n".join(lines) + "\n"
 
 
-def write_keyframes(path: str | os.PathLike[str], motion: Motion, **options: Any) -> Path:
+def write_keyframes(path: str | os.PathLike[str], motion: Motion, **options: str | None) -> Path:
     """Write a keyframes YAML file atomically (see :func:`format_keyframes`); returns the path."""
     return write_text_atomic(path, format_keyframes(motion, **options))
 

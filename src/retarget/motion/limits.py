@@ -6,17 +6,19 @@ Limits come from the robot's URDF (``<limit lower upper velocity>``) or from a p
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Optional, Protocol, Union
 
 import numpy as np
 
 if TYPE_CHECKING:
+    from retarget.model.loader import RobotSection
     from retarget.motion.motion import Motion
 
-__all__ = ["JointLimit", "LimitViolation", "RowLabel", "as_joint_limits", "check_plan_input", "find_limit_violations",
+__all__ = ["JointLimit", "LimitLike", "LimitViolation", "RowLabel", "as_joint_limits", "check_plan_input",
+           "find_limit_violations",
            "robot_position_limits", "true_runs"]
 
 #: Maps a sample index to how the user sees that row (``"row 12"``, ``"line 14"``).
@@ -41,11 +43,23 @@ class JointLimit(NamedTuple):
     velocity: float = math.inf
 
 
-def _bound(value: Any, default: float) -> float:
+class _LimitAttributes(Protocol):
+    """A limit object with bounds as attributes (a parsed URDF ``<limit>``; ``velocity`` may be missing)."""
+
+    lower: float | None
+    upper: float | None
+
+
+#: One joint's limit as :func:`as_joint_limits` takes it: a :class:`JointLimit`, a ``(lower, upper[, velocity])``
+#: sequence [rad, rad/s] (None: unbounded) or an object with ``lower``/``upper``/``velocity`` attributes.
+LimitLike = Union[JointLimit, Sequence[Optional[float]], _LimitAttributes]
+
+
+def _bound(value: float | None, default: float) -> float:
     return default if value is None else float(value)
 
 
-def as_joint_limits(limits: Mapping[str, Any]) -> dict[str, JointLimit]:
+def as_joint_limits(limits: Mapping[str, LimitLike]) -> dict[str, JointLimit]:
     """Normalize a limits mapping to :class:`JointLimit` values.
 
     Args:
@@ -117,7 +131,7 @@ def true_runs(mask: np.ndarray) -> list[tuple[int, int]]:
 
 
 def find_limit_violations(time: np.ndarray, joint_names: tuple[str, ...], positions: np.ndarray,
-                          limits: Mapping[str, Any], *, position_tolerance: float = 1e-9,
+                          limits: Mapping[str, LimitLike], *, position_tolerance: float = 1e-9,
                           velocity_tolerance: float = 1e-9) -> list[LimitViolation]:
     """All limit violations of sampled joint positions.
 
@@ -159,7 +173,7 @@ def find_limit_violations(time: np.ndarray, joint_names: tuple[str, ...], positi
     return out
 
 
-def _robot_description(robot: str | Path) -> tuple[dict[str, Any], str]:
+def _robot_description(robot: str | Path) -> tuple[RobotSection, str]:
     """The robot YAML's ``retarget:`` section and its URDF as XML, found as the model loader finds them (a URDF
     beside the YAML, in ``../urdf`` or in the package's ``urdf/``; xacro run with the YAML's ``xacro_args``)."""
     from retarget.model import library

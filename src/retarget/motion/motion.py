@@ -8,12 +8,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
 import numpy as np
+from numpy.typing import ArrayLike
 
 from retarget.motion.errors import JointMismatchError, MotionFormatError, MotionLimitError
-from retarget.motion.limits import LimitViolation, RowLabel, default_row_label, find_limit_violations
+from retarget.motion.limits import LimitLike, LimitViolation, RowLabel, default_row_label, find_limit_violations
 
 __all__ = ["INTERPOLATIONS", "Motion", "validate_motion_arrays"]
 
@@ -21,7 +20,7 @@ __all__ = ["INTERPOLATIONS", "Motion", "validate_motion_arrays"]
 INTERPOLATIONS: tuple[str, ...] = ("linear", "cubic", "pchip")
 
 
-def validate_motion_arrays(time: Any, joint_names: Sequence[str], positions: Any, *,
+def validate_motion_arrays(time: ArrayLike, joint_names: Sequence[str], positions: ArrayLike, *,
                            row_label: RowLabel = default_row_label,
                            source: str | None = None) -> tuple[np.ndarray, tuple[str, ...], np.ndarray]:
     """Check and normalize the three parts of a motion.
@@ -252,7 +251,7 @@ class Motion:
         """The motion with ``offset`` [s] added to every time (``shifted(-m.time[0])`` starts it at 0)."""
         return Motion(self.time + offset, self.joint_names, self.positions)
 
-    def check_limits(self, limits: Mapping[str, Any], *, position_tolerance: float = 1e-9,
+    def check_limits(self, limits: Mapping[str, LimitLike], *, position_tolerance: float = 1e-9,
                      velocity_tolerance: float = 1e-9) -> list[LimitViolation]:
         """Every place where the motion leaves its joint limits.
 
@@ -269,7 +268,7 @@ class Motion:
         return find_limit_violations(self.time, self.joint_names, self.positions, limits,
                                      position_tolerance=position_tolerance, velocity_tolerance=velocity_tolerance)
 
-    def assert_within_limits(self, limits: Mapping[str, Any], *, row_label: RowLabel | None = None,
+    def assert_within_limits(self, limits: Mapping[str, LimitLike], *, row_label: RowLabel | None = None,
                              source: str | None = None, **tolerances: float) -> None:
         """Raise if :meth:`check_limits` finds anything.
 

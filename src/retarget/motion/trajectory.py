@@ -2,7 +2,7 @@
 
 The dict form mirrors the message field for field (``header``, ``joint_names``, ``points[].positions``,
 ``velocities``, ``accelerations``, ``effort``, ``time_from_start {sec, nanosec}``), which is also what
-``ros2 topic echo`` prints as YAML. Any object with those attributes (an rclpy message, a rosbags message) is
+``ros2 topic echo`` prints as YAML. An object with those attributes (an rclpy message, a rosbags message) is
 accepted as input. ``time_from_start`` is integer nanoseconds on the wire, so times round-trip to 1 ns.
 The rclpy message itself is built in :mod:`retarget.ros.motion_convert`.
 """
@@ -12,7 +12,7 @@ import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 import yaml
@@ -22,25 +22,58 @@ from retarget.motion.errors import MotionFormatError
 from retarget.motion.limits import RowLabel
 from retarget.motion.motion import Motion, validate_motion_arrays
 
-__all__ = ["duration_to_seconds", "format_trajectory_yaml", "is_trajectory_dict", "motion_from_trajectory",
+__all__ = ["DurationDict", "TrajectoryDict", "TrajectoryPointDict", "duration_to_seconds", "format_trajectory_yaml",
+           "is_trajectory_dict", "motion_from_trajectory",
            "motion_to_trajectory_dict", "parse_trajectory_yaml", "read_trajectory_yaml", "seconds_to_duration",
            "write_trajectory_yaml"]
 
 
-def _field(obj: Any, key: str, default: Any = None) -> Any:
+class DurationDict(TypedDict):
+    """builtin_interfaces/Duration as a dict: whole seconds and nanoseconds in ``[0, 1e9)``."""
+
+    sec: int
+    nanosec: int
+
+
+class HeaderDict(TypedDict):
+    """std_msgs/Header as a dict."""
+
+    stamp: DurationDict
+    frame_id: str
+
+
+class TrajectoryPointDict(TypedDict):
+    """trajectory_msgs/JointTrajectoryPoint as a dict ([rad], [rad/s], [rad/s²], [N m])."""
+
+    positions: list[float]
+    velocities: list[float]
+    accelerations: list[float]
+    effort: list[float]
+    time_from_start: DurationDict
+
+
+class TrajectoryDict(TypedDict):
+    """trajectory_msgs/JointTrajectory as a dict (module docstring)."""
+
+    header: HeaderDict
+    joint_names: list[str]
+    points: list[TrajectoryPointDict]
+
+
+def _field(obj: object, key: str, default: object = None) -> object:
     if isinstance(obj, Mapping):
         return obj.get(key, default)
     return getattr(obj, key, default)
 
 
-def seconds_to_duration(seconds: float) -> dict[str, int]:
+def seconds_to_duration(seconds: float) -> DurationDict:
     """``{sec, nanosec}`` of a time [s], rounded to the nearest nanosecond (``nanosec`` in ``[0, 1e9)``)."""
     total = round(seconds * 1e9)
     sec, nanosec = divmod(total, 1_000_000_000)
     return {"sec": int(sec), "nanosec": int(nanosec)}
 
 
-def duration_to_seconds(duration: Any) -> float:
+def duration_to_seconds(duration: object) -> float:
     """Seconds [s] of a ``{sec, nanosec}`` dict or a builtin_interfaces Duration/Time-like object."""
     sec, nanosec = _field(duration, "sec"), _field(duration, "nanosec")
     if sec is None or nanosec is None:
@@ -48,12 +81,12 @@ def duration_to_seconds(duration: Any) -> float:
     return int(sec) + int(nanosec) * 1e-9
 
 
-def is_trajectory_dict(data: Any) -> bool:
+def is_trajectory_dict(data: object) -> bool:
     """Whether a parsed YAML/JSON object looks like a JointTrajectory (has ``joint_names`` and ``points``)."""
     return isinstance(data, Mapping) and "joint_names" in data and "points" in data
 
 
-def motion_from_trajectory(message: Any, *, source: str | None = None) -> tuple[Motion, RowLabel]:
+def motion_from_trajectory(message: object, *, source: str | None = None) -> tuple[Motion, RowLabel]:
     """Motion of a JointTrajectory given as a dict or any object with the message's attributes.
 
     Only ``positions`` are read (velocities and accelerations are derived data for a Motion).
@@ -94,7 +127,7 @@ def motion_from_trajectory(message: Any, *, source: str | None = None) -> tuple[
     return Motion(tt, nn, qq), row_label
 
 
-def motion_to_trajectory_dict(motion: Motion, *, velocities: bool = False, frame_id: str = "") -> dict[str, Any]:
+def motion_to_trajectory_dict(motion: Motion, *, velocities: bool = False, frame_id: str = "") -> TrajectoryDict:
     """The JointTrajectory dict of a motion (``time_from_start`` = the motion's times).
 
     Args:
@@ -103,7 +136,7 @@ def motion_to_trajectory_dict(motion: Motion, *, velocities: bool = False, frame
         frame_id: ``header.frame_id``. The header stamp is zero, meaning "start now" to a trajectory controller.
     """
     vel = motion.velocities() if velocities else None
-    points = []
+    points: list[TrajectoryPointDict] = []
     for i, (t, row) in enumerate(zip(motion.time.tolist(), motion.positions.tolist())):
         points.append({"positions": [float(v) for v in row],
                        "velocities": [] if vel is None else vel[i].tolist(),

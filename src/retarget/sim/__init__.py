@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 import types
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from retarget._lazy import lazy_exports
 
@@ -84,7 +84,7 @@ class _Package(types.ModuleType):
     """This package's module type: the submodule ``simulate`` shares its name with the function it defines;
     importing the submodule must not replace the package attribute ``simulate`` (the function, as before)."""
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         if name == "simulate" and isinstance(value, types.ModuleType):
             value = value.simulate
         super().__setattr__(name, value)

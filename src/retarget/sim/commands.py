@@ -4,14 +4,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from pathlib import Path
 
 from retarget.progress import progress_bar
 
 __all__ = ["register", "register_check"]
 
 
-def _emit(result: dict[str, Any], as_json: bool, lines: list[str]) -> None:
+def _emit(result: dict[str, object], as_json: bool, lines: list[str]) -> None:
     for line in lines:
         print(line)
     if as_json:
@@ -37,9 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_simulate)
 
 
-def _resolve_robot(name: str) -> Any:
-    from pathlib import Path
-
+def _resolve_robot(name: str) -> Path:
     path = Path(name)
     if path.is_file():
         return path

@@ -396,6 +396,85 @@ def _damping_stiffness_derivative(elastic: object, u: NDArray, v: NDArray) -> sp
     return ((kp - km) / (2 * eps)).tocsr()
 
 
+def _deformable_rows(
+    system: System,
+    u: NDArray[np.float64],
+    v: NDArray[np.float64],
+    v_bar: NDArray[np.float64],
+    h: float,
+    jacobian: bool,
+    r_u: NDArray[np.float64],
+    r_v: NDArray[np.float64],
+    fem_vu: list[sp.csr_matrix],
+    fem_vv: list[sp.csr_matrix],
+) -> None:
+    """Every deformable body's kinematic rows and FEM dynamics into ``r_u`` / ``r_v`` (in place) and, with
+    ``jacobian``, its ``∂R_V/∂U`` and ``∂R_V/∂V`` blocks appended to ``fem_vu`` / ``fem_vv``."""
+    for d, body in enumerate(system.deformable):
+        ou, ov = system.u_offsets[d], system.v_offsets[d]
+        n = body.n_dofs
+        ud, vd = u[ou : ou + n], v[ov : ov + n]
+        r_u[ou : ou + n] -= h * vd
+        if jacobian or body.beta != 0.0:
+            f_int, k = body.elastic.internal_forces_and_stiffness(ud)
+            kv = k @ vd
+        else:
+            f_int, k, kv = body.elastic.internal_forces(ud), None, 0.0
+        mv = body.mass_matrix @ vd
+        r_v[ov : ov + n] += (
+            body.mass_matrix @ (vd - v_bar[ov : ov + n]) / h
+            + f_int
+            + body.alpha * mv
+            + body.beta * kv
+            - body.gravity_force
+        )
+        if not jacobian:
+            continue
+        jvu_d = k
+        if body.beta != 0.0:
+            jvu_d = k + body.beta * _damping_stiffness_derivative(body.elastic, ud, vd)
+        fem_vu.append(jvu_d)
+        fem_vv.append(body.mass_matrix * (1.0 / h + body.alpha) + body.beta * k)
+
+
+def _rigid_rows(
+    system: System,
+    u: NDArray[np.float64],
+    v: NDArray[np.float64],
+    v_bar: NDArray[np.float64],
+    h: float,
+    r_u: NDArray[np.float64],
+    r_v: NDArray[np.float64],
+    juu: _Coo,
+    juv: _Coo,
+    jvv: _Coo,
+) -> None:
+    """Every rigid body's kinematic rows and Newton–Euler rows into ``r_u`` / ``r_v`` and their Jacobian entries
+    into ``juu``, ``juv``, ``jvv`` (in place)."""
+    g = system.gravity
+    for i, body in enumerate(system.rigid):
+        cs, qs = slice(7 * i, 7 * i + 3), slice(7 * i + 3, 7 * i + 7)
+        vs, ws = slice(6 * i, 6 * i + 3), slice(6 * i + 3, 6 * i + 6)
+        q, w = u[qs], v[ws]
+        qr = 0.5 * quat_rate_matrix(q)
+        r_u[cs] -= h * v[vs]
+        r_u[qs] -= h * (qr @ w)
+        iw = body.inertia @ w
+        r_v[vs] += body.mass * (v[vs] - v_bar[vs]) / h - body.mass * g
+        r_v[ws] += body.inertia @ (w - v_bar[ws]) / h + np.cross(w, iw)
+        idx_c = np.arange(7 * i, 7 * i + 3)
+        idx_q = np.arange(7 * i + 3, 7 * i + 7)
+        juu.add(idx_c, idx_c, np.eye(3))
+        juu.add(idx_q, idx_q, np.eye(4) - 0.5 * h * omega_matrix(w))
+        juv.add(idx_c, np.arange(6 * i, 6 * i + 3), -h * np.eye(3))
+        juv.add(idx_q, np.arange(6 * i + 3, 6 * i + 6), -h * qr)
+        jvv.add(np.arange(6 * i, 6 * i + 3), np.arange(6 * i, 6 * i + 3), body.mass / h * np.eye(3))
+        wx = np.array([[0, -w[2], w[1]], [w[2], 0, -w[0]], [-w[1], w[0], 0]])
+        iwx = np.array([[0, -iw[2], iw[1]], [iw[2], 0, -iw[0]], [-iw[1], iw[0], 0]])
+        jvv.add(np.arange(6 * i + 3, 6 * i + 6), np.arange(6 * i + 3, 6 * i + 6),
+                body.inertia / h + wx @ body.inertia - iwx)
+
+
 def residual_and_jacobian(
     system: System,
     s: NDArray[np.float64],
@@ -431,52 +510,8 @@ def residual_and_jacobian(
     juu, juv, jvv = _Coo((nu, nu)), _Coo((nu, nv)), _Coo((nv, nv))
     fem_vu: list[sp.csr_matrix] = []
     fem_vv: list[sp.csr_matrix] = []
-    g = system.gravity
-    for i, body in enumerate(system.rigid):
-        cs, qs = slice(7 * i, 7 * i + 3), slice(7 * i + 3, 7 * i + 7)
-        vs, ws = slice(6 * i, 6 * i + 3), slice(6 * i + 3, 6 * i + 6)
-        q, w = u[qs], v[ws]
-        qr = 0.5 * quat_rate_matrix(q)
-        r_u[cs] -= h * v[vs]
-        r_u[qs] -= h * (qr @ w)
-        iw = body.inertia @ w
-        r_v[vs] += body.mass * (v[vs] - v_bar[vs]) / h - body.mass * g
-        r_v[ws] += body.inertia @ (w - v_bar[ws]) / h + np.cross(w, iw)
-        idx_c = np.arange(7 * i, 7 * i + 3)
-        idx_q = np.arange(7 * i + 3, 7 * i + 7)
-        juu.add(idx_c, idx_c, np.eye(3))
-        juu.add(idx_q, idx_q, np.eye(4) - 0.5 * h * omega_matrix(w))
-        juv.add(idx_c, np.arange(6 * i, 6 * i + 3), -h * np.eye(3))
-        juv.add(idx_q, np.arange(6 * i + 3, 6 * i + 6), -h * qr)
-        jvv.add(np.arange(6 * i, 6 * i + 3), np.arange(6 * i, 6 * i + 3), body.mass / h * np.eye(3))
-        wx = np.array([[0, -w[2], w[1]], [w[2], 0, -w[0]], [-w[1], w[0], 0]])
-        iwx = np.array([[0, -iw[2], iw[1]], [iw[2], 0, -iw[0]], [-iw[1], iw[0], 0]])
-        jvv.add(np.arange(6 * i + 3, 6 * i + 6), np.arange(6 * i + 3, 6 * i + 6), body.inertia / h + wx @ body.inertia - iwx)
-    for d, body in enumerate(system.deformable):
-        ou, ov = system.u_offsets[d], system.v_offsets[d]
-        n = body.n_dofs
-        ud, vd = u[ou : ou + n], v[ov : ov + n]
-        r_u[ou : ou + n] -= h * vd
-        if jacobian or body.beta != 0.0:
-            f_int, k = body.elastic.internal_forces_and_stiffness(ud)
-            kv = k @ vd
-        else:
-            f_int, k, kv = body.elastic.internal_forces(ud), None, 0.0
-        mv = body.mass_matrix @ vd
-        r_v[ov : ov + n] += (
-            body.mass_matrix @ (vd - v_bar[ov : ov + n]) / h
-            + f_int
-            + body.alpha * mv
-            + body.beta * kv
-            - body.gravity_force
-        )
-        if not jacobian:
-            continue
-        jvu_d = k
-        if body.beta != 0.0:
-            jvu_d = k + body.beta * _damping_stiffness_derivative(body.elastic, ud, vd)
-        fem_vu.append(jvu_d)
-        fem_vv.append(body.mass_matrix * (1.0 / h + body.alpha) + body.beta * k)
+    _rigid_rows(system, u, v, v_bar, h, r_u, r_v, juu, juv, jvv)
+    _deformable_rows(system, u, v, v_bar, h, jacobian, r_u, r_v, fem_vu, fem_vv)
     nm = len(system.motors)
     servo = None
     reaction = []

@@ -18,14 +18,21 @@ Time starts at 0 at the quasi-static initial state.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
 from retarget.sim.errors import SimulationError
+
+if TYPE_CHECKING:
+    from retarget.model.servo import ServoParams
+    from retarget.sim.motors import MotorTrajectory
+    from retarget.sim.reduced.system import ReducedSystem
+    from retarget.sim.servo import ServoLayout
+    from retarget.sim.system import System
 
 __all__ = ["Engine", "EngineState", "StepSensitivity", "SystemEngine", "bdf_history", "motor_rows", "warm_u"]
 
@@ -36,7 +43,7 @@ class EngineState:
 
     t: float
     s: NDArray[np.float64]
-    native: Any = field(repr=False)
+    native: object = field(repr=False)
 
 
 @dataclass(frozen=True, eq=False)
@@ -107,13 +114,13 @@ class Engine(Protocol):
         """The reference configuration at rest (``V = 0``, ``λ = 0``), time 0."""
         ...
 
-    def step(self, prev: EngineState, prev2: EngineState | None, dt: float, motors: Any, index: int,
+    def step(self, prev: EngineState, prev2: EngineState | None, dt: float, motors: MotorTrajectory, index: int,
              cache: dict) -> EngineState:
         """One BDF step (BDF1 without ``prev2``) converged to the engine's tolerance."""
         ...
 
     def sensitivity(self, new: EngineState, prev: EngineState, prev2: EngineState | None, dt: float,
-                    motors: Any) -> StepSensitivity:
+                    motors: MotorTrajectory) -> StepSensitivity:
         """The exact Jacobian blocks of the step that produced ``new``."""
         ...
 
@@ -150,7 +157,7 @@ class SystemEngine:
         system: a :class:`retarget.sim.System` or :class:`retarget.sim.reduced.ReducedSystem`.
     """
 
-    def __init__(self, system: Any) -> None:
+    def __init__(self, system: System | ReducedSystem) -> None:
         self.system = system
         self._motor_rows = motor_rows(system.constraints, system.lambda_offsets, len(system.motors))
 
@@ -182,7 +189,7 @@ class SystemEngine:
         return self.system.n_u + self.system.n_v + self._motor_rows
 
     @property
-    def servos(self) -> Any:
+    def servos(self) -> ServoLayout:
         """Where the modelled servos' coordinates sit (:class:`retarget.sim.servo.ServoLayout`)."""
         return self.system.servo
 
@@ -204,7 +211,7 @@ class SystemEngine:
         idx = self.shaft_angle_index
         return np.where(idx >= 0, np.asarray(s)[np.maximum(idx, 0)], np.asarray(goal, dtype=float))
 
-    def with_servos(self, servos: Any) -> Any:
+    def with_servos(self, servos: Sequence[ServoParams]) -> SystemEngine:
         """The same engine on the same model driven by other servos (one per motor); the state layout changes
         only in the servo coordinates after every other (:mod:`retarget.sim.servo`)."""
         from retarget.sim.reduced.system import ReducedSystem
@@ -214,7 +221,7 @@ class SystemEngine:
         swap = reduced_with_servos if isinstance(self.system, ReducedSystem) else full_with_servos
         return self._on(swap(self.system, list(servos)))
 
-    def ideal_servos(self) -> Any:
+    def ideal_servos(self) -> SystemEngine:
         """This engine with every motor a perfect position source (itself when it already is)."""
         from retarget.model.servo import IDEAL, SERVO_MODELS
 
@@ -222,7 +229,7 @@ class SystemEngine:
             return self
         return self.with_servos([SERVO_MODELS[IDEAL]] * len(self.system.motors))
 
-    def _on(self, system: Any) -> Any:
+    def _on(self, system: System | ReducedSystem) -> SystemEngine:
         """An engine of this kind and settings on ``system``."""
         raise NotImplementedError(f"{type(self).__name__} cannot be rebuilt on another system")
 

@@ -304,6 +304,40 @@ def step(
     return State(t, u.copy(), v.copy(), lam.copy()), lin, iters
 
 
+def _factorize_counted(
+    plan: NewtonPlan,
+    res: Residual,
+    cache: FactorizationCache | None,
+    reuse: bool,
+    h: float,
+    step_index: int,
+    t: float,
+    norms: list[dict[str, float]],
+) -> FastFactorization:
+    """A fresh factorization of the Newton matrix at ``res``, counted in ``cache`` (and kept there with ``reuse``).
+
+    Raises:
+        SimulationDiverged: the Newton system is singular.
+    """
+    try:
+        factor = factorize_fast(plan, res)
+    except (np.linalg.LinAlgError, RuntimeError, ValueError) as exc:
+        raise SimulationDiverged(step_index, t, norms, reason=f"singular Newton system: {exc}") from exc
+    if cache is not None:
+        cache.factorizations += 1
+        if reuse:
+            cache.factorization, cache.h = factor, h  # type: ignore[assignment]
+    return factor
+
+
+def _failure_reason(exc: BaseException, backtracks: int) -> str:
+    """Why a residual evaluation failed, with the number of halvings tried before."""
+    reason = f"{type(exc).__name__}: {exc}"
+    if backtracks:
+        reason += f" (after {backtracks} halvings of the Newton update: the step itself is too large, reduce dt)"
+    return reason
+
+
 def _solve_newton_fast(
     plan: NewtonPlan,
     guess: NDArray[np.float64],
@@ -354,22 +388,11 @@ def _solve_newton_fast(
                 s -= last_delta
                 factor, previous = None, np.inf
                 continue
-            reason = f"{type(exc).__name__}: {exc}"
-            if backtracks:
-                reason += (f" (after {backtracks} halvings of the Newton update: the step itself is too large, "
-                           "reduce dt)")
-            raise SimulationDiverged(step_index, t, norms, reason=reason) from exc
+            raise SimulationDiverged(step_index, t, norms, reason=_failure_reason(exc, backtracks)) from exc
         norms.append(rn)
         if need:
-            try:
-                factor = factorize_fast(plan, res)
-            except (np.linalg.LinAlgError, RuntimeError, ValueError) as exc:
-                raise SimulationDiverged(step_index, t, norms, reason=f"singular Newton system: {exc}") from exc
+            factor = _factorize_counted(plan, res, cache, reuse, h, step_index, t, norms)
             fresh = True
-            if cache is not None:
-                cache.factorizations += 1
-                if reuse:
-                    cache.factorization, cache.h = factor, h  # type: ignore[assignment]
         assert factor is not None
         delta = factor.solve(res)
         if not np.all(np.isfinite(delta)):

@@ -94,6 +94,235 @@ def _theta_derivative(kind: int, axes_a: NDArray, axes_b: NDArray, y: NDArray, t
     return np.cos(theta) * a1b1 + np.sin(theta) * a2b1
 
 
+@numba.njit(cache=True, inline="always")
+def _gather_sides(
+    bodies_b: NDArray[np.int64],
+    u: NDArray[np.float64],
+    v: NDArray[np.float64],
+    y: NDArray[np.complex128],
+    ydot: NDArray[np.float64],
+    tq: NDArray[np.float64],
+    om: NDArray[np.float64],
+) -> None:
+    """Fill one block's ``y`` (14,) and ``ẏ`` (14,) from ``U`` and ``V`` (world sides: identity pose at rest), and
+    per side the quaternion-rate map ``½Q(q)`` into ``tq`` (2, 4, 3) and ``½Ω(ω)`` into ``om`` (2, 4, 4)."""
+    for side in range(2):
+        body = bodies_b[side]
+        if body >= 0:
+            for k in range(7):
+                y[7 * side + k] = u[7 * body + k]
+            quat_rate_half_into(u[7 * body + 3 : 7 * body + 7], tq[side])
+            omega_half_into(v[6 * body + 3 : 6 * body + 6], om[side])
+            for k in range(3):
+                ydot[7 * side + k] = v[6 * body + k]
+            for k in range(4):
+                ydot[7 * side + 3 + k] = (
+                    tq[side, k, 0] * v[6 * body + 3] + tq[side, k, 1] * v[6 * body + 4]
+                    + tq[side, k, 2] * v[6 * body + 5]
+                )
+        else:
+            for k in range(7):
+                y[7 * side + k] = 0.0
+                ydot[7 * side + k] = 0.0
+            y[7 * side + 3] = 1.0
+            tq[side, :, :] = 0.0
+            om[side, :, :] = 0.0
+
+
+@numba.njit(cache=True, inline="always")
+def _value_terms(
+    size: int,
+    bodies_b: NDArray[np.int64],
+    lam_b: NDArray[np.float64],
+    motorized: bool,
+    cth: float,
+    thd: float,
+    baumgarte: float,
+    j0: NDArray[np.float64],
+    ydot: NDArray[np.float64],
+    tq: NDArray[np.float64],
+    c_b: NDArray[np.float64],
+    g: NDArray[np.float64],
+    r3_b: NDArray[np.float64],
+    f_b: NDArray[np.float64],
+) -> None:
+    """One block's ``r3 = C_y ẏ + C_θ θ̇ + a C`` into ``r3_b`` (6,), ``g = C_yᵀ λ`` (14,) and the generalized force
+    ``T_sᵀ g_s`` per present side into ``f_b`` (2, 6); ``lam_b``: the block's λ rows."""
+    for i in range(size):
+        s = baumgarte * c_b[i]
+        for j in range(14):
+            s += j0[i, j] * ydot[j]
+        r3_b[i] = s
+    if motorized:
+        r3_b[size - 1] += cth * thd
+    for j in range(14):
+        s = 0.0
+        for i in range(size):
+            s += j0[i, j] * lam_b[i]
+        g[j] = s
+    for side in range(2):
+        if bodies_b[side] < 0:
+            continue
+        o = 7 * side
+        for k in range(3):
+            f_b[side, k] = g[o + k]
+        for k in range(3):
+            s = 0.0
+            for m in range(4):
+                s += tq[side, m, k] * g[o + 3 + m]
+            f_b[side, 3 + k] = s
+
+
+@numba.njit(cache=True, inline="always")
+def _curvature_terms(
+    kind: int,
+    motorized: bool,
+    size: int,
+    bodies_b: NDArray[np.int64],
+    aa: NDArray[np.float64],
+    ab: NDArray[np.float64],
+    xa: NDArray[np.float64],
+    xb: NDArray[np.float64],
+    th: float,
+    thd: float,
+    cth: float,
+    baumgarte: float,
+    lam_b: NDArray[np.float64],
+    y: NDArray[np.complex128],
+    ydot: NDArray[np.float64],
+    cc: NDArray[np.complex128],
+    jc: NDArray[np.complex128],
+    j0: NDArray[np.float64],
+    a3: NDArray[np.float64],
+    dth: NDArray[np.float64],
+    hess: NDArray[np.float64],
+    r3th_b: NDArray[np.float64],
+) -> None:
+    """Complex steps of ``∂C/∂y``: along ``ẏ`` (``a3`` (6, 14) = ``∂r3/∂y``), along each present unit direction
+    (``hess`` (14, 14) = ``∂(C_yᵀλ)/∂y``) and, motorized, along θ (``dth`` (6, 14) = ``∂C_y/∂θ``, ``r3th_b`` (6,))."""
+    for j in range(14):
+        y[j] += 1j * _H * ydot[j]
+    _joint_eval(kind, motorized, aa, ab, xa, xb, y, th + 0.0j, cc, jc)
+    for j in range(14):
+        y[j] = y[j].real + 0.0j
+    for i in range(size):
+        for j in range(14):
+            a3[i, j] = jc[i, j].imag / _H + baumgarte * j0[i, j]
+    hess[:, :] = 0.0
+    for side in range(2):
+        if bodies_b[side] < 0:
+            continue
+        for jj in range(7):
+            j = 7 * side + jj
+            y[j] += 1j * _H
+            _joint_eval(kind, motorized, aa, ab, xa, xb, y, th + 0.0j, cc, jc)
+            y[j] = y[j].real + 0.0j
+            for k in range(14):
+                s = 0.0
+                for i in range(size):
+                    s += jc[i, k].imag * lam_b[i]
+                hess[k, j] = s / _H
+    if motorized:
+        _joint_eval(kind, motorized, aa, ab, xa, xb, y, th + 1j * _H, cc, jc)
+        for i in range(size):
+            for j in range(14):
+                dth[i, j] = jc[i, j].imag / _H
+        cthth = _theta_derivative(kind, xa, xb, y, th + 1j * _H).imag / _H
+        s = baumgarte * cth + cthth * thd
+        for j in range(14):
+            s += dth[size - 1, j] * ydot[j]
+        # Only the motor row depends on θ.
+        for i in range(size - 1):
+            t = 0.0
+            for j in range(14):
+                t += dth[i, j] * ydot[j]
+            r3th_b[i] = t
+        r3th_b[size - 1] = s
+        for i in range(size):
+            for j in range(14):
+                a3[i, j] += thd * dth[i, j]
+
+
+@numba.njit(cache=True, inline="always")
+def _scatter_side_jacobian(
+    side: int,
+    size: int,
+    motorized: bool,
+    bodies_b: NDArray[np.int64],
+    lam_b: NDArray[np.float64],
+    j0: NDArray[np.float64],
+    a3: NDArray[np.float64],
+    dth: NDArray[np.float64],
+    hess: NDArray[np.float64],
+    g: NDArray[np.float64],
+    tq: NDArray[np.float64],
+    om: NDArray[np.float64],
+    cu_b: NDArray[np.float64],
+    cv_b: NDArray[np.float64],
+    r3u_b: NDArray[np.float64],
+    fu_b: NDArray[np.float64],
+    fth_b: NDArray[np.float64],
+) -> None:
+    """One present side's Jacobian pieces in its slot coordinates (shapes of :func:`joint_block_terms` less the
+    block axis)."""
+    o = 7 * side
+    for i in range(size):
+        for k in range(7):
+            cu_b[i, side, k] = j0[i, o + k]
+            r3u_b[i, side, k] = a3[i, o + k]
+        for k in range(3):
+            cv_b[i, side, k] = j0[i, o + k]
+            s = 0.0
+            for m in range(4):
+                s += j0[i, o + 3 + m] * tq[side, m, k]
+            cv_b[i, side, 3 + k] = s
+        # ∂(C_q Q(q)ω/2)/∂q at fixed ω: C_q ½Ω(ω).
+        for m in range(4):
+            s = 0.0
+            for k in range(4):
+                s += j0[i, o + 3 + k] * om[side, k, m]
+            r3u_b[i, side, 3 + m] += s
+    if motorized:
+        for k in range(3):
+            fth_b[side, k] = 0.0
+            for i in range(size):
+                fth_b[side, k] += dth[i, o + k] * lam_b[i]
+        for k in range(3):
+            s = 0.0
+            for m in range(4):
+                t = 0.0
+                for i in range(size):
+                    t += dth[i, o + 3 + m] * lam_b[i]
+                s += tq[side, m, k] * t
+            fth_b[side, 3 + k] = s
+    for side2 in range(2):
+        if bodies_b[side2] < 0:
+            continue
+        o2 = 7 * side2
+        for k2 in range(7):
+            for k in range(3):
+                fu_b[side, k, side2, k2] = hess[o + k, o2 + k2]
+            for k in range(3):
+                s = 0.0
+                for m in range(4):
+                    s += tq[side, m, k] * hess[o + 3 + m, o2 + k2]
+                fu_b[side, 3 + k, side2, k2] = s
+    # ∂(½Q(q)ᵀ g_q)/∂q at fixed g (½Q is linear in q): ω rows, q columns.
+    gq0, gq1, gq2, gq3 = g[o + 3], g[o + 4], g[o + 5], g[o + 6]
+    fu_b[side, 3, side, 3] += 0.5 * gq1
+    fu_b[side, 3, side, 4] += -0.5 * gq0
+    fu_b[side, 3, side, 5] += -0.5 * gq3
+    fu_b[side, 3, side, 6] += 0.5 * gq2
+    fu_b[side, 4, side, 3] += 0.5 * gq2
+    fu_b[side, 4, side, 4] += 0.5 * gq3
+    fu_b[side, 4, side, 5] += -0.5 * gq0
+    fu_b[side, 4, side, 6] += -0.5 * gq1
+    fu_b[side, 5, side, 3] += 0.5 * gq3
+    fu_b[side, 5, side, 4] += -0.5 * gq2
+    fu_b[side, 5, side, 5] += 0.5 * gq1
+    fu_b[side, 5, side, 6] += -0.5 * gq0
+
+
 @numba.njit(cache=True)
 def joint_block_terms(
     kinds: NDArray[np.int64],
@@ -161,26 +390,8 @@ def joint_block_terms(
         th = theta[mot] if motorized else 0.0
         thd = theta_dot[mot] if motorized else 0.0
         l0 = lam_offsets[b]
-        for side in range(2):
-            body = bodies[b, side]
-            if body >= 0:
-                for k in range(7):
-                    y[7 * side + k] = u[7 * body + k]
-                quat_rate_half_into(u[7 * body + 3 : 7 * body + 7], tq[side])
-                omega_half_into(v[6 * body + 3 : 6 * body + 6], om[side])
-                for k in range(3):
-                    ydot[7 * side + k] = v[6 * body + k]
-                for k in range(4):
-                    ydot[7 * side + 3 + k] = (
-                        tq[side, k, 0] * v[6 * body + 3] + tq[side, k, 1] * v[6 * body + 4] + tq[side, k, 2] * v[6 * body + 5]
-                    )
-            else:
-                for k in range(7):
-                    y[7 * side + k] = 0.0
-                    ydot[7 * side + k] = 0.0
-                y[7 * side + 3] = 1.0
-                tq[side, :, :] = 0.0
-                om[side, :, :] = 0.0
+        lam_b = lam[l0 : l0 + size]
+        _gather_sides(bodies[b], u, v, y, ydot, tq, om)
         aa, ab = anchors[b, 0], anchors[b, 1]
         xa, xb = axes[b, 0], axes[b, 1]
         _joint_eval(kind, motorized, aa, ab, xa, xb, y, th + 0.0j, cc, jc)
@@ -192,132 +403,16 @@ def joint_block_terms(
         if motorized:
             cth = _theta_derivative(kind, xa, xb, y, th + 0.0j).real
             cth_out[b, size - 1] = cth
-        for i in range(size):
-            s = baumgarte * c_out[b, i]
-            for j in range(14):
-                s += j0[i, j] * ydot[j]
-            r3_out[b, i] = s
-        if motorized:
-            r3_out[b, size - 1] += cth * thd
-        for j in range(14):
-            s = 0.0
-            for i in range(size):
-                s += j0[i, j] * lam[l0 + i]
-            g[j] = s
-        for side in range(2):
-            if bodies[b, side] < 0:
-                continue
-            o = 7 * side
-            for k in range(3):
-                f_out[b, side, k] = g[o + k]
-            for k in range(3):
-                s = 0.0
-                for m in range(4):
-                    s += tq[side, m, k] * g[o + 3 + m]
-                f_out[b, side, 3 + k] = s
+        _value_terms(size, bodies[b], lam_b, motorized, cth, thd, baumgarte, j0, ydot, tq, c_out[b], g, r3_out[b],
+                     f_out[b])
         if not second_order:
             continue
-        # Complex steps of ∂C/∂y: along ẏ, along each present unit direction, and along θ.
-        for j in range(14):
-            y[j] += 1j * _H * ydot[j]
-        _joint_eval(kind, motorized, aa, ab, xa, xb, y, th + 0.0j, cc, jc)
-        for j in range(14):
-            y[j] = y[j].real + 0.0j
-        for i in range(size):
-            for j in range(14):
-                a3[i, j] = jc[i, j].imag / _H + baumgarte * j0[i, j]
-        hess[:, :] = 0.0
+        _curvature_terms(kind, motorized, size, bodies[b], aa, ab, xa, xb, th, thd, cth, baumgarte, lam_b, y, ydot,
+                         cc, jc, j0, a3, dth, hess, r3th_out[b])
         for side in range(2):
-            if bodies[b, side] < 0:
-                continue
-            for jj in range(7):
-                j = 7 * side + jj
-                y[j] += 1j * _H
-                _joint_eval(kind, motorized, aa, ab, xa, xb, y, th + 0.0j, cc, jc)
-                y[j] = y[j].real + 0.0j
-                for k in range(14):
-                    s = 0.0
-                    for i in range(size):
-                        s += jc[i, k].imag * lam[l0 + i]
-                    hess[k, j] = s / _H
-        if motorized:
-            _joint_eval(kind, motorized, aa, ab, xa, xb, y, th + 1j * _H, cc, jc)
-            for i in range(size):
-                for j in range(14):
-                    dth[i, j] = jc[i, j].imag / _H
-            cthth = _theta_derivative(kind, xa, xb, y, th + 1j * _H).imag / _H
-            s = baumgarte * cth + cthth * thd
-            for j in range(14):
-                s += dth[size - 1, j] * ydot[j]
-            # Only the motor row depends on θ.
-            for i in range(size - 1):
-                t = 0.0
-                for j in range(14):
-                    t += dth[i, j] * ydot[j]
-                r3th_out[b, i] = t
-            r3th_out[b, size - 1] = s
-            for i in range(size):
-                for j in range(14):
-                    a3[i, j] += thd * dth[i, j]
-        for side in range(2):
-            if bodies[b, side] < 0:
-                continue
-            o = 7 * side
-            for i in range(size):
-                for k in range(7):
-                    cu_out[b, i, side, k] = j0[i, o + k]
-                    r3u_out[b, i, side, k] = a3[i, o + k]
-                for k in range(3):
-                    cv_out[b, i, side, k] = j0[i, o + k]
-                    s = 0.0
-                    for m in range(4):
-                        s += j0[i, o + 3 + m] * tq[side, m, k]
-                    cv_out[b, i, side, 3 + k] = s
-                # ∂(C_q Q(q)ω/2)/∂q at fixed ω: C_q ½Ω(ω).
-                for m in range(4):
-                    s = 0.0
-                    for k in range(4):
-                        s += j0[i, o + 3 + k] * om[side, k, m]
-                    r3u_out[b, i, side, 3 + m] += s
-            if motorized:
-                for k in range(3):
-                    fth_out[b, side, k] = 0.0
-                    for i in range(size):
-                        fth_out[b, side, k] += dth[i, o + k] * lam[l0 + i]
-                for k in range(3):
-                    s = 0.0
-                    for m in range(4):
-                        t = 0.0
-                        for i in range(size):
-                            t += dth[i, o + 3 + m] * lam[l0 + i]
-                        s += tq[side, m, k] * t
-                    fth_out[b, side, 3 + k] = s
-            for side2 in range(2):
-                if bodies[b, side2] < 0:
-                    continue
-                o2 = 7 * side2
-                for k2 in range(7):
-                    for k in range(3):
-                        fu_out[b, side, k, side2, k2] = hess[o + k, o2 + k2]
-                    for k in range(3):
-                        s = 0.0
-                        for m in range(4):
-                            s += tq[side, m, k] * hess[o + 3 + m, o2 + k2]
-                        fu_out[b, side, 3 + k, side2, k2] = s
-            # ∂(½Q(q)ᵀ g_q)/∂q at fixed g (½Q is linear in q): ω rows, q columns.
-            gq0, gq1, gq2, gq3 = g[o + 3], g[o + 4], g[o + 5], g[o + 6]
-            fu_out[b, side, 3, side, 3] += 0.5 * gq1
-            fu_out[b, side, 3, side, 4] += -0.5 * gq0
-            fu_out[b, side, 3, side, 5] += -0.5 * gq3
-            fu_out[b, side, 3, side, 6] += 0.5 * gq2
-            fu_out[b, side, 4, side, 3] += 0.5 * gq2
-            fu_out[b, side, 4, side, 4] += 0.5 * gq3
-            fu_out[b, side, 4, side, 5] += -0.5 * gq0
-            fu_out[b, side, 4, side, 6] += -0.5 * gq1
-            fu_out[b, side, 5, side, 3] += 0.5 * gq3
-            fu_out[b, side, 5, side, 4] += -0.5 * gq2
-            fu_out[b, side, 5, side, 5] += 0.5 * gq1
-            fu_out[b, side, 5, side, 6] += -0.5 * gq0
+            if bodies[b, side] >= 0:
+                _scatter_side_jacobian(side, size, motorized, bodies[b], lam_b, j0, a3, dth, hess, g, tq, om,
+                                       cu_out[b], cv_out[b], r3u_out[b], fu_out[b], fth_out[b])
         for i in range(size):
             for j in range(14):
                 a3[i, j] = 0.0

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 import scipy.linalg as sla
+import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 from numpy.typing import NDArray
 
@@ -33,6 +34,12 @@ from retarget.sim.dae import block_second_order, motor_reactions
 from retarget.sim.servo import servo_rows
 from retarget.sim.rotation import QUATERNION_BASIS_Q, cross, omega_matrix, quat_rate_matrix
 from retarget.sim.system import System
+
+if TYPE_CHECKING:
+    from retarget.fem.elastic import ElasticBody
+    from retarget.sim.assembly import JointTerms
+    from retarget.sim.dae import MotorReaction
+    from retarget.sim.servo import ServoRows
 
 __all__ = [
     "DENSE_LIMIT",
@@ -248,6 +255,36 @@ def _servo_entries(system: System, pack: JointPack,
     return (cat(ar), cat(ac)), (cat(er), cat(ec))
 
 
+class GenericPieces(TypedDict):
+    """Per-slot u-space Jacobian pieces of a non-joint block (:func:`_generic_block`): ``cu``, ``cv``, ``r3u``
+    per slot, ``fu`` per pair of slots."""
+
+    cu: list[NDArray[np.float64]]
+    cv: list[NDArray[np.float64]]
+    r3u: list[NDArray[np.float64]]
+    fu: list[list[NDArray[np.float64]]]
+
+
+class NewtonPieces(TypedDict, total=False):
+    """What :func:`residual` with ``jacobian=True`` hands to :func:`assemble`.
+
+    ``h`` [s]; rigid ``jvv`` (nb, 6, 6), ``pq`` (nb, 4, 4), ``bq`` (nb, 4, 3); per deformable body the stiffness
+    data on its pattern and (exact) ``dK[u̇]`` by body; the joint kernel's terms; per generic block its pieces;
+    with modelled servos their rows and the motor reactions by servo.
+    """
+
+    h: float
+    jvv: NDArray[np.float64]
+    pq: NDArray[np.float64]
+    bq: NDArray[np.float64]
+    stiffness: list[NDArray[np.float64]]
+    damping_derivative: dict[int, NDArray[np.float64]]
+    joints: JointTerms
+    generic: list[GenericPieces | None]
+    servo: ServoRows
+    reactions: dict[int, MotorReaction]
+
+
 @dataclass(frozen=True, eq=False)
 class Residual:
     """The BDF residual at one iterate and, optionally, the local Jacobian pieces needed to assemble ``A``, ``E``.
@@ -260,7 +297,7 @@ class Residual:
     r_u: NDArray[np.float64]
     r_v: NDArray[np.float64]
     r_lambda: NDArray[np.float64]
-    pieces: dict[str, Any] | None = None
+    pieces: NewtonPieces | None = None
 
     def residual_norms(self) -> dict[str, float]:
         """Max-norms of the three residual parts."""
@@ -274,7 +311,7 @@ class Residual:
 def _generic_block(
     system: System, g: _Generic, u: NDArray, v: NDArray, lam: NDArray, theta: NDArray, theta_dot: NDArray,
     baumgarte: float, second_order: bool,
-) -> tuple[NDArray, NDArray, list[NDArray], dict[str, Any] | None]:
+) -> tuple[NDArray, NDArray, list[NDArray], GenericPieces | None]:
     """A non-joint block: ``c``, ``r3``, per-slot V forces, and (second order) per-slot u-space Jacobian pieces."""
     blk = system.constraints[g.block]
     lb = lam[g.rows - system.n_v]
@@ -335,6 +372,81 @@ def _generic_block(
     return c, r3, forces, {"cu": cu, "cv": cv, "r3u": r3u, "fu": fu}
 
 
+def _deformable_residual(
+    system: System,
+    u: NDArray[np.float64],
+    v: NDArray[np.float64],
+    v_bar: NDArray[np.float64],
+    h: float,
+    exact: bool,
+    r_u: NDArray[np.float64],
+    r_v: NDArray[np.float64],
+    pieces: NewtonPieces | None,
+) -> None:
+    """Every deformable body's kinematic rows and FEM dynamics into ``r_u`` / ``r_v`` (in place) and, with
+    ``pieces``, its stiffness data (and with ``exact``, ``dK[u̇]``) for :func:`assemble`."""
+    jacobian = pieces is not None
+    for d, body in enumerate(system.deformable):
+        ou, ov, n = system.u_offsets[d], system.v_offsets[d], body.n_dofs
+        ud, vd = u[ou : ou + n], v[ov : ov + n]
+        r_u[ou : ou + n] -= h * vd
+        el = body.elastic
+        if jacobian:
+            f_int, k = el.internal_forces_and_stiffness(ud)
+            kv = k @ vd if body.beta != 0.0 else 0.0
+            assert pieces is not None
+            pieces.setdefault("stiffness", []).append(k.data)
+            if exact and body.beta != 0.0:
+                pieces.setdefault("damping_derivative", {})[d] = _damping_derivative_data(el, ud, vd)
+        elif body.beta != 0.0:
+            f_int, kv = el.forces_and_stiffness_product(ud, vd)
+        else:
+            f_int, kv = el.internal_forces(ud), 0.0
+        r_v[ov : ov + n] = (
+            body.mass_matrix @ ((1.0 / h + body.alpha) * vd - v_bar[ov : ov + n] / h)
+            + f_int
+            + body.beta * kv
+            - body.gravity_force
+        )
+
+
+def _rigid_residual(
+    system: System,
+    u: NDArray[np.float64],
+    v: NDArray[np.float64],
+    v_bar: NDArray[np.float64],
+    h: float,
+    r_u: NDArray[np.float64],
+    r_v: NDArray[np.float64],
+    pieces: NewtonPieces | None,
+) -> None:
+    """The rigid bodies' kinematic and Newton–Euler rows into ``r_u`` / ``r_v`` (in place) and, with ``pieces``,
+    their ``J_VV`` blocks, ``P_q`` and ``P_q ½Q`` for :func:`assemble`."""
+    nb = len(system.rigid)
+    jacobian = pieces is not None
+    rig = _rigid_data(system)
+    uq = u[: 7 * nb].reshape(nb, 7)
+    vv = v[: 6 * nb].reshape(nb, 6)
+    vb = v_bar[: 6 * nb].reshape(nb, 6)
+    q, w = uq[:, 3:], vv[:, 3:]
+    qh = quat_rate_half(q)  # (nb, 4, 3)
+    ru = r_u[: 7 * nb].reshape(nb, 7)
+    ru[:, :3] -= h * vv[:, :3]
+    ru[:, 3:] -= h * np.einsum("bij,bj->bi", qh, w)
+    iw = np.einsum("bij,bj->bi", rig["inertia"], w)
+    rv = r_v[: 6 * nb].reshape(nb, 6)
+    rv[:, :3] = rig["mass"][:, None] * ((vv[:, :3] - vb[:, :3]) / h - system.gravity)
+    rv[:, 3:] = np.einsum("bij,bj->bi", rig["inertia"], w - vb[:, 3:]) / h + cross(w, iw)
+    if jacobian:
+        assert pieces is not None
+        jvv = np.zeros((nb, 6, 6))
+        jvv[:, :3, :3] = rig["mass"][:, None, None] / h * np.eye(3)
+        wx = _skew(w)
+        jvv[:, 3:, 3:] = rig["inertia"] / h + wx @ rig["inertia"] - _skew(iw)
+        pq = np.linalg.inv(np.eye(4) - h * (0.5 * omega_matrix(w)))
+        pieces.update(jvv=jvv, pq=pq, bq=pq @ qh)
+
+
 def residual(
     plan: NewtonPlan,
     s: NDArray[np.float64],
@@ -361,51 +473,10 @@ def residual(
     u, v, lam = s[:nu], s[nu : nu + nv], s[nu + nv :]
     r_u = u - u_bar
     r_v = np.zeros(nv)
-    pieces: dict[str, Any] | None = {} if jacobian else None
+    pieces: NewtonPieces | None = {} if jacobian else None
     if nb:
-        rig = _rigid_data(system)
-        uq = u[: 7 * nb].reshape(nb, 7)
-        vv = v[: 6 * nb].reshape(nb, 6)
-        vb = v_bar[: 6 * nb].reshape(nb, 6)
-        q, w = uq[:, 3:], vv[:, 3:]
-        qh = quat_rate_half(q)  # (nb, 4, 3)
-        ru = r_u[: 7 * nb].reshape(nb, 7)
-        ru[:, :3] -= h * vv[:, :3]
-        ru[:, 3:] -= h * np.einsum("bij,bj->bi", qh, w)
-        iw = np.einsum("bij,bj->bi", rig["inertia"], w)
-        rv = r_v[: 6 * nb].reshape(nb, 6)
-        rv[:, :3] = rig["mass"][:, None] * ((vv[:, :3] - vb[:, :3]) / h - system.gravity)
-        rv[:, 3:] = np.einsum("bij,bj->bi", rig["inertia"], w - vb[:, 3:]) / h + cross(w, iw)
-        if jacobian:
-            assert pieces is not None
-            jvv = np.zeros((nb, 6, 6))
-            jvv[:, :3, :3] = rig["mass"][:, None, None] / h * np.eye(3)
-            wx = _skew(w)
-            jvv[:, 3:, 3:] = rig["inertia"] / h + wx @ rig["inertia"] - _skew(iw)
-            pq = np.linalg.inv(np.eye(4) - h * (0.5 * omega_matrix(w)))
-            pieces.update(jvv=jvv, pq=pq, bq=pq @ qh)
-    for d, body in enumerate(system.deformable):
-        ou, ov, n = system.u_offsets[d], system.v_offsets[d], body.n_dofs
-        ud, vd = u[ou : ou + n], v[ov : ov + n]
-        r_u[ou : ou + n] -= h * vd
-        el = body.elastic
-        if jacobian:
-            f_int, k = el.internal_forces_and_stiffness(ud)
-            kv = k @ vd if body.beta != 0.0 else 0.0
-            assert pieces is not None
-            pieces.setdefault("stiffness", []).append(k.data)
-            if exact and body.beta != 0.0:
-                pieces.setdefault("damping_derivative", {})[d] = _damping_derivative_data(el, ud, vd)
-        elif body.beta != 0.0:
-            f_int, kv = el.forces_and_stiffness_product(ud, vd)
-        else:
-            f_int, kv = el.internal_forces(ud), 0.0
-        r_v[ov : ov + n] = (
-            body.mass_matrix @ ((1.0 / h + body.alpha) * vd - v_bar[ov : ov + n] / h)
-            + f_int
-            + body.beta * kv
-            - body.gravity_force
-        )
+        _rigid_residual(system, u, v, v_bar, h, r_u, r_v, pieces)
+    _deformable_residual(system, u, v, v_bar, h, exact, r_u, r_v, pieces)
     r_l = np.zeros(system.n_lambda)
     pack = plan.pack
     layout = system.servo
@@ -447,7 +518,9 @@ def residual(
     return Residual(r_u, r_v, r_l, pieces)
 
 
-def _damping_derivative_data(elastic: Any, u: NDArray[np.float64], v: NDArray[np.float64]) -> NDArray[np.float64]:
+def _damping_derivative_data(
+    elastic: ElasticBody, u: NDArray[np.float64], v: NDArray[np.float64]
+) -> NDArray[np.float64]:
     """``dK(u)[v]`` on the stiffness pattern's data array (nnz,): a central difference of ``K`` along ``v``
     (relative error ≈ 1e-8); zeros when ``v = 0``."""
     vn = float(np.max(np.abs(v), initial=0.0))
@@ -519,8 +592,8 @@ class FastFactorization:
 
     plan: NewtonPlan
     h: float
-    solver: Any
-    e: Any
+    solver: tuple[NDArray[np.float64], NDArray[np.int32]] | spla.SuperLU
+    e: NDArray[np.float64] | sp.csc_matrix
     pq: NDArray[np.float64]
     bq: NDArray[np.float64]
 
@@ -561,7 +634,9 @@ def _sides(arr: NDArray, bodies: NDArray[np.int64]) -> NDArray:
     return out
 
 
-def assemble(plan: NewtonPlan, res: Residual) -> tuple[Any, Any, NDArray, NDArray]:
+def assemble(
+    plan: NewtonPlan, res: Residual
+) -> tuple[NDArray[np.float64] | sp.csc_matrix, NDArray[np.float64] | sp.csc_matrix, NDArray, NDArray]:
     """``A``, ``E`` and the rigid ``P_q``, ``P_q ½Q`` from a residual evaluated with ``jacobian=True``."""
     system = plan.system
     p = res.pieces
@@ -645,7 +720,7 @@ def assemble(plan: NewtonPlan, res: Residual) -> tuple[Any, Any, NDArray, NDArra
     return a, e, pq, bq
 
 
-def _servo_values(plan: NewtonPlan, p: dict[str, Any], pj: NDArray, pu: NDArray) -> tuple[NDArray, NDArray]:
+def _servo_values(plan: NewtonPlan, p: NewtonPieces, pj: NDArray, pu: NDArray) -> tuple[NDArray, NDArray]:
     """Values of the servo entries of ``A`` and ``E`` (:func:`_servo_entries`' order).
 
     The shaft's kinematic row is eliminated (``δθ = −R_θ + h δω``), so a column of ``A`` at ω collects the ω column

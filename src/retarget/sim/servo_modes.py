@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Union
 
 import numpy as np
 import scipy.linalg as sla
@@ -55,7 +55,7 @@ from retarget.errors import InputError
 from retarget.fem.beam_theory import ServoBeam, round_section, servo_beam_modes
 from retarget.fem.model_card import ServoModeCard
 from retarget.fem.modal import clamp_of, root_interface
-from retarget.model.servo import IDEAL, SERVO_MODELS
+from retarget.model.servo import IDEAL, SERVO_MODELS, ServoParams
 from retarget.sim.dae import history_jacobian, residual_and_jacobian
 from retarget.sim.reduced.stepper import residual_and_jacobian as reduced_residual
 from retarget.sim.reduced.stepper import solve_static as reduced_static
@@ -64,6 +64,13 @@ from retarget.sim.rotation import quat_rate_matrix
 from retarget.sim.servo import ServoLayout, servo_torque
 from retarget.sim.statics import solve_static, tangent_map
 from retarget.sim.system import System, build_system, with_servos
+
+if TYPE_CHECKING:
+    from retarget.model.robot import RobotModel
+    from retarget.sim.reduced.system import ReducedSystem
+
+#: A matrix of :class:`EquilibriumLinearization`: sparse (csr) for the full FEM, dense for a reduced model.
+Matrix = Union[sp.csr_matrix, NDArray[np.float64]]
 
 __all__ = [
     "DEFAULT_MODES",
@@ -109,10 +116,10 @@ class EquilibriumLinearization:
         label: the model (``"full FEM, 21 094 DOF"``, ``"reduced, 8+8 coordinates"``: per flexible part).
     """
 
-    stiffness: Any
-    damping: Any
-    mass: Any
-    constraints: Any
+    stiffness: Matrix
+    damping: Matrix
+    mass: Matrix
+    constraints: Matrix
     servo: ServoLayout
     springs: NDArray[np.float64]
     goals: NDArray[np.float64]
@@ -211,7 +218,7 @@ def linearize_equilibrium(system: System, goals: ArrayLike | None = None) -> Equ
         _springs(system.servo, state.u, g), g, tuple(system.motors), f"full FEM, {_thousands(system.n_v)} DOF")
 
 
-def linearize_reduced_equilibrium(reduced: Any, goals: ArrayLike | None = None) -> EquilibriumLinearization:
+def linearize_reduced_equilibrium(reduced: ReducedSystem, goals: ArrayLike | None = None) -> EquilibriumLinearization:
     """A reduced model's DAE linearized at its gravity equilibrium at ``goals`` (dense; the reference stepper's
     residual, :func:`retarget.sim.reduced.stepper.residual_and_jacobian`).
 
@@ -245,7 +252,7 @@ def _thousands(n: int) -> str:
     return f"{n:,}".replace(",", " ")
 
 
-def _dense(a: Any) -> NDArray[np.float64]:
+def _dense(a: Matrix) -> NDArray[np.float64]:
     return a.toarray() if sp.issparse(a) else np.asarray(a)
 
 
@@ -324,7 +331,7 @@ def _sparse_spectrum(lin: EquilibriumLinearization, sigma: float,
     return sigma + 1.0 / nu_[finite], vec[: lin.n_v, finite]
 
 
-def _mac(phi: NDArray[np.float64], mass: Any, disp: NDArray[np.complex128]) -> NDArray[np.float64]:
+def _mac(phi: NDArray[np.float64], mass: Matrix, disp: NDArray[np.complex128]) -> NDArray[np.float64]:
     """Mass-weighted modal assurance of the real shape ``phi`` (nV,) with each column of ``disp`` (nV, k)."""
     md = mass @ disp
     dnorm = np.real(np.einsum("ik,ik->k", disp.conj(), md))
@@ -447,7 +454,7 @@ def _rotate(v: NDArray[np.float64], axis: NDArray[np.float64], angle: float) -> 
     return v * c + np.cross(axis, v) * s + axis * (axis @ v) * (1.0 - c)
 
 
-def rod_on_servo_beam(model: Any, goals: ArrayLike | None = None) -> ServoBeam | None:
+def rod_on_servo_beam(model: RobotModel, goals: ArrayLike | None = None) -> ServoBeam | None:
     """The Euler–Bernoulli model of a rod on one servo (:class:`retarget.fem.beam_theory.ServoBeam`), or None when
     ``model`` is not one.
 
@@ -522,7 +529,7 @@ def rod_on_servo_beam(model: Any, goals: ArrayLike | None = None) -> ServoBeam |
                      axial_gravity=-float(gravity @ along_g))
 
 
-def _beam_reference(model: Any, goals: NDArray[np.float64], n_modes: int) -> tuple[float, str] | None:
+def _beam_reference(model: RobotModel, goals: NDArray[np.float64], n_modes: int) -> tuple[float, str] | None:
     """(frequency [Hz], name) of the Euler–Bernoulli reference's coupled mode, None when it does not apply."""
     beam = rod_on_servo_beam(model, goals)
     if beam is None:
@@ -533,11 +540,11 @@ def _beam_reference(model: Any, goals: NDArray[np.float64], n_modes: int) -> tup
                                          f"load; Hermite, {modes.n_elements} elements)")
 
 
-def _all_ideal(n_motors: int) -> list[Any]:
+def _all_ideal(n_motors: int) -> list[ServoParams]:
     return [SERVO_MODELS[IDEAL]] * n_motors
 
 
-def servo_card(model: Any, reduced: Any = None, goals: ArrayLike | None = None,
+def servo_card(model: RobotModel, reduced: ReducedSystem | None = None, goals: ArrayLike | None = None,
                n_modes: int | None = None) -> tuple[ServoModeCard, ...]:
     """The model card's servo rows (:class:`retarget.fem.model_card.ServoModeCard`): per modelled servo its
     coupled servo–structure mode.

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
-from retarget.model.servo import IDEAL, SERVO_MODELS
+from retarget.model.servo import IDEAL, SERVO_MODELS, ServoParams
 from retarget.sim.servo import ServoLayout, servo_layout
 from retarget.sim.constraints import (
     Constraint,
@@ -28,6 +28,10 @@ from retarget.sim.constraints import (
     interface_map,
     perpendicular_axes,
 )
+
+if TYPE_CHECKING:
+    from retarget.fem.elastic import ElasticBody
+    from retarget.model.robot import Joint, Link, RobotModel
 
 __all__ = ["DeformableBody", "RigidBody", "System", "build_system", "with_servos"]
 
@@ -68,7 +72,7 @@ class DeformableBody:
     """
 
     name: str
-    elastic: Any
+    elastic: ElasticBody
     rest_positions: NDArray[np.float64]
     mass_matrix: sp.csr_matrix
     gravity_force: NDArray[np.float64]
@@ -162,7 +166,7 @@ class System:
         return s[: self.n_u], s[self.n_u : self.n_u + self.n_v], s[self.n_u + self.n_v :]
 
 
-def _joint_block(joint: Any, index: dict[str, int], links: dict[str, Any], motor: int) -> JointConstraint:
+def _joint_block(joint: Joint, index: dict[str, int], links: dict[str, Link], motor: int) -> JointConstraint:
     present = (joint.parent is not None, joint.child is not None)
     slots = tuple(RigidSlot(index[n]) for n in (joint.parent, joint.child) if n is not None)
 
@@ -192,7 +196,7 @@ def _joint_block(joint: Any, index: dict[str, int], links: dict[str, Any], motor
     )
 
 
-def build_system(model: Any) -> System:
+def build_system(model: RobotModel) -> System:
     """Build the simulated :class:`System` from a :class:`retarget.model.RobotModel`.
 
     Flexible parts become :class:`DeformableBody` objects (``retarget.fem.elastic.ElasticBody``), every
@@ -263,7 +267,7 @@ def assemble_system(
     constraints: tuple[Constraint, ...],
     motors: tuple[str, ...],
     gravity: NDArray[np.float64],
-    servos: Sequence[Any] = (),
+    servos: Sequence[ServoParams] = (),
     prismatic: Sequence[bool] = (),
 ) -> System:
     """Compute the layout (offsets, slot index arrays, servo coordinates) and return the :class:`System`.
@@ -313,7 +317,7 @@ def assemble_system(
     )
 
 
-def with_servos(system: System, servos: Sequence[Any]) -> System:
+def with_servos(system: System, servos: Sequence[ServoParams]) -> System:
     """The same system driven by other servos (one :class:`retarget.model.servo.ServoParams` per motor)."""
     from dataclasses import replace
 

@@ -10,7 +10,6 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -75,6 +74,36 @@ def fit_frequency(t: NDArray[np.float64], x: NDArray[np.float64]) -> dict[str, f
     return {"f_hz": float(f), "decay_per_s": float(s), "amplitude": float(math.hypot(a, b)), "f_zero_crossing_hz": float(f0)}
 
 
+def _static_deflection(
+    spec: CantileverSpec, system: System, u: NDArray[np.float64], tip_nodes: NDArray[np.int64] | None
+) -> dict[str, float]:
+    """The static tip sag [m] at the equilibrium ``u`` against beam theory (report keys of :func:`run_cantilever`)."""
+    sag = tip_position(system, u, tip_nodes) - tip_position(system, system.reference_u(), tip_nodes)
+    static = float(-sag[2])
+    theory = cantilever_static_tip_deflection(
+        spec.length, spec.diameter, spec.youngs_modulus, spec.density, spec.tip_mass, spec.gravity
+    )
+    return {
+        "static_tip_deflection_m": static,
+        "static_tip_deflection_theory_m": theory,
+        "static_relative_error": (static - theory) / theory,
+    }
+
+
+def _tip_force(system: System, force: NDArray[np.float64], tip_nodes: NDArray[np.int64] | None) -> NDArray[np.float64]:
+    """External generalized force (n_V,) putting ``force`` (3,) [N] on the tip: the tip body, or spread evenly
+    over the tip nodes of a rod without one."""
+    f_ext = np.zeros(system.n_v)
+    if tip_nodes is None:
+        i = system.rigid_index("tip")
+        f_ext[6 * i : 6 * i + 3] = force
+    else:
+        off = system.v_offsets[0]
+        for n in tip_nodes:
+            f_ext[off + 3 * n : off + 3 * n + 3] = force / len(tip_nodes)
+    return f_ext
+
+
 def run_cantilever(
     spec: CantileverSpec,
     dt: float | None = None,
@@ -83,7 +112,7 @@ def run_cantilever(
     perturbation: float = 1e-3,
     progress: Callable[[int, int], None] | None = None,
     dynamics: bool = True,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Static deflection and free-vibration f₁ of a cantilever, with the beam-theory references.
 
     Args:
@@ -116,19 +145,9 @@ def run_cantilever(
     lateral = np.array([0.0, 1.0, 0.0])
     no_motors = np.zeros(0)
     equilibrium = solve_static(system, no_motors)
-    out: dict[str, Any] = {"spec": asdict(spec)}
-    tip_ref = tip_position(system, system.reference_u(), tip_nodes)
+    out: dict[str, object] = {"spec": asdict(spec)}
     if spec.gravity > 0 and spec.orientation == "horizontal":
-        sag = tip_position(system, equilibrium.u, tip_nodes) - tip_ref
-        static = float(-sag[2])
-        theory = cantilever_static_tip_deflection(
-            spec.length, spec.diameter, spec.youngs_modulus, spec.density, spec.tip_mass, spec.gravity
-        )
-        out.update(
-            static_tip_deflection_m=static,
-            static_tip_deflection_theory_m=theory,
-            static_relative_error=(static - theory) / theory,
-        )
+        out.update(_static_deflection(spec, system, equilibrium.u, tip_nodes))
     if not dynamics:
         out.update(
             dofs=system.n_deformable_dofs,
@@ -140,14 +159,7 @@ def run_cantilever(
         return out
     # A lateral tip load giving about `perturbation`·L of extra deflection (Euler–Bernoulli stiffness 3EI/L³).
     load = 3.0 * ei / spec.length**3 * perturbation * spec.length
-    f_ext = np.zeros(system.n_v)
-    if tip_nodes is None:
-        i = system.rigid_index("tip")
-        f_ext[6 * i : 6 * i + 3] = load * lateral
-    else:
-        off = system.v_offsets[0]
-        for n in tip_nodes:
-            f_ext[off + 3 * n : off + 3 * n + 3] = load * lateral / len(tip_nodes)
+    f_ext = _tip_force(system, load * lateral, tip_nodes)
     start = solve_static(system, no_motors, u0=equilibrium.u, external_force=f_ext)
     times = np.zeros(n_steps + 1)
     tips = np.zeros((n_steps + 1, 3))
@@ -203,7 +215,7 @@ def run_fourbar(
     amplitude: float = 0.8,
     frequency: float = 0.5,
     progress: Callable[[int, int], None] | None = None,
-) -> dict[str, Any]:
+) -> dict[str, float]:
     """Drive the four-bar's crank with ``θ(t) = A (1 − cos 2πft)`` [rad] and record the constraint violation.
 
     Returns:

@@ -22,17 +22,46 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
+from numpy.typing import NDArray
 
 from retarget.sim.reduced.basis import ReducedBasis
 from retarget.sim.reduced.cubature import Cubature, _element_rows, cubature_geometry
 from retarget.sim.reduced.errors import StaleReducedModelError
 from retarget.sim.reduced.system import ReducedSystem, build_reduced_system
 
-__all__ = ["FORMAT_VERSION", "READS_FORMATS", "built_for", "load_reduced", "provenance", "save_reduced"]
+if TYPE_CHECKING:
+    from retarget.sim.system import System
+
+__all__ = ["FORMAT_VERSION", "READS_FORMATS", "ArtifactMeta", "BodyDetails", "built_for", "load_reduced", "provenance",
+           "save_reduced"]
+
+class BodyDetails(TypedDict):
+    """A deformable body's mesh size and simulated material (after the stiffness calibration) in the meta."""
+
+    nodes: int
+    tets: int
+    youngs_modulus_pa: float
+    poisson_ratio: float
+
+
+class ArtifactMeta(TypedDict, total=False):
+    """The ``meta`` JSON of an artifact: format version, robot, per body its details, the provenance digests,
+    the training settings (``extra``), per motor its servo (``to_config``) and, when given, the model card."""
+
+    format_version: int
+    robot: str
+    bodies: list[str]
+    body_details: dict[str, BodyDetails]
+    hashes: dict[str, str]
+    extra: dict[str, object]
+    servos: dict[str, dict[str, float | str]]
+    model_card: dict[str, object]
+
 
 #: Version of the artifact layout written: 2 interface modes on loop couplings (basis info has n_interface); 3 the
 #: quadrature point of each cubature element (``b{d}_points``, per-point cubatures).
@@ -62,7 +91,7 @@ def _urdf_digests(robot_yaml: Path) -> tuple[str, str]:
     return _sha(re.sub(r"<!--.*?-->", "", xml, flags=re.S).encode()), _sha(xml.encode())
 
 
-def provenance(system: Any, robot_yaml: str | Path | None = None) -> dict[str, str]:
+def provenance(system: System, robot_yaml: str | Path | None = None) -> dict[str, str]:
     """SHA-256 digests of every input a reduced model depends on (keys name the input).
 
     Args:
@@ -92,17 +121,17 @@ def provenance(system: Any, robot_yaml: str | Path | None = None) -> dict[str, s
     return out
 
 
-def servo_loop(system: Any) -> list[list[str]]:
+def servo_loop(system: System) -> list[list[str]]:
     """Per motor ``[name, "ideal" | "servo"]``: whether its servo is modelled in ``system``."""
     per_motor = system.servo.per_motor
     return [[name, "ideal" if s.ideal else "servo"] for name, s in zip(system.motors, per_motor)]
 
 
-def _bodies(system: Any) -> dict[str, dict[str, Any]]:
+def _bodies(system: System) -> dict[str, BodyDetails]:
     """Each deformable body's mesh size and simulated material (after the stiffness calibration), for the meta."""
     from retarget.fem.material import elastic_constants
 
-    out = {}
+    out: dict[str, BodyDetails] = {}
     for body in system.deformable:
         e, nu = elastic_constants(float(body.elastic.mu), float(body.elastic.lam))
         out[body.name] = {"nodes": len(body.rest_positions), "tets": len(body.elastic.mesh.tets),
@@ -110,7 +139,7 @@ def _bodies(system: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
-def built_for(meta: dict[str, Any]) -> str:
+def built_for(meta: ArtifactMeta) -> str:
     """What an artifact was built for, from its ``meta``: the robot, each body's mesh (nodes, tets) and simulated
     material (E, ν) where recorded, and the mesh settings (``mesh_scale`` of `retarget reduce`, or the planner's
     ``mesh_axial`` × ``mesh_around``); e.g. ``robot 'tiny_rod' (rod: 45 nodes, 96 tets, E 1.015e+11 Pa,
@@ -131,25 +160,25 @@ def built_for(meta: dict[str, Any]) -> str:
 
 
 def save_reduced(
-    path: str | Path, system: Any, bases: list[ReducedBasis], cubatures: list[Cubature],
-    robot_yaml: str | Path | None = None, robot_name: str = "", extra: dict[str, Any] | None = None,
-    model_card: dict[str, Any] | None = None,
+    path: str | Path, system: System, bases: list[ReducedBasis], cubatures: list[Cubature],
+    robot_yaml: str | Path | None = None, robot_name: str = "", extra: Mapping[str, object] | None = None,
+    model_card: Mapping[str, object] | None = None,
 ) -> Path:
     """Write the artifact (``.npz``); ``extra`` (JSON-able) is stored in the metadata (training settings), and so
     is ``model_card`` (the robot's :meth:`retarget.fem.model_card.ModelCard.to_dict`)."""
     path = Path(path)
-    meta = {
+    meta: ArtifactMeta = {
         "format_version": FORMAT_VERSION,
         "robot": robot_name,
         "bodies": [b.name for b in system.deformable],
         "body_details": _bodies(system),
         "hashes": provenance(system, robot_yaml),
-        "extra": extra or {},
+        "extra": dict(extra or {}),
         "servos": {name: s.to_config() for name, s in zip(system.motors, system.servo.per_motor)},
     }
     if model_card is not None:
-        meta["model_card"] = model_card
-    arrays: dict[str, Any] = {"meta": np.array(json.dumps(meta))}
+        meta["model_card"] = dict(model_card)
+    arrays: dict[str, NDArray[np.generic]] = {"meta": np.array(json.dumps(meta))}
     for d, (b, c) in enumerate(zip(bases, cubatures)):
         arrays[f"b{d}_modes"] = b.modes
         arrays[f"b{d}_info"] = np.array([b.n_rigid, b.captured_variance, b.n_interface, b.n_derivatives], dtype=float)
@@ -170,7 +199,7 @@ def save_reduced(
     return path
 
 
-def load_reduced(path: str | Path, system: Any, robot_yaml: str | Path | None = None) -> ReducedSystem:
+def load_reduced(path: str | Path, system: System, robot_yaml: str | Path | None = None) -> ReducedSystem:
     """Load an artifact for ``system`` (built from ``robot_yaml``) after checking its provenance.
 
     Raises:

@@ -5,13 +5,27 @@ import argparse
 import json
 import sys
 import time
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from retarget.cliargs import add_robot
 from retarget.progress import progress_bar
 
 # The model store's robot loader (used by `reduce`, `simulate-reduced`, `check reduced`; importable from here too).
 from retarget.sim.reduced.store import load_robot_system
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+
+    from retarget.model.robot import RobotModel
+    from retarget.sim.motors import MotorTrajectory
+    from retarget.sim.reduced.basis import ReducedBasis
+    from retarget.sim.reduced.cubature import Cubature
+    from retarget.sim.reduced.engine import CompiledRun
+    from retarget.sim.reduced.system import ReducedSystem
+    from retarget.sim.result import SimulationResult
+    from retarget.sim.system import RigidBody, System
 
 __all__ = ["register", "register_check"]
 
@@ -86,9 +100,7 @@ def register_check(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_check_reduced)
 
 
-def _resolve(kind: str, name: str) -> Any:
-    from pathlib import Path
-
+def _resolve(kind: str, name: str) -> Path:
     if Path(name).is_file():
         return Path(name)
     from retarget.model import library
@@ -117,7 +129,7 @@ def _validate(dt: float, modes: int | None = None, duration: float | None = None
         raise InputError(f"--duration must be positive, got {duration}")
 
 
-def max_position_violation(run: Any, motors: Any) -> float:
+def max_position_violation(run: CompiledRun, motors: MotorTrajectory) -> float:
     """Largest |C| [m] over a compiled reduced run's samples, on the rows measured in metres.
 
     Joint points, coupling centroids and prismatic offsets (the rows of ``retarget.sim.validation``'s full-form
@@ -146,6 +158,23 @@ def max_position_violation(run: Any, motors: Any) -> float:
     return worst
 
 
+def _component_report(
+    names: list[str], bases: list[ReducedBasis], cubs: list[Cubature], replay: list[dict[str, object]]
+) -> dict[str, object]:
+    """The per-component entries of the ``check reduced`` report (modes, variance, cubature), in report order."""
+    return {
+        "components": names,
+        "modes": {n: b.size - b.n_rigid for n, b in zip(names, bases)},
+        "modes_total": {n: b.size for n, b in zip(names, bases)},
+        "modal_derivatives": {n: b.n_derivatives for n, b in zip(names, bases)},
+        "captured_variance": {n: b.captured_variance for n, b in zip(names, bases)},
+        "replay_checks": replay,
+        "cubature_elements": {n: int(len(c.elements)) for n, c in zip(names, cubs)},
+        "cubature_points": {n: c.points is not None for n, c in zip(names, cubs)},
+        "cubature_error": {n: c.relative_error for n, c in zip(names, cubs)},
+    }
+
+
 def _check_reduced(args: argparse.Namespace) -> int:
     import numpy as np
 
@@ -168,7 +197,7 @@ def _check_reduced(args: argparse.Namespace) -> int:
     tracked = tracked_links(model, system.rigid)
     t_train, wall_train = None, 0.0
     t0 = time.perf_counter()
-    replay: list[dict] = []
+    replay: list[dict[str, object]] = []
     if args.model:
         rs = load_reduced(args.model, system, path)
         bases, cubs = [b.basis for b in rs.bodies], [b.cubature for b in rs.bodies]
@@ -209,15 +238,7 @@ def _check_reduced(args: argparse.Namespace) -> int:
         "model": args.model,
         "test_motion": args.test_motion,
         **metrics,
-        "components": names,
-        "modes": {n: b.size - b.n_rigid for n, b in zip(names, bases)},
-        "modes_total": {n: b.size for n, b in zip(names, bases)},
-        "modal_derivatives": {n: b.n_derivatives for n, b in zip(names, bases)},
-        "captured_variance": {n: b.captured_variance for n, b in zip(names, bases)},
-        "replay_checks": replay,
-        "cubature_elements": {n: int(len(c.elements)) for n, c in zip(names, cubs)},
-        "cubature_points": {n: c.points is not None for n, c in zip(names, cubs)},
-        "cubature_error": {n: c.relative_error for n, c in zip(names, cubs)},
+        **_component_report(names, bases, cubs, replay),
         "training_range_ratio": ranges,
         "full_dofs": system.n_deformable_dofs,
         "reduced_dofs": int(sum(b.size for b in bases)),
@@ -252,7 +273,8 @@ def _check_reduced(args: argparse.Namespace) -> int:
     return 0
 
 
-def _quasi_static_targets(system: Any, motors: Any, full: Any, ts: Any, tracked: list[str]) -> tuple[dict[str, Any], int]:
+def _quasi_static_targets(system: System, motors: MotorTrajectory, full: SimulationResult, ts: NDArray[np.float64],
+                          tracked: list[str]) -> tuple[dict[str, NDArray[np.float64]], int]:
     """Centres of mass of the ``tracked`` bodies at the gravity equilibria along the motion, (len(ts), 3) [m] each,
     with every motor's shaft at the motion's angle (a modelled servo's sag is not part of the intent).
 
@@ -276,7 +298,7 @@ def _quasi_static_targets(system: Any, motors: Any, full: Any, ts: Any, tracked:
     # The targets hold the shafts at the motion's angles (as the planner's): ideal servos for the static solves.
     system = with_servos(system, [SERVO_MODELS[IDEAL]] * len(system.motors))
     good: list[int] = []
-    rows: dict[str, list] = {n: [] for n in tracked}
+    rows: dict[str, list[NDArray[np.float64]]] = {n: [] for n in tracked}
     bar = progress_bar("quasi-static targets")
     u_prev, last_error = None, None
     for j, t in enumerate(ts):
@@ -313,7 +335,8 @@ def _motion_label(motions: list[str] | None) -> str | list[str] | None:
     return motions[0]
 
 
-def _simulate_training(system: Any, model: Any, args: argparse.Namespace) -> tuple[list, list, float | list[float]]:
+def _simulate_training(system: System, model: RobotModel, args: argparse.Namespace
+                       ) -> tuple[list[SimulationResult], list[MotorTrajectory], float | list[float]]:
     """Full simulations of every ``--train-motion`` (each capped at ``--duration``): (results, motors, durations —
     one number for one motion)."""
     from retarget.sim.motion_input import motors_from_motion
@@ -330,7 +353,10 @@ def _simulate_training(system: Any, model: Any, args: argparse.Namespace) -> tup
     return results, [m for m, _ in drives], durations[0] if len(durations) == 1 else durations
 
 
-def _train(system: Any, full: Any, motors: Any, tracked: list[str], args: argparse.Namespace) -> tuple:
+def _train(
+    system: System, full: list[SimulationResult], motors: list[MotorTrajectory], tracked: list[str],
+    args: argparse.Namespace,
+) -> tuple[ReducedSystem, list[ReducedBasis], list[Cubature], list[dict[str, object]], dict[str, float | None]]:
     """(reduced system, bases, cubatures, replay trials as dicts, the kept ``variance`` and ``cubature_tolerance``)
     by --modes or --variance, checked by replaying the training motion (unless --replay-tolerance 0)."""
     from dataclasses import asdict
@@ -363,7 +389,7 @@ def _train(system: Any, full: Any, motors: Any, tracked: list[str], args: argpar
                                                           "cubature_tolerance": kept.cubature_tolerance}
 
 
-def _training_range(rs: Any, run: Any) -> dict[str, float]:
+def _training_range(rs: ReducedSystem, run: CompiledRun) -> dict[str, float]:
     """Each part's largest deformation in ``run`` over its largest training one; warns on stderr beyond the limit."""
     from retarget.sim.reduced.training import training_range, training_range_warning
 
@@ -375,9 +401,10 @@ def _training_range(rs: Any, run: Any) -> dict[str, float]:
 
 
 def _save_model(
-    out: str, system: Any, bases: list, cubs: list, robot_yaml: Any, robot_name: str, train_motion: list[str],
-    dt: float, duration: float | list[float], mesh_scale: float | None, modes: int | None, kept: dict[str, float],
-    replay_tolerance: float, modal_derivatives: int = 0, model_card: dict[str, Any] | None = None,
+    out: str, system: System, bases: list[ReducedBasis], cubs: list[Cubature], robot_yaml: Path, robot_name: str,
+    train_motion: list[str], dt: float, duration: float | list[float], mesh_scale: float | None, modes: int | None,
+    kept: dict[str, float | None], replay_tolerance: float, modal_derivatives: int = 0,
+    model_card: dict[str, object] | None = None,
 ) -> str:
     """Write the artifact with the training settings `retarget reduce` records (``kept``: the variance and cubature
     tolerance of the model written; ``model_card``: the robot's card, stored in the meta); returns the path."""
@@ -393,7 +420,7 @@ def _save_model(
     }, model_card=model_card))
 
 
-def print_model_card(model: Any) -> dict[str, Any]:
+def print_model_card(model: RobotModel) -> dict[str, object]:
     """Print the robot's model card (:func:`retarget.fem.model_card.model_card`) and return it as a dict."""
     from retarget.fem.model_card import model_card
 
@@ -402,7 +429,7 @@ def print_model_card(model: Any) -> dict[str, Any]:
     return card.to_dict()
 
 
-def tracked_links(model: Any, rigid: Any) -> list[str]:
+def tracked_links(model: RobotModel, rigid: tuple[RigidBody, ...]) -> list[str]:
     """The robot's tracked links, or its last rigid body when it names none (the bodies the checks compare)."""
     return [tb.link for tb in model.tracked_bodies] or [rigid[-1].name]
 

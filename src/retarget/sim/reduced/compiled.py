@@ -22,8 +22,8 @@ stepper (:mod:`retarget.sim.reduced.stepper`, the test oracle): only the impleme
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numba
 import numpy as np
@@ -37,6 +37,9 @@ from retarget.sim.reduced.dynamics import body_force, body_forces
 from retarget.sim.reduced.kernels import COUPLING_CODE, block_eval, coupling_curvature
 from retarget.sim.rotation_kernels import omega_half, quat_rate_half
 from retarget.sim.servo import servo_torque
+
+if TYPE_CHECKING:
+    from numba.core.registry import CPUDispatcher
 
 __all__ = [
     "STATUS_DIVERGED",
@@ -158,7 +161,7 @@ class Workspace(NamedTuple):
     scalars: NDArray
 
 
-def _kind(value: Any) -> Any:
+def _kind(value: object) -> Hashable:
     """What fixes ``value``'s numba type, cheaply: an array's dtype, rank, layout, alignment and writability, a
     tuple's class and its items' kinds, else the Python type."""
     if isinstance(value, np.ndarray):
@@ -186,9 +189,9 @@ class Kernels:
 
     def __init__(self, packed: Packed) -> None:
         self.packed = packed
-        self._entries: dict[tuple[Any, ...], Callable[..., Any]] = {}
+        self._entries: dict[tuple[Hashable, ...], Callable[..., Any]] = {}
 
-    def __call__(self, kernel: Any, *args: Any) -> Any:
+    def __call__(self, kernel: CPUDispatcher, *args: object) -> Any:
         key = (kernel, *map(_kind, args))
         entry = self._entries.get(key)
         if entry is None:
@@ -307,57 +310,14 @@ def _servo_rows(p: Packed, u: NDArray, v: NDArray, v_bar: NDArray, h: float, goa
             rth[nu + ie, mm] += -1.0
 
 
-@numba.njit(cache=True, nogil=True)
-def residual_jacobian(
-    p: Packed,
-    s: NDArray,
-    u_bar: NDArray,
-    v_bar: NDArray,
-    h: float,
-    theta: NDArray,
-    theta_dot: NDArray,
-    baumgarte: float,
-    want_jac: bool,
-    exact: bool = True,
-) -> tuple[NDArray, NDArray, NDArray, NDArray, NDArray, float]:
-    """The BDF residual ``R`` (n_S,) and, with ``want_jac``, its exact Jacobian and sensitivities.
-
-    ``exact=False`` leaves out the two costliest second-order terms of the Jacobian — the constraint blocks'
-    curvature (complex steps) and the derivative of the damping force ``β K(z) ż`` in ``z`` — for the chord
-    iterations of the forward solve, which need a good Newton matrix, not the exact one (the converged state is the
-    same to the tolerance). The adjoint and the static solve use the exact Jacobian.
-
-    Returns:
-        ``R`` (n_S,); ``∂R/∂S`` (n_S, n_S) (0×0 without ``want_jac``); ``∂R/∂θ̇`` (n_S, n_m); ``∂R/∂θ`` (n_S, n_m)
-        (zero without ``want_jac``); the generalized mass (n_V, n_V) (0×0 without ``want_jac``); min det F of the
-        cubature elements.
-    """
-    nu, nv, m, nm = p.sizes[0], p.sizes[1], p.sizes[2], p.sizes[3]
-    ns = nu + nv + m
-    u = s[:nu]
-    v = s[nu : nu + nv]
-    lam = s[nu + nv :]
-    nb = p.rmass.shape[0]
-    iv = nu
-    il = nu + nv
-    r = np.zeros(ns)
-    jac = np.zeros((ns, ns) if want_jac else (0, 0))
-    mass = np.zeros((nv, nv) if want_jac else (0, 0))
-    rthd = np.zeros((ns, nm))
-    rth = np.zeros((ns, nm))
+@numba.njit(cache=True, nogil=True, inline="always")
+def _rigid_rows(p: Packed, u: NDArray, v: NDArray, v_bar: NDArray, h: float, r: NDArray, jac: NDArray,
+                mass: NDArray, want_jac: bool) -> None:
+    """Every rigid body's kinematic rows (``− h T(q) V``; the ``U − Ū`` part is added before) and Newton–Euler
+    rows into ``r`` and, with ``want_jac``, their Jacobian entries and generalized mass (in place)."""
+    iv = p.sizes[0]
     g = p.gravity
-    # The motor angles the constraint rows see: a modelled servo's shaft from the state, an ideal motor's input.
-    th_c = theta.copy()
-    thd_c = theta_dot.copy()
-    for mm in range(nm):
-        ks = p.sv_motor[mm]
-        if ks >= 0:
-            th_c[mm] = u[p.sv_u[ks]]
-            thd_c[mm] = v[p.sv_v[ks]]
-    _servo_rows(p, u, v, v_bar, h, theta, theta_dot, r, jac, mass, rth, rthd, want_jac)
-    for k in range(nu):
-        r[k] = u[k] - u_bar[k]
-    for i in range(nb):
+    for i in range(p.rmass.shape[0]):
         q = u[7 * i + 3 : 7 * i + 7]
         w = v[6 * i + 3 : 6 * i + 6]
         qh = quat_rate_half(q)
@@ -400,9 +360,55 @@ def residual_jacobian(
                 for b in range(3):
                     jac[rv + 3 + a, iv + 6 * i + 3 + b] += blk[a, b]
                     mass[6 * i + 3 + a, 6 * i + 3 + b] += inertia[a, b]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _deformable_jacobian(p: Packed, d: int, vrow: NDArray, h: float, alpha: float, beta: float, exact: bool,
+                         f_q: NDArray, f_z: NDArray, f_acc: NDArray, f_w: NDArray, f_zd: NDArray, k_el: NDArray,
+                         dk: NDArray, jac: NDArray, mass: NDArray) -> None:
+    """Deformable body ``d``'s Jacobian entries and generalized mass from its force derivatives (in place);
+    ``vrow`` (6 + r,): its generalized force's V indices."""
+    iv = p.sizes[0]
+    ref = p.bref[d]
+    zu0 = p.bzu[d]
+    zv0 = p.bzv[d]
+    rr = p.bsize[d]
+    nf = 6 + rr
+    for k in range(rr):
+        jac[zu0 + k, zu0 + k] = 1.0
+        jac[zu0 + k, iv + zv0 + k] = -h
+    for a in range(nf):
+        ra = iv + vrow[a]
+        for b in range(4):
+            jac[ra, 7 * ref + 3 + b] += f_q[a, b]
+        for b in range(rr):
+            jac[ra, zu0 + b] += f_z[a, b]
+            jac[ra, iv + zv0 + b] += f_zd[a, b]
+        for b in range(nf):
+            jac[ra, iv + vrow[b]] += f_acc[a, b] * (1.0 / h + alpha)
+            mass[vrow[a], vrow[b]] += f_acc[a, b]
+        for b in range(3):
+            jac[ra, iv + 6 * ref + 3 + b] += f_w[a, b]
+    for a in range(rr):
+        for b in range(rr):
+            jac[iv + zv0 + a, zu0 + b] += k_el[a, b]
+            jac[iv + zv0 + a, iv + zv0 + b] += beta * k_el[a, b]
+    if beta != 0.0 and exact:
+        # ∂(β K(z) ż)/∂z = β dK(z)[ż], exact (second derivative of the cubature force along ż).
+        for a in range(rr):
+            for b in range(rr):
+                jac[iv + zv0 + a, zu0 + b] += beta * dk[a, b]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _deformable_rows(p: Packed, u: NDArray, v: NDArray, v_bar: NDArray, h: float, r: NDArray, jac: NDArray,
+                     mass: NDArray, want_jac: bool, exact: bool) -> float:
+    """Every deformable body's kinematic rows, relative inertial forces, cubature forces and damping into ``r``
+    and, with ``want_jac``, their Jacobian entries (in place). Returns the min det F of the cubature elements."""
+    iv = p.sizes[0]
+    g = p.gravity
     min_det = np.inf
-    nd = p.bref.shape[0]
-    for d in range(nd):
+    for d in range(p.bref.shape[0]):
         ref = p.bref[d]
         zu0 = p.bzu[d]
         zv0 = p.bzv[d]
@@ -447,8 +453,6 @@ def residual_jacobian(
             f_el, md = cubature_force_value(z, p.cub_d[d], p.cub_qw[d], p.cub_w[d], p.bmu[d], p.blam[d])
             k_el = np.zeros((0, 0))
             kzd = np.zeros(rr)
-        if md < min_det:
-            min_det = md
         # Stiffness-proportional damping with the current tangent, β K(z) ż (docs/reduced.md §3).
         fd = f_el + beta * kzd
         # rows/cols of body d's generalized force: (v_ref, ω_ref) then ż, in V numbering
@@ -463,42 +467,163 @@ def residual_jacobian(
         for k in range(rr):
             r[iv + zv0 + k] += fd[k]
         if want_jac:
-            for k in range(rr):
-                jac[zu0 + k, zu0 + k] = 1.0
-                jac[zu0 + k, iv + zv0 + k] = -h
-            for a in range(nf):
-                ra = iv + vrow[a]
-                for b in range(4):
-                    jac[ra, 7 * ref + 3 + b] += f_q[a, b]
-                for b in range(rr):
-                    jac[ra, zu0 + b] += f_z[a, b]
-                    jac[ra, iv + zv0 + b] += f_zd[a, b]
-                for b in range(nf):
-                    jac[ra, iv + vrow[b]] += f_acc[a, b] * (1.0 / h + alpha)
-                    mass[vrow[a], vrow[b]] += f_acc[a, b]
-                for b in range(3):
-                    jac[ra, iv + 6 * ref + 3 + b] += f_w[a, b]
-            for a in range(rr):
-                for b in range(rr):
-                    jac[iv + zv0 + a, zu0 + b] += k_el[a, b]
-                    jac[iv + zv0 + a, iv + zv0 + b] += beta * k_el[a, b]
-            if beta != 0.0 and exact:
-                # ∂(β K(z) ż)/∂z = β dK(z)[ż], exact (second derivative of the cubature force along ż).
-                for a in range(rr):
-                    for b in range(rr):
-                        jac[iv + zv0 + a, zu0 + b] += beta * dk[a, b]
-    # Servo coordinates: U̇ = V on the tail after every z.
-    ntail = p.sv_u.shape[0] + _count_integral(p)
-    for k in range(ntail):
-        ku = nu - ntail + k
-        kv = nv - ntail + k
-        r[ku] -= h * v[kv]
-        if want_jac:
-            jac[ku, ku] = 1.0
-            jac[ku, iv + kv] = -h
-    # Constraint blocks.
-    n_blocks = p.kind.shape[0]
-    for bk in range(n_blocks):
+            _deformable_jacobian(p, d, vrow, h, alpha, beta, exact, f_q, f_z, f_acc, f_w, f_zd, k_el, dk, jac, mass)
+        if md < min_det:
+            min_det = md
+    return min_det
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _block_theta_columns(p: Packed, bk: int, c: NDArray, cth: NDArray, cuth: NDArray, ydot: NDArray,
+                         lb: NDArray, tl: NDArray, ui: NDArray, vi: NDArray, thd: float, baumgarte: float,
+                         jac: NDArray, rth: NDArray) -> None:
+    """Block ``bk``'s derivatives in its motor angle θ: into ``jac`` (a modelled servo's shaft coordinate) or
+    ``rth`` (an ideal motor's input), in place."""
+    iv = p.sizes[0]
+    il = p.sizes[0] + p.sizes[1]
+    l0 = p.lam_off[bk]
+    nrow = p.lam_off[bk + 1] - l0
+    n = ui.shape[0]
+    nvl = vi.shape[0]
+    mot = p.motor[bk]
+    servo = p.sv_motor[mot]
+    # ∂/∂θ: λ rows ∂C_y/∂θ ẏ + a C_θ + C_θθ θ̇ (hinge: C_θθ = −C on the motor row; slider: 0), V rows.
+    rt = cuth @ ydot + baumgarte * cth
+    if p.kind[bk] == 1:
+        rt[nrow - 1] -= c[nrow - 1] * thd
+    tv = tl.T @ (cuth.T @ lb)
+    if servo >= 0:
+        # The shaft is a coordinate: these are its θ (U) and ω (V) columns; the ω row takes −C_θᵀλ's
+        # derivatives (λ, the bodies' U through ∂C_θ/∂y = ∂C_y/∂θ, and θ through C_θθ).
+        ct = p.sv_u[servo]
+        rw = iv + p.sv_v[servo]
+        for a in range(nrow):
+            jac[il + l0 + a, ct] += rt[a]
+            jac[il + l0 + a, rw] += cth[a]
+            jac[rw, il + l0 + a] -= cth[a]
+        for k in range(nvl):
+            jac[iv + vi[k], ct] -= tv[k]
+        for k in range(n):
+            acc = 0.0
+            for a in range(nrow):
+                acc += lb[a] * cuth[a, k]
+            jac[rw, ui[k]] -= acc
+        if p.kind[bk] == 1:
+            jac[rw, ct] += c[nrow - 1] * lb[nrow - 1]
+    else:
+        for a in range(nrow):
+            rth[il + l0 + a, mot] = rt[a]
+        for k in range(nvl):
+            rth[iv + vi[k], mot] -= tv[k]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _block_curvature(p: Packed, bk: int, ul: NDArray, lb: NDArray, ydot: NDArray, cu: NDArray, cuth: NDArray,
+                     tl: NDArray, nvl: int, th: float, thd: float, baumgarte: float,
+                     exact: bool) -> tuple[NDArray, NDArray]:
+    """Block ``bk``'s ``∂r_λ/∂U`` (nrow, n) and ``∂(Tᵀ C_yᵀ λ)/∂U`` at fixed ``T`` (nvl, n) by complex steps of
+    ``∂C/∂y`` (left out with ``exact=False``)."""
+    n = ul.shape[0]
+    nrow = p.lam_off[bk + 1] - p.lam_off[bk]
+    mot = p.motor[bk]
+    a3 = np.empty((nrow, n))
+    hess = np.empty((nvl, n))
+    cflags = p.curv[p.ui_off[bk] : p.ui_off[bk + 1]]
+    chain = False
+    if exact and p.kind[bk] == COUPLING_CODE:
+        for j in range(n):
+            chain = chain or cflags[j] != 0
+    if chain:
+        # Chain rule through the coupling slot: 18 small complex steps instead of one per local coordinate.
+        curv_dot, hl = coupling_curvature(p.fvec[bk], p.present_a[bk] != 0, p.separate[bk] != 0, p.y0[bk],
+                                          p.ymap[bk], ul, lb, ydot, _H)
+        for a in range(nrow):
+            for j in range(n):
+                a3[a, j] = curv_dot[a, j] + baumgarte * cu[a, j] + thd * cuth[a, j]
+        hess[:, :] = tl.T @ hl
+        return a3, hess
+    ulc = ul.astype(np.complex128)
+    for j in range(n):
+        if cflags[j] == 0 or not exact:
+            # ∂C_y/∂y_j = 0: no curvature in this direction (or left out of an inexact Jacobian).
+            for a in range(nrow):
+                a3[a, j] = baumgarte * cu[a, j] + thd * cuth[a, j]
+            for k in range(nvl):
+                hess[k, j] = 0.0
+            continue
+        ulc[j] = ul[j] + 1j * _H
+        _, cuj, _, _ = block_eval(
+            p.kind[bk], mot >= 0, p.present_a[bk] != 0, p.present_b[bk] != 0, p.fvec[bk], p.fmat[bk],
+            p.separate[bk] != 0, p.y0[bk], p.ymap[bk], ulc, th,
+        )
+        ulc[j] = ul[j]
+        dcu = np.ascontiguousarray(cuj.imag) / _H
+        col = dcu @ ydot
+        for a in range(nrow):
+            a3[a, j] = col[a] + baumgarte * cu[a, j] + thd * cuth[a, j]
+        hcol = tl.T @ (dcu.T @ lb)
+        for k in range(nvl):
+            hess[k, j] = hcol[k]
+    return a3, hess
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _block_jacobian(p: Packed, bk: int, ul: NDArray, vl: NDArray, c: NDArray, cu: NDArray, cth: NDArray,
+                    cuth: NDArray, ydot: NDArray, lb: NDArray, gv: NDArray, th: float, thd: float, baumgarte: float,
+                    jac: NDArray, rth: NDArray, exact: bool) -> None:
+    """Constraint block ``bk``'s Jacobian entries and motor sensitivities (in place) from its values and first
+    derivatives at the local coordinates ``ul`` (n,), ``vl`` (nvl,): ``c``, ``cu = ∂C/∂y``, ``cth = ∂C/∂θ``,
+    ``cuth = ∂²C/∂y∂θ``, the local rate ``ydot``, multipliers ``lb`` and constraint force ``gv = cuᵀ lb``."""
+    iv = p.sizes[0]
+    il = p.sizes[0] + p.sizes[1]
+    ui = p.ui[p.ui_off[bk] : p.ui_off[bk + 1]]
+    vi = p.vi[p.vi_off[bk] : p.vi_off[bk + 1]]
+    n = ui.shape[0]
+    nvl = vi.shape[0]
+    l0 = p.lam_off[bk]
+    nrow = p.lam_off[bk + 1] - l0
+    nrs = p.n_rigid_seg[bk]
+    mot = p.motor[bk]
+    tl = _block_rate_matrix(ul, nrs, nvl)
+    if mot >= 0:
+        _block_theta_columns(p, bk, c, cth, cuth, ydot, lb, tl, ui, vi, thd, baumgarte, jac, rth)
+    a3, hess = _block_curvature(p, bk, ul, lb, ydot, cu, cuth, tl, nvl, th, thd, baumgarte, exact)
+    for sg in range(nrs):
+        om = omega_half(vl[6 * sg + 3 : 6 * sg + 6])
+        a3[:, 7 * sg + 3 : 7 * sg + 7] += np.ascontiguousarray(cu[:, 7 * sg + 3 : 7 * sg + 7]) @ om
+        gq = gv[7 * sg + 3 : 7 * sg + 7]
+        # ∂(½Q(q)ᵀ g)/∂q_k = ½ Q(e_k)ᵀ g
+        g0, g1, g2, g3 = gq[0], gq[1], gq[2], gq[3]
+        gam = np.empty((3, 4))
+        gam[0, 0], gam[1, 0], gam[2, 0] = g1, g2, g3
+        gam[0, 1], gam[1, 1], gam[2, 1] = -g0, g3, -g2
+        gam[0, 2], gam[1, 2], gam[2, 2] = -g3, -g0, g1
+        gam[0, 3], gam[1, 3], gam[2, 3] = g2, -g1, -g0
+        for a in range(3):
+            for b in range(4):
+                hess[6 * sg + 3 + a, 7 * sg + 3 + b] += 0.5 * gam[a, b]
+    cv = cu @ tl
+    for a in range(nrow):
+        for k in range(n):
+            jac[il + l0 + a, ui[k]] += a3[a, k]
+        for k in range(nvl):
+            jac[il + l0 + a, iv + vi[k]] += cv[a, k]
+            jac[iv + vi[k], il + l0 + a] -= cv[a, k]
+    for k2 in range(nvl):
+        for k in range(n):
+            jac[iv + vi[k2], ui[k]] -= hess[k2, k]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _constraint_rows(p: Packed, u: NDArray, v: NDArray, lam: NDArray, th_c: NDArray, thd_c: NDArray,
+                     baumgarte: float, r: NDArray, jac: NDArray, rth: NDArray, rthd: NDArray, want_jac: bool,
+                     exact: bool) -> None:
+    """Every constraint block's λ rows and reaction on its V entries into ``r`` and, with ``want_jac``, their
+    Jacobian entries and motor sensitivities (:func:`_block_jacobian`, in place); ``th_c``, ``thd_c``: the motor
+    angles the rows see. (One call per residual: the packed system is handed over once, not once per block.)"""
+    iv = p.sizes[0]
+    il = p.sizes[0] + p.sizes[1]
+    for bk in range(p.kind.shape[0]):
         ui = p.ui[p.ui_off[bk] : p.ui_off[bk + 1]]
         vi = p.vi[p.vi_off[bk] : p.vi_off[bk + 1]]
         n = ui.shape[0]
@@ -543,100 +668,69 @@ def residual_jacobian(
         elif mot >= 0:
             for a in range(nrow):
                 rthd[il + l0 + a, mot] = cth[a]
-        if not want_jac:
-            continue
-        tl = _block_rate_matrix(ul, nrs, nvl)
-        if mot >= 0:
-            # ∂/∂θ: λ rows ∂C_y/∂θ ẏ + a C_θ + C_θθ θ̇ (hinge: C_θθ = −C on the motor row; slider: 0), V rows.
-            rt = cuth @ ydot + baumgarte * cth
-            if p.kind[bk] == 1:
-                rt[nrow - 1] -= c[nrow - 1] * thd
-            tv = tl.T @ (cuth.T @ lb)
-            if servo >= 0:
-                # The shaft is a coordinate: these are its θ (U) and ω (V) columns; the ω row takes −C_θᵀλ's
-                # derivatives (λ, the bodies' U through ∂C_θ/∂y = ∂C_y/∂θ, and θ through C_θθ).
-                ct = p.sv_u[servo]
-                rw = iv + p.sv_v[servo]
-                for a in range(nrow):
-                    jac[il + l0 + a, ct] += rt[a]
-                    jac[il + l0 + a, rw] += cth[a]
-                    jac[rw, il + l0 + a] -= cth[a]
-                for k in range(nvl):
-                    jac[iv + vi[k], ct] -= tv[k]
-                for k in range(n):
-                    acc = 0.0
-                    for a in range(nrow):
-                        acc += lb[a] * cuth[a, k]
-                    jac[rw, ui[k]] -= acc
-                if p.kind[bk] == 1:
-                    jac[rw, ct] += c[nrow - 1] * lb[nrow - 1]
-            else:
-                for a in range(nrow):
-                    rth[il + l0 + a, mot] = rt[a]
-                for k in range(nvl):
-                    rth[iv + vi[k], mot] -= tv[k]
-        a3 = np.empty((nrow, n))
-        hess = np.empty((nvl, n))
-        cflags = p.curv[p.ui_off[bk] : p.ui_off[bk + 1]]
-        chain = False
-        if exact and p.kind[bk] == COUPLING_CODE:
-            for j in range(n):
-                chain = chain or cflags[j] != 0
-        if chain:
-            # Chain rule through the coupling slot: 18 small complex steps instead of one per local coordinate.
-            curv_dot, hl = coupling_curvature(p.fvec[bk], p.present_a[bk] != 0, p.separate[bk] != 0, p.y0[bk],
-                                              p.ymap[bk], ul, lb, ydot, _H)
-            for a in range(nrow):
-                for j in range(n):
-                    a3[a, j] = curv_dot[a, j] + baumgarte * cu[a, j] + thd * cuth[a, j]
-            hess[:, :] = tl.T @ hl
-        else:
-            ulc = ul.astype(np.complex128)
-            for j in range(n):
-                if cflags[j] == 0 or not exact:
-                    # ∂C_y/∂y_j = 0: no curvature in this direction (or left out of an inexact Jacobian).
-                    for a in range(nrow):
-                        a3[a, j] = baumgarte * cu[a, j] + thd * cuth[a, j]
-                    for k in range(nvl):
-                        hess[k, j] = 0.0
-                    continue
-                ulc[j] = ul[j] + 1j * _H
-                _, cuj, _, _ = block_eval(
-                    p.kind[bk], mot >= 0, p.present_a[bk] != 0, p.present_b[bk] != 0, p.fvec[bk], p.fmat[bk],
-                    p.separate[bk] != 0, p.y0[bk], p.ymap[bk], ulc, th,
-                )
-                ulc[j] = ul[j]
-                dcu = np.ascontiguousarray(cuj.imag) / _H
-                col = dcu @ ydot
-                for a in range(nrow):
-                    a3[a, j] = col[a] + baumgarte * cu[a, j] + thd * cuth[a, j]
-                hcol = tl.T @ (dcu.T @ lb)
-                for k in range(nvl):
-                    hess[k, j] = hcol[k]
-        for sg in range(nrs):
-            om = omega_half(vl[6 * sg + 3 : 6 * sg + 6])
-            a3[:, 7 * sg + 3 : 7 * sg + 7] += np.ascontiguousarray(cu[:, 7 * sg + 3 : 7 * sg + 7]) @ om
-            gq = gv[7 * sg + 3 : 7 * sg + 7]
-            # ∂(½Q(q)ᵀ g)/∂q_k = ½ Q(e_k)ᵀ g
-            g0, g1, g2, g3 = gq[0], gq[1], gq[2], gq[3]
-            gam = np.empty((3, 4))
-            gam[0, 0], gam[1, 0], gam[2, 0] = g1, g2, g3
-            gam[0, 1], gam[1, 1], gam[2, 1] = -g0, g3, -g2
-            gam[0, 2], gam[1, 2], gam[2, 2] = -g3, -g0, g1
-            gam[0, 3], gam[1, 3], gam[2, 3] = g2, -g1, -g0
-            for a in range(3):
-                for b in range(4):
-                    hess[6 * sg + 3 + a, 7 * sg + 3 + b] += 0.5 * gam[a, b]
-        cv = cu @ tl
-        for a in range(nrow):
-            for k in range(n):
-                jac[il + l0 + a, ui[k]] += a3[a, k]
-            for k in range(nvl):
-                jac[il + l0 + a, iv + vi[k]] += cv[a, k]
-                jac[iv + vi[k], il + l0 + a] -= cv[a, k]
-        for k2 in range(nvl):
-            for k in range(n):
-                jac[iv + vi[k2], ui[k]] -= hess[k2, k]
+        if want_jac:
+            _block_jacobian(p, bk, ul, vl, c, cu, cth, cuth, ydot, lb, gv, th, thd, baumgarte, jac, rth, exact)
+
+
+@numba.njit(cache=True, nogil=True)
+def residual_jacobian(
+    p: Packed,
+    s: NDArray,
+    u_bar: NDArray,
+    v_bar: NDArray,
+    h: float,
+    theta: NDArray,
+    theta_dot: NDArray,
+    baumgarte: float,
+    want_jac: bool,
+    exact: bool = True,
+) -> tuple[NDArray, NDArray, NDArray, NDArray, NDArray, float]:
+    """The BDF residual ``R`` (n_S,) and, with ``want_jac``, its exact Jacobian and sensitivities.
+
+    ``exact=False`` leaves out the two costliest second-order terms of the Jacobian — the constraint blocks'
+    curvature (complex steps) and the derivative of the damping force ``β K(z) ż`` in ``z`` — for the chord
+    iterations of the forward solve, which need a good Newton matrix, not the exact one (the converged state is the
+    same to the tolerance). The adjoint and the static solve use the exact Jacobian.
+
+    Returns:
+        ``R`` (n_S,); ``∂R/∂S`` (n_S, n_S) (0×0 without ``want_jac``); ``∂R/∂θ̇`` (n_S, n_m); ``∂R/∂θ`` (n_S, n_m)
+        (zero without ``want_jac``); the generalized mass (n_V, n_V) (0×0 without ``want_jac``); min det F of the
+        cubature elements.
+    """
+    nu, nv, m, nm = p.sizes[0], p.sizes[1], p.sizes[2], p.sizes[3]
+    ns = nu + nv + m
+    u = s[:nu]
+    v = s[nu : nu + nv]
+    lam = s[nu + nv :]
+    iv = nu
+    r = np.zeros(ns)
+    jac = np.zeros((ns, ns) if want_jac else (0, 0))
+    mass = np.zeros((nv, nv) if want_jac else (0, 0))
+    rthd = np.zeros((ns, nm))
+    rth = np.zeros((ns, nm))
+    # The motor angles the constraint rows see: a modelled servo's shaft from the state, an ideal motor's input.
+    th_c = theta.copy()
+    thd_c = theta_dot.copy()
+    for mm in range(nm):
+        ks = p.sv_motor[mm]
+        if ks >= 0:
+            th_c[mm] = u[p.sv_u[ks]]
+            thd_c[mm] = v[p.sv_v[ks]]
+    _servo_rows(p, u, v, v_bar, h, theta, theta_dot, r, jac, mass, rth, rthd, want_jac)
+    for k in range(nu):
+        r[k] = u[k] - u_bar[k]
+    _rigid_rows(p, u, v, v_bar, h, r, jac, mass, want_jac)
+    min_det = _deformable_rows(p, u, v, v_bar, h, r, jac, mass, want_jac, exact)
+    # Servo coordinates: U̇ = V on the tail after every z.
+    ntail = p.sv_u.shape[0] + _count_integral(p)
+    for k in range(ntail):
+        ku = nu - ntail + k
+        kv = nv - ntail + k
+        r[ku] -= h * v[kv]
+        if want_jac:
+            jac[ku, ku] = 1.0
+            jac[ku, iv + kv] = -h
+    _constraint_rows(p, u, v, lam, th_c, thd_c, baumgarte, r, jac, rth, rthd, want_jac, exact)
     return r, jac, rthd, rth, mass, min_det
 
 
@@ -864,7 +958,7 @@ def _predict(p: Packed, states: NDArray, k: int, u_bar: NDArray, h: float, dt: f
     extrapolated quaternion), so the first residual's kinematic rows nearly vanish. First step
     (BDF1): explicit Euler on U, V and λ held (``order`` 0: the previous state itself).
     """
-    nu, nv = p.sizes[0], p.sizes[1]
+    nu = p.sizes[0]
     nb = p.rmass.shape[0]
     prev = states[k]
     if k == 0 and order == 0:

@@ -282,6 +282,42 @@ def cubature_force_directional(
 _TANGENT_CHUNK = 32
 
 
+@numba.njit(cache=True, fastmath={"reassoc", "contract"}, inline="always")
+def _tangent_derivative_point(
+    dh: NDArray[np.float64],
+    fi: NDArray[np.float64],
+    ym: NDArray[np.float64],
+    am: NDArray[np.float64],
+    mu: float,
+    lam: float,
+    wq: float,
+    tmp: NDArray[np.float64],
+    dfi: NDArray[np.float64],
+    dym: NDArray[np.float64],
+    ad: NDArray[np.float64],
+) -> None:
+    """``wq A'[dH]`` (9, 9) into ``ad`` at one quadrature point (:func:`cubature_tangents`); ``tmp``, ``dfi``,
+    ``dym`` (3, 3): scratch."""
+    # dF⁻¹ = −F⁻¹ dH F⁻¹; dY = μ dH − A:dH
+    for i in range(3):
+        for j in range(3):
+            tmp[i, j] = dh[i, 0] * fi[0, j] + dh[i, 1] * fi[1, j] + dh[i, 2] * fi[2, j]
+    for i in range(3):
+        for j in range(3):
+            dfi[i, j] = -(fi[i, 0] * tmp[0, j] + fi[i, 1] * tmp[1, j] + fi[i, 2] * tmp[2, j])
+    for ij in range(9):
+        val = 0.0
+        for kl in range(9):
+            val += am[ij, kl] * dh[kl // 3, kl % 3]
+        dym[ij // 3, ij % 3] = mu * dh[ij // 3, ij % 3] - val
+    for ij in range(9):
+        i, j = ij // 3, ij % 3
+        for kl in range(9):
+            kk, ll = kl // 3, kl % 3
+            ad[ij, kl] = wq * (dfi[ll, i] * ym[kk, j] + fi[ll, i] * dym[kk, j]
+                               + lam * (dfi[j, i] * fi[ll, kk] + fi[j, i] * dfi[ll, kk]))
+
+
 @numba.njit(cache=True, fastmath={"reassoc", "contract"})
 def cubature_tangents(
     z: NDArray[np.float64],
@@ -351,24 +387,7 @@ def cubature_tangents(
             wq = weights[e] * qweights[e, q]
             first_piola_tangent_point(fm, fi, pu, mu, lam, ym, am)
             if with_derivative:
-                # dF⁻¹ = −F⁻¹ dH F⁻¹; dY = μ dH − A:dH
-                for i in range(3):
-                    for j in range(3):
-                        tmp[i, j] = dh[i, 0] * fi[0, j] + dh[i, 1] * fi[1, j] + dh[i, 2] * fi[2, j]
-                for i in range(3):
-                    for j in range(3):
-                        dfi[i, j] = -(fi[i, 0] * tmp[0, j] + fi[i, 1] * tmp[1, j] + fi[i, 2] * tmp[2, j])
-                for ij in range(9):
-                    val = 0.0
-                    for kl in range(9):
-                        val += am[ij, kl] * dh[kl // 3, kl % 3]
-                    dym[ij // 3, ij % 3] = mu * dh[ij // 3, ij % 3] - val
-                for ij in range(9):
-                    i, j = ij // 3, ij % 3
-                    for kl in range(9):
-                        kk, ll = kl // 3, kl % 3
-                        ad[ij, kl] = wq * (dfi[ll, i] * ym[kk, j] + fi[ll, i] * dym[kk, j]
-                                           + lam * (dfi[j, i] * fi[ll, kk] + fi[j, i] * dfi[ll, kk]))
+                _tangent_derivative_point(dh, fi, ym, am, mu, lam, wq, tmp, dfi, dym, ad)
             for ij in range(9):
                 gr = g[row + ij]
                 for l in range(nc - 1):

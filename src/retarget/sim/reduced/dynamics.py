@@ -187,6 +187,66 @@ def body_force(
                         m_zz)[0]
 
 
+@numba.njit(cache=True, inline="always")
+def _force_z_derivative(
+    rot: NDArray[np.float64],
+    omega: NDArray[np.float64],
+    acc_w: NDArray[np.float64],
+    acc_z: NDArray[np.float64],
+    zdot: NDArray[np.float64],
+    e: NDArray[np.float64],
+    w2: float,
+    bm: NDArray[np.float64],
+    tr_b: NDArray[np.float64],
+    p2: NDArray[np.float64],
+    s1: NDArray[np.float64],
+    c1: NDArray[np.float64],
+) -> NDArray[np.float64]:
+    """``∂f/∂z`` (6+r, r) of :func:`body_forces` at fixed ω, ż and accelerations (the terms of
+    :func:`_force_terms`: ``e`` (3,), ``w2 = |ω|²``, ``bm`` (r, 3, 3), ``tr_b`` (r,))."""
+    nr = zdot.shape[0]
+    f_z = np.zeros((6 + nr, nr))
+    # ωᵀ P ω − |ω|² tr P = Σ_ij W_ij P_ij with W = ωωᵀ − |ω|² I
+    wm = np.outer(omega, omega)
+    for i in range(3):
+        wm[i, i] -= w2
+    dq = np.empty((3, 3))
+    for k in range(nr):
+        ds = s1[:, k].copy()
+        f_z[0:3, k] = rot @ (_cross(acc_w, ds) + _cross(omega, _cross(omega, ds)))
+        dj = -(bm[k] + bm[k].T)
+        dq[:, :] = 0.0
+        for m in range(nr):
+            zm = zdot[m]
+            if zm != 0.0:
+                pmk = p2[m, k]
+                for i in range(3):
+                    for j in range(3):
+                        dq[i, j] += zm * pmk[i, j]
+        tr_dq = dq[0, 0] + dq[1, 1] + dq[2, 2]
+        gdq = -2.0 * dq
+        for i in range(3):
+            dj[i, i] += 2.0 * tr_b[k]
+            gdq[i, i] += 2.0 * tr_dq
+        col = _cross(ds, e) + dj @ acc_w + _cross(omega, dj @ omega) + gdq @ omega
+        for l in range(nr):
+            al = acc_z[l]
+            ckl = c1[k, l]
+            for i in range(3):
+                col[i] += al * ckl[i]
+        f_z[3:6, k] = col
+        for l in range(nr):
+            pk = p2[l, k]
+            ckl = c1[k, l]
+            val = acc_w[0] * ckl[0] + acc_w[1] * ckl[1] + acc_w[2] * ckl[2]
+            for i in range(3):
+                for j in range(3):
+                    val += wm[i, j] * pk[i, j]
+            f_z[6 + l, k] = val
+
+    return f_z
+
+
 @numba.njit(cache=True)
 def body_forces(
     q: NDArray[np.float64],
@@ -261,44 +321,7 @@ def body_forces(
             f_zd[6 + l, k] = 2.0 * (om0 * ckl[0] + om1 * ckl[1] + om2 * ckl[2])
 
     # z.
-    f_z = np.zeros((nf, nr))
-    # ωᵀ P ω − |ω|² tr P = Σ_ij W_ij P_ij with W = ωωᵀ − |ω|² I
-    wm = np.outer(omega, omega)
-    for i in range(3):
-        wm[i, i] -= w2
-    dq = np.empty((3, 3))
-    for k in range(nr):
-        ds = s1[:, k].copy()
-        f_z[0:3, k] = rot @ (_cross(acc_w, ds) + _cross(omega, _cross(omega, ds)))
-        dj = -(bm[k] + bm[k].T)
-        dq[:, :] = 0.0
-        for m in range(nr):
-            zm = zdot[m]
-            if zm != 0.0:
-                pmk = p2[m, k]
-                for i in range(3):
-                    for j in range(3):
-                        dq[i, j] += zm * pmk[i, j]
-        tr_dq = dq[0, 0] + dq[1, 1] + dq[2, 2]
-        gdq = -2.0 * dq
-        for i in range(3):
-            dj[i, i] += 2.0 * tr_b[k]
-            gdq[i, i] += 2.0 * tr_dq
-        col = _cross(ds, e) + dj @ acc_w + _cross(omega, dj @ omega) + gdq @ omega
-        for l in range(nr):
-            al = acc_z[l]
-            ckl = c1[k, l]
-            for i in range(3):
-                col[i] += al * ckl[i]
-        f_z[3:6, k] = col
-        for l in range(nr):
-            pk = p2[l, k]
-            ckl = c1[k, l]
-            val = acc_w[0] * ckl[0] + acc_w[1] * ckl[1] + acc_w[2] * ckl[2]
-            for i in range(3):
-                for j in range(3):
-                    val += wm[i, j] * pk[i, j]
-            f_z[6 + l, k] = val
+    f_z = _force_z_derivative(rot, omega, acc_w, acc_z, zdot, e, w2, bm, tr_b, p2, s1, c1)
 
     # q (through R in f_v and Rᵀ in e).
     f_q = np.zeros((nf, 4))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time as _time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numba.typed import List
@@ -26,6 +26,9 @@ from retarget.sim.reduced.kernels import COUPLING_CODE, JOINT_CODES, block_eval
 from retarget.sim.reduced.stepper import BDF1, BDF2, ReducedState, _block_layout, solve_static
 from retarget.sim.reduced.system import ReducedSystem
 from retarget.sim.servo import N_PARAMS
+
+if TYPE_CHECKING:
+    from retarget.sim.motors import MotorTrajectory
 
 __all__ = [
     "CompiledLinearization",
@@ -224,7 +227,7 @@ def _bars(prev: NDArray, prev2: NDArray | None, nu: int, nv: int) -> tuple[NDArr
 
 def linearize_compiled(
     packed: ck.Packed | ck.Kernels, new: NDArray, prev: NDArray, prev2: NDArray | None, t_new: float, dt: float,
-    motors: Any
+    motors: MotorTrajectory
 ) -> CompiledLinearization:
     """The exact ``∂R/∂S_n``, ``∂R/∂θ``, ``∂R/∂θ̇`` of the step ``(prev2, prev) → new`` (states (n_S,); ``packed`` as
     :func:`residual_compiled`'s)."""
@@ -286,7 +289,7 @@ def _raise(status: int, step: int, t: float) -> None:
 
 def simulate_compiled(
     rs: ReducedSystem,
-    motors: Any,
+    motors: MotorTrajectory,
     duration: float,
     dt: float = DEFAULT_DT,
     start: ReducedState | None = None,
@@ -366,13 +369,13 @@ class CompiledReducedEngine(SystemEngine):
         self.packed = pack_system(system)
         self.kernels = ck.Kernels(self.packed)  # the per-step calls, without typing ``packed`` each time
 
-    def _wrap(self, st: ReducedState) -> Any:
+    def _wrap(self, st: ReducedState) -> EngineState:
         return EngineState(float(st.t), st.s, st)
 
     def _on(self, system: ReducedSystem) -> CompiledReducedEngine:
         return CompiledReducedEngine(system, self.tolerance, self.estimate)
 
-    def solve_static(self, theta: NDArray[np.float64], warm: Any = None) -> Any:
+    def solve_static(self, theta: NDArray[np.float64], warm: EngineState | None = None) -> EngineState:
         u0 = None if warm is None else warm_u(warm, self.system.n_u)
 
         def linearize(s: NDArray, u_bar: NDArray, v_bar: NDArray, th: NDArray) -> tuple[NDArray, NDArray]:
@@ -382,7 +385,7 @@ class CompiledReducedEngine(SystemEngine):
 
         return self._wrap(solve_static(self.system, np.atleast_1d(theta), u0=u0, linearize=linearize))
 
-    def reference_state(self) -> Any:
+    def reference_state(self) -> EngineState:
         rs = self.system
         return self._wrap(ReducedState(0.0, rs.reference_u(), np.zeros(rs.n_v), np.zeros(rs.n_lambda)))
 
@@ -390,7 +393,8 @@ class CompiledReducedEngine(SystemEngine):
         rs = self.system
         return ReducedState(t, s[: rs.n_u].copy(), s[rs.n_u : rs.n_u + rs.n_v].copy(), s[rs.n_u + rs.n_v :].copy())
 
-    def step(self, prev: Any, prev2: Any, dt: float, motors: Any, index: int, cache: dict) -> Any:
+    def step(self, prev: EngineState, prev2: EngineState | None, dt: float, motors: MotorTrajectory, index: int,
+             cache: dict[str, object]) -> EngineState:
         ws = cache.get("compiled_workspace")
         if ws is None:
             ws = cache["compiled_workspace"] = ck.make_workspace(self.packed)
@@ -421,12 +425,13 @@ class CompiledReducedEngine(SystemEngine):
             _raise(status, index, t)
         return self._wrap(self._state(t, states[-1]))
 
-    def simulate(self, start: Any, motors: Any, dt: float, n_steps: int) -> CompiledRun:
+    def simulate(self, start: EngineState, motors: MotorTrajectory, dt: float, n_steps: int) -> CompiledRun:
         """All states of an ``n_steps`` rollout from ``start`` (an ``EngineState``) in compiled chunks."""
         return simulate_compiled(self.system, motors, n_steps * dt, dt, start=start.native, tol=self.tolerance,
                                  max_iter=40, packed=self.packed, estimate=self.estimate)
 
-    def sensitivity(self, new: Any, prev: Any, prev2: Any, dt: float, motors: Any) -> StepSensitivity:
+    def sensitivity(self, new: EngineState, prev: EngineState, prev2: EngineState | None, dt: float,
+                    motors: MotorTrajectory) -> StepSensitivity:
         kernels = self.kernels
         lin = linearize_compiled(kernels, new.s, prev.s, None if prev2 is None else prev2.s, new.t, dt, motors)
         a1, a2, gamma = BDF1 if prev2 is None else BDF2

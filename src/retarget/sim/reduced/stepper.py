@@ -172,61 +172,147 @@ def _local_t(segs: list, ul: NDArray[np.float64], nu: int, nv: int) -> NDArray[n
     return t
 
 
-def residual_and_jacobian(
+def _constraint_block_rows(
     rs: ReducedSystem,
-    s: NDArray[np.float64],
-    u_bar: NDArray[np.float64],
-    v_bar: NDArray[np.float64],
-    h: float,
+    b: int,
+    u: NDArray[np.float64],
+    v: NDArray[np.float64],
+    lam: NDArray[np.float64],
     theta: NDArray[np.float64],
     theta_dot: NDArray[np.float64],
     baumgarte: float,
-    jacobian: bool = True,
-) -> ReducedLinearization:
-    """The BDF residual of the reduced DAE at ``S = s`` and (optionally) its exact dense Jacobian.
-
-    Args:
-        rs: the reduced system.
-        s: ``S_n`` (nS,). u_bar, v_bar: ``Ū`` (nU,), ``V̄`` (nV,). h: ``γ Δt`` [s].
-        theta, theta_dot: motor values and rates (n_m,). baumgarte: ``a`` [1/s].
-        jacobian: also form ``∂R/∂S``.
-    """
-    nu, nv, m = rs.n_u, rs.n_v, rs.n_lambda
-    ns = nu + nv + m
-    u, v, lam = s[:nu], s[nu : nu + nv], s[nu + nv :]
-    nb = rs.n_rigid
-    r = np.zeros(ns)
-    jac = np.zeros((ns, ns)) if jacobian else None
-    r_theta_dot = np.zeros((ns, len(rs.motors)))
-    r_theta = np.zeros((ns, len(rs.motors))) if jacobian else None
-    mass = np.zeros((nv, nv)) if jacobian else None
+    jacobian: bool,
+    r: NDArray[np.float64],
+    jac: NDArray[np.float64] | None,
+    r_theta: NDArray[np.float64] | None,
+    r_theta_dot: NDArray[np.float64],
+) -> None:
+    """Constraint block ``b``'s λ rows and reaction on its V entries into ``r`` and, with ``jacobian``, its Jacobian
+    entries and motor sensitivities (in place); ``theta``, ``theta_dot``: the motor angles the rows see."""
+    blk = rs.constraints[b]
     layout = rs.servo
-    goal = np.atleast_1d(np.asarray(theta, dtype=float))
-    goal_dot = np.atleast_1d(np.asarray(theta_dot, dtype=float))
-    theta, theta_dot = layout.motor_state(u, v, goal, goal_dot)
-    iv, il = nu, nu + nv  # row/column offsets of V and λ
-    # Kinematics R_U = U − Ū − h T V.
-    r[:nu] = u - u_bar
-    for i, body in enumerate(rs.rigid):
-        q, w = u[7 * i + 3 : 7 * i + 7], v[6 * i + 3 : 6 * i + 6]
-        qr = 0.5 * quat_rate_matrix(q)
-        r[7 * i : 7 * i + 3] -= h * v[6 * i : 6 * i + 3]
-        r[7 * i + 3 : 7 * i + 7] -= h * (qr @ w)
-        iw = body.inertia @ w
-        rv = iv + 6 * i
-        r[rv : rv + 3] += body.mass * ((v[6 * i : 6 * i + 3] - v_bar[6 * i : 6 * i + 3]) / h - rs.gravity)
-        r[rv + 3 : rv + 6] += body.inertia @ (w - v_bar[6 * i + 3 : 6 * i + 6]) / h + np.cross(w, iw)
-        if jac is not None:
-            jac[7 * i : 7 * i + 3, 7 * i : 7 * i + 3] = np.eye(3)
-            jac[7 * i + 3 : 7 * i + 7, 7 * i + 3 : 7 * i + 7] = np.eye(4) - 0.5 * h * omega_matrix(w)
-            jac[7 * i : 7 * i + 3, iv + 6 * i : iv + 6 * i + 3] = -h * np.eye(3)
-            jac[7 * i + 3 : 7 * i + 7, iv + 6 * i + 3 : iv + 6 * i + 6] = -h * qr
-            jac[rv : rv + 3, iv + 6 * i : iv + 6 * i + 3] += body.mass / h * np.eye(3)
-            mass[6 * i : 6 * i + 3, 6 * i : 6 * i + 3] += body.mass * np.eye(3)
-            mass[6 * i + 3 : 6 * i + 6, 6 * i + 3 : 6 * i + 6] += body.inertia
-            wx = np.array([[0, -w[2], w[1]], [w[2], 0, -w[0]], [-w[1], w[0], 0]])
-            iwx = np.array([[0, -iw[2], iw[1]], [iw[2], 0, -iw[0]], [-iw[1], iw[0], 0]])
-            jac[rv + 3 : rv + 6, iv + 6 * i + 3 : iv + 6 * i + 6] += body.inertia / h + wx @ body.inertia - iwx
+    iv, il = rs.n_u, rs.n_u + rs.n_v
+    segs, ui, vi = _block_layout(rs, b)
+    l0, l1 = rs.lambda_offsets[b], rs.lambda_offsets[b + 1]
+    ul, vl, lb = u[ui], v[vi], lam[l0:l1]
+    tl = _local_t(segs, ul, len(ui), len(vi))
+    ydot = tl @ vl
+    th = theta[blk.motor] if blk.motor >= 0 else 0.0
+    thd = theta_dot[blk.motor] if blk.motor >= 0 else 0.0
+    n = len(ui)
+    has_motor = blk.motor >= 0
+    nbatch = (n + 1 + has_motor) if jacobian else (1 + has_motor)
+    ub = np.tile(ul.astype(complex), (nbatch, 1))
+    thb = np.full(nbatch, th, dtype=complex)
+    if jacobian:
+        ub[1 : 1 + n] += 1j * _H * np.eye(n)
+    if has_motor:
+        thb[-1] += 1j * _H
+    cc, cuc = _eval_block(rs, b, segs, ub, thb)
+    c, cu = cc[0].real, cuc[0].real
+    c_theta = cc[-1].imag / _H if has_motor else np.zeros(len(c))
+    cv = cu @ tl
+    r[il + l0 : il + l1] = cu @ ydot + baumgarte * c + c_theta * thd
+    g = cu.T @ lb
+    r[iv + vi] -= tl.T @ g
+    servo = layout.motor_servo[blk.motor] if has_motor else -1
+    if servo >= 0:
+        # The motor row's reaction on the shaft: R_ω −= C_θᵀλ.
+        r[iv + layout.v_omega[servo]] -= c_theta @ lb
+    elif has_motor:
+        r_theta_dot[il + l0 : il + l1, blk.motor] = c_theta
+    if jac is None:
+        return
+    if has_motor:
+        # ∂/∂θ of the λ rows (∂C_y/∂θ ẏ + a C_θ + C_θθ θ̇) and of the V rows (−Tᵀ ∂C_yᵀ/∂θ λ), complex steps.
+        d_cy = cuc[-1].imag / _H
+        thc = np.array([complex(th, _H)])
+        c_thth = theta_derivative(blk, ul.astype(complex)[None], thc).imag[0] / _H
+        col_l = d_cy @ ydot + baumgarte * c_theta + c_thth * thd
+        col_v = -tl.T @ (d_cy.T @ lb)
+        if servo >= 0:
+            ct, cw = int(layout.u_theta[servo]), iv + int(layout.v_omega[servo])
+            jac[il + l0 : il + l1, ct] += col_l
+            jac[iv + vi, ct] += col_v
+            jac[il + l0 : il + l1, cw] += c_theta
+            jac[cw, il + l0 : il + l1] -= c_theta
+            jac[cw, ui] -= d_cy.T @ lb
+            jac[cw, ct] -= c_thth @ lb
+        else:
+            r_theta[il + l0 : il + l1, blk.motor] = col_l
+            r_theta[iv + vi, blk.motor] = col_v
+    dcu = cuc[1 : 1 + n].imag / _H  # (n_j, m, n): ∂C_ul/∂ul_j
+    # ∂(C_V V + a C + C_θ θ̇)/∂ul
+    a3 = np.einsum("jmk,k->mj", dcu, ydot) + baumgarte * cu
+    if has_motor:
+        a3 += thd * (cuc[-1].imag / _H)
+    # ∂(T_localᵀ C_ulᵀ λ)/∂ul
+    hess = tl.T @ np.einsum("jmk,m->kj", dcu, lb)
+    ou = ov = 0
+    for kind, _ in segs:
+        if kind != "rigid":
+            break
+        wq = vl[ov + 3 : ov + 6]
+        a3[:, ou + 3 : ou + 7] += cu[:, ou + 3 : ou + 7] @ (0.5 * omega_matrix(wq))
+        gamma = np.einsum("kij,i->jk", QUATERNION_BASIS_Q, g[ou + 3 : ou + 7])
+        hess[ov + 3 : ov + 6, ou + 3 : ou + 7] += 0.5 * gamma
+        ou, ov = ou + 7, ov + 6
+    jac[np.ix_(il + np.arange(l0, l1), ui)] += a3
+    jac[np.ix_(il + np.arange(l0, l1), iv + vi)] += cv
+    jac[np.ix_(iv + vi, ui)] -= hess
+    jac[np.ix_(iv + vi, il + np.arange(l0, l1))] -= cv.T
+
+
+def _servo_coordinate_rows(
+    rs: ReducedSystem,
+    u: NDArray[np.float64],
+    v: NDArray[np.float64],
+    v_bar: NDArray[np.float64],
+    h: float,
+    goal: NDArray[np.float64],
+    goal_dot: NDArray[np.float64],
+    r: NDArray[np.float64],
+    jac: NDArray[np.float64] | None,
+    mass: NDArray[np.float64] | None,
+    r_theta: NDArray[np.float64] | None,
+    r_theta_dot: NDArray[np.float64],
+) -> None:
+    """The servo coordinates' kinematic rows (``U̇ = V`` on the tail) and the servos' V rows (the reaction ``C_θᵀλ``
+    comes with the blocks) into ``r`` and, with ``jac``, their Jacobian, mass and goal-sensitivity entries."""
+    layout = rs.servo
+    nu, nv = rs.n_u, rs.n_v
+    iv = nu
+    # Servo coordinates: U̇ = V on the tail, the servo's V rows (the reaction C_θᵀλ comes with the blocks).
+    ut, vt = np.arange(nu - layout.size, nu), np.arange(nv - layout.size, nv)
+    r[ut] -= h * v[vt]
+    rows = servo_rows(layout, nu, u, v, v_bar, h, goal, goal_dot)
+    r[rows.rows] += rows.values
+    if jac is not None:
+        jac[ut, ut] = 1.0
+        jac[ut, iv + vt] = -h
+        np.add.at(jac, (rows.jac_rows, rows.jac_cols), rows.jac_values)
+        mass[rows.mass_index, rows.mass_index] += rows.mass_values
+        np.add.at(r_theta, (rows.goal_rows, rows.goal_motors), rows.goal_values)
+        np.add.at(r_theta_dot, (rows.goal_rows, rows.goal_motors), rows.goal_dot_values)
+
+
+def _deformable_rows(
+    rs: ReducedSystem,
+    u: NDArray[np.float64],
+    v: NDArray[np.float64],
+    v_bar: NDArray[np.float64],
+    h: float,
+    r: NDArray[np.float64],
+    jac: NDArray[np.float64] | None,
+    mass: NDArray[np.float64] | None,
+) -> None:
+    """Every deformable body's kinematic rows, relative inertial forces, cubature forces and damping into ``r`` and,
+    with ``jac``, their Jacobian entries and generalized mass (in place).
+
+    Raises:
+        SimulationDiverged: an element of a cubature inverted.
+    """
+    iv = rs.n_u
     min_det = np.inf
     for d, rb in enumerate(rs.bodies):
         zu, zv = rs.z_slice_u(d), rs.z_slice_v(d)
@@ -268,90 +354,84 @@ def residual_and_jacobian(
             jac[iv + zv.start : iv + zv.stop, iv + zv.start : iv + zv.stop] += damp
     if not min_det > 0.0:
         raise SimulationDiverged(0, 0.0, [], reason=f"inverted element in the cubature (min det F = {min_det:.3e})")
-    if layout.size:
-        # Servo coordinates: U̇ = V on the tail, the servo's V rows (the reaction C_θᵀλ comes with the blocks).
-        ut, vt = np.arange(nu - layout.size, nu), np.arange(nv - layout.size, nv)
-        r[ut] -= h * v[vt]
-        rows = servo_rows(layout, nu, u, v, v_bar, h, goal, goal_dot)
-        r[rows.rows] += rows.values
+
+
+def _rigid_rows(
+    rs: ReducedSystem,
+    u: NDArray[np.float64],
+    v: NDArray[np.float64],
+    v_bar: NDArray[np.float64],
+    h: float,
+    r: NDArray[np.float64],
+    jac: NDArray[np.float64] | None,
+    mass: NDArray[np.float64] | None,
+) -> None:
+    """Every rigid body's kinematic rows (``− h T(q) V``; ``U − Ū`` is set before) and Newton–Euler rows into ``r``
+    and, with ``jac``, their Jacobian entries and generalized mass (in place)."""
+    iv = rs.n_u
+    for i, body in enumerate(rs.rigid):
+        q, w = u[7 * i + 3 : 7 * i + 7], v[6 * i + 3 : 6 * i + 6]
+        qr = 0.5 * quat_rate_matrix(q)
+        r[7 * i : 7 * i + 3] -= h * v[6 * i : 6 * i + 3]
+        r[7 * i + 3 : 7 * i + 7] -= h * (qr @ w)
+        iw = body.inertia @ w
+        rv = iv + 6 * i
+        r[rv : rv + 3] += body.mass * ((v[6 * i : 6 * i + 3] - v_bar[6 * i : 6 * i + 3]) / h - rs.gravity)
+        r[rv + 3 : rv + 6] += body.inertia @ (w - v_bar[6 * i + 3 : 6 * i + 6]) / h + np.cross(w, iw)
         if jac is not None:
-            jac[ut, ut] = 1.0
-            jac[ut, iv + vt] = -h
-            np.add.at(jac, (rows.jac_rows, rows.jac_cols), rows.jac_values)
-            mass[rows.mass_index, rows.mass_index] += rows.mass_values
-            np.add.at(r_theta, (rows.goal_rows, rows.goal_motors), rows.goal_values)
-            np.add.at(r_theta_dot, (rows.goal_rows, rows.goal_motors), rows.goal_dot_values)
+            jac[7 * i : 7 * i + 3, 7 * i : 7 * i + 3] = np.eye(3)
+            jac[7 * i + 3 : 7 * i + 7, 7 * i + 3 : 7 * i + 7] = np.eye(4) - 0.5 * h * omega_matrix(w)
+            jac[7 * i : 7 * i + 3, iv + 6 * i : iv + 6 * i + 3] = -h * np.eye(3)
+            jac[7 * i + 3 : 7 * i + 7, iv + 6 * i + 3 : iv + 6 * i + 6] = -h * qr
+            jac[rv : rv + 3, iv + 6 * i : iv + 6 * i + 3] += body.mass / h * np.eye(3)
+            mass[6 * i : 6 * i + 3, 6 * i : 6 * i + 3] += body.mass * np.eye(3)
+            mass[6 * i + 3 : 6 * i + 6, 6 * i + 3 : 6 * i + 6] += body.inertia
+            wx = np.array([[0, -w[2], w[1]], [w[2], 0, -w[0]], [-w[1], w[0], 0]])
+            iwx = np.array([[0, -iw[2], iw[1]], [iw[2], 0, -iw[0]], [-iw[1], iw[0], 0]])
+            jac[rv + 3 : rv + 6, iv + 6 * i + 3 : iv + 6 * i + 6] += body.inertia / h + wx @ body.inertia - iwx
+
+
+def residual_and_jacobian(
+    rs: ReducedSystem,
+    s: NDArray[np.float64],
+    u_bar: NDArray[np.float64],
+    v_bar: NDArray[np.float64],
+    h: float,
+    theta: NDArray[np.float64],
+    theta_dot: NDArray[np.float64],
+    baumgarte: float,
+    jacobian: bool = True,
+) -> ReducedLinearization:
+    """The BDF residual of the reduced DAE at ``S = s`` and (optionally) its exact dense Jacobian.
+
+    Args:
+        rs: the reduced system.
+        s: ``S_n`` (nS,). u_bar, v_bar: ``Ū`` (nU,), ``V̄`` (nV,). h: ``γ Δt`` [s].
+        theta, theta_dot: motor values and rates (n_m,). baumgarte: ``a`` [1/s].
+        jacobian: also form ``∂R/∂S``.
+    """
+    nu, nv, m = rs.n_u, rs.n_v, rs.n_lambda
+    ns = nu + nv + m
+    u, v, lam = s[:nu], s[nu : nu + nv], s[nu + nv :]
+    r = np.zeros(ns)
+    jac = np.zeros((ns, ns)) if jacobian else None
+    r_theta_dot = np.zeros((ns, len(rs.motors)))
+    r_theta = np.zeros((ns, len(rs.motors))) if jacobian else None
+    mass = np.zeros((nv, nv)) if jacobian else None
+    layout = rs.servo
+    goal = np.atleast_1d(np.asarray(theta, dtype=float))
+    goal_dot = np.atleast_1d(np.asarray(theta_dot, dtype=float))
+    theta, theta_dot = layout.motor_state(u, v, goal, goal_dot)
+    # Kinematics R_U = U − Ū − h T V.
+    r[:nu] = u - u_bar
+    _rigid_rows(rs, u, v, v_bar, h, r, jac, mass)
+    _deformable_rows(rs, u, v, v_bar, h, r, jac, mass)
+    if layout.size:
+        _servo_coordinate_rows(rs, u, v, v_bar, h, goal, goal_dot, r, jac, mass, r_theta, r_theta_dot)
     # Constraints.
-    for b, blk in enumerate(rs.constraints):
-        segs, ui, vi = _block_layout(rs, b)
-        l0, l1 = rs.lambda_offsets[b], rs.lambda_offsets[b + 1]
-        ul, vl, lb = u[ui], v[vi], lam[l0:l1]
-        tl = _local_t(segs, ul, len(ui), len(vi))
-        ydot = tl @ vl
-        th = theta[blk.motor] if blk.motor >= 0 else 0.0
-        thd = theta_dot[blk.motor] if blk.motor >= 0 else 0.0
-        n = len(ui)
-        has_motor = blk.motor >= 0
-        nbatch = (n + 1 + has_motor) if jacobian else (1 + has_motor)
-        ub = np.tile(ul.astype(complex), (nbatch, 1))
-        thb = np.full(nbatch, th, dtype=complex)
-        if jacobian:
-            ub[1 : 1 + n] += 1j * _H * np.eye(n)
-        if has_motor:
-            thb[-1] += 1j * _H
-        cc, cuc = _eval_block(rs, b, segs, ub, thb)
-        c, cu = cc[0].real, cuc[0].real
-        c_theta = cc[-1].imag / _H if has_motor else np.zeros(len(c))
-        cv = cu @ tl
-        r[il + l0 : il + l1] = cu @ ydot + baumgarte * c + c_theta * thd
-        g = cu.T @ lb
-        r[iv + vi] -= tl.T @ g
-        servo = layout.motor_servo[blk.motor] if has_motor else -1
-        if servo >= 0:
-            # The motor row's reaction on the shaft: R_ω −= C_θᵀλ.
-            r[iv + layout.v_omega[servo]] -= c_theta @ lb
-        elif has_motor:
-            r_theta_dot[il + l0 : il + l1, blk.motor] = c_theta
-        if jac is None:
-            continue
-        if has_motor:
-            # ∂/∂θ of the λ rows (∂C_y/∂θ ẏ + a C_θ + C_θθ θ̇) and of the V rows (−Tᵀ ∂C_yᵀ/∂θ λ), complex steps.
-            d_cy = cuc[-1].imag / _H
-            thc = np.array([complex(th, _H)])
-            c_thth = theta_derivative(blk, ul.astype(complex)[None], thc).imag[0] / _H
-            col_l = d_cy @ ydot + baumgarte * c_theta + c_thth * thd
-            col_v = -tl.T @ (d_cy.T @ lb)
-            if servo >= 0:
-                ct, cw = int(layout.u_theta[servo]), iv + int(layout.v_omega[servo])
-                jac[il + l0 : il + l1, ct] += col_l
-                jac[iv + vi, ct] += col_v
-                jac[il + l0 : il + l1, cw] += c_theta
-                jac[cw, il + l0 : il + l1] -= c_theta
-                jac[cw, ui] -= d_cy.T @ lb
-                jac[cw, ct] -= c_thth @ lb
-            else:
-                r_theta[il + l0 : il + l1, blk.motor] = col_l
-                r_theta[iv + vi, blk.motor] = col_v
-        dcu = cuc[1 : 1 + n].imag / _H  # (n_j, m, n): ∂C_ul/∂ul_j
-        # ∂(C_V V + a C + C_θ θ̇)/∂ul
-        a3 = np.einsum("jmk,k->mj", dcu, ydot) + baumgarte * cu
-        if has_motor:
-            a3 += thd * (cuc[-1].imag / _H)
-        # ∂(T_localᵀ C_ulᵀ λ)/∂ul
-        hess = tl.T @ np.einsum("jmk,m->kj", dcu, lb)
-        ou = ov = 0
-        for kind, _ in segs:
-            if kind != "rigid":
-                break
-            wq = vl[ov + 3 : ov + 6]
-            a3[:, ou + 3 : ou + 7] += cu[:, ou + 3 : ou + 7] @ (0.5 * omega_matrix(wq))
-            gamma = np.einsum("kij,i->jk", QUATERNION_BASIS_Q, g[ou + 3 : ou + 7])
-            hess[ov + 3 : ov + 6, ou + 3 : ou + 7] += 0.5 * gamma
-            ou, ov = ou + 7, ov + 6
-        jac[np.ix_(il + np.arange(l0, l1), ui)] += a3
-        jac[np.ix_(il + np.arange(l0, l1), iv + vi)] += cv
-        jac[np.ix_(iv + vi, ui)] -= hess
-        jac[np.ix_(iv + vi, il + np.arange(l0, l1))] -= cv.T
+    for b in range(len(rs.constraints)):
+        _constraint_block_rows(rs, b, u, v, lam, theta, theta_dot, baumgarte, jacobian, r, jac, r_theta,
+                               r_theta_dot)
     return ReducedLinearization(r, jac, r_theta_dot, residual_norms(r, nu, nv), mass, r_theta)
 
 

@@ -26,11 +26,18 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from retarget.errors import InputError
+
+if TYPE_CHECKING:
+    from retarget.model.loader import RobotSection
+    from retarget.model.robot import RobotModel
+    from retarget.sim.reduced.artifact import ArtifactMeta
+    from retarget.sim.reduced.system import ReducedSystem
+    from retarget.sim.system import System
 
 __all__ = [
     "SHIPPED_DIR",
@@ -63,10 +70,10 @@ class ReducedRobotModel:
             ``model_card``: the model's :meth:`retarget.fem.model_card.ModelCard.to_dict`.
     """
 
-    model: Any
-    config: dict[str, Any]
-    reduced: Any
-    info: dict[str, Any]
+    model: RobotModel
+    config: RobotSection
+    reduced: ReducedSystem
+    info: dict[str, object]
 
 
 def robot_yaml_path(robot: str | Path) -> Path:
@@ -154,7 +161,7 @@ def verification_candidates(name: str, folders: Sequence[Path] | None = None) ->
     return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
 
 
-def artifact_meta(path: str | Path) -> dict[str, Any]:
+def artifact_meta(path: str | Path) -> ArtifactMeta:
     """The artifact's ``meta`` JSON (format version, robot, hashes, training settings, model card), read without
     building anything.
 
@@ -165,12 +172,12 @@ def artifact_meta(path: str | Path) -> dict[str, Any]:
 
     try:
         with np.load(path, allow_pickle=False) as data:
-            return dict(json.loads(str(data["meta"])))
+            return dict(json.loads(str(data["meta"])))  # type: ignore[return-value]
     except (OSError, ValueError, KeyError) as exc:
         raise StaleReducedModelError(str(path), ["file"], f"unreadable reduced model: {exc}") from exc
 
 
-def load_robot_system(robot: str | Path, mesh_scale: float | None) -> tuple[Path, Any, Any]:
+def load_robot_system(robot: str | Path, mesh_scale: float | None) -> tuple[Path, RobotModel, System]:
     """(yaml path, model, absolute system); ``mesh_scale`` scales the flexible parts' axial layer counts.
 
     The scaling is the loader's (``load_robot(..., mesh_scale=)``, as `retarget simulate --mesh-scale`): the
@@ -191,7 +198,7 @@ def load_robot_system(robot: str | Path, mesh_scale: float | None) -> tuple[Path
 
 
 def load_model(robot: str | Path, mesh_axial: int | None = None, mesh_around: int | None = None
-               ) -> tuple[Any, dict[str, Any], str]:
+               ) -> tuple[RobotModel, RobotSection, str]:
     """Load a robot, optionally overriding the resolution of generated rod meshes (the planner's training mesh).
 
     Args:
@@ -266,13 +273,14 @@ def load_artifact(robot: str | Path, path: str | Path, mesh_scale: float | None 
     rs = load_reduced(path, system, yaml_path)
     if tuple(rs.motors) != tuple(model.motors):
         raise InputError(f"reduced model {path} has motors {rs.motors}, the robot has {model.motors}")
-    info = {"source": "artifact", "file": str(path), "robot": meta.get("robot"), "training": extra,
+    info: dict[str, object] = {"source": "artifact", "file": str(path), "robot": meta.get("robot"), "training": extra,
             "format_version": meta.get("format_version"), "mesh_scale": scale}
     return ReducedRobotModel(model, read_robot_yaml(yaml_path), rs, info)
 
 
 def find_artifact(robot: str | Path, name: str, candidates: Sequence[Path] | None = None,
-                  load: Callable[[str | Path, Path], Any] | None = None) -> tuple[Any, list[str]]:
+                  load: Callable[[str | Path, Path], ReducedRobotModel] | None = None
+                  ) -> tuple[ReducedRobotModel | None, list[str]]:
     """The newest fresh artifact of robot ``name`` in :func:`artifact_dirs`.
 
     Args:

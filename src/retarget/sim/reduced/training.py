@@ -169,6 +169,47 @@ class ReplayCheck:
     errors_rel: tuple[float, ...] = ()
 
 
+def _replay_errors(
+    rs: ReducedSystem,
+    runs: list[object],
+    drives: list[object],
+    durations: list[float],
+    travels: list[float],
+    tracked: list[str],
+    dt: float,
+) -> tuple[list[float], list[float], str]:
+    """Replay every training motion with the reduced system ``rs``: per run the tracked RMS error relative to the
+    peak travel and in metres (inf where the replay failed), and the first failure's message ("" if none)."""
+    from retarget.sim.errors import SimulationError
+    from retarget.sim.reduced.engine import simulate_compiled
+
+    errors: list[float] = []
+    rms_m: list[float] = []
+    message = ""
+    for full, drive, duration, span in zip(runs, drives, durations, travels):
+        try:
+            replay = simulate_compiled(rs, drive, duration, dt)
+            diff = np.concatenate(list(tracked_distances(full, replay, tracked).values()))
+            rms = float(np.sqrt(np.mean(diff**2)))
+            errors.append(rms / span if span > 0 else 0.0)
+            rms_m.append(rms)
+        except SimulationError as exc:
+            errors.append(float("inf"))
+            rms_m.append(float("inf"))
+            message = message or str(exc)
+    return errors, rms_m, message
+
+
+def _trial_line(trial: ReplayCheck, chosen: str, cubatures: list[Cubature], travel: float, per_motion: bool) -> str:
+    """The log line of one replay trial (``chosen``: how its modes were chosen; ``travel``: the worst run's peak
+    travel [m])."""
+    each = (" (per motion " + ", ".join(f"{100 * e:.3g} %" for e in trial.errors_rel) + ")") if per_motion else ""
+    return (f"replay check: {chosen}, PCA modes {list(trial.modes)}, cubature tolerance {trial.cubature_tolerance:.3g} "
+            f"(elements {[len(cub.elements) for cub in cubatures]}): tracked RMS error "
+            f"{100 * trial.error_rel:.3g} % of the peak travel ({travel:.3g} m){each}"
+            + (f" ({trial.message})" if trial.message else ""))
+
+
 def build_checked_by_replay(
     system: System,
     result: object,
@@ -219,9 +260,6 @@ def build_checked_by_replay(
     Returns:
         The reduced system, bases, cubatures, and every trial (the returned model's marked ``kept``).
     """
-    from retarget.sim.errors import SimulationError
-    from retarget.sim.reduced.engine import simulate_compiled
-
     runs = _runs(result)
     drives = list(motors) if isinstance(motors, (list, tuple)) else [motors]
     if len(drives) != len(runs):
@@ -240,29 +278,14 @@ def build_checked_by_replay(
                                   modal_derivatives=modal_derivatives, cubature_points=cubature_points)
         modes = tuple(b.n_pca for b in built[1])
         if not trials or (modes, c) != (trials[-1].modes, trials[-1].cubature_tolerance):
-            errors, rms_m, message = [], [], ""
-            for full, drive, duration, span in zip(runs, drives, durations, travels):
-                try:
-                    replay = simulate_compiled(built[0], drive, duration, dt)
-                    diff = np.concatenate(list(tracked_distances(full, replay, tracked).values()))
-                    rms = float(np.sqrt(np.mean(diff**2)))
-                    errors.append(rms / span if span > 0 else 0.0)
-                    rms_m.append(rms)
-                except SimulationError as exc:
-                    errors.append(float("inf"))
-                    rms_m.append(float("inf"))
-                    message = message or str(exc)
+            errors, rms_m, message = _replay_errors(built[0], runs, drives, durations, travels, tracked, dt)
             worst = int(np.argmax(errors))
             trial = ReplayCheck(None if n_modes is not None else v, modes, errors[worst], rms_m[worst], message,
                                 cubature_tolerance=c, errors_rel=tuple(errors))
             trials.append(trial)
             if log is not None:
-                each = (" (per motion " + ", ".join(f"{100 * e:.3g} %" for e in errors) + ")") if len(runs) > 1 else ""
                 chosen = f"at most {n_modes} modes" if n_modes is not None else f"variance {v:.12g}"
-                log(f"replay check: {chosen}, PCA modes {list(modes)}, cubature tolerance {c:.3g} "
-                    f"(elements {[len(cub.elements) for cub in built[2]]}): tracked RMS error "
-                    f"{100 * trial.error_rel:.3g} % of the peak travel ({travels[worst]:.3g} m){each}"
-                    + (f" ({trial.message})" if trial.message else ""))
+                log(_trial_line(trial, chosen, built[2], travels[worst], len(runs) > 1))
             if best is None or trial.error_rel < trials[best[0]].error_rel:
                 best = (len(trials) - 1, built)
             if trial.error_rel <= tolerance:
