@@ -12,7 +12,7 @@ from retarget.ros.motion_convert import from_joint_trajectory_msg, to_joint_traj
 from tests.motion.conftest import motion  # noqa: F401  (the motion tests' fixture)
 
 
-def test_round_trip_through_a_real_message(motion: Motion) -> None:
+def test_round_trip_through_a_real_message(motion: Motion) -> None:  # noqa: F811 (the fixture)
     pytest.importorskip("trajectory_msgs.msg", reason="trajectory_msgs (ros-trajectory-msgs wheel) not installed")
     msg = to_joint_trajectory_msg(motion, velocities=True, frame_id="base")
     assert type(msg).__module__.startswith("trajectory_msgs")
