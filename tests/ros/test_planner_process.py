@@ -160,8 +160,10 @@ def test_planner_plans_and_cancel_answers_with_the_best_so_far(start_node, ros_c
         assert result.error_code == Retarget.Result.CANCELED, (result.error_string, proc.log())
         assert "cancelled after" in result.error_string and result.iterations >= 1
         assert len(result.optimized.points) > 10 and list(result.optimized.joint_names) == ["m"]
-        assert result.objective_final <= result.objective_initial
         metrics = json.loads(result.metrics_json)
+        # Below the optimizer's start (the B-spline fit of the input); objective_initial is J of the naive playback
+        # itself, which a plan cancelled after its first iterations need not have passed yet.
+        assert result.objective_final <= metrics["objective_start"], metrics
         assert metrics["cancelled"] and metrics["interrupted"] and metrics["iterations"] < 100000
         assert len(published) == 1  # the cancelled plan is not published
     finally:
