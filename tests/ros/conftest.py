@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
+from retarget.processes import die_with_parent
+
 rclpy = pytest.importorskip("rclpy", reason="rclpy is not installed (ROS 2 Kilted wheels: make setup)")
 
 
@@ -39,7 +41,8 @@ class NodeProcess:
         self.log_path = tmp / f"{name}.log"
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen([sys.executable, "-m", module, *args], stdout=self._log,
-                                     stderr=subprocess.STDOUT, env=os.environ.copy(), start_new_session=True)
+                                     stderr=subprocess.STDOUT, env=os.environ.copy(), start_new_session=True,
+                                     preexec_fn=die_with_parent(signal.SIGINT))
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")

@@ -29,6 +29,7 @@ import yaml
 
 from retarget.errors import InputError
 from retarget.model.library import list_rigs, list_robots, resolve_robot, ros_parameters
+from retarget.processes import die_with_parent
 from retarget.ros.bringup import (
     EMULATED_BUS_OVERRIDES,
     Supervisor,
@@ -428,7 +429,8 @@ def test_retarget_up_goal_then_sigint(robot: str, ros_context: Any) -> None:
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "retarget.cli", "up", robot, "--namespace", namespace,
                              "--mocap", "none", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=os.environ.copy(), start_new_session=True)
+                            text=True, env=os.environ.copy(), start_new_session=True,
+                            preexec_fn=die_with_parent(signal.SIGINT))
     lines: list[str] = []
     errors: list[str] = []
     readers = [threading.Thread(target=lambda s=s, out=out: out.extend(s), daemon=True)

@@ -21,6 +21,8 @@ from types import SimpleNamespace
 import pytest
 from ros_helpers import wait_for
 
+from retarget.processes import die_with_parent
+
 pytest.importorskip("rclpy", reason="rclpy is not installed (ROS 2 Kilted wheels: make setup)")
 pytest.importorskip("retarget_interfaces", reason="retarget_interfaces is not built (make setup)")
 
@@ -39,7 +41,8 @@ def drummer(isolated_env: dict[str, str]) -> Iterator[list[str]]:
     """``retarget up drummer`` (emulated bus, planner, no mocap) for the module; yields its output lines."""
     proc = subprocess.Popen([sys.executable, "-m", "retarget.cli", "up", "drummer", "--namespace", NAMESPACE,
                              "--mocap", "none", "--json"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=isolated_env, start_new_session=True)
+                            text=True, env=isolated_env, start_new_session=True,
+                            preexec_fn=die_with_parent(signal.SIGINT))
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()

@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 from ros_helpers import wait_for
 
+from retarget.processes import die_with_parent
+
 pytest.importorskip("rclpy", reason="rclpy is not installed (ROS 2 Kilted wheels: make setup)")
 pytest.importorskip("control_msgs", reason="control_msgs is not built (make setup)")
 
@@ -43,7 +45,8 @@ def rig() -> Iterator[list[str]]:
     """``retarget up fit_rig`` (no planner, no mocap) for the whole module; yields its output lines."""
     proc = subprocess.Popen([sys.executable, "-m", "retarget.cli", "up", "fit_rig", "--namespace", NAMESPACE,
                              "--no-planner", "--mocap", "none", "--json"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=os.environ.copy(), start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, env=os.environ.copy(), start_new_session=True,
+                            preexec_fn=die_with_parent(signal.SIGINT))
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()

@@ -27,6 +27,8 @@ from pathlib import Path
 import pytest
 from ros_helpers import wait_for
 
+from retarget.processes import die_with_parent
+
 pytest.importorskip("rclpy", reason="rclpy is not installed (ROS 2 Kilted wheels: make setup)")
 pytest.importorskip("retarget_interfaces.action", reason="retarget_interfaces is not built (make setup)")
 
@@ -89,7 +91,8 @@ def test_tune_lowers_the_measured_peak_each_trial_on_a_perturbed_twin(tmp_path: 
                            "--twin", "reduced", "--reduced", str(model), "--perturb", PERTURB, "--twin-dt", "0.002",
                            "--twin-max-lag", "30", "--verify-model", "none", "--mocap", "natnet", "--json"],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                          start_new_session=True)
+                          start_new_session=True,
+                          preexec_fn=die_with_parent(signal.SIGINT))
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(up.stdout), daemon=True).start()
     out = tmp_path / "tune"
