@@ -8,7 +8,9 @@ converting a message (``RuntimeError: Unable to convert call argument '0'``), or
 therefore puts a Python SIGINT handler that only notes the signal under rclpy's while the executor spins (from the
 main thread, when rclpy handles SIGINT), so Ctrl-C ends spinning at the executor's wait alone; outside a node's
 process (below) the previous handler is back before ``before_shutdown`` runs, so a second Ctrl-C can still
-interrupt the clean-up.
+interrupt the clean-up. The executor's wait returns to Python every :data:`WAKE_S` (0.2 s), so a noted stop ends
+spinning within that even when rclpy's wake-up of the executor does not come: ``make demo`` beside a CPU-bound
+process once had its trajectory server still waiting in the executor 6 s after its SIGINT.
 
 The executor can still fail while the context is torn down under it (``InvalidHandle``, ``RCLError``), and a
 node's thread that triggers a guard condition gets ``InvalidHandle``. None of that is an error of the node: it was
@@ -68,6 +70,9 @@ __all__ = ["STOP_TIMEOUT_S", "TEST_STOP_GC_ENV", "StopState", "close_node", "spi
 #: How long a failed spin waits for the context to be shut down before it calls the failure a real error: rclpy's
 #: signal thread shuts the context down a moment after the signal (milliseconds; seconds on a loaded machine).
 SHUTDOWN_GRACE_S = 3.0
+
+#: Longest wait of the executor before it looks for a noted stop signal [s].
+WAKE_S = 0.2
 
 #: How long a node's process may take from its first SIGINT/SIGTERM to its end [s]; then the watchdog prints every
 #: thread's stack and exits with code 1. Below the supervisor's 8 s (``Supervisor.stop``): a node that hangs is
@@ -174,8 +179,11 @@ def spin(node: Node, executor: Executor | Callable[..., Executor] | None = None,
             context=node.context)
         with nullcontext() if _ACTIVE else _signals_noted(state.note, (signal.SIGINT,)):
             made.add_node(node)
-            if not noted:  # a signal came while the handlers were swapped: do not start
-                made.spin()
+            # Not made.spin(): the wait returns to Python every WAKE_S, so a noted stop ends spinning even when
+            # rclpy's wake-up of the executor does not come (a stop signal left a node waiting past its stop timeout
+            # on a loaded machine). A signal that came while the handlers were swapped: no spinning at all.
+            while not noted and node.context.ok():
+                made.spin_once(timeout_sec=WAKE_S)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception as exc:
