@@ -9,8 +9,8 @@ therefore puts a Python SIGINT handler that only notes the signal under rclpy's 
 main thread, when rclpy handles SIGINT), so Ctrl-C ends spinning at the executor's wait alone; outside a node's
 process (below) the previous handler is back before ``before_shutdown`` runs, so a second Ctrl-C can still
 interrupt the clean-up. The executor's wait returns to Python every :data:`WAKE_S` (0.2 s), so a noted stop ends
-spinning within that even when rclpy's wake-up of the executor does not come: ``make demo`` beside a CPU-bound
-process once had its trajectory server still waiting in the executor 6 s after its SIGINT.
+spinning within that even when rclpy's wake-up of the executor does not come (on a loaded machine a node can be left
+waiting in the executor past its stop timeout without it).
 
 The executor can still fail while the context is torn down under it (``InvalidHandle``, ``RCLError``), and a
 node's thread that triggers a guard condition gets ``InvalidHandle``. None of that is an error of the node: it was
@@ -180,8 +180,8 @@ def spin(node: Node, executor: Executor | Callable[..., Executor] | None = None,
         with nullcontext() if _ACTIVE else _signals_noted(state.note, (signal.SIGINT,)):
             made.add_node(node)
             # Not made.spin(): the wait returns to Python every WAKE_S, so a noted stop ends spinning even when
-            # rclpy's wake-up of the executor does not come (a stop signal left a node waiting past its stop timeout
-            # on a loaded machine). A signal that came while the handlers were swapped: no spinning at all.
+            # rclpy's wake-up of the executor does not come. A signal that came while the handlers were swapped: no
+            # spinning at all.
             while not noted and node.context.ok():
                 made.spin_once(timeout_sec=WAKE_S)
     except (KeyboardInterrupt, ExternalShutdownException):
