@@ -14,19 +14,18 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
 
+from retarget.ros.futures import wait_future
+
 if TYPE_CHECKING:
     from control_msgs.action import FollowJointTrajectory
     from rclpy.subscription import Subscription
-    from rclpy.task import Future
     from sensor_msgs.msg import JointState
     from trajectory_msgs.msg import JointTrajectory
-
-_T = TypeVar("_T")
 
 __all__ = ["CANCEL_TIMEOUT_S", "LAG_GRID_S", "MOVE_TO_START_S", "START_LEAD_S", "JointStateRecorder",
            "JointTracking", "RobotClient", "TrackingFigures", "point_trajectory", "print_figures", "trajectory_arrays",
@@ -252,25 +251,6 @@ class RobotClient:
         """The node clock [s]."""
         return self.node.get_clock().now().nanoseconds * 1e-9
 
-    @staticmethod
-    def _wait(future: Future[_T], timeout: float, what: str, tick: Callable[[], None] | None = None,
-              alive: Callable[[], float] | None = None) -> _T:
-        """The future's result, polling ``tick()`` (which may raise) every 50 ms; TimeoutError after ``timeout``
-        [s], or, when ``alive()`` (the monotonic instant the other side last showed it is at work) is given, once
-        it has also been silent for :data:`FEEDBACK_SILENCE_S` (at most :data:`LATE_RESULT_LIMIT_S` later)."""
-        deadline = time.monotonic() + timeout
-        while not future.done():
-            now = time.monotonic()
-            if now > deadline:
-                last = alive() if alive is not None else -math.inf
-                if now - last > FEEDBACK_SILENCE_S or now > deadline + LATE_RESULT_LIMIT_S:
-                    fed = "" if last == -math.inf else f" (waited {now - deadline:.1f} s more while its feedback came)"
-                    raise TimeoutError(f"no {what} within {timeout} s{fed}")
-            if tick is not None:
-                tick()
-            time.sleep(0.05)
-        return future.result()
-
     def execute(self, trajectory: JointTrajectory, start: float, timeout: float,
                 progress: Callable[[float], None] | None = None,
                 goal_tolerance: float = 0.0) -> FollowJointTrajectory.Result:
@@ -303,18 +283,19 @@ class RobotClient:
         def on_feedback(_: FollowJointTrajectory.Feedback) -> None:
             fed[0] = time.monotonic()
 
-        handle = self._wait(self.follow.send_goal_async(goal, feedback_callback=on_feedback), 10.0,
-                            "trajectory goal response")
+        handle = wait_future(self.follow.send_goal_async(goal, feedback_callback=on_feedback), 10.0,
+                             "no trajectory goal response")
         if not handle.accepted:
             raise RuntimeError("the trajectory server did not accept the goal")
         tick = (lambda: progress(self.now() - start)) if progress is not None else None
         try:
-            return self._wait(handle.get_result_async(), timeout, "trajectory result", tick,
-                              alive=lambda: fed[0]).result
+            return wait_future(handle.get_result_async(), timeout, "no trajectory result", tick=tick,
+                               alive=lambda: fed[0], silence_s=FEEDBACK_SILENCE_S,
+                               late_limit_s=LATE_RESULT_LIMIT_S).result
         except (KeyboardInterrupt, TimeoutError) as exc:
             # The robot must not go on moving without anyone waiting for it.
             try:
-                self._wait(handle.cancel_goal_async(), CANCEL_TIMEOUT_S, "cancel response")
+                wait_future(handle.cancel_goal_async(), CANCEL_TIMEOUT_S, "no cancel response")
             except TimeoutError as unanswered:
                 if isinstance(exc, KeyboardInterrupt):
                     # Still a Ctrl-C (exit 130), with the unconfirmed cancel said where the user sees it.

@@ -27,18 +27,17 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from retarget.errors import InputError
+from retarget.ros.futures import wait_future
 
 if TYPE_CHECKING:
     from rclpy.action import ActionClient
-    from rclpy.task import Future
+    from rclpy.action.client import ClientGoalHandle
     from retarget_interfaces.action import Refine, Retarget
 
     from retarget.motion.motion import Motion
-
-_T = TypeVar("_T")
 
 __all__ = ["TrialLine", "register_tune", "stops_the_loop"]
 
@@ -133,27 +132,29 @@ class _Client:
         Raises:
             _Failed: not accepted, or no result in time.
         """
-        sent = client.send_goal_async(goal, feedback_callback=feedback)
-        handle = self._wait(sent, 20.0, f"{what}: no goal response")
+        try:
+            handle = wait_future(client.send_goal_async(goal, feedback_callback=feedback), 20.0,
+                                 f"{what}: no goal response")
+        except TimeoutError as exc:
+            raise _Failed(str(exc)) from None
         if not handle.accepted:
             raise _Failed(f"{what}: the goal was not accepted")
         try:
-            return self._wait(handle.get_result_async(), timeout, f"{what}: no result").result
+            return wait_future(handle.get_result_async(), timeout, f"{what}: no result").result
+        except TimeoutError as exc:
+            self._cancel(handle)
+            raise _Failed(str(exc)) from None
         except BaseException:
-            cancel = handle.cancel_goal_async()
-            deadline = time.monotonic() + 5.0
-            while not cancel.done() and time.monotonic() < deadline:
-                time.sleep(0.05)
+            self._cancel(handle)
             raise
 
     @staticmethod
-    def _wait(future: Future[_T], timeout: float, what: str) -> _T:
-        deadline = time.monotonic() + timeout
-        while not future.done():
-            if time.monotonic() > deadline:
-                raise _Failed(f"{what} within {timeout:g} s")
-            time.sleep(0.05)
-        return future.result()
+    def _cancel(handle: ClientGoalHandle) -> None:
+        """Ask the server to cancel the goal, waiting up to 5 s for its answer (the loop stops either way)."""
+        try:
+            wait_future(handle.cancel_goal_async(), 5.0, "no cancel response")
+        except TimeoutError:
+            pass
 
     def close(self) -> None:
         self.executor.shutdown(timeout_sec=5.0)
