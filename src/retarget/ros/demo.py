@@ -50,6 +50,7 @@ import numpy as np
 from retarget.cliargs import add_robot, resolve_legacy
 from retarget.jsonsafe import JSONObject
 from retarget.optimize.checks import FinerStepCheck, StiffnessBand, Verification
+from retarget.ros.futures import wait_future
 from retarget.ros.goal import PREPARATION_STAGES, PlannerProgress, preparing  # noqa: F401 (re-exported)
 from retarget.ros.player import (  # noqa: F401 (re-exported: JointTracking, LAG_GRID_S, ...)
     LAG_GRID_S,
@@ -162,8 +163,8 @@ class _Client(RobotClient):
             if feedback is not None:
                 feedback(msg.feedback)
 
-        handle = self._wait(self.retarget.send_goal_async(goal, feedback_callback=on_feedback), 10.0,
-                            "planner goal response")
+        handle = wait_future(self.retarget.send_goal_async(goal, feedback_callback=on_feedback), 10.0,
+                            "no planner goal response")
         if not handle.accepted:
             return Retarget.Result.FAILED, None, "the planner rejected the goal"
         accepted = time.monotonic()
@@ -177,9 +178,9 @@ class _Client(RobotClient):
                 raise TimeoutError(f"no planner result within {timeout:g} s of the start of its budget")
 
         try:
-            response = self._wait(handle.get_result_async(), math.inf, "planner result", check_deadlines)
+            response = wait_future(handle.get_result_async(), math.inf, "no planner result", tick=check_deadlines)
         except TimeoutError as exc:
-            self._wait(handle.cancel_goal_async(), 5.0, "cancel response")
+            wait_future(handle.cancel_goal_async(), 5.0, "no cancel response")
             return None, None, str(exc)
         result = response.result
         return result.error_code, result, result.error_string

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, TextIO, TypedDict
 
 from retarget.jsonsafe import JSONObject
+from retarget.ros.futures import wait_future
 
 if TYPE_CHECKING:
     from retarget_interfaces.action import Retarget
@@ -224,15 +225,15 @@ def _goal_command(args: argparse.Namespace) -> int:
               f"samples, {len(joints)} joints){' and executing it' if args.execute else ''}", file=sys.stderr,
               flush=True)
         with PlannerProgress(per_window, windows, disable=args.no_progress, lines=True) as shown:
-            handle = client._wait(client.retarget.send_goal_async(goal, feedback_callback=lambda m: shown(m.feedback)),
-                                  10.0, "planner goal response")
+            handle = wait_future(client.retarget.send_goal_async(goal, feedback_callback=lambda m: shown(m.feedback)),
+                                  10.0, "no planner goal response")
             if not handle.accepted:
                 return finish(1, "the planner rejected the goal")
             try:
-                response = client._wait(handle.get_result_async(), args.timeout or math.inf, "planner result")
+                response = wait_future(handle.get_result_async(), args.timeout or math.inf, "no planner result")
             except (KeyboardInterrupt, TimeoutError) as exc:
                 try:
-                    client._wait(handle.cancel_goal_async(), 10.0, "cancel response")
+                    wait_future(handle.cancel_goal_async(), 10.0, "no cancel response")
                 except TimeoutError:
                     pass
                 if isinstance(exc, KeyboardInterrupt):
