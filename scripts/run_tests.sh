@@ -11,7 +11,8 @@ if [ "$workers" != 0 ]; then
   # built once.
   parallel=(-n "$workers" --dist loadfile)
 fi
-.venv/bin/python -m pytest tests "${parallel[@]}" "$@"
+# --durations: every run's log names its 30 slowest steps (setup, call, teardown), where the suite's time goes.
+.venv/bin/python -m pytest tests "${parallel[@]}" --durations=30 "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "run_tests: pytest collected no tests — treated as a failure" >&2
