@@ -77,6 +77,21 @@ def test_align_take_counts_missing_frames_and_coverage():
     assert a.coverage == pytest.approx((2.0 - 1.2) / 1.5, abs=0.02)
 
 
+def test_the_onset_is_measured_from_the_rest_before_the_plan_moves_not_a_ring_out_at_the_takes_start():
+    # A take that begins while the rod still creeps back from the move to the plan's first pose (3 mm along the
+    # motion, decaying in 0.1 s): its first 0.15 s read a rest 1.4 mm off the pose the plan starts from, which at
+    # the tip's 0.56 m/s would move the onset by 2.5 ms and the measured peak with it.
+    times = np.arange(0, 3.0 + 1e-9, 0.005)
+    predicted = _arc(times)
+    take = _take(times, predicted, 0.3127, np.eye(3), np.zeros(3), seed=4)
+    creep = np.zeros_like(take.positions_m)
+    creep[:, 0, 0] = -3e-3 * np.exp(-take.time_s / 0.1)
+    take = replace(take, positions_m=take.positions_m + creep)
+    a = align_take(take, times, predicted, (0.5, 2.0))
+    assert a.offset_source == "onset"
+    assert a.offset_s == pytest.approx(0.3127, abs=5e-4)
+
+
 def _write_csv(path: Path, take: Take, marker_name: str | None = None) -> Path:
     from retarget.fit.twin import write_motive_csv
 

@@ -190,3 +190,28 @@ def test_the_twin_bus_reports_the_sag_of_a_horizontal_rod(rod_twin_model, full_f
     kp = 13.81
     assert servo.get("Present Current") * 2.69e-3 == pytest.approx(-kp * error * 2.3 / 3.0, rel=0.03)
     assert servo.get("Present PWM") / 885 == pytest.approx(-kp * error / 3.0, rel=0.03)
+
+
+@pytest.mark.integration
+def test_the_worker_runs_in_a_session_of_its_own_and_ends_at_end_of_input(tmp_path: Path) -> None:
+    # A stand-in for the worker's interpreter: it records its session and reads its input to the end, as the worker.
+    import os
+    import sys
+    import time
+
+    from retarget.twin.servo import start_worker, stop_worker
+
+    seen = tmp_path / "session"
+    python = tmp_path / "python"
+    python.write_text(f"#!{sys.executable}\nimport os, sys\nopen({str(seen)!r}, 'w').write(str(os.getsid(0)))\n"
+                      "sys.stdin.buffer.read()\n", encoding="utf-8")
+    python.chmod(0o755)
+    proc, sink = start_worker("single_rod", tmp_path / "twin.poses", python=str(python))
+    try:
+        assert sink(b"x" * 64)
+        deadline = time.monotonic() + 30.0
+        while not (seen.is_file() and seen.read_text()) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert int(seen.read_text()) == proc.pid != os.getsid(0)
+    finally:
+        assert stop_worker(proc) == 0

@@ -142,9 +142,12 @@ MAX_GAP_FRAMES = 3
 #: The alignment's coarse offset grid [s] (refined to 1e-5 s within 1.5 steps).
 OFFSET_STEP_S = 0.01
 
-#: The onset of a take: its body leaves the rest it starts in (the first ONSET_REST_S of it) by at least this [m].
+#: The onset of a take: its body leaves the rest it stands in before the plan moves by at least this [m].
 ONSET_MIN_M = 2e-3
 ONSET_REST_S = 0.15
+#: The prediction has left its first pose once it is this far from it [m]: the rest the onset is measured from is
+#: the take's over the ONSET_REST_S before that instant.
+DEPARTURE_M = 1e-4
 #: ... and by this fraction of the prediction's largest distance from its first pose.
 ONSET_FRACTION = 0.05
 
@@ -468,7 +471,13 @@ def _onset_offset(take: Take, times: NDArray[np.float64], predicted: NDArray[np.
     """The offset that puts the take's onset — where its body first leaves the rest it starts in by
     ``max(ONSET_MIN_M, 8 σ, ONSET_FRACTION × reach)`` for three frames — on the prediction's (the same distance from
     its first pose); None when the take does not start at rest for :data:`ONSET_REST_S` or the prediction never
-    moves that far."""
+    moves that far.
+
+    The rest is read twice: from the take's first :data:`ONSET_REST_S` to find the onset, then from the
+    :data:`ONSET_REST_S` before the plan starts moving (the onset less the prediction's lead from its departure,
+    :data:`DEPARTURE_M`, to its crossing), where the crossing is measured from. A take that begins while the robot
+    still rings from the move to the plan's first pose reads its first rest millimetres off the pose the plan
+    starts from, which moves the crossing by milliseconds and the measured peak with it (docs/refine.md)."""
     j = int(np.argmax([_travel_rms(predicted[:, [i]]) for i in range(predicted.shape[1])]))
     ok = take.tracked[:, j]
     t, pos = take.time_s[ok], take.positions_m[ok, j]
@@ -481,22 +490,37 @@ def _onset_offset(take: Take, times: NDArray[np.float64], predicted: NDArray[np.
     threshold = max(ONSET_MIN_M, 8.0 * _noise(take.positions_m[:, j]), ONSET_FRACTION * float(pred_dist.max()))
     if np.max(np.linalg.norm(pos[first] - rest, axis=1)) > 0.5 * threshold:
         return None  # not at rest
-    away = np.linalg.norm(pos - rest, axis=1) > threshold
-    run = np.convolve(away.astype(int), np.ones(3, dtype=int), mode="valid") == 3
-    if not run.any():
-        return None
-    i = int(np.argmax(run))
-    if i == 0 or t[i] <= t[0] + ONSET_REST_S:
-        return None  # moving already: no rest to leave
-
-    def crossing(tt: NDArray[np.float64], dist: NDArray[np.float64], k: int) -> float:
-        return float(tt[k - 1] + (threshold - dist[k - 1]) / max(dist[k] - dist[k - 1], 1e-15) * (tt[k] - tt[k - 1]))
-
-    dist = np.linalg.norm(pos - rest, axis=1)
     beyond = np.flatnonzero(pred_dist > threshold)
     if beyond.size == 0 or beyond[0] == 0:
         return None
-    return crossing(t, dist, i) - crossing(times, pred_dist, int(beyond[0]))
+    pred_onset = _crossing(times, pred_dist, int(beyond[0]), threshold)
+    dist = np.linalg.norm(pos - rest, axis=1)
+    i = _departure(dist, threshold)
+    if i is None or t[i] <= t[0] + ONSET_REST_S:
+        return None  # moving already: no rest to leave
+    lead = pred_onset - float(times[int(np.argmax(pred_dist > DEPARTURE_M))])
+    starts = _crossing(t, dist, i, threshold) - lead
+    before = (t > starts - ONSET_REST_S) & (t <= starts)
+    if before.sum() >= 5:
+        dist = np.linalg.norm(pos - np.median(pos[before], axis=0), axis=1)
+        i = _departure(dist, threshold)
+        if i is None:
+            return None
+    return _crossing(t, dist, i, threshold) - pred_onset
+
+
+def _departure(dist: NDArray[np.float64], threshold: float) -> int | None:
+    """The first of three frames in a row farther than ``threshold`` from the rest (``dist`` (n,) [m]); None when
+    there is none or the first frame is one."""
+    away = dist > threshold
+    run = np.convolve(away.astype(int), np.ones(3, dtype=int), mode="valid") == 3
+    i = int(np.argmax(run))
+    return i if run.any() and i > 0 else None
+
+
+def _crossing(tt: NDArray[np.float64], dist: NDArray[np.float64], k: int, threshold: float) -> float:
+    """When ``dist`` (n,) crosses ``threshold`` between samples ``k − 1`` and ``k`` of times ``tt`` (linear) [s]."""
+    return float(tt[k - 1] + (threshold - dist[k - 1]) / max(dist[k] - dist[k - 1], 1e-15) * (tt[k] - tt[k - 1]))
 
 
 def _found_offset(points: _Points, take: Take, times: NDArray[np.float64], predicted: NDArray[np.float64]

@@ -222,9 +222,12 @@ def start_worker(robot: str | Path, channel: str | Path, reduced: str | Path | N
         argv += ["--max-lag", str(max_lag)]
     if perturb:
         argv += ["--perturb", str(perturb)]
-    # stdout=stderr: the emulator's stdout carries only its ready line (launch files parse it).
+    # stdout=stderr: the emulator's stdout carries only its ready line (launch files parse it). A session of its own:
+    # where the kernel groups CPU time by session (autogroup), the simulation's demand is then not charged to the
+    # bus's group, whose serving thread answers the driver and stamps its goals (docs/twin.md "Replays"). It still
+    # ends with the emulator: at end of input, or by the parent-death signal.
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=sys.stderr.fileno(), stderr=None,
-                            preexec_fn=die_with_parent(signal.SIGTERM))
+                            preexec_fn=die_with_parent(signal.SIGTERM), start_new_session=True)
     return proc, _PipeSink(proc)
 
 
