@@ -1,4 +1,4 @@
-"""Run control shared by the optimizers and the orchestration: the time budget, cancel requests, progress stages."""
+"""Run control of the optimizers: the time budget's deadline and its unit of work, what interrupted a run."""
 
 from __future__ import annotations
 
@@ -16,57 +16,20 @@ if TYPE_CHECKING:
     from retarget.optimize.adjoint import AdjointProblem
     from retarget.optimize.problem import PlanProblem
 
-__all__ = ["CANCEL_POLL_S", "FEEDBACK_STAGES", "TRAINING_STAGE", "BudgetExhausted", "CancelCheck", "deadline_progress",
-           "first_evaluation", "interruption_reason"]
+__all__ = ["EVALUATION_FORWARD_RUNS", "BudgetExhausted", "deadline_progress", "first_evaluation", "interruption_reason"]
+
+#: What one optimizer evaluation (forward and adjoint) costs in forward runs, the unit of the time budget's reserves.
+EVALUATION_FORWARD_RUNS = 3.0
 
 
 class BudgetExhausted(Exception):
-    """The optimizer's deadline passed (or the next evaluation would pass it); caught inside the package."""
-
-
-#: :func:`run_plan`'s progress stages as :func:`plan` reports them (the Retarget action's feedback ``stage``).
-FEEDBACK_STAGES = {"targets": "targets", "naive playback": "naive playback",
-                   "evaluation (forward + adjoint)": "optimizing", "zv": "baselines", "zvd": "baselines",
-                   "verifying": "verifying"}
-
-#: How often :func:`plan` polls its ``cancelled`` callback at most [s].
-CANCEL_POLL_S = 0.05
+    """The optimizer's deadline passed (or the next evaluation would pass it); its callers catch it and return what
+    they have."""
 
 
 def interruption_reason(exc: BaseException) -> str:
     """What interrupted a run, for its message: the ROS action's cancel or Ctrl-C."""
     return "cancel requested" if isinstance(exc, PlanCancelled) else "Ctrl-C"
-
-
-class CancelCheck:
-    """A ``progress(stage, done, total)`` callback that raises :class:`PlanCancelled` once ``cancelled()`` is true.
-
-    It raises only once: the optimizer returns its best iterate on the first (as on Ctrl-C), and the baselines and
-    metrics after it then run to the end, so the cancelled request still answers with everything it has.
-    ``cancelled`` is polled at most every ``interval`` seconds (default :data:`CANCEL_POLL_S`; the progress comes
-    once per simulation step).
-    """
-
-    def __init__(self, cancelled: Callable[[], bool], interval: float | None = None) -> None:
-        self.cancelled = cancelled
-        self.interval = CANCEL_POLL_S if interval is None else interval
-        self.fired = False
-        self._next = 0.0
-
-    def __call__(self, stage: str, done: int = 0, total: int = 0) -> None:
-        if self.fired:
-            return
-        now = time.monotonic()
-        if now < self._next:
-            return
-        self._next = now + self.interval
-        if self.cancelled():
-            self.fired = True
-            raise PlanCancelled(stage)
-
-
-#: The feedback stage of an in-process training simulation (``plan`` with ``allow_training``).
-TRAINING_STAGE = "training reduced model"
 
 
 def deadline_progress(deadline: float | None, step_progress: Callable[[int, int], None] | None

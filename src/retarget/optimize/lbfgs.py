@@ -15,6 +15,7 @@ from numpy.typing import NDArray
 
 from retarget.optimize.adjoint import Evaluation, run_time_ratio, steady_step_times
 from retarget.optimize.control import (
+    EVALUATION_FORWARD_RUNS,
     BudgetExhausted,
     deadline_progress,
     first_evaluation,
@@ -22,9 +23,9 @@ from retarget.optimize.control import (
 )
 from retarget.optimize.errors import OptimizeError
 from retarget.optimize.gauss_newton import levenberg_marquardt
-from retarget.optimize.options import EVALUATION_FORWARD_RUNS, Method, PlanOptions
 from retarget.optimize.problem import PlanProblem
 from retarget.optimize.result import OptimizationResult, SearchState
+from retarget.optimize.solver_settings import Method, SolverOptions
 
 __all__ = ["DESCENT_ARMIJO", "DESCENT_TRIALS", "FIRST_STEP_PROBE", "choose_method", "optimize"]
 
@@ -40,15 +41,15 @@ DESCENT_ARMIJO = 1e-3
 DESCENT_TRIALS = 8
 
 
-def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | None = None,
+def optimize(pp: PlanProblem, options: SolverOptions, x0: NDArray[np.float64] | None = None,
              callback: Callable[[dict[str, float]], None] | None = None,
              step_progress: Callable[[int, int], None] | None = None, deadline: float | None = None,
              reserve_evaluations: float = 0.0, curvature: float | None = None,
              tangent_s: float | None = None, reserve_s: float = 0.0) -> OptimizationResult:
     """Minimize ``J`` from ``x₀`` (default: the fit of the input) by Levenberg–Marquardt or L-BFGS-B.
 
-    ``options.method`` picks the method (:class:`PlanOptions`); both respect the position bounds, the time budget,
-    Ctrl-C and ``max_iterations`` alike.
+    ``options.method`` picks the method (:class:`~retarget.planning.options.PlanOptions`); both respect the position
+    bounds, the time budget, Ctrl-C and ``max_iterations`` alike.
 
     The objective is scaled by ``1/J(x₀)`` inside the solver so that ``relative_tolerance`` is relative to the
     starting value (L-BFGS-B's own ``ftol`` test is absolute below 1).
@@ -121,7 +122,7 @@ class _Search:
     """
 
     pp: PlanProblem
-    options: PlanOptions
+    options: SolverOptions
     state: SearchState
     first: Evaluation
     x_start: NDArray[np.float64]
@@ -329,8 +330,9 @@ def _lbfgs_restarts(search: _Search, run: _Run) -> None:
         run.restarts += 1
 
 
-def choose_method(pp: PlanProblem, options: PlanOptions) -> Method:
-    """:attr:`Method.GAUSS_NEWTON`, ``DESCENT`` or ``LBFGS`` from ``options.method`` (see :class:`PlanOptions`)."""
+def choose_method(pp: PlanProblem, options: SolverOptions) -> Method:
+    """:attr:`Method.GAUSS_NEWTON`, ``DESCENT`` or ``LBFGS`` from ``options.method`` (see
+    :class:`~retarget.planning.options.PlanOptions`)."""
     from retarget.optimize.gauss_newton import MAX_PARAMETERS, supports_tangent
 
     if options.method in (Method.LBFGS, Method.DESCENT):
@@ -346,7 +348,7 @@ def choose_method(pp: PlanProblem, options: PlanOptions) -> Method:
             else Method.LBFGS)
 
 
-def _descent(options: PlanOptions, state: SearchState, first: Evaluation, lower: NDArray[np.float64],
+def _descent(options: SolverOptions, state: SearchState, first: Evaluation, lower: NDArray[np.float64],
              upper: NDArray[np.float64], curvature: float | None,
              evaluated: Callable[[NDArray[np.float64]], Evaluation | None],
              valued: Callable[[NDArray[np.float64]], Evaluation | None], history: list[float],

@@ -30,8 +30,8 @@ from retarget.optimize.limits import (
     parameter_bounds,
 )
 from retarget.optimize.objective import MotorRegularizer, TrackingObjective
-from retarget.optimize.options import PlanOptions
 from retarget.optimize.robust import Ensemble, evaluate_ensemble
+from retarget.optimize.solver_settings import ProblemOptions
 from retarget.optimize.targets import Targets, quasi_static_targets
 from retarget.optimize.weights import TrackedBodyWeights, WeightSchedule
 from retarget.sim.engine import Engine, EngineState
@@ -111,7 +111,7 @@ def member_problem(problem: AdjointProblem, engine: Engine, fit: ProfileFit) -> 
 
 
 def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights], limits: MotorLimits,
-                       options: PlanOptions, progress: Callable[[str, int, int], None] | None = None,
+                       options: ProblemOptions, progress: Callable[[str, int, int], None] | None = None,
                        deadline: float | None = None,
                        members: Sequence[tuple[float, Engine]] = (), follow_playback: bool = False) -> PlanProblem:
     """Fit the profiles, solve the targets and assemble the adjoint problem.
@@ -185,7 +185,7 @@ def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedB
 
 
 def _targets(engine: Engine, poses: TrackedPoses, input_fit: ProfileFit, naive_start: EngineState,
-             times: NDArray[np.float64], angles: NDArray[np.float64], options: PlanOptions,
+             times: NDArray[np.float64], angles: NDArray[np.float64], options: ProblemOptions,
              progress: Callable[[str, int, int], None] | None, deadline: float | None,
              follow_playback: bool) -> Targets:
     """The quasi-static targets at ``times`` [s]: the tracked poses with every shaft at its input angle
@@ -243,7 +243,8 @@ def motion_stop_time(motion: Motion, tolerance: float = 1e-6) -> float:
 
 
 def settled(tracking: TrackingObjective, stop: float, factor: float) -> TrackingObjective:
-    """``tracking`` with its weights × ``factor`` from ``stop`` [s] on (:attr:`PlanOptions.settle_weight`)."""
+    """``tracking`` with its weights × ``factor`` from ``stop`` [s] on
+    (:attr:`~retarget.planning.options.PlanOptions.settle_weight`)."""
     if not (np.isfinite(factor) and factor > 0.0):
         raise OptimizeError(f"settle_weight must be a positive number, got {factor}")
     scale = np.where(tracking.times >= stop - 1e-12, factor, 1.0)[:, None]

@@ -17,19 +17,19 @@ from retarget.optimize.adjoint import (
     steady_step_times,
     window_parameters,
 )
-from retarget.optimize.control import deadline_progress, first_evaluation, interruption_reason
+from retarget.optimize.control import EVALUATION_FORWARD_RUNS, deadline_progress, first_evaluation, interruption_reason
 from retarget.optimize.errors import OptimizeError, TimeBudgetError
 from retarget.optimize.lbfgs import optimize
-from retarget.optimize.options import EVALUATION_FORWARD_RUNS, PlanOptions
 from retarget.optimize.problem import PlanProblem
 from retarget.optimize.result import OptimizationResult, WindowSummary
+from retarget.optimize.solver_settings import WindowOptions
 from retarget.sim.engine import EngineState
 
 
 __all__ = ["optimize_windows"]
 
 
-def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | None = None,
+def optimize_windows(pp: PlanProblem, options: WindowOptions, x0: NDArray[np.float64] | None = None,
                      callback: Callable[[dict[str, float]], None] | None = None,
                      step_progress: Callable[[int, int], None] | None = None, deadline: float | None = None,
                      reserve_evaluations: float = 0.0,
@@ -96,7 +96,7 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
     return _finish(run, x_start, initial)
 
 
-def _check_window_options(options: PlanOptions) -> None:
+def _check_window_options(options: WindowOptions) -> None:
     """Raise :class:`OptimizeError` unless the window, its tail and its overlap [s] are usable."""
     if options.window is None or not options.window > 0.0:
         raise OptimizeError(f"optimize_windows needs a positive window [s], not {options.window}")
@@ -129,7 +129,7 @@ def _timed_start(pp: PlanProblem, x: NDArray[np.float64], deadline: float | None
     return initial, forward_s
 
 
-def _spans(n: int, dt: float, options: PlanOptions) -> list[tuple[int, int, int]]:
+def _spans(n: int, dt: float, options: WindowOptions) -> list[tuple[int, int, int]]:
     """The windows' step spans ``(a, b, last)``: span ``(t_a, t_b]``, simulated to ``t_last``."""
     assert options.window is not None
     span = max(1, int(round(options.window / dt)))
@@ -164,7 +164,7 @@ class _Windows:
     """
 
     pp: PlanProblem
-    options: PlanOptions
+    options: WindowOptions
     spans: list[tuple[int, int, int]]
     influence: NDArray[np.int64]
     window_method: str

@@ -1,10 +1,10 @@
-"""The cost said before the work (:mod:`retarget.optimize.estimate`): each stage's estimate from the measured
+"""The cost said before the work (:mod:`retarget.planning.estimate`): each stage's estimate from the measured
 constants, skipped stages with their reason, the total and the budget."""
 from __future__ import annotations
 
 import pytest
 
-from retarget.optimize.estimate import (
+from retarget.planning.estimate import (
     FULL_STEP_S_PER_DOF,
     ITERATION_FORWARD_RUNS,
     REDUCED_STEP_S_PER_STATE,
@@ -15,7 +15,7 @@ from retarget.optimize.estimate import (
     plan_estimate,
     training_estimate,
 )
-from retarget.optimize.options import PlanOptions
+from retarget.planning.options import PlanOptions
 
 
 def test_training_is_its_full_simulation_and_the_build() -> None:

@@ -1,4 +1,4 @@
-"""Plan options (retarget.optimize.options): the planner node's parameters mapped to :class:`PlanOptions` (0 or
+"""Plan options (retarget.planning.options): the planner node's parameters mapped to :class:`PlanOptions` (0 or
 empty: the default; ``verify`` false: no verification at a finer step; goal fields as overrides) and the time the
 verification keeps from the budget."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from retarget.optimize.options import (
+from retarget.planning.options import (
     NODE_PARAMETERS,
     VERIFY_COST_FACTOR,
     PlanOptions,
@@ -141,7 +141,7 @@ def test_window_settings_out_of_range_are_named_before_any_work():
     whole motion at once."""
     from retarget.cli import build_parser
     from retarget.errors import InputError
-    from retarget.optimize.commands import options_from_args
+    from retarget.planning.commands import options_from_args
 
     assert PlanOptions(window=None, window_tail=-1.0).out_of_range() == []  # no windows: their settings unused
     bad = PlanOptions(window=-1.0, window_tail=-0.5, window_overlap=-2.0)

@@ -4,7 +4,7 @@ The estimates are rough (within a factor of about two on a shared 2-core machine
 before minutes go by, they do not bound anything. Each rests on a measured constant:
 
 - a full FEM step costs :data:`FULL_STEP_S_PER_DOF` per deformable DOF (the constant of
-  :func:`~retarget.optimize.verification.full_verification_cost`);
+  :func:`~retarget.planning.verification.full_verification_cost`);
 - the in-process training adds :data:`TRAINING_BUILD_FACTOR` × its full simulation for mass-PCA, cubature and the
   replay checks (the drummer's demo model: 5 min 7 s in all for a 191 s estimate of the simulation alone);
 - a reduced step costs :data:`REDUCED_STEP_S_PER_STATE` per reduced unknown (the compiled engine:
@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from retarget.optimize.options import VERIFY_COST_FACTOR, PlanOptions
+from retarget.planning.options import VERIFY_COST_FACTOR, PlanOptions
 
 __all__ = ["FULL_STEP_S_PER_DOF", "ITERATION_FORWARD_RUNS", "REDUCED_STEP_MIN_S", "REDUCED_STEP_S_PER_STATE",
            "TRAINING_BUILD_FACTOR", "PlanEstimate", "StageEstimate", "format_seconds", "plan_estimate",

@@ -1,4 +1,4 @@
-"""The plan re-simulated at a finer step (retarget.optimize.verification.verify_plan, verify_metrics) on the
+"""The plan re-simulated at a finer step (retarget.planning.verification.verify_plan, verify_metrics) on the
 reduced rod on a motor: at the planning step it reproduces the plan; finer, it gives a verdict; a deadline or a
 cancel that comes first skips it with a warning. (The full-FEM check and the stiffness band: test_robust.py.)"""
 from __future__ import annotations
@@ -7,11 +7,11 @@ import pytest
 from rod_plan import OPTIONS, ramp, rod_limits, tip
 from virtual_clock import VirtualClock
 
-from retarget.optimize.checks import ExitStatus, RunFigures, Verdict, Verification
-from retarget.optimize.engines import reduced_engine
+from retarget.planning.checks import ExitStatus, RunFigures, Verdict, Verification
+from retarget.sim.adapters import reduced_engine
 from retarget.optimize.errors import PlanCancelled
-from retarget.optimize.planning import run_plan
-from retarget.optimize.verification import finer_step_holds, verify_metrics, verify_plan
+from retarget.planning.run import run_plan
+from retarget.planning.verification import finer_step_holds, verify_metrics, verify_plan
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +103,7 @@ def test_exit_status(verdict, code, says):
 
 def test_the_checks_round_trip_through_their_json():
     """A verification received as JSON (the planner node's ``metrics_json``) reads back into the same results."""
-    from retarget.optimize.checks import BandResult, ModelKind, StiffnessBand
+    from retarget.planning.checks import BandResult, ModelKind, StiffnessBand
 
     runs = {"naive": RunFigures(0.02, 0.01, 0.7, 0.004), "zvd": RunFigures(0.03, 0.005, 0.6, 0.001),
             "optimized": RunFigures(0.004, 0.002, 0.8, 0.0005)}

@@ -9,27 +9,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from retarget.errors import InputError
+from retarget.optimize.control import EVALUATION_FORWARD_RUNS
+from retarget.optimize.solver_settings import Method
 
 if TYPE_CHECKING:
     from retarget.optimize.weights import TrackedBodyWeights, WeightSpec
 
-__all__ = ["EVALUATION_FORWARD_RUNS", "METHODS", "NODE_PARAMETERS", "REST_AFTER_S", "VERIFY_COST_FACTOR", "Method",
-           "PlanOptions", "RefineOptions", "Start", "VerifyModel", "band_offloaded", "checks_reserve",
-           "options_from_parameters", "verification_reserve"]
+__all__ = ["METHODS", "NODE_PARAMETERS", "REST_AFTER_S", "VERIFY_COST_FACTOR", "PlanOptions", "RefineOptions", "Start",
+           "VerifyModel", "band_offloaded", "checks_reserve", "options_from_parameters", "verification_reserve"]
 
 
 #: Default :attr:`PlanOptions.rest_after` [s]: about one period of the single rod's first mode with its tip mass
 #: (3.1 Hz), the time a ZVD shaper adds to its motions.
 REST_AFTER_S = 0.3
-
-
-class Method(enum.StrEnum):
-    """The optimizer :attr:`PlanOptions.method` names (:func:`retarget.optimize.lbfgs.choose_method`)."""
-
-    LBFGS = "lbfgs"
-    DESCENT = "descent"
-    GAUSS_NEWTON = "gauss-newton"
-    AUTO = "auto"
 
 
 class Start(enum.StrEnum):
@@ -96,7 +88,7 @@ class PlanOptions:
         settle_iterations: steps of the settle refinement after the optimizer (:mod:`retarget.optimize.settle`): a
             minimax linear program on the exact sensitivities of the nominal model and the ``settle_band`` models
             lowers the largest ring-out after the motion without raising any peak deviation or torque; 0: off. It
-            runs when the plan has a ring-out to refine (:data:`~retarget.optimize.variants.MIN_RING_OUT`), no
+            runs when the plan has a ring-out to refine (:data:`~retarget.planning.variants.MIN_RING_OUT`), no
             ``window`` and at most :data:`~retarget.optimize.gauss_newton.MAX_PARAMETERS` parameters (a tangent
             pass costs one solve per parameter and step).
         settle_band: stiffness factors of the settle refinement's models besides the nominal one: × 0.9 … × 1.1
@@ -160,11 +152,11 @@ class PlanOptions:
             (:mod:`retarget.optimize.robust`; one more forward and adjoint run per factor). Empty: the nominal model
             alone. Not with ``window``.
         band: stiffness factors at which the plan's variants are re-simulated and their cut reported beside ZVD's
-            (:func:`~retarget.optimize.verification.stiffness_band`); empty: none.
+            (:func:`~retarget.planning.verification.stiffness_band`); empty: none.
         verify_model: ``"full"``: re-simulate naive, ZVD and optimized in the full FEM, a model the optimizer never
-            saw (:func:`~retarget.optimize.verification.verify_full`), whose cut is the plan's headline; a path to a
+            saw (:func:`~retarget.planning.verification.verify_full`), whose cut is the plan's headline; a path to a
             ``.npz``: in that independently trained reduced model of the robot
-            (:func:`~retarget.optimize.verification.verify_reduced`); ``"auto"``: the full FEM when its estimated
+            (:func:`~retarget.planning.verification.verify_reduced`); ``"auto"``: the full FEM when its estimated
             cost is within ``verify_full_max_s``, else the newest verification model of the robot in the model
             folders' ``verify/`` subfolder, else none; ``"none"``.
         verify_full_dt: the full-FEM verification's step [s].
@@ -292,10 +284,6 @@ class PlanOptions:
 VERIFY_COST_FACTOR = 1.5
 
 
-#: What one optimizer evaluation (forward and adjoint) costs in forward runs, the unit of the time budget's reserves.
-EVALUATION_FORWARD_RUNS = 3.0
-
-
 def verification_reserve(options: PlanOptions) -> float:
     """Time the verification at ``options.verify_dt`` needs, in optimizer evaluations (one evaluation, forward and
     adjoint, costs about three forward runs): two forward runs at ``verify_dt``, i.e. ``2 dt / verify_dt`` at the
@@ -307,7 +295,7 @@ def verification_reserve(options: PlanOptions) -> float:
 
 def band_offloaded(n_factors: int, verify: bool, workers: int) -> int:
     """How many of the robustness band's ``n_factors`` factors the checks after a plan run in a forked worker
-    process (:func:`retarget.optimize.verification.check_plan`), beside the rest and the verification at
+    process (:func:`retarget.planning.verification.check_plan`), beside the rest and the verification at
     ``verify_dt`` (``verify``) in the planning process: about half the work each; none with ``workers`` ≤ 1. It
     shortens the checks' wall time; the budget's reserve (:func:`checks_reserve`) does not count on it."""
     if workers <= 1 or n_factors == 0:

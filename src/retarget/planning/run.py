@@ -1,14 +1,14 @@
 """Planning a motion: the one orchestration that ``retarget plan``, the ROS planner node and the benchmarks call.
 
-:func:`plan` (robot, motion, :class:`~retarget.optimize.options.PlanOptions`) → :class:`PlanResult`:
+:func:`plan` (robot, motion, :class:`~retarget.planning.options.PlanOptions`) → :class:`PlanResult`:
 
 1. the motion against the robot's joint limits, before any model work (:func:`retarget.motion.limits.check_plan_input`);
-2. the planning model — given, cached, found or trained (:func:`retarget.optimize.planning_model.planning_model`) —,
+2. the planning model — given, cached, found or trained (:func:`retarget.planning.model.planning_model`) —,
    its model card reported and gated (:func:`retarget.fem.model_card.check_fidelity`);
 3. the reduced engine, and the stiffness-scaled engines of the robust objective;
 4. with a time budget, :func:`warm_up` first (numba compiles every kernel before the budget's clock starts);
 5. :func:`run_plan`: targets, optimization (with the torque penalty's continuation), baselines;
-6. the checks in models the plan was not optimized on (:func:`retarget.optimize.verification.check_plan`).
+6. the checks in models the plan was not optimized on (:func:`retarget.planning.verification.check_plan`).
 """
 
 from __future__ import annotations
@@ -25,16 +25,9 @@ from numpy.typing import NDArray
 from retarget.errors import InputError
 from retarget.motion.motion import Motion
 from retarget.optimize.adjoint import Evaluation
-from retarget.optimize.checks import NaiveAtFinerStep, PlanChecks, Verification
-from retarget.optimize.control import (
-    CANCEL_POLL_S,
-    TRAINING_STAGE,
-    BudgetExhausted,
-    CancelCheck,
-    deadline_progress,
-    first_evaluation,
-)
-from retarget.optimize.engines import Engine
+from retarget.planning.checks import NaiveAtFinerStep, PlanChecks, Verification
+from retarget.optimize.control import BudgetExhausted, deadline_progress, first_evaluation
+from retarget.sim.engine import Engine
 from retarget.optimize.errors import OptimizeError, PlanCancelled, TimeBudgetError
 from retarget.optimize.lbfgs import optimize
 from retarget.optimize.limits import (
@@ -44,12 +37,12 @@ from retarget.optimize.limits import (
     speed_feasible_parameters,
     torque_report,
 )
-from retarget.optimize.options import PlanOptions, Start, VerifyModel, checks_reserve
+from retarget.planning.options import PlanOptions, Start, VerifyModel, checks_reserve
 from retarget.optimize.parallel import default_workers, fork_pool
 from retarget.optimize.problem import PlanProblem, build_plan_problem, limits_for
 from retarget.optimize.result import OptimizationResult
 from retarget.optimize.robust import without_other_branches
-from retarget.optimize.variants import (
+from retarget.planning.variants import (
     MIN_RING_OUT,
     PlanResult,
     Variant,
@@ -57,13 +50,14 @@ from retarget.optimize.variants import (
     ring_out_s,
     shaped_baselines,
 )
-from retarget.optimize.verification import naive_at_finer_step, verify_plan
+from retarget.planning.verification import naive_at_finer_step, verify_plan
 from retarget.optimize.weights import TrackedBodyWeights
 from retarget.optimize.windows import optimize_windows
+from retarget.planning.stages import CANCEL_POLL_S, TRAINING_STAGE, CancelCheck
 
 if TYPE_CHECKING:
-    from retarget.optimize.estimate import PlanEstimate, StageEstimate
-    from retarget.optimize.planning_model import PlanningModel
+    from retarget.planning.estimate import PlanEstimate, StageEstimate
+    from retarget.planning.model import PlanningModel
     from retarget.optimize.settle import SettleReport
     from retarget.sim.reduced.system import ReducedSystem
 
@@ -77,7 +71,7 @@ class PlanProgress:
     Attributes:
         steps: ``steps(stage, done, total)`` per simulation step of each long stage (the training simulation,
             targets, evaluations, baselines, verifications); stage names: the keys of
-            :data:`~retarget.optimize.control.FEEDBACK_STAGES`, :data:`~retarget.optimize.control.TRAINING_STAGE`,
+            :data:`~retarget.planning.stages.FEEDBACK_STAGES`, :data:`~retarget.planning.stages.TRAINING_STAGE`,
             :data:`WARM_UP_STAGE` and ``"full FEM: <variant>"``.
         iteration: ``iteration(info)`` per optimizer iteration: ``iteration``, ``objective``, ``gradient_norm``
             (with windows also ``window``, ``windows``).
@@ -85,8 +79,8 @@ class PlanProgress:
         cancelled: polled during simulations and per iteration (at most every ``cancel_poll_s`` [s]); once true the
             optimizer stops and the best parameters so far are returned, flagged ``cancelled``.
         cancel_poll_s: the shortest interval between two polls of ``cancelled`` [s].
-        estimate: ``estimate(e)`` before the work: a :class:`~retarget.optimize.estimate.StageEstimate` before an
-            in-process training, a :class:`~retarget.optimize.estimate.PlanEstimate` (every stage) once the model
+        estimate: ``estimate(e)`` before the work: a :class:`~retarget.planning.estimate.StageEstimate` before an
+            in-process training, a :class:`~retarget.planning.estimate.PlanEstimate` (every stage) once the model
             is ready.
     """
 
@@ -131,8 +125,8 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
         RetargetError: planning failed.
     """
     from retarget.motion.limits import check_plan_input
-    from retarget.optimize.engines import planner_engine
-    from retarget.optimize.verification import gate_model  # noqa: PLC0415
+    from retarget.sim.adapters import planner_engine
+    from retarget.planning.verification import gate_model  # noqa: PLC0415
 
     options = PlanOptions() if options is None else options
     progress = PlanProgress() if progress is None else progress
@@ -222,7 +216,7 @@ class _ScaledEngines:
         self.scaled: dict[float, Engine] = {1.0: engine}
 
     def __call__(self, factor: float) -> Engine:
-        from retarget.optimize.engines import planner_engine
+        from retarget.sim.adapters import planner_engine
         from retarget.sim.reduced.system import with_stiffness_scale
 
         if factor not in self.scaled:
@@ -232,14 +226,14 @@ class _ScaledEngines:
 
 def _load_planning_model(robot: str | Path, motion: Motion, options: PlanOptions, reports: _Reports,
                          started: float) -> PlanningModel:
-    """The planning model (:func:`~retarget.optimize.planning_model.planning_model`) with ``options``' settings; an
+    """The planning model (:func:`~retarget.planning.model.planning_model`) with ``options``' settings; an
     in-process training counts against the time budget from ``started``.
 
     Raises:
         TimeBudgetError: the budget ran out while training the model.
     """
     from retarget.model.servo_file import servo_file_servos
-    from retarget.optimize.planning_model import planning_model
+    from retarget.planning.model import planning_model
 
     budget_end = None if options.time_budget is None else started + float(options.time_budget)
     training = deadline_progress(budget_end, lambda done, total: reports.steps(TRAINING_STAGE, done, total))
@@ -275,8 +269,8 @@ class _Rounds:
     loops: bool
 
     def check(self, result: PlanResult, options: PlanOptions) -> PlanChecks:
-        """The checks of ``result`` in other models (:func:`~retarget.optimize.verification.check_plan`)."""
-        from retarget.optimize.verification import check_plan
+        """The checks of ``result`` in other models (:func:`~retarget.planning.verification.check_plan`)."""
+        from retarget.planning.verification import check_plan
 
         return check_plan(result, self.pm.model, options, self.engine_factory, self.reports.steps, self.reports.say,
                           self.deadline, robot=self.robot, planning_info=self.pm.info)
@@ -313,12 +307,12 @@ def _verified_torque_rounds(rounds: _Rounds, result: PlanResult, options: PlanOp
     return result, checks, fired
 
 def estimate_for(pm: PlanningModel, engine: Engine, motion: Motion, options: PlanOptions) -> PlanEstimate:
-    """The :class:`~retarget.optimize.estimate.PlanEstimate` of planning ``motion`` with ``options`` on the
+    """The :class:`~retarget.planning.estimate.PlanEstimate` of planning ``motion`` with ``options`` on the
     planning model ``pm`` (its ``engine`` built): the stages after the model, as :func:`run_plan` and the checks will
     run them."""
-    from retarget.optimize.estimate import plan_estimate
+    from retarget.planning.estimate import plan_estimate
     from retarget.optimize.gauss_newton import MAX_PARAMETERS
-    from retarget.optimize.verification import deformable_dofs, full_verification_cost
+    from retarget.planning.verification import deformable_dofs, full_verification_cost
 
     duration = float(motion.duration if options.duration is None else min(options.duration, motion.duration))
     n_parameters = (int(duration / options.knot_spacing) + 3) * len(pm.model.motors)
@@ -346,8 +340,8 @@ def verified_torque_margin(result: PlanResult, verification: Verification | None
 
 def replay_check_warning(info: Mapping[str, object]) -> str:
     """A warning when a model trained by the planner replays its training motion worse than
-    :data:`~retarget.optimize.planning_model.REPLAY_WARN` of the tracked travel, else ""."""
-    from retarget.optimize.planning_model import REPLAY_WARN
+    :data:`~retarget.planning.model.REPLAY_WARN` of the tracked travel, else ""."""
+    from retarget.planning.model import REPLAY_WARN
 
     error = (info.get("training") or {}).get("replay_error_rel")
     if error is None or not error > REPLAY_WARN:
@@ -387,7 +381,7 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
             its optimum): reused instead of simulated again.
 
     With a ``time_budget`` and a ``verify_dt``, the naive playback at ``verify_dt`` runs first
-    (:func:`~retarget.optimize.verification.naive_at_finer_step`; the verification reuses it), and its measured
+    (:func:`~retarget.planning.verification.naive_at_finer_step`; the verification reuses it), and its measured
     time is kept from the optimizer for the verification's optimized run: what a run at ``verify_dt`` costs depends
     on the robot (1.05 × a run at the planning step on the boxer, 2 × on the demo's drummer, 2 ms against 1 ms).
 
@@ -594,7 +588,7 @@ def _settle(pp: PlanProblem, options: PlanOptions, opt: OptimizationResult,
     its objective (every model of the robust objective, forward only) and the refinement's report."""
     from retarget.optimize.problem import motion_stop_time
     from retarget.optimize.settle import STOPPED, settle_refinement
-    from retarget.optimize.verification import commanded_stop_time
+    from retarget.planning.verification import commanded_stop_time
 
     times = pp.targets.times
     angles = np.asarray(pp.problem.profiles(opt.x).evaluate(times))

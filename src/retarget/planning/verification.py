@@ -34,7 +34,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from retarget.optimize.adjoint import rollout
-from retarget.optimize.checks import (
+from retarget.planning.checks import (
     MEANINGFUL_CUT,
     NO_CUT_SLACK,
     BandResult,
@@ -53,18 +53,18 @@ from retarget.optimize.control import BudgetExhausted, deadline_progress
 from retarget.optimize.errors import PlanCancelled
 from retarget.optimize.limits import MotorLimits, torque_report
 from retarget.optimize.objective import deviation_metrics
-from retarget.optimize.options import VerifyModel, band_offloaded
+from retarget.planning.options import VerifyModel, band_offloaded
 from retarget.optimize.parallel import default_workers, fork_pool, run_shared
-from retarget.optimize.variants import start_of
+from retarget.planning.variants import start_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from retarget.model.robot import RobotModel
     from retarget.optimize.adjoint import TrackedPoses
     from retarget.optimize.bspline import MotorProfiles
-    from retarget.optimize.options import PlanOptions
-    from retarget.optimize.planning_model import PlanningModel
+    from retarget.planning.options import PlanOptions
+    from retarget.planning.model import PlanningModel
     from retarget.optimize.problem import PlanProblem
-    from retarget.optimize.variants import PlanResult
+    from retarget.planning.variants import PlanResult
     from retarget.sim.engine import Engine, EngineState
     from retarget.sim.motors import SplineMotors
     from retarget.sim.reduced.store import ReducedRobotModel
@@ -200,7 +200,7 @@ def verify_full(result: PlanResult, model: RobotModel, dt: float, stiffness: flo
     pp = result.pp
     system = build_system(scaled_stiffness_model(model, stiffness))
     links = list(pp.problem.tracking.links)
-    from retarget.optimize.engines import motor_rows
+    from retarget.sim.engine import motor_rows
 
     rows = motor_rows(system.constraints, system.lambda_offsets, len(system.motors))
     duration = float(pp.targets.times[-1])
@@ -253,7 +253,7 @@ def verify_reduced(result: PlanResult, verification: ReducedRobotModel, dt: floa
         mesh and its ``modes`` per part): each variant's figures (:func:`trajectory_metrics`) and their ratios.
     """
     from retarget.optimize.adjoint import TrackedPoses
-    from retarget.optimize.engines import planner_engine
+    from retarget.sim.adapters import planner_engine
     from retarget.sim.reduced.system import with_stiffness_scale
 
     started = time.perf_counter()
