@@ -16,7 +16,7 @@ from retarget.optimize.problem import PlanProblem
 MODULES = ("retarget.optimize.lbfgs", "retarget.optimize.gauss_newton", "retarget.optimize.windows",
            "retarget.optimize.control", "retarget.optimize.problem", "retarget.optimize.adjoint",
            "retarget.optimize.settle", "retarget.planning.run", "retarget.planning.verification",
-           "retarget.planning.variants", "retarget.planning.commands")
+           "retarget.planning.commands")
 
 #: Virtual seconds of one evaluation with its adjoint; a forward run alone costs 1 / EVALUATION_FORWARD_RUNS of it.
 EVALUATION_S = 1.0

@@ -9,6 +9,7 @@ from virtual_clock import VirtualClock
 
 from retarget.planning.checks import ExitStatus, RunFigures, Verdict, Verification
 from retarget.sim.adapters import reduced_engine
+from retarget.optimize.control import Deadline
 from retarget.optimize.errors import PlanCancelled
 from retarget.planning.run import run_plan
 from retarget.planning.verification import finer_step_holds, verify_metrics, verify_plan
@@ -46,12 +47,12 @@ def test_verify_metrics_at_a_finer_step_and_skipped_when_out_of_time_or_cancelle
     clock = VirtualClock(monkeypatch)
     stages: list[str] = []
     result = replace(rod_plan, warnings=list(rod_plan.warnings))
-    out = verify_metrics(result, 0.001, clock.now + 1.0, lambda stage, k, n: stages.append(stage))
+    out = verify_metrics(result, 0.001, Deadline(clock.now + 1.0), lambda stage, k, n: stages.append(stage))
     assert out is not None and out.dt_s == 0.001 and out.steps == 200 and set(stages) == {"verifying"}
     assert not any("not verified" in w for w in result.warnings)
 
     late = replace(rod_plan, warnings=list(rod_plan.warnings))
-    assert verify_metrics(late, 0.001, deadline=clock.now - 1.0) is None
+    assert verify_metrics(late, 0.001, deadline=Deadline(clock.now - 1.0)) is None
     assert "not verified at dt 0.001 s: the time budget ran out" in late.warnings
 
     def cancel(stage: str, k: int, n: int) -> None:

@@ -17,8 +17,9 @@ from retarget.optimize.adjoint import Evaluation, run_time_ratio, steady_step_ti
 from retarget.optimize.control import (
     EVALUATION_FORWARD_RUNS,
     BudgetExhausted,
-    deadline_progress,
+    Deadline,
     first_evaluation,
+    guarded_progress,
     interruption_reason,
 )
 from retarget.optimize.errors import OptimizeError
@@ -43,7 +44,7 @@ DESCENT_TRIALS = 8
 
 def optimize(pp: PlanProblem, options: SolverOptions, x0: NDArray[np.float64] | None = None,
              callback: Callable[[dict[str, float]], None] | None = None,
-             step_progress: Callable[[int, int], None] | None = None, deadline: float | None = None,
+             step_progress: Callable[[int, int], None] | None = None, deadline: Deadline | None = None,
              reserve_evaluations: float = 0.0, curvature: float | None = None,
              tangent_s: float | None = None, reserve_s: float = 0.0) -> OptimizationResult:
     """Minimize ``J`` from ``x₀`` (default: the fit of the input) by Levenberg–Marquardt or L-BFGS-B.
@@ -67,7 +68,7 @@ def optimize(pp: PlanProblem, options: SolverOptions, x0: NDArray[np.float64] | 
         callback: called after each iteration with ``{iteration, objective, gradient_norm}``; a KeyboardInterrupt
             raised there (or anywhere during the run) stops the optimization and returns the best point so far.
         step_progress: per-simulation ``(done, total)`` steps (forward + backward).
-        deadline: ``time.perf_counter()`` value to stop by; None: ``options.time_budget`` from now (or no limit).
+        deadline: when to stop by; None: ``options.time_budget`` from now (or no limit).
         reserve_evaluations: evaluations' worth of time to leave before the deadline.
         reserve_s: seconds to leave before the deadline besides (measured work of the caller's).
         curvature: a known curvature of ``J`` along steepest descent (e.g. the previous window's
@@ -83,8 +84,8 @@ def optimize(pp: PlanProblem, options: SolverOptions, x0: NDArray[np.float64] | 
     if options.first_step is not None and not options.first_step > 0.0:
         raise OptimizeError(f"the first step must be a positive length [rad], not {options.first_step}")
     if deadline is None and options.time_budget is not None:
-        deadline = time.perf_counter() + float(options.time_budget)
-    progress = deadline_progress(deadline, step_progress)
+        deadline = Deadline.after(float(options.time_budget))
+    progress = guarded_progress(deadline, step_progress)
     x_start = pp.fit.parameters.copy() if x0 is None else np.asarray(x0, dtype=float).copy()
     method = choose_method(pp, options)
     started = time.perf_counter()
@@ -129,7 +130,7 @@ class _Search:
     history: list[float]
     callback: Callable[[dict[str, float]], None] | None
     progress: Callable[[int, int], None] | None
-    deadline: float | None
+    deadline: Deadline | None
     reserve_evaluations: float
     reserve_s: float
     curvature: float | None
@@ -152,8 +153,8 @@ class _Search:
             return
         state = self.state
         ratio = run_time_ratio(self.first_steps, 0, state.best.rollout) if self.reserve_s > 0.0 else None
-        if time.perf_counter() + seconds + state.duration * self.per_evaluation * self.reserve_evaluations + \
-                self.reserve_s * (1.0 if ratio is None else ratio) > self.deadline:
+        if self.deadline.passed_after(seconds, state.duration * self.per_evaluation * self.reserve_evaluations,
+                                      self.reserve_s * (1.0 if ratio is None else ratio)):
             raise BudgetExhausted
 
     def simulated(self, x: NDArray[np.float64], gradient: bool) -> Evaluation | None:

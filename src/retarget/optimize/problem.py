@@ -22,6 +22,7 @@ from retarget.optimize.adjoint import (
     rollout,
 )
 from retarget.optimize.bspline import ProfileFit, fit_profiles
+from retarget.optimize.control import Deadline
 from retarget.optimize.errors import OptimizeError, TimeBudgetError
 from retarget.optimize.limits import (
     MotorLimits,
@@ -112,7 +113,7 @@ def member_problem(problem: AdjointProblem, engine: Engine, fit: ProfileFit) -> 
 
 def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights], limits: MotorLimits,
                        options: ProblemOptions, progress: Callable[[str, int, int], None] | None = None,
-                       deadline: float | None = None,
+                       deadline: Deadline | None = None,
                        members: Sequence[tuple[float, Engine]] = (), follow_playback: bool = False) -> PlanProblem:
     """Fit the profiles, solve the targets and assemble the adjoint problem.
 
@@ -123,7 +124,7 @@ def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedB
         limits: motor limits in the engine's motor order.
         options: settings.
         progress: ``progress(stage, done, total)``.
-        deadline: ``time.perf_counter()`` value by which the targets must be solved; None: no limit.
+        deadline: when the targets must be solved by; None: no limit.
         members: ``(stiffness factor, engine)`` of the robust objective's other models (:mod:`retarget.optimize.robust`;
             empty: the nominal model alone). They track the nominal targets.
         follow_playback: solve each target from the state the input's playback reaches at that sample (one forward
@@ -186,7 +187,7 @@ def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedB
 
 def _targets(engine: Engine, poses: TrackedPoses, input_fit: ProfileFit, naive_start: EngineState,
              times: NDArray[np.float64], angles: NDArray[np.float64], options: ProblemOptions,
-             progress: Callable[[str, int, int], None] | None, deadline: float | None,
+             progress: Callable[[str, int, int], None] | None, deadline: Deadline | None,
              follow_playback: bool) -> Targets:
     """The quasi-static targets at ``times`` [s]: the tracked poses with every shaft at its input angle
     (``angles``: (n_t, n_motors) [rad]; a modelled servo's own sag is not intended), with ``follow_playback`` each
@@ -198,7 +199,7 @@ def _targets(engine: Engine, poses: TrackedPoses, input_fit: ProfileFit, naive_s
     started = time.perf_counter()
 
     def cb(k: int, n: int) -> None:
-        if deadline is not None and time.perf_counter() > deadline:
+        if deadline is not None and deadline.passed():
             raise TimeBudgetError(f"the time budget ran out while solving the quasi-static targets ({k} of {n} "
                                   "solves)", stage="targets", elapsed_s=time.perf_counter() - started)
         if progress is not None:

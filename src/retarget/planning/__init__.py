@@ -7,8 +7,8 @@ the benchmarks.
 :mod:`~retarget.planning.settings` (their command-line flags and node parameters),
 :mod:`~retarget.planning.variants` (naive, ZV/ZVD and optimized runs; :class:`PlanResult`),
 :mod:`~retarget.planning.verification` (the plan in models it was not optimized on) and
-:mod:`~retarget.planning.checks` (what they find, and the plan's verdict), :mod:`~retarget.planning.estimate` (the
-time a plan will take), :mod:`~retarget.planning.stages` (progress stages and the cancel check),
+:mod:`~retarget.planning.checks` (what they find, and the plan's verdict), :mod:`~retarget.planning.budget` (the
+time budget and what each stage costs), :mod:`~retarget.planning.stages` (progress stages and the cancel check),
 :mod:`~retarget.planning.refine` (the learning step from a recorded take) and the CLI
 (:mod:`~retarget.planning.commands`: ``retarget plan``, ``retarget refine``, the plan checks).
 
@@ -30,8 +30,9 @@ _EXPORTS: dict[str, str] = {
     "StiffnessBand": "checks",
     "Verdict": "checks",
     "Verification": "checks",
-    "PlanEstimate": "estimate",
-    "plan_estimate": "estimate",
+    "Budget": "budget",
+    "PlanEstimate": "budget",
+    "plan_estimate": "budget",
     "PlanningModel": "model",
     "planning_model": "model",
     "PlanOptions": "options",
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
         Verdict,
         Verification,
     )
-    from retarget.planning.estimate import PlanEstimate, plan_estimate
+    from retarget.planning.budget import Budget, PlanEstimate, plan_estimate
     from retarget.planning.model import PlanningModel, planning_model
     from retarget.planning.options import PlanOptions, RefineOptions, Start, VerifyModel, options_from_parameters
     from retarget.planning.run import PlanProgress, plan, run_plan
@@ -72,6 +73,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 __all__ = [
     "BandResult",
+    "Budget",
     "FinerStepCheck",
     "PlanChecks",
     "PlanEstimate",

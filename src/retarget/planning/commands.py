@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
     from retarget.motion.motion import Motion
-    from retarget.planning.estimate import PlanEstimate, StageEstimate
+    from retarget.planning.budget import PlanEstimate, StageEstimate
     from retarget.planning.options import PlanOptions
     from retarget.planning.model import PlanningModel
     from retarget.planning.variants import PlanResult
@@ -326,7 +326,7 @@ def _plan_command(args: argparse.Namespace) -> int:
         print(text, file=sys.stderr)
 
     def estimate(what: StageEstimate | PlanEstimate) -> None:
-        from retarget.planning.estimate import StageEstimate
+        from retarget.planning.budget import StageEstimate
 
         lines = [what.line()] if isinstance(what, StageEstimate) else what.lines()
         print("estimated before the work (rough; docs/optimize.md \"Cost\"):", file=sys.stderr)

@@ -9,14 +9,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from retarget.errors import InputError
-from retarget.optimize.control import EVALUATION_FORWARD_RUNS
 from retarget.optimize.solver_settings import Method
 
 if TYPE_CHECKING:
     from retarget.optimize.weights import TrackedBodyWeights, WeightSpec
 
-__all__ = ["METHODS", "NODE_PARAMETERS", "REST_AFTER_S", "VERIFY_COST_FACTOR", "PlanOptions", "RefineOptions", "Start",
-           "VerifyModel", "band_offloaded", "checks_reserve", "options_from_parameters", "verification_reserve"]
+__all__ = ["METHODS", "NODE_PARAMETERS", "REST_AFTER_S", "PlanOptions", "RefineOptions", "Start", "VerifyModel",
+           "band_offloaded", "options_from_parameters"]
 
 
 #: Default :attr:`PlanOptions.rest_after` [s]: about one period of the single rod's first mode with its tip mass
@@ -138,9 +137,10 @@ class PlanOptions:
             (:func:`verify_plan`), or None. With a ``time_budget`` the optimizer keeps time for it: the plan runs
             the naive playback at ``verify_dt`` first (the verification reuses it) and keeps its measured time for
             the optimized run; when that run did not fit, two forward runs at ``verify_dt``, counted as
-            ``2 dt / verify_dt`` forward runs at the planning step times :data:`VERIFY_COST_FACTOR`
-            (:func:`verification_reserve`). Without a reserve a budget-limited plan used the whole budget and its
-            verification then ran past the budget or was skipped.
+            ``2 dt / verify_dt`` forward runs at the planning step times
+            :data:`~retarget.planning.budget.VERIFY_COST_FACTOR`
+            (:func:`~retarget.planning.budget.verification_reserve`). Without a reserve a budget-limited plan used the
+            whole budget and its verification then ran past the budget or was skipped.
         start: where the optimizer starts. ``"feasible"`` (default): from the input's fit, except that motors
             faster than their speed limit start from their closest speed-feasible profiles
             (:func:`~retarget.optimize.limits.speed_feasible_parameters`, no simulation): otherwise the speed
@@ -277,42 +277,15 @@ class PlanOptions:
         return bad
 
 
-#: The verification's cost over its ``2 dt / verify_dt`` forward runs' worth at the planning step: a step at the
-#: finer ``verify_dt`` costs a little more, and the deviation metrics of every step come on top. Measured on the
-#: drummer's demo model (3 s of drumming, dt 2 ms, verify_dt 1 ms, NUMBA_NUM_THREADS=2): forward run 5.1-6.3 s at
-#: 2 ms, 12.0-12.4 s at 1 ms, the verification 26.5-31.1 s = 4.8-5.6 planning forward runs where 4 were kept.
-VERIFY_COST_FACTOR = 1.5
-
-
-def verification_reserve(options: PlanOptions) -> float:
-    """Time the verification at ``options.verify_dt`` needs, in optimizer evaluations (one evaluation, forward and
-    adjoint, costs about three forward runs): two forward runs at ``verify_dt``, i.e. ``2 dt / verify_dt`` at the
-    planning step, times :data:`VERIFY_COST_FACTOR`. 0 without a ``verify_dt``."""
-    if options.verify_dt is None or not options.verify_dt > 0:
-        return 0.0
-    return VERIFY_COST_FACTOR * 2.0 * float(options.dt) / float(options.verify_dt) / EVALUATION_FORWARD_RUNS
-
-
 def band_offloaded(n_factors: int, verify: bool, workers: int) -> int:
     """How many of the robustness band's ``n_factors`` factors the checks after a plan run in a forked worker
     process (:func:`retarget.planning.verification.check_plan`), beside the rest and the verification at
     ``verify_dt`` (``verify``) in the planning process: about half the work each; none with ``workers`` ≤ 1. It
-    shortens the checks' wall time; the budget's reserve (:func:`checks_reserve`) does not count on it."""
+    shortens the checks' wall time; the budget's reserve (:func:`~retarget.planning.budget.checks_reserve`) does not
+    count on it."""
     if workers <= 1 or n_factors == 0:
         return 0
     return (n_factors + 1) // 2 if verify else n_factors // 2
-
-
-def checks_reserve(options: PlanOptions, baselines: bool, verification_timed: bool = False) -> float:
-    """Time the checks after the optimization need, in optimizer evaluations: the verification at
-    ``verify_dt`` (:func:`verification_reserve`; none when ``verification_timed``: the plan keeps its measured time
-    in seconds), and the robustness band: one forward run at the planning step per factor of
-    :attr:`PlanOptions.band` and variant it re-simulates (naive and optimized, and ZVD when the ``baselines`` run),
-    three forward runs being one evaluation. All of them, one after another, even where part of the band runs in
-    a worker process beside the rest (:func:`band_offloaded`): two simulations at once on this 2-core machine ran
-    at 1.0–1.25 × the throughput of one (docs/optimize.md, "Checks")."""
-    band_runs = len(options.band) * (3 if baselines else 2)
-    return (0.0 if verification_timed else verification_reserve(options)) + band_runs / EVALUATION_FORWARD_RUNS
 
 
 #: The planner node's parameters (``config/<robot>.params.yaml``) that set plan options, by option name. A value of

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -18,7 +17,7 @@ from retarget.optimize.adjoint import (
     Evaluation,
     rollout,
 )
-from retarget.optimize.control import BudgetExhausted
+from retarget.optimize.control import BudgetExhausted, Deadline
 from retarget.optimize.limits import (
     TorqueReport,
     torque_report,
@@ -420,10 +419,10 @@ def ring_out_s(pp: PlanProblem) -> float:
 
 
 def shaped_baselines(pp: PlanProblem, naive: Variant, progress: Callable[[str, int, int], None] | None,
-                      warnings: list[str], deadline: float | None = None) -> dict[str, Variant]:
+                      warnings: list[str], deadline: Deadline | None = None) -> dict[str, Variant]:
     """ZV and ZVD shaping of the input at the first mode identified from the naive ring-out.
 
-    A baseline still simulating at ``deadline`` (``time.perf_counter()``) or when Ctrl-C is pressed is dropped
+    A baseline still simulating at ``deadline`` or when Ctrl-C is pressed is dropped
     with a warning: the optimized result matters more.
     """
     from retarget.optimize.errors import ShapingError
@@ -456,7 +455,7 @@ def shaped_baselines(pp: PlanProblem, naive: Variant, progress: Callable[[str, i
         name = shaper.name.lower()
 
         def cb(k: int, n: int, s: str = name) -> None:
-            if deadline is not None and time.perf_counter() > deadline:
+            if deadline is not None and deadline.passed():
                 raise BudgetExhausted
             if progress is not None:
                 progress(s, k, n)

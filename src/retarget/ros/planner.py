@@ -40,7 +40,7 @@ from retarget.control import TrajectoryRejected, validate_trajectory
 from retarget.errors import InputError, NotAvailableError, RetargetError
 from retarget.jsonsafe import dumps
 from retarget.optimize.errors import NoPlanningModelError, PlanCancelled
-from retarget.planning.estimate import TRAINING_BUILD_FACTOR, StageEstimate, format_seconds
+from retarget.planning.budget import TRAINING_BUILD_FACTOR, StageEstimate, format_seconds
 from retarget.planning.settings import PLAN_SETTINGS
 from retarget.ros.conversions import goal_points
 from retarget.ros.params import declare
@@ -48,7 +48,7 @@ from retarget.ros.refine_server import RefineServer
 from retarget.ros.spinning import close_node, spin, stopping_on_signals
 
 if TYPE_CHECKING:
-    from retarget.planning.estimate import PlanEstimate
+    from retarget.planning.budget import PlanEstimate
     from retarget.planning.options import PlanOptions
     from retarget.planning.run import PlanProgress
     from retarget.planning.variants import PlanResult
