@@ -1,4 +1,4 @@
-"""The checks after a plan (`retarget.optimize.verification.check_plan`: the finer-step check and the stiffness band)
+"""The checks after a plan (`retarget.planning.verification.check_plan`: the finer-step check and the stiffness band)
 run in the planning process alone (``workers=1``) against with one forked worker beside it (``workers=2``: the band's
 factors split, the finer-step check here), alternated round by round on the same plan.
 
@@ -43,11 +43,11 @@ def main() -> int:
 
     from retarget.model import library
     from retarget.motion import load_motion
-    from retarget.optimize import PlanProgress, plan
-    from retarget.optimize.engines import planner_engine
-    from retarget.optimize.options import options_from_parameters
-    from retarget.optimize.planning_model import planning_model
-    from retarget.optimize.verification import check_plan
+    from retarget.planning import PlanProgress, plan
+    from retarget.sim.adapters import planner_engine
+    from retarget.planning.options import options_from_parameters
+    from retarget.planning.model import planning_model
+    from retarget.planning.verification import check_plan
     from retarget.sim.reduced.system import with_stiffness_scale
 
     motion = load_motion(library.resolve_motion(args.motion))

@@ -1,7 +1,7 @@
 """One planner evaluation (forward rollout + discrete adjoint) timed stage by stage, per linearization thread count.
 
 The backward pass linearizes every step at the stored forward states (exact Jacobian + condensed LU), independent
-of each other, so `retarget.optimize.engines.step_sensitivities` computes them ahead on several threads. This
+of each other, so `retarget.sim.adapters.step_sensitivities` computes them ahead on several threads. This
 measures what that buys: for each ``--workers`` count, the forward rollout and the backward pass (best of
 ``--repeats``), and checks that the gradients are identical.
 
@@ -9,7 +9,7 @@ measures what that buys: for each ``--workers`` count, the forward rollout and t
 :class:`retarget.sim.reduced.compiled.Kernels` (the engine's way) or through numba's dispatcher on every call, which
 types the 40-array packed system each time (what the engine did before ``Kernels``). ``--newton strict,planner``
 compares the Newton stopping tests: the update size alone (``reduced_engine``'s default) against the planner's
-(:func:`retarget.optimize.engines.planner_engine`, the remaining-error estimate too), and reports the largest
+(:func:`retarget.sim.adapters.planner_engine`, the remaining-error estimate too), and reports the largest
 difference of their gradients relative to the largest gradient entry.
 
     NUMBA_NUM_THREADS=2 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 python bench/bench_evaluation.py drummer \\
@@ -66,10 +66,10 @@ def main() -> int:
     import retarget.optimize.adjoint as adjoint
     from retarget.model import library
     from retarget.motion import load_motion
-    from retarget.optimize.engines import planner_engine, step_sensitivities
-    from retarget.optimize.options import PlanOptions
+    from retarget.sim.adapters import planner_engine, step_sensitivities
+    from retarget.planning.options import PlanOptions
     from retarget.optimize.problem import build_plan_problem, limits_for
-    from retarget.optimize.planning_model import DEFAULT_PLAN_MODES, planning_model
+    from retarget.planning.model import DEFAULT_PLAN_MODES, planning_model
     from retarget.optimize.weights import parse_tracked_bodies
 
     motion = load_motion(library.resolve_motion(args.motion))

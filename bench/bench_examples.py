@@ -1,7 +1,7 @@
-"""Benchmark of the paper's seven examples, each planned with its default settings through :func:`retarget.optimize.plan`.
+"""Benchmark of the paper's seven examples, each planned with its default settings through :func:`retarget.planning.plan`.
 
 Each example is a robot and its motion; its settings are the robot's planner-node parameters
-(``config/<robot>.params.yaml``: windows, time budget, steps) over :class:`~retarget.optimize.PlanOptions`' defaults,
+(``config/<robot>.params.yaml``: windows, time budget, steps) over :class:`~retarget.planning.PlanOptions`' defaults,
 as the ROS planner node plans it. single_rod and two_rods train their reduced model in-process (counted in
 ``planning_wall_s`` and reported as ``model_wall_s``); the characters plan on a reduced-model artifact in the model
 folders (``$RETARGET_MODELS``, ``~/.cache/retarget/models``, ``.cache-models/``), built once by::
@@ -74,8 +74,8 @@ def main() -> int:
     from retarget.jsonsafe import dumps
     from retarget.model import library
     from retarget.motion import load_motion
-    from retarget.optimize import PlanProgress, plan
-    from retarget.optimize.options import options_from_parameters
+    from retarget.planning import PlanProgress, plan
+    from retarget.planning.options import options_from_parameters
 
     chosen = [e for e in EXAMPLES if not args.names or e[0] in args.names]
     unknown = set(args.names) - {e[0] for e in EXAMPLES}

@@ -33,8 +33,8 @@ def main() -> int:
     from retarget.cli import build_parser
     from retarget.model import library
     from retarget.motion import load_motion
-    from retarget.optimize import PlanProgress, plan
-    from retarget.optimize.commands import options_from_args
+    from retarget.planning import PlanProgress, plan
+    from retarget.planning.commands import options_from_args
 
     args = build_parser().parse_args(["plan", *argv])
     options = options_from_args(args)

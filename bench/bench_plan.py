@@ -1,4 +1,4 @@
-"""Benchmark of a plan: naive vs ZV/ZVD vs optimized on a robot and motion, through the same :func:`retarget.optimize.plan`
+"""Benchmark of a plan: naive vs ZV/ZVD vs optimized on a robot and motion, through the same :func:`retarget.planning.plan`
 as ``retarget plan`` (same arguments, same defaults).
 
 Prints the thread settings and, as the last line, one JSON object: ``retarget plan --json``'s metrics plus
@@ -51,8 +51,8 @@ def main() -> int:
     from retarget.cli import build_parser
     from retarget.model import library
     from retarget.motion import load_motion
-    from retarget.optimize import PlanProgress, plan
-    from retarget.optimize.commands import options_from_args
+    from retarget.planning import PlanProgress, plan
+    from retarget.planning.commands import options_from_args
 
     args = build_parser().parse_args(["plan", *argv])
     options = options_from_args(args)

@@ -64,7 +64,7 @@ def tiny_show(folder: Path, n_jobs: int) -> Path:
 def plan_serially(show, workers: int | None, folder: Path) -> dict:
     """Every job planned in this process, one after another, its files written as the show writes them."""
     from retarget.motion import load_motion
-    from retarget.optimize.planning import plan
+    from retarget.planning.run import plan
     from retarget.show.results import write_job_files
 
     started = time.perf_counter()
@@ -119,7 +119,7 @@ def main() -> int:
                                                        "NUMBA_NUM_THREADS")}
     print(f"threads: {threads}; cpus: {os.cpu_count()}", file=sys.stderr)
     from retarget.motion import load_motion
-    from retarget.optimize.planning_model import planning_model
+    from retarget.planning.model import planning_model
     from retarget.show.runner import THREAD_ENV, run_show
     from retarget.show.showfile import load_show
 

@@ -2,7 +2,7 @@
 block solve of all the parameters' columns per step (:func:`retarget.sim.reduced.compiled.condensed_solve_columns`:
 one GEMM and one LAPACK ``getrs``) against the column loop it replaced (the single solve per column, compiled), and
 the block solve with the steps' linearizations computed ahead on ``--workers`` threads
-(:func:`retarget.optimize.engines.step_sensitivities`; the others run with one).
+(:func:`retarget.sim.adapters.step_sensitivities`; the others run with one).
 
 Both run in one process on the same window, point and rollout, and must give the same Jacobian (to the solve's
 rounding on the badly scaled DAE). Prints the thread settings and one JSON object with the three wall times and
@@ -44,12 +44,12 @@ def main() -> int:
 
     from retarget.model import library
     from retarget.motion import load_motion
-    from retarget.optimize import engines
+    from retarget.sim import adapters as engines
     from retarget.optimize.adjoint import Window, evaluate, window_parameters
-    from retarget.optimize.engines import planner_engine
+    from retarget.sim.adapters import planner_engine
     from retarget.optimize.gauss_newton import tangent_least_squares
-    from retarget.optimize.options import PlanOptions
-    from retarget.optimize.planning_model import planning_model
+    from retarget.planning.options import PlanOptions
+    from retarget.planning.model import planning_model
     from retarget.optimize.problem import build_plan_problem, limits_for
     from retarget.optimize.weights import parse_tracked_bodies
     from retarget.sim.reduced import compiled as ck

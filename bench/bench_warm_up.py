@@ -1,6 +1,6 @@
 """Benchmark of a budgeted plan on a cold or warm numba cache: does the warm-up keep compiling out of the budget?
 
-Runs :func:`retarget.optimize.plan` with the robot's params file settings (as the planner node does), a reduced
+Runs :func:`retarget.planning.plan` with the robot's params file settings (as the planner node does), a reduced
 model and a time budget on the first ``--duration`` seconds of a motion, and records when each feedback stage began
 and how many numba compilations (``numba:compile`` events: compiled or loaded from the cache) had happened by then.
 ``--cold`` points numba at a new empty cache folder first (as after an install or an update). Prints the settings
@@ -41,9 +41,9 @@ def main() -> int:
     from retarget.ros.demo import excerpt
     from retarget.model.library import read_ros_parameters, resolve_params, resolve_robot
     from retarget.motion import load_motion
-    from retarget.optimize import PlanProgress, plan
-    from retarget.optimize.control import FEEDBACK_STAGES
-    from retarget.optimize.options import options_from_parameters
+    from retarget.planning import PlanProgress, plan
+    from retarget.planning.stages import FEEDBACK_STAGES
+    from retarget.planning.options import options_from_parameters
 
     class Compiles(numba_event.Listener):
         count = 0

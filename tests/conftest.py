@@ -64,6 +64,10 @@ os.environ.pop("RETARGET_MODELS", None)
 
 REPO = Path(__file__).resolve().parents[1]
 
+#: The rod systems and the tiny robot shared by tests/optimize and tests/planning (tests/optimize/rod_fixtures.py;
+#: tests/optimize is on the import path: pyproject.toml).
+pytest_plugins = ("rod_fixtures",)
+
 
 def shared_data_dir() -> Path | None:
     """``../shared/data`` beside the repository (or $RETARGET_SHARED_DATA), if present."""

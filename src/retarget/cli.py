@@ -17,7 +17,7 @@ from retarget.cliargs import resolve_legacy
 from retarget.errors import RetargetError
 
 #: Subpackages whose ``commands`` module is listed first in ``--help``; others follow alphabetically.
-PREFERRED_ORDER: tuple[str, ...] = ("model", "motion", "sim", "optimize", "fit", "mocap", "dynamixel", "ros")
+PREFERRED_ORDER: tuple[str, ...] = ("model", "motion", "sim", "planning", "fit", "mocap", "dynamixel", "ros")
 
 
 def command_modules() -> list[str]:

@@ -84,8 +84,8 @@ def test_the_progress_bar_counts_iterations_over_the_windows_and_time_from_the_e
     from types import SimpleNamespace
 
     from retarget.ros.demo import PREPARATION_STAGES, PlannerProgress
-    from retarget.optimize.control import FEEDBACK_STAGES, TRAINING_STAGE
-    from retarget.optimize.planning import WARM_UP_STAGE
+    from retarget.planning.stages import FEEDBACK_STAGES, TRAINING_STAGE
+    from retarget.planning.run import WARM_UP_STAGE
 
     assert WARM_UP_STAGE in PREPARATION_STAGES and TRAINING_STAGE not in PREPARATION_STAGES
     assert not PREPARATION_STAGES & set(FEEDBACK_STAGES.values())
@@ -135,7 +135,7 @@ def yaml_parameters(relative: str) -> dict:
 
 
 def test_the_cut_is_judged_in_the_verification_model_and_missing_verification_is_no_cut() -> None:
-    from retarget.optimize.checks import ModelKind, RunFigures, Verification
+    from retarget.planning.checks import ModelKind, RunFigures, Verification
     from retarget.ros.demo import DEMO_CUT, cut_verdict
 
     def verification(ratio: float | None, kind: ModelKind, file: str | None = None) -> Verification:

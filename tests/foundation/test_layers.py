@@ -3,9 +3,9 @@
 - the core imports no ROS: no module outside ``retarget.ros`` imports rclpy or a ROS interface package when it is
   imported (its module-level imports, followed through the ``retarget`` modules they import), and only the listed
   modules import one at all (inside functions);
-- the core layers model → fem → sim → optimize → (ros, cli) import only downwards, at module level and inside
-  functions alike (an import inside a function is an edge all the same; only ``if TYPE_CHECKING:`` blocks, which never
-  run, are left out); the ``commands`` modules sit on top with the CLI;
+- the core layers model → fem → sim → optimize → planning → (ros, cli, show) import only downwards, at module level
+  and inside functions alike (an import inside a function is an edge all the same; only ``if TYPE_CHECKING:``
+  blocks, which never run, are left out); the ``commands`` modules sit on top with the CLI;
 - the packages' imports form no cycle (``retarget.<package>`` as one node; ``ros``, the CLI and the ``commands``
   modules, which sit on top, left out);
 - no module imports another package's private (``_``-prefixed) names.
@@ -32,7 +32,8 @@ ROS_PACKAGES = frozenset({"rclpy", "rosbag2_py", "rosidl_runtime_py", "launch", 
 KNOWN_ROS_IMPORTERS: dict[str, frozenset[str]] = {}
 
 #: The core layers, lowest first: a module may import (at module level) its own layer and those below.
-LAYERS: dict[str, int] = {"model": 0, "fem": 1, "sim": 2, "optimize": 3, "ros": 4, "cli": 4, "show": 4}
+LAYERS: dict[str, int] = {"model": 0, "fem": 1, "sim": 2, "optimize": 3, "planning": 4, "ros": 5, "cli": 5,
+                          "show": 5}
 
 #: Imports of a higher layer that exist today: (importer, imported module) → why.
 KNOWN_UPWARD_IMPORTS: dict[tuple[str, str], str] = {

@@ -1,5 +1,5 @@
-"""The reduced rod on a motor (``rod_systems`` in conftest.py) as a planning problem, shared by the optimizer
-drivers' tests (test_lbfgs, test_windows, test_planning, test_variants, test_verification): a 0.2 s ramp to
+"""The reduced rod on a motor (``rod_systems`` in rod_fixtures.py) as a planning problem, shared by the optimizer
+drivers' tests (test_lbfgs, test_windows; tests/planning's test_run, test_variants, test_verification): a 0.2 s ramp to
 0.25 rad with the tip tracked, and :class:`RecordedProblem`, a :class:`~retarget.optimize.problem.PlanProblem`
 whose evaluations are recorded and may be delayed or interrupted through :meth:`PlanProblem.evaluate`, the seam
 every optimizer evaluates through."""
@@ -15,12 +15,12 @@ from numpy.typing import NDArray
 from retarget.motion.motion import Motion
 from retarget.optimize.adjoint import Evaluation
 from retarget.optimize.limits import MotorLimits, ServoSpec
-from retarget.optimize.options import PlanOptions
+from retarget.planning.options import PlanOptions
 from retarget.optimize.problem import PlanProblem
 from retarget.optimize.weights import TrackedBodyWeights, WeightSchedule
 
 #: Fast settings: 2 iterations, no shaped baselines, the nominal model alone (no robust objective), no stiffness
-#: band and no full-FEM check. The defaults of those are tested in test_robust.py and test_planning.py.
+#: band and no full-FEM check. The defaults of those are tested in test_robust.py and tests/planning/test_run.py.
 OPTIONS = PlanOptions(knot_spacing=0.04, dt=0.005, max_iterations=2, baselines=False, stiffness_band=(), band=(),
                       verify_model="none")
 

@@ -8,10 +8,10 @@ import pytest
 
 from retarget.optimize.adjoint import AdjointProblem, TrackedPoses, evaluate
 from retarget.optimize.bspline import MotorProfiles, ProfileParametrization
-from retarget.optimize.engines import AbsoluteEngine, ReferenceReducedEngine
+from retarget.sim.adapters import AbsoluteEngine, ReferenceReducedEngine
 from retarget.optimize.objective import MotorRegularizer, TrackingObjective
 from retarget.optimize.weights import TrackedBodyWeights, WeightSchedule
-from tests.optimize.conftest import double_pendulum
+from rod_fixtures import double_pendulum
 
 
 def _problem(engine, link: str, dt: float, n: int, knot: float, start, seed: int = 0):
@@ -112,7 +112,7 @@ def test_tracked_pose_pullback_matches_finite_differences(rod_systems):
 
 
 def test_compiled_engine_gives_the_reference_gradient(rod_systems):
-    from retarget.optimize.engines import reduced_engine
+    from retarget.sim.adapters import reduced_engine
 
     _, rs = rod_systems
     grads = []
@@ -129,8 +129,8 @@ def test_compiled_engine_gives_the_reference_gradient(rod_systems):
 
 def test_threaded_linearizations_give_the_same_gradient_and_tangents(rod_systems, monkeypatch):
     """The compiled engine's backward pass on 2 threads (step_sensitivities) is bit-for-bit the sequential one."""
-    import retarget.optimize.engines as engines
-    from retarget.optimize.engines import reduced_engine, step_sensitivities
+    import retarget.sim.adapters as engines
+    from retarget.sim.adapters import reduced_engine, step_sensitivities
     from retarget.optimize.gauss_newton import tangent_least_squares
 
     _, rs = rod_systems
@@ -157,7 +157,7 @@ def test_threaded_linearizations_give_the_same_gradient_and_tangents(rod_systems
 
 def _rod_window_problem(rod_systems, seed: int):
     """A 40-step rod problem with knots every 2.5 steps (14 parameters) and small random parameters."""
-    from retarget.optimize.engines import reduced_engine
+    from retarget.sim.adapters import reduced_engine
 
     _, rs = rod_systems
     engine = reduced_engine(rs, compiled=True)
@@ -253,7 +253,7 @@ def test_run_time_ratio_compares_the_same_steps_without_the_first_steps_compile(
 def test_gradient_through_the_servo_loop_matches_finite_differences(servo_rod_systems, engine_kind):
     """The controls reach the structure through the servo's loop (goal → PID → torque → shaft → rod): the adjoint
     differentiates it exactly, on every engine."""
-    from retarget.optimize.engines import reduced_engine
+    from retarget.sim.adapters import reduced_engine
 
     system, rs = servo_rod_systems
     engine = (AbsoluteEngine(system) if engine_kind == "absolute"
@@ -271,7 +271,7 @@ def test_speed_dependent_torque_penalty_gradient_matches_finite_differences(serv
     gradient comes through the adjoint in both the torque and the shaft speed."""
     from dataclasses import replace
 
-    from retarget.optimize.engines import reduced_engine
+    from retarget.sim.adapters import reduced_engine
     from retarget.optimize.limits import TorquePenalty
 
     _, rs = servo_rod_systems

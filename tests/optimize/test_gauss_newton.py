@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from retarget.optimize.adjoint import evaluate
-from retarget.optimize.engines import AbsoluteEngine, ReferenceReducedEngine, reduced_engine
+from retarget.sim.adapters import AbsoluteEngine, ReferenceReducedEngine, reduced_engine
 from retarget.optimize.gauss_newton import parameter_hessian, supports_tangent, tangent_least_squares
-from tests.optimize.conftest import double_pendulum
+from rod_fixtures import double_pendulum
 from tests.optimize.test_adjoint import _problem
 
 

@@ -13,10 +13,10 @@ from virtual_clock import EVALUATION_S, VirtualClock
 
 from retarget.errors import InputError
 from retarget.optimize.adjoint import evaluate
-from retarget.optimize.engines import reduced_engine
+from retarget.sim.adapters import reduced_engine
 from retarget.optimize.errors import OptimizeError, TimeBudgetError
 from retarget.optimize.lbfgs import DESCENT_ARMIJO, FIRST_STEP_PROBE, optimize
-from retarget.optimize.options import EVALUATION_FORWARD_RUNS
+from retarget.optimize.control import EVALUATION_FORWARD_RUNS, Deadline
 from retarget.optimize.problem import build_plan_problem
 from retarget.sim.errors import SimulationError
 
@@ -98,13 +98,13 @@ def test_the_reserve_is_kept_before_the_deadline(rod_systems, monkeypatch):
     shortest = EVALUATION_S / EVALUATION_FORWARD_RUNS
     budget, reserve = 12.0 * EVALUATION_S, 4.0
     started = clock.now
-    res = optimize(recorded(fine), options, deadline=started + budget, reserve_evaluations=reserve)
+    res = optimize(recorded(fine), options, deadline=Deadline(started + budget), reserve_evaluations=reserve)
     assert res.budget_limited and res.evaluations >= 2
     # The last evaluation started only if it, plus the reserve, fitted: it ended by deadline − reserve × its own
     # duration (≥ a forward run's).
     assert clock.now - started <= budget - reserve * shortest, (clock.now - started, res.evaluations)
     started = clock.now
-    unreserved = optimize(recorded(fine), options, deadline=started + budget)
+    unreserved = optimize(recorded(fine), options, deadline=Deadline(started + budget))
     assert unreserved.budget_limited and budget - reserve * shortest < clock.now - started <= budget
     assert unreserved.evaluations > res.evaluations
 
@@ -128,13 +128,13 @@ def test_the_measured_reserve_scales_with_the_profiles_simulation_time(rod_syste
 
     budget, reserve_s = 40.0, 6.0
     started = clock.now
-    res = optimize(recorded(fine, paced), options, deadline=started + budget, reserve_s=reserve_s)
+    res = optimize(recorded(fine, paced), options, deadline=Deadline(started + budget), reserve_s=reserve_s)
     assert res.budget_limited and res.evaluations >= 2 and res.objective_final < res.objective_initial
     assert clock.now - started <= budget - 3.0 * reserve_s, (clock.now - started, res.evaluations)
     # Unscaled, the same work goes on until one reserve before the deadline.
     started = clock.now
     optimize(recorded(fine, lambda problem, call, progress: paced(problem, 1, progress)), options,
-             deadline=started + budget, reserve_s=reserve_s)
+             deadline=Deadline(started + budget), reserve_s=reserve_s)
     assert budget - reserve_s - 2.0 * res.evaluation_s < clock.now - started <= budget - reserve_s
 
 

@@ -1,5 +1,5 @@
 """The robust objective and the checks in models a plan was not optimized on (retarget.optimize.robust,
-retarget.optimize.verification, retarget.sim.reduced.system.with_stiffness_scale) on the reduced rod on a motor."""
+retarget.planning.verification, retarget.sim.reduced.system.with_stiffness_scale) on the reduced rod on a motor."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from retarget.motion.motion import Motion
-from retarget.optimize.engines import reduced_engine
+from retarget.sim.adapters import reduced_engine
 from retarget.optimize.limits import MotorLimits
-from retarget.optimize.options import PlanOptions
-from retarget.optimize.planning import run_plan
+from retarget.planning.options import PlanOptions
+from retarget.planning.run import run_plan
 from retarget.optimize.parallel import fork_pool
 from retarget.optimize.robust import BRANCH_RATIO, Ensemble, evaluate_ensemble, without_other_branches
 from retarget.optimize.weights import TrackedBodyWeights, WeightSchedule
@@ -161,7 +161,7 @@ def test_a_looped_robots_plan_screens_its_robust_models(rod_systems):
 
 
 def test_robust_plan_averages_the_band_and_reports_it(rod_systems):
-    from retarget.optimize.verification import stiffness_band
+    from retarget.planning.verification import stiffness_band
 
     _, rs = rod_systems
     limits = MotorLimits.build(["m"], {"m": (-1.0, 1.0, 0.0)})
@@ -187,8 +187,8 @@ def test_the_checks_run_half_the_band_in_a_worker_with_the_same_figures(rod_syst
     """Both cores busy after a plan: with two workers, one band factor runs in a forked worker process while the
     planning process verifies at the finer step and runs the others; the band's figures are the ones run here
     one after another (``workers=1``), factor by factor."""
-    from retarget.optimize.verification import check_plan
-    from tests.optimize.conftest import rod_on_motor
+    from retarget.planning.verification import check_plan
+    from rod_fixtures import rod_on_motor
 
     _, rs = rod_systems
     limits = MotorLimits.build(["m"], {"m": (-1.0, 1.0, 0.0)})
@@ -212,8 +212,8 @@ def test_the_checks_run_half_the_band_in_a_worker_with_the_same_figures(rod_syst
 def test_full_verification_reproduces_the_naive_run_of_the_training_model(rod_systems):
     """The full-FEM re-simulation of the naive profile agrees with the reduced model's naive playback to within
     the reduction error (the rod's reduced model was trained on the full model)."""
-    from retarget.optimize.verification import verify_full
-    from tests.optimize.conftest import rod_on_motor
+    from retarget.planning.verification import verify_full
+    from rod_fixtures import rod_on_motor
 
     _, rs = rod_systems
     limits = MotorLimits.build(["m"], {"m": (-1.0, 1.0, 0.0)})
@@ -232,7 +232,7 @@ def test_full_verification_reproduces_the_naive_run_of_the_training_model(rod_sy
 
 
 def test_commanded_stop_time_is_when_the_motors_settle():
-    from retarget.optimize.verification import commanded_stop_time
+    from retarget.planning.verification import commanded_stop_time
 
     t = np.linspace(0.0, 2.0, 201)
     ramp = np.clip(t - 0.5, 0.0, 0.5)[:, None]  # moves 0.5 s -> 1.0 s, then holds

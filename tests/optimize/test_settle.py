@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from retarget.motion.motion import Motion
-from retarget.optimize.engines import reduced_engine
+from retarget.sim.adapters import reduced_engine
 from retarget.optimize.limits import MotorLimits
-from retarget.optimize.options import PlanOptions
-from retarget.optimize.planning import run_plan
+from retarget.planning.options import PlanOptions
+from retarget.planning.run import run_plan
 from retarget.optimize.settle import linearize, settle_refinement
 from retarget.optimize.weights import TrackedBodyWeights, WeightSchedule
 from retarget.sim.reduced.system import with_stiffness_scale
@@ -135,7 +135,7 @@ def test_a_cancel_stops_the_refinement_at_the_last_step_taken(rod_systems):
 def test_plan_command_passes_the_settle_settings_and_refuses_bad_ones():
     from retarget.cli import build_parser
     from retarget.errors import InputError
-    from retarget.optimize.commands import options_from_args
+    from retarget.planning.commands import options_from_args
 
     parser = build_parser()
     args = parser.parse_args(["plan", "single_rod", "--motion", "single_rod/step_30_servo", "--settle-iterations", "3",

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from retarget.optimize.adjoint import TrackedPoses
-from retarget.optimize.engines import reduced_engine
+from retarget.sim.adapters import reduced_engine
 from retarget.optimize.targets import quasi_static_targets
 
 

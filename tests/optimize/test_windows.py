@@ -20,12 +20,12 @@ from rod_plan import OPTIONS, ramp, recorded, rod_limits, tip
 from virtual_clock import EVALUATION_S, VirtualClock
 
 from retarget.optimize.adjoint import Window, first_influence, window_parameters
-from retarget.optimize.engines import reduced_engine
+from retarget.sim.adapters import reduced_engine
 from retarget.optimize.errors import OptimizeError, PlanCancelled, TimeBudgetError
 from retarget.optimize.gauss_newton import PROJECT_AFTER, ensemble_gauss_newton
 from retarget.optimize.lbfgs import optimize
-from retarget.optimize.options import EVALUATION_FORWARD_RUNS
-from retarget.optimize.planning import run_plan
+from retarget.optimize.control import EVALUATION_FORWARD_RUNS, Deadline
+from retarget.planning.run import run_plan
 from retarget.optimize.problem import build_plan_problem
 from retarget.optimize.windows import optimize_windows
 
@@ -114,7 +114,7 @@ def test_gauss_newton_windows_hand_their_tangent_time_on(engine, monkeypatch):
     assert given[0] is None and all(t is not None and t > 0.0 for t in measured)
     assert given[1:] == measured[:-1]
     started = clock.now
-    res = optimize(pp, options, deadline=started + 60.0, tangent_s=1e6)
+    res = optimize(pp, options, deadline=Deadline(started + 60.0), tangent_s=1e6)
     assert res.budget_limited and res.iterations == 0 and res.evaluations == 1
     # The start's forward run and no pass.
     assert clock.now - started == pytest.approx(EVALUATION_S / EVALUATION_FORWARD_RUNS)
@@ -133,7 +133,7 @@ def test_a_tangent_pass_that_cannot_end_in_time_stops_at_its_own_pace(engine, mo
             clock.advance(0.2)
 
     started = clock.now
-    res = optimize(pp, options, step_progress=slow_pass, deadline=started + 4.0, tangent_s=1e-9)
+    res = optimize(pp, options, step_progress=slow_pass, deadline=Deadline(started + 4.0), tangent_s=1e-9)
     assert res.budget_limited and res.iterations == 0
     # Stopped at the pace check, well before the deadline, projecting the whole pass at its pace.
     assert clock.now - started == pytest.approx(0.2 * max(1, n // PROJECT_AFTER))
@@ -158,7 +158,8 @@ def test_the_first_trial_after_a_slow_tangent_pass_still_runs(engine, monkeypatc
     started = clock.now
     # Time enough for the start run, the pass as guessed (0.3 s) and a trial, but not for the trial after the pass
     # as it runs (1 s).
-    res = optimize(pp, options, step_progress=slow, deadline=started + evaluation_s + pass_s + 0.5, tangent_s=0.3)
+    res = optimize(pp, options, step_progress=slow, deadline=Deadline(started + evaluation_s + pass_s + 0.5),
+                   tangent_s=0.3)
     # The start run, the pass as it ran, and the trial after it past the deadline.
     assert clock.now - started == pytest.approx(2 * evaluation_s + pass_s)
     assert res.iterations == 1 and res.evaluations == 2

@@ -9,12 +9,14 @@ from typing import Any
 
 import pytest
 
-from retarget.optimize.options import EVALUATION_FORWARD_RUNS
+from retarget.optimize.control import EVALUATION_FORWARD_RUNS
 from retarget.optimize.problem import PlanProblem
 
-#: The optimizer's modules that read the clock (each imports ``time``).
-MODULES = ("planning", "lbfgs", "gauss_newton", "windows", "control", "problem", "verification", "variants",
-           "adjoint", "settle", "commands")
+#: The optimizer's and the planning pipeline's modules that read the clock (each imports ``time``).
+MODULES = ("retarget.optimize.lbfgs", "retarget.optimize.gauss_newton", "retarget.optimize.windows",
+           "retarget.optimize.control", "retarget.optimize.problem", "retarget.optimize.adjoint",
+           "retarget.optimize.settle", "retarget.planning.run", "retarget.planning.verification",
+           "retarget.planning.commands")
 
 #: Virtual seconds of one evaluation with its adjoint; a forward run alone costs 1 / EVALUATION_FORWARD_RUNS of it.
 EVALUATION_S = 1.0
@@ -26,7 +28,7 @@ TANGENT_S = 2.0
 class VirtualClock:
     """Stands in for the ``time`` module in :data:`MODULES`: ``perf_counter`` returns the virtual time, ``sleep``
     advances it, :meth:`PlanProblem.evaluate` and the tangent pass advance it by ``evaluation_s`` (a forward run: a
-    third of it) and ``tangent_s``, and the checks' runs (:mod:`retarget.optimize.verification`'s) by
+    third of it) and ``tangent_s``, and the checks' runs (:mod:`retarget.planning.verification`'s) by
     ``forward_step_s`` per step. With ``evaluation_s = tangent_s = 0`` the computation itself takes no time and a
     test paces it step by step (:meth:`advance` in a step progress callback: the per-step times the budget
     measures)."""
@@ -36,7 +38,7 @@ class VirtualClock:
         self.now = 0.0
         self.evaluations = 0
         for name in MODULES:
-            monkeypatch.setattr(importlib.import_module(f"retarget.optimize.{name}"), "time", self)
+            monkeypatch.setattr(importlib.import_module(name), "time", self)
         evaluate = PlanProblem.evaluate
 
         def charged_evaluate(pp: PlanProblem, x: Any, gradient: bool = True, progress: Any = None) -> Any:
@@ -55,7 +57,7 @@ class VirtualClock:
             return result
 
         monkeypatch.setattr(gauss_newton, "ensemble_gauss_newton", charged_normal_equations)
-        verification = importlib.import_module("retarget.optimize.verification")
+        verification = importlib.import_module("retarget.planning.verification")
         rollout = verification.rollout
 
         def charged_rollout(engine: Any, start: Any, motors: Any, dt: float, n_steps: int, *args: Any,

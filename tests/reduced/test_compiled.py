@@ -261,7 +261,7 @@ def test_engine_steps_equal_compiled_run(pca_reduced):
 def test_planner_engine_stops_on_the_estimate_at_the_strict_engines_states(pca_reduced):
     """``planner_engine`` (tolerance 1e-10, the remaining-error estimate) saves Newton iterations on whole runs, and
     its whole-run and one-step paths stay on the strict engine's trajectory to the tolerance's order."""
-    from retarget.optimize.engines import PLAN_TOLERANCE, planner_engine
+    from retarget.sim.adapters import PLAN_TOLERANCE, planner_engine
 
     rs = pca_reduced
     motors = FunctionMotors(lambda t: [0.3 * (1 - np.cos(20 * t)), -0.1 * t], lambda t: [6 * np.sin(20 * t), -0.1])

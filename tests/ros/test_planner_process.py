@@ -1,7 +1,7 @@
 """The planner as a process: invalid goals are INVALID_GOAL; a valid goal for a robot without a cached or shipped
 reduced model is NOT_AVAILABLE (saying what to pass) when the node may not train in-process; with a model it
 plans (SUCCESSFUL, published) and a cancel answers CANCELED with the best trajectory so far; the node's plan is
-:func:`retarget.optimize.plan`'s on the same inputs."""
+:func:`retarget.planning.plan`'s on the same inputs."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -186,7 +186,7 @@ def _numbers(value, path: str = ""):
 
 
 def test_the_node_plans_as_plan_does_on_the_same_inputs(start_node, ros_context, tmp_path, monkeypatch) -> None:
-    """The node's goal and :func:`retarget.optimize.plan` called here with the same :class:`PlanOptions` (the
+    """The node's goal and :func:`retarget.planning.plan` called here with the same :class:`PlanOptions` (the
     node's parameters and the goal's fields written out) give the same trajectory, bit for bit, and the same
     figures in the report (wall-clock times aside)."""
     import json
@@ -197,7 +197,7 @@ def test_the_node_plans_as_plan_does_on_the_same_inputs(start_node, ros_context,
 
     from retarget.jsonsafe import dumps
     from retarget.motion import Motion, load_motion
-    from retarget.optimize import PlanOptions, plan
+    from retarget.planning import PlanOptions, plan
     from retarget.ros.conversions import duration_to_seconds
 
     folder = write_tiny_robot(tmp_path / "robot")

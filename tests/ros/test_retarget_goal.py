@@ -11,8 +11,8 @@ import pytest
 
 def test_a_goal_left_unset_plans_with_the_planner_defaults() -> None:
     action = pytest.importorskip("retarget_interfaces.action", reason="retarget_interfaces not built (make setup)")
-    from retarget.optimize.options import PlanOptions
-    from retarget.optimize.settings import PLAN_SETTINGS
+    from retarget.planning.options import PlanOptions
+    from retarget.planning.settings import PLAN_SETTINGS
     from retarget.ros.planner import Planner
 
     goal = action.Retarget.Goal()

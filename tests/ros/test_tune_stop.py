@@ -1,7 +1,7 @@
 """``retarget tune`` ends the loop when a refinement says it stopped improving, unless ``--all-trials``."""
 from __future__ import annotations
 
-from retarget.optimize.refine import Decision
+from retarget.planning.refine import Decision
 from retarget.ros.tune import TrialLine, stops_the_loop
 
 

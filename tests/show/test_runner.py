@@ -111,7 +111,7 @@ def test_a_show_job_equals_plan_in_process(first_show):
     """The same options, the same cached model: the profiles and metrics of the show's job 2 and of ``plan()``
     called here agree within 1e-9."""
     from retarget.motion import load_motion
-    from retarget.optimize.planning import plan
+    from retarget.planning.run import plan
     from retarget.show.showfile import load_show
 
     show, out, report = first_show

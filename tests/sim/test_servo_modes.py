@@ -147,7 +147,7 @@ def test_the_full_fem_rod_on_a_servo_matches_beam_theory(single_rod_coarse):
 @pytest.fixture(scope="module")
 def servo_rod_reduced():
     """The rod on a motor with every term of the servo law, and its reduced model (3 modes) trained from a short
-    full run with the servo in the loop (as tests/optimize/conftest.py's ``servo_rod_systems``)."""
+    full run with the servo in the loop (as tests/optimize/rod_fixtures.py's ``servo_rod_systems``)."""
     from retarget.sim.motors import FunctionMotors
     from retarget.sim.reduced.training import build_from_result
     from retarget.sim.simulate import simulate

@@ -191,7 +191,7 @@ def register_fit_servo(subparsers: argparse._SubParsersAction) -> None:
     """Add ``retarget fit-servo``."""
     from retarget.fit.servo_fit import FIT_PARAMETERS, MAX_DURATION_S
     from retarget.fit.servo_fit import ServoFitOptions as D
-    from retarget.optimize.options import PlanOptions
+    from retarget.planning.options import PlanOptions
 
     p = subparsers.add_parser(
         "fit-servo",

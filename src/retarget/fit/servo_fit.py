@@ -288,7 +288,7 @@ class ReducedLoad(LoadSimulator):
     name = "reduced"
 
     def __init__(self, reduced: ReducedSystem, motor: int, info: Mapping[str, object]) -> None:
-        from retarget.optimize.engines import planner_engine
+        from retarget.sim.adapters import planner_engine
 
         self.engine = planner_engine(reduced)
         self.motor = motor

@@ -7,18 +7,17 @@ line), :mod:`~retarget.optimize.objective` (tracking term and its partial deriva
 :mod:`~retarget.optimize.limits` (position bounds, speed penalty, limit and torque checks) and
 :mod:`~retarget.optimize.shaping` (ZV/ZVD shapers, vibration identification).
 
-With the simulator: :mod:`~retarget.optimize.engines` (adapters for the reduced and the absolute engines behind
-the simulator's ``Engine`` protocol), :mod:`~retarget.optimize.adjoint` (forward rollout, exact discrete-adjoint
-gradient), :mod:`~retarget.optimize.targets` (quasi-static targets), :mod:`~retarget.optimize.options`
-(``PlanOptions``), :mod:`~retarget.optimize.problem` (the planning problem), :mod:`~retarget.optimize.lbfgs`
-(the L-BFGS-B driver), :mod:`~retarget.optimize.gauss_newton` (exact sensitivities, Levenberg–Marquardt),
-:mod:`~retarget.optimize.windows` (receding-horizon windows), :mod:`~retarget.optimize.robust` (the objective
-over stiffness-scaled models),
-:mod:`~retarget.optimize.variants` (naive, ZV/ZVD and optimized runs; ``PlanResult``),
-:mod:`~retarget.optimize.verification` (the plan in models it was not optimized on; what it finds and the plan's
-verdict: :mod:`~retarget.optimize.checks`),
-:mod:`~retarget.optimize.planning` (:func:`plan`, the one orchestration the CLI, the ROS node and the benchmarks
-call) and :mod:`~retarget.optimize.planning_model` (the reduced model it runs on: loaded, cached or trained).
+With the simulator (its engines behind the ``Engine`` protocol, :mod:`retarget.sim.adapters`):
+:mod:`~retarget.optimize.adjoint` (forward rollout, exact discrete-adjoint gradient),
+:mod:`~retarget.optimize.targets` (quasi-static targets), :mod:`~retarget.optimize.problem` (the planning problem),
+:mod:`~retarget.optimize.lbfgs` (the L-BFGS-B driver), :mod:`~retarget.optimize.gauss_newton` (exact
+sensitivities, Levenberg–Marquardt), :mod:`~retarget.optimize.windows` (receding-horizon windows),
+:mod:`~retarget.optimize.settle` (the settle refinement) and :mod:`~retarget.optimize.robust` (the objective over
+stiffness-scaled models). They read the planner's settings through the protocols of
+:mod:`~retarget.optimize.solver_settings`.
+
+The pipeline around them — :func:`~retarget.planning.run.plan`, its models, variants, verification and settings —
+is :mod:`retarget.planning`.
 """
 from __future__ import annotations
 
@@ -26,8 +25,8 @@ from typing import TYPE_CHECKING
 
 from retarget._lazy import lazy_exports
 
-# Public names → defining module. Imported on first access (PEP 562) so that `import retarget.optimize.commands`
-# (every `retarget` CLI start, `retarget --help`) does not pull numba and scipy.
+# Public names → defining module. Imported on first access (PEP 562) so that importing the package (every
+# `retarget` CLI start, `retarget --help`) does not pull numba and scipy.
 _EXPORTS: dict[str, str] = {
     "AdjointProblem": "adjoint",
     "Evaluation": "adjoint",
@@ -60,34 +59,16 @@ _EXPORTS: dict[str, str] = {
     "TrackingObjective": "objective",
     "TrackingValue": "objective",
     "deviation_metrics": "objective",
-    "AbsoluteEngine": "engines",
-    "Engine": "engines",
-    "EngineState": "engines",
-    "ReferenceReducedEngine": "engines",
-    "StepSensitivity": "engines",
     "OptimizationResult": "result",
-    "PlanOptions": "options",
-    "Method": "options",
-    "Start": "options",
-    "VerifyModel": "options",
-    "PlanChecks": "checks",
-    "Verdict": "checks",
-    "Verification": "checks",
-    "StiffnessBand": "checks",
-    "BandResult": "checks",
-    "FinerStepCheck": "checks",
-    "RunFigures": "checks",
+    "Method": "solver_settings",
+    "ProblemOptions": "solver_settings",
+    "SolverOptions": "solver_settings",
+    "WindowOptions": "solver_settings",
     "PlanProblem": "problem",
-    "PlanProgress": "planning",
-    "PlanResult": "variants",
-    "Variant": "variants",
     "build_plan_problem": "problem",
     "limits_for": "problem",
     "optimize": "lbfgs",
     "optimize_windows": "windows",
-    "plan": "planning",
-    "run_plan": "planning",
-    "simulate_variant": "variants",
     "integrate": "quadrature",
     "simpson_weights": "quadrature",
     "uniform_grid": "quadrature",
@@ -118,6 +99,7 @@ if TYPE_CHECKING:
         TimeBudgetError,
         WeightSyntaxError,
     )
+    from retarget.optimize.lbfgs import optimize
     from retarget.optimize.limits import (
         XM430_W210,
         MotorLimits,
@@ -136,30 +118,9 @@ if TYPE_CHECKING:
         TrackingValue,
         deviation_metrics,
     )
-    from retarget.optimize.engines import (
-        AbsoluteEngine,
-        Engine,
-        EngineState,
-        ReferenceReducedEngine,
-        StepSensitivity,
-    )
-    from retarget.optimize.lbfgs import optimize
-    from retarget.optimize.checks import (
-        BandResult,
-        FinerStepCheck,
-        PlanChecks,
-        RunFigures,
-        StiffnessBand,
-        Verdict,
-        Verification,
-    )
-    from retarget.optimize.options import Method, PlanOptions, Start, VerifyModel
-    from retarget.optimize.planning import PlanProgress, plan, run_plan
     from retarget.optimize.problem import PlanProblem, build_plan_problem, limits_for
-    from retarget.optimize.result import OptimizationResult
-    from retarget.optimize.variants import PlanResult, Variant, simulate_variant
-    from retarget.optimize.windows import optimize_windows
     from retarget.optimize.quadrature import integrate, simpson_weights, uniform_grid
+    from retarget.optimize.result import OptimizationResult
     from retarget.optimize.shaping import (
         Shaper,
         VibrationEstimate,
@@ -169,6 +130,7 @@ if TYPE_CHECKING:
         zv_shaper,
         zvd_shaper,
     )
+    from retarget.optimize.solver_settings import Method, ProblemOptions, SolverOptions, WindowOptions
     from retarget.optimize.targets import Targets, quasi_static_targets
     from retarget.optimize.weights import (
         TrackedBodyWeights,
@@ -177,19 +139,15 @@ if TYPE_CHECKING:
         parse_tracked_bodies,
         parse_weight_option,
     )
+    from retarget.optimize.windows import optimize_windows
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
 __all__ = [
-    "AbsoluteEngine",
     "AdjointProblem",
-    "BandResult",
-    "Engine",
-    "EngineState",
     "Evaluation",
-    "FinerStepCheck",
     "Method",
     "MotorLimits",
     "MotorProfiles",
@@ -197,24 +155,17 @@ __all__ = [
     "OptimizationResult",
     "OptimizeError",
     "PlanCancelled",
-    "PlanChecks",
-    "PlanOptions",
     "PlanProblem",
-    "PlanProgress",
-    "PlanResult",
+    "ProblemOptions",
     "ProfileError",
     "ProfileFit",
     "ProfileParametrization",
-    "ReferenceReducedEngine",
     "RegularizerValue",
     "Rollout",
-    "RunFigures",
     "ServoSpec",
     "Shaper",
     "ShapingError",
-    "Start",
-    "StepSensitivity",
-    "StiffnessBand",
+    "SolverOptions",
     "Targets",
     "TimeBudgetError",
     "TorqueReport",
@@ -222,14 +173,11 @@ __all__ = [
     "TrackedPoses",
     "TrackingObjective",
     "TrackingValue",
-    "Variant",
     "VelocityPenalty",
-    "Verdict",
-    "Verification",
-    "VerifyModel",
     "VibrationEstimate",
     "WeightSchedule",
     "WeightSyntaxError",
+    "WindowOptions",
     "XM430_W210",
     "build_plan_problem",
     "check_profile_limits",
@@ -247,13 +195,10 @@ __all__ = [
     "parameter_bounds",
     "parse_tracked_bodies",
     "parse_weight_option",
-    "plan",
     "quasi_static_targets",
     "rollout",
-    "run_plan",
     "shape_motion",
     "simpson_weights",
-    "simulate_variant",
     "torque_report",
     "uniform_grid",
     "velocity_hull_bound",

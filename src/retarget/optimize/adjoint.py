@@ -32,7 +32,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from retarget.optimize.bspline import MotorProfiles, ProfileParametrization
-from retarget.optimize.engines import step_sensitivities
+from retarget.sim.adapters import step_sensitivities
 from retarget.optimize.limits import TorquePenalty, VelocityPenalty
 from retarget.optimize.objective import MotorRegularizer, TrackingObjective
 from retarget.sim.engine import Engine, EngineState

@@ -1,9 +1,10 @@
-"""Run control shared by the optimizers and the orchestration: the time budget, cancel requests, progress stages."""
+"""Run control of the optimizers: the time budget's deadline and its unit of work, what interrupted a run."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -16,21 +17,16 @@ if TYPE_CHECKING:
     from retarget.optimize.adjoint import AdjointProblem
     from retarget.optimize.problem import PlanProblem
 
-__all__ = ["CANCEL_POLL_S", "FEEDBACK_STAGES", "TRAINING_STAGE", "BudgetExhausted", "CancelCheck", "deadline_progress",
-           "first_evaluation", "interruption_reason"]
+__all__ = ["EVALUATION_FORWARD_RUNS", "BudgetExhausted", "Deadline", "first_evaluation", "guarded_progress",
+           "interruption_reason"]
+
+#: What one optimizer evaluation (forward and adjoint) costs in forward runs, the unit of the time budget's reserves.
+EVALUATION_FORWARD_RUNS = 3.0
 
 
 class BudgetExhausted(Exception):
-    """The optimizer's deadline passed (or the next evaluation would pass it); caught inside the package."""
-
-
-#: :func:`run_plan`'s progress stages as :func:`plan` reports them (the Retarget action's feedback ``stage``).
-FEEDBACK_STAGES = {"targets": "targets", "naive playback": "naive playback",
-                   "evaluation (forward + adjoint)": "optimizing", "zv": "baselines", "zvd": "baselines",
-                   "verifying": "verifying"}
-
-#: How often :func:`plan` polls its ``cancelled`` callback at most [s].
-CANCEL_POLL_S = 0.05
+    """The optimizer's deadline passed (or the next evaluation would pass it); its callers catch it and return what
+    they have."""
 
 
 def interruption_reason(exc: BaseException) -> str:
@@ -38,56 +34,63 @@ def interruption_reason(exc: BaseException) -> str:
     return "cancel requested" if isinstance(exc, PlanCancelled) else "Ctrl-C"
 
 
-class CancelCheck:
-    """A ``progress(stage, done, total)`` callback that raises :class:`PlanCancelled` once ``cancelled()`` is true.
+@dataclass(frozen=True)
+class Deadline:
+    """An instant to stop by, on the ``time.perf_counter()`` clock, which every method reads when it is called (a
+    test's virtual clock, patched in for this module's ``time``, stands in for it).
 
-    It raises only once: the optimizer returns its best iterate on the first (as on Ctrl-C), and the baselines and
-    metrics after it then run to the end, so the cancelled request still answers with everything it has.
-    ``cancelled`` is polled at most every ``interval`` seconds (default :data:`CANCEL_POLL_S`; the progress comes
-    once per simulation step).
+    Attributes:
+        at: the instant [s], a ``time.perf_counter()`` value.
     """
 
-    def __init__(self, cancelled: Callable[[], bool], interval: float | None = None) -> None:
-        self.cancelled = cancelled
-        self.interval = CANCEL_POLL_S if interval is None else interval
-        self.fired = False
-        self._next = 0.0
+    at: float
 
-    def __call__(self, stage: str, done: int = 0, total: int = 0) -> None:
-        if self.fired:
-            return
-        now = time.monotonic()
-        if now < self._next:
-            return
-        self._next = now + self.interval
-        if self.cancelled():
-            self.fired = True
-            raise PlanCancelled(stage)
+    @staticmethod
+    def after(seconds: float) -> Deadline:
+        """The deadline ``seconds`` [s] from now."""
+        return Deadline(time.perf_counter() + seconds)
+
+    def passed(self) -> bool:
+        """Whether the deadline has passed."""
+        return time.perf_counter() > self.at
+
+    def passed_after(self, *seconds: float) -> bool:
+        """Whether work of ``seconds`` (summed in order, from now) would end past the deadline."""
+        end = time.perf_counter()
+        for s in seconds:
+            end = end + s
+        return end > self.at
+
+    def remaining(self) -> float:
+        """Seconds left until the deadline [s] (negative once it has passed)."""
+        return self.at - time.perf_counter()
+
+    def earlier(self, seconds: float) -> Deadline:
+        """The deadline ``seconds`` [s] before this one (a reserve kept for the work after)."""
+        return Deadline(self.at - seconds)
+
+    def guard(self, step_progress: Callable[[int, int], None] | None) -> Callable[[int, int], None]:
+        """A per-step progress callback that raises :class:`BudgetExhausted` once the deadline has passed, and
+        reports to ``step_progress`` before then."""
+
+        def guarded(k: int, n: int) -> None:
+            if self.passed():
+                raise BudgetExhausted
+            if step_progress is not None:
+                step_progress(k, n)
+
+        return guarded
 
 
-#: The feedback stage of an in-process training simulation (``plan`` with ``allow_training``).
-TRAINING_STAGE = "training reduced model"
-
-
-def deadline_progress(deadline: float | None, step_progress: Callable[[int, int], None] | None
-                       ) -> Callable[[int, int], None] | None:
-    """A per-step progress callback that raises :class:`BudgetExhausted` once ``deadline`` has passed (and reports
-    to ``step_progress``); ``step_progress`` itself without a deadline."""
-    if deadline is None:
-        return step_progress
-
-    def guarded(k: int, n: int) -> None:
-        if time.perf_counter() > deadline:
-            raise BudgetExhausted
-        if step_progress is not None:
-            step_progress(k, n)
-
-    return guarded
+def guarded_progress(deadline: Deadline | None, step_progress: Callable[[int, int], None] | None
+                     ) -> Callable[[int, int], None] | None:
+    """``deadline``'s :meth:`Deadline.guard` of ``step_progress``; ``step_progress`` itself without a deadline."""
+    return step_progress if deadline is None else deadline.guard(step_progress)
 
 
 def first_evaluation(pp: PlanProblem | AdjointProblem, x: NDArray[np.float64], gradient: bool,
                       progress: Callable[[int, int], None] | None) -> Evaluation:
-    """The evaluation at the start ``x`` (with :func:`deadline_progress`'s ``progress``): of the plan's objective
+    """The evaluation at the start ``x`` (with :func:`guarded_progress`'s ``progress``): of the plan's objective
     (robust when it has an ensemble) for a :class:`PlanProblem`, of the one model for an ``AdjointProblem``.
 
     Raises:

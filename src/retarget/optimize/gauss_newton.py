@@ -36,15 +36,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from retarget.optimize.adjoint import AdjointProblem, Rollout, evaluate
-from retarget.optimize.engines import step_sensitivities
+from retarget.sim.adapters import step_sensitivities
 from retarget.optimize.parallel import run_shared
 from retarget.optimize.result import SearchState
 from retarget.optimize.robust import forked_member
 
 if TYPE_CHECKING:  # pragma: no cover
     from retarget.optimize.limits import TorquePenalty
-    from retarget.optimize.options import PlanOptions
     from retarget.optimize.problem import PlanProblem
+    from retarget.optimize.solver_settings import SolverOptions
 
 _LOG = logging.getLogger(__name__)
 
@@ -283,7 +283,7 @@ def _member_normal_equations(members: tuple[AdjointProblem, ...], index: int, x:
     return ls.hessian, ls.gradient
 
 
-def levenberg_marquardt(pp: PlanProblem, options: PlanOptions, x_start: NDArray[np.float64],
+def levenberg_marquardt(pp: PlanProblem, options: SolverOptions, x_start: NDArray[np.float64],
                          state: SearchState, history: list[float],
                          callback: Callable[[dict[str, float]], None] | None,
                          progress: Callable[[int, int], None] | None, affordable: Callable[[float], None],

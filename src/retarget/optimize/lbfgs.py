@@ -15,16 +15,18 @@ from numpy.typing import NDArray
 
 from retarget.optimize.adjoint import Evaluation, run_time_ratio, steady_step_times
 from retarget.optimize.control import (
+    EVALUATION_FORWARD_RUNS,
     BudgetExhausted,
-    deadline_progress,
+    Deadline,
     first_evaluation,
+    guarded_progress,
     interruption_reason,
 )
 from retarget.optimize.errors import OptimizeError
 from retarget.optimize.gauss_newton import levenberg_marquardt
-from retarget.optimize.options import EVALUATION_FORWARD_RUNS, Method, PlanOptions
 from retarget.optimize.problem import PlanProblem
 from retarget.optimize.result import OptimizationResult, SearchState
+from retarget.optimize.solver_settings import Method, SolverOptions
 
 __all__ = ["DESCENT_ARMIJO", "DESCENT_TRIALS", "FIRST_STEP_PROBE", "choose_method", "optimize"]
 
@@ -40,15 +42,15 @@ DESCENT_ARMIJO = 1e-3
 DESCENT_TRIALS = 8
 
 
-def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | None = None,
+def optimize(pp: PlanProblem, options: SolverOptions, x0: NDArray[np.float64] | None = None,
              callback: Callable[[dict[str, float]], None] | None = None,
-             step_progress: Callable[[int, int], None] | None = None, deadline: float | None = None,
+             step_progress: Callable[[int, int], None] | None = None, deadline: Deadline | None = None,
              reserve_evaluations: float = 0.0, curvature: float | None = None,
              tangent_s: float | None = None, reserve_s: float = 0.0) -> OptimizationResult:
     """Minimize ``J`` from ``x₀`` (default: the fit of the input) by Levenberg–Marquardt or L-BFGS-B.
 
-    ``options.method`` picks the method (:class:`PlanOptions`); both respect the position bounds, the time budget,
-    Ctrl-C and ``max_iterations`` alike.
+    ``options.method`` picks the method (:class:`~retarget.planning.options.PlanOptions`); both respect the position
+    bounds, the time budget, Ctrl-C and ``max_iterations`` alike.
 
     The objective is scaled by ``1/J(x₀)`` inside the solver so that ``relative_tolerance`` is relative to the
     starting value (L-BFGS-B's own ``ftol`` test is absolute below 1).
@@ -66,7 +68,7 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
         callback: called after each iteration with ``{iteration, objective, gradient_norm}``; a KeyboardInterrupt
             raised there (or anywhere during the run) stops the optimization and returns the best point so far.
         step_progress: per-simulation ``(done, total)`` steps (forward + backward).
-        deadline: ``time.perf_counter()`` value to stop by; None: ``options.time_budget`` from now (or no limit).
+        deadline: when to stop by; None: ``options.time_budget`` from now (or no limit).
         reserve_evaluations: evaluations' worth of time to leave before the deadline.
         reserve_s: seconds to leave before the deadline besides (measured work of the caller's).
         curvature: a known curvature of ``J`` along steepest descent (e.g. the previous window's
@@ -82,8 +84,8 @@ def optimize(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | No
     if options.first_step is not None and not options.first_step > 0.0:
         raise OptimizeError(f"the first step must be a positive length [rad], not {options.first_step}")
     if deadline is None and options.time_budget is not None:
-        deadline = time.perf_counter() + float(options.time_budget)
-    progress = deadline_progress(deadline, step_progress)
+        deadline = Deadline.after(float(options.time_budget))
+    progress = guarded_progress(deadline, step_progress)
     x_start = pp.fit.parameters.copy() if x0 is None else np.asarray(x0, dtype=float).copy()
     method = choose_method(pp, options)
     started = time.perf_counter()
@@ -121,14 +123,14 @@ class _Search:
     """
 
     pp: PlanProblem
-    options: PlanOptions
+    options: SolverOptions
     state: SearchState
     first: Evaluation
     x_start: NDArray[np.float64]
     history: list[float]
     callback: Callable[[dict[str, float]], None] | None
     progress: Callable[[int, int], None] | None
-    deadline: float | None
+    deadline: Deadline | None
     reserve_evaluations: float
     reserve_s: float
     curvature: float | None
@@ -151,8 +153,8 @@ class _Search:
             return
         state = self.state
         ratio = run_time_ratio(self.first_steps, 0, state.best.rollout) if self.reserve_s > 0.0 else None
-        if time.perf_counter() + seconds + state.duration * self.per_evaluation * self.reserve_evaluations + \
-                self.reserve_s * (1.0 if ratio is None else ratio) > self.deadline:
+        if self.deadline.passed_after(seconds, state.duration * self.per_evaluation * self.reserve_evaluations,
+                                      self.reserve_s * (1.0 if ratio is None else ratio)):
             raise BudgetExhausted
 
     def simulated(self, x: NDArray[np.float64], gradient: bool) -> Evaluation | None:
@@ -329,8 +331,9 @@ def _lbfgs_restarts(search: _Search, run: _Run) -> None:
         run.restarts += 1
 
 
-def choose_method(pp: PlanProblem, options: PlanOptions) -> Method:
-    """:attr:`Method.GAUSS_NEWTON`, ``DESCENT`` or ``LBFGS`` from ``options.method`` (see :class:`PlanOptions`)."""
+def choose_method(pp: PlanProblem, options: SolverOptions) -> Method:
+    """:attr:`Method.GAUSS_NEWTON`, ``DESCENT`` or ``LBFGS`` from ``options.method`` (see
+    :class:`~retarget.planning.options.PlanOptions`)."""
     from retarget.optimize.gauss_newton import MAX_PARAMETERS, supports_tangent
 
     if options.method in (Method.LBFGS, Method.DESCENT):
@@ -346,7 +349,7 @@ def choose_method(pp: PlanProblem, options: PlanOptions) -> Method:
             else Method.LBFGS)
 
 
-def _descent(options: PlanOptions, state: SearchState, first: Evaluation, lower: NDArray[np.float64],
+def _descent(options: SolverOptions, state: SearchState, first: Evaluation, lower: NDArray[np.float64],
              upper: NDArray[np.float64], curvature: float | None,
              evaluated: Callable[[NDArray[np.float64]], Evaluation | None],
              valued: Callable[[NDArray[np.float64]], Evaluation | None], history: list[float],

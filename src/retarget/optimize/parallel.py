@@ -1,7 +1,7 @@
 """Both cores busy: independent simulations of one plan in forked worker processes.
 
 The robust objective's models (:mod:`retarget.optimize.robust`), the full-FEM verification's variants and the
-stiffness band's factors after a plan (:mod:`retarget.optimize.verification`) are independent simulations. Worker processes are forked from the planning
+stiffness band's factors after a plan (:mod:`retarget.planning.verification`) are independent simulations. Worker processes are forked from the planning
 process once its models are built and its kernels compiled, so they inherit both (nothing is pickled but the
 parameters going out and the results coming back) and start in milliseconds. Each worker runs one job at a time
 with the parent's thread settings (the benchmarks' ``NUMBA_NUM_THREADS=1`` etc.): on 2 cores, the parent and two

@@ -22,6 +22,7 @@ from retarget.optimize.adjoint import (
     rollout,
 )
 from retarget.optimize.bspline import ProfileFit, fit_profiles
+from retarget.optimize.control import Deadline
 from retarget.optimize.errors import OptimizeError, TimeBudgetError
 from retarget.optimize.limits import (
     MotorLimits,
@@ -30,8 +31,8 @@ from retarget.optimize.limits import (
     parameter_bounds,
 )
 from retarget.optimize.objective import MotorRegularizer, TrackingObjective
-from retarget.optimize.options import PlanOptions
 from retarget.optimize.robust import Ensemble, evaluate_ensemble
+from retarget.optimize.solver_settings import ProblemOptions
 from retarget.optimize.targets import Targets, quasi_static_targets
 from retarget.optimize.weights import TrackedBodyWeights, WeightSchedule
 from retarget.sim.engine import Engine, EngineState
@@ -111,8 +112,8 @@ def member_problem(problem: AdjointProblem, engine: Engine, fit: ProfileFit) -> 
 
 
 def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights], limits: MotorLimits,
-                       options: PlanOptions, progress: Callable[[str, int, int], None] | None = None,
-                       deadline: float | None = None,
+                       options: ProblemOptions, progress: Callable[[str, int, int], None] | None = None,
+                       deadline: Deadline | None = None,
                        members: Sequence[tuple[float, Engine]] = (), follow_playback: bool = False) -> PlanProblem:
     """Fit the profiles, solve the targets and assemble the adjoint problem.
 
@@ -123,7 +124,7 @@ def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedB
         limits: motor limits in the engine's motor order.
         options: settings.
         progress: ``progress(stage, done, total)``.
-        deadline: ``time.perf_counter()`` value by which the targets must be solved; None: no limit.
+        deadline: when the targets must be solved by; None: no limit.
         members: ``(stiffness factor, engine)`` of the robust objective's other models (:mod:`retarget.optimize.robust`;
             empty: the nominal model alone). They track the nominal targets.
         follow_playback: solve each target from the state the input's playback reaches at that sample (one forward
@@ -185,8 +186,8 @@ def build_plan_problem(engine: Engine, motion: Motion, bodies: Sequence[TrackedB
 
 
 def _targets(engine: Engine, poses: TrackedPoses, input_fit: ProfileFit, naive_start: EngineState,
-             times: NDArray[np.float64], angles: NDArray[np.float64], options: PlanOptions,
-             progress: Callable[[str, int, int], None] | None, deadline: float | None,
+             times: NDArray[np.float64], angles: NDArray[np.float64], options: ProblemOptions,
+             progress: Callable[[str, int, int], None] | None, deadline: Deadline | None,
              follow_playback: bool) -> Targets:
     """The quasi-static targets at ``times`` [s]: the tracked poses with every shaft at its input angle
     (``angles``: (n_t, n_motors) [rad]; a modelled servo's own sag is not intended), with ``follow_playback`` each
@@ -198,7 +199,7 @@ def _targets(engine: Engine, poses: TrackedPoses, input_fit: ProfileFit, naive_s
     started = time.perf_counter()
 
     def cb(k: int, n: int) -> None:
-        if deadline is not None and time.perf_counter() > deadline:
+        if deadline is not None and deadline.passed():
             raise TimeBudgetError(f"the time budget ran out while solving the quasi-static targets ({k} of {n} "
                                   "solves)", stage="targets", elapsed_s=time.perf_counter() - started)
         if progress is not None:
@@ -243,7 +244,8 @@ def motion_stop_time(motion: Motion, tolerance: float = 1e-6) -> float:
 
 
 def settled(tracking: TrackingObjective, stop: float, factor: float) -> TrackingObjective:
-    """``tracking`` with its weights × ``factor`` from ``stop`` [s] on (:attr:`PlanOptions.settle_weight`)."""
+    """``tracking`` with its weights × ``factor`` from ``stop`` [s] on
+    (:attr:`~retarget.planning.options.PlanOptions.settle_weight`)."""
     if not (np.isfinite(factor) and factor > 0.0):
         raise OptimizeError(f"settle_weight must be a positive number, got {factor}")
     scale = np.where(tracking.times >= stop - 1e-12, factor, 1.0)[:, None]

@@ -61,7 +61,8 @@ class OptimizationResult:
         failed_simulations: trial points the model could not simulate (the line search backed off).
         restarts: L-BFGS-B restarts after a stalled line search.
         method: the method that ran.
-        first_step: length of L-BFGS-B's first trial step [rad] (see :attr:`PlanOptions.first_step`).
+        first_step: length of L-BFGS-B's first trial step [rad] (see
+            :attr:`~retarget.planning.options.PlanOptions.first_step`).
         windows: with :func:`optimize_windows`, per window: ``window``, ``start_s``, ``end_s``, ``parameters``,
             its share of the time budget ``share_s`` (with a budget), ``iterations``, ``evaluations``, its
             ``objective_initial`` / ``objective_final``, ``wall_s``, its ``first_step_rad``, whether that step came

@@ -37,6 +37,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from retarget.optimize.adjoint import AdjointProblem, Evaluation, evaluate
+from retarget.optimize.control import Deadline
 from retarget.optimize.errors import PlanCancelled
 from retarget.optimize.gauss_newton import state_tangents
 from retarget.optimize.parallel import as_arrays, fork_pool, run_shared
@@ -229,7 +230,7 @@ class SettleReport:
 def settle_refinement(problems: Sequence[tuple[float, AdjointProblem]], x: NDArray[np.float64],
                       ring_from: float, torque_caps: NDArray[np.float64], lower: NDArray[np.float64],
                       upper: NDArray[np.float64], iterations: int = 3, radius: float = 0.01,
-                      peak_allowance: float = 1.0, workers: int = 1, deadline: float | None = None,
+                      peak_allowance: float = 1.0, workers: int = 1, deadline: Deadline | None = None,
                       progress: Callable[[int, int], None] | None = None,
                       admissible: Callable[[NDArray[np.float64]], bool] | None = None
                       ) -> tuple[NDArray[np.float64], Evaluation, SettleReport]:
@@ -244,7 +245,7 @@ def settle_refinement(problems: Sequence[tuple[float, AdjointProblem]], x: NDArr
         iterations: steps at most. radius: first trust radius [rad].
         peak_allowance: factor on the peak deviations the refinement may reach (1: not raised).
         workers: forked workers for the band's models (1: in-process).
-        deadline: ``time.perf_counter()`` value after which no new step starts.
+        deadline: after it, no new step starts.
         progress: ``progress(done, total)`` over the steps (it may raise :class:`PlanCancelled`).
         admissible: ``admissible(x)``: whether a step's profiles may be taken (e.g. within the servos' speed
             limits, which the linear program does not see); None: every one.
@@ -274,7 +275,7 @@ def settle_refinement(problems: Sequence[tuple[float, AdjointProblem]], x: NDArr
             while taken < iterations:
                 if progress is not None:
                     progress(taken, iterations)  # (a cancel request raises here)
-                if deadline is not None and time.perf_counter() > deadline:
+                if deadline is not None and deadline.passed():
                     message = "time budget reached"
                     break
                 if radius < 1e-6:

@@ -17,21 +17,27 @@ from retarget.optimize.adjoint import (
     steady_step_times,
     window_parameters,
 )
-from retarget.optimize.control import deadline_progress, first_evaluation, interruption_reason
+from retarget.optimize.control import (
+    EVALUATION_FORWARD_RUNS,
+    Deadline,
+    first_evaluation,
+    guarded_progress,
+    interruption_reason,
+)
 from retarget.optimize.errors import OptimizeError, TimeBudgetError
 from retarget.optimize.lbfgs import optimize
-from retarget.optimize.options import EVALUATION_FORWARD_RUNS, PlanOptions
 from retarget.optimize.problem import PlanProblem
 from retarget.optimize.result import OptimizationResult, WindowSummary
+from retarget.optimize.solver_settings import WindowOptions
 from retarget.sim.engine import EngineState
 
 
 __all__ = ["optimize_windows"]
 
 
-def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float64] | None = None,
+def optimize_windows(pp: PlanProblem, options: WindowOptions, x0: NDArray[np.float64] | None = None,
                      callback: Callable[[dict[str, float]], None] | None = None,
-                     step_progress: Callable[[int, int], None] | None = None, deadline: float | None = None,
+                     step_progress: Callable[[int, int], None] | None = None, deadline: Deadline | None = None,
                      reserve_evaluations: float = 0.0,
                      window_optimizer: Callable[..., OptimizationResult] = optimize,
                      reserve_s: float = 0.0) -> OptimizationResult:
@@ -78,7 +84,7 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
     """
     _check_window_options(options)
     if deadline is None and options.time_budget is not None:
-        deadline = time.perf_counter() + float(options.time_budget)
+        deadline = Deadline.after(float(options.time_budget))
     problem = pp.problem
     n = problem.n_steps
     x = pp.fit.parameters.copy() if x0 is None else np.asarray(x0, dtype=float).copy()
@@ -96,7 +102,7 @@ def optimize_windows(pp: PlanProblem, options: PlanOptions, x0: NDArray[np.float
     return _finish(run, x_start, initial)
 
 
-def _check_window_options(options: PlanOptions) -> None:
+def _check_window_options(options: WindowOptions) -> None:
     """Raise :class:`OptimizeError` unless the window, its tail and its overlap [s] are usable."""
     if options.window is None or not options.window > 0.0:
         raise OptimizeError(f"optimize_windows needs a positive window [s], not {options.window}")
@@ -107,7 +113,7 @@ def _check_window_options(options: PlanOptions) -> None:
                             f"{options.window_overlap}")
 
 
-def _timed_start(pp: PlanProblem, x: NDArray[np.float64], deadline: float | None,
+def _timed_start(pp: PlanProblem, x: NDArray[np.float64], deadline: Deadline | None,
                  step_progress: Callable[[int, int], None] | None) -> tuple[Evaluation, float]:
     """The whole-motion forward run at ``x`` and its duration [s], timed from the steps after the first, so that a
     first plan after an install or upgrade (numba compiling) does not shrink every window's share."""
@@ -121,7 +127,7 @@ def _timed_start(pp: PlanProblem, x: NDArray[np.float64], deadline: float | None
         if step_progress is not None:
             step_progress(k, total)
 
-    initial = first_evaluation(pp, x, False, deadline_progress(deadline, timed_progress))
+    initial = first_evaluation(pp, x, False, guarded_progress(deadline, timed_progress))
     ended = time.perf_counter()
     forward_s = ended - started
     if first_step and n > 1:
@@ -129,7 +135,7 @@ def _timed_start(pp: PlanProblem, x: NDArray[np.float64], deadline: float | None
     return initial, forward_s
 
 
-def _spans(n: int, dt: float, options: PlanOptions) -> list[tuple[int, int, int]]:
+def _spans(n: int, dt: float, options: WindowOptions) -> list[tuple[int, int, int]]:
     """The windows' step spans ``(a, b, last)``: span ``(t_a, t_b]``, simulated to ``t_last``."""
     assert options.window is not None
     span = max(1, int(round(options.window / dt)))
@@ -164,13 +170,13 @@ class _Windows:
     """
 
     pp: PlanProblem
-    options: PlanOptions
+    options: WindowOptions
     spans: list[tuple[int, int, int]]
     influence: NDArray[np.int64]
     window_method: str
     callback: Callable[[dict[str, float]], None] | None
     step_progress: Callable[[int, int], None] | None
-    deadline: float | None
+    deadline: Deadline | None
     reserve_evaluations: float
     reserve_s: float
     window_optimizer: Callable[..., OptimizationResult]
@@ -213,7 +219,7 @@ def _window(run: _Windows, w: int) -> bool:
         run.messages.append(f"window {w + 1} of {len(spans)} and the later ones keep the start: the window before "
                             "was skipped and left no start state for them")
         return False
-    window_deadline: float | None = None
+    window_deadline: Deadline | None = None
     if run.deadline is not None:
         share = _share(run, w)
         if share is None:
@@ -223,7 +229,7 @@ def _window(run: _Windows, w: int) -> bool:
                                 "ones keep the start")
             return False
         summary["share_s"] = share
-        window_deadline = time.perf_counter() + share
+        window_deadline = Deadline.after(share)
     window = Window(a, last, run.states[a], run.states[a - 1] if a > 0 else None, free, run.x.copy())
     sub = replace(pp, problem=replace(problem, window=window), bounds=[pp.bounds[i] for i in free], ensemble=None)
 
@@ -266,7 +272,7 @@ def _share(run: _Windows, w: int) -> float | None:
     assert run.deadline is not None
     forward_s = float(np.median(run.step_s)) * run.pp.problem.n_steps
     scale = float(np.median(run.ratios)) if run.ratios else 1.0
-    left = (run.deadline - time.perf_counter()
+    left = (run.deadline.remaining()
             - scale * (forward_s * (1.0 + EVALUATION_FORWARD_RUNS * run.reserve_evaluations) + run.reserve_s))
     if left <= 0.0:
         return None

@@ -38,7 +38,7 @@ from retarget.errors import InputError, NotAvailableError, RetargetError
 if TYPE_CHECKING:
     from yourdfpy import URDF
 
-    from retarget.optimize.variants import PlanResult
+    from retarget.planning.variants import PlanResult
     from retarget.sim.reduced.system import ReducedSystem
 
 __all__ = ["ANIMATION_FILE", "CENTRE_LINE_POINTS", "DEFAULT_VARIANTS", "LinkVisuals", "PlanAnimation", "UrdfLinks",
@@ -393,7 +393,7 @@ def _variant_states(result: PlanResult, name: str, progress: Callable[[int, int]
                     ) -> tuple[NDArray[np.float64], str]:
     """The simulated states (n_t, n_S) of variant ``name``, and where they came from."""
     from retarget.optimize.adjoint import rollout
-    from retarget.optimize.variants import start_of
+    from retarget.planning.variants import start_of
     from retarget.sim.motors import SplineMotors
 
     pp = result.pp
@@ -416,7 +416,7 @@ def _variant_states(result: PlanResult, name: str, progress: Callable[[int, int]
 def build_plan_animation(result: PlanResult, robot: str | Path, variants: Sequence[str] = DEFAULT_VARIANTS,
                          fps: float = 50.0, progress: Callable[[str, int, int], None] | None = None
                          ) -> PlanAnimation:
-    """The animation of a :class:`retarget.optimize.variants.PlanResult` (module docstring).
+    """The animation of a :class:`retarget.planning.variants.PlanResult` (module docstring).
 
     Args:
         result: the plan.

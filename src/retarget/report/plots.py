@@ -16,7 +16,7 @@ from numpy.typing import NDArray
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from retarget.optimize.variants import PlanResult
+    from retarget.planning.variants import PlanResult
 
 __all__ = ["write_plan_report"]
 
@@ -42,7 +42,7 @@ def _figure(rows: int, cols: int = 1, height: float = 2.6) -> tuple[Figure, NDAr
 
 
 def write_plan_report(result: PlanResult, folder: str | Path) -> list[Path]:
-    """Write the report of a :class:`retarget.optimize.variants.PlanResult` into ``folder`` (created).
+    """Write the report of a :class:`retarget.planning.variants.PlanResult` into ``folder`` (created).
 
     Returns:
         The written files.

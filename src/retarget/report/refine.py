@@ -14,7 +14,7 @@ from types import ModuleType
 import numpy as np
 
 from retarget.jsonsafe import dumps
-from retarget.optimize.refine import Refinement
+from retarget.planning.refine import Refinement
 
 __all__ = ["write_refine_report"]
 

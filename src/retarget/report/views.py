@@ -29,7 +29,7 @@ from retarget.report.animation import (
 )
 
 if TYPE_CHECKING:
-    from retarget.optimize.variants import PlanResult
+    from retarget.planning.variants import PlanResult
 
 __all__ = ["MCAP_FILE", "PAGE_FILE", "VIDEO_FILE", "ViewOptions", "write_plan_views", "write_views"]
 
@@ -97,7 +97,7 @@ def write_plan_views(result: PlanResult, robot: str | Path, folder: str | Path, 
     """Write ``animation.npz`` of a plan and its views (:func:`write_views`) into ``folder``.
 
     Args:
-        result: a :class:`retarget.optimize.planner.PlanResult`.
+        result: a :class:`retarget.planning.variants.PlanResult`.
         robot: the robot name or params YAML path the plan was made for.
         folder: the report folder (created).
         options: which views; default all.

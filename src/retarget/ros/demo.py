@@ -49,7 +49,7 @@ import numpy as np
 
 from retarget.cliargs import add_robot, resolve_legacy
 from retarget.jsonsafe import JSONObject
-from retarget.optimize.checks import FinerStepCheck, StiffnessBand, Verification
+from retarget.planning.checks import FinerStepCheck, StiffnessBand, Verification
 from retarget.ros.futures import wait_future
 from retarget.ros.goal import PREPARATION_STAGES, PlannerProgress, preparing  # noqa: F401 (re-exported)
 from retarget.ros.player import (  # noqa: F401 (re-exported: JointTracking, LAG_GRID_S, ...)
@@ -243,7 +243,7 @@ class DemoModel:
 def demo_model_path(robot: str, train_motion: str, mesh_scale: float, duration: float) -> Path:
     """Where the demo keeps its model: ``<cache>/demo/<robot>-<motion>-mesh<scale>-<duration>s.npz`` (``<cache>``:
     ``$RETARGET_CACHE`` or ``~/.cache/retarget``; not a folder the planner searches by itself)."""
-    from retarget.optimize.planning_model import cache_dir
+    from retarget.planning.model import cache_dir
 
     def safe(text: str) -> str:  # names or paths -> one file-name component
         return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("._") or "_"
@@ -264,7 +264,7 @@ def demo_model(robot: str, train_motion: str, *, mesh_scale: float, duration: fl
         RetargetError: ``given`` is stale or unreadable, or the training failed (its last output in the message).
     """
     from retarget.errors import InputError
-    from retarget.optimize.planning_model import load_artifact
+    from retarget.planning.model import load_artifact
     from retarget.sim.reduced.errors import ReducedModelError
 
     if given:
@@ -303,7 +303,7 @@ def demo_model(robot: str, train_motion: str, *, mesh_scale: float, duration: fl
 def demo_verification_model(robot: str, folder: Path | None = SHIPPED_MODEL_DIR) -> tuple[Path | None, str]:
     """The newest verification model of ``robot`` in ``folder``'s ``verify/`` that still matches the robot, and why
     none did ("" when one did)."""
-    from retarget.optimize.planning_model import load_artifact
+    from retarget.planning.model import load_artifact
     from retarget.sim.reduced.store import VERIFY_SUBDIR, find_artifact, verification_candidates
 
     def checked(name: str, candidate: Path) -> Path:
@@ -604,7 +604,7 @@ def _stop(supervisor: Supervisor, report: dict[str, object], started: float, log
 def _planned_windows(plan: Bringup, duration: float) -> int:
     """How many windows the bring-up's planner cuts a ``duration`` [s] plan into (its ``dt``, ``window`` and
     ``window_overlap`` parameters; 1 without a planner or windows)."""
-    from retarget.optimize.options import PlanOptions
+    from retarget.planning.options import PlanOptions
 
     spec = next((node for node in plan.nodes if node.name == "planner"), None)
     if spec is None:

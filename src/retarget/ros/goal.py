@@ -33,7 +33,7 @@ __all__ = ["GOAL_RESULT_NAMES", "GoalSummary", "PlannerProgress", "goal_summary"
 #: The Retarget result's error codes by name.
 GOAL_RESULT_NAMES = {0: "SUCCESSFUL", -1: "INVALID_GOAL", -2: "NOT_AVAILABLE", -3: "FAILED", -4: "CANCELED"}
 
-#: Feedback stages before the planner's time budget starts (:func:`retarget.optimize.plan`).
+#: Feedback stages before the planner's time budget starts (:func:`retarget.planning.plan`).
 PREPARATION_STAGES = frozenset({"validating", "loading", "compiling kernels"})
 
 
@@ -165,7 +165,7 @@ def _goal_command(args: argparse.Namespace) -> int:
     from retarget.info import components
     from retarget.model.library import resolve_robot, ros_parameters
     from retarget.motion import load_motion
-    from retarget.optimize.options import PlanOptions
+    from retarget.planning.options import PlanOptions
     from retarget.ros.demo import excerpt, window_count
     from retarget.ros.player import RobotClient, trajectory_arrays
 

@@ -2,15 +2,15 @@
 
 Action ``~/refine`` (:mod:`retarget.ros.refine_server`): ``retarget refine`` through ROS, the next plan from a take
 of the plan played. Action ``~/retarget``: the goal's animation is validated against the robot's joints; the optimizer
-(:func:`retarget.optimize.plan`, the same orchestration as ``retarget plan``, with
-:class:`~retarget.optimize.PlanOptions` built from the node's parameters and the goal) runs with per-iteration
+(:func:`retarget.planning.plan`, the same orchestration as ``retarget plan``, with
+:class:`~retarget.planning.PlanOptions` built from the node's parameters and the goal) runs with per-iteration
 feedback; the result carries the optimized
 JointTrajectory and metrics, which is also published latched (transient local) on ``~/optimized_trajectory``.
 When no reduced model of the robot is available (and ``allow_training`` is false), or the ``time_budget`` runs out
 before the first evaluated trajectory, the result is ``NOT_AVAILABLE`` with the reason — never a fake success. With
 ``execute: true`` an optimized trajectory is forwarded to the trajectory server, unless the plan's checks judge
 it worse than the input or beyond the stall torque (then FAILED, the plan still returned and published: see
-:attr:`retarget.optimize.checks.Verdict.execution_refusal`). A cancel stops the optimizer as
+:attr:`retarget.planning.checks.Verdict.execution_refusal`). A cancel stops the optimizer as
 Ctrl-C stops ``retarget plan``: the result is ``CANCELED`` and carries the best trajectory evaluated so far (with
 its metrics), which is neither published nor executed; cancelled before the optimizer's first simulation finished,
 it carries none. A stop signal (SIGINT, SIGTERM) ends a running plan the same way, at its next cancel poll, so the
@@ -40,18 +40,18 @@ from retarget.control import TrajectoryRejected, validate_trajectory
 from retarget.errors import InputError, NotAvailableError, RetargetError
 from retarget.jsonsafe import dumps
 from retarget.optimize.errors import NoPlanningModelError, PlanCancelled
-from retarget.optimize.estimate import TRAINING_BUILD_FACTOR, StageEstimate, format_seconds
-from retarget.optimize.settings import PLAN_SETTINGS
+from retarget.planning.budget import TRAINING_BUILD_FACTOR, StageEstimate, format_seconds
+from retarget.planning.settings import PLAN_SETTINGS
 from retarget.ros.conversions import goal_points
 from retarget.ros.params import declare
 from retarget.ros.refine_server import RefineServer
 from retarget.ros.spinning import close_node, spin, stopping_on_signals
 
 if TYPE_CHECKING:
-    from retarget.optimize.estimate import PlanEstimate
-    from retarget.optimize.options import PlanOptions
-    from retarget.optimize.planning import PlanProgress
-    from retarget.optimize.variants import PlanResult
+    from retarget.planning.budget import PlanEstimate
+    from retarget.planning.options import PlanOptions
+    from retarget.planning.run import PlanProgress
+    from retarget.planning.variants import PlanResult
 
 __all__ = ["Planner", "TrainingFeedback", "fallback_models", "main"]
 
@@ -69,7 +69,7 @@ class Planner(Node):
                                      "/trajectory_server/follow_joint_trajectory",
                                      "FollowJointTrajectory action used when a goal asks to execute")
         kinds = {float: T.DOUBLE, int: T.INTEGER, bool: T.BOOL, str: T.STRING}
-        for setting in PLAN_SETTINGS:  # the planner settings, each declared once (retarget.optimize.settings)
+        for setting in PLAN_SETTINGS:  # the planner settings, each declared once (retarget.planning.settings)
             setattr(self, setting.name, declare(self, setting.name, kinds[setting.kind], setting.default,
                                                 setting.description(), low=setting.low, high=setting.high))
         self.shipped_model = declare(self, "shipped_model", T.BOOL, True,
@@ -136,7 +136,7 @@ class Planner(Node):
             return Result(error_code=Result.INVALID_GOAL, error_string=str(exc), wall_time=time.monotonic() - started)
         try:
             from retarget.motion.motion import Motion
-            from retarget.optimize import plan
+            from retarget.planning import plan
 
             points = goal_points(goal.animation)
             motion = Motion(np.array([p.time_from_start for p in points], dtype=float),
@@ -182,7 +182,7 @@ class Planner(Node):
             return result
         self._optimized.publish(result.optimized)
         if goal.execute:
-            from retarget.optimize.variants import servo_refusal
+            from retarget.planning.variants import servo_refusal
 
             refused = ((outcome.verdict.execution_refusal if outcome.verdict is not None else "")
                        or servo_refusal(metrics, goal.robot or self.robot_name))
@@ -203,7 +203,7 @@ class Planner(Node):
     def _options(self, goal: Retarget.Goal) -> PlanOptions:
         """The plan's options: the node's parameters, then the goal's fields (0, negative or empty: the default)."""
         from retarget.optimize import TrackedBodyWeights, WeightSchedule
-        from retarget.optimize.options import NODE_PARAMETERS, options_from_parameters
+        from retarget.planning.options import NODE_PARAMETERS, options_from_parameters
 
         def given(value: float) -> float | None:
             return value if isinstance(value, (int, float)) and value > 0 else None
@@ -224,8 +224,8 @@ class Planner(Node):
 
     def _plan_progress(self, handle: ServerGoalHandle, started: float) -> PlanProgress:
         """Feedback when a stage begins and per optimizer iteration; the goal's cancel request."""
-        from retarget.optimize import PlanProgress
-        from retarget.optimize.control import FEEDBACK_STAGES, TRAINING_STAGE
+        from retarget.planning import PlanProgress
+        from retarget.planning.stages import FEEDBACK_STAGES, TRAINING_STAGE
 
         current: list[str] = []
         training = TrainingFeedback(self.time_budget or None)

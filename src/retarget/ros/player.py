@@ -453,7 +453,7 @@ def planned_servo_warnings(motion_file: str | Path, robot: str) -> list[str]:
     pre-compensate the sag and lag of the servos it was made for: on other gains it cuts less)."""
     from pathlib import Path
 
-    from retarget.optimize.variants import declared_servos, planned_servos, servo_mismatches
+    from retarget.planning.variants import declared_servos, planned_servos, servo_mismatches
 
     if not Path(str(motion_file)).is_file():
         return []

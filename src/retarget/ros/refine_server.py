@@ -3,15 +3,15 @@
 :class:`RefineServer` serves ``retarget_interfaces/action/Refine`` for the node that hosts it (the planner): a goal
 names the input motion (a file or library name, or the animation itself), CURRENT (a plan file, or its samples
 as a JointTrajectory) and the take (a rosbag2 of PoseStamped topics or a Motive CSV export, a path this machine
-reads); the server calls :func:`retarget.optimize.refine.refine` — the same core as ``retarget refine`` — and
+reads); the server calls :func:`retarget.planning.refine.refine` — the same core as ``retarget refine`` — and
 returns NEXT as a JointTrajectory with the measured and predicted peak, NEXT's torque ratio and the whole
 refinement as JSON. With ``out`` it writes NEXT, its JointTrajectory YAML and its history
-(:func:`~retarget.optimize.refine.write_refinement`); with ``report_dir`` the trial's report. A plan file's
+(:func:`~retarget.planning.refine.write_refinement`); with ``report_dir`` the trial's report. A plan file's
 history (``NEXT.history.json`` beside it) continues the chain, so the trend, the trust region and the best trial
 carry from one goal to the next.
 
 The planning model, problem and naive playback of a robot, input and plan settings
-(:func:`~retarget.optimize.refine.refine_context`) are kept for the next trials (the :data:`CONTEXTS_KEPT` most
+(:func:`~retarget.planning.refine.refine_context`) are kept for the next trials (the :data:`CONTEXTS_KEPT` most
 recent), so only the first goal of a chain loads the model. The plan's settings come from its file when it records
 them, else from the node's planner parameters — those the node's own ``~/retarget`` plans were made with.
 
@@ -42,8 +42,8 @@ if TYPE_CHECKING:
     from rclpy.callback_groups import CallbackGroup
 
     from retarget.motion.motion import Motion
-    from retarget.optimize.options import PlanOptions
-    from retarget.optimize.refine import PlanFile, RefineContext
+    from retarget.planning.options import PlanOptions
+    from retarget.planning.refine import PlanFile, RefineContext
     from retarget.ros.planner import Planner
 
 __all__ = ["CONTEXTS_KEPT", "RefineServer"]
@@ -107,9 +107,9 @@ class RefineServer:
         return from_joint_trajectory_msg(goal.animation)
 
     def _plan(self, goal: Refine.Goal) -> PlanFile:
-        """CURRENT as a :class:`~retarget.optimize.refine.PlanFile` (a JointTrajectory written to the work folder)."""
+        """CURRENT as a :class:`~retarget.planning.refine.PlanFile` (a JointTrajectory written to the work folder)."""
         from retarget.motion.io import save_motion
-        from retarget.optimize.refine import read_plan
+        from retarget.planning.refine import read_plan
         from retarget.ros.motion_convert import from_joint_trajectory_msg
 
         if goal.plan_file:
@@ -126,8 +126,8 @@ class RefineServer:
 
     def _check_plan(self, robot: str, plan: PlanFile) -> None:
         """A plan of this node's motors, made for the servos the robot declares (when its file says)."""
-        from retarget.optimize.refine import RefineRefused, Refusal
-        from retarget.optimize.variants import declared_servos, planned_servos, servo_mismatches
+        from retarget.planning.refine import RefineRefused, Refusal
+        from retarget.planning.variants import declared_servos, planned_servos, servo_mismatches
 
         joints = list(self.node.joint_names)
         if joints and sorted(plan.motion.joint_names) != sorted(joints):
@@ -142,15 +142,15 @@ class RefineServer:
                                     mismatches=differ)
 
     def _plan_options(self) -> PlanOptions:
-        from retarget.optimize.options import NODE_PARAMETERS, options_from_parameters
+        from retarget.planning.options import NODE_PARAMETERS, options_from_parameters
 
         return options_from_parameters({name: getattr(self.node, name) for name in NODE_PARAMETERS})
 
     def _context(self, robot: str, motion: Motion, plan: PlanFile, options: PlanOptions,
                  progress: Callable[[str, int, int], None]) -> RefineContext:
         """The kept :func:`refine_context` of this robot, input and plan settings, or a new one."""
-        from retarget.optimize.refine import plan_options_for, refine_context
-        from retarget.optimize.variants import motion_digest
+        from retarget.planning.refine import plan_options_for, refine_context
+        from retarget.planning.variants import motion_digest
 
         run = plan_options_for(plan, options, motion)
         key = dumps([robot, motion_digest(motion), list(motion.joint_names), repr(run)])
@@ -194,7 +194,7 @@ class RefineServer:
                 self.node.get_logger().warning(f"refine: {text}")
             return Result(error_code=code, error_string=text, wall_time=time.monotonic() - started, **fields)
 
-        from retarget.optimize.refine import History, RefineRefused, body_pairs, history_path, read_take, refine
+        from retarget.planning.refine import History, RefineRefused, body_pairs, history_path, read_take, refine
 
         feedback("validating")
         try:
@@ -213,7 +213,7 @@ class RefineServer:
         except RetargetError as exc:
             return ended(Result.INVALID_GOAL, str(exc))
         try:
-            from retarget.optimize.options import RefineOptions
+            from retarget.planning.options import RefineOptions
 
             self._check_plan(robot, plan)
             options = RefineOptions(refit=not goal.no_refit)
@@ -231,7 +231,7 @@ class RefineServer:
             feedback("writing")
             files: list[Path] = []
             if goal.out:
-                from retarget.optimize.refine import write_refinement
+                from retarget.planning.refine import write_refinement
 
                 files.extend(write_refinement(refinement, goal.out))
             if goal.report_dir:

@@ -254,7 +254,7 @@ def _tune_command(args: argparse.Namespace) -> int:
     missing = [c for c in ("rclpy", "control_msgs") if not components()[c]]
     if missing:
         raise InputError(f"retarget tune needs ROS 2 ({', '.join(missing)} missing): run `make setup`")
-    from retarget.optimize.refine import body_pairs
+    from retarget.planning.refine import body_pairs
 
     namespace = args.namespace.rstrip("/")
     pairs = body_pairs(args.robot, args.body or [])
@@ -321,7 +321,7 @@ def _tune_command(args: argparse.Namespace) -> int:
 def stops_the_loop(decision: str, all_trials: bool) -> bool:
     """Whether ``retarget tune`` ends after a trial whose refinement decided ``decision``: when the loop
     stopped improving, unless every trial is to be played."""
-    from retarget.optimize.refine import Decision
+    from retarget.planning.refine import Decision
 
     return not all_trials and decision == Decision.STOPPED.value
 

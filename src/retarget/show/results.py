@@ -1,6 +1,6 @@
 """What a show keeps of each plan, and the results folder: one folder per finished job, the summary and its index.
 
-The one place that reads a :class:`~retarget.optimize.variants.PlanResult` is :func:`plan_outcome` (a plan's
+The one place that reads a :class:`~retarget.planning.variants.PlanResult` is :func:`plan_outcome` (a plan's
 figures, JSON-safe) and :func:`write_job_files` (the files ``retarget plan --out … --report …`` writes: the
 optimized motion and the report). Everything else in the show works on :class:`PlanOutcome` and :class:`JobRow`.
 
@@ -39,7 +39,7 @@ from retarget.jsonsafe import JSONObject
 
 if TYPE_CHECKING:
     from retarget.motion.motion import Motion
-    from retarget.optimize.variants import PlanResult
+    from retarget.planning.variants import PlanResult
 
 __all__ = ["JobRow", "JobStatus", "PlanOutcome", "ResultsFolder", "plan_outcome", "unpack_files",
            "write_job_files"]
@@ -83,7 +83,7 @@ class PlanOutcome:
 
 
 def plan_outcome(result: PlanResult, start_time: float = 0.0) -> PlanOutcome:
-    """The :class:`PlanOutcome` of a :class:`~retarget.optimize.variants.PlanResult`; ``start_time`` [s]: the input
+    """The :class:`PlanOutcome` of a :class:`~retarget.planning.variants.PlanResult`; ``start_time`` [s]: the input
     motion's first time (the optimized trajectory is reported on the input's clock)."""
     from retarget.jsonsafe import dumps
 
@@ -107,7 +107,7 @@ def write_job_files(result: PlanResult, motion: Motion, folder: Path) -> bytes:
     views (page, video, MCAP) are ``retarget plan --report``'s alone.
     """
     from retarget.motion import save_motion
-    from retarget.optimize.variants import plan_comments
+    from retarget.planning.variants import plan_comments
     from retarget.report.plots import write_plan_report
 
     folder.mkdir(parents=True, exist_ok=True)

@@ -7,12 +7,12 @@
 2. Ray: the instance already initialised in this process, else :func:`connect` (a local instance sized to the machine
    without an address; with one, the cluster's);
 3. one training task per planning model the jobs need (robot, training motion, training settings): it finds or
-   trains the model as :func:`~retarget.optimize.planning_model.planning_model` does and returns its artifact
+   trains the model as :func:`~retarget.planning.model.planning_model` does and returns its artifact
    (:class:`ModelArtifact`, the ``.npz`` bytes), which Ray keeps in its object store;
 4. one plan task per job, taking its model's artifact as an argument: Ray starts it once the model exists, on any
    node; the task lands the artifact where that node's planner looks (the model cache,
    :func:`retarget.sim.reduced.store.cache_dir`, or a model folder) when missing, and
-   :func:`~retarget.optimize.planning.plan` then finds it there, as ``retarget plan`` does;
+   :func:`~retarget.planning.run.plan` then finds it there, as ``retarget plan`` does;
 5. each result is written as it arrives (:class:`~retarget.show.results.ResultsFolder`); a failed job is a row with
    its error; a worker that dies is retried by Ray (:data:`MAX_RETRIES`); Ctrl-C cancels what is left.
 
@@ -197,7 +197,7 @@ def _environment(values: Mapping[str, str | None]) -> Iterator[None]:
 
 
 def _model_arguments(job: ShowJob) -> dict[str, int | float | None]:
-    """The arguments :func:`~retarget.optimize.planning.plan` passes to ``planning_model`` (servo file aside: a
+    """The arguments :func:`~retarget.planning.run.plan` passes to ``planning_model`` (servo file aside: a
     model is trained with the robot's servos and used with the file's)."""
     o = job.options
     return {"n_modes": o.modes, "dt_train": o.dt_train, "mesh_axial": o.mesh_axial, "mesh_around": o.mesh_around}
@@ -233,10 +233,10 @@ class _Board:
 
 
 def _train_task(job: ShowJob, motion: Motion, store_env: Mapping[str, str | None]) -> ModelArtifact | None:
-    """Find or train the planning model of ``job`` as :func:`~retarget.optimize.planning_model.planning_model` does
+    """Find or train the planning model of ``job`` as :func:`~retarget.planning.model.planning_model` does
     (the cache, the model folders, or a training run into the cache) and return its artifact file: the cache's, or
     the model folder's (None: a model without a file)."""
-    from retarget.optimize.planning_model import planning_model
+    from retarget.planning.model import planning_model
 
     with _environment(store_env):
         pm = planning_model(job.robot_path, motion, use_cache=True, allow_training=True, **_model_arguments(job))
@@ -285,8 +285,8 @@ class _TaskOutput:
 
 def _plan_task(job: ShowJob, motion: Motion, artifact: ModelArtifact | None, store_env: Mapping[str, str | None],
                board: ActorHandle) -> _TaskOutput:
-    """Plan one job in a worker: the model landed, :func:`~retarget.optimize.planning.plan`, the job's files."""
-    from retarget.optimize.planning import PlanProgress, plan
+    """Plan one job in a worker: the model landed, :func:`~retarget.planning.run.plan`, the job's files."""
+    from retarget.planning.run import PlanProgress, plan
     from retarget.show.results import plan_outcome, write_job_files
 
     started = time.perf_counter()

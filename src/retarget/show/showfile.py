@@ -10,7 +10,7 @@ A show file (YAML)::
         motion: takes/wave.csv
 
 :func:`load_show` checks every job before anything is planned: the robot and motion resolve, every option is a
-:class:`~retarget.optimize.options.PlanOptions` field with a value of its type and within its range. Every problem is
+:class:`~retarget.planning.options.PlanOptions` field with a value of its type and within its range. Every problem is
 reported at once, each naming the job (``jobs[2]``) and the field. :func:`job_key` is the SHA-256 of what a job's
 result depends on (robot and motion file contents, options, the files options name, retarget's version): the results
 folder keys each finished job by it, so a second run skips exactly the jobs whose inputs did not change.
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from retarget.errors import InputError
 from retarget.jsonsafe import JSONObject
-from retarget.optimize.options import METHODS, PlanOptions
+from retarget.planning.options import METHODS, PlanOptions
 
 __all__ = ["JOB_KEYS", "SHOW_WORKERS", "Show", "ShowJob", "job_key", "load_show", "plan_options"]
 

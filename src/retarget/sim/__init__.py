@@ -6,8 +6,8 @@ quasi-static equilibrium (:func:`solve_static`), or the coupled servo–structur
 :mod:`retarget.sim.servo_modes`). The BDF residual and its exact Jacobian
 (:func:`residual_and_jacobian`, :func:`history_jacobian`, :func:`linearize`) are public for the adjoint, and
 :class:`Engine` (:mod:`retarget.sim.engine`) is the stepping protocol with exact step sensitivities that either
-engine is driven through.
-See docs/physics.md.
+engine is driven through; :mod:`retarget.sim.adapters` puts the engines behind it (:func:`planner_engine`, the one
+the planner runs on a reduced model). See docs/physics.md.
 """
 from __future__ import annotations
 
@@ -20,6 +20,10 @@ from retarget._lazy import lazy_exports
 # Public names → defining module. Imported on first access (PEP 562) so that `import retarget.sim.commands`
 # (every `retarget` CLI start) does not pull numba and scipy.
 _EXPORTS: dict[str, str] = {
+    "AbsoluteEngine": "adapters",
+    "ReferenceReducedEngine": "adapters",
+    "planner_engine": "adapters",
+    "reduced_engine": "adapters",
     "ConstraintTerms": "dae",
     "Linearization": "dae",
     "constraint_terms": "dae",
@@ -57,6 +61,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 if TYPE_CHECKING:
+    from retarget.sim.adapters import AbsoluteEngine, ReferenceReducedEngine, planner_engine, reduced_engine
     from retarget.sim.dae import ConstraintTerms, Linearization, constraint_terms, history_jacobian, residual_and_jacobian
     from retarget.sim.engine import Engine, EngineState, StepSensitivity, SystemEngine
     from retarget.sim.errors import NewtonFailed, SimulationDiverged, SimulationError
@@ -97,6 +102,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
 __all__ = [
+    "AbsoluteEngine",
     "BDF1",
     "BDF2",
     "ConstantMotors",
@@ -109,6 +115,7 @@ __all__ = [
     "Linearization",
     "MotorTrajectory",
     "NewtonFailed",
+    "ReferenceReducedEngine",
     "RigidBody",
     "SimulationDiverged",
     "SimulationError",
@@ -124,6 +131,8 @@ __all__ = [
     "history_jacobian",
     "initial_state",
     "linearize",
+    "planner_engine",
+    "reduced_engine",
     "residual_and_jacobian",
     "servo_card",
     "simulate",

@@ -13,7 +13,7 @@ needs from either:
   and where the motor torques sit in ``λ`` (:func:`motor_rows`, :class:`SystemEngine`).
 
 Implementations: :class:`retarget.sim.reduced.CompiledReducedEngine` (numba), and the adapters of
-:mod:`retarget.optimize.engines` around the dense reference reduced stepper and the full absolute engine.
+:mod:`retarget.sim.adapters` around the dense reference reduced stepper and the full absolute engine.
 Time starts at 0 at the quasi-static initial state.
 """
 from __future__ import annotations

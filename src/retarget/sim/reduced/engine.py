@@ -347,7 +347,7 @@ def simulate_compiled(
 class CompiledReducedEngine(SystemEngine):
     """The compiled reduced engine behind the ``Engine`` protocol (:mod:`retarget.sim.engine`).
 
-    Drop-in for the dense reference stepper's adapter, ``optimize.engines.ReferenceReducedEngine``: same state
+    Drop-in for the dense reference stepper's adapter, ``sim.adapters.ReferenceReducedEngine``: same state
     layout ``S = [U, V, λ]``, quasi-static start from the reference solve, one compiled step per :meth:`step`
     (chord Newton with the cached condensed LU kept in ``cache``), and :meth:`sensitivity` with the exact Jacobian
     factorized by the condensed LU (transposed solves reuse its structure). :meth:`simulate` runs a whole rollout in compiled chunks.
@@ -359,7 +359,7 @@ class CompiledReducedEngine(SystemEngine):
     """
 
     #: :meth:`sensitivity` runs in compiled code without the GIL and shares no mutable state: the adjoint computes
-    #: the per-step linearizations on several threads (``retarget.optimize.engines.step_sensitivities``).
+    #: the per-step linearizations on several threads (``retarget.sim.adapters.step_sensitivities``).
     concurrent_sensitivity = True
 
     def __init__(self, system: ReducedSystem, tolerance: float = 1e-12, estimate: bool = False) -> None:

@@ -4,7 +4,7 @@ Every model file is the versioned ``.npz`` artifact of :mod:`retarget.sim.reduce
 format version, the provenance hashes and the model card, plus arrays; read with ``allow_pickle=False``), whoever
 wrote it: ``retarget reduce --out``, ``retarget check reduced --save-model`` or the planner's in-process training.
 This module is the one place that knows the folders and loads an artifact together with the robot it belongs to;
-the planner (:mod:`retarget.optimize.planning_model`), the twin (:mod:`retarget.twin.model`), the CLI
+the planner (:mod:`retarget.planning.model`), the twin (:mod:`retarget.twin.model`), the CLI
 (``retarget reduce``, ``simulate-reduced``, ``check model --reduced``) and the material fitter use it.
 
 Folders:

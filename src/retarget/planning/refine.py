@@ -78,15 +78,15 @@ from retarget.motion.limits import check_plan_input
 from retarget.motion.motion import Motion
 from retarget.optimize.adjoint import AdjointProblem, Evaluation, evaluate
 from retarget.optimize.bspline import ProfileParametrization
-from retarget.optimize.engines import planner_engine
+from retarget.sim.adapters import planner_engine
 from retarget.optimize.errors import OptimizeError, ShapingError
 from retarget.optimize.gauss_newton import parameter_hessian, tangent_least_squares
 from retarget.optimize.limits import MotorLimits, TorquePenalty, check_profile_limits
-from retarget.optimize.options import PlanOptions, RefineOptions
-from retarget.optimize.planning_model import planning_model
+from retarget.planning.options import PlanOptions, RefineOptions
+from retarget.planning.model import planning_model
 from retarget.optimize.problem import PlanProblem, build_plan_problem, limits_for, motion_stop_time
 from retarget.optimize.shaping import identify_from_trajectory
-from retarget.optimize.variants import (
+from retarget.planning.variants import (
     PLAN_SETTINGS_PREFIX,
     comment_json,
     declared_servos,
@@ -95,7 +95,7 @@ from retarget.optimize.variants import (
     planned_servos,
     servo_mismatches,
 )
-from retarget.optimize.verification import commanded_stop_time, gate_model
+from retarget.planning.verification import commanded_stop_time, gate_model
 from retarget.optimize.weights import merge_tracked_weights, parse_tracked_bodies
 from retarget.sim.errors import SimulationError
 from retarget.sim.engine import Engine
@@ -210,7 +210,7 @@ class PlanFile:
     sha256: str
 
     def settings(self) -> dict[str, object] | None:
-        """The plan settings it records (:data:`~retarget.optimize.variants.PLAN_SETTINGS_PREFIX`), or None."""
+        """The plan settings it records (:data:`~retarget.planning.variants.PLAN_SETTINGS_PREFIX`), or None."""
         return comment_json(self.comments, PLAN_SETTINGS_PREFIX)
 
 

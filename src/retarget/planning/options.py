@@ -9,27 +9,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from retarget.errors import InputError
+from retarget.optimize.solver_settings import Method
 
 if TYPE_CHECKING:
     from retarget.optimize.weights import TrackedBodyWeights, WeightSpec
 
-__all__ = ["EVALUATION_FORWARD_RUNS", "METHODS", "NODE_PARAMETERS", "REST_AFTER_S", "VERIFY_COST_FACTOR", "Method",
-           "PlanOptions", "RefineOptions", "Start", "VerifyModel", "band_offloaded", "checks_reserve",
-           "options_from_parameters", "verification_reserve"]
+__all__ = ["METHODS", "NODE_PARAMETERS", "REST_AFTER_S", "PlanOptions", "RefineOptions", "Start", "VerifyModel",
+           "band_offloaded", "options_from_parameters"]
 
 
 #: Default :attr:`PlanOptions.rest_after` [s]: about one period of the single rod's first mode with its tip mass
 #: (3.1 Hz), the time a ZVD shaper adds to its motions.
 REST_AFTER_S = 0.3
-
-
-class Method(enum.StrEnum):
-    """The optimizer :attr:`PlanOptions.method` names (:func:`retarget.optimize.lbfgs.choose_method`)."""
-
-    LBFGS = "lbfgs"
-    DESCENT = "descent"
-    GAUSS_NEWTON = "gauss-newton"
-    AUTO = "auto"
 
 
 class Start(enum.StrEnum):
@@ -96,7 +87,7 @@ class PlanOptions:
         settle_iterations: steps of the settle refinement after the optimizer (:mod:`retarget.optimize.settle`): a
             minimax linear program on the exact sensitivities of the nominal model and the ``settle_band`` models
             lowers the largest ring-out after the motion without raising any peak deviation or torque; 0: off. It
-            runs when the plan has a ring-out to refine (:data:`~retarget.optimize.variants.MIN_RING_OUT`), no
+            runs when the plan has a ring-out to refine (:data:`~retarget.planning.variants.MIN_RING_OUT`), no
             ``window`` and at most :data:`~retarget.optimize.gauss_newton.MAX_PARAMETERS` parameters (a tangent
             pass costs one solve per parameter and step).
         settle_band: stiffness factors of the settle refinement's models besides the nominal one: × 0.9 … × 1.1
@@ -146,9 +137,10 @@ class PlanOptions:
             (:func:`verify_plan`), or None. With a ``time_budget`` the optimizer keeps time for it: the plan runs
             the naive playback at ``verify_dt`` first (the verification reuses it) and keeps its measured time for
             the optimized run; when that run did not fit, two forward runs at ``verify_dt``, counted as
-            ``2 dt / verify_dt`` forward runs at the planning step times :data:`VERIFY_COST_FACTOR`
-            (:func:`verification_reserve`). Without a reserve a budget-limited plan used the whole budget and its
-            verification then ran past the budget or was skipped.
+            ``2 dt / verify_dt`` forward runs at the planning step times
+            :data:`~retarget.planning.budget.VERIFY_COST_FACTOR`
+            (:func:`~retarget.planning.budget.verification_reserve`). Without a reserve a budget-limited plan used the
+            whole budget and its verification then ran past the budget or was skipped.
         start: where the optimizer starts. ``"feasible"`` (default): from the input's fit, except that motors
             faster than their speed limit start from their closest speed-feasible profiles
             (:func:`~retarget.optimize.limits.speed_feasible_parameters`, no simulation): otherwise the speed
@@ -160,11 +152,11 @@ class PlanOptions:
             (:mod:`retarget.optimize.robust`; one more forward and adjoint run per factor). Empty: the nominal model
             alone. Not with ``window``.
         band: stiffness factors at which the plan's variants are re-simulated and their cut reported beside ZVD's
-            (:func:`~retarget.optimize.verification.stiffness_band`); empty: none.
+            (:func:`~retarget.planning.verification.stiffness_band`); empty: none.
         verify_model: ``"full"``: re-simulate naive, ZVD and optimized in the full FEM, a model the optimizer never
-            saw (:func:`~retarget.optimize.verification.verify_full`), whose cut is the plan's headline; a path to a
+            saw (:func:`~retarget.planning.verification.verify_full`), whose cut is the plan's headline; a path to a
             ``.npz``: in that independently trained reduced model of the robot
-            (:func:`~retarget.optimize.verification.verify_reduced`); ``"auto"``: the full FEM when its estimated
+            (:func:`~retarget.planning.verification.verify_reduced`); ``"auto"``: the full FEM when its estimated
             cost is within ``verify_full_max_s``, else the newest verification model of the robot in the model
             folders' ``verify/`` subfolder, else none; ``"none"``.
         verify_full_dt: the full-FEM verification's step [s].
@@ -285,46 +277,15 @@ class PlanOptions:
         return bad
 
 
-#: The verification's cost over its ``2 dt / verify_dt`` forward runs' worth at the planning step: a step at the
-#: finer ``verify_dt`` costs a little more, and the deviation metrics of every step come on top. Measured on the
-#: drummer's demo model (3 s of drumming, dt 2 ms, verify_dt 1 ms, NUMBA_NUM_THREADS=2): forward run 5.1-6.3 s at
-#: 2 ms, 12.0-12.4 s at 1 ms, the verification 26.5-31.1 s = 4.8-5.6 planning forward runs where 4 were kept.
-VERIFY_COST_FACTOR = 1.5
-
-
-#: What one optimizer evaluation (forward and adjoint) costs in forward runs, the unit of the time budget's reserves.
-EVALUATION_FORWARD_RUNS = 3.0
-
-
-def verification_reserve(options: PlanOptions) -> float:
-    """Time the verification at ``options.verify_dt`` needs, in optimizer evaluations (one evaluation, forward and
-    adjoint, costs about three forward runs): two forward runs at ``verify_dt``, i.e. ``2 dt / verify_dt`` at the
-    planning step, times :data:`VERIFY_COST_FACTOR`. 0 without a ``verify_dt``."""
-    if options.verify_dt is None or not options.verify_dt > 0:
-        return 0.0
-    return VERIFY_COST_FACTOR * 2.0 * float(options.dt) / float(options.verify_dt) / EVALUATION_FORWARD_RUNS
-
-
 def band_offloaded(n_factors: int, verify: bool, workers: int) -> int:
     """How many of the robustness band's ``n_factors`` factors the checks after a plan run in a forked worker
-    process (:func:`retarget.optimize.verification.check_plan`), beside the rest and the verification at
+    process (:func:`retarget.planning.verification.check_plan`), beside the rest and the verification at
     ``verify_dt`` (``verify``) in the planning process: about half the work each; none with ``workers`` ≤ 1. It
-    shortens the checks' wall time; the budget's reserve (:func:`checks_reserve`) does not count on it."""
+    shortens the checks' wall time; the budget's reserve (:func:`~retarget.planning.budget.checks_reserve`) does not
+    count on it."""
     if workers <= 1 or n_factors == 0:
         return 0
     return (n_factors + 1) // 2 if verify else n_factors // 2
-
-
-def checks_reserve(options: PlanOptions, baselines: bool, verification_timed: bool = False) -> float:
-    """Time the checks after the optimization need, in optimizer evaluations: the verification at
-    ``verify_dt`` (:func:`verification_reserve`; none when ``verification_timed``: the plan keeps its measured time
-    in seconds), and the robustness band: one forward run at the planning step per factor of
-    :attr:`PlanOptions.band` and variant it re-simulates (naive and optimized, and ZVD when the ``baselines`` run),
-    three forward runs being one evaluation. All of them, one after another, even where part of the band runs in
-    a worker process beside the rest (:func:`band_offloaded`): two simulations at once on this 2-core machine ran
-    at 1.0–1.25 × the throughput of one (docs/optimize.md, "Checks")."""
-    band_runs = len(options.band) * (3 if baselines else 2)
-    return (0.0 if verification_timed else verification_reserve(options)) + band_runs / EVALUATION_FORWARD_RUNS
 
 
 #: The planner node's parameters (``config/<robot>.params.yaml``) that set plan options, by option name. A value of

@@ -1,4 +1,4 @@
-"""`retarget refine` (:mod:`retarget.optimize.refine`): reading takes, aligning them, the learning step's quadratic
+"""`retarget refine` (:mod:`retarget.planning.refine`): reading takes, aligning them, the learning step's quadratic
 model (against finite differences), the trend and the history, and the command end to end on a swinging rod
 (``tiny_robot.write_swinging_rod``: 0.5 m on an XM430) played in the servo–beam plant with a model error
 (:mod:`retarget.fit.plant_trial`), with the refusals of takes and plans that do not belong together."""
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from retarget.optimize.options import RefineOptions
-from retarget.optimize.refine import (
+from retarget.planning.options import RefineOptions
+from retarget.planning.refine import (
     Decision,
     History,
     RefineRefused,
@@ -149,9 +149,9 @@ def test_a_plan_file_records_its_settings_and_a_plan_of_another_input_is_refused
     from tiny_robot import write_tiny_robot
 
     from retarget.motion import Motion, load_motion, save_motion
-    from retarget.optimize.options import PlanOptions
-    from retarget.optimize.refine import plan_options_for, read_plan, refine_context
-    from retarget.optimize.variants import PLAN_SETTINGS_PREFIX, motion_digest
+    from retarget.planning.options import PlanOptions
+    from retarget.planning.refine import plan_options_for, read_plan, refine_context
+    from retarget.planning.variants import PLAN_SETTINGS_PREFIX, motion_digest
 
     folder = write_tiny_robot(tmp_path)
     ramp = load_motion(folder / "ramp.csv")
@@ -236,10 +236,10 @@ def test_the_learning_quadratic_is_the_derivative_of_the_predicted_objective(ser
 
     from retarget.motion.motion import Motion
     from retarget.optimize.adjoint import evaluate
-    from retarget.optimize.engines import reduced_engine
-    from retarget.optimize.options import PlanOptions
+    from retarget.sim.adapters import reduced_engine
+    from retarget.planning.options import PlanOptions
     from retarget.optimize.problem import build_plan_problem
-    from retarget.optimize.refine import _objective, learning_quadratic
+    from retarget.planning.refine import _objective, learning_quadratic
 
     _, rs = servo_rod_systems
     engine = reduced_engine(rs, tolerance=1e-12)
@@ -444,7 +444,7 @@ def test_a_trial_that_rose_steps_again_from_the_best_one(loop, capsys):
     import shutil
 
     from retarget.fit.plant_trial import write_take
-    from retarget.optimize.refine import _file_digest
+    from retarget.planning.refine import _file_digest
 
     folder = loop["folder"]
     write_take(loop["trial1"], replace(loop["capture"], seed=11), folder / "take1b.csv")
@@ -504,7 +504,7 @@ def test_bad_input_exits_2_with_the_json_line_and_writes_nothing(tmp_path, capsy
 def test_a_file_written_under_a_temporary_name_has_the_digest_of_its_final_name(tmp_path):
     """NEXT's digest in its history is taken before the rename: it must be the digest of NEXT as read later (else
     the next trial warns that CURRENT is not the plan the chain wrote)."""
-    from retarget.optimize.refine import _file_digest
+    from retarget.planning.refine import _file_digest
 
     tmp = tmp_path / ".next.partial-1234.csv"
     tmp.write_text("time,m\n0,0\n", encoding="utf-8")

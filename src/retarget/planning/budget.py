@@ -1,28 +1,37 @@
-"""What a plan costs, said before the work: each stage's wall time estimated from the model's size and the options.
+"""A plan's time budget and what its stages cost: :class:`Budget` (the run's deadline, the deadlines and reserves
+it hands the stages) and the cost model, said before the work (:func:`plan_estimate`) and kept as reserves while
+it runs (:func:`checks_reserve`, :func:`full_verification_cost`).
 
 The estimates are rough (within a factor of about two on a shared 2-core machine): they let a user choose a budget
 before minutes go by, they do not bound anything. Each rests on a measured constant:
 
-- a full FEM step costs :data:`FULL_STEP_S_PER_DOF` per deformable DOF (the constant of
-  :func:`~retarget.optimize.verification.full_verification_cost`);
+- a full FEM step costs :data:`FULL_STEP_S_PER_DOF` per deformable DOF (:func:`full_verification_cost`);
 - the in-process training adds :data:`TRAINING_BUILD_FACTOR` × its full simulation for mass-PCA, cubature and the
   replay checks (the drummer's demo model: 5 min 7 s in all for a 191 s estimate of the simulation alone);
 - a reduced step costs :data:`REDUCED_STEP_S_PER_STATE` per reduced unknown (the compiled engine:
   ``python bench/bench_reduced.py`` prints the per-step figures), at least :data:`REDUCED_STEP_MIN_S`;
 - an optimizer iteration costs :data:`ITERATION_FORWARD_RUNS` forward runs of the span it optimizes, by method
   (the demo's 3 s of drumming, 5 windows, one iteration each: descent 63 s, L-BFGS-B 109 s, Levenberg–Marquardt
-  139 s, at 2.9 s per window's forward run; docs/ros.md "make demo").
+  139 s, at 2.9 s per window's forward run; docs/ros.md "make demo");
+- the verification at ``verify_dt`` costs :data:`VERIFY_COST_FACTOR` × its forward runs' worth at the planning step.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from retarget.optimize.options import VERIFY_COST_FACTOR, PlanOptions
+from retarget.optimize.control import EVALUATION_FORWARD_RUNS, Deadline
+from retarget.planning.options import PlanOptions
 
-__all__ = ["FULL_STEP_S_PER_DOF", "ITERATION_FORWARD_RUNS", "REDUCED_STEP_MIN_S", "REDUCED_STEP_S_PER_STATE",
-           "TRAINING_BUILD_FACTOR", "PlanEstimate", "StageEstimate", "format_seconds", "plan_estimate",
-           "training_estimate"]
+if TYPE_CHECKING:
+    from retarget.model.robot import RobotModel
+
+__all__ = ["BASELINES_RESERVE", "FULL_STEP_S_PER_DOF", "ITERATION_FORWARD_RUNS", "REDUCED_STEP_MIN_S",
+           "REDUCED_STEP_S_PER_STATE", "SETTLE_RESERVE", "TRAINING_BUILD_FACTOR", "VERIFY_COST_FACTOR", "Budget",
+           "PlanEstimate", "StageEstimate", "checks_reserve", "deformable_dofs", "format_seconds",
+           "full_verification_cost", "optimizer_reserve", "plan_estimate", "training_estimate",
+           "verification_reserve"]
 
 #: Full FEM cost per deformable DOF and step [s].
 FULL_STEP_S_PER_DOF = 2.2e-5
@@ -39,6 +48,94 @@ REDUCED_STEP_MIN_S = 2e-4
 
 #: Forward runs of the optimized span per optimizer iteration, by method (line searches and gradients included).
 ITERATION_FORWARD_RUNS = {"descent": 4.5, "lbfgs": 7.5, "gauss-newton": 10.0, "auto": 10.0}
+
+#: The verification's cost over its ``2 dt / verify_dt`` forward runs' worth at the planning step: a step at the
+#: finer ``verify_dt`` costs a little more, and the deviation metrics of every step come on top. Measured on the
+#: drummer's demo model (3 s of drumming, dt 2 ms, verify_dt 1 ms, NUMBA_NUM_THREADS=2): forward run 5.1-6.3 s at
+#: 2 ms, 12.0-12.4 s at 1 ms, the verification 26.5-31.1 s = 4.8-5.6 planning forward runs where 4 were kept.
+VERIFY_COST_FACTOR = 1.5
+
+#: The ZV/ZVD baselines' reserve in optimizer evaluations: two forward simulations cost about 1.6 forward + adjoint
+#: evaluations.
+BASELINES_RESERVE = 1.6
+
+#: The settle refinement stops this many of the optimizer's evaluations (of the optimum) before the deadline.
+SETTLE_RESERVE = 2.0
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A plan's time budget: the seconds it may take, and once started its deadline, from which it hands each stage
+    its own (:class:`~retarget.optimize.control.Deadline`).
+
+    Attributes:
+        seconds: the budget [s] (:attr:`PlanOptions.time_budget`); None: no limit.
+        deadline: when the budget runs out; None before :meth:`started` or without a limit.
+    """
+
+    seconds: float | None
+    deadline: Deadline | None = None
+
+    @staticmethod
+    def of(options: PlanOptions) -> Budget:
+        """The budget of ``options.time_budget``, not started."""
+        return Budget(None if options.time_budget is None else float(options.time_budget))
+
+    def started(self, at: float | None = None) -> Budget:
+        """The budget started at ``at`` (a ``time.perf_counter()`` instant [s]; None: now)."""
+        if self.seconds is None:
+            return self
+        return Budget(self.seconds, Deadline.after(self.seconds) if at is None else Deadline(at + self.seconds))
+
+    def less(self, spent: float) -> Budget:
+        """The budget left after ``spent`` [s] (at least 0), not started."""
+        return self if self.seconds is None else Budget(max(self.seconds - spent, 0.0))
+
+    def reserving(self, seconds: float) -> Deadline | None:
+        """The deadline of a stage that leaves ``seconds`` [s] for the work after it; None without a limit."""
+        return None if self.deadline is None else self.deadline.earlier(seconds)
+
+
+def verification_reserve(options: PlanOptions) -> float:
+    """Time the verification at ``options.verify_dt`` needs, in optimizer evaluations (one evaluation, forward and
+    adjoint, costs about three forward runs): two forward runs at ``verify_dt``, i.e. ``2 dt / verify_dt`` at the
+    planning step, times :data:`VERIFY_COST_FACTOR`. 0 without a ``verify_dt``."""
+    if options.verify_dt is None or not options.verify_dt > 0:
+        return 0.0
+    return VERIFY_COST_FACTOR * 2.0 * float(options.dt) / float(options.verify_dt) / EVALUATION_FORWARD_RUNS
+
+
+def checks_reserve(options: PlanOptions, baselines: bool, verification_timed: bool = False) -> float:
+    """Time the checks after the optimization need, in optimizer evaluations: the verification at
+    ``verify_dt`` (:func:`verification_reserve`; none when ``verification_timed``: the plan keeps its measured time
+    in seconds), and the robustness band: one forward run at the planning step per factor of
+    :attr:`PlanOptions.band` and variant it re-simulates (naive and optimized, and ZVD when the ``baselines`` run),
+    three forward runs being one evaluation. All of them, one after another, even where part of the band runs in
+    a worker process beside the rest (:func:`~retarget.planning.options.band_offloaded`): two simulations at once on
+    this 2-core machine ran at 1.0–1.25 × the throughput of one (docs/optimize.md, "Checks")."""
+    band_runs = len(options.band) * (3 if baselines else 2)
+    return (0.0 if verification_timed else verification_reserve(options)) + band_runs / EVALUATION_FORWARD_RUNS
+
+
+def optimizer_reserve(options: PlanOptions, baselines: bool, verification_timed: bool = False) -> float:
+    """The evaluations the optimizer keeps before the deadline for the work after it: the ZV/ZVD baselines when they
+    run (:data:`BASELINES_RESERVE`; none when the motion leaves too little ring-out for them), and the checks
+    (:func:`checks_reserve`)."""
+    return (BASELINES_RESERVE if baselines else 0.0) + checks_reserve(options, baselines,
+                                                                       verification_timed=verification_timed)
+
+
+def deformable_dofs(model: RobotModel) -> int:
+    """Deformable DOFs of ``model``'s flexible parts on their meshes (3 per node)."""
+    return int(sum(3 * p.mesh.n_nodes for p in model.flexible_parts))
+
+
+def full_verification_cost(model: RobotModel, duration: float, dt: float, runs: int = 3) -> float:
+    """A rough estimate of :func:`~retarget.planning.verification.verify_full`'s wall time [s] on one core: the full
+    engine's measured cost per step grows about linearly with the deformable DOFs (≈ 1.9e-5 s per DOF and step at
+    2 337 DOFs, 2.3e-5 at 10 575, on a shared 2-core machine; :data:`FULL_STEP_S_PER_DOF`)."""
+    dofs = deformable_dofs(model)
+    return runs * (duration / dt) * FULL_STEP_S_PER_DOF * max(dofs, 500)
 
 
 @dataclass(frozen=True)

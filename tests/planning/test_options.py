@@ -1,21 +1,13 @@
-"""Plan options (retarget.optimize.options): the planner node's parameters mapped to :class:`PlanOptions` (0 or
-empty: the default; ``verify`` false: no verification at a finer step; goal fields as overrides) and the time the
-verification keeps from the budget."""
+"""Plan options (retarget.planning.options): the planner node's parameters mapped to :class:`PlanOptions` (0 or
+empty: the default; ``verify`` false: no verification at a finer step; goal fields as overrides) and the band's
+share of a worker process."""
 from __future__ import annotations
 
 from dataclasses import replace
 
 import pytest
 
-from retarget.optimize.options import (
-    NODE_PARAMETERS,
-    VERIFY_COST_FACTOR,
-    PlanOptions,
-    band_offloaded,
-    checks_reserve,
-    options_from_parameters,
-    verification_reserve,
-)
+from retarget.planning.options import NODE_PARAMETERS, PlanOptions, band_offloaded, options_from_parameters
 
 
 def test_no_parameter_gives_the_defaults_and_a_verification_at_a_fifth_of_dt():
@@ -73,29 +65,6 @@ def test_unknown_parameters_are_ignored_and_every_node_parameter_is_an_option_or
     assert set(NODE_PARAMETERS) - fields == {"verify"}
 
 
-def test_the_verification_reserve():
-    """Two forward runs at ``verify_dt`` = ``2 dt / verify_dt`` at the planning step, an evaluation being about
-    three, times the cost factor; none without a ``verify_dt`` (the node's default dt / 5: 10 / 3 evaluations)."""
-    options = PlanOptions()
-    assert verification_reserve(options) == 0.0
-    assert verification_reserve(replace(options, verify_dt=0.0)) == 0.0
-    assert verification_reserve(replace(options, dt=0.002, verify_dt=0.001)) == pytest.approx(
-        VERIFY_COST_FACTOR * 4.0 / 3.0)
-    assert VERIFY_COST_FACTOR >= 1.0
-    assert verification_reserve(options_from_parameters({})) == pytest.approx(VERIFY_COST_FACTOR * 10.0 / 3.0)
-    assert verification_reserve(options_from_parameters({"verify": False})) == 0.0
-
-
-def test_the_checks_reserve_adds_the_band_runs_to_the_verification():
-    """The band re-simulates naive, optimized and (with the baselines) ZVD once per factor at the planning
-    step: three forward runs are one evaluation."""
-    options = PlanOptions(dt=0.002, verify_dt=0.001, band=(0.9, 1.1))
-    assert checks_reserve(options, baselines=True) == pytest.approx(verification_reserve(options) + 2.0)
-    without_zvd = verification_reserve(options) + 4.0 / 3.0
-    assert checks_reserve(options, baselines=False) == pytest.approx(without_zvd)
-    assert checks_reserve(replace(options, band=(), verify_dt=None), baselines=True) == 0.0
-
-
 def test_a_worker_takes_about_half_of_the_band():
     """With a worker process beside the planning one the band's factors are split; the verification stays here,
     so the worker takes the larger half when there is one. None with one worker."""
@@ -141,7 +110,7 @@ def test_window_settings_out_of_range_are_named_before_any_work():
     whole motion at once."""
     from retarget.cli import build_parser
     from retarget.errors import InputError
-    from retarget.optimize.commands import options_from_args
+    from retarget.planning.commands import options_from_args
 
     assert PlanOptions(window=None, window_tail=-1.0).out_of_range() == []  # no windows: their settings unused
     bad = PlanOptions(window=-1.0, window_tail=-0.5, window_overlap=-2.0)

@@ -1,14 +1,14 @@
 """Planning a motion: the one orchestration that ``retarget plan``, the ROS planner node and the benchmarks call.
 
-:func:`plan` (robot, motion, :class:`~retarget.optimize.options.PlanOptions`) → :class:`PlanResult`:
+:func:`plan` (robot, motion, :class:`~retarget.planning.options.PlanOptions`) → :class:`PlanResult`:
 
 1. the motion against the robot's joint limits, before any model work (:func:`retarget.motion.limits.check_plan_input`);
-2. the planning model — given, cached, found or trained (:func:`retarget.optimize.planning_model.planning_model`) —,
+2. the planning model — given, cached, found or trained (:func:`retarget.planning.model.planning_model`) —,
    its model card reported and gated (:func:`retarget.fem.model_card.check_fidelity`);
 3. the reduced engine, and the stiffness-scaled engines of the robust objective;
 4. with a time budget, :func:`warm_up` first (numba compiles every kernel before the budget's clock starts);
 5. :func:`run_plan`: targets, optimization (with the torque penalty's continuation), baselines;
-6. the checks in models the plan was not optimized on (:func:`retarget.optimize.verification.check_plan`).
+6. the checks in models the plan was not optimized on (:func:`retarget.planning.verification.check_plan`).
 """
 
 from __future__ import annotations
@@ -25,16 +25,9 @@ from numpy.typing import NDArray
 from retarget.errors import InputError
 from retarget.motion.motion import Motion
 from retarget.optimize.adjoint import Evaluation
-from retarget.optimize.checks import NaiveAtFinerStep, PlanChecks, Verification
-from retarget.optimize.control import (
-    CANCEL_POLL_S,
-    TRAINING_STAGE,
-    BudgetExhausted,
-    CancelCheck,
-    deadline_progress,
-    first_evaluation,
-)
-from retarget.optimize.engines import Engine
+from retarget.planning.checks import NaiveAtFinerStep, PlanChecks, Verification
+from retarget.optimize.control import BudgetExhausted, Deadline, first_evaluation, guarded_progress
+from retarget.sim.engine import Engine
 from retarget.optimize.errors import OptimizeError, PlanCancelled, TimeBudgetError
 from retarget.optimize.lbfgs import optimize
 from retarget.optimize.limits import (
@@ -44,12 +37,20 @@ from retarget.optimize.limits import (
     speed_feasible_parameters,
     torque_report,
 )
-from retarget.optimize.options import PlanOptions, Start, VerifyModel, checks_reserve
+from retarget.planning.budget import (
+    SETTLE_RESERVE,
+    Budget,
+    deformable_dofs,
+    full_verification_cost,
+    optimizer_reserve,
+    plan_estimate,
+)
+from retarget.planning.options import PlanOptions, Start, VerifyModel
 from retarget.optimize.parallel import default_workers, fork_pool
 from retarget.optimize.problem import PlanProblem, build_plan_problem, limits_for
 from retarget.optimize.result import OptimizationResult
 from retarget.optimize.robust import without_other_branches
-from retarget.optimize.variants import (
+from retarget.planning.variants import (
     MIN_RING_OUT,
     PlanResult,
     Variant,
@@ -57,13 +58,14 @@ from retarget.optimize.variants import (
     ring_out_s,
     shaped_baselines,
 )
-from retarget.optimize.verification import naive_at_finer_step, verify_plan
+from retarget.planning.verification import naive_at_finer_step, verify_plan
 from retarget.optimize.weights import TrackedBodyWeights
 from retarget.optimize.windows import optimize_windows
+from retarget.planning.stages import CANCEL_POLL_S, TRAINING_STAGE, CancelCheck
 
 if TYPE_CHECKING:
-    from retarget.optimize.estimate import PlanEstimate, StageEstimate
-    from retarget.optimize.planning_model import PlanningModel
+    from retarget.planning.budget import PlanEstimate, StageEstimate
+    from retarget.planning.model import PlanningModel
     from retarget.optimize.settle import SettleReport
     from retarget.sim.reduced.system import ReducedSystem
 
@@ -77,7 +79,7 @@ class PlanProgress:
     Attributes:
         steps: ``steps(stage, done, total)`` per simulation step of each long stage (the training simulation,
             targets, evaluations, baselines, verifications); stage names: the keys of
-            :data:`~retarget.optimize.control.FEEDBACK_STAGES`, :data:`~retarget.optimize.control.TRAINING_STAGE`,
+            :data:`~retarget.planning.stages.FEEDBACK_STAGES`, :data:`~retarget.planning.stages.TRAINING_STAGE`,
             :data:`WARM_UP_STAGE` and ``"full FEM: <variant>"``.
         iteration: ``iteration(info)`` per optimizer iteration: ``iteration``, ``objective``, ``gradient_norm``
             (with windows also ``window``, ``windows``).
@@ -85,8 +87,8 @@ class PlanProgress:
         cancelled: polled during simulations and per iteration (at most every ``cancel_poll_s`` [s]); once true the
             optimizer stops and the best parameters so far are returned, flagged ``cancelled``.
         cancel_poll_s: the shortest interval between two polls of ``cancelled`` [s].
-        estimate: ``estimate(e)`` before the work: a :class:`~retarget.optimize.estimate.StageEstimate` before an
-            in-process training, a :class:`~retarget.optimize.estimate.PlanEstimate` (every stage) once the model
+        estimate: ``estimate(e)`` before the work: a :class:`~retarget.planning.budget.StageEstimate` before an
+            in-process training, a :class:`~retarget.planning.budget.PlanEstimate` (every stage) once the model
             is ready.
     """
 
@@ -131,8 +133,8 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
         RetargetError: planning failed.
     """
     from retarget.motion.limits import check_plan_input
-    from retarget.optimize.engines import planner_engine
-    from retarget.optimize.verification import gate_model  # noqa: PLC0415
+    from retarget.sim.adapters import planner_engine
+    from retarget.planning.verification import gate_model  # noqa: PLC0415
 
     options = PlanOptions() if options is None else options
     progress = PlanProgress() if progress is None else progress
@@ -161,13 +163,12 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
     if options.time_budget is not None:
         # The budget starts once the model is loaded and the kernels are compiled (an in-process training counts).
         if pm.info.get("source") == "trained":
-            run_options = replace(options, time_budget=max(float(options.time_budget)
-                                                           - (time.perf_counter() - started), 0.0))
+            run_options = replace(options, time_budget=Budget.of(options).less(time.perf_counter() - started).seconds)
         reports.say("warming up: compiling the plan's kernels (not counted in the time budget)")
         warm_up(engine, motion, bodies, limits, run_options,
                 lambda stage, done, total: reports.steps(WARM_UP_STAGE, done, total))
         prepared["warm_up"] = time.perf_counter() - started - prepared["model"]  # the engine built, compiled
-    deadline = None if run_options.time_budget is None else time.perf_counter() + float(run_options.time_budget)
+    deadline = Budget.of(run_options).started().deadline
     rounds = _Rounds(robot=robot, motion=motion, pm=pm, engine=engine, engine_factory=engine_factory, bodies=bodies,
                      limits=limits, reports=reports, deadline=deadline,
                      loops=bool(pm.config.get("loop_joints")))  # two assembly branches meet at a loop's change points
@@ -222,7 +223,7 @@ class _ScaledEngines:
         self.scaled: dict[float, Engine] = {1.0: engine}
 
     def __call__(self, factor: float) -> Engine:
-        from retarget.optimize.engines import planner_engine
+        from retarget.sim.adapters import planner_engine
         from retarget.sim.reduced.system import with_stiffness_scale
 
         if factor not in self.scaled:
@@ -232,17 +233,17 @@ class _ScaledEngines:
 
 def _load_planning_model(robot: str | Path, motion: Motion, options: PlanOptions, reports: _Reports,
                          started: float) -> PlanningModel:
-    """The planning model (:func:`~retarget.optimize.planning_model.planning_model`) with ``options``' settings; an
+    """The planning model (:func:`~retarget.planning.model.planning_model`) with ``options``' settings; an
     in-process training counts against the time budget from ``started``.
 
     Raises:
         TimeBudgetError: the budget ran out while training the model.
     """
     from retarget.model.servo_file import servo_file_servos
-    from retarget.optimize.planning_model import planning_model
+    from retarget.planning.model import planning_model
 
-    budget_end = None if options.time_budget is None else started + float(options.time_budget)
-    training = deadline_progress(budget_end, lambda done, total: reports.steps(TRAINING_STAGE, done, total))
+    training = guarded_progress(Budget.of(options).started(at=started).deadline,
+                                lambda done, total: reports.steps(TRAINING_STAGE, done, total))
     try:
         return planning_model(robot, motion, n_modes=options.modes, dt_train=options.dt_train,
                               mesh_axial=options.mesh_axial, mesh_around=options.mesh_around,
@@ -261,7 +262,7 @@ def _load_planning_model(robot: str | Path, motion: Motion, options: PlanOptions
 class _Rounds:
     """What :func:`plan` runs its plan and the checks with, round after round: the planning model ``pm``, its
     ``engine`` and stiffness-scaled engines, the tracked bodies, the motor limits, the reports, the deadline
-    (``time.perf_counter()``; None: no budget) and whether the robot has loop joints."""
+    (None: no budget) and whether the robot has loop joints."""
 
     robot: str | Path
     motion: Motion
@@ -271,12 +272,12 @@ class _Rounds:
     bodies: Sequence[TrackedBodyWeights]
     limits: MotorLimits
     reports: _Reports
-    deadline: float | None
+    deadline: Deadline | None
     loops: bool
 
     def check(self, result: PlanResult, options: PlanOptions) -> PlanChecks:
-        """The checks of ``result`` in other models (:func:`~retarget.optimize.verification.check_plan`)."""
-        from retarget.optimize.verification import check_plan
+        """The checks of ``result`` in other models (:func:`~retarget.planning.verification.check_plan`)."""
+        from retarget.planning.verification import check_plan
 
         return check_plan(result, self.pm.model, options, self.engine_factory, self.reports.steps, self.reports.say,
                           self.deadline, robot=self.robot, planning_info=self.pm.info)
@@ -294,7 +295,7 @@ def _verified_torque_rounds(rounds: _Rounds, result: PlanResult, options: PlanOp
         verified = None if checks is None else checks.verified
         margin = verified_torque_margin(result, verified, run_options.torque_margin)
         if margin is None or verified is None or verified.optimized is None or fired or (
-                rounds.deadline is not None and time.perf_counter() > rounds.deadline):
+                rounds.deadline is not None and rounds.deadline.passed()):
             break
         message = (f"the verification model needs {verified.optimized.peak_torque_ratio:.2f} x the "
                    f"stall torque where the planning model needed "
@@ -313,12 +314,10 @@ def _verified_torque_rounds(rounds: _Rounds, result: PlanResult, options: PlanOp
     return result, checks, fired
 
 def estimate_for(pm: PlanningModel, engine: Engine, motion: Motion, options: PlanOptions) -> PlanEstimate:
-    """The :class:`~retarget.optimize.estimate.PlanEstimate` of planning ``motion`` with ``options`` on the
+    """The :class:`~retarget.planning.budget.PlanEstimate` of planning ``motion`` with ``options`` on the
     planning model ``pm`` (its ``engine`` built): the stages after the model, as :func:`run_plan` and the checks will
     run them."""
-    from retarget.optimize.estimate import plan_estimate
     from retarget.optimize.gauss_newton import MAX_PARAMETERS
-    from retarget.optimize.verification import deformable_dofs, full_verification_cost
 
     duration = float(motion.duration if options.duration is None else min(options.duration, motion.duration))
     n_parameters = (int(duration / options.knot_spacing) + 3) * len(pm.model.motors)
@@ -346,8 +345,8 @@ def verified_torque_margin(result: PlanResult, verification: Verification | None
 
 def replay_check_warning(info: Mapping[str, object]) -> str:
     """A warning when a model trained by the planner replays its training motion worse than
-    :data:`~retarget.optimize.planning_model.REPLAY_WARN` of the tracked travel, else ""."""
-    from retarget.optimize.planning_model import REPLAY_WARN
+    :data:`~retarget.planning.model.REPLAY_WARN` of the tracked travel, else ""."""
+    from retarget.planning.model import REPLAY_WARN
 
     error = (info.get("training") or {}).get("replay_error_rel")
     if error is None or not error > REPLAY_WARN:
@@ -387,7 +386,7 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
             its optimum): reused instead of simulated again.
 
     With a ``time_budget`` and a ``verify_dt``, the naive playback at ``verify_dt`` runs first
-    (:func:`~retarget.optimize.verification.naive_at_finer_step`; the verification reuses it), and its measured
+    (:func:`~retarget.planning.verification.naive_at_finer_step`; the verification reuses it), and its measured
     time is kept from the optimizer for the verification's optimized run: what a run at ``verify_dt`` costs depends
     on the robot (1.05 × a run at the planning step on the boxer, 2 × on the demo's drummer, 2 ms against 1 ms).
 
@@ -402,7 +401,8 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
     """
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    deadline = None if options.time_budget is None else t0 + float(options.time_budget)
+    budget = Budget.of(options).started(at=t0)
+    deadline = budget.deadline
     members: list[tuple[float, Engine]] = []
     if options.stiffness_band and options.window is None:
         if engine_factory is None:
@@ -418,7 +418,7 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
     workers = default_workers() if options.workers is None else int(options.workers)
     if follow_playback and pp.ensemble is not None:
         ensemble, dropped = without_other_branches(
-            pp.ensemble, pp.fit.parameters if x_start is None else x_start, workers, deadline_progress(
+            pp.ensemble, pp.fit.parameters if x_start is None else x_start, workers, guarded_progress(
                 deadline, None if progress is None else (lambda k, n: progress("robust models at the start", k, n))))
         warnings.extend(dropped)
         pp = replace(pp, ensemble=ensemble if ensemble.members else None)
@@ -428,7 +428,8 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
     if _settles(pp, options, engine_factory, opt, ring_out_s(pp) >= MIN_RING_OUT):
         t0 = time.perf_counter()
         assert engine_factory is not None
-        opt, settle = _settle(pp, options, opt, engine_factory, workers, deadline, progress)
+        opt, settle = _settle(pp, options, opt, engine_factory, workers,
+                              budget.reserving(SETTLE_RESERVE * opt.evaluation_s), progress)
         timings["settle"] = time.perf_counter() - t0
     if opt.interrupted or opt.budget_limited:
         warnings.append(opt.message)
@@ -453,14 +454,14 @@ def run_plan(engine: Engine, motion: Motion, bodies: Sequence[TrackedBodyWeights
                       verify_naive=verify_naive, naive_evaluation=naive)
 
 
-def _timed_naive_at_verify_dt(pp: PlanProblem, options: PlanOptions, deadline: float,
+def _timed_naive_at_verify_dt(pp: PlanProblem, options: PlanOptions, deadline: Deadline,
                               progress: Callable[[str, int, int], None] | None, timings: dict[str, float],
                               warnings: list[str]) -> NaiveAtFinerStep | None:
     """The naive playback at ``options.verify_dt``, its wall time in ``timings``; None (with a warning) when the
     budget ran out first."""
     assert options.verify_dt is not None
     try:
-        verify_naive = naive_at_finer_step(pp, float(options.verify_dt), deadline_progress(
+        verify_naive = naive_at_finer_step(pp, float(options.verify_dt), guarded_progress(
             deadline, None if progress is None else (lambda k, n: progress("naive playback at verify_dt", k, n))))
     except BudgetExhausted:
         warnings.append(f"the time budget ran out timing the naive playback at dt {options.verify_dt:g} s: "
@@ -471,14 +472,14 @@ def _timed_naive_at_verify_dt(pp: PlanProblem, options: PlanOptions, deadline: f
 
 
 def _start_point(pp: PlanProblem, options: PlanOptions, limits: MotorLimits, x0: NDArray[np.float64] | None,
-                 deadline: float | None, progress: Callable[[str, int, int], None] | None,
+                 deadline: Deadline | None, progress: Callable[[str, int, int], None] | None,
                  warnings: list[str]) -> tuple[NDArray[np.float64] | None, Evaluation | None]:
     """The optimizer's start (None: the fit) and the naive playback when it is a run of its own (None: the
     optimizer's first evaluation is the naive playback)."""
 
     def naive_playback() -> Evaluation:
         """The input as authored played on the model: one forward run of its own."""
-        return first_evaluation(pp.naive_problem, pp.input_fit.parameters, False, deadline_progress(
+        return first_evaluation(pp.naive_problem, pp.input_fit.parameters, False, guarded_progress(
             deadline, None if progress is None else (lambda k, n: progress("naive playback", k, n))))
 
     x_start: NDArray[np.float64] | None = None
@@ -502,20 +503,19 @@ def _start_point(pp: PlanProblem, options: PlanOptions, limits: MotorLimits, x0:
 
 def _optimize_pooled(pp: PlanProblem, options: PlanOptions, x_start: NDArray[np.float64] | None,
                      callback: Callable[[dict[str, float]], None] | None,
-                     progress: Callable[[str, int, int], None] | None, deadline: float | None, workers: int,
+                     progress: Callable[[str, int, int], None] | None, deadline: Deadline | None, workers: int,
                      verify_naive: NaiveAtFinerStep | None,
                      warnings: list[str]) -> tuple[OptimizationResult, PlanProblem]:
     """The optimization (:func:`_optimize_within_torque`), with the robust objective's models in worker processes
     and the reserve for the baselines and checks kept before the deadline."""
     # One evaluation steps forward through the motion, then backward (the adjoint): its bar counts both.
     step_cb = None if progress is None else (lambda k, n: progress("evaluation (forward + adjoint)", k, n))
-    # Two forward simulations (ZV, ZVD) cost about 1.6 forward + adjoint evaluations; none are kept when the
-    # motion leaves too little ring-out for the baselines to run. The caller's checks (verification, band) are
-    # kept too: the verification's optimized run at its measured time when the naive one ran above.
+    # The baselines' and the caller's checks' (verification, band) reserve: the verification's optimized run at its
+    # measured time when the naive one ran above.
     minimize = optimize if options.window is None else optimize_windows
     baselines = options.baselines and ring_out_s(pp) >= MIN_RING_OUT
     timed = verify_naive is not None
-    reserve = (1.6 if baselines else 0.0) + checks_reserve(options, baselines, verification_timed=timed)
+    reserve = optimizer_reserve(options, baselines, verification_timed=timed)
     reserve_s = float(verify_naive.wall_s) if verify_naive is not None else 0.0
     ensemble = pp.ensemble
     with fork_pool(None if ensemble is None else ensemble.members, workers if ensemble is not None else 0) as pool:
@@ -536,7 +536,7 @@ def _optimize_pooled(pp: PlanProblem, options: PlanOptions, x_start: NDArray[np.
 
 def _variants(pp: PlanProblem, options: PlanOptions, opt: OptimizationResult, naive: Evaluation,
               speed_limited: NDArray[np.float64] | None, limits: MotorLimits,
-              progress: Callable[[str, int, int], None] | None, deadline: float | None, timings: dict[str, float],
+              progress: Callable[[str, int, int], None] | None, deadline: Deadline | None, timings: dict[str, float],
               warnings: list[str]) -> dict[str, Variant]:
     """The plan's variants: the naive playback, the ``speed_limited`` start (when the optimizer started from a
     speed-feasible projection), the ZV/ZVD baselines (their wall time in ``timings``) and the optimized one."""
@@ -588,13 +588,13 @@ def _settles(pp: PlanProblem, options: PlanOptions, engine_factory: Callable[[fl
 
 
 def _settle(pp: PlanProblem, options: PlanOptions, opt: OptimizationResult,
-            engine_factory: Callable[[float], Engine], workers: int, deadline: float | None,
+            engine_factory: Callable[[float], Engine], workers: int, deadline: Deadline | None,
             progress: Callable[[str, int, int], None] | None) -> tuple[OptimizationResult, SettleReport]:
     """The settle refinement of ``opt.x`` (:mod:`retarget.optimize.settle`); the result carries the refined point,
     its objective (every model of the robust objective, forward only) and the refinement's report."""
     from retarget.optimize.problem import motion_stop_time
     from retarget.optimize.settle import STOPPED, settle_refinement
-    from retarget.optimize.verification import commanded_stop_time
+    from retarget.planning.verification import commanded_stop_time
 
     times = pp.targets.times
     angles = np.asarray(pp.problem.profiles(opt.x).evaluate(times))
@@ -611,7 +611,7 @@ def _settle(pp: PlanProblem, options: PlanOptions, opt: OptimizationResult,
     x, _, report = settle_refinement(problems, opt.x, ring_from, caps, lower, upper,
                                      int(options.settle_iterations), float(options.settle_radius),
                                      float(options.settle_peak_allowance), workers,
-                                     None if deadline is None else deadline - 2.0 * opt.evaluation_s,
+                                     deadline,
                                      None if progress is None else (lambda k, n: progress("settle refinement", k, n)),
                                      admissible)
     if report.message.startswith(STOPPED):
@@ -625,7 +625,7 @@ def _settle(pp: PlanProblem, options: PlanOptions, opt: OptimizationResult,
 def _optimize_within_torque(pp: PlanProblem, options: PlanOptions, minimize: Callable[..., OptimizationResult],
                             x_start: NDArray[np.float64] | None,
                             callback: Callable[[dict[str, float]], None] | None,
-                            step_cb: Callable[[int, int], None] | None, deadline: float | None, reserve: float,
+                            step_cb: Callable[[int, int], None] | None, deadline: Deadline | None, reserve: float,
                             warnings: list[str], reserve_s: float = 0.0) -> tuple[OptimizationResult, PlanProblem]:
     """Optimize; while the optimum asks more than the stall torque, optimize again from it with the torque
     penalty's weight × 10 (at most ``options.torque_rounds`` times). Returns the result and the problem last used.

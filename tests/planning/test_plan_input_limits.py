@@ -1,5 +1,5 @@
 """Planner input limits: a motion outside the robot's joint position limits is refused before any model work, on
-both planning paths (``retarget plan`` and :func:`retarget.optimize.planning.plan` as the planner node calls it).
+both planning paths (``retarget plan`` and :func:`retarget.planning.run.plan` as the planner node calls it).
 
 ``single_rod``'s ``base_pitch`` is limited to ±90° in its URDF; 1000° in 1 s leaves it from t = 0.5 s on.
 """
@@ -55,12 +55,12 @@ def test_check_plan_input_names_joint_time_and_value():
 
 def test_plan_cli_refuses_before_any_model_work(tmp_path, private_cache, capsys, monkeypatch):
     from retarget.cli import main
-    from retarget.optimize import planning
+    from retarget.planning import run
 
     def no_model_work(*args, **kwargs):
         raise AssertionError("the plan began: meshing and training (minutes) before the refusal")
 
-    monkeypatch.setattr(planning, "plan", no_model_work)
+    monkeypatch.setattr(run, "plan", no_model_work)
     motion = tmp_path / "huge.csv"
     motion.write_text(HUGE_CSV)
     code = main(["plan", "single_rod", "--motion", str(motion)])
@@ -72,8 +72,8 @@ def test_plan_cli_refuses_before_any_model_work(tmp_path, private_cache, capsys,
 
 
 def test_plan_refuses_before_any_model_work(private_cache):
-    from retarget.optimize.options import options_from_parameters
-    from retarget.optimize.planning import PlanProgress, plan
+    from retarget.planning.options import options_from_parameters
+    from retarget.planning.run import PlanProgress, plan
 
     t = np.linspace(0.0, 1.0, 101)
     motion = Motion(t, ("base_pitch",), np.radians(1000.0 * t)[:, None])

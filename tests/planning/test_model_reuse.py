@@ -1,4 +1,4 @@
-"""The planner's cache of trained models (retarget.optimize.planning_model): one artifact format, written once per
+"""The planner's cache of trained models (retarget.planning.model): one artifact format, written once per
 motion, reused for another motion of the robot when that motion stays within the model's training range, retrained
 when it does not; pickles refused. Real parts: the tiny robot of tiny_robot.py trained in-process."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 from retarget.errors import InputError
 from retarget.motion.motion import Motion
-from retarget.optimize.planning_model import REUSE_TRAINING_RANGE, motion_training_range, planning_model
+from retarget.planning.model import REUSE_TRAINING_RANGE, motion_training_range, planning_model
 
 
 def _ramp(amplitude: float) -> Motion:
@@ -38,8 +38,8 @@ def test_a_trained_model_is_cached_as_an_artifact_and_reused_for_the_same_motion
 
 
 def test_a_model_that_does_not_replay_its_training_motion_is_warned_about():
-    from retarget.optimize.planning import replay_check_warning
-    from retarget.optimize.planning_model import REPLAY_WARN
+    from retarget.planning.run import replay_check_warning
+    from retarget.planning.model import REPLAY_WARN
 
     assert replay_check_warning({"training": {"replay_error_rel": 0.5 * REPLAY_WARN}}) == ""
     assert replay_check_warning({"source": "artifact"}) == ""
@@ -76,7 +76,7 @@ def test_a_pickle_is_refused(robot, tmp_path):
 def test_modes_are_added_when_the_capped_model_cannot_replay_its_training_motion(robot, monkeypatch):
     """At the mode cap the reduced model must replay the input within the tolerance; when it cannot, the cap is
     doubled (up to MAX_PLAN_MODES) and the most accurate model is kept."""
-    import retarget.optimize.planning_model as pm_module
+    import retarget.planning.model as pm_module
 
     monkeypatch.setattr(pm_module, "MAX_PLAN_MODES", 1)
     one = planning_model(robot, _ramp(0.3), n_modes=1, dt_train=0.002, use_cache=False)

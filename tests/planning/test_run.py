@@ -1,4 +1,4 @@
-"""The planning chain (retarget.optimize.planning): :func:`run_plan` on the reduced rod on a motor (targets,
+"""The planning chain (retarget.planning.run): :func:`run_plan` on the reduced rod on a motor (targets,
 optimization, the torque penalty's continuation, the speed-feasible start, the budget's reserve for the
 verification, :func:`warm_up`), and :func:`plan` — the one entry of ``retarget plan``, the planner node and the
 benchmarks — on the tiny robot and its ``retarget reduce`` artifact (input check, model gate, budget, cancel,
@@ -16,14 +16,15 @@ from virtual_clock import EVALUATION_S, VirtualClock
 from retarget.errors import InputError
 from retarget.motion.motion import Motion
 from retarget.optimize.adjoint import evaluate
-from retarget.optimize.checks import RunFigures, Verification
-from retarget.optimize.control import FEEDBACK_STAGES, TRAINING_STAGE
-from retarget.optimize.engines import reduced_engine
+from retarget.planning.checks import RunFigures, Verification
+from retarget.planning.stages import FEEDBACK_STAGES, TRAINING_STAGE
+from retarget.sim.adapters import reduced_engine
 from retarget.optimize.errors import OptimizeError, PlanCancelled, TimeBudgetError
 from retarget.optimize.limits import ServoSpec, check_profile_limits
-from retarget.optimize.options import EVALUATION_FORWARD_RUNS, PlanOptions, options_from_parameters
-from retarget.optimize.planning import WARM_UP_STAGE, PlanProgress, plan, run_plan, warm_up
-from retarget.optimize.verification import verify_plan
+from retarget.optimize.control import EVALUATION_FORWARD_RUNS
+from retarget.planning.options import PlanOptions, options_from_parameters
+from retarget.planning.run import WARM_UP_STAGE, PlanProgress, plan, run_plan, warm_up
+from retarget.planning.verification import verify_plan
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +196,7 @@ def test_the_verification_reserve_is_nominal_work_beside_the_robust_objective(ro
     a wall-clock budget: the evaluations' durations vary by more than the difference between the two."""
     import inspect
 
-    import retarget.optimize.planning as planning
+    import retarget.planning.run as planning
     from retarget.sim.reduced.system import with_stiffness_scale
 
     _, rs = rod_systems
@@ -484,7 +485,7 @@ def test_plan_verified_in_an_independently_trained_reduced_model(tiny, tmp_path,
     (another ``retarget reduce`` artifact of the robot on a finer mesh, found in a model folder's ``verify/``) and
     that is its headline; the same figures with the file given explicitly; the planning model itself is refused."""
     from retarget.cli import main
-    from retarget.optimize.verification import verify_reduced
+    from retarget.planning.verification import verify_reduced
     from retarget.sim.reduced.store import load_artifact
 
     robot, options = tiny
@@ -531,7 +532,7 @@ def _verified(torque: float) -> Verification:
 
 
 def test_verified_torque_margin_scales_the_threshold_by_the_two_models_torques(tiny):
-    from retarget.optimize.planning import verified_torque_margin
+    from retarget.planning.run import verified_torque_margin
 
     robot, options = tiny
     result = plan(robot, _tiny_ramp(), options)
@@ -549,8 +550,8 @@ def test_a_plan_the_verification_model_finds_beyond_stall_is_optimized_again_fro
     verified again. The verification here is the real check with the torques read 1.5 x higher (a unit test of the
     orchestration; the full-FEM case is in docs/optimize.md), the servo's stall torque set so that the first
     optimum asks 0.8 x stall in the planning model."""
-    import retarget.optimize.planning as planning
-    import retarget.optimize.verification as verification
+    import retarget.planning.run as planning
+    import retarget.planning.verification as verification
 
     robot, options = tiny
     opts = replace(options, max_iterations=3, torque_weight=1e3, torque_margin=0.0)
@@ -591,7 +592,7 @@ def test_a_plan_the_verification_model_finds_beyond_stall_is_optimized_again_fro
 def test_a_plan_beyond_the_stall_torque_says_so_in_its_verdict(tiny, monkeypatch):
     """Servos with a quarter of the stall torque the tiny plan needs and no torque penalty: the verdict says the
     optimized motion cannot be played as planned (``within_stall`` false), in the model the cut is judged in."""
-    import retarget.optimize.planning as planning
+    import retarget.planning.run as planning
 
     robot, options = tiny
     opts = replace(options, torque_weight=0.0)

@@ -1,6 +1,7 @@
-"""Tiny systems for the adjoint and planner tests: a motor-driven double pendulum (rigid only) and a short rod
-on a motor with a tip mass, reduced from a short full simulation (both fast enough for unit tests); the same rod
-as a robot on disk (URDF + params YAML + a ramp motion, ``tiny_robot``) for the command-line tests."""
+"""Tiny systems for the adjoint, optimizer and planning tests (tests/optimize, tests/planning; a plugin of the
+root conftest.py, so each session fixture is built once for both): a motor-driven double pendulum (rigid only) and
+a short rod on a motor with a tip mass, reduced from a short full simulation (both fast enough for unit tests); the
+same rod as a robot on disk (URDF + params YAML + a ramp motion, ``tiny_robot``) for the command-line tests."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,10 +1,11 @@
-"""Engine adapters (retarget.optimize.engines): the reduced engine's ∂R/∂θ against finite differences of the
+"""Engine adapters (retarget.sim.adapters): the reduced engine's ∂R/∂θ against finite differences of the
 stepper's residual, motor rows, and the history products against the stepper's history_jacobian."""
 from __future__ import annotations
 
 import numpy as np
 
-from retarget.optimize.engines import ReferenceReducedEngine, motor_rows
+from retarget.sim.adapters import ReferenceReducedEngine
+from retarget.sim.engine import motor_rows
 from retarget.sim.motors import FunctionMotors
 
 

@@ -1,4 +1,4 @@
-"""The plan re-simulated at a finer step (retarget.optimize.verification.verify_plan, verify_metrics) on the
+"""The plan re-simulated at a finer step (retarget.planning.verification.verify_plan, verify_metrics) on the
 reduced rod on a motor: at the planning step it reproduces the plan; finer, it gives a verdict; a deadline or a
 cancel that comes first skips it with a warning. (The full-FEM check and the stiffness band: test_robust.py.)"""
 from __future__ import annotations
@@ -7,11 +7,12 @@ import pytest
 from rod_plan import OPTIONS, ramp, rod_limits, tip
 from virtual_clock import VirtualClock
 
-from retarget.optimize.checks import ExitStatus, RunFigures, Verdict, Verification
-from retarget.optimize.engines import reduced_engine
+from retarget.planning.checks import ExitStatus, RunFigures, Verdict, Verification
+from retarget.sim.adapters import reduced_engine
+from retarget.optimize.control import Deadline
 from retarget.optimize.errors import PlanCancelled
-from retarget.optimize.planning import run_plan
-from retarget.optimize.verification import finer_step_holds, verify_metrics, verify_plan
+from retarget.planning.run import run_plan
+from retarget.planning.verification import finer_step_holds, verify_metrics, verify_plan
 
 
 @pytest.fixture(scope="module")
@@ -46,12 +47,12 @@ def test_verify_metrics_at_a_finer_step_and_skipped_when_out_of_time_or_cancelle
     clock = VirtualClock(monkeypatch)
     stages: list[str] = []
     result = replace(rod_plan, warnings=list(rod_plan.warnings))
-    out = verify_metrics(result, 0.001, clock.now + 1.0, lambda stage, k, n: stages.append(stage))
+    out = verify_metrics(result, 0.001, Deadline(clock.now + 1.0), lambda stage, k, n: stages.append(stage))
     assert out is not None and out.dt_s == 0.001 and out.steps == 200 and set(stages) == {"verifying"}
     assert not any("not verified" in w for w in result.warnings)
 
     late = replace(rod_plan, warnings=list(rod_plan.warnings))
-    assert verify_metrics(late, 0.001, deadline=clock.now - 1.0) is None
+    assert verify_metrics(late, 0.001, deadline=Deadline(clock.now - 1.0)) is None
     assert "not verified at dt 0.001 s: the time budget ran out" in late.warnings
 
     def cancel(stage: str, k: int, n: int) -> None:
@@ -103,7 +104,7 @@ def test_exit_status(verdict, code, says):
 
 def test_the_checks_round_trip_through_their_json():
     """A verification received as JSON (the planner node's ``metrics_json``) reads back into the same results."""
-    from retarget.optimize.checks import BandResult, ModelKind, StiffnessBand
+    from retarget.planning.checks import BandResult, ModelKind, StiffnessBand
 
     runs = {"naive": RunFigures(0.02, 0.01, 0.7, 0.004), "zvd": RunFigures(0.03, 0.005, 0.6, 0.001),
             "optimized": RunFigures(0.004, 0.002, 0.8, 0.0005)}

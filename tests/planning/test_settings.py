@@ -1,4 +1,4 @@
-"""The planner settings declared once (:mod:`retarget.optimize.settings`): ``retarget plan``'s flags and the node's
+"""The planner settings declared once (:mod:`retarget.planning.settings`): ``retarget plan``'s flags and the node's
 parameters come from one table, and ``retarget plan ROBOT`` with no flags plans with the robot's params file."""
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 
 from retarget.cli import build_parser
 from retarget.errors import InputError
-from retarget.optimize.commands import QUICK_ITERATIONS, plan_options_from_args
-from retarget.optimize.options import NODE_PARAMETERS, PlanOptions, options_from_parameters
-from retarget.optimize.settings import CLI_PARAMETERS_IGNORED, PLAN_SETTINGS, resolve_plan_options, setting
+from retarget.planning.commands import QUICK_ITERATIONS, plan_options_from_args
+from retarget.planning.options import NODE_PARAMETERS, PlanOptions, options_from_parameters
+from retarget.planning.settings import CLI_PARAMETERS_IGNORED, PLAN_SETTINGS, resolve_plan_options, setting
 
 DRUMMER = ["plan", "drummer", "--motion", "drummer/drumming"]
 

@@ -11,8 +11,8 @@ import pytest
 from retarget.model.servo import IDEAL, SERVO_MODELS
 from retarget.motion.motion import Motion
 from retarget.optimize.limits import MotorLimits, TorquePenalty
-from retarget.optimize.options import PlanOptions
-from retarget.optimize.planning import plan
+from retarget.planning.options import PlanOptions
+from retarget.planning.run import plan
 
 XM430 = SERVO_MODELS["XM430-W210"]
 
@@ -87,7 +87,7 @@ def test_the_torque_threshold_follows_the_torque_speed_line_while_motoring():
 
 def test_the_plan_csv_records_its_servos_and_play_warns_on_other_gains(tiny, tmp_path):
     from retarget.motion import save_motion
-    from retarget.optimize.variants import plan_comments, planned_servos, servo_mismatches, servo_refusal
+    from retarget.planning.variants import plan_comments, planned_servos, servo_mismatches, servo_refusal
     from retarget.ros.player import planned_servo_warnings
 
     robot, options = tiny

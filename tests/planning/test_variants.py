@@ -1,4 +1,4 @@
-"""The plan's simulated variants (retarget.optimize.variants): the naive variant is the optimizer's first
+"""The plan's simulated variants (retarget.planning.variants): the naive variant is the optimizer's first
 evaluation, re-simulated identically; the shaped baselines say why they are missing without ring-out."""
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from rod_plan import OPTIONS, ramp, rod_limits, tip
 
 from retarget.motion.motion import Motion
-from retarget.optimize.engines import reduced_engine
-from retarget.optimize.planning import run_plan
-from retarget.optimize.variants import motion_stop_time, shaped_baselines, simulate_variant
+from retarget.sim.adapters import reduced_engine
+from retarget.planning.run import run_plan
+from retarget.planning.variants import motion_stop_time, shaped_baselines, simulate_variant
 
 
 def test_naive_variant_is_the_first_evaluation(rod_systems):

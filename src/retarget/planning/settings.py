@@ -2,8 +2,8 @@
 
 ``retarget plan``'s flags (:func:`add_setting_flags`) and the planner node's parameters
 (``retarget.ros.planner``) are generated from :data:`PLAN_SETTINGS`; :func:`resolve_plan_options` merges a params
-file's values, the flags given and the command's other options into :class:`~retarget.optimize.options.PlanOptions`
-(through :func:`~retarget.optimize.options.options_from_parameters`, the node's convention: 0 or "" for "the
+file's values, the flags given and the command's other options into :class:`~retarget.planning.options.PlanOptions`
+(through :func:`~retarget.planning.options.options_from_parameters`, the node's convention: 0 or "" for "the
 default"). So ``retarget plan ROBOT`` with no flags plans with the settings the robot's planner node uses.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from retarget.optimize.options import METHODS, REST_AFTER_S, PlanOptions, options_from_parameters
+from retarget.planning.options import METHODS, REST_AFTER_S, PlanOptions, options_from_parameters
 
 __all__ = ["CLI_PARAMETERS_IGNORED", "PLAN_SETTINGS", "PlanSetting", "add_setting_flags", "parameters_from_flags",
            "resolve_plan_options", "setting"]
@@ -72,7 +72,7 @@ class PlanSetting:
 
 _D = PlanOptions()
 
-#: Every planner setting of the params files (:data:`~retarget.optimize.options.NODE_PARAMETERS`), declared once.
+#: Every planner setting of the params files (:data:`~retarget.planning.options.NODE_PARAMETERS`), declared once.
 PLAN_SETTINGS: tuple[PlanSetting, ...] = (
     PlanSetting("reduced_file", str, "", "reduced model to plan with (.npz from `retarget reduce` or cached by "
                 "`retarget plan`)", group="model", flag="--reduced", metavar="FILE",

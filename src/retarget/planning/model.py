@@ -41,7 +41,7 @@ from numpy.typing import NDArray
 from retarget.errors import InputError
 from retarget.motion.motion import Motion
 from retarget.optimize.errors import NoPlanningModelError
-from retarget.optimize.options import PlanOptions
+from retarget.planning.options import PlanOptions
 
 # Finding, loading and caching artifacts is the model store's (retarget.sim.reduced.store); its names are
 # re-exported here for the planner's users.
@@ -60,7 +60,7 @@ from retarget.sim.reduced.store import (
 if TYPE_CHECKING:
     from retarget.model.robot import RobotModel
     from retarget.model.servo import ServoParams
-    from retarget.optimize.estimate import StageEstimate
+    from retarget.planning.budget import StageEstimate
     from retarget.sim.reduced.basis import ReducedBasis
     from retarget.sim.reduced.cubature import Cubature
     from retarget.sim.reduced.system import ReducedSystem
@@ -156,7 +156,7 @@ def motion_training_range(pm: PlanningModel, motion: Motion, dt: float = 5e-3) -
         SimulationError: the reduced model cannot simulate the motion (then it is not valid for it either).
     """
     from retarget.optimize.adjoint import rollout
-    from retarget.optimize.engines import planner_engine
+    from retarget.sim.adapters import planner_engine
     from retarget.sim.motors import SplineMotors
     from retarget.sim.reduced.training import training_range
 
@@ -205,7 +205,7 @@ def planning_model(robot: str | Path, motion: Motion, *, n_modes: int | None = N
             one trained with the servos modelled at all (see :func:`retarget.sim.reduced.artifact.servo_loop`).
         fallback: artifacts tried, in order, when none is given, cached or found (a stale one is skipped);
             ``info["source"]`` is then ``"fallback"``.
-        announce: called with the training's :class:`~retarget.optimize.estimate.StageEstimate` before it starts.
+        announce: called with the training's :class:`~retarget.planning.budget.StageEstimate` before it starts.
 
     Raises:
         NoPlanningModelError: no model given, cached, found or in ``fallback`` and ``allow_training`` is False (a
@@ -378,7 +378,7 @@ def _train(run: _TrainingRun, progress: Callable[[int, int], None] | None,
     model, m0, cols, dt_train = run.model, run.m0, run.cols, run.dt_train
     system = build_system(model)
     if announce is not None:
-        from retarget.optimize.estimate import training_estimate
+        from retarget.planning.budget import training_estimate
 
         announce(training_estimate(int(system.n_deformable_dofs), m0.duration, dt_train))
     started = time.perf_counter()

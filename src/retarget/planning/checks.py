@@ -1,4 +1,4 @@
-"""What the checks after a plan found (:func:`retarget.optimize.verification.check_plan`), as frozen typed results.
+"""What the checks after a plan found (:func:`retarget.planning.verification.check_plan`), as frozen typed results.
 
 - :class:`RunFigures`: one simulated run against the targets (peak and RMS deviation, ring-out, torque).
 - :class:`FinerStepCheck`: the plan re-simulated at a finer step in the planning model (``verify``).

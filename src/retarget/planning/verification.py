@@ -7,7 +7,7 @@ that model's exact frequencies. Two checks here measure it elsewhere:
   robot (no reduced basis, no cubature, a finer step) — a model the optimizer never saw. Its flexible parts are the
   training mesh's, whose frequencies the model card (:mod:`retarget.fem.modal`) compares with a mesh-converged
   reference. Affordable for robots of a few thousand deformable DOFs (single_rod, two_rods, fit_rig); the cost is
-  estimated first (:func:`full_verification_cost`).
+  estimated first (:func:`~retarget.planning.budget.full_verification_cost`).
 - :func:`verify_reduced`: the same three re-simulated in an **independently trained reduced model** — another
   ``retarget reduce`` artifact of the robot, on a finer mesh and its own training, kept apart from the planning
   models (``<model folder>/verify/``, :func:`retarget.sim.reduced.store.verification_candidates`). For robots whose
@@ -34,7 +34,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from retarget.optimize.adjoint import rollout
-from retarget.optimize.checks import (
+from retarget.planning.checks import (
     MEANINGFUL_CUT,
     NO_CUT_SLACK,
     BandResult,
@@ -49,22 +49,23 @@ from retarget.optimize.checks import (
     band_from_entries,
     finer_step_holds,
 )
-from retarget.optimize.control import BudgetExhausted, deadline_progress
+from retarget.optimize.control import BudgetExhausted, Deadline, guarded_progress
 from retarget.optimize.errors import PlanCancelled
 from retarget.optimize.limits import MotorLimits, torque_report
 from retarget.optimize.objective import deviation_metrics
-from retarget.optimize.options import VerifyModel, band_offloaded
+from retarget.planning.budget import deformable_dofs, full_verification_cost
+from retarget.planning.options import VerifyModel, band_offloaded
 from retarget.optimize.parallel import default_workers, fork_pool, run_shared
-from retarget.optimize.variants import start_of
+from retarget.planning.variants import start_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from retarget.model.robot import RobotModel
     from retarget.optimize.adjoint import TrackedPoses
     from retarget.optimize.bspline import MotorProfiles
-    from retarget.optimize.options import PlanOptions
-    from retarget.optimize.planning_model import PlanningModel
+    from retarget.planning.options import PlanOptions
+    from retarget.planning.model import PlanningModel
     from retarget.optimize.problem import PlanProblem
-    from retarget.optimize.variants import PlanResult
+    from retarget.planning.variants import PlanResult
     from retarget.sim.engine import Engine, EngineState
     from retarget.sim.motors import SplineMotors
     from retarget.sim.reduced.store import ReducedRobotModel
@@ -85,9 +86,7 @@ __all__ = [
     "VERIFIED_VARIANTS",
     "check_plan",
     "commanded_stop_time",
-    "deformable_dofs",
     "finer_step_holds",
-    "full_verification_cost",
     "gate_model",
     "naive_at_finer_step",
     "scaled_stiffness_model",
@@ -161,19 +160,6 @@ def scaled_stiffness_model(model: RobotModel, factor: float) -> RobotModel:
     return replace(model, flexible_parts=parts)
 
 
-def deformable_dofs(model: RobotModel) -> int:
-    """Deformable DOFs of ``model``'s flexible parts on their meshes (3 per node)."""
-    return int(sum(3 * p.mesh.n_nodes for p in model.flexible_parts))
-
-
-def full_verification_cost(model: RobotModel, duration: float, dt: float, runs: int = 3) -> float:
-    """A rough estimate of :func:`verify_full`'s wall time [s] on one core: the full engine's measured cost per step
-    grows about linearly with the deformable DOFs (≈ 1.9e-5 s per DOF and step at 2 337 DOFs, 2.3e-5 at 10 575, on a
-    shared 2-core machine)."""
-    dofs = deformable_dofs(model)
-    return runs * (duration / dt) * 2.2e-5 * max(dofs, 500)
-
-
 def verify_full(result: PlanResult, model: RobotModel, dt: float, stiffness: float = 1.0,
                 variants: Sequence[str] = VERIFIED_VARIANTS,
                 progress: Callable[[str, int, int], None] | None = None,
@@ -200,7 +186,7 @@ def verify_full(result: PlanResult, model: RobotModel, dt: float, stiffness: flo
     pp = result.pp
     system = build_system(scaled_stiffness_model(model, stiffness))
     links = list(pp.problem.tracking.links)
-    from retarget.optimize.engines import motor_rows
+    from retarget.sim.engine import motor_rows
 
     rows = motor_rows(system.constraints, system.lambda_offsets, len(system.motors))
     duration = float(pp.targets.times[-1])
@@ -253,7 +239,7 @@ def verify_reduced(result: PlanResult, verification: ReducedRobotModel, dt: floa
         mesh and its ``modes`` per part): each variant's figures (:func:`trajectory_metrics`) and their ratios.
     """
     from retarget.optimize.adjoint import TrackedPoses
-    from retarget.optimize.engines import planner_engine
+    from retarget.sim.adapters import planner_engine
     from retarget.sim.reduced.system import with_stiffness_scale
 
     started = time.perf_counter()
@@ -408,15 +394,15 @@ def verify_plan(result: PlanResult, dt: float, progress: Callable[[int, int], No
                           time.perf_counter() - started)
 
 
-def verify_metrics(result: PlanResult, dt: float, deadline: float | None = None,
+def verify_metrics(result: PlanResult, dt: float, deadline: Deadline | None = None,
                    progress: Callable[[str, int, int], None] | None = None) -> FinerStepCheck | None:
     """:func:`verify_plan` for the plan's checks, with a warning appended to ``result.warnings`` when the
     improvement does not hold; None (and a warning) when the ``deadline`` passed first, or a cancel
     (:class:`PlanCancelled` from ``progress``) came first."""
     warnings = result.warnings
     planning_dt = result.pp.problem.dt
-    step_progress = deadline_progress(deadline, None if progress is None
-                                       else (lambda k, n: progress("verifying", k, n)))
+    step_progress = guarded_progress(deadline, None if progress is None
+                                     else (lambda k, n: progress("verifying", k, n)))
     try:
         check = verify_plan(result, dt, step_progress)
     except (BudgetExhausted, PlanCancelled) as exc:
@@ -458,7 +444,7 @@ def gate_model(pm: PlanningModel, allow: bool, say: Callable[[str], None]) -> st
 
 def check_plan(result: PlanResult, model: RobotModel, options: PlanOptions, engine_factory: Callable[[float], Engine],
                steps: Callable[[str, int, int], None] | None = None, say: Callable[[str], None] | None = None,
-               deadline: float | None = None, robot: str | Path | None = None,
+               deadline: Deadline | None = None, robot: str | Path | None = None,
                planning_info: Mapping[str, object] | None = None) -> PlanChecks:
     """The plan measured in models it was not optimized on, and its headline (:class:`PlanChecks`).
 
@@ -511,7 +497,8 @@ class _Laps:
 
 def _planning_model_checks(result: PlanResult, options: PlanOptions, engine_factory: Callable[[float], Engine],
                            steps: Callable[[str, int, int], None] | None, tell: Callable[[str], None],
-                           deadline: float | None, laps: _Laps) -> tuple[FinerStepCheck | None, StiffnessBand | None]:
+                           deadline: Deadline | None, laps: _Laps
+                           ) -> tuple[FinerStepCheck | None, StiffnessBand | None]:
     """The checks in the planning model: at the finer ``options.verify_dt`` and with the parts' stiffness × each
     of ``options.band`` (part of the band in a forked worker while this process runs the rest)."""
     check: FinerStepCheck | None = None
@@ -540,7 +527,7 @@ def _planning_model_checks(result: PlanResult, options: PlanOptions, engine_fact
     return check, band
 
 
-def _verification_model(result: PlanResult, model: RobotModel, options: PlanOptions, deadline: float | None,
+def _verification_model(result: PlanResult, model: RobotModel, options: PlanOptions, deadline: Deadline | None,
                         robot: str | Path, planning_info: Mapping[str, object], estimate: float
                         ) -> tuple[ModelKind | None, ReducedRobotModel | None]:
     """The kind of model the plan is verified in (None: none; with a warning why in ``result.warnings``) and, for
@@ -553,7 +540,7 @@ def _verification_model(result: PlanResult, model: RobotModel, options: PlanOpti
         kind = ModelKind.REDUCED
     elif options.verify_model is VerifyModel.AUTO:
         room = options.verify_full_max_s if deadline is None else min(options.verify_full_max_s,
-                                                                      deadline - time.perf_counter())
+                                                                      deadline.remaining())
         kind = ModelKind.FULL_FEM if estimate <= room else None
         if kind is None:
             from retarget.sim.reduced.store import find_artifact, verification_candidates

@@ -2,7 +2,7 @@
 
 The protocol and its types (:class:`Engine`, :class:`EngineState`, :class:`StepSensitivity`,
 :class:`SystemEngine`, :func:`bdf_history`, :func:`motor_rows`) are the simulator's (:mod:`retarget.sim.engine`,
-docs/optimize.md, "Adjoint"); they are re-exported here. This module adds the optimizer's side:
+docs/optimize.md, "Adjoint"). This module adds the adapters the optimizer runs:
 
 - :class:`ReferenceReducedEngine` wraps the dense reference reduced stepper of :mod:`retarget.sim.reduced.stepper`
   (the oracle in tests); :class:`AbsoluteEngine` wraps the full absolute engine (:mod:`retarget.sim`);
@@ -23,8 +23,7 @@ import numpy as np
 import scipy.linalg as sla
 from numpy.typing import NDArray
 
-# The protocol and its types are the simulator's; re-exported for the optimizer's users.
-from retarget.sim.engine import Engine, EngineState, StepSensitivity, SystemEngine, bdf_history, motor_rows, warm_u
+from retarget.sim.engine import Engine, EngineState, StepSensitivity, SystemEngine, bdf_history, warm_u
 
 if TYPE_CHECKING:
     from scipy.sparse import csr_matrix
@@ -34,11 +33,8 @@ if TYPE_CHECKING:
     from retarget.sim.reduced.system import ReducedSystem
     from retarget.sim.system import System
 
-__all__ = [
-    "AbsoluteEngine", "Engine", "EngineState", "ReferenceReducedEngine", "StepSensitivity",
-    "PLAN_TOLERANCE", "SystemEngine", "bdf_history", "motor_rows", "planner_engine", "reduced_engine",
-    "sensitivity_workers", "step_sensitivities",
-]
+__all__ = ["PLAN_TOLERANCE", "AbsoluteEngine", "ReferenceReducedEngine", "planner_engine", "reduced_engine",
+           "sensitivity_workers", "step_sensitivities"]
 
 
 def sensitivity_workers() -> int:

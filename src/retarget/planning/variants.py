@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -18,7 +17,7 @@ from retarget.optimize.adjoint import (
     Evaluation,
     rollout,
 )
-from retarget.optimize.control import BudgetExhausted
+from retarget.optimize.control import BudgetExhausted, Deadline
 from retarget.optimize.limits import (
     TorqueReport,
     torque_report,
@@ -30,7 +29,7 @@ from retarget.sim.engine import Engine, EngineState
 
 if TYPE_CHECKING:  # pragma: no cover
     from retarget.optimize.bspline import MotorProfiles
-    from retarget.optimize.checks import NaiveAtFinerStep, PlanChecks, Verdict
+    from retarget.planning.checks import NaiveAtFinerStep, PlanChecks, Verdict
     from retarget.model.servo import ServoParams
     from retarget.optimize.settle import SettleReport
     from retarget.sim.motors import MotorTrajectory
@@ -157,13 +156,13 @@ class PlanResult:
         timings: wall time per stage [s].
         objective_naive: ``J`` of the naive playback (the input's fit); None: the optimizer's start.
         checks: the plan measured in other models and its verdict
-            (:func:`retarget.optimize.verification.check_plan`); None: not checked (cancelled, or not yet).
+            (:func:`retarget.planning.verification.check_plan`); None: not checked (cancelled, or not yet).
         model_info: how the planning model was obtained, with its ``model_card``.
         cancelled: a cancel request stopped the optimizer.
         wall_s: the whole plan's wall time [s], model included (None: the sum of ``timings``).
         settle: the settle refinement's :class:`~retarget.optimize.settle.SettleReport`, or None (it did not run).
         verify_naive: the naive playback at ``options.verify_dt``, simulated before the optimization of a budgeted
-            plan to time the verification (:func:`~retarget.optimize.verification.naive_at_finer_step`), or None.
+            plan to time the verification (:func:`~retarget.planning.verification.naive_at_finer_step`), or None.
         naive_evaluation: the naive playback's evaluation (its simulation: the optimizer's first evaluation, or a run
             of its own when the optimizer starts elsewhere).
     """
@@ -199,7 +198,7 @@ class PlanResult:
 
     @property
     def verdict(self) -> Verdict | None:
-        """The checks' :class:`~retarget.optimize.checks.Verdict` (None: the plan was not checked)."""
+        """The checks' :class:`~retarget.planning.checks.Verdict` (None: the plan was not checked)."""
         return None if self.checks is None else self.checks.verdict
 
     def to_json(self) -> dict[str, object]:
@@ -420,10 +419,10 @@ def ring_out_s(pp: PlanProblem) -> float:
 
 
 def shaped_baselines(pp: PlanProblem, naive: Variant, progress: Callable[[str, int, int], None] | None,
-                      warnings: list[str], deadline: float | None = None) -> dict[str, Variant]:
+                      warnings: list[str], deadline: Deadline | None = None) -> dict[str, Variant]:
     """ZV and ZVD shaping of the input at the first mode identified from the naive ring-out.
 
-    A baseline still simulating at ``deadline`` (``time.perf_counter()``) or when Ctrl-C is pressed is dropped
+    A baseline still simulating at ``deadline`` or when Ctrl-C is pressed is dropped
     with a warning: the optimized result matters more.
     """
     from retarget.optimize.errors import ShapingError
@@ -456,7 +455,7 @@ def shaped_baselines(pp: PlanProblem, naive: Variant, progress: Callable[[str, i
         name = shaper.name.lower()
 
         def cb(k: int, n: int, s: str = name) -> None:
-            if deadline is not None and time.perf_counter() > deadline:
+            if deadline is not None and deadline.passed():
                 raise BudgetExhausted
             if progress is not None:
                 progress(s, k, n)

@@ -2,7 +2,7 @@
 report and the benchmarks all read it, so its keys (and where each kind of value sits) are compared, path by path
 and in order, with ``plan_report_shape.json``, recorded from a plan of the tiny robot with every check on: the
 finer step, the stiffness band, the full FEM and its band, the ZV/ZVD baselines (the ramp held 0.8 s), the settle
-refinement; and a verification in another reduced model (:func:`~retarget.optimize.verification.verify_reduced`).
+refinement; and a verification in another reduced model (:func:`~retarget.planning.verification.verify_reduced`).
 
 ``RETARGET_WRITE_SHAPE=1`` rewrites the file (only for an intended change of the report).
 """
@@ -20,8 +20,8 @@ import pytest
 
 from retarget.jsonsafe import dumps
 from retarget.motion.motion import Motion
-from retarget.optimize.options import PlanOptions
-from retarget.optimize.planning import plan
+from retarget.planning.options import PlanOptions
+from retarget.planning.run import plan
 
 SHAPE = Path(__file__).with_name("plan_report_shape.json")
 
@@ -42,7 +42,7 @@ def paths(value: Any, prefix: str = "") -> Iterator[str]:
 
 
 def _report(tiny_artifact, tmp_path, monkeypatch) -> dict[str, list[str]]:
-    from retarget.optimize.verification import verify_reduced
+    from retarget.planning.verification import verify_reduced
     from retarget.sim.reduced.store import load_artifact
 
     monkeypatch.setenv("RETARGET_CACHE", str(tmp_path / "cache"))

@@ -18,10 +18,10 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
     from retarget.motion.motion import Motion
-    from retarget.optimize.estimate import PlanEstimate, StageEstimate
-    from retarget.optimize.options import PlanOptions
-    from retarget.optimize.planning_model import PlanningModel
-    from retarget.optimize.variants import PlanResult
+    from retarget.planning.budget import PlanEstimate, StageEstimate
+    from retarget.planning.options import PlanOptions
+    from retarget.planning.model import PlanningModel
+    from retarget.planning.variants import PlanResult
 
 
 def _profile_fit(args: argparse.Namespace) -> int:
@@ -68,7 +68,7 @@ def _shaper(args: argparse.Namespace) -> int:
 
 def register_check(sub: argparse._SubParsersAction) -> None:
     """Add the optimizer's checks under ``retarget check``."""
-    from retarget.optimize.options import PlanOptions as D
+    from retarget.planning.options import PlanOptions as D
 
     p = sub.add_parser("profile-fit", help="fit C² cubic B-spline motor profiles to a motion: fit error per joint",
                        description="Least-squares fit of uniform cubic B-spline profiles (start and end at rest) "
@@ -110,8 +110,8 @@ _bar = progress_bar
 
 def _model_args(p: argparse._ActionsContainer, settings: bool = True) -> None:
     """The model options (``settings`` false: without ``--dt``, ``--reduced`` and ``--allow-unverified-model``,
-    which ``retarget plan`` declares with the planner's settings, :mod:`retarget.optimize.settings`)."""
-    from retarget.optimize.options import PlanOptions as D
+    which ``retarget plan`` declares with the planner's settings, :mod:`retarget.planning.settings`)."""
+    from retarget.planning.options import PlanOptions as D
 
     p.add_argument("--modes", type=int, default=D.modes,
                    help=f"at most N deformation modes per flexible part of a model trained here (default "
@@ -174,7 +174,7 @@ def _shipped_models(args: argparse.Namespace) -> tuple[str, ...]:
 def _load(args: argparse.Namespace) -> tuple[PlanningModel, Motion]:
     """The planning model (gated, its card printed) and the motion of ``retarget check gradient``'s arguments."""
     from retarget.errors import InputError
-    from retarget.optimize.planning_model import planning_model
+    from retarget.planning.model import planning_model
 
     if not args.dt > 0:
         raise InputError(f"--dt must be positive, got {args.dt}")
@@ -185,7 +185,7 @@ def _load(args: argparse.Namespace) -> tuple[PlanningModel, Motion]:
     pm = planning_model(robot, motion, n_modes=args.modes, dt_train=args.dt_train, mesh_axial=args.mesh_axial,
                         mesh_around=args.mesh_around, reduced_file=args.reduced, use_cache=not args.no_cache,
                         progress=_bar("full training simulation"))
-    from retarget.optimize.verification import gate_model
+    from retarget.planning.verification import gate_model
 
     warning = gate_model(pm, getattr(args, "allow_unverified_model", False), lambda text: print(text, file=sys.stderr))
     if warning:
@@ -209,8 +209,8 @@ def _params_file_settings(robot: str) -> dict[str, object]:
 
 
 def plan_options_from_args(args: argparse.Namespace) -> tuple[PlanOptions, list[str]]:
-    """:class:`~retarget.optimize.options.PlanOptions` from ``retarget plan``'s arguments over the robot's
-    params-file planner settings (:func:`retarget.optimize.settings.resolve_plan_options`), and one line per stage
+    """:class:`~retarget.planning.options.PlanOptions` from ``retarget plan``'s arguments over the robot's
+    params-file planner settings (:func:`retarget.planning.settings.resolve_plan_options`), and one line per stage
     a budget-limited look (``--quick``, ``--max-iterations``) skips because the user did not ask for it.
 
     Raises:
@@ -219,8 +219,8 @@ def plan_options_from_args(args: argparse.Namespace) -> tuple[PlanOptions, list[
     from dataclasses import replace
 
     from retarget.errors import InputError
-    from retarget.optimize.options import PlanOptions
-    from retarget.optimize.settings import parameters_from_flags, resolve_plan_options, setting
+    from retarget.planning.options import PlanOptions
+    from retarget.planning.settings import parameters_from_flags, resolve_plan_options, setting
 
     for flag in ("dt", "time_budget", "max_iterations"):
         value = getattr(args, flag)
@@ -280,20 +280,20 @@ def plan_options_from_args(args: argparse.Namespace) -> tuple[PlanOptions, list[
 
 
 def options_from_args(args: argparse.Namespace) -> PlanOptions:
-    """:class:`~retarget.optimize.options.PlanOptions` from ``retarget plan``'s arguments
+    """:class:`~retarget.planning.options.PlanOptions` from ``retarget plan``'s arguments
     (:func:`plan_options_from_args`)."""
     return plan_options_from_args(args)[0]
 
 
 def _plan_command(args: argparse.Namespace) -> int:
-    """`retarget plan`: arguments → :class:`PlanOptions`, :func:`retarget.optimize.plan`, outputs and exit status."""
+    """`retarget plan`: arguments → :class:`PlanOptions`, :func:`retarget.planning.plan`, outputs and exit status."""
     from pathlib import Path
 
     from tqdm import tqdm
 
     from retarget.errors import InputError
     from retarget.motion import save_motion
-    from retarget.optimize.planning import PlanProgress, plan
+    from retarget.planning.run import PlanProgress, plan
 
     if args.out and Path(args.out).suffix.lower() not in (".csv", ".json", ".yaml", ".yml"):
         raise InputError(f"--out must end in .csv, .json or .yaml, got {args.out}")
@@ -326,7 +326,7 @@ def _plan_command(args: argparse.Namespace) -> int:
         print(text, file=sys.stderr)
 
     def estimate(what: StageEstimate | PlanEstimate) -> None:
-        from retarget.optimize.estimate import StageEstimate
+        from retarget.planning.budget import StageEstimate
 
         lines = [what.line()] if isinstance(what, StageEstimate) else what.lines()
         print("estimated before the work (rough; docs/optimize.md \"Cost\"):", file=sys.stderr)
@@ -340,7 +340,7 @@ def _plan_command(args: argparse.Namespace) -> int:
     out_motion = result.output_motion(motion)
     written = []
     if args.out:
-        from retarget.optimize.variants import plan_comments
+        from retarget.planning.variants import plan_comments
 
         path = Path(args.out)
         csv_options = {"comments": plan_comments(result)} if path.suffix.lower() == ".csv" else {}
@@ -399,7 +399,7 @@ def _factors(text: str | None, option: str) -> tuple[float, ...]:
 
 
 def _print_checks(result: PlanResult, out: TextIO | None = None) -> None:
-    """The verification and robustness figures of a :class:`~retarget.optimize.variants.PlanResult`, after the
+    """The verification and robustness figures of a :class:`~retarget.planning.variants.PlanResult`, after the
     planning model's, on ``out`` (default stdout)."""
     import builtins
     import functools
@@ -438,8 +438,8 @@ def _check_gradient(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from retarget.optimize.adjoint import evaluate
-    from retarget.optimize.engines import reduced_engine
-    from retarget.optimize.options import PlanOptions
+    from retarget.sim.adapters import reduced_engine
+    from retarget.planning.options import PlanOptions
     from retarget.optimize.problem import build_plan_problem, limits_for
     from retarget.optimize.weights import parse_tracked_bodies
 
@@ -512,10 +512,10 @@ PLAN_EXIT_STATUSES = """exit status:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``retarget plan``: the planner's settings from :data:`~retarget.optimize.settings.PLAN_SETTINGS` (over the
-    robot's params file), the rest with :class:`~retarget.optimize.options.PlanOptions`' defaults."""
-    from retarget.optimize.options import PlanOptions as D
-    from retarget.optimize.settings import add_setting_flags
+    """Add ``retarget plan``: the planner's settings from :data:`~retarget.planning.settings.PLAN_SETTINGS` (over the
+    robot's params file), the rest with :class:`~retarget.planning.options.PlanOptions`' defaults."""
+    from retarget.planning.options import PlanOptions as D
+    from retarget.planning.settings import add_setting_flags
 
     p = sub.add_parser("plan", help="optimize a motion so the robot follows it without vibrating",
                        description="Fits B-spline motor profiles to the motion, builds (or loads) the reduced "
@@ -588,9 +588,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _register_refine(sub: argparse._SubParsersAction) -> None:
-    """Add ``retarget refine`` (its defaults are :class:`~retarget.optimize.refine.RefineOptions`')."""
-    from retarget.optimize.options import PlanOptions as D
-    from retarget.optimize.options import RefineOptions as R
+    """Add ``retarget refine`` (its defaults are :class:`~retarget.planning.refine.RefineOptions`')."""
+    from retarget.planning.options import PlanOptions as D
+    from retarget.planning.options import RefineOptions as R
 
     p = sub.add_parser("refine", help="the next plan from a take of what the robot did while a plan played",
                        description="Aligns a motion-capture take (Motive CSV export or rosbag2) of the plan CURRENT "
@@ -646,8 +646,8 @@ def _refine_command(args: argparse.Namespace) -> int:
 
     from retarget.errors import InputError, RetargetError
     from retarget.jsonsafe import dumps
-    from retarget.optimize.options import RefineOptions
-    from retarget.optimize.refine import (
+    from retarget.planning.options import RefineOptions
+    from retarget.planning.refine import (
         History,
         RefineRefused,
         body_pairs,
@@ -720,7 +720,7 @@ def _refine_command(args: argparse.Namespace) -> int:
 def _refine_plan_options(args: argparse.Namespace) -> PlanOptions:
     """The planner's settings ``retarget refine`` builds the plan's problem with (``retarget plan``'s defaults,
     the model options, and the knot spacing, step and rest the plan file does not record)."""
-    from retarget.optimize.options import PlanOptions
+    from retarget.planning.options import PlanOptions
 
     return PlanOptions(knot_spacing=args.knot_spacing, dt=args.dt,
                        rest_after=None if args.rest_after < 0 else args.rest_after, modes=args.modes,

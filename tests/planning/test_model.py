@@ -1,4 +1,4 @@
-"""Where the planner's reduced model comes from (retarget.optimize.planning_model): a `retarget reduce` artifact
+"""Where the planner's reduced model comes from (retarget.planning.model): a `retarget reduce` artifact
 given explicitly or found in a model folder, stale artifacts named in clear errors, and `retarget plan --reduced`
 on an artifact. Real parts: the artifact is built by `retarget reduce` on the tiny robot of conftest.py."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from retarget.errors import InputError, NotAvailableError
 from retarget.motion import load_motion
-from retarget.optimize.planning_model import artifact_dirs, planning_model
+from retarget.planning.model import artifact_dirs, planning_model
 from retarget.sim.reduced.errors import StaleReducedModelError
 
 
