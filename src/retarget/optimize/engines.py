@@ -1,7 +1,7 @@
 """The engines the adjoint and the planner run: adapters behind the simulator's :class:`Engine` protocol.
 
 The protocol and its types (:class:`Engine`, :class:`EngineState`, :class:`StepSensitivity`,
-:class:`SystemEngine`, :func:`bdf_history`, :func:`motor_rows`) are the simulator's (:mod:`retarget.sim.engine`,
+:class:`SystemEngine`, :func:`motor_rows`) are the simulator's (:mod:`retarget.sim.engine`,
 docs/optimize.md, "Adjoint"); they are re-exported here. This module adds the optimizer's side:
 
 - :class:`ReferenceReducedEngine` wraps the dense reference reduced stepper of :mod:`retarget.sim.reduced.stepper`
@@ -23,8 +23,10 @@ import numpy as np
 import scipy.linalg as sla
 from numpy.typing import NDArray
 
+from retarget.sim.bdf import BDF1, BDF2, history_jacobian_product
+
 # The protocol and its types are the simulator's; re-exported for the optimizer's users.
-from retarget.sim.engine import Engine, EngineState, StepSensitivity, SystemEngine, bdf_history, motor_rows, warm_u
+from retarget.sim.engine import Engine, EngineState, StepSensitivity, SystemEngine, motor_rows, warm_u
 
 if TYPE_CHECKING:
     from scipy.sparse import csr_matrix
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AbsoluteEngine", "Engine", "EngineState", "ReferenceReducedEngine", "StepSensitivity",
-    "PLAN_TOLERANCE", "SystemEngine", "bdf_history", "motor_rows", "planner_engine", "reduced_engine",
+    "PLAN_TOLERANCE", "SystemEngine", "motor_rows", "planner_engine", "reduced_engine",
     "sensitivity_workers", "step_sensitivities",
 ]
 
@@ -134,7 +136,7 @@ class ReferenceReducedEngine(SystemEngine):
 
     def sensitivity(self, new: EngineState, prev: EngineState, prev2: EngineState | None, dt: float,
                     motors: MotorTrajectory) -> StepSensitivity:
-        from retarget.sim.reduced.stepper import BDF1, BDF2, linearize
+        from retarget.sim.reduced.stepper import linearize
 
         rs = self.system
         lin = linearize(rs, new.native, prev.native, None if prev2 is None else prev2.native, dt, motors)
@@ -151,10 +153,10 @@ class ReferenceReducedEngine(SystemEngine):
             return sla.lu_solve(lu, rhs, check_finite=False)
 
         def history_t(k: int, mu: NDArray[np.float64]) -> NDArray[np.float64]:
-            return bdf_history(nu, nv, a1 if k == 1 else a2, h, mass, mu, True)
+            return history_jacobian_product(nu, nv, a1 if k == 1 else a2, h, mass, mu, True)
 
         def history(k: int, delta: NDArray[np.float64]) -> NDArray[np.float64]:
-            return bdf_history(nu, nv, a1 if k == 1 else a2, h, mass, delta, False)
+            return history_jacobian_product(nu, nv, a1 if k == 1 else a2, h, mass, delta, False)
 
         return StepSensitivity(solve_t, history_t, lin.r_theta, lin.r_theta_dot, solve, history)
 
@@ -206,7 +208,7 @@ class AbsoluteEngine(SystemEngine):
         import scipy.sparse.linalg as spla
 
         from retarget.sim.dae import history_jacobian
-        from retarget.sim.integrator import BDF1, BDF2, linearize
+        from retarget.sim.integrator import linearize
 
         lin = linearize(self.system, new.native, prev.native, None if prev2 is None else prev2.native, dt, motors,
                         self.options)
