@@ -121,6 +121,7 @@ def test_position_violation_is_the_constraint_value() -> None:
     from retarget.sim.reduced.basis import ReducedBasis, rigid_modes
     from retarget.sim.reduced.commands import max_position_violation
     from retarget.sim.reduced.cubature import train_cubature
+    from retarget.sim.bdf import StepInputs
     from retarget.sim.reduced.engine import CompiledRun
     from retarget.sim.reduced.stepper import residual_and_jacobian, solve_static
     from retarget.sim.reduced.system import build_reduced_system, reference_bodies
@@ -139,9 +140,9 @@ def test_position_violation_is_the_constraint_value() -> None:
     s = np.concatenate([st.u, st.v, st.lam])
     s[: rs.n_u] += 1e-4 * rng.normal(size=rs.n_u)  # violate every constraint a little
     run = CompiledRun(rs, np.array([0.05]), s[None, :], np.zeros(1, dtype=np.int64), 0, 1.0)
-    ref = residual_and_jacobian(rs, np.concatenate([s[: rs.n_u], np.zeros(rs.n_v), s[rs.n_u + rs.n_v :]]),
-                                np.zeros(rs.n_u), np.zeros(rs.n_v), 1.0, np.atleast_1d(motors.value(0.05)),
-                                np.zeros(1), 1.0, jacobian=False)
+    inputs = StepInputs(np.zeros(rs.n_u), np.zeros(rs.n_v), 1.0, np.atleast_1d(motors.value(0.05)), np.zeros(1), 1.0)
+    ref = residual_and_jacobian(rs, np.concatenate([s[: rs.n_u], np.zeros(rs.n_v), s[rs.n_u + rs.n_v :]]), inputs,
+                                jacobian=False)
     c = ref.residual[rs.n_u + rs.n_v :][position_rows(rs)]
     assert np.max(np.abs(c)) > 1e-6  # the perturbation is visible
     assert max_position_violation(run, motors) == pytest.approx(float(np.max(np.abs(c))), rel=1e-10, abs=1e-15)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from retarget.sim.bdf import StepInputs
 from retarget.sim.constraints import JointConstraint
 from retarget.sim.motors import FunctionMotors
 from retarget.sim.reduced import compiled as ck
@@ -79,14 +80,14 @@ def test_residual_and_jacobian_equal_reference(random_reduced):
     packed = pack_system(rs)
     for seed in (1, 2):
         s, args = _random_point(rs, seed)
-        ref = residual_and_jacobian(rs, s, *args)
-        got = residual_compiled(packed, s, *args)
+        ref = residual_and_jacobian(rs, s, StepInputs(*args))
+        got = residual_compiled(packed, s, StepInputs(*args))
         assert np.max(np.abs(got.residual - ref.residual)) <= 1e-12 * np.max(np.abs(ref.residual))
         assert np.max(np.abs(got.jacobian - ref.jacobian)) <= 1e-12 * np.max(np.abs(ref.jacobian))
         assert np.max(np.abs(got.r_theta_dot - ref.r_theta_dot)) <= 1e-13
         assert np.max(np.abs(got.mass - ref.mass)) <= 1e-14 * np.max(np.abs(ref.mass))
         # Residual-only path: real-arithmetic constraint rows and the reduced-form cubature value kernel.
-        only = residual_compiled(packed, s, *args, jacobian=False)
+        only = residual_compiled(packed, s, StepInputs(*args), jacobian=False)
         assert np.max(np.abs(only.residual - got.residual)) <= 1e-13 * np.max(np.abs(got.residual))
         assert only.min_det == pytest.approx(got.min_det, rel=1e-13)
 
@@ -130,7 +131,7 @@ def test_curvature_free_columns_are_skipped_exactly(random_reduced):
         assert np.all(flags[7 * nrs :])
     every = packed._replace(curv=np.ones_like(packed.curv))
     s, args = _random_point(rs, 3)
-    a, b = residual_compiled(packed, s, *args), residual_compiled(every, s, *args)
+    a, b = residual_compiled(packed, s, StepInputs(*args)), residual_compiled(every, s, StepInputs(*args))
     assert np.array_equal(a.jacobian, b.jacobian) and np.array_equal(a.r_theta, b.r_theta)
 
 
@@ -174,12 +175,12 @@ def test_r_theta_against_finite_differences(random_reduced):
     rs = random_reduced
     packed = pack_system(rs)
     s, (u_bar, v_bar, h, th, thd, a) = _random_point(rs, 3)
-    lin = residual_compiled(packed, s, u_bar, v_bar, h, th, thd, a)
+    lin = residual_compiled(packed, s, StepInputs(u_bar, v_bar, h, th, thd, a))
     for k in range(len(th)):
         e = np.zeros(len(th))
         e[k] = 1e-6
-        rp = residual_compiled(packed, s, u_bar, v_bar, h, th + e, thd, a, jacobian=False).residual
-        rm = residual_compiled(packed, s, u_bar, v_bar, h, th - e, thd, a, jacobian=False).residual
+        rp = residual_compiled(packed, s, StepInputs(u_bar, v_bar, h, th + e, thd, a), jacobian=False).residual
+        rm = residual_compiled(packed, s, StepInputs(u_bar, v_bar, h, th - e, thd, a), jacobian=False).residual
         fd = (rp - rm) / 2e-6
         assert np.allclose(lin.r_theta[:, k], fd, rtol=1e-6, atol=1e-6 * np.max(np.abs(fd)))
         assert np.max(np.abs(lin.r_theta[:, k])) > 0
@@ -191,14 +192,14 @@ def test_jacobian_against_finite_differences(pca_reduced):
     packed = pack_system(rs)
     # Vibration modes are ~6 m per unit z: keep the rod strained but not inverted (min det F > 0).
     s, args = _random_point(rs, 4, z_scale=1e-4)
-    lin = residual_compiled(packed, s, *args)
+    lin = residual_compiled(packed, s, StepInputs(*args))
     assert lin.min_det > 0.5
     jac = lin.jacobian
     rng = np.random.default_rng(5)
     for _ in range(4):
         d = rng.normal(size=len(s)) * 1e-8
-        rp = residual_compiled(packed, s + d, *args, jacobian=False).residual
-        rm = residual_compiled(packed, s - d, *args, jacobian=False).residual
+        rp = residual_compiled(packed, s + d, StepInputs(*args), jacobian=False).residual
+        rm = residual_compiled(packed, s - d, StepInputs(*args), jacobian=False).residual
         fd = (rp - rm) / 2
         assert np.max(np.abs(fd - jac @ d)) <= 1e-6 * np.max(np.abs(fd))
 
@@ -295,7 +296,8 @@ def test_predictor_satisfies_kinematic_rows(pca_reduced):
     v_bar = (4 * states[1, nu : nu + nv] - states[0, nu : nu + nv]) / 3
     guess = ck._predict(packed, states, 1, u_bar, h, dt, 2)
     assert np.allclose(guess[nu:], 2 * states[1, nu:] - states[0, nu:], rtol=0, atol=1e-15)
-    res = residual_compiled(packed, guess, u_bar, v_bar, h, np.zeros(2), np.zeros(2), 1 / h, jacobian=False).residual
+    inputs = StepInputs(u_bar, v_bar, h, np.zeros(2), np.zeros(2), 1 / h)
+    res = residual_compiled(packed, guess, inputs, jacobian=False).residual
     c_rows = np.concatenate([np.arange(7 * i, 7 * i + 3) for i in range(nb)])
     assert np.max(np.abs(res[c_rows])) <= 1e-15
     assert np.max(np.abs(res[7 * nb : nu])) <= 1e-15
@@ -358,7 +360,7 @@ def test_condensed_solves_are_exact(pca_reduced):
     rs = pca_reduced
     packed = pack_system(rs)
     s, args = _random_point(rs, 6)
-    lin = residual_compiled(packed, s, *args)
+    lin = residual_compiled(packed, s, StepInputs(*args))
     ws = ck.make_workspace(packed)
     assert ck.factorize_exact(packed, lin.jacobian, args[2], ws) == 0
     b = np.random.default_rng(7).normal(size=len(s))
@@ -384,16 +386,16 @@ def test_damping_uses_current_tangent_not_rest_stiffness(random_reduced):
     s, args = _random_point(rs, 8)
     scaled = dataclasses.replace(rs, bodies=tuple(dataclasses.replace(b, stiffness0=7.0 * b.stiffness0) for b in rs.bodies))
     undamped = dataclasses.replace(rs, bodies=tuple(dataclasses.replace(b, beta=0.0) for b in rs.bodies))
-    ref = residual_and_jacobian(rs, s, *args)
-    assert np.array_equal(residual_and_jacobian(scaled, s, *args).residual, ref.residual)
+    ref = residual_and_jacobian(rs, s, StepInputs(*args))
+    assert np.array_equal(residual_and_jacobian(scaled, s, StepInputs(*args)).residual, ref.residual)
     for jacobian in (True, False):
-        got = residual_compiled(pack_system(scaled), s, *args, jacobian=jacobian).residual
+        got = residual_compiled(pack_system(scaled), s, StepInputs(*args), jacobian=jacobian).residual
         assert np.max(np.abs(got - ref.residual)) <= 1e-12 * np.max(np.abs(ref.residual))
     # The β term is β K(z) ż on the ż rows.
     body = rs.bodies[0]
     zu, zv = rs.z_slice_u(0), rs.z_slice_v(0)
     kz = body.cubature.evaluate(s[zu])[1]
-    diff = ref.residual - residual_and_jacobian(undamped, s, *args).residual
+    diff = ref.residual - residual_and_jacobian(undamped, s, StepInputs(*args)).residual
     expected = np.zeros_like(diff)
     expected[rs.n_u + zv.start : rs.n_u + zv.stop] = body.beta * kz @ s[rs.n_u + zv.start : rs.n_u + zv.stop]
     assert np.max(np.abs(diff - expected)) <= 1e-12 * np.max(np.abs(expected))
@@ -415,9 +417,10 @@ def test_a_bad_newton_start_falls_back_to_a_safer_one(pca_reduced):
     states[k - 2, rs.n_u + 6 * rs.n_rigid + 6 : rs.n_u + rs.n_v] += 5e4
     iters = np.zeros(n + 1, dtype=np.int64)
     spoiled = ck._predict(packed, states, k, (4 * states[k, : rs.n_u] - states[k - 1, : rs.n_u]) / 3, 2 * dt / 3, dt, 2)
-    res = residual_compiled(packed, spoiled, (4 * states[k, : rs.n_u] - states[k - 1, : rs.n_u]) / 3,
-                            (4 * states[k, rs.n_u : rs.n_u + rs.n_v] - states[k - 1, rs.n_u : rs.n_u + rs.n_v]) / 3,
-                            2 * dt / 3, thetas[k + 1], theta_dots[k + 1], 1.5 / dt, jacobian=False)
+    inputs = StepInputs((4 * states[k, : rs.n_u] - states[k - 1, : rs.n_u]) / 3,
+                        (4 * states[k, rs.n_u : rs.n_u + rs.n_v] - states[k - 1, rs.n_u : rs.n_u + rs.n_v]) / 3,
+                        2 * dt / 3, thetas[k + 1], theta_dots[k + 1], 1.5 / dt)
+    res = residual_compiled(packed, spoiled, inputs, jacobian=False)
     assert not res.min_det > 0, "the spoiled start must be one the engine refuses"
     status, at = ck.run_chunk(packed, states, iters, k, k + 1, dt, thetas, theta_dots, 1e-12, 30,
                               ck.make_workspace(packed), True, False)

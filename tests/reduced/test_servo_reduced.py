@@ -11,6 +11,7 @@ from retarget.sim.integrator import initial_state, simulate_states
 from retarget.sim.motors import FunctionMotors
 from retarget.sim.reduced.basis import ReducedBasis, rigid_modes
 from retarget.sim.reduced.cubature import Cubature, _element_rows
+from retarget.sim.bdf import StepInputs
 from retarget.sim.reduced.stepper import ReducedState, residual_and_jacobian, solve_static, step
 from retarget.sim.reduced.system import build_reduced_system, reference_bodies
 from retarget.sim.scenarios import build_two_motor_rod
@@ -80,9 +81,9 @@ def test_reduced_jacobian_and_goal_sensitivities_against_finite_differences(abso
     h, a = 1e-3, 500.0
 
     def res(x, g=goal, gd=goal_dot):
-        return residual_and_jacobian(rs, x, ub, vb, h, g, gd, a, jacobian=False).residual
+        return residual_and_jacobian(rs, x, StepInputs(ub, vb, h, g, gd, a), jacobian=False).residual
 
-    lin = residual_and_jacobian(rs, s, ub, vb, h, goal, goal_dot, a)
+    lin = residual_and_jacobian(rs, s, StepInputs(ub, vb, h, goal, goal_dot, a))
     # The stepper's own Jacobian test's stencil: 4th order, z steps scaled by the modes' size (test_stepper.py).
     fd = np.zeros_like(lin.jacobian)
     scale = np.ones(len(s))
@@ -163,15 +164,15 @@ def test_compiled_residual_and_jacobian_equal_reference_with_servos(absolute):
     goal, goal_dot = np.array([0.2, -0.1]), np.array([1.5, 0.3])
     for seed in (1, 2):
         s, ub, vb = _random_point(rs, seed)
-        ref = residual_and_jacobian(rs, s, ub, vb, 1e-3, goal, goal_dot, 500.0)
-        ours = residual_compiled(packed, s, ub, vb, 1e-3, goal, goal_dot, 500.0)
+        ref = residual_and_jacobian(rs, s, StepInputs(ub, vb, 1e-3, goal, goal_dot, 500.0))
+        ours = residual_compiled(packed, s, StepInputs(ub, vb, 1e-3, goal, goal_dot, 500.0))
         scale = 1.0 + np.abs(ref.jacobian).max()
         assert np.allclose(ours.residual, ref.residual, rtol=0, atol=1e-12 * (1 + np.abs(ref.residual).max()))
         assert np.allclose(ours.jacobian, ref.jacobian, rtol=0, atol=1e-11 * scale)
         assert np.allclose(ours.r_theta, ref.r_theta, rtol=0, atol=1e-11 * scale)
         assert np.allclose(ours.r_theta_dot, ref.r_theta_dot, rtol=0, atol=1e-11 * scale)
         assert np.allclose(ours.mass, ref.mass, rtol=0, atol=1e-12 * (1 + np.abs(ref.mass).max()))
-        res_only = residual_compiled(packed, s, ub, vb, 1e-3, goal, goal_dot, 500.0, jacobian=False)
+        res_only = residual_compiled(packed, s, StepInputs(ub, vb, 1e-3, goal, goal_dot, 500.0), jacobian=False)
         assert np.allclose(res_only.residual, ref.residual, rtol=0, atol=1e-12 * (1 + np.abs(ref.residual).max()))
 
 

@@ -14,6 +14,7 @@ from retarget.sim.integrator import initial_state, simulate_states
 from retarget.sim.motors import FunctionMotors
 from retarget.sim.reduced.basis import ReducedBasis, rigid_modes
 from retarget.sim.reduced.cubature import Cubature, _element_rows
+from retarget.sim.bdf import StepInputs
 from retarget.sim.reduced.stepper import history_jacobian, residual_and_jacobian, solve_static, step
 from retarget.sim.reduced.system import build_reduced_system, reference_bodies
 from retarget.sim.scenarios import build_two_motor_rod
@@ -70,12 +71,12 @@ def test_newton_jacobian_against_finite_differences(absolute):
     u_bar = u + rng.normal(size=rs.n_u) * 1e-3
     v_bar = v + rng.normal(size=rs.n_v) * 1e-1
     args = (u_bar, v_bar, 1e-3, np.array([0.2, -0.1]), np.array([1.5, 0.3]), 500.0)
-    jac = residual_and_jacobian(rs, s, *args).jacobian
+    jac = residual_and_jacobian(rs, s, StepInputs(*args)).jacobian
     fd = np.zeros_like(jac)
     eps = 1e-4  # 4th-order stencil: the stiff elastic rows (~1e4) need a large step against round-off
 
     def res(x):
-        return residual_and_jacobian(rs, x, *args, jacobian=False).residual
+        return residual_and_jacobian(rs, x, StepInputs(*args), jacobian=False).residual
 
     # z columns: the step is scaled by the mode's size (a unit rigid-rotation mode turns the rod by ~40 rad).
     scale = np.ones(len(s))
@@ -94,12 +95,12 @@ def test_newton_jacobian_against_finite_differences(absolute):
     # (test_cubature.test_tangent_derivative_against_finite_differences checks it directly).
     assert np.max(rel) < 5e-5, np.unravel_index(np.argmax(rel), rel.shape)
     # History: R depends on V̄ through −mass/h.
-    lin = residual_and_jacobian(rs, s, *args)
+    lin = residual_and_jacobian(rs, s, StepInputs(*args))
     hj = history_jacobian(rs, lin, 1e-3, 1.0)
     dv = np.zeros(rs.n_v)
     dv[3] = 1e-4
-    r0 = residual_and_jacobian(rs, s, u_bar, v_bar, *args[2:], jacobian=False).residual
-    r1 = residual_and_jacobian(rs, s, u_bar, v_bar + dv, *args[2:], jacobian=False).residual
+    r0 = residual_and_jacobian(rs, s, StepInputs(u_bar, v_bar, *args[2:]), jacobian=False).residual
+    r1 = residual_and_jacobian(rs, s, StepInputs(u_bar, v_bar + dv, *args[2:]), jacobian=False).residual
     assert np.allclose(r1 - r0, hj[:, rs.n_u : rs.n_u + rs.n_v] @ dv, rtol=1e-7, atol=1e-9)
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from retarget.sim.bdf import StepInputs
 from retarget.sim.dae import residual_and_jacobian
 
 
@@ -23,9 +24,9 @@ def assert_newton_jacobian_matches_fd(system, s, ub, vb, h: float, a: float, th,
     """∂R/∂S, ∂R/∂θ and ∂R/∂θ̇ of one BDF step against central differences (row-relative 1e-6)."""
 
     def res(x, th=th, thd=thd):
-        return residual_and_jacobian(system, x, ub, vb, h, th, thd, a, jacobian=False).residual
+        return residual_and_jacobian(system, x, StepInputs(ub, vb, h, th, thd, a), jacobian=False).residual
 
-    lin = residual_and_jacobian(system, s, ub, vb, h, th, thd, a)
+    lin = residual_and_jacobian(system, s, StepInputs(ub, vb, h, th, thd, a))
     jac = lin.matrix().toarray()
     fd = np.zeros_like(jac)
     for k in range(len(s)):

@@ -20,6 +20,7 @@ def _state(rs, seed):
 
 
 def test_reduced_r_theta_matches_finite_differences(rod_systems):
+    from retarget.sim.bdf import StepInputs
     from retarget.sim.reduced.stepper import residual_and_jacobian
 
     _, rs = rod_systems
@@ -32,8 +33,8 @@ def test_reduced_r_theta_matches_finite_differences(rod_systems):
     sens = engine.sensitivity(engine._wrap(new), engine._wrap(prev), None, dt, motors)
 
     def res(th, thd):
-        return residual_and_jacobian(rs, new.s, prev.u, prev.v, dt, np.array([th]), np.array([thd]), 1.0 / dt,
-                                     jacobian=False).residual
+        inputs = StepInputs(prev.u, prev.v, dt, np.array([th]), np.array([thd]), 1.0 / dt)
+        return residual_and_jacobian(rs, new.s, inputs, jacobian=False).residual
 
     eps = 1e-6
     fd_theta = (res(theta + eps, theta_dot) - res(theta - eps, theta_dot)) / (2 * eps)
@@ -44,7 +45,8 @@ def test_reduced_r_theta_matches_finite_differences(rod_systems):
 
 
 def test_history_products_match_the_stepper(rod_systems):
-    from retarget.sim.reduced.stepper import BDF2, history_jacobian, linearize
+    from retarget.sim.bdf import BDF2
+    from retarget.sim.reduced.stepper import history_jacobian, linearize
 
     _, rs = rod_systems
     engine = ReferenceReducedEngine(rs)

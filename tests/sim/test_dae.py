@@ -5,6 +5,7 @@ import scipy.sparse.linalg as spla
 
 from sim_checks import assert_newton_jacobian_matches_fd, random_point
 
+from retarget.sim.bdf import StepInputs
 from retarget.sim.dae import history_jacobian, residual_and_jacobian
 from retarget.sim.integrator import solve_linearized
 from retarget.sim.scenarios import build_fourbar, build_two_motor_rod
@@ -33,7 +34,8 @@ def test_history_jacobian_matches_finite_differences():
     nu, nv = system.n_u, system.n_v
 
     def res(p):
-        return residual_and_jacobian(system, s, 4 / 3 * p[:nu], 4 / 3 * p[nu : nu + nv], h, th, thd, 10.0, jacobian=False).residual
+        inputs = StepInputs(4 / 3 * p[:nu], 4 / 3 * p[nu : nu + nv], h, th, thd, 10.0)
+        return residual_and_jacobian(system, s, inputs, jacobian=False).residual
 
     jac = history_jacobian(system, h, 4 / 3).toarray()
     rng = np.random.default_rng(2)
@@ -47,7 +49,7 @@ def test_history_jacobian_matches_finite_differences():
 def test_eliminated_solve_equals_full_space_newton_step(name):
     system = SYSTEMS[name]
     s, ub, vb, th, thd = random_point(system, 3)
-    lin = residual_and_jacobian(system, s, ub, vb, 1e-3, th, thd, 50.0)
+    lin = residual_and_jacobian(system, s, StepInputs(ub, vb, 1e-3, th, thd, 50.0))
     jac = lin.matrix().tocsc()
     full = spla.spsolve(jac, -lin.residual)
     ours = solve_linearized(system, lin)

@@ -5,6 +5,7 @@ import pytest
 
 from sim_checks import random_point
 
+from retarget.sim.bdf import StepInputs
 from retarget.sim.dae import residual_and_jacobian
 from retarget.sim.integrator import solve_linearized
 from retarget.sim.newton import build_newton_plan, constraint_values, factorize_fast, newton_plan, residual
@@ -21,9 +22,9 @@ SYSTEMS = {
 def test_fast_residual_equals_reference(name):
     system = SYSTEMS[name]
     s, ub, vb, th, thd = random_point(system, 0)
-    ref = residual_and_jacobian(system, s, ub, vb, 1e-3, th, thd, 50.0, jacobian=False)
+    ref = residual_and_jacobian(system, s, StepInputs(ub, vb, 1e-3, th, thd, 50.0), jacobian=False)
     for jac in (False, True):
-        ours = residual(newton_plan(system), s, ub, vb, 1e-3, th, thd, 50.0, jac)
+        ours = residual(newton_plan(system), s, StepInputs(ub, vb, 1e-3, th, thd, 50.0), jac)
         r = np.concatenate([ours.r_u, ours.r_v, ours.r_lambda])
         assert np.allclose(r, ref.residual, rtol=0, atol=1e-12 * (1 + np.abs(ref.residual).max()))
 
@@ -34,10 +35,10 @@ def test_fast_newton_step_equals_exact_full_space_step(name, dense):
     """With the β dK term kept (``exact``), the eliminated, pattern-assembled step is the exact Newton step."""
     system = SYSTEMS[name]
     s, ub, vb, th, thd = random_point(system, 3)
-    lin = residual_and_jacobian(system, s, ub, vb, 1e-3, th, thd, 50.0)
+    lin = residual_and_jacobian(system, s, StepInputs(ub, vb, 1e-3, th, thd, 50.0))
     ref = solve_linearized(system, lin)
     plan = build_newton_plan(system, dense=dense)
-    res = residual(plan, s, ub, vb, 1e-3, th, thd, 50.0, True, exact=True)
+    res = residual(plan, s, StepInputs(ub, vb, 1e-3, th, thd, 50.0), True, exact=True)
     ours = factorize_fast(plan, res).solve(res)
     assert np.linalg.norm(ours - ref) <= 1e-8 * np.linalg.norm(ref)
 
@@ -47,8 +48,8 @@ def test_dropping_the_damping_derivative_changes_the_step_only_slightly():
     assert system.deformable[0].beta > 0
     s, ub, vb, th, thd = random_point(system, 4)
     plan = newton_plan(system)
-    exact = residual(plan, s, ub, vb, 1e-3, th, thd, 50.0, True, exact=True)
-    approx = residual(plan, s, ub, vb, 1e-3, th, thd, 50.0, True)
+    exact = residual(plan, s, StepInputs(ub, vb, 1e-3, th, thd, 50.0), True, exact=True)
+    approx = residual(plan, s, StepInputs(ub, vb, 1e-3, th, thd, 50.0), True)
     d_exact = factorize_fast(plan, exact).solve(exact)
     d_approx = factorize_fast(plan, approx).solve(approx)
     # A random state with large velocities (|u̇| ~ 0.1 m/s per DOF): still a small change of direction.

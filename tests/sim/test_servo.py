@@ -6,6 +6,7 @@ import pytest
 from sim_checks import assert_newton_jacobian_matches_fd, random_point
 
 from retarget.model.servo import SERVO_MODELS
+from retarget.sim.bdf import StepInputs
 from retarget.sim.dae import residual_and_jacobian
 from retarget.sim.integrator import solve_linearized
 from retarget.sim.newton import build_newton_plan, factorize_fast, residual
@@ -83,9 +84,9 @@ def test_exact_jacobian_with_servos_matches_finite_differences():
 def test_fast_residual_with_servos_equals_reference():
     system = SERVO_SYSTEMS["rod_loop_servo"]
     s, ub, vb, th, thd = random_point(system, 0)
-    ref = residual_and_jacobian(system, s, ub, vb, 1e-3, th, thd, 50.0, jacobian=False)
+    ref = residual_and_jacobian(system, s, StepInputs(ub, vb, 1e-3, th, thd, 50.0), jacobian=False)
     for jac in (False, True):
-        ours = residual(build_newton_plan(system), s, ub, vb, 1e-3, th, thd, 50.0, jac)
+        ours = residual(build_newton_plan(system), s, StepInputs(ub, vb, 1e-3, th, thd, 50.0), jac)
         r = np.concatenate([ours.r_u, ours.r_v, ours.r_lambda])
         assert np.allclose(r, ref.residual, rtol=0, atol=1e-12 * (1 + np.abs(ref.residual).max()))
 
@@ -94,10 +95,10 @@ def test_fast_residual_with_servos_equals_reference():
 def test_fast_newton_step_with_servos_equals_exact_step(dense):
     system = SERVO_SYSTEMS["rod_loop_servo"]
     s, ub, vb, th, thd = random_point(system, 3)
-    lin = residual_and_jacobian(system, s, ub, vb, 1e-3, th, thd, 50.0)
+    lin = residual_and_jacobian(system, s, StepInputs(ub, vb, 1e-3, th, thd, 50.0))
     ref = solve_linearized(system, lin)
     plan = build_newton_plan(system, dense=dense)
-    res = residual(plan, s, ub, vb, 1e-3, th, thd, 50.0, True, exact=True)
+    res = residual(plan, s, StepInputs(ub, vb, 1e-3, th, thd, 50.0), True, exact=True)
     ours = factorize_fast(plan, res).solve(res)
     assert np.linalg.norm(ours - ref) <= 1e-8 * np.linalg.norm(ref)
 

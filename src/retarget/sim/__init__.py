@@ -4,7 +4,7 @@ Build a :class:`System` from a :class:`retarget.model.RobotModel` (:func:`build_
 :func:`simulate` (→ :class:`SimulationResult`), step by hand (:func:`step`, :func:`initial_state`), or solve a
 quasi-static equilibrium (:func:`solve_static`), or the coupled servo–structure modes at one (:func:`servo_card`,
 :mod:`retarget.sim.servo_modes`). The BDF residual and its exact Jacobian
-(:func:`residual_and_jacobian`, :func:`history_jacobian`, :func:`linearize`) are public for the adjoint, and
+(:func:`residual_and_jacobian` of a :class:`StepInputs`, :func:`history_jacobian`, :func:`linearize`) are public for the adjoint, and
 :class:`Engine` (:mod:`retarget.sim.engine`) is the stepping protocol with exact step sensitivities that either
 engine is driven through; :mod:`retarget.sim.adapters` puts the engines behind it (:func:`planner_engine`, the one
 the planner runs on a reduced model). See docs/physics.md.
@@ -36,8 +36,10 @@ _EXPORTS: dict[str, str] = {
     "NewtonFailed": "errors",
     "SimulationDiverged": "errors",
     "SimulationError": "errors",
-    "BDF1": "integrator",
-    "BDF2": "integrator",
+    "BDF1": "bdf",
+    "BDF2": "bdf",
+    "StepInputs": "bdf",
+    "step_inputs": "bdf",
     "FactorizationCache": "integrator",
     "State": "integrator",
     "StepOptions": "integrator",
@@ -62,12 +64,11 @@ _EXPORTS: dict[str, str] = {
 
 if TYPE_CHECKING:
     from retarget.sim.adapters import AbsoluteEngine, ReferenceReducedEngine, planner_engine, reduced_engine
+    from retarget.sim.bdf import BDF1, BDF2, StepInputs, step_inputs
     from retarget.sim.dae import ConstraintTerms, Linearization, constraint_terms, history_jacobian, residual_and_jacobian
     from retarget.sim.engine import Engine, EngineState, StepSensitivity, SystemEngine
     from retarget.sim.errors import NewtonFailed, SimulationDiverged, SimulationError
     from retarget.sim.integrator import (
-        BDF1,
-        BDF2,
         FactorizationCache,
         State,
         StepOptions,
@@ -122,6 +123,7 @@ __all__ = [
     "SimulationResult",
     "SplineMotors",
     "State",
+    "StepInputs",
     "StepOptions",
     "StepSensitivity",
     "System",
@@ -140,4 +142,5 @@ __all__ = [
     "solve_newton",
     "solve_static",
     "step",
+    "step_inputs",
 ]

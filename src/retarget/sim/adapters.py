@@ -1,7 +1,7 @@
 """The engines the adjoint and the planner run: adapters behind the simulator's :class:`Engine` protocol.
 
 The protocol and its types (:class:`Engine`, :class:`EngineState`, :class:`StepSensitivity`,
-:class:`SystemEngine`, :func:`bdf_history`, :func:`motor_rows`) are the simulator's (:mod:`retarget.sim.engine`,
+:class:`SystemEngine`, :func:`motor_rows`) are the simulator's (:mod:`retarget.sim.engine`,
 docs/optimize.md, "Adjoint"). This module adds the adapters the optimizer runs:
 
 - :class:`ReferenceReducedEngine` wraps the dense reference reduced stepper of :mod:`retarget.sim.reduced.stepper`
@@ -23,7 +23,8 @@ import numpy as np
 import scipy.linalg as sla
 from numpy.typing import NDArray
 
-from retarget.sim.engine import Engine, EngineState, StepSensitivity, SystemEngine, bdf_history, warm_u
+from retarget.sim.bdf import BDF1, BDF2, history_jacobian_product
+from retarget.sim.engine import Engine, EngineState, StepSensitivity, SystemEngine, warm_u
 
 if TYPE_CHECKING:
     from scipy.sparse import csr_matrix
@@ -130,7 +131,7 @@ class ReferenceReducedEngine(SystemEngine):
 
     def sensitivity(self, new: EngineState, prev: EngineState, prev2: EngineState | None, dt: float,
                     motors: MotorTrajectory) -> StepSensitivity:
-        from retarget.sim.reduced.stepper import BDF1, BDF2, linearize
+        from retarget.sim.reduced.stepper import linearize
 
         rs = self.system
         lin = linearize(rs, new.native, prev.native, None if prev2 is None else prev2.native, dt, motors)
@@ -147,10 +148,10 @@ class ReferenceReducedEngine(SystemEngine):
             return sla.lu_solve(lu, rhs, check_finite=False)
 
         def history_t(k: int, mu: NDArray[np.float64]) -> NDArray[np.float64]:
-            return bdf_history(nu, nv, a1 if k == 1 else a2, h, mass, mu, True)
+            return history_jacobian_product(nu, nv, a1 if k == 1 else a2, h, mass, mu, True)
 
         def history(k: int, delta: NDArray[np.float64]) -> NDArray[np.float64]:
-            return bdf_history(nu, nv, a1 if k == 1 else a2, h, mass, delta, False)
+            return history_jacobian_product(nu, nv, a1 if k == 1 else a2, h, mass, delta, False)
 
         return StepSensitivity(solve_t, history_t, lin.r_theta, lin.r_theta_dot, solve, history)
 
@@ -202,7 +203,7 @@ class AbsoluteEngine(SystemEngine):
         import scipy.sparse.linalg as spla
 
         from retarget.sim.dae import history_jacobian
-        from retarget.sim.integrator import BDF1, BDF2, linearize
+        from retarget.sim.integrator import linearize
 
         lin = linearize(self.system, new.native, prev.native, None if prev2 is None else prev2.native, dt, motors,
                         self.options)

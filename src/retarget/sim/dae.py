@@ -1,6 +1,7 @@
-"""The BDF residual ``R(S_n; Ū, V̄, h, θ, θ̇)`` of the index-2 DAE and its exact Jacobian.
+"""The BDF residual ``R(S_n; Ū, V̄, h, θ, θ̇, a)`` of the index-2 DAE and its exact Jacobian.
 
-With ``h = γ Δt`` (BDF1: γ = 1, ``Ū = U_{n−1}``; BDF2: γ = 2/3, ``Ū = 4/3 U_{n−1} − 1/3 U_{n−2}``, same for V)::
+With ``h = γ Δt`` (BDF1: γ = 1, ``Ū = U_{n−1}``; BDF2: γ = 2/3, ``Ū = 4/3 U_{n−1} − 1/3 U_{n−2}``, same for V;
+everything but ``S_n`` is one :class:`retarget.sim.bdf.StepInputs`)::
 
     R_U = U − Ū − h T(U) V                                  [m], [-] (quaternions)
     R_V = M (V − V̄) / h − F(U, V) − C_Vᵀ λ                  [N], [N m]
@@ -26,6 +27,7 @@ import scipy.sparse as sp
 from numpy.typing import NDArray
 
 from retarget.sim.assembly import JointPack, joint_pack, joint_terms
+from retarget.sim.bdf import StepInputs
 from retarget.sim.constraints import JointConstraint, RigidSlot, theta_derivative
 from retarget.sim.rotation import QUATERNION_BASIS_Q, omega_matrix, quat_rate_matrix
 from retarget.sim.servo import servo_mass, servo_rows
@@ -400,8 +402,7 @@ def _deformable_rows(
     system: System,
     u: NDArray[np.float64],
     v: NDArray[np.float64],
-    v_bar: NDArray[np.float64],
-    h: float,
+    inputs: StepInputs,
     jacobian: bool,
     r_u: NDArray[np.float64],
     r_v: NDArray[np.float64],
@@ -410,6 +411,7 @@ def _deformable_rows(
 ) -> None:
     """Every deformable body's kinematic rows and FEM dynamics into ``r_u`` / ``r_v`` (in place) and, with
     ``jacobian``, its ``∂R_V/∂U`` and ``∂R_V/∂V`` blocks appended to ``fem_vu`` / ``fem_vv``."""
+    v_bar, h = inputs.v_bar, inputs.h
     for d, body in enumerate(system.deformable):
         ou, ov = system.u_offsets[d], system.v_offsets[d]
         n = body.n_dofs
@@ -441,8 +443,7 @@ def _rigid_rows(
     system: System,
     u: NDArray[np.float64],
     v: NDArray[np.float64],
-    v_bar: NDArray[np.float64],
-    h: float,
+    inputs: StepInputs,
     r_u: NDArray[np.float64],
     r_v: NDArray[np.float64],
     juu: _Coo,
@@ -451,6 +452,7 @@ def _rigid_rows(
 ) -> None:
     """Every rigid body's kinematic rows and Newton–Euler rows into ``r_u`` / ``r_v`` and their Jacobian entries
     into ``juu``, ``juv``, ``jvv`` (in place)."""
+    v_bar, h = inputs.v_bar, inputs.h
     g = system.gravity
     for i, body in enumerate(system.rigid):
         cs, qs = slice(7 * i, 7 * i + 3), slice(7 * i + 3, 7 * i + 7)
@@ -478,12 +480,7 @@ def _rigid_rows(
 def residual_and_jacobian(
     system: System,
     s: NDArray[np.float64],
-    u_bar: NDArray[np.float64],
-    v_bar: NDArray[np.float64],
-    h: float,
-    theta: NDArray[np.float64],
-    theta_dot: NDArray[np.float64],
-    baumgarte: float,
+    inputs: StepInputs,
     jacobian: bool = True,
 ) -> Linearization:
     """The BDF residual at ``S = s`` and its exact Jacobian (module docstring).
@@ -491,27 +488,27 @@ def residual_and_jacobian(
     Args:
         system: the system.
         s: ``S_n`` (nS,).
-        u_bar, v_bar: BDF history combinations ``Ū`` (nU,), ``V̄`` (nV,).
-        h: ``γ Δt`` [s].
-        theta, theta_dot: motor values and rates at ``t_n`` (n_motors,).
-        baumgarte: ``a`` [1/s].
+        inputs: ``Ū``, ``V̄``, ``h``, the motor values and rates at ``t_n`` and the Baumgarte rate
+            (:func:`retarget.sim.bdf.step_inputs`).
         jacobian: False skips the Jacobian (the matrix fields are then None): a residual-only evaluation for
             chord iterations.
     """
+    v_bar, h = inputs.v_bar, inputs.h
     u, v, lam = system.split_s(s)
     nu, nv = system.n_u, system.n_v
     nb = len(system.rigid)
     layout = system.servo
-    goal, goal_dot = np.atleast_1d(np.asarray(theta, dtype=float)), np.atleast_1d(np.asarray(theta_dot, dtype=float))
+    goal = np.atleast_1d(np.asarray(inputs.theta, dtype=float))
+    goal_dot = np.atleast_1d(np.asarray(inputs.theta_dot, dtype=float))
     th_c, thd_c = layout.motor_state(u, v, goal, goal_dot)
-    terms = constraint_terms(system, u, v, lam, th_c, thd_c, baumgarte, second_order=jacobian)
-    r_u = u - u_bar
+    terms = constraint_terms(system, u, v, lam, th_c, thd_c, inputs.baumgarte, second_order=jacobian)
+    r_u = u - inputs.u_bar
     r_v = -terms.force.copy()
     juu, juv, jvv = _Coo((nu, nu)), _Coo((nu, nv)), _Coo((nv, nv))
     fem_vu: list[sp.csr_matrix] = []
     fem_vv: list[sp.csr_matrix] = []
-    _rigid_rows(system, u, v, v_bar, h, r_u, r_v, juu, juv, jvv)
-    _deformable_rows(system, u, v, v_bar, h, jacobian, r_u, r_v, fem_vu, fem_vv)
+    _rigid_rows(system, u, v, inputs, r_u, r_v, juu, juv, jvv)
+    _deformable_rows(system, u, v, inputs, jacobian, r_u, r_v, fem_vu, fem_vv)
     nm = len(system.motors)
     servo = None
     reaction = []

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from retarget.sim.servo import ServoLayout
     from retarget.sim.system import System
 
-__all__ = ["Engine", "EngineState", "StepSensitivity", "SystemEngine", "bdf_history", "motor_rows", "warm_u"]
+__all__ = ["Engine", "EngineState", "StepSensitivity", "SystemEngine", "motor_rows", "warm_u"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,17 +65,6 @@ class StepSensitivity:
     r_theta_dot: NDArray[np.float64]
     solve: Callable[[NDArray[np.float64]], NDArray[np.float64]] | None = None
     history: Callable[[int, NDArray[np.float64]], NDArray[np.float64]] | None = None
-
-
-def bdf_history(nu: int, nv: int, coef: float, h: float, mass: NDArray[np.float64], delta: NDArray[np.float64],
-                transposed: bool) -> NDArray[np.float64]:
-    """``(∂R_n/∂S_{n−k}) δ`` (or its transpose) of the reduced engines' BDF residual for history coefficient
-    ``coef``: ``R_U`` holds ``−Ū``, ``R_V`` holds ``−mass V̄ / h`` (δ (n_S,) or (n_S, p); ``h`` [s])."""
-    out = np.zeros_like(delta)
-    if coef != 0.0:
-        out[:nu] = -coef * delta[:nu]
-        out[nu : nu + nv] = -coef / h * ((mass.T if transposed else mass) @ delta[nu : nu + nv])
-    return out
 
 
 def warm_u(warm: EngineState, n_u: int) -> NDArray[np.float64]:

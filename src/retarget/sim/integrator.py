@@ -1,10 +1,10 @@
 """BDF1/BDF2 time stepping of the index-2 DAE: Newton on ``S = [U, V, λ]`` with the exact Jacobian.
 
-The step is a short chain of pure functions: :func:`bdf_history` (Ū, V̄, h) → :func:`solve_newton` (iterate
-:func:`retarget.sim.dae.residual_and_jacobian` + :func:`solve_linearized`) → a new :class:`State`. Each Newton
-system is solved by eliminating the U rows exactly (their Jacobian is the identity except 4×4 quaternion blocks)
-and factorizing the remaining ``[V, λ]`` saddle-point system with SuperLU; this is algebraically the full-space
-Newton step on ``S``.
+The step is a short chain of pure functions: :func:`retarget.sim.bdf.step_inputs` (Ū, V̄, h, θ, θ̇, a) →
+:func:`solve_newton` (iterate :func:`retarget.sim.dae.residual_and_jacobian` + :func:`solve_linearized`) → a new
+:class:`State`. Each Newton system is solved by eliminating the U rows exactly (their Jacobian is the identity
+except 4×4 quaternion blocks) and factorizing the remaining ``[V, λ]`` saddle-point system with SuperLU; this is
+algebraically the full-space Newton step on ``S``.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 from numpy.typing import NDArray
 
+from retarget.sim.bdf import step_inputs
 from retarget.sim.dae import Linearization, residual_and_jacobian
 from retarget.sim.errors import NewtonFailed, SimulationDiverged
 from retarget.sim.motors import MotorTrajectory
@@ -25,13 +26,10 @@ from retarget.sim.newton import residual as fast_residual
 from retarget.sim.system import System
 
 __all__ = [
-    "BDF1",
-    "BDF2",
     "State",
     "StepOptions",
     "FactorizationCache",
     "Factorization",
-    "bdf_history",
     "factorize",
     "linearize",
     "initial_state",
@@ -42,11 +40,6 @@ __all__ = [
 ]
 
 _LOG = logging.getLogger(__name__)
-
-#: (a1, a2, γ): Ū = a1 U_{n−1} + a2 U_{n−2}, h = γ Δt.
-BDF1: tuple[float, float, float] = (1.0, 0.0, 1.0)
-BDF2: tuple[float, float, float] = (4.0 / 3.0, -1.0 / 3.0, 2.0 / 3.0)
-
 
 @dataclass(frozen=True, eq=False)
 class State:
@@ -111,20 +104,6 @@ def initial_state(system: System, u: NDArray[np.float64] | None = None, t: float
     """A state at rest: ``U`` = reference (or ``u``), ``V = 0``, ``λ = 0``."""
     u0 = system.reference_u() if u is None else np.asarray(u, dtype=float).copy()
     return State(t, u0, np.zeros(system.n_v), np.zeros(system.n_lambda))
-
-
-def bdf_history(
-    prev: State, prev2: State | None, coefficients: tuple[float, float, float], dt: float
-) -> tuple[NDArray[np.float64], NDArray[np.float64], float]:
-    """``(Ū, V̄, h)`` from the last one or two states."""
-    a1, a2, gamma = coefficients
-    u_bar = a1 * prev.u
-    v_bar = a1 * prev.v
-    if a2 != 0.0:
-        assert prev2 is not None
-        u_bar = u_bar + a2 * prev2.u
-        v_bar = v_bar + a2 * prev2.v
-    return u_bar, v_bar, gamma * dt
 
 
 def _quaternion_block_inverse(system: System, lin: Linearization) -> sp.csr_matrix:
@@ -286,19 +265,15 @@ def step(
         The new state, the last linearization (see :func:`solve_newton`; use :func:`linearize` for the exact
         Jacobian at the new state), and the Newton iteration count.
     """
-    coeffs = BDF1 if prev2 is None else BDF2
-    u_bar, v_bar, h = bdf_history(prev, prev2, coeffs, dt)
     t = prev.t + dt
-    theta = motors.value(t)
-    theta_dot = motors.derivative(t)
-    a = 1.0 / h if options.baumgarte is None else options.baumgarte
+    inputs = step_inputs(prev, prev2, dt, motors.value(t), motors.derivative(t), options.baumgarte)
     guess = _predict(system, prev, prev2 if options.predictor == "extrapolate" else None, dt)
     plan = newton_plan(system)
 
     def residual_fn(s: NDArray[np.float64], jacobian: bool) -> Residual:
-        return fast_residual(plan, s, u_bar, v_bar, h, theta, theta_dot, a, jacobian)
+        return fast_residual(plan, s, inputs, jacobian)
 
-    s, res, iters = _solve_newton_fast(plan, guess, residual_fn, dt, options, step_index, t, cache, h)
+    s, res, iters = _solve_newton_fast(plan, guess, residual_fn, dt, options, step_index, t, cache, inputs.h)
     u, v, lam = system.split_s(s)
     lin = Linearization(res.r_u, res.r_v, res.r_lambda, *([None] * 10))  # type: ignore[arg-type]
     return State(t, u.copy(), v.copy(), lam.copy()), lin, iters
@@ -489,10 +464,9 @@ def linearize(
 ) -> Linearization:
     """The exact residual Jacobian of the step that produced ``new`` from ``prev`` (and ``prev2``): what the
     discrete adjoint needs (with :func:`retarget.sim.dae.history_jacobian` for ``∂R/∂S_{n−1}``, ``∂R/∂S_{n−2}``)."""
-    coeffs = BDF1 if prev2 is None else BDF2
-    u_bar, v_bar, h = bdf_history(prev, prev2, coeffs, dt)
-    a = 1.0 / h if options.baumgarte is None else options.baumgarte
-    return residual_and_jacobian(system, new.s, u_bar, v_bar, h, motors.value(new.t), motors.derivative(new.t), a)
+    return residual_and_jacobian(
+        system, new.s, step_inputs(prev, prev2, dt, motors.value(new.t), motors.derivative(new.t), options.baumgarte)
+    )
 
 
 def _u_rate(system: System, state: State) -> NDArray[np.float64]:

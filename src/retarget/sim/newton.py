@@ -29,6 +29,7 @@ import scipy.sparse.linalg as spla
 from numpy.typing import NDArray
 
 from retarget.sim.assembly import JointPack, Pattern, joint_pack, joint_terms
+from retarget.sim.bdf import StepInputs
 from retarget.sim.constraints import JointConstraint, RigidSlot, theta_derivative
 from retarget.sim.dae import block_second_order, motor_reactions
 from retarget.sim.servo import servo_rows
@@ -376,8 +377,7 @@ def _deformable_residual(
     system: System,
     u: NDArray[np.float64],
     v: NDArray[np.float64],
-    v_bar: NDArray[np.float64],
-    h: float,
+    inputs: StepInputs,
     exact: bool,
     r_u: NDArray[np.float64],
     r_v: NDArray[np.float64],
@@ -385,6 +385,7 @@ def _deformable_residual(
 ) -> None:
     """Every deformable body's kinematic rows and FEM dynamics into ``r_u`` / ``r_v`` (in place) and, with
     ``pieces``, its stiffness data (and with ``exact``, ``dK[u̇]``) for :func:`assemble`."""
+    v_bar, h = inputs.v_bar, inputs.h
     jacobian = pieces is not None
     for d, body in enumerate(system.deformable):
         ou, ov, n = system.u_offsets[d], system.v_offsets[d], body.n_dofs
@@ -414,14 +415,14 @@ def _rigid_residual(
     system: System,
     u: NDArray[np.float64],
     v: NDArray[np.float64],
-    v_bar: NDArray[np.float64],
-    h: float,
+    inputs: StepInputs,
     r_u: NDArray[np.float64],
     r_v: NDArray[np.float64],
     pieces: NewtonPieces | None,
 ) -> None:
     """The rigid bodies' kinematic and Newton–Euler rows into ``r_u`` / ``r_v`` (in place) and, with ``pieces``,
     their ``J_VV`` blocks, ``P_q`` and ``P_q ½Q`` for :func:`assemble`."""
+    v_bar, h = inputs.v_bar, inputs.h
     nb = len(system.rigid)
     jacobian = pieces is not None
     rig = _rigid_data(system)
@@ -450,12 +451,7 @@ def _rigid_residual(
 def residual(
     plan: NewtonPlan,
     s: NDArray[np.float64],
-    u_bar: NDArray[np.float64],
-    v_bar: NDArray[np.float64],
-    h: float,
-    theta: NDArray[np.float64],
-    theta_dot: NDArray[np.float64],
-    baumgarte: float,
+    inputs: StepInputs,
     jacobian: bool,
     exact: bool = False,
 ) -> Residual:
@@ -466,23 +462,22 @@ def residual(
     Raises:
         retarget.fem.elastic.InvertedElementError: an element inverted.
     """
-
+    v_bar, h, baumgarte = inputs.v_bar, inputs.h, inputs.baumgarte
     system = plan.system
     nu, nv = system.n_u, system.n_v
     nb = len(system.rigid)
     u, v, lam = s[:nu], s[nu : nu + nv], s[nu + nv :]
-    r_u = u - u_bar
+    r_u = u - inputs.u_bar
     r_v = np.zeros(nv)
     pieces: NewtonPieces | None = {} if jacobian else None
     if nb:
-        _rigid_residual(system, u, v, v_bar, h, r_u, r_v, pieces)
-    _deformable_residual(system, u, v, v_bar, h, exact, r_u, r_v, pieces)
+        _rigid_residual(system, u, v, inputs, r_u, r_v, pieces)
+    _deformable_residual(system, u, v, inputs, exact, r_u, r_v, pieces)
     r_l = np.zeros(system.n_lambda)
     pack = plan.pack
     layout = system.servo
-    goal, goal_dot = theta, theta_dot
-    if not layout.ideal:
-        theta, theta_dot = layout.motor_state(u, v, goal, goal_dot)
+    goal, goal_dot = inputs.theta, inputs.theta_dot
+    theta, theta_dot = (goal, goal_dot) if layout.ideal else layout.motor_state(u, v, goal, goal_dot)
     if pack.n:
         jt = joint_terms(pack, u, v, lam, theta, theta_dot, baumgarte, jacobian)
         valid = pack.rows >= 0

@@ -56,6 +56,7 @@ from retarget.fem.beam_theory import ServoBeam, round_section, servo_beam_modes
 from retarget.fem.model_card import ServoModeCard
 from retarget.fem.modal import clamp_of, root_interface
 from retarget.model.servo import IDEAL, SERVO_MODELS, ServoParams
+from retarget.sim.bdf import StepInputs
 from retarget.sim.dae import history_jacobian, residual_and_jacobian
 from retarget.sim.reduced.stepper import residual_and_jacobian as reduced_residual
 from retarget.sim.reduced.stepper import solve_static as reduced_static
@@ -209,8 +210,7 @@ def linearize_equilibrium(system: System, goals: ArrayLike | None = None) -> Equ
     state = solve_static(system, g)
     nu, nv = system.n_u, system.n_v
     zero = np.zeros(nv)
-    lin = residual_and_jacobian(system, np.concatenate([state.u, zero, state.lam]), state.u, zero, 1.0, g,
-                                np.zeros_like(g), 1.0)
+    lin = residual_and_jacobian(system, np.concatenate([state.u, zero, state.lam]), StepInputs.static(state.u, nv, g))
     tmap = tangent_map(system, state.u)
     mass = history_jacobian(system, 1.0, -1.0)[nu : nu + nv, nu : nu + nv].tocsr()
     return EquilibriumLinearization(
@@ -230,8 +230,7 @@ def linearize_reduced_equilibrium(reduced: ReducedSystem, goals: ArrayLike | Non
     state = reduced_static(reduced, g)
     nu, nv, nb = reduced.n_u, reduced.n_v, reduced.n_rigid
     zero = np.zeros(nv)
-    lin = reduced_residual(reduced, np.concatenate([state.u, zero, state.lam]), state.u, zero, 1.0, g,
-                           np.zeros_like(g), 1.0)
+    lin = reduced_residual(reduced, np.concatenate([state.u, zero, state.lam]), StepInputs.static(state.u, nv, g))
     assert lin.jacobian is not None and lin.mass is not None
     tmap = np.zeros((nu, nv))
     for i in range(nb):

@@ -12,6 +12,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 from numpy.typing import ArrayLike, NDArray
 
+from retarget.sim.bdf import StepInputs
 from retarget.sim.dae import constraint_terms, residual_and_jacobian
 from retarget.sim.errors import NewtonFailed, SimulationDiverged
 from retarget.sim.integrator import State
@@ -113,7 +114,7 @@ def _newton_static_servo(
     for _ in range(max_iterations):
         s = np.concatenate([u, zero_v, lam])
         try:
-            lin = residual_and_jacobian(system, s, u, zero_v, 1.0, goal, np.zeros_like(goal), 1.0)
+            lin = residual_and_jacobian(system, s, StepInputs.static(u, nv, goal))
         except Exception as exc:
             raise SimulationDiverged(0, t, norms, reason=f"{type(exc).__name__}: {exc}") from exc
         g = lin.r_v - f_ext

@@ -138,6 +138,7 @@ def max_position_violation(run: CompiledRun, motors: MotorTrajectory) -> float:
     """
     import numpy as np
 
+    from retarget.sim.bdf import StepInputs
     from retarget.sim.reduced.engine import pack_system, residual_compiled
     from retarget.sim.validation import position_rows
 
@@ -147,13 +148,13 @@ def max_position_violation(run: CompiledRun, motors: MotorTrajectory) -> float:
     if len(rows) == 0:
         return 0.0
     nu, nv = rs.n_u, rs.n_v
-    zero_u, zero_v, zero_th = np.zeros(nu), np.zeros(nv), np.zeros(len(rs.motors))
+    zero_u = np.zeros(nu)
     worst = 0.0
     for k, t in enumerate(run.time):
         s = run.states[k].copy()
         s[nu : nu + nv] = 0.0
-        lin = residual_compiled(packed, s, zero_u, zero_v, 1.0, np.atleast_1d(motors.value(float(t))), zero_th, 1.0,
-                                jacobian=False)
+        inputs = StepInputs.static(zero_u, nv, np.atleast_1d(motors.value(float(t))))
+        lin = residual_compiled(packed, s, inputs, jacobian=False)
         worst = max(worst, float(np.max(np.abs(lin.residual[nu + nv :][rows]))))
     return worst
 

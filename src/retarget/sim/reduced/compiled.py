@@ -161,6 +161,46 @@ class Workspace(NamedTuple):
     scalars: NDArray
 
 
+class BlockPoint(NamedTuple):
+    """One constraint block evaluated at its local coordinates: what its Jacobian helpers read.
+
+    ``ul`` (n,), ``vl`` (nvl,): the block's local U and V; ``c`` (nrow,): ``C``; ``cu`` (nrow, n): ``∂C/∂y``;
+    ``cth`` (nrow,): ``∂C/∂θ``; ``cuth`` (nrow, n): ``∂²C/∂y∂θ``; ``ydot`` (n,): the local rate; ``lb`` (nrow,): the
+    block's multipliers; ``gv`` (n,): ``cuᵀ lb``; ``th`` [rad] or [m], ``thd``: the motor angle and rate the block
+    sees (0 without a motor).
+    """
+
+    ul: NDArray
+    vl: NDArray
+    c: NDArray
+    cu: NDArray
+    cth: NDArray
+    cuth: NDArray
+    ydot: NDArray
+    lb: NDArray
+    gv: NDArray
+    th: float
+    thd: float
+
+
+class BodyDerivatives(NamedTuple):
+    """A deformable body's force derivatives, what :func:`_deformable_jacobian` scatters into the Jacobian.
+
+    From :func:`~retarget.sim.reduced.dynamics.body_forces` (generalized force ``f`` (6 + r,) of the body):
+    ``f_q`` (6 + r, 4) ``∂f/∂q_ref``, ``f_z`` (6 + r, r) ``∂f/∂z``, ``f_acc`` (6 + r, 6 + r) ``∂f/∂a`` (the
+    generalized mass), ``f_w`` (6 + r, 3) ``∂f/∂ω_ref``, ``f_zd`` (6 + r, r) ``∂f/∂ż``; from the cubature: ``k_el``
+    (r, r) ``K(z)`` and ``dk`` (r, r) ``dK(z)[ż]`` (empty unless needed).
+    """
+
+    f_q: NDArray
+    f_z: NDArray
+    f_acc: NDArray
+    f_w: NDArray
+    f_zd: NDArray
+    k_el: NDArray
+    dk: NDArray
+
+
 def _kind(value: object) -> Hashable:
     """What fixes ``value``'s numba type, cheaply: an array's dtype, rank, layout, alignment and writability, a
     tuple's class and its items' kinds, else the Python type."""
@@ -363,11 +403,13 @@ def _rigid_rows(p: Packed, u: NDArray, v: NDArray, v_bar: NDArray, h: float, r: 
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _deformable_jacobian(p: Packed, d: int, vrow: NDArray, h: float, alpha: float, beta: float, exact: bool,
-                         f_q: NDArray, f_z: NDArray, f_acc: NDArray, f_w: NDArray, f_zd: NDArray, k_el: NDArray,
-                         dk: NDArray, jac: NDArray, mass: NDArray) -> None:
+def _deformable_jacobian(p: Packed, d: int, vrow: NDArray, h: float, exact: bool, der: BodyDerivatives,
+                         jac: NDArray, mass: NDArray) -> None:
     """Deformable body ``d``'s Jacobian entries and generalized mass from its force derivatives (in place);
     ``vrow`` (6 + r,): its generalized force's V indices."""
+    f_q, f_z, f_acc, f_w, f_zd, k_el, dk = der
+    alpha = p.balpha[d]
+    beta = p.bbeta[d]
     iv = p.sizes[0]
     ref = p.bref[d]
     zu0 = p.bzu[d]
@@ -467,18 +509,18 @@ def _deformable_rows(p: Packed, u: NDArray, v: NDArray, v_bar: NDArray, h: float
         for k in range(rr):
             r[iv + zv0 + k] += fd[k]
         if want_jac:
-            _deformable_jacobian(p, d, vrow, h, alpha, beta, exact, f_q, f_z, f_acc, f_w, f_zd, k_el, dk, jac, mass)
+            _deformable_jacobian(p, d, vrow, h, exact, BodyDerivatives(f_q, f_z, f_acc, f_w, f_zd, k_el, dk), jac, mass)
         if md < min_det:
             min_det = md
     return min_det
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _block_theta_columns(p: Packed, bk: int, c: NDArray, cth: NDArray, cuth: NDArray, ydot: NDArray,
-                         lb: NDArray, tl: NDArray, ui: NDArray, vi: NDArray, thd: float, baumgarte: float,
-                         jac: NDArray, rth: NDArray) -> None:
+def _block_theta_columns(p: Packed, bk: int, pt: BlockPoint, tl: NDArray, ui: NDArray, vi: NDArray,
+                         baumgarte: float, jac: NDArray, rth: NDArray) -> None:
     """Block ``bk``'s derivatives in its motor angle θ: into ``jac`` (a modelled servo's shaft coordinate) or
     ``rth`` (an ideal motor's input), in place."""
+    c, cth, cuth, ydot, lb, thd = pt.c, pt.cth, pt.cuth, pt.ydot, pt.lb, pt.thd
     iv = p.sizes[0]
     il = p.sizes[0] + p.sizes[1]
     l0 = p.lam_off[bk]
@@ -518,11 +560,11 @@ def _block_theta_columns(p: Packed, bk: int, c: NDArray, cth: NDArray, cuth: NDA
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _block_curvature(p: Packed, bk: int, ul: NDArray, lb: NDArray, ydot: NDArray, cu: NDArray, cuth: NDArray,
-                     tl: NDArray, nvl: int, th: float, thd: float, baumgarte: float,
+def _block_curvature(p: Packed, bk: int, pt: BlockPoint, tl: NDArray, nvl: int, baumgarte: float,
                      exact: bool) -> tuple[NDArray, NDArray]:
     """Block ``bk``'s ``∂r_λ/∂U`` (nrow, n) and ``∂(Tᵀ C_yᵀ λ)/∂U`` at fixed ``T`` (nvl, n) by complex steps of
     ``∂C/∂y`` (left out with ``exact=False``)."""
+    ul, lb, ydot, cu, cuth, th, thd = pt.ul, pt.lb, pt.ydot, pt.cu, pt.cuth, pt.th, pt.thd
     n = ul.shape[0]
     nrow = p.lam_off[bk + 1] - p.lam_off[bk]
     mot = p.motor[bk]
@@ -568,12 +610,11 @@ def _block_curvature(p: Packed, bk: int, ul: NDArray, lb: NDArray, ydot: NDArray
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _block_jacobian(p: Packed, bk: int, ul: NDArray, vl: NDArray, c: NDArray, cu: NDArray, cth: NDArray,
-                    cuth: NDArray, ydot: NDArray, lb: NDArray, gv: NDArray, th: float, thd: float, baumgarte: float,
-                    jac: NDArray, rth: NDArray, exact: bool) -> None:
+def _block_jacobian(p: Packed, bk: int, pt: BlockPoint, baumgarte: float, jac: NDArray, rth: NDArray,
+                    exact: bool) -> None:
     """Constraint block ``bk``'s Jacobian entries and motor sensitivities (in place) from its values and first
-    derivatives at the local coordinates ``ul`` (n,), ``vl`` (nvl,): ``c``, ``cu = ∂C/∂y``, ``cth = ∂C/∂θ``,
-    ``cuth = ∂²C/∂y∂θ``, the local rate ``ydot``, multipliers ``lb`` and constraint force ``gv = cuᵀ lb``."""
+    derivatives at its local coordinates (:class:`BlockPoint`)."""
+    ul, vl, cu, gv = pt.ul, pt.vl, pt.cu, pt.gv
     iv = p.sizes[0]
     il = p.sizes[0] + p.sizes[1]
     ui = p.ui[p.ui_off[bk] : p.ui_off[bk + 1]]
@@ -586,8 +627,8 @@ def _block_jacobian(p: Packed, bk: int, ul: NDArray, vl: NDArray, c: NDArray, cu
     mot = p.motor[bk]
     tl = _block_rate_matrix(ul, nrs, nvl)
     if mot >= 0:
-        _block_theta_columns(p, bk, c, cth, cuth, ydot, lb, tl, ui, vi, thd, baumgarte, jac, rth)
-    a3, hess = _block_curvature(p, bk, ul, lb, ydot, cu, cuth, tl, nvl, th, thd, baumgarte, exact)
+        _block_theta_columns(p, bk, pt, tl, ui, vi, baumgarte, jac, rth)
+    a3, hess = _block_curvature(p, bk, pt, tl, nvl, baumgarte, exact)
     for sg in range(nrs):
         om = omega_half(vl[6 * sg + 3 : 6 * sg + 6])
         a3[:, 7 * sg + 3 : 7 * sg + 7] += np.ascontiguousarray(cu[:, 7 * sg + 3 : 7 * sg + 7]) @ om
@@ -669,7 +710,8 @@ def _constraint_rows(p: Packed, u: NDArray, v: NDArray, lam: NDArray, th_c: NDAr
             for a in range(nrow):
                 rthd[il + l0 + a, mot] = cth[a]
         if want_jac:
-            _block_jacobian(p, bk, ul, vl, c, cu, cth, cuth, ydot, lb, gv, th, thd, baumgarte, jac, rth, exact)
+            _block_jacobian(p, bk, BlockPoint(ul, vl, c, cu, cth, cuth, ydot, lb, gv, th, thd), baumgarte, jac, rth,
+                            exact)
 
 
 @numba.njit(cache=True, nogil=True)

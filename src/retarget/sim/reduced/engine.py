@@ -17,13 +17,14 @@ import numpy as np
 from numba.typed import List
 from numpy.typing import NDArray
 
+from retarget.sim.bdf import BDF1, BDF2, StepInputs, history_jacobian_product, step_inputs
 from retarget.sim.constraints import CouplingConstraint, JointConstraint
 from retarget.sim.errors import NewtonFailed, SimulationDiverged
-from retarget.sim.engine import EngineState, StepSensitivity, SystemEngine, bdf_history, warm_u
+from retarget.sim.engine import EngineState, StepSensitivity, SystemEngine, warm_u
 from retarget.sim.reduced import compiled as ck
 from retarget.sim.reduced.cubature import reduced_gradients
 from retarget.sim.reduced.kernels import COUPLING_CODE, JOINT_CODES, block_eval
-from retarget.sim.reduced.stepper import BDF1, BDF2, ReducedState, _block_layout, solve_static
+from retarget.sim.reduced.stepper import ReducedState, _block_layout, solve_static
 from retarget.sim.reduced.system import ReducedSystem
 from retarget.sim.servo import N_PARAMS
 
@@ -197,45 +198,30 @@ class CompiledLinearization:
 def residual_compiled(
     packed: ck.Packed | ck.Kernels,
     s: NDArray[np.float64],
-    u_bar: NDArray[np.float64],
-    v_bar: NDArray[np.float64],
-    h: float,
-    theta: NDArray[np.float64],
-    theta_dot: NDArray[np.float64],
-    baumgarte: float,
+    inputs: StepInputs,
     jacobian: bool = True,
 ) -> CompiledLinearization:
     """The compiled residual (and exact Jacobian); same arguments as ``stepper.residual_and_jacobian`` (``packed``:
-    the packed system, or its :class:`~retarget.sim.reduced.compiled.Kernels` for repeated calls)."""
+    the packed system, or its :class:`~retarget.sim.reduced.compiled.Kernels` for repeated calls). The kernel
+    takes the record's fields as plain arrays and floats (numba takes no dataclass)."""
     kernels = packed if isinstance(packed, ck.Kernels) else ck.Kernels(packed)
     r, jac, rthd, rth, mass, md = kernels(
-        ck.residual_jacobian, np.ascontiguousarray(s, dtype=float), np.ascontiguousarray(u_bar, dtype=float),
-        np.ascontiguousarray(v_bar, dtype=float), float(h), np.atleast_1d(np.asarray(theta, dtype=float)),
-        np.atleast_1d(np.asarray(theta_dot, dtype=float)), float(baumgarte), bool(jacobian), True,
+        ck.residual_jacobian, np.ascontiguousarray(s, dtype=float), np.ascontiguousarray(inputs.u_bar, dtype=float),
+        np.ascontiguousarray(inputs.v_bar, dtype=float), float(inputs.h),
+        np.atleast_1d(np.asarray(inputs.theta, dtype=float)), np.atleast_1d(np.asarray(inputs.theta_dot, dtype=float)),
+        float(inputs.baumgarte), bool(jacobian), True,
     )
     return CompiledLinearization(r, jac if jacobian else None, rth, rthd, mass if jacobian else None, float(md))
 
 
-def _bars(prev: NDArray, prev2: NDArray | None, nu: int, nv: int) -> tuple[NDArray, NDArray, float, float, float]:
-    a1, a2, gamma = BDF1 if prev2 is None else BDF2
-    u_bar, v_bar = a1 * prev[:nu], a1 * prev[nu : nu + nv]
-    if prev2 is not None:
-        u_bar = u_bar + a2 * prev2[:nu]
-        v_bar = v_bar + a2 * prev2[nu : nu + nv]
-    return u_bar, v_bar, a1, a2, gamma
-
-
 def linearize_compiled(
-    packed: ck.Packed | ck.Kernels, new: NDArray, prev: NDArray, prev2: NDArray | None, t_new: float, dt: float,
+    packed: ck.Packed | ck.Kernels, new: ReducedState, prev: ReducedState, prev2: ReducedState | None, dt: float,
     motors: MotorTrajectory
 ) -> CompiledLinearization:
-    """The exact ``∂R/∂S_n``, ``∂R/∂θ``, ``∂R/∂θ̇`` of the step ``(prev2, prev) → new`` (states (n_S,); ``packed`` as
+    """The exact ``∂R/∂S_n``, ``∂R/∂θ``, ``∂R/∂θ̇`` of the step ``(prev2, prev) → new`` (``packed`` as
     :func:`residual_compiled`'s)."""
-    sizes = (packed.packed if isinstance(packed, ck.Kernels) else packed).sizes
-    nu, nv = int(sizes[0]), int(sizes[1])
-    u_bar, v_bar, _, _, gamma = _bars(prev, prev2, nu, nv)
-    h = gamma * dt
-    return residual_compiled(packed, new, u_bar, v_bar, h, motors.value(t_new), motors.derivative(t_new), 1.0 / h)
+    inputs = step_inputs(prev, prev2, dt, motors.value(new.t), motors.derivative(new.t))
+    return residual_compiled(packed, new.s, inputs)
 
 
 @dataclass(frozen=True, eq=False)
@@ -378,8 +364,8 @@ class CompiledReducedEngine(SystemEngine):
     def solve_static(self, theta: NDArray[np.float64], warm: EngineState | None = None) -> EngineState:
         u0 = None if warm is None else warm_u(warm, self.system.n_u)
 
-        def linearize(s: NDArray, u_bar: NDArray, v_bar: NDArray, th: NDArray) -> tuple[NDArray, NDArray]:
-            lin = residual_compiled(self.kernels, s, u_bar, v_bar, 1.0, th, np.zeros_like(th), 1.0)
+        def linearize(s: NDArray, inputs: StepInputs) -> tuple[NDArray, NDArray]:
+            lin = residual_compiled(self.kernels, s, inputs)
             assert lin.jacobian is not None
             return lin.residual, lin.jacobian
 
@@ -433,7 +419,7 @@ class CompiledReducedEngine(SystemEngine):
     def sensitivity(self, new: EngineState, prev: EngineState, prev2: EngineState | None, dt: float,
                     motors: MotorTrajectory) -> StepSensitivity:
         kernels = self.kernels
-        lin = linearize_compiled(kernels, new.s, prev.s, None if prev2 is None else prev2.s, new.t, dt, motors)
+        lin = linearize_compiled(kernels, new.native, prev.native, None if prev2 is None else prev2.native, dt, motors)
         a1, a2, gamma = BDF1 if prev2 is None else BDF2
         h = gamma * dt
         ws = ck.make_workspace(self.packed)
@@ -452,9 +438,9 @@ class CompiledReducedEngine(SystemEngine):
             return -ck.condensed_solve_columns(self.packed, ws, b)
 
         def history_t(k: int, mu: NDArray[np.float64]) -> NDArray[np.float64]:
-            return bdf_history(nu, nv, a1 if k == 1 else a2, h, mass, mu, True)
+            return history_jacobian_product(nu, nv, a1 if k == 1 else a2, h, mass, mu, True)
 
         def history(k: int, delta: NDArray[np.float64]) -> NDArray[np.float64]:
-            return bdf_history(nu, nv, a1 if k == 1 else a2, h, mass, delta, False)
+            return history_jacobian_product(nu, nv, a1 if k == 1 else a2, h, mass, delta, False)
 
         return StepSensitivity(solve_t, history_t, lin.r_theta, lin.r_theta_dot, solve, history)

@@ -28,6 +28,7 @@ import numpy as np
 import scipy.linalg as sla
 from numpy.typing import NDArray
 
+from retarget.sim.bdf import StepInputs, step_inputs
 from retarget.sim.constraints import CouplingConstraint, theta_derivative
 from retarget.sim.errors import NewtonFailed, SimulationDiverged
 from retarget.sim.statics import CONTINUATION_STEP
@@ -38,8 +39,6 @@ from retarget.sim.servo import servo_rows
 from retarget.sim.rotation import QUATERNION_BASIS_Q, omega_matrix, quat_rate_matrix, rotate, rotate_jacobian, rotation_matrix
 
 __all__ = [
-    "BDF1",
-    "BDF2",
     "ReducedLinearization",
     "ReducedState",
     "history_jacobian",
@@ -49,8 +48,6 @@ __all__ = [
     "step",
 ]
 
-BDF1: tuple[float, float, float] = (1.0, 0.0, 1.0)
-BDF2: tuple[float, float, float] = (4.0 / 3.0, -1.0 / 3.0, 2.0 / 3.0)
 _H = 1e-30
 
 
@@ -300,8 +297,7 @@ def _deformable_rows(
     rs: ReducedSystem,
     u: NDArray[np.float64],
     v: NDArray[np.float64],
-    v_bar: NDArray[np.float64],
-    h: float,
+    inputs: StepInputs,
     r: NDArray[np.float64],
     jac: NDArray[np.float64] | None,
     mass: NDArray[np.float64] | None,
@@ -312,6 +308,7 @@ def _deformable_rows(
     Raises:
         SimulationDiverged: an element of a cubature inverted.
     """
+    v_bar, h = inputs.v_bar, inputs.h
     iv = rs.n_u
     min_det = np.inf
     for d, rb in enumerate(rs.bodies):
@@ -360,14 +357,14 @@ def _rigid_rows(
     rs: ReducedSystem,
     u: NDArray[np.float64],
     v: NDArray[np.float64],
-    v_bar: NDArray[np.float64],
-    h: float,
+    inputs: StepInputs,
     r: NDArray[np.float64],
     jac: NDArray[np.float64] | None,
     mass: NDArray[np.float64] | None,
 ) -> None:
     """Every rigid body's kinematic rows (``− h T(q) V``; ``U − Ū`` is set before) and Newton–Euler rows into ``r``
     and, with ``jac``, their Jacobian entries and generalized mass (in place)."""
+    v_bar, h = inputs.v_bar, inputs.h
     iv = rs.n_u
     for i, body in enumerate(rs.rigid):
         q, w = u[7 * i + 3 : 7 * i + 7], v[6 * i + 3 : 6 * i + 6]
@@ -394,20 +391,16 @@ def _rigid_rows(
 def residual_and_jacobian(
     rs: ReducedSystem,
     s: NDArray[np.float64],
-    u_bar: NDArray[np.float64],
-    v_bar: NDArray[np.float64],
-    h: float,
-    theta: NDArray[np.float64],
-    theta_dot: NDArray[np.float64],
-    baumgarte: float,
+    inputs: StepInputs,
     jacobian: bool = True,
 ) -> ReducedLinearization:
     """The BDF residual of the reduced DAE at ``S = s`` and (optionally) its exact dense Jacobian.
 
     Args:
         rs: the reduced system.
-        s: ``S_n`` (nS,). u_bar, v_bar: ``Ū`` (nU,), ``V̄`` (nV,). h: ``γ Δt`` [s].
-        theta, theta_dot: motor values and rates (n_m,). baumgarte: ``a`` [1/s].
+        s: ``S_n`` (nS,).
+        inputs: ``Ū``, ``V̄``, ``h``, the motor values and rates and the Baumgarte rate
+            (:func:`retarget.sim.bdf.step_inputs`).
         jacobian: also form ``∂R/∂S``.
     """
     nu, nv, m = rs.n_u, rs.n_v, rs.n_lambda
@@ -419,18 +412,18 @@ def residual_and_jacobian(
     r_theta = np.zeros((ns, len(rs.motors))) if jacobian else None
     mass = np.zeros((nv, nv)) if jacobian else None
     layout = rs.servo
-    goal = np.atleast_1d(np.asarray(theta, dtype=float))
-    goal_dot = np.atleast_1d(np.asarray(theta_dot, dtype=float))
+    goal = np.atleast_1d(np.asarray(inputs.theta, dtype=float))
+    goal_dot = np.atleast_1d(np.asarray(inputs.theta_dot, dtype=float))
     theta, theta_dot = layout.motor_state(u, v, goal, goal_dot)
     # Kinematics R_U = U − Ū − h T V.
-    r[:nu] = u - u_bar
-    _rigid_rows(rs, u, v, v_bar, h, r, jac, mass)
-    _deformable_rows(rs, u, v, v_bar, h, r, jac, mass)
+    r[:nu] = u - inputs.u_bar
+    _rigid_rows(rs, u, v, inputs, r, jac, mass)
+    _deformable_rows(rs, u, v, inputs, r, jac, mass)
     if layout.size:
-        _servo_coordinate_rows(rs, u, v, v_bar, h, goal, goal_dot, r, jac, mass, r_theta, r_theta_dot)
+        _servo_coordinate_rows(rs, u, v, inputs.v_bar, inputs.h, goal, goal_dot, r, jac, mass, r_theta, r_theta_dot)
     # Constraints.
     for b in range(len(rs.constraints)):
-        _constraint_block_rows(rs, b, u, v, lam, theta, theta_dot, baumgarte, jacobian, r, jac, r_theta,
+        _constraint_block_rows(rs, b, u, v, lam, theta, theta_dot, inputs.baumgarte, jacobian, r, jac, r_theta,
                                r_theta_dot)
     return ReducedLinearization(r, jac, r_theta_dot, residual_norms(r, nu, nv), mass, r_theta)
 
@@ -530,15 +523,11 @@ def step(
     ``estimate`` (as ``simulate_compiled``'s default).
     Returns the new state and the Newton iteration count.
     """
-    a1, a2, gamma = BDF1 if prev2 is None else BDF2
-    u_bar, v_bar = a1 * prev.u, a1 * prev.v
-    if prev2 is not None:
-        u_bar, v_bar = u_bar + a2 * prev2.u, v_bar + a2 * prev2.v
-    h = gamma * dt
+    t = prev.t + dt
+    inputs = step_inputs(prev, prev2, dt, motors.value(t), motors.derivative(t))  # type: ignore[attr-defined]
+    h = inputs.h
     if cache.get("h") != h:
         cache["lu"], cache["h"] = None, h
-    t = prev.t + dt
-    theta, theta_dot = motors.value(t), motors.derivative(t)  # type: ignore[attr-defined]
     nb = rs.n_rigid
     rate = np.zeros(rs.n_u)
     if prev2 is None:
@@ -553,7 +542,7 @@ def step(
         else:
             ext = 4 * prev.s - 6 * prev2.s + 4 * prev3.s - prev4.s
         nu_, nv_ = rs.n_u, rs.n_v
-        u0, v0, lam0, base, hh = ext[:nu_], ext[nu_ : nu_ + nv_], ext[nu_ + nv_ :], u_bar, h
+        u0, v0, lam0, base, hh = ext[:nu_], ext[nu_ : nu_ + nv_], ext[nu_ + nv_ :], inputs.u_bar, h
     for i in range(nb):
         rate[7 * i : 7 * i + 3] = v0[6 * i : 6 * i + 3]
         rate[7 * i + 3 : 7 * i + 7] = 0.5 * quat_rate_matrix(u0[7 * i + 3 : 7 * i + 7]) @ v0[6 * i + 3 : 6 * i + 6]
@@ -561,7 +550,7 @@ def step(
     guess = np.concatenate([base + hh * rate, v0, lam0])
 
     def fn(s: NDArray[np.float64], jacobian: bool) -> ReducedLinearization:
-        return residual_and_jacobian(rs, s, u_bar, v_bar, h, theta, theta_dot, 1.0 / h, jacobian)
+        return residual_and_jacobian(rs, s, inputs, jacobian)
 
     s, iters = _newton(rs, guess, fn, dt, tol, max_iter, step_index, t, cache, estimate)
     nu, nv = rs.n_u, rs.n_v
@@ -572,22 +561,13 @@ def linearize(
     rs: ReducedSystem, new: ReducedState, prev: ReducedState, prev2: ReducedState | None, dt: float, motors: object
 ) -> ReducedLinearization:
     """The exact residual Jacobian ``∂R/∂S_n`` of the step that produced ``new`` (for the discrete adjoint)."""
-    a1, a2, gamma = BDF1 if prev2 is None else BDF2
-    u_bar, v_bar = a1 * prev.u, a1 * prev.v
-    if prev2 is not None:
-        u_bar, v_bar = u_bar + a2 * prev2.u, v_bar + a2 * prev2.v
-    h = gamma * dt
-    return residual_and_jacobian(
-        rs, new.s, u_bar, v_bar, h, motors.value(new.t), motors.derivative(new.t), 1.0 / h  # type: ignore[attr-defined]
-    )
+    theta, theta_dot = motors.value(new.t), motors.derivative(new.t)  # type: ignore[attr-defined]
+    return residual_and_jacobian(rs, new.s, step_inputs(prev, prev2, dt, theta, theta_dot))
 
 
-#: ``linearize(S, Ū, V̄, θ) -> (R, ∂R/∂S)`` at ``h = 1``, ``θ̇ = 0``, ``a = 1`` (the static solve's view of the BDF
-#: residual); :func:`residual_and_jacobian` by default, the compiled kernel in the compiled engine.
-StaticLinearization = Callable[
-    [NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]],
-    tuple[NDArray[np.float64], NDArray[np.float64]],
-]
+#: ``linearize(S, inputs) -> (R, ∂R/∂S)`` for the static solve's inputs (:meth:`StepInputs.static`);
+#: :func:`residual_and_jacobian` by default, the compiled kernel in the compiled engine.
+StaticLinearization = Callable[[NDArray[np.float64], StepInputs], tuple[NDArray[np.float64], NDArray[np.float64]]]
 
 
 def solve_static(
@@ -620,9 +600,8 @@ def solve_static(
 
 
 def _reference_linearization(rs: ReducedSystem) -> StaticLinearization:
-    def linearize(s: NDArray[np.float64], u_bar: NDArray[np.float64], v_bar: NDArray[np.float64],
-                  th: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        lin = residual_and_jacobian(rs, s, u_bar, v_bar, 1.0, th, np.zeros_like(th), 1.0)
+    def linearize(s: NDArray[np.float64], inputs: StepInputs) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        lin = residual_and_jacobian(rs, s, inputs)
         assert lin.jacobian is not None
         return lin.residual, lin.jacobian
 
@@ -643,7 +622,7 @@ def _newton_static(rs: ReducedSystem, th: NDArray[np.float64], u0: NDArray[np.fl
     norms: list[dict[str, float]] = []
     for _ in range(max_iter):
         s = np.concatenate([u, zv, lam])
-        res, j = linearize(s, u, zv, th)
+        res, j = linearize(s, StepInputs.static(u, nv, th))
         norms.append(residual_norms(res, nu, nv))
         tmap = np.zeros((nu, nv))
         for i in range(nb):
