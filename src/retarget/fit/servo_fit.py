@@ -297,11 +297,17 @@ class ReducedLoad(LoadSimulator):
     def shaft(self, servos: Sequence[ServoParams], goals: StepGoals, duration: float,
               dt: float) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         from retarget.optimize.adjoint import rollout
+        from retarget.sim.reduced.engine import CompiledReducedEngine
 
         engine = self.engine.with_servos(list(servos))
         n = math.ceil(duration / dt - 1e-9)
-        run = rollout(engine, engine.solve_static(goals.value(0.0)), goals, dt, n)
-        return run.times, run.matrix[:, engine.shaft_angle_index[self.motor]]
+        start = engine.solve_static(goals.value(0.0))
+        index = engine.shaft_angle_index[self.motor]
+        if isinstance(engine, CompiledReducedEngine):  # the whole run in compiled chunks: no per-step dispatch
+            compiled = engine.simulate(start, goals, dt, n)
+            return compiled.time, compiled.states[:, index]
+        run = rollout(engine, start, goals, dt, n)
+        return run.times, run.matrix[:, index]
 
 
 def make_load(model: RobotModel, servos: Sequence[ServoParams], motor: int, goals: StepGoals, duration: float,
