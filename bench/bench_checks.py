@@ -44,10 +44,10 @@ def main() -> int:
     from retarget.model import library
     from retarget.motion import load_motion
     from retarget.planning import PlanProgress, plan
-    from retarget.sim.adapters import planner_engine
-    from retarget.planning.options import options_from_parameters
     from retarget.planning.model import planning_model
+    from retarget.planning.options import options_from_parameters
     from retarget.planning.verification import check_plan
+    from retarget.sim.adapters import planner_engine
     from retarget.sim.reduced.system import with_stiffness_scale
 
     motion = load_motion(library.resolve_motion(args.motion))

@@ -36,13 +36,13 @@ def main() -> int:
     from retarget.model import library
     from retarget.motion import load_motion
     from retarget.optimize.adjoint import Window, evaluate, window_parameters
-    from retarget.sim.adapters import planner_engine
     from retarget.optimize.gauss_newton import ensemble_gauss_newton, tangent_least_squares
-    from retarget.planning.options import PlanOptions
     from retarget.optimize.parallel import default_workers, fork_pool
-    from retarget.planning.model import planning_model
     from retarget.optimize.problem import build_plan_problem, limits_for
     from retarget.optimize.weights import parse_tracked_bodies
+    from retarget.planning.model import planning_model
+    from retarget.planning.options import PlanOptions
+    from retarget.sim.adapters import planner_engine
     from retarget.sim.reduced.system import with_stiffness_scale
 
     motion = load_motion(library.resolve_motion(args.motion))

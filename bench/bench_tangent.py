@@ -44,14 +44,14 @@ def main() -> int:
 
     from retarget.model import library
     from retarget.motion import load_motion
-    from retarget.sim import adapters as engines
     from retarget.optimize.adjoint import Window, evaluate, window_parameters
-    from retarget.sim.adapters import planner_engine
     from retarget.optimize.gauss_newton import tangent_least_squares
-    from retarget.planning.options import PlanOptions
-    from retarget.planning.model import planning_model
     from retarget.optimize.problem import build_plan_problem, limits_for
     from retarget.optimize.weights import parse_tracked_bodies
+    from retarget.planning.model import planning_model
+    from retarget.planning.options import PlanOptions
+    from retarget.sim import adapters as engines
+    from retarget.sim.adapters import planner_engine
     from retarget.sim.reduced import compiled as ck
 
     @numba.njit(cache=False)

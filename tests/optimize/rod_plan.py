@@ -15,9 +15,9 @@ from numpy.typing import NDArray
 from retarget.motion.motion import Motion
 from retarget.optimize.adjoint import Evaluation
 from retarget.optimize.limits import MotorLimits, ServoSpec
-from retarget.planning.options import PlanOptions
 from retarget.optimize.problem import PlanProblem
 from retarget.optimize.weights import TrackedBodyWeights, WeightSchedule
+from retarget.planning.options import PlanOptions
 
 #: Fast settings: 2 iterations, no shaped baselines, the nominal model alone (no robust objective), no stiffness
 #: band and no full-FEM check. The defaults of those are tested in test_robust.py and tests/planning/test_run.py.

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from rod_fixtures import double_pendulum
 
 from retarget.optimize.adjoint import AdjointProblem, TrackedPoses, evaluate
 from retarget.optimize.bspline import MotorProfiles, ProfileParametrization
-from retarget.sim.adapters import AbsoluteEngine, ReferenceReducedEngine
 from retarget.optimize.objective import MotorRegularizer, TrackingObjective
 from retarget.optimize.weights import TrackedBodyWeights, WeightSchedule
-from rod_fixtures import double_pendulum
+from retarget.sim.adapters import AbsoluteEngine, ReferenceReducedEngine
 
 
 def _problem(engine, link: str, dt: float, n: int, knot: float, start, seed: int = 0):
@@ -130,8 +130,8 @@ def test_compiled_engine_gives_the_reference_gradient(rod_systems):
 def test_threaded_linearizations_give_the_same_gradient_and_tangents(rod_systems, monkeypatch):
     """The compiled engine's backward pass on 2 threads (step_sensitivities) is bit-for-bit the sequential one."""
     import retarget.sim.adapters as engines
-    from retarget.sim.adapters import reduced_engine, step_sensitivities
     from retarget.optimize.gauss_newton import tangent_least_squares
+    from retarget.sim.adapters import reduced_engine, step_sensitivities
 
     _, rs = rod_systems
     engine = reduced_engine(rs)
@@ -271,8 +271,8 @@ def test_speed_dependent_torque_penalty_gradient_matches_finite_differences(serv
     gradient comes through the adjoint in both the torque and the shaft speed."""
     from dataclasses import replace
 
-    from retarget.sim.adapters import reduced_engine
     from retarget.optimize.limits import TorquePenalty
+    from retarget.sim.adapters import reduced_engine
 
     _, rs = servo_rod_systems
     engine = reduced_engine(rs, compiled=False)

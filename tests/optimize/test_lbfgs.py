@@ -13,11 +13,11 @@ from virtual_clock import EVALUATION_S, VirtualClock
 
 from retarget.errors import InputError
 from retarget.optimize.adjoint import evaluate
-from retarget.sim.adapters import reduced_engine
+from retarget.optimize.control import EVALUATION_FORWARD_RUNS, Deadline
 from retarget.optimize.errors import OptimizeError, TimeBudgetError
 from retarget.optimize.lbfgs import DESCENT_ARMIJO, FIRST_STEP_PROBE, optimize
-from retarget.optimize.control import EVALUATION_FORWARD_RUNS, Deadline
 from retarget.optimize.problem import build_plan_problem
+from retarget.sim.adapters import reduced_engine
 from retarget.sim.errors import SimulationError
 
 

@@ -7,16 +7,16 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from tests.optimize.test_adjoint import _problem
 
 from retarget.motion.motion import Motion
-from retarget.sim.adapters import reduced_engine
 from retarget.optimize.limits import MotorLimits
-from retarget.planning.options import PlanOptions
-from retarget.planning.run import run_plan
 from retarget.optimize.settle import linearize, settle_refinement
 from retarget.optimize.weights import TrackedBodyWeights, WeightSchedule
+from retarget.planning.options import PlanOptions
+from retarget.planning.run import run_plan
+from retarget.sim.adapters import reduced_engine
 from retarget.sim.reduced.system import with_stiffness_scale
-from tests.optimize.test_adjoint import _problem
 
 
 def test_deviation_and_torque_jacobians_match_finite_differences(rod_systems):

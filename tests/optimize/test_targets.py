@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from retarget.optimize.adjoint import TrackedPoses
-from retarget.sim.adapters import reduced_engine
 from retarget.optimize.targets import quasi_static_targets
+from retarget.sim.adapters import reduced_engine
 
 
 def _setup(rod_systems):

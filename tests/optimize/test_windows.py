@@ -20,14 +20,14 @@ from rod_plan import OPTIONS, ramp, recorded, rod_limits, tip
 from virtual_clock import EVALUATION_S, VirtualClock
 
 from retarget.optimize.adjoint import Window, first_influence, window_parameters
-from retarget.sim.adapters import reduced_engine
+from retarget.optimize.control import EVALUATION_FORWARD_RUNS, Deadline
 from retarget.optimize.errors import OptimizeError, PlanCancelled, TimeBudgetError
 from retarget.optimize.gauss_newton import PROJECT_AFTER, ensemble_gauss_newton
 from retarget.optimize.lbfgs import optimize
-from retarget.optimize.control import EVALUATION_FORWARD_RUNS, Deadline
-from retarget.planning.run import run_plan
 from retarget.optimize.problem import build_plan_problem
 from retarget.optimize.windows import optimize_windows
+from retarget.planning.run import run_plan
+from retarget.sim.adapters import reduced_engine
 
 WINDOWS = replace(OPTIONS, window=0.08, window_tail=0.04, max_iterations=3)
 

@@ -38,8 +38,8 @@ def test_a_trained_model_is_cached_as_an_artifact_and_reused_for_the_same_motion
 
 
 def test_a_model_that_does_not_replay_its_training_motion_is_warned_about():
-    from retarget.planning.run import replay_check_warning
     from retarget.planning.model import REPLAY_WARN
+    from retarget.planning.run import replay_check_warning
 
     assert replay_check_warning({"training": {"replay_error_rel": 0.5 * REPLAY_WARN}}) == ""
     assert replay_check_warning({"source": "artifact"}) == ""

@@ -236,10 +236,10 @@ def test_the_learning_quadratic_is_the_derivative_of_the_predicted_objective(ser
 
     from retarget.motion.motion import Motion
     from retarget.optimize.adjoint import evaluate
-    from retarget.sim.adapters import reduced_engine
-    from retarget.planning.options import PlanOptions
     from retarget.optimize.problem import build_plan_problem
+    from retarget.planning.options import PlanOptions
     from retarget.planning.refine import _objective, learning_quadratic
+    from retarget.sim.adapters import reduced_engine
 
     _, rs = servo_rod_systems
     engine = reduced_engine(rs, tolerance=1e-12)

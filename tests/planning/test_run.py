@@ -16,15 +16,15 @@ from virtual_clock import EVALUATION_S, VirtualClock
 from retarget.errors import InputError
 from retarget.motion.motion import Motion
 from retarget.optimize.adjoint import evaluate
-from retarget.planning.checks import RunFigures, Verification
-from retarget.planning.stages import FEEDBACK_STAGES, TRAINING_STAGE
-from retarget.sim.adapters import reduced_engine
+from retarget.optimize.control import EVALUATION_FORWARD_RUNS
 from retarget.optimize.errors import OptimizeError, PlanCancelled, TimeBudgetError
 from retarget.optimize.limits import ServoSpec, check_profile_limits
-from retarget.optimize.control import EVALUATION_FORWARD_RUNS
+from retarget.planning.checks import RunFigures, Verification
 from retarget.planning.options import PlanOptions, options_from_parameters
 from retarget.planning.run import WARM_UP_STAGE, PlanProgress, plan, run_plan, warm_up
+from retarget.planning.stages import FEEDBACK_STAGES, TRAINING_STAGE
 from retarget.planning.verification import verify_plan
+from retarget.sim.adapters import reduced_engine
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ import pytest
 from rod_plan import OPTIONS, ramp, rod_limits, tip
 
 from retarget.motion.motion import Motion
-from retarget.sim.adapters import reduced_engine
 from retarget.planning.run import run_plan
 from retarget.planning.variants import motion_stop_time, shaped_baselines, simulate_variant
+from retarget.sim.adapters import reduced_engine
 
 
 def test_naive_variant_is_the_first_evaluation(rod_systems):

@@ -7,12 +7,12 @@ import pytest
 from rod_plan import OPTIONS, ramp, rod_limits, tip
 from virtual_clock import VirtualClock
 
-from retarget.planning.checks import ExitStatus, RunFigures, Verdict, Verification
-from retarget.sim.adapters import reduced_engine
 from retarget.optimize.control import Deadline
 from retarget.optimize.errors import PlanCancelled
+from retarget.planning.checks import ExitStatus, RunFigures, Verdict, Verification
 from retarget.planning.run import run_plan
 from retarget.planning.verification import finer_step_holds, verify_metrics, verify_plan
+from retarget.sim.adapters import reduced_engine
 
 
 @pytest.fixture(scope="module")

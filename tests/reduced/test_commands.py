@@ -117,11 +117,11 @@ def test_position_violation_is_the_constraint_value() -> None:
     """``max_position_violation`` reads C from the compiled residual (V = 0, θ̇ = 0, a = 1): it must equal the
     reference stepper's constraint rows, evaluated independently, at a perturbed (violating) state."""
     from retarget.model.loader import load_robot
+    from retarget.sim.bdf import StepInputs
     from retarget.sim.motion_input import motors_from_motion
     from retarget.sim.reduced.basis import ReducedBasis, rigid_modes
     from retarget.sim.reduced.commands import max_position_violation
     from retarget.sim.reduced.cubature import train_cubature
-    from retarget.sim.bdf import StepInputs
     from retarget.sim.reduced.engine import CompiledRun
     from retarget.sim.reduced.stepper import residual_and_jacobian, solve_static
     from retarget.sim.reduced.system import build_reduced_system, reference_bodies

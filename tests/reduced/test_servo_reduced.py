@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from retarget.model.servo import SERVO_MODELS
+from retarget.sim.bdf import StepInputs
 from retarget.sim.integrator import initial_state, simulate_states
 from retarget.sim.motors import FunctionMotors
 from retarget.sim.reduced.basis import ReducedBasis, rigid_modes
 from retarget.sim.reduced.cubature import Cubature, _element_rows
-from retarget.sim.bdf import StepInputs
 from retarget.sim.reduced.stepper import ReducedState, residual_and_jacobian, solve_static, step
 from retarget.sim.reduced.system import build_reduced_system, reference_bodies
 from retarget.sim.scenarios import build_two_motor_rod

@@ -6,10 +6,10 @@ import sys
 
 import numpy as np
 import pytest
+from tests.motion.conftest import motion  # noqa: F401  (the motion tests' fixture)
 
 from retarget.motion import Motion
 from retarget.ros.motion_convert import from_joint_trajectory_msg, to_joint_trajectory_msg
-from tests.motion.conftest import motion  # noqa: F401  (the motion tests' fixture)
 
 
 def test_round_trip_through_a_real_message(motion: Motion) -> None:  # noqa: F811 (the fixture)

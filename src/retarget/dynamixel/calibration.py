@@ -24,6 +24,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
 import numpy as np
 
 from retarget.dynamixel.bus import DynamixelBus

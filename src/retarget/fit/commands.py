@@ -13,12 +13,12 @@ from retarget.cliargs import add_robot
 from retarget.progress import counting_bar
 
 if TYPE_CHECKING:
-    from retarget.fit.design import BurstChoice, IdentificationDesign
-    from retarget.fit.rig import StepTestRig
-    from retarget.fit.simulators import BeamEngine
     import numpy as np
     from numpy.typing import NDArray
 
+    from retarget.fit.design import BurstChoice, IdentificationDesign
+    from retarget.fit.rig import StepTestRig
+    from retarget.fit.simulators import BeamEngine
     from retarget.model.servo import ServoParams
     from retarget.motion.motion import Motion
 

@@ -32,9 +32,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from retarget.optimize.bspline import MotorProfiles, ProfileParametrization
-from retarget.sim.adapters import step_sensitivities
 from retarget.optimize.limits import TorquePenalty, VelocityPenalty
 from retarget.optimize.objective import MotorRegularizer, TrackingObjective
+from retarget.sim.adapters import step_sensitivities
 from retarget.sim.engine import Engine, EngineState
 
 __all__ = ["AdjointProblem", "Evaluation", "Rollout", "TrackedPoses", "Window", "evaluate", "first_influence",

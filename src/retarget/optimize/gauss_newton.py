@@ -36,10 +36,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from retarget.optimize.adjoint import AdjointProblem, Rollout, evaluate
-from retarget.sim.adapters import step_sensitivities
 from retarget.optimize.parallel import run_shared
 from retarget.optimize.result import SearchState
 from retarget.optimize.robust import forked_member
+from retarget.sim.adapters import step_sensitivities
 
 if TYPE_CHECKING:  # pragma: no cover
     from retarget.optimize.limits import TorquePenalty

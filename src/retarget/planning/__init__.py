@@ -51,6 +51,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 if TYPE_CHECKING:
+    from retarget.planning.budget import Budget, PlanEstimate, plan_estimate
     from retarget.planning.checks import (
         BandResult,
         FinerStepCheck,
@@ -60,7 +61,6 @@ if TYPE_CHECKING:
         Verdict,
         Verification,
     )
-    from retarget.planning.budget import Budget, PlanEstimate, plan_estimate
     from retarget.planning.model import PlanningModel, planning_model
     from retarget.planning.options import PlanOptions, RefineOptions, Start, VerifyModel, options_from_parameters
     from retarget.planning.run import PlanProgress, plan, run_plan

@@ -22,7 +22,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
 __all__ = ["MEANINGFUL_CUT", "NO_CUT_SLACK", "BandResult", "CutStatus", "ExitStatus", "FinerStepCheck",
            "ModelKind", "NaiveAtFinerStep", "PlanChecks", "RunFigures", "StiffnessBand", "Verdict", "Verification",
            "band_from_entries", "finer_step_holds", "stiffness_key"]

@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 
     from retarget.motion.motion import Motion
     from retarget.planning.budget import PlanEstimate, StageEstimate
-    from retarget.planning.options import PlanOptions
     from retarget.planning.model import PlanningModel
+    from retarget.planning.options import PlanOptions
     from retarget.planning.variants import PlanResult
 
 
@@ -438,10 +438,10 @@ def _check_gradient(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from retarget.optimize.adjoint import evaluate
-    from retarget.sim.adapters import reduced_engine
-    from retarget.planning.options import PlanOptions
     from retarget.optimize.problem import build_plan_problem, limits_for
     from retarget.optimize.weights import parse_tracked_bodies
+    from retarget.planning.options import PlanOptions
+    from retarget.sim.adapters import reduced_engine
 
     started = time.perf_counter()
     pm, motion = _load(args)

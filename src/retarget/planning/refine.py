@@ -78,14 +78,14 @@ from retarget.motion.limits import check_plan_input
 from retarget.motion.motion import Motion
 from retarget.optimize.adjoint import AdjointProblem, Evaluation, evaluate
 from retarget.optimize.bspline import ProfileParametrization
-from retarget.sim.adapters import planner_engine
 from retarget.optimize.errors import OptimizeError, ShapingError
 from retarget.optimize.gauss_newton import parameter_hessian, tangent_least_squares
 from retarget.optimize.limits import MotorLimits, TorquePenalty, check_profile_limits
-from retarget.planning.options import PlanOptions, RefineOptions
-from retarget.planning.model import planning_model
 from retarget.optimize.problem import PlanProblem, build_plan_problem, limits_for, motion_stop_time
 from retarget.optimize.shaping import identify_from_trajectory
+from retarget.optimize.weights import merge_tracked_weights, parse_tracked_bodies
+from retarget.planning.model import planning_model
+from retarget.planning.options import PlanOptions, RefineOptions
 from retarget.planning.variants import (
     PLAN_SETTINGS_PREFIX,
     comment_json,
@@ -96,9 +96,9 @@ from retarget.planning.variants import (
     servo_mismatches,
 )
 from retarget.planning.verification import commanded_stop_time, gate_model
-from retarget.optimize.weights import merge_tracked_weights, parse_tracked_bodies
-from retarget.sim.errors import SimulationError
+from retarget.sim.adapters import planner_engine
 from retarget.sim.engine import Engine
+from retarget.sim.errors import SimulationError
 from retarget.sim.reduced.system import with_stiffness_scale
 
 __all__ = [

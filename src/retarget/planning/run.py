@@ -25,9 +25,7 @@ from numpy.typing import NDArray
 from retarget.errors import InputError
 from retarget.motion.motion import Motion
 from retarget.optimize.adjoint import Evaluation
-from retarget.planning.checks import NaiveAtFinerStep, PlanChecks, Verification
 from retarget.optimize.control import BudgetExhausted, Deadline, first_evaluation, guarded_progress
-from retarget.sim.engine import Engine
 from retarget.optimize.errors import OptimizeError, PlanCancelled, TimeBudgetError
 from retarget.optimize.lbfgs import optimize
 from retarget.optimize.limits import (
@@ -37,6 +35,12 @@ from retarget.optimize.limits import (
     speed_feasible_parameters,
     torque_report,
 )
+from retarget.optimize.parallel import default_workers, fork_pool
+from retarget.optimize.problem import PlanProblem, build_plan_problem, limits_for
+from retarget.optimize.result import OptimizationResult
+from retarget.optimize.robust import without_other_branches
+from retarget.optimize.weights import TrackedBodyWeights
+from retarget.optimize.windows import optimize_windows
 from retarget.planning.budget import (
     SETTLE_RESERVE,
     Budget,
@@ -45,11 +49,9 @@ from retarget.planning.budget import (
     optimizer_reserve,
     plan_estimate,
 )
+from retarget.planning.checks import NaiveAtFinerStep, PlanChecks, Verification
 from retarget.planning.options import PlanOptions, Start, VerifyModel
-from retarget.optimize.parallel import default_workers, fork_pool
-from retarget.optimize.problem import PlanProblem, build_plan_problem, limits_for
-from retarget.optimize.result import OptimizationResult
-from retarget.optimize.robust import without_other_branches
+from retarget.planning.stages import CANCEL_POLL_S, TRAINING_STAGE, CancelCheck
 from retarget.planning.variants import (
     MIN_RING_OUT,
     PlanResult,
@@ -59,14 +61,12 @@ from retarget.planning.variants import (
     shaped_baselines,
 )
 from retarget.planning.verification import naive_at_finer_step, verify_plan
-from retarget.optimize.weights import TrackedBodyWeights
-from retarget.optimize.windows import optimize_windows
-from retarget.planning.stages import CANCEL_POLL_S, TRAINING_STAGE, CancelCheck
+from retarget.sim.engine import Engine
 
 if TYPE_CHECKING:
+    from retarget.optimize.settle import SettleReport
     from retarget.planning.budget import PlanEstimate, StageEstimate
     from retarget.planning.model import PlanningModel
-    from retarget.optimize.settle import SettleReport
     from retarget.sim.reduced.system import ReducedSystem
 
 __all__ = ["WARM_UP_S", "WARM_UP_STAGE", "PlanProgress", "estimate_for", "plan", "run_plan", "warm_up"]
@@ -133,8 +133,8 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
         RetargetError: planning failed.
     """
     from retarget.motion.limits import check_plan_input
-    from retarget.sim.adapters import planner_engine
     from retarget.planning.verification import gate_model  # noqa: PLC0415
+    from retarget.sim.adapters import planner_engine
 
     options = PlanOptions() if options is None else options
     progress = PlanProgress() if progress is None else progress

@@ -28,10 +28,10 @@ from retarget.optimize.result import OptimizationResult
 from retarget.sim.engine import Engine, EngineState
 
 if TYPE_CHECKING:  # pragma: no cover
-    from retarget.optimize.bspline import MotorProfiles
-    from retarget.planning.checks import NaiveAtFinerStep, PlanChecks, Verdict
     from retarget.model.servo import ServoParams
+    from retarget.optimize.bspline import MotorProfiles
     from retarget.optimize.settle import SettleReport
+    from retarget.planning.checks import NaiveAtFinerStep, PlanChecks, Verdict
     from retarget.sim.motors import MotorTrajectory
 
 __all__ = ["MIN_RING_OUT", "PlanResult", "Variant", "evaluation_variant", "measured_variant", "motion_stop_time",

@@ -34,6 +34,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from retarget.optimize.adjoint import rollout
+from retarget.optimize.control import BudgetExhausted, Deadline, guarded_progress
+from retarget.optimize.errors import PlanCancelled
+from retarget.optimize.limits import MotorLimits, torque_report
+from retarget.optimize.objective import deviation_metrics
+from retarget.optimize.parallel import default_workers, fork_pool, run_shared
+from retarget.planning.budget import deformable_dofs, full_verification_cost
 from retarget.planning.checks import (
     MEANINGFUL_CUT,
     NO_CUT_SLACK,
@@ -49,22 +55,16 @@ from retarget.planning.checks import (
     band_from_entries,
     finer_step_holds,
 )
-from retarget.optimize.control import BudgetExhausted, Deadline, guarded_progress
-from retarget.optimize.errors import PlanCancelled
-from retarget.optimize.limits import MotorLimits, torque_report
-from retarget.optimize.objective import deviation_metrics
-from retarget.planning.budget import deformable_dofs, full_verification_cost
 from retarget.planning.options import VerifyModel, band_offloaded
-from retarget.optimize.parallel import default_workers, fork_pool, run_shared
 from retarget.planning.variants import start_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from retarget.model.robot import RobotModel
     from retarget.optimize.adjoint import TrackedPoses
     from retarget.optimize.bspline import MotorProfiles
-    from retarget.planning.options import PlanOptions
-    from retarget.planning.model import PlanningModel
     from retarget.optimize.problem import PlanProblem
+    from retarget.planning.model import PlanningModel
+    from retarget.planning.options import PlanOptions
     from retarget.planning.variants import PlanResult
     from retarget.sim.engine import Engine, EngineState
     from retarget.sim.motors import SplineMotors

@@ -27,8 +27,8 @@ import os
 import re
 import shutil
 import zipfile
-from dataclasses import asdict, dataclass
 from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
