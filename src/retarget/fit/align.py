@@ -28,6 +28,7 @@ from numpy.typing import NDArray
 from retarget.fit.errors import AlignmentError
 from retarget.fit.recording import TipRecording
 from retarget.fit.simulators import TipTrajectory
+from retarget.mocap.onset import crossing_time, departure
 
 __all__ = ["Alignment", "RestPose", "align", "detect_onset", "difference_noise", "kabsch", "rest_pose", "still_pose"]
 
@@ -182,17 +183,11 @@ def detect_onset(time_s: NDArray[np.float64], position_m: NDArray[np.float64], r
     valid = np.isfinite(position_m).all(axis=1)
     t, p = time_s[valid], position_m[valid]
     dist = np.linalg.norm(p - rest, axis=1)
-    above = dist > threshold_m
-    run = np.convolve(above.astype(int), np.ones(consecutive, dtype=int), mode="valid") == consecutive
-    hits = np.nonzero(run)[0]
-    if hits.size == 0:
+    i = departure(dist, threshold_m, consecutive)
+    if i is None:
         raise AlignmentError("the tip never leaves its rest pose (no step found)",
                              {"threshold_m": threshold_m, "max_distance_m": float(dist.max(initial=0.0))})
-    i = int(hits[0])
-    if i == 0:
-        return float(t[0])
-    frac = (threshold_m - dist[i - 1]) / max(dist[i] - dist[i - 1], 1e-15)
-    return float(t[i - 1] + np.clip(frac, 0.0, 1.0) * (t[i] - t[i - 1]))
+    return float(t[0]) if i == 0 else crossing_time(t, dist, i, threshold_m)
 
 
 def kabsch(source: NDArray[np.float64], target: NDArray[np.float64]

@@ -5,7 +5,8 @@ Modules: :mod:`~retarget.mocap.natnet` (packet codec), :mod:`~retarget.mocap.cli
 :mod:`~retarget.mocap.server` (loopback NatNet server for the twin and tests), :mod:`~retarget.mocap.source`
 (the frame type every source yields), :mod:`~retarget.mocap.twin` (simulated source),
 :mod:`~retarget.mocap.motive_csv` (CSV import), :mod:`~retarget.mocap.bags` (rosbag2 I/O),
-:mod:`~retarget.mocap.pcap` (captured traffic for replay).
+:mod:`~retarget.mocap.pcap` (captured traffic for replay), :mod:`~retarget.mocap.onset` (where a tracked body
+leaves its rest).
 """
 from retarget.mocap.client import ClientStats, NatNetClient, NatNetClientConfig
 from retarget.mocap.errors import (

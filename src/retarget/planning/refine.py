@@ -72,6 +72,7 @@ from retarget.errors import InputError
 from retarget.mocap.bags import bag_info, pose_topic, read_pose_series
 from retarget.mocap.errors import MocapError
 from retarget.mocap.motive_csv import MotiveTake, read_motive_csv
+from retarget.mocap.onset import crossing_time, departure
 from retarget.motion.csv_format import read_comments
 from retarget.motion.io import load_motion, save_motion
 from retarget.motion.limits import check_plan_input
@@ -493,34 +494,20 @@ def _onset_offset(take: Take, times: NDArray[np.float64], predicted: NDArray[np.
     beyond = np.flatnonzero(pred_dist > threshold)
     if beyond.size == 0 or beyond[0] == 0:
         return None
-    pred_onset = _crossing(times, pred_dist, int(beyond[0]), threshold)
+    pred_onset = crossing_time(times, pred_dist, int(beyond[0]), threshold)
     dist = np.linalg.norm(pos - rest, axis=1)
-    i = _departure(dist, threshold)
-    if i is None or t[i] <= t[0] + ONSET_REST_S:
+    i = departure(dist, threshold)
+    if not i or t[i] <= t[0] + ONSET_REST_S:  # none, or the first frame is one
         return None  # moving already: no rest to leave
     lead = pred_onset - float(times[int(np.argmax(pred_dist > DEPARTURE_M))])
-    starts = _crossing(t, dist, i, threshold) - lead
+    starts = crossing_time(t, dist, i, threshold) - lead
     before = (t > starts - ONSET_REST_S) & (t <= starts)
     if before.sum() >= 5:
         dist = np.linalg.norm(pos - np.median(pos[before], axis=0), axis=1)
-        i = _departure(dist, threshold)
-        if i is None:
+        i = departure(dist, threshold)
+        if not i:
             return None
-    return _crossing(t, dist, i, threshold) - pred_onset
-
-
-def _departure(dist: NDArray[np.float64], threshold: float) -> int | None:
-    """The first of three frames in a row farther than ``threshold`` from the rest (``dist`` (n,) [m]); None when
-    there is none or the first frame is one."""
-    away = dist > threshold
-    run = np.convolve(away.astype(int), np.ones(3, dtype=int), mode="valid") == 3
-    i = int(np.argmax(run))
-    return i if run.any() and i > 0 else None
-
-
-def _crossing(tt: NDArray[np.float64], dist: NDArray[np.float64], k: int, threshold: float) -> float:
-    """When ``dist`` (n,) crosses ``threshold`` between samples ``k − 1`` and ``k`` of times ``tt`` (linear) [s]."""
-    return float(tt[k - 1] + (threshold - dist[k - 1]) / max(dist[k] - dist[k - 1], 1e-15) * (tt[k] - tt[k - 1]))
+    return crossing_time(t, dist, i, threshold) - pred_onset
 
 
 def _found_offset(points: _Points, take: Take, times: NDArray[np.float64], predicted: NDArray[np.float64]
