@@ -45,8 +45,6 @@ def rod_systems():
     return system, rs
 
 
-
-
 @pytest.fixture()
 def tiny_robot(tmp_path, monkeypatch):
     """The tiny robot on disk, with an empty private cache and model folder."""

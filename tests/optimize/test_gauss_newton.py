@@ -12,8 +12,6 @@ from rod_fixtures import double_pendulum
 from tests.optimize.test_adjoint import _problem
 
 
-
-
 def _check(problem, x, rng, eps, tol):
     ev = evaluate(problem, x)
     ls = tangent_least_squares(problem, x, ev.rollout)

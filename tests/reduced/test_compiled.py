@@ -135,7 +135,6 @@ def test_curvature_free_columns_are_skipped_exactly(random_reduced):
     assert np.array_equal(a.jacobian, b.jacobian) and np.array_equal(a.r_theta, b.r_theta)
 
 
-
 def test_coupling_curvature_by_chain_rule_equals_column_complex_steps(random_reduced):
     """The couplings' curvature terms through the slot map (one step along ẏ, 13 slot-row steps, 4 quaternion steps
     of the map) equal one complex step of the whole block per local coordinate, for couplings to the reference and
@@ -323,7 +322,6 @@ def test_stopping_test_bounds_the_remaining_error():
     assert ck.converged(1e-10, 1.5e-10, 1e-10)
 
 
-
 def test_a_matrix_is_replaced_where_its_cost_per_step_is_least():
     """Renewal theory: a matrix whose steps cost ``c_1 ≤ c_2 ≤ …`` iterations, after a factorization of cost ``C``,
     serves the fewest iterations per step when replaced after the step ``n`` that minimizes ``(C + Σ_{k≤n} c_k)/n``.
@@ -355,6 +353,7 @@ def test_a_stale_matrix_is_kept_near_the_tolerance_and_replaced_far_from_it():
             fresh = ck.REFACTOR_COST + remaining / np.log(1 / ck.FRESH_CONTRACTION)
             assert ck.refactor(size, size / rho, tol) == (stale > fresh), (size, rho)
     assert not ck.refactor(1e-11, 1e-10, tol)  # converged already
+
 
 def test_condensed_solves_are_exact(pca_reduced):
     rs = pca_reduced

@@ -188,7 +188,6 @@ def test_reduced_twin_uses_the_model_or_falls_back(tmp_path: Path, monkeypatch: 
     assert plan.node("planner").parameters["reduced_file"] == str(model.resolve())  # one model for both
 
 
-
 def test_a_perturbed_twin_reaches_the_worker_the_mocap_noise_and_the_servers_tolerance(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from retarget.twin.perturbation import parse_perturbation
@@ -242,6 +241,7 @@ def test_natnet_on_the_reduced_twin_without_a_motive_address_is_a_simulated_moti
     with pytest.raises(InputError, match="a real Motive"):
         describe("single_rod", twin="reduced", reduced=model, run_dir=tmp_path, mocap="natnet",
                  mocap_server="10.0.0.2", perturb=perturb)
+
 
 def test_unknown_robot_names_the_known_ones() -> None:
     with pytest.raises(InputError, match="drummer"):
@@ -468,6 +468,7 @@ def test_retarget_up_goal_then_sigint(robot: str, ros_context: Any) -> None:
             point = JointTrajectoryPoint(positions=[scale * (-1) ** i for i in range(len(joints))])
             point.time_from_start.sec, point.time_from_start.nanosec = int(t), int(round((t % 1) * 1e9))
             goal.trajectory.points.append(point)
+
         def attempt() -> Any:
             sent = client.send_goal_async(goal)
             wait_for(sent.done, 10.0, "goal response")

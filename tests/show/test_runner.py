@@ -25,6 +25,7 @@ def on_ray(test):
     """The marks of a test that plans on the module's Ray cluster (it starts processes, and takes seconds)."""
     return pytest.mark.integration(pytest.mark.slow(test))
 
+
 #: Plan options of every job: the tiny robot's 2-mode model, one iteration, no robust members or band, the
 #: verification at dt / 5 in the planning model only.
 OPTIONS = ("max_iterations: 1, dt: 0.005, modes: 2, mesh_axial: 4, dt_train: 0.002, knot_spacing: 0.04, "

@@ -828,6 +828,7 @@ def _predicted(engine: BeamEngine, values: tuple[float, float, float], design: I
               f"{100 * r['alpha']:.2f} %, beta {100 * r['beta']:.2f} % (corr {pred.correlation[1, 2]:+.3f})")
     return {k: v.to_dict() for k, v in predictions.items()}
 
+
 def _numbers(text: str, kind: type[_N], flag: str) -> list[_N]:
     from retarget.errors import InputError
 

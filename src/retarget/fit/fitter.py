@@ -615,6 +615,7 @@ def _at_bound(res: OptimizeResult, names: Sequence[str], lo: NDArray[np.float64]
             at_bound[p] = "upper"
     return at_bound
 
+
 def _angle_rms(problem: FitProblem, weighted: NDArray[np.float64]) -> float | None:
     """RMS of the angle residual [rad] with the per-case weights taken out (None when no angle is fitted)."""
     if weighted.size == 0:

@@ -897,6 +897,7 @@ def _full_fem_check(setup: _FitSetup, full: FullLoad, problem: _Problem, current
     at = np.maximum(setup.test.time + shift_s, 0.0)
     return float(np.sqrt(np.mean((np.interp(at, t_full, shaft_full) - simulated) ** 2)))
 
+
 def with_fitted(servos: Sequence[ServoParams], motors: Sequence[str], result: ServoFitResult) -> list[ServoParams]:
     """``servos`` (one per motor) with the tested motor's replaced by the fitted one."""
     out = list(servos)

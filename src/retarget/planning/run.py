@@ -282,6 +282,7 @@ class _Rounds:
         return check_plan(result, self.pm.model, options, self.engine_factory, self.reports.steps, self.reports.say,
                           self.deadline, robot=self.robot, planning_info=self.pm.info)
 
+
 def _verified_torque_rounds(rounds: _Rounds, result: PlanResult, options: PlanOptions,
                             run_options: PlanOptions) -> tuple[PlanResult, PlanChecks | None, bool]:
     """Check ``result``; while the verification model measures the optimum above the stall torque where the
@@ -312,6 +313,7 @@ def _verified_torque_rounds(rounds: _Rounds, result: PlanResult, options: PlanOp
         fired = rounds.reports.fired
         result, checks = again, (None if fired else rounds.check(again, run_options))
     return result, checks, fired
+
 
 def estimate_for(pm: PlanningModel, engine: Engine, motion: Motion, options: PlanOptions) -> PlanEstimate:
     """The :class:`~retarget.planning.budget.PlanEstimate` of planning ``motion`` with ``options`` on the
@@ -552,6 +554,7 @@ def _variants(pp: PlanProblem, options: PlanOptions, opt: OptimizationResult, na
     timings["baselines"] = time.perf_counter() - t0
     variants["optimized"] = evaluation_variant(pp, "optimized", opt.x, opt.best)
     return variants
+
 
 def _within_speed_limits(pp: PlanProblem, opt: OptimizationResult, limits: MotorLimits,
                          warnings: list[str]) -> OptimizationResult:

@@ -592,6 +592,7 @@ def _verify_in(kind: ModelKind | None, vm: ReducedRobotModel | None, result: Pla
                                                 progress=steps))
     return verified, verified_band
 
+
 def plan_verdict(result: PlanResult, verified: Verification | None) -> Verdict:
     """The :class:`Verdict` of a plan with both a naive and an optimized variant: its headline from ``verified``
     when the plan was verified in another model (and the optimized motion's torque there), else from the planning

@@ -57,6 +57,7 @@ __all__ = ["Planner", "TrainingFeedback", "fallback_models", "main"]
 
 Result = Retarget.Result
 
+
 class Planner(Node):
     """Serves Retarget goals; forwards optimized trajectories to the trajectory server on request."""
 

@@ -41,6 +41,7 @@ __all__ = [
 
 _LOG = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True, eq=False)
 class State:
     """The DAE state at time ``t``: ``U`` (nU,), ``V`` (nV,), ``λ`` (m,) (layout: :class:`System`)."""
