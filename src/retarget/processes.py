@@ -1,11 +1,12 @@
-"""Child processes that end with their parent: :func:`die_with_parent`, the ``preexec_fn`` that asks Linux to signal
-a child when the process that started it dies (``prctl(PR_SET_PDEATHSIG)``), even by SIGKILL."""
+"""Processes and threads on Linux: :func:`die_with_parent`, the ``preexec_fn`` that asks Linux to signal a child when
+the process that started it dies (``prctl(PR_SET_PDEATHSIG)``), even by SIGKILL; :func:`realtime_priority`, a
+thread scheduled ``SCHED_FIFO`` (a control loop's)."""
 from __future__ import annotations
 
 import signal
 from collections.abc import Callable
 
-__all__ = ["die_with_parent"]
+__all__ = ["die_with_parent", "realtime_priority"]
 
 #: ``prctl``'s option that sets the signal a process gets when its parent dies.
 _PR_SET_PDEATHSIG = 1
@@ -39,3 +40,24 @@ def die_with_parent(signum: signal.Signals) -> Callable[[], None] | None:
         prctl(_PR_SET_PDEATHSIG, int(signum))
 
     return preexec
+
+
+def realtime_priority(priority: int) -> str | None:
+    """Put the calling thread under ``SCHED_FIFO`` at ``priority`` (1–99), as ros2_control's controller manager
+    runs its update loop (``thread_priority``, default 50): it then preempts every ordinary process when its tick is
+    due. Returns None when done (or ``priority`` is 0: nothing asked), else why not (a user without an ``rtprio``
+    limit, a system without ``SCHED_FIFO``); the thread then keeps its ordinary scheduling.
+    """
+    import os
+    import threading
+
+    if priority == 0:
+        return None
+    if not hasattr(os, "sched_setscheduler"):
+        return "this system has no SCHED_FIFO"
+    try:
+        os.sched_setscheduler(threading.get_native_id(), os.SCHED_FIFO, os.sched_param(int(priority)))
+    except (OSError, ValueError) as exc:
+        return (f"SCHED_FIFO at priority {priority} refused ({exc}): allow it with an rtprio limit for this user "
+                "(/etc/security/limits.d, as ros2_control's real-time set-up describes), or set thread_priority 0")
+    return None

@@ -70,6 +70,7 @@ from retarget.dynamixel.protocol import (
     parse_sync_write,
 )
 from retarget.errors import InputError
+from retarget.processes import realtime_priority
 
 __all__ = [
     "EmulatedBus",
@@ -500,6 +501,8 @@ class PtyEmulator:
         honour_return_delay: sleep each servo's Return Delay Time before its reply.
         idle_period: how often the dynamics are advanced while no packet arrives [s] (they are always brought
             up to date before a packet is answered; this keeps a digital twin moving between commands).
+        thread_priority: ``SCHED_FIFO`` priority of the serving thread (0: ordinary scheduling): a servo answers
+            within its Return Delay Time however loaded the host is (:func:`retarget.processes.realtime_priority`).
     """
 
     def __init__(
@@ -509,9 +512,11 @@ class PtyEmulator:
         control_path: str | Path | None = None,
         honour_return_delay: bool = True,
         idle_period: float = 0.02,
+        thread_priority: int = 0,
     ) -> None:
         self.bus = bus
         self.idle_period = idle_period
+        self.thread_priority = thread_priority
         self.link = Path(link) if link else None
         self.control_path = Path(control_path) if control_path else None
         self.honour_return_delay = honour_return_delay
@@ -649,6 +654,9 @@ class PtyEmulator:
             os.write(self._wake_w, b"x")
 
     def _serve(self) -> None:
+        refused = realtime_priority(self.thread_priority)
+        if refused is not None:
+            print(f"emulator: the bus is served with ordinary scheduling: {refused}", file=sys.stderr, flush=True)
         stream = PacketStream()
         while not self._stop.is_set():
             master = self._master
@@ -860,6 +868,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--positions", default=None,
                         help="power-on shaft angles [rad], one per ID, e.g. 0.3,-0.5 (default 0: tick 2048)")
     parser.add_argument("--period", type=float, default=0.002, help="servo model step [s]")
+    parser.add_argument("--thread-priority", type=int, default=50, choices=range(100), metavar="0-99",
+                        help="SCHED_FIFO priority of the thread serving the bus (default 50: the servos it stands in "
+                             "for answer within their Return Delay Time however loaded the host; 0: ordinary "
+                             "scheduling)")
     parser.add_argument("--json", action="store_true", help="print the ready line as JSON")
     parser.add_argument("--robot", help="robot name or description YAML: the servos' joints, offsets and "
                                         "directions come from its params file (in --ids order), their models "
@@ -990,7 +1002,7 @@ def run(args: argparse.Namespace, twin: TwinStart | None = None) -> int:
     dynamics, stop_twin = _twin_dynamics(args, local, robot, twin)
     bus = EmulatedBus(ids, dynamics=dynamics, table=table, period=args.period, return_delay_us=args.return_delay_us,
                       baudrate=args.baud, initial_positions=_positions(args.positions, len(ids)))
-    emulator = PtyEmulator(bus, link=args.link, control_path=control)
+    emulator = PtyEmulator(bus, link=args.link, control_path=control, thread_priority=args.thread_priority)
     stop = threading.Event()
 
     def _on_signal(signum: int, _frame: object) -> None:

@@ -43,11 +43,22 @@ from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
 from retarget.control import CommandFollower, TrajectoryRejected
-from retarget.dynamixel import (DEFAULT_SERVO_MODEL, SERVO_MODELS, CrcError, DeviceError, DynamixelError,
-                                GoalOutOfRangeError, HostError, MalformedPacketError, NoReplyError, OperatingMode,
-                                load_control_table)
+from retarget.dynamixel import (
+    DEFAULT_SERVO_MODEL,
+    SERVO_MODELS,
+    CrcError,
+    DeviceError,
+    DynamixelError,
+    GoalOutOfRangeError,
+    HostError,
+    MalformedPacketError,
+    NoReplyError,
+    OperatingMode,
+    load_control_table,
+)
 from retarget.dynamixel.robot_servos import servos_for_joints
 from retarget.errors import InputError
+from retarget.processes import realtime_priority
 from retarget.ros.conversions import goal_points
 from retarget.ros.params import declare
 from retarget.ros.spinning import TEST_STOP_GC_ENV, close_node, spin, stopping_on_signals
@@ -168,6 +179,9 @@ class DynamixelDriver(Node):
         self.write_gains = declare(self, "write_servo_gains", T.BOOL, True,
                                    "write each servo's Position P/I/D Gain and PWM Limit from the robot's servo "
                                    "parameters at start and read them back (needs robot_name)")
+        self.thread_priority = declare(self, "thread_priority", T.INTEGER, 50,
+                                       "SCHED_FIFO priority of the control loop's thread (as ros2_control's "
+                                       "controller manager); 0 = ordinary scheduling", low=0, high=99)
         self._comm_errors_since: float | None = None  # monotonic [s] of the first failed read of a run
         if not self.joint_names or len(ids) != len(self.joint_names):
             raise InputError(f"need one dynamixel_ids entry per joint: {len(ids)} ids for "
@@ -274,6 +288,10 @@ class DynamixelDriver(Node):
         on 2 cores on top of the ticks themselves. Callbacks (commands, reboot) share the bus through ``_lock``.
         An error escaping a tick is raised again in the executor (see :meth:`_raise_loop_error`).
         """
+        refused = realtime_priority(self.thread_priority)
+        if refused is not None:
+            self.get_logger().warning(f"the control loop runs with ordinary scheduling: {refused}; on a loaded host "
+                                      "its ticks, and the servos' goals, come late")
         period = 1.0 / self.rate
         due = time.monotonic()
         try:
