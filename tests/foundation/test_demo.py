@@ -30,6 +30,17 @@ def test_pure_delay_of_a_ramp() -> None:
     assert fig.samples == t.size and fig.duration_s == pytest.approx(2.0)
     assert fig.lag_s == pytest.approx(delay, abs=1e-12)
     assert fig.rms_lag_compensated_deg == pytest.approx(0.0, abs=1e-9)
+    assert fig.median_interval_s == pytest.approx(0.01) and fig.max_interval_s == pytest.approx(0.01)
+
+
+def test_the_longest_interval_between_joint_states_is_reported() -> None:
+    """A driver tick 45 ms late on a loaded host: the samples' median interval stays the tick period."""
+    t_ref = np.linspace(0.0, 2.0, 401)
+    q_ref = np.outer(t_ref, [1.0, 1.0])
+    t = np.concatenate([np.arange(0.1, 1.0, 0.01), np.arange(1.045, 1.9, 0.01)])
+    fig = tracking_figures(JOINTS, t_ref, q_ref, t, np.outer(t, [1.0, 1.0]))
+    assert fig.median_interval_s == pytest.approx(0.01) and fig.max_interval_s == pytest.approx(0.055)
+    assert fig.as_dict()["max_interval_s"] == pytest.approx(0.055)
 
 
 def test_sine_delay_matches_theory() -> None:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from retarget.mocap.bags import (
+    MOTION_START_KEY,
     POSE_STAMPED,
     PoseBagWriter,
     PoseSeries,
@@ -47,6 +48,22 @@ def test_write_and_read_back(tmp_path: Path, storage: str) -> None:
     assert stamps == sorted(stamps)
     _, msgtype, _, msg = next(iter_messages(tmp_path / "bag", ["/mocap/base/pose"]))
     assert msgtype == POSE_STAMPED and msg.__msgtype__ == POSE_STAMPED
+
+
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_custom_data_is_stored_in_the_metadata_and_read_back(tmp_path: Path, storage: str) -> None:
+    """rosbag2's ``custom_data`` string map (where ``retarget play --record`` stores the motion's start)."""
+    info = write_pose_bag(tmp_path / "bag", {"/mocap/tip/pose": _series()}, storage=storage,
+                          custom_data={MOTION_START_KEY: "1700000000123456789", "note": "a b"})
+    assert info.custom_data == {MOTION_START_KEY: "1700000000123456789", "note": "a b"}
+    assert info.to_dict()["custom_data"] == dict(info.custom_data)
+    writer = PoseBagWriter(tmp_path / "raw", storage)
+    writer.write_pose("/mocap/tip/pose", 1.0, (0, 0, 0), (0, 0, 0, 1))
+    writer.custom_data["a"] = "1"
+    writer.close({"b": "2"})
+    assert bag_info(tmp_path / "raw").custom_data == {"a": "1", "b": "2"}
+    write_pose_bag(tmp_path / "plain", {"/mocap/tip/pose": _series()}, storage=storage)
+    assert bag_info(tmp_path / "plain").custom_data == {}
 
 
 def test_failed_write_leaves_nothing(tmp_path: Path) -> None:

@@ -92,6 +92,24 @@ def test_the_onset_is_measured_from_the_rest_before_the_plan_moves_not_a_ring_ou
     assert a.offset_s == pytest.approx(0.3127, abs=5e-4)
 
 
+def test_a_recorded_start_is_the_offset_and_the_robots_lag_behind_it_is_measured():
+    """A take whose recording stored the plan's start on the clock it shares with the robot (a bag of ``retarget play
+    --record``) is aligned on that start, so a robot 30 ms behind its commands is measured 30 ms late; the onset,
+    which puts the take's departure on the prediction's, takes that lag for a clock offset."""
+    times = np.arange(0, 3.0 + 1e-9, 0.005)
+    predicted = _arc(times)
+    lag, start = 0.030, 0.4127
+    take = _take(times, predicted, start + lag, np.eye(3), np.zeros(3), seed=5)
+    a = align_take(take, times, predicted, (0.5, 2.0))
+    assert a.offset_source == "onset" and a.offset_s == pytest.approx(start + lag, abs=2e-3)
+    recorded = replace(take, recorded_start_s=start)
+    a = align_take(recorded, times, predicted, (0.5, 2.0))
+    assert (a.offset_source, a.offset_s) == ("recorded", start) and a.offset_given
+    assert align_take(recorded, times, predicted, (0.5, 2.0), recorded_start=False).offset_source == "onset"
+    given = align_take(recorded, times, predicted, (0.5, 2.0), motion_start_s=0.25)
+    assert given.offset_source == "given" and given.offset_s == pytest.approx(float(take.time_s[0]) + 0.25)
+
+
 def _write_csv(path: Path, take: Take, marker_name: str | None = None) -> Path:
     from retarget.fit.twin import write_motive_csv
 
@@ -131,7 +149,8 @@ def test_read_take_falls_back_to_a_rigid_bodys_markers(tmp_path):
 
 
 def test_read_take_reads_a_bag(tmp_path):
-    from retarget.mocap.bags import PoseSeries, write_pose_bag
+    from retarget.errors import InputError
+    from retarget.mocap.bags import MOTION_START_KEY, PoseSeries, write_pose_bag
 
     t = 1.7e9 + np.arange(200) / 100.0
     pos = np.stack([np.sin(t - t[0]), np.zeros(200), np.ones(200)], axis=1)
@@ -139,6 +158,14 @@ def test_read_take_reads_a_bag(tmp_path):
                                                                        frame_id="mocap")})
     take = read_take(tmp_path / "bag", [("tip_mass", "tip")])
     assert take.rate_hz == pytest.approx(100.0) and np.allclose(take.positions_m[:, 0], pos, atol=1e-12)
+    assert take.recorded_start_s is None
+    write_pose_bag(tmp_path / "played", {"/mocap/tip/pose": PoseSeries(t, pos, np.tile([0, 0, 0, 1.0], (200, 1)))},
+                   custom_data={MOTION_START_KEY: "1700000000500000000"})
+    assert read_take(tmp_path / "played", [("tip_mass", "tip")]).recorded_start_s == pytest.approx(1.7e9 + 0.5)
+    write_pose_bag(tmp_path / "odd", {"/mocap/tip/pose": PoseSeries(t, pos, np.tile([0, 0, 0, 1.0], (200, 1)))},
+                   custom_data={MOTION_START_KEY: "soon"})
+    with pytest.raises(InputError, match="retarget.motion_start_ns is 'soon'"):
+        read_take(tmp_path / "odd", [("tip_mass", "tip")])
     with pytest.raises(RefineRefused, match="no topic '/mocap/wand/pose'"):
         read_take(tmp_path / "bag", [("tip_mass", "wand")])
 

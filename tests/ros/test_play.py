@@ -81,7 +81,7 @@ def test_a_library_motion_plays_and_reports_its_tracking(rig: list[str]) -> None
 
 def test_record_takes_the_rest_the_motion_and_the_tail_into_one_bag(rig: list[str], tmp_path: Path) -> None:
     """The fitting workflow in one command: the rig's joint_states stand in for its mocap topic here."""
-    from retarget.mocap.bags import iter_messages
+    from retarget.mocap.bags import MOTION_START_KEY, bag_info, iter_messages
 
     bag = tmp_path / "take30"
     topic = f"{NAMESPACE}/joint_states"
@@ -99,6 +99,14 @@ def test_record_takes_the_rest_the_motion_and_the_tail_into_one_bag(rig: list[st
     assert rest and max(abs(q) for q in rest) < 0.01  # at rest before the motion: what the fit's alignment needs
     assert max(angles) > 0.5  # the 30 deg step (0.524 rad) is in the take
     assert not any(p.name.startswith(".") for p in tmp_path.iterdir())  # no partial bag left beside it
+    # The motion's start, on the clock of the bag's stamps, in the bag's metadata (where `retarget refine` aligns a
+    # take) and the summary; the step leaves its first pose within the next 0.1 s of the joint_states.
+    start_ns = int(bag_info(bag).custom_data[MOTION_START_KEY])
+    assert start_ns == round(summary["motion_start_s"] * 1e9)
+    assert samples[0][0] < start_ns < samples[-1][0]
+    moved = next(t for t, q in samples if abs(q - samples[0][1]) > 0.005)
+    assert 0 < (moved - start_ns) * 1e-9 < 1.5
+    assert summary["tracking"]["median_interval_s"] == pytest.approx(0.01, abs=0.003)
 
 
 def test_a_motion_away_from_the_current_pose_moves_there_first(rig: list[str], tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Self, TypedDict
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from rosbags.typesys.store import Typestore
 
 __all__ = [
+    "MOTION_START_KEY",
     "POSE_STAMPED",
     "STORAGES",
     "PoseSeries",
@@ -44,6 +45,9 @@ __all__ = [
 ]
 
 POSE_STAMPED = "geometry_msgs/msg/PoseStamped"
+#: Key of a bag's ``custom_data`` holding the instant a played motion started, in ns on the clock of the ROS graph
+#: that recorded it (``retarget play --record`` writes it; ``retarget refine`` aligns the take on it).
+MOTION_START_KEY = "retarget.motion_start_ns"
 STORAGES = ("mcap", "sqlite3")
 _BAG_VERSION = 9
 
@@ -118,6 +122,7 @@ class BagSummary(TypedDict):
     duration_s: float
     message_count: int
     topics: list[TopicSummary]
+    custom_data: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -131,6 +136,8 @@ class BagInfo:
         start_ns, end_ns: times of the first and the last message [ns since the epoch] (0 for an empty bag).
         message_count: total messages.
         topics: per topic, in metadata order.
+        custom_data: the metadata's ``custom_data`` (string keys and values a recorder stored with the bag, such as
+            :data:`MOTION_START_KEY`).
     """
 
     path: Path
@@ -140,6 +147,7 @@ class BagInfo:
     end_ns: int
     message_count: int
     topics: tuple[TopicInfo, ...]
+    custom_data: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def duration_s(self) -> float:
@@ -157,6 +165,7 @@ class BagInfo:
             "duration_s": self.duration_s,
             "message_count": self.message_count,
             "topics": [{"name": t.name, "type": t.msgtype, "count": t.count} for t in self.topics],
+            "custom_data": dict(self.custom_data),
         }
 
 
@@ -208,6 +217,8 @@ class RawBagWriter:
         self.counts: dict[str, int] = {}
         self.first_ns: int | None = None
         self.last_ns: int | None = None
+        #: Stored in the bag's metadata (rosbag2's ``custom_data`` string map) when it is closed.
+        self.custom_data: dict[str, str] = {}
 
     def add_topic(self, topic: str, msgtype: str) -> None:
         """Declare a topic before writing to it (idempotent for the same type).
@@ -239,9 +250,12 @@ class RawBagWriter:
         """Messages written so far."""
         return sum(self.counts.values())
 
-    def close(self) -> Path:
-        """Finish the bag and move it into place; return its path."""
+    def close(self, custom_data: Mapping[str, str] | None = None) -> Path:
+        """Finish the bag, with :attr:`custom_data` and ``custom_data`` in its metadata, and move it into place;
+        return its path."""
         try:
+            for key, value in {**self.custom_data, **(custom_data or {})}.items():
+                self._writer.set_custom_data(str(key), str(value))
             self._writer.close()
             self._tmp.rename(self.path)
         except Exception as exc:
@@ -321,13 +335,15 @@ class PoseBagWriter(RawBagWriter):
         self.write(topic, record_ns, self.store.serialize_cdr(msg, POSE_STAMPED))
 
 
-def write_pose_bag(path: Path | str, streams: Mapping[str, PoseSeries], storage: str = "mcap") -> BagInfo:
+def write_pose_bag(path: Path | str, streams: Mapping[str, PoseSeries], storage: str = "mcap",
+                   custom_data: Mapping[str, str] | None = None) -> BagInfo:
     """Write PoseStamped topics to a new bag, skipping samples with NaN (occluded) poses.
 
     Args:
         path: bag folder to create.
         streams: topic → poses.
         storage: "mcap" or "sqlite3".
+        custom_data: stored in the bag's metadata (``custom_data``).
 
     Returns:
         The summary of the written bag.
@@ -339,6 +355,7 @@ def write_pose_bag(path: Path | str, streams: Mapping[str, PoseSeries], storage:
         rows.extend((float(series.time_s[i]), topic, int(i)) for i in np.flatnonzero(finite))
     rows.sort()  # bag readers expect time order across topics
     with PoseBagWriter(path, storage) as writer:
+        writer.custom_data.update(custom_data or {})
         for time_s, topic, i in rows:
             s = streams[topic]
             writer.write_pose(topic, time_s, s.position_m[i], s.orientation_xyzw[i], s.frame_id)
@@ -382,7 +399,9 @@ def bag_info(path: Path | str) -> BagInfo:
     metadata = _metadata(path)
     storage = str(metadata.get("storage_identifier", ""))
     version = int(metadata.get("version", 0))
-    return BagInfo(path, storage, version, start, end, count, topics)
+    custom = metadata.get("custom_data") or {}
+    custom_data = {str(k): str(v) for k, v in custom.items()} if isinstance(custom, dict) else {}
+    return BagInfo(path, storage, version, start, end, count, topics, custom_data)
 
 
 def iter_messages(path: Path | str, topics: Iterable[str] | None = None) -> Iterator[tuple[str, str, int, object]]:

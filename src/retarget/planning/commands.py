@@ -611,7 +611,11 @@ def _register_refine(sub: argparse._SubParsersAction) -> None:
                    "default: every tracked body under its link name)")
     p.add_argument("--motion-start", type=float, default=None, metavar="S", help="the plan's motion started S "
                    "seconds after the take's first sample (a take on a clock shared with the robot): the time offset "
-                   "is taken as given, so a latency is measured too (default: found by alignment)")
+                   "is taken as given, so a latency is measured too (default: the start a bag of `retarget play "
+                   "--record` stored, else found by alignment)")
+    p.add_argument("--no-recorded-start", action="store_true", help="find the time offset by alignment even when "
+                   "the take's bag stored the motion's start (a motion capture whose clock is not synchronized with "
+                   "the robot's)")
     p.add_argument("--clock-snap", type=float, default=R.clock_snap_s, metavar="S", help="a time offset found within "
                    f"S of zero is taken as zero: the take's clock is read as the plan's (default {R.clock_snap_s:g} s; "
                    "0: never)")
@@ -664,7 +668,7 @@ def _refine_command(args: argparse.Namespace) -> int:
         options = RefineOptions(trust_region_rad=args.trust_region, damping=args.damping,
                                 robust=_factors(args.robust, "--robust"), max_missing=args.max_missing,
                                 motion_start_s=args.motion_start, clock_snap_s=args.clock_snap,
-                                refit=not args.no_refit)
+                                recorded_start=not args.no_recorded_start, refit=not args.no_refit)
         flags = {"trust_region_rad": "--trust-region", "damping": "--damping", "max_missing": "--max-missing",
                  "clock_snap_s": "--clock-snap"}
         for name, why in options.out_of_range():

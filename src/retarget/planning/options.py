@@ -372,6 +372,9 @@ class RefineOptions:
         clock_snap_s: a searched time offset within this of zero is taken as zero: the take's own clock then reads
             as the plan's (a take stamped in the robot's clock, or one started with the motion), within one latency
             of the truth either way [s]; 0: never.
+        recorded_start: align a take whose recording stored the plan's start (a bag of ``retarget play --record``)
+            on that start, on the clock the robot and the motion capture share: the robot's lag behind its
+            commands is then measured and corrected, not taken for a clock offset (False: found from the take).
         robust: stiffness factors of further models whose sensitivities the step is averaged over (empty: the
             nominal model alone).
         refit: re-fit the model's stiffness and servo gain to the take before the step (:func:`refit_model`).
@@ -392,6 +395,7 @@ class RefineOptions:
     fit_tolerance_rad: float = 1e-6
     motion_start_s: float | None = None
     clock_snap_s: float = 0.05
+    recorded_start: bool = True
     robust: tuple[float, ...] = ()
     refit: bool = True
     refit_bounds: tuple[float, float] = (0.5, 2.0)

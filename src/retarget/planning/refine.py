@@ -13,9 +13,10 @@ learning step that applies the planner's own sensitivities to the *measured* dev
 3. **Alignment** of the take onto the prediction (:func:`align_take`): one rigid transform mocap → robot for every
    tracked body (Kabsch over every tracked sample; before the plan the robot rests at its first pose, after it at
    its last) and a time offset: where the take leaves the rest it starts in, put on the prediction's departure
-   (the onset; else, for a take that starts moving, the offset of the closest fit), or the motion's start given in
-   the take's clock. A pure delay of the whole motion cannot be told from a clock offset without a shared clock,
-   so it is not measured.
+   (the onset; else, for a take that starts moving, the offset of the closest fit), or the motion's start on the
+   take's clock: given, or stored by the recording (a bag of ``retarget play --record``, whose mocap frames and
+   commands share the ROS graph's clock). A pure delay of the whole motion cannot be told from a clock offset
+   without a shared clock, so it is measured only with the start on that clock.
 4. **Refusals** (:class:`RefineRefused`, nothing is written): a plan or take of another robot or motion, a take
    that does not follow the plan (alignment residual over :attr:`RefineOptions.max_residual_ratio` of the
    prediction's travel), more than :attr:`RefineOptions.max_missing` of its frames missing, a body lost at the
@@ -69,7 +70,7 @@ from scipy.interpolate import make_interp_spline
 from scipy.optimize import least_squares, lsq_linear, minimize_scalar
 
 from retarget.errors import InputError
-from retarget.mocap.bags import bag_info, pose_topic, read_pose_series
+from retarget.mocap.bags import MOTION_START_KEY, bag_info, pose_topic, read_pose_series
 from retarget.mocap.errors import MocapError
 from retarget.mocap.motive_csv import MotiveTake, read_motive_csv
 from retarget.mocap.onset import crossing_time, departure
@@ -263,6 +264,8 @@ class Take:
         names: the bodies' names in the take (rigid bodies, markers or topics) (k,).
         rate_hz: the capture rate [Hz].
         source: the file. sha256: its digest.
+        recorded_start_s: the instant the played plan started, on the take's clock [s], when the recording stored
+            it (a bag of ``retarget play --record``: :data:`~retarget.mocap.bags.MOTION_START_KEY`); else None.
     """
 
     time_s: NDArray[np.float64]
@@ -272,6 +275,7 @@ class Take:
     rate_hz: float
     source: str
     sha256: str
+    recorded_start_s: float | None = None
 
     @property
     def tracked(self) -> NDArray[np.bool_]:
@@ -313,6 +317,7 @@ def read_take(path: str | Path, bodies: Sequence[tuple[str, str]]) -> Take:
         raise InputError(f"take {p}: no such file or bag")
     if not bodies:
         raise InputError("no tracked body: give --body LINK=RIGIDBODY")
+    recorded_start = None
     try:
         if p.suffix.lower() == ".csv":
             take = read_motive_csv(p)
@@ -320,7 +325,7 @@ def read_take(path: str | Path, bodies: Sequence[tuple[str, str]]) -> Take:
             positions = np.stack([_csv_body(take, name, p) for _, name in bodies], axis=1)
             rate = float(take.header.export_frame_rate_hz)
         else:
-            time_s, positions = _bag_bodies(p, [name for _, name in bodies])
+            time_s, positions, recorded_start = _bag_bodies(p, [name for _, name in bodies])
             rate = float("nan")
     except MocapError as exc:
         raise InputError(f"take {p}: {exc}") from None
@@ -331,13 +336,14 @@ def read_take(path: str | Path, bodies: Sequence[tuple[str, str]]) -> Take:
     if not (rate > 0 and math.isfinite(rate)):
         rate = 1.0 / float(np.median(np.diff(time_s)))
     return Take(time_s, positions, tuple(link for link, _ in bodies), tuple(name for _, name in bodies), rate,
-                str(p), _file_digest(p))
+                str(p), _file_digest(p), recorded_start)
 
 
-def _bag_bodies(path: Path, names: Sequence[str]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+def _bag_bodies(path: Path, names: Sequence[str]) -> tuple[NDArray[np.float64], NDArray[np.float64], float | None]:
     """Stamps of the first body's poses and every body's positions at them (others matched to the nearest pose
-    within half a period, NaN beyond)."""
-    topics = {t.name for t in bag_info(path).topics}
+    within half a period, NaN beyond), and the motion start the bag recorded [s] (None: none)."""
+    info = bag_info(path)
+    topics = {t.name for t in info.topics}
     series = []
     for name in names:
         topic = name if name.startswith("/") else pose_topic(name)
@@ -355,7 +361,13 @@ def _bag_bodies(path: Path, names: Sequence[str]) -> tuple[NDArray[np.float64], 
         out = pos[near].copy()
         out[np.abs(t[near] - time_s) > 0.5 * period + 1e-9] = np.nan
         columns.append(out)
-    return time_s, np.stack(columns, axis=1)
+    start = info.custom_data.get(MOTION_START_KEY)
+    try:
+        recorded = int(start) * 1e-9 if start is not None else None
+    except ValueError:
+        raise InputError(f"take {path}: its metadata's {MOTION_START_KEY} is {start!r}, not an integer of "
+                         "nanoseconds") from None
+    return time_s, np.stack(columns, axis=1), recorded
 
 
 # -- alignment ----------------------------------------------------------------------------------------------------
@@ -375,8 +387,9 @@ class TakeAlignment:
         missing_fraction: frames of the plan's span within the take that miss a body [-].
         coverage: the fraction of the plan's moving span the take covers [-].
         offset_source: ``onset`` (the take's departure from its first rest on the prediction's), ``searched`` (the
-            smallest residual: a take that starts moving), ``given`` (:attr:`RefineOptions.motion_start_s`) or
-            ``take clock`` (an offset within :attr:`RefineOptions.clock_snap_s` of zero, taken as zero).
+            smallest residual: a take that starts moving), ``given`` (:attr:`RefineOptions.motion_start_s`),
+            ``recorded`` (the start the take's recording stored, :attr:`Take.recorded_start_s`) or ``take clock``
+            (an offset within :attr:`RefineOptions.clock_snap_s` of zero, taken as zero).
     """
 
     offset_s: float
@@ -392,8 +405,8 @@ class TakeAlignment:
 
     @property
     def offset_given(self) -> bool:
-        """The offset was given, or read from the take's own clock."""
-        return self.offset_source in ("given", "take clock")
+        """The offset was given, recorded with the take, or read from the take's own clock."""
+        return self.offset_source in ("given", "recorded", "take clock")
 
     @property
     def residual_ratio(self) -> float:
@@ -527,7 +540,8 @@ def _found_offset(points: _Points, take: Take, times: NDArray[np.float64], predi
 
 def align_take(take: Take, times: NDArray[np.float64], predicted: NDArray[np.float64],
                moving: tuple[float, float], naive: NDArray[np.float64] | None = None,
-               motion_start_s: float | None = None, clock_snap_s: float = 0.0) -> TakeAlignment:
+               motion_start_s: float | None = None, clock_snap_s: float = 0.0,
+               recorded_start: bool = True) -> TakeAlignment:
     """Align ``take`` onto a prediction (module docstring, step 3).
 
     Args:
@@ -536,8 +550,10 @@ def align_take(take: Take, times: NDArray[np.float64], predicted: NDArray[np.flo
         predicted: the model's tracked positions for the plan (n_t, k, 3) [m], bodies in ``take.links`` order.
         moving: the plan's moving span ``(first motion, settled)`` [s] (what the take must cover).
         naive: the naive playback's prediction (n_t, k, 3) [m], to align onto as well (None: not checked).
-        motion_start_s: the offset is ``take.time_s[0] + motion_start_s`` (None: searched).
+        motion_start_s: the offset is ``take.time_s[0] + motion_start_s`` (None: recorded or searched).
         clock_snap_s: a searched offset within this of zero is taken as zero [s].
+        recorded_start: the offset is the take's :attr:`Take.recorded_start_s` where it has one (and no
+            ``motion_start_s`` is given).
 
     Raises:
         RefineRefused: too few tracked frames to align.
@@ -549,6 +565,8 @@ def align_take(take: Take, times: NDArray[np.float64], predicted: NDArray[np.flo
     offset, source, closest = _found_offset(points, take, times, predicted)
     if motion_start_s is not None:
         offset, source = float(take.time_s[0]) + float(motion_start_s), "given"
+    elif recorded_start and take.recorded_start_s is not None:
+        offset, source = take.recorded_start_s, "recorded"
     elif abs(offset) <= clock_snap_s:
         offset, source = 0.0, "take clock"
     src, dst = points.at(offset)
@@ -619,6 +637,9 @@ def _check_take(take: Take, alignment: TakeAlignment, options: RefineOptions, ti
     if alignment.residual_ratio > options.max_residual_ratio:
         what = ("the take's clock is not the plan's (give --motion-start), or it is not a take of this plan"
                 if alignment.offset_source == "take clock" else
+                "the motion start its recording stored is off (a motion capture on a clock not synchronized with "
+                "the robot's: give --no-recorded-start), or it is not a take of this plan"
+                if alignment.offset_source == "recorded" else
                 "the given motion start is off, or it is not a take of this plan" if alignment.offset_given else
                 "a take of another robot or motion, or one whose clock does not run at its stated rate")
         raise RefineRefused(Refusal.MISALIGNED, f"the take {source} does not follow CURRENT: aligned in time and "
@@ -909,7 +930,8 @@ def _measure(context: RefineContext, point: _PlanPoint, take: Take, options: Ref
     first = float(times[moving_rows[0]]) if moving_rows.size else float(times[0])
     moving = (first, max(settled, float(times[min(moving_rows[-1] + 1, len(times) - 1)]) if moving_rows.size
                          else settled))
-    alignment = align_take(take, times, predicted, moving, naive, options.motion_start_s, options.clock_snap_s)
+    alignment = align_take(take, times, predicted, moving, naive, options.motion_start_s, options.clock_snap_s,
+                           options.recorded_start)
     _check_take(take, alignment, options, times, predicted, moving)
     sampled = _resample(take, alignment, times)
     measured = np.full(point.run.positions.shape, np.nan)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
+from retarget.jsonsafe import finite_or_none
 from retarget.ros.futures import wait_future
 
 if TYPE_CHECKING:
@@ -82,6 +83,9 @@ class TrackingFigures:
             of :data:`LAG_GRID_S`): the servo loop's response time plus the command path's latency.
         rms_lag_compensated_deg: RMS error against the reference delayed by ``lag_s`` [deg]: what is left is
             shape error (the servos cutting corners, speed saturation), not delay.
+        median_interval_s, max_interval_s: the median and the longest interval between consecutive joint_states
+            within the span [s]: the driver's tick period, and its latest tick (a loaded host holds the servos'
+            goals that long).
     """
 
     joints: tuple[JointTracking, ...]
@@ -91,12 +95,16 @@ class TrackingFigures:
     peak_deg: float
     lag_s: float
     rms_lag_compensated_deg: float
+    median_interval_s: float = math.nan
+    max_interval_s: float = math.nan
 
     def as_dict(self) -> dict[str, object]:
         """Plain data for JSON."""
         return {"samples": self.samples, "duration_s": self.duration_s, "rms_deg": self.rms_deg,
                 "peak_deg": self.peak_deg, "lag_s": self.lag_s,
                 "rms_lag_compensated_deg": self.rms_lag_compensated_deg,
+                "median_interval_s": finite_or_none(self.median_interval_s),
+                "max_interval_s": finite_or_none(self.max_interval_s),
                 "joints": {j.joint: {"rms_deg": j.rms_deg, "peak_deg": j.peak_deg, "final_deg": j.final_deg}
                            for j in self.joints}}
 
@@ -148,9 +156,12 @@ def tracking_figures(joint_names: Sequence[str], reference_time: NDArray[np.floa
     joints = tuple(JointTracking(name, float(np.sqrt(np.mean(error[:, j] ** 2))),
                                  float(np.max(np.abs(error[:, j]))), float(error[-1, j]))
                    for j, name in enumerate(joint_names))
+    intervals = np.diff(t)
     return TrackingFigures(joints, int(t.size), float(t_ref[-1] - t_ref[0]),
                            float(np.sqrt(np.mean(error ** 2))), float(np.max(np.abs(error))),
-                           float(LAG_GRID_S[best]), rms_by_lag[best])
+                           float(LAG_GRID_S[best]), rms_by_lag[best],
+                           float(np.median(intervals)) if intervals.size else math.nan,
+                           float(np.max(intervals)) if intervals.size else math.nan)
 
 
 @dataclass
@@ -357,7 +368,8 @@ def print_figures(figures: TrackingFigures, result: FollowJointTrajectory.Result
     print(f"tracking: goal {outcome}; {figures.samples} joint_states over {figures.duration_s:.2f} s; "
           f"all joints RMS {figures.rms_deg:.2f} deg, peak {figures.peak_deg:.2f} deg; measured lag "
           f"{figures.lag_s * 1e3:.0f} ms (RMS {figures.rms_lag_compensated_deg:.2f} deg once the lag is "
-          "removed)",
+          f"removed); joint_states every {figures.median_interval_s * 1e3:.1f} ms, the longest interval "
+          f"{figures.max_interval_s * 1e3:.1f} ms",
           flush=True)
     print(f"  {'joint':24s} {'RMS [deg]':>10s} {'peak [deg]':>10s} {'final [deg]':>11s}")
     for joint in figures.joints:
@@ -592,7 +604,9 @@ def _play_take(client: RobotClient, trajectory: JointTrajectory, args: argparse.
     except (RuntimeError, TimeoutError) as exc:
         return str(exc)
     report["goal"] = {"error_code": result.error_code, "error_string": result.error_string}
+    report["motion_start_s"] = start
     if recording is not None:
+        recording.mark_start(start)
         time.sleep(args.record_tail)
         report["record"] = recording.finish()
     sample_time, sample_positions = client.recorder.arrays()
@@ -618,13 +632,15 @@ class _Recording:
         self.bag = bag
         self.error: str | None = None
         self.summary: dict[str, object] | None = None
+        #: Stored in the bag's metadata when it is closed (:meth:`mark_start` adds the motion's start).
+        self.custom_data: dict[str, str] = {}
         self._stop = threading.Event()
         self._first = threading.Event()
 
         def run() -> None:
             try:
                 summary = record(topics, bag, storage, None, progress=False, stop=self._stop, wait_s=wait_s,
-                                 first_message=self._first)
+                                 first_message=self._first, custom_data=self.custom_data)
             except Exception as exc:  # noqa: BLE001 (reported to the caller, which fails with it)
                 self.error = str(exc)
             else:
@@ -647,6 +663,13 @@ class _Recording:
                 self._thread.join(10.0)
                 return False
         return True
+
+    def mark_start(self, start_s: float) -> None:
+        """Store the played motion's start [s, ROS clock] in the bag's metadata (:data:`MOTION_START_KEY`): the
+        take's own alignment in time, for ``retarget refine``."""
+        from retarget.mocap.bags import MOTION_START_KEY
+
+        self.custom_data[MOTION_START_KEY] = str(int(round(start_s * 1e9)))
 
     def finish(self) -> dict[str, object] | None:
         """Stop and close the bag (idempotent); its summary, or None when it failed."""

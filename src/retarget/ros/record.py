@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -279,6 +279,7 @@ def record(
     ros_args: Sequence[str] = (),
     wait_s: float = 10.0,
     first_message: threading.Event | None = None,
+    custom_data: Mapping[str, str] | None = None,
 ) -> RecordSummary:
     """Record ``topics`` into a new bag at ``out`` until ``duration_s`` passes, SIGINT/SIGTERM, or ``stop`` is set.
 
@@ -298,6 +299,7 @@ def record(
         wait_s: give up if none of the topics appeared within this time [s], and, with a ``duration_s``, if no
             message arrived within this time of the first subscription (``None``: wait until stopped).
         first_message: set once the first message is in the bag (for callers that start something then).
+        custom_data: the bag's metadata ``custom_data``, read at its close (another thread may add to it meanwhile).
 
     Returns:
         The summary of the written bag.
@@ -360,15 +362,9 @@ def record(
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     elapsed = time.monotonic() - started
-    path = writer.close()
-    return RecordSummary(
-        path=path,
-        storage=storage,
-        duration_s=elapsed,
-        topics={t: (writer.types[t], writer.counts[t]) for t in writer.types},
-        missing=list(recorder.pending),
-        stopped_by=reason["value"],
-    )
+    return RecordSummary(path=writer.close(custom_data), storage=storage, duration_s=elapsed,
+                         topics={t: (writer.types[t], writer.counts[t]) for t in writer.types},
+                         missing=list(recorder.pending), stopped_by=reason["value"])
 
 
 def _spin_until_done(executor: Executor, recorder: TopicRecorder, stop: threading.Event, *, started: float,
