@@ -50,7 +50,7 @@ import numpy as np
 from retarget.cliargs import add_robot, resolve_legacy
 from retarget.jsonsafe import JSONObject
 from retarget.planning.checks import FinerStepCheck, StiffnessBand, Verification
-from retarget.ros.futures import wait_future
+from retarget.ros.futures import result_or_cancel, wait_future
 from retarget.ros.goal import PREPARATION_STAGES, PlannerProgress, preparing  # noqa: F401 (re-exported)
 from retarget.ros.player import (  # noqa: F401 (re-exported: JointTracking, LAG_GRID_S, ...)
     LAG_GRID_S,
@@ -178,9 +178,8 @@ class _Client(RobotClient):
                 raise TimeoutError(f"no planner result within {timeout:g} s of the start of its budget")
 
         try:
-            response = wait_future(handle.get_result_async(), math.inf, "no planner result", tick=check_deadlines)
+            response = result_or_cancel(handle, math.inf, "no planner result", tick=check_deadlines)
         except TimeoutError as exc:
-            wait_future(handle.cancel_goal_async(), 5.0, "no cancel response")
             return None, None, str(exc)
         result = response.result
         return result.error_code, result, result.error_string

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, TextIO, TypedDict
 
 from retarget.jsonsafe import JSONObject
-from retarget.ros.futures import wait_future
+from retarget.ros.futures import result_or_cancel, wait_future
 
 if TYPE_CHECKING:
     from retarget_interfaces.action import Retarget
@@ -230,15 +230,10 @@ def _goal_command(args: argparse.Namespace) -> int:
             if not handle.accepted:
                 return finish(1, "the planner rejected the goal")
             try:
-                response = wait_future(handle.get_result_async(), args.timeout or math.inf, "no planner result")
-            except (KeyboardInterrupt, TimeoutError) as exc:
-                try:
-                    wait_future(handle.cancel_goal_async(), 10.0, "no cancel response")
-                except TimeoutError:
-                    pass
-                if isinstance(exc, KeyboardInterrupt):
-                    raise
-                return finish(1, f"{exc}; the goal was cancelled")
+                response = result_or_cancel(handle, args.timeout or math.inf, "no planner result",
+                                            cancel_timeout_s=10.0, unconfirmed="the planner may still be planning")
+            except TimeoutError as exc:
+                return finish(1, str(exc))
         summary = goal_summary(response.result)
         report.update(summary)
         report["stages"] = shown.stages

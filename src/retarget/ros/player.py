@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from retarget.jsonsafe import finite_or_none
-from retarget.ros.futures import wait_future
+from retarget.ros.futures import result_or_cancel, wait_future
 
 if TYPE_CHECKING:
     from control_msgs.action import FollowJointTrajectory
@@ -299,25 +299,10 @@ class RobotClient:
         if not handle.accepted:
             raise RuntimeError("the trajectory server did not accept the goal")
         tick = (lambda: progress(self.now() - start)) if progress is not None else None
-        try:
-            return wait_future(handle.get_result_async(), timeout, "no trajectory result", tick=tick,
-                               alive=lambda: fed[0], silence_s=FEEDBACK_SILENCE_S,
-                               late_limit_s=LATE_RESULT_LIMIT_S).result
-        except (KeyboardInterrupt, TimeoutError) as exc:
-            # The robot must not go on moving without anyone waiting for it.
-            try:
-                wait_future(handle.cancel_goal_async(), CANCEL_TIMEOUT_S, "no cancel response")
-            except TimeoutError as unanswered:
-                if isinstance(exc, KeyboardInterrupt):
-                    # Still a Ctrl-C (exit 130), with the unconfirmed cancel said where the user sees it.
-                    print(f"{unanswered}: the goal's cancel was not confirmed, the robot may still be moving",
-                          file=sys.stderr, flush=True)
-                    raise exc from None
-                raise TimeoutError(f"{exc}; its cancel was not confirmed ({unanswered}), the robot may still be "
-                                   "moving") from None
-            if isinstance(exc, TimeoutError):
-                raise TimeoutError(f"{exc}; the goal was cancelled") from None
-            raise
+        # The robot must not go on moving without anyone waiting for it: cancelled on a timeout or a Ctrl-C.
+        return result_or_cancel(handle, timeout, "no trajectory result", cancel_timeout_s=CANCEL_TIMEOUT_S,
+                                unconfirmed="the robot may still be moving", tick=tick, alive=lambda: fed[0],
+                                silence_s=FEEDBACK_SILENCE_S, late_limit_s=LATE_RESULT_LIMIT_S).result
 
     def move_to(self, positions: NDArray[np.float64], seconds: float) -> FollowJointTrajectory.Result:
         """Reach ``positions`` [rad] (the recorder's joint order) in ``seconds`` s from wherever the robot is: a

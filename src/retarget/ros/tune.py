@@ -30,11 +30,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from retarget.errors import InputError
-from retarget.ros.futures import wait_future
+from retarget.ros.futures import result_or_cancel, wait_future
 
 if TYPE_CHECKING:
     from rclpy.action import ActionClient
-    from rclpy.action.client import ClientGoalHandle
     from retarget_interfaces.action import Refine, Retarget
 
     from retarget.motion.motion import Motion
@@ -140,21 +139,9 @@ class _Client:
         if not handle.accepted:
             raise _Failed(f"{what}: the goal was not accepted")
         try:
-            return wait_future(handle.get_result_async(), timeout, f"{what}: no result").result
+            return result_or_cancel(handle, timeout, f"{what}: no result").result
         except TimeoutError as exc:
-            self._cancel(handle)
             raise _Failed(str(exc)) from None
-        except BaseException:
-            self._cancel(handle)
-            raise
-
-    @staticmethod
-    def _cancel(handle: ClientGoalHandle) -> None:
-        """Ask the server to cancel the goal, waiting up to 5 s for its answer (the loop stops either way)."""
-        try:
-            wait_future(handle.cancel_goal_async(), 5.0, "no cancel response")
-        except TimeoutError:
-            pass
 
     def close(self) -> None:
         self.executor.shutdown(timeout_sec=5.0)
