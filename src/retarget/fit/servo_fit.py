@@ -896,11 +896,3 @@ def _full_fem_check(setup: _FitSetup, full: FullLoad, problem: _Problem, current
     t_full, shaft_full = full.shaft(servos_fit, problem.goals, problem.duration, setup.options.dt)
     at = np.maximum(setup.test.time + shift_s, 0.0)
     return float(np.sqrt(np.mean((np.interp(at, t_full, shaft_full) - simulated) ** 2)))
-
-
-def with_fitted(servos: Sequence[ServoParams], motors: Sequence[str], result: ServoFitResult) -> list[ServoParams]:
-    """``servos`` (one per motor) with the tested motor's replaced by the fitted one."""
-    out = list(servos)
-    out[list(motors).index(result.motor)] = result.servo
-    return out
-
