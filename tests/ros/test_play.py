@@ -109,6 +109,20 @@ def test_record_takes_the_rest_the_motion_and_the_tail_into_one_bag(rig: list[st
     assert summary["tracking"]["median_interval_s"] == pytest.approx(0.01, abs=0.003)
 
 
+def test_a_recording_whose_topic_stays_silent_plays_nothing_and_leaves_no_bag(rig: list[str], tmp_path: Path) -> None:
+    """Every topic must be in the take before the rest it needs is counted: a body that is not tracked (here a topic
+    nobody publishes beside the live joint_states) fails the play before it moves, naming the topics."""
+    bag = tmp_path / "take"
+    out = _play("fit_rig", "--motion", "fit_rig/step_30", "--record", str(bag), "--record-topics",
+                f"{NAMESPACE}/joint_states", "/mocap/untracked/pose", "--wait", "4", "--json")
+    assert out.returncode == 1, out.stderr
+    # (Discovery slower than --wait on a loaded host ends it earlier, with the topics named as well.)
+    assert ("not every one of" in out.stderr or "none of" in out.stderr) and "/mocap/untracked/pose" in out.stderr, \
+        out.stderr
+    assert not _summary(out)["ok"] and "goal" not in _summary(out)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_motion_away_from_the_current_pose_moves_there_first(rig: list[str], tmp_path: Path) -> None:
     motion = tmp_path / "tilted.csv"
     motion.write_text("time [s],base_pitch [rad]\n0.0,0.4\n0.5,0.5\n1.0,0.4\n")

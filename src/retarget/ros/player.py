@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shutil
 import sys
 import threading
 import time
@@ -615,6 +616,7 @@ class _Recording:
         from retarget.ros.record import record
 
         self.bag = bag
+        self._topics = list(topics)
         self.error: str | None = None
         self.summary: dict[str, object] | None = None
         #: Stored in the bag's metadata when it is closed (:meth:`mark_start` adds the motion's start).
@@ -638,14 +640,19 @@ class _Recording:
         self._wait_s = wait_s
 
     def started(self) -> bool:
-        """Wait until the first message is in the bag; False (with :attr:`error`) when the recording failed."""
+        """Wait until every topic has a message in the bag (the rest before the motion is then in the take of each);
+        False (with :attr:`error`) when the recording failed or a topic stayed silent."""
         deadline = time.monotonic() + 2.0 * self._wait_s
         while not self._first.wait(0.05):
             if not self._thread.is_alive() or time.monotonic() > deadline:
                 if self.error is None:
-                    self.error = f"no message within {2.0 * self._wait_s:g} s"
+                    self.error = (f"not every one of {', '.join(self._topics)} sent a message within "
+                                  f"{2.0 * self._wait_s:g} s (is each body tracked, its mocap node running?)")
                 self._stop.set()
                 self._thread.join(10.0)
+                if self.summary is not None:  # a bag of some topics only is no take: nothing is left
+                    shutil.rmtree(self.bag, ignore_errors=True)
+                    self.summary = None
                 return False
         return True
 

@@ -298,7 +298,7 @@ def record(
         ros_args: extra ROS arguments (``--ros-args`` ones) for the recorder node.
         wait_s: give up if none of the topics appeared within this time [s], and, with a ``duration_s``, if no
             message arrived within this time of the first subscription (``None``: wait until stopped).
-        first_message: set once the first message is in the bag (for callers that start something then).
+        first_message: set once every topic has a message in the bag (for callers that start something then).
         custom_data: the bag's metadata ``custom_data``, read at its close (another thread may add to it meanwhile).
 
     Returns:
@@ -388,8 +388,9 @@ def _spin_until_done(executor: Executor, recorder: TopicRecorder, stop: threadin
         now = time.monotonic()
         if first_at is None and writer.message_count:
             first_at = now
-            if first_message is not None:
-                first_message.set()
+        if first_message is not None and not first_message.is_set() and not recorder.pending \
+                and all(writer.counts.values()):
+            first_message.set()
         if first_subscription is None:
             if wait_s is not None and now - started >= wait_s:
                 raise NoTopicError(recorder.pending, wait_s, [t for t, _ in node.get_topic_names_and_types()])
