@@ -11,6 +11,20 @@ if [ "$workers" != 0 ]; then
   # built once.
   parallel=(-n "$workers" --dist loadfile)
 fi
+# numba's kernels into its disk cache first (scripts/warm_numba.py): two processes compile disjoint kernel sets in
+# parallel, so the workers find them cached instead of each compiling the same ones. Best-effort: a failure there
+# only leaves its kernels to the tests that use them. RETARGET_WARM_NUMBA=0 skips it.
+if [ "${RETARGET_WARM_NUMBA:-1}" != 0 ]; then
+  handoff=$(mktemp -d)
+  for part in engine rest; do
+    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 .venv/bin/python scripts/warm_numba.py "$part" \
+      "$handoff" &
+  done
+  for part in engine rest; do
+    wait -n || echo "run_tests: a numba warm-up process failed; the tests compile what it left" >&2
+  done
+  rm -rf "$handoff"
+fi
 # --durations: every run's log names its 30 slowest steps (setup, call, teardown), where the suite's time goes.
 .venv/bin/python -m pytest tests "${parallel[@]}" --durations=30 "$@"
 rc=$?

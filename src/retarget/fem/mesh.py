@@ -66,7 +66,7 @@ class TetMesh:
 
     def __post_init__(self) -> None:
         nodes = np.array(self.nodes, dtype=np.float64)
-        tets = np.array(self.tets, dtype=np.int64)
+        tets = np.array(self.tets, dtype=np.int64, order="C")  # one layout: one compiled signature of the kernels
         if nodes.ndim != 2 or nodes.shape[1] != 3:
             raise InputError(f"mesh nodes must have shape (n, 3), got {nodes.shape}")
         if tets.ndim != 2 or tets.shape[1] != 10:

@@ -410,7 +410,6 @@ def cubature_tangents(
     return f, kz, dkz, min_det
 
 
-@numba.njit(cache=True)
 def cubature_damping_derivative(
     z: NDArray[np.float64],
     direction: NDArray[np.float64],
@@ -426,6 +425,9 @@ def cubature_damping_derivative(
     instead of the absolute engine's central difference of the tangent along ``d``: in the z coordinates the
     rigid-mode rows of ``K`` are small differences of large element terms, and a difference quotient's round-off
     there reached 4e-3 of the row (measured on the two-motor rod of the stepper tests).
+
+    A Python function, not a compiled one: a compiled caller's constant ``True`` would compile
+    :func:`cubature_tangents` once more, for the literal, beside the compiled engine's ``bool`` signature.
 
     Args:
         z, direction: (r,). dmat: :func:`reduced_gradients` (k, q, 9, r). qweights: (k, q) [m³]. weights: (k,).
@@ -454,6 +456,7 @@ def element_reduced_forces(
     u = rows @ z
     scatter = np.zeros((k, 900), dtype=np.int64)
     local = np.arange(10 * k).reshape(k, 10)
+    local.setflags(write=False)  # read-only as a mesh's tets: the kernel's signature of ElasticBody's calls
     parts = [(geo.grad, geo.weights)]
     if per_point:
         nq = geo.weights.shape[1]

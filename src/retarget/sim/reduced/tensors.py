@@ -81,8 +81,9 @@ def inertia_tensors(mass: sp.spmatrix, rest_local: NDArray[np.float64], basis: N
     s0 = m_node @ x0
     s1 = np.einsum("a,air->ir", m_node, ur)
     p0 = x0.T @ mx
-    p1 = np.einsum("air,aj->rij", ur, mx)
-    p2 = np.einsum("aik,ajl->klij", ur, mu, optimize=True)
+    # C order, as the compiled engine's packed copies: the kernels called from Python then share their signature.
+    p1 = np.ascontiguousarray(np.einsum("air,aj->rij", ur, mx))
+    p2 = np.ascontiguousarray(np.einsum("aik,ajl->klij", ur, mu, optimize=True))
     c0 = np.cross(mx[:, :, None], ur, axis=1).sum(axis=0).T  # Σ_b (m X̂⁰)_b × Û_l,b
     c1 = np.zeros((r, r, 3))
     for k in range(r):
