@@ -97,3 +97,18 @@ def test_the_job_key_changes_with_every_input_and_only_with_them(folder):
     robot.write_text(robot.read_text().replace("diameter: 0.004", "diameter: 0.005"))
     other_robot = job_key(load_show(_show(folder, text)).jobs[0])
     assert len({key, other_options, other_motion, other_robot}) == 4
+
+
+def test_jobs_are_submitted_longest_first_by_steps_times_iterations_ties_in_file_order(folder):
+    from retarget.motion import load_motion
+    from retarget.show.showfile import submission_order
+
+    show = load_show(_show(folder, """jobs:
+  - {robot: tiny_rod.yaml, motion: ramp.csv, options: {max_iterations: 2, dt: 0.01}}
+  - {robot: single_rod, motion: single_rod/step_30, options: {max_iterations: 2, dt: 0.01}}
+  - {robot: tiny_rod.yaml, motion: ramp.csv, options: {max_iterations: 8, dt: 0.01}}
+  - {robot: tiny_rod.yaml, motion: ramp.csv, options: {max_iterations: 2, dt: 0.01}}
+"""))
+    motions = {job.index: load_motion(job.motion_path) for job in show.jobs}
+    assert motions[1].duration > 4 * motions[0].duration  # the step outweighs the ramp at 8 iterations
+    assert [job.index for job in submission_order(list(show.jobs), motions)] == [1, 2, 0, 3]

@@ -37,7 +37,7 @@ import ray
 
 from retarget.jsonsafe import JSONObject, dumps
 from retarget.show.results import JobRow, JobStatus, PlanOutcome, ResultsFolder
-from retarget.show.showfile import Show, ShowJob, job_key
+from retarget.show.showfile import Show, ShowJob, job_key, submission_order
 
 if TYPE_CHECKING:
     from ray.actor import ActorHandle
@@ -387,7 +387,7 @@ def _run_jobs(todo: list[ShowJob], keys: dict[int, str], folder: ResultsFolder, 
     motions = {job.index: load_motion(job.motion_path) for job in todo}
     trainings: dict[tuple[Hashable, ...], ray.ObjectRef] = {}
     pending: dict[ray.ObjectRef, ShowJob] = {}
-    for job in todo:
+    for job in submission_order(todo, motions):
         group = training_group(job, hashlib.sha256(job.motion_path.read_bytes()).hexdigest())
         artifact = None
         if group is not None:

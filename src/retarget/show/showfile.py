@@ -23,12 +23,16 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from retarget.errors import InputError
 from retarget.jsonsafe import JSONObject
 from retarget.planning.options import METHODS, PlanOptions
 
-__all__ = ["JOB_KEYS", "SHOW_WORKERS", "Show", "ShowJob", "job_key", "load_show", "plan_options"]
+if TYPE_CHECKING:
+    from retarget.motion.motion import Motion
+
+__all__ = ["JOB_KEYS", "SHOW_WORKERS", "Show", "ShowJob", "job_key", "load_show", "plan_options", "submission_order"]
 
 #: The keys of a job in a show file.
 JOB_KEYS: tuple[str, ...] = ("robot", "motion", "options", "recording")
@@ -295,3 +299,15 @@ def job_key(job: ShowJob) -> str:
     record = {"robot": _robot_digests(job.robot_path), "motion": _file_digest(job.motion_path),
               "options": _options_record(job.options), "files": files, "retarget": __version__}
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
+
+
+def submission_order(jobs: list[ShowJob], motions: Mapping[int, Motion]) -> list[ShowJob]:
+    """``jobs`` longest first, by a proxy of their planning work (the motion's steps × the optimizer's iterations):
+    with more jobs than CPUs the long ones start first and the short ones fill in beside them, rather than a long job
+    submitted last running alone while the other CPUs idle (longest-processing-time-first scheduling). Ties keep the
+    show file's order."""
+    def work(job: ShowJob) -> float:
+        steps = motions[job.index].duration / job.options.dt
+        return steps * max(job.options.max_iterations, 1)
+
+    return sorted(jobs, key=work, reverse=True)
