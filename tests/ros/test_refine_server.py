@@ -62,6 +62,7 @@ def test_refine_goals_that_cannot_be_refined_end_with_their_reason(start_node, r
          "has no topic '/mocap/tip_mass/pose'"),
         (goal(plan=_trajectory(["j1"])), Refine.Result.REFUSED, "wrong robot", "drives ['j1']"),
         (goal(), Refine.Result.NOT_AVAILABLE, "", "single_rod"),
+        (goal(no_recorded_start=True), Refine.Result.NOT_AVAILABLE, "", "single_rod"),
     ]
     try:
         assert client.wait_for_server(timeout_sec=15.0), proc.log()

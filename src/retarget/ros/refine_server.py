@@ -216,7 +216,7 @@ class RefineServer:
             from retarget.planning.options import RefineOptions
 
             self._check_plan(robot, plan)
-            options = RefineOptions(refit=not goal.no_refit)
+            options = RefineOptions(refit=not goal.no_refit, recorded_start=not goal.no_recorded_start)
             if goal.trust_region > 0:
                 options = replace(options, trust_region_rad=float(goal.trust_region))
             plan_options = self._plan_options()

@@ -182,6 +182,9 @@ def register_tune(subparsers: argparse._SubParsersAction) -> None:
                    "region (0: refine's default; later trials take theirs from the history)")
     p.add_argument("--no-refit", action="store_true", help="refine on the planning model as it is (retarget "
                    "refine --no-refit; default: on the model re-fitted to each take when that explains it better)")
+    p.add_argument("--no-recorded-start", action="store_true", help="align each take on its onset, not on the "
+                   "plan's start its bag stored (retarget refine --no-recorded-start: a mocap node on a clock not "
+                   "synchronized with this computer's)")
     p.add_argument("--goal-tolerance", type=float, default=GOAL_TOLERANCE_RAD, metavar="RAD", help="each play's "
                    "position tolerance at the end [rad]: the goal ends once every joint is this close to its last "
                    "goal, and the recording's tail starts then (a plan's last goals pre-compensate the servos' sag: "
@@ -368,6 +371,7 @@ def _trial(client: _Client, args: argparse.Namespace, robot: str, k: int, plan: 
     motion = str(Path(args.motion).resolve()) if Path(args.motion).is_file() else str(args.motion)
     goal = Refine.Goal(robot=robot, motion=motion, plan_file=str(plan), recording=str(take),
                        bodies=bodies, trust_region=float(args.trust_region), no_refit=bool(args.no_refit),
+                       no_recorded_start=bool(args.no_recorded_start),
                        out=str(out / f"plan{k + 1}.csv"),
                        report_dir=str(out / f"trial{k}") if args.report else "")
     _say(f"trial {k}: refining from {take.name} on the planner node")
