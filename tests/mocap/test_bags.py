@@ -60,7 +60,8 @@ def test_custom_data_is_stored_in_the_metadata_and_read_back(tmp_path: Path, sto
     writer = PoseBagWriter(tmp_path / "raw", storage)
     writer.write_pose("/mocap/tip/pose", 1.0, (0, 0, 0), (0, 0, 0, 1))
     writer.custom_data["a"] = "1"
-    writer.close({"b": "2"})
+    writer.custom_data["b"] = "2"
+    writer.close()
     assert bag_info(tmp_path / "raw").custom_data == {"a": "1", "b": "2"}
     write_pose_bag(tmp_path / "plain", {"/mocap/tip/pose": _series()}, storage=storage)
     assert bag_info(tmp_path / "plain").custom_data == {}

@@ -250,11 +250,10 @@ class RawBagWriter:
         """Messages written so far."""
         return sum(self.counts.values())
 
-    def close(self, custom_data: Mapping[str, str] | None = None) -> Path:
-        """Finish the bag, with :attr:`custom_data` and ``custom_data`` in its metadata, and move it into place;
-        return its path."""
+    def close(self) -> Path:
+        """Finish the bag, with :attr:`custom_data` in its metadata, and move it into place; return its path."""
         try:
-            for key, value in {**self.custom_data, **(custom_data or {})}.items():
+            for key, value in self.custom_data.items():
                 self._writer.set_custom_data(str(key), str(value))
             self._writer.close()
             self._tmp.rename(self.path)

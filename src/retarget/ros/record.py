@@ -362,7 +362,8 @@ def record(
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     elapsed = time.monotonic() - started
-    return RecordSummary(path=writer.close(custom_data), storage=storage, duration_s=elapsed,
+    writer.custom_data.update(custom_data or {})
+    return RecordSummary(path=writer.close(), storage=storage, duration_s=elapsed,
                          topics={t: (writer.types[t], writer.counts[t]) for t in writer.types},
                          missing=list(recorder.pending), stopped_by=reason["value"])
 
