@@ -559,7 +559,31 @@ def _verification_model(result: PlanResult, model: RobotModel, options: PlanOpti
                     + f"; build one with `retarget reduce {model.name} --train-motion {model.name}/MOTION "
                     f"--mesh-scale 0.5 --out .cache-models/{VERIFY_SUBDIR}/{model.name}-MOTION.npz`. The plan's "
                     "figures are the planning model's")
+    if vm is not None:
+        vm = with_planned_servos(vm, model, result.warnings)
     return kind, vm
+
+
+def with_planned_servos(vm: ReducedRobotModel, model: RobotModel, warnings: list[str]) -> ReducedRobotModel:
+    """The verification model ``vm`` driven by the servos ``model`` plans for (a plan for a fitted servo file,
+    ``retarget plan --servo``, is verified with the servos it was made for, as the full FEM verifies it), with
+    ``info["servos_planned_for"]`` true when they differ from the ones it was trained with. Where one of them
+    models a motor's servo loop and the other takes the servo as ideal, the basis has not seen that loop: ``vm`` is
+    kept as it is and a line naming the motors goes to ``warnings``."""
+    from retarget.sim.reduced.system import with_servos
+
+    planned, trained = list(model.servo_list), list(vm.model.servo_list)
+    if planned == trained:
+        return vm
+    motors = list(vm.model.motors)
+    flips = [n for n, a, b in zip(motors, trained, planned) if a.ideal != b.ideal]
+    if len(planned) != len(trained) or flips:
+        warnings.append(f"the verification model {vm.info.get('file', '')} was trained with "
+                        f"{'ideal' if trained and trained[0].ideal else 'modelled'} servos on "
+                        f"{', '.join(flips or motors)}, the plan is for others: verified with the model's own servos")
+        return vm
+    return type(vm)(vm.model.with_servos(planned), vm.config, with_servos(vm.reduced, planned),
+                    {**vm.info, "servos_planned_for": True})
 
 
 def _verify_in(kind: ModelKind | None, vm: ReducedRobotModel | None, result: PlanResult, model: RobotModel,
