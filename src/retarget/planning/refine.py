@@ -773,7 +773,7 @@ def refine_context(robot: str | Path, motion: Motion, plan: PlanFile, options: P
     pm = planning_model(robot, motion, n_modes=options.modes, dt_train=options.dt_train,
                         mesh_axial=options.mesh_axial, mesh_around=options.mesh_around,
                         reduced_file=options.reduced_file, use_cache=options.use_cache,
-                        allow_training=options.allow_training,
+                        allow_training=options.allow_training, fallback=options.fallback_models,
                         progress=None if progress is None else (lambda k, n: progress("model training", k, n)))
     gate_warning = gate_model(pm, options.allow_unverified_model, say)
     engine = planner_engine(pm.reduced)

@@ -141,10 +141,15 @@ class RefineServer:
                                     f"robot's config declares ({'; '.join(differ)}): plan again",
                                     mismatches=differ)
 
-    def _plan_options(self) -> PlanOptions:
+    def _plan_options(self, robot: str) -> PlanOptions:
+        """The node's plan options, with the model it plans with when none is given, cached or found (the one
+        shipped for ``robot``), so a take of a plan made on that model is refined on it."""
         from retarget.planning.options import NODE_PARAMETERS, options_from_parameters
+        from retarget.ros.planner import fallback_models
 
-        return options_from_parameters({name: getattr(self.node, name) for name in NODE_PARAMETERS})
+        return options_from_parameters({name: getattr(self.node, name) for name in NODE_PARAMETERS},
+                                       fallback_models=fallback_models(robot, self.node.reduced_file,
+                                                                       self.node.shipped_model))
 
     def _context(self, robot: str, motion: Motion, plan: PlanFile, options: PlanOptions,
                  progress: Callable[[str, int, int], None]) -> RefineContext:
@@ -219,7 +224,7 @@ class RefineServer:
             options = RefineOptions(refit=not goal.no_refit, recorded_start=not goal.no_recorded_start)
             if goal.trust_region > 0:
                 options = replace(options, trust_region_rad=float(goal.trust_region))
-            plan_options = self._plan_options()
+            plan_options = self._plan_options(robot)
             feedback("loading")
             context = self._context(robot, motion, plan, plan_options, progress)
             feedback("measuring")
