@@ -377,7 +377,8 @@ def register_play(subparsers: argparse._SubParsersAction) -> None:
         description="Send a motion (a file, a bag, or a library name such as fit_rig/ident_mode2) as one "
         "FollowJointTrajectory goal to the trajectory server of a robot already brought up (`retarget up ROBOT`, "
         "`ros2 launch retarget ROBOT.launch.py`; same ROS_DOMAIN_ID and discovery range). Moves to the motion's "
-        "first pose first when the robot is not there, shows the progress, and prints the goal's result and the "
+        "first pose first when the robot is not there (with --record always: every take starts at rest after the "
+        "same move), shows the progress, and prints the goal's result and the "
         "tracking figures (measured joint_states against the motion). With --record, records topics (e.g. the "
         "mocap of a fitting rig's tip) into a rosbag2 bag from --record-lead s before the motion to --record-tail s "
         "after it. Ctrl-C cancels the goal: the robot stops where it is (a recording is finished cleanly). Exit 0 "
@@ -509,7 +510,8 @@ def _play_command(args: argparse.Namespace) -> int:
             return fail(f"no joint_states of {joints} on {namespace}/joint_states within {args.wait:g} s")
         current = client.recorder.latest()
         trajectory = to_joint_trajectory_msg(motion)
-        error = _move_to_start(client, trajectory, current, tolerance, args.move_to_start, report)
+        error = _move_to_start(client, trajectory, current, tolerance, args.move_to_start, report,
+                               always=args.record is not None)
         if error is not None:
             return fail(error)
         if args.record is not None:
@@ -552,14 +554,16 @@ def _check_play_options(args: argparse.Namespace) -> None:
 
 
 def _move_to_start(client: RobotClient, trajectory: JointTrajectory, current: NDArray[np.float64] | None,
-                   tolerance: float, seconds: float, report: dict[str, object]) -> str | None:
+                   tolerance: float, seconds: float, report: dict[str, object], always: bool = False) -> str | None:
     """Move the robot to the trajectory's first pose in ``seconds`` [s] when it is farther than ``tolerance``
-    [rad] from ``current``; what failed, or None (``report["moved_to_start"]`` says whether it moved)."""
+    [rad] from ``current``, or ``always`` (a recorded take: every take then starts at rest after the same move, where
+    a robot left within the tolerance would be swung there in the goal's lead and ring into the motion); what failed,
+    or None (``report["moved_to_start"]`` says whether it moved)."""
     import math
 
     positions = trajectory_arrays(trajectory)[1]
     away = float(np.max(np.abs(positions[0] - current)))
-    if away <= tolerance:
+    if away <= tolerance and not always:
         return None
     print(f"moving to the first pose ({math.degrees(away):.1f} deg away) in {seconds:g} s",
           file=sys.stderr, flush=True)
