@@ -96,11 +96,12 @@ def stationary(client: Client, window: float, atol: float, timeout: float) -> np
 
 
 @contextlib.contextmanager
-def _twin_and_server(start_node: Any, ros_context: Any, namespace: str, params: dict[str, Any]) -> Any:
+def _twin_and_server(start_node: Any, ros_context: Any, namespace: str, params: dict[str, Any],
+                     servo_time_constant: float = 0.02) -> Any:
     """A servo twin, a trajectory server with ``params`` and a test client in ``namespace``, warmed up by one goal
     to where the twin is (retried while the server has not yet seen joint_states itself)."""
     twin = start_node("retarget.ros.servo_twin", {"joint_names": JOINTS, "rate": 100.0,
-                                                   "servo_time_constant": 0.02}, namespace=namespace)
+                                                   "servo_time_constant": servo_time_constant}, namespace=namespace)
     server = start_node("retarget.ros.trajectory_server", params, namespace=namespace)
     client = Client(*ros_context, namespace=namespace)
     try:
@@ -226,9 +227,10 @@ def _stamp(msg: Any) -> float:
     return msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec
 
 
-def test_idle_server_commands_nothing_and_the_next_goal_starts_from_the_measured_state(system) -> None:
+def test_idle_server_commands_nothing_and_the_next_goal_starts_from_where_the_robot_is(system) -> None:
     """Idle, the server sends no setpoints (its tick runs only for a goal). joint_states are taken on demand: after
-    1.5 s of idling (150 of them, 15 times the subscription's history) the next goal starts from where the robot is."""
+    1.5 s of idling (150 of them, 15 times the subscription's history) the next goal starts from where the robot is
+    (the last command, which the servos hold)."""
     from control_msgs.action import FollowJointTrajectory
 
     client, server, _ = system
@@ -242,7 +244,7 @@ def test_idle_server_commands_nothing_and_the_next_goal_starts_from_the_measured
     assert res.result.error_code == FollowJointTrajectory.Result.SUCCESSFUL, (res.result.error_string, server.log())
     settled(client, target)
     first = next(c for c in client.commands if _stamp(c) >= sent)
-    # The first setpoint is one control period along the move from the measured state (0.375 rad/s: ≈ 4 mrad).
+    # The first setpoint is one control period along the move from the held command (0.375 rad/s: ≈ 4 mrad).
     np.testing.assert_allclose(first.points[0].positions, here, atol=0.03)
 
 
@@ -263,3 +265,30 @@ def test_stopped_joint_states_abort_the_goal_and_refuse_the_next(start_node, ros
         refused = client.result(client.send(client.goal([(1.0, here)])))
         assert refused.status == GoalStatus.STATUS_ABORTED, (refused.result.error_string, server.log())
         assert "no joint_states" in refused.result.error_string, (refused.result.error_string, server.log())
+
+
+@pytest.mark.parametrize("within", [0.2, 0.0])
+def test_a_goal_starts_from_the_command_the_servos_still_converge_to(start_node, ros_context, within: float) -> None:
+    """A servo that has not reached its goal — here a slow one (0.5 s) whose goal ended within a 0.15 rad tolerance,
+    as a servo sagging under a load holds its goal with an error — is holding the last command. The next goal's
+    first setpoint continues from that command (``start_from_command_within`` 0.2 rad); with 0 it starts from the
+    measured positions, first moving the goal back onto the shaft."""
+    from control_msgs.action import FollowJointTrajectory
+
+    params = {**PARAMS, "default_goal_tolerance": 0.15, "start_from_command_within": within}
+    with _twin_and_server(start_node, ros_context, f"{NS}_hold_{int(within * 10)}", params,
+                          servo_time_constant=0.5) as (client, server, _):
+        here = stationary(client, window=0.3, atol=0.005, timeout=10.0)
+        target = [float(q + (0.3 if q < 0.0 else -0.3)) for q in here]
+        first_goal = client.result(client.send(client.goal([(0.3, target)])))
+        assert first_goal.result.error_code == FollowJointTrajectory.Result.SUCCESSFUL, server.log()
+        sent = time.time()
+        second = client.result(client.send(client.goal([(1.0, target)])))
+        assert second.result.error_code == FollowJointTrajectory.Result.SUCCESSFUL, server.log()
+        measured_then = next(q for t, q in reversed(client.states) if t <= time.monotonic() - (time.time() - sent))
+        first = np.array(next(c for c in client.commands if _stamp(c) >= sent).points[0].positions)
+        assert float(np.max(np.abs(measured_then - target))) > 0.03  # still converging when the second goal came
+        if within > 0:
+            np.testing.assert_allclose(first, target, atol=0.005)
+        else:
+            assert float(np.max(np.abs(first - target))) > 0.02

@@ -5,7 +5,7 @@ quintic segments (:class:`TrajectorySampler`), tolerances (:func:`resolve_tolera
 one goal (:class:`TrajectoryExecution`), URDF limits and a first-order servo stand-in for the servo twin node.
 """
 from retarget.control.errors import ErrorCode, TrajectoryRejected
-from retarget.control.execution import ExecutionState, ExecutionStatus, ExecutionStep, TrajectoryExecution
+from retarget.control.execution import ExecutionState, ExecutionStatus, ExecutionStep, TrajectoryExecution, start_state
 from retarget.control.interpolation import TrajectorySample, TrajectorySampler, segment_coefficients
 from retarget.control.servo_model import ServoState, step_servos
 from retarget.control.setpoints import CommandFollower
@@ -18,5 +18,6 @@ __all__ = [
     "CommandFollower", "ErrorCode", "ExecutionState", "ExecutionStatus", "ExecutionStep", "GoalPoint",
     "GoalTolerance", "ServoState", "ToleranceViolation", "Tolerances", "Trajectory", "TrajectoryExecution",
     "TrajectoryRejected", "TrajectorySample", "TrajectorySampler", "check_first_segment", "check_tolerance",
-    "limits_from_urdf", "resolve_tolerances", "segment_coefficients", "step_servos", "validate_trajectory",
+    "limits_from_urdf", "resolve_tolerances", "segment_coefficients", "start_state", "step_servos",
+    "validate_trajectory",
 ]

@@ -18,7 +18,7 @@ from retarget.control.interpolation import TrajectorySample, TrajectorySampler
 from retarget.control.tolerances import Tolerances, check_tolerance
 from retarget.control.trajectory import Trajectory
 
-__all__ = ["ExecutionState", "ExecutionStatus", "ExecutionStep", "TrajectoryExecution"]
+__all__ = ["ExecutionState", "ExecutionStatus", "ExecutionStep", "TrajectoryExecution", "start_state"]
 
 
 class ExecutionStatus(Enum):
@@ -40,6 +40,31 @@ class ExecutionState:
 
     positions: np.ndarray
     velocities: np.ndarray | None = None
+
+
+def start_state(measured: ExecutionState | None, last_command: np.ndarray | None, *, open_loop: bool = False,
+                hold_within: float = 0.0, replacing: bool = False) -> ExecutionState | None:
+    """Where a new goal's first segment starts from: the measured state, or the last command.
+
+    A position servo holding a load does not sit at its goal: it holds it with an error (its sag, the load torque
+    over its gain). A goal started from the measured state first moves the goal onto the shaft, letting the sag go
+    in one control period, and then back: a jerk on every goal. So while the servos hold the last command — no
+    goal running (``replacing`` false) and the measured positions within ``hold_within`` [rad] of it — the goal
+    starts from the command, at rest, as joint_trajectory_controller's ``interpolate_from_desired_state`` does.
+    Farther (the robot pushed, or moved with its torque off) or replacing a running goal it starts from the
+    measured state; ``open_loop`` always from the last command.
+
+    Returns:
+        The start state; None when it needs a measured state and there is none.
+    """
+    if last_command is not None and open_loop:
+        return ExecutionState(np.array(last_command, dtype=float))
+    if measured is None:
+        return None
+    if (last_command is not None and not replacing and hold_within > 0.0
+            and float(np.max(np.abs(np.asarray(measured.positions) - last_command))) <= hold_within):
+        return ExecutionState(np.array(last_command, dtype=float))
+    return measured
 
 
 @dataclass(frozen=True, eq=False)

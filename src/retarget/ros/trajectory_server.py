@@ -35,9 +35,19 @@ from rclpy.task import Future
 from sensor_msgs.msg import JointState
 from trajectory_msgs.msg import JointTrajectory
 
-from retarget.control import (ErrorCode, ExecutionState, ExecutionStatus, ExecutionStep, TrajectoryExecution,
-                              TrajectoryRejected, check_first_segment, limits_from_urdf, resolve_tolerances,
-                              validate_trajectory)
+from retarget.control import (
+    ErrorCode,
+    ExecutionState,
+    ExecutionStatus,
+    ExecutionStep,
+    TrajectoryExecution,
+    TrajectoryRejected,
+    check_first_segment,
+    limits_from_urdf,
+    resolve_tolerances,
+    start_state,
+    validate_trajectory,
+)
 from retarget.errors import InputError
 from retarget.motion.limits import JointLimit
 from retarget.ros.conversions import goal_points, goal_tolerances, point_msg, setpoint_msg, time_to_seconds
@@ -47,6 +57,10 @@ from retarget.ros.spinning import close_node, spin, stopping_on_signals
 __all__ = ["TrajectoryServer", "main"]
 
 Result = FollowJointTrajectory.Result
+
+#: How far [rad] the measured positions may be from the last command for a new goal to start from the command:
+#: a servo's sag under load (an XM430 at factory gains saturates at 0.22 rad of error, so any load it holds).
+HOLD_WITHIN_RAD = 0.2
 
 #: ``driver_status`` as the driver publishes it: the latest status, kept for late subscribers.
 DRIVER_STATUS_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
@@ -116,6 +130,10 @@ class TrajectoryServer(Node):
                                     high=1e3) or math.inf
         self.open_loop = declare(self, "open_loop", T.BOOL, False,
                                  "start trajectories from the last command instead of the measured state")
+        self.hold_within = declare(self, "start_from_command_within", T.DOUBLE, HOLD_WITHIN_RAD,
+                                   "a goal starts from the last command while the servos hold it within this of "
+                                   "their measured positions (their sag under load), farther from the measured "
+                                   "state [rad]; 0 = always the measured state", low=0.0, high=3.2)
         self.state_timeout = declare(self, "state_timeout", T.DOUBLE, 0.5,
                                      "joint_states older than this abort the goal; a goal that arrives "
                                      "without fresh joint_states waits this long for them [s]", low=0.01, high=60.0)
@@ -191,6 +209,7 @@ class TrajectoryServer(Node):
                 self._driver_fault = None
                 return
             self._driver_fault = msg.message or f"{msg.name}: error (no description)"
+            self._last_command = None  # the driver holds what it reads back once it runs again, not this
             active = self._active
             if active is not None:
                 self._finish(active, ExecutionStatus.ABORTED, ErrorCode.PATH_TOLERANCE_VIOLATED,
@@ -216,14 +235,15 @@ class TrajectoryServer(Node):
             raise TrajectoryRejected(ErrorCode.INVALID_GOAL, f"driver fault: {self._driver_fault}")
 
     def _start_state(self) -> ExecutionState:
+        """Where a new goal starts (:func:`retarget.control.start_state`): the last command while the servos hold
+        it, else the measured state."""
         self._refuse_on_driver_fault()
-        measured = self._measured()
-        if self.open_loop and self._last_command is not None:
-            return ExecutionState(self._last_command.copy())
-        if measured is None:
+        start = start_state(self._measured(), self._last_command, open_loop=self.open_loop,
+                            hold_within=self.hold_within, replacing=self._active is not None)
+        if start is None:
             raise TrajectoryRejected(ErrorCode.INVALID_GOAL, f"no joint_states for {list(self.joint_names)} within "
                                      f"the last {self.state_timeout:g} s: the driver is not running or not ready")
-        return measured
+        return start
 
     async def _fresh_state(self, timeout: float) -> None:
         """Wait (without holding an executor thread) until joint_states are fresh, or ``timeout`` seconds."""
