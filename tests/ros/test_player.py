@@ -40,7 +40,7 @@ class _Handle:
 
 def _client(handle: _Handle) -> RobotClient:
     client = object.__new__(RobotClient)  # no rclpy context: only execute() is exercised
-    client.follow = SimpleNamespace(send_goal_async=lambda goal, feedback_callback=None: _Future(handle))
+    client.follow = SimpleNamespace(send_goal_async=lambda goal, feedback_callback=None, goal_uuid=None: _Future(handle))
     return client
 
 
@@ -137,7 +137,7 @@ def test_a_late_result_is_waited_for_while_the_servers_feedback_comes(monkeypatc
     feed: list[Any] = []
     client = object.__new__(RobotClient)
 
-    def send(goal: Any, feedback_callback: Any = None) -> _Future:
+    def send(goal: Any, feedback_callback: Any = None, goal_uuid: Any = None) -> _Future:
         feed.append(feedback_callback)
         return _Future(handle)
 

@@ -50,7 +50,7 @@ import numpy as np
 from retarget.cliargs import add_robot, resolve_legacy
 from retarget.jsonsafe import JSONObject
 from retarget.planning.checks import FinerStepCheck, StiffnessBand, Verification
-from retarget.ros.futures import result_or_cancel, wait_future
+from retarget.ros.futures import result_or_cancel, send_goal
 from retarget.ros.goal import PREPARATION_STAGES, PlannerProgress, preparing  # noqa: F401 (re-exported)
 from retarget.ros.player import (  # noqa: F401 (re-exported: JointTracking, LAG_GRID_S, ...)
     LAG_GRID_S,
@@ -163,8 +163,8 @@ class _Client(RobotClient):
             if feedback is not None:
                 feedback(msg.feedback)
 
-        handle = wait_future(self.retarget.send_goal_async(goal, feedback_callback=on_feedback), 10.0,
-                            "no planner goal response")
+        handle = send_goal(self.retarget, goal, 10.0, "no planner goal response", feedback_callback=on_feedback,
+                           warn=lambda text: print(f"demo: warning: {text}", file=sys.stderr, flush=True))
         if not handle.accepted:
             return Retarget.Result.FAILED, None, "the planner rejected the goal"
         accepted = time.monotonic()

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, TextIO, TypedDict
 
 from retarget.jsonsafe import JSONObject
-from retarget.ros.futures import result_or_cancel, wait_future
+from retarget.ros.futures import result_or_cancel, send_goal
 
 if TYPE_CHECKING:
     from retarget_interfaces.action import Retarget
@@ -225,8 +225,9 @@ def _goal_command(args: argparse.Namespace) -> int:
               f"samples, {len(joints)} joints){' and executing it' if args.execute else ''}", file=sys.stderr,
               flush=True)
         with PlannerProgress(per_window, windows, disable=args.no_progress, lines=True) as shown:
-            handle = wait_future(client.retarget.send_goal_async(goal, feedback_callback=lambda m: shown(m.feedback)),
-                                  10.0, "no planner goal response")
+            handle = send_goal(client.retarget, goal, 10.0, "no planner goal response",
+                               feedback_callback=lambda m: shown(m.feedback),
+                               warn=lambda text: print(f"retarget goal: warning: {text}", file=sys.stderr, flush=True))
             if not handle.accepted:
                 return finish(1, "the planner rejected the goal")
             try:

@@ -21,7 +21,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from retarget.jsonsafe import finite_or_none
-from retarget.ros.futures import result_or_cancel, wait_future
+from retarget.ros.futures import result_or_cancel, send_goal
 
 if TYPE_CHECKING:
     from control_msgs.action import FollowJointTrajectory
@@ -295,8 +295,8 @@ class RobotClient:
         def on_feedback(_: FollowJointTrajectory.Feedback) -> None:
             fed[0] = time.monotonic()
 
-        handle = wait_future(self.follow.send_goal_async(goal, feedback_callback=on_feedback), 10.0,
-                             "no trajectory goal response")
+        handle = send_goal(self.follow, goal, 10.0, "no trajectory goal response", feedback_callback=on_feedback,
+                           warn=lambda text: print(f"retarget play: warning: {text}", file=sys.stderr, flush=True))
         if not handle.accepted:
             raise RuntimeError("the trajectory server did not accept the goal")
         tick = (lambda: progress(self.now() - start)) if progress is not None else None

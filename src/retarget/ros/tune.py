@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from retarget.errors import InputError
-from retarget.ros.futures import result_or_cancel, wait_future
+from retarget.ros.futures import result_or_cancel, send_goal
 
 if TYPE_CHECKING:
     from rclpy.action import ActionClient
@@ -132,8 +132,8 @@ class _Client:
             _Failed: not accepted, or no result in time.
         """
         try:
-            handle = wait_future(client.send_goal_async(goal, feedback_callback=feedback), 20.0,
-                                 f"{what}: no goal response")
+            handle = send_goal(client, goal, 20.0, f"{what}: no goal response", feedback_callback=feedback,
+                               warn=lambda text: print(f"retarget tune: warning: {text}", file=sys.stderr, flush=True))
         except TimeoutError as exc:
             raise _Failed(str(exc)) from None
         if not handle.accepted:

@@ -1,0 +1,70 @@
+"""``send_goal``: a goal's handle from its response, or from its feedback when the response goes missing (unit tests
+of the waiting with a stand-in action client; the futures and goal handles are rclpy's own)."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("rclpy")
+
+
+class _Client:
+    """An action client whose server answers (``respond``) or not, and sends feedback (``feedback``) or not."""
+
+    def __init__(self, respond: bool, feedback: bool) -> None:
+        from control_msgs.action import FollowJointTrajectory
+
+        self._action_type = FollowJointTrajectory
+        self.respond, self.feedback = respond, feedback
+        self.goal_ids: list[object] = []
+
+    def send_goal_async(self, goal, feedback_callback=None, goal_uuid=None):
+        from rclpy.action.client import ClientGoalHandle
+        from rclpy.task import Future
+
+        self.goal_ids.append(goal_uuid)
+        future = Future()
+        if self.respond:
+            future.set_result(ClientGoalHandle(self, goal_uuid,
+                                               self._action_type.Impl.SendGoalService.Response(accepted=True)))
+        if self.feedback and feedback_callback is not None:
+            def feed() -> None:
+                for _ in range(40):
+                    feedback_callback(self._action_type.Feedback())
+                    time.sleep(0.05)
+            threading.Thread(target=feed, daemon=True).start()
+        return future
+
+
+def _goal():
+    from control_msgs.action import FollowJointTrajectory
+
+    return FollowJointTrajectory.Goal()
+
+
+def test_the_response_is_the_handle() -> None:
+    from retarget.ros.futures import send_goal
+
+    client = _Client(respond=True, feedback=False)
+    handle = send_goal(client, _goal(), 1.0, "no goal response")
+    assert handle.accepted and handle.goal_id == client.goal_ids[0]
+
+
+def test_a_goal_whose_feedback_comes_without_a_response_is_taken_as_accepted() -> None:
+    from retarget.ros.futures import ADOPT_AFTER_S, send_goal
+
+    client, warned, fed = _Client(respond=False, feedback=True), [], []
+    began = time.monotonic()
+    handle = send_goal(client, _goal(), 10.0, "no goal response", feedback_callback=fed.append, warn=warned.append)
+    assert handle.accepted and handle.goal_id == client.goal_ids[0]  # the UUID the feedback names
+    assert ADOPT_AFTER_S <= time.monotonic() - began < 10.0
+    assert fed and warned == ["no goal response, but the goal's feedback comes: taken as accepted"]
+
+
+def test_no_response_and_no_feedback_times_out() -> None:
+    from retarget.ros.futures import send_goal
+
+    with pytest.raises(TimeoutError, match="no goal response within 0.3 s"):
+        send_goal(_Client(respond=False, feedback=False), _goal(), 0.3, "no goal response")
