@@ -49,3 +49,27 @@ def test_a_stamped_setpoint_is_held_on_its_own_clock() -> None:
     np.testing.assert_allclose(f.goal_at(21.0), [0.2, 0.54], atol=1e-12)
     f.command(["a", "b"], [GoalPoint(0.0, [0.3, 0.1], [1.0, 1.0])], now=22.0)  # no stamp: held
     np.testing.assert_allclose(f.goal_at(22.05), [0.3, 0.1], atol=1e-12)
+
+
+def test_a_stamped_horizon_runs_on_its_stamps_clock_through_a_late_arrival() -> None:
+    """The trajectory server's command: the next samples of a trajectory, with velocities, from its stamp. Received
+    120 ms late (a loaded host), the goal is still the trajectory at each instant it is read (cubic Hermite between
+    the samples: exact for a cubic), where a one-point setpoint extrapolated along its velocity is off by the
+    trajectory's curvature; past its last sample it holds that sample."""
+    def q(t: float) -> float:  # a cubic trajectory [rad]
+        return 0.2 + 1.5 * t - 2.0 * t ** 2 + 0.7 * t ** 3
+
+    def v(t: float) -> float:
+        return 1.5 - 4.0 * t + 2.1 * t ** 2
+
+    stamp, times = 10.0, np.arange(21) * 0.01
+    horizon = [GoalPoint(float(dt), [q(0.4 + dt)], [v(0.4 + dt)]) for dt in times]
+    f = CommandFollower(["a"], [q(0.4)])
+    f.command(["a"], horizon, now=stamp + 0.12, stamp=stamp)
+    for read in (0.12, 0.125, 0.15, 0.199):
+        np.testing.assert_allclose(f.goal_at(stamp + read), [q(0.4 + read)], atol=1e-9)
+    np.testing.assert_allclose(f.goal_at(stamp + 0.5), [q(0.6)], atol=1e-12)
+    one = CommandFollower(["a"], [q(0.4)])
+    one.command(["a"], horizon[:1], now=stamp + 0.12, stamp=stamp)
+    # The setpoint alone, read when it arrives: its tangent, capped at MAX_EXTRAPOLATION_S, 0.6 deg off.
+    assert abs(one.goal_at(stamp + 0.12)[0] - q(0.52)) > 1e-2

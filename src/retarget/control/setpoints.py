@@ -5,9 +5,11 @@ sampled at (the trajectory server's stream: ``header.stamp``) is held on its own
 ``p + v (t − stamp)``, for at most :data:`MAX_EXTRAPOLATION_S` past the stamp, so a setpoint that arrives late
 (delivery, an executor busy on a loaded host, the sender's tick late) or that is written between two of the
 sender's ticks is the trajectory at the instant the goal is written, not the sender's sample held. A multi-point
-command is a trajectory started when it is received, sampled at the control rate from the current goal (linear /
-cubic / quintic as in :mod:`retarget.control.interpolation`). Joints a command does not name keep their current goal, as
-joint_trajectory_controller fills partial goals.
+command is a trajectory sampled at the control rate from the current goal (linear / cubic / quintic as in
+:mod:`retarget.control.interpolation`), started when it is received, or at its stamp when it has one: the trajectory
+server's horizon (its next ticks' samples with their velocities, every tick) is then the trajectory itself for as
+long as it reaches, so a command that arrives up to a horizon late still gives the goal the server computed for that
+instant. Joints a command does not name keep their current goal, as joint_trajectory_controller fills partial goals.
 """
 from __future__ import annotations
 
@@ -59,8 +61,9 @@ class CommandFollower:
             names: Joints named by the command (a subset of ``joint_names``, any order).
             points: Its points; one point = setpoint.
             now: Receipt time [s].
-            stamp: the instant a setpoint was sampled at [s, the clock of ``now``] (None or 0: unknown); with
-                the point's velocities it is held on its own clock (module docstring).
+            stamp: the instant a setpoint was sampled at, or a trajectory's time origin [s, the clock of ``now``]
+                (None or 0: unknown, the trajectory starts at ``now``); with a setpoint's velocities it is held on
+                its own clock (module docstring).
 
         Raises:
             TrajectoryRejected: Unknown or duplicate joints, malformed points, limits exceeded. The goal is unchanged.
@@ -92,7 +95,7 @@ class CommandFollower:
                 self._rate, self._stamp = rate, float(stamp)
         else:
             self._sampler = TrajectorySampler(traj, current)
-            self._start = now
+            self._start = float(stamp) if stamp else now
 
     def goal_at(self, now: float) -> np.ndarray:
         """Goal positions [rad] ``(m,)`` at time ``now`` [s]."""

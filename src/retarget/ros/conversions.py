@@ -10,8 +10,8 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from retarget.control import GoalPoint, GoalTolerance
 
-__all__ = ["duration_to_seconds", "goal_points", "goal_tolerances", "point_msg", "seconds_to_duration",
-           "setpoint_msg", "time_to_seconds"]
+__all__ = ["duration_to_seconds", "goal_points", "goal_tolerances", "horizon_msg", "point_msg",
+           "seconds_to_duration", "setpoint_msg", "time_to_seconds"]
 
 
 def duration_to_seconds(d: Duration) -> float:
@@ -52,6 +52,17 @@ def point_msg(positions: np.ndarray, velocities: np.ndarray | None = None,
         point.accelerations = [float(x) for x in accelerations]
     point.time_from_start = seconds_to_duration(time_from_start)
     return point
+
+
+def horizon_msg(joint_names: Sequence[str], times: Sequence[float], positions: np.ndarray, velocities: np.ndarray,
+                stamp: Time) -> JointTrajectory:
+    """A ``JointTrajectory`` of the next samples of a trajectory: positions [rad] and velocities [rad/s] ``(k, m)`` at
+    ``times`` [s] after ``stamp``, the instant the first one belongs to (the driver runs it on that clock)."""
+    msg = JointTrajectory()
+    msg.header.stamp = stamp
+    msg.joint_names = list(joint_names)
+    msg.points = [point_msg(q, v, time_from_start=float(t)) for t, q, v in zip(times, positions, velocities)]
+    return msg
 
 
 def setpoint_msg(joint_names: Sequence[str], positions: np.ndarray, velocities: np.ndarray | None,

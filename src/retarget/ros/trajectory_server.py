@@ -28,6 +28,7 @@ from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.action.server import ServerGoalHandle
 from rclpy.callback_groups import CallbackGroup, ReentrantCallbackGroup
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.time import Time
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
@@ -50,7 +51,8 @@ from retarget.control import (
 )
 from retarget.errors import InputError
 from retarget.motion.limits import JointLimit
-from retarget.ros.conversions import goal_points, goal_tolerances, point_msg, setpoint_msg, time_to_seconds
+from retarget.ros.conversions import (goal_points, goal_tolerances, horizon_msg, point_msg, setpoint_msg,
+                                     time_to_seconds)
 from retarget.ros.params import declare
 from retarget.ros.spinning import close_node, spin, stopping_on_signals
 
@@ -61,6 +63,11 @@ Result = FollowJointTrajectory.Result
 #: How far [rad] the measured positions may be from the last command for a new goal to start from the command:
 #: a servo's sag under load (an XM430 at factory gains saturates at 0.22 rad of error, so any load it holds).
 HOLD_WITHIN_RAD = 0.2
+
+#: How far ahead [s] each tick's ``joint_commands`` carry the trajectory: on a loaded host (load 8–9 on 2 cores)
+#: commands reached the driver up to 160 ms late, which a one-point setpoint extrapolated along its velocity turns
+#: into a goal degrees off in a fast move.
+COMMAND_HORIZON_S = 0.2
 
 #: ``driver_status`` as the driver publishes it: the latest status, kept for late subscribers.
 DRIVER_STATUS_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
@@ -130,6 +137,9 @@ class TrajectoryServer(Node):
                                     high=1e3) or math.inf
         self.open_loop = declare(self, "open_loop", T.BOOL, False,
                                  "start trajectories from the last command instead of the measured state")
+        self.horizon = declare(self, "command_horizon", T.DOUBLE, COMMAND_HORIZON_S,
+                               "each tick's joint_commands carry the trajectory this far ahead, so the driver follows "
+                               "it through a late command [s]; 0 = one setpoint per tick", low=0.0, high=2.0)
         self.hold_within = declare(self, "start_from_command_within", T.DOUBLE, HOLD_WITHIN_RAD,
                                    "a goal starts from the last command while the servos hold it within this of "
                                    "their measured positions (their sag under load), farther from the measured "
@@ -341,15 +351,26 @@ class TrajectoryServer(Node):
                 self._hold(measured.positions)
             else:
                 self._last_command = step.desired.positions.copy()
-                # Stamped with the instant it samples: the driver holds it on that clock (control/setpoints.py).
-                self._commands.publish(setpoint_msg(self.joint_names, step.desired.positions,
-                                                    step.desired.velocities, now.to_msg()))
+                self._commands.publish(self._command(active, step, now))
             every = max(1, round(self.control_rate / self.feedback_rate))
             if active.ticks % every == 0 or step.status is not ExecutionStatus.RUNNING:
                 self._feedback(active, step, measured)
             active.ticks += 1
             if step.status is not ExecutionStatus.RUNNING:
                 self._finish(active, step.status, step.code, step.message)
+
+    def _command(self, active: _ActiveGoal, step: ExecutionStep, now: Time) -> JointTrajectory:
+        """This tick's ``joint_commands``, stamped with the instant it samples (the driver runs it on that clock:
+        control/setpoints.py): the desired state now and, with a ``command_horizon``, the next ticks' samples."""
+        steps = int(round(self.horizon * self.control_rate))
+        if steps < 1:
+            return setpoint_msg(self.joint_names, step.desired.positions, step.desired.velocities, now.to_msg())
+        execution = active.execution
+        t = now.nanoseconds * 1e-9 - execution.trajectory.start_time
+        times = np.arange(steps + 1) / self.control_rate
+        ahead = [step.desired] + [execution.sampler.sample(t + dt) for dt in times[1:]]
+        return horizon_msg(self.joint_names, times, np.array([a.positions for a in ahead]),
+                           np.array([a.velocities for a in ahead]), now.to_msg())
 
     def _last_command_or_start(self, active: _ActiveGoal) -> np.ndarray:
         if self._last_command is not None:
