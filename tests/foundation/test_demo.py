@@ -10,9 +10,9 @@ import time
 import numpy as np
 import pytest
 
-from retarget.ros.demo import LAG_GRID_S, demo_model, demo_model_path, excerpt, tracking_figures
 from retarget.errors import InputError, RetargetError
 from retarget.motion.motion import Motion
+from retarget.ros.demo import LAG_GRID_S, demo_model, demo_model_path, excerpt, tracking_figures
 
 JOINTS = ("a", "b")
 
@@ -94,9 +94,9 @@ def test_the_progress_bar_counts_iterations_over_the_windows_and_time_from_the_e
     stage after the preparation (loading the model, compiling the kernels)."""
     from types import SimpleNamespace
 
-    from retarget.ros.demo import PREPARATION_STAGES, PlannerProgress
-    from retarget.planning.stages import FEEDBACK_STAGES, TRAINING_STAGE
     from retarget.planning.run import WARM_UP_STAGE
+    from retarget.planning.stages import FEEDBACK_STAGES, TRAINING_STAGE
+    from retarget.ros.demo import PREPARATION_STAGES, PlannerProgress
 
     assert WARM_UP_STAGE in PREPARATION_STAGES and TRAINING_STAGE not in PREPARATION_STAGES
     assert not PREPARATION_STAGES & set(FEEDBACK_STAGES.values())
