@@ -271,6 +271,7 @@ def test_demo_runs_end_to_end() -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_demo_trains_its_model_plans_and_executes_the_optimized_trajectory(tmp_path) -> None:
     """The demo's main job on the single rod (a small robot, coarse mesh): train the model in a child process,
     plan over ROS within the budget, execute the optimized trajectory; a second demo reuses the model.
