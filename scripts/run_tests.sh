@@ -8,8 +8,9 @@ workers=${RETARGET_TEST_WORKERS:-2}
 parallel=()
 if [ "$workers" != 0 ]; then
   # loadfile: a test module runs on one worker, so its module-scoped fixtures (node processes, planned rods) are
-  # built once.
-  parallel=(-n "$workers" --dist loadfile)
+  # built once. --no-loadscope-reorder: modules go out in the order tests/conftest.py gives them (the heaviest
+  # first), not xdist's (the most tests first, which leaves the long one-test modules to the end).
+  parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 fi
 # numba's kernels into its disk cache first (scripts/warm_numba.py): two processes compile disjoint kernel sets in
 # parallel, so the workers find them cached instead of each compiling the same ones. Best-effort: a failure there

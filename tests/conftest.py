@@ -161,3 +161,29 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.longrepr = (f"{item.nodeid} {caught[0]} but is not marked @pytest.mark.integration "
                            "(tests/conftest.py)")
     return report
+
+
+# --- the order modules reach pytest-xdist's workers -------------------------------------------------------------
+
+
+def _module_weight(items: list[pytest.Item]) -> int:
+    """0: the module has a test marked both ``slow`` and ``integration`` (a long run of processes: a node set's
+    plan, the demo, the shutdown cycles), 1: one marked either, 2: unit tests only."""
+    marks = [{m.name for m in item.iter_markers()} for item in items]
+    if any({"slow", "integration"} <= m for m in marks):
+        return 0
+    return 1 if any(m & {"slow", "integration"} for m in marks) else 2
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker, the modules heaviest first (:func:`_module_weight`; collection order within a weight),
+    each module's tests together: with ``--dist loadfile --no-loadscope-reorder`` (scripts/run_tests.sh) the
+    controller hands out modules in this order, so the run ends on short unit-test modules that fill both workers,
+    not on one long module running alone. A plain pytest run keeps the collection order."""
+    if not _WORKER:
+        return
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    ordered = sorted(modules.values(), key=_module_weight)  # stable: collection order within a weight
+    items[:] = [item for module in ordered for item in module]

@@ -10,9 +10,9 @@ import time
 import numpy as np
 import pytest
 
-from retarget.ros.demo import LAG_GRID_S, demo_model, demo_model_path, excerpt, tracking_figures
 from retarget.errors import InputError, RetargetError
 from retarget.motion.motion import Motion
+from retarget.ros.demo import LAG_GRID_S, demo_model, demo_model_path, excerpt, tracking_figures
 
 JOINTS = ("a", "b")
 
@@ -94,9 +94,9 @@ def test_the_progress_bar_counts_iterations_over_the_windows_and_time_from_the_e
     stage after the preparation (loading the model, compiling the kernels)."""
     from types import SimpleNamespace
 
-    from retarget.ros.demo import PREPARATION_STAGES, PlannerProgress
-    from retarget.planning.stages import FEEDBACK_STAGES, TRAINING_STAGE
     from retarget.planning.run import WARM_UP_STAGE
+    from retarget.planning.stages import FEEDBACK_STAGES, TRAINING_STAGE
+    from retarget.ros.demo import PREPARATION_STAGES, PlannerProgress
 
     assert WARM_UP_STAGE in PREPARATION_STAGES and TRAINING_STAGE not in PREPARATION_STAGES
     assert not PREPARATION_STAGES & set(FEEDBACK_STAGES.values())
@@ -271,9 +271,14 @@ def test_demo_runs_end_to_end() -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_demo_trains_its_model_plans_and_executes_the_optimized_trajectory(tmp_path) -> None:
     """The demo's main job on the single rod (a small robot, coarse mesh): train the model in a child process,
-    plan over ROS within the budget, execute the optimized trajectory; a second demo reuses the model."""
+    plan over ROS within the budget, execute the optimized trajectory; a second demo reuses the model.
+
+    No verification model (``--verify-model none``): re-simulating the plan in the full FEM takes half a minute here
+    and is tested in tests/planning/test_run.py, the demo's verdict on a verification in
+    ``test_the_cut_is_judged_in_the_verification_model_and_missing_verification_is_no_cut``."""
     pytest.importorskip("rclpy", reason="rclpy is not installed (make setup)")
     env = os.environ.copy()
     env["ROS_DOMAIN_ID"] = str(1 + (int(os.environ["ROS_DOMAIN_ID"]) + 70) % 100)
@@ -281,7 +286,7 @@ def test_demo_trains_its_model_plans_and_executes_the_optimized_trajectory(tmp_p
     env["RETARGET_CACHE"] = str(tmp_path)
     command = [sys.executable, "-m", "retarget.ros.demo", "single_rod", "--json", "--no-progress",
                "--motion", "single_rod/step_30", "--duration", "1.5", "--train-duration", "1.5",
-               "--train-mesh-scale", "0.05", "--max-iterations", "5", "--plan-timeout", "200"]
+               "--train-mesh-scale", "0.05", "--max-iterations", "5", "--verify-model", "none", "--plan-timeout", "200"]
     # A fresh install compiles the full and reduced engines (training) and the planner's kernels first: minutes.
     # The plan's 180 s budget: the default robust objective evaluates three models; with the 60 s of an 80 s
     # timeout the first evaluation (14.8 s, measured under load) and the verification's reserve left no iteration.
