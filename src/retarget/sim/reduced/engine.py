@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from numba.typed import List
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from retarget.sim.bdf import BDF1, BDF2, StepInputs, history_jacobian_product, step_inputs
 from retarget.sim.constraints import CouplingConstraint, JointConstraint
@@ -195,6 +195,14 @@ class CompiledLinearization:
     min_det: float
 
 
+def _kernel_array(x: ArrayLike) -> NDArray[np.float64]:
+    """``x`` as the kernels take it: a writable, C-contiguous float64 array of at least one dimension. numba compiles
+    one signature per array kind, so a read-only array (a plan's start pose, a cached profile) would compile the
+    whole residual tree a second time (about 40 s)."""
+    a = np.ascontiguousarray(np.atleast_1d(np.asarray(x, dtype=np.float64)))
+    return a if a.flags.writeable else a.copy()
+
+
 def residual_compiled(
     packed: ck.Packed | ck.Kernels,
     s: NDArray[np.float64],
@@ -206,10 +214,9 @@ def residual_compiled(
     takes the record's fields as plain arrays and floats (numba takes no dataclass)."""
     kernels = packed if isinstance(packed, ck.Kernels) else ck.Kernels(packed)
     r, jac, rthd, rth, mass, md = kernels(
-        ck.residual_jacobian, np.ascontiguousarray(s, dtype=float), np.ascontiguousarray(inputs.u_bar, dtype=float),
-        np.ascontiguousarray(inputs.v_bar, dtype=float), float(inputs.h),
-        np.atleast_1d(np.asarray(inputs.theta, dtype=float)), np.atleast_1d(np.asarray(inputs.theta_dot, dtype=float)),
-        float(inputs.baumgarte), bool(jacobian), True,
+        ck.residual_jacobian, _kernel_array(s), _kernel_array(inputs.u_bar), _kernel_array(inputs.v_bar),
+        float(inputs.h), _kernel_array(inputs.theta), _kernel_array(inputs.theta_dot), float(inputs.baumgarte),
+        bool(jacobian), True,
     )
     return CompiledLinearization(r, jac if jacobian else None, rth, rthd, mass if jacobian else None, float(md))
 
@@ -428,7 +435,7 @@ class CompiledReducedEngine(SystemEngine):
         mass = lin.mass
 
         def solve_t(rhs: NDArray[np.float64]) -> NDArray[np.float64]:
-            return kernels(ck.condensed_solve_transposed, ws, np.ascontiguousarray(rhs, dtype=float))
+            return kernels(ck.condensed_solve_transposed, ws, _kernel_array(rhs))
 
         def solve(rhs: NDArray[np.float64]) -> NDArray[np.float64]:
             # condensed_solve gives the Newton update −J⁻¹ r (of each column: condensed_solve_columns).
