@@ -43,6 +43,7 @@ __all__ = [
     "ServoError",
     "ServoParams",
     "control_table_gains",
+    "ideal_flips",
     "servo_params",
     "servos_from_config",
 ]
@@ -269,6 +270,12 @@ def servo_params(
         return replace(base, **values)
     except ServoError as exc:
         raise ServoError(f"{where}: {exc}") from exc
+
+
+def ideal_flips(motors: Sequence[str], were: Sequence[ServoParams], now: Sequence[ServoParams]) -> list[str]:
+    """The motors whose servo is ideal in one of ``were`` and ``now`` and modelled in the other (per motor, in
+    ``motors``' order): a reduced model trained with the one has not seen the other's loop."""
+    return [name for name, a, b in zip(motors, were, now) if a.ideal != b.ideal]
 
 
 def servos_from_config(section: Mapping[str, object] | None, motors: Sequence[str],

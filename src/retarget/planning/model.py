@@ -130,13 +130,14 @@ def with_servo_override(pm: PlanningModel, servos: Sequence[ServoParams]) -> Pla
         InputError: not one servo per motor, or a modelled servo where the model was trained with ideal ones (or
             the other way round): the basis has not seen that loop.
     """
+    from retarget.model.servo import ideal_flips
     from retarget.sim.reduced.system import with_servos
 
     servos = list(servos)
     if len(servos) != len(pm.model.motors):
         raise InputError(f"{len(servos)} servos for the {len(pm.model.motors)} motors {list(pm.model.motors)}")
     trained = pm.model.servo_list
-    flips = [n for n, a, b in zip(pm.model.motors, trained, servos) if a.ideal != b.ideal]
+    flips = ideal_flips(pm.model.motors, trained, servos)
     if flips:
         raise InputError(f"the planning model was trained with {'ideal' if trained[0].ideal else 'modelled'} servos "
                          f"on {', '.join(flips)}; the servos to plan for are not: train a model with them in the loop "

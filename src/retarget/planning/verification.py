@@ -570,13 +570,14 @@ def with_planned_servos(vm: ReducedRobotModel, model: RobotModel, warnings: list
     ``info["servos_planned_for"]`` true when they differ from the ones it was trained with. Where one of them
     models a motor's servo loop and the other takes the servo as ideal, the basis has not seen that loop: ``vm`` is
     kept as it is and a line naming the motors goes to ``warnings``."""
+    from retarget.model.servo import ideal_flips
     from retarget.sim.reduced.system import with_servos
 
     planned, trained = list(model.servo_list), list(vm.model.servo_list)
     if planned == trained:
         return vm
     motors = list(vm.model.motors)
-    flips = [n for n, a, b in zip(motors, trained, planned) if a.ideal != b.ideal]
+    flips = ideal_flips(motors, trained, planned)
     if len(planned) != len(trained) or flips:
         warnings.append(f"the verification model {vm.info.get('file', '')} was trained with "
                         f"{'ideal' if trained and trained[0].ideal else 'modelled'} servos on "
