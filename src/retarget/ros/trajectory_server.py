@@ -28,27 +28,17 @@ from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.action.server import ServerGoalHandle
 from rclpy.callback_groups import CallbackGroup, ReentrantCallbackGroup
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
-from rclpy.time import Time
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.task import Future
+from rclpy.time import Time
 from sensor_msgs.msg import JointState
 from trajectory_msgs.msg import JointTrajectory
 
-from retarget.control import (
-    ErrorCode,
-    ExecutionState,
-    ExecutionStatus,
-    ExecutionStep,
-    TrajectoryExecution,
-    TrajectoryRejected,
-    check_first_segment,
-    limits_from_urdf,
-    resolve_tolerances,
-    start_state,
-    validate_trajectory,
-)
+from retarget.control import (ErrorCode, ExecutionState, ExecutionStatus, ExecutionStep, TrajectoryExecution,
+                              TrajectoryRejected, check_first_segment, limits_from_urdf, resolve_tolerances,
+                              start_state, validate_trajectory)
 from retarget.errors import InputError
 from retarget.motion.limits import JointLimit
 from retarget.ros.conversions import (goal_points, goal_tolerances, horizon_msg, point_msg, setpoint_msg,
