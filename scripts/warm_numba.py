@@ -8,8 +8,9 @@ Two processes warm disjoint kernel sets in parallel, so no kernel is compiled tw
   model). Without that model it waits for ``rest``'s rod model.
 - ``rest`` meanwhile compiles the leaves of that tree ``engine`` reaches last (:func:`_engine_leaves`), simulates
   the tests' rod on a motor (``tests/optimize/rod_fixtures.py``: the full-space simulator's kernels), trains its
-  reduced model, steps the reference reduced stepper on it (the kernels it calls from Python) and, once ``engine``
-  has cached its tree, the compiled engine's adjoint kernels (``factorize_exact``, ``condensed_solve_transposed``).
+  reduced model, steps the reference reduced stepper on it (the kernels it calls from Python), runs the step-test
+  rigs' beam model and, once ``engine`` has cached its tree, the compiled engine's adjoint kernels
+  (``factorize_exact``, ``condensed_solve_transposed``).
 
 Apart from those leaves both call the real entry points, so the kernels compile with the signatures the code uses
 (a leaf whose signature drifts from the engine's only compiles once more, in ``engine``). Nothing else happens
@@ -106,9 +107,18 @@ def _engine_leaves() -> None:
         kernel.compile(sig)
 
 
+def _beam() -> None:
+    """The step-test rigs' beam model's time loop (material fits, identification-motion design)."""
+    from retarget.fit.beam import build_beam_model
+    from retarget.fit.rig import load_rig
+
+    t = np.arange(3) * 1e-3
+    build_beam_model(load_rig("single_rod"), 2).simulate(2e11, 0.0, 0.0, t, t, t, t)
+
+
 def rest(handoff: Path) -> None:
     """The compiled engine's late leaf kernels, the full-space simulator and training on the rod, the reference
-    reduced stepper on its model, then the compiled engine's step sensitivity."""
+    reduced stepper on its model, the step-test rigs' beam model, then the compiled engine's step sensitivity."""
     from retarget.sim.adapters import reduced_engine
     from retarget.sim.reduced.training import build_from_result
     from retarget.sim.scenarios import build_rod_on_motor
@@ -126,6 +136,7 @@ def rest(handoff: Path) -> None:
     s0, cache = ref.reference_state(), {}
     s1 = ref.step(s0, None, 2e-3, motors, 1, cache)
     ref.step(s1, s0, 2e-3, motors, 2, cache)
+    _beam()
     if not _wait_for(handoff / "engine.done"):
         return
     eng = reduced_engine(rs, 1e-10)

@@ -25,7 +25,9 @@ the fitting engine until the reduced engine lands; see docs/fit.md.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
+import numba
 import numpy as np
 from numpy.typing import NDArray
 
@@ -53,6 +55,76 @@ def _hermite(xi: float, le: float) -> tuple[NDArray[np.float64], NDArray[np.floa
                    -2 * xi + 3 * xi**2])
     d2 = np.array([(-6 + 12 * xi) / le**2, (-4 + 6 * xi) / le, (6 - 12 * xi) / le**2, (-2 + 6 * xi) / le])
     return n, d1, d2
+
+
+def _c(a: NDArray[np.float64] | float) -> NDArray[np.float64]:
+    """A C-ordered float64 copy-if-needed (the one array kind :func:`_trapezoidal` compiles for)."""
+    return np.ascontiguousarray(a, dtype=np.float64)
+
+
+class _BeamConstants(NamedTuple):
+    """:class:`BeamModel`'s constant matrices as :func:`_trapezoidal` takes them (see the model's attributes)."""
+
+    mass: NDArray[np.float64]
+    mass_rod: NDArray[np.float64]
+    stiffness_unit: NDArray[np.float64]
+    geo_gravity: NDArray[np.float64]
+    geo_centrifugal: NDArray[np.float64]
+    geo_euler: NDArray[np.float64]
+    gjg: NDArray[np.float64]  # m Gᵀ J G
+    ggt: NDArray[np.float64]  # m Gᵀ G
+    tip_map_t: NDArray[np.float64]  # Gᵀ (n, 2)
+    tip_rest: NDArray[np.float64]
+    tip_rest_j: NDArray[np.float64]  # J y_t
+    tip_offset: NDArray[np.float64]
+    load_gravity_lateral: NDArray[np.float64]
+    load_centrifugal: NDArray[np.float64]
+    load_euler: NDArray[np.float64]
+    tip_mass: float
+    tip_inertia: float
+
+
+@numba.njit(cache=True, nogil=True)
+def _trapezoidal(dt: float, youngs_modulus: float, alpha: float, beta: float, theta_dot: NDArray[np.float64],
+                 theta_ddot: NDArray[np.float64], gravity_local: NDArray[np.float64], b: _BeamConstants
+                 ) -> NDArray[np.float64]:
+    """:meth:`BeamModel.simulate`'s time loop: the matrices of :meth:`BeamModel.matrices` at each step (the same
+    terms in the same order) and the trapezoidal rule from the static equilibrium at the first step → q (n_t, n)."""
+    n_t = theta_dot.shape[0]
+    n = b.mass.shape[0]
+    q = np.zeros((n_t, n))
+    k_bend = youngs_modulus * b.stiffness_unit
+    k_rot = b.geo_centrifugal - b.mass_rod - b.ggt
+    k_euler = b.geo_euler + b.gjg
+    damping = np.empty((n, n))
+    stiffness = np.empty((n, n))
+    load = np.empty(n)
+    f_tip = np.empty(2)
+    v = np.zeros(n)
+    acc = np.zeros(n)
+    h2 = 0.25 * dt * dt
+    for i in range(n_t):
+        w, x = theta_dot[i], theta_ddot[i]
+        w2 = w**2
+        damping[:, :] = alpha * b.mass_rod + beta * k_bend + 2.0 * w * b.gjg
+        for j in range(2):
+            f_tip[j] = b.tip_mass * (gravity_local[i, j] + w2 * b.tip_rest[j] - x * b.tip_rest_j[j])
+        stiffness[:, :] = k_bend + gravity_local[i, 0] * b.geo_gravity + w2 * k_rot + x * k_euler
+        stiffness[n - 1, n - 1] += b.tip_offset[0] * f_tip[0] + b.tip_offset[1] * f_tip[1]
+        load[:] = (gravity_local[i, 1] * b.load_gravity_lateral + w2 * b.load_centrifugal + x * b.load_euler
+                   + b.tip_map_t @ f_tip)
+        load[n - 1] -= b.tip_inertia * x
+        if i == 0:
+            q[0] = np.linalg.solve(stiffness, load)
+            acc = np.linalg.solve(b.mass, load - damping @ v - stiffness @ q[0])
+            continue
+        q_pred = q[i - 1] + dt * v + h2 * acc
+        v_pred = v + 0.5 * dt * acc
+        acc = np.linalg.solve(b.mass + 0.5 * dt * damping + h2 * stiffness,
+                              load - damping @ v_pred - stiffness @ q_pred)
+        q[i] = q_pred + h2 * acc
+        v = v_pred + 0.5 * dt * acc
+    return q
 
 
 @dataclass(frozen=True, eq=False)
@@ -158,23 +230,22 @@ class BeamModel:
         Returns:
             ``(q (n, n_dofs), tip_position (n, 3) [m])``: beam coordinates and the tip centre of mass in the world.
         """
-        dt = float(time[1] - time[0])
         g_loc = self.gravity_local(theta)
-        n_t = len(time)
-        q = np.zeros((n_t, self.n_dofs))
-        c, k, f = self.matrices(youngs_modulus, alpha, beta, theta[0], theta_dot[0], theta_ddot[0], g_loc[0])
-        q[0] = np.linalg.solve(k, f)
-        v = np.zeros(self.n_dofs)
-        acc = np.linalg.solve(self.mass, f - c @ v - k @ q[0])
-        h2 = 0.25 * dt * dt
-        for i in range(1, n_t):
-            c, k, f = self.matrices(youngs_modulus, alpha, beta, theta[i], theta_dot[i], theta_ddot[i], g_loc[i])
-            q_pred = q[i - 1] + dt * v + h2 * acc
-            v_pred = v + 0.5 * dt * acc
-            acc = np.linalg.solve(self.mass + 0.5 * dt * c + h2 * k, f - c @ v_pred - k @ q_pred)
-            q[i] = q_pred + h2 * acc
-            v = v_pred + 0.5 * dt * acc
+        q = _trapezoidal(float(time[1] - time[0]), float(youngs_modulus), float(alpha), float(beta),
+                         _c(theta_dot), _c(theta_ddot), _c(g_loc), self._kernel_constants())
         return q, self.tip_positions(theta, q)
+
+    def _kernel_constants(self) -> _BeamConstants:
+        """The constant matrices in the record :func:`_trapezoidal` takes (C-ordered float64 arrays)."""
+        m_tip = self.rig.tip_mass
+        g = self.tip_map
+        return _BeamConstants(
+            mass=_c(self.mass), mass_rod=_c(self.mass_rod), stiffness_unit=_c(self.stiffness_unit),
+            geo_gravity=_c(self.geo_gravity), geo_centrifugal=_c(self.geo_centrifugal), geo_euler=_c(self.geo_euler),
+            gjg=_c(m_tip * g.T @ _J2 @ g), ggt=_c(m_tip * g.T @ g), tip_map_t=_c(g.T), tip_rest=_c(self.tip_rest),
+            tip_rest_j=_c(_J2 @ self.tip_rest), tip_offset=_c(self.tip_offset),
+            load_gravity_lateral=_c(self.load_gravity_lateral), load_centrifugal=_c(self.load_centrifugal),
+            load_euler=_c(self.load_euler), tip_mass=float(m_tip), tip_inertia=float(self.rig.tip_inertia_axis))
 
     def tip_positions(self, theta: NDArray[np.float64], q: NDArray[np.float64]) -> NDArray[np.float64]:
         """Tip centre of mass in the world (n, 3) [m] from motor angles (n,) and beam coordinates (n, n_dofs)."""
