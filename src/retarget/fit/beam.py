@@ -24,10 +24,10 @@ the fitting engine until the reduced engine lands; see docs/fit.md.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-import numba
 import numpy as np
 from numpy.typing import NDArray
 
@@ -84,7 +84,14 @@ class _BeamConstants(NamedTuple):
     tip_inertia: float
 
 
-@numba.njit(cache=True, nogil=True)
+@functools.cache
+def _trapezoidal_kernel() -> Any:
+    """:func:`_trapezoidal` compiled (numba imported on first use: ``retarget --help`` stays light)."""
+    import numba
+
+    return numba.njit(cache=True, nogil=True)(_trapezoidal)
+
+
 def _trapezoidal(dt: float, youngs_modulus: float, alpha: float, beta: float, theta_dot: NDArray[np.float64],
                  theta_ddot: NDArray[np.float64], gravity_local: NDArray[np.float64], b: _BeamConstants
                  ) -> NDArray[np.float64]:
@@ -231,7 +238,7 @@ class BeamModel:
             ``(q (n, n_dofs), tip_position (n, 3) [m])``: beam coordinates and the tip centre of mass in the world.
         """
         g_loc = self.gravity_local(theta)
-        q = _trapezoidal(float(time[1] - time[0]), float(youngs_modulus), float(alpha), float(beta),
+        q = _trapezoidal_kernel()(float(time[1] - time[0]), float(youngs_modulus), float(alpha), float(beta),
                          _c(theta_dot), _c(theta_ddot), _c(g_loc), self._kernel_constants())
         return q, self.tip_positions(theta, q)
 
