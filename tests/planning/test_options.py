@@ -127,3 +127,16 @@ def test_window_settings_out_of_range_are_named_before_any_work():
         options_from_args(parser.parse_args([*plan, "--window", "1", "--window-tail", "-1"]))
     with pytest.raises(InputError, match="--window must be positive"):
         options_from_args(parser.parse_args([*plan, "--window", "-1"]))
+
+
+def test_the_options_annotations_resolve_to_types() -> None:
+    """Tools that read the dataclasses' types (typing.get_type_hints: argument parsers, schema writers) see every
+    field's type, the weights' included."""
+    import typing
+
+    from retarget.optimize.weights import WeightSpec
+    from retarget.planning.options import RefineOptions
+
+    hints = typing.get_type_hints(PlanOptions)
+    assert hints["deviation_weight"] == WeightSpec and set(hints) >= {"method", "start", "verify_model"}
+    assert typing.get_type_hints(RefineOptions)

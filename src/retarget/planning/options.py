@@ -6,13 +6,11 @@ import enum
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from retarget.errors import InputError
 from retarget.optimize.solver_settings import Method
-
-if TYPE_CHECKING:
-    from retarget.optimize.weights import TrackedBodyWeights, WeightSpec
+from retarget.optimize.weights import TrackedBodyWeights, WeightSpec
 
 __all__ = ["METHODS", "NODE_PARAMETERS", "REST_AFTER_S", "PlanOptions", "RefineOptions", "Start", "VerifyModel",
            "band_offloaded", "options_from_parameters"]
