@@ -82,8 +82,8 @@ def _register_fit(subparsers: argparse._SubParsersAction) -> None:
                    "orientation is unreliable)")
     p.add_argument("--motion-start", action="append", type=float, default=None, metavar="S",
                    help="when the motion's command started, in seconds after the recording's first frame "
-                   "(negative: before it; to within 50 ms); one for all or one per --recording (default: found "
-                   "from the recording)")
+                   "(negative: before it; to within 50 ms); one for all or one per --recording (default: the start a "
+                   "bag of retarget play --record stored, else found from the recording)")
     p.add_argument("--engine", default="auto", help="simulator: auto|beam|reduced|full (default auto: reduced "
                    "with --reduced, else beam)")
     p.add_argument("--reduced", default=None, metavar="FILE.npz",
@@ -418,6 +418,10 @@ def _fit(args: argparse.Namespace) -> int:
     played = [_motion(m, rig.name) for m in motions]
     cases = [FitCase(read_recording(path, args.body, args.topic), motion, str(path), start)
              for path, motion, start in zip(args.recording, played, starts)]
+    for case in cases:
+        if case.motion_start_s is None and case.start_s is not None:
+            print(f"{case.label}: the motion started {case.start_s:.3f} s after its first frame (stored by "
+                  "retarget play --record; --motion-start to give another)", file=sys.stderr)
     bar = counting_bar("fit", "sim")
     try:
         result = fit_materials(simulator, cases, FitOptions(params=params, fixed=fixed,

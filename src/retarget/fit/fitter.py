@@ -72,13 +72,25 @@ class FitCase:
         motion: The :class:`retarget.motion.Motion` the rig played.
         label: Name in reports (file name).
         motion_start_s: When the motion's command started, in seconds after the recording's first sample
-            (negative: before it), known to within 50 ms; None: the alignment finds it (:func:`retarget.fit.align.align`).
+            (negative: before it), known to within 50 ms; None: the start the recording stored
+            (:attr:`TipRecording.recorded_start_s`, a bag of ``retarget play --record``) or, without one, the
+            alignment finds it (:func:`retarget.fit.align.align`).
     """
 
     recording: TipRecording
     motion: object
     label: str
     motion_start_s: float | None = None
+
+    @property
+    def start_s(self) -> float | None:
+        """The motion's start the alignment is given, in seconds after the recording's first sample (None: find
+        it): :attr:`motion_start_s`, else the recording's own."""
+        if self.motion_start_s is not None:
+            return self.motion_start_s
+        if self.recording.recorded_start_s is not None:
+            return self.recording.recorded_start_s - float(self.recording.time_s[0])
+        return None
 
 
 @dataclass(frozen=True)
@@ -325,7 +337,7 @@ def build_problem(simulator: StepTestSimulator, cases: Sequence[FitCase], option
     alignments, samples, angles, angle_samples, angle_weights, angle_noise = [], [], [], [], [], []
     for case in cases:
         sim = simulator.simulate(values["youngs_modulus"], values["alpha"], values["beta"], case.motion)
-        al = align(case.recording, sim, motion_start_s=case.motion_start_s)
+        al = align(case.recording, sim, motion_start_s=case.start_s)
         t = case.recording.time_s - al.offset_s
         lo = sim.time_s[0] + options.edge_margin_s + options.offset_window_s
         hi = sim.time_s[-1] - options.edge_margin_s - options.offset_window_s

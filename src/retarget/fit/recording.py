@@ -25,6 +25,8 @@ class TipRecording:
         source: File the samples came from, for messages.
         body: The tracked body's name.
         orientation_xyzw: (n, 4) unit quaternions of the tracked rigid body (NaN where untracked), or ``None``.
+        recorded_start_s: When the played motion started, on this recording's clock [s]: stored in a bag of
+            ``retarget play --record`` (:attr:`retarget.mocap.bags.BagInfo.motion_start_s`); None otherwise.
     """
 
     time_s: NDArray[np.float64]
@@ -32,6 +34,7 @@ class TipRecording:
     source: str
     body: str
     orientation_xyzw: NDArray[np.float64] | None = None
+    recorded_start_s: float | None = None
 
     @property
     def valid(self) -> NDArray[np.bool_]:
@@ -40,7 +43,9 @@ class TipRecording:
 
     def shifted(self, offset_s: float) -> TipRecording:
         """The same samples with ``offset_s`` [s] subtracted from every time."""
-        return TipRecording(self.time_s - offset_s, self.position_m, self.source, self.body, self.orientation_xyzw)
+        start = None if self.recorded_start_s is None else self.recorded_start_s - offset_s
+        return TipRecording(self.time_s - offset_s, self.position_m, self.source, self.body, self.orientation_xyzw,
+                            start)
 
 
 def read_recording(path: str | Path, body: str, topic: str | None = None) -> TipRecording:
@@ -66,8 +71,10 @@ def read_recording(path: str | Path, body: str, topic: str | None = None) -> Tip
         track = take.rigid_bodies[body]
         time, pos = np.asarray(take.time_s, dtype=float), np.asarray(track.position_m, dtype=float)
         quat = np.asarray(track.orientation_xyzw, dtype=float)
+        recorded_start = None
     else:
         from retarget.mocap.bags import bag_info, pose_topic, read_pose_series
+        from retarget.mocap.errors import BagError
 
         name = topic or pose_topic(body)
         info = bag_info(p)
@@ -77,9 +84,13 @@ def read_recording(path: str | Path, body: str, topic: str | None = None) -> Tip
         series = read_pose_series(p, name)
         time, pos = np.asarray(series.time_s, dtype=float), np.asarray(series.position_m, dtype=float)
         quat = np.asarray(series.orientation_xyzw, dtype=float)
+        try:
+            recorded_start = info.motion_start_s
+        except BagError as exc:
+            raise RecordingError(str(p), exc.reason) from None
     order = np.argsort(time, kind="stable")
     time, pos, quat = time[order], pos[order], quat[order]
     n_valid = int(np.isfinite(pos).all(axis=1).sum())
     if n_valid < MIN_SAMPLES:
         raise RecordingError(str(p), f"only {n_valid} tracked samples of {body!r} (need {MIN_SAMPLES})")
-    return TipRecording(time, pos, str(p), body, quat)
+    return TipRecording(time, pos, str(p), body, quat, recorded_start)

@@ -154,6 +154,23 @@ class BagInfo:
         """``end - start`` [s]."""
         return (self.end_ns - self.start_ns) * 1e-9
 
+    @property
+    def motion_start_s(self) -> float | None:
+        """When the played motion started [s since the epoch, on the bag's clock]: :data:`MOTION_START_KEY` of a bag
+        of ``retarget play --record``; None when the bag has none.
+
+        Raises:
+            BagError: the value is not an integer of nanoseconds.
+        """
+        start = self.custom_data.get(MOTION_START_KEY)
+        if start is None:
+            return None
+        try:
+            return int(start) * 1e-9
+        except ValueError:
+            raise BagError(self.path, f"its metadata's {MOTION_START_KEY} is {start!r}, not an integer of "
+                                      "nanoseconds") from None
+
     def to_dict(self) -> BagSummary:
         """JSON-ready summary."""
         return {

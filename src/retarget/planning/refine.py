@@ -70,7 +70,7 @@ from scipy.interpolate import make_interp_spline
 from scipy.optimize import least_squares, lsq_linear, minimize_scalar
 
 from retarget.errors import InputError
-from retarget.mocap.bags import MOTION_START_KEY, bag_info, pose_topic, read_pose_series
+from retarget.mocap.bags import bag_info, pose_topic, read_pose_series
 from retarget.mocap.errors import MocapError
 from retarget.mocap.motive_csv import MotiveTake, read_motive_csv
 from retarget.mocap.onset import crossing_time, departure
@@ -361,13 +361,7 @@ def _bag_bodies(path: Path, names: Sequence[str]) -> tuple[NDArray[np.float64], 
         out = pos[near].copy()
         out[np.abs(t[near] - time_s) > 0.5 * period + 1e-9] = np.nan
         columns.append(out)
-    start = info.custom_data.get(MOTION_START_KEY)
-    try:
-        recorded = int(start) * 1e-9 if start is not None else None
-    except ValueError:
-        raise InputError(f"take {path}: its metadata's {MOTION_START_KEY} is {start!r}, not an integer of "
-                         "nanoseconds") from None
-    return time_s, np.stack(columns, axis=1), recorded
+    return time_s, np.stack(columns, axis=1), info.motion_start_s
 
 
 # -- alignment ----------------------------------------------------------------------------------------------------
