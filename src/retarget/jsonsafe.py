@@ -3,15 +3,18 @@ from __future__ import annotations
 
 import json
 import math
-from typing import TypeAlias
+from typing import ForwardRef, TypeAlias
 
 __all__ = ["JSONObject", "JSONValue", "dumps", "finite_or_none"]
 
+# The recursion names this module, so that typing.get_type_hints resolves the aliases wherever they annotate.
+_VALUE = ForwardRef("JSONValue", module=__name__)
+
 #: A JSON value as ``json.loads`` returns it.
-JSONValue: TypeAlias = "str | int | float | bool | None | list[JSONValue] | dict[str, JSONValue]"
+JSONValue: TypeAlias = str | int | float | bool | None | list[_VALUE] | dict[str, _VALUE]
 
 #: A JSON object as ``json.loads`` returns it (a report read back, a message's ``*_json`` field).
-JSONObject: TypeAlias = "dict[str, JSONValue]"
+JSONObject: TypeAlias = dict[str, JSONValue]
 
 
 def finite_or_none(value: object) -> JSONValue:

@@ -129,14 +129,30 @@ def test_window_settings_out_of_range_are_named_before_any_work():
         options_from_args(parser.parse_args([*plan, "--window", "-1"]))
 
 
-def test_the_options_annotations_resolve_to_types() -> None:
-    """Tools that read the dataclasses' types (typing.get_type_hints: argument parsers, schema writers) see every
-    field's type, the weights' included."""
+def test_the_pipelines_typed_options_and_results_resolve_to_types() -> None:
+    """Tools that read the dataclasses' types (typing.get_type_hints: argument parsers, schema writers, Ray's
+    serializers) see every field's type in every public dataclass of the planning pipeline and the show's results
+    (the show's runner imports Ray, which opens a socket: not here)."""
+    import dataclasses
+    import importlib
+    import inspect
+    import pkgutil
     import typing
 
+    import retarget.planning
+    import retarget.show
     from retarget.optimize.weights import WeightSpec
-    from retarget.planning.options import RefineOptions
 
-    hints = typing.get_type_hints(PlanOptions)
-    assert hints["deviation_weight"] == WeightSpec and set(hints) >= {"method", "start", "verify_model"}
-    assert typing.get_type_hints(RefineOptions)
+    assert typing.get_type_hints(PlanOptions)["deviation_weight"] == WeightSpec
+    checked = []
+    for package in (retarget.planning, retarget.show):
+        for info in pkgutil.iter_modules(package.__path__, f"{package.__name__}."):
+            if info.name == "retarget.show.runner":
+                continue
+            module = importlib.import_module(info.name)
+            for name, cls in vars(module).items():
+                if inspect.isclass(cls) and dataclasses.is_dataclass(cls) and cls.__module__ == info.name \
+                        and not name.startswith("_"):
+                    typing.get_type_hints(cls)  # raises NameError on an annotation that names nothing
+                    checked.append(name)
+    assert {"PlanOptions", "RefineOptions", "PlanResult", "PlanProgress", "Verdict", "PlanOutcome"} <= set(checked)

@@ -44,6 +44,8 @@ from retarget.optimize.windows import optimize_windows
 from retarget.planning.budget import (
     SETTLE_RESERVE,
     Budget,
+    PlanEstimate,
+    StageEstimate,
     deformable_dofs,
     full_verification_cost,
     optimizer_reserve,
@@ -65,7 +67,6 @@ from retarget.sim.engine import Engine
 
 if TYPE_CHECKING:
     from retarget.optimize.settle import SettleReport
-    from retarget.planning.budget import PlanEstimate, StageEstimate
     from retarget.planning.model import PlanningModel
     from retarget.sim.reduced.system import ReducedSystem
 

@@ -6,17 +6,19 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict, cast
+from typing import TypedDict, cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from retarget.model.servo import ServoParams
 from retarget.motion.motion import Motion
 from retarget.optimize.adjoint import (
     AdjointProblem,
     Evaluation,
     rollout,
 )
+from retarget.optimize.bspline import MotorProfiles
 from retarget.optimize.control import BudgetExhausted, Deadline
 from retarget.optimize.limits import (
     TorqueReport,
@@ -25,14 +27,10 @@ from retarget.optimize.limits import (
 from retarget.optimize.objective import deviation_metrics
 from retarget.optimize.problem import PlanProblem, motion_stop_time
 from retarget.optimize.result import OptimizationResult
+from retarget.optimize.settle import SettleReport
+from retarget.planning.checks import NaiveAtFinerStep, PlanChecks, Verdict
 from retarget.sim.engine import Engine, EngineState
-
-if TYPE_CHECKING:  # pragma: no cover
-    from retarget.model.servo import ServoParams
-    from retarget.optimize.bspline import MotorProfiles
-    from retarget.optimize.settle import SettleReport
-    from retarget.planning.checks import NaiveAtFinerStep, PlanChecks, Verdict
-    from retarget.sim.motors import MotorTrajectory
+from retarget.sim.motors import MotorTrajectory
 
 __all__ = ["MIN_RING_OUT", "PlanResult", "Variant", "evaluation_variant", "measured_variant", "motion_stop_time",
            "PLANNED_SERVOS_PREFIX", "PLAN_SETTINGS_PREFIX", "declared_servos", "motion_digest", "plan_comments",
