@@ -139,3 +139,28 @@ def test_reduced_adapter_runs_the_compiled_engine(coarse_reduced) -> None:
     # Held at the quasi-static start: the tip stays put (sub-micrometre) and does not turn.
     assert np.abs(tip.position_m - tip.position_m[0]).max() < 1e-5
     assert np.abs(tip.angle_rad - tip.angle_rad[0]).max() < 1e-5
+
+
+def test_servo_beam_engine_drives_the_shaft_and_tends_to_the_prescribed_one_as_the_loop_stiffens() -> None:
+    """The servo-beam engine plays the motion as the rig servo's goal: at factory gains the XM540's shaft sags and
+    lags the goal by degrees on the fit rig's 30° step; the gap to the beam engine's prescribed shaft falls about as
+    1/kp (the loop's compliance) as the gain grows."""
+    from dataclasses import replace
+
+    from retarget.fit.beam_servo import PlantError
+    from retarget.fit.simulators import ServoBeamEngine
+
+    rig = load_rig("fit_rig")
+    motion = load_motion(resolve_motion("fit_rig/step_30"))
+    prescribed = make_simulator("beam", rig).simulate(2e11, 0.1, 1e-5, motion)
+    gaps = []
+    for factor in (1.0, 10.0, 100.0):
+        engine = ServoBeamEngine(rig, servo=rig.servo.with_values(kp=rig.servo.kp * factor))
+        run = engine.simulate(2e11, 0.1, 1e-5, motion)
+        np.testing.assert_allclose(run.time_s, prescribed.time_s)
+        gaps.append(np.abs(run.motor_rad - prescribed.motor_rad).max())
+    assert gaps[0] > np.radians(2.0)  # the factory loop's sag and lag: degrees, not a rounding
+    assert 4.0 < gaps[0] / gaps[1] and 4.0 < gaps[1] / gaps[2] < 25.0
+    assert make_simulator("servo-beam", rig).name == "servo-beam"
+    with pytest.raises(PlantError, match="servo"):
+        ServoBeamEngine(replace(rig, servo=None))

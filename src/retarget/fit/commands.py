@@ -84,8 +84,9 @@ def _register_fit(subparsers: argparse._SubParsersAction) -> None:
                    help="when the motion's command started, in seconds after the recording's first frame "
                    "(negative: before it; to within 50 ms); one for all or one per --recording (default: the start a "
                    "bag of retarget play --record stored, else found from the recording)")
-    p.add_argument("--engine", default="auto", help="simulator: auto|beam|reduced|full (default auto: reduced "
-                   "with --reduced, else beam)")
+    p.add_argument("--engine", default="auto", help="simulator: auto|beam|servo-beam|reduced|full (default auto: "
+                   "reduced with --reduced, else beam; beam prescribes the shaft, servo-beam drives it through the "
+                   "rig's servo loop)")
     p.add_argument("--reduced", default=None, metavar="FILE.npz",
                    help="reduced model of the rig (retarget reduce) for the reduced engine")
     p.add_argument("--dt", type=float, default=None, metavar="S", help="engine time step [s] (default: the "
@@ -127,7 +128,7 @@ def _register_twin_test(subparsers: argparse._SubParsersAction) -> None:
     q.add_argument("--body", default="tip", help="mocap body name (default tip)")
     q.add_argument("--mocap-frame", default="yup", help="yup (Motive default) or identity")
     q.add_argument("--seed", type=int, default=0, help="noise seed (default 0)")
-    q.add_argument("--engine", default="auto", help="simulator: auto|beam|reduced|full (default auto)")
+    q.add_argument("--engine", default="auto", help="simulator: auto|beam|servo-beam|reduced|full (default auto)")
     q.add_argument("--reduced", default=None, metavar="FILE.npz", help="reduced model (retarget reduce)")
     q.add_argument("--dt", type=float, default=None, metavar="S", help="engine time step [s]")
     q.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap", help="bag storage (default mcap)")
@@ -385,6 +386,19 @@ def _fmt(value: float, std: float | None, unit: str, scale: float = 1.0) -> str:
     return f"{text} {unit}"
 
 
+
+def _servo_assumption(simulator: object) -> str:
+    """What the engine assumes of the rig's servo, for the fit's report ('' where the robot's own model says)."""
+    name = getattr(simulator, "name", "")
+    if name == "beam":
+        return ("not modelled: the shaft follows the motion exactly (a perfect position source); its sag and lag "
+                "go into the fitted material. --engine servo-beam drives the shaft through the rig's servo loop")
+    if name == "servo-beam":
+        servo = simulator.plant.servo
+        return (f"{servo.model or 'servo'} loop, kp {servo.kp:.3g} N m/rad: the motion is its goal, the shaft a "
+                "degree of freedom loaded by the part")
+    return ""
+
 def _fit(args: argparse.Namespace) -> int:
     from retarget.errors import InputError
     from retarget.fit.fitter import (
@@ -432,6 +446,9 @@ def _fit(args: argparse.Namespace) -> int:
     v, s = result.values, result.std
     print(f"rig {rig.name}: material {rig.material_name!r} of part {rig.part!r}, engine "
           f"{getattr(simulator, 'name', args.engine)}, {len(cases)} recording(s)")
+    servo = _servo_assumption(simulator)
+    if servo:
+        print(f"  servo: {servo}")
     units = {"youngs_modulus": ("GPa", 1e9), "alpha": ("1/s", 1.0), "beta": ("s", 1.0)}
     for name in PARAMETERS:
         unit, scale = units[name]
@@ -470,7 +487,8 @@ def _fit(args: argparse.Namespace) -> int:
         if worst[0] > 0.95:
             print(f"  warning: {worst[1]} and {worst[2]} are correlated ({worst[0]:.3f}): the recordings constrain "
                   "mainly a combination of them (see docs/fit.md)")
-    summary = {"robot": rig.name, "material": rig.material_name, **result.to_dict()}
+    summary = {"robot": rig.name, "material": rig.material_name, "engine": getattr(simulator, "name", args.engine),
+               "servo": servo or None, **result.to_dict()}
     if args.plot:
         from retarget.fit.plot import plot_fit
 

@@ -28,6 +28,7 @@ __all__ = [
     "FullEngine",
     "MotorProfile",
     "ReducedEngine",
+    "ServoBeamEngine",
     "StepTestSimulator",
     "TipTrajectory",
     "make_simulator",
@@ -35,7 +36,7 @@ __all__ = [
 ]
 
 #: Engine names accepted by :func:`make_simulator` (``auto`` = the fastest available).
-ENGINES: tuple[str, ...] = ("auto", "beam", "reduced", "full")
+ENGINES: tuple[str, ...] = ("auto", "beam", "servo-beam", "reduced", "full")
 
 
 @dataclass(frozen=True, eq=False)
@@ -162,6 +163,39 @@ class BeamEngine:
         p = self.profile(motion)
         q, tip = self.model.simulate(youngs_modulus, alpha, beta, p.time_s, p.angle, p.rate, p.acceleration)
         return TipTrajectory(p.time_s, tip, p.angle, p.angle + q[:, -1])
+
+
+class ServoBeamEngine:
+    """The turning beam on the rig's servo-driven shaft (:mod:`retarget.fit.beam_servo`): the motion is the servo's
+    goal; its loop (the rig's ``servo:``, or ``servo``) turns the shaft, which the beam loads back.
+
+    Args:
+        rig: The rig.
+        dt: Time step [s] of the trapezoidal rule.
+        n_elements: Beam elements.
+        servo: The servo (default: the rig's).
+
+    Raises:
+        PlantError: The rig has no modelled servo (an ideal one is the beam engine's prescribed shaft).
+    """
+
+    name = "servo-beam"
+
+    def __init__(self, rig: StepTestRig, dt: float = 1e-3, n_elements: int = 12, servo: object | None = None) -> None:
+        from retarget.fit.beam_servo import build_servo_beam
+
+        if not dt > 0:
+            raise InputError(f"time step must be positive, got {dt}")
+        self.rig = rig
+        self.dt = float(dt)
+        self.plant = build_servo_beam(rig, servo, n_elements)
+
+    def simulate(self, youngs_modulus: float, alpha: float, beta: float, motion: object) -> TipTrajectory:
+        """See :class:`StepTestSimulator`: ``motor_rad`` is the shaft's angle, not the goal's."""
+        p = motor_profile(motion, self.rig.motor, self.dt)
+        plant = replace(self.plant, youngs_modulus=float(youngs_modulus), alpha=float(alpha), beta=float(beta))
+        run = plant.simulate(p.time_s, p.angle, p.rate)
+        return TipTrajectory(run.time_s, run.tip_position_m, run.shaft, run.shaft + run.q[:, -1])
 
 
 class FullEngine:
@@ -316,8 +350,8 @@ def make_simulator(engine: str, rig: StepTestRig, dt: float | None = None,
     """The adapter for ``engine`` (one of :data:`ENGINES`).
 
     Args:
-        engine: ``auto`` (reduced when a reduced model is given, else the beam surrogate), ``beam``, ``reduced``,
-            ``full``.
+        engine: ``auto`` (reduced when a reduced model is given, else the beam surrogate), ``beam``,
+            ``servo-beam`` (the beam on the rig's servo loop), ``reduced``, ``full``.
         rig: The rig.
         dt: Time step [s] (default: the engine's).
         reduced: A reduced-model artifact path (``retarget reduce``) or a loaded ``ReducedSystem``.
@@ -334,6 +368,8 @@ def make_simulator(engine: str, rig: StepTestRig, dt: float | None = None,
                                 "--reduced FILE.npz (or use --engine beam)")
     if engine == "full":
         return FullEngine(rig, dt=dt or 5e-4)
+    if engine == "servo-beam":
+        return ServoBeamEngine(rig, dt=dt or 1e-3)
     if reduced is not None and engine in ("auto", "reduced"):
         from pathlib import Path
 
