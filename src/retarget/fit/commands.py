@@ -386,7 +386,6 @@ def _fmt(value: float, std: float | None, unit: str, scale: float = 1.0) -> str:
     return f"{text} {unit}"
 
 
-
 def _servo_assumption(simulator: object) -> str:
     """What the engine assumes of the rig's servo, for the fit's report ('' where the robot's own model says)."""
     name = getattr(simulator, "name", "")
@@ -398,6 +397,7 @@ def _servo_assumption(simulator: object) -> str:
         return (f"{servo.model or 'servo'} loop, kp {servo.kp:.3g} N m/rad: the motion is its goal, the shaft a "
                 "degree of freedom loaded by the part")
     return ""
+
 
 def _fit(args: argparse.Namespace) -> int:
     from retarget.errors import InputError
