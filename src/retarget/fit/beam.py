@@ -199,8 +199,7 @@ class BeamModel:
         """
         m_tip = self.rig.tip_mass
         g = self.tip_map
-        gjg = m_tip * g.T @ _J2 @ g
-        ggt = m_tip * g.T @ g
+        gjg, ggt = self._constants.gjg, self._constants.ggt
         k_bend = youngs_modulus * self.stiffness_unit
         damping = alpha * self.mass_rod + beta * k_bend + 2.0 * theta_dot * gjg
         y_t = self.tip_rest
@@ -239,11 +238,13 @@ class BeamModel:
         """
         g_loc = self.gravity_local(theta)
         q = _trapezoidal_kernel()(float(time[1] - time[0]), float(youngs_modulus), float(alpha), float(beta),
-                         _c(theta_dot), _c(theta_ddot), _c(g_loc), self._kernel_constants())
+                                  _c(theta_dot), _c(theta_ddot), _c(g_loc), self._constants)
         return q, self.tip_positions(theta, q)
 
-    def _kernel_constants(self) -> _BeamConstants:
-        """The constant matrices in the record :func:`_trapezoidal` takes (C-ordered float64 arrays)."""
+    @functools.cached_property
+    def _constants(self) -> _BeamConstants:
+        """The constant matrices in the record :func:`_trapezoidal` takes (C-ordered float64 arrays), with the tip's
+        ``m GᵀJG`` and ``m GᵀG`` that :meth:`matrices` uses too; derived once per model."""
         m_tip = self.rig.tip_mass
         g = self.tip_map
         return _BeamConstants(
