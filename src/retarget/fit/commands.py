@@ -386,19 +386,6 @@ def _fmt(value: float, std: float | None, unit: str, scale: float = 1.0) -> str:
     return f"{text} {unit}"
 
 
-def _servo_assumption(simulator: object) -> str:
-    """What the engine assumes of the rig's servo, for the fit's report ('' where the robot's own model says)."""
-    name = getattr(simulator, "name", "")
-    if name == "beam":
-        return ("not modelled: the shaft follows the motion exactly (a perfect position source); its sag and lag "
-                "go into the fitted material. --engine servo-beam drives the shaft through the rig's servo loop")
-    if name == "servo-beam":
-        servo = simulator.plant.servo
-        return (f"{servo.model or 'servo'} loop, kp {servo.kp:.3g} N m/rad: the motion is its goal, the shaft a "
-                "degree of freedom loaded by the part")
-    return ""
-
-
 def _fit(args: argparse.Namespace) -> int:
     from retarget.errors import InputError
     from retarget.fit.fitter import (
@@ -446,7 +433,7 @@ def _fit(args: argparse.Namespace) -> int:
     v, s = result.values, result.std
     print(f"rig {rig.name}: material {rig.material_name!r} of part {rig.part!r}, engine "
           f"{getattr(simulator, 'name', args.engine)}, {len(cases)} recording(s)")
-    servo = _servo_assumption(simulator)
+    servo = getattr(simulator, "servo_assumption", "")  # engines that prescribe or model the shaft say which
     if servo:
         print(f"  servo: {servo}")
     units = {"youngs_modulus": ("GPa", 1e9), "alpha": ("1/s", 1.0), "beta": ("s", 1.0)}

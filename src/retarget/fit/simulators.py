@@ -138,6 +138,10 @@ class BeamEngine:
     """
 
     name = "beam"
+    #: What the engine assumes of the rig's servo (the fit's report states it).
+    servo_assumption = ("not modelled: the shaft follows the motion exactly (a perfect position source); its sag and "
+                        "lag go into the fitted material. --engine servo-beam drives the shaft through the rig's "
+                        "servo loop")
 
     def __init__(self, rig: StepTestRig, dt: float = 1e-3, n_elements: int = 12) -> None:
         from retarget.fit.beam import build_beam_model
@@ -189,6 +193,13 @@ class ServoBeamEngine:
         self.rig = rig
         self.dt = float(dt)
         self.plant = build_servo_beam(rig, servo, n_elements)
+
+    @property
+    def servo_assumption(self) -> str:
+        """What the engine assumes of the rig's servo (the fit's report states it): the loop it models."""
+        servo = self.plant.servo
+        return (f"{servo.model or 'servo'} loop, kp {servo.kp:.3g} N m/rad: the motion is its goal, the shaft a "
+                "degree of freedom loaded by the part")
 
     def simulate(self, youngs_modulus: float, alpha: float, beta: float, motion: object) -> TipTrajectory:
         """See :class:`StepTestSimulator`: ``motor_rad`` is the shaft's angle, not the goal's."""
