@@ -7,7 +7,13 @@ from dataclasses import replace
 
 import pytest
 
-from retarget.planning.options import NODE_PARAMETERS, PlanOptions, band_offloaded, options_from_parameters
+from retarget.planning.options import (
+    NODE_PARAMETERS,
+    PlanOptions,
+    band_offloaded,
+    iteration_budgeted,
+    options_from_parameters,
+)
 
 
 def test_no_parameter_gives_the_defaults_and_a_verification_at_a_fifth_of_dt():
@@ -83,6 +89,19 @@ def test_rest_and_settle_parameters_take_their_values_as_the_command_line_does()
     assert (given.rest_after, given.settle_weight, given.settle_iterations, given.settle_peak_allowance) == (
         0.0, 4.0, 0, 1.0)  # 0 is a value here: at rest right after the motion, the refinement off
     assert options_from_parameters({"rest_after": -1.0}).rest_after is None  # only the end of the motion at rest
+
+
+def test_an_iteration_budget_turns_off_the_work_it_does_not_bound_unless_kept():
+    full = PlanOptions(verify_full_band=(0.9, 1.1))
+    budgeted, skipped = iteration_budgeted(full)
+    assert budgeted == replace(full, settle_iterations=0, verified_torque_rounds=0, verify_full_band=())
+    assert skipped == ("settle_iterations", "verified_torque_rounds", "verify_full_band")
+    kept, skipped = iteration_budgeted(full, frozenset({"settle_iterations", "verify_full_band"}))
+    assert kept == replace(full, verified_torque_rounds=0) and skipped == ("verified_torque_rounds",)
+    # What would not have run is not reported: windows, no torque weight, no band.
+    quiet = PlanOptions(window=1.0, torque_weight=0.0)
+    assert iteration_budgeted(quiet)[1] == ()
+    assert iteration_budgeted(replace(quiet, window=None))[1] == ("settle_iterations",)
 
 
 @pytest.mark.parametrize(("parameters", "message"), [({"settle_iterations": -1}, "settle_iterations must be 0"),

@@ -198,6 +198,7 @@ def test_the_node_plans_as_plan_does_on_the_same_inputs(start_node, ros_context,
     from retarget.jsonsafe import dumps
     from retarget.motion import Motion, load_motion
     from retarget.planning import PlanOptions, plan
+    from retarget.planning.options import iteration_budgeted
     from retarget.ros.conversions import duration_to_seconds
 
     folder = write_tiny_robot(tmp_path / "robot")
@@ -210,10 +211,11 @@ def test_the_node_plans_as_plan_does_on_the_same_inputs(start_node, ros_context,
                       namespace="/test_planner_same")
     motion = load_motion(folder / "ramp.csv")
     # The node's parameters (given above, the rest at their declared defaults) and the goal's fields below.
-    options = PlanOptions(dt=0.005, target_stride=1, window=None, window_tail=0.5, window_overlap=0.0,
-                          torque_weight=10.0, torque_margin=0.1, verify_dt=0.001, time_budget=None,
-                          reduced_file=str(model), allow_training=False, allow_unverified_model=True,
-                          knot_spacing=0.04, max_iterations=2, relative_tolerance=1e-15)
+    # The goal's max_iterations budgets the plan by iterations, as the command line's does (iteration_budgeted).
+    options, _ = iteration_budgeted(PlanOptions(
+        dt=0.005, target_stride=1, window=None, window_tail=0.5, window_overlap=0.0, torque_weight=10.0,
+        torque_margin=0.1, verify_dt=0.001, time_budget=None, reduced_file=str(model), allow_training=False,
+        allow_unverified_model=True, knot_spacing=0.04, max_iterations=2, relative_tolerance=1e-15))
     with _retarget_client(ros_context, "planner_same_client", "/test_planner_same/planner/retarget") as client:
         assert client.wait_for_server(timeout_sec=15.0), proc.log()
         goal = _goal(["m"], [(float(t), [float(q)]) for t, q in zip(motion.time, motion.positions[:, 0])])

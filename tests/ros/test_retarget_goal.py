@@ -30,6 +30,32 @@ def test_a_goal_left_unset_plans_with_the_planner_defaults() -> None:
     assert options.deviation_weight == 0.0 and options.acceleration_weight == 2e-8
 
 
+def test_a_goals_max_iterations_budgets_the_plan_as_the_command_line_does() -> None:
+    """A goal's ``max_iterations`` skips the settle refinement and the verified-torque re-optimization, as
+    ``retarget plan --max-iterations`` does, and the node says so; with windows neither runs anyway."""
+    action = pytest.importorskip("retarget_interfaces.action", reason="retarget_interfaces not built (make setup)")
+    from retarget.planning.options import PlanOptions, iteration_budgeted
+    from retarget.planning.settings import PLAN_SETTINGS
+    from retarget.ros.planner import Planner
+
+    said: list[str] = []
+    logger = SimpleNamespace(info=said.append)
+    node = SimpleNamespace(robot_name="", shipped_model=True, get_logger=lambda: logger,
+                           **{s.name: s.default for s in PLAN_SETTINGS})
+    goal = action.Retarget.Goal()
+    goal.max_iterations = 5
+    options = Planner._options(node, goal)
+    assert options.max_iterations == 5 and options.settle_iterations == 0 and options.verified_torque_rounds == 0
+    assert options == iteration_budgeted(replace(options, settle_iterations=PlanOptions.settle_iterations,
+                                                 verified_torque_rounds=PlanOptions.verified_torque_rounds))[0]
+    assert said == ["max_iterations 5: skipping the settle refinement",
+                    "max_iterations 5: skipping the re-optimization when the verification model needs more torque "
+                    "than planned (and its second verification)"]
+    said.clear()
+    node.window = 1.0  # windows: nothing of the two would have run, nothing is said
+    assert Planner._options(node, goal).settle_iterations == 0 and said == []
+
+
 def test_the_node_falls_back_on_the_shipped_model_unless_given_one_or_told_not_to() -> None:
     pytest.importorskip("retarget_interfaces.action", reason="retarget_interfaces not built (make setup)")
     from retarget.ros.planner import fallback_models

@@ -219,7 +219,7 @@ def plan_options_from_args(args: argparse.Namespace) -> tuple[PlanOptions, list[
     from dataclasses import replace
 
     from retarget.errors import InputError
-    from retarget.planning.options import PlanOptions
+    from retarget.planning.options import ITERATION_BUDGET_SKIPS, PlanOptions, iteration_budgeted
     from retarget.planning.settings import parameters_from_flags, resolve_plan_options, setting
 
     for flag in ("dt", "time_budget", "max_iterations"):
@@ -257,19 +257,12 @@ def plan_options_from_args(args: argparse.Namespace) -> tuple[PlanOptions, list[
     skipped: list[str] = []
     if quick or args.max_iterations is not None:
         look = "--quick" if quick else f"--max-iterations {args.max_iterations}"
-        whole = options.window is None  # windows run neither of the next two
-        if args.settle_iterations is None and options.settle_iterations > 0:
-            options = replace(options, settle_iterations=0)
-            if whole:
-                skipped.append("the settle refinement (--settle-iterations N runs it)")
-        if options.verified_torque_rounds > 0:
-            options = replace(options, verified_torque_rounds=0)
-            if whole and options.torque_weight > 0:
-                skipped.append("the re-optimization when the verification model needs more torque than planned "
-                               "(and its second verification)")
-        if args.verify_full_band is None and options.verify_full_band:
-            options = replace(options, verify_full_band=())
-            skipped.append("the full-FEM verifications at other Young's moduli (--verify-full-band F,F runs them)")
+        whole = options.window is None  # windows run neither the settle refinement nor the torque re-optimization
+        keep = frozenset(name for name in ("settle_iterations", "verify_full_band") if getattr(args, name) is not None)
+        options, budget_skips = iteration_budgeted(options, keep)
+        how = {"settle_iterations": " (--settle-iterations N runs it)",
+               "verify_full_band": " (--verify-full-band F,F runs them)"}
+        skipped.extend(ITERATION_BUDGET_SKIPS[name] + how.get(name, "") for name in budget_skips)
         if quick and args.robust is None and PlanOptions.stiffness_band and whole:
             skipped.append("the robust objective's stiffness-scaled models (--robust F,F keeps them)")
         if quick and args.verify_model is None and options.verify_model == "auto":

@@ -295,6 +295,37 @@ NODE_PARAMETERS: tuple[str, ...] = ("dt", "target_stride", "window", "window_tai
                                     "settle_peak_allowance")
 
 
+#: What a plan budgeted by an iteration count skips, by the :class:`PlanOptions` field that turns it back on.
+ITERATION_BUDGET_SKIPS: dict[str, str] = {
+    "settle_iterations": "the settle refinement",
+    "verified_torque_rounds": "the re-optimization when the verification model needs more torque than planned "
+                              "(and its second verification)",
+    "verify_full_band": "the full-FEM verifications at other Young's moduli",
+}
+
+
+def iteration_budgeted(options: PlanOptions,
+                       keep: frozenset[str] = frozenset()) -> tuple[PlanOptions, tuple[str, ...]]:
+    """The options of a plan budgeted by an iteration count (``retarget plan --max-iterations N``, a ``Retarget``
+    goal's ``max_iterations``): the count bounds the optimizer, so the work after it that the count does not bound
+    is off — the settle refinement, the verified-torque re-optimization, the full-FEM band — except the fields named
+    in ``keep`` (:data:`ITERATION_BUDGET_SKIPS`; the command line keeps what a flag asked for).
+
+    Returns:
+        The options, and the fields of what was skipped that would have run (windows run neither the settle
+        refinement nor the torque re-optimization; the latter runs only with a torque weight).
+    """
+    from dataclasses import replace
+
+    whole = options.window is None
+    would_run = {"settle_iterations": whole and options.settle_iterations > 0,
+                 "verified_torque_rounds": whole and options.verified_torque_rounds > 0 and options.torque_weight > 0,
+                 "verify_full_band": bool(options.verify_full_band)}
+    off = {"settle_iterations": 0, "verified_torque_rounds": 0, "verify_full_band": ()}
+    changed = {name: value for name, value in off.items() if name not in keep}
+    return replace(options, **changed), tuple(name for name in changed if would_run[name])
+
+
 def options_from_parameters(parameters: Mapping[str, object], **overrides: object) -> PlanOptions:
     """:class:`PlanOptions` from the planner node's parameters (:data:`NODE_PARAMETERS`; others are ignored), then
     ``overrides`` (e.g. a goal's fields; None: not given).

@@ -202,9 +202,17 @@ class Planner(Node):
         return result
 
     def _options(self, goal: Retarget.Goal) -> PlanOptions:
-        """The plan's options: the node's parameters, then the goal's fields (0, negative or empty: the default)."""
+        """The plan's options: the node's parameters, then the goal's fields (0, negative or empty: the default).
+
+        A goal's ``max_iterations`` budgets the plan by iterations as ``retarget plan --max-iterations`` does: the
+        work after the optimizer that the count does not bound is skipped (:func:`iteration_budgeted`), and said."""
         from retarget.optimize import TrackedBodyWeights, WeightSchedule
-        from retarget.planning.options import NODE_PARAMETERS, options_from_parameters
+        from retarget.planning.options import (
+            ITERATION_BUDGET_SKIPS,
+            NODE_PARAMETERS,
+            iteration_budgeted,
+            options_from_parameters,
+        )
 
         def given(value: float) -> float | None:
             return value if isinstance(value, (int, float)) and value > 0 else None
@@ -215,13 +223,19 @@ class Planner(Node):
             bodies = tuple(TrackedBodyWeights(link, WeightSchedule.constant(float(w)), WeightSchedule.constant(0.0))
                            for link, w in zip(goal.tracked_bodies, weights))
         parameters = {name: getattr(self, name) for name in NODE_PARAMETERS}
-        return options_from_parameters(
+        options = options_from_parameters(
             parameters, fallback_models=fallback_models(goal.robot or self.robot_name, self.reduced_file,
                                                         self.shipped_model),
             knot_spacing=given(goal.knot_spacing), max_iterations=given(goal.max_iterations),
             relative_tolerance=given(goal.relative_tolerance),
             deviation_weight=goal.deviation_weight if goal.deviation_weight >= 0 else None,
             acceleration_weight=goal.acceleration_weight if goal.acceleration_weight >= 0 else None, bodies=bodies)
+        if given(goal.max_iterations) is None:
+            return options
+        options, skipped = iteration_budgeted(options)
+        for name in skipped:
+            self.get_logger().info(f"max_iterations {goal.max_iterations}: skipping {ITERATION_BUDGET_SKIPS[name]}")
+        return options
 
     def _plan_progress(self, handle: ServerGoalHandle, started: float) -> PlanProgress:
         """Feedback when a stage begins and per optimizer iteration; the goal's cancel request."""
