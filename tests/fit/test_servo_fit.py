@@ -303,6 +303,18 @@ def test_step_goals_hold_samples_and_their_rate_integrates_to_the_step():
         assert goals.derivative(t)[0] == pytest.approx(fd, rel=1e-5)
 
 
+def test_step_goals_sampled_at_once_equal_them_time_by_time():
+    from retarget.sim.motors import sample_motors
+
+    test = prepare_step_test(_step_recording())
+    goals = StepGoals(test, 1, np.array([7.0, -0.2, 0.5]), shift=0.002, width=0.004)
+    times = np.linspace(test.goal_time[0] - 0.1, test.goal_time[-1] + 0.1, 3001)
+    theta, theta_dot = sample_motors(goals, times)
+    assert theta.shape == theta_dot.shape == (times.size, 3)
+    np.testing.assert_allclose(theta, [goals.value(t) for t in times], rtol=0.0, atol=1e-15)
+    np.testing.assert_allclose(theta_dot, [goals.derivative(t) for t in times], rtol=1e-13, atol=1e-12)
+
+
 def test_prepare_starts_at_rest_before_the_step_of_a_late_recording():
     rec = _step_recording()
     test = prepare_step_test(rec)

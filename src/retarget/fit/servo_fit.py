@@ -249,6 +249,24 @@ class StepGoals:
         out[self._motor] = self._tested(t)[1]
         return out
 
+    def _smoothsteps(self, times: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Where each time is in each change's smoothstep, clipped to [0, 1]: (N, changes)."""
+        return np.clip((np.asarray(times, dtype=float)[:, None] - self._centre) / self._width + 0.5, 0.0, 1.0)
+
+    def values(self, times: NDArray[np.float64]) -> NDArray[np.float64]:
+        """:meth:`value` at every time (N, n_motors) (:func:`retarget.sim.motors.sample_motors`)."""
+        x = self._smoothsteps(times)
+        out = np.tile(self._held, (len(x), 1))
+        out[:, self._motor] = self._base + (x * x * (3.0 - 2.0 * x)) @ self._inc
+        return out
+
+    def derivatives(self, times: NDArray[np.float64]) -> NDArray[np.float64]:
+        """:meth:`derivative` at every time (N, n_motors)."""
+        x = self._smoothsteps(times)
+        out = np.zeros((len(x), len(self._held)))
+        out[:, self._motor] = (6.0 * x * (1.0 - x)) @ self._inc / self._width
+        return out
+
 
 # ---- load models ------------------------------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from retarget.errors import InputError
 
-__all__ = ["ConstantMotors", "FunctionMotors", "MotorTrajectory", "SplineMotors"]
+__all__ = ["ConstantMotors", "FunctionMotors", "MotorTrajectory", "SplineMotors", "sample_motors"]
 
 
 class MotorTrajectory(Protocol):
@@ -27,6 +27,23 @@ class MotorTrajectory(Protocol):
     def derivative(self, t: float) -> NDArray[np.float64]:
         """θ̇(t) (n_motors,)."""
         ...
+
+
+def sample_motors(motors: MotorTrajectory, times: NDArray[np.float64]) -> tuple[NDArray, NDArray]:
+    """θ and θ̇ at every time: (N, n_motors) each.
+
+    A trajectory may also evaluate many times at once, with ``values(times)`` and ``derivatives(times)`` returning
+    (N, n_motors): equal to ``value`` and ``derivative`` time by time, without a Python call per time; others are
+    sampled one time after another.
+    """
+    t = np.asarray(times, dtype=float)
+    values, derivatives = getattr(motors, "values", None), getattr(motors, "derivatives", None)
+    if callable(values) and callable(derivatives):
+        theta, theta_dot = np.asarray(values(t), dtype=float), np.asarray(derivatives(t), dtype=float)
+    else:
+        theta = np.array([np.atleast_1d(motors.value(float(x))) for x in t], dtype=float)
+        theta_dot = np.array([np.atleast_1d(motors.derivative(float(x))) for x in t], dtype=float)
+    return theta.reshape(len(t), -1), theta_dot.reshape(len(t), -1)
 
 
 @dataclass(frozen=True)
@@ -84,6 +101,17 @@ class SplineMotors:
         if t < self._t0 or t > self._t1:
             return np.zeros(self._spline.c.shape[-1])
         return np.asarray(self._d(t), dtype=float)
+
+    def values(self, times: NDArray[np.float64]) -> NDArray[np.float64]:
+        """θ at every time (N, n_motors) (:func:`sample_motors`)."""
+        return np.asarray(self._spline(np.clip(times, self._t0, self._t1)), dtype=float)
+
+    def derivatives(self, times: NDArray[np.float64]) -> NDArray[np.float64]:
+        """θ̇ at every time (N, n_motors); zero outside the samples."""
+        t = np.asarray(times, dtype=float)
+        out = np.asarray(self._d(np.clip(t, self._t0, self._t1)), dtype=float)
+        out[(t < self._t0) | (t > self._t1)] = 0.0
+        return out
 
     @classmethod
     def from_columns(cls, time: ArrayLike, columns: Sequence[ArrayLike]) -> SplineMotors:

@@ -21,6 +21,7 @@ from retarget.sim.bdf import BDF1, BDF2, StepInputs, history_jacobian_product, s
 from retarget.sim.constraints import CouplingConstraint, JointConstraint
 from retarget.sim.errors import NewtonFailed, SimulationDiverged
 from retarget.sim.engine import EngineState, StepSensitivity, SystemEngine, warm_u
+from retarget.sim.motors import sample_motors
 from retarget.sim.reduced import compiled as ck
 from retarget.sim.reduced.cubature import reduced_gradients
 from retarget.sim.reduced.kernels import COUPLING_CODE, JOINT_CODES, block_eval
@@ -316,8 +317,7 @@ def simulate_compiled(
     st = start if start is not None else solve_static(rs, motors.value(0.0))
     t0 = float(st.t)
     times = t0 + dt * np.arange(n_steps + 1)
-    thetas = np.array([np.atleast_1d(motors.value(t)) for t in times], dtype=float).reshape(n_steps + 1, -1)
-    theta_dots = np.array([np.atleast_1d(motors.derivative(t)) for t in times], dtype=float).reshape(n_steps + 1, -1)
+    thetas, theta_dots = sample_motors(motors, times)
     states = np.zeros((n_steps + 1, rs.n_u + rs.n_v + rs.n_lambda))
     states[0] = st.s
     iters = np.zeros(n_steps + 1, dtype=np.int64)
