@@ -1035,7 +1035,9 @@ def _predict(p: Packed, states: NDArray, k: int, u_bar: NDArray, h: float, dt: f
     return s
 
 
-@numba.njit(cache=True)
+# Inlined into run_chunk, its one caller: compiled apart, it would optimize the residual tree once more
+# (docs/testing.md "numba's compile").
+@numba.njit(cache=True, inline="always")
 def _newton(p: Packed, s: NDArray, u_bar: NDArray, v_bar: NDArray, h: float, dt: float, th: NDArray, thd: NDArray,
             tol: float, max_iter: int, ws: Workspace, estimate: bool, iterations: NDArray, k: int,
             exact_chord: bool) -> int:
