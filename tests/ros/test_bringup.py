@@ -459,7 +459,11 @@ def test_retarget_up_goal_then_sigint(robot: str, ros_context: Any) -> None:
 
         seen: list[float] = []
         node.create_subscription(JointState, f"{namespace}/joint_states", lambda _m: seen.append(time.monotonic()), 10)
-        wait_for(lambda: len(seen) > 10 and time.monotonic() - seen[-1] < 0.2, 30.0, "joint_states flowing")
+        try:
+            wait_for(lambda: len(seen) > 10 and time.monotonic() - seen[-1] < 0.2, 30.0, "joint_states flowing")
+        except AssertionError as exc:  # none at all (discovery) or late ones (a starved executor): say which
+            last = f", the last {time.monotonic() - seen[-1]:.2f} s ago" if seen else ""
+            raise AssertionError(f"{exc}: {len(seen)} received{last}\n{''.join(errors[-40:])}") from None
 
         joints = _ros_params(robot)["joint_names"]
         goal = FollowJointTrajectory.Goal()
