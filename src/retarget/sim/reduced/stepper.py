@@ -124,26 +124,25 @@ def _coupling_eval(rs: ReducedSystem, b: int, segs: list[tuple[str, int]], ul: N
     ahat = yh[:, 3:].reshape(batch, 3, 3)
     xbar = cr + rotate(qr, yh[:, :3])
     amat = rot @ ahat
-    dy_xbar = np.zeros((batch, 3, n), dtype=ul.dtype)
-    dy_xbar[:, :, o : o + 3] = np.eye(3)
-    dy_xbar[:, :, o + 3 : o + 7] = rotate_jacobian(qr, yh[:, :3])
-    dy_xbar[:, :, o + 7 :] = rot @ itf.y[:3]
-    dy_a = np.zeros((batch, 3, 3, n), dtype=ul.dtype)  # [i, j] of A
-    for j in range(3):
-        dy_a[:, :, j, o + 3 : o + 7] = rotate_jacobian(qr, ahat[:, :, j])
-    ymodes = itf.y[3:].reshape(3, 3, nz)
-    dy_a[:, :, :, o + 7 :] = np.einsum("bim,mjl->bijl", rot, ymodes)
-    if blk.rigid_present:
-        rigid_part = ul[:, 0:7] if sep else ul[:, o : o + 7]
-        drigid = np.zeros((batch, 7, n), dtype=ul.dtype)
-        drigid[:, :, (0 if sep else o) : (0 if sep else o) + 7] = np.eye(7)
-        y = np.concatenate([rigid_part, xbar, amat.reshape(batch, 9)], axis=1)
-        dy = np.concatenate([drigid, dy_xbar, dy_a.reshape(batch, 9, n)], axis=1)
-    else:
-        y = np.concatenate([xbar, amat.reshape(batch, 9)], axis=1)
-        dy = np.concatenate([dy_xbar, dy_a.reshape(batch, 9, n)], axis=1)
-    c, cy = blk.evaluate(y)
-    return c, cy @ dy
+    rigid = (ul[:, 0:7] if sep else ul[:, o : o + 7]) if blk.rigid_present else ul[:, :0]
+    c, cy = blk.evaluate(np.concatenate([rigid, xbar, amat.reshape(batch, 9)], axis=1))
+    # ∂C/∂ul by the chain rule through y = [rigid, x̄, A], block by block (∂y/∂ul is zero outside them):
+    r0, nc = rigid.shape[1], cy.shape[1]
+    cx = cy[:, :, r0 : r0 + 3]  # ∂C/∂x̄ (B, nc, 3)
+    ca = cy[:, :, r0 + 3 : r0 + 12].reshape(batch, nc, 3, 3)  # ∂C/∂A_ij
+    dc = np.zeros((batch, nc, n), dtype=np.result_type(cy, ul))
+    if r0:
+        rc = 0 if sep else o
+        dc[:, :, rc : rc + 7] += cy[:, :, :7]
+    dc[:, :, o : o + 3] += cx  # ∂x̄/∂c = I
+    dq = cx @ rotate_jacobian(qr, yh[:, :3])
+    for j in range(3):  # column j of A = R â_j
+        dq += ca[:, :, :, j] @ rotate_jacobian(qr, ahat[:, :, j])
+    dc[:, :, o + 3 : o + 7] += dq
+    # z: ∂x̄/∂z = R Y_x and ∂A_ij/∂z = Σ_m R_im Y_(mj): one product with the interface's modes Y (12, nz).
+    w = np.concatenate([cx @ rot, (np.swapaxes(rot, 1, 2)[:, None] @ ca).reshape(batch, nc, 9)], axis=2)
+    dc[:, :, o + 7 :] += (w.reshape(batch * nc, 12) @ itf.y).reshape(batch, nc, nz)
+    return c, dc
 
 
 def _eval_block(rs: ReducedSystem, b: int, segs: list, ul: NDArray, th: NDArray) -> tuple[NDArray, NDArray]:
