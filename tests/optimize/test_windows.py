@@ -192,6 +192,20 @@ def test_overlapping_windows_optimize_part_of_each_span_again(engine):
     assert opt.objective_final < opt.objective_initial
 
 
+def test_parameters_acting_only_after_the_simulated_duration_are_in_no_window(engine):
+    """A plan of the motion's first 0.1 s: the knots that act only after it change nothing the objective sees, so
+    no window frees them (a Levenberg–Marquardt window would pay a tangent pass for each) and they keep the fit."""
+    options = replace(WINDOWS, duration=0.1, knot_spacing=0.02)
+    pp = _problem(engine, options)
+    n, influence = pp.problem.n_steps, first_influence(pp.problem)
+    beyond = np.flatnonzero(influence > n)
+    assert beyond.size > 0
+    res = optimize_windows(pp, options)
+    assert sum(w["parameters"] for w in res.windows) == np.count_nonzero((influence > 0) & (influence <= n))
+    np.testing.assert_array_equal(res.x[beyond], pp.fit.parameters[beyond])
+    assert res.objective_final < res.objective_initial
+
+
 def test_windows_interrupted_keep_the_fit_after_the_window(engine):
     pp = _problem(engine)
 

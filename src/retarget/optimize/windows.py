@@ -205,9 +205,11 @@ def _window(run: _Windows, w: int) -> bool:
     """Optimize window ``w`` and record it in ``run``; False when it and the later windows keep the start."""
     pp, options, spans = run.pp, run.options, run.spans
     problem = pp.problem
-    n, dt = problem.n_steps, problem.dt
+    dt = problem.dt
     a, b, last = spans[w]
-    free = window_parameters(problem, a, n + 1 if b == n else b, run.influence)
+    # The parameters that first act in (t_a, t_b]; those acting only after the grid's end (a motion longer than the
+    # simulated duration, the spline's last knots) change nothing the objective sees and keep their start.
+    free = window_parameters(problem, a, b, run.influence)
     summary: WindowSummary = {"window": w + 1, "start_s": a * dt, "end_s": b * dt, "parameters": int(free.size)}
     run.summaries.append(summary)
     if free.size == 0:
