@@ -431,8 +431,9 @@ def _fit(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     v, s = result.values, result.std
-    print(f"rig {rig.name}: material {rig.material_name!r} of part {rig.part!r}, engine "
-          f"{getattr(simulator, 'name', args.engine)}, {len(cases)} recording(s)")
+    engine = getattr(simulator, "name", args.engine)
+    print(f"rig {rig.name}: material {rig.material_name!r} of part {rig.part!r}, engine {engine}, "
+          f"{len(cases)} recording(s)")
     servo = getattr(simulator, "servo_assumption", "")  # engines that prescribe or model the shaft say which
     if servo:
         print(f"  servo: {servo}")
@@ -474,7 +475,7 @@ def _fit(args: argparse.Namespace) -> int:
         if worst[0] > 0.95:
             print(f"  warning: {worst[1]} and {worst[2]} are correlated ({worst[0]:.3f}): the recordings constrain "
                   "mainly a combination of them (see docs/fit.md)")
-    summary = {"robot": rig.name, "material": rig.material_name, "engine": getattr(simulator, "name", args.engine),
+    summary = {"robot": rig.name, "material": rig.material_name, "engine": engine,
                "servo": servo or None, **result.to_dict()}
     if args.plot:
         from retarget.fit.plot import plot_fit
