@@ -16,7 +16,12 @@ Apart from those leaves both call the real entry points, so the kernels compile 
 (a leaf whose signature drifts from the engine's only compiles once more, in ``engine``). Nothing else happens
 here: every test still runs, and a kernel this leaves out (or a failure here) compiles in the test that needs it.
 
-Usage: ``python scripts/warm_numba.py engine|rest HANDOFF_DIR``.
+``check STAMP`` exits 0 when the cache is as a finished warm-up left it (``record STAMP`` wrote STAMP then): the
+same Python and numba, every source file under ``src/retarget`` of the same size and modification time (numba's
+cache index keys its entries on them), and every cache index file of then still there. scripts/run_tests.sh then
+skips the warm-up (with a warm cache it still costs both processes 4–6 s of loading and running kernels).
+
+Usage: ``python scripts/warm_numba.py engine|rest HANDOFF_DIR`` or ``check|record STAMP``.
 """
 from __future__ import annotations
 
@@ -28,6 +33,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "retarget"
 
 #: How long a process waits at most for the other's model or compiled tree [s].
 WAIT_S = 300.0
@@ -150,7 +157,40 @@ def rest(handoff: Path) -> None:
     sens.solve(np.ones((n, 2)))
 
 
+def _state() -> tuple[str, list[str]]:
+    """(digest of the interpreter, numba and the sources' sizes and times, the cache index files present)."""
+    import hashlib
+    from importlib.metadata import version
+
+    h = hashlib.sha256(f"{sys.version} numba {version('numba')}\n".encode())
+    for f in sorted(SRC.rglob("*.py")):
+        st = f.stat()
+        h.update(f"{f.relative_to(SRC)} {st.st_size} {st.st_mtime_ns}\n".encode())
+    return h.hexdigest(), sorted(str(f.relative_to(SRC)) for f in SRC.rglob("__pycache__/*.nbi"))
+
+
+def check(stamp: Path) -> bool:
+    """Whether the cache is as the warm-up that wrote ``stamp`` left it."""
+    try:
+        digest, *indexes = stamp.read_text().splitlines()
+    except (OSError, ValueError):
+        return False
+    return digest == _state()[0] and bool(indexes) and all((SRC / f).is_file() for f in indexes)
+
+
+def record(stamp: Path) -> None:
+    """Write ``stamp`` after a warm-up that finished: the state :func:`check` compares with."""
+    digest, indexes = _state()
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text("\n".join([digest, *indexes]) + "\n")
+
+
 def main(argv: list[str]) -> int:
+    if argv[1] == "check":
+        return 0 if check(Path(argv[2])) else 1
+    if argv[1] == "record":
+        record(Path(argv[2]))
+        return 0
     # Started with ``&`` by a script, the process inherits SIGINT ignored: Ctrl-C must stop it as it stops pytest.
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -15,6 +15,8 @@ This module is the vectorized NumPy reference; the compiled paths use the numba 
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -39,16 +41,52 @@ __all__ = [
 _CONJ = np.array([1.0, -1.0, -1.0, -1.0])
 
 
-def _stack(rows: list[list[NDArray]]) -> NDArray:
-    """Stack a nested list of (...,) arrays (or scalars) into (..., r, c)."""
-    first = next(x for row in rows for x in row if np.ndim(x) > 0) if any(np.ndim(x) > 0 for row in rows for x in row) else rows[0][0]
-    shape = np.shape(first)
-    dtype = np.result_type(*[x for row in rows for x in row])
-    out = np.empty(shape + (len(rows), len(rows[0])), dtype=dtype)
-    for i, row in enumerate(rows):
-        for j, x in enumerate(row):
-            out[..., i, j] = x
-    return out
+def _linear_table(entries: list[list[str]], names: str) -> NDArray[np.float64]:
+    """The constant (len(names), r, c) tensor ``T`` of a matrix whose entries are ``0`` or ± one variable of
+    ``names`` (e.g. ``"-x"``): the matrix of ``v`` is ``Σ_k v_k T[k]``."""
+    table = np.zeros((len(names), len(entries), len(entries[0])))
+    for i, row in enumerate(entries):
+        for j, entry in enumerate(row):
+            if entry != "0":
+                table[names.index(entry[-1]), i, j] = -1.0 if entry[0] == "-" else 1.0
+    return table
+
+
+def _quadratic_table(entries: list[list[str]], names: str) -> NDArray[np.float64]:
+    """The constant symmetric (n, n, r, c) tensor ``T`` of a matrix whose entries are sums of ± [integer] products
+    of two variables of ``names`` (e.g. ``"2xy-2wz"``): entry ``(i, j)`` of the matrix of ``q`` is
+    ``qᵀ T[:, :, i, j] q``."""
+    n = len(names)
+    table = np.zeros((n, n, len(entries), len(entries[0])))
+    for i, row in enumerate(entries):
+        for j, entry in enumerate(row):
+            for sign, factor, a, b in re.findall(r"([+-]?)(\d*)([a-z])([a-z])", entry):
+                c = (-1.0 if sign == "-" else 1.0) * float(factor or 1)
+                ia, ib = names.index(a), names.index(b)
+                table[ia, ib, i, j] += 0.5 * c
+                table[ib, ia, i, j] += 0.5 * c
+    return table
+
+
+def _apply_linear(table: NDArray[np.float64], v: NDArray) -> NDArray:
+    """``Σ_k v_k T[k]`` over the leading axes of ``v``: (..., k) → (..., r, c)."""
+    k, r, c = table.shape
+    return (v @ table.reshape(k, r * c)).reshape(v.shape[:-1] + (r, c))
+
+
+#: ``[v]×`` (entries in ``v = (a, b, c)``), ``Q(q)`` of ``q̇ = ½ Q(q) ω`` (in ``q = (w, x, y, z)``) and ``Ω(ω)`` of
+#: ``Q(q) ω = Ω(ω) q`` (in ``ω = (a, b, c)``): all linear in their argument.
+_SKEW = _linear_table([["0", "-c", "b"], ["c", "0", "-a"], ["-b", "a", "0"]], "abc")
+_QUAT_RATE = _linear_table([["-x", "-y", "-z"], ["w", "-z", "y"], ["z", "w", "-x"], ["-y", "x", "w"]], "wxyz")
+_OMEGA = _linear_table([["0", "-a", "-b", "-c"], ["a", "0", "c", "-b"], ["b", "-c", "0", "a"], ["c", "b", "-a", "0"]],
+                       "abc")
+#: The numerator ``N(q)`` of ``R(q) = N(q) / (q·q)``, quadratic in ``q``, and ``q·q`` (the last column).
+_NUMERATOR = _quadratic_table([["ww+xx-yy-zz", "2xy-2wz", "2xz+2wy"],
+                               ["2xy+2wz", "ww-xx+yy-zz", "2yz-2wx"],
+                               ["2xz-2wy", "2yz+2wx", "ww-xx-yy+zz"]], "wxyz")
+_NUMERATOR_AND_NORM = np.concatenate([_NUMERATOR.reshape(16, 9), np.eye(4).reshape(16, 1)], axis=1)
+#: ``∂(N(q) r)_i/∂q_c = Σ_(b, j) q_b r_j K[(b, j), (i, c)]``, ``K = 2 T[c, b, i, j]``.
+_NUMERATOR_JACOBIAN = (2.0 * _NUMERATOR.transpose(1, 3, 2, 0)).reshape(12, 12)
 
 
 def cross(a: NDArray, b: NDArray) -> NDArray:
@@ -65,8 +103,7 @@ def cross(a: NDArray, b: NDArray) -> NDArray:
 
 def skew(v: NDArray) -> NDArray:
     """Cross-product matrix ``[v]×`` with ``[v]× r = v × r``; ``v``: (..., 3) → (..., 3, 3)."""
-    z = np.zeros_like(v[..., 0])
-    return _stack([[z, -v[..., 2], v[..., 1]], [v[..., 2], z, -v[..., 0]], [-v[..., 1], v[..., 0], z]])
+    return _apply_linear(_SKEW, v)
 
 
 def axial(m: NDArray) -> NDArray:
@@ -78,23 +115,14 @@ def axial(m: NDArray) -> NDArray:
 
 def rotation_matrix(q: NDArray) -> NDArray:
     """Rotation matrix ``R(q) = N(q) / (q·q)`` of a (not necessarily unit) quaternion: (..., 4) → (..., 3, 3)."""
-    w, x, y, z = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
-    s = (w * w + x * x + y * y + z * z)[..., None, None]
-    return (
-        _stack(
-            [
-                [w * w + x * x - y * y - z * z, 2 * (x * y - w * z), 2 * (x * z + w * y)],
-                [2 * (x * y + w * z), w * w - x * x + y * y - z * z, 2 * (y * z - w * x)],
-                [2 * (x * z - w * y), 2 * (y * z + w * x), w * w - x * x - y * y + z * z],
-            ]
-        )
-        / s
-    )
+    q = np.asarray(q)
+    both = (q[..., :, None] * q[..., None, :]).reshape(q.shape[:-1] + (16,)) @ _NUMERATOR_AND_NORM
+    return (both[..., :9] / both[..., 9:]).reshape(q.shape[:-1] + (3, 3))
 
 
 def rotate(q: NDArray, r: NDArray) -> NDArray:
     """``R(q) r``; ``q``: (..., 4), ``r``: (..., 3) → (..., 3)."""
-    return np.einsum("...ij,...j->...i", rotation_matrix(q), r)
+    return (rotation_matrix(q) @ np.asarray(r)[..., None])[..., 0]
 
 
 def rotate_transpose(q: NDArray, r: NDArray) -> NDArray:
@@ -105,25 +133,15 @@ def rotate_transpose(q: NDArray, r: NDArray) -> NDArray:
 def rotate_jacobian(q: NDArray, r: NDArray) -> NDArray:
     """``∂(R(q) r)/∂q`` for a constant vector ``r``: (..., 3, 4) (broadcasting over leading axes).
 
-    With ``N r = (w² − v·v) r + 2 v (v·r) + 2 w v × r`` (``v = (x, y, z)``) and ``R = N / s``, ``s = q·q``:
-    ``∂(R r)/∂q = ∂(N r)/∂q / s − 2 (R r) qᵀ / s``.
+    ``N(q) r`` is quadratic in ``q``, so its Jacobian ``D`` is linear in ``q`` (and in ``r``) and ``N r = ½ D q``;
+    with ``R = N / s``, ``s = q·q``: ``∂(R r)/∂q = D / s − 2 (R r) qᵀ / s``.
     """
-    w = q[..., 0]
-    v = q[..., 1:]
+    q, r = np.asarray(q), np.asarray(r)
+    qr = q[..., :, None] * r[..., None, :]
+    d = (qr.reshape(qr.shape[:-2] + (12,)) @ _NUMERATOR_JACOBIAN).reshape(qr.shape[:-2] + (3, 4))
     s = np.sum(q * q, axis=-1)[..., None, None]
-    r = np.broadcast_to(r, np.broadcast_shapes(r.shape, v.shape))
-    vr = np.sum(v * r, axis=-1)[..., None, None]
-    dn_dw = 2 * w[..., None] * r + 2 * cross(v, r)
-    eye = np.eye(3)
-    dn_dv = (
-        -2 * r[..., :, None] * v[..., None, :]
-        + 2 * vr * eye
-        + 2 * v[..., :, None] * r[..., None, :]
-        - 2 * w[..., None, None] * skew(r)
-    )
-    dn = np.concatenate([dn_dw[..., None], dn_dv], axis=-1)
-    rr = rotate(q, r)
-    return dn / s - 2.0 * rr[..., :, None] * q[..., None, :] / s
+    rr = 0.5 * (d @ q[..., None])
+    return (d - 2.0 * rr * q[..., None, :] / s) / s
 
 
 def rotate_transpose_jacobian(q: NDArray, r: NDArray) -> NDArray:
@@ -133,15 +151,12 @@ def rotate_transpose_jacobian(q: NDArray, r: NDArray) -> NDArray:
 
 def quat_rate_matrix(q: NDArray) -> NDArray:
     """``Q(q)`` (..., 4, 3) with ``q̇ = ½ Q(q) ω`` for the body-frame angular velocity ``ω`` [rad/s]."""
-    w, x, y, z = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
-    return _stack([[-x, -y, -z], [w, -z, y], [z, w, -x], [-y, x, w]])
+    return _apply_linear(_QUAT_RATE, np.asarray(q))
 
 
 def omega_matrix(omega: NDArray) -> NDArray:
     """``Ω(ω)`` (..., 4, 4) with ``Q(q) ω = Ω(ω) q`` (so ``∂(Q(q) ω)/∂q = Ω(ω)``)."""
-    a, b, c = omega[..., 0], omega[..., 1], omega[..., 2]
-    z = np.zeros_like(a)
-    return _stack([[z, -a, -b, -c], [a, z, c, -b], [b, -c, z, a], [c, b, -a, z]])
+    return _apply_linear(_OMEGA, np.asarray(omega))
 
 
 #: ``Q(e_k)`` for the four unit quaternions, (4, 4, 3): ``Q(q) = Σ_k q_k Q(e_k)`` since ``Q`` is linear.

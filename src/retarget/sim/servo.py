@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numba
 import numpy as np
@@ -144,7 +145,7 @@ class ServoLayout:
         """Modelled servos."""
         return len(self.servos)
 
-    @property
+    @cached_property
     def size(self) -> int:
         """Coordinates added to U (= to V)."""
         return self.n_servos + int(np.sum(self.u_iota >= 0))
