@@ -157,30 +157,31 @@ def rest(handoff: Path) -> None:
     sens.solve(np.ones((n, 2)))
 
 
-def _state() -> tuple[str, list[str]]:
-    """(digest of the interpreter, numba and the sources' sizes and times, the cache index files present)."""
+def _state(src: Path) -> tuple[str, list[str]]:
+    """(digest of the interpreter, numba and the sizes and times of the sources under ``src``, the cache index files
+    present there)."""
     import hashlib
     from importlib.metadata import version
 
     h = hashlib.sha256(f"{sys.version} numba {version('numba')}\n".encode())
-    for f in sorted(SRC.rglob("*.py")):
+    for f in sorted(src.rglob("*.py")):
         st = f.stat()
-        h.update(f"{f.relative_to(SRC)} {st.st_size} {st.st_mtime_ns}\n".encode())
-    return h.hexdigest(), sorted(str(f.relative_to(SRC)) for f in SRC.rglob("__pycache__/*.nbi"))
+        h.update(f"{f.relative_to(src)} {st.st_size} {st.st_mtime_ns}\n".encode())
+    return h.hexdigest(), sorted(str(f.relative_to(src)) for f in src.rglob("__pycache__/*.nbi"))
 
 
-def check(stamp: Path) -> bool:
-    """Whether the cache is as the warm-up that wrote ``stamp`` left it."""
+def check(stamp: Path, src: Path = SRC) -> bool:
+    """Whether numba's cache under ``src`` is as the warm-up that wrote ``stamp`` left it."""
     try:
         digest, *indexes = stamp.read_text().splitlines()
     except (OSError, ValueError):
         return False
-    return digest == _state()[0] and bool(indexes) and all((SRC / f).is_file() for f in indexes)
+    return digest == _state(src)[0] and bool(indexes) and all((src / f).is_file() for f in indexes)
 
 
-def record(stamp: Path) -> None:
+def record(stamp: Path, src: Path = SRC) -> None:
     """Write ``stamp`` after a warm-up that finished: the state :func:`check` compares with."""
-    digest, indexes = _state()
+    digest, indexes = _state(src)
     stamp.parent.mkdir(parents=True, exist_ok=True)
     stamp.write_text("\n".join([digest, *indexes]) + "\n")
 
