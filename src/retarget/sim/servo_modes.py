@@ -288,7 +288,8 @@ def _undamped(lin: EquilibriumLinearization, n_modes: int) -> tuple[NDArray[np.f
         lu = spla.splu((a - sigma * b).tocsc(), permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.1,
                        options={"SymmetricMode": True})
         opinv = spla.LinearOperator(a.shape, matvec=lu.solve, dtype=float)
-        lam, vec = spla.eigsh(a, k=count, M=b, sigma=sigma, OPinv=opinv, which="LM", tol=1e-10)
+        start = np.random.default_rng(0).standard_normal(a.shape[0])  # ARPACK's own start vector is random
+        lam, vec = spla.eigsh(a, k=count, M=b, sigma=sigma, OPinv=opinv, which="LM", tol=1e-10, v0=start)
         order = np.argsort(lam)
         lam, shapes = lam[order], vec[:nk, order]
     norms = np.sqrt(np.einsum("ik,ik->k", shapes, mass @ shapes))
