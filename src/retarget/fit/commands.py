@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
     from retarget.fit.design import BurstChoice, IdentificationDesign
+    from retarget.fit.fitter import FitResult
     from retarget.fit.rig import StepTestRig
     from retarget.fit.simulators import BeamEngine
     from retarget.model.servo import ServoParams
@@ -446,35 +447,8 @@ def _fit(args: argparse.Namespace) -> int:
     print(f"  fitted {', '.join(result.fitted)}; residual RMS {1e3 * result.residual_rms_m:.3f} mm "
           f"(noise at rest {1e3 * result.noise_std_m:.3f} mm); {result.iterations} iterations, "
           f"{result.evaluations} simulations, {result.wall_s:.1f} s")
-    default = " (the default)" if args.orientation_weight == ORIENTATION_WEIGHT else ""
-    n_used = sum(result.orientation_used)
-    if args.orientation_weight == 0:
-        print("  orientation: not used (--orientation-weight 0: positions only)")
-    elif n_used == 0:
-        print(f"  orientation: weight {args.orientation_weight:g}{default}, but no recording has a usable tip "
-              "orientation: positions only")
-    else:
-        angle_noise = result.angle_noise_std_rad or float("nan")
-        print(f"  orientation: used in {n_used} of {len(cases)} recording(s), weight {args.orientation_weight:g}"
-              f"{default} x noise ratio; angle residual RMS {1e3 * (result.angle_residual_rms_rad or 0.0):.2f} "
-              f"mrad (angle noise {1e3 * angle_noise:.2f} mrad); --orientation-weight 0 fits positions only")
-        if (result.angle_residual_rms_rad or 0.0) > ANGLE_MISMATCH * angle_noise:
-            print(f"  warning: the recorded tip orientation does not follow the model (angle residual "
-                  f"{result.angle_residual_rms_rad / angle_noise:.1f}x its noise): an unreliable rigid-body "
-                  "orientation biases the damping; compare with --orientation-weight 0")
-    for name, side in result.at_bound.items():
-        lo, hi = result.bounds[name]
-        unit, scale = units[name]
-        print(f"  warning: {name} ended at its {side} bound ({(lo if side == 'lower' else hi) / scale:.3g} {unit}; "
-              f"bounds {lo / scale:.3g}..{hi / scale:.3g} {unit}): not an estimate; the recordings push it "
-              f"there or do not constrain it. Hold it with --fix {name}=VALUE, or add a recording that carries it")
-    if len(result.fitted) > 1:
-        c = result.correlation
-        worst = max(((abs(c[i, j]), result.fitted[i], result.fitted[j]) for i in range(len(c))
-                     for j in range(i + 1, len(c))), default=(0.0, "", ""))
-        if worst[0] > 0.95:
-            print(f"  warning: {worst[1]} and {worst[2]} are correlated ({worst[0]:.3f}): the recordings constrain "
-                  "mainly a combination of them (see docs/fit.md)")
+    _print_orientation(result, args.orientation_weight, len(cases))
+    _print_fit_warnings(result, units)
     summary = {"robot": rig.name, "material": rig.material_name, "engine": engine,
                "servo": servo or None, **result.to_dict()}
     if args.plot:
@@ -492,6 +466,43 @@ def _fit(args: argparse.Namespace) -> int:
     if args.json:
         print(_dumps(summary))
     return 0
+
+
+def _print_orientation(result: FitResult, weight: float, n_cases: int) -> None:
+    """The fit report's line on the tip orientation: used or not, and a warning when it does not follow the model."""
+    default = " (the default)" if weight == ORIENTATION_WEIGHT else ""
+    n_used = sum(result.orientation_used)
+    if weight == 0:
+        print("  orientation: not used (--orientation-weight 0: positions only)")
+    elif n_used == 0:
+        print(f"  orientation: weight {weight:g}{default}, but no recording has a usable tip "
+              "orientation: positions only")
+    else:
+        angle_noise = result.angle_noise_std_rad or float("nan")
+        print(f"  orientation: used in {n_used} of {n_cases} recording(s), weight {weight:g}"
+              f"{default} x noise ratio; angle residual RMS {1e3 * (result.angle_residual_rms_rad or 0.0):.2f} "
+              f"mrad (angle noise {1e3 * angle_noise:.2f} mrad); --orientation-weight 0 fits positions only")
+        if (result.angle_residual_rms_rad or 0.0) > ANGLE_MISMATCH * angle_noise:
+            print(f"  warning: the recorded tip orientation does not follow the model (angle residual "
+                  f"{result.angle_residual_rms_rad / angle_noise:.1f}x its noise): an unreliable rigid-body "
+                  "orientation biases the damping; compare with --orientation-weight 0")
+
+
+def _print_fit_warnings(result: FitResult, units: dict[str, tuple[str, float]]) -> None:
+    """The fit report's warnings: a parameter at its bound, two fitted parameters strongly correlated."""
+    for name, side in result.at_bound.items():
+        lo, hi = result.bounds[name]
+        unit, scale = units[name]
+        print(f"  warning: {name} ended at its {side} bound ({(lo if side == 'lower' else hi) / scale:.3g} {unit}; "
+              f"bounds {lo / scale:.3g}..{hi / scale:.3g} {unit}): not an estimate; the recordings push it "
+              f"there or do not constrain it. Hold it with --fix {name}=VALUE, or add a recording that carries it")
+    if len(result.fitted) > 1:
+        c = result.correlation
+        worst = max(((abs(c[i, j]), result.fitted[i], result.fitted[j]) for i in range(len(c))
+                     for j in range(i + 1, len(c))), default=(0.0, "", ""))
+        if worst[0] > 0.95:
+            print(f"  warning: {worst[1]} and {worst[2]} are correlated ({worst[0]:.3f}): the recordings constrain "
+                  "mainly a combination of them (see docs/fit.md)")
 
 
 #: An angle residual this many times the angle noise flags an orientation that does not follow the model.
