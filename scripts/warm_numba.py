@@ -115,12 +115,16 @@ def _engine_leaves() -> None:
 
 
 def _beam() -> None:
-    """The step-test rigs' beam model's time loop (material fits, identification-motion design)."""
+    """The step-test rigs' beam model's time loop (material fits, identification-motion design) and the same beam's
+    on the rig's servo loop (the servo-beam plant)."""
     from retarget.fit.beam import build_beam_model
+    from retarget.fit.beam_servo import build_servo_beam
     from retarget.fit.rig import load_rig
 
+    rig = load_rig("single_rod")
     t = np.arange(3) * 1e-3
-    build_beam_model(load_rig("single_rod"), 2).simulate(2e11, 0.0, 0.0, t, t, t, t)
+    build_beam_model(rig, 2).simulate(2e11, 0.0, 0.0, t, t, t, t)
+    build_servo_beam(rig, None, 2).simulate(t, np.zeros(3), np.zeros(3))
 
 
 def rest(handoff: Path) -> None:

@@ -145,6 +145,33 @@ def test_intent_is_the_static_tip_at_the_input_angle(rig) -> None:
 
 
 # -- (a) the rigid limit -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("servo", [SERVO, XM430.with_values(ki=40.0, kd=0.05, kff1=0.02, coulomb_friction=0.03,
+                                                                viscous_friction=0.01)], ids=["P", "PID+friction"])
+def test_the_compiled_loop_is_the_python_step_to_round_off(rig, servo) -> None:
+    """:meth:`ServoBeam.simulate` (compiled) against :meth:`ServoBeam.simulate_reference` (one Python step per
+    point): a fast step that clips the duty, then the ring-out; every term of the loop in the second case."""
+    plant = build_servo_beam(rig, servo)
+    t = np.arange(0.0, 0.8, 1e-3)
+    g, gd, _ = smooth_step(t, 0.05, 0.1, 0.5)
+    run, ref = plant.simulate(t, g, gd), plant.simulate_reference(t, g, gd)
+    assert np.sum(np.abs(run.duty) >= servo.duty_limit) > 10  # the clip is crossed
+    for name, scale in (("shaft", 1.0), ("speed", 10.0), ("q", 1.0), ("tip_position_m", 1.0), ("torque", 3.0),
+                        ("integral", 1.0)):
+        assert np.max(np.abs(getattr(run, name) - getattr(ref, name))) < 1e-10 * scale, name
+    # The shaft's acceleration is the secant iteration's unknown: equal to its tolerance (1e-9 relative).
+    assert np.max(np.abs(run.shaft_acc - ref.shaft_acc)) < 1e-8 * (1.0 + np.abs(ref.shaft_acc).max())
+
+
+def test_a_step_the_compiled_loop_cannot_solve_is_a_plant_error_naming_when(rig) -> None:
+    """A shaft row without slope (a negative inertia) stops both loops at the first point, with the same words."""
+    plant = build_servo_beam(rig)
+    broken = replace(plant, shaft=replace(plant.shaft, inertia=-1.0))
+    t = np.arange(0.0, 0.05, 1e-3)
+    for simulate in (broken.simulate, broken.simulate_reference):
+        with pytest.raises(PlantError, match=r"at t = 0\.0000 s: the shaft equation lost its slope"):
+            simulate(t, np.zeros_like(t), np.zeros_like(t))
+
+
 def test_rigid_rod_follows_the_one_degree_of_freedom_shaft_ode(rig) -> None:
     plant = build_servo_beam(rig, youngs_modulus=200e9 * 1e4)  # rod modes ~100x higher: a rigid arm
     inertia, moment = rigid_inertia_and_moment(rig, SERVO.rotor_inertia)

@@ -27,7 +27,8 @@ def test_twin_test_then_fit_json_plot_write(tmp_path, capsys) -> None:
     assert summary["youngs_modulus"] == pytest.approx(1.9e11, rel=0.02)
     assert summary["residual_rms_m"] == pytest.approx(0.001, rel=0.15)
     # The beam engine prescribes the shaft: the report says so (a real rig's servo sags and lags).
-    assert summary["engine"] == "beam" and summary["servo"].startswith("not modelled")
+    assert twin["engine"] == summary["engine"] == "beam" and summary["servo"].startswith("not modelled")
+    assert twin["servo"] == summary["servo"]  # the twin recorded on the same prescribed shaft, and says so
     assert any(line.startswith("  servo: not modelled: the shaft follows the motion exactly") for line in out)
     assert plot.stat().st_size > 10_000
     written = yaml.safe_load(materials.read_text())["materials"]["spring_steel"]

@@ -48,14 +48,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
 
 from retarget.errors import RetargetError
-from retarget.fit.beam import BeamModel, build_beam_model
+from retarget.fit.beam import BeamModel, _c, build_beam_model
 from retarget.fit.rig import StepTestRig
 from retarget.model.servo import ServoParams
+
+if TYPE_CHECKING:
+    from retarget.fit.beam_servo_kernels import ShaftLoop
 
 __all__ = [
     "FRICTION_SPEED",
@@ -488,7 +492,8 @@ class ServoBeam:
 
     def simulate(self, time: NDArray[np.float64], goal: NDArray[np.float64], goal_rate: NDArray[np.float64],
                  start: PlantState | None = None) -> ServoBeamRun:
-        """Integrate with the trapezoidal rule on the uniform grid ``time`` (n,) [s].
+        """Integrate with the trapezoidal rule on the uniform grid ``time`` (n,) [s] (the compiled loop,
+        :func:`retarget.fit.beam_servo_kernels.servo_trapezoidal`; :meth:`simulate_reference` is the same in Python).
 
         Args:
             time: Uniform grid (n,) [s].
@@ -498,11 +503,25 @@ class ServoBeam:
         Raises:
             PlantError: The start pose cannot be held, or a step does not converge.
         """
-        t = np.asarray(time, dtype=float)
-        g = np.asarray(goal, dtype=float)
-        gd = np.asarray(goal_rate, dtype=float)
-        if t.ndim != 1 or len(t) < 2 or g.shape != t.shape or gd.shape != t.shape:
-            raise ValueError(f"time, goal, goal_rate must be (n,) with n ≥ 2, got {t.shape}, {g.shape}, {gd.shape}")
+        from retarget.fit.beam_servo_kernels import NOT_CONVERGED, SLOPE_LOST, servo_trapezoidal
+
+        t, g, gd = self._grid(time, goal, goal_rate)
+        state = start if start is not None else self.equilibrium(float(g[0]))
+        q, v, shaft, speed, acc, integral, status, k, value = servo_trapezoidal(
+            float(t[1] - t[0]), float(self.youngs_modulus), float(self.alpha), float(self.beta), g, gd,
+            _c(state.q), _c(state.q_rate), _c(state.q_acc), float(state.shaft), float(state.speed),
+            float(state.shaft_acc), float(state.integral), self.model._constants, self._shaft_loop)
+        if status == SLOPE_LOST:
+            raise PlantError(f"the shaft equation lost its slope ({value!r}): the step is not solvable", float(t[k]))
+        if status == NOT_CONVERGED:
+            raise PlantError(f"the step did not converge (shaft residual {value:.3g} N m)", float(t[k]))
+        return self._run(t, g, gd, shaft, speed, acc, q, v, integral)
+
+    def simulate_reference(self, time: NDArray[np.float64], goal: NDArray[np.float64],
+                           goal_rate: NDArray[np.float64], start: PlantState | None = None) -> ServoBeamRun:
+        """:meth:`simulate` in Python, one :meth:`_step` per grid point (the reference the compiled loop is tested
+        against)."""
+        t, g, gd = self._grid(time, goal, goal_rate)
         dt = float(t[1] - t[0])
         state = start if start is not None else self.equilibrium(float(g[0]))
         n_t, n = len(t), self.n_dofs
@@ -518,10 +537,36 @@ class ServoBeam:
                 state, slope = self._step(state, dt, float(g[i]), float(gd[i]), float(g[i - 1]), slope, float(t[i]))
             q_out[i], v_out[i] = state.q, state.q_rate
             shaft[i], speed[i], acc[i], integral[i] = state.shaft, state.speed, state.shaft_acc, state.integral
+        return self._run(t, g, gd, shaft, speed, acc, q_out, v_out, integral)
+
+    @staticmethod
+    def _grid(time: NDArray[np.float64], goal: NDArray[np.float64], goal_rate: NDArray[np.float64]
+              ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+        t, g, gd = _c(time), _c(goal), _c(goal_rate)
+        if t.ndim != 1 or len(t) < 2 or g.shape != t.shape or gd.shape != t.shape:
+            raise ValueError(f"time, goal, goal_rate must be (n,) with n ≥ 2, got {t.shape}, {g.shape}, {gd.shape}")
+        return t, g, gd
+
+    def _run(self, t: NDArray[np.float64], g: NDArray[np.float64], gd: NDArray[np.float64],
+             shaft: NDArray[np.float64], speed: NDArray[np.float64], acc: NDArray[np.float64],
+             q: NDArray[np.float64], v: NDArray[np.float64], integral: NDArray[np.float64]) -> ServoBeamRun:
+        """The run's record, with the loop's torque and duty and the tip's positions."""
         tau = np.asarray(self.loop.torque(g, gd, shaft, speed, integral), dtype=float)
         duty = np.asarray(self.loop.duty(g, gd, shaft, speed, integral), dtype=float)
-        return ServoBeamRun(t, g, gd, shaft, speed, acc, q_out, v_out, self.model.tip_positions(shaft, q_out), tau,
-                            duty, integral)
+        return ServoBeamRun(t, g, gd, shaft, speed, acc, q, v, self.model.tip_positions(shaft, q), tau, duty,
+                            integral)
+
+    @cached_property
+    def _shaft_loop(self) -> ShaftLoop:
+        """The shaft's constants, the loop's parameters and the rig's gravity as the compiled loop takes them."""
+        from retarget.fit.beam_servo_kernels import ShaftLoop
+
+        s, loop, asm = self.shaft, self.loop, self._assembly
+        return ShaftLoop(
+            float(s.inertia), _c(s.inertia_gradient), _c(s.coupling), _c(np.abs(s.coupling)), _c(s.first_moment),
+            _c(s.first_moment_map), float(loop.kp), float(loop.ki), float(loop.kd), float(loop.kff1),
+            float(loop.stall_torque), float(loop.max_velocity), float(loop.coulomb_friction),
+            float(loop.viscous_friction), float(loop.duty_limit), FRICTION_SPEED, asm.g_a0, asm.g_l0)
 
     def _step(self, prev: PlantState, dt: float, goal: float, goal_rate: float, goal_prev: float,
               slope: float | None, t: float) -> tuple[PlantState, float]:

@@ -550,10 +550,15 @@ def _twin_test(args: argparse.Namespace) -> int:
                                  noise_m=args.noise, rotation_noise_rad=args.rotation_noise,
                                  occlusion=args.occlusion, rate_hz=args.rate, lead_s=args.lead,
                                  mocap_frame=frame, seed=args.seed, storage=args.storage)
-    print(f"twin step test of {rig.name}: E = {e:.6g} Pa, alpha = {a:.6g} 1/s, beta = {b:.6g} s; "
+    engine = getattr(simulator, "name", args.engine)
+    print(f"twin step test of {rig.name}: E = {e:.6g} Pa, alpha = {a:.6g} 1/s, beta = {b:.6g} s, engine {engine}; "
           f"{info.frames - info.occluded} of {info.frames} frames on {info.topic} -> {info.path}")
+    servo = getattr(simulator, "servo_assumption", "")
+    if servo:
+        print(f"  servo: {servo}")
     if args.json:
-        print(_dumps({"path": str(info.path), "topic": info.topic, "frames": info.frames,
+        print(_dumps({"path": str(info.path), "topic": info.topic, "frames": info.frames, "engine": engine,
+                      "servo": servo or None,
                       "occluded": info.occluded, "youngs_modulus": e, "alpha": a, "beta": b,
                       "noise_m": args.noise, "rotation_noise_rad": args.rotation_noise, "lead_s": info.lead_s}))
     return 0
