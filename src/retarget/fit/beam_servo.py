@@ -563,7 +563,7 @@ class ServoBeam:
 
         s, loop, asm = self.shaft, self.loop, self._assembly
         return ShaftLoop(
-            float(s.inertia), _c(s.inertia_gradient), _c(s.coupling), _c(np.abs(s.coupling)), _c(s.first_moment),
+            float(s.inertia), _c(s.inertia_gradient), _c(s.coupling), _c(s.first_moment),
             _c(s.first_moment_map), float(loop.kp), float(loop.ki), float(loop.kd), float(loop.kff1),
             float(loop.stall_torque), float(loop.max_velocity), float(loop.coulomb_friction),
             float(loop.viscous_friction), float(loop.duty_limit), FRICTION_SPEED, asm.g_a0, asm.g_l0)

@@ -32,7 +32,6 @@ class ShaftLoop(NamedTuple):
     inertia: float
     inertia_gradient: NDArray[np.float64]
     coupling: NDArray[np.float64]
-    coupling_abs: NDArray[np.float64]
     first_moment: NDArray[np.float64]
     first_moment_map: NDArray[np.float64]
     kp: float
@@ -145,45 +144,31 @@ def servo_trapezoidal(dt: float, youngs_modulus: float, alpha: float, beta: floa
     qn, vn, an = np.zeros(n), np.zeros(n), np.zeros(n)
     work = np.empty((n, n))
     slope = math.nan
-    for i in range(-1, n_t):
-        h = 0.0 if i < 0 else dt
-        k = max(i, 0)
-        goal_prev = goal[0] if i <= 0 else goal[i - 1]
+    # Point 0 is the start with its consistent accelerations (a step of 0 from it); every other point one step of dt.
+    for i in range(n_t):
+        h = 0.0 if i == 0 else dt
+        goal_prev = goal[max(i - 1, 0)]
         h1, h2 = 0.5 * h, 0.25 * h * h
         q_pred = q + h * v + h2 * a
         v_pred = v + h1 * a
         th_pred = th + h * w + h2 * x_acc
         w_pred = w + h1 * x_acc
         i_pred = iota + h1 * (goal_prev - th)
-        if i > 0:
-            x = x_acc
-            p = _evaluate(x, h, b, s, k_bend, damping0, k_rot, k_euler, q_pred, v_pred, th_pred, w_pred, i_pred,
-                          iota, goal[k], goal_rate[k], qn, vn, an, work)
-            r = p.r
-            if i == 1:  # the first step's slope by a difference; then the secant's, step to step
-                dx = 1e-6 * (1.0 + abs(x))
-                slope = (_evaluate(x + dx, h, b, s, k_bend, damping0, k_rot, k_euler, q_pred, v_pred, th_pred,
-                                   w_pred, i_pred, iota, goal[k], goal_rate[k], qn, vn, an, work).r - r) / dx
-        else:  # the consistent accelerations at the start (before the loop's first step), or step 0 itself
-            if i == 0:
-                q_out[0] = q
-                v_out[0] = v
-                shaft[0], speed[0], acc[0], integral[0] = th, w, x_acc, iota
-                continue
-            x = x_acc
-            p = _evaluate(x, h, b, s, k_bend, damping0, k_rot, k_euler, q_pred, v_pred, th_pred, w_pred, i_pred,
-                          iota, goal[k], goal_rate[k], qn, vn, an, work)
-            r = p.r
+        x = x_acc
+        p = _evaluate(x, h, b, s, k_bend, damping0, k_rot, k_euler, q_pred, v_pred, th_pred, w_pred, i_pred, iota,
+                      goal[i], goal_rate[i], qn, vn, an, work)
+        r = p.r
+        if i <= 1:  # the start's and the first step's slope by a difference; then the secant's, step to step
             dx = 1e-6 * (1.0 + abs(x))
             slope = (_evaluate(x + dx, h, b, s, k_bend, damping0, k_rot, k_euler, q_pred, v_pred, th_pred, w_pred,
-                               i_pred, iota, goal[k], goal_rate[k], qn, vn, an, work).r - r) / dx
+                               i_pred, iota, goal[i], goal_rate[i], qn, vn, an, work).r - r) / dx
         done = False
         for _ in range(MAX_ITERATIONS):
             if not (slope > 0.0 and math.isfinite(slope)):
-                return q_out, v_out, shaft, speed, acc, integral, SLOPE_LOST, k, slope
+                return q_out, v_out, shaft, speed, acc, integral, SLOPE_LOST, i, slope
             x_new = x - r / slope
             p = _evaluate(x_new, h, b, s, k_bend, damping0, k_rot, k_euler, q_pred, v_pred, th_pred, w_pred,
-                          i_pred, iota, goal[k], goal_rate[k], qn, vn, an, work)
+                          i_pred, iota, goal[i], goal_rate[i], qn, vn, an, work)
             if abs(p.r) <= 1e-12 * p.size or abs(x_new - x) <= 1e-9 * (1.0 + abs(x_new)):
                 q[:] = qn
                 v[:] = vn
@@ -197,9 +182,8 @@ def servo_trapezoidal(dt: float, youngs_modulus: float, alpha: float, beta: floa
                     slope = secant
             x, r = x_new, p.r
         if not done:
-            return q_out, v_out, shaft, speed, acc, integral, NOT_CONVERGED, k, r
-        if i >= 1:
-            q_out[i] = q
-            v_out[i] = v
-            shaft[i], speed[i], acc[i], integral[i] = th, w, x_acc, iota
+            return q_out, v_out, shaft, speed, acc, integral, NOT_CONVERGED, i, r
+        q_out[i] = q
+        v_out[i] = v
+        shaft[i], speed[i], acc[i], integral[i] = th, w, x_acc, iota
     return q_out, v_out, shaft, speed, acc, integral, OK, 0, 0.0
