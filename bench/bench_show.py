@@ -82,7 +82,8 @@ def ray_overheads(artifact: Path | None) -> dict:
     import ray
 
     started = time.perf_counter()
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
+             logging_level="ERROR")
     out = {"ray_start_s": time.perf_counter() - started}
     env = {"runtime_env": {"env_vars": {"OMP_NUM_THREADS": "1"}}}
 
@@ -107,6 +108,12 @@ def ray_overheads(artifact: Path | None) -> dict:
         out["artifact_transfer_s"] = sorted(transfers)[len(transfers) // 2]
     ray.shutdown()
     return out
+
+
+def _phase(name: str, wall_s: float, per_job: list[float] | None = None) -> None:
+    """One line on stderr as each way finishes (a long run's figures survive an interruption)."""
+    jobs = "" if per_job is None else " jobs " + " ".join(f"{w:.1f}" for w in per_job)
+    print(f"{name}: {wall_s:.1f} s{jobs}; load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
 
 
 def main() -> int:
@@ -137,12 +144,17 @@ def main() -> int:
         if pm.info.get("cache_file"):
             artifacts.add(Path(pm.info["cache_file"]))
     training_s = time.perf_counter() - started
+    _phase("training", training_s)
     # Warm the kernels in this process (numba's disk cache loaded once), as the serial runs would have them.
     warm = plan_serially(type(show)(show.path, show.jobs[:1]), 1, work / "warm")
+    _phase("warm-up", warm["wall_s"])
     one = plan_serially(show, 1, work / "serial1")
+    _phase("serial_one_worker", one["wall_s"], one["plan_wall_s"])
     pool = plan_serially(show, None, work / "pool")
+    _phase("serial_default_pool", pool["wall_s"], pool["plan_wall_s"])
     overheads = ray_overheads(max(artifacts, key=lambda p: p.stat().st_size) if artifacts else None)
     summary = run_show(show, work / "show")
+    _phase("show", summary.wall_s)
     rows = [r for r in summary.rows if r.status.value == "done"]
     result_sizes = [sum(f.stat().st_size for f in (work / "show" / r.folder).rglob("*") if f.is_file())
                     for r in rows]

@@ -47,7 +47,7 @@ THREE = ["ramp.csv|", "ramp.csv|knot_spacing: 0.05", "ramp.csv|max_iterations: 2
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """(robot folder, cluster address): a Ray cluster of two nodes on this machine with one CPU each (2 CPUs in all;
+    """(robot folder, cluster address, the cluster): a Ray cluster of two nodes on this machine with one CPU each (2 CPUs in all;
     Ray's own ``cluster_utils``: real raylets, stopped with the module), this process its driver, the tiny robot on
     disk and a private model cache for the module."""
     from ray.cluster_utils import Cluster
@@ -61,7 +61,7 @@ def cluster(tmp_path_factory):
             nodes.add_node(num_cpus=1)
             nodes.wait_for_nodes()
             ray.init(address=nodes.address, log_to_driver=False, logging_level="ERROR")
-            yield folder, nodes.address
+            yield folder, nodes.address, nodes
         finally:
             ray.shutdown()
             nodes.shutdown()
@@ -73,7 +73,7 @@ def first_show(cluster):
     (show file, results folder, JSON)."""
     from retarget.cli import main
 
-    folder, _ = cluster
+    folder, _, _ = cluster
     show = _show(folder, "three.yaml", THREE)
     out = folder / "three-results"
     import contextlib
@@ -148,7 +148,7 @@ def test_a_second_run_skips_every_finished_job(first_show):
 
 @on_ray
 def test_a_worker_killed_during_a_job_is_retried_and_the_show_completes(cluster):
-    folder, _ = cluster
+    folder, _, _ = cluster
     from retarget.show.runner import run_show
     from retarget.show.showfile import load_show
 
@@ -167,7 +167,7 @@ def test_a_worker_killed_during_a_job_is_retried_and_the_show_completes(cluster)
 
 @on_ray
 def test_an_interrupted_show_resumes_without_planning_its_finished_jobs_again(cluster):
-    folder, _ = cluster
+    folder, _, _ = cluster
     from retarget.show.runner import run_show
     from retarget.show.showfile import load_show
 
@@ -196,7 +196,7 @@ def test_an_interrupted_show_resumes_without_planning_its_finished_jobs_again(cl
 
 @on_ray
 def test_a_failing_job_is_reported_and_the_rest_finish(cluster):
-    folder, _ = cluster
+    folder, _, _ = cluster
     from retarget.motion import Motion, save_motion
     from retarget.show.runner import run_show
     from retarget.show.showfile import load_show
@@ -219,7 +219,7 @@ def test_a_show_joins_a_cluster_by_address_and_runs_jobs_on_both_nodes(cluster, 
     run on both nodes."""
     import subprocess
 
-    folder, address = cluster
+    folder, address, _ = cluster
     show = _show(folder, "two-nodes.yaml", ["ramp.csv|max_iterations: 1, knot_spacing: 0.05",
                                             "ramp.csv|max_iterations: 2, knot_spacing: 0.05",
                                             "ramp.csv|max_iterations: 3, knot_spacing: 0.05"])
@@ -231,6 +231,64 @@ def test_a_show_joins_a_cluster_by_address_and_runs_jobs_on_both_nodes(cluster, 
     assert [j["status"] for j in report["jobs"]] == ["done"] * 3
     assert report["ray"]["nodes"] == 2 and report["ray"]["address"] == address
     assert len({j["node"] for j in report["jobs"]}) == 2
+
+
+@on_ray
+def test_a_job_alone_takes_a_nodes_spare_cpus_for_its_workers_with_the_same_answer(cluster):
+    """A cluster with more CPUs than the show has jobs: the job's task reserves both CPUs of a two-CPU node and its
+    plan runs two workers (its robust members' runs in processes forked beside it, in the Ray worker); the answer
+    equals ``plan()`` here with one worker."""
+    from retarget.motion import load_motion
+    from retarget.planning.run import plan
+    from retarget.show.runner import run_show
+    from retarget.show.showfile import load_show
+
+    folder, _, nodes = cluster
+    big = nodes.add_node(num_cpus=2)
+    try:
+        nodes.wait_for_nodes()
+        options = "knot_spacing: 0.05, stiffness_band: [0.9, 1.1], max_iterations: 2"
+        show = load_show(_show(folder, "room.yaml", [f"ramp.csv|{options}"]))
+        (row,) = run_show(show, folder / "room-results").rows
+    finally:
+        nodes.remove_node(big)
+    assert row.status.value == "done" and row.cpus == 2 and row.node == big.node_id, row
+    job = show.jobs[0]
+    assert job.options.workers == 1 and job.options.stiffness_band == (0.9, 1.1)
+    here = plan(job.robot_path, load_motion(job.motion_path), job.options)
+    with np.load(folder / "room-results" / row.folder / "profile.npz") as saved:
+        np.testing.assert_array_equal(saved["parameters"], here.optimization.x)
+
+
+def _jobs(*given: int | None) -> list:
+    """Show jobs in submission order: None a job that leaves ``workers`` to the show, a number one that sets it."""
+    from dataclasses import replace
+
+    from retarget.planning.options import PlanOptions
+    from retarget.show.showfile import SHOW_WORKERS, ShowJob
+
+    base = PlanOptions(workers=SHOW_WORKERS)
+    return [ShowJob(i, "r", Path("r.yaml"), "m", Path("m.csv"),
+                    base if w is None else replace(base, workers=w), w is not None) for i, w in enumerate(given)]
+
+
+@pytest.mark.parametrize(("given", "nodes", "expected"), [
+    ((None, None, None), (1, 1), (1, 1, 1)),   # the test cluster: no room
+    ((None, None, None, None), (2,), (1, 1, 1, 1)),  # more jobs than CPUs: one each
+    ((None,), (2,), (2,)),                      # one job on a laptop: both cores
+    ((None,), (1, 1), (1,)),                    # a plan's workers are forked on its node: at most the largest
+    ((None, None, None), (4,), (2, 1, 1)),      # the spare CPU to the longest job
+    ((None, None, None), (2, 2), (2, 1, 1)),    # the two short jobs share a node
+    ((None, None), (8, 2), (4, 4)),             # in turn, as long as the jobs fit on the nodes together
+    ((None, None, None), (3, 3), (3, 2, 1)),
+    ((3, None), (2,), (2, 1)),                  # a job's own workers reserve at most the largest node
+    ((1, None), (4,), (1, 3)),                  # ... and are not grown
+])
+def test_spare_cpus_go_to_the_longest_jobs_when_the_cluster_has_room(given, nodes, expected):
+    from retarget.show.runner import task_cpus
+
+    jobs = _jobs(*given)
+    assert task_cpus(jobs, list(nodes)) == dict(enumerate(expected))
 
 
 def test_a_model_artifact_lands_where_the_planner_looks_unless_it_is_there(tmp_path, monkeypatch):

@@ -39,6 +39,19 @@ def test_a_show_file_loads_with_paths_relative_to_it_and_its_options_typed(folde
     assert first.options.verify_dt == pytest.approx(0.002) and second.options.verify_dt == pytest.approx(0.001)
 
 
+def test_workers_are_the_shows_to_size_unless_the_file_sets_them(folder):
+    """Not given or null: :data:`SHOW_WORKERS` and the show sizes it (the runner's ``task_cpus``); a number: the
+    job's own."""
+    show = load_show(_show(folder, """jobs:
+  - {robot: tiny_rod.yaml, motion: ramp.csv}
+  - {robot: tiny_rod.yaml, motion: ramp.csv, options: {workers: null}}
+  - {robot: tiny_rod.yaml, motion: ramp.csv, options: {workers: 3}}
+"""))
+    assert [(j.options.workers, j.workers_given) for j in show.jobs] == [(SHOW_WORKERS, False), (SHOW_WORKERS, False),
+                                                                         (3, True)]
+    assert job_key(show.jobs[0]) == job_key(show.jobs[1]) != job_key(show.jobs[2])
+
+
 def test_every_problem_is_reported_at_once_naming_the_job_and_the_field(folder):
     path = _show(folder, """jobs:
   - robot: tiny_rod.yaml

@@ -150,6 +150,8 @@ class JobRow:
             it); 0 for a skipped job.
         node: the Ray node that ran the job's last attempt ("" when none did).
         task_s: the job's task from its start in a worker to its return, files zipped [s] (None: not run).
+        cpus: the CPUs its task reserved, which its plan used as ``workers`` unless the show file set them (0: not
+            run; :func:`retarget.show.runner.task_cpus`).
     """
 
     index: int
@@ -166,6 +168,7 @@ class JobRow:
     attempts: int = 0
     node: str = ""
     task_s: float | None = None
+    cpus: int = 0
 
     def to_json(self) -> JSONObject:
         """The row as ``--json`` prints it."""

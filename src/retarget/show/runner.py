@@ -9,9 +9,10 @@
 3. one training task per planning model the jobs need (robot, training motion, training settings): it finds or
    trains the model as :func:`~retarget.planning.model.planning_model` does and returns its artifact
    (:class:`ModelArtifact`, the ``.npz`` bytes), which Ray keeps in its object store;
-4. one plan task per job, taking its model's artifact as an argument: Ray starts it once the model exists, on any
-   node; the task lands the artifact where that node's planner looks (the model cache,
-   :func:`retarget.sim.reduced.store.cache_dir`, or a model folder) when missing, and
+4. one plan task per job, taking its model's artifact as an argument: Ray starts it once the model exists and a
+   node has the CPUs it reserves (:func:`task_cpus`: one, more when the cluster has more CPUs than the show has
+   jobs, its plan then running that many ``workers``); the task lands the artifact where that node's planner looks
+   (the model cache, :func:`retarget.sim.reduced.store.cache_dir`, or a model folder) when missing, and
    :func:`~retarget.planning.run.plan` then finds it there, as ``retarget plan`` does;
 5. each result is written as it arrives (:class:`~retarget.show.results.ResultsFolder`); a failed job is a row with
    its error; a worker that dies is retried by Ray (:data:`MAX_RETRIES`); Ctrl-C cancels what is left.
@@ -27,8 +28,8 @@ import io
 import os
 import tempfile
 import time
-from collections.abc import Callable, Hashable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
@@ -44,7 +45,8 @@ if TYPE_CHECKING:
 
     from retarget.motion.motion import Motion
 
-__all__ = ["MAX_RETRIES", "THREAD_ENV", "JobEvent", "ModelArtifact", "ShowSummary", "connect", "run_show"]
+__all__ = ["MAX_RETRIES", "THREAD_ENV", "JobEvent", "ModelArtifact", "ShowSummary", "connect", "run_show",
+           "task_cpus"]
 
 #: Thread settings of every task's process (its runtime environment): one thread each, so that N tasks on N CPUs
 #: do not oversubscribe the cores.
@@ -162,8 +164,8 @@ def connect(address: str | None = None) -> RayInfo:
     """
     started = time.perf_counter()
     kwargs: dict[str, bool | str] = {"log_to_driver": False, "logging_level": "ERROR", "include_dashboard": False}
-    if address is None:
-        ray.init(num_cpus=os.cpu_count(), **kwargs)
+    if address is None:  # "local": a new instance even when `ray start` left a cluster running on this machine
+        ray.init(address="local", num_cpus=os.cpu_count(), **kwargs)
     else:
         kwargs.pop("include_dashboard")
         ray.init(address=address, **kwargs)
@@ -174,6 +176,53 @@ def cluster_info() -> RayInfo:
     """The cluster's live nodes and CPUs."""
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     return RayInfo(nodes=len(nodes), cpus=float(ray.cluster_resources().get("CPU", 0.0)))
+
+
+def _node_cpus() -> list[int]:
+    """The CPUs of each live node of the cluster."""
+    return [int(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes() if n.get("Alive")]
+
+
+def task_cpus(jobs: Sequence[ShowJob], node_cpus: Sequence[int]) -> dict[int, int]:
+    """The CPUs each job's plan task reserves, by job index; ``jobs`` in submission order (longest first),
+    ``node_cpus`` the CPUs of each node.
+
+    A job whose show file sets ``workers`` reserves that many (at most the largest node's CPUs: a plan's worker
+    processes are forked on its node). The others reserve one each. When every job fits on the cluster at once with
+    CPUs to spare, the spare ones go one at a time to the jobs that leave ``workers`` to the show, longest first
+    and in turn, each as long as the jobs still fit on the nodes together (each job on one node); such a job's plan then
+    runs as many ``workers``: its robust members, verification variants and band factors side by side instead of
+    one after another (the same answer, :mod:`retarget.optimize.parallel`). The CPUs are shared out once, when the
+    jobs are submitted: a job does not grow when others finish.
+    """
+    largest = max(node_cpus, default=1)
+    cpus = {job.index: max(1, min(job.options.workers or 1, largest)) if job.workers_given else 1 for job in jobs}
+    if not _fits(list(cpus.values()), node_cpus):
+        return cpus
+    growing = [job.index for job in jobs if not job.workers_given]
+    while True:  # rounds: each job one more CPU, longest first, where the jobs still fit together
+        grew = False
+        for i in growing:
+            cpus[i] += 1
+            if cpus[i] <= largest and _fits(list(cpus.values()), node_cpus):
+                grew = True
+            else:
+                cpus[i] -= 1
+        if not grew:
+            return cpus
+
+
+def _fits(sizes: list[int], node_cpus: Sequence[int]) -> bool:
+    """Whether tasks of ``sizes`` CPUs fit on nodes of ``node_cpus`` at once (largest first, each into the fullest
+    node it fits in)."""
+    left = list(node_cpus)
+    for size in sorted(sizes, reverse=True):
+        fitting = [k for k in range(len(left)) if left[k] >= size]
+        if not fitting:
+            return False
+        k = min(fitting, key=lambda n: left[n])
+        left[k] -= size
+    return True
 
 
 @contextlib.contextmanager
@@ -382,19 +431,23 @@ def _run_jobs(todo: list[ShowJob], keys: dict[int, str], folder: ResultsFolder, 
     store_env = {k: os.environ.get(k) for k in STORE_ENV}
     options = {"runtime_env": {"env_vars": dict(THREAD_ENV)}, "max_retries": MAX_RETRIES}
     train = ray.remote(num_cpus=1)(_train_task).options(**options)
-    plan_remote = ray.remote(num_cpus=1)(_plan_task).options(**options, retry_exceptions=False)
+    plan_remote = ray.remote(num_cpus=1)(_plan_task)
     board = _Board.remote()
     motions = {job.index: load_motion(job.motion_path) for job in todo}
     trainings: dict[tuple[Hashable, ...], ray.ObjectRef] = {}
     pending: dict[ray.ObjectRef, ShowJob] = {}
-    for job in submission_order(todo, motions):
+    order = submission_order(todo, motions)
+    cpus = task_cpus(order, _node_cpus())
+    for job in order:
         group = training_group(job, hashlib.sha256(job.motion_path.read_bytes()).hexdigest())
         artifact = None
         if group is not None:
             if group not in trainings:
                 trainings[group] = train.remote(job, motions[job.index], store_env)
             artifact = trainings[group]
-        ref = plan_remote.remote(job, motions[job.index], artifact, store_env, board)
+        sized = job if job.workers_given else replace(job, options=replace(job.options, workers=cpus[job.index]))
+        ref = plan_remote.options(**options, retry_exceptions=False, num_cpus=cpus[job.index]).remote(
+            sized, motions[job.index], artifact, store_env, board)
         pending[ref] = job
     seen: dict[int, _BoardEntry] = {}
     try:
@@ -403,7 +456,8 @@ def _run_jobs(todo: list[ShowJob], keys: dict[int, str], folder: ResultsFolder, 
             _relay(ray.get(board.snapshot.remote()), seen, emit)
             for ref in ready:
                 job = pending.pop(ref)
-                rows[job.index] = _collect(ref, job, keys[job.index], folder, seen.get(job.index, {}))
+                rows[job.index] = _collect(ref, job, keys[job.index], folder, seen.get(job.index, {}),
+                                           cpus[job.index])
                 emit(JobEvent(job.index, rows[job.index].status.value, row=rows[job.index]))
     except BaseException as exc:
         for ref in pending:
@@ -435,19 +489,21 @@ def _relay(state: Mapping[int, _BoardEntry], seen: dict[int, _BoardEntry],
         seen[index] = _BoardEntry(**entry)
 
 
-def _collect(ref: ray.ObjectRef, job: ShowJob, key: str, folder: ResultsFolder, board: _BoardEntry) -> JobRow:
-    """The row of a finished task: its files committed to the results folder, or its error."""
+def _collect(ref: ray.ObjectRef, job: ShowJob, key: str, folder: ResultsFolder, board: _BoardEntry,
+             cpus: int) -> JobRow:
+    """The row of a finished task (which reserved ``cpus``): its files committed to the results folder, or its
+    error."""
     attempts = int(board.get("attempt", 0))
     try:
         output: _TaskOutput = ray.get(ref)
     except Exception as exc:  # noqa: BLE001 - any task failure is the job's, reported in its row
         return JobRow(job.index, job.robot, job.motion, JobStatus.FAILED, error=_error_text(exc), key=key,
-                      attempts=max(attempts, 1), node=str(board.get("node", "")))
+                      attempts=max(attempts, 1), node=str(board.get("node", "")), cpus=cpus)
     outcome = output.outcome
     row = JobRow(job.index, job.robot, job.motion, JobStatus.DONE, outcome.verified_ratio, outcome.torque_ratio,
                  outcome.cut_reached, outcome.wall_s, key=key,
                  folder=folder.job_folder(job.label, key).relative_to(folder.root).as_posix(),
-                 attempts=max(attempts, 1), node=output.node, task_s=output.task_s)
+                 attempts=max(attempts, 1), node=output.node, task_s=output.task_s, cpus=cpus)
     profile = io.BytesIO()
     np.savez(profile, joint_names=np.asarray(outcome.joint_names), times=outcome.times, positions=outcome.positions,
              parameters=outcome.parameters)

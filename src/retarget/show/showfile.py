@@ -37,8 +37,10 @@ __all__ = ["JOB_KEYS", "SHOW_WORKERS", "Show", "ShowJob", "job_key", "load_show"
 #: The keys of a job in a show file.
 JOB_KEYS: tuple[str, ...] = ("robot", "motion", "options", "recording")
 
-#: ``PlanOptions.workers`` of a show job that does not set it: one process per plan, Ray runs the jobs side by side
-#: (forked worker processes inside a Ray worker would compete with the other jobs for the same cores).
+#: ``PlanOptions.workers`` of a show job that does not set it (or sets it to null): one process per plan, Ray runs
+#: the jobs side by side (forked worker processes inside a Ray worker would compete with the other jobs for the same
+#: cores). When the cluster has more CPUs than the show has jobs, the show gives the spare ones to its longest jobs
+#: (:func:`retarget.show.runner.task_cpus`).
 SHOW_WORKERS = 1
 
 #: Option fields that name files: resolved relative to the show file, their contents part of the job's key.
@@ -62,6 +64,8 @@ class ShowJob:
         motion: the motion as written (a library name, or a path).
         motion_path: the motion file.
         options: the plan's settings.
+        workers_given: whether the show file set ``workers`` (then the job's task reserves that many CPUs; else the
+            show sizes it: :data:`SHOW_WORKERS`, more when the cluster has room).
     """
 
     index: int
@@ -70,6 +74,7 @@ class ShowJob:
     motion: str
     motion_path: Path
     options: PlanOptions
+    workers_given: bool = False
 
     @property
     def label(self) -> str:
@@ -142,8 +147,8 @@ def plan_options(where: str, given: object, folder: Path, problems: list[str]) -
     """The :class:`PlanOptions` of one job's ``options`` mapping; every problem appended (``where.field: …``).
 
     File options (``reduced_file``, ``servo_file``, an artifact in ``verify_model``) are resolved relative to
-    ``folder``; ``workers`` defaults to :data:`SHOW_WORKERS`; ``verify_dt`` to ``dt / 5`` as in ``retarget plan``
-    (0 or null: none).
+    ``folder``; ``workers`` (not given or null) to :data:`SHOW_WORKERS`; ``verify_dt`` to ``dt / 5`` as in
+    ``retarget plan`` (0 or null: none).
     """
     if given is None:
         given = {}
@@ -152,7 +157,7 @@ def plan_options(where: str, given: object, folder: Path, problems: list[str]) -
         return None
     fields = {f.name: f for f in dataclasses.fields(PlanOptions)}
     before = len(problems)
-    values: dict[str, object] = {"workers": SHOW_WORKERS}
+    values: dict[str, object] = {}
     for name, value in given.items():
         spot = f"{where}.{name}"
         if name not in fields:
@@ -184,7 +189,9 @@ def plan_options(where: str, given: object, folder: Path, problems: list[str]) -
             problems.append(f"{where}.verify_model: expected auto, full, none or an existing reduced-model artifact "
                             f"(.npz), got {verify!r}")
         values["verify_model"] = str(path)
-    if values.get("workers") is not None and values["workers"] < 1:
+    if values.get("workers") is None:
+        values["workers"] = SHOW_WORKERS
+    elif values["workers"] < 1:
         problems.append(f"{where}.workers: must be 1 or more, got {values['workers']}")
     if len(problems) > before:
         return None
@@ -256,7 +263,9 @@ def load_show(path: str | Path) -> Show:
             if "motion" in entry else None
         options = plan_options(f"{where}.options", entry.get("options"), folder, problems)
         if robot is not None and motion is not None and options is not None:
-            jobs.append(ShowJob(i, str(entry["robot"]), robot, str(entry["motion"]), motion, options))
+            given = entry.get("options")
+            workers_given = isinstance(given, Mapping) and given.get("workers") is not None
+            jobs.append(ShowJob(i, str(entry["robot"]), robot, str(entry["motion"]), motion, options, workers_given))
     if problems:
         raise InputError(f"show file {path}: " + ("\n  " if len(problems) > 1 else "") + "\n  ".join(problems))
     if recordings:
