@@ -73,6 +73,30 @@ def test_fit_motion_writes_the_identification_motion(tmp_path, capsys) -> None:
     assert main(["fit-motion", "single_rod", "--choose", "--candidates", "2,x"]) == 2
 
 
+@pytest.mark.slow
+def test_fit_motion_predicts_on_the_servo_plant_where_the_loop_damps_the_modes(capsys) -> None:
+    """``--predict-engine servo-beam``: the fit rig's XM540-W270 loop turns the shaft. Its second mode's damping
+    beyond the loop's own is the part's Rayleigh ratio at that frequency (theory: α/2ω + βω/2), a fraction of what
+    the loop adds; so the same motions that pin β to a few percent on the prescribed shaft leave it undetermined
+    on the servo plant, while E stays pinned."""
+    import math
+
+    assert main(["fit-motion", "--predict", "--json"]) == 0
+    beam = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert main(["fit-motion", "--predict", "--predict-engine", "servo-beam", "--json"]) == 0
+    captured = capsys.readouterr()
+    servo = json.loads(captured.out.strip().splitlines()[-1])
+    assert beam["predict_engine"] == "beam" and "servo_modes" not in beam and servo["predict_engine"] == "servo-beam"
+    assert "servo plant mode 2:" in captured.out
+    second = servo["servo_modes"][1]
+    omega = 2 * math.pi * second["frequency_hz"]
+    rayleigh = 0.2 / (2 * omega) + 2e-5 * omega / 2  # fit_rig's steel: alpha 0.2 1/s, beta 2e-5 s
+    assert second["part_damping_ratio"] == pytest.approx(rayleigh, rel=0.15)
+    assert second["damping_ratio"] > 5 * second["part_damping_ratio"]
+    b, s = beam["predicted"]["step_30+motion"]["relative_std"], servo["predicted"]["step_30+motion"]["relative_std"]
+    assert b["beta"] < 0.1 and s["beta"] > 10 * b["beta"] and s["youngs_modulus"] < 0.01
+
+
 def test_check_sets_builtin_explicit_and_random() -> None:
     from retarget.errors import InputError
     from retarget.fit.commands import CHECK_SETS, RANDOM_RANGES, check_sets

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from retarget.fit.design import BurstChoice, IdentificationDesign
     from retarget.fit.fitter import FitResult
     from retarget.fit.rig import StepTestRig
-    from retarget.fit.simulators import BeamEngine
+    from retarget.fit.simulators import BeamEngine, ServoBeamEngine, StepTestSimulator
     from retarget.model.servo import ServoParams
     from retarget.motion.motion import Motion
 
@@ -185,6 +185,10 @@ def _register_fit_motion(subparsers: argparse._SubParsersAction) -> None:
     m.add_argument("--predict", action="store_true",
                    help="also predict the fit's 1-sigma (Cramer-Rao) with step_30 + this motion at the rig's "
                    "material, 120 Hz, 1 mm and 0.005 rad noise")
+    m.add_argument("--predict-engine", choices=("beam", "servo-beam"), default="beam",
+                   help="--predict on: beam (the shaft follows the motion exactly, as the design assumes; default) "
+                   "or servo-beam (the rig's servo loop turns the shaft: also prints the servo plant's modes and "
+                   "how much of their damping is the part's)")
     m.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     m.set_defaults(func=_fit_motion)
 
@@ -740,7 +744,14 @@ def _fit_motion(args: argparse.Namespace) -> int:
         summary["path"] = str(path)
         print(f"  wrote {path}")
     if args.predict:
-        summary["predicted"] = _predicted(engine, values, design, step_motion)
+        predictor: StepTestSimulator = engine
+        if args.predict_engine == "servo-beam":
+            from retarget.fit.simulators import ServoBeamEngine
+
+            predictor = ServoBeamEngine(rig)
+            summary["servo_modes"] = _print_servo_modes(predictor, _predicted_at(values, design))
+        summary["predict_engine"] = predictor.name
+        summary["predicted"] = _predicted(predictor, values, design, step_motion)
     if args.json:
         print(_dumps(summary))
     return 0
@@ -829,19 +840,39 @@ def _print_load_torques(engine: BeamEngine, values: tuple[float, float, float], 
     return torques
 
 
-def _predicted(engine: BeamEngine, values: tuple[float, float, float], design: IdentificationDesign,
+def _predicted_at(values: tuple[float, float, float], design: IdentificationDesign) -> tuple[float, float, float]:
+    """The material a prediction is made at: the rig's, with the least damping of the design ranges when it has
+    none (a prediction weighs log-parameters)."""
+    return values if values[1] > 0 and values[2] > 0 else (values[0], *design.torque_damping)
+
+
+def _print_servo_modes(engine: ServoBeamEngine, values: tuple[float, float, float]) -> list[dict[str, float]]:
+    """``fit-motion --predict-engine servo-beam``: the servo plant's modes about the rest angle at ``values`` and
+    the share of their damping ratios that the part's Rayleigh damping makes (the rest is the servo loop's)."""
+    from dataclasses import replace
+
+    plant = replace(engine.plant, youngs_modulus=values[0], alpha=values[1], beta=values[2])
+    modes, bare = plant.modes(0.0), replace(plant, alpha=0.0, beta=0.0).modes(0.0)
+    rows = []
+    for k, (f, zeta, zeta0) in enumerate(zip(modes.frequencies_hz, modes.damping_ratios, bare.damping_ratios)):
+        rows.append({"frequency_hz": float(f), "damping_ratio": float(zeta), "part_damping_ratio": float(zeta - zeta0)})
+        print(f"  servo plant mode {k + 1}: {f:.2f} Hz, damping ratio {zeta:.4f}: the part's {zeta - zeta0:.4f}, "
+              f"the servo loop's {zeta0:.4f}")
+    return rows
+
+
+def _predicted(engine: StepTestSimulator, values: tuple[float, float, float], design: IdentificationDesign,
                step_motion: Motion | None) -> dict[str, dict[str, object]]:
-    """``fit-motion --predict``: the fit's predicted 1σ (Cramér–Rao) with the step test, with it and this motion,
-    or with this motion alone, printed; at the least damping of the design ranges when the rig's material has
-    none."""
+    """``fit-motion --predict``: the fit's predicted 1σ (Cramér–Rao) on ``engine`` with the step test, with it and
+    this motion, or with this motion alone, printed; at the least damping of the design ranges when the rig's
+    material has none."""
     from retarget.fit.design import predict_uncertainty
 
     predictions = {}
-    if not (values[1] > 0 and values[2] > 0):
-        # A prediction needs damping to weigh (log-parameters): the least damping of the design ranges.
+    if _predicted_at(values, design) != values:
         print(f"  the rig's material has alpha {values[1]:g} 1/s, beta {values[2]:g} s: "
               f"predicting at alpha {design.torque_damping[0]:g} 1/s, beta {design.torque_damping[1]:g} s")
-        values = (values[0], *design.torque_damping)
+        values = _predicted_at(values, design)
     if step_motion is not None:
         predictions["step_30"] = predict_uncertainty(engine, [step_motion], *values)
         predictions["step_30+motion"] = predict_uncertainty(engine, [step_motion, design.motion()], *values)
