@@ -97,6 +97,29 @@ def test_fit_motion_predicts_on_the_servo_plant_where_the_loop_damps_the_modes(c
     assert b["beta"] < 0.1 and s["beta"] > 10 * b["beta"] and s["youngs_modulus"] < 0.01
 
 
+def test_the_fit_report_warns_of_a_parameter_its_one_sigma_does_not_determine(capsys) -> None:
+    """1σ above half the value: not determined (the servo plant's β); at a bound: the bound's warning instead."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from retarget.fit.commands import _print_fit_warnings
+
+    units = {"youngs_modulus": ("GPa", 1e9), "alpha": ("1/s", 1.0), "beta": ("s", 1.0)}
+    result = SimpleNamespace(fitted=("youngs_modulus", "alpha", "beta"),
+                             values={"youngs_modulus": 2e11, "alpha": 0.5, "beta": 4e-5},
+                             std={"youngs_modulus": 1e8, "alpha": 0.2, "beta": 2.1e-4}, at_bound={},
+                             bounds={}, correlation=np.eye(3))
+    _print_fit_warnings(result, units)
+    out = capsys.readouterr().out
+    assert "warning: beta is not determined by these recordings (1-sigma 525 % of its value)" in out
+    assert "alpha is not" not in out and "youngs_modulus is not" not in out
+    result.at_bound, result.bounds = {"beta": "upper"}, {"beta": (1e-7, 4e-5)}
+    _print_fit_warnings(result, units)
+    out = capsys.readouterr().out
+    assert "beta is not determined" not in out and "warning: beta ended at its upper bound" in out
+
+
 def test_check_sets_builtin_explicit_and_random() -> None:
     from retarget.errors import InputError
     from retarget.fit.commands import CHECK_SETS, RANDOM_RANGES, check_sets

@@ -492,8 +492,20 @@ def _print_orientation(result: FitResult, weight: float, n_cases: int) -> None:
                   "orientation biases the damping; compare with --orientation-weight 0")
 
 
+#: A fitted parameter whose 1σ is more than this fraction of its value is reported as not determined.
+UNDETERMINED = 0.5
+
+
 def _print_fit_warnings(result: FitResult, units: dict[str, tuple[str, float]]) -> None:
-    """The fit report's warnings: a parameter at its bound, two fitted parameters strongly correlated."""
+    """The fit report's warnings: a parameter at its bound, a parameter its 1σ does not determine, two fitted
+    parameters strongly correlated."""
+    for name in result.fitted:
+        value, sd = result.values[name], result.std.get(name, float("nan"))
+        if name not in result.at_bound and value > 0 and not sd <= UNDETERMINED * value:
+            print(f"  warning: {name} is not determined by these recordings (1-sigma {100 * sd / value:.0f} % of "
+                  f"its value): hold it with --fix {name}=VALUE, or add a recording that carries it (on a servo "
+                  "plant the loop's damping can hide the part's: retarget fit-motion --predict --predict-engine "
+                  "servo-beam)")
     for name, side in result.at_bound.items():
         lo, hi = result.bounds[name]
         unit, scale = units[name]
