@@ -190,10 +190,11 @@ def task_cpus(jobs: Sequence[ShowJob], node_cpus: Sequence[int]) -> dict[int, in
     A job whose show file sets ``workers`` reserves that many (at most the largest node's CPUs: a plan's worker
     processes are forked on its node). The others reserve one each. When every job fits on the cluster at once with
     CPUs to spare, the spare ones go one at a time to the jobs that leave ``workers`` to the show, longest first
-    and in turn, each as long as the jobs still fit on the nodes together (each job on one node); such a job's plan then
-    runs as many ``workers``: its robust members, verification variants and band factors side by side instead of
-    one after another (the same answer, :mod:`retarget.optimize.parallel`). The CPUs are shared out once, when the
-    jobs are submitted: a job does not grow when others finish.
+    and in turn, each as long as the jobs still fit on the nodes together (each job on one node); such a job's plan
+    then runs as many ``workers``: its robust members, verification variants and band factors side by side instead
+    of one after another (the same answer, :mod:`retarget.optimize.parallel`, unless a time budget ends the plan:
+    then more iterations fit in it). The CPUs are shared out once, when the jobs are submitted: a job does not grow
+    when others finish.
     """
     largest = max(node_cpus, default=1)
     cpus = {job.index: max(1, min(job.options.workers or 1, largest)) if job.workers_given else 1 for job in jobs}
