@@ -863,10 +863,14 @@ def _print_servo_modes(engine: ServoBeamEngine, values: tuple[float, float, floa
     the share of their damping ratios that the part's Rayleigh damping makes (the rest is the servo loop's)."""
     from dataclasses import replace
 
+    import numpy as np
+
     plant = replace(engine.plant, youngs_modulus=values[0], alpha=values[1], beta=values[2])
     modes, bare = plant.modes(0.0), replace(plant, alpha=0.0, beta=0.0).modes(0.0)
     rows = []
-    for k, (f, zeta, zeta0) in enumerate(zip(modes.frequencies_hz, modes.damping_ratios, bare.damping_ratios)):
+    for k, (f, zeta) in enumerate(zip(modes.frequencies_hz, modes.damping_ratios)):
+        # The same mode without the part's damping: the nearest in frequency (an overdamped one drops out).
+        zeta0 = float(bare.damping_ratios[int(np.argmin(np.abs(bare.frequencies_hz - f)))])
         rows.append({"frequency_hz": float(f), "damping_ratio": float(zeta), "part_damping_ratio": float(zeta - zeta0)})
         print(f"  servo plant mode {k + 1}: {f:.2f} Hz, damping ratio {zeta:.4f}: the part's {zeta - zeta0:.4f}, "
               f"the servo loop's {zeta0:.4f}")
