@@ -328,19 +328,25 @@ class DynamixelDriver(Node):
                 self._collect_mid_exchange()
 
     def _collect_mid_exchange(self) -> None:
-        """Test hook (``RETARGET_TEST_STOP_GC``): the control loop's last exchange during a stop, with a full garbage
-        collection between its Sync Write and its Sync Read, holding the bus (the torque-off waits for it)."""
+        """Test hook (``RETARGET_TEST_STOP_GC``): the control loop's last exchange during a stop (or the shutdown's,
+        when the stop came before the loop started), with a full garbage collection between its Sync Write and its
+        Sync Read, holding the bus (the torque-off waits for it). A failed write or read (a reply lost on a loaded
+        host) is said on the hook's line: the collection ran all the same."""
         with self._lock:
             if not self.bus.is_open or self.fault is not None or self._follower is None:
                 return
+            failed = ""
             try:
                 if self._written is not None:
                     self.bus.write_goal_positions(self._written)
-                gc.collect()
+            except DynamixelError as exc:
+                failed += f"; its Sync Write failed: {exc}"
+            gc.collect()
+            try:
                 self.bus.read_state(raise_on_alert=False)
-            except DynamixelError:
-                return
-        print("test hook: full collection in the middle of a bus exchange, during the stop", file=sys.stderr,
+            except DynamixelError as exc:
+                failed += f"; its Sync Read failed: {exc}"
+        print(f"test hook: full collection in the middle of a bus exchange, during the stop{failed}", file=sys.stderr,
               flush=True)
 
     def _raise_loop_error(self) -> None:
@@ -503,6 +509,10 @@ class DynamixelDriver(Node):
                 frame = sys._current_frames().get(loop.ident or -1)
                 where = "".join(traceback.format_stack(frame)) if frame is not None else "(no stack)"
                 self.get_logger().error(f"the control loop did not end its tick within {LOOP_JOIN_S:g} s:\n{where}")
+        elif loop is None and _TEST_STOP_GC:
+            # Stopped after the start but before the control loop began: the test hook's exchange here (a second
+            # call finds the bus closed, and the hook does nothing).
+            self._collect_mid_exchange()
         if not self._lock.acquire(timeout=BUS_WAIT_S):
             self.get_logger().error("the control loop still holds the bus: torque state unknown on every servo "
                                     "(torque stays as it was); the port closes with the process")
