@@ -19,9 +19,10 @@ def retry_stale_states(attempt: Callable[[], Any], timeout: float = 20.0) -> Any
     """Run ``attempt()`` (send a goal, return its FollowJointTrajectory result) again while the server rejects it
     for stale joint_states: on a loaded host the server's DDS discovery of the driver may finish after the test's.
 
-    Also again when the goal response never arrives: ``wait_for_server`` can report the server before its response
-    writer has matched this client's reader, and a response sent then is lost (seen once with 3 busy processes on 2
-    cores: the server logged the goal executing, the client timed out waiting for the acceptance).
+    Also again when the goal response never arrives (seen with 3 busy processes on 2 cores: the server logged the goal
+    executing, the client timed out waiting for the acceptance). rclpy's own client lost such responses to a race
+    that ``LockedActionClient`` closes; a response sent before discovery has matched the client's reader would be
+    lost too.
     """
     deadline = time.monotonic() + timeout
     while True:

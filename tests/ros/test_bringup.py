@@ -420,7 +420,7 @@ def _pids_in_groups(groups: set[int]) -> list[int]:
 def test_retarget_up_goal_then_sigint(robot: str, ros_context: Any) -> None:
     pytest.importorskip("control_msgs", reason="control_msgs is not built (make setup)")
     from control_msgs.action import FollowJointTrajectory
-    from rclpy.action import ActionClient
+    from retarget.ros.action_client import LockedActionClient
     from rclpy.node import Node
     from trajectory_msgs.msg import JointTrajectoryPoint
     from ros_helpers import retry_stale_states, wait_for
@@ -439,9 +439,9 @@ def test_retarget_up_goal_then_sigint(robot: str, ros_context: Any) -> None:
         reader.start()
     context, executor = ros_context
     node = Node("bringup_test", context=context)
-    client = ActionClient(node, FollowJointTrajectory,
-                          f"{namespace}/trajectory_server/follow_joint_trajectory")
-    executor.add_node(node)  # after the ActionClient: rclpy#1589
+    client = LockedActionClient(node, FollowJointTrajectory,
+                                f"{namespace}/trajectory_server/follow_joint_trajectory")
+    executor.add_node(node)  # after the action client: rclpy#1589
     try:
         try:
             wait_for(lambda: any('"state": "ready"' in line for line in lines) or proc.poll() is not None, 45.0,
@@ -480,7 +480,10 @@ def test_retarget_up_goal_then_sigint(robot: str, ros_context: Any) -> None:
             wait_for(got.done, 15.0, "goal result")
             return got.result().result
 
-        result = retry_stale_states(attempt)
+        try:
+            result = retry_stale_states(attempt)
+        except AssertionError as exc:  # the nodes' side: did the server execute the goals?
+            raise AssertionError(f"{exc}\n{''.join(errors[-40:])}") from None
         assert result.error_code == FollowJointTrajectory.Result.SUCCESSFUL, (result.error_string,
                                                                                "".join(errors[-40:]))
 

@@ -41,7 +41,7 @@ class Monitor:
     def __init__(self, context: Any, executor: Any) -> None:
         from control_msgs.action import FollowJointTrajectory
         from diagnostic_msgs.msg import DiagnosticArray
-        from rclpy.action import ActionClient
+        from retarget.ros.action_client import LockedActionClient
         from rclpy.node import Node
         from sensor_msgs.msg import JointState
         from std_srvs.srv import Trigger
@@ -53,10 +53,10 @@ class Monitor:
         self.node.create_subscription(JointState, "joint_states", lambda m: self.states.append(np.array(m.position)),
                                       100)
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self.diagnostics.append, 100)
-        self.action = ActionClient(self.node, FollowJointTrajectory,
-                                   f"{NS}/trajectory_server/follow_joint_trajectory")
+        self.action = LockedActionClient(self.node, FollowJointTrajectory,
+                                         f"{NS}/trajectory_server/follow_joint_trajectory")
         self.reboot = self.node.create_client(Trigger, f"{NS}/dynamixel_driver/reboot")
-        executor.add_node(self.node)  # after the ActionClient: rclpy#1589
+        executor.add_node(self.node)  # after the action client: rclpy#1589
 
     def close(self) -> None:
         self.executor.remove_node(self.node)

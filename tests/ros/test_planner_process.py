@@ -33,14 +33,14 @@ def _goal(joints: list[str], points: list[tuple[float, list[float]]]):
 @contextmanager
 def _retarget_client(ros_context: Any, name: str, action: str) -> Iterator[Any]:
     """An ActionClient of ``Retarget`` on ``action``, its node spun by the shared executor; destroyed after."""
-    from rclpy.action import ActionClient
+    from retarget.ros.action_client import LockedActionClient
     from rclpy.node import Node
     from retarget_interfaces.action import Retarget
 
     context, executor = ros_context
     node = Node(name, context=context)
-    client = ActionClient(node, Retarget, action)
-    executor.add_node(node)  # after the ActionClient: rclpy#1589
+    client = LockedActionClient(node, Retarget, action)
+    executor.add_node(node)  # after the action client: rclpy#1589
     try:
         yield client
     finally:
@@ -90,7 +90,7 @@ def test_planner_plans_and_cancel_answers_with_the_best_so_far(start_node, ros_c
     far, not published."""
     import json
 
-    from rclpy.action import ActionClient
+    from retarget.ros.action_client import LockedActionClient
     from rclpy.node import Node
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
     from retarget_interfaces.action import Retarget
@@ -113,8 +113,8 @@ def test_planner_plans_and_cancel_answers_with_the_best_so_far(start_node, ros_c
     latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
     node.create_subscription(JointTrajectory, "/test_planner_plans/planner/optimized_trajectory", published.append,
                              latched)
-    client = ActionClient(node, Retarget, "/test_planner_plans/planner/retarget")
-    executor.add_node(node)  # after the ActionClient: rclpy#1589
+    client = LockedActionClient(node, Retarget, "/test_planner_plans/planner/retarget")
+    executor.add_node(node)  # after the action client: rclpy#1589
 
     def send(max_iterations: int, feedback: list):
         times = [0.005 * k for k in range(41)]

@@ -35,7 +35,7 @@ def _trajectory(joints: list[str], seconds: float = 4.6) -> Any:
 
 def test_refine_goals_that_cannot_be_refined_end_with_their_reason(start_node, ros_context, tmp_path,
                                                                    monkeypatch) -> None:
-    from rclpy.action import ActionClient
+    from retarget.ros.action_client import LockedActionClient
     from rclpy.node import Node
     from retarget_interfaces.action import Refine
 
@@ -46,8 +46,8 @@ def test_refine_goals_that_cannot_be_refined_end_with_their_reason(start_node, r
                                                "allow_training": False}, namespace="/test_refine")
     context, executor = ros_context
     node = Node("refine_client", context=context)
-    client = ActionClient(node, Refine, "/test_refine/planner/refine")
-    executor.add_node(node)  # after the ActionClient: rclpy#1589
+    client = LockedActionClient(node, Refine, "/test_refine/planner/refine")
+    executor.add_node(node)  # after the action client: rclpy#1589
     good_take = _bag(tmp_path / "take", "tip_mass")
     out = tmp_path / "next.csv"
 

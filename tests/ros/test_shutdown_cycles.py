@@ -51,13 +51,14 @@ class GoalSender:
 
     def __init__(self, context: Any, executor: Any) -> None:
         from control_msgs.action import FollowJointTrajectory
-        from rclpy.action import ActionClient
+        from retarget.ros.action_client import LockedActionClient
         from rclpy.node import Node
 
         self.node = Node("shutdown_test", namespace=NS, context=context)
-        self.action = ActionClient(self.node, FollowJointTrajectory, f"{NS}/trajectory_server/follow_joint_trajectory")
+        self.action = LockedActionClient(self.node, FollowJointTrajectory,
+                                         f"{NS}/trajectory_server/follow_joint_trajectory")
         self.executor = executor
-        executor.add_node(self.node)  # after the ActionClient: rclpy#1589
+        executor.add_node(self.node)  # after the action client: rclpy#1589
 
     def send(self, position: float) -> None:
         from control_msgs.action import FollowJointTrajectory

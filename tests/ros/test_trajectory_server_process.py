@@ -28,14 +28,14 @@ class Client:
 
     def __init__(self, context: Any, executor: Any, namespace: str = NS) -> None:
         from control_msgs.action import FollowJointTrajectory
-        from rclpy.action import ActionClient
+        from retarget.ros.action_client import LockedActionClient
         from rclpy.node import Node
         from sensor_msgs.msg import JointState
         from trajectory_msgs.msg import JointTrajectory
 
         self.node = Node("test_client", namespace=namespace, context=context)
-        self.action = ActionClient(self.node, FollowJointTrajectory,
-                                   f"{namespace}/trajectory_server/follow_joint_trajectory")
+        self.action = LockedActionClient(self.node, FollowJointTrajectory,
+                                         f"{namespace}/trajectory_server/follow_joint_trajectory")
         self.commands: list[Any] = []
         self.states: list[tuple[float, np.ndarray]] = []
         self.node.create_subscription(JointTrajectory, "joint_commands", self.commands.append, 100)
@@ -43,7 +43,7 @@ class Client:
                                       lambda m: self.states.append((time.monotonic(), np.array(m.position))), 100)
         self.executor = executor
         self.feedback: list[Any] = []
-        executor.add_node(self.node)  # after the ActionClient: rclpy#1589
+        executor.add_node(self.node)  # after the action client: rclpy#1589
 
     def close(self) -> None:
         self.executor.remove_node(self.node)

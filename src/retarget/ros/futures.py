@@ -84,8 +84,9 @@ def send_goal(client: ActionClient, goal: object, timeout: float, what: str, *,
     """Send ``goal`` on ``client`` (its executor spins in another thread) and return its handle once the server
     answers, or raise ``TimeoutError("{what} within {timeout} s")``.
 
-    A goal response can go missing between two processes while the goal runs: on a loaded host (load 5–9 on 2 cores)
-    2 of 40 plays on the twin got no response to a goal whose feedback they received. The feedback names the goal
+    A goal response can go missing while the goal runs: on a loaded host (load 5–9 on 2 cores) 2 of 40 plays on the
+    twin got no response to a goal whose feedback they received. rclpy's own client loses responses to a race
+    (:mod:`retarget.ros.action_client`, which the clients here use); for any other loss, the feedback names the goal
     (its UUID, chosen here), so a goal whose feedback comes without a response for :data:`ADOPT_AFTER_S` is taken as
     accepted: the returned handle asks for its result and can cancel it as the server's own would, and ``warn``
     says so.

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import rclpy
 from control_msgs.action import FollowJointTrajectory
-from rclpy.action import ActionClient, ActionServer, CancelResponse, GoalResponse
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.action.server import ServerGoalHandle
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
@@ -42,6 +42,7 @@ from retarget.jsonsafe import dumps
 from retarget.optimize.errors import NoPlanningModelError, PlanCancelled
 from retarget.planning.budget import TRAINING_BUILD_FACTOR, StageEstimate, format_seconds
 from retarget.planning.settings import PLAN_SETTINGS
+from retarget.ros.action_client import LockedActionClient
 from retarget.ros.conversions import goal_points
 from retarget.ros.params import declare
 from retarget.ros.refine_server import RefineServer
@@ -80,7 +81,7 @@ class Planner(Node):
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
                              reliability=ReliabilityPolicy.RELIABLE)
         self._optimized = self.create_publisher(JointTrajectory, "~/optimized_trajectory", latched)
-        self._follow = ActionClient(self, FollowJointTrajectory, self.server_action, callback_group=group)
+        self._follow = LockedActionClient(self, FollowJointTrajectory, self.server_action, callback_group=group)
         self._server = ActionServer(self, Retarget, "~/retarget", execute_callback=self._execute,
                                     goal_callback=lambda _goal: GoalResponse.ACCEPT,
                                     cancel_callback=lambda _handle: CancelResponse.ACCEPT, callback_group=group)

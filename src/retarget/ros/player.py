@@ -208,7 +208,7 @@ class RobotClient:
                  retarget_action: str | None = None, node_name: str = "retarget_client", record: bool = True) -> None:
         import rclpy
         from control_msgs.action import FollowJointTrajectory
-        from rclpy.action import ActionClient
+        from retarget.ros.action_client import LockedActionClient
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.node import Node
         from rclpy.signals import SignalHandlerOptions
@@ -221,12 +221,12 @@ class RobotClient:
         self.recorder = JointStateRecorder(tuple(joint_names))
         self._joint_states_topic = joint_states_topic
         self._subscription: Subscription | None = None
-        self.follow = ActionClient(self.node, FollowJointTrajectory, follow_action)
+        self.follow = LockedActionClient(self.node, FollowJointTrajectory, follow_action)
         self.retarget = None
         if retarget_action:
             from retarget_interfaces.action import Retarget
 
-            self.retarget = ActionClient(self.node, Retarget, retarget_action)
+            self.retarget = LockedActionClient(self.node, Retarget, retarget_action)
         self.executor = SingleThreadedExecutor(context=self.context)  # callbacks are short; see trajectory_server
         self.executor.add_node(self.node)
         self._thread = threading.Thread(target=self.executor.spin, daemon=True)

@@ -93,7 +93,7 @@ class _Client:
     def __init__(self, namespace: str) -> None:
         import rclpy
         from control_msgs.action import FollowJointTrajectory
-        from rclpy.action import ActionClient
+        from retarget.ros.action_client import LockedActionClient
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.node import Node
         from rclpy.signals import SignalHandlerOptions
@@ -105,9 +105,9 @@ class _Client:
         rclpy.init(context=self.context, signal_handler_options=SignalHandlerOptions.NO)
         self.node = Node("retarget_tune", context=self.context)
         # Action clients before the node is spun (ros2/rclpy#1589).
-        self.retarget = ActionClient(self.node, Retarget, self.names["retarget"])
-        self.refine = ActionClient(self.node, Refine, self.names["refine"])
-        self.follow = ActionClient(self.node, FollowJointTrajectory, self.names["follow"])
+        self.retarget = LockedActionClient(self.node, Retarget, self.names["retarget"])
+        self.refine = LockedActionClient(self.node, Refine, self.names["refine"])
+        self.follow = LockedActionClient(self.node, FollowJointTrajectory, self.names["follow"])
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
         self._thread = threading.Thread(target=self.executor.spin, daemon=True)
