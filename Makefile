@@ -18,7 +18,7 @@ setup:
 	@PYTHON=$(PYTHON) VENV=$(abspath $(VENV)) bash scripts/setup.sh
 
 test: setup
-	@bash scripts/run_tests.sh
+	@RETARGET_TEST_WORKERS=$${RETARGET_TEST_WORKERS:-3} bash scripts/run_tests.sh
 
 test-fast: setup
 	@bash scripts/run_tests.sh -m "not slow and not integration"

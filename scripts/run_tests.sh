@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs pytest over tests/ on pytest-xdist workers (docs/testing.md); fails on any failure and on zero tests
 # collected (pytest exit 5). RETARGET_TEST_WORKERS sets the number of workers (default 2, one per core of the
-# project's machines; 0 runs in this process, as plain pytest). Extra arguments go to pytest.
+# project's machines: what `make test-fast`'s CPU-bound tests get; `make test` sets 3, its integration tests wait on
+# processes and real time; 0 runs in this process, as plain pytest). Extra arguments go to pytest.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 workers=${RETARGET_TEST_WORKERS:-2}
