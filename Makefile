@@ -17,12 +17,11 @@ help:
 setup:
 	@PYTHON=$(PYTHON) VENV=$(abspath $(VENV)) bash scripts/setup.sh
 
-# Both set up first (scripts/run_tests.sh runs scripts/setup.sh, numba's warm-up beside the interface builds).
-test:
-	@PYTHON=$(PYTHON) VENV=$(abspath $(VENV)) bash scripts/run_tests.sh
+test: setup
+	@RETARGET_TEST_WORKERS=$${RETARGET_TEST_WORKERS:-3} bash scripts/run_tests.sh
 
-test-fast:
-	@PYTHON=$(PYTHON) VENV=$(abspath $(VENV)) bash scripts/run_tests.sh -m "not slow and not integration"
+test-fast: setup
+	@bash scripts/run_tests.sh -m "not slow and not integration"
 
 demo: setup
 	@$(PY) -m retarget.cli demo

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Sets up .venv (scripts/setup.sh) and runs pytest over tests/ on pytest-xdist workers (docs/testing.md); fails on
-# any failure and on zero tests collected (pytest exit 5). RETARGET_TEST_WORKERS sets the number of workers (default
-# 2, one per core of the project's machines; 0 runs in this process, as plain pytest). Extra arguments go to pytest.
+# Runs pytest over tests/ on pytest-xdist workers (docs/testing.md); fails on any failure and on zero tests
+# collected (pytest exit 5). RETARGET_TEST_WORKERS sets the number of workers (default 2, one per core of the
+# project's machines, for `make test-fast`'s CPU-bound tests; `make test` sets 3: its integration tests wait on
+# processes and on motions playing in real time; 0 runs in this process, as plain pytest). Extra arguments go to
+# pytest.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export VENV=${VENV:-$PWD/.venv}
-PY=$VENV/bin/python
 workers=${RETARGET_TEST_WORKERS:-2}
 parallel=()
 if [ "$workers" != 0 ]; then
@@ -19,37 +19,26 @@ fi
 # assert of every module at each collection (6 s of each worker's 9 s), and every process the tests start reuses
 # the compiled modules it imports.
 unset PYTHONDONTWRITEBYTECODE
-# The set-up in two parts: the Python environment first (all that numba's warm-up needs), the interface packages'
-# builds while the warm-up compiles.
-bash scripts/setup.sh python || exit 1
 # numba's kernels into its disk cache first (scripts/warm_numba.py): two processes compile disjoint kernel sets in
 # parallel, so the workers find them cached instead of each compiling the same ones. Best-effort: a failure there
 # only leaves its kernels to the tests that use them. Skipped while the cache is as the last finished warm-up left
 # it (the stamp: same sources, same numba). RETARGET_WARM_NUMBA=0 skips it.
-stamp=$VENV/.retarget-stamps/numba-warm
-warming=()
-if [ "${RETARGET_WARM_NUMBA:-1}" != 0 ] && ! "$PY" scripts/warm_numba.py check "$stamp"; then
+stamp=.venv/.retarget-stamps/numba-warm
+if [ "${RETARGET_WARM_NUMBA:-1}" != 0 ] && ! .venv/bin/python scripts/warm_numba.py check "$stamp"; then
   handoff=$(mktemp -d)
   for part in engine rest; do
-    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 "$PY" scripts/warm_numba.py "$part" "$handoff" &
-    warming+=($!)
+    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 .venv/bin/python scripts/warm_numba.py "$part" \
+      "$handoff" &
   done
-fi
-if ! bash scripts/setup.sh; then
-  [ ${#warming[@]} -eq 0 ] || kill "${warming[@]}" 2>/dev/null
-  wait
-  exit 1
-fi
-if [ ${#warming[@]} -gt 0 ]; then
   warmed=1
-  for pid in "${warming[@]}"; do
-    wait "$pid" || { warmed=0; echo "run_tests: a numba warm-up process failed; the tests compile what it left" >&2; }
+  for part in engine rest; do
+    wait -n || { warmed=0; echo "run_tests: a numba warm-up process failed; the tests compile what it left" >&2; }
   done
   rm -rf "$handoff"
-  if [ "$warmed" = 1 ]; then "$PY" scripts/warm_numba.py record "$stamp"; fi
+  if [ "$warmed" = 1 ]; then .venv/bin/python scripts/warm_numba.py record "$stamp"; fi
 fi
 # --durations: every run's log names its 30 slowest steps (setup, call, teardown), where the suite's time goes.
-"$PY" -m pytest tests "${parallel[@]}" --durations=30 "$@"
+.venv/bin/python -m pytest tests "${parallel[@]}" --durations=30 "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "run_tests: pytest collected no tests — treated as a failure" >&2

@@ -1,9 +1,7 @@
 #!/usr/bin/env bash
-# `make setup`: a .venv with the ROS 2 Kilted wheels, the Python dependencies, retarget installed editable and the
-# interface packages built into it. Idempotent: each step is skipped while the inputs it depends on
-# (requirements.txt, setup.py, interface sources) are unchanged, so a second run takes seconds.
-# `setup.sh python` stops after the Python environment (dependencies and retarget): enough for the core and numba's
-# warm-up, which scripts/run_tests.sh starts before the interface packages build.
+# `make setup`: a .venv with the ROS 2 Kilted wheels, the Python dependencies, the interface packages built
+# into it and retarget installed editable. Idempotent: each step is skipped while the inputs it depends on
+# (requirements.txt, interface sources, setup.py) are unchanged, so a second run takes seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -50,20 +48,7 @@ if ! stamp_ok requirements "$req"; then
   stamp_set requirements "$req"
 fi
 
-# 2. retarget itself, editable.
-own=$(digest setup.py setup.cfg package.xml)
-if ! stamp_ok editable "$own" || ! "$PY" -c 'import retarget' >/dev/null 2>&1; then
-  say "installing retarget (editable)"
-  quiet_pip install -q --no-deps --no-build-isolation -e .
-  stamp_set editable "$own"
-fi
-
-if [ "${1:-}" = python ]; then
-  say "Python environment ready: $VENV"
-  exit 0
-fi
-
-# 3. Interface packages, built with CMake into the venv prefix.
+# 2. Interface packages, built with CMake into the venv prefix.
 build_interface() {  # $1 = package folder under interfaces/
   local pkg=$1 src=$ROOT/interfaces/$1 key
   key=$(cd "$src" && find . -type f | sort | xargs cat | sha256sum | cut -c1-16)-$(cat "$STAMPS/requirements")
@@ -97,6 +82,14 @@ if [ -f "$STAMPS/iface-tf2_msgs" ] || ! "$PY" -c 'import tf2_msgs.msg' >/dev/nul
   build_interface tf2_msgs
 fi
 build_interface retarget_interfaces
+
+# 3. retarget itself, editable.
+own=$(digest setup.py setup.cfg package.xml)
+if ! stamp_ok editable "$own" || ! "$PY" -c 'import retarget' >/dev/null 2>&1; then
+  say "installing retarget (editable)"
+  quiet_pip install -q --no-deps --no-build-isolation -e .
+  stamp_set editable "$own"
+fi
 
 # 4. Headless Chromium for the report page's browser test (tests/report/test_page.py skips without it).
 if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null; then
