@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numba
 from numba.typed import List
 from numpy.typing import ArrayLike, NDArray
 
@@ -47,8 +48,10 @@ __all__ = [
 DEFAULT_DT: float = 1e-3
 
 
-def _typed(arrays: list[NDArray]) -> List:
-    out = List()
+def _typed(arrays: list[NDArray], ndim: int) -> List:
+    """A numba typed list of C-ordered float64 arrays of ``ndim`` dimensions: typed even when empty (a robot
+    without flexible parts has no deformable bodies)."""
+    out = List.empty_list(numba.types.Array(numba.float64, ndim, "C"))
     for a in arrays:
         out.append(np.ascontiguousarray(a, dtype=np.float64))
     return out
@@ -109,18 +112,18 @@ def pack_system(rs: ReducedSystem) -> ck.Packed:
         bzv=bzv,
         bsize=np.array([b.size for b in bodies], dtype=np.int64),
         bmass=np.array([x.mass for x in t], dtype=float),
-        s0=_typed([x.s0 for x in t]),
-        s1=_typed([x.s1 for x in t]),
-        p0=_typed([x.p0 for x in t]),
-        p1=_typed([x.p1 for x in t]),
-        p2=_typed([x.p2 for x in t]),
-        c0=_typed([x.c0 for x in t]),
-        c1=_typed([x.c1 for x in t]),
-        mzz=_typed([x.m_zz for x in t]),
+        s0=_typed([x.s0 for x in t], 1),
+        s1=_typed([x.s1 for x in t], 2),
+        p0=_typed([x.p0 for x in t], 2),
+        p1=_typed([x.p1 for x in t], 3),
+        p2=_typed([x.p2 for x in t], 4),
+        c0=_typed([x.c0 for x in t], 2),
+        c1=_typed([x.c1 for x in t], 3),
+        mzz=_typed([x.m_zz for x in t], 2),
         balpha=np.array([b.alpha for b in bodies], dtype=float),
-        cub_qw=_typed([b.cubature.qweights for b in bodies]),
-        cub_w=_typed([b.cubature.weights for b in bodies]),
-        cub_d=_typed([reduced_gradients(b.cubature.basis_rows, b.cubature.grad) for b in bodies]),
+        cub_qw=_typed([b.cubature.qweights for b in bodies], 2),
+        cub_w=_typed([b.cubature.weights for b in bodies], 1),
+        cub_d=_typed([reduced_gradients(b.cubature.basis_rows, b.cubature.grad) for b in bodies], 4),
         bmu=np.array([b.cubature.mu for b in bodies], dtype=float),
         blam=np.array([b.cubature.lam for b in bodies], dtype=float),
         bbeta=np.array([b.beta for b in bodies], dtype=float),
@@ -133,8 +136,8 @@ def pack_system(rs: ReducedSystem) -> ck.Packed:
         lam_off=np.asarray(rs.lambda_offsets, dtype=np.int64),
         fvec=fvec,
         fmat=fmat,
-        y0=_typed(y0s),
-        ymap=_typed(ymaps),
+        y0=_typed(y0s, 1),
+        ymap=_typed(ymaps, 2),
         ui=np.concatenate(uis).astype(np.int64),
         ui_off=off_u,
         vi=np.concatenate(vis).astype(np.int64),
