@@ -119,7 +119,7 @@ def test_each_packaged_model_loads_by_name_with_its_identity_and_ratings() -> No
     xm430 = ct.load_control_table(model="XM430-W210")
     assert xm430 is ct.load_control_table()  # the default, cached
     xm540 = ct.load_control_table(model="xm540-w270")  # case-insensitive
-    assert ct.SERVO_MODELS == ("XM430-W210", "XM540-W270") and ct.DEFAULT_SERVO_MODEL == "XM430-W210"
+    assert ct.SERVO_MODELS == ("XM430-W210", "XM430-W350", "XM540-W270") and ct.DEFAULT_SERVO_MODEL == "XM430-W210"
     assert (xm540.model, xm540.model_number, xm540["Model Number"].initial) == ("XM540-W270", 1120, 1120)
     # e-manual, 12 V: 77 rev/min, 3.0 N m at 2.3 A; 30 rev/min, 10.6 N m at 4.4 A.
     assert xm430.ratings.no_load_speed == pytest.approx(77 * 2 * math.pi / 60)
@@ -136,10 +136,19 @@ def test_each_packaged_model_loads_by_name_with_its_identity_and_ratings() -> No
     extra = sorted(it.name for it in xm540.items if it.name not in xm430)
     assert extra == [f"External Port {kind} {i}" for kind in ("Data", "Mode") for i in (1, 2, 3)]
     assert xm540.size == xm430.size and len(xm540.initial_image()) == xm540.size
+    # The XM430-W350 (OpenManipulator-X, ROBOTIS OP3): the XM430-W210's items at the same addresses, its own
+    # identity, factory Velocity Limit and ratings (12 V: 46 rev/min, 4.1 N m at 2.3 A).
+    w350 = ct.load_control_table(model="XM430-W350")
+    assert (w350.model_number, w350["Model Number"].initial, ct.model_name(1020)) == (1020, 1020, "XM430-W350")
+    assert w350.ratings.no_load_speed == pytest.approx(46 * 2 * math.pi / 60)
+    assert (w350.ratings.stall_torque, w350.ratings.stall_current) == (4.1, 2.3)
+    assert w350["Velocity Limit"].initial == 200
+    assert [(it.name, it.address, it.size, it.signed, it.minimum, it.maximum) for it in w350.items] == \
+        [(it.name, it.address, it.size, it.signed, it.minimum, it.maximum) for it in xm430.items]
 
 
 def test_unknown_model_other_units_and_both_sources_are_input_errors(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="unknown servo model 'XL330-M288'; known: XM430-W210, XM540-W270"):
+    with pytest.raises(InputError, match="unknown servo model 'XL330-M288'; known: XM430-W210, XM430-W350, XM540-W270"):
         ct.load_control_table(model="XL330-M288")
     with pytest.raises(InputError, match="not both"):
         ct.load_control_table(tmp_path / "t.yaml", model="XM540-W270")

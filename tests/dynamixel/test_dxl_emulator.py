@@ -173,7 +173,7 @@ def test_control_channel_and_vanish(pty_emulator: PtyEmulator, tmp_path: Path) -
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("model, number", [(None, 1030), ("XM540-W270", 1120)])
+@pytest.mark.parametrize("model, number", [(None, 1030), ("XM430-W350", 1020), ("XM540-W270", 1120)])
 def test_module_process_serves_and_cleans_up_on_sigterm(model: str | None, number: int, tmp_path: Path) -> None:
     link = tmp_path / "ttyDXL"
     proc = subprocess.Popen(
@@ -206,7 +206,7 @@ def test_unknown_model_is_refused_before_anything_starts(tmp_path: Path) -> None
     out = subprocess.run([sys.executable, "-m", "retarget.dynamixel.emulator", "--ids", "1", "--link", str(link),
                           "--model", "XL330-M288"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
-    assert "unknown servo model 'XL330-M288'; known: XM430-W210, XM540-W270" in out.stderr
+    assert "unknown servo model 'XL330-M288'; known: XM430-W210, XM430-W350, XM540-W270" in out.stderr
     assert not link.exists() and not link.is_symlink()
 
 

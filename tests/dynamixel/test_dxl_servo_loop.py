@@ -36,7 +36,8 @@ def loop(n: int = 1, **kwargs: object) -> ServoLoop:
 
 def test_factory_servo_and_torque_constant_are_the_models() -> None:
     assert factory_servo(TABLE) == XM430
-    assert factory_servo(load_control_table(model="XM540-W270")) == SERVO_MODELS["XM540-W270"]
+    for model in ("XM430-W350", "XM540-W270"):
+        assert factory_servo(load_control_table(model=model)) == SERVO_MODELS[model]
     servo = loop()
     assert servo.amperes_per_newton_metre[0] == pytest.approx(2.3 / 3.0)
     with pytest.raises(InputError, match="ideal"):

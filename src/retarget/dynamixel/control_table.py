@@ -1,4 +1,4 @@
-"""X-series control tables (XM430-W210, XM540-W270): items, byte codecs, unit conversions, Hardware Error Status.
+"""X-series control tables (XM430-W210, XM430-W350, XM540-W270): items, byte codecs, unit conversions, Hardware Error Status.
 
 The tables ship as package data (``retarget/data/dynamixel/<model>.yaml``, derived from ROBOTIS'
 ``.model`` files, Apache-2.0; see the PROVENANCE.md beside them), one per model in :data:`SERVO_MODELS`, with
@@ -62,7 +62,7 @@ CURRENT_A_PER_UNIT = 2.69e-3
 PROFILE_ACCELERATION_RAD_S2_PER_UNIT = 214.577 * 2.0 * math.pi / 3600.0
 
 #: Models with a packaged control table (``retarget/data/dynamixel/<model, lower case, _ for ->.yaml``).
-SERVO_MODELS: tuple[str, ...] = ("XM430-W210", "XM540-W270")
+SERVO_MODELS: tuple[str, ...] = ("XM430-W210", "XM430-W350", "XM540-W270")
 #: The model a bus, the driver and the emulator assume when none is named (every shipped robot's servos).
 DEFAULT_SERVO_MODEL = "XM430-W210"
 

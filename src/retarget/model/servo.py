@@ -67,7 +67,7 @@ class ServoParams:
     """One servo in SI units at the output shaft (module docstring).
 
     Attributes:
-        model: the servo model (``XM430-W210``, ``XM540-W270``, ``ideal`` or a user's name).
+        model: the servo model (``XM430-W210``, ``XM430-W350``, ``XM540-W270``, ``ideal`` or a user's name).
         kp: position gain [N m/rad].
         ki: integral gain [N m/(rad s)].
         kd: derivative gain on the error rate [N m s/rad].
@@ -191,11 +191,13 @@ def _xm(model: str, stall: float, no_load_rpm: float, rotor: float) -> ServoPara
 
 
 #: Factory settings at 12 V (e-Manual: P 800, I 0, D 0, PWM Limit 885; stall torque and no-load speed). The
-#: reflected rotor inertia is not published: 2.3e-3 kg m² for the XM430-W210 (212.6:1) and 7.4e-3 kg m² for the
-#: XM540-W270 (272.5:1) are estimates (coreless rotors of about 0.5 and 1.0 g cm² times the gear ratio squared);
-#: friction is not published either and defaults to zero. `retarget fit-servo` measures all of them.
+#: reflected rotor inertia is not published: 2.3e-3 kg m² for the XM430-W210 (212.6:1), 6.4e-3 kg m² for the
+#: XM430-W350 (the same motor through 353.5:1) and 7.4e-3 kg m² for the XM540-W270 (272.5:1) are estimates
+#: (coreless rotors of about 0.5 and 1.0 g cm² times the gear ratio squared); friction is not published either and
+#: defaults to zero. `retarget fit-servo` measures all of them.
 SERVO_MODELS: dict[str, ServoParams] = {
     "XM430-W210": _xm("XM430-W210", 3.0, 77.0, 2.3e-3),
+    "XM430-W350": _xm("XM430-W350", 4.1, 46.0, 6.4e-3),
     "XM540-W270": _xm("XM540-W270", 10.6, 30.0, 7.4e-3),
     IDEAL: ServoParams(IDEAL, stall_torque=3.0, max_velocity=77.0 * 2.0 * math.pi / 60.0),
 }
@@ -233,7 +235,15 @@ def servo_params(
     if model is not None:
         model = str(model)
         if model not in SERVO_MODELS and base is None:
-            # A user's own servo: every key it needs must be given; start from the XM430's values for the rest.
+            # A user's own servo: the keys that set its loop and motor must be given (no other model's values
+            # stand in for them); the rest (I, D, feedforward, friction, PWM limit) default to the factory's zero.
+            missing = [k for k in ("stall_torque", "max_velocity", "rotor_inertia") if k not in raw]
+            if "kp" not in raw and "p_gain" not in raw:
+                missing.append("kp (or p_gain)")
+            if missing:
+                raise ServoError(f"{where}: servo model {model!r} is not in the library (known: "
+                                 f"{', '.join(SERVO_MODELS)}); a servo of your own needs {', '.join(missing)} "
+                                 "(docs/servo.md; `retarget fit-servo` measures them)")
             base = replace(SERVO_MODELS["XM430-W210"], model=model)
         elif model in SERVO_MODELS:
             base = SERVO_MODELS[model]
