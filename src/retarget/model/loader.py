@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
@@ -63,6 +63,7 @@ class RobotSection(TypedDict, total=False):
     flexible_parts: list[FlexiblePartSpec]
     tracked_bodies: list[dict[str, object]]
     loop_joints: list[dict[str, object]]
+    locked_joints: list[str] | dict[str, float]
 
 
 class RobotFile(TypedDict):
@@ -158,6 +159,69 @@ def _parse_urdf(xml: str, base: Path) -> yourdfpy.URDF:
         return yourdfpy.URDF.load(io.StringIO(xml), load_meshes=False, build_scene_graph=False, filename_handler=handler)
     except Exception as exc:
         raise ModelError(f"cannot parse URDF: {exc}") from exc
+
+
+
+def _locked_values(spec: object, where: Path) -> dict[str, float]:
+    """``locked_joints`` as ``{joint: value}``: a list of names locks each at 0, a mapping at its value [rad] or
+    [m]."""
+    if spec is None:
+        return {}
+    if isinstance(spec, list):
+        spec = {name: 0.0 for name in spec}
+    if not isinstance(spec, Mapping):
+        raise ModelError(f"{where}: locked_joints: expected a list of joint names or a mapping of joint name to value "
+                         f"[rad or m], got {type(spec).__name__}")
+    out = {}
+    for name, value in spec.items():
+        try:
+            out[str(name)] = float(value)
+        except (TypeError, ValueError):
+            raise ModelError(f"{where}: locked_joints.{name}: expected a number [rad or m], got {value!r}") from None
+        if not math.isfinite(out[str(name)]):
+            raise ModelError(f"{where}: locked_joints.{name}: expected a finite number, got {value!r}")
+    return out
+
+
+def _lock_joints(robot: yourdfpy.Robot, locked: dict[str, float], motors: Sequence[str], where: Path) -> None:
+    """Make each locked URDF joint a fixed one at its value (the joint's motion folded into its origin), then refuse
+    a ``<mimic>`` joint left free: the coupling it declares is not modelled.
+
+    Raises:
+        ModelError: a locked joint the URDF lacks, one that is also a motor, a value outside the joint's limits, or
+            an unlocked mimic joint that is not a motor.
+    """
+    joints = {j.name: j for j in robot.joints}
+    for name, value in locked.items():
+        j = joints.get(name)
+        if j is None:
+            raise ModelError(f"{where}: locked_joints: no joint {name!r} in the URDF; joints: {', '.join(joints)}")
+        if name in motors:
+            raise ModelError(f"{where}: locked_joints: {name!r} is also a motor; a joint is one or the other")
+        if j.type not in ("revolute", "continuous", "prismatic"):
+            raise ModelError(f"{where}: locked_joints: {name!r} is a {j.type} joint; only revolute, continuous and "
+                             "prismatic joints lock")
+        lim = j.limit
+        if j.type != "continuous" and lim is not None and lim.lower is not None and lim.upper is not None \
+                and not lim.lower - 1e-12 <= value <= lim.upper + 1e-12:
+            raise ModelError(f"{where}: locked_joints.{name}: {value} is outside the joint's limits "
+                             f"[{lim.lower}, {lim.upper}]")
+        axis = np.asarray(j.axis if j.axis is not None else [1.0, 0.0, 0.0], dtype=float)
+        axis = axis / np.linalg.norm(axis)
+        motion = np.eye(4)
+        if j.type == "prismatic":
+            motion[:3, 3] = value * axis
+        else:
+            k = np.array([[0.0, -axis[2], axis[1]], [axis[2], 0.0, -axis[0]], [-axis[1], axis[0], 0.0]])
+            motion[:3, :3] = np.eye(3) + math.sin(value) * k + (1.0 - math.cos(value)) * (k @ k)
+        j.origin = (j.origin if j.origin is not None else np.eye(4)) @ motion
+        j.type = "fixed"
+    free = [j for j in robot.joints if j.mimic is not None and j.type != "fixed" and j.name not in motors]
+    if free:
+        pairs = ", ".join(f"{j.name!r} mimics {j.mimic.joint!r}" for j in free)
+        raise ModelError(f"{where}: {pairs} (URDF <mimic>), a coupling retarget does not model: lock "
+                         f"{'it' if len(free) == 1 else 'each'} (locked_joints: {{{free[0].name}: VALUE}}) or make "
+                         f"{'it' if len(free) == 1 else 'each'} a motor (docs/robot-description.md)")
 
 
 def _link_poses(robot: yourdfpy.Robot, root: str) -> dict[str, NDArray[np.float64]]:
@@ -490,6 +554,7 @@ def load_robot(
         raise ModelError(f"{yaml_path}: {exc}") from exc
     urdf_path = resolve_urdf(str(cfg["urdf"]), yaml_path)
     robot = _parse_urdf(urdf_text(urdf_path, cfg.get("xacro_args") or {}), urdf_path.parent).robot
+    _lock_joints(robot, _locked_values(cfg.get("locked_joints"), yaml_path), motors, yaml_path)
     link_names = {link.name for link in robot.links}
     root = str(cfg.get("root_link", "world"))
     if root not in link_names:

@@ -13,6 +13,7 @@ import scipy.sparse.linalg as spla
 from numpy.typing import ArrayLike, NDArray
 
 from retarget.sim.bdf import StepInputs
+from retarget.sim.constraints import JointConstraint
 from retarget.sim.dae import constraint_terms, residual_and_jacobian
 from retarget.sim.errors import NewtonFailed, SimulationDiverged
 from retarget.sim.integrator import State
@@ -90,6 +91,31 @@ def solve_static(
 CONTINUATION_STEP: float = 0.1
 
 
+
+def _singular(system: System, t: float, norms: list[dict[str, float]]) -> SimulationDiverged:
+    """The error of a singular static system, naming the joints that nothing holds (a hinge, slider, universal or
+    ball joint that is not a motor: the usual cause, e.g. a gripper's fingers left free)."""
+    free = [c.name for c in system.constraints
+            if isinstance(c, JointConstraint) and c.kind != "fixed" and c.motor < 0]
+    hint = (f"; joints that are not motors: {', '.join(free)} — one that nothing holds (a gripper's fingers, a "
+            "hinge whose axis is along gravity) has no rest position: list it under motors or locked_joints "
+            "(docs/robot-description.md)") if free else ""
+    return SimulationDiverged(0, t, norms, reason=f"singular static system{hint}")
+
+
+def _solve(system: System, mat: sp.spmatrix, rhs: NDArray[np.float64], t: float,
+           norms: list[dict[str, float]]) -> NDArray[np.float64]:
+    """One Newton step's linear solve (symmetric minimum-degree ordering: the stiffness block dominates and is
+    structurally symmetric); a singular system raises :func:`_singular`'s error."""
+    try:
+        sol = spla.splu(mat, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.1,
+                        options={"SymmetricMode": True}).solve(rhs)
+    except RuntimeError as exc:  # SuperLU: "Factor is exactly singular"
+        raise _singular(system, t, norms) from exc
+    if not np.all(np.isfinite(sol)):
+        raise _singular(system, t, norms)
+    return sol
+
 def _newton_static_servo(
     system: System,
     goal: NDArray[np.float64],
@@ -122,10 +148,7 @@ def _newton_static_servo(
                       "constraint": float(np.max(np.abs(lin.r_lambda), initial=0.0))})
         tmap = tangent_map(system, u)
         mat = sp.bmat([[lin.j_vu @ tmap, lin.j_vl], [lin.j_lu @ tmap, None]], format="csc")
-        sol = spla.splu(mat, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.1,
-                        options={"SymmetricMode": True}).solve(-np.concatenate([g, lin.r_lambda]))
-        if not np.all(np.isfinite(sol)):
-            raise SimulationDiverged(0, t, norms, reason="singular static system")
+        sol = _solve(system, mat, -np.concatenate([g, lin.r_lambda]), t, norms)
         dw = sol[:nv]
         u = u + tmap @ dw
         for i in range(nb):
@@ -174,11 +197,7 @@ def _newton_static(
         tmap = tangent_map(system, u)
         jg = (sp.block_diag(k_blocks, format="csr") - terms.force_u) @ tmap
         mat = sp.bmat([[jg, -terms.c_v.T], [terms.c_v, None]], format="csc")
-        rhs = -np.concatenate([g, terms.c])
-        # Symmetric minimum-degree ordering: the stiffness block dominates and is structurally symmetric.
-        sol = spla.splu(mat, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.1, options={"SymmetricMode": True}).solve(rhs)
-        if not np.all(np.isfinite(sol)):
-            raise SimulationDiverged(0, t, norms, reason="singular static system")
+        sol = _solve(system, mat, -np.concatenate([g, terms.c]), t, norms)
         dw, dl = sol[: system.n_v], sol[system.n_v :]
         u = u + tmap @ dw
         for i in range(nb):
