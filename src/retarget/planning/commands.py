@@ -409,7 +409,9 @@ def _print_checks(result: PlanResult, out: TextIO | None = None) -> None:
         return
     ver = checks.verified
     if ver is not None:
-        print(f"  verified in the {ver.model} ({ver.deformable_dofs} DOFs, dt {ver.dt_s:g} s):")
+        where = (f"{ver.model} ({ver.deformable_dofs} DOFs" if ver.deformable_dofs else
+                 f"{ver.model}'s rigid-body engine (no flexible parts: rigid links on the servo loops")
+        print(f"  verified in the {where}, dt {ver.dt_s:g} s):")
         for name, m in ver.runs.items():
             print(f"    {name:11s} peak {1e3 * m.peak_deviation_m:7.2f} mm  RMS "
                   f"{1e3 * m.rms_deviation_m:7.2f} mm  ring-out {1e3 * (m.ring_out_peak_m or 0.0):7.2f} mm  "

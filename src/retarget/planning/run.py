@@ -147,6 +147,7 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
                          "model artifact (.npz)")
     reports = _Reports(progress)
     pm = _load_planning_model(robot, motion, options, reports, started)
+    options = _without_stiffness_factors(options, pm, reports.say)
     gate_warning = gate_model(pm, options.allow_unverified_model, reports.say)
     replay_warning = replay_check_warning(pm.info)
     if replay_warning:
@@ -180,6 +181,20 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
     info = dict(pm.info)
     return replace(result, checks=checks, model_info=info, cancelled=fired,
                    wall_s=time.perf_counter() - started, timings={**prepared, **result.timings})
+
+
+def _without_stiffness_factors(options: PlanOptions, pm: PlanningModel, say: Callable[[str], None]) -> PlanOptions:
+    """``options`` for a robot without flexible parts: every stiffness factor (the robust objective's members, the
+    settle refinement's models, the band, the full-FEM band) scales nothing there, so each would repeat the nominal
+    model's run; they are dropped, and said so."""
+    if pm.model.flexible_parts:
+        return options
+    fields = ("stiffness_band", "settle_band", "band", "verify_full_band")
+    if not any(getattr(options, name) for name in fields):
+        return options
+    say("no flexible parts: the stiffness factors (robust members, settle and stiffness bands) scale nothing; the "
+        "plan and its checks use the nominal model only (what it rests on: the servo loops and rigid links)")
+    return replace(options, **{name: () for name in fields})
 
 
 class _Reports:

@@ -596,8 +596,9 @@ def _verify_in(kind: ModelKind | None, vm: ReducedRobotModel | None, result: Pla
     verified_band: list[Verification] = []
     dofs = deformable_dofs(model)
     if kind is ModelKind.FULL_FEM:
-        tell(f"verifying in the full FEM ({dofs} deformable DOFs, dt {options.verify_full_dt:g} s, about "
-             f"{estimate:.0f} s): naive, ZVD and optimized")
+        where = f"{dofs} deformable DOFs" if dofs else "no flexible parts: its rigid-body engine"
+        tell(f"verifying in the full FEM ({where}, dt {options.verify_full_dt:g} s, about {estimate:.0f} s): naive, "
+             "ZVD and optimized")
         verified = verify_full(result, model, options.verify_full_dt, progress=steps, workers=options.workers)
         for factor in options.verify_full_band:
             tell(f"verifying in the full FEM with the parts' Young's modulus x {factor:g}")
