@@ -3,6 +3,8 @@ motion's vibration is the servo loops' own (each a spring of kp against the link
 scale nothing and are dropped, and the plan is verified in the full-space rigid-body engine at a finer step."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -12,26 +14,15 @@ from retarget.planning.options import PlanOptions
 from retarget.planning.run import PlanProgress, plan
 from retarget.planning.verification import verify_full
 
-ARM = """<?xml version="1.0"?>
-<robot name="rigid_arm">
-  <link name="world"/>
-  <link name="upper"><inertial><origin xyz="0 0 0.06"/><mass value="0.12"/>
-    <inertia ixx="1.5e-4" ixy="0" ixz="0" iyy="1.5e-4" iyz="0" izz="1e-5"/></inertial></link>
-  <joint name="shoulder" type="revolute"><parent link="world"/><child link="upper"/>
-    <origin xyz="0 0 0.05"/><axis xyz="0 1 0"/><limit lower="-2" upper="2" velocity="4.8" effort="4"/></joint>
-  <link name="fore"><inertial><origin xyz="0 0 0.06"/><mass value="0.08"/>
-    <inertia ixx="1e-4" ixy="0" ixz="0" iyy="1e-4" iyz="0" izz="1e-5"/></inertial></link>
-  <joint name="elbow" type="revolute"><parent link="upper"/><child link="fore"/>
-    <origin xyz="0 0 0.12"/><axis xyz="0 1 0"/><limit lower="-2" upper="2" velocity="4.8" effort="4"/></joint>
-</robot>
-"""
+#: Two rigid links on pitch hinges (tests/model/fixtures; tests/ros/test_own_robot.py brings it up).
+ARM = Path(__file__).resolve().parents[1] / "model" / "fixtures" / "rigid_arm.urdf"
 
 
 @pytest.mark.slow
 def test_a_rigid_arm_on_servos_plans_its_loops_ring_away_and_says_what_it_rests_on(tmp_path, monkeypatch):
     monkeypatch.setenv("RETARGET_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("RETARGET_MODELS", str(tmp_path / "models"))
-    (tmp_path / "arm.urdf").write_text(ARM)
+    (tmp_path / "arm.urdf").write_text(ARM.read_text())
     robot = tmp_path / "arm.yaml"
     robot.write_text("retarget:\n  urdf: arm.urdf\n  motors: [shoulder, elbow]\n  servo: {model: XM430-W350}\n"
                      "  tracked_bodies: [{link: fore}]\n")

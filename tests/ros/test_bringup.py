@@ -108,6 +108,30 @@ def test_unknown_servo_model_in_the_params_file_is_an_input_error(tmp_path: Path
         describe(config / "fit_rig.yaml", run_dir=tmp_path / "run")
 
 
+def test_a_robot_given_by_its_file_is_found_by_its_file_in_every_node(tmp_path: Path) -> None:
+    """A library robot's nodes find it by name; a robot of the user's own (not in the library) by its description's
+    path, which the planner also accepts a goal naming it by its params file's robot_name or by the file."""
+    from retarget.model.library import same_robot
+
+    fixtures = REPO / "tests" / "model" / "fixtures"
+    (tmp_path / "arm.urdf").write_text((fixtures / "rigid_arm.urdf").read_text())
+    robot = tmp_path / "arm.yaml"
+    robot.write_text("retarget:\n  urdf: arm.urdf\n  motors: [shoulder, elbow]\n  servo: {model: XM430-W350}\n")
+    (tmp_path / "arm.params.yaml").write_text("/**:\n  ros__parameters:\n    robot_name: my_arm\n"
+                                              "    joint_names: [shoulder, elbow]\n    dynamixel_ids: [1, 2]\n"
+                                              "    servo_model: XM430-W350\n")
+    plan = describe(robot, run_dir=tmp_path / "run")
+    assert {n.name: n.parameters["robot_name"] for n in plan.nodes} == dict.fromkeys(
+        ("dynamixel_driver", "trajectory_server", "planner", "mocap"), str(robot.resolve()))
+    emulator = plan.processes[0]
+    assert emulator.args[emulator.args.index("--model") + 1] == "XM430-W350"
+    assert {n.parameters["robot_name"] for n in describe("drummer", run_dir=tmp_path / "d").nodes} == {"drummer"}
+    mine = str(robot.resolve())
+    assert same_robot(mine, "my_arm") and same_robot(mine, "arm") and same_robot(mine, str(robot))
+    assert not same_robot(mine, "drummer") and not same_robot("drummer", "my_arm")
+    assert same_robot("drummer", str(resolve_robot("drummer"))) and not same_robot("nobody", "my_arm")
+
+
 def test_hardware_and_options(tmp_path: Path) -> None:
     plan = describe("drummer", hardware="/dev/ttyUSB0", planner=False, mocap="none", namespace="/robot",
                     run_dir=tmp_path)

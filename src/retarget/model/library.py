@@ -164,6 +164,29 @@ def resolve_robot(name_or_path: str | Path) -> Path:
     raise UnknownNameError("robot", str(name_or_path), robots_then_rigs())
 
 
+def same_robot(serving: str | Path, asked: str | Path) -> bool:
+    """Whether ``asked`` names the robot ``serving`` names: the same name or file, the other path to the same
+    description, or (``serving`` a description file of the user's own) the robot's name in its params file or the
+    file's stem. False when either names nothing."""
+    if str(serving) == str(asked):
+        return True
+    try:
+        description = resolve_robot(serving).resolve()
+    except InputError:
+        return False
+    try:
+        if resolve_robot(asked).resolve() == description:
+            return True
+    except InputError:
+        pass
+    names = {description.name.removesuffix(".yaml")}
+    try:
+        names.add(str(read_ros_parameters(resolve_params(description)).get("robot_name") or ""))
+    except InputError:
+        pass
+    return str(asked) in names - {""}
+
+
 def resolve_params(robot: str | Path) -> Path:
     """The ROS 2 params file of a robot: ``<name>.params.yaml`` beside its description ``<name>.yaml``.
 

@@ -320,8 +320,10 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
         control, port = None, str(hardware)
     driver = {**(EMULATED_BUS_OVERRIDES if emulated else {}), "port": port, "baudrate": config.rate}
 
+    reference = _robot_reference(config)
+
     def node(node_name: str, module: str, executable: str, overrides: Mapping[str, object]) -> NodeSpec:
-        merged = {**config.params, **BRINGUP_OVERRIDES.get(node_name, {}), **overrides}
+        merged = {**config.params, "robot_name": reference, **BRINGUP_OVERRIDES.get(node_name, {}), **overrides}
         return NodeSpec(node_name, module, executable, merged, namespace)
 
     nodes = [node("dynamixel_driver", "retarget.ros.dynamixel_driver", "dynamixel_driver", driver),
@@ -329,7 +331,7 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
                   _server_parameters(config, twin, twin_max_lag))]
     if planner:
         nodes.append(node("planner", "retarget.ros.planner", "planner", _planner_parameters(
-            config.name, namespace, plan_time_budget=plan_time_budget, reduced=reduced, verify_model=verify_model,
+            reference, namespace, plan_time_budget=plan_time_budget, reduced=reduced, verify_model=verify_model,
             plan_method=plan_method, planner_parameters=planner_parameters)))
     natnet_ports = _simulated_natnet(mocap, channel, perturb=perturb, mocap_server=mocap_server,
                                      mocap_local=mocap_local, processes=processes, notes=notes)
@@ -424,6 +426,19 @@ def _robot_config(robot: str | Path, baudrate: int | None) -> _RobotConfig:
     except InputError as exc:
         raise InputError(f"{params_file if baudrate is None else 'baud'}: {exc}") from None
     return _RobotConfig(description, params_file, params, name, joints, ids, servo_model, rate)
+
+
+def _robot_reference(config: _RobotConfig) -> str:
+    """How the nodes find the robot (their ``robot_name``): its name when that names this robot in the library,
+    else the path of its description (a robot of the user's own, which the nodes do not find by name)."""
+    from retarget.model.library import resolve_robot
+
+    try:
+        if resolve_robot(config.name).resolve() == config.description:
+            return config.name
+    except InputError:
+        pass
+    return str(config.description)
 
 
 @dataclass(frozen=True)

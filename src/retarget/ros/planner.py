@@ -39,6 +39,7 @@ from trajectory_msgs.msg import JointTrajectory
 from retarget.control import TrajectoryRejected, validate_trajectory
 from retarget.errors import InputError, NotAvailableError, RetargetError
 from retarget.jsonsafe import dumps
+from retarget.model.library import same_robot
 from retarget.optimize.errors import NoPlanningModelError, PlanCancelled
 from retarget.planning.budget import TRAINING_BUILD_FACTOR, StageEstimate, format_seconds
 from retarget.planning.settings import PLAN_SETTINGS
@@ -117,7 +118,7 @@ class Planner(Node):
                        objective=float(info.get("objective", 0.0)), gradient_norm=float(info.get("gradient_norm", 0.0)))
 
     def _validate(self, goal: Retarget.Goal) -> None:
-        if goal.robot and goal.robot != self.robot_name:
+        if goal.robot and self.robot_name and not same_robot(self.robot_name, goal.robot):
             raise InputError(f"this planner serves robot {self.robot_name!r}, the goal asks for {goal.robot!r}")
         if not self.joint_names:
             raise InputError("the planner has no joint_names parameter: start it with the robot's params file")
@@ -145,7 +146,7 @@ class Planner(Node):
                             tuple(goal.animation.joint_names),
                             np.array([list(p.positions) for p in points], dtype=float))
             self._feedback(handle, started, "loading")  # the reduced model; plan() reports the stages after it
-            outcome = plan(goal.robot or self.robot_name, motion, self._options(goal),
+            outcome = plan(self.robot_name or goal.robot, motion, self._options(goal),
                            self._plan_progress(handle, started))
         except PlanCancelled as exc:
             if not self.context.ok():  # stopped by a signal: nobody is left to answer
@@ -187,7 +188,7 @@ class Planner(Node):
             from retarget.planning.variants import servo_refusal
 
             refused = ((outcome.verdict.execution_refusal if outcome.verdict is not None else "")
-                       or servo_refusal(metrics, goal.robot or self.robot_name))
+                       or servo_refusal(metrics, self.robot_name or goal.robot))
             if refused:  # the plan is returned and published, for inspection; the robot does not play it
                 self.get_logger().error(refused)
                 handle.abort()
@@ -225,7 +226,7 @@ class Planner(Node):
                            for link, w in zip(goal.tracked_bodies, weights))
         parameters = {name: getattr(self, name) for name in NODE_PARAMETERS}
         options = options_from_parameters(
-            parameters, fallback_models=fallback_models(goal.robot or self.robot_name, self.reduced_file,
+            parameters, fallback_models=fallback_models(self.robot_name or goal.robot, self.reduced_file,
                                                         self.shipped_model),
             knot_spacing=given(goal.knot_spacing), max_iterations=given(goal.max_iterations),
             relative_tolerance=given(goal.relative_tolerance),

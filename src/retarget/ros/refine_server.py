@@ -37,6 +37,7 @@ from retarget_interfaces.action import Refine
 
 from retarget.errors import InputError, NotAvailableError, RetargetError
 from retarget.jsonsafe import dumps
+from retarget.model.library import same_robot
 
 if TYPE_CHECKING:
     from rclpy.callback_groups import CallbackGroup
@@ -87,8 +88,8 @@ class RefineServer:
     # -- the goal's inputs ----------------------------------------------------------------------------------------
 
     def _robot(self, goal: Refine.Goal) -> str:
-        robot = goal.robot or self.node.robot_name
-        if goal.robot and goal.robot != self.node.robot_name:
+        robot = self.node.robot_name or goal.robot
+        if goal.robot and self.node.robot_name and not same_robot(self.node.robot_name, goal.robot):
             raise InputError(f"this planner serves robot {self.node.robot_name!r}, the goal asks for {goal.robot!r}")
         if not robot:
             raise InputError("no robot: the goal names none and the planner has no robot_name parameter")
