@@ -235,7 +235,7 @@ def test_a_node_whose_stop_hangs_prints_its_stacks_and_exits_within_its_stop_tim
 
 
 _STOP_BEFORE_SPINNING = """
-import os, signal
+import os, signal, time
 import rclpy
 from rclpy.node import Node
 from retarget.ros.spinning import close_node, spin, stop_requested, stopping_on_signals
@@ -244,8 +244,10 @@ events = []
 with rclpy.init(), stopping_on_signals():
     node = Node("stopped_while_starting")
     os.kill(os.getpid(), signal.SIGINT)  # while the node is still starting: no KeyboardInterrupt here
-    for _ in range(1000):
-        sum(range(100))
+    # rclpy's signal thread shuts the context down a moment later (milliseconds; longer on a loaded machine).
+    deadline = time.monotonic() + 10.0
+    while node.context.ok() and time.monotonic() < deadline:
+        time.sleep(0.001)
     events.append(f"context ok {node.context.ok()}, stop requested {stop_requested()}")
     spin(node, before_shutdown=lambda: events.append("before shutdown"))
     close_node(node)
