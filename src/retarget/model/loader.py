@@ -161,7 +161,6 @@ def _parse_urdf(xml: str, base: Path) -> yourdfpy.URDF:
         raise ModelError(f"cannot parse URDF: {exc}") from exc
 
 
-
 def _locked_values(spec: object, where: Path) -> dict[str, float]:
     """``locked_joints`` as ``{joint: value}``: a list of names locks each at 0, a mapping at its value [rad] or
     [m]."""

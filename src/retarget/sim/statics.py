@@ -91,7 +91,6 @@ def solve_static(
 CONTINUATION_STEP: float = 0.1
 
 
-
 def _singular(system: System, t: float, norms: list[dict[str, float]]) -> SimulationDiverged:
     """The error of a singular static system, naming the joints that nothing holds (a hinge, slider, universal or
     ball joint that is not a motor: the usual cause, e.g. a gripper's fingers left free)."""
@@ -115,6 +114,7 @@ def _solve(system: System, mat: sp.spmatrix, rhs: NDArray[np.float64], t: float,
     if not np.all(np.isfinite(sol)):
         raise _singular(system, t, norms)
     return sol
+
 
 def _newton_static_servo(
     system: System,
