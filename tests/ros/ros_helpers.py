@@ -1,8 +1,14 @@
 """Small helpers shared by the ROS integration tests."""
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -56,3 +62,29 @@ def sent_goal(client: Any, goal: Any, log: Callable[[], str], attempt_s: float =
         except AssertionError as exc:
             if time.monotonic() + attempt_s > deadline:
                 raise AssertionError(f"{exc} (sent until {timeout} s); node log:\n{log()}") from exc
+
+
+@contextmanager
+def retarget_up(args: Sequence[str], env: Mapping[str, str] | None = None, ready_s: float = 90.0,
+                stop_s: float = 30.0) -> Iterator[list[str]]:
+    """``retarget up ARGS`` (stdout and stderr together) until it reports ready; yields its output lines as they
+    come, then stops it as Ctrl-C does (SIGKILL after ``stop_s``)."""
+    from retarget.processes import die_with_parent
+
+    proc = subprocess.Popen([sys.executable, "-m", "retarget.cli", "up", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=dict(os.environ if env is None else env),
+                            start_new_session=True, preexec_fn=die_with_parent(signal.SIGINT))
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
+    try:
+        wait_for(lambda: any('"state": "ready"' in line for line in lines) or proc.poll() is not None, ready_s,
+                 f"retarget up {' '.join(args[:1])} to be ready")
+        assert proc.poll() is None, "".join(lines[-40:])
+        yield lines
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(stop_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5.0)

@@ -10,18 +10,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from ros_helpers import wait_for
-
-from retarget.processes import die_with_parent
+from ros_helpers import retarget_up
 
 pytest.importorskip("rclpy", reason="rclpy is not installed (ROS 2 Kilted wheels: make setup)")
 pytest.importorskip("retarget_interfaces", reason="retarget_interfaces is not built (make setup)")
@@ -39,25 +35,8 @@ def isolated_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def drummer(isolated_env: dict[str, str]) -> Iterator[list[str]]:
     """``retarget up drummer`` (emulated bus, planner, no mocap) for the module; yields its output lines."""
-    proc = subprocess.Popen([sys.executable, "-m", "retarget.cli", "up", "drummer", "--namespace", NAMESPACE,
-                             "--mocap", "none", "--json"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=isolated_env, start_new_session=True,
-                            preexec_fn=die_with_parent(signal.SIGINT))
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
-    reader.start()
-    try:
-        wait_for(lambda: any('"state": "ready"' in line for line in lines) or proc.poll() is not None, 90.0,
-                 "retarget up drummer to be ready")
-        assert proc.poll() is None, "".join(lines[-40:])
+    with retarget_up(["drummer", "--namespace", NAMESPACE, "--mocap", "none", "--json"], isolated_env) as lines:
         yield lines
-    finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(30.0)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5.0)
 
 
 @pytest.mark.integration

@@ -6,17 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
-from ros_helpers import wait_for
-
-from retarget.processes import die_with_parent
+from ros_helpers import retarget_up
 
 pytest.importorskip("rclpy", reason="rclpy is not installed (ROS 2 Kilted wheels: make setup)")
 pytest.importorskip("retarget_interfaces", reason="retarget_interfaces is not built (make setup)")
@@ -45,16 +41,7 @@ def test_retarget_up_and_goal_on_a_robot_given_by_its_files(tmp_path: Path) -> N
     robot = _files(tmp_path)
     env = {**os.environ, "RETARGET_CACHE": str(tmp_path / "cache"), "RETARGET_MODELS": str(tmp_path / "models"),
            "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "retarget.cli", "up", str(robot), "--namespace", NAMESPACE,
-                             "--mocap", "none", "--json"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=env, start_new_session=True, preexec_fn=die_with_parent(signal.SIGINT))
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
-    reader.start()
-    try:
-        wait_for(lambda: any('"state": "ready"' in line for line in lines) or proc.poll() is not None, 90.0,
-                 "retarget up to be ready")
-        assert proc.poll() is None, "".join(lines[-40:])
+    with retarget_up([str(robot), "--namespace", NAMESPACE, "--mocap", "none", "--json"], env) as lines:
         emulator = next(json.loads(line.split("] ", 1)[1]) for line in lines
                         if line.startswith("[dynamixel_emulator] {"))
         assert emulator["model"] == "XM430-W350" and emulator["ids"] == [11, 12]
@@ -68,10 +55,3 @@ def test_retarget_up_and_goal_on_a_robot_given_by_its_files(tmp_path: Path) -> N
         assert summary["metrics"]["model"]["source"] == "trained"  # nothing cached: trained for this robot here
         assert summary["optimized_peak_deviation_m"] < 0.5 * summary["naive_peak_deviation_m"]
         assert summary["points"] > 50 and "executing" in summary["stages"]
-    finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(30.0)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5.0)

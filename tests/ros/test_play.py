@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ros_helpers import wait_for
+from ros_helpers import retarget_up, wait_for
 
-from retarget.processes import die_with_parent
 
 pytest.importorskip("rclpy", reason="rclpy is not installed (ROS 2 Kilted wheels: make setup)")
 pytest.importorskip("control_msgs", reason="control_msgs is not built (make setup)")
@@ -43,25 +42,9 @@ def _summary(out: subprocess.CompletedProcess) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def rig() -> Iterator[list[str]]:
     """``retarget up fit_rig`` (no planner, no mocap) for the whole module; yields its output lines."""
-    proc = subprocess.Popen([sys.executable, "-m", "retarget.cli", "up", "fit_rig", "--namespace", NAMESPACE,
-                             "--no-planner", "--mocap", "none", "--json"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=os.environ.copy(), start_new_session=True,
-                            preexec_fn=die_with_parent(signal.SIGINT))
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
-    reader.start()
-    try:
-        wait_for(lambda: any('"state": "ready"' in line for line in lines) or proc.poll() is not None, 60.0,
-                 "retarget up fit_rig to be ready")
-        assert proc.poll() is None, "".join(lines[-40:])
+    with retarget_up(["fit_rig", "--namespace", NAMESPACE, "--no-planner", "--mocap", "none", "--json"],
+                     ready_s=60.0, stop_s=20.0) as lines:
         yield lines
-    finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(20.0)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5.0)
 
 
 def test_a_library_motion_plays_and_reports_its_tracking(rig: list[str]) -> None:
