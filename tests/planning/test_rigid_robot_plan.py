@@ -36,7 +36,7 @@ def test_a_rigid_arm_on_servos_plans_its_loops_ring_away_and_says_what_it_rests_
     result = plan(robot, motion, options, PlanProgress(message=said.append))
     assert any(line.startswith("no flexible parts: the stiffness factors") for line in said)
     checks = result.checks
-    assert checks is not None and checks.band is None or not checks.band.results
+    assert checks is not None and (checks.band is None or not checks.band.results)
     assert not checks.verified_band
     ver = checks.verified
     assert ver is not None and ver.deformable_dofs == 0 and ver.dt_s == pytest.approx(0.001)

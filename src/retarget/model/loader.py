@@ -205,14 +205,15 @@ def _lock_joints(robot: yourdfpy.Robot, locked: dict[str, float], motors: Sequen
                 and not lim.lower - 1e-12 <= value <= lim.upper + 1e-12:
             raise ModelError(f"{where}: locked_joints.{name}: {value} is outside the joint's limits "
                              f"[{lim.lower}, {lim.upper}]")
+        from scipy.spatial.transform import Rotation
+
         axis = np.asarray(j.axis if j.axis is not None else [1.0, 0.0, 0.0], dtype=float)
         axis = axis / np.linalg.norm(axis)
         motion = np.eye(4)
         if j.type == "prismatic":
             motion[:3, 3] = value * axis
         else:
-            k = np.array([[0.0, -axis[2], axis[1]], [axis[2], 0.0, -axis[0]], [-axis[1], axis[0], 0.0]])
-            motion[:3, :3] = np.eye(3) + math.sin(value) * k + (1.0 - math.cos(value)) * (k @ k)
+            motion[:3, :3] = Rotation.from_rotvec(value * axis).as_matrix()
         j.origin = (j.origin if j.origin is not None else np.eye(4)) @ motion
         j.type = "fixed"
     free = [j for j in robot.joints if j.mimic is not None and j.type != "fixed" and j.name not in motors]

@@ -39,14 +39,13 @@ from trajectory_msgs.msg import JointTrajectory
 from retarget.control import TrajectoryRejected, validate_trajectory
 from retarget.errors import InputError, NotAvailableError, RetargetError
 from retarget.jsonsafe import dumps
-from retarget.model.library import same_robot
 from retarget.optimize.errors import NoPlanningModelError, PlanCancelled
 from retarget.planning.budget import TRAINING_BUILD_FACTOR, StageEstimate, format_seconds
 from retarget.planning.settings import PLAN_SETTINGS
 from retarget.ros.action_client import LockedActionClient
 from retarget.ros.conversions import goal_points
 from retarget.ros.params import declare
-from retarget.ros.refine_server import RefineServer
+from retarget.ros.refine_server import RefineServer, served_robot
 from retarget.ros.spinning import close_node, spin, stopping_on_signals
 
 if TYPE_CHECKING:
@@ -118,8 +117,7 @@ class Planner(Node):
                        objective=float(info.get("objective", 0.0)), gradient_norm=float(info.get("gradient_norm", 0.0)))
 
     def _validate(self, goal: Retarget.Goal) -> None:
-        if goal.robot and self.robot_name and not same_robot(self.robot_name, goal.robot):
-            raise InputError(f"this planner serves robot {self.robot_name!r}, the goal asks for {goal.robot!r}")
+        served_robot(self.robot_name, goal.robot)
         if not self.joint_names:
             raise InputError("the planner has no joint_names parameter: start it with the robot's params file")
         validate_trajectory(goal.animation.joint_names, goal_points(goal.animation),

@@ -62,6 +62,19 @@ class _Cancelled(Exception):
     """Raised from the progress callback when the goal's cancel is requested (or the node stops)."""
 
 
+def served_robot(serving: str, asked: str) -> str:
+    """The robot a goal of the planner node is for: the node's own (``serving``, its ``robot_name``), which the goal
+    may name as :func:`~retarget.model.library.same_robot` allows, else the goal's (``asked``); "" when neither names
+    one.
+
+    Raises:
+        InputError: the goal names another robot than the node's.
+    """
+    if asked and serving and not same_robot(serving, asked):
+        raise InputError(f"this planner serves robot {serving!r}, the goal asks for {asked!r}")
+    return serving or asked
+
+
 class RefineServer:
     """``~/refine`` on ``node`` (the planner node: its ``robot_name``, ``joint_names`` and planner parameters).
 
@@ -88,9 +101,7 @@ class RefineServer:
     # -- the goal's inputs ----------------------------------------------------------------------------------------
 
     def _robot(self, goal: Refine.Goal) -> str:
-        robot = self.node.robot_name or goal.robot
-        if goal.robot and self.node.robot_name and not same_robot(self.node.robot_name, goal.robot):
-            raise InputError(f"this planner serves robot {self.node.robot_name!r}, the goal asks for {goal.robot!r}")
+        robot = served_robot(self.node.robot_name, goal.robot)
         if not robot:
             raise InputError("no robot: the goal names none and the planner has no robot_name parameter")
         return robot
