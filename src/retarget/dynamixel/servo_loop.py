@@ -36,7 +36,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import numba
 import numpy as np
 from numpy.typing import NDArray
 
@@ -53,6 +52,7 @@ from retarget.model.servo import (
     SERVO_MODELS as SERVO_PARAMS,
 )
 from retarget.sim.servo import duty_cycle, pack_params, servo_torque
+from retarget.jit import njit
 
 __all__ = ["NO_DRIVE_GAIN", "ServoLoop", "factory_servo", "loop_params", "motor_output"]
 
@@ -108,7 +108,7 @@ def motor_output(params: NDArray[np.float64], goal: float, goal_rate: float, ang
     return duty, float(params[4] * (duty - speed / params[5]))
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _profile(goal: float, g: float, gd: float, vmax: float, amax: float, dt: float) -> tuple[float, float]:
     """One step of the goal's profile: ``(Position Trajectory, Velocity Trajectory)`` after ``dt``."""
     if math.isinf(vmax) and math.isinf(amax):
@@ -129,7 +129,7 @@ def _profile(goal: float, g: float, gd: float, vmax: float, amax: float, dt: flo
     return g + v * dt, v
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _advance(par: NDArray, state: NDArray, goal: NDArray, on: NDArray, vmax: NDArray, amax: NDArray,
              inertia: NDArray, load: NDArray, dt: float, steps: int, out: NDArray) -> None:
     """``steps`` backward-Euler steps of every servo under constant inputs; ``out`` (n, 2): duty, τ_em at the end.

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 from numpy.typing import NDArray
+from retarget.jit import njit
 
 __all__ = [
     "NUMBA_AVAILABLE",
@@ -300,7 +301,7 @@ if NUMBA_AVAILABLE:
                     val += mu
                 am[ij, kl] = val
 
-    @numba.njit(cache=True, fastmath=False, nogil=True)
+    @njit(cache=True, fastmath=False, nogil=True)
     def forces_stiffness_kernel(
         u: NDArray[np.float64],
         tets: NDArray[np.int64],
@@ -413,7 +414,7 @@ def forces_stiffness_numba(
 
 if NUMBA_AVAILABLE:
 
-    @numba.njit(cache=True, fastmath=False, nogil=True)
+    @njit(cache=True, fastmath=False, nogil=True)
     def _forces_stiffness_product_numba(
         u: NDArray[np.float64],
         v: NDArray[np.float64],

@@ -87,9 +87,9 @@ class _BeamConstants(NamedTuple):
 @functools.cache
 def _trapezoidal_kernel() -> Any:
     """:func:`_trapezoidal` compiled (numba imported on first use: ``retarget --help`` stays light)."""
-    import numba
+    from retarget.jit import njit
 
-    return numba.njit(cache=True, nogil=True)(_trapezoidal)
+    return njit(cache=True, nogil=True)(_trapezoidal)
 
 
 def _trapezoidal(dt: float, youngs_modulus: float, alpha: float, beta: float, theta_dot: NDArray[np.float64],

@@ -11,11 +11,11 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-import numba
 import numpy as np
 from numpy.typing import NDArray
 
 from retarget.fit.beam import _BeamConstants
+from retarget.jit import njit
 
 #: Status of :func:`servo_trapezoidal`: every step converged, the shaft's row lost its slope, a step ran out of
 #: iterations.
@@ -56,7 +56,7 @@ class _Point(NamedTuple):
     iota: float
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _torque(s: ShaftLoop, goal: float, goal_rate: float, th: float, w: float, iota: float) -> float:
     """:meth:`DynamixelLoop.torque` at one state [N m]."""
     u = s.kp * (goal - th) + s.ki * iota + s.kd * (goal_rate - w) + s.kff1 * goal_rate
@@ -67,7 +67,7 @@ def _torque(s: ShaftLoop, goal: float, goal_rate: float, th: float, w: float, io
     return tau
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _evaluate(x: float, dt: float, b: _BeamConstants, s: ShaftLoop, k_bend: NDArray, damping0: NDArray,
               k_rot: NDArray, k_euler: NDArray, q_pred: NDArray, v_pred: NDArray, th_pred: float, w_pred: float,
               i_pred: float, iota_prev: float, goal: float, goal_rate: float, q: NDArray, v: NDArray,
@@ -120,7 +120,7 @@ def _evaluate(x: float, dt: float, b: _BeamConstants, s: ShaftLoop, k_bend: NDAr
     return _Point(t0 + t1 + t2 + t3 + t4, size, th, w, iota)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def servo_trapezoidal(dt: float, youngs_modulus: float, alpha: float, beta: float, goal: NDArray,
                       goal_rate: NDArray, q0: NDArray, v0: NDArray, a0: NDArray, th0: float, w0: float, x0: float,
                       iota0: float, b: _BeamConstants, s: ShaftLoop

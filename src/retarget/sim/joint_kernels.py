@@ -9,16 +9,16 @@ derivatives by complex steps, the reduced path analytically. Every function work
 """
 from __future__ import annotations
 
-import numba
 import numpy as np
 from numpy.typing import NDArray
 
 from retarget.sim.rotation_kernels import rotate_with_jacobian, rotation_matrix
+from retarget.jit import njit
 
 __all__ = ["along_row", "joint_frames", "joint_geometric_rows"]
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def joint_frames(
     anchor_a: NDArray, anchor_b: NDArray, axes_a: NDArray, axes_b: NDArray, y: NDArray
 ) -> tuple[NDArray, NDArray, NDArray, NDArray, NDArray, NDArray, NDArray]:
@@ -54,7 +54,7 @@ def joint_frames(
     return pb - pa, da, db, jra, jrb, jda, jdb
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def along_row(i: int, offset: complex, gap: NDArray, da: NDArray, jra: NDArray, jrb: NDArray,
               jda: NDArray, c: NDArray, jac: NDArray, row: int) -> None:
     """Row ``row`` of ``C = gap · da_i − offset`` [m] and its ``∂C/∂y`` (14,) (prismatic rows and its motor)."""
@@ -73,7 +73,7 @@ def along_row(i: int, offset: complex, gap: NDArray, da: NDArray, jra: NDArray, 
         jac[row, 10 + m] = acc_b
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def joint_geometric_rows(kind: int, gap: NDArray, da: NDArray, db: NDArray, jra: NDArray, jrb: NDArray,
                          jda: NDArray, jdb: NDArray, c: NDArray, jac: NDArray) -> int:
     """Write the joint's rows without its motor into ``c`` (≥ 6,) and ``jac`` (≥ 6, 14) from the first row on.

@@ -13,13 +13,13 @@ the name stays importable from here.
 """
 from __future__ import annotations
 
-import numba
 import numpy as np
 from numpy.typing import NDArray
 
 from retarget.fem.neo_hookean import forces_stiffness_product_numba as forces_and_stiffness_product
 from retarget.sim.joint_kernels import along_row, joint_frames, joint_geometric_rows
 from retarget.sim.rotation_kernels import omega_half_into, quat_rate_half_into, rotation_matrix
+from retarget.jit import njit
 
 __all__ = ["JOINT_KIND_CODES", "MAX_JOINT_ROWS", "forces_and_stiffness_product", "joint_block_terms"]
 
@@ -31,7 +31,7 @@ MAX_JOINT_ROWS: int = 6
 _H = 1e-30  # complex step (no subtractive cancellation: any tiny value is exact to rounding)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _joint_eval(
     kind: int,
     motorized: bool,
@@ -76,7 +76,7 @@ def _joint_eval(
     return row
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _theta_derivative(kind: int, axes_a: NDArray, axes_b: NDArray, y: NDArray, theta: complex) -> complex:
     """``∂C_motor/∂θ`` (see constraints.theta_derivative)."""
     if kind == 4:
@@ -94,7 +94,7 @@ def _theta_derivative(kind: int, axes_a: NDArray, axes_b: NDArray, y: NDArray, t
     return np.cos(theta) * a1b1 + np.sin(theta) * a2b1
 
 
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _gather_sides(
     bodies_b: NDArray[np.int64],
     u: NDArray[np.float64],
@@ -129,7 +129,7 @@ def _gather_sides(
             om[side, :, :] = 0.0
 
 
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _value_terms(
     size: int,
     bodies_b: NDArray[np.int64],
@@ -173,7 +173,7 @@ def _value_terms(
             f_b[side, 3 + k] = s
 
 
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _curvature_terms(
     kind: int,
     motorized: bool,
@@ -243,7 +243,7 @@ def _curvature_terms(
                 a3[i, j] += thd * dth[i, j]
 
 
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _scatter_side_jacobian(
     side: int,
     size: int,
@@ -323,7 +323,7 @@ def _scatter_side_jacobian(
     fu_b[side, 5, side, 6] += -0.5 * gq0
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def joint_block_terms(
     kinds: NDArray[np.int64],
     sizes: NDArray[np.int64],

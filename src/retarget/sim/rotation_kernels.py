@@ -9,9 +9,9 @@ works in ``q``'s element type (``float64`` or ``complex128``, for complex steps)
 """
 from __future__ import annotations
 
-import numba
 import numpy as np
 from numpy.typing import NDArray
+from retarget.jit import njit
 
 __all__ = [
     "omega_half",
@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def rotation_matrix(q: NDArray) -> NDArray:
     """Homogeneous ``R(q) = N(q)/(q·q)`` (3, 3) of ``q`` (4,), in ``q``'s element type (real or complex)."""
     w, x, y, z = q[0], q[1], q[2], q[3]
@@ -41,7 +41,7 @@ def rotation_matrix(q: NDArray) -> NDArray:
     return r
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def rotate_with_jacobian(q: NDArray, rmat: NDArray, r: NDArray) -> tuple[NDArray, NDArray]:
     """``R r`` (3,) and ``∂(R(q) r)/∂q`` (3, 4) for a constant ``r`` (3,) [m or -] (as ``rotation.rotate_jacobian``).
 
@@ -80,7 +80,7 @@ def rotate_with_jacobian(q: NDArray, rmat: NDArray, r: NDArray) -> tuple[NDArray
     return rr, jac
 
 
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def quat_rate_half_into(q: NDArray, out: NDArray) -> None:
     """Write ``½ Q(q)`` (4, 3) into ``out`` for a quaternion ``q`` (4,): ``q̇ = ½ Q(q) ω``."""
     w, x, y, z = q[0], q[1], q[2], q[3]
@@ -90,7 +90,7 @@ def quat_rate_half_into(q: NDArray, out: NDArray) -> None:
     out[3, 0], out[3, 1], out[3, 2] = -0.5 * y, 0.5 * x, 0.5 * w
 
 
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def quat_rate_half(q: NDArray) -> NDArray:
     """``½ Q(q)`` (4, 3) of a real quaternion ``q`` (4,)."""
     out = np.empty((4, 3))
@@ -98,7 +98,7 @@ def quat_rate_half(q: NDArray) -> NDArray:
     return out
 
 
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def omega_half_into(w: NDArray, out: NDArray) -> None:
     """Write ``½ Ω(ω)`` (4, 4) into ``out`` for an angular velocity ``ω`` (3,) [rad/s]: ``Q(q) ω = Ω(ω) q``."""
     a, b, c = 0.5 * w[0], 0.5 * w[1], 0.5 * w[2]
@@ -108,7 +108,7 @@ def omega_half_into(w: NDArray, out: NDArray) -> None:
     out[3, 0], out[3, 1], out[3, 2], out[3, 3] = c, b, -a, 0.0
 
 
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def omega_half(w: NDArray) -> NDArray:
     """``½ Ω(ω)`` (4, 4) of an angular velocity ``ω`` (3,) [rad/s]."""
     out = np.empty((4, 4))

@@ -31,11 +31,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-import numba
 import numpy as np
 from numpy.typing import NDArray
 
 from retarget.model.servo import ServoParams
+from retarget.jit import njit
 
 __all__ = [
     "FRICTION_SPEED",
@@ -71,7 +71,7 @@ def pack_params(servos: Sequence[ServoParams]) -> NDArray[np.float64]:
     return out
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def soft_saturation(x: float, limit: float) -> tuple[float, float]:
     """``(sat(x), sat'(x))``: the identity within ``±limit(1 − b)``, ``±limit`` beyond ``±limit(1 + b)``, a
     quadratic blend between (C¹; ``b`` = :data:`SATURATION_BLEND`)."""
@@ -86,7 +86,7 @@ def soft_saturation(x: float, limit: float) -> tuple[float, float]:
     return s * (a - r * r / (4.0 * d)), 1.0 - r / (2.0 * d)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def servo_torque(par: NDArray, g: float, gd: float, th: float, w: float, iota: float) -> tuple[float, NDArray]:
     """The servo's output torque and its partial derivatives.
 
@@ -113,7 +113,7 @@ def servo_torque(par: NDArray, g: float, gd: float, th: float, w: float, iota: f
     return tau, out
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def duty_cycle(par: NDArray, g: float, gd: float, th: float, w: float, iota: float) -> float:
     """The saturated PWM duty (−duty_limit … duty_limit) the loop commands (``Present PWM / 885``)."""
     u = par[0] * (g - th) + par[1] * iota + par[2] * (gd - w) + par[3] * gd

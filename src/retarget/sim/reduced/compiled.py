@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-import numba
 import numpy as np
 from numba import types
 from numba.np.linalg import _LAPACK, ensure_lapack
@@ -37,6 +36,7 @@ from retarget.sim.reduced.dynamics import body_force, body_forces
 from retarget.sim.reduced.kernels import COUPLING_CODE, block_eval, coupling_curvature
 from retarget.sim.rotation_kernels import omega_half, quat_rate_half
 from retarget.sim.servo import servo_torque
+from retarget.jit import njit
 
 if TYPE_CHECKING:
     from numba.core.registry import CPUDispatcher
@@ -250,7 +250,7 @@ def make_workspace(p: Packed) -> Workspace:
     )
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _block_rate(ul: NDArray, vl: NDArray, nrs: int) -> NDArray:
     """``ẏ = T(ul) vl`` (n,) of a block's local vector: ``[v, ½Q(q)ω]`` per rigid segment, then ``ż``."""
     n = ul.shape[0]
@@ -266,7 +266,7 @@ def _block_rate(ul: NDArray, vl: NDArray, nrs: int) -> NDArray:
     return out
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _block_rate_matrix(ul: NDArray, nrs: int, nvl: int) -> NDArray:
     """``T(ul)`` (n, nvl) of a block's local vector, as a matrix (for the Jacobian; :func:`_block_rate` applies it)."""
     n = ul.shape[0]
@@ -283,7 +283,7 @@ def _block_rate_matrix(ul: NDArray, nrs: int, nvl: int) -> NDArray:
     return tl
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _block_rate_transposed(ul: NDArray, g: NDArray, nrs: int, nvl: int) -> NDArray:
     """``T(ul)ᵀ g`` (nvl,): the generalized force of a block's constraint force ``g`` (n,) on its V entries."""
     n = ul.shape[0]
@@ -302,7 +302,7 @@ def _block_rate_transposed(ul: NDArray, g: NDArray, nrs: int, nvl: int) -> NDArr
     return out
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _count_integral(p: Packed) -> int:
     """Servos with integral action (each adds ι to U and e to V)."""
     n = 0
@@ -312,7 +312,7 @@ def _count_integral(p: Packed) -> int:
     return n
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _servo_rows(p: Packed, u: NDArray, v: NDArray, v_bar: NDArray, h: float, goal: NDArray, goal_dot: NDArray,
                 r: NDArray, jac: NDArray, mass: NDArray, rth: NDArray, rthd: NDArray, want_jac: bool) -> None:
     """The servo rows of the residual (:mod:`retarget.sim.servo`) into ``r`` and, with ``want_jac``, their
@@ -350,7 +350,7 @@ def _servo_rows(p: Packed, u: NDArray, v: NDArray, v_bar: NDArray, h: float, goa
             rth[nu + ie, mm] += -1.0
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _rigid_rows(p: Packed, u: NDArray, v: NDArray, v_bar: NDArray, h: float, r: NDArray, jac: NDArray,
                 mass: NDArray, want_jac: bool) -> None:
     """Every rigid body's kinematic rows (``− h T(q) V``; the ``U − Ū`` part is added before) and Newton–Euler
@@ -402,7 +402,7 @@ def _rigid_rows(p: Packed, u: NDArray, v: NDArray, v_bar: NDArray, h: float, r: 
                     mass[6 * i + 3 + a, 6 * i + 3 + b] += inertia[a, b]
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _deformable_jacobian(p: Packed, d: int, vrow: NDArray, h: float, exact: bool, der: BodyDerivatives,
                          jac: NDArray, mass: NDArray) -> None:
     """Deformable body ``d``'s Jacobian entries and generalized mass from its force derivatives (in place);
@@ -442,7 +442,7 @@ def _deformable_jacobian(p: Packed, d: int, vrow: NDArray, h: float, exact: bool
                 jac[iv + zv0 + a, zu0 + b] += beta * dk[a, b]
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _deformable_rows(p: Packed, u: NDArray, v: NDArray, v_bar: NDArray, h: float, r: NDArray, jac: NDArray,
                      mass: NDArray, want_jac: bool, exact: bool) -> float:
     """Every deformable body's kinematic rows, relative inertial forces, cubature forces and damping into ``r``
@@ -515,7 +515,7 @@ def _deformable_rows(p: Packed, u: NDArray, v: NDArray, v_bar: NDArray, h: float
     return min_det
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _block_theta_columns(p: Packed, bk: int, pt: BlockPoint, tl: NDArray, ui: NDArray, vi: NDArray,
                          baumgarte: float, jac: NDArray, rth: NDArray) -> None:
     """Block ``bk``'s derivatives in its motor angle θ: into ``jac`` (a modelled servo's shaft coordinate) or
@@ -559,7 +559,7 @@ def _block_theta_columns(p: Packed, bk: int, pt: BlockPoint, tl: NDArray, ui: ND
             rth[iv + vi[k], mot] -= tv[k]
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _block_curvature(p: Packed, bk: int, pt: BlockPoint, tl: NDArray, nvl: int, baumgarte: float,
                      exact: bool) -> tuple[NDArray, NDArray]:
     """Block ``bk``'s ``∂r_λ/∂U`` (nrow, n) and ``∂(Tᵀ C_yᵀ λ)/∂U`` at fixed ``T`` (nvl, n) by complex steps of
@@ -609,7 +609,7 @@ def _block_curvature(p: Packed, bk: int, pt: BlockPoint, tl: NDArray, nvl: int, 
     return a3, hess
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _block_jacobian(p: Packed, bk: int, pt: BlockPoint, baumgarte: float, jac: NDArray, rth: NDArray,
                     exact: bool) -> None:
     """Constraint block ``bk``'s Jacobian entries and motor sensitivities (in place) from its values and first
@@ -655,7 +655,7 @@ def _block_jacobian(p: Packed, bk: int, pt: BlockPoint, baumgarte: float, jac: N
             jac[iv + vi[k2], ui[k]] -= hess[k2, k]
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _constraint_rows(p: Packed, u: NDArray, v: NDArray, lam: NDArray, th_c: NDArray, thd_c: NDArray,
                      baumgarte: float, r: NDArray, jac: NDArray, rth: NDArray, rthd: NDArray, want_jac: bool,
                      exact: bool) -> None:
@@ -714,7 +714,7 @@ def _constraint_rows(p: Packed, u: NDArray, v: NDArray, lam: NDArray, th_c: NDAr
                             exact)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def residual_jacobian(
     p: Packed,
     s: NDArray,
@@ -776,7 +776,7 @@ def residual_jacobian(
     return r, jac, rthd, rth, mass, min_det
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _factorize(p: Packed, jac: NDArray, ws: Workspace) -> int:
     """Condense ``jac`` onto (V, λ) by eliminating the kinematic rows and LU-factorize it into ``ws``."""
     nu, nv, m = p.sizes[0], p.sizes[1], p.sizes[2]
@@ -822,7 +822,7 @@ def _factorize(p: Packed, jac: NDArray, ws: Workspace) -> int:
     return info
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _lu_solve(lu: NDArray, ipiv: NDArray, b: NDArray) -> NDArray:
     """Solve with a LAPACK ``getrf`` factorization (column-major ``lu``, 1-based ``ipiv``)."""
     n = lu.shape[0]
@@ -847,7 +847,7 @@ def _lu_solve(lu: NDArray, ipiv: NDArray, b: NDArray) -> NDArray:
     return x
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _lu_solve_transposed(lu: NDArray, ipiv: NDArray, b: NDArray) -> NDArray:
     """Solve ``Aᵀ x = b`` with a LAPACK ``getrf`` factorization of ``A`` (``PA = LU`` ⇒ ``Aᵀ = Uᵀ Lᵀ P``)."""
     n = lu.shape[0]
@@ -871,7 +871,7 @@ def _lu_solve_transposed(lu: NDArray, ipiv: NDArray, b: NDArray) -> NDArray:
     return x
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def condensed_solve(p: Packed, ws: Workspace, res: NDArray) -> NDArray:
     """Newton update ``δS`` (n_S,) = ``−J⁻¹ R`` with the cached condensed factorization in ``ws``."""
     nu, nv, m = p.sizes[0], p.sizes[1], p.sizes[2]
@@ -935,7 +935,7 @@ def condensed_solve_columns(p: Packed, ws: Workspace, res: NDArray) -> NDArray:
     return out
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def converged(size: float, previous: float, tol: float, estimate: bool = True) -> bool:
     """Chord-Newton stopping test on the update sizes ``max(|δU|∞, Δt |δV|∞)`` of two successive iterations.
 
@@ -954,7 +954,7 @@ def converged(size: float, previous: float, tol: float, estimate: bool = True) -
     return rho < 0.5 and size * rho / (1.0 - rho) <= tol
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def refactor(size: float, previous: float, tol: float) -> bool:
     """Whether chord Newton refactorizes within a step, after an iteration with an older matrix (the reference
     stepper uses the same rule): when the iterations that matrix still needs at its observed contraction
@@ -969,7 +969,7 @@ def refactor(size: float, previous: float, tol: float) -> bool:
     return remaining / -np.log(rho) > REFACTOR_COST + remaining / -np.log(FRESH_CONTRACTION)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def outlived(life_cost: float, life_steps: float, iterations: float) -> bool:
     """Whether the chord matrix is replaced after a step that took ``iterations``: the matrix has served
     ``life_steps`` steps (this one included) at a total of ``life_cost`` residual iterations, its factorization's
@@ -979,7 +979,7 @@ def outlived(life_cost: float, life_steps: float, iterations: float) -> bool:
     return life_steps >= 2.0 and iterations > life_cost / life_steps
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def charge(life: NDArray, iterations: float) -> bool:
     """Add a converged step of ``iterations`` to the chord matrix's ``life`` = [cost so far in residual iterations,
     steps served] (in place; :data:`REFACTOR_COST` and 0 when it was factorized) and return :func:`outlived`."""
@@ -988,7 +988,7 @@ def charge(life: NDArray, iterations: float) -> bool:
     return outlived(life[0], life[1], iterations)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _predict(p: Packed, states: NDArray, k: int, u_bar: NDArray, h: float, dt: float, order: int) -> NDArray:
     """Newton start of step ``k → k+1``.
 
@@ -1037,7 +1037,7 @@ def _predict(p: Packed, states: NDArray, k: int, u_bar: NDArray, h: float, dt: f
 
 # Inlined into run_chunk, its one caller: compiled apart, it would optimize the residual tree once more
 # (docs/testing.md "numba's compile").
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _newton(p: Packed, s: NDArray, u_bar: NDArray, v_bar: NDArray, h: float, dt: float, th: NDArray, thd: NDArray,
             tol: float, max_iter: int, ws: Workspace, estimate: bool, iterations: NDArray, k: int,
             exact_chord: bool) -> int:
@@ -1086,7 +1086,7 @@ def _newton(p: Packed, s: NDArray, u_bar: NDArray, v_bar: NDArray, h: float, dt:
     return 1
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def run_chunk(
     p: Packed,
     states: NDArray,
@@ -1153,7 +1153,7 @@ def run_chunk(
     return 0, k1
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def condensed_solve_transposed(p: Packed, ws: Workspace, b: NDArray) -> NDArray:
     """``x = J⁻ᵀ b`` (n_S,) with the condensed factorization of ``J`` in ``ws`` (for the discrete adjoint).
 
@@ -1191,7 +1191,7 @@ def condensed_solve_transposed(p: Packed, ws: Workspace, b: NDArray) -> NDArray:
     return out
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def factorize_exact(p: Packed, jac: NDArray, h: float, ws: Workspace) -> int:
     """Condensed LU of an exact Jacobian ``jac`` (n_S, n_S) built with ``h`` into ``ws`` (LAPACK info)."""
     info = _factorize(p, jac, ws)

@@ -21,6 +21,7 @@ from scipy.optimize import nnls
 
 from retarget.fem.neo_hookean import first_piola_point, first_piola_tangent_point, forces_stiffness_kernel
 from retarget.sim.reduced.errors import TrainingDataError
+from retarget.jit import njit
 
 __all__ = [
     "Cubature",
@@ -86,12 +87,12 @@ def _element_rows(tets: NDArray[np.int64], basis: NDArray[np.float64]) -> NDArra
     return np.ascontiguousarray(basis[dofs])
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _local_tets(k: int) -> NDArray[np.int64]:
     return np.arange(10 * k).reshape(k, 10)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def cubature_forces(
     z: NDArray[np.float64],
     basis_rows: NDArray[np.float64],
@@ -139,7 +140,7 @@ def reduced_gradients(basis_rows: NDArray[np.float64], grad: NDArray[np.float64]
 # Reassociation lets the compiler vectorize the length-r dot products (H = Σ z_l D_l); no other fast-math flag, so
 # non-finite values still propagate to the engine's checks. The quadrature-point kernels (first Piola stress and
 # its tangent) are the FEM layer's, inlined so that these loops keep their own fast-math flags.
-@numba.njit(cache=True, fastmath={"reassoc", "contract"})
+@njit(cache=True, fastmath={"reassoc", "contract"})
 def cubature_force_value(
     z: NDArray[np.float64],
     dmat: NDArray[np.float64],
@@ -206,7 +207,7 @@ def _gradient_and_derivative(d: NDArray[np.float64], z: NDArray[np.float64], dir
         dh[ij // 3, ij % 3] = dacc
 
 
-@numba.njit(cache=True, fastmath={"reassoc", "contract"})
+@njit(cache=True, fastmath={"reassoc", "contract"})
 def cubature_force_directional(
     z: NDArray[np.float64],
     direction: NDArray[np.float64],
@@ -282,7 +283,7 @@ def cubature_force_directional(
 _TANGENT_CHUNK = 32
 
 
-@numba.njit(cache=True, fastmath={"reassoc", "contract"}, inline="always")
+@njit(cache=True, fastmath={"reassoc", "contract"}, inline="always")
 def _tangent_derivative_point(
     dh: NDArray[np.float64],
     fi: NDArray[np.float64],
@@ -318,7 +319,7 @@ def _tangent_derivative_point(
                                + lam * (dfi[j, i] * fi[ll, kk] + fi[j, i] * dfi[ll, kk]))
 
 
-@numba.njit(cache=True, fastmath={"reassoc", "contract"})
+@njit(cache=True, fastmath={"reassoc", "contract"})
 def cubature_tangents(
     z: NDArray[np.float64],
     direction: NDArray[np.float64],

@@ -16,16 +16,16 @@ time loop can call it; also callable from Python (tests).
 """
 from __future__ import annotations
 
-import numba
 import numpy as np
 from numpy.typing import NDArray
 
 from retarget.sim.rotation_kernels import rotation_matrix
+from retarget.jit import njit
 
 __all__ = ["body_force", "body_forces", "rotation_and_derivative"]
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def rotation_and_derivative(q: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """``R(q) = N(q)/(q·q)`` (3, 3) and ``∂R/∂q_k`` (4, 3, 3) (homogeneous form of :mod:`retarget.sim.rotation`)."""
     w, x, y, z = q[0], q[1], q[2], q[3]
@@ -42,7 +42,7 @@ def rotation_and_derivative(q: NDArray[np.float64]) -> tuple[NDArray[np.float64]
     return r, dr
 
 
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _cross(a: NDArray[np.float64], b: NDArray[np.float64]) -> NDArray[np.float64]:
     out = np.empty(3)
     out[0] = a[1] * b[2] - a[2] * b[1]
@@ -51,7 +51,7 @@ def _cross(a: NDArray[np.float64], b: NDArray[np.float64]) -> NDArray[np.float64
     return out
 
 
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _skew(a: NDArray[np.float64]) -> NDArray[np.float64]:
     out = np.zeros((3, 3))
     out[0, 1] = -a[2]
@@ -63,7 +63,7 @@ def _skew(a: NDArray[np.float64]) -> NDArray[np.float64]:
     return out
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _force_terms(rot, z, zdot, omega, acc_v, acc_w, acc_z, gravity, mass, s0, s1, p0, p1, p2, c0, c1, m_zz):  # type: ignore[no-untyped-def]
     """``f`` and the intermediate terms :func:`body_forces` differentiates (see the module docstring), at the
     reference body's rotation ``rot``.
@@ -162,7 +162,7 @@ def _force_terms(rot, z, zdot, omega, acc_v, acc_w, acc_z, gravity, mass, s0, s1
     return f, rel, e, s, sdot, cm, bm, tr_b, jm, gq, ws, psi, jw, w2, ck
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def body_force(
     q: NDArray[np.float64],
     z: NDArray[np.float64],
@@ -187,7 +187,7 @@ def body_force(
                         m_zz)[0]
 
 
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _force_z_derivative(
     rot: NDArray[np.float64],
     omega: NDArray[np.float64],
@@ -247,7 +247,7 @@ def _force_z_derivative(
     return f_z
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def body_forces(
     q: NDArray[np.float64],
     z: NDArray[np.float64],

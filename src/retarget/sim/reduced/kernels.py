@@ -23,6 +23,7 @@ from numpy.typing import NDArray
 
 from retarget.sim.joint_kernels import along_row, joint_frames, joint_geometric_rows
 from retarget.sim.rotation_kernels import rotate_with_jacobian, rotation_matrix
+from retarget.jit import njit
 
 __all__ = ["COUPLING_CODE", "JOINT_CODES", "block_eval", "coupling_curvature", "polar_complex"]
 
@@ -32,7 +33,7 @@ JOINT_CODES: dict[str, int] = {"fixed": 0, "hinge": 1, "universal": 2, "ball": 3
 COUPLING_CODE: int = 5
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _joint_rows(
     kind: int,
     motorized: bool,
@@ -78,7 +79,7 @@ def _joint_rows(
     return c[:row], jac[:row], c_th[:row], jac_th[:row]
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _svd_polar(a: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Real polar decomposition ``A = R S`` (proper R), as ``rotation._polar_real``."""
     u, _, vt = np.linalg.svd(a)
@@ -92,7 +93,7 @@ def _svd_polar(a: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.
     return r, 0.5 * (s + s.T)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def polar_complex(a: NDArray[np.complex128]) -> tuple[NDArray[np.complex128], NDArray[np.complex128]]:
     """Polar decomposition continued to first order in ``Im A`` (``rotation.polar_decomposition``): ``(R, Rᵀ A)``."""
     r0, s0 = _svd_polar(np.ascontiguousarray(a.real))
@@ -127,7 +128,7 @@ def _polar_overload(a):  # type: ignore[no-untyped-def]
     return real
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _coupling_rows(ref: NDArray, rigid_present: bool, y: NDArray) -> tuple[NDArray, NDArray]:
     """``C`` (6,) and ``∂C/∂y`` (6, 19) over ``y = [c, q, x̄, vec A]`` (world: ``c = 0``, ``q = 1``).
 
@@ -187,7 +188,7 @@ def _coupling_rows(ref: NDArray, rigid_present: bool, y: NDArray) -> tuple[NDArr
     return c, jac
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _coupling_map(present_a: bool, separate: bool, y0: NDArray[np.float64], ymap: NDArray[np.float64],
                   ul: NDArray) -> tuple[NDArray, NDArray]:
     """A coupling's slot ``y = [c, q, x̄, vec A]`` (19,) and ``∂y/∂ul`` (19, n) from its local vector (see
@@ -237,7 +238,7 @@ def _coupling_map(present_a: bool, separate: bool, y0: NDArray[np.float64], ymap
     return y, dy
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _coupling_eval(ref: NDArray[np.float64], present_a: bool, separate: bool, y0: NDArray[np.float64],
                    ymap: NDArray[np.float64], ul: NDArray) -> tuple[NDArray, NDArray]:
     """A coupling's ``C`` (6,) and ``∂C/∂ul`` (6, n): the slot rows composed with the slot map."""
@@ -246,7 +247,7 @@ def _coupling_eval(ref: NDArray[np.float64], present_a: bool, separate: bool, y0
     return c, jac @ dy
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def block_eval(
     kind: int,
     motorized: bool,
@@ -303,7 +304,7 @@ def block_eval(
     return c, cu, np.zeros(6, dtype=ul.dtype), np.zeros((6, n), dtype=ul.dtype)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def coupling_curvature(
     fvec: NDArray[np.float64],
     present_a: bool,
