@@ -34,9 +34,18 @@ fi
 # 1. Python dependencies (ranges pinned in requirements.txt only).
 req=$(digest requirements.txt)
 if ! stamp_ok requirements "$req"; then
-  say "installing Python dependencies and ROS 2 Kilted wheels (about a minute)"
-  quiet_pip install -q --upgrade "pip>=24" "setuptools>=70,<81" "wheel>=0.42"
-  quiet_pip install -q -r requirements.txt
+  # uv resolves and installs the same versions as pip (compared package by package) in seconds instead of 37 s
+  # (docs/dependencies.md); pip takes over where uv cannot be installed or fails (e.g. an index only pip.conf knows).
+  tools=("pip>=24" "setuptools>=70,<81" "wheel>=0.42")
+  uv_pin=$(grep -E '^uv[<>=!~ ]' requirements.txt | cut -d'#' -f1 | tr -d ' ')
+  say "installing Python dependencies and ROS 2 Kilted wheels (seconds with uv, about a minute with pip)"
+  if quiet_pip install -q "$uv_pin" && "$VENV/bin/uv" pip install -q --python "$PY" "${tools[@]}" -r requirements.txt
+  then :
+  else
+    say "uv did not install the dependencies; pip installs them"
+    quiet_pip install -q --upgrade "${tools[@]}"
+    quiet_pip install -q -r requirements.txt
+  fi
   # The wheels' CMake exports carry their build machine's include paths; point them at this interpreter.
   pyinc=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
   npinc=$("$PY" -c 'import numpy; print(numpy.get_include())')
@@ -53,7 +62,7 @@ build_interface() {  # $1 = package folder under interfaces/
   local pkg=$1 src=$ROOT/interfaces/$1 key
   key=$(cd "$src" && find . -type f | sort | xargs cat | sha256sum | cut -c1-16)-$(cat "$STAMPS/requirements")
   if stamp_ok "iface-$pkg" "$key"; then return 0; fi
-  say "building interface package $pkg (about 40 s)"
+  say "building interface package $pkg (about 15 s)"
   rm -rf "$BUILD/$pkg"; mkdir -p "$BUILD/$pkg"
   (
     export AMENT_PREFIX_PATH=$VENV CMAKE_PREFIX_PATH=$VENV
