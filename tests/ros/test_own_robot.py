@@ -47,7 +47,8 @@ def test_retarget_up_and_goal_on_a_robot_given_by_its_files(tmp_path: Path) -> N
         assert emulator["model"] == "XM430-W350" and emulator["ids"] == [11, 12]
         out = subprocess.run([sys.executable, "-m", "retarget.cli", "goal", str(robot), "--motion",
                               str(tmp_path / "swing.csv"), "--execute", "--max-iterations", "5", "--namespace",
-                              NAMESPACE, "--json"], capture_output=True, text=True, timeout=600, env=env)
+                              NAMESPACE, "--json", "--wait", "30"], capture_output=True, text=True, timeout=600,
+                             env=env)
         log = "".join(lines[-60:])
         assert out.returncode == 0, out.stderr[-4000:] + log
         summary = json.loads(out.stdout.strip().splitlines()[-1])
