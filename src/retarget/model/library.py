@@ -259,13 +259,15 @@ def resolve_urdf(robot: str | Path) -> Path:
         UnknownNameError: Unknown robot.
         InputError: The YAML has no ``retarget.urdf`` or the file does not exist.
     """
+    from retarget.model.loader import packages_of
     from retarget.model.loader import resolve_urdf as resolve_entry
 
     path = resolve_robot(robot)
-    entry = robot_config(path)["retarget"].get("urdf")
+    section = robot_config(path)["retarget"]
+    entry = section.get("urdf")
     if not entry:
         raise InputError(f"{path}: retarget.urdf is missing")
-    return resolve_entry(str(entry), path.resolve())
+    return resolve_entry(str(entry), path.resolve(), packages_of(section, path))
 
 
 def urdf_xml(robot: str | Path) -> str:
@@ -275,9 +277,10 @@ def urdf_xml(robot: str | Path) -> str:
         UnknownNameError: Unknown robot.
         InputError: Missing file, or xacro failed (the message carries xacro's).
     """
-    from retarget.model.loader import urdf_text
+    from retarget.model.loader import robot_urdf
 
-    return urdf_text(resolve_urdf(robot), robot_config(robot)["retarget"].get("xacro_args") or {})
+    path = resolve_robot(robot)
+    return robot_urdf(robot_config(path)["retarget"], path.resolve())[1]
 
 
 def _motion_files() -> dict[str, Path]:

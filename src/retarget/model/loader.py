@@ -9,9 +9,13 @@ that close kinematic loops (and universal/ball joints, which URDF lacks).
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import math
-from collections.abc import Mapping, Sequence
+import os
+import re
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
@@ -115,11 +119,44 @@ def read_robot_yaml(path: str | Path) -> RobotSection:
     return data["retarget"]
 
 
-def resolve_urdf(name: str, yaml_path: Path) -> Path:
-    """Find the URDF/xacro: absolute, next to the YAML, in ``../urdf`` of the YAML, or in the repo's urdf/."""
+def packages_of(cfg: Mapping[str, object], yaml_path: Path) -> dict[str, Path]:
+    """``packages:`` of a robot's ``retarget:`` section: ROS package name → its folder (relative to the YAML's
+    folder, or absolute), for xacro's ``$(find pkg)`` and ``package://pkg/...`` in a description made for a ROS
+    workspace.
+
+    Raises:
+        ModelError: not a mapping, a name that is not a ROS package name, or a folder that does not exist.
+    """
+    spec = cfg.get("packages")
+    if spec is None:
+        return {}
+    if not isinstance(spec, Mapping):
+        raise ModelError(f"{yaml_path}: packages: expected a mapping of ROS package name to its folder, got "
+                         f"{type(spec).__name__}")
+    out = {}
+    for name, folder in spec.items():
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]+", str(name), re.ASCII):
+            raise ModelError(f"{yaml_path}: packages: {name!r} is not a ROS package name")
+        path = Path(str(folder)).expanduser()
+        path = (path if path.is_absolute() else yaml_path.resolve().parent / path).resolve()
+        if not path.is_dir():
+            raise ModelError(f"{yaml_path}: packages: {name}: folder {path} does not exist")
+        out[str(name)] = path
+    return out
+
+
+def _package_file(url: str, packages: Mapping[str, Path]) -> Path:
+    """The file a ``package://pkg/rest`` URL names: under ``packages[pkg]``, else under retarget's share folder
+    (the library's robots)."""
+    pkg, _, rest = url[len("package://") :].partition("/")
+    return (packages[pkg] if pkg in packages else _repo_share()) / rest
+
+
+def resolve_urdf(name: str, yaml_path: Path, packages: Mapping[str, Path] | None = None) -> Path:
+    """Find the URDF/xacro: ``package://`` through ``packages`` (:func:`packages_of`), else absolute, next to the
+    YAML, in ``../urdf`` of the YAML, or in the repo's urdf/."""
     if name.startswith("package://"):
-        name = name.split("/", 3)[3] if name.count("/") >= 3 else name
-        candidates = [_repo_share() / name]
+        candidates = [_package_file(name, packages or {})]
     else:
         p = Path(name)
         candidates = [p] if p.is_absolute() else [yaml_path.parent / p, yaml_path.parent.parent / "urdf" / p, _repo_share() / "urdf" / p]
@@ -129,30 +166,87 @@ def resolve_urdf(name: str, yaml_path: Path) -> Path:
     raise ModelError(f"URDF {name!r} not found (tried {', '.join(str(c) for c in candidates)})")
 
 
-def urdf_text(path: Path, args: Mapping[str, object]) -> str:
-    """The URDF at ``path`` as XML text, expanded by xacro (with ``args``) when it is a ``.xacro`` file.
+@contextlib.contextmanager
+def _ament_prefix(packages: Mapping[str, Path]) -> Iterator[None]:
+    """``packages`` findable by ament's index (xacro's ``$(find pkg)``) while the block runs: a temporary install
+    prefix with each package's marker and its share folder linked to the package's folder, first on
+    ``AMENT_PREFIX_PATH``."""
+    if not packages:
+        yield
+        return
+    before = os.environ.get("AMENT_PREFIX_PATH")
+    with tempfile.TemporaryDirectory(prefix="retarget-packages-") as prefix:
+        index = Path(prefix) / "share" / "ament_index" / "resource_index" / "packages"
+        index.mkdir(parents=True)
+        for name, folder in packages.items():
+            (index / name).touch()
+            (Path(prefix) / "share" / name).symlink_to(folder.resolve(), target_is_directory=True)
+        os.environ["AMENT_PREFIX_PATH"] = os.pathsep.join([prefix, *([before] if before else [])])
+        try:
+            yield
+        finally:
+            if before is None:
+                os.environ.pop("AMENT_PREFIX_PATH", None)
+            else:
+                os.environ["AMENT_PREFIX_PATH"] = before
+
+
+def urdf_text(path: Path, args: Mapping[str, object], packages: Mapping[str, Path] | None = None) -> str:
+    """The URDF at ``path`` as XML text, expanded by xacro (with ``args``; ``$(find pkg)`` through ``packages``)
+    when it is a ``.xacro`` file.
 
     Raises:
-        ModelError: xacro failed (its message included).
+        ModelError: xacro failed (its message included; a package it could not find named with the remedy).
     """
     if path.suffix != ".xacro":
         return path.read_text()
     import xacro
 
     try:
-        doc = xacro.process_file(str(path), mappings={str(k): str(v) for k, v in args.items()})
+        with _ament_prefix(packages or {}):
+            doc = xacro.process_file(str(path), mappings={str(k): str(v) for k, v in args.items()})
     except Exception as exc:  # xacro raises its own XacroException and plain errors
-        raise ModelError(f"xacro failed on {path}: {exc}") from exc
+        raise ModelError(f"xacro failed on {path}: {exc}{_find_hint(exc, path, packages or {})}") from exc
     return doc.toxml()
 
 
-def _parse_urdf(xml: str, base: Path) -> yourdfpy.URDF:
+def _find_hint(exc: Exception, path: Path, packages: Mapping[str, Path]) -> str:
+    """The remedy when xacro could not find a ROS package (``$(find pkg)`` without a ROS workspace): the packages
+    the file asks for that ``packages:`` does not name."""
+    text = str(exc)
+    if "AMENT_PREFIX_PATH" not in text and not re.search(r"package '[^']+' not found", text):
+        return ""
+    try:
+        asked = sorted(set(re.findall(r"\$\(find ([A-Za-z0-9_-]+)\)", path.read_text())) - set(packages))
+    except OSError:
+        asked = []
+    name = asked[0] if asked else "PACKAGE"
+    listed = f" ({', '.join(asked)})" if asked else ""
+    return (f". The description uses $(find ...) for ROS packages{listed} and no ROS workspace provides them: give "
+            f"each package's folder in the robot's YAML, e.g. `packages: {{{name}: path/to/{name}}}` "
+            f"(docs/robot-description.md)")
+
+
+def robot_urdf(cfg: Mapping[str, object], yaml_path: Path) -> tuple[Path, str]:
+    """The URDF file a robot's ``retarget:`` section names and its XML (xacro run with ``xacro_args``; ``$(find)``
+    and ``package://`` resolved through ``packages``).
+
+    Raises:
+        ModelError: no ``urdf``, a file not found, bad ``packages`` or xacro failing.
+    """
+    if not cfg.get("urdf"):
+        raise ModelError(f"{yaml_path}: retarget.urdf is required")
+    packages = packages_of(cfg, yaml_path)
+    path = resolve_urdf(str(cfg["urdf"]), yaml_path, packages)
+    return path, urdf_text(path, cfg.get("xacro_args") or {}, packages)
+
+
+def _parse_urdf(xml: str, base: Path, packages: Mapping[str, Path] | None = None) -> yourdfpy.URDF:
     import yourdfpy
 
     def handler(fname: str) -> str:
         if fname.startswith("package://"):
-            rest = fname[len("package://") :].split("/", 1)
-            return str(_repo_share() / (rest[1] if len(rest) > 1 else ""))
+            return str(_package_file(fname, packages or {}))
         return str(base / fname)
 
     try:
@@ -552,8 +646,8 @@ def load_robot(
         servos = servos_from_config(cfg.get("servo"), motors)
     except ServoError as exc:
         raise ModelError(f"{yaml_path}: {exc}") from exc
-    urdf_path = resolve_urdf(str(cfg["urdf"]), yaml_path)
-    robot = _parse_urdf(urdf_text(urdf_path, cfg.get("xacro_args") or {}), urdf_path.parent).robot
+    urdf_path, xml = robot_urdf(cfg, yaml_path)
+    robot = _parse_urdf(xml, urdf_path.parent, packages_of(cfg, yaml_path)).robot
     _lock_joints(robot, _locked_values(cfg.get("locked_joints"), yaml_path), motors, yaml_path)
     link_names = {link.name for link in robot.links}
     root = str(cfg.get("root_link", "world"))

@@ -177,12 +177,11 @@ def _robot_description(robot: str | Path) -> tuple[RobotSection, str]:
     """The robot YAML's ``retarget:`` section and its URDF as XML, found as the model loader finds them (a URDF
     beside the YAML, in ``../urdf`` or in the package's ``urdf/``; xacro run with the YAML's ``xacro_args``)."""
     from retarget.model import library
-    from retarget.model.loader import read_robot_yaml, resolve_urdf, urdf_text
+    from retarget.model.loader import read_robot_yaml, robot_urdf
 
     path = Path(robot) if Path(robot).is_file() else library.resolve_robot(str(robot))
     cfg = read_robot_yaml(path)
-    urdf = resolve_urdf(str(cfg.get("urdf", "")), path)
-    return cfg, urdf_text(urdf, cfg.get("xacro_args") or {})
+    return cfg, robot_urdf(cfg, path)[1]
 
 
 def robot_position_limits(robot: str | Path) -> dict[str, JointLimit]:

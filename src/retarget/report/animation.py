@@ -261,23 +261,10 @@ def _load_urdf(robot: str | Path) -> URDF:
     import yourdfpy
 
     from retarget.model.library import resolve_robot, robot_config
-    from retarget.model.loader import resolve_urdf
+    from retarget.model.loader import robot_urdf
 
     path = resolve_robot(robot)
-    section = robot_config(path)["retarget"]
-    if not section.get("urdf"):
-        raise InputError(f"{path}: retarget.urdf is missing")
-    urdf_path = resolve_urdf(str(section["urdf"]), path)
-    if urdf_path.name.endswith(".xacro"):
-        import xacro
-
-        args = {str(k): str(v) for k, v in (section.get("xacro_args") or {}).items()}
-        try:
-            xml = xacro.process_file(str(urdf_path), mappings=args).toprettyxml(indent="  ")
-        except xacro.XacroException as exc:
-            raise InputError(f"{urdf_path}: xacro failed: {exc}") from exc
-    else:
-        xml = urdf_path.read_text()
+    _, xml = robot_urdf(robot_config(path)["retarget"], path)
     return yourdfpy.URDF.load(io.StringIO(xml), build_scene_graph=True, load_meshes=False)
 
 

@@ -280,11 +280,12 @@ def _file_digest(path: Path) -> str:
 
 def _robot_digests(path: Path) -> dict[str, str]:
     """SHA-256 of the robot's params YAML and of the URDF it names (when it resolves)."""
-    from retarget.model.loader import read_robot_yaml, resolve_urdf
+    from retarget.model.loader import packages_of, read_robot_yaml, resolve_urdf
 
     out = {"yaml": _file_digest(path)}
     try:
-        urdf = resolve_urdf(str(read_robot_yaml(path).get("urdf", "")), path)
+        cfg = read_robot_yaml(path)
+        urdf = resolve_urdf(str(cfg.get("urdf", "")), path, packages_of(cfg, path))
         out["urdf"] = _file_digest(Path(urdf))
     except (InputError, OSError):
         pass

@@ -84,10 +84,9 @@ def _urdf_digests(robot_yaml: Path) -> tuple[str, str]:
     the checkout sits in (an artifact built in one clone was "stale" in another). The first is what artifacts
     record; the second is accepted from artifacts written before.
     """
-    from retarget.model.loader import read_robot_yaml, resolve_urdf, urdf_text
+    from retarget.model.loader import read_robot_yaml, robot_urdf
 
-    cfg = read_robot_yaml(robot_yaml)
-    xml = urdf_text(resolve_urdf(str(cfg["urdf"]), robot_yaml), cfg.get("xacro_args") or {})
+    xml = robot_urdf(read_robot_yaml(robot_yaml), robot_yaml)[1]
     return _sha(re.sub(r"<!--.*?-->", "", xml, flags=re.S).encode()), _sha(xml.encode())
 
 
