@@ -60,6 +60,7 @@ class RobotSection(TypedDict, total=False):
 
     urdf: str
     xacro_args: dict[str, str]
+    packages: dict[str, str]
     root_link: str
     gravity: list[float]
     motors: list[str]
