@@ -8,6 +8,7 @@ from retarget.sim.constraints import (
     JointConstraint,
     RigidSlot,
     interface_map,
+    motor_theta_terms,
     perpendicular_axes,
     theta_derivative,
 )
@@ -49,6 +50,35 @@ def test_joint_jacobian_matches_finite_differences(kind, present, motor):
     if motor:
         fd = (blk.evaluate(y, theta + EPS)[0] - blk.evaluate(y, theta - EPS)[0]) / (2 * EPS)
         assert np.allclose(theta_derivative(blk, y, theta), fd, atol=1e-8)
+
+
+MOTOR_CASES = [(k, p) for k in ("hinge", "prismatic") for p in ((True, True), (False, True), (True, False))]
+
+
+@pytest.mark.parametrize("kind,present", MOTOR_CASES)
+def test_motor_theta_terms_match_finite_differences_and_complex_steps(kind, present):
+    """The motor row's ∂C/∂θ, ∂²C/∂θ∂y, ∂²C/∂θ² (the servo reaction's terms in the full-space engine) against
+    central differences in θ of evaluate's value and Jacobian, and against complex steps in θ (the form they
+    replace); the other rows do not depend on θ."""
+    rng = np.random.default_rng(2)
+    blk = _joint(kind, present, True, rng)
+    y = rng.normal(size=7 * sum(present))
+    for k in range(0, len(y), 7):
+        y[k + 3 : k + 7] /= np.linalg.norm(y[k + 3 : k + 7])
+    theta, h = 0.7, 1e-30
+    c_t, c_ty, c_tt = motor_theta_terms(blk, y, theta)
+    fd_c = (blk.evaluate(y, theta + EPS)[0] - blk.evaluate(y, theta - EPS)[0]) / (2 * EPS)
+    fd_j = (blk.evaluate(y, theta + EPS)[1] - blk.evaluate(y, theta - EPS)[1]) / (2 * EPS)
+    fd_t = (theta_derivative(blk, y, theta + EPS) - theta_derivative(blk, y, theta - EPS)) / (2 * EPS)
+    assert np.allclose(fd_c[:-1], 0.0) and np.allclose(fd_j[:-1], 0.0, atol=1e-9)
+    assert c_t == pytest.approx(fd_c[-1], abs=1e-8)
+    assert np.allclose(c_ty, fd_j[-1], atol=1e-8) and c_ty.shape == (len(y),)
+    assert c_tt == pytest.approx(fd_t[-1], abs=1e-8)
+    _, cy = blk.evaluate(y.astype(complex), complex(theta, h))
+    assert np.all(cy.imag[:-1] == 0.0)
+    assert np.allclose(c_ty, cy.imag[-1] / h, rtol=0.0, atol=1e-15)
+    assert c_tt == pytest.approx((theta_derivative(blk, y.astype(complex), complex(theta, h)).imag / h)[-1],
+                                 abs=1e-15)
 
 
 def test_joint_constraints_vanish_at_reference_and_hinge_allows_rotation():

@@ -16,6 +16,7 @@ world vectors at the reference minus the centre of mass.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -317,6 +318,33 @@ class CouplingConstraint(Constraint):
         if not self.rigid_present:
             jac = jac[..., 7:]
         return cvec, jac
+
+
+def motor_theta_terms(block: JointConstraint, y: NDArray[np.float64], theta: float
+                      ) -> tuple[float, NDArray[np.float64], float]:
+    """The motor row's θ-derivatives of a motorized joint block at one state ``y`` (the block's U entries):
+    ``(∂C_m/∂θ, ∂²C_m/∂θ∂y, ∂²C_m/∂θ²)``, the middle one over the block's columns as :meth:`JointConstraint.evaluate`
+    orders them. Only the motor row (the block's last) depends on θ, so ``λᵀ ∂C_y/∂θ`` of the whole block is the
+    motor row's λ times the middle term.
+
+    Hinge: ``C_m = sin θ a₁·b₁ − cos θ a₂·b₁`` (``aᵢ = R(q_a) eᵢ``, ``b₁ = R(q_b) e₁`` in world axes); its θ-derivatives
+    are the same form rotated by 90° and 180° in θ. Prismatic: ``C_m = gap·n − θ``: ``−1``, 0, 0.
+    """
+    assert block.motor >= 0
+    ncols = 7 * sum(block.present)
+    if block.kind == "prismatic":
+        return -1.0, np.zeros(ncols), 0.0
+    _, qa = _pose(y, 0, block.present)
+    _, qb = _pose(y, 1, block.present)
+    a1, a2 = rotate(qa, block.axes_a[0]), rotate(qa, block.axes_a[1])
+    b1 = rotate(qb, block.axes_b[0])
+    s, c = math.sin(theta), math.cos(theta)
+    a1b1, a2b1 = float(a1 @ b1), float(a2 @ b1)
+    row = np.zeros(14)
+    row[3:7] = b1 @ (c * rotate_jacobian(qa, block.axes_a[0]) + s * rotate_jacobian(qa, block.axes_a[1]))
+    row[10:14] = (c * a1 + s * a2) @ rotate_jacobian(qb, block.axes_b[0])
+    cols = np.concatenate([np.arange(7 * k, 7 * k + 7) for k in range(2) if block.present[k]])
+    return c * a1b1 + s * a2b1, row[cols], -s * a1b1 + c * a2b1
 
 
 def theta_derivative(block: Constraint, y: NDArray, theta: NDArray | complex | float) -> NDArray:

@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 
 from retarget.sim.assembly import JointPack, joint_pack, joint_terms
 from retarget.sim.bdf import StepInputs
-from retarget.sim.constraints import JointConstraint, RigidSlot, theta_derivative
+from retarget.sim.constraints import JointConstraint, RigidSlot, motor_theta_terms, theta_derivative
 from retarget.sim.rotation import QUATERNION_BASIS_Q, omega_matrix, quat_rate_matrix
 from retarget.sim.servo import servo_mass, servo_rows
 from retarget.sim.system import System
@@ -310,29 +310,25 @@ def motor_reactions(system: System, u: NDArray[np.float64], lam: NDArray[np.floa
     """Per modelled servo (servo index, :class:`MotorReaction`) at shaft angles ``theta`` (n_motors,) [rad].
 
     ``C_θ`` and its derivatives in U (``λᵀ ∂C_θ/∂y``: the mixed second derivative, symmetric with the θ column of
-    the V rows) and θ are complex steps of the analytic ``C_y`` and ``C_θ``, as the rest of the curvature terms.
+    the V rows) and θ: only the block's motor row (its last) depends on θ, and its derivatives are analytic
+    (:func:`~retarget.sim.constraints.motor_theta_terms`; equal to complex steps of ``C_y`` and ``C_θ`` to 1e-15,
+    tests/sim/test_constraints.py).
     """
     layout = system.servo
     out = []
-    h = COMPLEX_STEP
     for b, (blk, sus) in enumerate(zip(system.constraints, system.slot_u)):
         m = getattr(blk, "motor", -1)
         if m < 0 or layout.motor_servo[m] < 0:
             continue
         ui = np.concatenate(sus)
-        y = u[ui]
         l0, l1 = system.lambda_offsets[b], system.lambda_offsets[b + 1]
-        lb = lam[l0:l1]
-        th = float(theta[m])
-        cth = theta_derivative(blk, y[None], np.array([th])).real[0]
-        force_u = np.zeros(len(ui))
-        force_theta = 0.0
-        if derivatives:
-            thc = np.array([complex(th, h)])
-            _, cy = blk.evaluate(y.astype(complex)[None], thc)  # type: ignore[attr-defined]
-            force_u = (cy[0].imag / h).T @ lb
-            force_theta = float((theta_derivative(blk, y.astype(complex)[None], thc).imag[0] / h) @ lb)
-        out.append((int(layout.motor_servo[m]), MotorReaction(float(cth @ lb), np.arange(l0, l1), cth, ui, force_u,
+        lam_m = float(lam[l1 - 1])
+        c_theta_m, c_theta_y, c_theta_theta = motor_theta_terms(blk, u[ui], float(theta[m]))
+        cth = np.zeros(l1 - l0)
+        cth[-1] = c_theta_m
+        force_u = c_theta_y * lam_m if derivatives else np.zeros(len(ui))
+        force_theta = c_theta_theta * lam_m if derivatives else 0.0
+        out.append((int(layout.motor_servo[m]), MotorReaction(c_theta_m * lam_m, np.arange(l0, l1), cth, ui, force_u,
                                                                force_theta)))
     return out
 
