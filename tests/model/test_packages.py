@@ -113,3 +113,27 @@ def test_the_robotis_op3_loads_from_its_makers_xacros(shared_data: Path, tmp_pat
                 and link.name != "body_link")
     assert total > 1.5  # the legs, arms and head of a 3.1 kg robot
     assert sum(b.mass for b in model.links) == pytest.approx(total, rel=1e-12)
+
+
+def test_a_rig_with_packages_loads_at_another_resolution(tmp_path: Path) -> None:
+    """The material fit reloads a rig at another mesh resolution from a copy of its YAML in a temporary folder:
+    ``packages`` relative to the rig's file still resolve there."""
+    from retarget.fit.rig import load_rig
+    from retarget.fit.simulators import _load_with_resolution
+    from retarget.model.library import resolve_robot, resolve_urdf, robot_config
+
+    source = resolve_robot("single_rod")
+    package = tmp_path / "src" / "rod_description" / "urdf"
+    package.mkdir(parents=True)
+    for f in resolve_urdf("single_rod").parent.glob("*.xacro"):  # with the common macros it includes
+        (package / f.name).write_text(f.read_text())
+    section = dict(robot_config(source)["retarget"])
+    section["urdf"] = "package://rod_description/urdf/single_rod.urdf.xacro"
+    section["packages"] = {"rod_description": "../src/rod_description"}
+    import yaml
+
+    (tmp_path / "config").mkdir()
+    rig_file = tmp_path / "config" / "single_rod.yaml"
+    rig_file.write_text(yaml.safe_dump({"retarget": section}))
+    model = _load_with_resolution(load_rig(rig_file), (6, 6))
+    assert [p.name for p in model.flexible_parts] == ["rod"] and list(model.motors) == ["base_pitch"]

@@ -264,11 +264,14 @@ def _load_with_resolution(rig: StepTestRig, resolution: tuple[int, int]) -> obje
 
     import yaml
 
-    from retarget.model.loader import load_robot, resolve_urdf
+    from retarget.model.loader import load_robot, packages_of, resolve_urdf
 
     data = yaml.safe_load(rig.path.read_text())
     cfg = data["retarget"]
-    cfg["urdf"] = str(resolve_urdf(str(cfg["urdf"]), rig.path))
+    packages = packages_of(cfg, rig.path)  # absolute: the copy below lives in another folder
+    cfg["urdf"] = str(resolve_urdf(str(cfg["urdf"]), rig.path, packages))
+    if packages:
+        cfg["packages"] = {name: str(folder) for name, folder in packages.items()}
     for part in cfg.get("flexible_parts") or []:
         part.setdefault("mesh", {})["resolution"] = {"axial": int(resolution[0]), "around": int(resolution[1])}
     with tempfile.TemporaryDirectory() as tmp:
