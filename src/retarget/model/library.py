@@ -259,15 +259,13 @@ def resolve_urdf(robot: str | Path) -> Path:
         UnknownNameError: Unknown robot.
         InputError: The YAML has no ``retarget.urdf`` or the file does not exist.
     """
-    from retarget.model.loader import packages_of
-    from retarget.model.loader import resolve_urdf as resolve_entry
+    from retarget.model.loader import section_urdf
 
     path = resolve_robot(robot)
     section = robot_config(path)["retarget"]
-    entry = section.get("urdf")
-    if not entry:
+    if not section.get("urdf"):
         raise InputError(f"{path}: retarget.urdf is missing")
-    return resolve_entry(str(entry), path.resolve(), packages_of(section, path))
+    return section_urdf(section, path.resolve())
 
 
 def urdf_xml(robot: str | Path) -> str:

@@ -228,6 +228,16 @@ def _find_hint(exc: Exception, path: Path, packages: Mapping[str, Path]) -> str:
             f"(docs/robot-description.md)")
 
 
+def section_urdf(cfg: Mapping[str, object], yaml_path: Path) -> Path:
+    """The URDF/xacro file a robot's ``retarget:`` section names (:func:`resolve_urdf`, ``package://`` through its
+    ``packages``).
+
+    Raises:
+        ModelError: bad ``packages``, or no such file.
+    """
+    return resolve_urdf(str(cfg.get("urdf", "")), yaml_path, packages_of(cfg, yaml_path))
+
+
 def robot_urdf(cfg: Mapping[str, object], yaml_path: Path) -> tuple[Path, str]:
     """The URDF file a robot's ``retarget:`` section names and its XML (xacro run with ``xacro_args``; ``$(find)``
     and ``package://`` resolved through ``packages``).
@@ -237,9 +247,8 @@ def robot_urdf(cfg: Mapping[str, object], yaml_path: Path) -> tuple[Path, str]:
     """
     if not cfg.get("urdf"):
         raise ModelError(f"{yaml_path}: retarget.urdf is required")
-    packages = packages_of(cfg, yaml_path)
-    path = resolve_urdf(str(cfg["urdf"]), yaml_path, packages)
-    return path, urdf_text(path, cfg.get("xacro_args") or {}, packages)
+    path = section_urdf(cfg, yaml_path)
+    return path, urdf_text(path, cfg.get("xacro_args") or {}, packages_of(cfg, yaml_path))
 
 
 def _parse_urdf(xml: str, base: Path, packages: Mapping[str, Path] | None = None) -> yourdfpy.URDF:

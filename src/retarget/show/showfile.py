@@ -280,12 +280,11 @@ def _file_digest(path: Path) -> str:
 
 def _robot_digests(path: Path) -> dict[str, str]:
     """SHA-256 of the robot's params YAML and of the URDF it names (when it resolves)."""
-    from retarget.model.loader import packages_of, read_robot_yaml, resolve_urdf
+    from retarget.model.loader import read_robot_yaml, section_urdf
 
     out = {"yaml": _file_digest(path)}
     try:
-        cfg = read_robot_yaml(path)
-        urdf = resolve_urdf(str(cfg.get("urdf", "")), path, packages_of(cfg, path))
+        urdf = section_urdf(read_robot_yaml(path), path)
         out["urdf"] = _file_digest(Path(urdf))
     except (InputError, OSError):
         pass

@@ -157,6 +157,11 @@ def _pose(y: NDArray, side: int, present: tuple[bool, bool]) -> tuple[NDArray, N
     return y[..., off : off + 3], y[..., off + 3 : off + 7]
 
 
+def _present_columns(present: tuple[bool, bool]) -> NDArray[np.int64]:
+    """The columns of a joint's 14 (``[c_a, q_a, c_b, q_b]``) that belong to its bodies (a world side has none)."""
+    return np.concatenate([np.arange(7 * k, 7 * k + 7) for k in range(2) if present[k]])
+
+
 @dataclass(frozen=True, eq=False)
 class JointConstraint(Constraint):
     """A joint between a parent (``a``) and a child (``b``) rigid body, either possibly the world.
@@ -256,9 +261,7 @@ class JointConstraint(Constraint):
                 raise InputError(f"joint {self.name!r}: only hinges and prismatic joints can be motors")
         cvec = np.concatenate(rows_c, axis=-1).astype(dt)
         jac = np.concatenate(rows_j, axis=-2).astype(dt)
-        keep = [k for k in range(2) if self.present[k]]
-        cols = np.concatenate([np.arange(7 * k, 7 * k + 7) for k in keep])
-        return cvec, jac[..., cols]
+        return cvec, jac[..., _present_columns(self.present)]
 
 
 @dataclass(frozen=True, eq=False)
@@ -343,8 +346,7 @@ def motor_theta_terms(block: JointConstraint, y: NDArray[np.float64], theta: flo
     row = np.zeros(14)
     row[3:7] = b1 @ (c * rotate_jacobian(qa, block.axes_a[0]) + s * rotate_jacobian(qa, block.axes_a[1]))
     row[10:14] = (c * a1 + s * a2) @ rotate_jacobian(qb, block.axes_b[0])
-    cols = np.concatenate([np.arange(7 * k, 7 * k + 7) for k in range(2) if block.present[k]])
-    return c * a1b1 + s * a2b1, row[cols], -s * a1b1 + c * a2b1
+    return c * a1b1 + s * a2b1, row[_present_columns(block.present)], -s * a1b1 + c * a2b1
 
 
 def theta_derivative(block: Constraint, y: NDArray, theta: NDArray | complex | float) -> NDArray:

@@ -209,11 +209,11 @@ def load_model(robot: str | Path, mesh_axial: int | None = None, mesh_around: in
     Returns:
         The model, its YAML ``retarget:`` section and the text the model depends on (for hashing).
     """
-    from retarget.model.loader import load_robot, packages_of, read_robot_yaml, resolve_urdf
+    from retarget.model.loader import load_robot, read_robot_yaml, section_urdf
 
     path = robot_yaml_path(robot)
     cfg = read_robot_yaml(path)
-    urdf = resolve_urdf(str(cfg.get("urdf", "")), path, packages_of(cfg, path))
+    urdf = section_urdf(cfg, path)
     fingerprint = path.read_text() + urdf.read_text() + json.dumps([mesh_axial, mesh_around])
     name = path.stem.split(".")[0]
     if mesh_axial is None and mesh_around is None:
