@@ -3,9 +3,10 @@
 - the core imports no ROS: no module outside ``retarget.ros`` imports rclpy or a ROS interface package when it is
   imported (its module-level imports, followed through the ``retarget`` modules they import), and only the listed
   modules import one at all (inside functions);
-- the core layers model → fem → sim → optimize → planning → (ros, cli, show) import only downwards, at module level
-  and inside functions alike (an import inside a function is an edge all the same; only ``if TYPE_CHECKING:``
-  blocks, which never run, are left out); the ``commands`` modules sit on top with the CLI;
+- every package imports only what it builds on (:data:`BUILDS_ON`, followed transitively: the chain model → fem →
+  sim → optimize → planning and the packages beside it), at module level and inside functions alike (an import
+  inside a function is an edge all the same; only ``if TYPE_CHECKING:`` blocks, which never run, are left out);
+  ``ros``, the CLI, ``show`` and the ``commands`` modules sit on top; every package has its place;
 - the packages' imports form no cycle (``retarget.<package>`` as one node; ``ros``, the CLI and the ``commands``
   modules, which sit on top, left out);
 - no module imports another package's private (``_``-prefixed) names.
@@ -31,11 +32,35 @@ ROS_PACKAGES = frozenset({"rclpy", "rosbag2_py", "rosidl_runtime_py", "launch", 
 #: none (the demo and the JointTrajectory conversion live in ``retarget.ros``).
 KNOWN_ROS_IMPORTERS: dict[str, frozenset[str]] = {}
 
-#: The core layers, lowest first: a module may import (at module level) its own layer and those below.
-LAYERS: dict[str, int] = {"model": 0, "fem": 1, "sim": 2, "optimize": 3, "planning": 4, "ros": 5, "cli": 5,
-                          "show": 5}
+#: What each package builds on directly: it may import these and, transitively, what they build on, never the
+#: others (docs/architecture.md, Layers). The chain model → fem → sim → optimize → planning, and beside it the
+#: packages that build on parts of it. ``ros``, the CLI, ``show`` and the ``commands`` modules sit on top
+#: (:func:`on_top`) and may import anything; the :data:`FOUNDATION` modules anyone.
+BUILDS_ON: dict[str, frozenset[str]] = {
+    "model": frozenset(),
+    "fem": frozenset({"model"}),
+    "motion": frozenset({"model"}),
+    "control": frozenset({"motion"}),
+    "sim": frozenset({"fem", "motion"}),
+    "dynamixel": frozenset({"control", "sim"}),
+    "twin": frozenset({"dynamixel", "sim"}),
+    "mocap": frozenset({"sim", "twin"}),
+    "optimize": frozenset({"sim"}),
+    "planning": frozenset({"optimize", "mocap"}),
+    "fit": frozenset({"optimize", "mocap"}),
+    "report": frozenset({"planning"}),
+}
 
-#: Imports of a higher layer that exist today: (importer, imported module) → why.
+#: The top-level modules every package may import (errors, the numba cache, JSON and progress helpers, process
+#: handling, the shared command-line argument types); they import only each other.
+FOUNDATION = frozenset({"retarget", "retarget.errors", "retarget.jit", "retarget._lazy", "retarget.jsonsafe",
+                        "retarget.progress", "retarget.processes", "retarget.cliargs", "retarget.info"})
+
+#: The packages on top, besides the ``commands`` modules.
+TOP = frozenset({"ros", "cli", "show"})
+
+
+#: Imports outside :data:`BUILDS_ON` that exist today: (importer, imported module) → why.
 KNOWN_UPWARD_IMPORTS: dict[tuple[str, str], str] = {
     ("retarget.model.loader", "retarget.fem.material"): "load_robot gives each flexible part its material; the loader "
     "belongs beside the FEM it feeds (docs/architecture.md, Layers), a move out of this change's scope",
@@ -181,19 +206,41 @@ def on_top(module: str) -> bool:
     return module == "retarget.cli" or (len(parts) > 1 and parts[1] == "ros") or parts[-1] == "commands"
 
 
-def layer(module: str) -> int | None:
-    """The core layer of a ``retarget`` module (:data:`LAYERS`; a ``commands`` module the CLI's), None outside the
-    core."""
-    parts = module.split(".")
-    if len(parts) < 2 or parts[0] != "retarget" or parts[1] not in LAYERS:
-        return None
-    return LAYERS["cli"] if on_top(module) else LAYERS[parts[1]]
+def builds_on(package_name: str) -> frozenset[str]:
+    """Every package ``package_name`` may import: :data:`BUILDS_ON`, followed transitively."""
+    found: set[str] = set()
+    pending = list(BUILDS_ON[package_name])
+    while pending:
+        p = pending.pop()
+        if p not in found:
+            found.add(p)
+            pending.extend(BUILDS_ON[p])
+    return frozenset(found)
 
 
 def upward_imports(src: Path = SRC) -> set[tuple[str, str]]:
-    """(importer, imported module) for every import of a higher core layer, at module level or inside a function."""
-    return {(name, t) for name, named in runtime_imports(src).items() if (own := layer(name)) is not None
-            for t in named if (layer(t) or 0) > own}
+    """(importer, imported module) for every import, at module level or inside a function, from a package of
+    :data:`BUILDS_ON` of a package it does not build on (a package it is not listed on, or one above it)."""
+    out = set()
+    for name, named in runtime_imports(src).items():
+        own = name.split(".")[1] if name.count(".") else None
+        if own not in BUILDS_ON or on_top(name):
+            continue
+        allowed = builds_on(own) | {own}
+        out |= {(name, t) for t in named if t not in FOUNDATION and t.split(".")[1] not in allowed}
+    return out
+
+
+def unplaced(src: Path = SRC) -> set[str]:
+    """The packages and top-level modules of ``src/retarget`` in none of :data:`BUILDS_ON`, :data:`TOP` and
+    :data:`FOUNDATION`, and the foundation modules that import anything but each other."""
+    found = modules(src)
+    places = set(BUILDS_ON) | TOP
+    out = {".".join(m.split(".")[:2]) for m in found if m not in FOUNDATION and m.split(".")[1:2]
+           and m.split(".")[1] not in places}
+    named = runtime_imports(src)
+    out |= {m for m in FOUNDATION if m in found and not named[m] <= FOUNDATION}
+    return out
 
 
 def package(module: str) -> str:
@@ -281,12 +328,16 @@ def test_packages_form_no_cycle():
     assert not gone, f"{gone} are gone: remove them from KNOWN_CYCLE_IMPORTS"
 
 
-def test_core_layers_import_only_downwards():
+def test_packages_import_only_what_they_build_on():
     found = upward_imports()
     new = found - set(KNOWN_UPWARD_IMPORTS)
-    assert new == set(), f"upward imports between the core layers {list(LAYERS)}: {sorted(new)}"
+    assert new == set(), f"imports outside what each package builds on (BUILDS_ON): {sorted(new)}"
     gone = set(KNOWN_UPWARD_IMPORTS) - found
     assert not gone, f"{gone} are gone: remove them from KNOWN_UPWARD_IMPORTS"
+
+
+def test_every_package_has_a_place():
+    assert unplaced() == set(), "place these in BUILDS_ON, TOP or FOUNDATION (tests/foundation/test_layers.py)"
 
 
 def _package(root: Path, files: dict[str, str]) -> Path:
@@ -301,7 +352,8 @@ def _package(root: Path, files: dict[str, str]) -> Path:
 def test_the_checks_see_direct_transitive_lazy_and_relative_imports(tmp_path):
     """The readers on a small package: a ROS import at module level, one reached through another module, one inside
     a function, one under TYPE_CHECKING (not run), a relative upward import, an upward import inside a function,
-    one under TYPE_CHECKING (never run), a commands module's (on top), and a cycle closed inside a function."""
+    one under TYPE_CHECKING (never run), a commands module's (on top), a cycle closed inside a function (whose lower
+    side, dynamixel, does not build on twin), a package placed nowhere and a foundation module importing a package."""
     src = _package(tmp_path, {
         "__init__.py": "",
         "model/__init__.py": "",
@@ -323,12 +375,17 @@ def test_the_checks_see_direct_transitive_lazy_and_relative_imports(tmp_path):
         "optimize/x.py": "from retarget.model import robot\n",
         "ros/__init__.py": "",
         "ros/node.py": "import rclpy\n",
+        "errors.py": "",
+        "jsonsafe.py": "def f():\n    from retarget.sim import system\n",
+        "gadget/__init__.py": "",
     })
     assert ros_at_import_time(src) == {"retarget.sim.system": {"rclpy"}, "retarget.model.robot": {"rclpy"},
                                        "retarget.optimize.x": {"rclpy"}}
     assert ros_importers(src) == {"retarget.sim.system": {"rclpy"}, "retarget.fem.mesh": {"sensor_msgs"}}
     assert upward_imports(src) == {("retarget.model.robot", "retarget.sim.system"),
-                                    ("retarget.fem.material", "retarget.sim.system")}
+                                    ("retarget.fem.material", "retarget.sim.system"),
+                                    ("retarget.dynamixel.bus", "retarget.twin.servo")}
+    assert unplaced(src) == {"retarget.gadget", "retarget.jsonsafe"}
     assert package_cycles(src) == [["retarget.dynamixel", "retarget.twin"]]
     assert package_cycles(src, frozenset({("retarget.dynamixel.bus", "retarget.twin.servo")})) == []
     assert private_imports(src) == {("retarget.fem.commands", "retarget.motion.io._private")}
