@@ -116,8 +116,8 @@ def test_the_robotis_op3_loads_from_its_makers_xacros(shared_data: Path, tmp_pat
 
 
 def test_a_rig_with_packages_loads_at_another_resolution(tmp_path: Path) -> None:
-    """The material fit reloads a rig at another mesh resolution from a copy of its YAML in a temporary folder:
-    ``packages`` relative to the rig's file still resolve there."""
+    """The material fit reloads a rig at another mesh resolution: ``packages`` relative to the rig's file resolve,
+    the mesh has the resolution asked for, and the fitted materials beside the rig (``materials.yaml``) apply."""
     from retarget.fit.rig import load_rig
     from retarget.fit.simulators import _load_with_resolution
     from retarget.model.library import resolve_robot, resolve_urdf, robot_config
@@ -135,5 +135,9 @@ def test_a_rig_with_packages_loads_at_another_resolution(tmp_path: Path) -> None
     (tmp_path / "config").mkdir()
     rig_file = tmp_path / "config" / "single_rod.yaml"
     rig_file.write_text(yaml.safe_dump({"retarget": section}))
+    (tmp_path / "config" / "materials.yaml").write_text("spring_steel: {density: 9000.0}\n")
     model = _load_with_resolution(load_rig(rig_file), (6, 6))
     assert [p.name for p in model.flexible_parts] == ["rod"] and list(model.motors) == ["base_pitch"]
+    part = model.flexible_parts[0]
+    assert part.material.density == 9000.0
+    assert part.generator is not None and part.generator.resolution == {"axial": 6, "around": 6}

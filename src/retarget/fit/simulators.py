@@ -258,26 +258,15 @@ class FullEngine:
 
 
 def _load_with_resolution(rig: StepTestRig, resolution: tuple[int, int]) -> object:
-    """Load the rig's robot with its part's mesh resolution replaced (through a temporary copy of the YAML)."""
-    import tempfile
-    from pathlib import Path
+    """Load the rig's robot with its generated parts' mesh resolution replaced (axial, around); read from the rig's
+    own file, so its packages, mesh files and ``materials.yaml`` resolve as they do for the rig."""
+    from retarget.model.loader import load_robot, read_robot_yaml
 
-    import yaml
-
-    from retarget.model.loader import load_robot, packages_of, resolve_urdf
-
-    data = yaml.safe_load(rig.path.read_text())
-    cfg = data["retarget"]
-    packages = packages_of(cfg, rig.path)  # absolute: the copy below lives in another folder
-    cfg["urdf"] = str(resolve_urdf(str(cfg["urdf"]), rig.path, packages))
-    if packages:
-        cfg["packages"] = {name: str(folder) for name, folder in packages.items()}
-    for part in cfg.get("flexible_parts") or []:
-        part.setdefault("mesh", {})["resolution"] = {"axial": int(resolution[0]), "around": int(resolution[1])}
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / rig.path.name
-        path.write_text(yaml.safe_dump(data))
-        return load_robot(path)
+    cfg = read_robot_yaml(rig.path)
+    generated = [str(part.get("name", "")) for part in cfg.get("flexible_parts") or []
+                 if "file" not in (part.get("mesh") or {})]
+    return load_robot(rig.path, resolution={name: {"axial": int(resolution[0]), "around": int(resolution[1])}
+                                            for name in generated})
 
 
 class ReducedEngine:
