@@ -35,6 +35,18 @@ def test_valid_goal_is_reordered_to_controller_joints() -> None:
     assert traj.duration == 1.0
 
 
+def test_a_partial_goal_is_accepted_where_asked_with_its_joints_in_controller_order() -> None:
+    """The planner's animations may leave motors out (they hold their zero pose); FollowJointTrajectory goals may
+    not ("missing joint" below)."""
+    traj = validate(("c", "a"), pts((0.5, (3.0, 1.0)), (1.0, (2.9, 0.9))), partial=True)
+    assert traj.joint_names == ("a", "c")
+    np.testing.assert_array_equal(traj.positions, [[1.0, 3.0], [0.9, 2.9]])
+    with pytest.raises(TrajectoryRejected, match="'x'"):
+        validate(("a", "x"), pts((1.0, (0.0, 0.0))), partial=True)
+    with pytest.raises(TrajectoryRejected, match="lower limit|upper limit|limit"):
+        validate(("a",), pts((1.0, (5.0,))), partial=True)
+
+
 def test_future_stamp_sets_start_time() -> None:
     assert validate(stamp=12.5, now=10.0).start_time == 12.5
 

@@ -140,6 +140,21 @@ def test_select_and_reorder(motion: Motion) -> None:
     assert info.value.missing == ("wrist",) and info.value.unknown == ("elbow",)
 
 
+def test_with_joints_holds_the_joints_a_motion_leaves_out(motion: Motion) -> None:
+    robot = ["knee", "head_yaw", "shoulder_pitch", "elbow"]
+    assert motion.held(robot) == ["knee"]
+    full = motion.with_joints(robot, hold=0.25)
+    assert full.joint_names == tuple(robot)
+    np.testing.assert_array_equal(full.positions[:, 1:], motion.positions[:, [2, 0, 1]])
+    np.testing.assert_array_equal(full.positions[:, 0], 0.25)
+    np.testing.assert_array_equal(full.time, motion.time)
+    assert motion.with_joints(["shoulder_pitch", "elbow", "head_yaw"]) == motion.reorder(
+        ["shoulder_pitch", "elbow", "head_yaw"])
+    with pytest.raises(JointMismatchError, match=r"missing joints \['knee'\], unknown joints \['elbow'\]") as info:
+        motion.with_joints(["knee", "head_yaw", "shoulder_pitch"])
+    assert info.value.unknown == ("elbow",)
+
+
 def test_shifted_and_joint_index(motion: Motion) -> None:
     s = motion.shifted(-motion.time[0])
     assert s.time[0] == 0.0 and s.joint_index("elbow") == 1

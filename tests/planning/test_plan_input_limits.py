@@ -6,6 +6,7 @@ both planning paths (``retarget plan`` and :func:`retarget.planning.run.plan` as
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from retarget.motion.errors import MotionLimitError
 from retarget.motion.limits import check_plan_input, robot_position_limits
 from retarget.motion.motion import Motion
 
+ARM = Path(__file__).resolve().parents[1] / "model" / "fixtures" / "rigid_arm.urdf"
 HUGE_CSV = "time [s],base_pitch [deg]\n0.0,0\n0.5,500\n1.0,1000\n"
 
 
@@ -40,6 +42,34 @@ def test_check_plan_input_passes_a_motion_within_limits_even_when_too_fast():
     # 80 deg in 10 ms: far beyond the servo's 8 rad/s but inside ±90 deg: not refused (the plan reports speeds).
     m = Motion(np.array([0.0, 0.01, 1.0]), ("base_pitch",), np.radians([[0.0], [80.0], [80.0]]))
     assert check_plan_input("single_rod", m) is m
+
+
+def test_motors_a_motion_leaves_out_hold_their_zero_pose(tmp_path):
+    """An animation of a few of a robot's motors: the others hold 0 rad, after the motors in the robot's order; a
+    motion of another robot (no motor, other joints) and a held motor whose zero is beyond its limits are refused."""
+    from retarget.motion.errors import JointMismatchError
+    from retarget.motion.limits import HOLD_RAD
+
+    (tmp_path / "arm.urdf").write_text(ARM.read_text())
+    robot = tmp_path / "arm.yaml"
+    robot.write_text("retarget:\n  urdf: arm.urdf\n  motors: [shoulder, elbow]\n  tracked_bodies: [{link: fore}]\n")
+    t = np.linspace(0.0, 1.0, 11)
+    shoulder = Motion(t, ("shoulder",), 0.3 * t[:, None])
+    full = check_plan_input(robot, shoulder)
+    assert full.joint_names == ("shoulder", "elbow") and HOLD_RAD == 0.0
+    np.testing.assert_array_equal(full.positions, np.stack([0.3 * t, np.zeros_like(t)], axis=1))
+    csv = tmp_path / "shoulder.csv"
+    csv.write_text("time [s],shoulder [rad]\n" + "".join(f"{a},{0.3 * a}\n" for a in t))
+    assert check_plan_input(robot, csv) == full
+    with pytest.raises(JointMismatchError, match=r"no column for motors \['shoulder', 'elbow'\].*another robot"):
+        check_plan_input(robot, Motion(t, ("base_pitch",), 0.1 * t[:, None]))
+    elbow = '<limit lower="-2" upper="2" velocity="4.8" effort="4"/></joint>\n</robot>'
+    assert elbow in ARM.read_text()
+    (tmp_path / "bent.urdf").write_text(ARM.read_text().replace(elbow, elbow.replace('"-2"', '"0.2"')))
+    bent = tmp_path / "bent.yaml"
+    bent.write_text(robot.read_text().replace("arm.urdf", "bent.urdf"))
+    with pytest.raises(JointMismatchError, match=r"zero pose is beyond their limits \(elbow \[0.2, 2\] rad\)"):
+        check_plan_input(bent, shoulder)
 
 
 def test_check_plan_input_names_joint_time_and_value():

@@ -30,3 +30,15 @@ def test_the_conversion_imports_no_ros_until_used() -> None:
             "print(bad); sys.exit(1 if bad else 0)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_for_joints_holds_the_robots_joints_the_motion_leaves_out_and_says_so(motion: Motion, capsys) -> None:  # noqa: F811
+    from retarget.ros.motion_convert import for_joints
+
+    robot = ["knee", *motion.joint_names]
+    full = for_joints(motion, robot, "play")
+    assert full.joint_names == tuple(robot)
+    np.testing.assert_array_equal(full.positions[:, 0], 0.0)
+    assert "retarget play: the motion has no column for knee: held at 0 rad" in capsys.readouterr().err
+    assert for_joints(motion, list(motion.joint_names), "goal") == motion
+    assert capsys.readouterr().err == ""

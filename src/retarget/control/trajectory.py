@@ -75,8 +75,10 @@ def _reject_joints(message: str, joint: str | None = None) -> TrajectoryRejected
     return TrajectoryRejected(ErrorCode.INVALID_JOINTS, message, joint=joint)
 
 
-def _check_joint_names(goal_joints: Sequence[str], controller_joints: Sequence[str]) -> list[int]:
-    """Index of each goal joint in the controller order; raises INVALID_JOINTS on any mismatch."""
+def _check_joint_names(goal_joints: Sequence[str], controller_joints: Sequence[str],
+                       partial: bool = False) -> list[int]:
+    """Index of each goal joint in the controller order (``partial``: in the order of the controller joints the goal
+    names); raises INVALID_JOINTS on any mismatch (``partial``: but a missing joint)."""
     if not goal_joints:
         raise _reject_joints("empty joint_names on the incoming trajectory")
     seen: set[str] = set()
@@ -88,6 +90,9 @@ def _check_joint_names(goal_joints: Sequence[str], controller_joints: Sequence[s
     if unknown:
         raise _reject_joints(f"joint {unknown[0]!r} is not one of the controller's joints "
                              f"{list(controller_joints)}", unknown[0])
+    if partial:
+        present = [n for n in controller_joints if n in seen]
+        return [present.index(n) for n in goal_joints]
     missing = [n for n in controller_joints if n not in seen]
     if missing:
         raise _reject_joints(f"joints {missing} are missing: a goal must name all {len(controller_joints)} "
@@ -128,7 +133,7 @@ def validate_trajectory(goal_joints: Sequence[str], points: Sequence[GoalPoint],
                         max_velocity: float = math.inf,
                         stamp: float = 0.0, now: float = 0.0,
                         start_positions: Sequence[float] | None = None,
-                        control_period: float = 0.0) -> Trajectory:
+                        control_period: float = 0.0, partial: bool = False) -> Trajectory:
     """Validate a FollowJointTrajectory goal and reorder it to the controller's joints.
 
     Args:
@@ -143,6 +148,8 @@ def validate_trajectory(goal_joints: Sequence[str], points: Sequence[GoalPoint],
             checked too (:func:`check_first_segment`).
         control_period: Shortest time a commanded move can take [s] (one control tick), see
             :func:`check_first_segment`.
+        partial: accept a goal that leaves controller joints out (the planner's animations: the motors they leave
+            out hold their zero pose); the trajectory then has the goal's joints only, in controller order.
 
     Returns:
         The trajectory in controller order with ``start_time`` set.
@@ -151,7 +158,9 @@ def validate_trajectory(goal_joints: Sequence[str], points: Sequence[GoalPoint],
         TrajectoryRejected: With ``INVALID_JOINTS`` for wrong, missing or duplicate names, ``OLD_HEADER_TIMESTAMP``
             for a trajectory that ends in the past, ``INVALID_GOAL`` for everything else.
     """
-    order = _check_joint_names(goal_joints, controller_joints)
+    order = _check_joint_names(goal_joints, controller_joints, partial)
+    if partial:
+        controller_joints = [n for n in controller_joints if n in set(goal_joints)]
     m = len(controller_joints)
     if not points:
         raise TrajectoryRejected(ErrorCode.INVALID_GOAL, "empty trajectory: a goal needs at least one point")

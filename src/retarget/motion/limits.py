@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from retarget.motion.motion import Motion
 
 __all__ = ["JointLimit", "LimitLike", "LimitViolation", "RowLabel", "as_joint_limits", "check_plan_input",
-           "find_limit_violations",
+           "HOLD_RAD", "find_limit_violations",
            "robot_position_limits", "true_runs"]
 
 #: Maps a sample index to how the user sees that row (``"row 12"``, ``"line 14"``).
@@ -203,6 +203,11 @@ def robot_position_limits(robot: str | Path) -> dict[str, JointLimit]:
     return {name: JointLimit(lim.lower, lim.upper) for name, lim in RigKinematics(xml).limits.items()}
 
 
+#: Where a motor that a motion has no column for stays [rad]: the description's zero pose, the pose the robot's
+#: model is built in (docs/robot-description.md, "Motions").
+HOLD_RAD = 0.0
+
+
 def check_plan_input(robot: str | Path, motion: Motion | str | Path) -> Motion:
     """Refuse a motion that leaves the robot's joint position limits, before any model work.
 
@@ -215,12 +220,14 @@ def check_plan_input(robot: str | Path, motion: Motion | str | Path) -> Motion:
         motion: The motion, or a file or library name (``"single_rod/step_30"``) to read it from.
 
     Returns:
-        The motion (read from the file when a file or name was given).
+        The motion (read from the file when a file or name was given); a motor it has no column for holds
+        :data:`HOLD_RAD` (the description's zero pose) throughout, after the motors in the robot's order.
 
     Raises:
         MotionLimitError: A joint leaves its position limits; the message names the joint, the row (the file's line
             or row when read from a file), the time [s] and the value (rad and deg).
-        JointMismatchError: The motion has no column for some of the robot's motors.
+        JointMismatchError: A motor without a column whose zero pose is beyond its limits, or a motion without
+            some motors that moves joints that are not motors (another robot's motion).
         MotionFormatError, UnknownNameError: An unreadable motion file, an unknown motion or robot.
     """
     from retarget.motion.errors import JointMismatchError
@@ -236,8 +243,16 @@ def check_plan_input(robot: str | Path, motion: Motion | str | Path) -> Motion:
     else:
         motion.assert_within_limits(limits)
     motors = [str(m) for m in cfg.get("motors") or []]
-    missing = [m for m in motors if m not in motion.joint_names]
-    if missing:
-        raise JointMismatchError(f"the motion has no column for motors {missing} of robot {str(robot)!r} (it has "
-                                 f"{list(motion.joint_names)})", missing=missing, source=source)
-    return motion
+    held = motion.held(motors)
+    outside = [f"{m} [{limits[m].lower:.4g}, {limits[m].upper:.4g}] rad" for m in held
+               if m in limits and not limits[m].lower <= HOLD_RAD <= limits[m].upper]
+    if outside:
+        raise JointMismatchError(f"the motion has no column for motors whose zero pose is beyond their limits "
+                                 f"({', '.join(outside)}) of robot {str(robot)!r}: give them a column", missing=held,
+                                 source=source)
+    unknown = [j for j in motion.joint_names if j not in motors]
+    if unknown and held:
+        raise JointMismatchError(f"the motion has no column for motors {held} of robot {str(robot)!r} and moves "
+                                 f"joints {unknown} that are not its motors: a motion of another robot?",
+                                 missing=held, unknown=unknown, source=source)
+    return motion.with_joints([*motors, *unknown], HOLD_RAD) if held else motion

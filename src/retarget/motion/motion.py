@@ -247,6 +247,27 @@ class Motion:
                                      + f" (expected {wanted})", missing=missing, unknown=unknown)
         return self.select(wanted)
 
+    def with_joints(self, joint_names: Iterable[str], hold: float = 0.0) -> Motion:
+        """The motion with columns in the order of ``joint_names``; a joint it leaves out holds ``hold`` [rad]
+        throughout. An animation that moves a few of a robot's motors needs no column for the
+        others (:meth:`held`).
+
+        Raises:
+            JointMismatchError: The motion has joints that are not in ``joint_names`` (as :meth:`reorder`: naming
+                them and the missing ones).
+        """
+        wanted = list(joint_names)
+        if any(j not in wanted for j in self.joint_names):
+            self.reorder(wanted)  # raises, naming the unknown and the missing joints
+        columns = [self.positions[:, self.joint_index(j)] if j in self.joint_names
+                   else np.full(self.num_samples, float(hold)) for j in wanted]
+        return Motion(self.time, tuple(wanted), np.stack(columns, axis=1) if columns
+                      else np.zeros((self.num_samples, 0)))
+
+    def held(self, joint_names: Iterable[str]) -> list[str]:
+        """The joints of ``joint_names`` this motion has no column for (:meth:`with_joints` holds them)."""
+        return [j for j in joint_names if j not in self.joint_names]
+
     def shifted(self, offset: float) -> Motion:
         """The motion with ``offset`` [s] added to every time (``shifted(-m.time[0])`` starts it at 0)."""
         return Motion(self.time + offset, self.joint_names, self.positions)

@@ -174,6 +174,7 @@ def _shipped_models(args: argparse.Namespace) -> tuple[str, ...]:
 def _load(args: argparse.Namespace) -> tuple[PlanningModel, Motion]:
     """The planning model (gated, its card printed) and the motion of ``retarget check gradient``'s arguments."""
     from retarget.errors import InputError
+    from retarget.motion.limits import check_plan_input
     from retarget.planning.model import planning_model
 
     if not args.dt > 0:
@@ -181,7 +182,7 @@ def _load(args: argparse.Namespace) -> tuple[PlanningModel, Motion]:
     if getattr(args, "time_budget", None) is not None and not args.time_budget > 0:
         raise InputError(f"--time-budget must be positive, got {args.time_budget}")
     robot = args.robot
-    motion = _motion_announcing_model(args)
+    motion = check_plan_input(robot, _motion_announcing_model(args))  # motors it leaves out hold their zero pose
     pm = planning_model(robot, motion, n_modes=args.modes, dt_train=args.dt_train, mesh_axial=args.mesh_axial,
                         mesh_around=args.mesh_around, reduced_file=args.reduced, use_cache=not args.no_cache,
                         progress=_bar("full training simulation"))

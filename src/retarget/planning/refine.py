@@ -753,7 +753,7 @@ def refine_context(robot: str | Path, motion: Motion, plan: PlanFile, options: P
             raise RefineRefused(Refusal.WRONG_ROBOT, f"the plan {plan.path} was made for other servos than the robot's "
                                 f"config declares ({'; '.join(differ)}): a plan of another robot, or of this one "
                                 "before its servos changed (plan again)", mismatches=differ)
-    check_plan_input(robot, motion)
+    motion = check_plan_input(robot, motion)
     settings = plan.settings() or {}
     digest = settings.get("input_sha256")
     start = float(motion.time[0])

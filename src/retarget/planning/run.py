@@ -140,12 +140,14 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
     options = PlanOptions() if options is None else options
     progress = PlanProgress() if progress is None else progress
     started = time.perf_counter()
-    check_plan_input(robot, motion)
+    given, motion = motion, check_plan_input(robot, motion)  # motors it leaves out hold their zero pose
     if options.verify_file is not None and not (Path(options.verify_file).suffix.lower() == ".npz"
                                                 and Path(options.verify_file).is_file()):
         raise InputError(f"verify_model {options.verify_file!r}: expected auto, full, none or an existing reduced-"
                          "model artifact (.npz)")
     reports = _Reports(progress)
+    if held := given.held(motion.joint_names):
+        reports.say(f"the motion has no column for {', '.join(held)}: held at 0 rad (the zero pose)")
     pm = _load_planning_model(robot, motion, options, reports, started)
     options = _without_stiffness_factors(options, pm, reports.say)
     gate_warning = gate_model(pm, options.allow_unverified_model, reports.say)

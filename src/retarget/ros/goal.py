@@ -167,6 +167,7 @@ def _goal_command(args: argparse.Namespace) -> int:
     from retarget.motion import load_motion
     from retarget.planning.options import PlanOptions
     from retarget.ros.demo import excerpt, window_count
+    from retarget.ros.motion_convert import for_joints
     from retarget.ros.player import RobotClient, trajectory_arrays
 
     if args.duration is not None and not args.duration > 0:
@@ -182,7 +183,7 @@ def _goal_command(args: argparse.Namespace) -> int:
     params = ros_parameters(args.robot)
     joints = [str(j) for j in params.get("joint_names") or []]
     whole = load_motion(args.motion)
-    motion = excerpt(whole, args.duration).reorder(joints)
+    motion = for_joints(excerpt(whole, args.duration), joints, "goal")
     namespace = args.namespace.rstrip("/")
     action = f"{namespace}/planner/retarget"
     follow = f"{namespace}/trajectory_server/follow_joint_trajectory"

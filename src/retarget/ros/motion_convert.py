@@ -6,15 +6,34 @@ Reading works on any object with the message's attributes
 """
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from retarget.motion.limits import HOLD_RAD
 from retarget.motion.motion import Motion
 
 if TYPE_CHECKING:
     from trajectory_msgs.msg import JointTrajectory
 from retarget.motion.trajectory import motion_from_trajectory, motion_to_trajectory_dict
 
-__all__ = ["from_joint_trajectory_msg", "to_joint_trajectory_msg"]
+__all__ = ["for_joints", "from_joint_trajectory_msg", "to_joint_trajectory_msg"]
+
+
+def for_joints(motion: Motion, joints: Sequence[str], command: str) -> Motion:
+    """``motion`` in the robot's wire order; the joints it has no column for hold their zero pose, which the
+    command says on stderr (``retarget <command>: ...``), as the planner does for an animation that leaves motors
+    out.
+
+    Raises:
+        JointMismatchError: The motion moves joints the robot does not have (naming them).
+    """
+    held = motion.held(joints)
+    full = motion.with_joints(joints, HOLD_RAD)
+    if held:
+        print(f"retarget {command}: the motion has no column for {', '.join(held)}: held at {HOLD_RAD:g} rad "
+              "(the zero pose)", file=sys.stderr, flush=True)
+    return full
 
 
 def to_joint_trajectory_msg(motion: Motion, *, velocities: bool = False, frame_id: str = "") -> JointTrajectory:

@@ -121,7 +121,7 @@ class Planner(Node):
         if not self.joint_names:
             raise InputError("the planner has no joint_names parameter: start it with the robot's params file")
         validate_trajectory(goal.animation.joint_names, goal_points(goal.animation),
-                            controller_joints=self.joint_names)
+                            controller_joints=self.joint_names, partial=True)  # motors left out hold zero
         if goal.position_weights and len(goal.position_weights) != len(goal.tracked_bodies):
             raise InputError(f"{len(goal.position_weights)} position_weights for {len(goal.tracked_bodies)} "
                              "tracked_bodies")

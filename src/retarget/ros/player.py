@@ -473,13 +473,14 @@ def _play_command(args: argparse.Namespace) -> int:
     from retarget.info import components
     from retarget.model.library import resolve_robot, ros_parameters
     from retarget.motion import load_motion
+    from retarget.ros.motion_convert import for_joints
 
     _check_play_options(args)
     robot = _robot_of(args.motion, args.robot)
     name = resolve_robot(robot).name.removesuffix(".yaml")
     params = ros_parameters(robot)
     joints = [str(j) for j in params.get("joint_names") or []]
-    motion = load_motion(args.motion).reorder(joints)
+    motion = for_joints(load_motion(args.motion), joints, "play")
     for line in planned_servo_warnings(args.motion, robot):
         print(f"retarget play: warning: {line}", file=sys.stderr, flush=True)
     tolerance = float(params.get("default_goal_tolerance") or DEFAULT_START_TOLERANCE)

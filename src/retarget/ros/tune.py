@@ -220,6 +220,7 @@ def _tune_command(args: argparse.Namespace) -> int:
     from retarget.model import library
     from retarget.model.library import resolve_robot, ros_parameters
     from retarget.motion import load_motion
+    from retarget.ros.motion_convert import for_joints
 
     if args.trials < 1:
         raise InputError(f"--trials must be 1 or more, got {args.trials}")
@@ -238,7 +239,7 @@ def _tune_command(args: argparse.Namespace) -> int:
     robot = resolve_robot(args.robot).name.removesuffix(".yaml")
     joints = [str(j) for j in ros_parameters(args.robot).get("joint_names") or []]
     motion_path = Path(args.motion) if Path(args.motion).is_file() else library.resolve_motion(args.motion)
-    motion = load_motion(motion_path).reorder(joints)
+    motion = for_joints(load_motion(motion_path), joints, "tune")
     if args.plan is not None and not Path(args.plan).is_file():
         raise InputError(f"--plan {args.plan}: no such file")
     missing = [c for c in ("rclpy", "control_msgs") if not components()[c]]

@@ -68,7 +68,8 @@ def _simulate(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     model = load_robot(_resolve_robot(args.robot), mesh_scale=args.mesh_scale)
     system = build_system(model)
-    motors, motion_end = motors_from_motion(args.motion, model.motors)
+    motors, motion_end = motors_from_motion(args.motion, model.motors,
+                                            lambda line: print(f"retarget simulate: {line}", file=sys.stderr))
     duration = motion_end if args.duration is None else args.duration
     if not duration > 0:
         raise InputError(f"duration must be positive, got {duration}")

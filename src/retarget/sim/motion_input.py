@@ -1,7 +1,7 @@
 """From a motion file to motor trajectories (the adapter between :mod:`retarget.motion` and the simulator)."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -12,9 +12,11 @@ from retarget.sim.motors import SplineMotors
 __all__ = ["motors_from_motion"]
 
 
-def motors_from_motion(path: str | Path, motor_names: Sequence[str]) -> tuple[SplineMotors, float]:
+def motors_from_motion(path: str | Path, motor_names: Sequence[str],
+                       say: Callable[[str], None] | None = None) -> tuple[SplineMotors, float]:
     """Load a motion (any format :func:`retarget.motion.load_motion` reads) and return a C² spline through the
-    motors' columns plus the motion's end time [s]. Motors absent from the motion are held at 0."""
+    motors' columns plus the motion's end time [s]. Motors absent from the motion are held at 0 (``say`` is told
+    which)."""
     from retarget.motion import load_motion
 
     motion = load_motion(path)
@@ -24,6 +26,8 @@ def motors_from_motion(path: str | Path, motor_names: Sequence[str]) -> tuple[Sp
     missing = [m for m in motor_names if m not in names]
     if len(missing) == len(motor_names) and motor_names:
         raise InputError(f"motion {path} has none of the robot's motors {list(motor_names)} (it has {names})")
+    if missing and say is not None:
+        say(f"the motion has no column for {', '.join(missing)}: held at 0 rad (the zero pose)")
     cols = [pos[:, names.index(m)] if m in names else np.zeros(len(time)) for m in motor_names]
     if not cols:
         cols = [np.zeros(len(time))]
