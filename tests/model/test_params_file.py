@@ -94,3 +94,20 @@ def test_every_shipped_params_file_takes_a_calibration(tmp_path: Path) -> None:
         assert values["offsets"] == [0.125] * n and values["directions"] == [-1] * n, source.name
         assert {k: v for k, v in values.items() if k not in ("offsets", "directions")} == \
             read_ros_parameters(source), source.name
+
+
+def test_a_robot_without_a_params_file_is_told_one_to_start_from(tmp_path: Path) -> None:
+    """The error names the missing file and gives its text, made of the robot's motors and servo model, which reads
+    back as a params file (IDs 1..n as placeholders, said so)."""
+    from retarget.model.library import ros_parameters
+
+    (tmp_path / "arm.urdf").write_text((Path(__file__).parent / "fixtures" / "rigid_arm.urdf").read_text())
+    robot = tmp_path / "arm.yaml"
+    robot.write_text("retarget:\n  urdf: arm.urdf\n  motors: [shoulder, elbow]\n  servo: {model: XM430-W350}\n")
+    with pytest.raises(InputError, match="no ROS 2 params file arm.params.yaml beside it") as info:
+        ros_parameters(robot)
+    text = str(info.value)
+    assert "placeholders" in text and "retarget servos scan PORT" in text
+    (tmp_path / "arm.params.yaml").write_text(text[text.index("/**:"):] + "\n")
+    assert ros_parameters(robot) == {"robot_name": "arm", "joint_names": ["shoulder", "elbow"],
+                                     "dynamixel_ids": [1, 2], "servo_model": "XM430-W350"}

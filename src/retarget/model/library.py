@@ -197,8 +197,33 @@ def resolve_params(robot: str | Path) -> Path:
     description = resolve_robot(robot)
     path = description.with_name(description.name.removesuffix(".yaml") + ".params.yaml")
     if not path.is_file():
-        raise InputError(f"{description}: no ROS 2 params file {path.name} beside it (docs/robot-description.md)")
+        raise InputError(f"{description}: no ROS 2 params file {path.name} beside it (docs/robot-description.md)"
+                         + _params_template(description, path))
     return path
+
+
+def _params_template(description: Path, path: Path) -> str:
+    """A params file to start from, made of the robot's motors and servo model (empty if the description cannot be
+    read): the IDs are placeholders, which the text says."""
+    from retarget.model.loader import read_robot_yaml
+
+    try:
+        cfg = read_robot_yaml(description)
+    except InputError:
+        return ""
+    motors = [str(m) for m in cfg.get("motors") or []]
+    if not motors:
+        return ""
+    servo = cfg.get("servo") if isinstance(cfg.get("servo"), dict) else {}
+    model = str(servo.get("model", "")) if servo else ""
+    lines = ["/**:", "  ros__parameters:", f"    robot_name: {description.name.removesuffix('.yaml')}",
+             f"    joint_names: [{', '.join(motors)}]",
+             f"    dynamixel_ids: [{', '.join(str(i) for i in range(1, len(motors) + 1))}]"]
+    if model and model.lower() != "ideal":
+        lines.append(f"    servo_model: {model}")
+    return (f". To start from, write this to {path} (the IDs 1 to {len(motors)} in the motors' order are "
+            "placeholders: `retarget servos scan PORT` lists your servos' IDs; the emulated bus takes them as they are):\n"
+            + "\n".join(lines))
 
 
 def ros_parameters(robot: str | Path) -> dict[str, object]:
