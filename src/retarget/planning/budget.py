@@ -210,8 +210,9 @@ def training_estimate(deformable_dofs: int, duration: float, dt_train: float) ->
     ``deformable_dofs``, then mass-PCA, cubature and replay checks."""
     simulation = (duration / dt_train) * FULL_STEP_S_PER_DOF * max(deformable_dofs, 500)
     return StageEstimate("training", TRAINING_BUILD_FACTOR * simulation,
-                         f"full simulation of {duration:g} s at dt {dt_train:g} s, {deformable_dofs} DOFs, then "
-                         "mass-PCA and cubature")
+                         f"full simulation of {duration:g} s at dt {dt_train:g} s, "
+                         + (f"{deformable_dofs} FEM DOFs, then mass-PCA and cubature" if deformable_dofs
+                            else "rigid links only (no flexible part)"))
 
 
 def reduced_step_s(n_state: int) -> float:

@@ -1,0 +1,95 @@
+"""How well must the servo's gain be known? A plan for the robot's configured servo, replayed in an independent plant
+whose servo loop is stiffer or softer than the one planned for.
+
+The plant is the servo–beam model of a single-rod robot (``retarget.fit.beam_servo``: Euler–Bernoulli elements in
+the turning frame, its own implementation of the Dynamixel loop; not the model the planner optimizes on). The
+benchmark plans the motion once for the robot's servo (``retarget plan ROBOT --motion M --verify-model none --out
+PLAN.csv``, or takes ``--plan``), then replays the input (naive) and the plan with the Position P Gain of the plant's
+servo at each factor × the planned one (``retarget check replay ROBOT --motion M --plan PLAN.csv --p-gain P``). A
+factor stands for what moves a real servo's loop stiffness: its supply voltage, the motor's temperature (winding
+resistance), a gain changed after planning.
+
+Prints the thread settings, then one JSON line (also written to ``bench/results/gain-tolerance-<robot>.json``): per
+factor the P gain, the naive and planned peak deviation from the intent, their ratio and the plan's ring-out.
+
+    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 .venv/bin/python bench/bench_gain_tolerance.py \\
+        [--robot single_rod] [--motion single_rod/step_30_servo] [--plan PLAN.csv] \\
+        [--factors 0.7,0.8,0.9,0.95,1,1.05,1.1,1.2,1.3]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _cli(*args: str) -> dict:
+    """Run ``retarget ARGS --json`` in a fresh process; its last stdout line as JSON."""
+    proc = subprocess.run([sys.executable, "-m", "retarget.cli", *args, "--json"], capture_output=True, text=True)
+    lines = proc.stdout.strip().splitlines()
+    if not lines:
+        raise RuntimeError(f"retarget {' '.join(args)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return json.loads(lines[-1])
+
+
+def _planned_p_gain(robot: str) -> float:
+    """The Position P Gain of the robot's (first) servo, from its kp and stall torque (docs/servo.md)."""
+    from retarget.model.library import resolve_robot
+    from retarget.model.servo import table_from_si
+    from retarget.model.servo_file import robot_servos
+
+    return float(table_from_si(robot_servos(resolve_robot(robot))[1][0])["Position P Gain"])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--robot", default="single_rod")
+    parser.add_argument("--motion", default="single_rod/step_30_servo")
+    parser.add_argument("--plan", help="a plan of the motion for the robot's servo (default: plan it here)")
+    parser.add_argument("--factors", default="0.7,0.8,0.9,0.95,1,1.05,1.1,1.2,1.3",
+                        help="the plant's P gain as multiples of the planned one")
+    args = parser.parse_args()
+    threads = {v: os.environ.get(v, "unset") for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                                                       "NUMBA_NUM_THREADS")}
+    print(json.dumps({"threads": threads}), flush=True)
+    p_planned = _planned_p_gain(args.robot)
+    out: dict[str, object] = {"what": "a plan for the robot's servo replayed in the servo-beam plant (retarget check "
+                              "replay) with the servo's P gain scaled", "robot": args.robot, "motion": args.motion,
+                              "p_gain_planned": p_planned, "threads": threads}
+    with tempfile.TemporaryDirectory() as tmp:
+        plan = args.plan
+        if plan is None:
+            plan = str(Path(tmp) / "plan.csv")
+            started = time.perf_counter()
+            planned = _cli("plan", args.robot, "--motion", args.motion, "--verify-model", "none", "--out", plan)
+            out["plan_s"] = round(time.perf_counter() - started, 1)
+            out["plan_command"] = (f"retarget plan {args.robot} --motion {args.motion} --verify-model none --out "
+                                   "PLAN.csv --json")
+            out["planning_peak_ratio"] = planned.get("planning_peak_ratio")  # in the model it was optimized on
+        runs = []
+        for factor in (float(f) for f in args.factors.split(",")):
+            p_gain = round(p_planned * factor)
+            replayed = _cli("check", "replay", args.robot, "--motion", args.motion, "--plan", plan,
+                            "--p-gain", str(p_gain))
+            runs.append({"factor": factor, "p_gain": p_gain,
+                         "naive_peak_m": replayed["naive"]["peak_deviation_m"],
+                         "plan_peak_m": replayed["plan"]["peak_deviation_m"],
+                         "peak_ratio": replayed["peak_ratio"],
+                         "plan_ring_out_m": replayed["plan"]["ring_out_peak_m"]})
+            print(json.dumps(runs[-1]), flush=True)
+        out["runs"] = runs
+    line = json.dumps(out)
+    print(line)
+    name = Path(args.robot).name.split(".")[0]
+    target = Path(__file__).resolve().parent / "results" / f"gain-tolerance-{name}.json"
+    target.write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
