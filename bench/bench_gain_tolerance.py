@@ -21,20 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-
-def _cli(*args: str) -> dict:
-    """Run ``retarget ARGS --json`` in a fresh process; its last stdout line as JSON."""
-    proc = subprocess.run([sys.executable, "-m", "retarget.cli", *args, "--json"], capture_output=True, text=True)
-    lines = proc.stdout.strip().splitlines()
-    if not lines:
-        raise RuntimeError(f"retarget {' '.join(args)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    return json.loads(lines[-1])
+from bench_servo_plan import retarget_json  # noqa: E402  (beside this script)
 
 
 def _planned_p_gain(robot: str) -> float:
@@ -66,7 +58,7 @@ def main() -> int:
         if plan is None:
             plan = str(Path(tmp) / "plan.csv")
             started = time.perf_counter()
-            planned = _cli("plan", args.robot, "--motion", args.motion, "--verify-model", "none", "--out", plan)
+            planned = retarget_json("plan", args.robot, "--motion", args.motion, "--verify-model", "none", "--out", plan)
             out["plan_s"] = round(time.perf_counter() - started, 1)
             out["plan_command"] = (f"retarget plan {args.robot} --motion {args.motion} --verify-model none --out "
                                    "PLAN.csv --json")
@@ -74,7 +66,7 @@ def main() -> int:
         runs = []
         for factor in (float(f) for f in args.factors.split(",")):
             p_gain = round(p_planned * factor)
-            replayed = _cli("check", "replay", args.robot, "--motion", args.motion, "--plan", plan,
+            replayed = retarget_json("check", "replay", args.robot, "--motion", args.motion, "--plan", plan,
                             "--p-gain", str(p_gain))
             runs.append({"factor": factor, "p_gain": p_gain,
                          "naive_peak_m": replayed["naive"]["peak_deviation_m"],

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 
-def _cli(*args: str) -> dict:
+def retarget_json(*args: str) -> dict:
     """Run ``retarget ARGS --json`` in a fresh process; its last stdout line as JSON."""
     proc = subprocess.run([sys.executable, "-m", "retarget.cli", *args, "--json"], capture_output=True, text=True)
     lines = proc.stdout.strip().splitlines()
@@ -88,7 +88,7 @@ def main() -> int:
         rec = folder / "step.csv"
         step_recording(rig, true, rec, args.step, 3.0, 100.0, 0)
         t0 = time.perf_counter()
-        fitted = _cli("fit-servo", args.robot, "--recording", str(rec), "--out", str(folder / "servo.yaml"))
+        fitted = retarget_json("fit-servo", args.robot, "--recording", str(rec), "--out", str(folder / "servo.yaml"))
         out["fit_wall_s"] = time.perf_counter() - t0
         out["fitted_servo"] = {k: fitted.get(k) for k in ("kp", "ki", "kd", "rotor_inertia", "coulomb_friction",
                                                           "viscous_friction")}
@@ -105,9 +105,9 @@ def main() -> int:
         for name, plan_args in (("fitted", [args.robot, "--servo", str(folder / "servo.yaml")]),
                                 ("true", [str(true_robot)])):
             t0 = time.perf_counter()
-            planned = _cli("plan", *plan_args, "--motion", args.motion, "--out", str(folder / f"{name}.csv"))
+            planned = retarget_json("plan", *plan_args, "--motion", args.motion, "--out", str(folder / f"{name}.csv"))
             wall = time.perf_counter() - t0
-            replayed = _cli("check", "replay", args.robot, "--motion", args.motion, "--plan", str(folder / f"{name}.csv"),
+            replayed = retarget_json("check", "replay", args.robot, "--motion", args.motion, "--plan", str(folder / f"{name}.csv"),
                             "--servo", str(true_file))
             out[f"plan_for_{name}"] = {"planner_verified_peak_ratio": planned.get("verified_peak_ratio"),
                                        "planner_peak_torque_ratio": (planned.get("optimized") or {}).get(
