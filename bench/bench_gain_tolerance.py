@@ -58,7 +58,8 @@ def main() -> int:
         if plan is None:
             plan = str(Path(tmp) / "plan.csv")
             started = time.perf_counter()
-            planned = retarget_json("plan", args.robot, "--motion", args.motion, "--verify-model", "none", "--out", plan)
+            planned = retarget_json("plan", args.robot, "--motion", args.motion, "--verify-model", "none", "--out",
+                                    plan)
             out["plan_s"] = round(time.perf_counter() - started, 1)
             out["plan_command"] = (f"retarget plan {args.robot} --motion {args.motion} --verify-model none --out "
                                    "PLAN.csv --json")

@@ -107,8 +107,8 @@ def main() -> int:
             t0 = time.perf_counter()
             planned = retarget_json("plan", *plan_args, "--motion", args.motion, "--out", str(folder / f"{name}.csv"))
             wall = time.perf_counter() - t0
-            replayed = retarget_json("check", "replay", args.robot, "--motion", args.motion, "--plan", str(folder / f"{name}.csv"),
-                            "--servo", str(true_file))
+            replayed = retarget_json("check", "replay", args.robot, "--motion", args.motion, "--plan",
+                                     str(folder / f"{name}.csv"), "--servo", str(true_file))
             out[f"plan_for_{name}"] = {"planner_verified_peak_ratio": planned.get("verified_peak_ratio"),
                                        "planner_peak_torque_ratio": (planned.get("optimized") or {}).get(
                                            "peak_torque_ratio"),

@@ -222,8 +222,8 @@ def _params_template(description: Path, path: Path) -> str:
     if model and model.lower() != "ideal":
         lines.append(f"    servo_model: {model}")
     return (f". To start from, write this to {path} (the IDs 1 to {len(motors)} in the motors' order are "
-            "placeholders: `retarget servos scan PORT` lists your servos' IDs; the emulated bus takes them as they are):\n"
-            + "\n".join(lines))
+            "placeholders: `retarget servos scan PORT` lists your servos' IDs; the emulated bus takes them as they "
+            "are):\n" + "\n".join(lines))
 
 
 def ros_parameters(robot: str | Path) -> dict[str, object]:

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from retarget.motion.motion import Motion
 
 __all__ = ["JointLimit", "LimitLike", "LimitViolation", "RowLabel", "as_joint_limits", "check_plan_input",
-           "HOLD_RAD", "find_limit_violations",
+           "HOLD_RAD", "find_limit_violations", "hold_note",
            "robot_position_limits", "true_runs"]
 
 #: Maps a sample index to how the user sees that row (``"row 12"``, ``"line 14"``).
@@ -206,6 +206,11 @@ def robot_position_limits(robot: str | Path) -> dict[str, JointLimit]:
 #: Where a motor that a motion has no column for stays [rad]: the description's zero pose, the pose the robot's
 #: model is built in (docs/robot-description.md, "Motions").
 HOLD_RAD = 0.0
+
+
+def hold_note(held: Sequence[str]) -> str:
+    """The line that says which motors a motion leaves out stay at :data:`HOLD_RAD`."""
+    return f"the motion has no column for {', '.join(held)}: held at {HOLD_RAD:g} rad (the zero pose)"
 
 
 def check_plan_input(robot: str | Path, motion: Motion | str | Path) -> Motion:

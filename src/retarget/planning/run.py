@@ -133,7 +133,7 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
         PlanCancelled: the cancel came before there was anything to return.
         RetargetError: planning failed.
     """
-    from retarget.motion.limits import check_plan_input
+    from retarget.motion.limits import check_plan_input, hold_note
     from retarget.planning.verification import gate_model  # noqa: PLC0415
     from retarget.sim.adapters import planner_engine
 
@@ -147,7 +147,7 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
                          "model artifact (.npz)")
     reports = _Reports(progress)
     if held := given.held(motion.joint_names):
-        reports.say(f"the motion has no column for {', '.join(held)}: held at 0 rad (the zero pose)")
+        reports.say(hold_note(held))
     pm = _load_planning_model(robot, motion, options, reports, started)
     options = _without_stiffness_factors(options, pm, reports.say)
     gate_warning = gate_model(pm, options.allow_unverified_model, reports.say)

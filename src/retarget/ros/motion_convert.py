@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from retarget.motion.limits import HOLD_RAD
+from retarget.motion.limits import HOLD_RAD, hold_note
 from retarget.motion.motion import Motion
 
 if TYPE_CHECKING:
@@ -31,8 +31,7 @@ def for_joints(motion: Motion, joints: Sequence[str], command: str) -> Motion:
     held = motion.held(joints)
     full = motion.with_joints(joints, HOLD_RAD)
     if held:
-        print(f"retarget {command}: the motion has no column for {', '.join(held)}: held at {HOLD_RAD:g} rad "
-              "(the zero pose)", file=sys.stderr, flush=True)
+        print(f"retarget {command}: {hold_note(held)}", file=sys.stderr, flush=True)
     return full
 
 

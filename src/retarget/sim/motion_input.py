@@ -18,6 +18,7 @@ def motors_from_motion(path: str | Path, motor_names: Sequence[str],
     motors' columns plus the motion's end time [s]. Motors absent from the motion are held at 0 (``say`` is told
     which)."""
     from retarget.motion import load_motion
+    from retarget.motion.limits import hold_note
 
     motion = load_motion(path)
     names = list(motion.joint_names)
@@ -27,7 +28,7 @@ def motors_from_motion(path: str | Path, motor_names: Sequence[str],
     if len(missing) == len(motor_names) and motor_names:
         raise InputError(f"motion {path} has none of the robot's motors {list(motor_names)} (it has {names})")
     if missing and say is not None:
-        say(f"the motion has no column for {', '.join(missing)}: held at 0 rad (the zero pose)")
+        say(hold_note(missing))
     cols = [pos[:, names.index(m)] if m in names else np.zeros(len(time)) for m in motor_names]
     if not cols:
         cols = [np.zeros(len(time))]
