@@ -34,7 +34,8 @@ def test_training_is_its_full_simulation_and_the_build() -> None:
     assert stage.seconds == pytest.approx(TRAINING_BUILD_FACTOR * 1000 * 8700 * FULL_STEP_S_PER_DOF)
     # The drummer's demo model: 5 min 7 s measured for 2 s of boxing at mesh scale 0.25 (docs/ros.md).
     assert 200.0 < stage.seconds < 450.0
-    assert "2 s at dt 0.002 s, 8700 DOFs" in stage.note and stage.line().startswith("training: about 5 min")
+    assert "2 s at dt 0.002 s, 8700 FEM DOFs" in stage.note and stage.line().startswith("training: about 5 min")
+    assert "rigid links only" in training_estimate(0, 1.2, 0.002).note  # a robot without flexible parts
 
 
 def test_a_windowed_plan_counts_its_windows_and_skips_the_settle_refinement() -> None:
