@@ -538,3 +538,19 @@ def test_a_file_written_under_a_temporary_name_has_the_digest_of_its_final_name(
     expected = _file_digest(tmp, "next.csv")
     tmp.rename(tmp_path / "next.csv")
     assert _file_digest(tmp_path / "next.csv") == expected != _file_digest(tmp_path / "next.csv", "other.csv")
+
+
+def test_an_input_that_leaves_motors_out_belongs_to_its_robot_unless_it_moves_other_joints():
+    """The motors an input has no column for hold their zero pose (as in `retarget plan`); an input that also moves
+    joints the robot has no motor for is another robot's."""
+    from types import SimpleNamespace
+
+    from retarget.motion import Motion
+    from retarget.planning.refine import _check_plan_for
+
+    t = np.linspace(0.0, 1.0, 11)
+    plan = SimpleNamespace(path=Path("plan.csv"), motion=Motion(t, ("shoulder", "elbow"), np.zeros((11, 2))))
+    _check_plan_for(plan, Motion(t, ("shoulder",), 0.1 * t[:, None]), ["shoulder", "elbow"])
+    with pytest.raises(RefineRefused) as err:
+        _check_plan_for(plan, Motion(t, ("base_pitch",), 0.1 * t[:, None]), ["shoulder", "elbow"])
+    assert err.value.reason is Refusal.WRONG_ROBOT and "another robot" in str(err.value)

@@ -199,6 +199,7 @@ def test_reduced_twin_uses_the_model_or_falls_back(tmp_path: Path, monkeypatch: 
     assert plan.twin == "servo" and "--twin" not in plan.processes[0].args
     assert plan.processes[0].module == "retarget.dynamixel.emulator"
     assert "no reduced simulation" in plan.notes[0] and plan.notes[0] in plan.summary()
+    assert "the twin plays its built-in step test" in plan.notes[1]  # what the mocap twin shows without it
     assert "twin_motion" not in plan.node("mocap").parameters
     assert "reduced_file" not in plan.node("planner").parameters  # the planner looks for a model itself
     model = tmp_path / "rod.npz"
@@ -210,6 +211,7 @@ def test_reduced_twin_uses_the_model_or_falls_back(tmp_path: Path, monkeypatch: 
     assert args[args.index("--reduced") + 1] == str(model.resolve())
     assert plan.node("mocap").parameters["twin_motion"] == f"live:{plan.twin_channel}"
     assert plan.node("planner").parameters["reduced_file"] == str(model.resolve())  # one model for both
+    assert not any("built-in step test" in note for note in plan.notes)
 
 
 def test_a_perturbed_twin_reaches_the_worker_the_mocap_noise_and_the_servers_tolerance(

@@ -358,3 +358,11 @@ def test_user_errors_exit_with_code_2_and_leave_no_bag(tmp_path: Path) -> None:
     run = _run_record(["--topics", "/never_published", "--out", str(tmp_path / "empty"), "--wait", "0.5"])
     assert run.returncode == 2 and "none of /never_published was published within 0.5 s" in run.stderr
     assert not (tmp_path / "empty").exists() and _no_partials(tmp_path)
+
+
+def test_a_missing_mocap_topic_says_where_a_robots_bodies_come_from() -> None:
+    from retarget.ros.record import NoTopicError
+
+    text = str(NoTopicError(["/arm/mocap/fore/pose"], 15.0, ["/arm/mocap/tip/pose"]))
+    assert "topics seen: /arm/mocap/tip/pose" in text and "retarget up ROBOT --twin reduced" in text
+    assert "--twin reduced" not in str(NoTopicError(["/never_published"], 0.5, []))

@@ -795,10 +795,12 @@ def _check_plan_for(plan: PlanFile, motion: Motion, motors: Sequence[str]) -> No
     if sorted(names) != sorted(motors):
         raise RefineRefused(Refusal.WRONG_ROBOT, f"the plan {plan.path} drives {names}, the robot's motors are "
                             f"{list(motors)}: a plan of another robot", plan_joints=names, motors=list(motors))
-    missing = [m for m in motors if m not in motion.joint_names]
-    if missing:
-        raise RefineRefused(Refusal.WRONG_ROBOT, f"the input motion has no column for the robot's motors {missing}: "
-                            "a motion of another robot", missing=missing)
+    missing = motion.held(motors)  # held at their zero pose (check_plan_input), unless it is another robot's
+    unknown = [j for j in motion.joint_names if j not in motors]
+    if missing and unknown:
+        raise RefineRefused(Refusal.WRONG_ROBOT, f"the input motion has no column for the robot's motors {missing} "
+                            f"and moves joints {unknown} that are not its motors: a motion of another robot",
+                            missing=missing, unknown=unknown)
     rate = 1.0 / float(np.median(np.diff(plan.motion.time))) if plan.motion.num_samples > 1 else 0.0
     if abs(plan.motion.duration - motion.duration) > 1.0 / max(rate, 1e-9) + 0.05:
         raise RefineRefused(Refusal.WRONG_MOTION, f"the plan {plan.path} lasts {plan.motion.duration:.3f} s, the "

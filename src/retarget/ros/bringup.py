@@ -335,6 +335,9 @@ def describe(robot: str | Path, *, hardware: str | None = None, planner: bool = 
             plan_method=plan_method, planner_parameters=planner_parameters)))
     natnet_ports = _simulated_natnet(mocap, channel, perturb=perturb, mocap_server=mocap_server,
                                      mocap_local=mocap_local, processes=processes, notes=notes)
+    if mocap == "twin" and channel is None:
+        notes.append(f"mocap: the twin plays its built-in step test (bodies servo and tip), not {config.name}'s "
+                     "tracked bodies: `--twin reduced` feeds it the robot's simulation (docs/twin.md)")
     if mocap != "none":
         nodes.append(node("mocap", "retarget.ros.mocap_node", "mocap", _mocap_parameters(
             mocap, channel, natnet_ports, perturb=perturb, mocap_server=mocap_server, mocap_local=mocap_local)))

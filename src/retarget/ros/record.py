@@ -85,6 +85,9 @@ class NoTopicError(RetargetError):
         else:
             message = (f"none of {', '.join(self.topics)} was published within {wait_s:g} s (is the node running, "
                        f"with the same ROS_DOMAIN_ID?); topics seen: {', '.join(self.seen) or 'none'}")
+            if any("/mocap/" in t for t in self.topics):
+                message += ("; the mocap twin publishes a robot's tracked bodies only when its simulation feeds it "
+                            "(`retarget up ROBOT --twin reduced`), else its built-in step test (servo, tip)")
         super().__init__(message)
 
 
