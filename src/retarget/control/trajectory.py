@@ -160,7 +160,8 @@ def validate_trajectory(goal_joints: Sequence[str], points: Sequence[GoalPoint],
     """
     order = _check_joint_names(goal_joints, controller_joints, partial)
     if partial:
-        controller_joints = [n for n in controller_joints if n in set(goal_joints)]
+        named = set(goal_joints)
+        controller_joints = [n for n in controller_joints if n in named]
     m = len(controller_joints)
     if not points:
         raise TrajectoryRejected(ErrorCode.INVALID_GOAL, "empty trajectory: a goal needs at least one point")

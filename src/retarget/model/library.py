@@ -214,8 +214,8 @@ def _params_template(description: Path, path: Path) -> str:
     motors = [str(m) for m in cfg.get("motors") or []]
     if not motors:
         return ""
-    servo = cfg.get("servo") if isinstance(cfg.get("servo"), dict) else {}
-    model = str(servo.get("model", "")) if servo else ""
+    servo = cfg.get("servo")
+    model = str(servo.get("model", "")) if isinstance(servo, dict) else ""
     lines = ["/**:", "  ros__parameters:", f"    robot_name: {description.name.removesuffix('.yaml')}",
              f"    joint_names: [{', '.join(motors)}]",
              f"    dynamixel_ids: [{', '.join(str(i) for i in range(1, len(motors) + 1))}]"]

@@ -247,8 +247,9 @@ def robot_urdf(cfg: Mapping[str, object], yaml_path: Path) -> tuple[Path, str]:
     """
     if not cfg.get("urdf"):
         raise ModelError(f"{yaml_path}: retarget.urdf is required")
-    path = section_urdf(cfg, yaml_path)
-    return path, urdf_text(path, cfg.get("xacro_args") or {}, packages_of(cfg, yaml_path))
+    packages = packages_of(cfg, yaml_path)
+    path = resolve_urdf(str(cfg["urdf"]), yaml_path, packages)
+    return path, urdf_text(path, cfg.get("xacro_args") or {}, packages)
 
 
 def _parse_urdf(xml: str, base: Path, packages: Mapping[str, Path] | None = None) -> yourdfpy.URDF:

@@ -18,18 +18,18 @@ def motors_from_motion(path: str | Path, motor_names: Sequence[str],
     motors' columns plus the motion's end time [s]. Motors absent from the motion are held at 0 (``say`` is told
     which)."""
     from retarget.motion import load_motion
-    from retarget.motion.limits import hold_note
+    from retarget.motion.limits import HOLD_RAD, hold_note
 
     motion = load_motion(path)
     names = list(motion.joint_names)
     time = np.asarray(motion.time, dtype=float)
     pos = np.asarray(motion.positions, dtype=float)
-    missing = [m for m in motor_names if m not in names]
+    missing = motion.held(motor_names)
     if len(missing) == len(motor_names) and motor_names:
         raise InputError(f"motion {path} has none of the robot's motors {list(motor_names)} (it has {names})")
     if missing and say is not None:
         say(hold_note(missing))
-    cols = [pos[:, names.index(m)] if m in names else np.zeros(len(time)) for m in motor_names]
+    cols = [pos[:, names.index(m)] if m in names else np.full(len(time), HOLD_RAD) for m in motor_names]
     if not cols:
         cols = [np.zeros(len(time))]
     return SplineMotors.from_columns(time - time[0], cols), float(time[-1] - time[0])
