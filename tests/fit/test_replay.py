@@ -9,7 +9,7 @@ import pytest
 from retarget.cli import main
 from retarget.errors import InputError
 from retarget.fit.beam_servo import build_servo_beam, quasi_static_tip
-from retarget.fit.replay import ACCEPTANCE_RATIO, goal_profile, replay
+from retarget.fit.replay import ACCEPTANCE_RATIO, delivered_goals, goal_profile, replay
 from retarget.fit.rig import load_rig
 from retarget.motion import Motion, save_motion
 
@@ -48,6 +48,46 @@ def test_goal_profile_is_the_natural_spline_held_outside(rig) -> None:
     assert angle[0] == angle[1] == 0.0 and angle[-1] == pytest.approx(0.35)
     assert rate[0] == rate[-1] == acc[0] == acc[-1] == 0.0
     assert rate[3] == pytest.approx(0.35 * 30 * 0.8**2 * 0.2**2 / 0.25, rel=1e-3)  # s = 0.8 of the ramp
+
+
+def test_delivered_goals_are_written_every_period_and_held_after_the_latency() -> None:
+    m = step_motion()
+    t, q = m.time, m.positions[:, 0]
+    grid = np.arange(0.0, 1.0, 1e-3)
+    continuous = goal_profile(t, q, grid)
+    for got, want in zip(delivered_goals(t, q, grid), continuous):
+        np.testing.assert_array_equal(got, want)
+    delayed = delivered_goals(t, q, grid, latency=0.02)
+    np.testing.assert_allclose(delayed[0][20:], continuous[0][:-20], atol=1e-15)
+    np.testing.assert_allclose(delayed[1][20:], continuous[1][:-20], atol=1e-12)
+    held, rate, acc = delivered_goals(t, q, grid, goal_period=0.01, latency=0.003)
+    assert not rate.any() and not acc.any()  # a held goal does not move
+    # Written at 0.003 + 0.01 k, the spline's value at 0.01 k, held until the next write.
+    writes = 3 + 10 * np.arange(99)
+    np.testing.assert_allclose(held[writes], goal_profile(t, q, grid[writes] - 0.003)[0], atol=1e-15)
+    np.testing.assert_array_equal(held[writes[:-1] + 9], held[writes[:-1]])
+    assert np.count_nonzero(np.diff(held)) <= 100 and np.ptp(held) > 0.3
+
+
+def test_a_latency_delays_the_run_and_a_fine_goal_period_changes_little(rig) -> None:
+    """Goals delivered ``latency`` late: the plant (time-invariant, at rest before the motion) does what it did,
+    that much later, against the intent's authored timing. Written every replay step, held goals are nearly the
+    continuous ones."""
+    m = step_motion()
+    base = replay(rig, m, m, dt=1e-3, tail=0.3)
+    late = replay(rig, m, m, dt=1e-3, tail=0.3, latency=0.03)
+    np.testing.assert_allclose(late.naive.tip_position_m[30:], base.naive.tip_position_m, atol=1e-9)
+    np.testing.assert_allclose(late.intent_m[:len(base.intent_m)], base.intent_m, atol=1e-12)
+    # Measured against the intent as late as the goals, the run is the undelayed one.
+    shifted = replay(rig, m, m, dt=1e-3, tail=0.3, latency=0.03, intent_delay=0.03)
+    np.testing.assert_allclose(shifted.naive.deviation_m[30:], base.naive.deviation_m, atol=1e-9)
+    assert shifted.to_dict()["intent_delay_s"] == 0.03
+    assert late.naive.metrics.rms_deviation_m > base.naive.metrics.rms_deviation_m
+    assert late.to_dict()["latency_s"] == 0.03 and base.to_dict()["goal_period_s"] == 0.0
+    same = replay(rig, m, m, dt=1e-3, tail=0.3, goal_period=1e-3)
+    assert same.naive.metrics.peak_deviation_m == pytest.approx(base.naive.metrics.peak_deviation_m, rel=0.02)
+    with pytest.raises(InputError, match="goal_period must be 0 or more"):
+        replay(rig, m, m, goal_period=-1.0)
 
 
 def test_replaying_the_input_as_its_own_plan_gives_ratio_one(rig) -> None:
@@ -117,6 +157,15 @@ def test_check_replay_prints_a_summary_and_json_last(files, capsys) -> None:
         assert key in out["naive"] and key in out["plan"]
     assert out["servo"]["model"] == "XM430-W210" and out["servo"]["kp"] == pytest.approx(13.81, rel=1e-3)
     assert out["plan"]["ring_out_peak_m"] < out["naive"]["ring_out_peak_m"]
+    assert main(["check", "replay", "single_rod", "--motion", str(files / "input.csv"), "--plan",
+                 str(files / "plan.csv"), "--dt", "0.002", "--tail", "0.5", "--goal-period", "0.01", "--latency",
+                 "0.004", "--json"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[1] == "  goals written every 10 ms and held, 4 ms after the plan's clock"
+    assert main(["check", "replay", "single_rod", "--motion", str(files / "input.csv"), "--plan",
+                 str(files / "plan.csv"), "--dt", "0.002", "--tail", "0.5", "--intent-delay", "0.009"]) == 0
+    assert "measured against the intent 9 ms late" in capsys.readouterr().out
+    assert json.loads(lines[-1])["goal_period_s"] == 0.01
 
 
 def test_check_replay_takes_a_servo_file_and_a_p_gain(files, capsys) -> None:

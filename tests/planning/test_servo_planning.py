@@ -71,6 +71,13 @@ def test_an_ideal_servo_is_stated_as_an_assumption(tiny, tmp_path):
     servos = result.to_json()["servos"]
     assert servos["modelled"] == [] and "ideal servo on m" in servos["assumption"]
     assert result.pp.naive_fit is None
+    # The report's hardware assumptions start with it; the CSV carries each.
+    assert result.to_json()["assumptions"][0] == servos["assumption"]
+    assert not any("servo loops" in a for a in result.assumptions)
+    from retarget.planning.variants import plan_comments
+
+    assert [c for c in plan_comments(result) if c.startswith("assumption: ")] == [
+        "assumption: " + a for a in result.assumptions]
 
 
 def test_the_torque_threshold_follows_the_torque_speed_line_while_motoring():
@@ -95,6 +102,12 @@ def test_the_plan_csv_records_its_servos_and_play_warns_on_other_gains(tiny, tmp
     path = save_motion(tmp_path / "plan.csv", result.profiles.to_motion(("m",), 100.0), comments=plan_comments(result))
     planned = planned_servos(path)
     assert planned["m"]["kp"] == pytest.approx(XM430.kp)
+    # What the plan assumes of the hardware (modelled loops: the voltage, the gearbox, the bus, the clamps).
+    assumptions = result.to_json()["assumptions"]
+    assert assumptions == list(result.assumptions) and len(assumptions) == 4
+    assert "servo loops as configured" in assumptions[0] and "without friction on m" in assumptions[1]
+    assert "latency + period / 2" in assumptions[2] and "welded rigidly" in assumptions[3]
+    assert path.read_text().count("# assumption: ") == 4
     assert planned_servo_warnings(path, str(robot)) == []
     assert servo_refusal(result.to_json(), robot) == ""
     stiffer = robot.with_name("tiny_p2400.yaml")

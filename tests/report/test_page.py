@@ -92,8 +92,10 @@ def test_playback_starts_on_its_own_in_chromium(tiny_report):
         pytest.skip("headless Chromium is not installed (Debian: apt-get install chromium; make setup does it as root)")
     page = (tiny_report / "animation.html").resolve().as_uri()
     assert _shown_time(browser, page + "#t=0.2", 1000) == pytest.approx(0.2, abs=0.011)  # seeked: stays paused
-    # Opened plainly, the clock runs: after 3 s of page time it is past the start (it loops over the 0.6 s motion).
-    assert any(_shown_time(browser, page, budget) > 0.0 for budget in (3000, 3300))
+    # Opened plainly, the clock runs: after 3 s of page time it is past the start (it loops over the 0.6 s motion,
+    # hence a second budget off its period). On a loaded machine few animation frames may fit the page's virtual
+    # time before the budget ends (software rendering): longer budgets follow, tried only while the clock shows 0.
+    assert any(_shown_time(browser, page, budget) > 0.0 for budget in (3000, 3300, 8000, 20000))
 
 
 def _embedded_times(html: str) -> np.ndarray:

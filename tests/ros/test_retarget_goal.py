@@ -82,3 +82,28 @@ def test_training_feedback_says_how_far_the_time_left_and_the_budget() -> None:
     # 10 % in 20 s: 180 s of simulation left, and 0.6 x the simulation's 200 s for mass-PCA and cubature.
     assert "10 % (step 100 of 1000)" in later and "about 5 min left" in later
     assert "no time budget" in TrainingFeedback(None).stage(0, 10, now=0.0)
+
+
+def test_the_goal_summary_names_the_rigid_body_engine_and_the_plans_assumptions() -> None:
+    """``retarget goal``'s summary says what the plan was verified in as ``retarget plan`` does (on a rigid robot
+    the full FEM is its rigid-body engine, not a finite-element model) and what it assumes of the hardware."""
+    import io
+
+    from retarget.planning.checks import ModelKind, RunFigures, Verification
+    from retarget.ros.goal import _print_result
+
+    runs = {"naive": RunFigures(0.02, 0.01, 0.5), "optimized": RunFigures(0.01, 0.005, 0.5)}
+    printed = {}
+    for dofs in (0, 1234):
+        verified = Verification(runs, ModelKind.FULL_FEM, 1e-3, deformable_dofs=dofs)
+        summary = {"status": "SUCCEEDED", "error_string": "", "wall_time_s": 1.0, "points": 10, "iterations": 3,
+                   "objective_initial": 2.0, "objective_final": 1.0, "naive_peak_deviation_m": 0.02,
+                   "optimized_peak_deviation_m": 0.01, "naive_rms_deviation_m": 0.01,
+                   "optimized_rms_deviation_m": 0.005,
+                   "metrics": {"verified": verified.to_json(), "assumptions": ["gearboxes without backlash"]}}
+        out = io.StringIO()
+        _print_result(summary, "arm", out)
+        printed[dofs] = out.getvalue()
+    assert "verified in the full FEM's rigid-body engine (no flexible parts): 0.50 x naive" in printed[0]
+    assert "verified in the full FEM: 0.50 x naive" in printed[1234]
+    assert "what the plan assumes of the hardware (not modelled):\n    - gearboxes without backlash\n" in printed[0]

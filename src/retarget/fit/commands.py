@@ -1006,6 +1006,15 @@ def register_replay_check(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--tail", type=float, default=1.0,
                    help="time simulated after the later motion ends [s] (default 1)")
     p.add_argument("--elements", type=int, default=12, help="beam elements (default 12)")
+    p.add_argument("--goal-period", type=float, default=0.0, metavar="S",
+                   help="write the servo's goal every S seconds and hold it in between, as a bus does (0.01: the "
+                   "trajectory server's and the driver's 100 Hz; default 0: a continuous goal)")
+    p.add_argument("--latency", type=float, default=0.0, metavar="S",
+                   help="each goal reaches the servo S seconds after the plan's clock; the intent keeps its timing "
+                   "(default 0)")
+    p.add_argument("--intent-delay", type=float, default=0.0, metavar="S",
+                   help="measure against the intent delayed by S seconds, the motion's timing set aside (--latency "
+                   "plus half --goal-period: the delivery's mean delay; default 0: the authored timing)")
     p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     p.set_defaults(func=_check_replay)
 
@@ -1055,9 +1064,16 @@ def _check_replay(args: argparse.Namespace) -> int:
     input_motion = load_motion(args.motion)
     plan_motion = load_motion(args.plan)
     report = replay(rig, input_motion, plan_motion, servo=servo, dt=args.dt, tail=args.tail,
-                    n_elements=args.elements)
+                    n_elements=args.elements, goal_period=args.goal_period, latency=args.latency,
+                    intent_delay=args.intent_delay)
     print(f"{rig.name}: replay in the servo-beam plant ({report.n_elements} beam elements, trapezoidal rule, dt "
           f"{report.dt:g} s, {report.time_s[0]:.3f}-{report.time_s[-1]:.3f} s)")
+    if report.goal_period or report.latency:
+        print(f"  goals written every {1e3 * report.goal_period:g} ms and held" if report.goal_period else
+              "  goals continuous", end="")
+        print(f", {1e3 * report.latency:g} ms after the plan's clock")
+    if report.intent_delay:
+        print(f"  measured against the intent {1e3 * report.intent_delay:g} ms late (its timing set aside)")
     print(f"  servo {report.servo.describe()}")
     print(f"  {'':6s} {'peak':>9s} {'RMS':>9s} {'ring-out':>9s} {'servo error':>12s} {'torque':>17s} "
           f"{'clipped':>8s}")

@@ -14,6 +14,12 @@ geometry, and measures what the planner measures, independently:
 Both runs start at rest, each from its own static equilibrium at its first goal. Goals are the natural cubic
 spline through the motion's samples, held before the first and after the last sample. With an ideal servo the
 shaft is prescribed (the goal itself) and the beam alone is simulated.
+
+How the goals reach the servo can be replayed as a robot's bus delivers them (:func:`delivered_goals`): written
+every ``goal_period`` and held in between (the trajectory server's and the driver's rate: the servo's goal is a
+staircase, its rate zero between writes), each ``latency`` after the plan's clock. The intent keeps the authored
+timing (a delay shows as deviation, for the naive run as for the plan) unless ``intent_delay`` shifts it: with the
+delivery's mean delay (``latency + goal_period / 2``) what remains is the motion's shape, its timing set aside.
 """
 from __future__ import annotations
 
@@ -37,6 +43,7 @@ __all__ = [
     "ReplayMetrics",
     "ReplayReport",
     "ReplayRun",
+    "delivered_goals",
     "goal_profile",
     "motor_column",
     "replay",
@@ -81,6 +88,24 @@ def goal_profile(times: NDArray[np.float64], angles: NDArray[np.float64], grid: 
     inside = (grid >= times[0]) & (grid <= times[-1])
     t = np.clip(grid, times[0], times[-1])
     return spline(t), np.where(inside, spline(t, 1), 0.0), np.where(inside, spline(t, 2), 0.0)
+
+
+def delivered_goals(times: NDArray[np.float64], angles: NDArray[np.float64], grid: NDArray[np.float64],
+                    goal_period: float = 0.0, latency: float = 0.0
+                    ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """The servo's goal on ``grid`` (m,) [s] as a bus delivers it: :func:`goal_profile` at ``t − latency``, and
+    with ``goal_period`` > 0 sampled every ``goal_period`` from the first sample's time and held until the next
+    write (a held goal has zero rate and acceleration).
+
+    Returns:
+        ``(angle [rad], rate [rad/s], acceleration [rad/s²])`` (m,) each.
+    """
+    shifted = grid - latency
+    if goal_period <= 0.0:
+        return goal_profile(times, angles, shifted)
+    written = times[0] + goal_period * np.floor((shifted - times[0]) / goal_period + 1e-9)
+    zero = np.zeros_like(grid)
+    return goal_profile(times, angles, written)[0], zero, zero
 
 
 @dataclass(frozen=True)
@@ -138,6 +163,8 @@ class ReplayReport:
         n_elements: Beam elements. dt: Time step [s].
         time_s: The replay grid (n,) [s]. intent_m: The intended tip (n, 3) [m].
         naive, plan: The two runs.
+        goal_period, latency: How the goals reached the servo (:func:`delivered_goals`) [s].
+        intent_delay: The intent's delay against the authored timing [s].
     """
 
     rig: StepTestRig
@@ -149,6 +176,9 @@ class ReplayReport:
     intent_m: NDArray[np.float64]
     naive: ReplayRun
     plan: ReplayRun
+    goal_period: float = 0.0
+    latency: float = 0.0
+    intent_delay: float = 0.0
 
     @property
     def peak_ratio(self) -> float:
@@ -175,6 +205,9 @@ class ReplayReport:
             "beam_elements": self.n_elements,
             "youngs_modulus_pa": self.youngs_modulus,
             "dt_s": self.dt,
+            "goal_period_s": self.goal_period,
+            "latency_s": self.latency,
+            "intent_delay_s": self.intent_delay,
             "time_span_s": [float(self.time_s[0]), float(self.time_s[-1])],
             "naive": asdict(self.naive.metrics),
             "plan": asdict(self.plan.metrics),
@@ -192,8 +225,8 @@ def _stop_time(time: NDArray[np.float64], goal: NDArray[np.float64]) -> float:
 
 def _run(name: str, plant: ServoBeam | BeamModel, material: tuple[float, float, float], servo: ServoParams,
          time: NDArray[np.float64], samples: tuple[NDArray[np.float64], NDArray[np.float64]],
-         intent: NDArray[np.float64]) -> ReplayRun:
-    goal, rate, acc = goal_profile(*samples, time)
+         intent: NDArray[np.float64], goal_period: float = 0.0, latency: float = 0.0) -> ReplayRun:
+    goal, rate, acc = delivered_goals(*samples, time, goal_period, latency)
     dt = float(time[1] - time[0])
     if isinstance(plant, ServoBeam):
         run = plant.simulate(time, goal, rate)
@@ -223,7 +256,8 @@ def _run(name: str, plant: ServoBeam | BeamModel, material: tuple[float, float, 
 
 
 def replay(rig: StepTestRig, input_motion: Motion, plan_motion: Motion, servo: ServoParams | None = None,
-           dt: float = 1e-3, tail: float = 1.0, n_elements: int = 12) -> ReplayReport:
+           dt: float = 1e-3, tail: float = 1.0, n_elements: int = 12, goal_period: float = 0.0,
+           latency: float = 0.0, intent_delay: float = 0.0) -> ReplayReport:
     """Replay the naive input and a plan in the servo–beam plant of ``rig`` (module docstring).
 
     Args:
@@ -234,29 +268,37 @@ def replay(rig: StepTestRig, input_motion: Motion, plan_motion: Motion, servo: S
         dt: Time step [s].
         tail: Time simulated after the later of the two motions ends [s].
         n_elements: Beam elements.
+        goal_period: The goals are written every this [s] and held in between (0: continuous).
+        latency: Each goal reaches the servo this long after the plan's clock [s].
+        intent_delay: The intent is the input's at ``t − intent_delay`` [s] (0: the authored timing).
 
     Raises:
-        InputError: A motion not for this robot, a bad ``dt`` or ``tail``, no servo.
+        InputError: A motion not for this robot, a bad ``dt``, ``tail``, ``goal_period`` or ``latency``, no
+            servo.
         PlantError: A start pose the servo cannot hold, a step that does not converge.
     """
     if not (dt > 0 and np.isfinite(dt)):
         raise InputError(f"dt must be a positive time step [s], got {dt}")
     if not (tail >= 0 and np.isfinite(tail)):
         raise InputError(f"tail must be 0 or more [s], got {tail}")
+    for what, value in (("goal_period", goal_period), ("latency", latency), ("intent_delay", intent_delay)):
+        if not (value >= 0 and np.isfinite(value)):
+            raise InputError(f"{what} must be 0 or more [s], got {value}")
     servo = servo if servo is not None else rig.servo
     if servo is None:
         raise InputError(f"robot {rig.name!r} declares no servo: give one")
     naive_samples = motor_column(input_motion, rig.motor, "the input motion")
     plan_samples = motor_column(plan_motion, rig.motor, "the plan")
     start = min(naive_samples[0][0], plan_samples[0][0])
-    end = max(naive_samples[0][-1], plan_samples[0][-1]) + tail
+    end = max(naive_samples[0][-1], plan_samples[0][-1]) + tail + latency
     time = start + dt * np.arange(int(np.ceil((end - start) / dt - 1e-9)) + 1)
     mat = rig.material
     material = (float(mat.youngs_modulus), float(mat.rayleigh_alpha), float(mat.rayleigh_beta))
     plant: ServoBeam | BeamModel = (build_beam_model(rig, n_elements) if servo.ideal
                                     else build_servo_beam(rig, servo, n_elements))
     beam = plant if isinstance(plant, BeamModel) else plant.model
-    intent = quasi_static_tip(beam, material[0], goal_profile(*naive_samples, time)[0])
-    naive = _run("naive", plant, material, servo, time, naive_samples, intent)
-    plan = _run("plan", plant, material, servo, time, plan_samples, intent)
-    return ReplayReport(rig, servo, n_elements, dt, material[0], time, intent, naive, plan)
+    intent = quasi_static_tip(beam, material[0], goal_profile(*naive_samples, time - intent_delay)[0])
+    naive = _run("naive", plant, material, servo, time, naive_samples, intent, goal_period, latency)
+    plan = _run("plan", plant, material, servo, time, plan_samples, intent, goal_period, latency)
+    return ReplayReport(rig, servo, n_elements, dt, material[0], time, intent, naive, plan, goal_period, latency,
+                        intent_delay)

@@ -226,6 +226,13 @@ class Verification(_Runs):
             return f"{ModelKind.REDUCED} {Path(self.file).name}"
         return str(self.kind)
 
+    @property
+    def described(self) -> str:
+        """:attr:`model`, naming the full FEM's rigid-body engine on a robot without flexible parts."""
+        if self.kind is ModelKind.FULL_FEM and self.deformable_dofs == 0:
+            return f"{self.kind}'s rigid-body engine (no flexible parts)"
+        return self.model
+
     def to_json(self) -> JsonObject:
         out: JsonObject = {"model": self.model}
         if self.kind is ModelKind.REDUCED:

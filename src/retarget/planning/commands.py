@@ -362,6 +362,10 @@ def _plan_command(args: argparse.Namespace) -> int:
             print(f"  {name:13s} peak {1e3 * m['peak_deviation_m']:7.2f} mm  RMS {1e3 * m['rms_deviation_m']:7.2f} mm"
                   f"  torque {m['peak_torque_ratio']:.2f} x stall{lag}", file=out)
     _print_checks(result, out)
+    if result.assumptions:
+        print("  what the plan assumes of the hardware (not modelled):", file=out)
+        for line in result.assumptions:
+            print(f"    - {line}", file=out)
     for w in result.warnings:
         print(f"warning: {w}", file=sys.stderr)
     if args.json:

@@ -41,6 +41,7 @@ from retarget.optimize.result import OptimizationResult
 from retarget.optimize.robust import without_other_branches
 from retarget.optimize.weights import TrackedBodyWeights
 from retarget.optimize.windows import optimize_windows
+from retarget.planning.assumptions import hardware_assumptions
 from retarget.planning.budget import (
     SETTLE_RESERVE,
     Budget,
@@ -181,7 +182,8 @@ def plan(robot: str | Path, motion: Motion, options: PlanOptions | None = None,
     result.warnings.extend(w for w in (gate_warning, replay_warning) if w)
     result, checks, fired = _verified_torque_rounds(rounds, result, options, run_options)
     info = dict(pm.info)
-    return replace(result, checks=checks, model_info=info, cancelled=fired,
+    assumptions = hardware_assumptions(pm.model, engine.motor_names, engine.servos.per_motor)
+    return replace(result, checks=checks, model_info=info, cancelled=fired, assumptions=assumptions,
                    wall_s=time.perf_counter() - started, timings={**prepared, **result.timings})
 
 

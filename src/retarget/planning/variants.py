@@ -28,6 +28,7 @@ from retarget.optimize.objective import deviation_metrics
 from retarget.optimize.problem import PlanProblem, motion_stop_time
 from retarget.optimize.result import OptimizationResult
 from retarget.optimize.settle import SettleReport
+from retarget.planning.assumptions import ideal_servo_assumption
 from retarget.planning.checks import NaiveAtFinerStep, PlanChecks, Verdict
 from retarget.sim.engine import Engine, EngineState
 from retarget.sim.motors import MotorTrajectory
@@ -163,6 +164,8 @@ class PlanResult:
             plan to time the verification (:func:`~retarget.planning.verification.naive_at_finer_step`), or None.
         naive_evaluation: the naive playback's evaluation (its simulation: the optimizer's first evaluation, or a run
             of its own when the optimizer starts elsewhere).
+        assumptions: what the plan rests on about the hardware that its model does not hold
+            (:func:`~retarget.planning.assumptions.hardware_assumptions`).
     """
 
     pp: PlanProblem
@@ -180,6 +183,7 @@ class PlanResult:
     settle: SettleReport | None = None
     verify_naive: NaiveAtFinerStep | None = None
     naive_evaluation: Evaluation | None = None
+    assumptions: tuple[str, ...] = ()
 
     def trajectory(self, start_time: float = 0.0) -> tuple[tuple[str, ...], NDArray[np.float64], NDArray[np.float64]]:
         """The optimized trajectory sampled at the simulation step: joint names, times [s] (from ``start_time``,
@@ -245,6 +249,7 @@ class PlanResult:
         if self.model_info:
             out["model"] = dict(self.model_info)
         out["servos"] = servo_summary(self.pp.problem.engine)
+        out["assumptions"] = list(self.assumptions)
         for name, v in self.variants.items():
             entry: dict[str, object] = dict(v.metrics)
             if v.training_range:
@@ -279,8 +284,7 @@ def servo_summary(engine: Engine) -> ServoSummary:
         "modelled": [n for n, s in zip(names, per_motor) if not s.ideal],
     }
     if ideal:
-        out["assumption"] = (f"ideal servo on {', '.join(ideal)}: the shafts follow their goals exactly whatever the "
-                             "load (no position loop, sag or lag modelled)")
+        out["assumption"] = ideal_servo_assumption(ideal)
     return out
 
 
@@ -304,8 +308,7 @@ def plan_comments(result: PlanResult) -> list[str]:
     lines = ["retarget plan: optimized goal positions for the robot's servos (docs/optimize.md)",
              PLANNED_SERVOS_PREFIX + json.dumps(plain, sort_keys=True),
              PLAN_SETTINGS_PREFIX + json.dumps(plan_settings(result.pp), sort_keys=True)]
-    if "assumption" in servos:
-        lines.append("assumption: " + servos["assumption"])
+    lines.extend("assumption: " + a for a in result.assumptions)
     return lines
 
 

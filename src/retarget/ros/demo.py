@@ -507,6 +507,10 @@ def _report_optimized(result: Retarget.Result, began: float | None, planner: dic
     if servos:
         planner["servos"] = servo_line(servos)
         _say(f"planner: planned for {planner['servos']}")
+    if metrics.get("assumptions"):
+        planner["assumptions"] = list(metrics["assumptions"])
+        _say("planner: what the plan assumes of the hardware (not modelled):\n"
+             + "\n".join(f"  - {line}" for line in planner["assumptions"]))
     verify = FinerStepCheck.from_json(metrics["verify"]) if metrics.get("verify") else None
     checked = ""
     if verify is not None:
@@ -534,7 +538,7 @@ def _report_optimized(result: Retarget.Result, began: float | None, planner: dic
         planner["verified"] = {"model": verified.model, "peak_ratio": verified.peak_ratio,
                                "naive_peak_deviation_m": verified.naive.peak_deviation_m,
                                "optimized_peak_deviation_m": verified.optimized.peak_deviation_m}
-        _say(f"planner: verified in {verified.model}: peak "
+        _say(f"planner: verified in the {verified.described}: peak "
              f"{verified.naive.peak_deviation_m * 100:.1f} cm naive -> "
              f"{verified.optimized.peak_deviation_m * 100:.1f} cm optimized "
              f"({verified.peak_ratio:.2f} x)")

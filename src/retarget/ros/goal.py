@@ -130,6 +130,8 @@ def goal_summary(result: Retarget.Result) -> GoalSummary:
 
 def _print_result(summary: GoalSummary, robot: str, out: TextIO | None = None) -> None:
     """The result's figures, on ``out`` (default stdout)."""
+    from retarget.planning.checks import Verification
+
     out = sys.stdout if out is None else out
 
     def print(*parts: object, **kwargs: object) -> None:  # every line goes to ``out``
@@ -151,11 +153,15 @@ def _print_result(summary: GoalSummary, robot: str, out: TextIO | None = None) -
     if verify.get("peak_ratio") is not None:
         print(f"  re-simulated at dt {verify.get('dt_s', 0.0):g} s: {verify['peak_ratio']:.2f} x naive"
               + ("" if verify.get("holds", True) else " (the improvement does NOT hold)"))
-    verified = metrics.get("verified") or {}
-    if verified.get("peak_ratio") is not None:
-        print(f"  verified in {verified.get('model')}: {verified['peak_ratio']:.2f} x naive")
+    verified = Verification.from_json(metrics["verified"]) if metrics.get("verified") else None
+    if verified is not None and verified.peak_ratio is not None:
+        print(f"  verified in the {verified.described}: {verified.peak_ratio:.2f} x naive")
     if metrics.get("budget_limited"):
         print("  stopped by its time budget: the best iterate so far")
+    if metrics.get("assumptions"):
+        print("  what the plan assumes of the hardware (not modelled):")
+        for line in metrics["assumptions"]:
+            print(f"    - {line}")
     for warning in metrics.get("warnings") or []:
         print(f"retarget goal: plan warning: {warning}", file=sys.stderr)
 

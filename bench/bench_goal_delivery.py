@@ -1,0 +1,89 @@
+"""Does a plan hold when its goals reach the servo as a bus delivers them: written every control period and held in
+between, each some latency late?
+
+The planner's model has the servo follow its goals continuously and at once. A robot's bus writes them at a rate
+(the trajectory server and the driver at 100 Hz by default: the servo's goal is a staircase) and a little late
+(DDS, the driver's cycle, the bus transfer). The benchmark plans the motion once for the robot's servo (``retarget
+plan ROBOT --motion M --verify-model none --out PLAN.csv``, or takes ``--plan``), then replays the input (naive)
+and the plan in the independent servo-beam plant (``retarget.fit.beam_servo``, not the model the plan was
+optimized on) with each goal period and latency (``retarget check replay ... --goal-period S --latency S``), and
+measures the tip's deviation twice: against the intent with its authored timing, and against the intent delayed by
+the delivery's mean delay, ``latency + period / 2`` (``--intent-delay``): the motion's shape, its timing set aside.
+
+Prints the thread settings, then one JSON line (also written to ``bench/results/goal-delivery-<robot>.json``): per
+period and latency the naive and planned peaks and their ratio, both ways.
+
+    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 .venv/bin/python bench/bench_goal_delivery.py \\
+        [--robot single_rod] [--motion single_rod/step_30_servo] [--plan PLAN.csv] \\
+        [--periods 0,0.005,0.01,0.02] [--latencies 0,0.005,0.01]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench_servo_plan import retarget_json  # noqa: E402  (beside this script)
+
+
+def _floats(text: str) -> list[float]:
+    return [float(v) for v in text.split(",")]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--robot", default="single_rod")
+    parser.add_argument("--motion", default="single_rod/step_30_servo")
+    parser.add_argument("--plan", help="a plan of the motion for the robot's servo (default: plan it here)")
+    parser.add_argument("--periods", default="0,0.005,0.01,0.02", help="goal periods [s] (0: continuous)")
+    parser.add_argument("--latencies", default="0,0.005,0.01", help="latencies [s]")
+    args = parser.parse_args()
+    threads = {v: os.environ.get(v, "unset") for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                                                       "NUMBA_NUM_THREADS")}
+    print(json.dumps({"threads": threads}), flush=True)
+    out: dict[str, object] = {"what": "a plan replayed in the servo-beam plant (retarget check replay) with its goals "
+                              "written every period and held, each latency late; the deviation against the intent "
+                              "as authored and against the intent delayed by latency + period / 2",
+                              "robot": args.robot, "motion": args.motion, "threads": threads}
+    with tempfile.TemporaryDirectory() as tmp:
+        plan = args.plan
+        if plan is None:
+            plan = str(Path(tmp) / "plan.csv")
+            started = time.perf_counter()
+            planned = retarget_json("plan", args.robot, "--motion", args.motion, "--verify-model", "none", "--out",
+                                    plan)
+            out["plan_s"] = round(time.perf_counter() - started, 1)
+            out["plan_command"] = (f"retarget plan {args.robot} --motion {args.motion} --verify-model none --out "
+                                   "PLAN.csv --json")
+            out["planning_peak_ratio"] = planned.get("planning_peak_ratio")  # in the model it was optimized on
+        runs = []
+        for period in _floats(args.periods):
+            for latency in _floats(args.latencies):
+                common = ("check", "replay", args.robot, "--motion", args.motion, "--plan", plan, "--goal-period",
+                          str(period), "--latency", str(latency))
+                authored = retarget_json(*common)
+                delay = latency + period / 2.0
+                shifted = retarget_json(*common, "--intent-delay", str(delay))
+                runs.append({"goal_period_s": period, "latency_s": latency, "mean_delay_s": delay,
+                             "naive_peak_m": authored["naive"]["peak_deviation_m"],
+                             "plan_peak_m": authored["plan"]["peak_deviation_m"],
+                             "peak_ratio": authored["peak_ratio"],
+                             "naive_peak_delayed_intent_m": shifted["naive"]["peak_deviation_m"],
+                             "plan_peak_delayed_intent_m": shifted["plan"]["peak_deviation_m"],
+                             "peak_ratio_delayed_intent": shifted["peak_ratio"]})
+                print(json.dumps(runs[-1]), flush=True)
+        out["runs"] = runs
+    line = json.dumps(out)
+    print(line)
+    name = Path(args.robot).name.split(".")[0]
+    target = Path(__file__).resolve().parent / "results" / f"goal-delivery-{name}.json"
+    target.write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
