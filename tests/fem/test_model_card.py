@@ -140,6 +140,11 @@ def test_servo_rows_round_trip_and_warn_beyond_the_threshold(coarse_rods):
     table = with_rows.format()
     assert "coupled servo-structure modes" in table and "WARNING" in table and "elbow" in table
     assert "full FEM, 21 094 DOF" in table
+    # A robot without flexible parts: one line says so (no empty part table), then its servo modes.
+    rigid = replace(with_rows, parts=())
+    lines = rigid.format().splitlines()
+    assert lines[0].endswith(": no flexible part (rigid links only), nothing to gate") and "part " not in lines[1]
+    assert "coupled servo-structure modes" in lines[1] and rigid.passed
     # A card without servo rows (an older artifact's) still loads, and its JSON has no servo keys.
     old = card.to_dict()
     assert "servo_modes" not in old and ModelCard.from_dict(old).servo_modes == ()

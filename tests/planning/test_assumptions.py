@@ -21,6 +21,8 @@ def test_modelled_loops_name_the_voltage_gearbox_bus_and_clamps() -> None:
     assert len(lines) == 4
     assert lines[0].startswith("servo loops as configured") and "10 %" in lines[0]
     assert "without friction on a;" in lines[1] and "backlash" in lines[1]  # b has friction given
+    every = hardware_assumptions(_model(), ["a", "b"], [XM430, XM430])[1]
+    assert "without friction;" in every  # no motor has friction: not listed one by one
     assert "latency + period / 2" in lines[2]
     assert "rod to arm, the world" in lines[3] and "no compliance at the clamps" in lines[3]
 

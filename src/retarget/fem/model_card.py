@@ -257,7 +257,11 @@ class ModelCard:
                    servo)
 
     def format(self) -> str:
-        """A short table: per part and mode, f_model, f_reference, error, Euler–Bernoulli."""
+        """A short table: per part and mode, f_model, f_reference, error, Euler–Bernoulli (a robot without flexible
+        parts: one line saying so, then its servo modes)."""
+        if not self.parts:
+            lines = [f"model card of {self.robot}: no flexible part (rigid links only), nothing to gate"]
+            return "\n".join(lines + (self._format_servo_modes() if self.servo_modes else []))
         lines = [f"model card of {self.robot} (gate |f1 error| <= {100 * self.f1_tolerance:g} %, "
                  f"|f2 error| <= {100 * self.f2_tolerance:g} %)"]
         lines.append(f"  {'part':<16} {'mesh':<14} {'DOF':>7} {'c':>7} {'mode':<5} {'f_mesh':>9} {'f_model':>9} "

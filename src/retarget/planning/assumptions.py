@@ -38,8 +38,9 @@ def hardware_assumptions(model: RobotModel, motors: Sequence[str], servos: Seque
                      "voltage those were given for (both scale with it, and the loop's stiffness with them: on the single "
                      "rod a plan stayed under 0.1 x naive within 10 % of the loop's gain, docs/servo.md)")
         frictionless = [n for n, s in modelled if not (s.coulomb_friction or s.viscous_friction)]
+        where = "" if len(frictionless) == len(modelled) else f" on {', '.join(frictionless)}"
         lines.append("gearboxes without backlash or compliance"
-                     + (f", and without friction on {', '.join(frictionless)}" if frictionless else "")
+                     + (f", and without friction{where}" if frictionless else "")
                      + "; encoders that read the shaft exactly")
     lines.append("goals that reach the servos continuously and at once: a bus writing them every period, each a "
                  "latency late, delays the motion by about latency + period / 2 and keeps its shape (docs/servo.md)")
