@@ -90,6 +90,24 @@ def test_a_latency_delays_the_run_and_a_fine_goal_period_changes_little(rig) -> 
         replay(rig, m, m, goal_period=-1.0)
 
 
+def test_a_scaled_plant_changes_only_what_it_names(rig) -> None:
+    """``StepTestRig.scaled``: the model errors a replay can carry (Young's modulus, Rayleigh damping, the tip's mass
+    and inertia); a heavier tip lowers the plant's first mode as 1/sqrt of its share of the modal mass would."""
+    scaled = rig.scaled(stiffness=1.1, damping=2.0, tip_mass=0.9)
+    assert scaled.material.youngs_modulus == pytest.approx(1.1 * rig.material.youngs_modulus)
+    assert scaled.material.rayleigh_alpha == 2.0 * rig.material.rayleigh_alpha
+    assert scaled.material.rayleigh_beta == 2.0 * rig.material.rayleigh_beta
+    assert scaled.tip_mass == pytest.approx(0.9 * rig.tip_mass)
+    assert scaled.tip_inertia_axis == pytest.approx(0.9 * rig.tip_inertia_axis)
+    assert scaled.material.density == rig.material.density and scaled.hub_mass == rig.hub_mass
+    stiff = build_servo_beam(rig.scaled(stiffness=1.21)).modes(0.0).frequencies_hz
+    heavy = build_servo_beam(rig.scaled(tip_mass=1.2)).modes(0.0).frequencies_hz
+    nominal = build_servo_beam(rig).modes(0.0).frequencies_hz
+    assert nominal[0] < stiff[0] and heavy[0] < nominal[0]
+    with pytest.raises(InputError, match="tip_mass factor must be a positive number"):
+        rig.scaled(tip_mass=0.0)
+
+
 def test_replaying_the_input_as_its_own_plan_gives_ratio_one(rig) -> None:
     m = step_motion()
     report = replay(rig, m, m, dt=2e-3, tail=0.5)
@@ -162,10 +180,15 @@ def test_check_replay_prints_a_summary_and_json_last(files, capsys) -> None:
                  "0.004", "--json"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[1] == "  goals written every 10 ms and held, 4 ms after the plan's clock"
+    assert json.loads(lines[-1])["goal_period_s"] == 0.01
     assert main(["check", "replay", "single_rod", "--motion", str(files / "input.csv"), "--plan",
                  str(files / "plan.csv"), "--dt", "0.002", "--tail", "0.5", "--intent-delay", "0.009"]) == 0
     assert "measured against the intent 9 ms late" in capsys.readouterr().out
-    assert json.loads(lines[-1])["goal_period_s"] == 0.01
+    assert main(["check", "replay", "single_rod", "--motion", str(files / "input.csv"), "--plan",
+                 str(files / "plan.csv"), "--dt", "0.002", "--tail", "0.5", "--tip-mass-factor", "1.1", "--json"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert "the plant scaled: Young's modulus x 1, damping x 1, tip mass x 1.1" in lines[1]
+    assert json.loads(lines[-1])["tip_mass_factor"] == 1.1
 
 
 def test_check_replay_takes_a_servo_file_and_a_p_gain(files, capsys) -> None:
@@ -203,3 +226,6 @@ def test_check_replay_user_errors_exit_2(files, tmp_path, capsys) -> None:
     assert main(["check", "replay", "single_rod", *common, "--plan", str(files / "plan.csv"), "--servo",
                  str(servo)]) == 2
     assert "unknown key gain" in capsys.readouterr().err
+    assert main(["check", "replay", "single_rod", *common, "--plan", str(files / "plan.csv"), "--damping-factor",
+                 "-1"]) == 2
+    assert "damping factor must be a positive number" in capsys.readouterr().err

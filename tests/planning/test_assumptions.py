@@ -18,19 +18,20 @@ def _model(*parts: tuple[str, tuple[str | None, ...]]) -> SimpleNamespace:
 def test_modelled_loops_name_the_voltage_gearbox_bus_and_clamps() -> None:
     lines = hardware_assumptions(_model(("rod", ("arm", None))), ["a", "b"],
                                  [XM430, XM430.with_values(coulomb_friction=0.05)])
-    assert len(lines) == 4
+    assert len(lines) == 5
     assert lines[0].startswith("servo loops as configured") and "10 %" in lines[0]
     assert "without friction on a;" in lines[1] and "backlash" in lines[1]  # b has friction given
     every = hardware_assumptions(_model(), ["a", "b"], [XM430, XM430])[1]
     assert "without friction;" in every  # no motor has friction: not listed one by one
     assert "latency + period / 2" in lines[2]
     assert "rod to arm, the world" in lines[3] and "no compliance at the clamps" in lines[3]
+    assert lines[4].startswith("the links' masses and inertias as the description gives them")
 
 
 def test_an_ideal_servo_and_a_rigid_robot() -> None:
     ideal = SERVO_MODELS[IDEAL]
     lines = hardware_assumptions(_model(), ["a", "b"], [ideal, XM430])
     assert lines[0] == ideal_servo_assumption(["a"]) and "ideal servo on a:" in lines[0]
-    assert lines[-1] == "every link rigid (no flexible part)"
+    assert lines[-2] == "every link rigid (no flexible part)"
     only_ideal = hardware_assumptions(_model(), ["a"], [ideal])
     assert not any("servo loops" in line or "gearbox" in line for line in only_ideal)

@@ -1012,6 +1012,12 @@ def register_replay_check(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--latency", type=float, default=0.0, metavar="S",
                    help="each goal reaches the servo S seconds after the plan's clock; the intent keeps its timing "
                    "(default 0)")
+    p.add_argument("--stiffness-factor", type=float, default=1.0, metavar="F",
+                   help="the plant's Young's modulus x F: a model error the plan did not see (default 1)")
+    p.add_argument("--damping-factor", type=float, default=1.0, metavar="F",
+                   help="the plant's Rayleigh damping x F (default 1)")
+    p.add_argument("--tip-mass-factor", type=float, default=1.0, metavar="F",
+                   help="the tip's mass and inertia x F (default 1)")
     p.add_argument("--intent-delay", type=float, default=0.0, metavar="S",
                    help="measure against the intent delayed by S seconds, the motion's timing set aside (--latency "
                    "plus half --goal-period: the delivery's mean delay; default 0: the authored timing)")
@@ -1055,6 +1061,8 @@ def _check_replay(args: argparse.Namespace) -> int:
         raise InputError(f"--elements must be at least 2, got {args.elements}")
     rig = load_rig(args.robot)
     servo = read_servo_file(args.servo, rig.motor) if args.servo else rig.servo
+    factors = (args.stiffness_factor, args.damping_factor, args.tip_mass_factor)
+    rig = rig.scaled(*factors)
     if args.p_gain is not None:
         if not (args.p_gain > 0 and math.isfinite(args.p_gain)):
             raise InputError(f"--p-gain must be positive, got {args.p_gain}")
@@ -1072,6 +1080,9 @@ def _check_replay(args: argparse.Namespace) -> int:
         print(f"  goals written every {1e3 * report.goal_period:g} ms and held" if report.goal_period else
               "  goals continuous", end="")
         print(f", {1e3 * report.latency:g} ms after the plan's clock")
+    if factors != (1.0, 1.0, 1.0):
+        print(f"  the plant scaled: Young's modulus x {factors[0]:g}, damping x {factors[1]:g}, tip mass x "
+              f"{factors[2]:g}")
     if report.intent_delay:
         print(f"  measured against the intent {1e3 * report.intent_delay:g} ms late (its timing set aside)")
     print(f"  servo {report.servo.describe()}")
@@ -1088,6 +1099,7 @@ def _check_replay(args: argparse.Namespace) -> int:
           f"{ACCEPTANCE_RATIO:g}: {'passes' if report.passes else 'does not pass'})")
     if args.json:
         out = report.to_dict()
-        out.update(motion=str(args.motion), plan_file=str(args.plan))
+        out.update(motion=str(args.motion), plan_file=str(args.plan), stiffness_factor=factors[0],
+                   damping_factor=factors[1], tip_mass_factor=factors[2])
         print(_dumps(out))
     return 0

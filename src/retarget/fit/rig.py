@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
+from retarget.errors import InputError
 from retarget.fit.errors import RigError
 from retarget.model.servo import ServoParams
 
@@ -95,6 +96,21 @@ class StepTestRig:
     def with_material(self, **values: float) -> StepTestRig:
         """A copy whose material has some of ``youngs_modulus``, ``rayleigh_alpha``, ``rayleigh_beta`` replaced."""
         return replace(self, material=replace(self.material, **values))
+
+    def scaled(self, stiffness: float = 1.0, damping: float = 1.0, tip_mass: float = 1.0) -> StepTestRig:
+        """A copy that differs from this robot as a model error would: the part's Young's modulus × ``stiffness``,
+        its Rayleigh coefficients × ``damping``, the tip's mass and inertia × ``tip_mass`` (factors > 0).
+
+        Raises:
+            InputError: a factor that is not a positive finite number.
+        """
+        for what, factor in (("stiffness", stiffness), ("damping", damping), ("tip_mass", tip_mass)):
+            if not (factor > 0 and math.isfinite(factor)):
+                raise InputError(f"{what} factor must be a positive number, got {factor}")
+        m = self.material
+        rig = self.with_material(youngs_modulus=m.youngs_modulus * stiffness, rayleigh_alpha=m.rayleigh_alpha * damping,
+                                 rayleigh_beta=m.rayleigh_beta * damping)
+        return replace(rig, tip_mass=self.tip_mass * tip_mass, tip_inertia_axis=self.tip_inertia_axis * tip_mass)
 
 
 def resolve_rig_path(robot: str | Path) -> Path:
