@@ -88,6 +88,10 @@ def test_a_latency_delays_the_run_and_a_fine_goal_period_changes_little(rig) -> 
     assert same.naive.metrics.peak_deviation_m == pytest.approx(base.naive.metrics.peak_deviation_m, rel=0.02)
     with pytest.raises(InputError, match="goal_period must be 0 or more"):
         replay(rig, m, m, goal_period=-1.0)
+    from retarget.model.servo import IDEAL, SERVO_MODELS
+
+    with pytest.raises(InputError, match="goal_period needs a modelled servo"):
+        replay(rig, m, m, servo=SERVO_MODELS[IDEAL], goal_period=0.01)
 
 
 def test_a_scaled_plant_changes_only_what_it_names(rig) -> None:

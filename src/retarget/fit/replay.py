@@ -273,8 +273,8 @@ def replay(rig: StepTestRig, input_motion: Motion, plan_motion: Motion, servo: S
         intent_delay: The intent is the input's at ``t − intent_delay`` [s] (0: the authored timing).
 
     Raises:
-        InputError: A motion not for this robot, a bad ``dt``, ``tail``, ``goal_period`` or ``latency``, no
-            servo.
+        InputError: A motion not for this robot, a bad ``dt``, ``tail``, ``goal_period``, ``latency`` or
+            ``intent_delay``, no servo, a ``goal_period`` with an ideal servo (its shaft would jump at every write).
         PlantError: A start pose the servo cannot hold, a step that does not converge.
     """
     if not (dt > 0 and np.isfinite(dt)):
@@ -287,6 +287,9 @@ def replay(rig: StepTestRig, input_motion: Motion, plan_motion: Motion, servo: S
     servo = servo if servo is not None else rig.servo
     if servo is None:
         raise InputError(f"robot {rig.name!r} declares no servo: give one")
+    if goal_period > 0 and servo.ideal:
+        raise InputError("goal_period needs a modelled servo: an ideal one follows its goal exactly, so a held goal "
+                         "would make its shaft jump at every write")
     naive_samples = motor_column(input_motion, rig.motor, "the input motion")
     plan_samples = motor_column(plan_motion, rig.motor, "the plan")
     start = min(naive_samples[0][0], plan_samples[0][0])
