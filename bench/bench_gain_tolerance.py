@@ -20,13 +20,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from bench_servo_plan import retarget_json  # noqa: E402  (beside this script)
+from plant_replay import plan_once, retarget_json, thread_settings, write_result  # noqa: E402  (beside)
 
 
 def _planned_p_gain(robot: str) -> float:
@@ -46,24 +44,13 @@ def main() -> int:
     parser.add_argument("--factors", default="0.7,0.8,0.9,0.95,1,1.05,1.1,1.2,1.3",
                         help="the plant's P gain as multiples of the planned one")
     args = parser.parse_args()
-    threads = {v: os.environ.get(v, "unset") for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
-                                                       "NUMBA_NUM_THREADS")}
-    print(json.dumps({"threads": threads}), flush=True)
+    threads = thread_settings()
     p_planned = _planned_p_gain(args.robot)
     out: dict[str, object] = {"what": "a plan for the robot's servo replayed in the servo-beam plant (retarget check "
                               "replay) with the servo's P gain scaled", "robot": args.robot, "motion": args.motion,
                               "p_gain_planned": p_planned, "threads": threads}
     with tempfile.TemporaryDirectory() as tmp:
-        plan = args.plan
-        if plan is None:
-            plan = str(Path(tmp) / "plan.csv")
-            started = time.perf_counter()
-            planned = retarget_json("plan", args.robot, "--motion", args.motion, "--verify-model", "none", "--out",
-                                    plan)
-            out["plan_s"] = round(time.perf_counter() - started, 1)
-            out["plan_command"] = (f"retarget plan {args.robot} --motion {args.motion} --verify-model none --out "
-                                   "PLAN.csv --json")
-            out["planning_peak_ratio"] = planned.get("planning_peak_ratio")  # in the model it was optimized on
+        plan = plan_once(args.robot, args.motion, args.plan, Path(tmp), out)
         runs = []
         for factor in (float(f) for f in args.factors.split(",")):
             p_gain = round(p_planned * factor)
@@ -76,11 +63,7 @@ def main() -> int:
                          "plan_ring_out_m": replayed["plan"]["ring_out_peak_m"]})
             print(json.dumps(runs[-1]), flush=True)
         out["runs"] = runs
-    line = json.dumps(out)
-    print(line)
-    name = Path(args.robot).name.split(".")[0]
-    target = Path(__file__).resolve().parent / "results" / f"gain-tolerance-{name}.json"
-    target.write_text(json.dumps(out, indent=1) + "\n")
+    write_result("gain-tolerance", args.robot, out)
     return 0
 
 

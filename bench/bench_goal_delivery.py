@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from bench_servo_plan import retarget_json  # noqa: E402  (beside this script)
+from plant_replay import plan_once, retarget_json, thread_settings, write_result  # noqa: E402  (beside)
 
 
 def _floats(text: str) -> list[float]:
@@ -42,24 +40,13 @@ def main() -> int:
     parser.add_argument("--periods", default="0,0.005,0.01,0.02", help="goal periods [s] (0: continuous)")
     parser.add_argument("--latencies", default="0,0.005,0.01", help="latencies [s]")
     args = parser.parse_args()
-    threads = {v: os.environ.get(v, "unset") for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
-                                                       "NUMBA_NUM_THREADS")}
-    print(json.dumps({"threads": threads}), flush=True)
+    threads = thread_settings()
     out: dict[str, object] = {"what": "a plan replayed in the servo-beam plant (retarget check replay) with its goals "
                               "written every period and held, each latency late; the deviation against the intent "
                               "as authored and against the intent delayed by latency + period / 2",
                               "robot": args.robot, "motion": args.motion, "threads": threads}
     with tempfile.TemporaryDirectory() as tmp:
-        plan = args.plan
-        if plan is None:
-            plan = str(Path(tmp) / "plan.csv")
-            started = time.perf_counter()
-            planned = retarget_json("plan", args.robot, "--motion", args.motion, "--verify-model", "none", "--out",
-                                    plan)
-            out["plan_s"] = round(time.perf_counter() - started, 1)
-            out["plan_command"] = (f"retarget plan {args.robot} --motion {args.motion} --verify-model none --out "
-                                   "PLAN.csv --json")
-            out["planning_peak_ratio"] = planned.get("planning_peak_ratio")  # in the model it was optimized on
+        plan = plan_once(args.robot, args.motion, args.plan, Path(tmp), out)
         runs = []
         for period in _floats(args.periods):
             for latency in _floats(args.latencies):
@@ -77,11 +64,7 @@ def main() -> int:
                              "peak_ratio_delayed_intent": shifted["peak_ratio"]})
                 print(json.dumps(runs[-1]), flush=True)
         out["runs"] = runs
-    line = json.dumps(out)
-    print(line)
-    name = Path(args.robot).name.split(".")[0]
-    target = Path(__file__).resolve().parent / "results" / f"goal-delivery-{name}.json"
-    target.write_text(json.dumps(out, indent=1) + "\n")
+    write_result("goal-delivery", args.robot, out)
     return 0
 
 
