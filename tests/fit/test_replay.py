@@ -66,6 +66,9 @@ def test_delivered_goals_are_written_every_period_and_held_after_the_latency() -
     writes = 3 + 10 * np.arange(99)
     np.testing.assert_allclose(held[writes], goal_profile(t, q, grid[writes] - 0.003)[0], atol=1e-15)
     np.testing.assert_array_equal(held[writes[:-1] + 9], held[writes[:-1]])
+    # Each write taking the profile half a period ahead: the value in the middle of its hold.
+    led = delivered_goals(t, q, grid, goal_period=0.01, latency=0.003, goal_lead=0.005)[0]
+    np.testing.assert_allclose(led[writes], goal_profile(t, q, grid[writes] - 0.003 + 0.005)[0], atol=1e-15)
     assert np.count_nonzero(np.diff(held)) <= 100 and np.ptp(held) > 0.3
 
 
@@ -183,7 +186,7 @@ def test_check_replay_prints_a_summary_and_json_last(files, capsys) -> None:
                  str(files / "plan.csv"), "--dt", "0.002", "--tail", "0.5", "--goal-period", "0.01", "--latency",
                  "0.004", "--json"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[1] == "  goals written every 10 ms and held, 4 ms after the plan's clock"
+    assert lines[1] == "  goals written every 10 ms, 0 ms ahead, and held, 4 ms after the plan's clock"
     assert json.loads(lines[-1])["goal_period_s"] == 0.01
     assert main(["check", "replay", "single_rod", "--motion", str(files / "input.csv"), "--plan",
                  str(files / "plan.csv"), "--dt", "0.002", "--tail", "0.5", "--intent-delay", "0.009"]) == 0

@@ -23,7 +23,7 @@ def test_modelled_loops_name_the_voltage_gearbox_bus_and_clamps() -> None:
     assert "without friction on a;" in lines[1] and "backlash" in lines[1]  # b has friction given
     every = hardware_assumptions(_model(), ["a", "b"], [XM430, XM430])[1]
     assert "without friction;" in every  # no motor has friction: not listed one by one
-    assert "latency + period / 2" in lines[2]
+    assert "half its period ahead" in lines[2] and "latency" in lines[2]
     assert "rod to arm, the world" in lines[3] and "no compliance at the clamps" in lines[3]
     assert lines[4].startswith("the links' masses and inertias as the description gives them")
 

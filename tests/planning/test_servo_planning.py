@@ -106,7 +106,7 @@ def test_the_plan_csv_records_its_servos_and_play_warns_on_other_gains(tiny, tmp
     assumptions = result.to_json()["assumptions"]
     assert assumptions == list(result.assumptions) and len(assumptions) == 5
     assert "servo loops as configured" in assumptions[0] and "without friction;" in assumptions[1]
-    assert "latency + period / 2" in assumptions[2] and "welded rigidly" in assumptions[3]
+    assert "half its period ahead" in assumptions[2] and "welded rigidly" in assumptions[3]
     assert path.read_text().count("# assumption: ") == 5
     assert planned_servo_warnings(path, str(robot)) == []
     assert servo_refusal(result.to_json(), robot) == ""

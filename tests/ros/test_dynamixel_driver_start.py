@@ -70,6 +70,9 @@ class FlakyBus:
     def read(self, servo_id: int, name: str) -> int:
         return 0  # Hardware Error Status: none
 
+    def write_goal_positions(self, goal: np.ndarray) -> None:
+        self.written = [*getattr(self, "written", []), np.array(goal)]
+
     def close(self) -> None:
         self.is_open = False
 
@@ -84,10 +87,11 @@ def start_driver(ros_context, monkeypatch):
     made = []
 
     def start(lost: dict[str, int], timeout: float = 5.0, model: int = 1030, robot: str = "",
-              joints: tuple[str, ...] = ("a", "b")) -> DynamixelDriver:
+              joints: tuple[str, ...] = ("a", "b"), **more: object) -> DynamixelDriver:
         FlakyBus.lost, FlakyBus.model = lost, model
         params = [Parameter("joint_names", value=list(joints)), Parameter("dynamixel_ids", value=[1, 2]),
-                  Parameter("startup_timeout", value=timeout), Parameter("robot_name", value=robot)]
+                  Parameter("startup_timeout", value=timeout), Parameter("robot_name", value=robot),
+                  *(Parameter(name, value=value) for name, value in more.items())]
         made.append(DynamixelDriver(context=context, parameter_overrides=params))
         return made[-1]
 
@@ -166,3 +170,17 @@ def test_a_stop_signal_during_start_up_ends_it_before_torque_comes_on(monkeypatc
     finally:
         stopper.cancel()
         driver.destroy_node()
+
+
+@pytest.mark.parametrize(("rate", "lead", "expected"), [(100.0, None, 0.005), (50.0, None, 0.01), (100.0, 0.0, 0.0)])
+def test_each_tick_writes_the_commanded_trajectory_half_a_period_ahead(start_driver, rate, lead, expected) -> None:
+    """The goal a servo holds until the next tick is the trajectory half a period on (``goal_lead``'s default): it
+    follows the trajectory with no delay on average (docs/servo.md "How goals reach the servo")."""
+    more = {"rate": rate} if lead is None else {"rate": rate, "goal_lead": lead}
+    driver = start_driver({}, **more)
+    assert driver.goal_lead == pytest.approx(expected)
+    driver._follower = SimpleNamespace(goal_at=lambda t: np.array([t, 2.0 * t]))  # the commanded trajectory
+    driver._commanded = True
+    driver._now = lambda: 10.0
+    driver._tick()
+    np.testing.assert_allclose(driver.bus.written[-1], [10.0 + expected, 2.0 * (10.0 + expected)], rtol=1e-15)

@@ -1009,6 +1009,9 @@ def register_replay_check(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--goal-period", type=float, default=0.0, metavar="S",
                    help="write the servo's goal every S seconds and hold it in between, as a bus does (0.01: the "
                    "trajectory server's and the driver's 100 Hz; default 0: a continuous goal)")
+    p.add_argument("--goal-lead", type=float, default=0.0, metavar="S",
+                   help="with --goal-period, each write takes the plan S seconds ahead (the driver's goal_lead: half "
+                   "a period by default on the robot; default 0 here)")
     p.add_argument("--latency", type=float, default=0.0, metavar="S",
                    help="each goal reaches the servo S seconds after the plan's clock; the intent keeps its timing "
                    "(default 0)")
@@ -1073,12 +1076,12 @@ def _check_replay(args: argparse.Namespace) -> int:
     plan_motion = load_motion(args.plan)
     report = replay(rig, input_motion, plan_motion, servo=servo, dt=args.dt, tail=args.tail,
                     n_elements=args.elements, goal_period=args.goal_period, latency=args.latency,
-                    intent_delay=args.intent_delay)
+                    intent_delay=args.intent_delay, goal_lead=args.goal_lead)
     print(f"{rig.name}: replay in the servo-beam plant ({report.n_elements} beam elements, trapezoidal rule, dt "
           f"{report.dt:g} s, {report.time_s[0]:.3f}-{report.time_s[-1]:.3f} s)")
     if report.goal_period or report.latency:
-        print(f"  goals written every {1e3 * report.goal_period:g} ms and held" if report.goal_period else
-              "  goals continuous", end="")
+        print(f"  goals written every {1e3 * report.goal_period:g} ms, {1e3 * report.goal_lead:g} ms ahead, and "
+              "held" if report.goal_period else "  goals continuous", end="")
         print(f", {1e3 * report.latency:g} ms after the plan's clock")
     if factors != (1.0, 1.0, 1.0):
         print(f"  the plant scaled: Young's modulus x {factors[0]:g}, damping x {factors[1]:g}, tip mass x "

@@ -17,7 +17,8 @@ shaft is prescribed (the goal itself) and the beam alone is simulated.
 
 How the goals reach the servo can be replayed as a robot's bus delivers them (:func:`delivered_goals`): written
 every ``goal_period`` and held in between (the trajectory server's and the driver's rate: the servo's goal is a
-staircase, its rate zero between writes), each ``latency`` after the plan's clock. The intent keeps the authored
+staircase, its rate zero between writes), each ``latency`` after the plan's clock, each write taking the plan
+``goal_lead`` ahead (the driver's parameter of that name: half a period by default). The intent keeps the authored
 timing (a delay shows as deviation, for the naive run as for the plan) unless ``intent_delay`` shifts it: with the
 delivery's mean delay (``latency + goal_period / 2``) what remains is the motion's shape, its timing set aside.
 """
@@ -91,11 +92,11 @@ def goal_profile(times: NDArray[np.float64], angles: NDArray[np.float64], grid: 
 
 
 def delivered_goals(times: NDArray[np.float64], angles: NDArray[np.float64], grid: NDArray[np.float64],
-                    goal_period: float = 0.0, latency: float = 0.0
+                    goal_period: float = 0.0, latency: float = 0.0, goal_lead: float = 0.0
                     ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
     """The servo's goal on ``grid`` (m,) [s] as a bus delivers it: :func:`goal_profile` at ``t − latency``, and
-    with ``goal_period`` > 0 sampled every ``goal_period`` from the first sample's time and held until the next
-    write (a held goal has zero rate and acceleration).
+    with ``goal_period`` > 0 written every ``goal_period`` from the first sample's time, each write the profile
+    ``goal_lead`` ahead, held until the next write (a held goal has zero rate and acceleration).
 
     Returns:
         ``(angle [rad], rate [rad/s], acceleration [rad/s²])`` (m,) each.
@@ -105,7 +106,7 @@ def delivered_goals(times: NDArray[np.float64], angles: NDArray[np.float64], gri
         return goal_profile(times, angles, shifted)
     written = times[0] + goal_period * np.floor((shifted - times[0]) / goal_period + 1e-9)
     zero = np.zeros_like(grid)
-    return goal_profile(times, angles, written)[0], zero, zero
+    return goal_profile(times, angles, written + goal_lead)[0], zero, zero
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,7 @@ class ReplayReport:
         naive, plan: The two runs.
         goal_period, latency: How the goals reached the servo (:func:`delivered_goals`) [s].
         intent_delay: The intent's delay against the authored timing [s].
+        goal_lead: How far ahead each write took the goal [s].
     """
 
     rig: StepTestRig
@@ -179,6 +181,7 @@ class ReplayReport:
     goal_period: float = 0.0
     latency: float = 0.0
     intent_delay: float = 0.0
+    goal_lead: float = 0.0
 
     @property
     def peak_ratio(self) -> float:
@@ -208,6 +211,7 @@ class ReplayReport:
             "goal_period_s": self.goal_period,
             "latency_s": self.latency,
             "intent_delay_s": self.intent_delay,
+            "goal_lead_s": self.goal_lead,
             "time_span_s": [float(self.time_s[0]), float(self.time_s[-1])],
             "naive": asdict(self.naive.metrics),
             "plan": asdict(self.plan.metrics),
@@ -225,8 +229,9 @@ def _stop_time(time: NDArray[np.float64], goal: NDArray[np.float64]) -> float:
 
 def _run(name: str, plant: ServoBeam | BeamModel, material: tuple[float, float, float], servo: ServoParams,
          time: NDArray[np.float64], samples: tuple[NDArray[np.float64], NDArray[np.float64]],
-         intent: NDArray[np.float64], goal_period: float = 0.0, latency: float = 0.0) -> ReplayRun:
-    goal, rate, acc = delivered_goals(*samples, time, goal_period, latency)
+         intent: NDArray[np.float64], goal_period: float = 0.0, latency: float = 0.0,
+         goal_lead: float = 0.0) -> ReplayRun:
+    goal, rate, acc = delivered_goals(*samples, time, goal_period, latency, goal_lead)
     dt = float(time[1] - time[0])
     if isinstance(plant, ServoBeam):
         run = plant.simulate(time, goal, rate)
@@ -257,7 +262,7 @@ def _run(name: str, plant: ServoBeam | BeamModel, material: tuple[float, float, 
 
 def replay(rig: StepTestRig, input_motion: Motion, plan_motion: Motion, servo: ServoParams | None = None,
            dt: float = 1e-3, tail: float = 1.0, n_elements: int = 12, goal_period: float = 0.0,
-           latency: float = 0.0, intent_delay: float = 0.0) -> ReplayReport:
+           latency: float = 0.0, intent_delay: float = 0.0, goal_lead: float = 0.0) -> ReplayReport:
     """Replay the naive input and a plan in the servo–beam plant of ``rig`` (module docstring).
 
     Args:
@@ -271,6 +276,7 @@ def replay(rig: StepTestRig, input_motion: Motion, plan_motion: Motion, servo: S
         goal_period: The goals are written every this [s] and held in between (0: continuous).
         latency: Each goal reaches the servo this long after the plan's clock [s].
         intent_delay: The intent is the input's at ``t − intent_delay`` [s] (0: the authored timing).
+        goal_lead: With ``goal_period``, each write takes the goal this far ahead [s].
 
     Raises:
         InputError: A motion not for this robot, a bad ``dt``, ``tail``, ``goal_period``, ``latency`` or
@@ -281,7 +287,8 @@ def replay(rig: StepTestRig, input_motion: Motion, plan_motion: Motion, servo: S
         raise InputError(f"dt must be a positive time step [s], got {dt}")
     if not (tail >= 0 and np.isfinite(tail)):
         raise InputError(f"tail must be 0 or more [s], got {tail}")
-    for what, value in (("goal_period", goal_period), ("latency", latency), ("intent_delay", intent_delay)):
+    for what, value in (("goal_period", goal_period), ("latency", latency), ("intent_delay", intent_delay),
+                        ("goal_lead", goal_lead)):
         if not (value >= 0 and np.isfinite(value)):
             raise InputError(f"{what} must be 0 or more [s], got {value}")
     servo = servo if servo is not None else rig.servo
@@ -301,7 +308,7 @@ def replay(rig: StepTestRig, input_motion: Motion, plan_motion: Motion, servo: S
                                     else build_servo_beam(rig, servo, n_elements))
     beam = plant if isinstance(plant, BeamModel) else plant.model
     intent = quasi_static_tip(beam, material[0], goal_profile(*naive_samples, time - intent_delay)[0])
-    naive = _run("naive", plant, material, servo, time, naive_samples, intent, goal_period, latency)
-    plan = _run("plan", plant, material, servo, time, plan_samples, intent, goal_period, latency)
+    naive = _run("naive", plant, material, servo, time, naive_samples, intent, goal_period, latency, goal_lead)
+    plan = _run("plan", plant, material, servo, time, plan_samples, intent, goal_period, latency, goal_lead)
     return ReplayReport(rig, servo, n_elements, dt, material[0], time, intent, naive, plan, goal_period, latency,
-                        intent_delay)
+                        intent_delay, goal_lead)

@@ -43,9 +43,9 @@ def hardware_assumptions(model: RobotModel, motors: Sequence[str], servos: Seque
         lines.append("gearboxes without backlash or compliance"
                      + (f", and without friction{where}" if frictionless else "")
                      + "; encoders that read the shaft exactly")
-    lines.append("goals that reach the servos continuously and at once: a bus writing them every period, each a "
-                 "latency late, delays the motion by about latency + period / 2 (on the single rod the plan kept its "
-                 "shape held at 100 Hz and 10 ms late, docs/servo.md)")
+    lines.append("goals that reach the servos continuously and at once: the driver writes each half its period "
+                 "ahead, so what is left is the bus's latency, which delays the motion by as much (on the single rod "
+                 "the plan kept its shape held at 100 Hz and 10 ms late, docs/servo.md)")
     if model.flexible_parts:
         lines.append(f"flexible parts welded rigidly where they meet their links ({_parts(model)}): no compliance "
                      "at the clamps; every other link rigid")

@@ -166,6 +166,10 @@ class DynamixelDriver(Node):
                         low=-1.0, high=508.0)
         self.rate = declare(self, "rate", T.DOUBLE, 100.0, "control and joint_states rate [Hz]", low=1.0,
                             high=1000.0)
+        self.goal_lead = declare(self, "goal_lead", T.DOUBLE, 0.5 / self.rate,
+                                 "each tick writes the commanded trajectory this far ahead [s]: a goal the servo "
+                                 "holds until the next tick then follows it with no delay on average (default half "
+                                 "a period, 1 / (2 rate)); 0 = the trajectory at the tick", low=0.0, high=1.0)
         self.torque_on_start = declare(self, "torque_on_start", T.BOOL, True, "enable torque when started")
         self.comm_error_window = declare(self, "comm_error_window", T.DOUBLE, 1.5,
                                          "how long lost or corrupt replies are retried, with no good read in "
@@ -373,7 +377,7 @@ class DynamixelDriver(Node):
                 return
             try:
                 if self._commanded:
-                    self._write_goal(self._follower.goal_at(self._now()))
+                    self._write_goal(self._follower.goal_at(self._now() + self.goal_lead))
                 state = self.bus.read_state()
             except TRANSIENT as exc:
                 # A lost or corrupt reply now and then is normal on a loaded host or a noisy bus, and a burst of
