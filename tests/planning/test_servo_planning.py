@@ -108,6 +108,10 @@ def test_the_plan_csv_records_its_servos_and_play_warns_on_other_gains(tiny, tmp
     assert "servo loops as configured" in assumptions[0] and "without friction;" in assumptions[1]
     assert "half its period ahead" in assumptions[2] and "welded rigidly" in assumptions[3]
     assert path.read_text().count("# assumption: ") == 5
+    from retarget.ros.player import plan_assumptions
+
+    assert plan_assumptions(path) == assumptions  # what `retarget play` prints before it plays the plan
+    assert plan_assumptions(path.with_suffix(".yaml")) == []
     assert planned_servo_warnings(path, str(robot)) == []
     assert servo_refusal(result.to_json(), robot) == ""
     stiffer = robot.with_name("tiny_p2400.yaml")

@@ -308,7 +308,7 @@ def plan_comments(result: PlanResult) -> list[str]:
     lines = ["retarget plan: optimized goal positions for the robot's servos (docs/optimize.md)",
              PLANNED_SERVOS_PREFIX + json.dumps(plain, sort_keys=True),
              PLAN_SETTINGS_PREFIX + json.dumps(plan_settings(result.pp), sort_keys=True)]
-    lines.extend("assumption: " + a for a in result.assumptions)
+    lines.extend(ASSUMPTION_PREFIX + a for a in result.assumptions)
     return lines
 
 
@@ -358,6 +358,17 @@ def planned_servos(path: str | Path) -> dict[str, dict[str, object]] | None:
     from retarget.motion.csv_format import read_comments
 
     return cast("dict[str, dict[str, object]] | None", comment_json(read_comments(path), PLANNED_SERVOS_PREFIX))
+
+
+#: The comment lines of a plan CSV that state what it assumes of the hardware, one each.
+ASSUMPTION_PREFIX = "assumption: "
+
+
+def planned_assumptions(path: str | Path) -> list[str]:
+    """What a plan CSV says it assumes of the hardware (its :data:`ASSUMPTION_PREFIX` comment lines), in order."""
+    from retarget.motion.csv_format import read_comments
+
+    return [c[len(ASSUMPTION_PREFIX):] for c in read_comments(path) if c.startswith(ASSUMPTION_PREFIX)]
 
 
 def declared_servos(robot: str | Path) -> dict[str, ServoParams]:

@@ -466,6 +466,18 @@ def planned_servo_warnings(motion_file: str | Path, robot: str) -> list[str]:
             "goals pre-compensate those servos' sag and lag; plan again for this robot's servos"]
 
 
+def plan_assumptions(motion_file: str | Path) -> list[str]:
+    """What a plan CSV says it assumes of the hardware (``retarget plan --out``'s comment lines); [] for another
+    file or a motion that is not a plan."""
+    from pathlib import Path
+
+    from retarget.planning.variants import planned_assumptions
+
+    if Path(str(motion_file)).suffix.lower() != ".csv" or not Path(str(motion_file)).is_file():
+        return []
+    return planned_assumptions(motion_file)
+
+
 def _play_command(args: argparse.Namespace) -> int:
     import json
 
@@ -483,6 +495,10 @@ def _play_command(args: argparse.Namespace) -> int:
     motion = for_joints(load_motion(args.motion), joints, "play")
     for line in planned_servo_warnings(args.motion, robot):
         print(f"retarget play: warning: {line}", file=sys.stderr, flush=True)
+    assumptions = plan_assumptions(args.motion)
+    if assumptions:
+        print("retarget play: the plan assumes of the hardware (not modelled):\n"
+              + "\n".join(f"  - {line}" for line in assumptions), flush=True)
     tolerance = float(params.get("default_goal_tolerance") or DEFAULT_START_TOLERANCE)
     missing = [c for c in ("rclpy", "control_msgs") if not components()[c]]
     if missing:
@@ -493,6 +509,8 @@ def _play_command(args: argparse.Namespace) -> int:
     follow = f"{namespace}/trajectory_server/follow_joint_trajectory"
     report: dict[str, object] = {"ok": False, "robot": name, "motion": str(args.motion), "action": follow,
                                  "duration_s": round(float(motion.time[-1]), 3), "moved_to_start": False}
+    if assumptions:
+        report["assumptions"] = assumptions
 
     def fail(text: str) -> int:
         report["error"] = text
