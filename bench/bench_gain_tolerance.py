@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from plant_replay import plan_once, retarget_json, thread_settings, write_result  # noqa: E402  (beside)
+from plant_replay import plan_once, replay_figures, retarget_json, thread_settings, write_result  # noqa: E402  (beside)
 
 
 def _planned_p_gain(robot: str) -> float:
@@ -56,11 +56,7 @@ def main() -> int:
             p_gain = round(p_planned * factor)
             replayed = retarget_json("check", "replay", args.robot, "--motion", args.motion, "--plan", plan,
                             "--p-gain", str(p_gain))
-            runs.append({"factor": factor, "p_gain": p_gain,
-                         "naive_peak_m": replayed["naive"]["peak_deviation_m"],
-                         "plan_peak_m": replayed["plan"]["peak_deviation_m"],
-                         "peak_ratio": replayed["peak_ratio"],
-                         "plan_ring_out_m": replayed["plan"]["ring_out_peak_m"]})
+            runs.append({"factor": factor, "p_gain": p_gain, **replay_figures(replayed)})
             print(json.dumps(runs[-1]), flush=True)
         out["runs"] = runs
     write_result("gain-tolerance", args.robot, out)

@@ -27,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from plant_replay import plan_once, retarget_json, thread_settings, write_result  # noqa: E402  (beside)
+from plant_replay import plan_once, replay_figures, retarget_json, thread_settings, write_result  # noqa: E402  (beside)
 
 
 def _floats(text: str) -> list[float]:
@@ -58,16 +58,10 @@ def main() -> int:
                 delay = latency + period / 2.0
                 shifted = retarget_json(*common, "--intent-delay", str(delay))
                 runs.append({"goal_period_s": period, "latency_s": latency, "mean_delay_s": delay,
-                             "naive_peak_m": authored["naive"]["peak_deviation_m"],
-                             "plan_peak_m": authored["plan"]["peak_deviation_m"],
-                             "peak_ratio": authored["peak_ratio"],
-                             "naive_peak_delayed_intent_m": shifted["naive"]["peak_deviation_m"],
-                             "plan_peak_delayed_intent_m": shifted["plan"]["peak_deviation_m"],
-                             "peak_ratio_delayed_intent": shifted["peak_ratio"]})
+                             **replay_figures(authored), **replay_figures(shifted, "_delayed_intent")})
                 if period > 0:  # the driver's default: each write half a period ahead, the authored timing
                     led = retarget_json(*common, "--goal-lead", str(period / 2.0))
-                    runs[-1].update(plan_peak_half_period_lead_m=led["plan"]["peak_deviation_m"],
-                                    peak_ratio_half_period_lead=led["peak_ratio"])
+                    runs[-1].update(replay_figures(led, "_half_period_lead"))
                 print(json.dumps(runs[-1]), flush=True)
         out["runs"] = runs
     write_result("goal-delivery", args.robot, out)

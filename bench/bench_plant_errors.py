@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from plant_replay import plan_once, retarget_json, thread_settings, write_result  # noqa: E402  (beside)
+from plant_replay import plan_once, replay_figures, retarget_json, thread_settings, write_result  # noqa: E402  (beside)
 
 #: The replay option that scales each parameter.
 OPTIONS = {"stiffness": "--stiffness-factor", "damping": "--damping-factor", "tip_mass": "--tip-mass-factor"}
@@ -51,11 +51,7 @@ def main() -> int:
             for factor in [1.0] * (parameter == "stiffness") + [float(f) for f in text.split(",")]:
                 replayed = retarget_json("check", "replay", args.robot, "--motion", args.motion, "--plan", plan,
                                          OPTIONS[parameter], str(factor))
-                runs.append({"parameter": parameter, "factor": factor,
-                             "naive_peak_m": replayed["naive"]["peak_deviation_m"],
-                             "plan_peak_m": replayed["plan"]["peak_deviation_m"],
-                             "peak_ratio": replayed["peak_ratio"],
-                             "plan_ring_out_m": replayed["plan"]["ring_out_peak_m"]})
+                runs.append({"parameter": parameter, "factor": factor, **replay_figures(replayed)})
                 print(json.dumps(runs[-1]), flush=True)
         out["runs"] = runs
     write_result("plant-errors", args.robot, out)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bench_servo_plan import retarget_json  # noqa: E402  (beside this script)
 
-__all__ = ["plan_once", "retarget_json", "thread_settings", "write_result"]
+__all__ = ["plan_once", "replay_figures", "retarget_json", "thread_settings", "write_result"]
 
 
 def thread_settings() -> dict[str, str]:
@@ -33,6 +33,15 @@ def plan_once(robot: str, motion: str, plan: str | None, folder: Path, out: dict
     out["plan_command"] = f"retarget plan {robot} --motion {motion} --verify-model none --out PLAN.csv --json"
     out["planning_peak_ratio"] = planned.get("planning_peak_ratio")  # in the model it was optimized on
     return path
+
+
+def replay_figures(replayed: dict, suffix: str = "") -> dict[str, float]:
+    """One ``retarget check replay --json`` run's figures: the naive and planned peak [m], their ratio, the plan's
+    ring-out [m]; each key with ``suffix`` before its unit (``plan_peak_delayed_intent_m``)."""
+    return {f"naive_peak{suffix}_m": replayed["naive"]["peak_deviation_m"],
+            f"plan_peak{suffix}_m": replayed["plan"]["peak_deviation_m"],
+            f"peak_ratio{suffix}": replayed["peak_ratio"],
+            f"plan_ring_out{suffix}_m": replayed["plan"]["ring_out_peak_m"]}
 
 
 def write_result(prefix: str, robot: str, out: dict[str, object]) -> None:
