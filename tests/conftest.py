@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import _posixsubprocess
 import atexit
+import faulthandler
 import importlib.util
 import os
 import shutil
@@ -130,6 +131,11 @@ def _guarded(function: Callable[..., Any], what: str) -> Callable[..., Any]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    global _watchdog_file
+    # The stderr the run started with, before pytest's capture replaces file descriptor 2 (a watchdog's stacks
+    # printed into a test's capture would be lost with its process).
+    if _watchdog_file is None:
+        _watchdog_file = os.fdopen(os.dup(sys.__stderr__.fileno()), "w")
     sys.addaudithook(_audit)
     # Not audited: multiprocessing's spawn and forkserver start methods (they exec through fork_exec directly), the
     # pseudo-terminal, and rclpy's context (DDS).
@@ -141,14 +147,38 @@ def pytest_configure(config: pytest.Config) -> None:
         Context.init = _guarded(Context.init, "initialises rclpy (DDS)")
 
 
+# --- the watchdog behind pytest-timeout --------------------------------------------------------------------------
+#: How long after its pytest-timeout a test may still run before the watchdog ends its process. pytest-timeout's
+#: signal method raises in the main thread only when that thread next runs Python code: a test blocked inside a C
+#: call (a DDS wait without a timeout, a join in a C++ executor) never sees it, and its xdist worker would hang the
+#: whole run. faulthandler's watchdog is a C thread: it prints every thread's stack and exits the process, so xdist
+#: reports the test as crashed and goes on with a new worker.
+WATCHDOG_GRACE = 120.0
+_watchdog_file: Any = None
+
+
+def _test_timeout(item: pytest.Item) -> float:
+    """The pytest-timeout this test runs under (its ``timeout`` marker, else --timeout, else the ini's), 0 for none."""
+    marker = item.get_closest_marker("timeout")
+    if marker is not None and marker.args:
+        return float(marker.args[0] or 0)
+    option = item.config.getoption("timeout", None)
+    return float(option if option is not None else item.config.getini("timeout") or 0)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     global _unmarked
     _unmarked = None if item.get_closest_marker("integration") else item
+    timeout = _test_timeout(item)
+    if timeout > 0 and _watchdog_file is not None:
+        faulthandler.dump_traceback_later(timeout + WATCHDOG_GRACE, exit=True, file=_watchdog_file)
     try:
         return (yield)
     finally:
         _unmarked = None
+        if timeout > 0 and _watchdog_file is not None:
+            faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.hookimpl(wrapper=True)

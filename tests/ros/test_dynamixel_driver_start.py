@@ -1,5 +1,6 @@
 """The driver's start-up (in-process, a fake bus): lost replies are retried step by step until startup_timeout; servos
-of another model are a fault; the robot's servo gains are written with torque off, before torque comes on."""
+of another model are a fault; the robot's servo gains are written with torque off, before torque comes on; the driver
+and the servo twin sample the trajectory goal_lead ahead of their tick."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -184,3 +185,23 @@ def test_each_tick_writes_the_commanded_trajectory_half_a_period_ahead(start_dri
     driver._now = lambda: 10.0
     driver._tick()
     np.testing.assert_allclose(driver.bus.written[-1], [10.0 + expected, 2.0 * (10.0 + expected)], rtol=1e-15)
+
+
+@pytest.mark.parametrize(("more", "expected"), [({}, 0.005), ({"rate": 50.0}, 0.01), ({"goal_lead": 0.0}, 0.0)])
+def test_the_servo_twin_follows_the_trajectory_as_far_ahead_as_the_driver(ros_context, more, expected) -> None:
+    """The servo twin (the stand-in for driver + servos) drives its servos towards the goal the driver would write:
+    the commanded trajectory ``goal_lead`` after the tick (half a period by default)."""
+    from retarget.ros.servo_twin import ServoTwin
+
+    context, _ = ros_context
+    params = [Parameter("joint_names", value=["a", "b"]), *(Parameter(k, value=v) for k, v in more.items())]
+    twin = ServoTwin(context=context, parameter_overrides=params)
+    try:
+        assert twin.goal_lead == pytest.approx(expected)
+        asked: list[float] = []
+        twin._follower = SimpleNamespace(goal_at=lambda t: asked.append(t) or np.zeros(2))
+        twin._now = lambda: 10.0
+        twin._tick()
+        assert asked == [pytest.approx(10.0 + expected, abs=1e-12)]
+    finally:
+        twin.destroy_node()

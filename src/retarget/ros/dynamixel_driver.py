@@ -60,7 +60,7 @@ from retarget.dynamixel.robot_servos import servos_for_joints
 from retarget.errors import InputError
 from retarget.processes import realtime_priority
 from retarget.ros.conversions import goal_points
-from retarget.ros.params import declare
+from retarget.ros.params import declare, declare_goal_lead
 from retarget.ros.spinning import TEST_STOP_GC_ENV, close_node, spin, stopping_on_signals
 
 __all__ = ["DRIVER_STATUS_QOS", "DynamixelDriver", "Fault", "main"]
@@ -166,10 +166,7 @@ class DynamixelDriver(Node):
                         low=-1.0, high=508.0)
         self.rate = declare(self, "rate", T.DOUBLE, 100.0, "control and joint_states rate [Hz]", low=1.0,
                             high=1000.0)
-        self.goal_lead = declare(self, "goal_lead", T.DOUBLE, 0.5 / self.rate,
-                                 "each tick writes the commanded trajectory this far ahead [s]: a goal the servo "
-                                 "holds until the next tick then follows it with no delay on average (default half "
-                                 "a period, 1 / (2 rate)); 0 = the trajectory at the tick", low=0.0, high=1.0)
+        self.goal_lead = declare_goal_lead(self, self.rate)
         self.torque_on_start = declare(self, "torque_on_start", T.BOOL, True, "enable torque when started")
         self.comm_error_window = declare(self, "comm_error_window", T.DOUBLE, 1.5,
                                          "how long lost or corrupt replies are retried, with no good read in "

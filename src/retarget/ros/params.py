@@ -10,7 +10,7 @@ from rclpy.parameter import Parameter
 
 from retarget.errors import InputError
 
-__all__ = ["ParameterValue", "declare"]
+__all__ = ["ParameterValue", "declare", "declare_goal_lead"]
 
 #: A parameter's value, of the type of its default: what :func:`declare` returns.
 ParameterValue = TypeVar("ParameterValue", bool, int, float, str, list[bool], list[int], list[float], list[str])
@@ -51,3 +51,13 @@ def declare(node: Node, name: str, kind: Parameter.Type, default: ParameterValue
     except Exception as exc:  # rclpy raises several unrelated types for bad overrides
         raise InputError(f"parameter {name!r}: {exc}") from exc
     return list(value) if isinstance(value, (list, tuple)) or hasattr(value, "tolist") else value
+
+
+def declare_goal_lead(node: Node, rate: float) -> float:
+    """Declare ``goal_lead``, how far ahead of its tick a node running at ``rate`` samples the commanded trajectory
+    for the goal it writes [s] (default half a period: a goal held until the next tick then follows the trajectory
+    with no delay on average; docs/servo.md "How goals reach the servo")."""
+    return declare(node, "goal_lead", Parameter.Type.DOUBLE, 0.5 / rate,
+                   "each tick writes the commanded trajectory this far ahead [s]: a goal the servo holds until the "
+                   "next tick then follows it with no delay on average (default half a period, 1 / (2 rate)); 0 = "
+                   "the trajectory at the tick", low=0.0, high=1.0)

@@ -1,7 +1,8 @@
 """The servo twin node: a stand-in for driver + servos that needs no serial port.
 
 Subscribes ``joint_commands`` (one point = setpoint, several = interpolated, as the Dynamixel driver does),
-moves first-order servo models (:mod:`retarget.control.servo_model`) and publishes ``joint_states`` at ``rate``.
+moves first-order servo models (:mod:`retarget.control.servo_model`) towards the trajectory ``goal_lead`` ahead of
+each tick, as the driver writes its goals, and publishes ``joint_states`` at ``rate``.
 The emulated Dynamixel bus with the real driver is the full digital twin; this node keeps the trajectory server
 testable on its own.
 """
@@ -18,7 +19,7 @@ from trajectory_msgs.msg import JointTrajectory
 from retarget.control import CommandFollower, ServoState, TrajectoryRejected, step_servos
 from retarget.errors import InputError
 from retarget.ros.conversions import goal_points
-from retarget.ros.params import declare
+from retarget.ros.params import declare, declare_goal_lead
 from retarget.ros.spinning import close_node, spin, stopping_on_signals
 
 __all__ = ["ServoTwin", "main"]
@@ -35,6 +36,7 @@ class ServoTwin(Node):
             raise InputError("parameter joint_names is empty")
         initial = declare(self, "initial_positions", T.DOUBLE_ARRAY, [], "start positions [rad]; empty = zeros")
         self.rate = declare(self, "rate", T.DOUBLE, 100.0, "joint_states rate [Hz]", low=1.0, high=1000.0)
+        self.goal_lead = declare_goal_lead(self, self.rate)
         self.tau = declare(self, "servo_time_constant", T.DOUBLE, 0.02, "servo response time constant [s]",
                            low=1e-4, high=10.0)
         self.max_velocity = declare(self, "servo_max_velocity", T.DOUBLE, 8.06, "servo speed limit [rad/s]",
@@ -61,7 +63,7 @@ class ServoTwin(Node):
     def _tick(self) -> None:
         now = self._now()
         dt, self._last = max(now - self._last, 1e-6), now
-        goals = self._follower.goal_at(now)
+        goals = self._follower.goal_at(now + self.goal_lead)
         self._servos = step_servos(self._servos.replace(goals=goals), dt, self.tau, self.max_velocity)
         msg = JointState()
         msg.header.stamp = self.get_clock().now().to_msg()
