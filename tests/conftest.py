@@ -181,6 +181,14 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
             faulthandler.cancel_dump_traceback_later()
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The process's own end is watched too: a worker whose exit hangs (a thread that is not a daemon, a DDS
+    participant that does not close) prints its stacks and exits after :data:`WATCHDOG_GRACE`."""
+    if _watchdog_file is not None:
+        faulthandler.dump_traceback_later(WATCHDOG_GRACE, exit=True, file=_watchdog_file)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
     """Fails a phase in which the test broke the rule even when the code under test caught the failure."""
