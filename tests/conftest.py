@@ -160,8 +160,8 @@ _watchdog_file: Any = None
 def _test_timeout(item: pytest.Item) -> float:
     """The pytest-timeout this test runs under (its ``timeout`` marker, else --timeout, else the ini's), 0 for none."""
     marker = item.get_closest_marker("timeout")
-    if marker is not None and marker.args:
-        return float(marker.args[0] or 0)
+    if marker is not None and (marker.args or "timeout" in marker.kwargs):
+        return float((marker.args[0] if marker.args else marker.kwargs["timeout"]) or 0)
     option = item.config.getoption("timeout", None)
     return float(option if option is not None else item.config.getini("timeout") or 0)
 

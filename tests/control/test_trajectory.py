@@ -147,3 +147,11 @@ def test_first_point_checked_from_the_commanded_state_too() -> None:
 
 def test_limit_at_bound_is_accepted() -> None:
     validate(points=pts((1.0, (1.0, -2.0, 3.0), (0, 5.0, -5.0))), start_positions=(0.5, 0, 0))
+
+
+def test_a_start_within_one_control_period_of_the_stamp_is_on_time() -> None:
+    from retarget.control import late_start_note
+
+    assert late_start_note(0.0, 0.01) == "" and late_start_note(0.01, 0.01) == "" and late_start_note(-2.0, 0.01) == ""
+    note = late_start_note(0.25, 0.01)
+    assert note.startswith("execution began 0.250 s after the goal's stamp") and "first 0.250 s" in note

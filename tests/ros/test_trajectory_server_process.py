@@ -230,6 +230,27 @@ def _stamp(msg: Any) -> float:
     return msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec
 
 
+def test_a_goal_that_begins_after_its_stamp_succeeds_and_says_so(system) -> None:
+    """A goal stamped 0.4 s ago plays from where its trajectory is now: it succeeds, and its result (and the
+    server's log) say how late it began, so a client that took the stamp as the motion's start hears of it."""
+    from builtin_interfaces.msg import Time
+    from control_msgs.action import FollowJointTrajectory
+
+    client, server, _ = system
+    here = [float(q) for q in stationary(client, window=0.3, atol=0.01, timeout=10.0)]
+    target = [float(q + (0.1 if q < 0.0 else -0.1)) for q in here]
+    goal = client.goal([(0.0, here), (0.6, here), (1.4, target)])
+    ns = time.time_ns() - 400_000_000  # the server's clock is the system clock
+    goal.trajectory.header.stamp = Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
+    res = client.result(client.send(goal))
+    assert res.result.error_code == FollowJointTrajectory.Result.SUCCESSFUL, (res.result.error_string, server.log())
+    note = res.result.error_string
+    assert note.startswith("execution began ") and "after the goal's stamp" in note, note
+    assert float(note.split()[2]) >= 0.4
+    settled(client, target)
+    wait_for(lambda: "execution began" in server.log(), 5.0, "the server's warning in its log")
+
+
 def test_idle_server_commands_nothing_and_the_next_goal_starts_from_where_the_robot_is(system) -> None:
     """Idle, the server sends no setpoints (its tick runs only for a goal). joint_states are taken on demand: after
     1.5 s of idling (150 of them, 15 times the subscription's history) the next goal starts from where the robot is

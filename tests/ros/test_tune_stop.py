@@ -1,5 +1,8 @@
-"""``retarget tune`` ends the loop when a refinement says it stopped improving, unless ``--all-trials``."""
+"""``retarget tune`` ends the loop when a refinement says it stopped improving, unless ``--all-trials``; it reads a
+late play from the play's JSON line."""
 from __future__ import annotations
+
+import json
 
 from retarget.planning.refine import Decision
 from retarget.ros.tune import TrialLine, stops_the_loop
@@ -18,3 +21,16 @@ def test_the_trial_line_names_the_decision() -> None:
                      next_plan="plan3.csv", report="trial2.json", play_s=8.0, refine_s=20.0).line()
     assert line == ("trial 2: measured peak   19.36 mm, next predicted    4.26 mm, torque 0.48 x stall, "
                     "stopped improving")
+
+
+def test_a_late_play_is_read_from_the_plays_json_line() -> None:
+    """A play whose goal succeeded with a note (the trajectory server began it after its stamp) is named in the
+    trial's messages; a play without one, a failed goal or output that is no JSON give ""."""
+    from retarget.ros.tune import _play_note
+
+    note = "execution began 0.412 s after the goal's stamp"
+    line = json.dumps({"goal": {"error_code": 0, "error_string": note}, "ok": True})
+    assert _play_note(f"progress\n{line}\n") == note
+    assert _play_note('{"goal": {"error_code": 0, "error_string": ""}}') == ""
+    assert _play_note('{"goal": {"error_code": -5, "error_string": "tolerance"}}') == ""
+    assert _play_note("") == "" and _play_note("not json") == "" and _play_note("[1, 2]") == ""

@@ -11,13 +11,14 @@ from retarget.control.servo_model import ServoState, step_servos
 from retarget.control.setpoints import CommandFollower
 from retarget.control.tolerances import (GoalTolerance, Tolerances, ToleranceViolation, check_tolerance,
                                          resolve_tolerances)
-from retarget.control.trajectory import GoalPoint, Trajectory, check_first_segment, validate_trajectory
+from retarget.control.trajectory import (GoalPoint, Trajectory, check_first_segment, late_start_note,
+                                        validate_trajectory)
 from retarget.control.urdf_limits import limits_from_urdf
 
 __all__ = [
     "CommandFollower", "ErrorCode", "ExecutionState", "ExecutionStatus", "ExecutionStep", "GoalPoint",
     "GoalTolerance", "ServoState", "ToleranceViolation", "Tolerances", "Trajectory", "TrajectoryExecution",
     "TrajectoryRejected", "TrajectorySample", "TrajectorySampler", "check_first_segment", "check_tolerance",
-    "limits_from_urdf", "resolve_tolerances", "segment_coefficients", "start_state", "step_servos",
+    "late_start_note", "limits_from_urdf", "resolve_tolerances", "segment_coefficients", "start_state", "step_servos",
     "validate_trajectory",
 ]

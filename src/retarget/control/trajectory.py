@@ -20,7 +20,7 @@ from retarget.control.errors import ErrorCode, TrajectoryRejected
 from retarget.control.interpolation import TrajectorySampler
 from retarget.motion.limits import JointLimit
 
-__all__ = ["GoalPoint", "Trajectory", "check_first_segment", "validate_trajectory"]
+__all__ = ["GoalPoint", "Trajectory", "check_first_segment", "late_start_note", "validate_trajectory"]
 
 #: Slack on limit checks [rad] or [rad/s], so a trajectory planned exactly at a limit is not rejected for rounding.
 LIMIT_SLACK = 1e-9
@@ -204,6 +204,18 @@ def validate_trajectory(goal_joints: Sequence[str], points: Sequence[GoalPoint],
         check_first_segment(trajectory, start_positions, now=now, limits=limits, max_velocity=max_velocity,
                             control_period=control_period)
     return trajectory
+
+
+def late_start_note(late_s: float, control_period: float) -> str:
+    """What to tell of a goal whose execution began ``late_s`` [s] after its header stamp: "" when it began within
+    one ``control_period`` of it. A later start commands the trajectory where it is by then (the robot never plays
+    its first ``late_s``), which a client that took the stamp as the motion's start (a take's time alignment) must
+    hear of."""
+    if not late_s > control_period:
+        return ""
+    return (f"execution began {late_s:.3f} s after the goal's stamp (more than one control period, "
+            f"{control_period:.3g} s): the trajectory's first {late_s:.3f} s were not played as sent (give the goal a "
+            "later stamp)")
 
 
 def check_first_segment(trajectory: Trajectory, start_positions: Sequence[float], *, now: float,

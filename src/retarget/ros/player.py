@@ -614,6 +614,9 @@ def _play_take(client: RobotClient, trajectory: JointTrajectory, args: argparse.
         return str(exc)
     report["goal"] = {"error_code": result.error_code, "error_string": result.error_string}
     report["motion_start_s"] = start
+    if result.error_code == 0 and result.error_string:  # a goal that succeeded with a note: its late start
+        print(f"retarget play: warning: the trajectory server says: {result.error_string}", file=sys.stderr,
+              flush=True)
     if recording is not None:
         recording.mark_start(start)
         time.sleep(args.record_tail)

@@ -37,8 +37,8 @@ from sensor_msgs.msg import JointState
 from trajectory_msgs.msg import JointTrajectory
 
 from retarget.control import (ErrorCode, ExecutionState, ExecutionStatus, ExecutionStep, TrajectoryExecution,
-                              TrajectoryRejected, check_first_segment, limits_from_urdf, resolve_tolerances,
-                              start_state, validate_trajectory)
+                              TrajectoryRejected, check_first_segment, late_start_note, limits_from_urdf,
+                              resolve_tolerances, start_state, validate_trajectory)
 from retarget.errors import InputError
 from retarget.motion.limits import JointLimit
 from retarget.ros.conversions import (goal_points, goal_tolerances, horizon_msg, point_msg, setpoint_msg,
@@ -304,7 +304,12 @@ class TrajectoryServer(Node):
             return Result(error_code=int(exc.code), error_string=str(exc))
         self.get_logger().info(f"executing a {len(trajectory.time)}-point trajectory of "
                                f"{trajectory.duration:.3f} s")
+        late = late_start_note(now - trajectory.start_time, 1.0 / self.control_rate)
+        if late:
+            self.get_logger().warning(late)
         status, code, message = await done
+        if late:  # a client that stored the stamp as the motion's start (a take's alignment) learns it too
+            message = f"{message}; {late}" if message else late
         if status is ExecutionStatus.SUCCEEDED:
             goal_handle.succeed()
         elif status is ExecutionStatus.ABORTED:

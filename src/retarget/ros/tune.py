@@ -346,6 +346,15 @@ def _plan_on_node(client: _Client, robot: str, motion: Motion, out: Path, timeou
          f"{1e3 * result.optimized_peak_deviation:.2f} mm in the model; {out}")
 
 
+def _play_note(stdout: str) -> str:
+    """The note of a goal that succeeded with one (its late start) in ``retarget play --json``'s last line, or ""."""
+    try:
+        goal = json.loads(stdout.strip().splitlines()[-1]).get("goal") or {}
+    except (IndexError, ValueError, AttributeError):
+        return ""
+    return str(goal.get("error_string") or "") if goal.get("error_code") == 0 else ""
+
+
 def _trial(client: _Client, args: argparse.Namespace, robot: str, k: int, plan: Path, out: Path,
            topics: list[str], bodies: list[str]) -> TrialLine:
     """Play ``plan`` recording the mocap topics, refine it from the take on the planner node."""
@@ -368,6 +377,9 @@ def _trial(client: _Client, args: argparse.Namespace, robot: str, k: int, plan: 
     if played.returncode != 0:
         last = (played.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise _Failed(f"trial {k}: `retarget play` exited {played.returncode}: {last} (log: {out}/play{k}.log)")
+    late = _play_note(played.stdout)
+    if late:
+        _say(f"trial {k}: warning: the trajectory server says: {late}")
     # A file by its absolute path: the node's working folder is not this one.
     motion = str(Path(args.motion).resolve()) if Path(args.motion).is_file() else str(args.motion)
     goal = Refine.Goal(robot=robot, motion=motion, plan_file=str(plan), recording=str(take),
@@ -381,7 +393,9 @@ def _trial(client: _Client, args: argparse.Namespace, robot: str, k: int, plan: 
     refine_s = time.monotonic() - started
     if result.error_code != Refine.Result.SUCCESSFUL:
         kind = f" ({result.refusal})" if result.refusal else ""
-        raise _Failed(f"trial {k}: the refinement failed{kind} ({result.error_code}): {result.error_string}")
+        played_late = f" (the play began late: {late})" if late else ""
+        raise _Failed(f"trial {k}: the refinement failed{kind} ({result.error_code}): {result.error_string}"
+                      f"{played_late}")
     report = out / f"trial{k}.json"
     _write_json(report, json.loads(result.metrics_json))
     return TrialLine(trial=k, plan=str(plan), take=str(take),
