@@ -349,8 +349,11 @@ def point_trajectory(joint_names: Sequence[str], positions: NDArray[np.float64],
 
 
 def print_figures(figures: TrackingFigures, result: FollowJointTrajectory.Result) -> None:
-    """The goal's outcome and the tracking figures, a table per joint, on stdout."""
-    outcome = "SUCCESSFUL" if result.error_code == 0 else f"error {result.error_code}: {result.error_string}"
+    """The goal's outcome (with the server's note on a success) and the tracking figures, a table per joint, on
+    stdout."""
+    # A goal may succeed with a note (the trajectory server began it late: docs/ros.md).
+    note = f" ({result.error_string})" if result.error_string else ""
+    outcome = f"SUCCESSFUL{note}" if result.error_code == 0 else f"error {result.error_code}: {result.error_string}"
     print(f"tracking: goal {outcome}; {figures.samples} joint_states over {figures.duration_s:.2f} s; "
           f"all joints RMS {figures.rms_deg:.2f} deg, peak {figures.peak_deg:.2f} deg; measured lag "
           f"{figures.lag_s * 1e3:.0f} ms (RMS {figures.rms_lag_compensated_deg:.2f} deg once the lag is "
@@ -614,9 +617,6 @@ def _play_take(client: RobotClient, trajectory: JointTrajectory, args: argparse.
         return str(exc)
     report["goal"] = {"error_code": result.error_code, "error_string": result.error_string}
     report["motion_start_s"] = start
-    if result.error_code == 0 and result.error_string:  # a goal that succeeded with a note: its late start
-        print(f"retarget play: warning: the trajectory server says: {result.error_string}", file=sys.stderr,
-              flush=True)
     if recording is not None:
         recording.mark_start(start)
         time.sleep(args.record_tail)
