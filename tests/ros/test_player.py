@@ -1,5 +1,6 @@
 """``RobotClient.execute`` without a graph: a goal whose result does not come in time, or a Ctrl-C while waiting,
-is cancelled before the error propagates (the robot must not go on moving with nobody waiting for it)."""
+is cancelled before the error propagates (the robot must not go on moving with nobody waiting for it); a longer goal
+is stamped further ahead."""
 from __future__ import annotations
 
 import threading
@@ -165,3 +166,10 @@ def test_a_late_result_is_waited_for_while_the_servers_feedback_comes(monkeypatc
         client.execute(_trajectory(), 0.0, 10.0, progress=fed_until_30)
     assert 130.0 + player.FEEDBACK_SILENCE_S <= clock.now < 130.0 + player.FEEDBACK_SILENCE_S + 0.2
     assert handle.cancelled.is_set()
+
+
+def test_a_longer_goal_is_stamped_further_ahead() -> None:
+    from retarget.ros.player import LEAD_PER_POINT_S, START_LEAD_S, start_lead
+
+    assert start_lead(1) == START_LEAD_S + LEAD_PER_POINT_S
+    assert start_lead(22_223) == START_LEAD_S + 22_223 * LEAD_PER_POINT_S > 1.6

@@ -34,3 +34,4 @@ def test_a_late_play_is_read_from_the_plays_json_line() -> None:
     assert _play_note('{"goal": {"error_code": 0, "error_string": ""}}') == ""
     assert _play_note('{"goal": {"error_code": -5, "error_string": "tolerance"}}') == ""
     assert _play_note("") == "" and _play_note("not json") == "" and _play_note("[1, 2]") == ""
+
