@@ -171,13 +171,14 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     global _unmarked
     _unmarked = None if item.get_closest_marker("integration") else item
     timeout = _test_timeout(item)
-    if timeout > 0 and _watchdog_file is not None:
+    watched = timeout > 0 and _watchdog_file is not None
+    if watched:
         faulthandler.dump_traceback_later(timeout + WATCHDOG_GRACE, exit=True, file=_watchdog_file)
     try:
         return (yield)
     finally:
         _unmarked = None
-        if timeout > 0 and _watchdog_file is not None:
+        if watched:
             faulthandler.cancel_dump_traceback_later()
 
 
