@@ -2,6 +2,8 @@
 node that dies of a fatal signal prints where."""
 from __future__ import annotations
 
+import os
+import threading
 from typing import Any
 
 import pytest
@@ -86,6 +88,33 @@ def test_a_real_error_is_raised_and_the_threads_are_stopped_all_the_same(node: A
         spin(node, before_shutdown=lambda: calls.append("before shutdown"))
     assert calls == ["tick", "before shutdown"]
 
+
+@pytest.mark.skipif(not hasattr(os, "sched_setscheduler"), reason="no SCHED_FIFO on this system")
+def test_a_node_is_destroyed_with_ordinary_scheduling_after_a_real_time_executor(node: Any) -> None:
+    """The driver's executor thread runs under SCHED_FIFO; close_node destroys the node's DDS entities under
+    SCHED_OTHER (ahead of the DDS threads the destruction waits on, a real-time thread would starve them)."""
+    from retarget.processes import realtime_priority
+    from retarget.ros.spinning import close_node
+
+    seen: dict[str, Any] = {}
+
+    def executor_thread() -> None:
+        tid = threading.get_native_id()
+        try:
+            seen["refused"] = realtime_priority(1)
+            seen["before"] = os.sched_getscheduler(tid)
+            close_node(node)
+            seen["after"] = os.sched_getscheduler(tid)
+        finally:
+            os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+
+    thread = threading.Thread(target=executor_thread)
+    thread.start()
+    thread.join(10.0)
+    if seen.get("refused"):
+        pytest.skip(f"this user may not run SCHED_FIFO: {seen['refused']}")
+    assert seen == {"refused": None, "before": os.SCHED_FIFO, "after": os.SCHED_OTHER}
+    assert not list(node.publishers)  # destroyed (the parameter events publisher with it)
 
 _SIGINT_DURING_A_CALLBACK = """
 import json, os, signal, time
