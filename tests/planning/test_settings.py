@@ -124,3 +124,41 @@ def test_resolve_ignores_the_nodes_deployment_settings() -> None:
     options = resolve_plan_options({"reduced_file": "node.npz", "allow_training": False, "dt": 0.004}, {},
                                    allow_training=True)
     assert options.reduced_file is None and options.allow_training and options.dt == 0.004
+
+
+def test_the_docs_table_is_the_declarations() -> None:
+    from retarget.planning.settings import TABLE_DOC, with_settings_table
+
+    doc = Path(__file__).resolve().parents[2] / TABLE_DOC
+    text = doc.read_text(encoding="utf-8")
+    assert with_settings_table(text) == text, f"{TABLE_DOC}'s planner settings table is stale: run " \
+        "`.venv/bin/python -m retarget.planning.settings`"
+
+
+def test_a_setting_declared_once_reaches_the_flags_and_the_docs_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node's side: tests/ros/test_planner_parameters.py."""
+    from retarget.planning import settings
+
+    knob = settings.PlanSetting("test_knob", float, 0.0, "a knob for this test", "s", 0.0, 5.0, "budget",
+                                "0: off", "--test-knob")
+    monkeypatch.setattr(settings, "PLAN_SETTINGS", (*settings.PLAN_SETTINGS, knob))
+    plan = build_parser()._subparsers._group_actions[0].choices["plan"]
+    help_text = " ".join(plan.format_help().split())
+    assert "--test-knob S a knob for this test [s] (default: the params file's test_knob, else 0: off)" in help_text
+    group_of = {a.dest: g.title.split()[0] for g in plan._action_groups for a in g._group_actions}
+    assert group_of["test_knob"] == "budget"
+    assert "| `test_knob` | `--test-knob` | float | s | 0 to 5 | `0`: off | a knob for this test |" in \
+        settings.settings_table().splitlines()
+    assert settings.parameters_from_flags(plan.parse_args(["ROBOT", "--motion", "M", "--test-knob", "2"])) == {"test_knob": 2.0}
+    with pytest.raises(ValueError, match="markers"):
+        settings.with_settings_table("no table here")
+
+
+def test_a_servo_file_is_a_planner_setting(tmp_path: Path) -> None:
+    """`retarget plan --servo FILE`, the params file's and the node's `servo_file` set the same option."""
+    assert _options("--servo", "fitted.yaml")[0].servo_file == "fitted.yaml"
+    assert _options()[0].servo_file is None
+    assert options_from_parameters({"servo_file": "fitted.yaml"}).servo_file == "fitted.yaml"
+    assert options_from_parameters({"servo_file": ""}).servo_file is None  # the node's empty: the robot's servos
+    assert resolve_plan_options({"servo_file": "file.yaml"}, {}).servo_file == "file.yaml"
+    assert resolve_plan_options({"servo_file": "file.yaml"}, {"servo_file": "flag.yaml"}).servo_file == "flag.yaml"

@@ -246,7 +246,7 @@ def plan_options_from_args(args: argparse.Namespace) -> tuple[PlanOptions, list[
             verify_full_dt=args.verify_full_dt, verify_full_max_s=args.verify_full_max_s,
             verify_full_band=_factors(args.verify_full_band or "none", "--verify-full-band"), modes=args.modes,
             dt_train=args.dt_train, mesh_axial=args.mesh_axial, mesh_around=args.mesh_around,
-            servo_file=args.servo, use_cache=not args.no_cache, weights=tuple(args.weight or ()),
+            use_cache=not args.no_cache, weights=tuple(args.weight or ()),
             fallback_models=_shipped_models(args))
     except InputError as exc:  # named as the node's parameter: say the flag
         name, _, why = str(exc).partition(" ")
@@ -536,8 +536,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     model, objective, budget, checks, output = (groups[k] for k in ("model", "objective", "budget", "verification",
                                                                      "output"))
     _model_args(model, settings=False)
-    model.add_argument("--servo", default=None, metavar="SERVO.yaml", help="plan for the servos of a servo file "
-                       "(`retarget fit-servo --out`) laid over the robot's: the motors it names take its values")
     objective.add_argument("--knot-spacing", type=float, default=D.knot_spacing,
                            help="B-spline knot spacing [s] (default 0.05)")
     objective.add_argument("--weight", action="append", metavar="LINK:pos=W[,ori=W]", help="tracked body weights "

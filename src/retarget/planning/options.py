@@ -292,7 +292,7 @@ NODE_PARAMETERS: tuple[str, ...] = ("dt", "target_stride", "window", "window_tai
                                     "torque_margin", "verify", "verify_dt", "time_budget", "reduced_file",
                                     "allow_training", "allow_unverified_model", "verify_model", "method",
                                     "max_iterations", "rest_after", "settle_weight", "settle_iterations",
-                                    "settle_peak_allowance")
+                                    "settle_peak_allowance", "servo_file")
 
 
 #: What a plan budgeted by an iteration count skips, by the :class:`PlanOptions` field that turns it back on.
@@ -359,6 +359,7 @@ def options_from_parameters(parameters: Mapping[str, object], **overrides: objec
         "torque_margin": float(p.get("torque_margin", defaults.torque_margin)),
         "verify_dt": float(given("verify_dt", dt / 5.0)) if verify else None,
         "time_budget": given("time_budget", None), "reduced_file": given("reduced_file", None),
+        "servo_file": given("servo_file", None),
         "allow_training": bool(p.get("allow_training", defaults.allow_training)),
         "allow_unverified_model": bool(p.get("allow_unverified_model", defaults.allow_unverified_model)),
         "verify_model": str(given("verify_model", defaults.verify_model)),

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from retarget.planning.options import METHODS, REST_AFTER_S, PlanOptions, options_from_parameters
 
 __all__ = ["CLI_PARAMETERS_IGNORED", "PLAN_SETTINGS", "PlanSetting", "add_setting_flags", "parameters_from_flags",
-           "resolve_plan_options", "setting"]
+           "resolve_plan_options", "setting", "settings_table", "with_settings_table"]
 
 
 #: A setting's value as a node parameter holds it.
@@ -78,6 +78,9 @@ PLAN_SETTINGS: tuple[PlanSetting, ...] = (
                 "`retarget plan`)", group="model", flag="--reduced", metavar="FILE",
                 meaning="the cache, the model folders, else trained (the planner node: the model shipped for the "
                 "robot before training)"),
+    PlanSetting("servo_file", str, "", "a servo file (`retarget fit-servo --out`) laid over the robot's servos: the "
+                "plan is made for the servos it names, with their values", group="model", flag="--servo",
+                metavar="SERVO.yaml", meaning="the servos of the robot's description"),
     PlanSetting("allow_training", bool, True, "train a reduced model in-process when none is given, cached or found "
                 "(minutes to hours)", group="model", meaning="true"),
     PlanSetting("allow_unverified_model", bool, False, "plan even when a flexible part's frequencies miss the model "
@@ -206,3 +209,90 @@ def resolve_plan_options(params_file: Mapping[str, object], flags: Mapping[str, 
     if flags.get("verify_dt"):  # a step given on the command line verifies, whatever the file says
         merged["verify"] = True
     return options_from_parameters(merged, **others)
+
+
+#: The lines around the planner settings' table in :data:`TABLE_DOC`, which ``python -m retarget.planning.settings``
+#: rewrites from :data:`PLAN_SETTINGS` (tests/planning/test_settings.py checks the doc holds the current table).
+TABLE_BEGIN = "<!-- planner settings: generated from PLAN_SETTINGS by `python -m retarget.planning.settings` -->"
+TABLE_END = "<!-- end of the generated planner settings -->"
+#: The doc that holds the table, relative to the repository.
+TABLE_DOC = "docs/ros.md"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _default_cell(s: PlanSetting) -> str:
+    """The node parameter's default and, where it stands for another value, what that is."""
+    value = ("true" if s.default else "false") if s.kind is bool else (f'`"{s.default}"`' if s.kind is str
+                                                                        else f"`{s.default:g}`")
+    if s.meaning.startswith("0:"):
+        return f"{value}: {_cell(s.meaning[2:].strip())}"
+    if s.kind is not bool and s.default in (0, "") and s.meaning:
+        return f"{value}: {_cell(s.meaning)}"
+    return value
+
+
+def settings_table() -> str:
+    """:data:`PLAN_SETTINGS` as a markdown table: the node's parameter, ``retarget plan``'s flag, type, unit, range
+    or choices, default and help, one row per setting."""
+    rows = ["| parameter | `retarget plan` | type | unit | range | default | what it does |",
+            "|---|---|---|---|---|---|---|"]
+    for s in PLAN_SETTINGS:
+        if s.choices:
+            allowed = ", ".join(s.choices)
+        elif s.low is not None and s.high is not None:
+            allowed = f"{s.low:g} to {s.high:g}"
+        else:
+            allowed = ""
+        flag = f"`{s.flag}`" if s.flag else ("`--verify-dt 0`: false" if s.name == "verify" else "—")
+        if s.name in CLI_PARAMETERS_IGNORED and s.flag:
+            flag += " (the params file's value is the node's alone)"
+        rows.append(f"| `{s.name}` | {flag} | {s.kind.__name__} | {_cell(s.unit)} | {_cell(allowed)} | "
+                    f"{_default_cell(s)} | {_cell(s.help)} |")
+    return "\n".join(rows)
+
+
+def with_settings_table(text: str) -> str:
+    """``text`` (a doc) with the lines between :data:`TABLE_BEGIN` and :data:`TABLE_END` replaced by
+    :func:`settings_table`.
+
+    Raises:
+        ValueError: the markers are missing or out of order.
+    """
+    begin, end = text.find(TABLE_BEGIN), text.find(TABLE_END)
+    if begin < 0 or end < begin:
+        raise ValueError(f"the markers {TABLE_BEGIN!r} and {TABLE_END!r} are not in the doc, in that order")
+    return f"{text[:begin + len(TABLE_BEGIN)]}\n{settings_table()}\n{text[end:]}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Rewrite the planner settings' table in :data:`TABLE_DOC` (or the doc given), or ``--print`` it."""
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(prog="python -m retarget.planning.settings",
+                                     description="the planner settings' table of the docs, from PLAN_SETTINGS")
+    parser.add_argument("doc", nargs="?", default=str(Path(__file__).resolve().parents[3] / TABLE_DOC),
+                        help=f"the doc to rewrite between its markers (default: the repository's {TABLE_DOC})")
+    parser.add_argument("--print", action="store_true", help="print the table instead")
+    args = parser.parse_args(argv)
+    if args.print:
+        print(settings_table())
+        return 0
+    path = Path(args.doc)
+    text = path.read_text(encoding="utf-8")
+    try:
+        updated = with_settings_table(text)
+    except ValueError as exc:
+        parser.error(f"{path}: {exc}")
+    if updated != text:
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(updated, encoding="utf-8")
+        tmp.replace(path)
+    print(f"{path}: {'updated' if updated != text else 'already current'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
