@@ -26,7 +26,8 @@ from retarget.planning.budget import (
     training_estimate,
     verification_reserve,
 )
-from retarget.planning.options import PlanOptions, options_from_parameters
+from retarget.planning.options import PlanOptions
+from retarget.planning.settings import options_from_parameters
 
 
 def test_training_is_its_full_simulation_and_the_build() -> None:

@@ -7,13 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from retarget.planning.options import (
-    NODE_PARAMETERS,
-    PlanOptions,
-    band_offloaded,
-    iteration_budgeted,
-    options_from_parameters,
-)
+from retarget.planning.options import PlanOptions, band_offloaded, iteration_budgeted
+from retarget.planning.settings import NODE_PARAMETERS, options_from_parameters
 
 
 def test_no_parameter_gives_the_defaults_and_a_verification_at_a_fifth_of_dt():

@@ -102,7 +102,7 @@ def test_plan_cli_refuses_before_any_model_work(tmp_path, private_cache, capsys,
 
 
 def test_plan_refuses_before_any_model_work(private_cache):
-    from retarget.planning.options import options_from_parameters
+    from retarget.planning.settings import options_from_parameters
     from retarget.planning.run import PlanProgress, plan
 
     t = np.linspace(0.0, 1.0, 101)

@@ -20,7 +20,8 @@ from retarget.optimize.control import EVALUATION_FORWARD_RUNS
 from retarget.optimize.errors import OptimizeError, PlanCancelled, TimeBudgetError
 from retarget.optimize.limits import ServoSpec, check_profile_limits
 from retarget.planning.checks import RunFigures, Verification
-from retarget.planning.options import PlanOptions, options_from_parameters
+from retarget.planning.options import PlanOptions
+from retarget.planning.settings import options_from_parameters
 from retarget.planning.run import WARM_UP_STAGE, PlanProgress, plan, run_plan, warm_up
 from retarget.planning.stages import FEEDBACK_STAGES, TRAINING_STAGE
 from retarget.planning.verification import verify_plan

@@ -10,8 +10,15 @@ import pytest
 from retarget.cli import build_parser
 from retarget.errors import InputError
 from retarget.planning.commands import QUICK_ITERATIONS, plan_options_from_args
-from retarget.planning.options import NODE_PARAMETERS, PlanOptions, options_from_parameters
-from retarget.planning.settings import CLI_PARAMETERS_IGNORED, PLAN_SETTINGS, resolve_plan_options, setting
+from retarget.planning.options import PlanOptions
+from retarget.planning.settings import (
+    CLI_PARAMETERS_IGNORED,
+    NODE_PARAMETERS,
+    PLAN_SETTINGS,
+    options_from_parameters,
+    resolve_plan_options,
+    setting,
+)
 
 DRUMMER = ["plan", "drummer", "--motion", "drummer/drumming"]
 
@@ -149,7 +156,8 @@ def test_a_setting_declared_once_reaches_the_flags_and_the_docs_table(monkeypatc
     assert group_of["test_knob"] == "budget"
     assert "| `test_knob` | `--test-knob` | float | s | 0 to 5 | `0`: off | a knob for this test |" in \
         settings.settings_table().splitlines()
-    assert settings.parameters_from_flags(plan.parse_args(["ROBOT", "--motion", "M", "--test-knob", "2"])) == {"test_knob": 2.0}
+    given = plan.parse_args(["ROBOT", "--motion", "M", "--test-knob", "2"])
+    assert settings.parameters_from_flags(given) == {"test_knob": 2.0}
     with pytest.raises(ValueError, match="markers"):
         settings.with_settings_table("no table here")
 
@@ -162,3 +170,19 @@ def test_a_servo_file_is_a_planner_setting(tmp_path: Path) -> None:
     assert options_from_parameters({"servo_file": ""}).servo_file is None  # the node's empty: the robot's servos
     assert resolve_plan_options({"servo_file": "file.yaml"}, {}).servo_file == "file.yaml"
     assert resolve_plan_options({"servo_file": "file.yaml"}, {"servo_file": "flag.yaml"}).servo_file == "flag.yaml"
+
+
+def test_the_nodes_zero_means_the_default_where_the_declaration_says_so() -> None:
+    """options_from_parameters reads the node's convention off each declaration: 0 or empty is PlanOptions' default
+    where the setting says so (`zero_is_default`), a value everywhere else."""
+    defaults = options_from_parameters({})
+    for s in PLAN_SETTINGS:
+        if s.name in ("verify", "verify_dt", "rest_after"):  # read by hand (test_options.py)
+            continue
+        zero = "" if s.kind is str else (False if s.kind is bool else s.kind(0))
+        if s.zero_is_default:
+            assert options_from_parameters({s.name: zero}) == defaults, s.name
+        elif s.kind is not bool and (s.low is None or s.low <= 0):
+            assert getattr(options_from_parameters({s.name: zero}), s.name) == 0, s.name
+    assert setting("target_stride").zero_is_default and not setting("window_overlap").zero_is_default
+    assert not setting("torque_weight").zero_is_default and setting("time_budget").zero_is_default

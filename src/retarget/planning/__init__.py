@@ -39,7 +39,7 @@ _EXPORTS: dict[str, str] = {
     "RefineOptions": "options",
     "Start": "options",
     "VerifyModel": "options",
-    "options_from_parameters": "options",
+    "options_from_parameters": "settings",
     "PlanProgress": "run",
     "plan": "run",
     "run_plan": "run",
@@ -62,7 +62,8 @@ if TYPE_CHECKING:
         Verification,
     )
     from retarget.planning.model import PlanningModel, planning_model
-    from retarget.planning.options import PlanOptions, RefineOptions, Start, VerifyModel, options_from_parameters
+    from retarget.planning.options import PlanOptions, RefineOptions, Start, VerifyModel
+    from retarget.planning.settings import options_from_parameters
     from retarget.planning.run import PlanProgress, plan, run_plan
     from retarget.planning.variants import PlanResult, Variant, simulate_variant
     from retarget.planning.verification import check_plan, verify_plan

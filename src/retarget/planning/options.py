@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -12,8 +11,7 @@ from retarget.errors import InputError
 from retarget.optimize.solver_settings import Method
 from retarget.optimize.weights import TrackedBodyWeights, WeightSpec
 
-__all__ = ["METHODS", "NODE_PARAMETERS", "REST_AFTER_S", "PlanOptions", "RefineOptions", "Start", "VerifyModel",
-           "band_offloaded", "options_from_parameters"]
+__all__ = ["METHODS", "REST_AFTER_S", "PlanOptions", "RefineOptions", "Start", "VerifyModel", "band_offloaded"]
 
 
 #: Default :attr:`PlanOptions.rest_after` [s]: about one period of the single rod's first mode with its tip mass
@@ -286,15 +284,6 @@ def band_offloaded(n_factors: int, verify: bool, workers: int) -> int:
     return (n_factors + 1) // 2 if verify else n_factors // 2
 
 
-#: The planner node's parameters (``config/<robot>.params.yaml``) that set plan options, by option name. A value of
-#: 0 (or an empty string) there means "the default".
-NODE_PARAMETERS: tuple[str, ...] = ("dt", "target_stride", "window", "window_tail", "window_overlap", "torque_weight",
-                                    "torque_margin", "verify", "verify_dt", "time_budget", "reduced_file",
-                                    "allow_training", "allow_unverified_model", "verify_model", "method",
-                                    "max_iterations", "rest_after", "settle_weight", "settle_iterations",
-                                    "settle_peak_allowance", "servo_file")
-
-
 #: What a plan budgeted by an iteration count skips, by the :class:`PlanOptions` field that turns it back on.
 ITERATION_BUDGET_SKIPS: dict[str, str] = {
     "settle_iterations": "the settle refinement",
@@ -324,59 +313,6 @@ def iteration_budgeted(options: PlanOptions,
     off = {"settle_iterations": 0, "verified_torque_rounds": 0, "verify_full_band": ()}
     changed = {name: value for name, value in off.items() if name not in keep}
     return replace(options, **changed), tuple(name for name in changed if would_run[name])
-
-
-def options_from_parameters(parameters: Mapping[str, object], **overrides: object) -> PlanOptions:
-    """:class:`PlanOptions` from the planner node's parameters (:data:`NODE_PARAMETERS`; others are ignored), then
-    ``overrides`` (e.g. a goal's fields; None: not given).
-
-    The node's convention — 0 or empty for "the default", ``verify`` false for no verification at a finer step —
-    is resolved here, against :class:`PlanOptions`' own defaults. ``torque_weight``, ``rest_after`` and the settle
-    refinement's parameters take their values as ``retarget plan``'s options do: ``torque_weight`` 0 and
-    ``settle_iterations`` 0 turn those off, ``rest_after`` 0 rests right after the motion and a negative one only
-    at its end.
-
-    Raises:
-        InputError: a setting out of its range (:meth:`PlanOptions.out_of_range`), named as the parameter.
-    """
-    defaults = PlanOptions()
-    p = dict(parameters)
-
-    def given(name: str, default: object) -> object:
-        value = p.get(name)
-        if value is None or value == "" or (isinstance(value, (int, float)) and not isinstance(value, bool)
-                                            and value <= 0):
-            return default
-        return value
-
-    dt = float(given("dt", defaults.dt))
-    verify = bool(p.get("verify", True))
-    values: dict[str, object] = {
-        "dt": dt, "target_stride": int(given("target_stride", defaults.target_stride)),
-        "window": given("window", None), "window_tail": float(p.get("window_tail", defaults.window_tail)),
-        "window_overlap": float(p.get("window_overlap", defaults.window_overlap)),
-        "torque_weight": float(p.get("torque_weight", defaults.torque_weight)),
-        "torque_margin": float(p.get("torque_margin", defaults.torque_margin)),
-        "verify_dt": float(given("verify_dt", dt / 5.0)) if verify else None,
-        "time_budget": given("time_budget", None), "reduced_file": given("reduced_file", None),
-        "servo_file": given("servo_file", None),
-        "allow_training": bool(p.get("allow_training", defaults.allow_training)),
-        "allow_unverified_model": bool(p.get("allow_unverified_model", defaults.allow_unverified_model)),
-        "verify_model": str(given("verify_model", defaults.verify_model)),
-        "method": str(given("method", defaults.method)),
-        "max_iterations": int(given("max_iterations", defaults.max_iterations)),
-        # These four take their values as the command line does: 0 is a value, not "the default".
-        "settle_weight": float(p.get("settle_weight", defaults.settle_weight)),
-        "settle_iterations": int(p.get("settle_iterations", defaults.settle_iterations)),
-        "settle_peak_allowance": float(p.get("settle_peak_allowance", defaults.settle_peak_allowance)),
-    }
-    rest_after = p.get("rest_after", defaults.rest_after)
-    values["rest_after"] = None if rest_after is None or rest_after < 0 else float(rest_after)
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    options = PlanOptions(**values)
-    for name, why in options.out_of_range():
-        raise InputError(f"{name} {why}")
-    return options
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,11 @@
 """The planner settings a robot's params file carries, each declared once: type, unit, range, default and help.
 
-``retarget plan``'s flags (:func:`add_setting_flags`) and the planner node's parameters
-(``retarget.ros.planner``) are generated from :data:`PLAN_SETTINGS`; :func:`resolve_plan_options` merges a params
-file's values, the flags given and the command's other options into :class:`~retarget.planning.options.PlanOptions`
-(through :func:`~retarget.planning.options.options_from_parameters`, the node's convention: 0 or "" for "the
-default"). So ``retarget plan ROBOT`` with no flags plans with the settings the robot's planner node uses.
+``retarget plan``'s flags (:func:`add_setting_flags`), the planner node's parameters (``retarget.ros.planner``) and
+the docs' table (:func:`settings_table`) are generated from :data:`PLAN_SETTINGS`, and the node's parameters become
+:class:`~retarget.planning.options.PlanOptions` through :func:`options_from_parameters` (the node's convention, read
+from each declaration: 0 or "" for "the default"). :func:`resolve_plan_options` merges a params file's values, the
+flags given and the command's other options the same way, so ``retarget plan ROBOT`` with no flags plans with the
+settings the robot's planner node uses. A new setting is a :class:`PlanOptions` field and its declaration here.
 """
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from retarget.planning.options import METHODS, REST_AFTER_S, PlanOptions, options_from_parameters
+from retarget.errors import InputError
+from retarget.planning.options import METHODS, REST_AFTER_S, PlanOptions
 
-__all__ = ["CLI_PARAMETERS_IGNORED", "PLAN_SETTINGS", "PlanSetting", "add_setting_flags", "parameters_from_flags",
-           "resolve_plan_options", "setting", "settings_table", "with_settings_table"]
+__all__ = ["CLI_PARAMETERS_IGNORED", "NODE_PARAMETERS", "PLAN_SETTINGS", "PlanSetting", "add_setting_flags",
+           "options_from_parameters", "parameters_from_flags", "resolve_plan_options", "setting", "settings_table",
+           "with_settings_table"]
 
 
 #: A setting's value as a node parameter holds it.
@@ -38,6 +41,8 @@ class PlanSetting:
         flag: ``retarget plan``'s flag; "" for a setting that is not a flag.
         choices: the allowed values of a text setting.
         metavar: the flag's value in ``--help`` ("" : from the unit and type).
+        zero_default: whether the node's 0 (or less) or empty text stands for :class:`PlanOptions`' default; None:
+            where the declared default is 0 or empty (:attr:`zero_is_default`).
     """
 
     name: str
@@ -52,6 +57,14 @@ class PlanSetting:
     flag: str = ""
     choices: tuple[str, ...] = ()
     metavar: str = ""
+    zero_default: bool | None = None
+
+    @property
+    def zero_is_default(self) -> bool:
+        """Whether 0 (or less) or an empty text is "the default" on the node (:func:`options_from_parameters`)."""
+        if self.zero_default is not None:
+            return self.zero_default
+        return self.kind is not bool and self.default in (0, "")
 
     @property
     def dest(self) -> str:
@@ -72,7 +85,7 @@ class PlanSetting:
 
 _D = PlanOptions()
 
-#: Every planner setting of the params files (:data:`~retarget.planning.options.NODE_PARAMETERS`), declared once.
+#: Every planner setting of the params files (:data:`NODE_PARAMETERS`), declared once.
 PLAN_SETTINGS: tuple[PlanSetting, ...] = (
     PlanSetting("reduced_file", str, "", "reduced model to plan with (.npz from `retarget reduce` or cached by "
                 "`retarget plan`)", group="model", flag="--reduced", metavar="FILE",
@@ -89,14 +102,14 @@ PLAN_SETTINGS: tuple[PlanSetting, ...] = (
     PlanSetting("dt", float, 0.0, "simulation step of the plan", "s", 0.0, 1.0, "objective",
                 f"{_D.dt:g} s", "--dt"),
     PlanSetting("target_stride", int, 1, "solve the quasi-static targets every N steps and interpolate between (long "
-                "motions: 5)", "", 1, 1000, "objective", "1: every step", "--target-stride"),
+                "motions: 5)", "", 1, 1000, "objective", "1: every step", "--target-stride", zero_default=True),
     PlanSetting("window", float, 0.0, "optimize in receding-horizon windows of this length, one after another (long "
                 "motions; max_iterations per window)", "s", 0.0, 1e4, "objective", "0: the whole motion at once",
                 "--window"),
     PlanSetting("window_tail", float, _D.window_tail, "how far past its span a window's objective reaches", "s", 0.0,
                 1e4, "objective", f"{_D.window_tail:g} s", "--window-tail"),
     PlanSetting("window_overlap", float, _D.window_overlap, "how much of each window the next one optimizes again",
-                "s", 0.0, 1e4, "objective", "0: windows side by side", "--window-overlap"),
+                "s", 0.0, 1e4, "objective", "0: windows side by side", "--window-overlap", zero_default=False),
     PlanSetting("torque_weight", float, _D.torque_weight, "penalty on simulated motor torques above (1 - "
                 "torque_margin) x the servos' stall torque (0: only reported, warned above stall)", "1/(N^2 m^2 s)",
                 0.0, 1e12, "objective", f"{_D.torque_weight:g}", "--torque-weight"),
@@ -132,6 +145,53 @@ PLAN_SETTINGS: tuple[PlanSetting, ...] = (
                 "verify/), full, none, or a verification model's .npz", group="verification", meaning="auto",
                 flag="--verify-model", metavar="auto|full|none|FILE.npz"),
 )
+
+#: The planner node's parameters (``config/<robot>.params.yaml``) that set plan options: every setting's name.
+NODE_PARAMETERS: tuple[str, ...] = tuple(s.name for s in PLAN_SETTINGS)
+
+#: Settings :func:`options_from_parameters` reads by hand: ``verify`` with ``verify_dt`` (none, or the planning step /
+#: 5), ``rest_after`` (negative: None).
+_BY_HAND = frozenset({"verify", "verify_dt", "rest_after"})
+
+
+def options_from_parameters(parameters: Mapping[str, object], **overrides: object) -> PlanOptions:
+    """:class:`PlanOptions` from the planner node's parameters (:data:`NODE_PARAMETERS`; others are ignored), then
+    ``overrides`` (e.g. a goal's fields; None: not given).
+
+    The node's convention, from each setting's declaration (:attr:`PlanSetting.zero_is_default`): a setting declared
+    with 0 or an empty text as its default (but ``window_overlap``; and ``target_stride``) takes
+    :class:`PlanOptions`' own default for 0, less, or empty (``dt`` 0: 0.005 s; ``window`` 0: the whole motion at
+    once; ``method`` empty: lbfgs); for the others 0 is a value, as on the command line (``torque_weight`` 0 and
+    ``settle_iterations`` 0 turn those off). ``verify`` false means no verification at a finer step (``verify_dt``
+    0: the planning step / 5); ``rest_after`` 0 rests right after the motion, a negative one only at its end.
+
+    Raises:
+        InputError: a setting out of its range (:meth:`PlanOptions.out_of_range`), named as the parameter.
+    """
+    defaults = PlanOptions()
+    p = dict(parameters)
+    values: dict[str, object] = {}
+    for s in PLAN_SETTINGS:
+        value = p.get(s.name)
+        if s.name in _BY_HAND or value is None:
+            continue
+        if s.zero_is_default and (value == "" or (not isinstance(value, (bool, str)) and value <= 0)):
+            continue  # "the default": PlanOptions' own
+        values[s.name] = s.kind(value)
+    if p.get("verify", True):
+        verify_dt = p.get("verify_dt")
+        dt = float(values.get("dt", defaults.dt))  # type: ignore[arg-type]
+        values["verify_dt"] = float(verify_dt) if verify_dt is not None and verify_dt > 0 else dt / 5.0
+    else:
+        values["verify_dt"] = None
+    rest_after = p.get("rest_after", defaults.rest_after)
+    values["rest_after"] = None if rest_after is None or rest_after < 0 else float(rest_after)
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    options = PlanOptions(**values)
+    for name, why in options.out_of_range():
+        raise InputError(f"{name} {why}")
+    return options
+
 
 #: Params-file settings ``retarget plan`` does not take from the file: where the node's model comes from and whether
 #: it may train are the node's deployment (the command takes ``--reduced`` and trains when it must).

@@ -207,12 +207,8 @@ class Planner(Node):
         A goal's ``max_iterations`` budgets the plan by iterations as ``retarget plan --max-iterations`` does: the
         work after the optimizer that the count does not bound is skipped (:func:`iteration_budgeted`), and said."""
         from retarget.optimize import TrackedBodyWeights, WeightSchedule
-        from retarget.planning.options import (
-            ITERATION_BUDGET_SKIPS,
-            NODE_PARAMETERS,
-            iteration_budgeted,
-            options_from_parameters,
-        )
+        from retarget.planning.options import ITERATION_BUDGET_SKIPS, iteration_budgeted
+        from retarget.planning.settings import NODE_PARAMETERS, options_from_parameters
 
         def given(value: float) -> float | None:
             return value if isinstance(value, (int, float)) and value > 0 else None

@@ -156,7 +156,7 @@ class RefineServer:
     def _plan_options(self, robot: str) -> PlanOptions:
         """The node's plan options, with the model it plans with when none is given, cached or found (the one
         shipped for ``robot``), so a take of a plan made on that model is refined on it."""
-        from retarget.planning.options import NODE_PARAMETERS, options_from_parameters
+        from retarget.planning.settings import NODE_PARAMETERS, options_from_parameters
         from retarget.ros.planner import fallback_models
 
         return options_from_parameters({name: getattr(self.node, name) for name in NODE_PARAMETERS},
