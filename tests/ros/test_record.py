@@ -103,6 +103,37 @@ def _record_in_thread(result: dict[str, Any], *args: Any, **kwargs: Any) -> thre
     return thread
 
 
+def test_a_stopped_recorder_writes_what_its_subscriptions_already_hold() -> None:
+    """_drain: after the stop, spin without waiting until three turns in a row take no message (a turn may run
+    another callback: a timer, a guard condition), so nothing DDS delivered is lost."""
+    from types import SimpleNamespace
+
+    from retarget.ros.record import _drain
+
+    held = ["m"] * 7
+    writer = SimpleNamespace(message_count=0)
+    turns: list[float] = []
+
+    def spin_once(timeout_sec: float) -> None:
+        turns.append(timeout_sec)
+        if held and len(turns) % 3 != 0:  # every third turn runs another callback
+            held.pop()
+            writer.message_count += 1
+
+    _drain(SimpleNamespace(spin_once=spin_once), writer)
+    assert writer.message_count == 7 and not held
+    assert set(turns) == {0.0} and len(turns) == 10 + 3  # 7 messages, 3 other callbacks, 3 idle turns
+    always_busy = SimpleNamespace(spin_once=lambda timeout_sec: None)
+    writer.message_count = 0
+
+    def endless(timeout_sec: float) -> None:  # a flood: bounded by the time limit
+        writer.message_count += 1
+
+    _drain(SimpleNamespace(spin_once=endless), writer, limit_s=0.05)
+    assert writer.message_count > 0
+    _drain(always_busy, writer)  # nothing held: three idle turns and done
+
+
 @pytest.mark.integration
 def test_record_several_types_in_process(ros_context: Any, tmp_path: Path) -> None:
     """PoseStamped, JointState, JointTrajectory, DiagnosticArray, a latched topic and a project type."""

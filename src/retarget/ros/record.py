@@ -350,6 +350,7 @@ def record(
             if _spin_until_done(executor, recorder, stop, started=started, duration_s=duration_s, wait_s=wait_s,
                                 first_message=first_message, bar=bar):
                 reason["value"] = "duration"
+            _drain(executor, recorder.writer)
         finally:
             if bar is not None:
                 bar.close()
@@ -369,6 +370,23 @@ def record(
     return RecordSummary(path=writer.close(), storage=storage, duration_s=elapsed,
                          topics={t: (writer.types[t], writer.counts[t]) for t in writer.types},
                          missing=list(recorder.pending), stopped_by=reason["value"])
+
+
+#: How long a stopped recorder keeps taking the messages its subscriptions already hold [s] (:func:`_drain`).
+DRAIN_LIMIT_S = 2.0
+
+
+def _drain(executor: Executor, writer: RawBagWriter, limit_s: float = DRAIN_LIMIT_S, idle_spins: int = 3) -> None:
+    """Write the messages the recorder's subscriptions hold when it stops: spin without waiting until
+    ``idle_spins`` turns in a row take none, or ``limit_s`` [s] passed. A stop (Ctrl-C, a caller's, the end of
+    ``duration_s``) then loses no message DDS has already delivered; on a busy machine the recorder's thread can be
+    seconds behind its subscriptions."""
+    deadline = time.monotonic() + limit_s
+    idle = 0
+    while idle < idle_spins and time.monotonic() < deadline:
+        before = writer.message_count
+        executor.spin_once(timeout_sec=0.0)
+        idle = idle + 1 if writer.message_count == before else 0
 
 
 def _spin_until_done(executor: Executor, recorder: TopicRecorder, stop: threading.Event, *, started: float,
