@@ -421,6 +421,26 @@ def test_servo_file_servos_lay_a_file_over_a_robot_on_disk(tmp_path):
         servo_file_servos(folder / "tiny_rod.yaml", bad)
 
 
+def test_a_plan_for_a_servo_file_plays_where_the_planner_knows_the_file(tmp_path):
+    """declared_servos and servo_refusal: a plan made for a servo file's servos is refused on the robot's config
+    alone and plays where the planner plans with the file (the node's servo_file, `retarget refine --servo`)."""
+    from tiny_robot import write_tiny_robot
+
+    from retarget.model.servo_file import write_servo_file
+    from retarget.planning.variants import declared_servos, servo_refusal
+
+    robot = write_tiny_robot(tmp_path / "robot") / "tiny_rod.yaml"
+    fitted = XM430.with_values(kp=9.25, rotor_inertia=2.7e-3)
+    path = write_servo_file(tmp_path / "servo.yaml", fitted.to_config())
+    assert declared_servos(robot, path) == {"m": fitted} and declared_servos(robot)["m"] != fitted
+    metrics = {"servos": {"motors": {"m": {**fitted.to_config(), "description": "fitted"}}}}
+    refused = servo_refusal(metrics, robot)
+    assert "other servos than the robot's config declares (" in refused and "not played" in refused
+    assert servo_refusal(metrics, robot, path) == ""
+    other = write_servo_file(tmp_path / "other.yaml", XM430.with_values(kp=20.0).to_config())
+    assert f"declares with the servo file {other} laid over it" in servo_refusal(metrics, robot, other)
+
+
 # ---- (4) the command, (5) retarget plan --servo ------------------------------------------------------------------
 
 def _cli(argv):

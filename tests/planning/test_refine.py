@@ -457,6 +457,14 @@ def test_refine_refuses_takes_and_plans_that_do_not_belong_together(loop, capsys
     # A plan made for other servos (another robot of the same motors, or this one before its servos changed).
     (tmp_path / "xm540.csv").write_text(plan.read_text().replace('"model": "XM430-W210"', '"model": "XM540-W270"'))
     assert "other servos" in _refused(loop, capsys, tmp_path / "xm540.csv", take, Refusal.WRONG_ROBOT)
+    # ... also with a servo file laid over the robot's servos (`--servo`, the node's servo_file), which the check
+    # then compares with (a plan made for the file's servos is this robot's: tests/fit/test_servo_fit.py).
+    from retarget.model.servo import SERVO_MODELS
+    from retarget.model.servo_file import write_servo_file
+
+    fitted = write_servo_file(tmp_path / "fitted.yaml", SERVO_MODELS["XM430-W210"].with_values(kp=9.0).to_config())
+    message = _refused(loop, capsys, tmp_path / "xm540.csv", take, Refusal.WRONG_ROBOT, "--servo", str(fitted))
+    assert f"declares with the servo file {fitted} laid over it" in message
     # Another motion: a plan of the input at another knot spacing.
     resampled = load_motion(plan)
     wobble = resampled.positions + 0.01 * np.sin(40 * resampled.time)[:, None]

@@ -589,6 +589,7 @@ def _register_refine(sub: argparse._SubParsersAction) -> None:
     """Add ``retarget refine`` (its defaults are :class:`~retarget.planning.refine.RefineOptions`')."""
     from retarget.planning.options import PlanOptions as D
     from retarget.planning.options import RefineOptions as R
+    from retarget.planning.settings import setting
 
     p = sub.add_parser("refine", help="the next plan from a take of what the robot did while a plan played",
                        description="Aligns a motion-capture take (Motive CSV export or rosbag2) of the plan CURRENT "
@@ -636,6 +637,9 @@ def _register_refine(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--report", default=None, metavar="DIR", help="write the trials side by side (plots, page, JSON) "
                    "here")
     p.add_argument("--json", action="store_true", help="print a JSON object as the last line (on a refusal too)")
+    servo = setting("servo_file")
+    p.add_argument(servo.flag, default=None, metavar=servo.metavar, help=f"{servo.help}: the servos CURRENT was "
+                   f"planned for (default: {servo.meaning})")
     _model_args(p)
     p.set_defaults(func=_refine_command)
 
@@ -727,5 +731,5 @@ def _refine_plan_options(args: argparse.Namespace) -> PlanOptions:
     return PlanOptions(knot_spacing=args.knot_spacing, dt=args.dt,
                        rest_after=None if args.rest_after < 0 else args.rest_after, modes=args.modes,
                        dt_train=args.dt_train, mesh_axial=args.mesh_axial, mesh_around=args.mesh_around,
-                       reduced_file=args.reduced, use_cache=not args.no_cache,
+                       reduced_file=args.reduced, use_cache=not args.no_cache, servo_file=args.servo,
                        allow_unverified_model=args.allow_unverified_model)

@@ -743,16 +743,17 @@ def refine_context(robot: str | Path, motion: Motion, plan: PlanFile, options: P
     """
     options = PlanOptions() if options is None else options
     say = say or (lambda _text: None)
-    declared = declared_servos(robot)
+    declared = declared_servos(robot, options.servo_file)
     motors = list(declared)
     _check_plan_for(plan, motion, motors)
     planned = planned_servos(plan.path) if plan.path.suffix.lower() == ".csv" else None
     if planned is not None:
         differ = servo_mismatches(planned, declared)
         if differ:
+            laid = f" with the servo file {options.servo_file} laid over it" if options.servo_file else ""
             raise RefineRefused(Refusal.WRONG_ROBOT, f"the plan {plan.path} was made for other servos than the robot's "
-                                f"config declares ({'; '.join(differ)}): a plan of another robot, or of this one "
-                                "before its servos changed (plan again)", mismatches=differ)
+                                f"config declares{laid} ({'; '.join(differ)}): a plan of another robot, or of this "
+                                "one before its servos changed (plan again)", mismatches=differ)
     motion = check_plan_input(robot, motion)
     settings = plan.settings() or {}
     digest = settings.get("input_sha256")
@@ -768,6 +769,7 @@ def refine_context(robot: str | Path, motion: Motion, plan: PlanFile, options: P
                         mesh_axial=options.mesh_axial, mesh_around=options.mesh_around,
                         reduced_file=options.reduced_file, use_cache=options.use_cache,
                         allow_training=options.allow_training, fallback=options.fallback_models,
+                        servos=None if options.servo_file is None else tuple(declared.values()),
                         progress=None if progress is None else (lambda k, n: progress("model training", k, n)))
     gate_warning = gate_model(pm, options.allow_unverified_model, say)
     engine = planner_engine(pm.reduced)

@@ -371,30 +371,42 @@ def planned_assumptions(path: str | Path) -> list[str]:
     return [c[len(ASSUMPTION_PREFIX):] for c in read_comments(path) if c.startswith(ASSUMPTION_PREFIX)]
 
 
-def declared_servos(robot: str | Path) -> dict[str, ServoParams]:
+def declared_servos(robot: str | Path, servo_file: str | Path | None = None) -> dict[str, ServoParams]:
     """Motor → :class:`~retarget.model.servo.ServoParams` the robot's config declares (its ``servo:`` section; read
-    without loading meshes)."""
+    without loading meshes), with ``servo_file`` laid over them when given (the servos a planner that plans with
+    the file knows the robot has: ``retarget plan --servo``, the node's ``servo_file``).
+
+    Raises:
+        ServoError: an unreadable or invalid servo file.
+    """
     from retarget.model.library import resolve_robot
     from retarget.model.loader import read_robot_yaml
     from retarget.model.servo import servos_from_config
 
     path = Path(robot) if Path(str(robot)).is_file() else resolve_robot(str(robot))
+    if servo_file is not None:
+        from retarget.model.servo_file import servo_file_servos
+
+        motors = [str(m) for m in read_robot_yaml(path).get("motors") or []]
+        return dict(zip(motors, servo_file_servos(path, servo_file)))
     cfg = read_robot_yaml(path)
     motors = [str(m) for m in cfg.get("motors") or []]
     return dict(zip(motors, servos_from_config(cfg.get("servo"), motors)))
 
 
-def servo_refusal(metrics: Mapping[str, object], robot: str | Path) -> str:
-    """Why a plan must not play on ``robot``: it was made for other servos than the robot's config declares
-    (``metrics``: :meth:`PlanResult.to_json`); "" when it was made for them."""
+def servo_refusal(metrics: Mapping[str, object], robot: str | Path, servo_file: str | Path | None = None) -> str:
+    """Why a plan must not play on ``robot``: it was made for other servos than the robot's config declares, with
+    ``servo_file`` laid over them when given (:func:`declared_servos`; ``metrics``: :meth:`PlanResult.to_json`); ""
+    when it was made for them."""
     motors = (metrics.get("servos") or {}).get("motors")
     if not motors:
         return ""
     planned = {n: {k: v for k, v in m.items() if k != "description"} for n, m in motors.items()}
-    diffs = servo_mismatches(planned, declared_servos(robot))
+    diffs = servo_mismatches(planned, declared_servos(robot, servo_file))
     if not diffs:
         return ""
-    return ("the plan was made for other servos than the robot's config declares (" + "; ".join(diffs)
+    laid = f" with the servo file {servo_file} laid over it" if servo_file else ""
+    return (f"the plan was made for other servos than the robot's config declares{laid} (" + "; ".join(diffs)
             + "): its goals pre-compensate those servos' sag and lag; not played")
 
 

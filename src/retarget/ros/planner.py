@@ -144,8 +144,8 @@ class Planner(Node):
                             tuple(goal.animation.joint_names),
                             np.array([list(p.positions) for p in points], dtype=float))
             self._feedback(handle, started, "loading")  # the reduced model; plan() reports the stages after it
-            outcome = plan(self.robot_name or goal.robot, motion, self._options(goal),
-                           self._plan_progress(handle, started))
+            options = self._options(goal)
+            outcome = plan(self.robot_name or goal.robot, motion, options, self._plan_progress(handle, started))
         except PlanCancelled as exc:
             if not self.context.ok():  # stopped by a signal: nobody is left to answer
                 return Result(error_code=Result.CANCELED, error_string="the planner stopped",
@@ -186,7 +186,7 @@ class Planner(Node):
             from retarget.planning.variants import servo_refusal
 
             refused = ((outcome.verdict.execution_refusal if outcome.verdict is not None else "")
-                       or servo_refusal(metrics, self.robot_name or goal.robot))
+                       or servo_refusal(metrics, self.robot_name or goal.robot, options.servo_file))
             if refused:  # the plan is returned and published, for inspection; the robot does not play it
                 self.get_logger().error(refused)
                 handle.abort()

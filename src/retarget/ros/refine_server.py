@@ -147,10 +147,11 @@ class RefineServer:
                                 f"planner's robot {joints}: a plan of another robot")
         planned = planned_servos(plan.path) if plan.path.suffix.lower() == ".csv" else None
         if planned is not None:
-            differ = servo_mismatches(planned, declared_servos(robot))
+            differ = servo_mismatches(planned, declared_servos(robot, self.node.servo_file or None))
             if differ:
+                laid = f" with servo_file {self.node.servo_file} laid over it" if self.node.servo_file else ""
                 raise RefineRefused(Refusal.WRONG_ROBOT, f"the plan {plan.path} was made for other servos than the "
-                                    f"robot's config declares ({'; '.join(differ)}): plan again",
+                                    f"robot's config declares{laid} ({'; '.join(differ)}): plan again",
                                     mismatches=differ)
 
     def _plan_options(self, robot: str) -> PlanOptions:
