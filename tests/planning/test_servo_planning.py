@@ -119,6 +119,12 @@ def test_the_plan_csv_records_its_servos_and_play_warns_on_other_gains(tiny, tmp
     warnings = planned_servo_warnings(path, str(stiffer))
     assert len(warnings) == 1 and "kp planned 13.81" in warnings[0]
     assert "kp planned" in servo_refusal(result.to_json(), stiffer)
+    # A robot whose params file names a servo file (servo_file): the file laid over its config is what it has.
+    from retarget.model.servo_file import write_servo_file
+
+    factory = write_servo_file(tmp_path / "factory.yaml", XM430.to_config())
+    assert planned_servo_warnings(path, str(stiffer), str(factory)) == []
+    assert servo_refusal(result.to_json(), stiffer, factory) == ""
     assert servo_mismatches(planned, {"m": XM430.with_values(kp=XM430.kp * 1.01)}) == []  # within 2 %
 
 

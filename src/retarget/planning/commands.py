@@ -639,7 +639,7 @@ def _register_refine(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON object as the last line (on a refusal too)")
     servo = setting("servo_file")
     p.add_argument(servo.flag, default=None, metavar=servo.metavar, help=f"{servo.help}: the servos CURRENT was "
-                   f"planned for (default: {servo.meaning})")
+                   f"planned for (default: the params file's servo_file, else {servo.meaning})")
     _model_args(p)
     p.set_defaults(func=_refine_command)
 
@@ -731,5 +731,6 @@ def _refine_plan_options(args: argparse.Namespace) -> PlanOptions:
     return PlanOptions(knot_spacing=args.knot_spacing, dt=args.dt,
                        rest_after=None if args.rest_after < 0 else args.rest_after, modes=args.modes,
                        dt_train=args.dt_train, mesh_axial=args.mesh_axial, mesh_around=args.mesh_around,
-                       reduced_file=args.reduced, use_cache=not args.no_cache, servo_file=args.servo,
+                       reduced_file=args.reduced, use_cache=not args.no_cache,
+                       servo_file=args.servo or str(_params_file_settings(args.robot).get("servo_file") or "") or None,
                        allow_unverified_model=args.allow_unverified_model)

@@ -461,9 +461,10 @@ def _robot_of(motion: str, robot: str | None) -> str:
                      "name ROBOT/MOTION names it)")
 
 
-def planned_servo_warnings(motion_file: str | Path, robot: str) -> list[str]:
-    """Warnings when a plan CSV says it was made for servos other than the robot config declares (a plan's goals
-    pre-compensate the sag and lag of the servos it was made for: on other gains it cuts less)."""
+def planned_servo_warnings(motion_file: str | Path, robot: str, servo_file: str | None = None) -> list[str]:
+    """Warnings when a plan CSV says it was made for servos other than the robot config declares, with
+    ``servo_file`` laid over it (its params file's ``servo_file``; a plan's goals pre-compensate the sag and lag of
+    the servos it was made for: on other gains it cuts less)."""
     from pathlib import Path
 
     from retarget.planning.variants import declared_servos, planned_servos, servo_mismatches
@@ -473,11 +474,12 @@ def planned_servo_warnings(motion_file: str | Path, robot: str) -> list[str]:
     planned = planned_servos(motion_file)
     if planned is None:
         return []
-    diffs = servo_mismatches(planned, declared_servos(robot))
+    diffs = servo_mismatches(planned, declared_servos(robot, servo_file))
     if not diffs:
         return []
-    return [f"{motion_file} was planned for other servos than {robot}'s config declares ({'; '.join(diffs)}): its "
-            "goals pre-compensate those servos' sag and lag; plan again for this robot's servos"]
+    laid = f" with the servo file {servo_file} laid over it" if servo_file else ""
+    return [f"{motion_file} was planned for other servos than {robot}'s config declares{laid} ({'; '.join(diffs)}): "
+            "its goals pre-compensate those servos' sag and lag; plan again for this robot's servos"]
 
 
 def plan_assumptions(motion_file: str | Path) -> list[str]:
@@ -507,7 +509,7 @@ def _play_command(args: argparse.Namespace) -> int:
     params = ros_parameters(robot)
     joints = [str(j) for j in params.get("joint_names") or []]
     motion = for_joints(load_motion(args.motion), joints, "play")
-    for line in planned_servo_warnings(args.motion, robot):
+    for line in planned_servo_warnings(args.motion, robot, str(params.get("servo_file") or "") or None):
         print(f"retarget play: warning: {line}", file=sys.stderr, flush=True)
     assumptions = plan_assumptions(args.motion)
     if assumptions:
