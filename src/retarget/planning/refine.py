@@ -92,6 +92,7 @@ from retarget.planning.variants import (
     PLAN_SETTINGS_PREFIX,
     comment_json,
     declared_servos,
+    declared_with,
     motion_digest,
     plan_settings,
     planned_servos,
@@ -750,7 +751,7 @@ def refine_context(robot: str | Path, motion: Motion, plan: PlanFile, options: P
     if planned is not None:
         differ = servo_mismatches(planned, declared)
         if differ:
-            laid = f" with the servo file {options.servo_file} laid over it" if options.servo_file else ""
+            laid = declared_with(options.servo_file)
             raise RefineRefused(Refusal.WRONG_ROBOT, f"the plan {plan.path} was made for other servos than the robot's "
                                 f"config declares{laid} ({'; '.join(differ)}): a plan of another robot, or of this "
                                 "one before its servos changed (plan again)", mismatches=differ)

@@ -34,7 +34,8 @@ from retarget.sim.engine import Engine, EngineState
 from retarget.sim.motors import MotorTrajectory
 
 __all__ = ["MIN_RING_OUT", "PlanResult", "Variant", "evaluation_variant", "measured_variant", "motion_stop_time",
-           "PLANNED_SERVOS_PREFIX", "PLAN_SETTINGS_PREFIX", "declared_servos", "motion_digest", "plan_comments",
+           "PLANNED_SERVOS_PREFIX", "PLAN_SETTINGS_PREFIX", "declared_servos", "declared_with", "motion_digest",
+           "plan_comments",
            "plan_settings", "planned_servos", "recorded_plan_settings", "ring_out_s",
            "servo_metrics", "servo_mismatches", "servo_refusal", "servo_summary", "shaped_baselines", "simulate_variant", "start_of",
            "training_range_of"]
@@ -384,14 +385,18 @@ def declared_servos(robot: str | Path, servo_file: str | Path | None = None) -> 
     from retarget.model.servo import servos_from_config
 
     path = Path(robot) if Path(str(robot)).is_file() else resolve_robot(str(robot))
+    cfg = read_robot_yaml(path)
+    motors = [str(m) for m in cfg.get("motors") or []]
     if servo_file is not None:
         from retarget.model.servo_file import servo_file_servos
 
-        motors = [str(m) for m in read_robot_yaml(path).get("motors") or []]
         return dict(zip(motors, servo_file_servos(path, servo_file)))
-    cfg = read_robot_yaml(path)
-    motors = [str(m) for m in cfg.get("motors") or []]
     return dict(zip(motors, servos_from_config(cfg.get("servo"), motors)))
+
+
+def declared_with(servo_file: str | Path | None) -> str:
+    """The words after "the robot's config declares" in a message about :func:`declared_servos`."""
+    return f" with the servo file {servo_file} laid over it" if servo_file else ""
 
 
 def servo_refusal(metrics: Mapping[str, object], robot: str | Path, servo_file: str | Path | None = None) -> str:
@@ -405,8 +410,8 @@ def servo_refusal(metrics: Mapping[str, object], robot: str | Path, servo_file: 
     diffs = servo_mismatches(planned, declared_servos(robot, servo_file))
     if not diffs:
         return ""
-    laid = f" with the servo file {servo_file} laid over it" if servo_file else ""
-    return (f"the plan was made for other servos than the robot's config declares{laid} (" + "; ".join(diffs)
+    return (f"the plan was made for other servos than the robot's config declares{declared_with(servo_file)} ("
+            + "; ".join(diffs)
             + "): its goals pre-compensate those servos' sag and lag; not played")
 
 

@@ -467,7 +467,7 @@ def planned_servo_warnings(motion_file: str | Path, robot: str, servo_file: str 
     the servos it was made for: on other gains it cuts less)."""
     from pathlib import Path
 
-    from retarget.planning.variants import declared_servos, planned_servos, servo_mismatches
+    from retarget.planning.variants import declared_servos, declared_with, planned_servos, servo_mismatches
 
     if not Path(str(motion_file)).is_file():
         return []
@@ -477,8 +477,8 @@ def planned_servo_warnings(motion_file: str | Path, robot: str, servo_file: str 
     diffs = servo_mismatches(planned, declared_servos(robot, servo_file))
     if not diffs:
         return []
-    laid = f" with the servo file {servo_file} laid over it" if servo_file else ""
-    return [f"{motion_file} was planned for other servos than {robot}'s config declares{laid} ({'; '.join(diffs)}): "
+    return [f"{motion_file} was planned for other servos than {robot}'s config declares{declared_with(servo_file)} "
+            f"({'; '.join(diffs)}): "
             "its goals pre-compensate those servos' sag and lag; plan again for this robot's servos"]
 
 

@@ -139,7 +139,7 @@ class RefineServer:
     def _check_plan(self, robot: str, plan: PlanFile) -> None:
         """A plan of this node's motors, made for the servos the robot declares (when its file says)."""
         from retarget.planning.refine import RefineRefused, Refusal
-        from retarget.planning.variants import declared_servos, planned_servos, servo_mismatches
+        from retarget.planning.variants import declared_servos, declared_with, planned_servos, servo_mismatches
 
         joints = list(self.node.joint_names)
         if joints and sorted(plan.motion.joint_names) != sorted(joints):
@@ -149,7 +149,7 @@ class RefineServer:
         if planned is not None:
             differ = servo_mismatches(planned, declared_servos(robot, self.node.servo_file or None))
             if differ:
-                laid = f" with servo_file {self.node.servo_file} laid over it" if self.node.servo_file else ""
+                laid = declared_with(self.node.servo_file)
                 raise RefineRefused(Refusal.WRONG_ROBOT, f"the plan {plan.path} was made for other servos than the "
                                     f"robot's config declares{laid} ({'; '.join(differ)}): plan again",
                                     mismatches=differ)
