@@ -124,6 +124,10 @@ def test_the_plan_csv_records_its_servos_and_play_warns_on_other_gains(tiny, tmp
 
     factory = write_servo_file(tmp_path / "factory.yaml", XM430.to_config())
     assert planned_servo_warnings(path, str(stiffer), str(factory)) == []
+    from retarget.cli import build_parser  # `retarget play --servo FILE` gives the same file
+
+    assert build_parser().parse_args(["play", str(stiffer), "--motion", str(path), "--servo", str(factory)]).servo \
+        == str(factory)
     assert servo_refusal(result.to_json(), stiffer, factory) == ""
     assert servo_mismatches(planned, {"m": XM430.with_values(kp=XM430.kp * 1.01)}) == []  # within 2 %
 

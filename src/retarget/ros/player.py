@@ -409,6 +409,10 @@ def register_play(subparsers: argparse._SubParsersAction) -> None:
                    help=f"duration of the move to the first pose [s] (default {MOVE_TO_START_S:g})")
     p.add_argument("--wait", type=float, default=10.0, metavar="S",
                    help="how long to wait for the trajectory server and the first joint_states [s] (default 10)")
+    p.add_argument("--servo", default=None, metavar="SERVO.yaml",
+                   help="the servo file laid over the robot's servos that the plan was made for (`retarget plan "
+                   "--servo`): the warning on a plan made for other servos compares with it (default: the params "
+                   "file's servo_file)")
     rec = p.add_argument_group("recording the take (retarget record, docs/mocap.md)")
     rec.add_argument("--record", type=Path, default=None, metavar="BAG",
                      help="bag folder to create (must not exist), recording --record-topics around the motion")
@@ -509,7 +513,7 @@ def _play_command(args: argparse.Namespace) -> int:
     params = ros_parameters(robot)
     joints = [str(j) for j in params.get("joint_names") or []]
     motion = for_joints(load_motion(args.motion), joints, "play")
-    for line in planned_servo_warnings(args.motion, robot, str(params.get("servo_file") or "") or None):
+    for line in planned_servo_warnings(args.motion, robot, args.servo or str(params.get("servo_file") or "") or None):
         print(f"retarget play: warning: {line}", file=sys.stderr, flush=True)
     assumptions = plan_assumptions(args.motion)
     if assumptions:
