@@ -51,10 +51,11 @@ BUILDS_ON: dict[str, frozenset[str]] = {
     "report": frozenset({"planning"}),
 }
 
-#: The top-level modules every package may import (errors, the numba cache, JSON and progress helpers, process
-#: handling, the shared command-line argument types); they import only each other.
+#: The top-level modules every package may import (errors, the numba cache, JSON and progress helpers, atomic
+#: writes, process handling, the shared command-line argument types); they import only each other.
 FOUNDATION = frozenset({"retarget", "retarget.errors", "retarget.jit", "retarget._lazy", "retarget.jsonsafe",
-                        "retarget.progress", "retarget.processes", "retarget.cliargs", "retarget.info"})
+                        "retarget.progress", "retarget.atomic", "retarget.processes", "retarget.cliargs",
+                        "retarget.info"})
 
 #: The packages on top, besides the ``commands`` modules.
 TOP = frozenset({"ros", "cli", "show"})

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from retarget.motion._atomic import atomic_path
+from retarget.atomic import atomic_path
 from retarget.motion.errors import MotionFormatError
 from retarget.motion.limits import RowLabel
 from retarget.motion.motion import Motion, validate_motion_arrays

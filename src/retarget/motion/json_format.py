@@ -13,7 +13,7 @@ from typing import TypedDict
 
 import numpy as np
 
-from retarget.motion._atomic import write_text_atomic
+from retarget.atomic import write_text_atomic
 from retarget.motion.errors import MotionFormatError
 from retarget.motion.limits import RowLabel, default_row_label
 from retarget.motion.motion import Motion, validate_motion_arrays

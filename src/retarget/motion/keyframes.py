@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from retarget.motion._atomic import write_text_atomic
+from retarget.atomic import write_text_atomic
 from retarget.motion.errors import MotionFormatError
 from retarget.motion.limits import RowLabel
 from retarget.motion.motion import INTERPOLATIONS, Motion, validate_motion_arrays

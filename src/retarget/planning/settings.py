@@ -331,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     """Rewrite the planner settings' table in :data:`TABLE_DOC` (or the doc given), or ``--print`` it."""
     from pathlib import Path
 
+    from retarget.atomic import write_text_atomic
+
     parser = argparse.ArgumentParser(prog="python -m retarget.planning.settings",
                                      description="the planner settings' table of the docs, from PLAN_SETTINGS")
     parser.add_argument("doc", nargs="?", default=str(Path(__file__).resolve().parents[3] / TABLE_DOC),
@@ -347,9 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(f"{path}: {exc}")
     if updated != text:
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(updated, encoding="utf-8")
-        tmp.replace(path)
+        write_text_atomic(path, updated)
     print(f"{path}: {'updated' if updated != text else 'already current'}")
     return 0
 

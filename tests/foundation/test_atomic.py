@@ -1,11 +1,11 @@
-"""Tests of retarget.motion._atomic: nothing appears at the target on error, old content is replaced on success."""
+"""Tests of retarget.atomic: nothing appears at the target on error, old content is replaced on success."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-from retarget.motion._atomic import atomic_path, write_text_atomic
+from retarget.atomic import atomic_path, write_text_atomic
 
 
 def test_file_written_and_replaced(tmp_path: Path) -> None:
