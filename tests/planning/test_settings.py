@@ -170,6 +170,11 @@ def test_a_servo_file_is_a_planner_setting(tmp_path: Path) -> None:
     assert options_from_parameters({"servo_file": ""}).servo_file is None  # the node's empty: the robot's servos
     assert resolve_plan_options({"servo_file": "file.yaml"}, {}).servo_file == "file.yaml"
     assert resolve_plan_options({"servo_file": "file.yaml"}, {"servo_file": "flag.yaml"}).servo_file == "flag.yaml"
+    from retarget.planning.settings import given_servo_file  # retarget refine's and play's --servo, the same way
+
+    assert given_servo_file("flag.yaml", {"servo_file": "file.yaml"}) == "flag.yaml"
+    assert given_servo_file(None, {"servo_file": "file.yaml"}) == "file.yaml"
+    assert given_servo_file(None, {"servo_file": ""}) is None and given_servo_file(None, {}) is None
 
 
 def test_the_nodes_zero_means_the_default_where_the_declaration_says_so() -> None:

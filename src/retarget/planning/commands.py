@@ -727,10 +727,11 @@ def _refine_plan_options(args: argparse.Namespace) -> PlanOptions:
     """The planner's settings ``retarget refine`` builds the plan's problem with (``retarget plan``'s defaults,
     the model options, and the knot spacing, step and rest the plan file does not record)."""
     from retarget.planning.options import PlanOptions
+    from retarget.planning.settings import given_servo_file
 
     return PlanOptions(knot_spacing=args.knot_spacing, dt=args.dt,
                        rest_after=None if args.rest_after < 0 else args.rest_after, modes=args.modes,
                        dt_train=args.dt_train, mesh_axial=args.mesh_axial, mesh_around=args.mesh_around,
                        reduced_file=args.reduced, use_cache=not args.no_cache,
-                       servo_file=args.servo or str(_params_file_settings(args.robot).get("servo_file") or "") or None,
+                       servo_file=given_servo_file(args.servo, _params_file_settings(args.robot)),
                        allow_unverified_model=args.allow_unverified_model)

@@ -17,8 +17,8 @@ from retarget.errors import InputError
 from retarget.planning.options import METHODS, REST_AFTER_S, PlanOptions
 
 __all__ = ["CLI_PARAMETERS_IGNORED", "NODE_PARAMETERS", "PLAN_SETTINGS", "PlanSetting", "add_setting_flags",
-           "options_from_parameters", "parameters_from_flags", "resolve_plan_options", "setting", "settings_table",
-           "with_settings_table"]
+           "given_servo_file", "options_from_parameters", "parameters_from_flags", "resolve_plan_options", "setting",
+           "settings_table", "with_settings_table"]
 
 
 #: A setting's value as a node parameter holds it.
@@ -191,6 +191,12 @@ def options_from_parameters(parameters: Mapping[str, object], **overrides: objec
     for name, why in options.out_of_range():
         raise InputError(f"{name} {why}")
     return options
+
+
+def given_servo_file(flag: str | None, params_file: Mapping[str, object]) -> str | None:
+    """The servo file a command was given (``--servo``), else its robot's params file's ``servo_file``, else None
+    (``retarget refine``, ``retarget play``; ``retarget plan`` merges it with the other settings)."""
+    return flag or str(params_file.get("servo_file") or "") or None
 
 
 #: Params-file settings ``retarget plan`` does not take from the file: where the node's model comes from and whether

@@ -505,6 +505,7 @@ def _play_command(args: argparse.Namespace) -> int:
     from retarget.info import components
     from retarget.model.library import resolve_robot, ros_parameters
     from retarget.motion import load_motion
+    from retarget.planning.settings import given_servo_file
     from retarget.ros.motion_convert import for_joints
 
     _check_play_options(args)
@@ -513,7 +514,7 @@ def _play_command(args: argparse.Namespace) -> int:
     params = ros_parameters(robot)
     joints = [str(j) for j in params.get("joint_names") or []]
     motion = for_joints(load_motion(args.motion), joints, "play")
-    for line in planned_servo_warnings(args.motion, robot, args.servo or str(params.get("servo_file") or "") or None):
+    for line in planned_servo_warnings(args.motion, robot, given_servo_file(args.servo, params)):
         print(f"retarget play: warning: {line}", file=sys.stderr, flush=True)
     assumptions = plan_assumptions(args.motion)
     if assumptions:
