@@ -6,7 +6,7 @@ from __future__ import annotations
 import signal
 from collections.abc import Callable
 
-__all__ = ["die_with_parent", "realtime_priority"]
+__all__ = ["die_with_parent", "ordinary_scheduling", "realtime_priority"]
 
 #: ``prctl``'s option that sets the signal a process gets when its parent dies.
 _PR_SET_PDEATHSIG = 1
@@ -61,3 +61,19 @@ def realtime_priority(priority: int) -> str | None:
         return (f"SCHED_FIFO at priority {priority} refused ({exc}): allow it with an rtprio limit for this user "
                 "(/etc/security/limits.d, as ros2_control's real-time set-up describes), or set thread_priority 0")
     return None
+
+
+def ordinary_scheduling() -> None:
+    """Put the calling thread back under ``SCHED_OTHER`` if it runs under a real-time policy (``SCHED_FIFO``,
+    ``SCHED_RR``: :func:`realtime_priority`); nothing otherwise or where the system has no such policies."""
+    import os
+    import threading
+
+    if not hasattr(os, "sched_getscheduler"):
+        return
+    tid = threading.get_native_id()
+    try:
+        if os.sched_getscheduler(tid) in (os.SCHED_FIFO, os.SCHED_RR):
+            os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+    except OSError:  # the thread keeps its policy
+        pass

@@ -64,8 +64,10 @@ from rclpy.signals import (
     uninstall_signal_handlers,
 )
 
-__all__ = ["STOP_TIMEOUT_S", "TEST_STOP_GC_ENV", "StopState", "close_node", "ordinary_scheduling", "spin",
-           "stop_requested", "stopping_on_signals"]
+from retarget.processes import ordinary_scheduling
+
+__all__ = ["STOP_TIMEOUT_S", "TEST_STOP_GC_ENV", "StopState", "close_node", "spin", "stop_requested",
+           "stopping_on_signals"]
 
 #: How long a failed spin waits for the context to be shut down before it calls the failure a real error: rclpy's
 #: signal thread shuts the context down a moment after the signal (milliseconds; seconds on a loaded machine).
@@ -140,29 +142,15 @@ def close_node(node: Node) -> None:
     """Destroy ``node`` now and collect the garbage, on the main thread, at the end of a node's process (module
     docstring); a node already destroyed or torn down with its context is left as it is.
 
-    The calling thread goes back to ordinary scheduling first (:func:`ordinary_scheduling`): a node that ran its
-    executor under ``SCHED_FIFO`` (the Dynamixel driver) would otherwise destroy its DDS entities ahead of the
-    DDS's own threads that the destruction waits on."""
+    The calling thread goes back to ordinary scheduling first (:func:`retarget.processes.ordinary_scheduling`): a
+    node that ran its executor under ``SCHED_FIFO`` (the Dynamixel driver) would otherwise destroy its DDS entities
+    ahead of the DDS's own threads that the destruction waits on."""
     ordinary_scheduling()
     try:
         node.destroy_node()
     except Exception:  # noqa: BLE001 - InvalidHandle, RCLError: torn down with the context; stopping anyway
         pass
     gc.collect()
-
-
-def ordinary_scheduling() -> None:
-    """Put the calling thread back under ``SCHED_OTHER`` if it runs under a real-time policy (``SCHED_FIFO``,
-    ``SCHED_RR``: :func:`retarget.processes.realtime_priority`); nothing otherwise or where the system has no such
-    policies."""
-    if not hasattr(os, "sched_getscheduler"):
-        return
-    tid = threading.get_native_id()
-    try:
-        if os.sched_getscheduler(tid) in (os.SCHED_FIFO, os.SCHED_RR):
-            os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
-    except OSError:  # the thread keeps its policy; destroying the node goes on all the same
-        pass
 
 
 def spin(node: Node, executor: Executor | Callable[..., Executor] | None = None,
