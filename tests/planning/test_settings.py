@@ -177,6 +177,51 @@ def test_a_servo_file_is_a_planner_setting(tmp_path: Path) -> None:
     assert given_servo_file(None, {"servo_file": ""}) is None and given_servo_file(None, {}) is None
 
 
+def _robot_with_params(folder: Path, extra: str) -> Path:
+    """A copy of the single rod's description and params file in ``folder``, ``extra`` appended to its
+    ``ros__parameters`` (the description is only located, not loaded, by what these tests call)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config = Path(__file__).resolve().parents[2] / "config"
+    robot = folder / "single_rod.yaml"
+    robot.write_text((config / "single_rod.yaml").read_text())
+    (folder / "single_rod.params.yaml").write_text((config / "single_rod.params.yaml").read_text() + extra)
+    return robot
+
+
+def test_a_params_files_relative_file_settings_are_taken_from_its_folder(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """`servo_file: fitted.yaml` in config/ROBOT.params.yaml names config/fitted.yaml wherever the command runs:
+    for `retarget plan`, `retarget refine` and `retarget play` (robot_settings), and for the nodes `retarget up` and
+    the launch files start (bringup); keywords, absolute paths and empty values stay as they are."""
+    from retarget.planning.settings import robot_settings, with_files_from
+    from retarget.ros.bringup import describe
+
+    robot = _robot_with_params(tmp_path / "cfg", "    servo_file: fitted.yaml\n    reduced_file: models/r.npz\n"
+                                                 "    verify_model: verify/v.npz\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    folder = (tmp_path / "cfg").resolve()
+    expected = {"servo_file": str(folder / "fitted.yaml"), "reduced_file": str(folder / "models" / "r.npz"),
+                "verify_model": str(folder / "verify" / "v.npz")}
+    settings = robot_settings(robot)
+    assert {k: settings[k] for k in expected} == expected
+    from retarget.model.library import ros_parameters
+
+    raw = ros_parameters(robot)
+    assert {k: v for k, v in settings.items() if k not in expected} == {k: v for k, v in raw.items() if k not in expected}
+    options, _ = plan_options_from_args(build_parser().parse_args(["plan", str(robot), "--motion", "x.csv"]))
+    assert options.servo_file == expected["servo_file"] and options.verify_model == expected["verify_model"]
+    planner = next(n for n in describe(robot, run_dir=tmp_path / "run").nodes if n.name == "planner")
+    assert {k: planner.parameters[k] for k in expected} == expected
+    # What stays: a keyword of verify_model, an empty value, an absolute path; ~ is the user's home.
+    kept = {"verify_model": "auto", "servo_file": "", "reduced_file": "/abs/r.npz", "method": "lbfgs", "dt": 0.002}
+    assert with_files_from(kept, tmp_path) == kept
+    assert with_files_from({"servo_file": "~/s.yaml"}, tmp_path)["servo_file"] == str(tmp_path / "home" / "s.yaml")
+    assert {s.name for s in PLAN_SETTINGS if s.path} == {"servo_file", "reduced_file", "verify_model"}
+
+
 def test_the_nodes_zero_means_the_default_where_the_declaration_says_so() -> None:
     """options_from_parameters reads the node's convention off each declaration: 0 or empty is PlanOptions' default
     where the setting says so (`zero_is_default`), a value everywhere else."""

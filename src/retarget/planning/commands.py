@@ -199,12 +199,13 @@ QUICK_ITERATIONS = 3
 
 
 def _params_file_settings(robot: str) -> dict[str, object]:
-    """The robot's params-file values (``config/<robot>.params.yaml``), or none when it has no params file."""
+    """The robot's params-file values (``config/<robot>.params.yaml``; file settings relative to its folder), or
+    none when it has no params file."""
     from retarget.errors import InputError
-    from retarget.model.library import ros_parameters
+    from retarget.planning.settings import robot_settings
 
     try:
-        return ros_parameters(robot)
+        return robot_settings(robot)
     except InputError:  # a robot YAML without a params file beside it (unknown names fail later, with the list)
         return {}
 

@@ -12,13 +12,15 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from retarget.errors import InputError
-from retarget.planning.options import METHODS, REST_AFTER_S, PlanOptions
+from retarget.model.library import read_ros_parameters, resolve_params
+from retarget.planning.options import METHODS, REST_AFTER_S, PlanOptions, VerifyModel
 
 __all__ = ["CLI_PARAMETERS_IGNORED", "NODE_PARAMETERS", "PLAN_SETTINGS", "PlanSetting", "add_setting_flags",
-           "given_servo_file", "options_from_parameters", "parameters_from_flags", "resolve_plan_options", "setting",
-           "settings_table", "with_settings_table"]
+           "given_servo_file", "options_from_parameters", "parameters_from_flags", "resolve_plan_options",
+           "robot_settings", "setting", "settings_table", "with_files_from", "with_settings_table"]
 
 
 #: A setting's value as a node parameter holds it.
@@ -43,6 +45,9 @@ class PlanSetting:
         metavar: the flag's value in ``--help`` ("" : from the unit and type).
         zero_default: whether the node's 0 (or less) or empty text stands for :class:`PlanOptions`' default; None:
             where the declared default is 0 or empty (:attr:`zero_is_default`).
+        path: a file's name: a relative one in a params file is taken from the params file's folder
+            (:func:`with_files_from`).
+        keywords: the values of a :attr:`path` setting that name no file (``verify_model``'s ``auto``).
     """
 
     name: str
@@ -58,6 +63,8 @@ class PlanSetting:
     choices: tuple[str, ...] = ()
     metavar: str = ""
     zero_default: bool | None = None
+    path: bool = False
+    keywords: tuple[str, ...] = ()
 
     @property
     def zero_is_default(self) -> bool:
@@ -71,15 +78,23 @@ class PlanSetting:
         """The argparse destination of :attr:`flag`."""
         return self.flag.lstrip("-").replace("-", "_")
 
+    @property
+    def stands_for(self) -> str:
+        """What the node parameter's default stands for where it is not the value itself ("" else): the text after
+        a ``0:`` :attr:`meaning`, or the meaning of a 0 or empty default."""
+        if self.meaning.startswith("0:"):
+            return self.meaning[2:].strip()
+        if self.kind is not bool and self.default in (0, ""):
+            return self.meaning
+        return ""
+
     def description(self) -> str:
         """The node parameter's description: help, unit, and what the default means."""
         unit = f" [{self.unit}]" if self.unit else ""
         if not self.meaning:
             return f"{self.help}{unit}"
-        if self.meaning.startswith("0:"):
-            return f"{self.help}{unit}; {self.meaning}"
-        if not isinstance(self.default, bool) and self.default in (0, ""):  # the node's 0 or empty: the default
-            return f"{self.help}{unit}; {'empty' if self.kind is str else '0'}: {self.meaning}"
+        if self.stands_for:
+            return f"{self.help}{unit}; {'empty' if self.kind is str else '0'}: {self.stands_for}"
         return f"{self.help}{unit}; default: {self.meaning}"
 
 
@@ -88,12 +103,12 @@ _D = PlanOptions()
 #: Every planner setting of the params files (:data:`NODE_PARAMETERS`), declared once.
 PLAN_SETTINGS: tuple[PlanSetting, ...] = (
     PlanSetting("reduced_file", str, "", "reduced model to plan with (.npz from `retarget reduce` or cached by "
-                "`retarget plan`)", group="model", flag="--reduced", metavar="FILE",
+                "`retarget plan`)", group="model", flag="--reduced", metavar="FILE", path=True,
                 meaning="the cache, the model folders, else trained (the planner node: the model shipped for the "
                 "robot before training)"),
     PlanSetting("servo_file", str, "", "a servo file (`retarget fit-servo --out`) laid over the robot's servos: the "
                 "plan is made for the servos it names, with their values", group="model", flag="--servo",
-                metavar="SERVO.yaml", meaning="the servos of the robot's description"),
+                metavar="SERVO.yaml", meaning="the servos of the robot's description", path=True),
     PlanSetting("allow_training", bool, True, "train a reduced model in-process when none is given, cached or found "
                 "(minutes to hours)", group="model", meaning="true"),
     PlanSetting("allow_unverified_model", bool, False, "plan even when a flexible part's frequencies miss the model "
@@ -143,7 +158,8 @@ PLAN_SETTINGS: tuple[PlanSetting, ...] = (
     PlanSetting("verify_model", str, "", "the model the plan is verified in, one it was not optimized on: auto (the "
                 "full FEM where its estimated cost fits, else the newest verification model in the model folders' "
                 "verify/), full, none, or a verification model's .npz", group="verification", meaning="auto",
-                flag="--verify-model", metavar="auto|full|none|FILE.npz"),
+                flag="--verify-model", metavar="auto|full|none|FILE.npz", path=True,
+                keywords=tuple(m.value for m in VerifyModel)),
 )
 
 #: The planner node's parameters (``config/<robot>.params.yaml``) that set plan options: every setting's name.
@@ -191,6 +207,31 @@ def options_from_parameters(parameters: Mapping[str, object], **overrides: objec
     for name, why in options.out_of_range():
         raise InputError(f"{name} {why}")
     return options
+
+
+def with_files_from(parameters: Mapping[str, object], folder: str | Path) -> dict[str, object]:
+    """``parameters`` (a params file's) with the relative paths of its file settings (:attr:`PlanSetting.path`)
+    taken from ``folder`` (the params or show file's own, as someone reading the file expects), every such path made
+    absolute (``~`` expanded, links followed); an empty value and a setting's keywords (``verify_model: auto``)
+    stay as they are."""
+    resolved = dict(parameters)
+    for s in PLAN_SETTINGS:
+        value = resolved.get(s.name)
+        if s.path and isinstance(value, str) and value and value not in s.keywords:
+            resolved[s.name] = str((Path(folder) / Path(value).expanduser()).resolve())
+    return resolved
+
+
+def robot_settings(robot: str | Path) -> dict[str, object]:
+    """A robot's params-file values (``/**: ros__parameters`` of ``config/<robot>.params.yaml``) with its file
+    settings' relative paths taken from the params file's folder (:func:`with_files_from`).
+
+    Raises:
+        UnknownNameError: unknown robot.
+        InputError: no params file, or it has no ``/**: ros__parameters`` mapping.
+    """
+    params_file = resolve_params(robot)
+    return with_files_from(read_ros_parameters(params_file), params_file.parent)
 
 
 def given_servo_file(flag: str | None, params_file: Mapping[str, object]) -> str | None:
@@ -293,11 +334,7 @@ def _default_cell(s: PlanSetting) -> str:
     """The node parameter's default and, where it stands for another value, what that is."""
     value = ("true" if s.default else "false") if s.kind is bool else (f'`"{s.default}"`' if s.kind is str
                                                                         else f"`{s.default:g}`")
-    if s.meaning.startswith("0:"):
-        return f"{value}: {_cell(s.meaning[2:].strip())}"
-    if s.kind is not bool and s.default in (0, "") and s.meaning:
-        return f"{value}: {_cell(s.meaning)}"
-    return value
+    return f"{value}: {_cell(s.stands_for)}" if s.stands_for else value
 
 
 def settings_table() -> str:
@@ -315,7 +352,8 @@ def settings_table() -> str:
         flag = f"`{s.flag}`" if s.flag else ("`--verify-dt 0`: false" if s.name == "verify" else "—")
         if s.name in CLI_PARAMETERS_IGNORED and s.flag:
             flag += " (the params file's value is the node's alone)"
-        rows.append(f"| `{s.name}` | {flag} | {s.kind.__name__} | {_cell(s.unit)} | {_cell(allowed)} | "
+        kind = f"{s.kind.__name__} (file)" if s.path else s.kind.__name__
+        rows.append(f"| `{s.name}` | {flag} | {kind} | {_cell(s.unit)} | {_cell(allowed)} | "
                     f"{_default_cell(s)} | {_cell(s.help)} |")
     return "\n".join(rows)
 

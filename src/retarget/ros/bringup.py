@@ -380,7 +380,7 @@ class _RobotConfig:
     Attributes:
         description: The robot's description YAML.
         params_file: Its ROS 2 params file.
-        params: The params file's ``/**: ros__parameters``.
+        params: The params file's ``/**: ros__parameters`` (file settings relative to its folder).
         name: Robot name.
         joints: Motor names in wire order, ``(m,)``.
         ids: Servo ID per joint, ``(m,)``.
@@ -408,10 +408,11 @@ def _robot_config(robot: str | Path, baudrate: int | None) -> _RobotConfig:
     from retarget.dynamixel.control_table import (DEFAULT_BAUD_RATE, DEFAULT_SERVO_MODEL, baud_rate_index,
                                                   load_control_table)
     from retarget.model.library import read_ros_parameters, resolve_params, resolve_robot
+    from retarget.planning.settings import with_files_from
 
     description = resolve_robot(robot).resolve()
     params_file = resolve_params(description).resolve()
-    params = read_ros_parameters(params_file)
+    params = with_files_from(read_ros_parameters(params_file), params_file.parent)
     joints = tuple(str(j) for j in params.get("joint_names") or [])
     ids = tuple(int(i) for i in params.get("dynamixel_ids") or [])
     if not joints or len(ids) != len(joints):

@@ -503,15 +503,15 @@ def _play_command(args: argparse.Namespace) -> int:
 
     from retarget.errors import InputError
     from retarget.info import components
-    from retarget.model.library import resolve_robot, ros_parameters
+    from retarget.model.library import resolve_robot
     from retarget.motion import load_motion
-    from retarget.planning.settings import given_servo_file
+    from retarget.planning.settings import given_servo_file, robot_settings
     from retarget.ros.motion_convert import for_joints
 
     _check_play_options(args)
     robot = _robot_of(args.motion, args.robot)
     name = resolve_robot(robot).name.removesuffix(".yaml")
-    params = ros_parameters(robot)
+    params = robot_settings(robot)
     joints = [str(j) for j in params.get("joint_names") or []]
     motion = for_joints(load_motion(args.motion), joints, "play")
     for line in planned_servo_warnings(args.motion, robot, given_servo_file(args.servo, params)):

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from retarget.errors import InputError
 from retarget.jsonsafe import JSONObject
 from retarget.planning.options import METHODS, PlanOptions
+from retarget.planning.settings import PLAN_SETTINGS, setting, with_files_from
 
 if TYPE_CHECKING:
     from retarget.motion.motion import Motion
@@ -44,7 +45,7 @@ JOB_KEYS: tuple[str, ...] = ("robot", "motion", "options", "recording")
 SHOW_WORKERS = 1
 
 #: Option fields that name files: resolved relative to the show file, their contents part of the job's key.
-_FILE_OPTIONS: tuple[str, ...] = ("reduced_file", "servo_file")
+_FILE_OPTIONS: tuple[str, ...] = tuple(s.name for s in PLAN_SETTINGS if s.path and not s.keywords)
 
 #: Option fields with a fixed set of values.
 _CHOICES: dict[str, tuple[str, ...]] = {"method": METHODS, "start": ("feasible", "input")}
@@ -176,19 +177,16 @@ def plan_options(where: str, given: object, folder: Path, problems: list[str]) -
         values["verify_dt"] = float(values.get("dt", PlanOptions.dt)) / 5.0
     elif values["verify_dt"] is not None and values["verify_dt"] == 0.0:
         values["verify_dt"] = None
-    for name in _FILE_OPTIONS:
-        if values.get(name) is not None:
-            path = (folder / values[name]).resolve()
-            if not path.is_file():
-                problems.append(f"{where}.{name}: no such file {path}")
-            values[name] = str(path)
+    given_verify = values.get("verify_model")
+    values = with_files_from(values, folder)
+    problems.extend(f"{where}.{name}: no such file {values[name]}" for name in _FILE_OPTIONS
+                    if values.get(name) is not None and not Path(values[name]).is_file())
     verify = values.get("verify_model")
-    if verify is not None and verify not in ("auto", "full", "none"):
-        path = (folder / verify).resolve()
+    if verify is not None and verify not in setting("verify_model").keywords:
+        path = Path(verify)
         if path.suffix.lower() != ".npz" or not path.is_file():
             problems.append(f"{where}.verify_model: expected auto, full, none or an existing reduced-model artifact "
-                            f"(.npz), got {verify!r}")
-        values["verify_model"] = str(path)
+                            f"(.npz), got {given_verify!r}")
     if values.get("workers") is None:
         values["workers"] = SHOW_WORKERS
     elif values["workers"] < 1:
