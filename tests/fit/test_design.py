@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import math
+import os
+import stat
 from dataclasses import dataclass
 
 import numpy as np
@@ -142,6 +144,19 @@ def test_written_file_reads_back(rig: StepTestRig, tmp_path) -> None:
     assert motion.joint_names == (rig.motor,)
     assert motion.duration == pytest.approx(design.duration_s, abs=1e-3)  # resampled on a 1 ms grid
     assert "second bending mode" in path.read_text()
+
+
+def test_written_file_is_readable_like_any_other(rig: StepTestRig, tmp_path) -> None:
+    """The motion file gets a new file's permissions (0644 under umask 022), not a private temporary file's 0600;
+    nothing else is left in the folder."""
+    design = design_identification_motion(rig, step_deg=0.0, cycles=2, bursts=1, torque_fraction=None)
+    old = os.umask(0o022)
+    try:
+        path = write_identification_motion(design, tmp_path / "ident.yaml")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert [p.name for p in tmp_path.iterdir()] == ["ident.yaml"]
 
 
 def test_bad_designs_are_rejected(rig: StepTestRig) -> None:

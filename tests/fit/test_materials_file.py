@@ -1,6 +1,9 @@
 """Tests of retarget.fit.materials_file: merged, atomic writes that get_material reads back."""
 from __future__ import annotations
 
+import os
+import stat
+
 import pytest
 import yaml
 
@@ -35,6 +38,18 @@ def test_new_file_and_bad_input(tmp_path) -> None:
     assert bad.read_text() == "materials: [1, 2]\n"  # untouched
     with pytest.raises(InputError, match="unknown fitted"):
         update_materials_file(path, "pla", {"gamma": 1.0})
+
+
+def test_written_file_has_a_new_files_permissions(tmp_path) -> None:
+    """Readable like any other config file (0644 under umask 022), not a private temporary file's 0600."""
+    path = tmp_path / "materials.yaml"
+    old = os.umask(0o022)
+    try:
+        update_materials_file(path, "pla", {"beta": 2e-4})
+        update_materials_file(path, "pla", {"alpha": 0.1})
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
 
 
 def test_default_path_is_next_to_the_rig(tmp_path) -> None:

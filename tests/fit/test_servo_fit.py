@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 
 import numpy as np
 import pytest
@@ -395,6 +397,12 @@ def test_servo_file_round_trip_and_overlay(tmp_path):
     path = write_servo_file(tmp_path / "servo.yaml", {"motors": {"b": fitted.to_config()}}, comment="fitted")
     assert path.read_text().startswith("# fitted\nservo:")
     assert not list(tmp_path.glob(".*"))  # no temporary file left
+    old = os.umask(0o022)
+    try:
+        write_servo_file(path, {"motors": {"b": fitted.to_config()}}, comment="fitted")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644  # a new file's permissions, not a temporary file's 0600
     base = (XM430, SERVO_MODELS["XM540-W270"])
     a, b = servos_with_file(base, ["a", "b"], read_servo_file(path))
     assert a == XM430 and b == fitted  # only the motor the file names changes

@@ -45,6 +45,7 @@ def test_a_key_is_replaced_in_place_and_everything_else_kept(params: Path) -> No
         TEXT.replace("    offsets: [0.0, 0.0,\n              0.0]  # old comment\n", "")
     assert yaml.safe_load(text)["other_node"]["ros__parameters"]["offsets"] == [9.0]
     assert stat.S_IMODE(params.stat().st_mode) == 0o640
+    assert [p.name for p in params.parent.iterdir()] == [params.name]  # no temporary file left
 
 
 def test_new_keys_go_after_the_anchor_in_order_with_their_comments(params: Path) -> None:

@@ -548,6 +548,48 @@ def test_a_file_written_under_a_temporary_name_has_the_digest_of_its_final_name(
     assert _file_digest(tmp_path / "next.csv") == expected != _file_digest(tmp_path / "next.csv", "other.csv")
 
 
+def test_write_refinement_renames_next_first_and_leaves_nothing_on_an_error(tmp_path, monkeypatch):
+    """NEXT, its JointTrajectory YAML and the history appear together under their names; an error while writing
+    leaves none of them and no temporary file; a failed rename leaves the files before it (NEXT first, the
+    history last) and no temporary file."""
+    from types import SimpleNamespace
+
+    import retarget.planning.refine as refine_module
+    from retarget.motion import Motion, load_motion
+    from retarget.planning.refine import _file_digest, write_refinement
+
+    t = np.linspace(0.0, 1.0, 11)
+    refinement = SimpleNamespace(next_plan=Motion(t, ("m",), 0.1 * t[:, None]), comments=("refined",),
+                                 record=_record(1, 0.02), history=History())
+    paths = write_refinement(refinement, tmp_path / "next.csv")
+    assert paths == (tmp_path / "next.csv", tmp_path / "next.yaml", tmp_path / "next.history.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["next.csv", "next.history.json", "next.yaml"]
+    assert load_motion(paths[0]).joint_names == ("m",) and "refined" in paths[0].read_text()
+    (record,) = History.load(paths[2]).trials
+    assert record.next_plan == str(paths[0].resolve()) and record.next_plan_sha256 == _file_digest(paths[0])
+
+    empty = tmp_path / "error"
+    real_save = refine_module.save_motion
+
+    def failing_save(path, motion, **options):
+        if Path(path).suffix == ".yaml":
+            raise OSError("disk full")
+        real_save(path, motion, **options)
+
+    monkeypatch.setattr(refine_module, "save_motion", failing_save)
+    with pytest.raises(OSError, match="disk full"):
+        write_refinement(refinement, empty / "next.csv")
+    assert list(empty.iterdir()) == []
+    monkeypatch.setattr(refine_module, "save_motion", real_save)
+
+    blocked = tmp_path / "blocked"
+    (blocked / "next.yaml" / "in_the_way").mkdir(parents=True)  # a non-empty folder: the YAML's rename fails
+    with pytest.raises(OSError):
+        write_refinement(refinement, blocked / "next.csv")
+    assert sorted(p.name for p in blocked.iterdir()) == ["next.csv", "next.yaml"]
+    assert (blocked / "next.yaml").is_dir()
+
+
 def test_an_input_that_leaves_motors_out_belongs_to_its_robot_unless_it_moves_other_joints():
     """The motors an input has no column for hold their zero pose (as in `retarget plan`); an input that also moves
     joints the robot has no motor for is another robot's."""

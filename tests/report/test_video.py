@@ -46,6 +46,19 @@ def test_gif_frames_and_durations(tiny_report, tmp_path):
     assert durations == [50] * 13
 
 
+def test_an_upper_case_suffix_chooses_the_format_and_nothing_else_is_left(tiny_report, tmp_path):
+    import imageio_ffmpeg
+    from PIL import Image
+
+    animation = load_animation(tiny_report / "animation.npz").select(["optimized"])
+    mp4 = write_video(animation, tmp_path / "A.MP4", fps=5, panel_width=160)
+    assert imageio_ffmpeg.count_frames_and_secs(str(mp4))[0] == len(video_frame_times(DURATION_S, 5.0))
+    with Image.open(write_video(animation, tmp_path / "A.GIF", fps=5, panel_width=160)) as gif:
+        assert gif.format == "GIF"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["A.GIF", "A.MP4"]
+    assert not list(tiny_report.glob(".*"))  # the report's page, video, MCAP and animation: no temporary file left
+
+
 def test_bad_video_requests(tiny_report, tmp_path):
     animation = load_animation(tiny_report / "animation.npz")
     with pytest.raises(InputError, match=r"\.mp4 or \.gif"):

@@ -1,8 +1,11 @@
 """``retarget tune`` ends the loop when a refinement says it stopped improving, unless ``--all-trials``; it reads a
-late play from the play's JSON line."""
+late play from the play's JSON line; its JSON files are written whole."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+import pytest
 
 from retarget.planning.refine import Decision
 from retarget.ros.tune import TrialLine, stops_the_loop
@@ -35,3 +38,15 @@ def test_a_late_play_is_read_from_the_plays_json_line() -> None:
     assert _play_note('{"goal": {"error_code": -5, "error_string": "tolerance"}}') == ""
     assert _play_note("") == "" and _play_note("not json") == "" and _play_note("[1, 2]") == ""
 
+
+def test_json_files_are_strict_and_replaced_whole(tmp_path: Path) -> None:
+    from retarget.ros.tune import _write_json
+
+    path = tmp_path / "history.json"
+    _write_json(path, {"trials": [1]})
+    _write_json(path, {"trials": [1, 2], "peak": float("nan")})
+    assert json.loads(path.read_text(encoding="utf-8")) == {"trials": [1, 2], "peak": None}
+    with pytest.raises(TypeError):
+        _write_json(path, {"trials": object()})
+    assert json.loads(path.read_text(encoding="utf-8"))["trials"] == [1, 2]
+    assert [p.name for p in tmp_path.iterdir()] == ["history.json"]

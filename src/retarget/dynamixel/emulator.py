@@ -42,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
+from retarget.atomic import atomic_path
 from retarget.dynamixel.control_table import (
     BAUD_RATES,
     DEFAULT_BAUD_RATE,
@@ -556,11 +557,8 @@ class PtyEmulator:
             self._master, self._slave = master, slave
             self.slave_name = os.ttyname(slave)
         if self.link:
-            tmp = self.link.with_name(self.link.name + ".tmp")
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-            tmp.symlink_to(self.slave_name)
-            os.replace(tmp, self.link)  # atomic: a client never sees a missing link during restore
+            with atomic_path(self.link) as tmp:  # atomic: a client never sees a missing link during restore
+                tmp.symlink_to(self.slave_name)  # an absolute target: the link means the same once moved
         self._wake()
 
     def _close_pty(self) -> None:

@@ -21,7 +21,6 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ import scipy.sparse.linalg as spla
 from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import brentq
 
+from retarget.atomic import write_text_atomic
 from retarget.errors import InputError
 from retarget.fem.beam_theory import euler_bernoulli_frequencies, round_section
 from retarget.fem.elastic import ElasticBody
@@ -196,9 +196,7 @@ def write_packaged_references(keys: Sequence[str] | None = None) -> int:
     for path in sorted(cards_dir().glob("reference-*.json")):
         if keys is None or path.stem in keys:
             table[path.stem] = json.loads(path.read_text())
-    tmp = PACKAGED_REFERENCES.with_suffix(".tmp")
-    tmp.write_text(json.dumps(table, indent=1, sort_keys=True, allow_nan=False) + "\n")
-    os.replace(tmp, PACKAGED_REFERENCES)
+    write_text_atomic(PACKAGED_REFERENCES, json.dumps(table, indent=1, sort_keys=True, allow_nan=False) + "\n")
     _MEMO.pop("__packaged__", None)
     return len(table)
 
@@ -206,13 +204,9 @@ def write_packaged_references(keys: Sequence[str] | None = None) -> int:
 def _write_cache(key: str, value: Mapping[str, object]) -> None:
     """Write atomically (temporary file, then rename): a reader never sees half a file."""
     _MEMO[key] = dict(value)
-    folder = cards_dir()
+    path = cards_dir() / f"{key}.json"
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{key}.", suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(value, fh, allow_nan=False)
-        os.replace(tmp, folder / f"{key}.json")
+        write_text_atomic(path, json.dumps(value, allow_nan=False))
     except OSError:
         pass  # a read-only cache only costs recomputation
 

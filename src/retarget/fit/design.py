@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
+from retarget.atomic import write_text_atomic
 from retarget.errors import InputError
 from retarget.fit.rig import StepTestRig
 from retarget.fit.simulators import StepTestSimulator, TipTrajectory
@@ -477,29 +478,13 @@ def _torque_limited_ramp(rig: StepTestRig, moduli: Sequence[float], damping: tup
 
 
 def write_identification_motion(design: IdentificationDesign, path: str | Path) -> Path:
-    """Write :meth:`IdentificationDesign.to_yaml` to ``path`` atomically (a temporary file renamed over it).
+    """Write :meth:`IdentificationDesign.to_yaml` to ``path`` atomically (a temporary file renamed over it), with
+    the permissions of any new file (a motion file is ordinary data, readable like any other).
 
     Returns:
         The path written.
     """
-    import os
-    import tempfile
-
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(design.to_yaml())
-        # mkstemp makes the file private (0600); a motion file is ordinary data, readable like any other.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return write_text_atomic(path, design.to_yaml())
 
 
 @dataclass(frozen=True)

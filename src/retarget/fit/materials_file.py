@@ -3,15 +3,16 @@
 The file's format is the one :func:`retarget.fem.material.get_material` reads:
 ``materials: {<name>: {youngs_modulus: ..., rayleigh_alpha: ..., rayleigh_beta: ...}}``; an entry overrides the
 library entry of the same name key by key. Other materials and other keys of the entry are kept. The new text is
-written to a temporary file in the same folder and renamed over the old one, so a reader never sees it half-written.
+written to a temporary file beside the file (:func:`retarget.atomic.atomic_path`), flushed to disk and renamed over
+it, so a reader never sees it half-written.
 """
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from retarget.atomic import atomic_path
 from retarget.errors import InputError
 
 __all__ = ["default_materials_path", "update_materials_file"]
@@ -59,15 +60,8 @@ def update_materials_file(path: str | Path, material: str, values: Mapping[str, 
     text = yaml.safe_dump(data, sort_keys=True)
     if comment:
         text = "".join(f"# {line}\n" for line in comment.splitlines()) + text
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp, open(tmp, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
     return path

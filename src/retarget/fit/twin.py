@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from retarget.atomic import atomic_path
 from retarget.errors import InputError
 from retarget.fit.beam import rotation_about
 from retarget.fit.simulators import StepTestSimulator
@@ -182,8 +183,6 @@ def write_motive_csv(path: str | Path, body: str, time_s: NDArray[np.float64], p
         tracked: (n,) False where the body was not tracked: the frame's cells are left empty.
         rate_hz: Capture and export frame rate [Hz].
     """
-    import os
-
     out = Path(path)
     n = len(time_s)
     header = ["Format Version", "1.23", "Take Name", out.stem, "Take Notes", "", "Capture Frame Rate",
@@ -206,7 +205,6 @@ def write_motive_csv(path: str | Path, body: str, time_s: NDArray[np.float64], p
         else:
             cells += [""] * cols
         lines.append(",".join(cells))
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    os.replace(tmp, out)
+    with atomic_path(out) as tmp:
+        tmp.write_text("\n".join(lines) + "\n")
     return out

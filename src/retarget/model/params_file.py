@@ -6,7 +6,8 @@ setting; a YAML round trip through PyYAML would drop them (ruamel.yaml, which ke
 place (its line and any more-indented continuation lines, e.g. a flow list spread over lines; a comment at the
 end of its first or last line is kept), a new key goes after a given one (or at the end of the block). The result
 is parsed again and must hold exactly the old parameters with the new values, or nothing is written; the file is
-replaced atomically (a temporary file beside it, then ``os.replace``), keeping its permissions.
+replaced atomically (:func:`retarget.atomic.atomic_path`: a temporary file beside it, then renamed), keeping its
+permissions.
 
 Values are written in flow style: floats always with a decimal point (rcl refuses a list mixing ``0`` and
 ``0.5``), integers as integers, strings quoted when YAML would read them otherwise.
@@ -16,13 +17,13 @@ from __future__ import annotations
 import math
 import os
 import re
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Union
 
 import yaml
 
+from retarget.atomic import atomic_path
 from retarget.errors import InputError
 
 __all__ = ["ParamValue", "format_value", "set_ros_parameters"]
@@ -203,16 +204,11 @@ def _line(indent: int, key: str, value: ParamValue, comment: str | None) -> str:
 
 
 def _replace(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically, keeping its permissions."""
+    """Write ``text`` to ``path`` atomically (on disk before the rename), keeping its permissions."""
     mode = path.stat().st_mode & 0o7777
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as out:
+    with atomic_path(path) as tmp:
+        with open(tmp, "w") as out:
             out.write(text)
             out.flush()
             os.fsync(out.fileno())
         os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

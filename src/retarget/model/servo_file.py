@@ -14,13 +14,12 @@ robot's own config gives that motor. A file written for one motor therefore leav
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import yaml
 
+from retarget.atomic import write_text_atomic
 from retarget.model.servo import ServoError, ServoParams, servo_params, servos_from_config
 
 __all__ = ["read_servo_file", "robot_servos", "servo_file_servos", "servos_with_file", "write_servo_file"]
@@ -124,13 +123,4 @@ def write_servo_file(path: str | Path, section: Mapping[str, object], comment: s
         servo_params(check)
     head = "".join(f"# {line}\n" if line else "#\n" for line in comment.splitlines())
     text = head + yaml.safe_dump({"servo": dict(section)}, sort_keys=False, default_flow_style=False)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_text_atomic(path, text)

@@ -53,12 +53,11 @@ its JointTrajectory YAML and its history atomically. ``retarget refine`` and a R
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
-import os
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from enum import Enum
@@ -69,6 +68,7 @@ from numpy.typing import NDArray
 from scipy.interpolate import make_interp_spline
 from scipy.optimize import least_squares, lsq_linear, minimize_scalar
 
+from retarget.atomic import atomic_path
 from retarget.errors import InputError
 from retarget.mocap.bags import bag_info, pose_topic, read_pose_series
 from retarget.mocap.errors import MocapError
@@ -1670,25 +1670,16 @@ def write_refinement(refinement: Refinement, out: str | Path) -> tuple[Path, ...
     suffix = path.suffix.lower()
     if suffix not in (".csv", ".json", ".yaml", ".yml"):
         raise InputError(f"--out must end in .csv, .json or .yaml, got {path}")
-    targets = [path] + ([path.with_suffix(".yaml")] if suffix in (".csv", ".json") else [])
-    tag = uuid.uuid4().hex[:8]
-    temps: list[tuple[Path, Path]] = []
-    try:
-        for target in targets:
-            tmp = target.with_name(f".{target.stem}.partial-{tag}{target.suffix}")
-            options = {"comments": list(refinement.comments)} if target.suffix.lower() == ".csv" else {}
+    targets = [path] + ([path.with_suffix(".yaml")] if suffix in (".csv", ".json") else []) + [history_path(path)]
+    with contextlib.ExitStack() as stack:
+        # Entered last to first, so that on leaving they rename first to last (NEXT first, the history last); an
+        # error, also in a rename, deletes every temporary file not yet renamed.
+        temps = [stack.enter_context(atomic_path(target)) for target in reversed(targets)][::-1]
+        for tmp in temps[:-1]:
+            options = {"comments": list(refinement.comments)} if tmp.suffix.lower() == ".csv" else {}
             save_motion(tmp, refinement.next_plan, **options)
-            temps.append((tmp, target))
-        record = replace(refinement.record, next_plan=str(path.resolve()), next_plan_sha256=_file_digest(temps[0][0], path.name))
+        record = replace(refinement.record, next_plan=str(path.resolve()),
+                         next_plan_sha256=_file_digest(temps[0], path.name))
         history = History((*refinement.history.trials, record))
-        hist = history_path(path)
-        tmp = hist.with_name(f".{hist.name}.partial-{tag}")
-        tmp.write_text(json.dumps(history.to_json(), indent=1) + "\n", encoding="utf-8")
-        temps.append((tmp, hist))
-        for tmp, target in temps:
-            os.replace(tmp, target)
-    finally:
-        for tmp, _ in temps:
-            if tmp.exists():
-                tmp.unlink()
-    return tuple(target for _, target in temps)
+        temps[-1].write_text(json.dumps(history.to_json(), indent=1) + "\n", encoding="utf-8")
+    return tuple(targets)

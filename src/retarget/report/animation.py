@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
+from retarget.atomic import atomic_path
 from retarget.errors import InputError, NotAvailableError, RetargetError
 
 if TYPE_CHECKING:
@@ -196,10 +196,8 @@ class PlanAnimation:
                   "ghost_links": self.ghost_links, "ghost_positions": self.ghost_positions,
                   "ghost_quaternions": self.ghost_quaternions, "deviation_times": self.deviation_times,
                   "deviations": self.deviations}
-        tmp = path.with_name(f".{path.name}.tmp")
-        with open(tmp, "wb") as fh:
+        with atomic_path(path) as tmp, open(tmp, "wb") as fh:
             np.savez_compressed(fh, **arrays)
-        os.replace(tmp, path)
         return path
 
 

@@ -24,8 +24,6 @@ Message times are the plan's times from the start of the motion (the recording s
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,6 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike
 
+from retarget.atomic import atomic_path
 from retarget.errors import RetargetError
 from retarget.report.animation import PlanAnimation, rotation_to_quaternion
 
@@ -166,8 +165,8 @@ def write_mcap(animation: PlanAnimation, path: str | Path,
     offsets = panel_offsets(animation)
     times_ns = np.round(animation.times * 1e9).astype(np.int64)
     identity = (0.0, 0.0, 0.0, 1.0)
-    with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.stem}-") as tmp:
-        bag = Path(tmp) / "bag"
+    with atomic_path(path) as tmp:
+        bag = tmp.with_name(tmp.name + ".bag")  # rosbags writes a bag folder; its one MCAP file becomes tmp
         with Writer(bag, version=9, storage_plugin=StoragePlugin.MCAP) as writer:
             conns = {topic: writer.add_connection(topic, kind, typestore=store) for topic, kind in TOPIC_TYPES.items()}
 
@@ -219,5 +218,5 @@ def write_mcap(animation: PlanAnimation, path: str | Path,
         written = list(bag.glob("*.mcap"))
         if len(written) != 1:
             raise RetargetError(f"rosbags wrote {len(written)} MCAP files into {bag}, expected one")
-        os.replace(written[0], path)
+        written[0].replace(tmp)
     return path

@@ -14,12 +14,12 @@ from __future__ import annotations
 import base64
 import json
 import math
-import os
 from pathlib import Path
 
 import numpy as np
 from numpy.typing import ArrayLike
 
+from retarget.atomic import write_text_atomic
 from retarget.report.animation import CENTRE_LINE_POINTS, VARIANT_LABELS, PlanAnimation
 
 __all__ = ["CAMERA_DIRECTION", "page_html", "write_page"]
@@ -92,8 +92,4 @@ def page_html(animation: PlanAnimation, fps: float = 25.0) -> str:
 
 def write_page(animation: PlanAnimation, path: str | Path, fps: float = 25.0) -> Path:
     """Write the page of ``animation`` to ``path`` via a temporary name; returns ``path``."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(page_html(animation, fps), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return write_text_atomic(path, page_html(animation, fps))

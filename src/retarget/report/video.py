@@ -14,7 +14,6 @@ has ``floor(T·fps) + 1`` frames, frame ``k`` showing time ``k / fps``.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ if TYPE_CHECKING:
     from PIL.ImageDraw import ImageDraw
     from PIL.ImageFont import FreeTypeFont, ImageFont
 
+from retarget.atomic import atomic_path
 from retarget.errors import InputError
 from retarget.report.animation import VARIANT_LABELS, PlanAnimation
 
@@ -248,9 +248,8 @@ def write_video(animation: PlanAnimation, path: str | Path, fps: float = 25.0, p
         raise InputError(f"video {path}: the name must end in .mp4 or .gif")
     if not fps > 0:
         raise InputError(f"video frame rate must be positive, got {fps}")
-    tmp = path.with_name(f".{path.stem}.tmp{suffix}")
     frames = render_frames(animation, fps, panel_width, progress)
-    try:
+    with atomic_path(path) as tmp:  # the same name, so the same suffix: the writers choose the format by it
         if suffix == ".gif":
             duration_ms = 1000.0 / fps
             if abs(duration_ms / 10 - round(duration_ms / 10)) > 1e-9:
@@ -271,7 +270,4 @@ def write_video(animation: PlanAnimation, path: str | Path, fps: float = 25.0, p
             for frame in frames:
                 writer.send(frame.tobytes())
             writer.close()
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
     return path

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from retarget.atomic import atomic_path
 from retarget.cliargs import add_robot, resolve_legacy
 from retarget.jsonsafe import JSONObject
 from retarget.planning.checks import FinerStepCheck, StiffnessBand, Verification
@@ -256,8 +257,8 @@ def demo_model(robot: str, train_motion: str, *, mesh_scale: float, duration: fl
     still matches the robot), else trained now with ``retarget reduce`` in a child process (unless ``train`` is
     false: None).
 
-    The child writes a hidden file beside the final one, renamed into place only when it succeeded: an interrupted or
-    failed training leaves nothing behind.
+    The child writes a file of the final name in a hidden folder beside it (:func:`retarget.atomic.atomic_path`),
+    renamed into place only when it succeeded: an interrupted or failed training leaves nothing behind.
 
     Raises:
         RetargetError: ``given`` is stale or unreadable, or the training failed (its last output in the message).
@@ -286,15 +287,10 @@ def demo_model(robot: str, train_motion: str, *, mesh_scale: float, duration: fl
     _say(f"no demo model of {robot} ({reason}): training it once — a full simulation of {duration:g} s of "
          f"{train_motion} on a coarse mesh (scale {mesh_scale:g}), then mass-PCA and cubature checked by replay "
          f"(the drummer: 5-8 min on 2 cores); later demos reuse {path}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.parent / f".{path.stem}.{os.getpid()}.partial.npz"
-    command = [sys.executable, "-m", "retarget.cli", "reduce", robot, "--train-motion", train_motion,
-               "--mesh-scale", f"{mesh_scale:g}", "--duration", f"{duration:g}", "--out", str(partial)]
-    try:
+    with atomic_path(path) as partial:
+        command = [sys.executable, "-m", "retarget.cli", "reduce", robot, "--train-motion", train_motion,
+                   "--mesh-scale", f"{mesh_scale:g}", "--duration", f"{duration:g}", "--out", str(partial)]
         elapsed = _run_child(command, f"training the demo model (command: {' '.join(command[1:])})", quiet)
-        os.replace(partial, path)
-    finally:
-        partial.unlink(missing_ok=True)
     _say(f"trained the demo model in {elapsed:.0f} s: {path}")
     return DemoModel(path, "trained", elapsed)
 

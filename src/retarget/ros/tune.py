@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from retarget.atomic import write_text_atomic
 from retarget.errors import InputError
 from retarget.ros.futures import result_or_cancel, send_goal
 
@@ -206,9 +207,7 @@ def _write_json(path: Path, data: object) -> None:
     """``data`` as strict JSON, atomically."""
     from retarget.jsonsafe import dumps
 
-    tmp = path.with_name(f".{path.name}.partial")
-    tmp.write_text(dumps(data, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, dumps(data, indent=1) + "\n")
 
 
 def _say(text: str) -> None:

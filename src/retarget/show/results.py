@@ -23,9 +23,7 @@ import enum
 import html
 import io
 import json
-import os
 import re
-import shutil
 import zipfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -35,6 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
+from retarget.atomic import atomic_path
 from retarget.jsonsafe import JSONObject
 
 if TYPE_CHECKING:
@@ -211,31 +210,23 @@ class ResultsFolder:
         from retarget.jsonsafe import dumps
 
         final = self.job_folder(label, key)
-        staging = self.jobs / f".{final.name}.{os.getpid()}.tmp"
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        try:
+        # An older copy of the same inputs' result (e.g. written by a concurrent run) is replaced.
+        with atomic_path(final, directory=True) as staging:
+            staging.mkdir()
             unpack_files(files, staging)
             for name, data in (more or {}).items():
                 (staging / name).write_bytes(data)
             (staging / "result.json").write_text(dumps(result, indent=1))
-            if final.exists():  # an older copy of the same inputs' result (e.g. written by a concurrent run)
-                shutil.rmtree(final)
-            os.replace(staging, final)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
         return final
 
     def write_summary(self, summary: JSONObject) -> tuple[Path, Path]:
         """``summary.json`` and ``index.html``, each written to a temporary name and renamed."""
         from retarget.jsonsafe import dumps
 
-        self.root.mkdir(parents=True, exist_ok=True)
         paths = (self.root / "summary.json", self.root / "index.html")
         for path, text in zip(paths, (dumps(summary, indent=1), index_html(summary))):
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            tmp.write_text(text)
-            os.replace(tmp, path)
+            with atomic_path(path) as tmp:
+                tmp.write_text(text)
         return paths
 
 

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, TypedDict
 import numpy as np
 import ray
 
+from retarget.atomic import write_bytes_atomic
 from retarget.jsonsafe import JSONObject, dumps
 from retarget.show.results import JobRow, JobStatus, PlanOutcome, ResultsFolder
 from retarget.show.showfile import Show, ShowJob, job_key, submission_order
@@ -317,10 +318,7 @@ def _land(artifact: ModelArtifact) -> None:
         if not folders or any(_same_file(folder / artifact.name, artifact.digest) for folder in folders):
             return
         path = folders[0] / artifact.name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(artifact.data)
-    os.replace(tmp, path)
+    write_bytes_atomic(path, artifact.data)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
+from retarget.atomic import atomic_path
 from retarget.twin.errors import ChannelError
 
 __all__ = ["CHANNEL_VERSION", "SHAFT_COLUMNS", "PoseRingReader", "PoseRingWriter", "PoseSample"]
@@ -95,20 +96,19 @@ class PoseRingWriter:
         if _NAMES_AT + 4 + len(names) > _HEADER_BYTES:
             raise ChannelError(str(path), f"too many body and motor names for the header ({len(names)} bytes)")
         size = _HEADER_BYTES + self.n_slots * self._slot
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as fh:
-            fh.truncate(size)
-        fd = os.open(tmp, os.O_RDWR)
-        try:
-            self._mm = mmap.mmap(fd, size)
-        finally:
-            os.close(fd)
-        self.generation = time.time_ns() ^ (os.getpid() << 20)
-        _HEADER.pack_into(self._mm, 0, _MAGIC, CHANNEL_VERSION, len(self.bodies), self.n_slots, self._slot,
-                          os.getpid(), len(self.motors), self.generation, 0, time.time())
-        struct.pack_into("<I", self._mm, _NAMES_AT, len(names))
-        self._mm[_NAMES_AT + 4 : _NAMES_AT + 4 + len(names)] = names
-        os.replace(tmp, self.path)
+        with atomic_path(self.path) as tmp:  # the mapping stays valid across the rename: it maps the file itself
+            with open(tmp, "wb") as fh:
+                fh.truncate(size)
+            fd = os.open(tmp, os.O_RDWR)
+            try:
+                self._mm = mmap.mmap(fd, size)
+            finally:
+                os.close(fd)
+            self.generation = time.time_ns() ^ (os.getpid() << 20)
+            _HEADER.pack_into(self._mm, 0, _MAGIC, CHANNEL_VERSION, len(self.bodies), self.n_slots, self._slot,
+                              os.getpid(), len(self.motors), self.generation, 0, time.time())
+            struct.pack_into("<I", self._mm, _NAMES_AT, len(names))
+            self._mm[_NAMES_AT + 4 : _NAMES_AT + 4 + len(names)] = names
         self._seq = 0
         self._closed = False
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, TypedDict
 import numpy as np
 from numpy.typing import NDArray
 
+from retarget.atomic import atomic_path
 from retarget.sim.reduced.basis import ReducedBasis
 from retarget.sim.reduced.cubature import Cubature, _element_rows, cubature_geometry
 from retarget.sim.reduced.errors import StaleReducedModelError
@@ -187,14 +187,8 @@ def save_reduced(
         arrays[f"b{d}_weights"] = c.weights
         arrays[f"b{d}_cub_error"] = np.array([c.relative_error])
         arrays[f"b{d}_points"] = np.full(len(c.elements), -1, dtype=np.int64) if c.points is None else c.points
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            np.savez_compressed(fh, **arrays)
-        os.replace(tmp, path)  # never a half-written artifact under the real name
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:  # never a half-written artifact under the real name
+        np.savez_compressed(fh, **arrays)
     return path
 
 
