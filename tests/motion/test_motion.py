@@ -179,3 +179,13 @@ def test_check_and_assert_limits() -> None:
         m.assert_within_limits(limits)
     assert len(info.value.violations) == 3
     m.assert_within_limits({"a": (-2, 2, 10), "b": (-1, 1, 10)})
+
+
+def test_a_motion_of_another_robot_lacks_some_motors_and_moves_other_joints() -> None:
+    """foreign_to: missing motors and unknown joints together mark another robot's motion; either alone does not
+    (a motor without a column holds its zero pose; extra columns of unmodelled joints are carried along)."""
+    motion = Motion(np.array([0.0, 1.0]), ("a", "x"), np.zeros((2, 2)))
+    assert motion.foreign_to(["a", "b"]) == (["b"], ["x"])
+    assert motion.foreign_to(["a", "x", "b"]) == ([], [])  # only held
+    assert motion.foreign_to(["a"]) == ([], [])  # only an extra column
+    assert motion.held(["a", "b"]) == ["b"]

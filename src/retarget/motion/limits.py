@@ -255,8 +255,8 @@ def check_plan_input(robot: str | Path, motion: Motion | str | Path) -> Motion:
         raise JointMismatchError(f"the motion has no column for motors whose zero pose is beyond their limits "
                                  f"({', '.join(outside)}) of robot {str(robot)!r}: give them a column", missing=held,
                                  source=source)
-    unknown = [j for j in motion.joint_names if j not in motors]
-    if unknown and held:
+    _, unknown = motion.foreign_to(motors)
+    if unknown:
         raise JointMismatchError(f"the motion has no column for motors {held} of robot {str(robot)!r} and moves "
                                  f"joints {unknown} that are not its motors: a motion of another robot?",
                                  missing=held, unknown=unknown, source=source)

@@ -268,6 +268,13 @@ class Motion:
         """The joints of ``joint_names`` this motion has no column for (:meth:`with_joints` holds them)."""
         return [j for j in joint_names if j not in self.joint_names]
 
+    def foreign_to(self, motors: Sequence[str]) -> tuple[list[str], list[str]]:
+        """``(held, unknown)`` when this looks like another robot's motion: it has no column for some of ``motors``
+        (:meth:`held`) and moves joints that are not among them; ``([], [])`` otherwise."""
+        held = self.held(motors)
+        unknown = [j for j in self.joint_names if j not in motors]
+        return (held, unknown) if held and unknown else ([], [])
+
     def shifted(self, offset: float) -> Motion:
         """The motion with ``offset`` [s] added to every time (``shifted(-m.time[0])`` starts it at 0)."""
         return Motion(self.time + offset, self.joint_names, self.positions)

@@ -798,9 +798,8 @@ def _check_plan_for(plan: PlanFile, motion: Motion, motors: Sequence[str]) -> No
     if sorted(names) != sorted(motors):
         raise RefineRefused(Refusal.WRONG_ROBOT, f"the plan {plan.path} drives {names}, the robot's motors are "
                             f"{list(motors)}: a plan of another robot", plan_joints=names, motors=list(motors))
-    missing = motion.held(motors)  # held at their zero pose (check_plan_input), unless it is another robot's
-    unknown = [j for j in motion.joint_names if j not in motors]
-    if missing and unknown:
+    missing, unknown = motion.foreign_to(motors)  # as check_plan_input finds it, refused here as a RefineRefused
+    if missing:
         raise RefineRefused(Refusal.WRONG_ROBOT, f"the input motion has no column for the robot's motors {missing} "
                             f"and moves joints {unknown} that are not its motors: a motion of another robot",
                             missing=missing, unknown=unknown)
