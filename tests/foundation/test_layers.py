@@ -16,6 +16,7 @@ Each rule lists today's exceptions explicitly, with the reason, so that it passe
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -140,7 +141,14 @@ def _imported(node: ast.Import | ast.ImportFrom, module: str, path: Path) -> lis
 
 def imports(module: str, path: Path, module_level: bool, type_checking: bool = True) -> set[str]:
     """The modules ``module`` imports: at module level only, or anywhere in it (``type_checking``: also under
-    ``if TYPE_CHECKING:``)."""
+    ``if TYPE_CHECKING:``). Read once per file content and question (every check reads the same files)."""
+    stat = path.stat()
+    return set(_imports(module, path, stat.st_mtime_ns, stat.st_size, module_level, type_checking))
+
+
+@functools.lru_cache(maxsize=None)
+def _imports(module: str, path: Path, mtime_ns: int, size: int, module_level: bool,
+             type_checking: bool) -> frozenset[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     if module_level:
         nodes: Iterator[ast.Import | ast.ImportFrom] = _module_level(tree)
@@ -148,7 +156,7 @@ def imports(module: str, path: Path, module_level: bool, type_checking: bool = T
         nodes = (n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)))
     else:
         nodes = _run_anywhere(tree)
-    return {name for node in nodes for name in _imported(node, module, path)}
+    return frozenset(name for node in nodes for name in _imported(node, module, path))
 
 
 def runtime_imports(src: Path = SRC) -> dict[str, set[str]]:
