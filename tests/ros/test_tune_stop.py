@@ -50,3 +50,54 @@ def test_json_files_are_strict_and_replaced_whole(tmp_path: Path) -> None:
         _write_json(path, {"trials": object()})
     assert json.loads(path.read_text(encoding="utf-8"))["trials"] == [1, 2]
     assert [p.name for p in tmp_path.iterdir()] == ["history.json"]
+
+
+def _line(k: int) -> TrialLine:
+    return TrialLine(trial=k, plan=f"plan{k}.csv", take=f"take{k}", measured_peak_deviation_m=0.02,
+                     predicted_peak_deviation_m=0.01, peak_torque_ratio=0.4, decision=Decision.IMPROVING.value,
+                     next_plan=f"plan{k + 1}.csv", report=f"trial{k}.json", play_s=8.0, refine_s=20.0)
+
+
+def test_a_take_refused_for_its_run_alone_is_played_again(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--replays N`: a take refused as misaligned, with frames missing or clipped (that run's clock or motion
+    capture) is played again, at most N times; any other failure, or the last replay's, ends the loop."""
+    from retarget.planning.refine import REPLAYABLE, Refusal
+    from retarget.ros.tune import _Failed, _played_trial
+
+    plays: list[int] = []
+
+    def refused_then(kinds: list[str]):
+        def play(replay: int) -> TrialLine:
+            plays.append(replay)
+            if replay < len(kinds):
+                raise _Failed(f"trial 2: the refinement failed ({kinds[replay]})", refusal=kinds[replay])
+            return _line(2)
+        return play
+
+    trial = _played_trial(refused_then([Refusal.MISALIGNED.value]), 2, Path("plan2.csv"), replays=1)
+    assert plays == [0, 1] and trial.replays == 1 and trial.line().endswith("improving (1 replay)")
+    assert "refused (misaligned), a fault of that run: playing plan2.csv again (replay 1 of at most 1)" in \
+        capsys.readouterr().err
+    plays.clear()
+    with pytest.raises(_Failed, match="frames missing"):  # out of replays: the last refusal ends the loop
+        _played_trial(refused_then([Refusal.MISALIGNED.value, Refusal.MISSING_FRAMES.value]), 2,
+                      Path("plan2.csv"), replays=1)
+    assert plays == [0, 1]
+    for kind in set(Refusal) - REPLAYABLE:  # a plan or take that does not belong: no replay
+        plays.clear()
+        with pytest.raises(_Failed, match=kind.value):
+            _played_trial(refused_then([kind.value]), 2, Path("plan2.csv"), replays=3)
+        assert plays == [0]
+    plays.clear()
+    with pytest.raises(_Failed):  # --replays 0
+        _played_trial(refused_then([Refusal.CLIPPED.value]), 2, Path("plan2.csv"), replays=0)
+    assert plays == [0]
+    assert _played_trial(refused_then([]), 2, Path("plan2.csv"), replays=2).replays == 0
+    assert REPLAYABLE == {Refusal.MISALIGNED, Refusal.MISSING_FRAMES, Refusal.CLIPPED}
+    from retarget.cli import build_parser
+    from retarget.errors import InputError
+
+    args = build_parser().parse_args(["tune", "single_rod", "--motion", "m.csv", "--replays", "-1"])
+    assert build_parser().parse_args(["tune", "single_rod", "--motion", "m.csv"]).replays == 1
+    with pytest.raises(InputError, match="--replays must be 0 or more, got -1"):
+        args.func(args)

@@ -170,6 +170,12 @@ class Refusal(str, Enum):
     REUSED_TAKE = "take already used"
 
 
+#: Refusals of a take that another play of the same plan may not meet: the clock or the motion capture of that one
+#: run (a twin or a host running behind, frames dropped, a marker frozen), unlike a plan or take of another robot or
+#: motion, of the naive playback or used before (``retarget tune --replays``).
+REPLAYABLE: frozenset[Refusal] = frozenset({Refusal.MISALIGNED, Refusal.MISSING_FRAMES, Refusal.CLIPPED})
+
+
 class RefineRefused(OptimizeError, InputError):
     """A plan or take that ``retarget refine`` does not learn from; nothing is written.
 

@@ -10,6 +10,8 @@ per trial on stdout (trial, measured peak, NEXT's predicted peak and torque, the
 report); ``planK.history.json`` beside each plan is the refine chain's own history. The last trial is refined too
 (its measurement needs it): ``DIR/plan<N+1>.csv`` is the plan to play next. The loop ends before the N trials
 when a refinement says it stopped improving (each play costs the robot a run; ``--all-trials`` plays them all).
+A take refused for that run alone (:data:`~retarget.planning.refine.REPLAYABLE`) is played again, at most
+``--replays`` times.
 
 Exit codes: 0 after the N trials; 1 when a trial fails (the plan, the play or the refinement: a refusal says
 why); 2 on bad input or when no planner node or trajectory server answers (the message names which);
@@ -25,7 +27,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -59,6 +61,7 @@ class TrialLine:
         predicted_peak_deviation_m: NEXT's predicted peak [m]. peak_torque_ratio: NEXT's torque over stall [-].
         decision: the trend (first trial, improving, stopped improving, rose). next_plan: NEXT.
         report: the refinement's JSON report. play_s, refine_s: wall time of the play and the refinement [s].
+        replays: plays of this plan before this one whose takes were refused for that run alone (``--replays``).
     """
 
     trial: int
@@ -72,20 +75,24 @@ class TrialLine:
     report: str
     play_s: float
     refine_s: float
+    replays: int = 0
 
     def line(self) -> str:
         """The trial's line on stdout."""
+        replayed = f" ({self.replays} replay{'s' if self.replays > 1 else ''})" if self.replays else ""
         return (f"trial {self.trial}: measured peak {1e3 * self.measured_peak_deviation_m:7.2f} mm, next predicted "
                 f"{1e3 * self.predicted_peak_deviation_m:7.2f} mm, torque {self.peak_torque_ratio:.2f} x stall, "
-                f"{self.decision}")
+                f"{self.decision}{replayed}")
 
 
 class _Failed(Exception):
-    """A step of the loop failed: the message says which and why; ``code`` is the exit code."""
+    """A step of the loop failed: the message says which and why; ``code`` is the exit code; ``refusal`` the kind of
+    a refinement's refusal ("" for another failure)."""
 
-    def __init__(self, message: str, code: int = 1) -> None:
+    def __init__(self, message: str, code: int = 1, refusal: str = "") -> None:
         super().__init__(message)
         self.code = code
+        self.refusal = refusal
 
 
 class _Client:
@@ -177,6 +184,9 @@ def register_tune(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None, metavar="DIR", help="folder of the run (default tune-ROBOT; must not "
                    "hold a history.json)")
     p.add_argument("--namespace", default="", help="the robot's ROS namespace (as given to retarget up)")
+    p.add_argument("--replays", type=int, default=1, metavar="N", help="play a trial's plan again, at most N times, "
+                   "when its take is refused for that run alone (misaligned, frames missing, clipped: a clock, a "
+                   "host or the motion capture behind or dropping out; default 1, 0: end on the first refusal)")
     p.add_argument("--all-trials", action="store_true", help="play every trial even after a refinement says the "
                    "loop stopped improving (default: stop there; its NEXT is still written)")
     p.add_argument("--trust-region", type=float, default=0.0, metavar="RAD", help="the first refinement's trust "
@@ -227,6 +237,8 @@ def _tune_command(args: argparse.Namespace) -> int:
         raise InputError(f"--max-iterations must be 0 (the node's) or more, got {args.max_iterations}")
     if not (args.goal_tolerance > 0 or args.goal_tolerance == -1):
         raise InputError(f"--goal-tolerance must be positive or -1 (none), got {args.goal_tolerance}")
+    if args.replays < 0:
+        raise InputError(f"--replays must be 0 or more, got {args.replays}")
     if args.record_tail < 0:
         raise InputError(f"--record-tail must be 0 or more [s], got {args.record_tail}")
     for flag, value in (("--wait", args.wait), ("--plan-timeout", args.plan_timeout),
@@ -287,7 +299,8 @@ def _tune_command(args: argparse.Namespace) -> int:
             _plan_on_node(client, robot, motion, plan, args.plan_timeout, args.max_iterations)
         summary["first_plan"] = str(plan)
         for k in range(1, args.trials + 1):
-            trial = _trial(client, args, robot, k, plan, out, topics, bodies)
+            trial = _played_trial(lambda replay: _trial(client, args, robot, k, plan, out, topics, bodies, replay),
+                                  k, plan, args.replays)
             trials.append(asdict(trial))
             print(trial.line(), flush=True)
             _write_json(out / "history.json", summary)
@@ -354,12 +367,34 @@ def _play_note(stdout: str) -> str:
     return str(goal.get("error_string") or "") if goal.get("error_code") == 0 else ""
 
 
+def _played_trial(play: Callable[[int], TrialLine], k: int, plan: Path, replays: int) -> TrialLine:
+    """Trial ``k``: ``play(replay)`` (:func:`_trial`), again while its take is refused for that run alone
+    (:data:`~retarget.planning.refine.REPLAYABLE`), at most ``replays`` more times.
+
+    Raises:
+        _Failed: the last play's failure, or any other.
+    """
+    from retarget.planning.refine import REPLAYABLE
+
+    for replay in range(replays + 1):
+        try:
+            return replace(play(replay), replays=replay)
+        except _Failed as exc:
+            if exc.refusal not in {r.value for r in REPLAYABLE} or replay == replays:
+                raise
+            _say(f"trial {k}: the take was refused ({exc.refusal}), a fault of that run: playing {plan.name} again "
+                 f"(replay {replay + 1} of at most {replays})")
+    raise AssertionError("unreachable")
+
+
 def _trial(client: _Client, args: argparse.Namespace, robot: str, k: int, plan: Path, out: Path,
-           topics: list[str], bodies: list[str]) -> TrialLine:
-    """Play ``plan`` recording the mocap topics, refine it from the take on the planner node."""
+           topics: list[str], bodies: list[str], replay: int = 0) -> TrialLine:
+    """Play ``plan`` recording the mocap topics, refine it from the take on the planner node (``replay``: the
+    how-manieth play of this plan again; its take and log are named ``takeK-rN``, ``playK-rN.log``)."""
     from retarget_interfaces.action import Refine
 
-    take = out / f"take{k}"
+    tag = f"{k}-r{replay}" if replay else f"{k}"
+    take = out / f"take{tag}"
     if take.exists():
         raise _Failed(f"{take} exists: give a new --out folder")
     command = [sys.executable, "-m", "retarget.cli", "play", args.robot, "--motion", str(plan), "--record", str(take),
@@ -372,10 +407,10 @@ def _trial(client: _Client, args: argparse.Namespace, robot: str, k: int, plan: 
     started = time.monotonic()
     played = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy(), check=False)
     play_s = time.monotonic() - started
-    (out / f"play{k}.log").write_text(played.stdout + played.stderr, encoding="utf-8")
+    (out / f"play{tag}.log").write_text(played.stdout + played.stderr, encoding="utf-8")
     if played.returncode != 0:
         last = (played.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise _Failed(f"trial {k}: `retarget play` exited {played.returncode}: {last} (log: {out}/play{k}.log)")
+        raise _Failed(f"trial {k}: `retarget play` exited {played.returncode}: {last} (log: {out}/play{tag}.log)")
     late = _play_note(played.stdout)
     if late:
         _say(f"trial {k}: warning: the trajectory server says: {late}")
@@ -394,7 +429,7 @@ def _trial(client: _Client, args: argparse.Namespace, robot: str, k: int, plan: 
         kind = f" ({result.refusal})" if result.refusal else ""
         played_late = f" (the play began late: {late})" if late else ""
         raise _Failed(f"trial {k}: the refinement failed{kind} ({result.error_code}): {result.error_string}"
-                      f"{played_late}")
+                      f"{played_late}", refusal=result.refusal)
     report = out / f"trial{k}.json"
     _write_json(report, json.loads(result.metrics_json))
     return TrialLine(trial=k, plan=str(plan), take=str(take),
