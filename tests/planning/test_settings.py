@@ -236,3 +236,22 @@ def test_the_nodes_zero_means_the_default_where_the_declaration_says_so() -> Non
             assert getattr(options_from_parameters({s.name: zero}), s.name) == 0, s.name
     assert setting("target_stride").zero_is_default and not setting("window_overlap").zero_is_default
     assert not setting("torque_weight").zero_is_default and setting("time_budget").zero_is_default
+
+
+def test_the_node_names_a_file_setting_that_names_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """missing_files: what the planner node warns of at its start (a goal planning with it would fail)."""
+    from retarget.planning.settings import missing_files
+
+    there = tmp_path / "fitted.yaml"
+    there.write_text("servo: {}\n")
+    monkeypatch.chdir(tmp_path)
+    assert missing_files({"servo_file": str(there), "verify_model": "auto", "reduced_file": "", "dt": 0.0}) == []
+    assert missing_files({"servo_file": "fitted.yaml"}) == []  # relative: from the working directory
+    lines = missing_files({"servo_file": "/nowhere/fitted.yaml", "reduced_file": "models/r.npz",
+                           "verify_model": "verify/v.npz", "method": "lbfgs"})
+    assert lines == [
+        f"reduced_file models/r.npz: no such file (a relative path: from the working directory {tmp_path}); a goal "
+        "fails until it is there",
+        "servo_file /nowhere/fitted.yaml: no such file; a goal fails until it is there",
+        f"verify_model verify/v.npz: no such file (a relative path: from the working directory {tmp_path}); a goal "
+        "fails until it is there"]

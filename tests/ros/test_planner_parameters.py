@@ -45,13 +45,16 @@ def test_every_setting_is_a_parameter_with_its_descriptor_and_a_new_one_too(monk
         node.context.try_shutdown()
 
 
-def test_the_servo_file_parameter_reaches_the_plans_options() -> None:
+def test_the_servo_file_parameter_reaches_the_plans_options(capfd: pytest.CaptureFixture[str]) -> None:
     from rclpy.parameter import Parameter
 
     action = pytest.importorskip("retarget_interfaces.action")
     node = _planner(parameter_overrides=[Parameter("servo_file", Parameter.Type.STRING, "/robots/fitted.yaml")])
     try:
         assert node._options(action.Retarget.Goal()).servo_file == "/robots/fitted.yaml"
+        said = capfd.readouterr().err  # what the node says at its start (rcutils writes to the process's stderr)
+        assert "servo_file /robots/fitted.yaml: no such file; a goal fails until it is there" in said
+        assert "ready: robot (unset), 0 joints, the servos of /robots/fitted.yaml" in said
     finally:
         node.destroy_node()
         node.context.try_shutdown()

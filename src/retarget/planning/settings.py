@@ -19,7 +19,7 @@ from retarget.model.library import read_ros_parameters, resolve_params
 from retarget.planning.options import METHODS, REST_AFTER_S, PlanOptions, VerifyModel
 
 __all__ = ["CLI_PARAMETERS_IGNORED", "NODE_PARAMETERS", "PLAN_SETTINGS", "PlanSetting", "add_setting_flags",
-           "given_servo_file", "options_from_parameters", "parameters_from_flags", "resolve_plan_options",
+           "given_servo_file", "missing_files", "options_from_parameters", "parameters_from_flags", "resolve_plan_options",
            "robot_settings", "setting", "settings_table", "with_files_from", "with_settings_table"]
 
 
@@ -220,6 +220,21 @@ def with_files_from(parameters: Mapping[str, object], folder: str | Path) -> dic
         if s.path and isinstance(value, str) and value and value not in s.keywords:
             resolved[s.name] = str((Path(folder) / Path(value).expanduser()).resolve())
     return resolved
+
+
+def missing_files(parameters: Mapping[str, object]) -> list[str]:
+    """One line per file setting of ``parameters`` (the planner node's) that names no file, which a goal planning
+    with it would fail on: what the node warns of at its start."""
+    lines = []
+    for s in PLAN_SETTINGS:
+        value = parameters.get(s.name)
+        if not s.path or not isinstance(value, str) or not value or value in s.keywords:
+            continue
+        path = Path(value).expanduser()
+        if not path.is_file():
+            where = "" if path.is_absolute() else f" (a relative path: from the working directory {Path.cwd()})"
+            lines.append(f"{s.name} {value}: no such file{where}; a goal fails until it is there")
+    return lines
 
 
 def robot_settings(robot: str | Path) -> dict[str, object]:

@@ -41,7 +41,7 @@ from retarget.errors import InputError, NotAvailableError, RetargetError
 from retarget.jsonsafe import dumps
 from retarget.optimize.errors import NoPlanningModelError, PlanCancelled
 from retarget.planning.budget import TRAINING_BUILD_FACTOR, StageEstimate, format_seconds
-from retarget.planning.settings import PLAN_SETTINGS
+from retarget.planning.settings import PLAN_SETTINGS, missing_files
 from retarget.ros.action_client import LockedActionClient
 from retarget.ros.conversions import goal_points
 from retarget.ros.params import declare
@@ -86,7 +86,10 @@ class Planner(Node):
                                     goal_callback=lambda _goal: GoalResponse.ACCEPT,
                                     cancel_callback=lambda _handle: CancelResponse.ACCEPT, callback_group=group)
         self._refine = RefineServer(self, group)  # ~/refine: retarget refine through ROS (ros/refine_server.py)
-        self.get_logger().info(f"ready: robot {self.robot_name or '(unset)'}, {len(self.joint_names)} joints")
+        for line in missing_files({s.name: getattr(self, s.name) for s in PLAN_SETTINGS}):
+            self.get_logger().warning(line)
+        servos = f", the servos of {self.servo_file}" if self.servo_file else ""
+        self.get_logger().info(f"ready: robot {self.robot_name or '(unset)'}, {len(self.joint_names)} joints{servos}")
 
     def _feedback(self, handle: ServerGoalHandle, started: float, stage: str, iteration: int = 0,
                   objective: float = 0.0, gradient_norm: float = 0.0) -> None:
