@@ -210,7 +210,8 @@ def test_a_params_files_relative_file_settings_are_taken_from_its_folder(tmp_pat
     from retarget.model.library import ros_parameters
 
     raw = ros_parameters(robot)
-    assert {k: v for k, v in settings.items() if k not in expected} == {k: v for k, v in raw.items() if k not in expected}
+    others = {k: v for k, v in settings.items() if k not in expected}
+    assert others == {k: v for k, v in raw.items() if k not in expected}
     options, _ = plan_options_from_args(build_parser().parse_args(["plan", str(robot), "--motion", "x.csv"]))
     assert options.servo_file == expected["servo_file"] and options.verify_model == expected["verify_model"]
     planner = next(n for n in describe(robot, run_dir=tmp_path / "run").nodes if n.name == "planner")

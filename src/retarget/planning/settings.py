@@ -19,8 +19,9 @@ from retarget.model.library import read_ros_parameters, resolve_params
 from retarget.planning.options import METHODS, REST_AFTER_S, PlanOptions, VerifyModel
 
 __all__ = ["CLI_PARAMETERS_IGNORED", "NODE_PARAMETERS", "PLAN_SETTINGS", "PlanSetting", "add_setting_flags",
-           "given_servo_file", "missing_files", "options_from_parameters", "parameters_from_flags", "resolve_plan_options",
-           "robot_settings", "setting", "settings_table", "with_files_from", "with_settings_table"]
+           "given_servo_file", "missing_files", "options_from_parameters", "parameters_from_flags",
+           "resolve_plan_options", "robot_settings", "setting", "settings_table", "with_files_from",
+           "with_settings_table"]
 
 
 #: A setting's value as a node parameter holds it.
