@@ -197,7 +197,7 @@ def test_a_params_files_relative_file_settings_are_taken_from_its_folder(tmp_pat
     from retarget.ros.bringup import describe
 
     robot = _robot_with_params(tmp_path / "cfg", "    servo_file: fitted.yaml\n    reduced_file: models/r.npz\n"
-                                                 "    verify_model: verify/v.npz\n")
+                                                 "    verify_model: verify/v.npz\n    twin_motion: poses.npz\n")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
@@ -214,8 +214,10 @@ def test_a_params_files_relative_file_settings_are_taken_from_its_folder(tmp_pat
     assert others == {k: v for k, v in raw.items() if k not in expected}
     options, _ = plan_options_from_args(build_parser().parse_args(["plan", str(robot), "--motion", "x.csv"]))
     assert options.servo_file == expected["servo_file"] and options.verify_model == expected["verify_model"]
-    planner = next(n for n in describe(robot, run_dir=tmp_path / "run").nodes if n.name == "planner")
-    assert {k: planner.parameters[k] for k in expected} == expected
+    nodes = {n.name: n for n in describe(robot, run_dir=tmp_path / "run").nodes}
+    assert {k: nodes["planner"].parameters[k] for k in expected} == expected
+    # The mocap twin's poses file the same way (not a planner setting; builtin:… and live:… name no file).
+    assert nodes["mocap"].parameters["twin_motion"] == str(folder / "poses.npz")
     # What stays: a keyword of verify_model, an empty value, an absolute path; ~ is the user's home.
     kept = {"verify_model": "auto", "servo_file": "", "reduced_file": "/abs/r.npz", "method": "lbfgs", "dt": 0.002}
     assert with_files_from(kept, tmp_path) == kept

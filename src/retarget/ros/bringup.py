@@ -380,7 +380,8 @@ class _RobotConfig:
     Attributes:
         description: The robot's description YAML.
         params_file: Its ROS 2 params file.
-        params: The params file's ``/**: ros__parameters`` (file settings relative to its folder).
+        params: The params file's ``/**: ros__parameters`` (file settings and ``twin_motion`` relative to its
+            folder).
         name: Robot name.
         joints: Motor names in wire order, ``(m,)``.
         ids: Servo ID per joint, ``(m,)``.
@@ -413,6 +414,9 @@ def _robot_config(robot: str | Path, baudrate: int | None) -> _RobotConfig:
     description = resolve_robot(robot).resolve()
     params_file = resolve_params(description).resolve()
     params = with_files_from(read_ros_parameters(params_file), params_file.parent)
+    motion = params.get("twin_motion")  # the mocap twin's poses: a file unless builtin:… or live:…
+    if isinstance(motion, str) and motion and not motion.startswith(("builtin:", "live:")):
+        params["twin_motion"] = str((params_file.parent / Path(motion).expanduser()).resolve())
     joints = tuple(str(j) for j in params.get("joint_names") or [])
     ids = tuple(int(i) for i in params.get("dynamixel_ids") or [])
     if not joints or len(ids) != len(joints):
