@@ -20,7 +20,7 @@ from retarget.planning.options import METHODS, REST_AFTER_S, PlanOptions, Verify
 
 __all__ = ["CLI_PARAMETERS_IGNORED", "NODE_PARAMETERS", "PLAN_SETTINGS", "PlanSetting", "add_setting_flags",
            "given_servo_file", "missing_files", "options_from_parameters", "parameters_from_flags",
-           "resolve_plan_options", "robot_settings", "setting", "settings_table", "with_files_from",
+           "path_from", "resolve_plan_options", "robot_settings", "setting", "settings_table", "with_files_from",
            "with_settings_table"]
 
 
@@ -78,6 +78,11 @@ class PlanSetting:
     def dest(self) -> str:
         """The argparse destination of :attr:`flag`."""
         return self.flag.lstrip("-").replace("-", "_")
+
+    def names_file(self, value: object) -> bool:
+        """Whether ``value`` of this setting names a file: a :attr:`path` setting's non-empty text that is not one of
+        its :attr:`keywords`."""
+        return self.path and isinstance(value, str) and bool(value) and value not in self.keywords
 
     @property
     def stands_for(self) -> str:
@@ -218,9 +223,14 @@ def with_files_from(parameters: Mapping[str, object], folder: str | Path) -> dic
     resolved = dict(parameters)
     for s in PLAN_SETTINGS:
         value = resolved.get(s.name)
-        if s.path and isinstance(value, str) and value and value not in s.keywords:
-            resolved[s.name] = str((Path(folder) / Path(value).expanduser()).resolve())
+        if s.names_file(value):
+            resolved[s.name] = path_from(folder, str(value))
     return resolved
+
+
+def path_from(folder: str | Path, value: str) -> str:
+    """``value``, a file's path, absolute: a relative one taken from ``folder``, ``~`` expanded, links followed."""
+    return str((Path(folder) / Path(value).expanduser()).resolve())
 
 
 def missing_files(parameters: Mapping[str, object]) -> list[str]:
@@ -229,9 +239,9 @@ def missing_files(parameters: Mapping[str, object]) -> list[str]:
     lines = []
     for s in PLAN_SETTINGS:
         value = parameters.get(s.name)
-        if not s.path or not isinstance(value, str) or not value or value in s.keywords:
+        if not s.names_file(value):
             continue
-        path = Path(value).expanduser()
+        path = Path(str(value)).expanduser()
         if not path.is_file():
             where = "" if path.is_absolute() else f" (a relative path: from the working directory {Path.cwd()})"
             lines.append(f"{s.name} {value}: no such file{where}; a goal fails until it is there")

@@ -409,14 +409,14 @@ def _robot_config(robot: str | Path, baudrate: int | None) -> _RobotConfig:
     from retarget.dynamixel.control_table import (DEFAULT_BAUD_RATE, DEFAULT_SERVO_MODEL, baud_rate_index,
                                                   load_control_table)
     from retarget.model.library import read_ros_parameters, resolve_params, resolve_robot
-    from retarget.planning.settings import with_files_from
+    from retarget.planning.settings import path_from, with_files_from
 
     description = resolve_robot(robot).resolve()
     params_file = resolve_params(description).resolve()
     params = with_files_from(read_ros_parameters(params_file), params_file.parent)
     motion = params.get("twin_motion")  # the mocap twin's poses: a file unless builtin:… or live:…
     if isinstance(motion, str) and motion and not motion.startswith(("builtin:", "live:")):
-        params["twin_motion"] = str((params_file.parent / Path(motion).expanduser()).resolve())
+        params["twin_motion"] = path_from(params_file.parent, motion)
     joints = tuple(str(j) for j in params.get("joint_names") or [])
     ids = tuple(int(i) for i in params.get("dynamixel_ids") or [])
     if not joints or len(ids) != len(joints):
