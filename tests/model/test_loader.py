@@ -147,3 +147,32 @@ def test_mesh_scale_on_a_library_bar_part():
     half = load_robot(resolve_robot("rapper"), mesh_scale=0.5)
     for a, b in zip(full.flexible_parts, half.flexible_parts):
         assert 0.4 < b.mesh.n_dofs / a.mesh.n_dofs < 0.6
+
+
+def test_a_xacro_expansion_is_kept_until_the_file_or_an_include_changes(tmp_path, monkeypatch):
+    """urdf_text gives a kept expansion again (no xacro run) while the file and every file it included keep their
+    size and modification time, for the same arguments; an edit of an include expands again."""
+    import os
+
+    import xacro
+
+    from retarget.model.loader import urdf_text
+
+    (tmp_path / "part.xacro").write_text(
+        '<robot xmlns:xacro="http://www.ros.org/wiki/xacro"><xacro:property name="mass" value="0.5"/></robot>')
+    main = tmp_path / "robot.urdf.xacro"
+    main.write_text('<robot name="r" xmlns:xacro="http://www.ros.org/wiki/xacro"><xacro:arg name="n" default="a"/>'
+                    '<xacro:include filename="part.xacro"/><link name="$(arg n)"><inertial><mass value="${mass}"/>'
+                    '<inertia ixx="1" iyy="1" izz="1" ixy="0" ixz="0" iyz="0"/></inertial></link></robot>')
+    runs = []
+    real = xacro.process_file
+    monkeypatch.setattr(xacro, "process_file", lambda *a, **k: runs.append(a) or real(*a, **k))
+    first = urdf_text(main, {})
+    assert urdf_text(main, {}) == first and len(runs) == 1
+    assert 'name="b"' in urdf_text(main, {"n": "b"}) and len(runs) == 2  # other arguments: their own expansion
+    part = tmp_path / "part.xacro"
+    stat = part.stat()
+    part.write_text(part.read_text().replace("0.5", "0.7"))
+    os.utime(part, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    again = urdf_text(main, {})
+    assert len(runs) == 3 and 'value="0.7"' in again and 'value="0.5"' in first

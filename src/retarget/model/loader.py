@@ -192,9 +192,26 @@ def _ament_prefix(packages: Mapping[str, Path]) -> Iterator[None]:
                 os.environ["AMENT_PREFIX_PATH"] = before
 
 
+#: The xacro expansions of this process: (file, arguments, packages, AMENT_PREFIX_PATH) → (the size and
+#: modification time of every file xacro read, the XML text).
+_EXPANDED: dict[tuple[object, ...], tuple[tuple[tuple[str, int, int], ...] | None, str]] = {}
+
+
+def _file_stamps(files: Sequence[str]) -> tuple[tuple[str, int, int], ...] | None:
+    """(name, size, modification time) of each file; None when one cannot be read."""
+    try:
+        return tuple((f, (st := os.stat(f)).st_size, st.st_mtime_ns) for f in files)
+    except OSError:
+        return None
+
+
 def urdf_text(path: Path, args: Mapping[str, object], packages: Mapping[str, Path] | None = None) -> str:
     """The URDF at ``path`` as XML text, expanded by xacro (with ``args``; ``$(find pkg)`` through ``packages``)
     when it is a ``.xacro`` file.
+
+    An expansion is kept for the process and given again while the file and every file it included are unchanged
+    (size and modification time) for the same arguments and packages: xacro takes a few tenths of a second on a
+    library robot, and loading a robot, its model's provenance and its limits each ask for the URDF.
 
     Raises:
         ModelError: xacro failed (its message included; a package it could not find named with the remedy).
@@ -203,12 +220,25 @@ def urdf_text(path: Path, args: Mapping[str, object], packages: Mapping[str, Pat
         return path.read_text()
     import xacro
 
+    mappings = {str(k): str(v) for k, v in args.items()}
+    key = (str(Path(path).resolve()), tuple(sorted(mappings.items())),
+           tuple(sorted((str(k), str(v)) for k, v in (packages or {}).items())), os.environ.get("AMENT_PREFIX_PATH"))
+    kept = _EXPANDED.get(key)
+    if kept is not None and kept[0] is not None and _file_stamps([f for f, _, _ in kept[0]]) == kept[0]:
+        return kept[1]
+    first = len(xacro.all_includes)
+    before = _file_stamps([key[0]])
     try:
         with _ament_prefix(packages or {}):
-            doc = xacro.process_file(str(path), mappings={str(k): str(v) for k, v in args.items()})
+            doc = xacro.process_file(str(path), mappings=mappings)
     except Exception as exc:  # xacro raises its own XacroException and plain errors
         raise ModelError(f"xacro failed on {path}: {exc}{_find_hint(exc, path, packages or {})}") from exc
-    return doc.toxml()
+    text = doc.toxml()
+    read = [key[0], *(str(Path(f).resolve()) for f in xacro.all_includes[first:])]
+    stamps = _file_stamps(read)
+    # A file written while xacro read it keeps no expansion (its stamp after may be that of the text read before).
+    _EXPANDED[key] = (stamps if stamps is not None and stamps[:1] == before else None, text)
+    return text
 
 
 def _find_hint(exc: Exception, path: Path, packages: Mapping[str, Path]) -> str:

@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-import numba
-from numba.typed import List
 from numpy.typing import ArrayLike, NDArray
 
 from retarget.sim.bdf import BDF1, BDF2, StepInputs, history_jacobian_product, step_inputs
@@ -28,6 +26,7 @@ from retarget.sim.reduced.cubature import reduced_gradients
 from retarget.sim.reduced.kernels import COUPLING_CODE, JOINT_CODES, block_eval
 from retarget.sim.reduced.stepper import ReducedState, _block_layout, solve_static
 from retarget.sim.reduced.system import ReducedSystem
+from retarget.sim.reduced.typed_lists import typed_list
 from retarget.sim.servo import N_PARAMS
 
 if TYPE_CHECKING:
@@ -46,15 +45,6 @@ __all__ = [
 
 #: Default time step of the reduced engine [s] (docs/reduced.md §5: accuracy vs dt).
 DEFAULT_DT: float = 1e-3
-
-
-def _typed(arrays: list[NDArray], ndim: int) -> List:
-    """A numba typed list of C-ordered float64 arrays of ``ndim`` dimensions: typed even when empty (a robot
-    without flexible parts has no deformable bodies)."""
-    out = List.empty_list(numba.types.Array(numba.float64, ndim, "C"))
-    for a in arrays:
-        out.append(np.ascontiguousarray(a, dtype=np.float64))
-    return out
 
 
 def pack_system(rs: ReducedSystem) -> ck.Packed:
@@ -112,18 +102,18 @@ def pack_system(rs: ReducedSystem) -> ck.Packed:
         bzv=bzv,
         bsize=np.array([b.size for b in bodies], dtype=np.int64),
         bmass=np.array([x.mass for x in t], dtype=float),
-        s0=_typed([x.s0 for x in t], 1),
-        s1=_typed([x.s1 for x in t], 2),
-        p0=_typed([x.p0 for x in t], 2),
-        p1=_typed([x.p1 for x in t], 3),
-        p2=_typed([x.p2 for x in t], 4),
-        c0=_typed([x.c0 for x in t], 2),
-        c1=_typed([x.c1 for x in t], 3),
-        mzz=_typed([x.m_zz for x in t], 2),
+        s0=typed_list([x.s0 for x in t], 1),
+        s1=typed_list([x.s1 for x in t], 2),
+        p0=typed_list([x.p0 for x in t], 2),
+        p1=typed_list([x.p1 for x in t], 3),
+        p2=typed_list([x.p2 for x in t], 4),
+        c0=typed_list([x.c0 for x in t], 2),
+        c1=typed_list([x.c1 for x in t], 3),
+        mzz=typed_list([x.m_zz for x in t], 2),
         balpha=np.array([b.alpha for b in bodies], dtype=float),
-        cub_qw=_typed([b.cubature.qweights for b in bodies], 2),
-        cub_w=_typed([b.cubature.weights for b in bodies], 1),
-        cub_d=_typed([reduced_gradients(b.cubature.basis_rows, b.cubature.grad) for b in bodies], 4),
+        cub_qw=typed_list([b.cubature.qweights for b in bodies], 2),
+        cub_w=typed_list([b.cubature.weights for b in bodies], 1),
+        cub_d=typed_list([reduced_gradients(b.cubature.basis_rows, b.cubature.grad) for b in bodies], 4),
         bmu=np.array([b.cubature.mu for b in bodies], dtype=float),
         blam=np.array([b.cubature.lam for b in bodies], dtype=float),
         bbeta=np.array([b.beta for b in bodies], dtype=float),
@@ -136,8 +126,8 @@ def pack_system(rs: ReducedSystem) -> ck.Packed:
         lam_off=np.asarray(rs.lambda_offsets, dtype=np.int64),
         fvec=fvec,
         fmat=fmat,
-        y0=_typed(y0s, 1),
-        ymap=_typed(ymaps, 2),
+        y0=typed_list(y0s, 1),
+        ymap=typed_list(ymaps, 2),
         ui=np.concatenate(uis).astype(np.int64),
         ui_off=off_u,
         vi=np.concatenate(vis).astype(np.int64),
