@@ -62,3 +62,22 @@ def test_natnet_decode(natnet_dir: Path, capsys: pytest.CaptureFixture[str], tmp
     assert main(["natnet-decode", str(bad), "--json"]) == 0
     assert _last_json(capsys)["malformed"] == 1
     assert main(["natnet-decode", str(bad), "--natnet-version", "x"]) == 2
+
+
+def test_natnet_decode_reads_a_folder_of_packets_in_name_order(natnet_dir: Path, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "packets"
+    folder.mkdir()
+    for name in ("mocapframe_packet_v3.bin", "connect_packet_v3.bin"):
+        (folder / name).write_bytes((natnet_dir / name).read_bytes())
+    (folder / "notes.txt").write_text("not a packet")
+    assert main(["natnet-decode", str(folder), "--json"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("connect_packet_v3.bin") < out.index("mocapframe_packet_v3.bin") and "notes.txt" not in out
+    assert json.loads(out.strip().splitlines()[-1])["frames"] == 1
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["natnet-decode", str(empty)]) == 2
+    assert "a folder without NatNet packets or captures (.bin, .pcap, .pcapng files)" in capsys.readouterr().err
+    assert main(["natnet-decode", str(tmp_path / "missing.bin")]) == 2
+    assert "missing.bin: no such file or folder" in capsys.readouterr().err

@@ -46,7 +46,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="decode raw NatNet packets (.bin files) or the NatNet traffic of a capture (.pcap/.pcapng)",
         description="Decode NatNet datagrams and print them; malformed ones are reported and counted.",
     )
-    p.add_argument("files", type=Path, nargs="+", help=".bin (one datagram each), .pcap or .pcapng files")
+    p.add_argument("files", type=Path, nargs="+", help=".bin (one datagram each), .pcap or .pcapng files, or folders "
+                   "of them (their files in name order)")
     p.add_argument("--natnet-version", default="3.0", help="NatNet version to decode frames with until a server-info "
                    "packet is seen (default 3.0)")
     p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
@@ -124,6 +125,33 @@ def _parse_version(text: str) -> tuple[int, int, int, int]:
     return tuple((parts + [0, 0, 0])[:4])  # type: ignore[return-value]
 
 
+#: The files natnet-decode reads from a folder.
+PACKET_SUFFIXES = (".bin", ".pcap", ".pcapng")
+
+
+def _packet_files(paths: list[Path]) -> list[Path]:
+    """``paths`` with each folder replaced by its packet and capture files (:data:`PACKET_SUFFIXES`), in name order.
+
+    Raises:
+        InputError: a path that does not exist, or a folder without such files.
+    """
+    from retarget.errors import InputError
+
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted(f for f in path.iterdir() if f.is_file() and f.suffix.lower() in PACKET_SUFFIXES)
+            if not found:
+                raise InputError(f"{path}: a folder without NatNet packets or captures "
+                                 f"({', '.join(PACKET_SUFFIXES)} files)")
+            files += found
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise InputError(f"{path}: no such file or folder")
+    return files
+
+
 def _natnet_decode(args: argparse.Namespace) -> int:
     from collections import Counter
 
@@ -136,10 +164,8 @@ def _natnet_decode(args: argparse.Namespace) -> int:
     kinds: Counter[str] = Counter()
     malformed = 0
     frames = []
-    for path in args.files:
-        if not path.is_file():
-            raise InputError(f"{path}: no such file")
-        if path.suffix in (".pcap", ".pcapng"):
+    for path in _packet_files(args.files):
+        if path.suffix.lower() in (".pcap", ".pcapng"):
             datagrams = [d.payload for d in read_udp_datagrams(path)]
         else:
             datagrams = [path.read_bytes()]
