@@ -49,6 +49,9 @@ def test_unknown_and_ambiguous_inputs(tmp_path: Path, motion: Motion) -> None:
     with pytest.raises(MotionFormatError, match="unknown motion file type '.txt'"):
         (tmp_path / "m.txt").write_text("x")
         load_motion(tmp_path / "m.txt")
+    (tmp_path / "clip.BVH").write_text("HIERARCHY\n")
+    with pytest.raises(MotionFormatError, match=r"map it onto the robot first with `retarget import-bvh ROBOT .*clip"):
+        load_motion(tmp_path / "clip.BVH")
     (tmp_path / "other.yaml").write_text("foo: 1\n")
     with pytest.raises(MotionFormatError, match="neither a JointTrajectory"):
         load_motion(tmp_path / "other.yaml")

@@ -58,8 +58,12 @@ def detect_format(path: str | os.PathLike[str]) -> str:
         raise MotionFormatError("directory is not a rosbag2 bag (no metadata.yaml)", source=str(path))
     kind = _BY_SUFFIX.get(path.suffix.lower())
     if kind is None:
+        hint = ""
+        if path.suffix.lower() == ".bvh":  # a character's joint angles, not a robot's: mapped by its IK rig first
+            hint = (f" (a BVH animates a character, not the robot: map it onto the robot first with `retarget "
+                    f"import-bvh ROBOT {path} --map MAP --out motion.csv`)")
         raise MotionFormatError(f"unknown motion file type '{path.suffix}'; use .csv, .json, .yaml, .yml, .mcap, "
-                                f".db3 or a bag directory", source=str(path))
+                                f".db3 or a bag directory{hint}", source=str(path))
     if kind != "yaml":
         return kind
     from retarget.motion.keyframes import is_keyframes_dict
