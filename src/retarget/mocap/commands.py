@@ -155,7 +155,6 @@ def _packet_files(paths: list[Path]) -> list[Path]:
 def _natnet_decode(args: argparse.Namespace) -> int:
     from collections import Counter
 
-    from retarget.errors import InputError
     from retarget.mocap.errors import NatNetDecodeError
     from retarget.mocap.natnet import FrameOfData, ServerInfo, decode_packet
     from retarget.mocap.pcap import read_udp_datagrams
