@@ -210,7 +210,8 @@ def urdf_text(path: Path, args: Mapping[str, object], packages: Mapping[str, Pat
     when it is a ``.xacro`` file.
 
     An expansion is kept for the process and given again while the file and every file it included are unchanged
-    (size and modification time) for the same arguments and packages: xacro takes a few tenths of a second on a
+    (size and modification time) for the same arguments, packages and ``AMENT_PREFIX_PATH`` (other environment
+    variables a xacro reads through ``$(env ...)`` are not compared): xacro takes a few tenths of a second on a
     library robot, and loading a robot, its model's provenance and its limits each ask for the URDF.
 
     Raises:
