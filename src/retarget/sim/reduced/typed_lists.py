@@ -4,9 +4,9 @@ The compiled engine takes a robot's per-body tensors as typed lists (:class:`ret
 a robot has any number of deformable bodies, each with its own shapes. Built from Python
 (``List.empty_list`` then ``append``), such a list compiles numba's list methods for its item type in every process,
 and numba caches none of them: about a second of compile each time a process packs a robot (a planner node, a
-``retarget plan``, a twin; ``bench/results/model-load-drummer.json``). Here the lists are built inside cached kernels instead, from one flat buffer with offsets and shapes:
-a process loads them from numba's disk cache in milliseconds. The items are C-ordered copies of the arrays given,
-value for value.
+``retarget plan``, a twin; ``bench/results/model-load-drummer.json``). Here the lists are built inside cached kernels
+instead, from one flat buffer with offsets and shapes: a process loads them from numba's disk cache in milliseconds.
+The items are C-ordered copies of the arrays given, value for value.
 """
 from __future__ import annotations
 
