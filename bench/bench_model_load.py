@@ -48,11 +48,9 @@ print(json.dumps(out))
 
 
 def _shipped_model(robot: str) -> str:
-    from pathlib import Path
+    from retarget.sim.reduced.store import shipped_candidates
 
-    import retarget
-
-    found = sorted((Path(retarget.__file__).parent / "data" / "demo").glob(f"{robot}-*.npz"))
+    found = shipped_candidates(robot)
     if not found:
         raise SystemExit(f"no shipped model of {robot}: pass --model FILE.npz")
     return str(found[0])

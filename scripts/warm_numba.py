@@ -58,12 +58,10 @@ def _wait_for(path: Path) -> bool:
 
 def _shipped_model() -> object:
     """The drummer's shipped demo model (a :class:`ReducedSystem`), or None if it does not load."""
-    import retarget
     from retarget.errors import InputError
-    from retarget.sim.reduced.store import load_artifact
+    from retarget.sim.reduced.store import load_artifact, shipped_candidates
 
-    demo = Path(retarget.__file__).parent / "data" / "demo"
-    for path in sorted(demo.glob("drummer-*.npz")):
+    for path in shipped_candidates("drummer"):
         try:
             return load_artifact("drummer", path).reduced
         except (InputError, OSError):

@@ -125,8 +125,10 @@ def _parse_version(text: str) -> tuple[int, int, int, int]:
     return tuple((parts + [0, 0, 0])[:4])  # type: ignore[return-value]
 
 
+#: Captures natnet-decode reads the NatNet datagrams of; any other file is one datagram.
+CAPTURE_SUFFIXES = (".pcap", ".pcapng")
 #: The files natnet-decode reads from a folder.
-PACKET_SUFFIXES = (".bin", ".pcap", ".pcapng")
+PACKET_SUFFIXES = (".bin", *CAPTURE_SUFFIXES)
 
 
 def _packet_files(paths: list[Path]) -> list[Path]:
@@ -164,7 +166,7 @@ def _natnet_decode(args: argparse.Namespace) -> int:
     malformed = 0
     frames = []
     for path in _packet_files(args.files):
-        if path.suffix.lower() in (".pcap", ".pcapng"):
+        if path.suffix.lower() in CAPTURE_SUFFIXES:
             datagrams = [d.payload for d in read_udp_datagrams(path)]
         else:
             datagrams = [path.read_bytes()]
