@@ -12,7 +12,9 @@ if [ "$workers" != 0 ]; then
   # loadfile: a test module runs on one worker, so its module-scoped fixtures (node processes, planned rods) are
   # built once. --no-loadscope-reorder: modules go out in the order tests/conftest.py gives them (the heaviest
   # first), not xdist's (the most tests first, which leaves the long one-test modules to the end).
-  parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
+  # --max-worker-restart 0: a worker that crashes (the watchdog of tests/conftest.py ends a hung test's worker) stops
+  # the run; xdist would otherwise run the crashed test again on a new worker, up to 4 x workers times.
+  parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder --max-worker-restart 0)
 fi
 # Bytecode into the checkout's __pycache__ (as numba's cache), even where the environment turns it off
 # (PYTHONDONTWRITEBYTECODE): pytest's workers then reuse their rewritten test modules instead of rewriting every

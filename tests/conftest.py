@@ -152,7 +152,7 @@ def pytest_configure(config: pytest.Config) -> None:
 #: signal method raises in the main thread only when that thread next runs Python code: a test blocked inside a C
 #: call (a DDS wait without a timeout, a join in a C++ executor) never sees it, and its xdist worker would hang the
 #: whole run. faulthandler's watchdog is a C thread: it prints every thread's stack and exits the process, so xdist
-#: reports the test as crashed and goes on with a new worker.
+#: reports the test as crashed (and stops the run: scripts/run_tests.sh passes --max-worker-restart 0).
 WATCHDOG_GRACE = 120.0
 _watchdog_file: Any = None
 
@@ -184,9 +184,11 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """The process's own end is watched too: a worker whose exit hangs (a thread that is not a daemon, a DDS
-    participant that does not close) prints its stacks and exits after :data:`WATCHDOG_GRACE`."""
-    if _watchdog_file is not None:
+    """The run's own end is watched too: a process whose exit hangs (a thread that is not a daemon, a DDS
+    participant that does not close) prints its stacks and exits after :data:`WATCHDOG_GRACE`. Not in an xdist
+    worker: a worker that has finished waits for the whole run to end, however long the other workers take, and
+    xdist ends a worker that does not exit within 10 s of the run's end."""
+    if _watchdog_file is not None and "PYTEST_XDIST_WORKER" not in os.environ:
         faulthandler.dump_traceback_later(WATCHDOG_GRACE, exit=True, file=_watchdog_file)
 
 
