@@ -146,16 +146,27 @@ def imports(module: str, path: Path, module_level: bool, type_checking: bool = T
     return set(_imports(module, path, stat.st_mtime_ns, stat.st_size, module_level, type_checking))
 
 
+def tree(path: Path) -> ast.Module:
+    """The parsed source of ``path``, parsed once per file content (every check reads the same files)."""
+    stat = path.stat()
+    return _tree(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=None)
+def _tree(path: Path, mtime_ns: int, size: int) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), str(path))
+
+
 @functools.lru_cache(maxsize=None)
 def _imports(module: str, path: Path, mtime_ns: int, size: int, module_level: bool,
              type_checking: bool) -> frozenset[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    parsed = _tree(path, mtime_ns, size)
     if module_level:
-        nodes: Iterator[ast.Import | ast.ImportFrom] = _module_level(tree)
+        nodes: Iterator[ast.Import | ast.ImportFrom] = _module_level(parsed)
     elif type_checking:
-        nodes = (n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)))
+        nodes = (n for n in ast.walk(parsed) if isinstance(n, (ast.Import, ast.ImportFrom)))
     else:
-        nodes = _run_anywhere(tree)
+        nodes = _run_anywhere(parsed)
     return frozenset(name for node in nodes for name in _imported(node, module, path))
 
 
@@ -317,7 +328,7 @@ def private_imports(src: Path = SRC) -> set[tuple[str, str]]:
     """(importer, ``module.name``) for every ``from retarget.x import _name`` of another package's private name."""
     out = set()
     for name, path in modules(src).items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        for node in ast.walk(tree(path)):
             if (isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("retarget.")
                     and package(node.module or "") != package(name)):
                 out |= {(name, f"{node.module}.{a.name}") for a in node.names if a.name.startswith("_")}
