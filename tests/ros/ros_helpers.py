@@ -64,32 +64,20 @@ def sent_goal(client: Any, goal: Any, log: Callable[[], str], attempt_s: float =
                 raise AssertionError(f"{exc} (sent until {timeout} s); node log:\n{log()}") from exc
 
 
-def result_of(goal_handle: Any, timeout: float, log: Callable[[], str], ended_s: float = 10.0) -> Any:
-    """The result of the goal behind rclpy's ``goal_handle``, requested again when the goal's status says it has
-    ended but no answer came within ``ended_s`` (the server keeps a goal's result, so a response lost on the way is
-    answered again). Keep ``timeout`` under the test's pytest-timeout: a goal that never ends then fails the test
-    with the node's log instead of hanging it until the watchdog ends the worker.
+def result_of(goal_handle: Any, timeout: float, log: Callable[[], str]) -> Any:
+    """The result of the goal behind rclpy's ``goal_handle`` (:func:`retarget.ros.futures.result_or_cancel`: asked
+    for again when the goal has ended without it). Keep ``timeout`` under the test's pytest-timeout: a goal that never
+    ends then fails the test with the node's log instead of hanging it until the watchdog ends the worker.
 
     Raises:
-        AssertionError: no result within ``timeout``; the message carries ``log()`` (the node's side).
+        AssertionError: no result within ``timeout`` (the goal is cancelled); the message carries ``log()``.
     """
-    from action_msgs.msg import GoalStatus
+    from retarget.ros.futures import result_or_cancel
 
-    ended = (GoalStatus.STATUS_SUCCEEDED, GoalStatus.STATUS_ABORTED, GoalStatus.STATUS_CANCELED)
-    deadline = time.monotonic() + timeout
-    future = goal_handle.get_result_async()
-    ended_at = None
-    while not future.done():
-        now = time.monotonic()
-        if now > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for the result (goal status "
-                                 f"{goal_handle.status}); node log:\n{log()}")
-        if goal_handle.status in ended:
-            ended_at = now if ended_at is None else ended_at
-            if now - ended_at > ended_s:
-                future, ended_at = goal_handle.get_result_async(), now
-        time.sleep(0.02)
-    return future.result().result
+    try:
+        return result_or_cancel(goal_handle, timeout, "no result").result
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc} (goal status {goal_handle.status}); node log:\n{log()}") from exc
 
 
 @contextmanager

@@ -68,3 +68,57 @@ def test_no_response_and_no_feedback_times_out() -> None:
 
     with pytest.raises(TimeoutError, match="no goal response within 0.3 s"):
         send_goal(_Client(respond=False, feedback=False), _goal(), 0.3, "no goal response")
+
+
+class _Handle:
+    """A goal handle whose first ``lost`` result requests are never answered (rclpy futures); the later ones are
+    answered at once. Its status is the server's status topic's last word."""
+
+    def __init__(self, status: int, lost: int) -> None:
+        self.status, self.lost, self.requests, self.cancelled = status, lost, 0, False
+
+    def get_result_async(self):
+        from rclpy.task import Future
+
+        self.requests += 1
+        future = Future()
+        if self.requests > self.lost:
+            future.set_result(f"result of request {self.requests}")
+        return future
+
+    def cancel_goal_async(self):
+        from rclpy.task import Future
+
+        self.cancelled = True
+        future = Future()
+        future.set_result("cancelled")
+        return future
+
+
+def test_the_ended_statuses_are_action_msgs_own() -> None:
+    from action_msgs.msg import GoalStatus
+
+    from retarget.ros.futures import _ENDED
+
+    assert _ENDED == {GoalStatus.STATUS_SUCCEEDED, GoalStatus.STATUS_CANCELED, GoalStatus.STATUS_ABORTED}
+
+
+def test_a_result_lost_after_the_goal_ended_is_asked_for_again(monkeypatch) -> None:
+    import retarget.ros.futures as futures
+    from action_msgs.msg import GoalStatus
+
+    monkeypatch.setattr(futures, "ASK_AGAIN_AFTER_S", 0.1)
+    handle = _Handle(GoalStatus.STATUS_SUCCEEDED, lost=2)
+    assert futures.result_or_cancel(handle, 10.0, "no result") == "result of request 3"
+    assert not handle.cancelled
+
+
+def test_a_running_goals_result_is_asked_for_once_and_the_goal_cancelled_at_the_timeout(monkeypatch) -> None:
+    import retarget.ros.futures as futures
+    from action_msgs.msg import GoalStatus
+
+    monkeypatch.setattr(futures, "ASK_AGAIN_AFTER_S", 0.05)
+    handle = _Handle(GoalStatus.STATUS_EXECUTING, lost=1)
+    with pytest.raises(TimeoutError, match="no result within 0.3 s; the goal was cancelled"):
+        futures.result_or_cancel(handle, 0.3, "no result")
+    assert handle.requests == 1 and handle.cancelled

@@ -28,6 +28,7 @@ class _Future:
 class _Handle:
     def __init__(self, result: _Future, accepted: bool = True) -> None:
         self.accepted = accepted
+        self.status = 2  # rclpy's handle's last status from the server: EXECUTING
         self._result = result
         self.cancelled = threading.Event()
 

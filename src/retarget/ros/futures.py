@@ -9,16 +9,16 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from rclpy.action import ActionClient
     from rclpy.action.client import ClientGoalHandle
-    from rclpy.task import Future
 
-__all__ = ["ADOPT_AFTER_S", "POLL_S", "result_or_cancel", "send_goal", "wait_future"]
+__all__ = ["ADOPT_AFTER_S", "ASK_AGAIN_AFTER_S", "POLL_S", "result_or_cancel", "send_goal", "wait_future"]
 
 _T = TypeVar("_T")
+_T_co = TypeVar("_T_co", covariant=True)
 
 #: How often :func:`wait_future` looks at the future (and calls its ``tick``) [s].
 POLL_S = 0.05
@@ -27,8 +27,50 @@ POLL_S = 0.05
 #: the feedback as the acceptance.
 ADOPT_AFTER_S = 1.0
 
+#: How long [s] after a goal's status says it has ended :func:`result_or_cancel` still waits for the result's
+#: response before it asks for the result again.
+ASK_AGAIN_AFTER_S = 2.0
 
-def wait_future(future: Future[_T], timeout: float, what: str, *, tick: Callable[[], None] | None = None,
+#: The goal statuses of an ended goal (action_msgs/GoalStatus: SUCCEEDED, CANCELED, ABORTED).
+_ENDED = frozenset({4, 5, 6})
+
+
+class _Pending(Protocol[_T_co]):
+    """What :func:`wait_future` waits on: an rclpy future, or a :class:`_ResultRequests`."""
+
+    def done(self) -> bool: ...
+
+    def result(self) -> _T_co | None: ...
+
+
+class _ResultRequests:
+    """A goal's result response, as a future: asked for again when the goal's status (the server's status topic)
+    says the goal has ended and no response came within :data:`ASK_AGAIN_AFTER_S`. The server keeps an ended goal's
+    result and answers every request for it, so a response lost on the way is not waited for until the timeout
+    (or for ever: the demo and ``retarget goal`` wait without one)."""
+
+    def __init__(self, handle: ClientGoalHandle) -> None:
+        self.handle = handle
+        self.requests = [handle.get_result_async()]
+        self.ended_at: float | None = None
+
+    def done(self) -> bool:
+        if any(request.done() for request in self.requests):
+            return True
+        if self.handle.status in _ENDED:
+            now = time.monotonic()
+            if self.ended_at is None:
+                self.ended_at = now
+            elif now - self.ended_at > ASK_AGAIN_AFTER_S:
+                self.requests.append(self.handle.get_result_async())
+                self.ended_at = now
+        return False
+
+    def result(self) -> Any:
+        return next(request for request in self.requests if request.done()).result()
+
+
+def wait_future(future: _Pending[_T], timeout: float, what: str, *, tick: Callable[[], None] | None = None,
                 alive: Callable[[], float] | None = None, silence_s: float = 0.0,
                 late_limit_s: float = 0.0) -> _T:
     """The future's result, polling ``tick()`` (which may raise) every :data:`POLL_S`.
@@ -54,8 +96,8 @@ def wait_future(future: Future[_T], timeout: float, what: str, *, tick: Callable
 def result_or_cancel(handle: ClientGoalHandle, timeout: float, what: str, *, cancel_timeout_s: float = 5.0,
                      unconfirmed: str = "", **wait: Any) -> Any:
     """An action goal's result response (``.result``, ``.status``), waited for as :func:`wait_future` waits
-    (``wait``: its ``tick``, ``alive``, ``silence_s``, ``late_limit_s``); the server is never left running a goal
-    nobody waits for.
+    (``wait``: its ``tick``, ``alive``, ``silence_s``, ``late_limit_s``) and asked for again when the goal has ended
+    without it (:data:`ASK_AGAIN_AFTER_S`); the server is never left running a goal nobody waits for.
 
     No result in time (TimeoutError) or anything raised while waiting (a Ctrl-C's KeyboardInterrupt, an error of
     ``tick``) cancels the goal first, waiting up to ``cancel_timeout_s`` [s] for the server's answer, then raises
@@ -63,7 +105,7 @@ def result_or_cancel(handle: ClientGoalHandle, timeout: float, what: str, *, can
     was not confirmed (…), {unconfirmed}"``; anything else as it was, an unanswered cancel said on stderr.
     """
     try:
-        return wait_future(handle.get_result_async(), timeout, what, **wait)
+        return wait_future(_ResultRequests(handle), timeout, what, **wait)
     except BaseException as exc:
         try:
             wait_future(handle.cancel_goal_async(), cancel_timeout_s, "no cancel response")
