@@ -70,9 +70,8 @@ def test_planner_results(start_node, ros_context, tmp_path, monkeypatch) -> None
                 feedback.clear()
                 sent = client.send_goal_async(goal, feedback_callback=feedback.append)
                 wait_for(sent.done, 5.0, "goal response")
-                got = sent.result().get_result_async()
-                wait_for(got.done, 60.0, "result")  # no model: the robot is loaded first (seconds on a busy host)
-                return got.result().result
+                # No model: the robot is loaded first (seconds on a busy host).
+                return result_of(sent.result(), 60.0, proc.log)
 
             try:
                 result = retry_stale_states(attempt)  # a first response lost to discovery is sent again
@@ -129,16 +128,11 @@ def test_planner_plans_and_cancel_answers_with_the_best_so_far(start_node, ros_c
         assert sent.result().accepted
         return sent.result()
 
-    def result_of(handle, timeout: float):
-        got = handle.get_result_async()
-        wait_for(got.done, timeout, "result")
-        return got.result().result
-
     try:
         assert client.wait_for_server(timeout_sec=15.0), proc.log()
         # Generous: the node process loads (or compiles) the reduced engine's kernels first.
         first: list = []
-        done = result_of(send(2, first), 300.0)
+        done = result_of(send(2, first), 300.0, proc.log)
         assert done.error_code == Retarget.Result.SUCCESSFUL, (done.error_string, proc.log())
         assert 1 <= done.iterations <= 4 and len(done.optimized.points) > 10  # 2 per window
         assert "windows" in json.loads(done.metrics_json)["method"]
@@ -156,7 +150,7 @@ def test_planner_plans_and_cancel_answers_with_the_best_so_far(start_node, ros_c
         wait_for(lambda: any(f.iteration >= 1 for f in feedback), 120.0, "a first optimizer iteration")
         cancel = handle.cancel_goal_async()
         wait_for(cancel.done, 10.0, "cancel response")
-        result = result_of(handle, 120.0)
+        result = result_of(handle, 120.0, proc.log)
         assert result.error_code == Retarget.Result.CANCELED, (result.error_string, proc.log())
         assert "cancelled after" in result.error_string and result.iterations >= 1
         assert len(result.optimized.points) > 10 and list(result.optimized.joint_names) == ["m"]
@@ -222,9 +216,8 @@ def test_the_node_plans_as_plan_does_on_the_same_inputs(start_node, ros_context,
         goal.execute = False
         goal.deviation_weight = goal.acceleration_weight = -1.0  # the defaults
         goal.max_iterations, goal.relative_tolerance, goal.knot_spacing = 2, 1e-15, 0.04
-        got = sent_goal(client, goal, proc.log).get_result_async()  # planning only: a repeat does no harm
-        wait_for(got.done, 300.0, "result")  # the node process loads (or compiles) the engine's kernels first
-        result = got.result().result
+        # Planning only: a repeat does no harm. The node process loads (or compiles) the engine's kernels first.
+        result = result_of(sent_goal(client, goal, proc.log), 300.0, proc.log)
         assert result.error_code == Retarget.Result.SUCCESSFUL, (result.error_string, proc.log())
 
     # The motion as the goal carries it: times in whole nanoseconds (0.015 s is not 3 × 0.005 s in binary).
