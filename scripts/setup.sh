@@ -64,7 +64,7 @@ build_interface() {  # $1 = package folder under interfaces/
   key=$(cd "$src" && find . -type f | sort | xargs cat "$ROOT/interfaces/python_only.cmake" | sha256sum | cut -c1-16)
   key=$key-$(cat "$STAMPS/requirements")
   if stamp_ok "iface-$pkg" "$key"; then return 0; fi
-  say "building interface package $pkg (about 8 s)"
+  say "building interface package $pkg (about 10 s, side by side with the others)"
   rm -rf "$BUILD/$pkg"; mkdir -p "$BUILD/$pkg"
   (
     export AMENT_PREFIX_PATH=$VENV CMAKE_PREFIX_PATH=$VENV
@@ -87,13 +87,20 @@ if ! command -v cmake >/dev/null || ! command -v g++ >/dev/null; then
   fi
 fi
 # control_msgs: the distro's where there is one; otherwise (or if we built it before) our compatibility copy.
+packages=(retarget_interfaces)
 if [ -f "$STAMPS/iface-control_msgs" ] || ! "$PY" -c 'import control_msgs.action' >/dev/null 2>&1; then
-  build_interface control_msgs
+  packages+=(control_msgs)
 fi
 if [ -f "$STAMPS/iface-tf2_msgs" ] || ! "$PY" -c 'import tf2_msgs.msg' >/dev/null 2>&1; then
-  build_interface tf2_msgs
+  packages+=(tf2_msgs)
 fi
-build_interface retarget_interfaces
+# No package depends on another: they build side by side (19 s against 28 s one after another), each into its own
+# folder and log; any failure stops the set-up after all have ended.
+builds=()
+for pkg in "${packages[@]}"; do build_interface "$pkg" & builds+=($!); done
+failed=0
+for pid in "${builds[@]}"; do wait "$pid" || failed=1; done
+[ "$failed" = 0 ] || exit 1
 
 # 3. retarget itself, editable.
 own=$(digest setup.py setup.cfg package.xml)
