@@ -345,7 +345,7 @@ def _deformable_rows(
             jac[np.ix_(rows, iv + 6 * ref + 3 + np.arange(3))] += f_w
             jac[np.ix_(rows, iv + np.arange(zv.start, zv.stop))] += f_zd
             jac[iv + zv.start : iv + zv.stop, zu] += k_el
-            if rb.beta != 0.0:
+            if rb.beta != 0.0 and np.any(zd):  # dK(z)[ż] is linear in ż: zero at rest (every static solve)
                 jac[iv + zv.start : iv + zv.stop, zu] += rb.beta * rb.cubature.tangent_derivative(z, zd)
             jac[iv + zv.start : iv + zv.stop, iv + zv.start : iv + zv.stop] += damp
     if not min_det > 0.0:
