@@ -449,7 +449,7 @@ def test_retarget_up_goal_then_sigint(robot: str, ros_context: Any) -> None:
     from retarget.ros.action_client import LockedActionClient
     from rclpy.node import Node
     from trajectory_msgs.msg import JointTrajectoryPoint
-    from ros_helpers import retry_stale_states, wait_for
+    from ros_helpers import result_of, retry_stale_states, wait_for
 
     namespace = "/test_bringup"
     started = time.monotonic()
@@ -502,9 +502,7 @@ def test_retarget_up_goal_then_sigint(robot: str, ros_context: Any) -> None:
         def attempt() -> Any:
             sent = client.send_goal_async(goal)
             wait_for(sent.done, 10.0, "goal response")
-            got = sent.result().get_result_async()
-            wait_for(got.done, 15.0, "goal result")
-            return got.result().result
+            return result_of(sent.result(), 15.0, lambda: "".join(errors[-40:]))
 
         try:
             result = retry_stale_states(attempt)

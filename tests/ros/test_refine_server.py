@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from ros_helpers import retry_stale_states, wait_for
+from ros_helpers import result_of, retry_stale_states, wait_for
 
 pytest.importorskip("retarget_interfaces.action", reason="retarget_interfaces is not built (make setup)")
 
@@ -73,9 +73,7 @@ def test_refine_goals_that_cannot_be_refined_end_with_their_reason(start_node, r
                 feedback.clear()
                 response = client.send_goal_async(sent, feedback_callback=lambda f: feedback.append(f.feedback))
                 wait_for(response.done, 5.0, "goal response")
-                got = response.result().get_result_async()
-                wait_for(got.done, 120.0, "result")
-                return got.result().result
+                return result_of(response.result(), 120.0, proc.log)
 
             result = retry_stale_states(attempt)
             assert (result.error_code, result.refusal) == (code, refusal), (result.error_string, proc.log())

@@ -73,9 +73,11 @@ class Client:
         return handle
 
     def result(self, handle: Any, timeout: float = 15.0) -> Any:
-        future = handle.get_result_async()
-        wait_for(future.done, timeout, "result")
-        return future.result()
+        """The goal's result response (``.result``, ``.status``), asked for again if the goal ended without it
+        (:func:`retarget.ros.futures.result_or_cancel`; cancelled at ``timeout``)."""
+        from retarget.ros.futures import result_or_cancel
+
+        return result_or_cancel(handle, timeout, "no result")
 
 
 def settled(client: Client, target: list[float]) -> None:
