@@ -98,9 +98,10 @@ class _Handle:
 def test_the_ended_statuses_are_action_msgs_own() -> None:
     from action_msgs.msg import GoalStatus
 
-    from retarget.ros.futures import _ENDED
+    from retarget.ros.futures import _ENDED, _UNKNOWN
 
     assert _ENDED == {GoalStatus.STATUS_SUCCEEDED, GoalStatus.STATUS_CANCELED, GoalStatus.STATUS_ABORTED}
+    assert _UNKNOWN == GoalStatus.STATUS_UNKNOWN
 
 
 def test_a_result_lost_after_the_goal_ended_is_asked_for_again(monkeypatch) -> None:
@@ -113,11 +114,23 @@ def test_a_result_lost_after_the_goal_ended_is_asked_for_again(monkeypatch) -> N
     assert not handle.cancelled
 
 
+def test_a_goal_whose_status_never_comes_is_asked_for_its_result_every_few_seconds(monkeypatch) -> None:
+    """A handle adopted from feedback (send_goal): rclpy never updates its status."""
+    import retarget.ros.futures as futures
+    from action_msgs.msg import GoalStatus
+
+    monkeypatch.setattr(futures, "ASK_UNTRACKED_EVERY_S", 0.1)
+    handle = _Handle(GoalStatus.STATUS_UNKNOWN, lost=2)
+    assert futures.result_or_cancel(handle, 10.0, "no result") == "result of request 3"
+    assert not handle.cancelled
+
+
 def test_a_running_goals_result_is_asked_for_once_and_the_goal_cancelled_at_the_timeout(monkeypatch) -> None:
     import retarget.ros.futures as futures
     from action_msgs.msg import GoalStatus
 
     monkeypatch.setattr(futures, "ASK_AGAIN_AFTER_S", 0.05)
+    monkeypatch.setattr(futures, "ASK_UNTRACKED_EVERY_S", 0.05)
     handle = _Handle(GoalStatus.STATUS_EXECUTING, lost=1)
     with pytest.raises(TimeoutError, match="no result within 0.3 s; the goal was cancelled"):
         futures.result_or_cancel(handle, 0.3, "no result")

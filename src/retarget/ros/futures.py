@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from rclpy.action import ActionClient
     from rclpy.action.client import ClientGoalHandle
 
-__all__ = ["ADOPT_AFTER_S", "ASK_AGAIN_AFTER_S", "POLL_S", "result_or_cancel", "send_goal", "wait_future"]
+__all__ = ["ADOPT_AFTER_S", "ASK_AGAIN_AFTER_S", "ASK_UNTRACKED_EVERY_S", "POLL_S", "result_or_cancel", "send_goal",
+           "wait_future"]
 
 _T = TypeVar("_T")
 _T_co = TypeVar("_T_co", covariant=True)
@@ -31,8 +32,16 @@ ADOPT_AFTER_S = 1.0
 #: response before it asks for the result again.
 ASK_AGAIN_AFTER_S = 2.0
 
+#: How often [s] :func:`result_or_cancel` asks again for the result of a goal whose status it never learns (UNKNOWN:
+#: a handle :func:`send_goal` adopted from the goal's feedback, which rclpy does not track). The server answers each
+#: request once the goal has ended, so a request sent while the goal runs is only answered late, never wrongly.
+ASK_UNTRACKED_EVERY_S = 10.0
+
 #: The goal statuses of an ended goal (action_msgs/GoalStatus: SUCCEEDED, CANCELED, ABORTED).
 _ENDED = frozenset({4, 5, 6})
+
+#: action_msgs/GoalStatus STATUS_UNKNOWN: no status received for the goal.
+_UNKNOWN = 0
 
 
 class _Pending(Protocol[_T_co]):
@@ -45,26 +54,35 @@ class _Pending(Protocol[_T_co]):
 
 class _ResultRequests:
     """A goal's result response, as a future: asked for again when the goal's status (the server's status topic)
-    says the goal has ended and no response came within :data:`ASK_AGAIN_AFTER_S`. The server keeps an ended goal's
-    result and answers every request for it, so a response lost on the way is not waited for until the timeout
-    (or for ever: the demo and ``retarget goal`` wait without one)."""
+    says the goal has ended and no response came within :data:`ASK_AGAIN_AFTER_S`, and every
+    :data:`ASK_UNTRACKED_EVERY_S` while its status stays UNKNOWN (a handle rclpy does not track). The server keeps an
+    ended goal's result and answers every request for it, so a response lost on the way is not waited for until the
+    timeout (or for ever: the demo and ``retarget goal`` wait without one)."""
 
     def __init__(self, handle: ClientGoalHandle) -> None:
         self.handle = handle
         self.requests = [handle.get_result_async()]
+        self.asked_at = time.monotonic()
         self.ended_at: float | None = None
 
     def done(self) -> bool:
         if any(request.done() for request in self.requests):
             return True
-        if self.handle.status in _ENDED:
-            now = time.monotonic()
+        now = time.monotonic()
+        status = self.handle.status
+        if status in _ENDED:
             if self.ended_at is None:
                 self.ended_at = now
             elif now - self.ended_at > ASK_AGAIN_AFTER_S:
-                self.requests.append(self.handle.get_result_async())
+                self._ask(now)
                 self.ended_at = now
+        elif status == _UNKNOWN and now - self.asked_at > ASK_UNTRACKED_EVERY_S:
+            self._ask(now)
         return False
+
+    def _ask(self, now: float) -> None:
+        self.requests.append(self.handle.get_result_async())
+        self.asked_at = now
 
     def result(self) -> Any:
         return next(request for request in self.requests if request.done()).result()
