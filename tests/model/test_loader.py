@@ -176,3 +176,20 @@ def test_a_xacro_expansion_is_kept_until_the_file_or_an_include_changes(tmp_path
     os.utime(part, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
     again = urdf_text(main, {})
     assert len(runs) == 3 and 'value="0.7"' in again and 'value="0.5"' in first
+
+
+def test_a_xacro_that_reads_the_environment_expands_again_when_it_changes(tmp_path, monkeypatch):
+    """``$(env NAME)`` / ``$(optenv NAME default)``: an expansion is not given again under another value."""
+    from retarget.model.loader import urdf_text
+
+    main = tmp_path / "robot.urdf.xacro"
+    main.write_text('<robot name="r" xmlns:xacro="http://www.ros.org/wiki/xacro"><link name="$(env RETARGET_T_LINK)">'
+                    '<inertial><mass value="$(optenv RETARGET_T_MASS 0.5)"/><inertia ixx="1" iyy="1" izz="1" '
+                    'ixy="0" ixz="0" iyz="0"/></inertial></link></robot>')
+    monkeypatch.setenv("RETARGET_T_LINK", "a")
+    monkeypatch.delenv("RETARGET_T_MASS", raising=False)
+    assert 'name="a"' in urdf_text(main, {}) and 'value="0.5"' in urdf_text(main, {})
+    monkeypatch.setenv("RETARGET_T_LINK", "b")
+    assert 'name="b"' in urdf_text(main, {})
+    monkeypatch.setenv("RETARGET_T_MASS", "0.7")
+    assert 'value="0.7"' in urdf_text(main, {})

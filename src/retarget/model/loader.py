@@ -210,9 +210,11 @@ def urdf_text(path: Path, args: Mapping[str, object], packages: Mapping[str, Pat
     when it is a ``.xacro`` file.
 
     An expansion is kept for the process and given again while the file and every file it included are unchanged
-    (size and modification time) for the same arguments, packages and ``AMENT_PREFIX_PATH`` (other environment
-    variables a xacro reads through ``$(env ...)`` are not compared): xacro takes a few tenths of a second on a
-    library robot, and loading a robot, its model's provenance and its limits each ask for the URDF.
+    (size and modification time) for the same arguments, packages and environment (a xacro reads variables through
+    ``$(env ...)`` and ``$(optenv ...)``; ``AMENT_PREFIX_PATH`` locates ``$(find ...)``): xacro takes a few tenths of
+    a second on a library robot, and loading a robot, its model's provenance and its limits each ask for the URDF.
+    A file read by Python inside ``$(eval ...)`` (``open()``) is not stamped: such an expansion is kept while the
+    xacro and its includes are unchanged.
 
     Raises:
         ModelError: xacro failed (its message included; a package it could not find named with the remedy).
@@ -223,7 +225,7 @@ def urdf_text(path: Path, args: Mapping[str, object], packages: Mapping[str, Pat
 
     mappings = {str(k): str(v) for k, v in args.items()}
     key = (str(Path(path).resolve()), tuple(sorted(mappings.items())),
-           tuple(sorted((str(k), str(v)) for k, v in (packages or {}).items())), os.environ.get("AMENT_PREFIX_PATH"))
+           tuple(sorted((str(k), str(v)) for k, v in (packages or {}).items())), tuple(sorted(os.environ.items())))
     kept = _EXPANDED.get(key)
     if kept is not None and kept[0] is not None and _file_stamps([f for f, _, _ in kept[0]]) == kept[0]:
         return kept[1]
