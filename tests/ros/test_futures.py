@@ -16,7 +16,7 @@ class _Client:
     def __init__(self, respond: bool, feedback: bool) -> None:
         from control_msgs.action import FollowJointTrajectory
 
-        self._action_type = FollowJointTrajectory
+        self.action_type = FollowJointTrajectory
         self.respond, self.feedback = respond, feedback
         self.goal_ids: list[object] = []
 
@@ -28,11 +28,11 @@ class _Client:
         future = Future()
         if self.respond:
             future.set_result(ClientGoalHandle(self, goal_uuid,
-                                               self._action_type.Impl.SendGoalService.Response(accepted=True)))
+                                               self.action_type.Impl.SendGoalService.Response(accepted=True)))
         if self.feedback and feedback_callback is not None:
             def feed() -> None:
                 for _ in range(40):
-                    feedback_callback(self._action_type.Feedback())
+                    feedback_callback(self.action_type.Feedback())
                     time.sleep(0.05)
             threading.Thread(target=feed, daemon=True).start()
         return future

@@ -22,8 +22,11 @@ class LockedActionClient(ActionClient):
     """``rclpy.action.ActionClient`` whose ``send_goal_async`` holds the client's lock until its future is the one
     that the response completes."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, node: Any, action_type: Any, action_name: str, **kwargs: Any) -> None:
+        super().__init__(node, action_type, action_name, **kwargs)
+        #: The action's type (e.g. ``FollowJointTrajectory``): its goal service's response is built from it when a
+        #: goal is taken as accepted from its feedback (:func:`retarget.ros.futures.send_goal`).
+        self.action_type = action_type
         if not hasattr(self, "_lock"):
             raise RuntimeError("rclpy's ActionClient has no _lock: check retarget.ros.action_client against this "
                                "rclpy release")

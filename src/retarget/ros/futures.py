@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from rclpy.action import ActionClient
+    from retarget.ros.action_client import LockedActionClient
     from rclpy.action.client import ClientGoalHandle
 
 __all__ = ["ADOPT_AFTER_S", "ASK_AGAIN_AFTER_S", "ASK_UNTRACKED_EVERY_S", "POLL_S", "result_or_cancel", "send_goal",
@@ -138,7 +138,7 @@ def result_or_cancel(handle: ClientGoalHandle, timeout: float, what: str, *, can
         raise
 
 
-def send_goal(client: ActionClient, goal: object, timeout: float, what: str, *,
+def send_goal(client: LockedActionClient, goal: object, timeout: float, what: str, *,
               feedback_callback: Callable[[Any], None] | None = None,
               warn: Callable[[str], None] | None = None) -> ClientGoalHandle:
     """Send ``goal`` on ``client`` (its executor spins in another thread) and return its handle once the server
@@ -172,7 +172,7 @@ def send_goal(client: ActionClient, goal: object, timeout: float, what: str, *,
         if first_feedback[0] > -math.inf and now - first_feedback[0] > ADOPT_AFTER_S:
             if warn is not None:
                 warn(f"{what}, but the goal's feedback comes: taken as accepted")
-            response = client._action_type.Impl.SendGoalService.Response(accepted=True)  # noqa: SLF001
+            response = client.action_type.Impl.SendGoalService.Response(accepted=True)
             return ClientGoalHandle(client, goal_id, response)
         if now > deadline:
             raise TimeoutError(f"{what} within {timeout:g} s")
