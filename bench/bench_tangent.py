@@ -11,7 +11,8 @@ their ratios; writes it to ``bench/results/tangent-<robot>-<motion>.json``.
     OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 .venv/bin/python bench/bench_tangent.py \\
         [--robot drummer --motion drummer/drumming --start 1.0 --window 1.0 --tail 0.5]
 
-The character's planning model is its ``retarget reduce`` artifact in a model folder (bench/bench_examples.py); the
+The character's planning model is its ``retarget reduce`` artifact in a model folder (bench/bench_examples.py), or
+the file ``--reduced`` names (the drummer's shipped demo model: ``src/retarget/data/demo/drummer-*.npz``); the
 window and time step are the drummer's planning settings (docs/optimize.md).
 """
 from __future__ import annotations
@@ -34,6 +35,8 @@ def main() -> int:
     p.add_argument("--window", type=float, default=1.0, help="the window's span [s]")
     p.add_argument("--tail", type=float, default=0.5, help="how far past its span the window simulates [s]")
     p.add_argument("--workers", type=int, default=2, help="linearization threads of the last row")
+    p.add_argument("--reduced", default=None, help="the planning model's file (default: the robot's artifact in a "
+                                                   "model folder), e.g. the drummer's shipped demo model")
     p.add_argument("--results", default=str(Path(__file__).parent / "results"))
     args = p.parse_args()
     threads = {k: os.environ.get(k, "unset") for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
@@ -63,7 +66,7 @@ def main() -> int:
 
     motion = load_motion(library.resolve_motion(args.motion))
     options = PlanOptions(dt=args.dt)
-    pm = planning_model(args.robot, motion, allow_training=False)
+    pm = planning_model(args.robot, motion, allow_training=False, reduced_file=args.reduced)
     engine = planner_engine(pm.reduced)
     pp = build_plan_problem(engine, motion, parse_tracked_bodies(pm.config.get("tracked_bodies")),
                             limits_for(pm.model, pm.config), options)

@@ -133,16 +133,35 @@ def state_tangents(problem: AdjointProblem, x: NDArray[np.float64], fwd: Rollout
         states = ([window.before] if window.before is not None else []) + list(fwd.states)
     d_theta, d_theta_dot = _motor_tangents(problem, fwd.times, columns)
     p = d_theta.shape[2]
-    history: list[NDArray[np.float64]] = [np.zeros((fwd.matrix.shape[1], p))]  # δS_{n−1}, δS_{n−2}
+    n_s = fwd.matrix.shape[1]
+    # A parameter moves no motor before its B-spline's support starts, so its column of δS is exactly zero until
+    # then: each step solves only the columns that have moved a motor by then (a window's later knots wait).
+    moving = np.any(d_theta[: n + 1] != 0.0, axis=1) | np.any(d_theta_dot[: n + 1] != 0.0, axis=1)  # (n + 1, p)
+    starts = np.where(moving.any(axis=0), np.argmax(moving, axis=0), n + 1)
+    live = np.zeros(0, dtype=np.int64)
+    history: list[NDArray[np.float64]] = [np.zeros((n_s, 0))]  # δS_{n−1}, δS_{n−2} over the live columns
     for step, sens in zip(range(1, n + 1), step_sensitivities(problem.engine, states, problem.dt, motors,
                                                               range(1 + lead, n + 1 + lead))):
         assert sens.solve is not None and sens.history is not None
-        rhs = sens.r_theta @ d_theta[step] + sens.r_theta_dot @ d_theta_dot[step]
+        now = np.flatnonzero(starts <= step)
+        if now.size != live.size:  # columns only join: the history's new columns are zero
+            history = [_widen(ds, live, now) for ds in history]
+            live = now
+        rhs = sens.r_theta @ d_theta[step][:, live] + sens.r_theta_dot @ d_theta_dot[step][:, live]
         for lag, ds in enumerate(history, start=1):
             rhs += sens.history(lag, ds)
-        ds_n = -sens.solve(rhs)
-        history = [ds_n] + history[:1]
+        ds_live = -sens.solve(rhs) if live.size else rhs
+        history = [ds_live] + history[:1]
+        ds_n = np.zeros((n_s, p))
+        ds_n[:, live] = ds_live
         yield step, ds_n
+
+
+def _widen(ds: NDArray[np.float64], old: NDArray[np.int64], new: NDArray[np.int64]) -> NDArray[np.float64]:
+    """``ds`` over the columns ``old`` as over ``new`` (a sorted superset of ``old``), the added columns zero."""
+    out = np.zeros((ds.shape[0], new.size))
+    out[:, np.searchsorted(new, old)] = ds
+    return out
 
 
 def tangent_least_squares(problem: AdjointProblem, x: NDArray[np.float64], fwd: Rollout,
