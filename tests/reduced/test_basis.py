@@ -161,3 +161,17 @@ def test_with_modal_derivatives_appends_orthonormal_modes(small_rod) -> None:
     # A derivative already in the span adds nothing: differentiating again appends no duplicate directions.
     again = with_modal_derivatives(out, small_rod, held, 2, m)
     assert again.size == out.size
+
+
+def test_a_basis_from_a_precomputed_spectrum_is_the_basis(small_rod):
+    """:func:`mass_pca_spectrum` once, then any mode count: value for value :func:`mass_pca_basis`'s own."""
+    from retarget.sim.reduced.basis import mass_pca_spectrum
+
+    snaps = _snapshots(small_rod, np.random.default_rng(1))
+    m = small_rod.mass_matrix()
+    spectrum = mass_pca_spectrum(snaps, small_rod.mesh.nodes, m)
+    for kwargs in ({"variance": 0.99}, {"variance": 0.999999}, {"n_modes": 2}):
+        a = mass_pca_basis(snaps, small_rod.mesh.nodes, m, **kwargs)
+        b = mass_pca_basis(snaps, small_rod.mesh.nodes, m, spectrum=spectrum, **kwargs)
+        assert np.array_equal(a.modes, b.modes) and np.array_equal(a.spectrum, b.spectrum)
+        assert a.captured_variance == b.captured_variance and a.training_norm == b.training_norm

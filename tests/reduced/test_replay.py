@@ -175,3 +175,21 @@ def test_given_bases_retrain_only_the_cubature(training) -> None:
     for a, b in zip(fresh[2], kept[2]):
         np.testing.assert_array_equal(a.elements, b.elements)
         np.testing.assert_array_equal(a.weights, b.weights)
+
+
+def test_the_trials_solve_each_bodys_eigenproblem_once_and_build_what_each_alone_builds(training,
+                                                                                       monkeypatch) -> None:
+    """The trials share the snapshots' mass-PCA (one ``eigh`` per body in all); each trial's bases equal, value for
+    value, those a fresh :func:`build_from_result` at its variance builds."""
+    from retarget.sim.reduced import training as tr
+
+    system, motors, dt, full = training
+    calls = []
+    real = tr.mass_pca_spectrum
+    monkeypatch.setattr(tr, "mass_pca_spectrum", lambda *a, **k: calls.append(1) or real(*a, **k))
+    _, bases, _, trials = tr.build_checked_by_replay(system, full, motors, dt, ["tip"], variance=0.5, tolerance=2e-3)
+    assert len(trials) >= 2 and len(calls) == len(system.deformable)
+    alone = tr.build_from_result(system, full, variance=trials[-1].variance)[1]
+    for a, b in zip(bases, alone):
+        assert np.array_equal(a.modes, b.modes) and np.array_equal(a.spectrum, b.spectrum)
+        assert a.training_norm == b.training_norm and a.captured_variance == b.captured_variance

@@ -34,7 +34,9 @@ __all__ = [
     "ReducedBasis",
     "interface_modes",
     "interface_rows",
+    "PcaSpectrum",
     "mass_pca_basis",
+    "mass_pca_spectrum",
     "modal_derivatives",
     "rigid_modes",
     "with_modal_derivatives",
@@ -164,6 +166,59 @@ def _largest_deformation(snapshots: NDArray[np.float64], mass: sp.spmatrix, basi
     return float(np.max(np.linalg.norm(z_def, axis=1)))
 
 
+@dataclass(frozen=True, eq=False)
+class PcaSpectrum:
+    """The mass-PCA of a body's snapshots before a mode count is chosen (:func:`mass_pca_spectrum`): what
+    :func:`mass_pca_basis` needs for any ``n_modes`` or ``variance``, so that trials of several mode counts on the
+    same snapshots (the training's replay check) solve the eigenproblem once.
+
+    Attributes:
+        fixed: the rigid modes, then the interface modes, M-orthonormal (3N, 6 + e).
+        deformation: the snapshots M-projected off ``fixed`` (3N, s) [m].
+        raw: the snapshots' deformation's mass-weighted variance, off the rigid modes only (for scale).
+        eigenvalues: of the deformation's mass-weighted Gram matrix, descending (s,). eigenvectors: (s, s), in the
+            same order.
+        n_extra: e, the interface modes.
+    """
+
+    fixed: NDArray[np.float64]
+    deformation: NDArray[np.float64]
+    raw: float
+    eigenvalues: NDArray[np.float64]
+    eigenvectors: NDArray[np.float64]
+    n_extra: int
+
+
+def mass_pca_spectrum(
+    snapshots: NDArray[np.float64],
+    rest_local: NDArray[np.float64],
+    mass: sp.spmatrix,
+    extra_modes: NDArray[np.float64] | None = None,
+) -> PcaSpectrum:
+    """The mass-PCA of local displacement snapshots off the rigid and interface modes (arguments as
+    :func:`mass_pca_basis`'s).
+
+    Raises:
+        TrainingDataError: wrong shapes.
+    """
+    d = np.asarray(snapshots, dtype=float)
+    n3 = 3 * len(rest_local)
+    if d.ndim != 2 or d.shape[1] != n3:
+        raise TrainingDataError(f"snapshots must have shape (s, {n3}), got {d.shape}")
+    extra = np.zeros((n3, 0)) if extra_modes is None else np.asarray(extra_modes, dtype=float)
+    if extra.shape[0] != n3:
+        raise TrainingDataError(f"extra modes must have {n3} rows, got {extra.shape}")
+    fixed = _m_orthonormalize(np.hstack([rigid_modes(rest_local, mass), extra]), mass)
+    # Remove the rigid (and interface) part by M-projection so the PCA sees the remaining deformation only.
+    rigid = fixed[:, :6]
+    d = d.T - rigid @ (rigid.T @ (mass @ d.T))
+    raw = float(np.sum(d * (mass @ d)))  # the deformation's mass-weighted variance, for scale
+    d = d - fixed @ (fixed.T @ (mass @ d))
+    gram = d.T @ (mass @ d)
+    lam, vec = np.linalg.eigh(0.5 * (gram + gram.T))
+    return PcaSpectrum(fixed, d, raw, lam[::-1], vec[:, ::-1], extra.shape[1])
+
+
 def mass_pca_basis(
     snapshots: NDArray[np.float64],
     rest_local: NDArray[np.float64],
@@ -173,6 +228,7 @@ def mass_pca_basis(
     max_modes: int = 60,
     extra_modes: NDArray[np.float64] | None = None,
     cap: bool = False,
+    spectrum: PcaSpectrum | None = None,
 ) -> ReducedBasis:
     """Rigid modes, optional interface modes, then mass-PCA modes of local displacement snapshots.
 
@@ -187,6 +243,8 @@ def mass_pca_basis(
         extra_modes: interface modes (3N, e) (:func:`interface_modes`), kept in full; the PCA sees the snapshots
             M-projected off them and the rigid modes.
         cap: treat ``n_modes`` as an upper bound (fewer when the snapshots support fewer) instead of an error.
+        spectrum: :func:`mass_pca_spectrum` of these snapshots, rest positions, mass and extra modes, computed
+            before (``extra_modes`` is then unused); None: computed here.
 
     Returns:
         The basis, ``r = 6 + e + n_modes``.
@@ -194,31 +252,17 @@ def mass_pca_basis(
     Raises:
         TrainingDataError: wrong shapes, no deformation in the snapshots, or more modes asked than available.
     """
-    d = np.asarray(snapshots, dtype=float)
-    n3 = 3 * len(rest_local)
-    if d.ndim != 2 or d.shape[1] != n3:
-        raise TrainingDataError(f"snapshots must have shape (s, {n3}), got {d.shape}")
     if not 0.0 < variance <= 1.0:
         raise TrainingDataError(f"variance must be in (0, 1], got {variance}")
-    extra = np.zeros((n3, 0)) if extra_modes is None else np.asarray(extra_modes, dtype=float)
-    if extra.shape[0] != n3:
-        raise TrainingDataError(f"extra modes must have {n3} rows, got {extra.shape}")
-    fixed = _m_orthonormalize(np.hstack([rigid_modes(rest_local, mass), extra]), mass)
-    # Remove the rigid (and interface) part by M-projection so the PCA sees the remaining deformation only.
-    rigid = fixed[:, :6]
-    d = d.T - rigid @ (rigid.T @ (mass @ d.T))
-    raw = float(np.sum(d * (mass @ d)))  # the deformation's mass-weighted variance, for scale
-    d = d - fixed @ (fixed.T @ (mass @ d))
-    gram = d.T @ (mass @ d)
-    lam, vec = np.linalg.eigh(0.5 * (gram + gram.T))
-    lam, vec = lam[::-1], vec[:, ::-1]
+    pca = mass_pca_spectrum(snapshots, rest_local, mass, extra_modes) if spectrum is None else spectrum
+    fixed, d, raw, n_extra = pca.fixed, pca.deformation, pca.raw, pca.n_extra
+    lam, vec = pca.eigenvalues, pca.eigenvectors
     total = float(lam.clip(min=0.0).sum())
     floor = 1e-12 * raw  # below: round-off of the projections
     if total <= floor:
-        if extra.shape[1] and (not n_modes or cap):
-            return ReducedBasis(fixed, 6, 1.0, np.zeros(0), extra.shape[1],
-                                _largest_deformation(snapshots, mass, fixed))
-        what = "rigid motion and the interface modes" if extra.shape[1] else "rigid motion"
+        if n_extra and (not n_modes or cap):
+            return ReducedBasis(fixed, 6, 1.0, np.zeros(0), n_extra, _largest_deformation(snapshots, mass, fixed))
+        what = "rigid motion and the interface modes" if n_extra else "rigid motion"
         raise TrainingDataError(f"asked for {n_modes} deformation modes; the snapshots support 0 beyond {what}"
                                 if n_modes else f"snapshots contain no deformation beyond {what}")
     usable = int(np.sum(lam > max(1e-12 * lam[0], floor)))
@@ -232,7 +276,7 @@ def mass_pca_basis(
         k = min(int(n_modes), usable)
     modes = d @ (vec[:, :k] / np.sqrt(lam[:k]))
     basis = _m_orthonormalize(np.hstack([fixed, modes]), mass)
-    return ReducedBasis(basis, 6, float(lam[:k].sum() / total), lam[:usable].copy(), extra.shape[1],
+    return ReducedBasis(basis, 6, float(lam[:k].sum() / total), lam[:usable].copy(), n_extra,
                         _largest_deformation(snapshots, mass, basis))
 
 

@@ -14,11 +14,13 @@ from numpy.typing import NDArray
 
 from retarget.sim.reduced.basis import (
     DEFAULT_VARIANCE,
+    PcaSpectrum,
     ReducedBasis,
     _largest_deformation,
     interface_modes,
     interface_rows,
     mass_pca_basis,
+    mass_pca_spectrum,
     with_modal_derivatives,
 )
 from retarget.sim.reduced.cubature import Cubature, train_cubature
@@ -80,6 +82,7 @@ def build_from_result(
     bases: list[ReducedBasis] | None = None,
     modal_derivatives: int = 0,
     cubature_points: bool = False,
+    pca: dict[int, tuple[NDArray[np.float64], PcaSpectrum]] | None = None,
 ) -> tuple[ReducedSystem, list[ReducedBasis], list[Cubature]]:
     """Train bases and cubatures on a :class:`retarget.sim.result.SimulationResult` of ``system``.
 
@@ -105,6 +108,10 @@ def build_from_result(
             interfaces held. 0: none.
         cubature_points: train per-point cubatures (single quadrature points of elements, :func:`train_cubature`
             ``per_point``) instead of whole elements.
+        pca: per deformable body, its local snapshots and their mass-PCA spectrum (:func:`mass_pca_spectrum`): taken
+            from here when there, else computed and put here, so that calls on the same ``result`` and
+            ``max_snapshots`` with other mode counts solve each body's eigenproblem once
+            (:func:`build_checked_by_replay`'s trials). None: computed every call.
     """
     refs = reference_bodies(system)
     held, loops = reference_couplings(system), loop_couplings(system)
@@ -125,14 +132,19 @@ def build_from_result(
             basis = bases[d]
             samples = local(pick)
         else:
-            snapshots = local(slice(None))
-            extra = None
             slots = [system.constraints[e].slots[-1] for e in [held[d], *loops[d]]]
             rows = [interface_rows(sl.map, sl.nodes, body.rest_positions) for sl in slots]
-            if loops[d]:
-                extra = interface_modes(body.elastic.rest_stiffness, rows[0], rows[1:])
-            basis = mass_pca_basis(snapshots, body.rest_positions - system.rigid[r].reference_com, body.mass_matrix,
-                                   n_modes=n_modes, variance=variance, extra_modes=extra, cap=True)
+            rest_local = body.rest_positions - system.rigid[r].reference_com
+            if pca is not None and d in pca:
+                snapshots, spectrum = pca[d]
+            else:
+                snapshots = local(slice(None))
+                extra = interface_modes(body.elastic.rest_stiffness, rows[0], rows[1:]) if loops[d] else None
+                spectrum = mass_pca_spectrum(snapshots, rest_local, body.mass_matrix, extra)
+                if pca is not None:
+                    pca[d] = (snapshots, spectrum)
+            basis = mass_pca_basis(snapshots, rest_local, body.mass_matrix, n_modes=n_modes, variance=variance,
+                                   cap=True, spectrum=spectrum)
             if modal_derivatives > 0:
                 basis = with_modal_derivatives(basis, body.elastic, np.vstack(rows), modal_derivatives,
                                                body.mass_matrix)
@@ -273,9 +285,10 @@ def build_checked_by_replay(
     c = float(cubature_tolerance)
     tightenings = 0
     kept_bases = None  # the cubature phase keeps the last bases: only the cubature is retrained
+    pca: dict[int, tuple[NDArray[np.float64], PcaSpectrum]] = {}  # every trial's snapshots and spectra
     while True:
         built = build_from_result(system, runs, n_modes=n_modes, variance=v, cubature_tolerance=c, bases=kept_bases,
-                                  modal_derivatives=modal_derivatives, cubature_points=cubature_points)
+                                  modal_derivatives=modal_derivatives, cubature_points=cubature_points, pca=pca)
         modes = tuple(b.n_pca for b in built[1])
         if not trials or (modes, c) != (trials[-1].modes, trials[-1].cubature_tolerance):
             errors, rms_m, message = _replay_errors(built[0], runs, drives, durations, travels, tracked, dt)
