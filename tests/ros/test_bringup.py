@@ -32,7 +32,10 @@ from retarget.model.library import list_rigs, list_robots, resolve_robot, ros_pa
 from retarget.processes import die_with_parent
 from retarget.ros.bringup import (
     EMULATED_BUS_OVERRIDES,
+    NATNET_PORT_RANGE,
     Supervisor,
+    _ephemeral_ports,
+    _free_udp_ports,
     describe,
     fastdds_shm_files,
 )
@@ -267,6 +270,24 @@ def test_natnet_on_the_reduced_twin_without_a_motive_address_is_a_simulated_moti
     with pytest.raises(InputError, match="a real Motive"):
         describe("single_rod", twin="reduced", reduced=model, run_dir=tmp_path, mocap="natnet",
                  mocap_server="10.0.0.2", perturb=perturb)
+
+
+@pytest.mark.integration  # binds UDP ports
+def test_the_simulated_motives_ports_are_free_and_outside_the_kernels_and_ddss_ports(tmp_path: Path) -> None:
+    import socket
+
+    ports = _free_udp_ports(2)
+    assert len(set(ports)) == 2
+    assert all(NATNET_PORT_RANGE[0] <= p < NATNET_PORT_RANGE[1] and p not in _ephemeral_ports() for p in ports)
+    # A port bound elsewhere is not chosen, nor one of the ephemeral range: the kernel's choice is the fallback.
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as busy:
+        busy.bind(("127.0.0.1", ports[0]))
+        assert _free_udp_ports(1, span=(ports[0], ports[0] + 1), ephemeral=range(0)) != [ports[0]]
+    assert _free_udp_ports(1, span=(ports[1], ports[1] + 1), ephemeral=range(ports[1], ports[1] + 1)) != [ports[1]]
+    assert _free_udp_ports(1, span=(ports[1], ports[1] + 1), ephemeral=range(0)) == [ports[1]]
+    (tmp_path / "range").write_text("1024\t9999\n")
+    assert _ephemeral_ports(tmp_path / "range") == range(1024, 10000)
+    assert _ephemeral_ports(tmp_path / "absent") == range(32768, 61000)
 
 
 def test_unknown_robot_names_the_known_ones() -> None:

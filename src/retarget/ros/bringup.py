@@ -587,14 +587,46 @@ def _mocap_parameters(mocap: str, channel: Path | None, natnet_ports: tuple[int,
     return mocap_params
 
 
-def _free_udp_ports(count: int) -> list[int]:
-    """``count`` distinct UDP ports free on loopback now (bound together, then released)."""
+#: Where the simulated Motive's ports are drawn from: above the well-known ports, below Fast DDS's port space (7400 +
+#: 250 × domain, up to 32 899 for domains 0–101) and, unless configured otherwise, the kernel's ephemeral range
+#: (``net.ipv4.ip_local_port_range``, from 32 768). A port probed free there is not handed to another socket before
+#: its server binds it: no socket that asks the kernel for any free port (the mocap client's own command socket, a
+#: DDS participant's) gets one from this range, and DDS binds none of it.
+NATNET_PORT_RANGE = (4000, 7400)
+
+
+def _ephemeral_ports(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> range:
+    """The kernel's ephemeral port range (Linux's default where it cannot be read)."""
+    try:
+        low, high = (int(v) for v in path.read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return range(low, high + 1)
+
+
+def _free_udp_ports(count: int, span: tuple[int, int] = NATNET_PORT_RANGE,
+                    ephemeral: range | None = None) -> list[int]:
+    """``count`` distinct UDP ports free on loopback now, drawn at random from ``span`` outside the ``ephemeral``
+    range (:data:`NATNET_PORT_RANGE`; the kernel's range by default); ports the kernel chooses where ``span`` has
+    too few free ones. Each is bound to check it, and all are released together."""
+    import random
     import socket
 
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(count)]
+    ephemeral = _ephemeral_ports() if ephemeral is None else ephemeral
+    candidates = [port for port in range(*span) if port not in ephemeral]
+    random.SystemRandom().shuffle(candidates)
+    sockets: list[socket.socket] = []
     try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
+        for port in [*candidates, *[0] * count]:
+            if len(sockets) == count:
+                break
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                sock.close()
+                continue
+            sockets.append(sock)
         return [sock.getsockname()[1] for sock in sockets]
     finally:
         for sock in sockets:
