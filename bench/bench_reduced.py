@@ -77,7 +77,7 @@ def micro_profile(packed, state: np.ndarray, prev: np.ndarray, prev2: np.ndarray
                 ref, rr = p.bref[d], p.bsize[d]
                 zd = s[nu + p.bzv[d] : nu + p.bzv[d] + rr]
                 body_force(s[7 * ref + 3 : 7 * ref + 7], s[p.bzu[d] : p.bzu[d] + rr], zd, s[nu + 6 * ref + 3 : nu + 6 * ref + 6],
-                           g, g, zd, g, p.bmass[d], p.s0[d], p.s1[d], p.p0[d], p.p1[d], p.p2[d], p.c0[d], p.c1[d], p.mzz[d])
+                           g, g, zd, g, ck.body_inertia(p, d))
 
     @numba.njit
     def lu_loop(p, jac, ws, n):  # type: ignore[no-untyped-def]

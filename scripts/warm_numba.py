@@ -94,12 +94,14 @@ def _engine_leaves() -> None:
     from retarget.sim.reduced.cubature import cubature_force_directional, cubature_force_value, cubature_tangents
     from retarget.sim.reduced.dynamics import body_force, body_forces
     from retarget.sim.reduced.kernels import block_eval, coupling_curvature
+    from retarget.sim.reduced.tensors import InertiaTensors
 
     def a(ndim: int) -> object:
         return numba.typeof(np.zeros((1,) * ndim))
 
     f, b, i = numba.float64, numba.boolean, numba.int64
-    body = (a(1),) * 8 + (f, a(1), a(2), a(2), a(3), a(4), a(2), a(3), a(2))
+    inertia = numba.typeof(InertiaTensors(0.0, *(np.zeros((1,) * n) for n in (1, 2, 2, 3, 4, 2, 3, 2))))
+    body = (a(1),) * 8 + (inertia,)
     for kernel, sig in (
         (body_forces, body),
         (body_force, body),

@@ -46,8 +46,7 @@ def _setup(body, basis, seed):
 
 def _call(t, st):
     return body_forces(
-        st["q"], st["z"], st["zdot"], st["omega"], st["acc_v"], st["acc_w"], st["acc_z"], G,
-        t.mass, t.s0, t.s1, t.p0, t.p1, t.p2, t.c0, t.c1, t.m_zz,
+        st["q"], st["z"], st["zdot"], st["omega"], st["acc_v"], st["acc_w"], st["acc_z"], G, t,
     )
 
 
@@ -86,8 +85,7 @@ def test_residual_path_force_equals_jacobian_path_and_brute_force(small_rod):
     x0, t, st = _setup(small_rod, basis, 12)
     st["z"][2] = 0.0  # the sums skip zero coordinates
     f = body_force(
-        st["q"], st["z"], st["zdot"], st["omega"], st["acc_v"], st["acc_w"], st["acc_z"], G,
-        t.mass, t.s0, t.s1, t.p0, t.p1, t.p2, t.c0, t.c1, t.m_zz,
+        st["q"], st["z"], st["zdot"], st["omega"], st["acc_v"], st["acc_w"], st["acc_z"], G, t,
     )
     ref = _brute_force(small_rod, x0, basis, st)
     assert np.array_equal(f, _call(t, st)[0])

@@ -34,6 +34,7 @@ from scipy.linalg import lu_solve
 from retarget.sim.reduced.cubature import cubature_force_directional, cubature_force_value, cubature_tangents
 from retarget.sim.reduced.dynamics import body_force, body_forces
 from retarget.sim.reduced.kernels import COUPLING_CODE, block_eval, coupling_curvature
+from retarget.sim.reduced.tensors import InertiaTensors
 from retarget.sim.rotation_kernels import omega_half, quat_rate_half
 from retarget.sim.servo import servo_torque
 from retarget.jit import njit
@@ -351,6 +352,12 @@ def _servo_rows(p: Packed, u: NDArray, v: NDArray, v_bar: NDArray, h: float, goa
 
 
 @njit(cache=True, nogil=True, inline="always")
+def body_inertia(p: Packed, d: int) -> InertiaTensors:
+    """Deformable body ``d``'s inertia tensors, a record over the packed copies (no copy)."""
+    return InertiaTensors(p.bmass[d], p.s0[d], p.s1[d], p.p0[d], p.p1[d], p.p2[d], p.c0[d], p.c1[d], p.mzz[d])
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _rigid_rows(p: Packed, u: NDArray, v: NDArray, v_bar: NDArray, h: float, r: NDArray, jac: NDArray,
                 mass: NDArray, want_jac: bool) -> None:
     """Every rigid body's kinematic rows (``− h T(q) V``; the ``U − Ū`` part is added before) and Newton–Euler
@@ -472,15 +479,9 @@ def _deformable_rows(p: Packed, u: NDArray, v: NDArray, v_bar: NDArray, h: float
         qr = u[7 * ref + 3 : 7 * ref + 7]
         wr = v[6 * ref + 3 : 6 * ref + 6]
         if want_jac:
-            f, f_q, f_z, f_acc, f_w, f_zd = body_forces(
-                qr, z, zd, wr, acc_v, acc_w, acc_z, g,
-                p.bmass[d], p.s0[d], p.s1[d], p.p0[d], p.p1[d], p.p2[d], p.c0[d], p.c1[d], p.mzz[d],
-            )
+            f, f_q, f_z, f_acc, f_w, f_zd = body_forces(qr, z, zd, wr, acc_v, acc_w, acc_z, g, body_inertia(p, d))
         else:
-            f = body_force(
-                qr, z, zd, wr, acc_v, acc_w, acc_z, g,
-                p.bmass[d], p.s0[d], p.s1[d], p.p0[d], p.p1[d], p.p2[d], p.c0[d], p.c1[d], p.mzz[d],
-            )
+            f = body_force(qr, z, zd, wr, acc_v, acc_w, acc_z, g, body_inertia(p, d))
         beta = p.bbeta[d]
         if want_jac:
             f_el, k_el, dk, md = cubature_tangents(

@@ -19,8 +19,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from retarget.sim.rotation_kernels import rotation_matrix
 from retarget.jit import njit
+from retarget.sim.reduced.tensors import InertiaTensors
+from retarget.sim.rotation_kernels import rotation_matrix
 
 __all__ = ["body_force", "body_forces", "rotation_and_derivative"]
 
@@ -64,13 +65,14 @@ def _skew(a: NDArray[np.float64]) -> NDArray[np.float64]:
 
 
 @njit(cache=True)
-def _force_terms(rot, z, zdot, omega, acc_v, acc_w, acc_z, gravity, mass, s0, s1, p0, p1, p2, c0, c1, m_zz):  # type: ignore[no-untyped-def]
+def _force_terms(rot, z, zdot, omega, acc_v, acc_w, acc_z, gravity, inertia):  # type: ignore[no-untyped-def]
     """``f`` and the intermediate terms :func:`body_forces` differentiates (see the module docstring), at the
-    reference body's rotation ``rot``.
+    reference body's rotation ``rot``, for the body's tensors ``inertia``.
 
     Scalar loops throughout: the operands are 3-vectors and r × 3 blocks, for which a BLAS call costs more than the
     arithmetic, and the r² sums sweep ``P₂`` and ``C₁`` in memory order.
     """
+    mass, s0, s1, p0, p1, p2, c0, c1, m_zz = inertia
     nr = z.shape[0]
     rel = acc_v - gravity
     e = np.empty(3)
@@ -172,19 +174,10 @@ def body_force(
     acc_w: NDArray[np.float64],
     acc_z: NDArray[np.float64],
     gravity: NDArray[np.float64],
-    mass: float,
-    s0: NDArray[np.float64],
-    s1: NDArray[np.float64],
-    p0: NDArray[np.float64],
-    p1: NDArray[np.float64],
-    p2: NDArray[np.float64],
-    c0: NDArray[np.float64],
-    c1: NDArray[np.float64],
-    m_zz: NDArray[np.float64],
+    inertia: InertiaTensors,
 ) -> NDArray[np.float64]:
     """The force ``f`` (6+r,) of :func:`body_forces` alone (residual-only Newton iterations)."""
-    return _force_terms(rotation_matrix(q), z, zdot, omega, acc_v, acc_w, acc_z, gravity, mass, s0, s1, p0, p1, p2, c0, c1,
-                        m_zz)[0]
+    return _force_terms(rotation_matrix(q), z, zdot, omega, acc_v, acc_w, acc_z, gravity, inertia)[0]
 
 
 @njit(cache=True, inline="always")
@@ -257,15 +250,7 @@ def body_forces(
     acc_w: NDArray[np.float64],
     acc_z: NDArray[np.float64],
     gravity: NDArray[np.float64],
-    mass: float,
-    s0: NDArray[np.float64],
-    s1: NDArray[np.float64],
-    p0: NDArray[np.float64],
-    p1: NDArray[np.float64],
-    p2: NDArray[np.float64],
-    c0: NDArray[np.float64],
-    c1: NDArray[np.float64],
-    m_zz: NDArray[np.float64],
+    inertia: InertiaTensors,
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
     """Generalized inertial-minus-gravity force ``f = [f_v, f_ω, f_z]`` (6 + r,) and its partial derivatives.
 
@@ -273,7 +258,7 @@ def body_forces(
         q: reference body quaternion (4,). z, zdot: (r,). omega: body-frame ω (3,) [rad/s].
         acc_v: world ``a_v`` (3,) [m/s²]. acc_w: ``a_ω`` (3,) [rad/s²]. acc_z: (r,).
         gravity: world g (3,) [m/s²].
-        mass, s0, s1, p0, p1, p2, c0, c1, m_zz: :class:`~retarget.sim.reduced.tensors.InertiaTensors` fields.
+        inertia: the body's :class:`~retarget.sim.reduced.tensors.InertiaTensors`.
 
     Returns:
         ``f`` (6+r,) [N, N m, N·m/unit z]; ``f_q`` (6+r, 4); ``f_z`` (6+r, r); ``f_acc`` (6+r, 6+r) the
@@ -284,8 +269,9 @@ def body_forces(
     nf = 6 + nr
     rot, drot = rotation_and_derivative(q)
     f, rel, e, s, sdot, cm, bm, tr_b, jm, gq, ws, psi, jw, w2, ck = _force_terms(
-        rot, z, zdot, omega, acc_v, acc_w, acc_z, gravity, mass, s0, s1, p0, p1, p2, c0, c1, m_zz
+        rot, z, zdot, omega, acc_v, acc_w, acc_z, gravity, inertia
     )
+    mass, s1, p2, c1, m_zz = inertia.mass, inertia.s1, inertia.p2, inertia.c1, inertia.m_zz
 
     # Generalized mass (accelerations a_v, a_ω, a_z).
     f_acc = np.zeros((nf, nf))

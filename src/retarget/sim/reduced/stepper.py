@@ -317,14 +317,13 @@ def _deformable_rows(
         ref = rb.reference
         vr = slice(6 * ref, 6 * ref + 3)
         wr = slice(6 * ref + 3, 6 * ref + 6)
-        t = rb.tensors
         # Mass-proportional damping α M ẋ on the nodes' absolute velocities ẋ = J [v, ω, ż] (as the absolute engine)
         # is α Jᵀ M J [v, ω, ż]: the inertial force at the accelerations shifted by α [v, ω, ż].
         a = rb.alpha
         f, f_q, f_z, f_acc, f_w, f_zd = body_forces(
             u[7 * ref + 3 : 7 * ref + 7], z, zd, v[wr],
             (v[vr] - v_bar[vr]) / h + a * v[vr], (v[wr] - v_bar[wr]) / h + a * v[wr], (zd - v_bar[zv]) / h + a * zd,
-            rs.gravity, t.mass, t.s0, t.s1, t.p0, t.p1, t.p2, t.c0, t.c1, t.m_zz,
+            rs.gravity, rb.tensors,
         )
         f_el, k_el, md = rb.cubature.evaluate(z)
         min_det = min(min_det, md)

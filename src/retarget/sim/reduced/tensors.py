@@ -15,6 +15,7 @@ in ``z`` whose coefficients are the tensors here:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -25,9 +26,11 @@ from retarget.errors import InputError
 __all__ = ["InertiaTensors", "ReducedInterface", "inertia_tensors", "reduce_interface", "scalar_mass"]
 
 
-@dataclass(frozen=True, eq=False)
-class InertiaTensors:
+class InertiaTensors(NamedTuple):
     """The constant inertia tensors of one deformable body for a basis ``U`` (3N, r) (module docstring).
+
+    A named tuple: the compiled kernels (:func:`retarget.sim.reduced.dynamics.body_forces`) take it as one record,
+    from Python as from the compiled engine, which builds one per body from its packed copies.
 
     Attributes:
         mass: ``m_f`` [kg].
