@@ -95,24 +95,11 @@ if [ -f "$STAMPS/iface-tf2_msgs" ] || ! "$PY" -c 'import tf2_msgs.msg' >/dev/nul
   packages+=(tf2_msgs)
 fi
 # No package depends on another: they build side by side (19 s against 28 s one after another), each into its own
-# folder and log; any failure stops the set-up after all have ended. A script's background jobs ignore SIGINT, so
-# a Ctrl-C would end the set-up and leave the builds writing into the venv (and racing the next set-up's): each
-# build runs in its own process group (set -m), which an interrupt ends whole.
+# folder and log; any failure stops the set-up after all have ended.
 builds=()
-stop_builds() {
-  local pid
-  for pid in "${builds[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  echo "[setup] interrupted: the interface builds were stopped; run the set-up again to build them" >&2
-  exit 130
-}
-trap stop_builds INT TERM
-set -m
 for pkg in "${packages[@]}"; do build_interface "$pkg" & builds+=($!); done
-set +m
 failed=0
 for pid in "${builds[@]}"; do wait "$pid" || failed=1; done
-trap - INT TERM
 [ "$failed" = 0 ] || exit 1
 
 # 3. retarget itself, editable.
