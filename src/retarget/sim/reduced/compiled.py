@@ -1169,9 +1169,12 @@ def condensed_solve_transposed(p: Packed, ws: Workspace, b: NDArray) -> NDArray:
     for i in range(nb):
         for a in range(3):
             rhs[6 * i + a] += h * bu[7 * i + a]
-        rq = ws.xq[i].T @ bu[7 * i + 3 : 7 * i + 7]
+        xq = ws.xq[i]  # Xᵀ b_U on the quaternion rows, by hand: 4 × 3 (a transposed product warns and copies)
         for a in range(3):
-            rhs[6 * i + 3 + a] += rq[a]
+            acc = 0.0
+            for c in range(4):
+                acc += xq[c, a] * bu[7 * i + 3 + c]
+            rhs[6 * i + 3 + a] += acc
     nd = p.bref.shape[0]
     for d in range(nd):
         for k in range(p.bsize[d]):
@@ -1186,9 +1189,12 @@ def condensed_solve_transposed(p: Packed, ws: Workspace, b: NDArray) -> NDArray:
     for k in range(nu):
         out[k] = y[k]
     for i in range(nb):
-        xq = ws.jqq_inv[i].T @ y[7 * i + 3 : 7 * i + 7]
+        inv = ws.jqq_inv[i]
         for a in range(4):
-            out[7 * i + 3 + a] = xq[a]
+            acc = 0.0
+            for c in range(4):
+                acc += inv[c, a] * y[7 * i + 3 + c]
+            out[7 * i + 3 + a] = acc
     return out
 
 
