@@ -284,6 +284,17 @@ def _block_rate_matrix(ul: NDArray, nrs: int, nvl: int) -> NDArray:
     return tl
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _transposed_product_into(m: NDArray, v: NDArray, v0: int, out: NDArray, o0: int) -> None:
+    """``out[o0 + b] = Σ_a m[a, b] v[v0 + a]``: a small matrix's transpose times a stretch of ``v``, by hand
+    (numba's ``m.T @ v[...]`` warns of and copies its non-contiguous operands)."""
+    for b in range(m.shape[1]):
+        acc = 0.0
+        for a in range(m.shape[0]):
+            acc += m[a, b] * v[v0 + a]
+        out[o0 + b] = acc
+
+
 @njit(cache=True)
 def _block_rate_transposed(ul: NDArray, g: NDArray, nrs: int, nvl: int) -> NDArray:
     """``T(ul)ᵀ g`` (nvl,): the generalized force of a block's constraint force ``g`` (n,) on its V entries."""
@@ -292,12 +303,7 @@ def _block_rate_transposed(ul: NDArray, g: NDArray, nrs: int, nvl: int) -> NDArr
     for sg in range(nrs):
         for a in range(3):
             out[6 * sg + a] = g[7 * sg + a]
-        qh = quat_rate_half(ul[7 * sg + 3 : 7 * sg + 7])
-        for b in range(3):
-            acc = 0.0
-            for a in range(4):
-                acc += qh[a, b] * g[7 * sg + 3 + a]
-            out[6 * sg + 3 + b] = acc
+        _transposed_product_into(quat_rate_half(ul[7 * sg + 3 : 7 * sg + 7]), g, 7 * sg + 3, out, 6 * sg + 3)
     for k in range(n - 7 * nrs):
         out[6 * nrs + k] = g[7 * nrs + k]
     return out
@@ -1166,15 +1172,13 @@ def condensed_solve_transposed(p: Packed, ws: Workspace, b: NDArray) -> NDArray:
     h = ws.scalars[0]
     bu = b[:nu]
     rhs = b[nu:].copy()
+    rq = np.empty(3)
     for i in range(nb):
         for a in range(3):
             rhs[6 * i + a] += h * bu[7 * i + a]
-        xq = ws.xq[i]  # Xᵀ b_U on the quaternion rows, by hand: 4 × 3 (a transposed product warns and copies)
+        _transposed_product_into(ws.xq[i], bu, 7 * i + 3, rq, 0)  # Xᵀ b_U on the quaternion rows
         for a in range(3):
-            acc = 0.0
-            for c in range(4):
-                acc += xq[c, a] * bu[7 * i + 3 + c]
-            rhs[6 * i + 3 + a] += acc
+            rhs[6 * i + 3 + a] += rq[a]
     nd = p.bref.shape[0]
     for d in range(nd):
         for k in range(p.bsize[d]):
@@ -1189,12 +1193,7 @@ def condensed_solve_transposed(p: Packed, ws: Workspace, b: NDArray) -> NDArray:
     for k in range(nu):
         out[k] = y[k]
     for i in range(nb):
-        inv = ws.jqq_inv[i]
-        for a in range(4):
-            acc = 0.0
-            for c in range(4):
-                acc += inv[c, a] * y[7 * i + 3 + c]
-            out[7 * i + 3 + a] = acc
+        _transposed_product_into(ws.jqq_inv[i], y, 7 * i + 3, out, 7 * i + 3)
     return out
 
 
